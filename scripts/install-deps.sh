@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install subq's build and test dependencies from Debian bookworm packages.
+# Does nothing when everything is already present; runs `apt-get update` first
+# otherwise, because a fresh machine's package lists may be empty or stale.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config
+  libopenblas-dev        # sgemm for prefill
+  libomp-dev             # OpenMP runtime for clang builds (gcc ships libgomp)
+  libpcre2-dev           # Unicode-class pre-split regexes (byte-level BPE)
+  libhnswlib-dev         # HNSW selector
+  libfaiss-dev           # optional FAISS selector
+  python3-numpy          # test oracles (run with /usr/bin/python3)
+  clang libclang-rt-14-dev  # sanitizers and libFuzzer targets
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO=sudo
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
