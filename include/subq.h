@@ -115,6 +115,27 @@ typedef struct subq_sampler_params {
  * `rng_state` is the caller's generator state, seeded from params.seed. */
 int32_t subq_sample(const subq_sampler_params *p, float *logits, int n_vocab, uint64_t *rng_state);
 
+/* ---- perplexity (llama.cpp's method) -------------------------------- */
+
+typedef struct subq_ppl_result {
+    double ppl;          /* exp(mean NLL) over all scored tokens */
+    double ppl_stderr;   /* standard error of ppl (delta method) */
+    double nll_mean;
+    int n_chunks;
+    int64_t n_scored;
+} subq_ppl_result;
+
+/* Called after each chunk with the running result. */
+typedef void (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const subq_ppl_result *running);
+
+/* `tokens` is the whole text tokenised with BOS. Chunks of n_ctx tokens
+ * (at most max_chunks; <= 0 for all) have their first token replaced by BOS
+ * and the second half of each chunk is scored. If `nll_out` is not NULL it
+ * receives the per-token NLLs in order (n_chunks * (n_ctx - 1 - n_ctx/2)). */
+subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tokens, int n_ctx, int max_chunks,
+                            subq_ppl_callback cb, void *user, subq_ppl_result *res, float *nll_out,
+                            subq_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,49 @@
+/* The attention seam: each layer's attention step is one attn_stage.
+ * The forward pass computes post-RoPE q and writes k/v into the cache, then
+ * calls stage->forward; full attention is the default stage and sparse
+ * retrieve-then-attend stages plug in here without the forward knowing. */
+#ifndef SUBQ_ATTN_H
+#define SUBQ_ATTN_H
+
+#include "kv/kv_cache.h"
+#include "subq.h"
+
+/* One layer's attention over a batch of new tokens. Query t sits in cache
+ * slot slot0 + t and may attend to slots j <= slot0 + t with seg[j] == its seg. */
+typedef struct attn_step {
+    int layer;
+    int n_tokens;
+    int slot0;
+    int n_head, n_head_kv, head_dim;
+    float scale;                 /* 1/sqrt(head_dim) */
+    const float *q;              /* [n_tokens][n_head*head_dim], post-RoPE */
+    const float *h_norm;         /* [n_tokens][n_embd]: normed hidden state entering attention */
+    int n_embd;
+    float *out;                  /* [n_tokens][n_head*head_dim] */
+    int n_threads;
+} attn_step;
+
+typedef struct attn_stage attn_stage;
+struct attn_stage {
+    const char *name;
+    subq_status (*forward)(attn_stage *self, const attn_step *step, const kv_cache *kv,
+                           subq_error *err);
+    void (*free)(attn_stage *self);
+};
+
+/* Exact softmax attention over every eligible cached key (a stateless
+ * singleton: never freed). */
+attn_stage *attn_full_stage(void);
+
+/* Attention for one (query, head) over an explicit list of cache slots:
+ * out = sum_j softmax_j(scale * q.k_j) v_j. `scores` is scratch of n floats.
+ * Shared by full and sparse stages so both compute the same maths. */
+void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
+                          const int *slots, int n, float *scores, float *out);
+
+/* Same over the contiguous slots 0 .. n-1 filtered by segment `seg`
+ * (seg < 0: no filter). */
+void attn_head_causal(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
+                      int n, int seg, float *scores, float *out);
+
+#endif

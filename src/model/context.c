@@ -1,0 +1,89 @@
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "model/context.h"
+
+/* OpenBLAS's own thread pool; declared here to avoid depending on its extension header. */
+void openblas_set_num_threads(int n);
+
+#define DEFAULT_N_BATCH 512
+/* Dequantised weight tile: 4 MiB of floats keeps it in L2/L3 while sgemm reads it. */
+#define TILE_FLOATS (1 << 20)
+
+subq_context_params subq_context_default_params(void) {
+    subq_context_params p = {.n_ctx = 0, .n_threads = 0, .kv_type = SUBQ_KV_F32};
+    return p;
+}
+
+void subq_context_free(subq_context *c) {
+    if (!c) return;
+    if (c->stages) {
+        for (int l = 0; l < c->model->hp.n_layer; l++)
+            if (c->stages[l] && c->stages[l]->free) c->stages[l]->free(c->stages[l]);
+        free(c->stages);
+    }
+    kv_cache_free(&c->kv);
+    free(c->x);
+    free(c->xn);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->att);
+    free(c->proj);
+    free(c->gate);
+    free(c->up);
+    free(c->posbuf);
+    free(c->tile);
+    free(c);
+}
+
+subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_context **out, subq_error *err) {
+    *out = NULL;
+    const model_hparams *hp = &m->hp;
+    subq_context_params def = subq_context_default_params();
+    if (!p) p = &def;
+    int n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
+    subq_context *c = calloc(1, sizeof *c);
+    if (!c) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    c->model = m;
+    c->n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (c->n_threads < 1) c->n_threads = 1;
+    c->n_batch = n_ctx < DEFAULT_N_BATCH ? n_ctx : DEFAULT_N_BATCH;
+    subq_status s = kv_cache_init(&c->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, err);
+    if (s) {
+        free(c);
+        return s;
+    }
+    size_t B = (size_t)c->n_batch;
+    size_t dq = (size_t)hp->n_head * hp->head_dim, dkv = (size_t)hp->n_head_kv * hp->head_dim;
+    size_t widest = (size_t)hp->n_embd > (size_t)hp->n_ff ? (size_t)hp->n_embd : (size_t)hp->n_ff;
+    if (dq > widest) widest = dq;
+    c->tile_floats = TILE_FLOATS > (int64_t)widest ? TILE_FLOATS : (int64_t)widest;
+    c->x = malloc(B * hp->n_embd * sizeof(float));
+    c->xn = malloc(B * hp->n_embd * sizeof(float));
+    c->q = malloc(B * dq * sizeof(float));
+    c->k = malloc(B * dkv * sizeof(float));
+    c->v = malloc(B * dkv * sizeof(float));
+    c->att = malloc(B * dq * sizeof(float));
+    c->proj = malloc(B * hp->n_embd * sizeof(float));
+    c->gate = malloc(B * hp->n_ff * sizeof(float));
+    c->up = malloc(B * hp->n_ff * sizeof(float));
+    c->posbuf = malloc(B * sizeof(int32_t));
+    c->tile = malloc((size_t)c->tile_floats * sizeof(float));
+    c->stages = calloc((size_t)hp->n_layer, sizeof(attn_stage *));
+    if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->posbuf ||
+        !c->tile || !c->stages) {
+        subq_context_free(c);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating work buffers");
+    }
+    for (int l = 0; l < hp->n_layer; l++) c->stages[l] = attn_full_stage();
+    openblas_set_num_threads(c->n_threads);
+    *out = c;
+    return SUBQ_OK;
+}
+
+void subq_context_reset(subq_context *c) { c->kv.n_used = 0; }
+
+int subq_context_n_past(const subq_context *c) { return c->kv.n_used; }

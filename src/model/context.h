@@ -1,0 +1,36 @@
+/* Inference context: KV cache, per-layer attention stages, work buffers. */
+#ifndef SUBQ_CONTEXT_H
+#define SUBQ_CONTEXT_H
+
+#include "attn/attn.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+/* Called at the attention seam of every layer after RoPE (training capture):
+ * h_norm [n][n_embd], q [n][n_head*head_dim], k [n][n_head_kv*head_dim] for
+ * the n tokens in cache slots slot0 .. slot0+n-1. */
+typedef void (*capture_fn)(void *user, int layer, int n, int slot0, const float *h_norm, const float *q,
+                           const float *k);
+
+struct subq_context {
+    subq_model *model;
+    kv_cache kv;
+    int n_threads;
+    int n_batch;                 /* max tokens per forward step */
+    attn_stage **stages;         /* [n_layer]; full attention by default */
+    capture_fn capture;
+    void *capture_user;
+    /* work buffers, n_batch rows each */
+    float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
+    int32_t *posbuf;             /* positions of the current chunk */
+    float *tile;                 /* dequantised weight tile */
+    int64_t tile_floats;
+};
+
+/* Forward n tokens with explicit positions and segment (document) ids
+ * (either may be NULL: positions continue from the cache, segment 0).
+ * Positions drive RoPE; segments make attention block-causal. */
+subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const int32_t *pos,
+                            const int32_t *seg, float *logits, int all_logits, subq_error *err);
+
+#endif

@@ -1,0 +1,40 @@
+#include "model/matmul.h"
+
+#include <cblas.h>
+
+#include "quant/quant.h"
+
+/* Below this many rows a batch is cheaper as repeated GEMV than as dequantise + sgemm. */
+#define GEMM_MIN_ROWS 4
+/* Waking threads costs microseconds: small products run on the calling thread. */
+#define PARALLEL_MIN_ELEMS (1 << 16)
+
+void matmul(float *Y, const float *X, const matrix *W, int T, float *tile, int64_t tile_floats,
+            int n_threads) {
+    const int64_t rows = W->rows, cols = W->cols;
+    const char *wdata = W->data;
+    if (T < GEMM_MIN_ROWS) {
+        /* y[t][o] = w_o . x_t, rows split across threads */
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (rows * cols * T >= PARALLEL_MIN_ELEMS)
+        for (int64_t o = 0; o < rows; o++) {
+            const void *wrow = wdata + (size_t)o * W->row_bytes;
+            for (int t = 0; t < T; t++) Y[(size_t)t * rows + o] = dot_row(W->type, wrow, X + (size_t)t * cols, cols);
+        }
+        return;
+    }
+    if (W->type == GGML_TYPE_F32) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)rows, (int)cols, 1.0f, X, (int)cols,
+                    (const float *)wdata, (int)cols, 0.0f, Y, (int)rows);
+        return;
+    }
+    /* dequantise a tile of R rows, then Y[:, o0:o0+R] = X tile^T */
+    int64_t R = tile_floats / cols;
+    if (R > rows) R = rows;
+    for (int64_t o0 = 0; o0 < rows; o0 += R) {
+        int64_t r = rows - o0 < R ? rows - o0 : R;
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (r * cols >= PARALLEL_MIN_ELEMS)
+        for (int64_t i = 0; i < r; i++) dequant_row(W->type, wdata + (size_t)(o0 + i) * W->row_bytes, tile + i * cols, cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)r, (int)cols, 1.0f, X, (int)cols, tile,
+                    (int)cols, 0.0f, Y + o0, (int)rows);
+    }
+}

@@ -1,0 +1,228 @@
+/* Load hyper-parameters and weights from a GGUF file, validating every shape. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "model/model.h"
+#include "quant/quant.h"
+
+const char *model_arch_name(model_arch a) {
+    switch (a) {
+    case ARCH_LLAMA: return "llama";
+    case ARCH_QWEN2: return "qwen2";
+    case ARCH_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+static const char *supported_types = "f32, f16, bf16, q8_0";
+
+/* Look up tensor `name` and check it is 2-D {cols, rows} of a usable type. */
+static subq_status load_matrix(subq_model *m, const char *name, int64_t cols, int64_t rows, matrix *out,
+                               subq_error *err) {
+    const gguf_tensor *t = gguf_find_tensor(m->file, name);
+    if (!t) return subq_fail(err, SUBQ_ERR_FORMAT, "missing tensor '%s'", name);
+    if (t->n_dims != 2 || (int64_t)t->ne[0] != cols || (int64_t)t->ne[1] != rows)
+        return subq_fail(err, SUBQ_ERR_SHAPE, "tensor '%s' has shape [%llu, %llu], expected [%lld, %lld]",
+                         name, (unsigned long long)t->ne[0], (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1),
+                         (long long)cols, (long long)rows);
+    const ggml_type_traits *tr = ggml_type_get(t->type);
+    if (!tr || !tr->can_dequant)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                         "tensor '%s' has type %s, which this build cannot use yet (supported: %s)", name,
+                         tr ? tr->name : "unknown", supported_types);
+    out->data = t->data;
+    out->type = t->type;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = ggml_row_size(t->type, (uint64_t)cols);
+    m->n_params += (uint64_t)(rows * cols);
+    m->weight_bytes += t->n_bytes;
+    return SUBQ_OK;
+}
+
+/* A 1-D tensor of n elements, copied to a new f32 array (*out). Absent and
+ * optional: *out = NULL. */
+static subq_status load_vector(subq_model *m, const char *name, int64_t n, int optional, float **out,
+                               subq_error *err) {
+    *out = NULL;
+    const gguf_tensor *t = gguf_find_tensor(m->file, name);
+    if (!t) {
+        if (optional) return SUBQ_OK;
+        return subq_fail(err, SUBQ_ERR_FORMAT, "missing tensor '%s'", name);
+    }
+    if (t->n_dims != 1 || (int64_t)t->ne[0] != n)
+        return subq_fail(err, SUBQ_ERR_SHAPE, "tensor '%s' has %llu elements in %u dims, expected [%lld]",
+                         name, (unsigned long long)t->n_elements, t->n_dims, (long long)n);
+    const ggml_type_traits *tr = ggml_type_get(t->type);
+    if (!tr || !tr->can_dequant || tr->block_size != 1)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "tensor '%s' has type %s; expected f32, f16 or bf16",
+                         name, tr ? tr->name : "unknown");
+    *out = malloc((size_t)n * sizeof(float));
+    if (!*out) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading '%s'", name);
+    dequant_row(t->type, t->data, *out, n);
+    m->n_params += (uint64_t)n;
+    m->weight_bytes += t->n_bytes;
+    return SUBQ_OK;
+}
+
+static subq_status get_hparam(const gguf_file *f, const char *arch, const char *suffix, int optional,
+                              uint32_t def, int lo, int hi, int *out, subq_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    uint32_t v;
+    subq_status s = optional ? gguf_get_u32_or(f, key, def, &v, err) : gguf_get_u32(f, key, &v, err);
+    if (s) return s;
+    if ((int64_t)v < lo || (int64_t)v > hi)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u is out of range [%d, %d]", key, v, lo, hi);
+    *out = (int)v;
+    return SUBQ_OK;
+}
+
+static subq_status load_hparams(subq_model *m, subq_error *err) {
+    const gguf_file *f = m->file;
+    model_hparams *hp = &m->hp;
+    char arch[32];
+    subq_status s = gguf_get_str(f, "general.architecture", arch, sizeof arch, err);
+    if (s) return s;
+    if (strcmp(arch, "llama") == 0) hp->arch = ARCH_LLAMA;
+    else
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama)",
+                         arch);
+    if ((s = get_hparam(f, arch, "block_count", 0, 0, 1, 4096, &hp->n_layer, err))) return s;
+    if ((s = get_hparam(f, arch, "embedding_length", 0, 0, 1, 1 << 17, &hp->n_embd, err))) return s;
+    if ((s = get_hparam(f, arch, "feed_forward_length", 0, 0, 1, 1 << 20, &hp->n_ff, err))) return s;
+    if ((s = get_hparam(f, arch, "attention.head_count", 0, 0, 1, 4096, &hp->n_head, err))) return s;
+    if ((s = get_hparam(f, arch, "attention.head_count_kv", 1, (uint32_t)hp->n_head, 1, 4096,
+                        &hp->n_head_kv, err)))
+        return s;
+    if (hp->n_head % hp->n_head_kv != 0)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "head_count %d is not a multiple of head_count_kv %d",
+                         hp->n_head, hp->n_head_kv);
+    uint32_t def_hd = (uint32_t)(hp->n_embd / hp->n_head);
+    if ((s = get_hparam(f, arch, "attention.key_length", 1, def_hd, 1, 4096, &hp->head_dim, err))) return s;
+    if ((s = get_hparam(f, arch, "context_length", 1, 2048, 1, 1 << 24, &hp->n_ctx_train, err))) return s;
+    if ((s = get_hparam(f, arch, "rope.dimension_count", 1, (uint32_t)hp->head_dim, 0, hp->head_dim,
+                        &hp->n_rot, err)))
+        return s;
+    if (hp->n_rot % 2)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "rope.dimension_count %d must be even", hp->n_rot);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
+    if ((s = gguf_get_f32_or(f, key, 10000.0f, &hp->rope_base, err))) return s;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
+    if ((s = gguf_get_f32_or(f, key, 1e-5f, &hp->norm_eps, err))) return s;
+    if (!(hp->rope_base > 0.0f) || !(hp->norm_eps > 0.0f) || hp->norm_eps > 1.0f)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "rope base %g or rms epsilon %g is invalid",
+                         (double)hp->rope_base, (double)hp->norm_eps);
+    hp->rope_neox = hp->arch != ARCH_LLAMA;
+    return SUBQ_OK;
+}
+
+static subq_status load_weights(subq_model *m, subq_error *err) {
+    const model_hparams *hp = &m->hp;
+    int64_t d = hp->n_embd, dq = (int64_t)hp->n_head * hp->head_dim, dkv = (int64_t)hp->n_head_kv * hp->head_dim;
+    subq_status s;
+    if ((s = load_matrix(m, "token_embd.weight", d, hp->n_vocab, &m->token_embd, err))) return s;
+    if ((s = load_vector(m, "output_norm.weight", d, 0, &m->output_norm, err))) return s;
+    if (gguf_find_tensor(m->file, "output.weight")) {
+        if ((s = load_matrix(m, "output.weight", d, hp->n_vocab, &m->output, err))) return s;
+    } else {
+        m->output = m->token_embd; /* tied embeddings */
+    }
+    m->layers = calloc((size_t)hp->n_layer, sizeof(layer_weights));
+    if (!m->layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < hp->n_layer; i++) {
+        layer_weights *L = &m->layers[i];
+        char name[96];
+#define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
+        if ((s = load_vector(m, TN("attn_norm.weight"), d, 0, &L->attn_norm, err))) return s;
+        if ((s = load_vector(m, TN("ffn_norm.weight"), d, 0, &L->ffn_norm, err))) return s;
+        if ((s = load_matrix(m, TN("attn_q.weight"), d, dq, &L->wq, err))) return s;
+        if ((s = load_matrix(m, TN("attn_k.weight"), d, dkv, &L->wk, err))) return s;
+        if ((s = load_matrix(m, TN("attn_v.weight"), d, dkv, &L->wv, err))) return s;
+        if ((s = load_matrix(m, TN("attn_output.weight"), dq, d, &L->wo, err))) return s;
+        if ((s = load_matrix(m, TN("ffn_gate.weight"), d, hp->n_ff, &L->w_gate, err))) return s;
+        if ((s = load_matrix(m, TN("ffn_up.weight"), d, hp->n_ff, &L->w_up, err))) return s;
+        if ((s = load_matrix(m, TN("ffn_down.weight"), hp->n_ff, d, &L->w_down, err))) return s;
+#undef TN
+    }
+    return SUBQ_OK;
+}
+
+void subq_model_free(subq_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int i = 0; i < m->hp.n_layer; i++) {
+            layer_weights *L = &m->layers[i];
+            free(L->attn_norm);
+            free(L->ffn_norm);
+            free(L->q_norm);
+            free(L->k_norm);
+            free(L->bq);
+            free(L->bk);
+            free(L->bv);
+        }
+        free(m->layers);
+    }
+    free(m->output_norm);
+    tokenizer_free(m->tok);
+    gguf_close(m->file);
+    free(m);
+}
+
+subq_status subq_model_load(const char *path, subq_model **out, subq_error *err) {
+    *out = NULL;
+    subq_model *m = calloc(1, sizeof *m);
+    if (!m) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    subq_status s = gguf_open(path, &m->file, err);
+    if (!s) s = load_hparams(m, err);
+    if (!s) s = tokenizer_from_gguf(m->file, &m->tok, err);
+    if (!s) {
+        m->hp.n_vocab = tokenizer_n_vocab(m->tok);
+        s = load_weights(m, err);
+    }
+    if (s) {
+        /* prefix the file name so the CLI's one line says which file is wrong */
+        if (err && strncmp(err->msg, path, strlen(path)) != 0) {
+            char msg[SUBQ_ERROR_MSG_MAX];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            snprintf(err->msg, sizeof err->msg, "%.200s: %.300s", path, msg);
+        }
+        subq_model_free(m);
+        return s;
+    }
+    *out = m;
+    return SUBQ_OK;
+}
+
+void subq_model_get_info(const subq_model *m, subq_model_info *info) {
+    const model_hparams *hp = &m->hp;
+    memset(info, 0, sizeof *info);
+    snprintf(info->arch, sizeof info->arch, "%s", model_arch_name(hp->arch));
+    info->n_layer = hp->n_layer;
+    info->n_embd = hp->n_embd;
+    info->n_head = hp->n_head;
+    info->n_head_kv = hp->n_head_kv;
+    info->head_dim = hp->head_dim;
+    info->n_ff = hp->n_ff;
+    info->n_vocab = hp->n_vocab;
+    info->n_ctx_train = hp->n_ctx_train;
+    info->rope_base = hp->rope_base;
+    info->norm_eps = hp->norm_eps;
+    info->bos_id = tokenizer_bos(m->tok);
+    info->eos_id = tokenizer_eos(m->tok);
+    info->add_bos = tokenizer_add_bos(m->tok);
+    info->n_params = m->n_params;
+    info->weight_bytes = m->weight_bytes;
+}
+
+subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t *out,
+                          size_t cap, size_t *n_out, subq_error *err) {
+    return tokenizer_encode(m->tok, text, len, add_bos != 0, out, cap, n_out, err);
+}
+
+int subq_token_to_piece(const subq_model *m, int32_t prev, int32_t tok, char *buf, size_t cap) {
+    return tokenizer_token_to_piece(m->tok, prev, tok, buf, cap);
+}

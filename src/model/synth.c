@@ -1,0 +1,185 @@
+#include "model/synth.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+static const synth_shape shapes[] = {
+    /* name          arch        L   d    H  Hkv hd  ff   vocab ctx  base    tied */
+    {"tiny",         ARCH_LLAMA, 2,  64,  4, 2,  16, 96,  320,  256, 10000.f, 1},
+    {"stories260k",  ARCH_LLAMA, 5,  64,  8, 4,  8,  172, 512,  512, 10000.f, 0},
+};
+
+const synth_shape *synth_find_shape(const char *name) {
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (strcmp(shapes[i].name, name) == 0) return &shapes[i];
+    return NULL;
+}
+
+const char *synth_shape_names(void) { return "tiny, stories260k"; }
+
+/* A small SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then
+ * U+2581, letters, "▁"+letter and frequent English pieces, padded with
+ * two-letter pieces until n_vocab. Scores fall with the index so earlier
+ * pieces merge first. */
+static char **make_vocab(int n_vocab, float *scores, int32_t *types) {
+    char **tok = calloc((size_t)n_vocab, sizeof(char *));
+    if (!tok) return NULL;
+    static const char *const extra[] = {"the", "▁the", "he", "th", "in", "er", "an", "nd", "▁a", "on",
+                                        "ed", "ing", "▁and", "▁to", "re", "at", "ou", "it", "is", "en"};
+    const char *letters = "etaoinshrdlucmfwypvbgkqjxzETAOINSHRDLUCMFWYPVBGKQJXZ.,!?'\"0123456789";
+    char buf[32];
+    int n = 0;
+#define ADD(s, ty, sc)                                     \
+    do {                                                   \
+        if (n < n_vocab) {                                 \
+            tok[n] = strdup(s);                            \
+            types[n] = (ty);                               \
+            scores[n] = (sc);                              \
+            if (!tok[n]) goto fail;                        \
+            n++;                                           \
+        }                                                  \
+    } while (0)
+    ADD("<unk>", 2, 0.0f);
+    ADD("<s>", 3, 0.0f);
+    ADD("</s>", 3, 0.0f);
+    for (int b = 0; b < 256; b++) {
+        snprintf(buf, sizeof buf, "<0x%02X>", b);
+        ADD(buf, 6, 0.0f);
+    }
+    ADD("▁", 1, -1.0f);
+    for (const char *p = letters; *p; p++) {
+        snprintf(buf, sizeof buf, "%c", *p);
+        ADD(buf, 1, -2.0f - (float)n);
+    }
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) ADD(extra[i], 1, -2.0f - (float)n);
+    for (const char *p = letters; *p && n < n_vocab; p++) {
+        snprintf(buf, sizeof buf, "▁%c", *p);
+        ADD(buf, 1, -2.0f - (float)n);
+    }
+    for (const char *a = letters; *a && n < n_vocab; a++)
+        for (const char *b = letters; *b && n < n_vocab; b++) {
+            snprintf(buf, sizeof buf, "%c%c", *a, *b);
+            int dup = 0;
+            for (int i = 0; i < n && !dup; i++) dup = strcmp(tok[i], buf) == 0;
+            if (!dup) ADD(buf, 1, -2.0f - (float)n);
+        }
+    for (int i = 0; n < n_vocab; i++) { /* unreachable for sane sizes; keeps the count exact */
+        snprintf(buf, sizeof buf, "<unused%d>", i);
+        ADD(buf, 5, -1e9f);
+    }
+#undef ADD
+    return tok;
+fail:
+    for (int i = 0; i < n_vocab; i++) free(tok[i]);
+    free(tok);
+    return NULL;
+}
+
+/* Random tensor of rows x cols ~ N(0, std), quantised to `type` (or f16 if
+ * cols is not a multiple of the block), added to the writer. */
+static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, int64_t cols, int64_t rows,
+                              float mean, float std, uint64_t *rng, subq_error *err) {
+    const ggml_type_traits *tr = ggml_type_get(type);
+    if (cols % tr->block_size) type = GGML_TYPE_F16;
+    if (rows == 1) type = GGML_TYPE_F32; /* 1-D norms stay f32 */
+    size_t row_bytes = ggml_row_size(type, (uint64_t)cols);
+    uint8_t *data = malloc(row_bytes * (size_t)rows);
+    float *row = malloc((size_t)cols * sizeof(float));
+    if (!data || !row) {
+        free(data);
+        free(row);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for tensor '%s'", name);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < cols; i++) row[i] = mean + std * rng_normal(rng);
+        quantize_row(type, row, data + (size_t)r * row_bytes, cols);
+    }
+    free(row);
+    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    return gguf_writer_add_tensor(w, name, type, rows == 1 ? 1 : 2, ne, data, row_bytes * (size_t)rows, 1, err);
+}
+
+subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t seed, const char *path,
+                              subq_error *err) {
+    const ggml_type_traits *tr = ggml_type_get(type);
+    if (!tr || !(type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_Q8_0))
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "synth cannot write type %s (supported: f32, f16, bf16, q8_0)",
+                         tr ? tr->name : "unknown");
+    gguf_writer *w = gguf_writer_new();
+    float *scores = malloc((size_t)sh->n_vocab * sizeof(float));
+    int32_t *types = malloc((size_t)sh->n_vocab * sizeof(int32_t));
+    char **vocab = NULL;
+    subq_status s = SUBQ_OK;
+    if (!w || !scores || !types || !(vocab = make_vocab(sh->n_vocab, scores, types))) {
+        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    const char *arch = model_arch_name(sh->arch);
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+    char name[64];
+    snprintf(name, sizeof name, "subq-synth-%s", sh->name);
+    uint32_t ftype = type == GGML_TYPE_F32 ? 0 : type == GGML_TYPE_F16 ? 1 : type == GGML_TYPE_Q8_0 ? 7 : 32;
+    if ((s = gguf_writer_set_str(w, "general.architecture", arch)) ||
+        (s = gguf_writer_set_str(w, "general.name", name)) ||
+        (s = gguf_writer_set_u32(w, "general.file_type", ftype)) ||
+        (s = gguf_writer_set_u32(w, KEY("block_count"), (uint32_t)sh->n_layer)) ||
+        (s = gguf_writer_set_u32(w, KEY("context_length"), (uint32_t)sh->n_ctx)) ||
+        (s = gguf_writer_set_u32(w, KEY("embedding_length"), (uint32_t)sh->n_embd)) ||
+        (s = gguf_writer_set_u32(w, KEY("feed_forward_length"), (uint32_t)sh->n_ff)) ||
+        (s = gguf_writer_set_u32(w, KEY("attention.head_count"), (uint32_t)sh->n_head)) ||
+        (s = gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sh->n_head_kv)) ||
+        (s = gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)sh->head_dim)) ||
+        (s = gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sh->head_dim)) ||
+        (s = gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh->head_dim)) ||
+        (s = gguf_writer_set_f32(w, KEY("rope.freq_base"), sh->rope_base)) ||
+        (s = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f)) ||
+        (s = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
+        (s = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vocab, (uint64_t)sh->n_vocab)) ||
+        (s = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)sh->n_vocab)) ||
+        (s = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)sh->n_vocab)) ||
+        (s = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
+        (s = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
+        (s = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2))) {
+        subq_fail(err, s, "out of memory writing metadata");
+        goto done;
+    }
+#undef KEY
+    uint64_t rng = rng_seed(seed);
+    const int64_t d = sh->n_embd, dq = (int64_t)sh->n_head * sh->head_dim, dkv = (int64_t)sh->n_head_kv * sh->head_dim;
+    /* std 0.02 everywhere except token embeddings (std 1 so the first norm sees O(1) values) */
+    if ((s = add_random(w, "token_embd.weight", type, d, sh->n_vocab, 0.0f, 1.0f, &rng, err))) goto done;
+    if ((s = add_random(w, "output_norm.weight", type, d, 1, 1.0f, 0.1f, &rng, err))) goto done;
+    if (!sh->tied && (s = add_random(w, "output.weight", type, d, sh->n_vocab, 0.0f, 0.02f, &rng, err))) goto done;
+    for (int l = 0; l < sh->n_layer; l++) {
+#define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
+        /* q/k get a larger scale so attention is not uniform */
+        if ((s = add_random(w, TN("attn_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err)) ||
+            (s = add_random(w, TN("attn_q.weight"), type, d, dq, 0.0f, 0.5f / sqrtf((float)d) * 4, &rng, err)) ||
+            (s = add_random(w, TN("attn_k.weight"), type, d, dkv, 0.0f, 0.5f / sqrtf((float)d) * 4, &rng, err)) ||
+            (s = add_random(w, TN("attn_v.weight"), type, d, dkv, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
+            (s = add_random(w, TN("attn_output.weight"), type, dq, d, 0.0f, 1.0f / sqrtf((float)dq), &rng, err)) ||
+            (s = add_random(w, TN("ffn_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err)) ||
+            (s = add_random(w, TN("ffn_gate.weight"), type, d, sh->n_ff, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
+            (s = add_random(w, TN("ffn_up.weight"), type, d, sh->n_ff, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
+            (s = add_random(w, TN("ffn_down.weight"), type, sh->n_ff, d, 0.0f, 1.0f / sqrtf((float)sh->n_ff), &rng, err)))
+            goto done;
+#undef TN
+    }
+    s = gguf_writer_write(w, path, err);
+done:
+    if (vocab)
+        for (int i = 0; i < sh->n_vocab; i++) free(vocab[i]);
+    free(vocab);
+    free(scores);
+    free(types);
+    gguf_writer_free(w);
+    return s;
+}

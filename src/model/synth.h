@@ -1,0 +1,30 @@
+/* Random-weight GGUF models of named real shapes, for tests and speed work
+ * at scale (no pretrained weights can be downloaded here). */
+#ifndef SUBQ_SYNTH_H
+#define SUBQ_SYNTH_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct synth_shape {
+    const char *name;
+    model_arch arch;
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    float rope_base;
+    int tied;        /* output shares token_embd */
+} synth_shape;
+
+/* NULL when unknown. */
+const synth_shape *synth_find_shape(const char *name);
+/* Comma-separated list of known shape names. */
+const char *synth_shape_names(void);
+
+/* Write a model of `shape` with 2-D weights in `type` (f32, f16, bf16, q8_0;
+ * tensors whose rows are not a multiple of the type's block fall back to f16,
+ * as llama.cpp's quantizer does) and 1-D norms in f32. Weights ~ N(0, 0.02)
+ * scaled so activations stay O(1); norms ~ 1 + N(0, 0.1). */
+subq_status synth_write_model(const synth_shape *shape, uint32_t type, uint64_t seed, const char *path,
+                              subq_error *err);
+
+#endif

@@ -1,0 +1,649 @@
+/* SentencePiece-style BPE over a GGUF "llama" vocabulary (llama.cpp's "spm"
+ * tokenizer).
+ *
+ * Encode: optional space prefix, ' ' -> U+2581, split into UTF-8 characters,
+ * then repeatedly merge the adjacent pair whose concatenation is a vocabulary
+ * token with the highest score (leftmost on ties). Candidates live in a
+ * max-heap keyed (score desc, left index asc) over a doubly-linked symbol
+ * list; entries made stale by an earlier merge are dropped when popped, so the
+ * whole thing is O(n log n). Final symbols that are not tokens fall back to
+ * one <0xXX> token per byte.
+ *
+ * Why byte fallback of single characters is all llama.cpp's "resegment" step
+ * needs here: every merge produces a symbol whose text is a vocabulary token,
+ * so a final symbol is either such a token (emitted as is) or an untouched
+ * single character. resegment only recurses for symbols that are not tokens
+ * but are in the merge history, and the merge history only holds tokens. */
+#include "tokenize/tokenizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "tokenize/utf8.h"
+
+/* Vocabularies beyond this are certainly hostile (real ones are <= 256K);
+ * the bound also keeps every id and offset inside int32 / size_t math. */
+#define TOK_MAX_VOCAB (1 << 24)
+/* Real tokens are a few dozen bytes; the bound keeps piece lengths in int. */
+#define TOK_MAX_TOKEN_LEN (1 << 16)
+/* Escaped text must fit int32 symbol offsets. */
+#define TOK_MAX_TEXT ((size_t)INT32_MAX - 8)
+
+struct tokenizer {
+    tokenizer_kind kind;
+    int n_vocab;
+    int bos, eos, unk;           /* -1 when absent */
+    bool add_bos;
+    bool add_space_prefix;
+
+    char *text;                  /* all token texts back to back (raw, with U+2581) */
+    size_t *text_off;            /* n_vocab + 1 offsets into text */
+    char *piece;                 /* decoded pieces back to back */
+    size_t *piece_off;           /* n_vocab + 1 offsets into piece */
+    float *score;
+    int32_t *type;
+    uint8_t *mergeable;          /* 1: encode may produce this token from text */
+    size_t max_merge_len;        /* longest mergeable token text, in bytes */
+
+    int32_t *map;                /* open addressing: token id or -1 */
+    size_t map_mask;             /* capacity - 1 (capacity is a power of two) */
+
+    int32_t byte_tok[256];       /* token for each raw byte, -1 if none */
+    uint8_t pair_bits[65536 / 8]; /* byte pairs "ab" that occur inside producible tokens */
+};
+
+/* ---- piece -> id hash map ------------------------------------------------ */
+
+static uint64_t tok_hash(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a final mix so the low bits spread */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 0x100000001b3ull;
+    }
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
+    size_t i = (size_t)tok_hash(s, n) & t->map_mask;
+    for (;;) {
+        int32_t id = t->map[i];
+        if (id < 0) return -1;
+        size_t len = t->text_off[id + 1] - t->text_off[id];
+        if (len == n && memcmp(t->text + t->text_off[id], s, n) == 0) return id;
+        i = (i + 1) & t->map_mask;
+    }
+}
+
+/* Later duplicates replace earlier ones, as llama.cpp's token_to_id does. */
+static void tok_insert(tokenizer *t, int32_t id) {
+    const char *s = t->text + t->text_off[id];
+    size_t n = t->text_off[id + 1] - t->text_off[id];
+    size_t i = (size_t)tok_hash(s, n) & t->map_mask;
+    for (;;) {
+        int32_t cur = t->map[i];
+        if (cur < 0) {
+            t->map[i] = id;
+            return;
+        }
+        size_t len = t->text_off[cur + 1] - t->text_off[cur];
+        if (len == n && memcmp(t->text + t->text_off[cur], s, n) == 0) {
+            t->map[i] = id;
+            return;
+        }
+        i = (i + 1) & t->map_mask;
+    }
+}
+
+/* ---- loading ------------------------------------------------------------- */
+
+static int hex_val(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+}
+
+/* "<0xXX>" -> XX, else -1. */
+static int parse_byte_token(const char *s, size_t n) {
+    if (n != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+    int hi = hex_val(s[3]), lo = hex_val(s[4]);
+    if (hi < 0 || lo < 0) return -1;
+    return hi * 16 + lo;
+}
+
+/* Special token id: absent or 0xFFFFFFFF (or a negative signed value) means
+ * none; any other value outside the vocabulary is a format error. */
+static subq_status get_special_id(const gguf_file *f, const char *key, int n_vocab, int *out,
+                                  subq_error *err) {
+    *out = -1;
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv) return SUBQ_OK;
+    gguf_type ty = kv->value.type;
+    if ((ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_INT32 ||
+         ty == GGUF_TYPE_INT64) &&
+        kv->value.v.i64 < 0) {
+        if (kv->value.v.i64 == -1) return SUBQ_OK;
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %lld is not a valid token id", key,
+                         (long long)kv->value.v.i64);
+    }
+    uint32_t v = 0;
+    subq_status st = gguf_get_u32(f, key, &v, err);
+    if (st != SUBQ_OK) return st;
+    if (v == 0xFFFFFFFFu) return SUBQ_OK;
+    if (v >= (uint32_t)n_vocab)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u is out of range (vocabulary has %d tokens)",
+                         key, v, n_vocab);
+    *out = (int)v;
+    return SUBQ_OK;
+}
+
+static bool is_int_type(gguf_type ty) {
+    return ty == GGUF_TYPE_UINT8 || ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_UINT16 ||
+           ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_UINT32 || ty == GGUF_TYPE_INT32 ||
+           ty == GGUF_TYPE_UINT64 || ty == GGUF_TYPE_INT64;
+}
+
+subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error *err) {
+    if (!out) return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_from_gguf: out is NULL");
+    *out = NULL;
+    if (!f) return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_from_gguf: file is NULL");
+
+    /* Which algorithm. */
+    const gguf_kv *mkv = gguf_find_kv(f, "tokenizer.ggml.model");
+    if (!mkv) return subq_fail(err, SUBQ_ERR_FORMAT, "missing key tokenizer.ggml.model");
+    if (mkv->value.type != GGUF_TYPE_STRING)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.model has type %s, expected string",
+                         gguf_type_name(mkv->value.type));
+    gguf_str model = mkv->value.v.str;
+    if (model.len == 4 && memcmp(model.data, "gpt2", 4) == 0)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                         "byte-level BPE (gpt2) tokenizer is not supported yet");
+    if (!(model.len == 5 && memcmp(model.data, "llama", 5) == 0)) {
+        /* Print at most 64 bytes, with non-printable bytes as '?', so a hostile
+         * name cannot break the one-line message. */
+        char name[65];
+        size_t n = model.len < 64 ? (size_t)model.len : 64;
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)model.data[i];
+            name[i] = (c >= 0x20 && c < 0x7F) ? (char)c : '?';
+        }
+        name[n] = '\0';
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "tokenizer model '%s'%s is not supported",
+                         name, model.len > 64 ? "..." : "");
+    }
+
+    /* Vocabulary arrays. */
+    if (!gguf_find_kv(f, "tokenizer.ggml.tokens"))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "missing key tokenizer.ggml.tokens");
+    const gguf_value *toks = NULL;
+    subq_status st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks, err);
+    if (st != SUBQ_OK) return st;
+    uint64_t n64 = toks->v.arr.n;
+    if (n64 == 0) return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens is empty");
+    if (n64 > TOK_MAX_VOCAB)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries (max %d)",
+                         (unsigned long long)n64, TOK_MAX_VOCAB);
+    int n = (int)n64;
+
+    const gguf_kv *skv = gguf_find_kv(f, "tokenizer.ggml.scores");
+    const gguf_value *scores = NULL;
+    if (skv) {
+        if (skv->value.type != GGUF_TYPE_ARRAY ||
+            (skv->value.v.arr.elem_type != GGUF_TYPE_FLOAT32 &&
+             skv->value.v.arr.elem_type != GGUF_TYPE_FLOAT64))
+            return subq_fail(err, SUBQ_ERR_FORMAT,
+                             "tokenizer.ggml.scores must be an array of float32");
+        scores = &skv->value;
+        if (scores->v.arr.n != n64)
+            return subq_fail(err, SUBQ_ERR_FORMAT,
+                             "tokenizer.ggml.scores has %llu entries but there are %d tokens",
+                             (unsigned long long)scores->v.arr.n, n);
+    }
+    const gguf_kv *tkv = gguf_find_kv(f, "tokenizer.ggml.token_type");
+    const gguf_value *types = NULL;
+    if (tkv) {
+        if (tkv->value.type != GGUF_TYPE_ARRAY || !is_int_type(tkv->value.v.arr.elem_type))
+            return subq_fail(err, SUBQ_ERR_FORMAT,
+                             "tokenizer.ggml.token_type must be an array of int32");
+        types = &tkv->value;
+        if (types->v.arr.n != n64)
+            return subq_fail(err, SUBQ_ERR_FORMAT,
+                             "tokenizer.ggml.token_type has %llu entries but there are %d tokens",
+                             (unsigned long long)types->v.arr.n, n);
+    }
+
+    int bos, eos, unk;
+    if ((st = get_special_id(f, "tokenizer.ggml.bos_token_id", n, &bos, err)) != SUBQ_OK) return st;
+    if ((st = get_special_id(f, "tokenizer.ggml.eos_token_id", n, &eos, err)) != SUBQ_OK) return st;
+    if ((st = get_special_id(f, "tokenizer.ggml.unknown_token_id", n, &unk, err)) != SUBQ_OK)
+        return st;
+    bool add_space_prefix = true, add_bos = true;
+    if ((st = gguf_get_bool_or(f, "tokenizer.ggml.add_space_prefix", true, &add_space_prefix,
+                               err)) != SUBQ_OK)
+        return st;
+    if ((st = gguf_get_bool_or(f, "tokenizer.ggml.add_bos_token", true, &add_bos, err)) !=
+        SUBQ_OK)
+        return st;
+
+    /* Total text size; each string lies inside the mapped file, so the sum
+     * cannot overflow, but check anyway (the reader may change). */
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t len = toks->v.arr.items[i].v.str.len;
+        if (len > TOK_MAX_TOKEN_LEN)
+            return subq_fail(err, SUBQ_ERR_FORMAT, "token %d is %llu bytes long (max %d)", i,
+                             (unsigned long long)len, TOK_MAX_TOKEN_LEN);
+        total += (size_t)len; /* <= 2^24 * 2^16: no overflow */
+    }
+
+    tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating the tokenizer");
+    t->kind = TOKENIZER_SPM;
+    t->n_vocab = n;
+    t->bos = bos, t->eos = eos, t->unk = unk;
+    t->add_bos = add_bos;
+    t->add_space_prefix = add_space_prefix;
+
+    size_t cap = 1;
+    while (cap < (size_t)n * 2) cap <<= 1; /* load factor <= 1/2 keeps probes short */
+    t->map_mask = cap - 1;
+    t->text = malloc(total + 1);
+    t->piece = malloc(total + 1);
+    t->text_off = malloc(((size_t)n + 1) * sizeof *t->text_off);
+    t->piece_off = malloc(((size_t)n + 1) * sizeof *t->piece_off);
+    t->score = malloc((size_t)n * sizeof *t->score);
+    t->type = malloc((size_t)n * sizeof *t->type);
+    t->mergeable = malloc((size_t)n);
+    t->map = malloc(cap * sizeof *t->map);
+    if (!t->text || !t->piece || !t->text_off || !t->piece_off || !t->score || !t->type ||
+        !t->mergeable || !t->map) {
+        tokenizer_free(t);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading a vocabulary of %d tokens", n);
+    }
+
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        gguf_str s = toks->v.arr.items[i].v.str;
+        t->text_off[i] = off;
+        if (s.len) memcpy(t->text + off, s.data, (size_t)s.len);
+        off += (size_t)s.len;
+
+        double sc = scores ? gguf_arr_get_f64(scores, (uint64_t)i) : 0.0;
+        /* NaN would break the heap order; treat it as "never preferred". */
+        t->score[i] = isnan(sc) ? -INFINITY : (float)sc;
+
+        int64_t ty = types ? gguf_arr_get_i64(types, (uint64_t)i) : TOKEN_TYPE_NORMAL;
+        if (ty < 0 || ty > TOKEN_TYPE_BYTE) ty = TOKEN_TYPE_NORMAL; /* unknown kinds: plain text */
+        t->type[i] = (int32_t)ty;
+    }
+    t->text_off[n] = off;
+    t->text[off] = '\0';
+
+    /* Only text-like tokens may be formed from text (SentencePiece keeps
+     * control, unknown and byte pieces out of its piece table): otherwise
+     * literal "<s>" or "<0x41>" in the input could become a token that
+     * decodes to something else. */
+    t->max_merge_len = 0;
+    for (int i = 0; i < n; i++) {
+        int ty = t->type[i];
+        t->mergeable[i] =
+            !(ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN || ty == TOKEN_TYPE_BYTE);
+        size_t len = t->text_off[i + 1] - t->text_off[i];
+        if (!t->mergeable[i]) continue;
+        if (len > t->max_merge_len) t->max_merge_len = len;
+        const uint8_t *u = (const uint8_t *)t->text + t->text_off[i];
+        for (size_t j = 0; j + 1 < len; j++) {
+            unsigned k = (unsigned)u[j] << 8 | u[j + 1];
+            t->pair_bits[k >> 3] |= (uint8_t)(1u << (k & 7));
+        }
+    }
+
+    memset(t->map, 0xFF, cap * sizeof *t->map); /* all -1 */
+    for (int i = 0; i < n; i++) tok_insert(t, i);
+
+    /* Decoded pieces. */
+    size_t poff = 0;
+    for (int i = 0; i < n; i++) {
+        const char *s = t->text + t->text_off[i];
+        size_t len = t->text_off[i + 1] - t->text_off[i];
+        t->piece_off[i] = poff;
+        int ty = t->type[i];
+        int b;
+        if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN) {
+            /* nothing: BOS/EOS/unk are not text */
+        } else if (ty == TOKEN_TYPE_BYTE && (b = parse_byte_token(s, len)) >= 0) {
+            t->piece[poff++] = (char)b;
+        } else {
+            /* NORMAL, USER_DEFINED, UNUSED (and malformed BYTE names):
+             * U+2581 -> ' '. User-defined tokens are unescaped too because
+             * here they are only ever formed by merges over the escaped text
+             * (llama.cpp matches them before escaping and copies them as is). */
+            for (size_t j = 0; j < len;) {
+                if (j + 3 <= len && (uint8_t)s[j] == 0xE2 && (uint8_t)s[j + 1] == 0x96 &&
+                    (uint8_t)s[j + 2] == 0x81) {
+                    t->piece[poff++] = ' ';
+                    j += 3;
+                } else {
+                    t->piece[poff++] = s[j++];
+                }
+            }
+        }
+    }
+    t->piece_off[n] = poff;
+
+    /* Byte fallback table: BYTE tokens <0xXX> (first one wins), else a token
+     * whose piece is exactly that one byte. */
+    for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
+    for (int i = 0; i < n; i++) {
+        if (t->type[i] != TOKEN_TYPE_BYTE) continue;
+        int b = parse_byte_token(t->text + t->text_off[i], t->text_off[i + 1] - t->text_off[i]);
+        if (b >= 0 && t->byte_tok[b] < 0) t->byte_tok[b] = i;
+    }
+    for (int b = 0; b < 256; b++) {
+        if (t->byte_tok[b] >= 0) continue;
+        char c = (char)b;
+        int32_t id = tok_lookup(t, &c, 1);
+        if (id >= 0 && t->piece_off[id + 1] - t->piece_off[id] == 1 &&
+            t->piece[t->piece_off[id]] == c)
+            t->byte_tok[b] = id;
+    }
+
+    *out = t;
+    return SUBQ_OK;
+}
+
+void tokenizer_free(tokenizer *t) {
+    if (!t) return;
+    free(t->text);
+    free(t->text_off);
+    free(t->piece);
+    free(t->piece_off);
+    free(t->score);
+    free(t->type);
+    free(t->mergeable);
+    free(t->map);
+    free(t);
+}
+
+tokenizer_kind tokenizer_get_kind(const tokenizer *t) { return t->kind; }
+int tokenizer_n_vocab(const tokenizer *t) { return t->n_vocab; }
+int tokenizer_bos(const tokenizer *t) { return t->bos; }
+int tokenizer_eos(const tokenizer *t) { return t->eos; }
+bool tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
+
+/* ---- encode -------------------------------------------------------------- */
+
+typedef struct spm_sym {
+    int32_t off;  /* start in the escaped text */
+    int32_t n;    /* bytes; 0 once merged into its left neighbour */
+    int32_t prev; /* -1: none */
+    int32_t next; /* -1: none */
+} spm_sym;
+
+typedef struct spm_bigram {
+    float score;
+    int32_t left, right;
+    int32_t size; /* left.n + right.n when pushed: detects stale entries */
+} spm_bigram;
+
+typedef struct spm_heap {
+    spm_bigram *a;
+    size_t n, cap;
+} spm_heap;
+
+/* Max-heap order: higher score first, then smaller left index (leftmost). */
+static inline bool bigram_before(const spm_bigram *x, const spm_bigram *y) {
+    return x->score > y->score || (x->score == y->score && x->left < y->left);
+}
+
+static bool heap_push(spm_heap *h, spm_bigram b) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 1024;
+        spm_bigram *a = realloc(h->a, cap * sizeof *a);
+        if (!a) return false;
+        h->a = a, h->cap = cap;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bigram_before(&b, &h->a[p])) break;
+        h->a[i] = h->a[p];
+        i = p;
+    }
+    h->a[i] = b;
+    return true;
+}
+
+static spm_bigram heap_pop(spm_heap *h) {
+    spm_bigram top = h->a[0];
+    spm_bigram last = h->a[--h->n];
+    size_t i = 0, n = h->n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && bigram_before(&h->a[c + 1], &h->a[c])) c++;
+        if (!bigram_before(&h->a[c], &last)) break;
+        h->a[i] = h->a[c];
+        i = c;
+    }
+    if (n) h->a[i] = last;
+    return top;
+}
+
+/* Queue the pair (left, right) if its concatenation is a token encode may produce. */
+static bool try_add_bigram(const tokenizer *t, const char *buf, const spm_sym *sym, spm_heap *h,
+                           int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return true;
+    size_t len = (size_t)sym[left].n + (size_t)sym[right].n;
+    if (len > t->max_merge_len) return true;
+    int32_t id = tok_lookup(t, buf + sym[left].off, len);
+    if (id < 0 || !t->mergeable[id]) return true;
+    spm_bigram b = {t->score[id], left, right, (int32_t)len};
+    return heap_push(h, b);
+}
+
+/* Scratch buffers reused across the segments of one encode call. */
+typedef struct spm_work {
+    spm_sym *sym;
+    size_t sym_cap;
+    spm_heap heap;
+} spm_work;
+
+/* Whether a merge could join a symbol ending in byte a to one starting with b:
+ * only if some producible token contains the byte pair "ab". */
+static inline bool pair_can_merge(const tokenizer *t, uint8_t a, uint8_t b) {
+    unsigned k = (unsigned)a << 8 | b;
+    return (t->pair_bits[k >> 3] >> (k & 7)) & 1;
+}
+
+/* Merge the characters of buf[a..b) and append the resulting ids. */
+static subq_status spm_segment(const tokenizer *t, const char *buf, size_t a, size_t b,
+                               spm_work *w, int32_t *out, size_t cap, size_t *count,
+                               subq_error *err) {
+    if (b - a > w->sym_cap) { /* at most one symbol per byte */
+        size_t c = w->sym_cap ? w->sym_cap : 256;
+        while (c < b - a) c *= 2;
+        spm_sym *sym = realloc(w->sym, c * sizeof *sym);
+        if (!sym) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+        w->sym = sym, w->sym_cap = c;
+    }
+    spm_sym *sym = w->sym;
+    int32_t ns = 0;
+    for (size_t i = a; i < b;) {
+        size_t l = 1; /* buf is valid UTF-8: a character is its lead byte + continuations */
+        while (i + l < b && ((uint8_t)buf[i + l] & 0xC0) == 0x80) l++;
+        sym[ns].off = (int32_t)i;
+        sym[ns].n = (int32_t)l;
+        sym[ns].prev = ns - 1;
+        sym[ns].next = (i + l < b) ? ns + 1 : -1;
+        ns++;
+        i += l;
+    }
+
+    spm_heap *h = &w->heap;
+    h->n = 0;
+    for (int32_t i = 1; i < ns; i++) {
+        if (!try_add_bigram(t, buf, sym, h, i - 1, i)) goto nomem;
+    }
+    while (h->n > 0) {
+        spm_bigram bg = heap_pop(h);
+        spm_sym *l = &sym[bg.left], *r = &sym[bg.right];
+        /* Stale: one side was merged away or grew since the pair was queued
+         * (symbols only grow, and a pair whose sides are both alive is still
+         * adjacent, since a symbol only absorbs its current right neighbour). */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != bg.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = bg.left;
+        if (!try_add_bigram(t, buf, sym, h, l->prev, bg.left)) goto nomem;
+        if (!try_add_bigram(t, buf, sym, h, bg.left, l->next)) goto nomem;
+    }
+
+    /* Symbol 0 is never absorbed (merges fold right into left). */
+    for (int32_t i = 0; i >= 0; i = sym[i].next) {
+        const char *s = buf + sym[i].off;
+        size_t n = (size_t)sym[i].n;
+        int32_t id = tok_lookup(t, s, n);
+        if (id >= 0 && t->mergeable[id]) {
+            if (*count < cap) out[*count] = id;
+            (*count)++;
+            continue;
+        }
+        /* A single character outside the vocabulary: one token per byte. */
+        for (size_t j = 0; j < n; j++) {
+            uint8_t c = (uint8_t)s[j];
+            int32_t bt = t->byte_tok[c] >= 0 ? t->byte_tok[c] : t->unk;
+            if (bt < 0)
+                return subq_fail(err, SUBQ_ERR_TOKENIZE,
+                                 "no token for byte 0x%02X (no byte token and no unknown token)", c);
+            if (*count < cap) out[*count] = bt;
+            (*count)++;
+        }
+    }
+    return SUBQ_OK;
+nomem:
+    return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+}
+
+subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                             int32_t *out, size_t cap, size_t *n_out, subq_error *err) {
+    if (n_out) *n_out = 0;
+    if (!t || !n_out || (!text && len) || (!out && cap))
+        return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_encode: NULL argument");
+    if (t->kind != TOKENIZER_SPM)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "tokenizer kind %d cannot encode", (int)t->kind);
+
+    size_t bad = utf8_validate(text, len);
+    if (bad < len) return subq_fail(err, SUBQ_ERR_TOKENIZE, "invalid UTF-8 at byte %zu", bad);
+
+    size_t count = 0;
+    if (add_bos && t->bos >= 0) {
+        if (count < cap) out[count] = t->bos;
+        count++;
+    }
+    /* Empty text gives no tokens (not even the space prefix), as in llama.cpp. */
+    if (len == 0) {
+        *n_out = count;
+        return SUBQ_OK;
+    }
+
+    /* Escaped text: optional leading U+2581, every ' ' -> U+2581 (3 bytes). */
+    if (len > TOK_MAX_TEXT)
+        return subq_fail(err, SUBQ_ERR_ARG, "text of %zu bytes is too long to tokenise", len);
+    size_t n_space = 0;
+    for (size_t i = 0; i < len; i++) n_space += text[i] == ' ';
+    size_t blen = len + 2 * n_space + (t->add_space_prefix ? 3 : 0); /* < 3 * 2^31: no overflow */
+    if (blen > TOK_MAX_TEXT)
+        return subq_fail(err, SUBQ_ERR_ARG, "text of %zu bytes is too long to tokenise", len);
+    char *buf = malloc(blen);
+    if (!buf) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising %zu bytes", len);
+    size_t bp = 0;
+    if (t->add_space_prefix) buf[bp++] = '\xE2', buf[bp++] = '\x96', buf[bp++] = '\x81';
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == ' ') {
+            buf[bp++] = '\xE2', buf[bp++] = '\x96', buf[bp++] = '\x81';
+        } else {
+            buf[bp++] = text[i];
+        }
+    }
+
+    /* Cut the text where no merge can cross (e.g. between a word and the
+     * U+2581 that starts the next one) and merge each piece on its own: the
+     * candidates of one piece never depend on another, so the result equals
+     * merging the whole text at once, but heaps stay small and cache-hot. */
+    spm_work w = {0};
+    subq_status st = SUBQ_OK;
+    size_t seg = 0;
+    for (size_t i = 1; i <= blen && st == SUBQ_OK; i++) {
+        if (i < blen && (((uint8_t)buf[i] & 0xC0) == 0x80 ||
+                         pair_can_merge(t, (uint8_t)buf[i - 1], (uint8_t)buf[i])))
+            continue;
+        st = spm_segment(t, buf, seg, i, &w, out, cap, &count, err);
+        seg = i;
+    }
+    free(w.heap.a);
+    free(w.sym);
+    free(buf);
+    if (st == SUBQ_OK) *n_out = count;
+    return st;
+}
+
+/* ---- decode -------------------------------------------------------------- */
+
+/* Piece bytes of tok after `prev`, without copying. */
+static const char *piece_of(const tokenizer *t, int32_t prev, int32_t tok, size_t *n) {
+    const char *p = t->piece + t->piece_off[tok];
+    size_t len = t->piece_off[tok + 1] - t->piece_off[tok];
+    /* Undo the space prefix encode added at the start of the text. */
+    if (t->add_space_prefix && (prev < 0 || prev == t->bos) && len > 0 && p[0] == ' ') p++, len--;
+    *n = len;
+    return p;
+}
+
+int tokenizer_token_to_piece(const tokenizer *t, int32_t prev, int32_t tok, char *buf,
+                             size_t cap) {
+    if (!t || tok < 0 || tok >= t->n_vocab) return -1;
+    size_t n;
+    const char *p = piece_of(t, prev, tok, &n);
+    if (buf && cap) memcpy(buf, p, n < cap ? n : cap);
+    return (int)n; /* <= TOK_MAX_TOKEN_LEN */
+}
+
+subq_status tokenizer_decode(const tokenizer *t, const int32_t *toks, size_t n, char **out,
+                             size_t *out_len, subq_error *err) {
+    if (out) *out = NULL;
+    if (out_len) *out_len = 0;
+    if (!t || !out || (!toks && n))
+        return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_decode: NULL argument");
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (toks[i] < 0 || toks[i] >= t->n_vocab)
+            return subq_fail(err, SUBQ_ERR_RANGE,
+                             "token id %d at position %zu is out of range (vocabulary has %d)",
+                             (int)toks[i], i, t->n_vocab);
+        size_t len;
+        piece_of(t, i ? toks[i - 1] : -1, toks[i], &len);
+        if (len > SIZE_MAX - 1 - total)
+            return subq_fail(err, SUBQ_ERR_NOMEM, "decoded text of %zu tokens is too long", n);
+        total += len;
+    }
+    char *s = malloc(total + 1);
+    if (!s) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory decoding %zu tokens", n);
+    size_t pos = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len;
+        const char *p = piece_of(t, i ? toks[i - 1] : -1, toks[i], &len);
+        memcpy(s + pos, p, len);
+        pos += len;
+    }
+    s[pos] = '\0';
+    *out = s;
+    if (out_len) *out_len = pos;
+    return SUBQ_OK;
+}

@@ -1,0 +1,473 @@
+#!/usr/bin/python3
+"""Independent numpy reference ("oracle") for subq: SPM tokenizer + Llama forward.
+
+Module use:
+    from llama_ref import LlamaRef
+    m = LlamaRef("model.gguf")
+    ids = m.tok.encode("Hello", add_bos=True)
+    logits = m.forward(ids)                 # float64 [n_tokens, n_vocab]
+    text = m.tok.decode_bytes(ids)          # bytes
+
+CLI:
+    llama_ref.py generate   MODEL [-p PROMPT] -n N
+    llama_ref.py perplexity MODEL FILE -c N --chunks K          (prints JSON)
+    llama_ref.py tokenize   MODEL FILE [--max-bytes B] [--no-bos]
+    llama_ref.py logits     MODEL --tokens "1 2 3" -o OUT       (float32 [n_tokens, n_vocab])
+
+Everything is computed in float64 from the dequantised (float32) weights, so
+it is a "ground truth" for a float32 implementation working from the same
+stored weights.
+"""
+
+import argparse
+import heapq
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_np import GGUFFile  # noqa: E402
+
+SPM_SPACE = "\u2581"  # '▁', SentencePiece's visible space
+
+# tokenizer.ggml.token_type values
+TOKTYPE_NORMAL = 1
+TOKTYPE_UNKNOWN = 2
+TOKTYPE_CONTROL = 3
+TOKTYPE_USER_DEFINED = 4
+TOKTYPE_UNUSED = 5
+TOKTYPE_BYTE = 6
+
+
+# =========================================================================
+# Tokenizer
+# =========================================================================
+
+class SpmTokenizer:
+    """llama.cpp "spm" style BPE over a SentencePiece vocabulary.
+
+    encode:
+      1. if add_space_prefix: text = " " + text
+      2. every ' ' -> '▁'
+      3. initial symbols = the Unicode characters of the text
+      4. repeat: among all adjacent symbol pairs (a, b) whose concatenation a+b
+         is a vocabulary token, merge the pair with the highest token score
+         (ties: the leftmost pair); stop when no pair is mergeable
+      5. each final symbol -> its token id; a symbol not in the vocabulary
+         (only possible for a single character) -> one <0xXX> byte token per
+         UTF-8 byte (unk id when that byte token does not exist)
+    Step 4 is run with a max-heap of candidate pairs over a doubly linked list
+    of symbols (stale heap entries are discarded lazily), O(n log n).
+    """
+
+    def __init__(self, g):
+        self.tokens = list(g.get("tokenizer.ggml.tokens"))
+        n = len(self.tokens)
+        self.scores = list(g.get("tokenizer.ggml.scores", [0.0] * n))
+        self.types = list(g.get("tokenizer.ggml.token_type", [TOKTYPE_NORMAL] * n))
+        if len(self.scores) != n or len(self.types) != n:
+            raise ValueError("tokenizer arrays have different lengths")
+        self.bos_id = g.get("tokenizer.ggml.bos_token_id", None)
+        self.eos_id = g.get("tokenizer.ggml.eos_token_id", None)
+        self.unk_id = g.get("tokenizer.ggml.unknown_token_id", None)
+        self.add_space_prefix = bool(g.get("tokenizer.ggml.add_space_prefix", True))
+        self.add_bos = bool(g.get("tokenizer.ggml.add_bos_token", True))
+        # text -> id (on a duplicate string the later id wins)
+        self.token_to_id = {}
+        for i, t in enumerate(self.tokens):
+            self.token_to_id[t] = i
+        # byte value -> id of its <0xXX> token
+        self.byte_to_id = {}
+        for b in range(256):
+            tid = self.token_to_id.get("<0x%02X>" % b)
+            if tid is not None:
+                self.byte_to_id[b] = tid
+
+    @property
+    def n_vocab(self):
+        return len(self.tokens)
+
+    # ---- encode ----------------------------------------------------------
+    def encode(self, text, add_bos=False):
+        """text: str or UTF-8 bytes. Returns a list of token ids."""
+        if isinstance(text, (bytes, bytearray)):
+            text = bytes(text).decode("utf-8")  # strict: invalid UTF-8 raises
+        out = []
+        if add_bos:
+            if self.bos_id is None:
+                raise ValueError("model has no BOS token")
+            out.append(self.bos_id)
+        if len(text) == 0:
+            return out
+        if self.add_space_prefix:
+            text = " " + text
+        text = text.replace(" ", SPM_SPACE)
+
+        n = len(text)
+        # symbol i initially holds character i; merged symbols live in the
+        # leftmost slot. sym_text[i] is None once symbol i has been absorbed.
+        sym_text = list(text)
+        prev = list(range(-1, n - 1))   # prev[i] = index of the symbol to the left, -1 none
+        nxt = list(range(1, n + 1))     # nxt[i]  = index of the symbol to the right, n none
+        nxt[n - 1] = -1
+
+        heap = []  # entries (-score, left index, right index, merged text)
+
+        def push_pair(left, right):
+            if left < 0 or right < 0:
+                return
+            merged = sym_text[left] + sym_text[right]
+            tid = self.token_to_id.get(merged)
+            if tid is None:
+                return
+            # heapq is a min-heap: highest score first, then smallest left index
+            heapq.heappush(heap, (-self.scores[tid], left, right, merged))
+
+        for i in range(n - 1):
+            push_pair(i, i + 1)
+
+        while heap:
+            _neg_score, left, right, merged = heapq.heappop(heap)
+            # stale entry? both symbols must still exist, be adjacent and
+            # still spell the same text as when the pair was pushed
+            if sym_text[left] is None or sym_text[right] is None:
+                continue
+            if nxt[left] != right:
+                continue
+            if sym_text[left] + sym_text[right] != merged:
+                continue
+            # merge right into left
+            sym_text[left] = merged
+            sym_text[right] = None
+            after = nxt[right]
+            nxt[left] = after
+            if after >= 0:
+                prev[after] = left
+            # new candidate pairs around the merged symbol
+            push_pair(prev[left], left)
+            push_pair(left, after)
+
+        i = 0
+        while i >= 0:
+            s = sym_text[i]
+            tid = self.token_to_id.get(s)
+            if tid is not None:
+                out.append(tid)
+            else:
+                for b in s.encode("utf-8"):
+                    bt = self.byte_to_id.get(b)
+                    if bt is None:
+                        if self.unk_id is None:
+                            raise ValueError("no byte token for 0x%02X and no unk token" % b)
+                        bt = self.unk_id
+                    out.append(bt)
+            i = nxt[i]
+        return out
+
+    # ---- decode ----------------------------------------------------------
+    def piece_bytes(self, tid):
+        """Raw bytes one token contributes to the text (before the leading
+        space rule)."""
+        if tid < 0 or tid >= len(self.tokens):
+            raise ValueError("token id %d out of range [0, %d)" % (tid, len(self.tokens)))
+        ttype = self.types[tid]
+        text = self.tokens[tid]
+        if ttype in (TOKTYPE_CONTROL, TOKTYPE_UNKNOWN, TOKTYPE_UNUSED):
+            return b""
+        if ttype == TOKTYPE_BYTE:
+            # "<0xXX>" -> the single raw byte XX
+            return bytes([int(text[3:5], 16)])
+        return text.replace(SPM_SPACE, " ").encode("utf-8", errors="surrogateescape")
+
+    def decode_bytes(self, ids):
+        """Concatenate pieces; with add_space_prefix drop one leading space of
+        the first token after an optional BOS."""
+        ids = list(ids)
+        start = 0
+        if len(ids) > 0 and self.bos_id is not None and ids[0] == self.bos_id:
+            start = 1
+        parts = []
+        for k in range(start, len(ids)):
+            p = self.piece_bytes(ids[k])
+            if k == start and self.add_space_prefix and p.startswith(b" "):
+                p = p[1:]
+            parts.append(p)
+        return b"".join(parts)
+
+    def decode(self, ids):
+        return self.decode_bytes(ids).decode("utf-8", errors="replace")
+
+
+# =========================================================================
+# Llama forward
+# =========================================================================
+
+class LlamaRef:
+    def __init__(self, path):
+        g = GGUFFile(path)
+        self.g = g
+        arch = g.get("general.architecture")
+        if arch is None:
+            raise ValueError("%s: no general.architecture" % path)
+        self.arch = arch
+
+        def hp(key, default=None, required=True):
+            full = arch + "." + key
+            if full in g.metadata:
+                return g.metadata[full]
+            if required and default is None:
+                raise KeyError("%s: missing metadata key %s" % (path, full))
+            return default
+
+        self.n_embd = int(hp("embedding_length"))
+        self.n_layer = int(hp("block_count"))
+        self.n_head = int(hp("attention.head_count"))
+        self.n_head_kv = int(hp("attention.head_count_kv", self.n_head))
+        self.head_dim = int(hp("attention.key_length", self.n_embd // self.n_head))
+        self.n_rot = int(hp("rope.dimension_count", self.head_dim))
+        self.rope_base = float(hp("rope.freq_base", 10000.0))
+        self.eps = float(hp("attention.layer_norm_rms_epsilon"))
+        if self.n_head % self.n_head_kv != 0:
+            raise ValueError("n_head %d not a multiple of n_head_kv %d" % (self.n_head, self.n_head_kv))
+        if self.n_rot % 2 != 0 or self.n_rot > self.head_dim:
+            raise ValueError("bad rope.dimension_count %d (head_dim %d)" % (self.n_rot, self.head_dim))
+
+        self.tok = SpmTokenizer(g)
+
+        def w(name):
+            return g.tensor(name).astype(np.float64)
+
+        # token_embd: ne = [d, n_vocab] -> numpy (n_vocab, d): row t = embedding of t
+        self.tok_embd = w("token_embd.weight")
+        self.n_vocab = self.tok_embd.shape[0]
+        self.output_norm = w("output_norm.weight")
+        # output: (n_vocab, d); tied to the embedding when absent
+        self.output = w("output.weight") if g.has_tensor("output.weight") else self.tok_embd
+
+        self.layers = []
+        for i in range(self.n_layer):
+            p = "blk.%d." % i
+            L = {
+                "attn_norm": w(p + "attn_norm.weight"),    # (d,)
+                "wq": w(p + "attn_q.weight"),              # (n_head*hd, d)
+                "wk": w(p + "attn_k.weight"),              # (n_head_kv*hd, d)
+                "wv": w(p + "attn_v.weight"),              # (n_head_kv*hd, d)
+                "wo": w(p + "attn_output.weight"),         # (d, n_head*hd)
+                "ffn_norm": w(p + "ffn_norm.weight"),      # (d,)
+                "w_gate": w(p + "ffn_gate.weight"),        # (n_ff, d)
+                "w_up": w(p + "ffn_up.weight"),            # (n_ff, d)
+                "w_down": w(p + "ffn_down.weight"),        # (d, n_ff)
+            }
+            self.layers.append(L)
+
+    # ---- building blocks -------------------------------------------------
+    def rmsnorm(self, x, weight):
+        # y = x / sqrt(mean(x^2) + eps) * weight      (per row)
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        return x / np.sqrt(ms + self.eps) * weight
+
+    def rope(self, x, positions):
+        """x: (T, n_heads, head_dim). Adjacent-pair ("NORM") rotary embedding:
+        for i < n_rot/2, theta_i = base^(-2i/n_rot), angle = pos * theta_i,
+            x'[2i]   = x[2i] cos(angle) - x[2i+1] sin(angle)
+            x'[2i+1] = x[2i] sin(angle) + x[2i+1] cos(angle)
+        dims >= n_rot are left untouched."""
+        half = self.n_rot // 2
+        i = np.arange(half, dtype=np.float64)
+        theta = self.rope_base ** (-2.0 * i / self.n_rot)                  # (half,)
+        angle = positions.astype(np.float64)[:, None] * theta[None, :]     # (T, half)
+        cos = np.cos(angle)[:, None, :]                                    # (T, 1, half)
+        sin = np.sin(angle)[:, None, :]
+        out = x.copy()
+        x0 = x[:, :, 0:self.n_rot:2]
+        x1 = x[:, :, 1:self.n_rot:2]
+        out[:, :, 0:self.n_rot:2] = x0 * cos - x1 * sin
+        out[:, :, 1:self.n_rot:2] = x0 * sin + x1 * cos
+        return out
+
+    # ---- forward -----------------------------------------------------------
+    def forward(self, tokens):
+        """Logits (float64, shape [T, n_vocab]) for tokens at positions 0..T-1
+        with causal attention."""
+        tokens = np.asarray(tokens, dtype=np.int64)
+        T = len(tokens)
+        if T == 0:
+            return np.zeros((0, self.n_vocab))
+        if tokens.min() < 0 or tokens.max() >= self.n_vocab:
+            raise ValueError("token id out of range [0, %d)" % self.n_vocab)
+        hd = self.head_dim
+        nh = self.n_head
+        nkv = self.n_head_kv
+        group = nh // nkv
+        scale = 1.0 / math.sqrt(hd)
+        positions = np.arange(T)
+        # causal mask: query i may attend to keys j <= i
+        future = np.triu(np.ones((T, T), dtype=bool), k=1)
+
+        x = self.tok_embd[tokens]                                   # (T, d)
+        for L in self.layers:
+            # ---- attention block
+            h = self.rmsnorm(x, L["attn_norm"])
+            q = (h @ L["wq"].T).reshape(T, nh, hd)                  # q = h Wq^T
+            k = (h @ L["wk"].T).reshape(T, nkv, hd)
+            v = (h @ L["wv"].T).reshape(T, nkv, hd)
+            q = self.rope(q, positions)
+            k = self.rope(k, positions)
+            heads = np.empty((T, nh, hd))
+            for hq in range(nh):
+                kvh = hq // group                                   # GQA: shared kv head
+                s = (q[:, hq, :] @ k[:, kvh, :].T) * scale          # (T, T) scores
+                s = np.where(future, -np.inf, s)
+                s = s - s.max(axis=1, keepdims=True)                # softmax over keys
+                p = np.exp(s)
+                p = p / p.sum(axis=1, keepdims=True)
+                heads[:, hq, :] = p @ v[:, kvh, :]
+            attn = heads.reshape(T, nh * hd) @ L["wo"].T            # output projection
+            x = x + attn                                            # residual
+            # ---- feed-forward block (SwiGLU)
+            h = self.rmsnorm(x, L["ffn_norm"])
+            gate = h @ L["w_gate"].T
+            up = h @ L["w_up"].T
+            silu = gate / (1.0 + np.exp(-gate))                     # silu(z) = z * sigmoid(z)
+            x = x + (silu * up) @ L["w_down"].T                     # residual
+        x = self.rmsnorm(x, self.output_norm)
+        return x @ self.output.T                                    # (T, n_vocab)
+
+    # ---- high level ----------------------------------------------------------
+    def generate(self, prompt, n):
+        """Greedy: BOS (+ tokenize(prompt)), then up to n argmax tokens, stop
+        after EOS. Returns the token list (including BOS and any EOS)."""
+        toks = [self.tok.bos_id] + self.tok.encode(prompt or "", add_bos=False)
+        for _ in range(n):
+            logits = self.forward(toks)[-1]
+            nxt = int(np.argmax(logits))
+            toks.append(nxt)
+            if nxt == self.tok.eos_id:
+                break
+        return toks
+
+    def perplexity(self, text, n_ctx, max_chunks):
+        """llama.cpp perplexity: score the second half of each n_ctx window."""
+        tokens = [self.tok.bos_id] + self.tok.encode(text, add_bos=False)
+        n_chunk = min(len(tokens) // n_ctx, max_chunks)
+        if n_chunk < 1:
+            raise ValueError("text has %d tokens, need at least %d" % (len(tokens), n_ctx))
+        first = n_ctx // 2
+        nll_sum = 0.0
+        nll2_sum = 0.0
+        count = 0
+        for c in range(n_chunk):
+            window = list(tokens[c * n_ctx:(c + 1) * n_ctx])
+            window[0] = self.tok.bos_id
+            logits = self.forward(window)
+            for j in range(first, n_ctx - 1):
+                row = logits[j]
+                # log_softmax(row)[t] = row[t] - (max + log sum exp(row - max))
+                m = row.max()
+                lse = m + math.log(np.exp(row - m).sum())
+                nll = lse - row[window[j + 1]]
+                nll_sum += nll
+                nll2_sum += nll * nll
+                count += 1
+        mean = nll_sum / count
+        mean2 = nll2_sum / count
+        ppl = math.exp(mean)
+        var = mean2 - mean * mean
+        stderr = ppl * math.sqrt(var / (count - 1)) if (var > 0 and count > 1) else 0.0
+        return {"ppl": ppl, "ppl_stderr": stderr, "n_tokens_scored": count,
+                "n_chunks": n_chunk, "mean_nll": mean}
+
+
+# =========================================================================
+# CLI
+# =========================================================================
+
+def utf8_prefix(data, max_bytes):
+    """The longest prefix of `data` of at most max_bytes bytes that does not
+    end inside a UTF-8 character."""
+    if len(data) <= max_bytes:
+        return data
+    data = data[:max_bytes]
+    # walk back over continuation bytes (10xxxxxx) to the last lead byte
+    lead = len(data) - 1
+    while lead > 0 and (data[lead] & 0xC0) == 0x80:
+        lead -= 1
+    b = data[lead]
+    # length of the character that starts with this lead byte
+    if b < 0x80:
+        need = 1
+    elif b >= 0xF0:
+        need = 4
+    elif b >= 0xE0:
+        need = 3
+    elif b >= 0xC0:
+        need = 2
+    else:
+        need = 1  # stray continuation byte at the very start: leave it alone
+    if len(data) - lead < need:
+        data = data[:lead]  # last character incomplete: drop it
+    return data
+
+
+def read_text_file(path, max_bytes=None):
+    """Read a file as UTF-8; with max_bytes cut back to a character boundary."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if max_bytes is not None:
+        data = utf8_prefix(data, max_bytes)
+    return data.decode("utf-8")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="numpy reference for subq (SPM tokenizer + Llama)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    a = sub.add_parser("generate")
+    a.add_argument("model")
+    a.add_argument("-p", "--prompt", default="")
+    a.add_argument("-n", type=int, required=True)
+
+    a = sub.add_parser("perplexity")
+    a.add_argument("model")
+    a.add_argument("file")
+    a.add_argument("-c", type=int, default=512)
+    a.add_argument("--chunks", type=int, default=1 << 30)
+
+    a = sub.add_parser("tokenize")
+    a.add_argument("model")
+    a.add_argument("file")
+    a.add_argument("--max-bytes", type=int, default=None)
+    a.add_argument("--no-bos", action="store_true")
+
+    a = sub.add_parser("logits")
+    a.add_argument("model")
+    a.add_argument("--tokens", required=True)
+    a.add_argument("-o", "--output", required=True)
+
+    args = ap.parse_args(argv)
+    m = LlamaRef(args.model)
+
+    if args.cmd == "generate":
+        toks = m.generate(args.prompt, args.n)
+        sys.stdout.buffer.write(m.tok.decode_bytes(toks) + b"\n")
+        sys.stdout.flush()
+    elif args.cmd == "perplexity":
+        text = read_text_file(args.file)
+        print(json.dumps(m.perplexity(text, args.c, args.chunks)))
+    elif args.cmd == "tokenize":
+        text = read_text_file(args.file, args.max_bytes)
+        ids = m.tok.encode(text, add_bos=not args.no_bos)
+        print(" ".join(str(t) for t in ids))
+    elif args.cmd == "logits":
+        toks = [int(t) for t in args.tokens.split()]
+        logits = m.forward(toks).astype("<f4")
+        with open(args.output, "wb") as f:
+            f.write(logits.tobytes())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Shared plumbing for the check_*.py scripts (run by ctest with /usr/bin/python3).
+
+Environment:
+    SUBQ_BIN     path of the `subq` binary      (default: <repo>/build/subq)
+    SUBQ_SHARED  shared models/data directory   (default: <repo>/../shared)
+    SUBQ_TMP     scratch directory              (default: a fresh temp dir)
+
+A missing dependency (numpy, model file, binary) is a FAILURE, never a skip.
+"""
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+
+def die(msg):
+    print("FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def require_numpy():
+    try:
+        import numpy  # noqa: F401
+    except ImportError as e:
+        die("numpy is not importable by %s (%s); run the checks with /usr/bin/python3"
+            % (sys.executable, e))
+
+
+def shared_dir():
+    d = os.environ.get("SUBQ_SHARED") or os.path.join(REPO, "..", "shared")
+    d = os.path.normpath(d)
+    if not os.path.isdir(d):
+        die("shared directory %s does not exist (set SUBQ_SHARED)" % d)
+    return d
+
+
+def shared_file(*parts):
+    p = os.path.join(shared_dir(), *parts)
+    if not os.path.isfile(p):
+        die("required file %s is missing" % p)
+    return p
+
+
+def subq_bin():
+    b = os.environ.get("SUBQ_BIN") or os.path.join(REPO, "build", "subq")
+    if not os.path.isfile(b) or not os.access(b, os.X_OK):
+        die("subq binary %s is missing or not executable (set SUBQ_BIN)" % b)
+    return b
+
+
+_tmp = None
+
+
+def tmp_dir():
+    global _tmp
+    if _tmp is None:
+        d = os.environ.get("SUBQ_TMP")
+        if d:
+            os.makedirs(d, exist_ok=True)
+            _tmp = d
+        else:
+            _tmp = tempfile.mkdtemp(prefix="subq_check_")
+    return _tmp
+
+
+class SubqError(Exception):
+    """A subq command failed (non-zero exit, timeout, missing output)."""
+
+
+def run_subq(args, timeout=600):
+    """Run `subq ARGS...`; returns stdout as bytes. Non-zero exit or a timeout
+    raises SubqError (scripts record it as a failed check and go on)."""
+    cmd = [subq_bin()] + [str(a) for a in args]
+    t0 = time.time()
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SubqError("timed out after %d s: %s" % (timeout, " ".join(cmd)))
+    dt = time.time() - t0
+    if r.returncode != 0:
+        raise SubqError("command failed (exit %d, %.1f s): %s\n--- stderr:\n%s"
+            % (r.returncode, dt, " ".join(repr(c) if " " in c or c == "" else c for c in cmd),
+               r.stderr.decode("utf-8", errors="replace")[-4000:]))
+    return r.stdout
+
+
+class Checks:
+    """Collects named checks, prints one line each, exits non-zero if any failed."""
+
+    def __init__(self, script):
+        self.script = script
+        self.n_pass = 0
+        self.failures = []
+        self.t0 = time.time()
+
+    def check(self, name, ok, detail=""):
+        line = ("PASS " if ok else "FAIL ") + name + (": " + detail if detail else "")
+        print(line, flush=True)
+        if ok:
+            self.n_pass += 1
+        else:
+            self.failures.append(name)
+        return ok
+
+    def guarded(self, name, fn, *args):
+        """Run fn(*args); a SubqError inside becomes a failed check `name`."""
+        try:
+            return fn(*args)
+        except SubqError as e:
+            self.check(name, False, str(e))
+            return None
+
+    def finish(self):
+        dt = time.time() - self.t0
+        if self.failures:
+            print("%s: %d passed, %d FAILED (%s) in %.1f s"
+                  % (self.script, self.n_pass, len(self.failures), ", ".join(self.failures), dt),
+                  flush=True)
+            sys.exit(1)
+        print("%s: all %d checks passed in %.1f s" % (self.script, self.n_pass, dt), flush=True)
+        sys.exit(0)

@@ -1,0 +1,41 @@
+/* Minimal test harness shared by the C unit tests: CHECK counts failures,
+ * and every test program ends with "N passed, M failed". */
+#ifndef SUBQ_TEST_UTIL_H
+#define SUBQ_TEST_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static int test_passed, test_failed;
+
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        if (cond) {                                                   \
+            test_passed++;                                            \
+        } else {                                                      \
+            test_failed++;                                            \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);      \
+            fprintf(stderr, __VA_ARGS__);                             \
+            fprintf(stderr, "\n");                                    \
+        }                                                             \
+    } while (0)
+
+static inline int test_summary(void) {
+    printf("%d passed, %d failed\n", test_passed, test_failed);
+    return test_failed ? 1 : 0;
+}
+
+/* Path of a file under $SUBQ_SHARED; exits with a failure message when the
+ * variable is unset (tests never skip). */
+static inline const char *test_shared_path(const char *rel, char *buf, size_t cap) {
+    const char *dir = getenv("SUBQ_SHARED");
+    if (!dir || !*dir) {
+        fprintf(stderr, "FAIL: SUBQ_SHARED is not set (run through ctest / make test)\n");
+        printf("0 passed, 1 failed\n");
+        exit(1);
+    }
+    snprintf(buf, cap, "%s/%s", dir, rel);
+    return buf;
+}
+
+#endif

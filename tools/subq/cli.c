@@ -1,0 +1,188 @@
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_error(const char *cmd, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    /* keep it one line whatever the message contains */
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    fprintf(stderr, "subq %s: error: %s\n", cmd, msg);
+    return 1;
+}
+
+int cli_is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
+
+const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_error(cmd, "option %s needs a value (see subq %s --help)", argv[*i], cmd);
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        cli_error(cmd, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        cli_error(cmd, "%s expects a non-negative integer, got '%s'", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || v != v) {
+        cli_error(cmd, "%s expects a number, got '%s'", flag, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_parse_kv_type(const char *cmd, const char *s, subq_kv_type *out) {
+    if (strcmp(s, "f32") == 0) *out = SUBQ_KV_F32;
+    else if (strcmp(s, "f16") == 0) *out = SUBQ_KV_F16;
+    else {
+        cli_error(cmd, "--kv expects f32 or f16, got '%s'", s);
+        return 0;
+    }
+    return 1;
+}
+
+subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error *err) {
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "cannot open %s: %s", path, strerror(errno));
+        return err->code = SUBQ_ERR_IO;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) break;
+        char *nb = realloc(buf, cap * 2 + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int rd_err = ferror(f);
+    fclose(f);
+    if (!buf) {
+        snprintf(err->msg, sizeof err->msg, "out of memory reading %s", path);
+        return err->code = SUBQ_ERR_NOMEM;
+    }
+    if (rd_err) {
+        free(buf);
+        snprintf(err->msg, sizeof err->msg, "error reading %s", path);
+        return err->code = SUBQ_ERR_IO;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return SUBQ_OK;
+}
+
+subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t **toks, size_t *n,
+                         subq_error *err) {
+    /* one id per byte plus BOS bounds any tokenisation, so one pass suffices */
+    size_t cap = len + 2;
+    *toks = malloc(cap * sizeof(int32_t));
+    if (!*toks) {
+        snprintf(err->msg, sizeof err->msg, "out of memory tokenizing %zu bytes", len);
+        return err->code = SUBQ_ERR_NOMEM;
+    }
+    subq_status s = subq_tokenize(m, text, len, add_bos, *toks, cap, n, err);
+    if (s) {
+        free(*toks);
+        *toks = NULL;
+    }
+    return s;
+}
+
+int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts *o) {
+    const char *a = argv[*i], *v;
+    if (strcmp(a, "-m") == 0 || strcmp(a, "--model") == 0) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        o->model = v;
+    } else if (strcmp(a, "-t") == 0 || strcmp(a, "--threads") == 0) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 1, 1024, &o->n_threads)) return -1;
+    } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 1, 1 << 30, &o->n_ctx)) return -1;
+    } else if (strcmp(a, "--kv") == 0) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_kv_type(cmd, v, &o->kv_type)) return -1;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_context **c) {
+    subq_error err = {0};
+    *m = NULL;
+    *c = NULL;
+    if (!o->model) {
+        cli_error(cmd, "no model given; use -m FILE.gguf");
+        return 0;
+    }
+    if (subq_model_load(o->model, m, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        return 0;
+    }
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = o->n_ctx;
+    p.n_threads = o->n_threads;
+    p.kv_type = o->kv_type;
+    if (subq_context_new(*m, &p, c, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        subq_model_free(*m);
+        *m = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+void cli_json_string(FILE *f, const char *s, size_t len) {
+    fputc('"', f);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch == '\n') fputs("\\n", f);
+        else if (ch == '\t') fputs("\\t", f);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}

@@ -1,0 +1,68 @@
+/* Shared helpers for the subq subcommands. */
+#ifndef SUBQ_CLI_H
+#define SUBQ_CLI_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdint.h>
+
+#include "subq.h"
+
+int cmd_info(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+
+/* Print "subq CMD: error: MSG" as one line on stderr; returns 1 (the exit code). */
+int cli_error(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Parse helpers: print a one-line error and return 0 on bad input. */
+int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out);
+int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);
+int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out);
+/* Value of the option at argv[*i] (advances *i); NULL + error when missing. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+int cli_is_help(const char *a);
+
+/* Read a whole file into a malloc'd buffer (NUL-terminated, *len excludes
+ * the NUL). Errors go to err. */
+subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error *err);
+
+/* Tokenise text into a malloc'd array (*toks, *n). */
+subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t **toks, size_t *n,
+                         subq_error *err);
+
+/* Write bytes as a JSON string literal (control characters escaped). */
+void cli_json_string(FILE *f, const char *s, size_t len);
+
+/* Parse "f32"/"f16" into a KV type. */
+int cli_parse_kv_type(const char *cmd, const char *s, subq_kv_type *out);
+
+
+
+/* Options shared by the commands that run a model. */
+typedef struct cli_model_opts {
+    const char *model;
+    int n_threads;
+    int n_ctx;
+    subq_kv_type kv_type;
+} cli_model_opts;
+
+#define CLI_MODEL_OPTS_HELP                                                        \
+    "  -m, --model FILE     GGUF model (required)\n"                               \
+    "  -t, --threads N      threads (default: all cores)\n"                        \
+    "  -c, --ctx-size N     context size in tokens (default: model's)\n"          \
+    "  --kv f32|f16         KV cache element type (default f32)\n"
+
+/* If argv[*i] is one of the shared options, parse it (advancing *i) and
+ * return 1; return 0 if it is not one; -1 after printing an error. */
+int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts *o);
+/* Load the model and create a context; prints the error and returns 0 on failure. */
+int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_context **c);
+#endif

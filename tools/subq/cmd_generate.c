@@ -1,0 +1,134 @@
+/* subq generate: prompt -> streamed text. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/timer.h"
+#include "cli.h"
+
+static const char *help =
+    "usage: subq generate -m MODEL [-p PROMPT | -f FILE] [options]\n"
+    "Generate text; the prompt and the continuation stream to stdout, speed to stderr.\n\n" CLI_MODEL_OPTS_HELP
+    "  -p, --prompt TEXT    prompt (default: empty, start from BOS)\n"
+    "  -f, --file FILE      read the prompt from a file\n"
+    "  -n, --n-predict N    tokens to generate (default 128)\n"
+    "  --temp T             temperature; 0 = greedy (default 0.8)\n"
+    "  --top-k K            keep the K most likely tokens; 0 = off (default 40)\n"
+    "  --top-p P            nucleus sampling; 1 = off (default 0.95)\n"
+    "  -s, --seed N         sampling seed (default 42)\n"
+    "  --ignore-eos         keep generating after end-of-sequence\n";
+
+int cmd_generate(int argc, char **argv) {
+    const char *cmd = "generate";
+    cli_model_opts mo = {0};
+    const char *prompt = "", *prompt_file = NULL, *v;
+    int n_predict = 128, ignore_eos = 0;
+    subq_sampler_params sp = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (cli_is_help(a)) {
+            fputs(help, stdout);
+            return 0;
+        } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
+            if (!(prompt = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(prompt_file = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &n_predict)) return 1;
+        } else if (!strcmp(a, "--temp")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp.temp)) return 1;
+        } else if (!strcmp(a, "--top-k")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &sp.top_k)) return 1;
+        } else if (!strcmp(a, "--top-p")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp.top_p)) return 1;
+        } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_u64(cmd, a, v, &sp.seed)) return 1;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            ignore_eos = 1;
+        } else {
+            return cli_error(cmd, "unknown option '%s' (see subq generate --help)", a);
+        }
+    }
+    subq_error err = {0};
+    char *file_text = NULL;
+    size_t prompt_len = strlen(prompt);
+    if (prompt_file) {
+        if (cli_read_file(prompt_file, &file_text, &prompt_len, &err)) return cli_error(cmd, "%s", err.msg);
+        prompt = file_text;
+    }
+    subq_model *m;
+    subq_context *c;
+    if (!cli_load(cmd, &mo, &m, &c)) {
+        free(file_text);
+        return 1;
+    }
+    subq_model_info info;
+    subq_model_get_info(m, &info);
+    int32_t *toks = NULL;
+    size_t n_prompt = 0;
+    int rc = 0;
+    float *logits = malloc((size_t)info.n_vocab * sizeof(float));
+    if (!logits) {
+        rc = cli_error(cmd, "out of memory");
+        goto done;
+    }
+    if (cli_tokenize(m, prompt, prompt_len, info.add_bos, &toks, &n_prompt, &err)) {
+        rc = cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    if (n_prompt == 0) {
+        rc = cli_error(cmd, "empty prompt and the model has no BOS token; give a prompt with -p");
+        goto done;
+    }
+    /* echo the prompt as the model sees it */
+    char piece[256];
+    for (size_t i = 0; i < n_prompt; i++) {
+        int len = subq_token_to_piece(m, i ? toks[i - 1] : -1, toks[i], piece, sizeof piece);
+        if (len > 0) fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
+    }
+    fflush(stdout);
+    double t0 = time_now_s();
+    if (subq_decode(c, toks, (int)n_prompt, logits, 0, &err)) {
+        rc = cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    double t1 = time_now_s();
+    uint64_t rng = rng_seed(sp.seed);
+    int32_t prev = toks[n_prompt - 1];
+    int n_gen = 0;
+    while (n_gen < n_predict) {
+        int32_t tok = subq_sample(&sp, logits, info.n_vocab, &rng);
+        if (tok == info.eos_id && !ignore_eos) break;
+        int len = subq_token_to_piece(m, prev, tok, piece, sizeof piece);
+        if (len > 0) fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
+        fflush(stdout);
+        prev = tok;
+        if (++n_gen == n_predict) break;
+        if (subq_decode(c, &tok, 1, logits, 0, &err)) {
+            if (err.code != SUBQ_ERR_RANGE) {
+                rc = cli_error(cmd, "%s", err.msg);
+                goto done;
+            }
+            /* context full: stop, as llama.cpp does */
+            fprintf(stderr, "\nsubq generate: context of %d tokens is full; stopping\n", subq_context_n_past(c));
+            break;
+        }
+    }
+    double t2 = time_now_s();
+    fputc('\n', stdout);
+    fflush(stdout);
+    fprintf(stderr, "subq generate: prompt %zu tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n",
+            n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), n_gen, t2 - t1,
+            (double)n_gen / (t2 - t1 + 1e-12));
+done:
+    free(logits);
+    free(toks);
+    free(file_text);
+    subq_context_free(c);
+    subq_model_free(m);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* subq logits: raw logits of a token sequence, for comparing against
+ * reference implementations (prefill, or prefill + token-by-token decode). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *help =
+    "usage: subq logits -m MODEL --tokens \"ID ID ...\" -o OUT [--decode-from P]\n"
+    "Write float32 logits [n_tokens][n_vocab] (little-endian) of a token sequence.\n\n" CLI_MODEL_OPTS_HELP
+    "  --tokens LIST        token ids separated by spaces or commas (required)\n"
+    "  --decode-from P      prefill the first P tokens in one batch, then feed the\n"
+    "                       rest one at a time through the KV cache (default: all in one batch)\n"
+    "  -o, --output FILE    output file (required)\n";
+
+int cmd_logits(int argc, char **argv) {
+    const char *cmd = "logits";
+    cli_model_opts mo = {0};
+    const char *list = NULL, *out = NULL, *v;
+    int decode_from = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (cli_is_help(a)) {
+            fputs(help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--tokens")) {
+            if (!(list = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--decode-from")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &decode_from)) return 1;
+        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
+        } else {
+            return cli_error(cmd, "unknown option '%s' (see subq logits --help)", a);
+        }
+    }
+    if (!list || !out) return cli_error(cmd, "--tokens and -o are required");
+    size_t cap = strlen(list) / 2 + 1, n = 0;
+    int32_t *toks = malloc(cap * sizeof(int32_t));
+    if (!toks) return cli_error(cmd, "out of memory");
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        if (!*p) break;
+        char *end;
+        long t = strtol(p, &end, 10);
+        if (end == p || t < 0 || t > 0x7FFFFFFF || n >= cap) {
+            free(toks);
+            return cli_error(cmd, "--tokens: cannot parse '%s'", p);
+        }
+        toks[n++] = (int32_t)t;
+        p = end;
+    }
+    if (n == 0) {
+        free(toks);
+        return cli_error(cmd, "--tokens is empty");
+    }
+    if (decode_from < 0 || decode_from > (int)n) decode_from = (int)n;
+    subq_model *m;
+    subq_context *c;
+    if (!cli_load(cmd, &mo, &m, &c)) {
+        free(toks);
+        return 1;
+    }
+    subq_model_info info;
+    subq_model_get_info(m, &info);
+    int rc = 0;
+    subq_error err = {0};
+    float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
+    if (!logits) {
+        rc = cli_error(cmd, "out of memory");
+        goto done;
+    }
+    if (decode_from > 0 && subq_decode(c, toks, decode_from, logits, 1, &err)) {
+        rc = cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    for (size_t t = (size_t)decode_from; t < n; t++) {
+        if (subq_decode(c, &toks[t], 1, logits + t * info.n_vocab, 0, &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+    }
+    FILE *f = fopen(out, "wb");
+    if (!f || fwrite(logits, sizeof(float), n * (size_t)info.n_vocab, f) != n * (size_t)info.n_vocab) {
+        rc = cli_error(cmd, "cannot write %s", out);
+    }
+    if (f && fclose(f) != 0 && rc == 0) rc = cli_error(cmd, "cannot write %s", out);
+done:
+    free(logits);
+    free(toks);
+    subq_context_free(c);
+    subq_model_free(m);
+    return rc;
+}

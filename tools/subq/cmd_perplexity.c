@@ -1,0 +1,116 @@
+/* subq perplexity: llama.cpp-compatible perplexity of a text file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/progress.h"
+#include "base/timer.h"
+#include "cli.h"
+
+static const char *help =
+    "usage: subq perplexity -m MODEL -f FILE [options]\n"
+    "Perplexity as llama.cpp computes it: BOS + whole-text tokens, chunks of -c tokens\n"
+    "whose first token is replaced by BOS, the second half of each chunk scored.\n\n" CLI_MODEL_OPTS_HELP
+    "  -f, --file FILE      UTF-8 text to score (required)\n"
+    "  --chunks N           score at most N chunks (default: all)\n"
+    "  --json               print one JSON object on stdout instead of the text report\n";
+
+typedef struct ppl_print {
+    int json;
+    progress bar;
+} ppl_print;
+
+static void on_chunk(void *user, int chunk, int n_chunks, const subq_ppl_result *r) {
+    ppl_print *pp = user;
+    if (pp->json) {
+        char extra[64];
+        snprintf(extra, sizeof extra, "ppl %.4f", r->ppl);
+        progress_update(&pp->bar, chunk + 1, extra);
+    } else {
+        printf("[%d]%.4f,", chunk + 1, r->ppl);
+        if (chunk + 1 == n_chunks) printf("\n");
+        fflush(stdout);
+    }
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    const char *cmd = "perplexity";
+    cli_model_opts mo = {0};
+    const char *file = NULL, *v;
+    int max_chunks = 0, json = 0;
+    mo.n_ctx = 512;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        if (cli_is_help(a)) {
+            fputs(help, stdout);
+            return 0;
+        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+            if (!(file = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--chunks")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &max_chunks)) return 1;
+        } else if (!strcmp(a, "--json")) {
+            json = 1;
+        } else {
+            return cli_error(cmd, "unknown option '%s' (see subq perplexity --help)", a);
+        }
+    }
+    if (!file) return cli_error(cmd, "no text given; use -f FILE");
+    subq_error err = {0};
+    char *text;
+    size_t len;
+    if (cli_read_file(file, &text, &len, &err)) return cli_error(cmd, "%s", err.msg);
+    if (len == 0) {
+        free(text);
+        return cli_error(cmd, "%s is empty; perplexity needs text", file);
+    }
+    subq_model *m;
+    subq_context *c;
+    if (!cli_load(cmd, &mo, &m, &c)) {
+        free(text);
+        return 1;
+    }
+    int32_t *toks = NULL;
+    size_t n_toks = 0;
+    int rc = 0;
+    if (cli_tokenize(m, text, len, 1, &toks, &n_toks, &err)) {
+        rc = cli_error(cmd, "%s: %s", file, err.msg);
+        goto done;
+    }
+    ppl_print pp = {.json = json};
+    int n_chunks = (int)(n_toks / (size_t)mo.n_ctx);
+    if (max_chunks > 0 && n_chunks > max_chunks) n_chunks = max_chunks;
+    if (n_chunks == 0) {
+        rc = cli_error(cmd, "%s has %zu tokens, fewer than one chunk of %d; use a smaller -c", file, n_toks, mo.n_ctx);
+        goto done;
+    }
+    progress_begin(&pp.bar, "perplexity", n_chunks);
+    if (!json)
+        fprintf(stderr, "subq perplexity: %zu tokens, %d chunks of %d, scoring %d tokens per chunk\n", n_toks,
+                n_chunks, mo.n_ctx, mo.n_ctx - 1 - mo.n_ctx / 2);
+    subq_ppl_result res;
+    double t0 = time_now_s();
+    subq_status s = subq_perplexity(c, toks, n_toks, mo.n_ctx, max_chunks, on_chunk, &pp, &res, NULL, &err);
+    double el = time_now_s() - t0;
+    progress_end(&pp.bar);
+    if (s) {
+        rc = cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    if (json) {
+        printf("{\"ppl\": %.6f, \"ppl_stderr\": %.6f, \"nll_mean\": %.8f, \"n_chunks\": %d, \"n_ctx\": %d, "
+               "\"n_tokens_scored\": %lld, \"n_tokens_text\": %zu, \"seconds\": %.3f}\n",
+               res.ppl, res.ppl_stderr, res.nll_mean, res.n_chunks, mo.n_ctx, (long long)res.n_scored, n_toks, el);
+    } else {
+        printf("Final estimate: PPL = %.4f +/- %.5f\n", res.ppl, res.ppl_stderr);
+        fprintf(stderr, "subq perplexity: %.2f s, %.1f tok/s\n", el, (double)res.n_chunks * mo.n_ctx / (el + 1e-12));
+    }
+done:
+    free(toks);
+    free(text);
+    subq_context_free(c);
+    subq_model_free(m);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* subq: command-line front end. One file per subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"info", cmd_info, "show a GGUF file's metadata and tensor table"},
+    {"generate", cmd_generate, "generate text from a prompt"},
+    {"perplexity", cmd_perplexity, "perplexity of a text file (llama.cpp's method)"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"logits", cmd_logits, "write the logits of a token sequence (testing)"},
+    {"synth", cmd_synth, "write a random-weight model of a named shape"},
+};
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: subq COMMAND [options]   (subq COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 1;
+    }
+    if (cli_is_help(argv[1])) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "subq: error: unknown command '%s' (run subq --help for the list)\n", argv[1]);
+    return 1;
+}
