@@ -243,20 +243,20 @@ static void compare_with_reference(const tokenizer *t, const ref_vocab *v, const
                                    int n_alpha, int n_strings, size_t max_elems, uint64_t seed,
                                    const char *what) {
     uint64_t rng = rng_seed(seed);
-    char buf[512];
-    int32_t got[1024], want[1024];
+    static char buf[2048];
+    static int32_t got[2048], want[2048];
     int bad = 0;
     for (int k = 0; k < n_strings; k++) {
         size_t len = random_text(&rng, alpha, n_alpha, buf, max_elems);
         bool bos = k & 1;
         size_t n = 0;
         subq_error err = {0};
-        subq_status st = tokenizer_encode(t, buf, len, bos, got, 1024, &n, &err);
+        subq_status st = tokenizer_encode(t, buf, len, bos, got, 2048, &n, &err);
         size_t nw = ref_encode(v, buf, len, bos, want);
         bool same = st == SUBQ_OK && n == nw && memcmp(got, want, n * sizeof *got) == 0;
         if (!same && bad++ < 5) {
             fprintf(stderr, "  %s mismatch on \"%s\" (bos %d): got", what, buf, (int)bos);
-            for (size_t i = 0; i < n && i < 1024; i++) fprintf(stderr, " %d", got[i]);
+            for (size_t i = 0; i < n && i < 2048; i++) fprintf(stderr, " %d", got[i]);
             fprintf(stderr, " / want");
             for (size_t i = 0; i < nw; i++) fprintf(stderr, " %d", want[i]);
             fputc('\n', stderr);
@@ -708,6 +708,8 @@ int main(void) {
             };
             compare_with_reference(t, &rv, alpha, (int)(sizeof alpha / sizeof alpha[0]), 4000, 30,
                                    42, "stories260K");
+            compare_with_reference(t, &rv, alpha, (int)(sizeof alpha / sizeof alpha[0]), 300, 300,
+                                   43, "stories260K long strings");
             ref_free(&rv);
         }
         /* Close the file first: the tokenizer must own its strings. */

@@ -30,7 +30,7 @@ static void rope(float *x, int n, int n_heads, int head_dim, const int32_t *pos,
     int half = hp->n_rot / 2;
     for (int t = 0; t < n; t++) {
         for (int i = 0; i < half; i++) {
-            double theta = (double)pos[t] * pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
+            double theta = (double)pos[t] * hp->rope_pos_scale * pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
             float c = (float)cos(theta), s = (float)sin(theta);
             int i0 = hp->rope_neox ? i : 2 * i;
             int i1 = hp->rope_neox ? i + half : 2 * i + 1;
@@ -46,6 +46,11 @@ static void rope(float *x, int n, int n_heads, int head_dim, const int32_t *pos,
 
 static void add_inplace(float *y, const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+/* y[t][:] += b for each of n rows of width d (qwen2 q/k/v biases) */
+static void add_bias(float *y, const float *b, int n, int d) {
+    for (int t = 0; t < n; t++) add_inplace(y + (size_t)t * d, b, (size_t)d);
 }
 
 /* silu(g) * u = g / (1 + exp(-g)) * u */
@@ -76,6 +81,15 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         matmul(c->q, c->xn, &L->wq, n, c->tile, c->tile_floats, nt);
         matmul(c->k, c->xn, &L->wk, n, c->tile, c->tile_floats, nt);
         matmul(c->v, c->xn, &L->wv, n, c->tile, c->tile_floats, nt);
+        if (L->bq) {
+            add_bias(c->q, L->bq, n, hp->n_head * hp->head_dim);
+            add_bias(c->k, L->bk, n, hp->n_head_kv * hp->head_dim);
+            add_bias(c->v, L->bv, n, hp->n_head_kv * hp->head_dim);
+        }
+        if (L->q_norm) { /* qwen3: RMSNorm over each head's vector, in place */
+            rmsnorm(c->q, c->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
+            rmsnorm(c->k, c->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps);
+        }
         rope(c->q, n, hp->n_head, hp->head_dim, posbuf, hp);
         rope(c->k, n, hp->n_head_kv, hp->head_dim, posbuf, hp);
         kv_cache_store(kv, l, slot0, n, c->k, c->v);

@@ -26,6 +26,7 @@ typedef struct model_hparams {
     int n_rot;          /* rotated dims per head (<= head_dim) */
     int rope_neox;      /* 0: rotate adjacent pairs (llama); 1: split halves (qwen) */
     float rope_base;
+    float rope_pos_scale; /* linear rope scaling: positions are multiplied by this */
     float norm_eps;
 } model_hparams;
 

@@ -87,9 +87,11 @@ static subq_status load_hparams(subq_model *m, subq_error *err) {
     subq_status s = gguf_get_str(f, "general.architecture", arch, sizeof arch, err);
     if (s) return s;
     if (strcmp(arch, "llama") == 0) hp->arch = ARCH_LLAMA;
+    else if (strcmp(arch, "qwen2") == 0) hp->arch = ARCH_QWEN2;
+    else if (strcmp(arch, "qwen3") == 0) hp->arch = ARCH_QWEN3;
     else
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: llama)",
-                         arch);
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                         "architecture '%s' is not supported (supported: llama, qwen2, qwen3)", arch);
     if ((s = get_hparam(f, arch, "block_count", 0, 0, 1, 4096, &hp->n_layer, err))) return s;
     if ((s = get_hparam(f, arch, "embedding_length", 0, 0, 1, 1 << 17, &hp->n_embd, err))) return s;
     if ((s = get_hparam(f, arch, "feed_forward_length", 0, 0, 1, 1 << 20, &hp->n_ff, err))) return s;
@@ -117,6 +119,23 @@ static subq_status load_hparams(subq_model *m, subq_error *err) {
         return subq_fail(err, SUBQ_ERR_FORMAT, "rope base %g or rms epsilon %g is invalid",
                          (double)hp->rope_base, (double)hp->norm_eps);
     hp->rope_neox = hp->arch != ARCH_LLAMA;
+    /* rope scaling: "linear" divides positions by the factor; others change
+     * frequencies in ways this build does not implement, so refuse them */
+    hp->rope_pos_scale = 1.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    char scaling[32] = "none";
+    if (gguf_find_kv(f, key) && (s = gguf_get_str(f, key, scaling, sizeof scaling, err))) return s;
+    if (strcmp(scaling, "linear") == 0) {
+        float factor;
+        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
+        if ((s = gguf_get_f32_or(f, key, 1.0f, &factor, err))) return s;
+        if (!(factor >= 1.0f && factor <= 1024.0f))
+            return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %g is out of range [1, 1024]", key, (double)factor);
+        hp->rope_pos_scale = 1.0f / factor;
+    } else if (strcmp(scaling, "none") != 0) {
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "rope scaling '%s' is not supported (supported: none, linear)",
+                         scaling);
+    }
     return SUBQ_OK;
 }
 
@@ -146,6 +165,15 @@ static subq_status load_weights(subq_model *m, subq_error *err) {
         if ((s = load_matrix(m, TN("ffn_gate.weight"), d, hp->n_ff, &L->w_gate, err))) return s;
         if ((s = load_matrix(m, TN("ffn_up.weight"), d, hp->n_ff, &L->w_up, err))) return s;
         if ((s = load_matrix(m, TN("ffn_down.weight"), hp->n_ff, d, &L->w_down, err))) return s;
+        if (hp->arch == ARCH_QWEN2) { /* q/k/v biases */
+            if ((s = load_vector(m, TN("attn_q.bias"), dq, 0, &L->bq, err))) return s;
+            if ((s = load_vector(m, TN("attn_k.bias"), dkv, 0, &L->bk, err))) return s;
+            if ((s = load_vector(m, TN("attn_v.bias"), dkv, 0, &L->bv, err))) return s;
+        }
+        if (hp->arch == ARCH_QWEN3) { /* per-head RMSNorm of q and k */
+            if ((s = load_vector(m, TN("attn_q_norm.weight"), hp->head_dim, 0, &L->q_norm, err))) return s;
+            if ((s = load_vector(m, TN("attn_k_norm.weight"), hp->head_dim, 0, &L->k_norm, err))) return s;
+        }
 #undef TN
     }
     return SUBQ_OK;

@@ -10,10 +10,18 @@
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 
+/* Real layer counts, widths, heads and vocabulary sizes of the published
+ * models (from their config.json), plus two tiny shapes for tests. */
 static const synth_shape shapes[] = {
-    /* name          arch        L   d    H  Hkv hd  ff   vocab ctx  base    tied */
-    {"tiny",         ARCH_LLAMA, 2,  64,  4, 2,  16, 96,  320,  256, 10000.f, 1},
-    {"stories260k",  ARCH_LLAMA, 5,  64,  8, 4,  8,  172, 512,  512, 10000.f, 0},
+    /* name           arch        L   d     H   Hkv hd   ff    vocab   ctx     base      eps    tied */
+    {"tiny",          ARCH_LLAMA, 2,  64,   4,  2,  16,  96,   320,    256,    10000.f,  1e-5f, 1},
+    {"tiny-qwen2",    ARCH_QWEN2, 2,  64,   4,  2,  16,  96,   320,    256,    1e6f,     1e-6f, 1},
+    {"tiny-qwen3",    ARCH_QWEN3, 2,  64,   4,  2,  32,  96,   320,    256,    1e6f,     1e-6f, 0},
+    {"stories260k",   ARCH_LLAMA, 5,  64,   8,  4,  8,   172,  512,    512,    10000.f,  1e-5f, 0},
+    {"smollm2-135m",  ARCH_LLAMA, 30, 576,  9,  3,  64,  1536, 49152,  8192,   100000.f, 1e-5f, 1},
+    {"qwen2.5-0.5b",  ARCH_QWEN2, 24, 896,  14, 2,  64,  4864, 151936, 32768,  1e6f,     1e-6f, 1},
+    {"qwen3-0.6b",    ARCH_QWEN3, 28, 1024, 16, 8,  128, 3072, 151936, 40960,  1e6f,     1e-6f, 1},
+    {"llama3.2-1b",   ARCH_LLAMA, 16, 2048, 32, 8,  64,  8192, 128256, 131072, 500000.f, 1e-5f, 1},
 };
 
 const synth_shape *synth_find_shape(const char *name) {
@@ -22,7 +30,9 @@ const synth_shape *synth_find_shape(const char *name) {
     return NULL;
 }
 
-const char *synth_shape_names(void) { return "tiny, stories260k"; }
+const char *synth_shape_names(void) {
+    return "tiny, tiny-qwen2, tiny-qwen3, stories260k, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b";
+}
 
 /* A small SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then
  * U+2581, letters, "▁"+letter and frequent English pieces, padded with
@@ -140,7 +150,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
         (s = gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sh->head_dim)) ||
         (s = gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh->head_dim)) ||
         (s = gguf_writer_set_f32(w, KEY("rope.freq_base"), sh->rope_base)) ||
-        (s = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), 1e-5f)) ||
+        (s = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->norm_eps)) ||
         (s = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
         (s = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vocab, (uint64_t)sh->n_vocab)) ||
         (s = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)sh->n_vocab)) ||
@@ -154,7 +164,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
 #undef KEY
     uint64_t rng = rng_seed(seed);
     const int64_t d = sh->n_embd, dq = (int64_t)sh->n_head * sh->head_dim, dkv = (int64_t)sh->n_head_kv * sh->head_dim;
-    /* std 0.02 everywhere except token embeddings (std 1 so the first norm sees O(1) values) */
+    /* std 1/sqrt(fan_in) keeps activations O(1); embeddings std 1 */
     if ((s = add_random(w, "token_embd.weight", type, d, sh->n_vocab, 0.0f, 1.0f, &rng, err))) goto done;
     if ((s = add_random(w, "output_norm.weight", type, d, 1, 1.0f, 0.1f, &rng, err))) goto done;
     if (!sh->tied && (s = add_random(w, "output.weight", type, d, sh->n_vocab, 0.0f, 0.02f, &rng, err))) goto done;
@@ -170,6 +180,15 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
             (s = add_random(w, TN("ffn_gate.weight"), type, d, sh->n_ff, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
             (s = add_random(w, TN("ffn_up.weight"), type, d, sh->n_ff, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
             (s = add_random(w, TN("ffn_down.weight"), type, sh->n_ff, d, 0.0f, 1.0f / sqrtf((float)sh->n_ff), &rng, err)))
+            goto done;
+        if (sh->arch == ARCH_QWEN2 &&
+            ((s = add_random(w, TN("attn_q.bias"), type, dq, 1, 0.0f, 0.1f, &rng, err)) ||
+             (s = add_random(w, TN("attn_k.bias"), type, dkv, 1, 0.0f, 0.1f, &rng, err)) ||
+             (s = add_random(w, TN("attn_v.bias"), type, dkv, 1, 0.0f, 0.1f, &rng, err))))
+            goto done;
+        if (sh->arch == ARCH_QWEN3 &&
+            ((s = add_random(w, TN("attn_q_norm.weight"), type, sh->head_dim, 1, 1.0f, 0.1f, &rng, err)) ||
+             (s = add_random(w, TN("attn_k_norm.weight"), type, sh->head_dim, 1, 1.0f, 0.1f, &rng, err))))
             goto done;
 #undef TN
     }

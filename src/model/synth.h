@@ -12,6 +12,7 @@ typedef struct synth_shape {
     model_arch arch;
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     float rope_base;
+    float norm_eps;
     int tied;        /* output shares token_embd */
 } synth_shape;
 
@@ -22,8 +23,9 @@ const char *synth_shape_names(void);
 
 /* Write a model of `shape` with 2-D weights in `type` (f32, f16, bf16, q8_0;
  * tensors whose rows are not a multiple of the type's block fall back to f16,
- * as llama.cpp's quantizer does) and 1-D norms in f32. Weights ~ N(0, 0.02)
- * scaled so activations stay O(1); norms ~ 1 + N(0, 0.1). */
+ * as llama.cpp's quantizer does) and 1-D norms and biases in f32. Weights
+ * are Gaussian with std ~ 1/sqrt(fan_in) so activations stay O(1); norms
+ * ~ 1 + N(0, 0.1). */
 subq_status synth_write_model(const synth_shape *shape, uint32_t type, uint64_t seed, const char *path,
                               subq_error *err);
 

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """ctest check: `subq logits` == numpy reference forward.
 
-For each weight type f32, f16, bf16, q8_0: `subq synth --shape tiny` a random
-model, pick 40 random token ids (fixed seed, first one BOS) and compare
+For each architecture (tiny llama, qwen2, qwen3 shapes) and weight type f32,
+f16, bf16, q8_0: `subq synth` a random model, pick 40 random token ids (fixed seed, first one BOS) and compare
     prefill                      (one batch)                  rel err < 1e-4
     --decode-from 7              (7-token prefill + 1-by-1)   rel err < 1e-4
     --decode-from 7 --kv f16     (half-precision KV cache)    rel err < 1e-2
@@ -22,6 +22,7 @@ rc.require_numpy()
 import numpy as np  # noqa: E402
 from llama_ref import LlamaRef  # noqa: E402
 
+SHAPES = ["tiny", "tiny-qwen2", "tiny-qwen3"]   # llama, qwen2 (biases), qwen3 (QK-norm)
 TYPES = ["f32", "f16", "bf16", "q8_0"]
 SYNTH_SEED = 1234
 TOKEN_SEED = 20240607
@@ -79,28 +80,31 @@ def main():
     stories = rc.shared_file("models", "stories260K.gguf")
     rc.subq_bin()
 
-    # ---- synthetic models, one per storage type
-    for wtype in TYPES:
-        path = os.path.join(rc.tmp_dir(), "synth_tiny_%s.gguf" % wtype)
-        if os.path.exists(path):
-            os.remove(path)
-        name = "synth tiny %s" % wtype
-        if ck.guarded(name, rc.run_subq, ["synth", "--shape", "tiny", "--type", wtype,
-                                          "-s", SYNTH_SEED, "-o", path]) is None:
-            continue
-        try:
-            ref = LlamaRef(path)
-            if ref.tok.bos_id is None:
-                raise ValueError("no tokenizer.ggml.bos_token_id")
-        except Exception as e:  # noqa: BLE001 - any unreadable synth output is a failure
-            ck.check(name, False, "the reference cannot load %s: %s: %s" % (path, type(e).__name__, e))
-            continue
-        rng = np.random.default_rng(TOKEN_SEED)
-        tokens = [int(ref.tok.bos_id)] + [int(t) for t in rng.integers(0, ref.n_vocab, N_TOKENS - 1)]
-        ref_logits = ref.forward(tokens)
-        compare_runs(ck, "synth tiny %s (n_vocab %d, d %d, %d layers)"
-                     % (wtype, ref.n_vocab, ref.n_embd, ref.n_layer),
-                     path, ref_logits, tokens, "synth_" + wtype)
+    # ---- synthetic models, one per architecture and storage type
+    for shape in SHAPES:
+        for wtype in TYPES:
+            tag = "%s_%s" % (shape, wtype)
+            path = os.path.join(rc.tmp_dir(), "synth_%s.gguf" % tag)
+            if os.path.exists(path):
+                os.remove(path)
+            name = "synth %s %s" % (shape, wtype)
+            if ck.guarded(name, rc.run_subq, ["synth", "--shape", shape, "--type", wtype,
+                                              "-s", SYNTH_SEED, "-o", path]) is None:
+                continue
+            try:
+                ref = LlamaRef(path)
+                bos = ref.g.get("tokenizer.ggml.bos_token_id")
+                if bos is None:
+                    raise ValueError("no tokenizer.ggml.bos_token_id")
+            except Exception as e:  # noqa: BLE001 - any unreadable synth output is a failure
+                ck.check(name, False, "the reference cannot load %s: %s: %s" % (path, type(e).__name__, e))
+                continue
+            rng = np.random.default_rng(TOKEN_SEED)
+            tokens = [int(bos)] + [int(t) for t in rng.integers(0, ref.n_vocab, N_TOKENS - 1)]
+            ref_logits = ref.forward(tokens)
+            compare_runs(ck, "synth %s %s (%s, n_vocab %d, d %d, %d layers)"
+                         % (shape, wtype, ref.arch, ref.n_vocab, ref.n_embd, ref.n_layer),
+                         path, ref_logits, tokens, "synth_" + tag)
 
     # ---- the real model on its own greedy continuation from BOS (64 tokens)
     ref = LlamaRef(stories)

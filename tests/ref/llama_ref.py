@@ -235,7 +235,17 @@ class LlamaRef:
         if self.n_rot % 2 != 0 or self.n_rot > self.head_dim:
             raise ValueError("bad rope.dimension_count %d (head_dim %d)" % (self.n_rot, self.head_dim))
 
-        self.tok = SpmTokenizer(g)
+        # qwen2/qwen3 rotate split halves (x[i], x[i + n_rot/2]) ("NEOX" rope)
+        if arch not in ("llama", "qwen2", "qwen3"):
+            raise ValueError("unsupported architecture %r" % arch)
+        self.rope_neox = arch in ("qwen2", "qwen3")
+        # rope scaling: linear divides positions by the factor
+        self.rope_scale = 1.0
+        if hp("rope.scaling.type", "none", required=False) == "linear":
+            self.rope_scale = 1.0 / float(hp("rope.scaling.factor", 1.0))
+
+        # the tokenizer is only needed for text commands (logits work without it)
+        self.tok = SpmTokenizer(g) if g.get("tokenizer.ggml.model") == "llama" else None
 
         def w(name):
             return g.tensor(name).astype(np.float64)
@@ -261,6 +271,10 @@ class LlamaRef:
                 "w_up": w(p + "ffn_up.weight"),            # (n_ff, d)
                 "w_down": w(p + "ffn_down.weight"),        # (d, n_ff)
             }
+            for opt in ("attn_q.bias", "attn_k.bias", "attn_v.bias",     # qwen2
+                        "attn_q_norm.weight", "attn_k_norm.weight"):     # qwen3, (hd,)
+                if g.has_tensor(p + opt):
+                    L[opt] = w(p + opt)
             self.layers.append(L)
 
     # ---- building blocks -------------------------------------------------
@@ -278,14 +292,19 @@ class LlamaRef:
         half = self.n_rot // 2
         i = np.arange(half, dtype=np.float64)
         theta = self.rope_base ** (-2.0 * i / self.n_rot)                  # (half,)
-        angle = positions.astype(np.float64)[:, None] * theta[None, :]     # (T, half)
+        pos = positions.astype(np.float64) * self.rope_scale
+        angle = pos[:, None] * theta[None, :]                              # (T, half)
         cos = np.cos(angle)[:, None, :]                                    # (T, 1, half)
         sin = np.sin(angle)[:, None, :]
         out = x.copy()
-        x0 = x[:, :, 0:self.n_rot:2]
-        x1 = x[:, :, 1:self.n_rot:2]
-        out[:, :, 0:self.n_rot:2] = x0 * cos - x1 * sin
-        out[:, :, 1:self.n_rot:2] = x0 * sin + x1 * cos
+        if self.rope_neox:   # pairs (x[i], x[i + half])
+            i0, i1 = slice(0, half), slice(half, self.n_rot)
+        else:                # pairs (x[2i], x[2i+1])
+            i0, i1 = slice(0, self.n_rot, 2), slice(1, self.n_rot, 2)
+        x0 = x[:, :, i0]
+        x1 = x[:, :, i1]
+        out[:, :, i0] = x0 * cos - x1 * sin
+        out[:, :, i1] = x0 * sin + x1 * cos
         return out
 
     # ---- forward -----------------------------------------------------------
@@ -311,9 +330,19 @@ class LlamaRef:
         for L in self.layers:
             # ---- attention block
             h = self.rmsnorm(x, L["attn_norm"])
-            q = (h @ L["wq"].T).reshape(T, nh, hd)                  # q = h Wq^T
-            k = (h @ L["wk"].T).reshape(T, nkv, hd)
-            v = (h @ L["wv"].T).reshape(T, nkv, hd)
+            q = h @ L["wq"].T                                       # q = h Wq^T (+ bq)
+            k = h @ L["wk"].T
+            v = h @ L["wv"].T
+            if "attn_q.bias" in L:
+                q = q + L["attn_q.bias"]
+                k = k + L["attn_k.bias"]
+                v = v + L["attn_v.bias"]
+            q = q.reshape(T, nh, hd)
+            k = k.reshape(T, nkv, hd)
+            v = v.reshape(T, nkv, hd)
+            if "attn_q_norm.weight" in L:                           # qwen3: per-head RMSNorm
+                q = self.rmsnorm(q, L["attn_q_norm.weight"])
+                k = self.rmsnorm(k, L["attn_k_norm.weight"])
             q = self.rope(q, positions)
             k = self.rope(k, positions)
             heads = np.empty((T, nh, hd))

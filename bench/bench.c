@@ -1,0 +1,122 @@
+#include "bench/bench.h"
+
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "model/context.h"
+#include "quant/quant.h"
+
+void openblas_set_num_threads(int n);
+
+/* Sum 64-bit words: the loop is load-bound, so the rate is the read bandwidth. */
+__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
+    }
+    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, a0);
+    uint64_t s = t[0] + t[1] + t[2] + t[3];
+    for (; i < n; i++) s += p[i];
+    return s;
+}
+
+static uint64_t sum_scalar(const uint64_t *p, size_t n) {
+    uint64_t s = 0;
+    for (size_t i = 0; i < n; i++) s += p[i];
+    return s;
+}
+
+double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
+    size_t n = bytes / sizeof(uint64_t);
+    uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
+    if (!buf) return 0.0;
+    int avx2 = __builtin_cpu_supports("avx2");
+    /* first touch by the threads that will read, so pages are placed near them */
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (size_t i = 0; i < n; i++) buf[i] = i;
+    double best = 0.0;
+    uint64_t check = 0;
+    for (int r = 0; r < reps; r++) {
+        uint64_t total = 0;
+        double t0 = time_now_s();
+        /* each thread sums one contiguous slice (multiple of 16 words) */
+#pragma omp parallel num_threads(n_threads) reduction(+ : total)
+        {
+            int nt = omp_get_num_threads(), id = omp_get_thread_num();
+            size_t per = (n / (size_t)nt) & ~(size_t)15, lo = per * (size_t)id, hi = id == nt - 1 ? n : lo + per;
+            total += avx2 ? sum_avx2(buf + lo, hi - lo) : sum_scalar(buf + lo, hi - lo);
+        }
+        double el = time_now_s() - t0;
+        check += total;
+        double gbs = (double)n * sizeof(uint64_t) / el / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    /* the sum of 0..n-1 per pass proves every word was read */
+    return check == (uint64_t)reps * ((uint64_t)n * (uint64_t)(n - 1) / 2) ? best : 0.0;
+}
+
+double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps) {
+    float *A = malloc((size_t)m * k * sizeof(float)), *B = malloc((size_t)n * k * sizeof(float)),
+          *C = malloc((size_t)m * n * sizeof(float));
+    double best = 0.0;
+    if (A && B && C) {
+        for (size_t i = 0; i < (size_t)m * k; i++) A[i] = (float)(i % 7) * 0.1f;
+        for (size_t i = 0; i < (size_t)n * k; i++) B[i] = (float)(i % 5) * 0.1f;
+        openblas_set_num_threads(n_threads);
+        for (int r = 0; r < reps + 1; r++) { /* first run warms up the thread pool */
+            double t0 = time_now_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
+            double el = time_now_s() - t0, gf = 2.0 * m * n * k / el / 1e9;
+            if (r > 0 && gf > best) best = gf;
+        }
+    }
+    free(A);
+    free(B);
+    free(C);
+    return best;
+}
+
+subq_status bench_fill_kv(subq_context *c, int n_past, unsigned long long seed, subq_error *err) {
+    kv_cache *kv = &c->kv;
+    if (n_past < 0 || n_past > kv->n_ctx)
+        return subq_fail(err, SUBQ_ERR_RANGE, "cannot fill %d tokens into a context of %d", n_past, kv->n_ctx);
+    int row = kv->n_head_kv * kv->head_dim;
+    float *k = malloc((size_t)row * sizeof(float)), *v = malloc((size_t)row * sizeof(float));
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    uint64_t rng = rng_seed(seed);
+    for (int l = 0; l < kv->n_layer; l++) {
+        for (int t = 0; t < n_past; t++) {
+            for (int i = 0; i < row; i++) {
+                k[i] = rng_uniform(&rng) - 0.5f;
+                v[i] = rng_uniform(&rng) - 0.5f;
+            }
+            kv_cache_store(kv, l, t, 1, k, v);
+        }
+    }
+    for (int t = 0; t < n_past; t++) {
+        kv->pos[t] = t;
+        kv->seg[t] = 0;
+    }
+    kv->n_used = n_past;
+    free(k);
+    free(v);
+    return SUBQ_OK;
+}
