@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -43,7 +44,7 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
     size_t n = bytes / sizeof(uint64_t);
     uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
     if (!buf) return 0.0;
-    int avx2 = __builtin_cpu_supports("avx2");
+    int avx2 = cpu_has_avx2();
     /* first touch by the threads that will read, so pages are placed near them */
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (size_t i = 0; i < n; i++) buf[i] = i;

@@ -6,7 +6,7 @@ set -euo pipefail
 
 pkgs=(
   build-essential cmake pkg-config
-  libopenblas-dev        # sgemm for prefill
+  libopenblas-openmp-dev # sgemm for prefill (OpenMP build: one thread pool with ours)
   libomp-dev             # OpenMP runtime for clang builds (gcc ships libgomp)
   libpcre2-dev           # Unicode-class pre-split regexes (byte-level BPE)
   libhnswlib-dev         # HNSW selector

@@ -332,6 +332,11 @@ static void test_writer_roundtrip(uint32_t custom_align) {
         CHECK(gguf_writer_add_tensor(w, "", GGML_TYPE_F32, 1, ts[0].ne, tdata[0], 28, 0, &e) ==
                   SUBQ_ERR_ARG,
               "empty name -> ARG");
+        /* With take_ownership the buffer is freed even on failure (the leak
+         * checker verifies it). */
+        CHECK(gguf_writer_add_tensor(w, "bad", GGML_TYPE_F32, 2, ne, xmalloc(64), 60, 1, &e) ==
+                  SUBQ_ERR_SHAPE,
+              "owned buffer on failure");
     }
 
     /* Write twice: the second write replaces the first atomically. */
@@ -502,6 +507,7 @@ static void test_writer_roundtrip(uint32_t custom_align) {
     CHECK(gguf_find_tensor(f, "nope") == NULL, "find missing tensor");
     CHECK(gguf_find_kv(f, "nope") == NULL, "find missing kv");
     gguf_close(f);
+    unlink(path);
     for (size_t i = 0; i < n_ts; i++) free(tdata[i]);
 }
 
@@ -542,6 +548,7 @@ static void test_writer_errors(void) {
     CHECK(gguf_open(path, &f, &e) == SUBQ_OK && f->n_kv == 0 && f->n_tensors == 0,
           "open empty writer output: %s", e.msg);
     gguf_close(f);
+    unlink(path);
 }
 
 /* ---- 1b. hand-built files: every scalar type, nested arrays ---------- */
@@ -1133,6 +1140,7 @@ static void test_files(const uint8_t *stories, size_t size) {
     write_file(path, "", 0);
     CHECK(gguf_open(path, &f, &e) == SUBQ_ERR_FORMAT && f == NULL && strstr(e.msg, "empty"),
           "empty file -> FORMAT: '%s'", e.msg);
+    unlink(path);
     CHECK(gguf_open(dir, &f, &e) == SUBQ_ERR_IO, "directory -> IO: '%s'", e.msg);
     if (stories) {
         snprintf(path, sizeof path, "%s/stories-truncated.gguf", dir);
@@ -1147,7 +1155,6 @@ static void test_files(const uint8_t *stories, size_t size) {
         printf("example message: %s\n", e.msg);
         unlink(path);
     }
-    unlink(path);
     gguf_close(NULL);
     CHECK(gguf_open(NULL, &f, &e) == SUBQ_ERR_ARG, "NULL path");
 }

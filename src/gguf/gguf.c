@@ -461,7 +461,7 @@ static subq_status parse_kvs(rd *r, gguf_file *f) {
 
 static subq_status parse_tensor_info(rd *r, gguf_file *f, uint64_t i) {
     gguf_tensor *t = &f->tensors[i];
-    gguf_str name;
+    gguf_str name = {0, NULL};
     subq_status s;
     const ggml_type_traits *tr;
     uint64_t ne_total = 1, rows, row_bytes, blocks;
@@ -806,7 +806,8 @@ subq_status gguf_get_str(const gguf_file *f, const char *key, char *buf, size_t 
                          subq_error *err) {
     const gguf_kv *kv = gguf_find_kv(f, key);
     char ty[48];
-    if (!buf || cap == 0) return subq_fail(err, SUBQ_ERR_ARG, "gguf_get_str: no buffer for '%s'", key);
+    if (!buf || cap == 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "gguf_get_str: no buffer for '%s'", key ? key : "(null)");
     buf[0] = '\0';
     if (!kv) return subq_fail(err, SUBQ_ERR_FORMAT, "missing key '%s'", key ? key : "(null)");
     if (kv->value.type != GGUF_TYPE_STRING) {

@@ -286,10 +286,9 @@ subq_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char 
     return s;
 }
 
-subq_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
-                                   const uint64_t *ne, const void *data, uint64_t n_bytes,
-                                   int take_ownership, subq_error *err) {
-    /* On failure the caller keeps ownership of `data`. */
+static subq_status add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                              const uint64_t *ne, const void *data, uint64_t n_bytes,
+                              int take_ownership, subq_error *err) {
     const ggml_type_traits *tr;
     uint64_t n_el = 1, blocks, expect;
     size_t len;
@@ -349,6 +348,16 @@ subq_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t ty
     t->owned = take_ownership != 0;
     w->n_t++;
     return SUBQ_OK;
+}
+
+subq_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t type, uint32_t n_dims,
+                                   const uint64_t *ne, const void *data, uint64_t n_bytes,
+                                   int take_ownership, subq_error *err) {
+    subq_status s = add_tensor(w, name, type, n_dims, ne, data, n_bytes, take_ownership, err);
+    /* take_ownership hands the buffer over even when the call fails, so
+     * callers can `return gguf_writer_add_tensor(...)` without leaking. */
+    if (s != SUBQ_OK && take_ownership) free((void *)data);
+    return s;
 }
 
 /* ---- output ----------------------------------------------------------- */

@@ -50,4 +50,8 @@ struct subq_model {
 
 const char *model_arch_name(model_arch a);
 
+/* Identity of the model's weights, stored in files derived from it so that
+ * loading them with another model fails with a clear error. */
+uint64_t model_fingerprint(const subq_model *m);
+
 #endif

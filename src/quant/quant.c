@@ -1,5 +1,7 @@
 #include "quant/quant.h"
 
+#include "quant/kernels.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -71,100 +73,49 @@ uint16_t fp32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
+/* ---- dispatch ------------------------------------------------------------ */
+
+const quant_kernels *quant_kernels_scalar(void) { return &quant_kernels_scalar_table; }
+
+const quant_kernels *quant_kernels_avx2(void) {
+#ifdef QUANT_HAVE_AVX2
+    /* reads the feature bits libgcc / compiler-rt detect in a start-up
+     * constructor (including whether the OS saves the YMM state) */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return &quant_kernels_avx2_table;
+#endif
+    return NULL;
+}
+
+/* An AVX-512 set would be tried first here. */
+const quant_kernels *quant_kernels_get(void) {
+    const quant_kernels *k = quant_kernels_avx2();
+    return k ? k : &quant_kernels_scalar_table;
+}
+
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
-    switch (type) {
-    case GGML_TYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        break;
-    case GGML_TYPE_F16: {
-        const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = fp16_to_fp32(s[i]);
-        break;
-    }
-    case GGML_TYPE_BF16: {
-        const uint16_t *s = src;
-        for (int64_t i = 0; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
-        break;
-    }
-    case GGML_TYPE_Q8_0: {
-        const block_q8_0 *b = src;
-        for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-            float d = fp16_to_fp32(b[ib].d);
-            for (int j = 0; j < QK8_0; j++) dst[ib * QK8_0 + j] = d * (float)b[ib].qs[j];
-        }
-        break;
-    }
-    default:
-        memset(dst, 0, (size_t)n * sizeof(float)); /* unreachable: refused at load */
-    }
+    quant_dequant_fn f = type < GGML_TYPE_COUNT ? quant_kernels_get()->dequant[type] : NULL;
+    if (f) f(src, dst, n);
+    else memset(dst, 0, (size_t)n * sizeof(float)); /* unreachable: refused at load */
 }
 
 float dot_row(uint32_t type, const void *row, const float *x, int64_t n) {
-    float sum = 0.0f;
-    switch (type) {
-    case GGML_TYPE_F32: {
-        const float *w = row;
-        for (int64_t i = 0; i < n; i++) sum += w[i] * x[i];
-        break;
-    }
-    case GGML_TYPE_F16: {
-        const uint16_t *w = row;
-        for (int64_t i = 0; i < n; i++) sum += fp16_to_fp32(w[i]) * x[i];
-        break;
-    }
-    case GGML_TYPE_BF16: {
-        const uint16_t *w = row;
-        for (int64_t i = 0; i < n; i++) sum += bf16_to_fp32(w[i]) * x[i];
-        break;
-    }
-    case GGML_TYPE_Q8_0: {
-        /* per block: d * sum_j q_j x_j */
-        const block_q8_0 *b = row;
-        for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-            const float *xb = x + ib * QK8_0;
-            float s = 0.0f;
-            for (int j = 0; j < QK8_0; j++) s += (float)b[ib].qs[j] * xb[j];
-            sum += fp16_to_fp32(b[ib].d) * s;
-        }
-        break;
-    }
-    default:
-        break;
-    }
-    return sum;
+    quant_dot_fn f = type < GGML_TYPE_COUNT ? quant_kernels_get()->dot[type] : NULL;
+    return f ? f(row, x, n) : 0.0f;
 }
 
-size_t quantize_row(uint32_t type, const float *src, void *dst, int64_t n) {
-    switch (type) {
-    case GGML_TYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return (size_t)n * 4;
-    case GGML_TYPE_F16: {
-        uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = fp32_to_fp16(src[i]);
-        return (size_t)n * 2;
+void dot_rows(uint32_t type, const void *rows, size_t row_bytes, int64_t n_rows, const float *x, int64_t n,
+              float *out) {
+    const quant_kernels *k = quant_kernels_get();
+    quant_dot_fn f = type < GGML_TYPE_COUNT ? k->dot[type] : NULL;
+    quant_dot4_fn f4 = type < GGML_TYPE_COUNT ? k->dot4[type] : NULL;
+    const char *r = rows;
+    int64_t i = 0;
+    if (!f) {
+        memset(out, 0, (size_t)n_rows * sizeof(float));
+        return;
     }
-    case GGML_TYPE_BF16: {
-        uint16_t *d = dst;
-        for (int64_t i = 0; i < n; i++) d[i] = fp32_to_bf16(src[i]);
-        return (size_t)n * 2;
-    }
-    case GGML_TYPE_Q8_0: {
-        /* d = max|x| / 127, q = round(x / d), as ggml's quantize_row_q8_0_ref */
-        if (n % QK8_0) return 0;
-        block_q8_0 *b = dst;
-        for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-            const float *xb = src + ib * QK8_0;
-            float amax = 0.0f;
-            for (int j = 0; j < QK8_0; j++) amax = fmaxf(amax, fabsf(xb[j]));
-            float d = amax / 127.0f;
-            float id = d != 0.0f ? 1.0f / d : 0.0f;
-            b[ib].d = fp32_to_fp16(d);
-            for (int j = 0; j < QK8_0; j++) b[ib].qs[j] = (int8_t)roundf(xb[j] * id);
-        }
-        return (size_t)(n / QK8_0) * sizeof(block_q8_0);
-    }
-    default:
-        return 0;
-    }
+    if (f4)
+        for (; i + 4 <= n_rows; i += 4) f4(r + (size_t)i * row_bytes, row_bytes, x, n, out + i);
+    for (; i < n_rows; i++) out[i] = f(r + (size_t)i * row_bytes, x, n);
 }

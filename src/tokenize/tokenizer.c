@@ -6,8 +6,14 @@
  * token with the highest score (leftmost on ties). Candidates live in a
  * max-heap keyed (score desc, left index asc) over a doubly-linked symbol
  * list; entries made stale by an earlier merge are dropped when popped, so the
- * whole thing is O(n log n). Final symbols that are not tokens fall back to
- * one <0xXX> token per byte.
+ * whole thing is O(n log n). The text is first cut wherever no token can
+ * span the cut (the byte pair there occurs in no token), which gives the same
+ * result with small, cache-resident heaps. Final symbols that are not tokens
+ * fall back to one <0xXX> token per byte.
+ *
+ * Merges may only form NORMAL, USER_DEFINED and UNUSED tokens (as in
+ * SentencePiece; llama.cpp would also form CONTROL/UNKNOWN/BYTE tokens whose
+ * text happens to appear, e.g. "<s>", which then would not decode back).
  *
  * Why byte fallback of single characters is all llama.cpp's "resegment" step
  * needs here: every merge produces a symbol whose text is a vocabulary token,
@@ -21,6 +27,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "tokenize/bpe.h"
 #include "tokenize/utf8.h"
 
 /* Vocabularies beyond this are certainly hostile (real ones are <= 256K);
@@ -52,6 +59,8 @@ struct tokenizer {
 
     int32_t byte_tok[256];       /* token for each raw byte, -1 if none */
     uint8_t pair_bits[65536 / 8]; /* byte pairs "ab" that occur inside producible tokens */
+
+    bpe_vocab *bpe;              /* TOKENIZER_BPE: the whole vocabulary lives here (bpe.c) */
 };
 
 /* ---- piece -> id hash map ------------------------------------------------ */
@@ -160,9 +169,26 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
         return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.model has type %s, expected string",
                          gguf_type_name(mkv->value.type));
     gguf_str model = mkv->value.v.str;
-    if (model.len == 4 && memcmp(model.data, "gpt2", 4) == 0)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
-                         "byte-level BPE (gpt2) tokenizer is not supported yet");
+    if (model.len == 4 && memcmp(model.data, "gpt2", 4) == 0) {
+        /* Byte-level BPE: bpe.c loads and encodes; this object only
+         * dispatches and answers the common queries. */
+        bpe_vocab *bv = NULL;
+        subq_status bst = bpe_from_gguf(f, &bv, err);
+        if (bst != SUBQ_OK) return bst;
+        tokenizer *t = calloc(1, sizeof *t);
+        if (!t) {
+            bpe_free(bv);
+            return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating the tokenizer");
+        }
+        t->kind = TOKENIZER_BPE;
+        t->bpe = bv;
+        t->n_vocab = bpe_n_vocab(bv);
+        t->bos = bpe_bos(bv), t->eos = bpe_eos(bv), t->unk = -1;
+        t->add_bos = bpe_add_bos(bv);
+        t->add_space_prefix = false;
+        *out = t;
+        return SUBQ_OK;
+    }
     if (!(model.len == 5 && memcmp(model.data, "llama", 5) == 0)) {
         /* Print at most 64 bytes, with non-printable bytes as '?', so a hostile
          * name cannot break the one-line message. */
@@ -230,8 +256,7 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
         SUBQ_OK)
         return st;
 
-    /* Total text size; each string lies inside the mapped file, so the sum
-     * cannot overflow, but check anyway (the reader may change). */
+    /* Total text size; the per-token bound keeps the sum far from overflow. */
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         uint64_t len = toks->v.arr.items[i].v.str.len;
@@ -367,6 +392,7 @@ void tokenizer_free(tokenizer *t) {
     free(t->type);
     free(t->mergeable);
     free(t->map);
+    bpe_free(t->bpe);
     free(t);
 }
 
@@ -536,9 +562,6 @@ subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, b
     if (n_out) *n_out = 0;
     if (!t || !n_out || (!text && len) || (!out && cap))
         return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_encode: NULL argument");
-    if (t->kind != TOKENIZER_SPM)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "tokenizer kind %d cannot encode", (int)t->kind);
-
     size_t bad = utf8_validate(text, len);
     if (bad < len) return subq_fail(err, SUBQ_ERR_TOKENIZE, "invalid UTF-8 at byte %zu", bad);
 
@@ -551,6 +574,11 @@ subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, b
     if (len == 0) {
         *n_out = count;
         return SUBQ_OK;
+    }
+    if (t->kind == TOKENIZER_BPE) {
+        subq_status bst = bpe_encode(t->bpe, text, len, out, cap, &count, err);
+        if (bst == SUBQ_OK) *n_out = count;
+        return bst;
     }
 
     /* Escaped text: optional leading U+2581, every ' ' -> U+2581 (3 bytes). */
@@ -598,6 +626,7 @@ subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, b
 
 /* Piece bytes of tok after `prev`, without copying. */
 static const char *piece_of(const tokenizer *t, int32_t prev, int32_t tok, size_t *n) {
+    if (t->kind == TOKENIZER_BPE) return bpe_piece(t->bpe, tok, n); /* no space prefix to undo */
     const char *p = t->piece + t->piece_off[tok];
     size_t len = t->piece_off[tok + 1] - t->piece_off[tok];
     /* Undo the space prefix encode added at the start of the text. */

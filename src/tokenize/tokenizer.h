@@ -1,7 +1,8 @@
 /* Tokenizers built from a GGUF vocabulary.
  *   spm: `tokenizer.ggml.model = llama` (SentencePiece-style BPE over the
  *        vocabulary's scores, U+2581 for spaces, byte fallback <0xXX>).
- *   bpe: `tokenizer.ggml.model = gpt2` (byte-level BPE with merges; later issue). */
+ *   bpe: `tokenizer.ggml.model = gpt2` (byte-level BPE with ranked merges and
+ *        the regex pre-split of tokenizer.ggml.pre; see bpe.h). */
 #ifndef SUBQ_TOKENIZER_H
 #define SUBQ_TOKENIZER_H
 
@@ -48,8 +49,9 @@ subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, b
 /* Bytes of token `tok` as text, written to buf (at most cap bytes, no NUL).
  * Returns the number of bytes of the full piece (may exceed cap: then the
  * output is truncated), or -1 if tok is out of range. Control tokens (BOS,
- * EOS) give 0 bytes. If `prev` is -1 or BOS and the vocabulary adds a space
- * prefix, a leading space is dropped, so that decode(encode(s)) == s. */
+ * EOS) give 0 bytes (bpe: other CONTROL and USER_DEFINED tokens give their
+ * text). If `prev` is -1 or BOS and the vocabulary adds a space prefix, a
+ * leading space is dropped, so that decode(encode(s)) == s. */
 int tokenizer_token_to_piece(const tokenizer *t, int32_t prev, int32_t tok, char *buf, size_t cap);
 
 /* Decode a whole sequence into a malloc'd NUL-terminated string (*out);

@@ -23,8 +23,8 @@ static unsigned touch_value(const gguf_value *v, int depth) {
         } else if (v->v.arr.n > 0) {
             if (v->v.arr.elem_type == GGUF_TYPE_STRING || v->v.arr.elem_type == GGUF_TYPE_ARRAY)
                 __builtin_trap(); /* non-empty string/array arrays must have items */
-            acc += (unsigned)(gguf_arr_get_i64(v, 0) + gguf_arr_get_i64(v, v->v.arr.n - 1));
-            acc += (unsigned)gguf_arr_get_f64(v, v->v.arr.n - 1);
+            acc += (unsigned)gguf_arr_get_i64(v, 0) + (unsigned)gguf_arr_get_i64(v, v->v.arr.n - 1);
+            acc += gguf_arr_get_f64(v, v->v.arr.n - 1) > 0.0; /* a float->int cast could be UB */
         }
         break;
     default: acc += (unsigned)v->v.u64; break;

@@ -14,6 +14,7 @@ int cmd_perplexity(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
+int cmd_dequant(int, char**);
 int cmd_bench(int argc, char **argv);
 
 /* Print "subq CMD: error: MSG" as one line on stderr; returns 1 (the exit code). */

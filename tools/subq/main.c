@@ -17,6 +17,7 @@ static const command commands[] = {
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"logits", cmd_logits, "write the logits of a token sequence (testing)"},
     {"synth", cmd_synth, "write a random-weight model of a named shape"},
+    {"dequant", cmd_dequant, "dequantise raw blocks of a ggml type to float32, for testing"},
     {"bench", cmd_bench, "prefill/decode speed vs the machine's bandwidth and sgemm rate"},
 };
 

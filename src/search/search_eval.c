@@ -1,0 +1,133 @@
+/* mass@K / recall@K of the learned space and the raw-QK oracle. Each query
+ * row is scored independently (parallel over rows) into per-row results that
+ * are then summed in row order, so figures do not depend on thread count. */
+#include "search/search_eval.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "search/topk.h"
+
+void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
+    memset(acc, 0, sizeof *acc);
+    if (n_k > SEARCH_EVAL_MAX_K) n_k = SEARCH_EVAL_MAX_K;
+    acc->n_k = n_k;
+    for (int i = 0; i < n_k; i++) acc->k[i] = ks[i];
+}
+
+/* per row and K: mass/recall for learned and oracle */
+enum { R_ML, R_MO, R_RL, R_RO, R_N };
+
+subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
+                              teacher_agg agg, search_eval_acc *acc, int n_threads, subq_error *err) {
+    const int T = x->T, d = x->d_model, nk = acc->n_k;
+    if (T <= 0 || nk == 0) return SUBQ_OK;
+    if (n_threads < 1) n_threads = 1;
+    int kmax = 0;
+    for (int i = 0; i < nk; i++)
+        if (acc->k[i] > kmax) kmax = acc->k[i];
+    const int dkv = x->shape.n_head_kv * x->shape.head_dim;
+    int *start = malloc((size_t)T * sizeof(int));
+    float *Qs = malloc((size_t)T * ds * sizeof(float)), *Ks = malloc((size_t)T * ds * sizeof(float));
+    double *res = calloc((size_t)T * nk * R_N, sizeof(double));
+    unsigned char *counted = calloc((size_t)T * nk, 1);
+    subq_status st = SUBQ_OK;
+    if (!start || !Qs || !Ks || !res || !counted) {
+        st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search evaluation (T = %d)", T);
+        goto done;
+    }
+    if ((st = segment_starts(x->seg, T, start, err))) goto done;
+    /* q_s[t][a] = W_Qs[a] . h[t],  k_s[t][a] = W_Ks[a] . h[t] */
+#pragma omp parallel for num_threads(n_threads) schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *ht = x->h + (size_t)t * d;
+        for (int a = 0; a < ds; a++) {
+            float q = 0.0f, k = 0.0f;
+            for (int i = 0; i < d; i++) {
+                q += wq[(size_t)a * d + i] * ht[i];
+                k += wk[(size_t)a * d + i] * ht[i];
+            }
+            Qs[(size_t)t * ds + a] = q;
+            Ks[(size_t)t * ds + a] = k;
+        }
+    }
+    int oom = 0;
+#pragma omp parallel num_threads(n_threads)
+    {
+        float *p = malloc((size_t)T * sizeof(float)), *sc = malloc((size_t)T * sizeof(float));
+        float *tmp = malloc((size_t)(T > dkv ? T : dkv) * sizeof(float));
+        int *top_t = malloc((size_t)kmax * sizeof(int)), *top_l = malloc((size_t)kmax * sizeof(int));
+        int *top_o = malloc((size_t)kmax * sizeof(int));
+        unsigned char *mark = calloc((size_t)T, 1);
+        int ok = p && sc && tmp && top_t && top_l && top_o && mark;
+        if (!ok) {
+#pragma omp atomic write
+            oom = 1;
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < T; t++) {
+            const int s0 = start[t], n = t - s0 + 1;
+            if (!ok || n < 2) continue;
+            const float *qn = x->q + (size_t)t * x->shape.n_head * x->shape.head_dim;
+            teacher_row(qn, x->k, &x->shape, s0, t, agg, tmp, p);
+            int kk = kmax < n ? kmax : n;
+            topk_indices(p, n, kk, top_t);
+            /* learned scores q_s(t) . k_s(j) */
+            const float *qt = Qs + (size_t)t * ds;
+            for (int i = 0; i < n; i++) {
+                const float *kj = Ks + (size_t)(s0 + i) * ds;
+                float a = 0.0f;
+                for (int c = 0; c < ds; c++) a += qt[c] * kj[c];
+                sc[i] = a;
+            }
+            topk_indices(sc, n, kk, top_l);
+            oracle_scores(qn, x->k, &x->shape, s0, t, tmp, sc);
+            topk_indices(sc, n, kk, top_o);
+            for (int ki = 0; ki < nk; ki++) {
+                const int K = acc->k[ki];
+                if (n <= K) continue;
+                double *r = res + ((size_t)t * nk + ki) * R_N;
+                counted[(size_t)t * nk + ki] = 1;
+                for (int i = 0; i < K; i++) mark[top_t[i]] = 1;
+                for (int i = 0; i < K; i++) {
+                    r[R_ML] += p[top_l[i]];
+                    r[R_MO] += p[top_o[i]];
+                    r[R_RL] += mark[top_l[i]];
+                    r[R_RO] += mark[top_o[i]];
+                }
+                r[R_RL] /= K;
+                r[R_RO] /= K;
+                for (int i = 0; i < K; i++) mark[top_t[i]] = 0;
+            }
+        }
+        free(p);
+        free(sc);
+        free(tmp);
+        free(top_t);
+        free(top_l);
+        free(top_o);
+        free(mark);
+    }
+    if (oom) {
+        st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search evaluation scratch (T = %d)", T);
+        goto done;
+    }
+    for (int t = 0; t < T; t++)
+        for (int ki = 0; ki < nk; ki++) {
+            if (!counted[(size_t)t * nk + ki]) continue;
+            const double *r = res + ((size_t)t * nk + ki) * R_N;
+            acc->mass_learned[ki] += r[R_ML];
+            acc->mass_oracle[ki] += r[R_MO];
+            acc->recall_learned[ki] += r[R_RL];
+            acc->recall_oracle[ki] += r[R_RO];
+            acc->n_queries[ki]++;
+        }
+done:
+    free(start);
+    free(Qs);
+    free(Ks);
+    free(res);
+    free(counted);
+    return st;
+}

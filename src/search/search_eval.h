@@ -1,0 +1,33 @@
+/* Retrieval quality of a search space against the teacher, per layer:
+ *   recall@K = |top-K by score  ∩  teacher top-K| / K
+ *   mass@K   = teacher probability on the top-K by score
+ * for two scorers over the eligible keys of each query:
+ *   learned  q_s(t) . k_s(j)                          (the runtime search score)
+ *   oracle   (1/n_head) sum_h q_h(t) . k_{h/g}(j)     (raw-QK, head-mean native scores)
+ * A query counts for K only when it has more than K eligible keys (with K or
+ * fewer every scorer retrieves everything: recall = mass = 1). */
+#ifndef SUBQ_SEARCH_EVAL_H
+#define SUBQ_SEARCH_EVAL_H
+
+#include <stdint.h>
+
+#include "search/search_loss.h"
+
+#define SEARCH_EVAL_MAX_K 16
+
+typedef struct search_eval_acc {
+    int n_k;
+    int k[SEARCH_EVAL_MAX_K];
+    int64_t n_queries[SEARCH_EVAL_MAX_K];
+    double mass_learned[SEARCH_EVAL_MAX_K], mass_oracle[SEARCH_EVAL_MAX_K];
+    double recall_learned[SEARCH_EVAL_MAX_K], recall_oracle[SEARCH_EVAL_MAX_K];
+} search_eval_acc;
+
+/* Zero an accumulator for the given K values (at most SEARCH_EVAL_MAX_K). */
+void search_eval_init(search_eval_acc *acc, const int *ks, int n_k);
+
+/* Add one layer of one sequence (sums; divide by n_queries for means). */
+subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int d_search,
+                              teacher_agg agg, search_eval_acc *acc, int n_threads, subq_error *err);
+
+#endif

@@ -1,0 +1,63 @@
+/* Distillation losses for search projections, with hand-written gradients
+ * through the linear maps q_s = W_Qs h, k_s = W_Ks h.
+ *
+ * For each query t with eligible keys E_t = [start_t, t] (|E_t| >= 2; a
+ * document's first token has only itself and is skipped), teacher p_t over
+ * E_t (teacher.h), and P_t = the teacher's top-k_pos keys (ties: earlier key):
+ *   InfoNCE  L_t = -log( sum_{j in P_t} e^{z_tj} / sum_{j in E_t} e^{z_tj} ),
+ *            z_tj = cos(q_s(t), k_s(j)) / tau
+ *   KL       K_t = sum_{j in E_t} p_tj (log p_tj - log r_tj),
+ *            r_t = softmax_{E_t}( q_s(t) . k_s(j) / sqrt(d_search) / tau_kl )
+ * The objective of one layer is (alpha sum_t L_t + beta sum_t K_t) / N over
+ * the N non-skipped queries; the trainer averages it over layers. Cosines
+ * use smooth norms |x| = sqrt(x.x + 1e-12) so the loss is differentiable
+ * everywhere.
+ *
+ * Memory is bounded for long sequences: queries are processed in chunks of
+ * rows, so only chunk x T score matrices exist at a time. */
+#ifndef SUBQ_SEARCH_LOSS_H
+#define SUBQ_SEARCH_LOSS_H
+
+#include <stdint.h>
+
+#include "search/teacher.h"
+#include "subq.h"
+
+typedef struct search_loss_params {
+    float tau;        /* InfoNCE temperature (0.07) */
+    float tau_kl;     /* KL student temperature (1.0) */
+    float alpha;      /* InfoNCE weight (1) */
+    float beta;       /* KL weight (1) */
+    int k_pos;        /* teacher top-k positives (16) */
+    teacher_agg agg;  /* head aggregation of the teacher */
+} search_loss_params;
+
+/* One layer of one sequence, as captured at the attention seam. */
+typedef struct search_layer_data {
+    int T;
+    const int32_t *seg;      /* [T] segment ids (non-decreasing) */
+    int d_model;
+    const float *h;          /* [T][d_model] normed hidden state */
+    const float *q, *k;      /* [T][n_head*head_dim], [T][n_head_kv*head_dim], post-RoPE */
+    attn_shape shape;
+} search_layer_data;
+
+typedef struct search_loss_sums {
+    double nce, kl;          /* sums over queries (not averaged) */
+    int64_t n_queries;       /* non-skipped queries */
+} search_loss_sums;
+
+/* Number of non-skipped queries (those with >= 2 eligible keys). */
+int64_t search_count_queries(const int32_t *seg, int T);
+
+/* Loss sums of one layer for projections wq, wk ([d_search][d_model]).
+ * When dwq / dwk are not NULL, adds
+ *   grad_scale * d( alpha sum_t L_t + beta sum_t K_t ) / dW
+ * into them. `chunk_rows` <= 0 picks a default (about 2^20 / T rows).
+ * Deterministic, and independent of n_threads: every gradient element is
+ * summed by one thread in a fixed order. */
+subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int d_search,
+                              const search_loss_params *p, float grad_scale, float *dwq, float *dwk,
+                              search_loss_sums *out, int chunk_rows, int n_threads, subq_error *err);
+
+#endif

@@ -1,0 +1,322 @@
+/* Search projections: the object, applying it, and its GGUF file. */
+#include "search/search_proj.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "model/model.h"
+#include "quant/types.h"
+
+void search_proj_tensor_names(int layer, char *q_name, char *k_name, size_t cap) {
+    if (q_name) snprintf(q_name, cap, "blk.%d.indexer.proj.weight", layer);
+    if (k_name) snprintf(k_name, cap, "blk.%d.indexer.attn_k.weight", layer);
+}
+
+void search_fingerprint_hex(uint64_t fp, char *buf) { snprintf(buf, 17, "%016" PRIx64, fp); }
+
+void search_proj_free(search_proj *p) {
+    if (!p) return;
+    free(p->layers);
+    free(p->wq);
+    free(p->wk);
+    free(p->data);
+    free(p);
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *layers, int n_sel, uint64_t fp,
+                            search_proj **out, subq_error *err) {
+    *out = NULL;
+    if (n_layer <= 0 || n_embd <= 0 || n_sel <= 0 || n_sel > n_layer)
+        return subq_fail(err, SUBQ_ERR_ARG, "search projections need at least one layer of a model with layers");
+    if (d_search <= 0 || d_search > SEARCH_PROJ_MAX_D)
+        return subq_fail(err, SUBQ_ERR_ARG, "d_search %d out of range [1, %d]", d_search, SEARCH_PROJ_MAX_D);
+    search_proj *p = calloc(1, sizeof *p);
+    if (!p) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    p->n_layer = n_layer;
+    p->n_embd = n_embd;
+    p->d_search = d_search;
+    p->model_fingerprint = fp;
+    p->n_sel = n_sel;
+    size_t per = (size_t)d_search * (size_t)n_embd;
+    p->layers = malloc((size_t)n_sel * sizeof(int));
+    p->wq = calloc((size_t)n_layer, sizeof(float *));
+    p->wk = calloc((size_t)n_layer, sizeof(float *));
+    p->data = calloc(2 * per * (size_t)n_sel, sizeof(float));
+    if (!p->layers || !p->wq || !p->wk || !p->data) {
+        search_proj_free(p);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d x %d x %d search projections", n_sel, d_search,
+                         n_embd);
+    }
+    memcpy(p->layers, layers, (size_t)n_sel * sizeof(int));
+    qsort(p->layers, (size_t)n_sel, sizeof(int), cmp_int);
+    for (int i = 0; i < n_sel; i++) {
+        int l = p->layers[i];
+        if (l < 0 || l >= n_layer || (i > 0 && l == p->layers[i - 1])) {
+            search_proj_free(p);
+            return subq_fail(err, SUBQ_ERR_ARG, "search projection layer %d is out of range or repeated (model has %d layers)",
+                             l, n_layer);
+        }
+        p->wq[l] = p->data + (2 * (size_t)i) * per;
+        p->wk[l] = p->data + (2 * (size_t)i + 1) * per;
+    }
+    *out = p;
+    return SUBQ_OK;
+}
+
+void search_proj_init_normal(search_proj *p, float std, uint64_t *rng_state) {
+    size_t per = (size_t)p->d_search * (size_t)p->n_embd;
+    for (int i = 0; i < p->n_sel; i++) {
+        int l = p->layers[i];
+        for (size_t e = 0; e < per; e++) p->wq[l][e] = std * rng_normal(rng_state);
+        for (size_t e = 0; e < per; e++) p->wk[l][e] = std * rng_normal(rng_state);
+    }
+}
+
+subq_status search_proj_random(const subq_model *m, const int *layers, int n_sel, int d_search, uint64_t seed,
+                               search_proj **out, subq_error *err) {
+    subq_status s = search_proj_new(m->hp.n_layer, m->hp.n_embd, d_search, layers, n_sel, model_fingerprint(m), out,
+                                    err);
+    if (s) return s;
+    uint64_t rng = rng_seed(seed);
+    search_proj_init_normal(*out, 1.0f / sqrtf((float)m->hp.n_embd), &rng);
+    return SUBQ_OK;
+}
+
+void search_proj_apply(const search_proj *p, int layer, const float *h, int n, float *q_s, float *k_s,
+                       int n_threads) {
+    const int d = p->n_embd, ds = p->d_search;
+    const float *wq = p->wq[layer], *wk = p->wk[layer];
+    /* q_s[t][a] = sum_i W_Qs[a][i] h[t][i]  (and the same with W_Ks) */
+#pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)n * ds * d >= (1u << 16))
+    for (int t = 0; t < n; t++) {
+        const float *ht = h + (size_t)t * d;
+        for (int a = 0; a < ds; a++) {
+            if (q_s) {
+                const float *w = wq + (size_t)a * d;
+                float acc = 0.0f;
+                for (int i = 0; i < d; i++) acc += w[i] * ht[i];
+                q_s[(size_t)t * ds + a] = acc;
+            }
+            if (k_s) {
+                const float *w = wk + (size_t)a * d;
+                float acc = 0.0f;
+                for (int i = 0; i < d; i++) acc += w[i] * ht[i];
+                k_s[(size_t)t * ds + a] = acc;
+            }
+        }
+    }
+}
+
+/* ---- file I/O ------------------------------------------------------------ */
+
+subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_error *err) {
+    char fp[17];
+    search_fingerprint_hex(p->model_fingerprint, fp);
+    int32_t *layers = malloc((size_t)p->n_sel * sizeof(int32_t));
+    if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < p->n_sel; i++) layers[i] = p->layers[i];
+    subq_status s = SUBQ_OK;
+    s = s ? s : gguf_writer_set_str(w, "general.architecture", SEARCH_PROJ_ARCH);
+    s = s ? s : gguf_writer_set_u32(w, "subq.search.d_search", (uint32_t)p->d_search);
+    s = s ? s : gguf_writer_set_arr(w, "subq.search.layers", GGUF_TYPE_INT32, layers, (uint64_t)p->n_sel);
+    s = s ? s : gguf_writer_set_str(w, "subq.search.model_fingerprint", fp);
+    s = s ? s : gguf_writer_set_u32(w, "subq.search.model_n_embd", (uint32_t)p->n_embd);
+    s = s ? s : gguf_writer_set_u32(w, "subq.search.model_n_layer", (uint32_t)p->n_layer);
+    free(layers);
+    if (s) return subq_fail(err, s, "out of memory building search projection metadata");
+    uint64_t ne[2] = {(uint64_t)p->n_embd, (uint64_t)p->d_search};
+    uint64_t bytes = ne[0] * ne[1] * sizeof(float);
+    for (int i = 0; i < p->n_sel; i++) {
+        int l = p->layers[i];
+        char qn[96], kn[96];
+        search_proj_tensor_names(l, qn, kn, sizeof qn);
+        if ((s = gguf_writer_add_tensor(w, qn, GGML_TYPE_F32, 2, ne, p->wq[l], bytes, 0, err))) return s;
+        if ((s = gguf_writer_add_tensor(w, kn, GGML_TYPE_F32, 2, ne, p->wk[l], bytes, 0, err))) return s;
+    }
+    return SUBQ_OK;
+}
+
+subq_status search_proj_save(const search_proj *p, const char *path, subq_error *err) {
+    gguf_writer *w = gguf_writer_new();
+    if (!w) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    subq_status s = search_proj_to_writer(p, w, err);
+    if (!s) s = gguf_writer_write(w, path, err);
+    gguf_writer_free(w);
+    return s;
+}
+
+/* Parse 16 hex digits; 0 on malformed input. */
+static int parse_hex64(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    int n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0 || n >= 16) return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (n != 16) return 0;
+    *out = v;
+    return 1;
+}
+
+subq_status search_proj_read(const gguf_file *f, const char *path, search_proj **out, subq_error *err) {
+    *out = NULL;
+    subq_error e2 = {0};
+    char arch[64], fps[32];
+    if (gguf_get_str(f, "general.architecture", arch, sizeof arch, &e2) || strcmp(arch, SEARCH_PROJ_ARCH) != 0)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s is not a search projection file (general.architecture is %s%s%s, expected \"%s\")",
+                         path, e2.code ? "missing" : "\"", e2.code ? "" : arch, e2.code ? "" : "\"", SEARCH_PROJ_ARCH);
+    uint32_t d_search, n_embd, n_layer;
+    const gguf_value *arr;
+    uint64_t fp;
+    if (gguf_get_u32(f, "subq.search.d_search", &d_search, &e2) ||
+        gguf_get_u32(f, "subq.search.model_n_embd", &n_embd, &e2) ||
+        gguf_get_u32(f, "subq.search.model_n_layer", &n_layer, &e2) ||
+        gguf_get_arr(f, "subq.search.layers", GGUF_TYPE_INT32, &arr, &e2) ||
+        gguf_get_str(f, "subq.search.model_fingerprint", fps, sizeof fps, &e2))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
+    if (!parse_hex64(fps, &fp))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.search.model_fingerprint '%s' is not 16 hex digits", path, fps);
+    if (d_search == 0 || d_search > SEARCH_PROJ_MAX_D || n_embd == 0 || n_embd > (1u << 20) || n_layer == 0 ||
+        n_layer > 4096)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: implausible sizes (d_search %u, d_model %u, %u layers)", path,
+                         d_search, n_embd, n_layer);
+    uint64_t n_sel = arr->v.arr.n;
+    if (n_sel == 0 || n_sel > n_layer)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.search.layers has %" PRIu64 " entries for a %u-layer model",
+                         path, n_sel, n_layer);
+    int *layers = malloc(n_sel * sizeof(int));
+    if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (uint64_t i = 0; i < n_sel; i++) {
+        int64_t l = gguf_arr_get_i64(arr, i);
+        if (l < 0 || l >= (int64_t)n_layer) {
+            free(layers);
+            return subq_fail(err, SUBQ_ERR_FORMAT, "%s: layer %" PRId64 " in subq.search.layers is outside 0..%u", path,
+                             l, n_layer - 1);
+        }
+        layers[i] = (int)l;
+    }
+    search_proj *p;
+    subq_status s = search_proj_new((int)n_layer, (int)n_embd, (int)d_search, layers, (int)n_sel, fp, &p, &e2);
+    free(layers);
+    if (s) return subq_fail(err, s == SUBQ_ERR_NOMEM ? s : SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
+    for (int i = 0; i < p->n_sel; i++) {
+        int l = p->layers[i];
+        char names[2][96];
+        search_proj_tensor_names(l, names[0], names[1], sizeof names[0]);
+        for (int w = 0; w < 2; w++) {
+            const gguf_tensor *t = gguf_find_tensor(f, names[w]);
+            if (!t) {
+                search_proj_free(p);
+                return subq_fail(err, SUBQ_ERR_FORMAT, "%s: tensor %s is missing", path, names[w]);
+            }
+            if (t->type != GGML_TYPE_F32) {
+                search_proj_free(p);
+                return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: tensor %s is not f32 (ggml type %u)", path, names[w],
+                                 t->type);
+            }
+            if (t->n_dims != 2 || t->ne[0] != n_embd || t->ne[1] != d_search) {
+                search_proj_free(p);
+                return subq_fail(err, SUBQ_ERR_SHAPE, "%s: tensor %s has shape %" PRIu64 " x %" PRIu64 ", expected %u x %u",
+                                 path, names[w], t->ne[0], t->ne[1], n_embd, d_search);
+            }
+            memcpy(w == 0 ? p->wq[l] : p->wk[l], t->data, (size_t)n_embd * d_search * sizeof(float));
+        }
+    }
+    *out = p;
+    return SUBQ_OK;
+}
+
+subq_status search_proj_load(const char *path, const subq_model *m, search_proj **out, subq_error *err) {
+    *out = NULL;
+    gguf_file *f;
+    subq_status s = gguf_open(path, &f, err);
+    if (s) return s;
+    search_proj *p;
+    s = search_proj_read(f, path, &p, err);
+    gguf_close(f);
+    if (s) return s;
+    uint64_t mine = model_fingerprint(m);
+    char a[17], b[17];
+    search_fingerprint_hex(p->model_fingerprint, a);
+    search_fingerprint_hex(mine, b);
+    if (p->model_fingerprint != mine) {
+        search_proj_free(p);
+        return subq_fail(err, SUBQ_ERR_MISMATCH,
+                         "%s was trained for another model (fingerprint %s, this model %s); retrain with subq train-search -m MODEL",
+                         path, a, b);
+    }
+    if (p->n_embd != m->hp.n_embd || p->n_layer != m->hp.n_layer) {
+        int pe = p->n_embd, pl = p->n_layer;
+        search_proj_free(p);
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "%s is for a model with d_model %d and %d layers, this model has %d and %d",
+                         path, pe, pl, m->hp.n_embd, m->hp.n_layer);
+    }
+    *out = p;
+    return SUBQ_OK;
+}
+
+/* ---- layer lists ------------------------------------------------------------ */
+
+/* one signed integer at *s; advances *s. 0 if none */
+static int parse_signed(const char **s, long *v) {
+    const char *p = *s;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (*p < '0' || *p > '9') return 0;
+    long x = 0;
+    while (*p >= '0' && *p <= '9') {
+        x = x * 10 + (*p - '0');
+        if (x > 1000000) return 0;
+        p++;
+    }
+    *v = neg ? -x : x;
+    *s = p;
+    return 1;
+}
+
+subq_status search_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err) {
+    memset(mask, 0, (size_t)n_layer);
+    if (!strcmp(s, "all")) {
+        memset(mask, 1, (size_t)n_layer);
+        return SUBQ_OK;
+    }
+    if (!strcmp(s, "none") || !*s) return SUBQ_OK;
+    const char *p = s;
+    for (;;) {
+        long a, b;
+        if (!parse_signed(&p, &a))
+            return subq_fail(err, SUBQ_ERR_ARG, "bad layer list '%s': expected 'all', 'none' or e.g. '1,3,5-7,-1'", s);
+        b = a;
+        if (*p == '-') {
+            p++;
+            if (!parse_signed(&p, &b))
+                return subq_fail(err, SUBQ_ERR_ARG, "bad layer range in '%s': expected e.g. '5-7' or '2--1'", s);
+        }
+        if (a < 0) a += n_layer;
+        if (b < 0) b += n_layer;
+        if (a < 0 || b < 0 || a >= n_layer || b >= n_layer || a > b)
+            return subq_fail(err, SUBQ_ERR_ARG, "layer list '%s' names layers outside 0..%d (or an empty range)", s,
+                             n_layer - 1);
+        for (long l = a; l <= b; l++) mask[l] = 1;
+        if (*p == '\0') break;
+        if (*p != ',')
+            return subq_fail(err, SUBQ_ERR_ARG, "bad layer list '%s': unexpected '%c'", s, *p);
+        p++;
+    }
+    return SUBQ_OK;
+}

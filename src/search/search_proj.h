@@ -1,0 +1,83 @@
+/* Learned search projections: per chosen layer i, W_Qs^i and W_Ks^i
+ * (d_search x d_model) map the normed hidden state h entering attention to a
+ * search space, q_s = W_Qs h and k_s = W_Ks h, where a query's nearest keys
+ * should be the keys the frozen model attends to.
+ *
+ * File format (GGUF, general.architecture = "subq-search"), tensors in the
+ * orientation llama.cpp uses for weights (ne = {d_model, d_search}: d_search
+ * rows of d_model floats), f32, so they can be merged into a model GGUF:
+ *   blk.{i}.indexer.proj.weight    W_Qs
+ *   blk.{i}.indexer.attn_k.weight  W_Ks
+ * metadata: subq.search.d_search (u32), subq.search.layers (i32 array),
+ * subq.search.model_fingerprint (16 hex digits of model_fingerprint()),
+ * subq.search.model_n_embd, subq.search.model_n_layer (u32), plus whatever
+ * the trainer adds (step, loss.*, config.*). */
+#ifndef SUBQ_SEARCH_PROJ_H
+#define SUBQ_SEARCH_PROJ_H
+
+#include <stdint.h>
+
+#include "gguf/gguf.h"
+#include "subq.h"
+
+#define SEARCH_PROJ_ARCH "subq-search"
+#define SEARCH_PROJ_MAX_D 65536
+
+typedef struct search_proj {
+    int n_layer;                 /* layers of the model it belongs to */
+    int n_embd;                  /* d_model */
+    int d_search;
+    uint64_t model_fingerprint;
+    int n_sel;                   /* layers that have projections ... */
+    int *layers;                 /* ... ascending: [n_sel] */
+    float **wq, **wk;            /* [n_layer]: [d_search][n_embd] row-major, NULL where absent */
+    float *data;                 /* one block holding every matrix */
+} search_proj;
+
+/* Zero projections of width d_search for `layers` (n_sel distinct indices
+ * in [0, n_layer), any order) of a model with n_embd and fingerprint fp. */
+subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *layers, int n_sel, uint64_t fp,
+                            search_proj **out, subq_error *err);
+void search_proj_free(search_proj *p);
+
+/* Fill every matrix with N(0, std^2) from the caller's rng state, layer by
+ * layer in ascending order, W_Qs then W_Ks, row-major. */
+void search_proj_init_normal(search_proj *p, float std, uint64_t *rng_state);
+
+/* Random (untrained) projections of width d_search for the given layers of
+ * model m, N(0, 1/d_model): a baseline and a stand-in for speed tests. */
+subq_status search_proj_random(const subq_model *m, const int *layers, int n_sel, int d_search, uint64_t seed,
+                               search_proj **out, subq_error *err);
+
+/* Load a projection file for model m. A file made for another model is
+ * refused with SUBQ_ERR_MISMATCH; a malformed one with SUBQ_ERR_FORMAT /
+ * SUBQ_ERR_SHAPE / SUBQ_ERR_UNSUPPORTED, naming the file. */
+subq_status search_proj_load(const char *path, const subq_model *m, search_proj **out, subq_error *err);
+
+/* Read the projections of an open file without checking them against a
+ * model (the caller compares model_fingerprint itself). */
+subq_status search_proj_read(const gguf_file *f, const char *path, search_proj **out, subq_error *err);
+
+/* Add the tensors and the core subq.search.* metadata to a writer (tensor
+ * data is referenced, not copied: keep p alive until the write). */
+subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_error *err);
+/* Write a file with just the core metadata (atomic). */
+subq_status search_proj_save(const search_proj *p, const char *path, subq_error *err);
+
+/* q_s[t] = W_Qs h[t], k_s[t] = W_Ks h[t] for n rows of h (n x n_embd) at
+ * `layer` (which must have projections); either output may be NULL. */
+void search_proj_apply(const search_proj *p, int layer, const float *h, int n, float *q_s, float *k_s,
+                       int n_threads);
+
+/* Tensor names of layer i. */
+void search_proj_tensor_names(int layer, char *q_name, char *k_name, size_t cap);
+/* "%016llx" of a fingerprint into buf (>= 17 bytes). */
+void search_fingerprint_hex(uint64_t fp, char *buf);
+
+/* Parse a layer list over a model of n_layer layers: "all", "none", or comma
+ * separated indices and ranges ("1,3,5-7"); negative indices count from the
+ * end (-1 = last layer; "2--1" = 2 to the last). Sets mask[l] = 1 for each
+ * listed layer (mask is cleared first). */
+subq_status search_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err);
+
+#endif

@@ -1,0 +1,951 @@
+/* Byte-level BPE (tokenizer.ggml.model = "gpt2"); see bpe.h for the outline.
+ *
+ * Pre-split regexes per tokenizer.ggml.pre, as llama.cpp's llama-vocab.cpp
+ * spells them (itself adapted from each model's tokenizer.json):
+ *   gpt2 / default : OpenAI GPT-2's pattern
+ *   qwen2          : Qwen2's pattern, (?i:'s|...) spelled out as '[sS]|...
+ *   llama3         : Qwen2's pattern with digits in groups of \p{N}{1,3}
+ *   smollm         : every \p{N} character on its own, then GPT-2's pattern
+ *                    on the spans between (HF: Digits(individual) + ByteLevel)
+ * Text that no alternative matches becomes a word of its own (llama.cpp
+ * does the same); these patterns cover every character, so it cannot occur.
+ *
+ * Merging runs on token ids: a word's bytes start as their single-byte
+ * tokens; the pair table maps (left id, right id) -> (rank, merged id), and
+ * a min-heap keyed (rank, left position) picks the next merge. An entry is
+ * stale unless both sides still hold the ids it was queued with and are
+ * still adjacent (ids only ever grow into longer tokens, so this is exact).
+ * This is the priority-queue BPE of HF tokenizers and llama.cpp, which can
+ * differ from GPT-2's original "merge every occurrence of the best pair"
+ * loop when a merge list uses a token before the merge that creates it.
+ *
+ * Words repeat a lot in real text, so one encode call memoises the ids of
+ * short words in a small hash table (per call: the vocabulary stays
+ * read-only and may be shared between threads). */
+#include "tokenize/bpe.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "tokenize/tokenizer.h"
+#include "tokenize/utf8.h"
+
+/* Same bounds as the SentencePiece loader (see tokenizer.c). */
+#define BPE_MAX_VOCAB (1 << 24)
+#define BPE_MAX_TOKEN_LEN (1 << 16)
+#define BPE_MAX_TEXT ((size_t)INT32_MAX - 8)
+/* Words up to this many bytes are memoised during one encode call. */
+#define BPE_CACHE_WORD_MAX 48
+
+/* ---- pre-tokenizer regexes ------------------------------------------------- */
+
+static const char RE_GPT2[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
+static const char RE_QWEN2[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_LLAMA3[] =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+static const char RE_DIGIT[] = "\\p{N}";
+
+typedef struct bpe_pre_def {
+    const char *name;     /* value of tokenizer.ggml.pre */
+    const char *canon;    /* what bpe_pre_name reports */
+    const char *re_main;
+    const char *re_isolate; /* matches become words of their own first; NULL: none */
+    bool ignore_merges;   /* a word that is itself a token is emitted whole (Llama 3) */
+    bool add_bos;         /* default of tokenizer.ggml.add_bos_token */
+} bpe_pre_def;
+
+static const bpe_pre_def pre_defs[] = {
+    {"default", "gpt2", RE_GPT2, NULL, false, false},
+    {"gpt2", "gpt2", RE_GPT2, NULL, false, false},
+    {"gpt-2", "gpt2", RE_GPT2, NULL, false, false},
+    {"qwen2", "qwen2", RE_QWEN2, NULL, false, false},
+    {"llama-bpe", "llama3", RE_LLAMA3, NULL, true, true},
+    {"llama3", "llama3", RE_LLAMA3, NULL, true, true},
+    {"llama-v3", "llama3", RE_LLAMA3, NULL, true, true},
+    {"smollm", "smollm", RE_GPT2, RE_DIGIT, false, false},
+};
+#define PRE_SUPPORTED "default, gpt2, gpt-2, qwen2, llama-bpe, llama3, llama-v3, smollm"
+
+/* ---- GPT-2 bytes_to_unicode ------------------------------------------------
+ * Printable Latin-1 bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for
+ * themselves; the other 68 bytes, in increasing order, for U+0100.. U+0143. */
+
+uint32_t bpe_byte_to_cp(uint8_t b) {
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return b;
+    if (b <= 0x20) return 0x100u + b;                  /* 33 bytes: U+0100..U+0120 */
+    if (b >= 0x7F && b <= 0xA0) return 0x121u + (b - 0x7F); /* 34 bytes: U+0121..U+0142 */
+    return 0x143;                                      /* 0xAD */
+}
+
+int bpe_cp_to_byte(uint32_t cp) {
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+        return (int)cp;
+    if (cp >= 0x100 && cp <= 0x120) return (int)(cp - 0x100);
+    if (cp >= 0x121 && cp <= 0x142) return (int)(cp - 0x121 + 0x7F);
+    if (cp == 0x143) return 0xAD;
+    return -1;
+}
+
+/* UTF-8 of the code point standing for byte b (all are < U+0800). */
+static int byte_utf8(uint8_t b, char out[2]) {
+    uint32_t cp = bpe_byte_to_cp(b);
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+/* ---- the vocabulary ---------------------------------------------------------- */
+
+struct bpe_vocab {
+    int n_vocab;
+    int bos, eos, unk, pad;        /* -1 when absent */
+    bool add_bos;
+    const bpe_pre_def *pre;
+
+    char *text;                    /* token texts back to back (byte alphabet / raw for specials) */
+    size_t *text_off;              /* n_vocab + 1 */
+    int32_t *type;
+    char *piece;                   /* decoded bytes back to back */
+    size_t *piece_off;             /* n_vocab + 1 */
+
+    int32_t *map;                  /* text -> id, open addressing, -1 empty */
+    size_t map_mask;
+
+    int n_merges;
+    uint64_t *pair_key;            /* left << 32 | right; UINT64_MAX empty */
+    int32_t *pair_rank, *pair_res;
+    size_t pair_mask;
+
+    int32_t byte_tok[256];         /* token of each single byte, -1 if none */
+
+    int32_t *special;              /* CONTROL/USER_DEFINED ids by (first byte, length desc, id) */
+    int n_special;
+    int32_t special_start[257];    /* special[special_start[c] .. special_start[c+1]) start with byte c */
+
+    pcre2_code *re_main, *re_isolate;
+};
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a mix so the low bits spread */
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 0x100000001b3ull;
+    }
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 31;
+    x *= 0x7fb5d329728ea185ull;
+    x ^= x >> 27;
+    x *= 0x81dadef4bc2dd44dull;
+    x ^= x >> 33;
+    return x;
+}
+
+static inline size_t tok_len(const bpe_vocab *b, int32_t id) {
+    return b->text_off[id + 1] - b->text_off[id];
+}
+
+static int32_t lookup(const bpe_vocab *b, const char *s, size_t n) {
+    size_t i = (size_t)hash_bytes(s, n) & b->map_mask;
+    for (;;) {
+        int32_t id = b->map[i];
+        if (id < 0) return -1;
+        if (tok_len(b, id) == n && memcmp(b->text + b->text_off[id], s, n) == 0) return id;
+        i = (i + 1) & b->map_mask;
+    }
+}
+
+/* Later duplicates replace earlier ones, as llama.cpp's token_to_id does. */
+static void map_insert(bpe_vocab *b, int32_t id) {
+    const char *s = b->text + b->text_off[id];
+    size_t n = tok_len(b, id);
+    size_t i = (size_t)hash_bytes(s, n) & b->map_mask;
+    for (;;) {
+        int32_t cur = b->map[i];
+        if (cur < 0 || (tok_len(b, cur) == n && memcmp(b->text + b->text_off[cur], s, n) == 0)) {
+            b->map[i] = id;
+            return;
+        }
+        i = (i + 1) & b->map_mask;
+    }
+}
+
+/* Rank and result of merging (l, r); false if no merge joins them. */
+static inline bool pair_find(const bpe_vocab *b, int32_t l, int32_t r, int32_t *rank,
+                             int32_t *res) {
+    uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+    size_t i = (size_t)mix64(key) & b->pair_mask;
+    for (;;) {
+        uint64_t k = b->pair_key[i];
+        if (k == key) {
+            *rank = b->pair_rank[i];
+            *res = b->pair_res[i];
+            return true;
+        }
+        if (k == UINT64_MAX) return false;
+        i = (i + 1) & b->pair_mask;
+    }
+}
+
+/* First occurrence wins (llama.cpp keeps the first rank of a repeated pair). */
+static void pair_insert(bpe_vocab *b, int32_t l, int32_t r, int32_t rank, int32_t res) {
+    uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+    size_t i = (size_t)mix64(key) & b->pair_mask;
+    for (;;) {
+        uint64_t k = b->pair_key[i];
+        if (k == key) return;
+        if (k == UINT64_MAX) {
+            b->pair_key[i] = key;
+            b->pair_rank[i] = rank;
+            b->pair_res[i] = res;
+            return;
+        }
+        i = (i + 1) & b->pair_mask;
+    }
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+
+/* Printable copy of at most 48 bytes of s (non-printable bytes as '?'), so a
+ * hostile string cannot break a one-line message. */
+static const char *printable(const char *s, size_t n, char buf[64]) {
+    size_t m = n < 48 ? n : 48;
+    for (size_t i = 0; i < m; i++) {
+        unsigned char c = (unsigned char)s[i];
+        buf[i] = (c >= 0x20 && c < 0x7F) ? (char)c : '?';
+    }
+    if (n > m) memcpy(buf + m, "...", 3), m += 3;
+    buf[m] = '\0';
+    return buf;
+}
+
+/* Absent, 0xFFFFFFFF or -1: none; other values outside the vocabulary are
+ * format errors (the same rule as the SentencePiece loader). */
+static subq_status special_id(const gguf_file *f, const char *key, int n_vocab, int *out,
+                              subq_error *err) {
+    *out = -1;
+    const gguf_kv *kv = gguf_find_kv(f, key);
+    if (!kv) return SUBQ_OK;
+    gguf_type ty = kv->value.type;
+    if ((ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_INT32 ||
+         ty == GGUF_TYPE_INT64) &&
+        kv->value.v.i64 < 0) {
+        if (kv->value.v.i64 == -1) return SUBQ_OK;
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %lld is not a valid token id", key,
+                         (long long)kv->value.v.i64);
+    }
+    uint32_t v = 0;
+    subq_status st = gguf_get_u32(f, key, &v, err);
+    if (st != SUBQ_OK) return st;
+    if (v == 0xFFFFFFFFu) return SUBQ_OK;
+    if (v >= (uint32_t)n_vocab)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u is out of range (vocabulary has %d tokens)",
+                         key, v, n_vocab);
+    *out = (int)v;
+    return SUBQ_OK;
+}
+
+static bool is_int_type(gguf_type ty) {
+    return ty == GGUF_TYPE_UINT8 || ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_UINT16 ||
+           ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_UINT32 || ty == GGUF_TYPE_INT32 ||
+           ty == GGUF_TYPE_UINT64 || ty == GGUF_TYPE_INT64;
+}
+
+static subq_status compile_re(const char *pattern, pcre2_code **out, subq_error *err) {
+    int code = 0;
+    PCRE2_SIZE off = 0;
+    *out = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code,
+                         &off, NULL);
+    if (!*out) {
+        PCRE2_UCHAR msg[160];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                         "cannot compile the pre-tokenizer regex at offset %zu: %s (PCRE2 %d)",
+                         (size_t)off, (const char *)msg, code);
+    }
+    /* The JIT is several times faster; without it (not built in, no
+     * executable memory) pcre2_match interprets the same pattern. */
+    (void)pcre2_jit_compile(*out, PCRE2_JIT_COMPLETE);
+    return SUBQ_OK;
+}
+
+/* Order specials by (first byte, length desc, id): insertion sort per
+ * bucket; there are few specials (tens to a few hundred). */
+static void sort_specials(bpe_vocab *b) {
+    int32_t *s = b->special;
+    for (int i = 1; i < b->n_special; i++) {
+        int32_t x = s[i];
+        uint8_t cx = (uint8_t)b->text[b->text_off[x]];
+        size_t lx = tok_len(b, x);
+        int j = i - 1;
+        for (; j >= 0; j--) {
+            int32_t y = s[j];
+            uint8_t cy = (uint8_t)b->text[b->text_off[y]];
+            size_t ly = tok_len(b, y);
+            bool after = cy > cx || (cy == cx && (ly < lx || (ly == lx && y > x)));
+            if (!after) break;
+            s[j + 1] = y;
+        }
+        s[j + 1] = x;
+    }
+    int k = 0;
+    for (int c = 0; c <= 256; c++) {
+        while (k < b->n_special && (uint8_t)b->text[b->text_off[s[k]]] < c) k++;
+        b->special_start[c] = k;
+    }
+}
+
+subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) {
+    if (!out) return subq_fail(err, SUBQ_ERR_ARG, "bpe_from_gguf: out is NULL");
+    *out = NULL;
+    if (!f) return subq_fail(err, SUBQ_ERR_ARG, "bpe_from_gguf: file is NULL");
+    subq_status st;
+
+    /* Pre-tokenizer first: an unsupported one is the most useful message. */
+    const bpe_pre_def *pre = &pre_defs[0];
+    const gguf_kv *pkv = gguf_find_kv(f, "tokenizer.ggml.pre");
+    if (pkv) {
+        if (pkv->value.type != GGUF_TYPE_STRING)
+            return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.pre has type %s, expected string",
+                             gguf_type_name(pkv->value.type));
+        gguf_str p = pkv->value.v.str;
+        pre = NULL;
+        for (size_t i = 0; i < sizeof pre_defs / sizeof pre_defs[0]; i++) {
+            if (p.len == strlen(pre_defs[i].name) && memcmp(p.data, pre_defs[i].name, p.len) == 0) {
+                pre = &pre_defs[i];
+                break;
+            }
+        }
+        if (!pre) {
+            char buf[64];
+            return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                             "pre-tokenizer tokenizer.ggml.pre = '%s' is not supported (supported: %s)",
+                             printable(p.data, (size_t)p.len, buf), PRE_SUPPORTED);
+        }
+    }
+
+    /* Tokens and types. */
+    if (!gguf_find_kv(f, "tokenizer.ggml.tokens"))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "missing key tokenizer.ggml.tokens");
+    const gguf_value *toks = NULL;
+    if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks, err)) != SUBQ_OK)
+        return st;
+    uint64_t n64 = toks->v.arr.n;
+    if (n64 == 0) return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens is empty");
+    if (n64 > BPE_MAX_VOCAB)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries (max %d)",
+                         (unsigned long long)n64, BPE_MAX_VOCAB);
+    int n = (int)n64;
+    const gguf_kv *tkv = gguf_find_kv(f, "tokenizer.ggml.token_type");
+    const gguf_value *types = NULL;
+    if (tkv) {
+        if (tkv->value.type != GGUF_TYPE_ARRAY || !is_int_type(tkv->value.v.arr.elem_type))
+            return subq_fail(err, SUBQ_ERR_FORMAT,
+                             "tokenizer.ggml.token_type must be an array of int32");
+        types = &tkv->value;
+        if (types->v.arr.n != n64)
+            return subq_fail(err, SUBQ_ERR_FORMAT,
+                             "tokenizer.ggml.token_type has %llu entries but there are %d tokens",
+                             (unsigned long long)types->v.arr.n, n);
+    }
+
+    /* Merges (required: without them byte-level BPE is just bytes). */
+    if (!gguf_find_kv(f, "tokenizer.ggml.merges"))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "missing key tokenizer.ggml.merges (needed by gpt2 vocabularies)");
+    const gguf_value *merges = NULL;
+    if ((st = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &merges, err)) != SUBQ_OK)
+        return st;
+    if (merges->v.arr.n > BPE_MAX_VOCAB)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.merges has %llu entries (max %d)",
+                         (unsigned long long)merges->v.arr.n, BPE_MAX_VOCAB);
+    int n_merges = (int)merges->v.arr.n;
+
+    int bos, eos, unk, pad;
+    if ((st = special_id(f, "tokenizer.ggml.bos_token_id", n, &bos, err)) != SUBQ_OK) return st;
+    if ((st = special_id(f, "tokenizer.ggml.eos_token_id", n, &eos, err)) != SUBQ_OK) return st;
+    if ((st = special_id(f, "tokenizer.ggml.unknown_token_id", n, &unk, err)) != SUBQ_OK) return st;
+    if ((st = special_id(f, "tokenizer.ggml.padding_token_id", n, &pad, err)) != SUBQ_OK) return st;
+    bool add_bos = pre->add_bos;
+    if ((st = gguf_get_bool_or(f, "tokenizer.ggml.add_bos_token", pre->add_bos, &add_bos, err)) !=
+        SUBQ_OK)
+        return st;
+    if (add_bos && bos < 0)
+        return subq_fail(err, SUBQ_ERR_FORMAT,
+                         "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
+
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t len = toks->v.arr.items[i].v.str.len;
+        if (len > BPE_MAX_TOKEN_LEN)
+            return subq_fail(err, SUBQ_ERR_FORMAT, "token %d is %llu bytes long (max %d)", i,
+                             (unsigned long long)len, BPE_MAX_TOKEN_LEN);
+        total += (size_t)len; /* <= 2^24 * 2^16: no overflow */
+    }
+
+    bpe_vocab *b = calloc(1, sizeof *b);
+    if (!b) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating the tokenizer");
+    b->n_vocab = n;
+    b->bos = bos, b->eos = eos, b->unk = unk, b->pad = pad;
+    b->add_bos = add_bos;
+    b->pre = pre;
+    b->n_merges = n_merges;
+
+    size_t cap = 1;
+    while (cap < (size_t)n * 2) cap <<= 1; /* load factor <= 1/2 keeps probes short */
+    b->map_mask = cap - 1;
+    size_t pcap = 1;
+    while (pcap < (size_t)n_merges * 2 + 2) pcap <<= 1;
+    b->pair_mask = pcap - 1;
+    b->text = malloc(total + 1);
+    b->piece = malloc(total + 1);
+    b->text_off = malloc(((size_t)n + 1) * sizeof *b->text_off);
+    b->piece_off = malloc(((size_t)n + 1) * sizeof *b->piece_off);
+    b->type = malloc((size_t)n * sizeof *b->type);
+    b->map = malloc(cap * sizeof *b->map);
+    b->pair_key = malloc(pcap * sizeof *b->pair_key);
+    b->pair_rank = malloc(pcap * sizeof *b->pair_rank);
+    b->pair_res = malloc(pcap * sizeof *b->pair_res);
+    b->special = malloc((size_t)n * sizeof *b->special);
+    char *mbuf = NULL;
+    if (!b->text || !b->piece || !b->text_off || !b->piece_off || !b->type || !b->map ||
+        !b->pair_key || !b->pair_rank || !b->pair_res || !b->special) {
+        st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading a vocabulary of %d tokens", n);
+        goto fail;
+    }
+
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        gguf_str s = toks->v.arr.items[i].v.str;
+        b->text_off[i] = off;
+        if (s.len) memcpy(b->text + off, s.data, (size_t)s.len);
+        off += (size_t)s.len;
+        int64_t ty = types ? gguf_arr_get_i64(types, (uint64_t)i) : TOKEN_TYPE_NORMAL;
+        if (ty < 0 || ty > TOKEN_TYPE_BYTE) ty = TOKEN_TYPE_NORMAL; /* unknown kinds: plain text */
+        b->type[i] = (int32_t)ty;
+    }
+    b->text_off[n] = off;
+    b->text[off] = '\0';
+    memset(b->map, 0xFF, cap * sizeof *b->map); /* all -1 */
+    for (int i = 0; i < n; i++) map_insert(b, i);
+
+    /* Single-byte symbols. */
+    for (int c = 0; c < 256; c++) {
+        char u[2];
+        int l = byte_utf8((uint8_t)c, u);
+        b->byte_tok[c] = lookup(b, u, (size_t)l);
+    }
+
+    /* Merges "A B" -> (id(A), id(B)) with rank = index and result id(AB). */
+    memset(b->pair_key, 0xFF, pcap * sizeof *b->pair_key);
+    size_t mcap = 0;
+    for (int i = 0; i < n_merges; i++) {
+        gguf_str m = merges->v.arr.items[i].v.str;
+        char pb[64], qb[64];
+        size_t sp = 1; /* as llama.cpp: the first space after the first byte */
+        while (sp < m.len && m.data[sp] != ' ') sp++;
+        if (m.len < 3 || sp >= m.len - 1) {
+            st = subq_fail(err, SUBQ_ERR_FORMAT,
+                           "tokenizer.ggml.merges[%d] = '%s' is not two tokens separated by a space",
+                           i, printable(m.data, (size_t)m.len, pb));
+            goto fail;
+        }
+        const char *rs = m.data + sp + 1;
+        size_t ln = sp, rn = (size_t)m.len - sp - 1;
+        int32_t l = lookup(b, m.data, ln), r = lookup(b, rs, rn);
+        if (l < 0 || r < 0) {
+            st = subq_fail(err, SUBQ_ERR_FORMAT,
+                           "tokenizer.ggml.merges[%d] = '%s' names '%s', which is not a token", i,
+                           printable(m.data, (size_t)m.len, pb),
+                           l < 0 ? printable(m.data, ln, qb) : printable(rs, rn, qb));
+            goto fail;
+        }
+        if (ln + rn > mcap) {
+            size_t nc = (ln + rn) * 2;
+            char *nb = realloc(mbuf, nc);
+            if (!nb) {
+                st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading merges");
+                goto fail;
+            }
+            mbuf = nb, mcap = nc;
+        }
+        memcpy(mbuf, m.data, ln);
+        memcpy(mbuf + ln, rs, rn);
+        int32_t res = lookup(b, mbuf, ln + rn);
+        if (res < 0) {
+            st = subq_fail(err, SUBQ_ERR_FORMAT,
+                           "tokenizer.ggml.merges[%d] = '%s' makes '%s', which is not a token", i,
+                           printable(m.data, (size_t)m.len, pb), printable(mbuf, ln + rn, qb));
+            goto fail;
+        }
+        pair_insert(b, l, r, (int32_t)i, res);
+    }
+    free(mbuf);
+    mbuf = NULL;
+
+    /* Special tokens, matched in the raw text before the pre-split. Only
+     * canonical ids (a duplicate text maps to its last id) and valid UTF-8
+     * texts: a match then starts and ends on character boundaries, so the
+     * spans left for the regex stay valid UTF-8. */
+    b->n_special = 0;
+    for (int i = 0; i < n; i++) {
+        if (b->type[i] != TOKEN_TYPE_CONTROL && b->type[i] != TOKEN_TYPE_USER_DEFINED) continue;
+        size_t len = tok_len(b, i);
+        const char *s = b->text + b->text_off[i];
+        if (len == 0 || utf8_validate(s, len) != len || lookup(b, s, len) != i) continue;
+        b->special[b->n_special++] = i;
+    }
+    sort_specials(b);
+
+    /* Decoded pieces. */
+    size_t poff = 0;
+    for (int i = 0; i < n; i++) {
+        const char *s = b->text + b->text_off[i];
+        size_t len = tok_len(b, i);
+        int ty = b->type[i];
+        b->piece_off[i] = poff;
+        if (ty == TOKEN_TYPE_UNKNOWN || (ty == TOKEN_TYPE_CONTROL && (i == bos || i == eos))) {
+            /* nothing: BOS/EOS/unk are not text */
+        } else if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED) {
+            memcpy(b->piece + poff, s, len); /* matched in raw text, so stored raw */
+            poff += len;
+        } else {
+            /* Each character of the byte alphabet -> its byte; anything else
+             * (not produced by a GPT-2 style converter) is copied as is. */
+            for (size_t j = 0; j < len;) {
+                uint32_t cp = 0;
+                int cl = utf8_decode((const uint8_t *)s + j, len - j, &cp);
+                int byte = cl > 0 ? bpe_cp_to_byte(cp) : -1;
+                if (byte >= 0) {
+                    b->piece[poff++] = (char)byte;
+                    j += (size_t)cl;
+                } else {
+                    size_t k = cl > 0 ? (size_t)cl : 1;
+                    memcpy(b->piece + poff, s + j, k);
+                    poff += k, j += k;
+                }
+            }
+        }
+    }
+    b->piece_off[n] = poff;
+
+    if ((st = compile_re(pre->re_main, &b->re_main, err)) != SUBQ_OK) goto fail;
+    if (pre->re_isolate && (st = compile_re(pre->re_isolate, &b->re_isolate, err)) != SUBQ_OK)
+        goto fail;
+
+    *out = b;
+    return SUBQ_OK;
+fail:
+    free(mbuf);
+    bpe_free(b);
+    return st;
+}
+
+void bpe_free(bpe_vocab *b) {
+    if (!b) return;
+    free(b->text);
+    free(b->text_off);
+    free(b->piece);
+    free(b->piece_off);
+    free(b->type);
+    free(b->map);
+    free(b->pair_key);
+    free(b->pair_rank);
+    free(b->pair_res);
+    free(b->special);
+    pcre2_code_free(b->re_main);
+    pcre2_code_free(b->re_isolate);
+    free(b);
+}
+
+int bpe_n_vocab(const bpe_vocab *b) { return b->n_vocab; }
+int bpe_bos(const bpe_vocab *b) { return b->bos; }
+int bpe_eos(const bpe_vocab *b) { return b->eos; }
+bool bpe_add_bos(const bpe_vocab *b) { return b->add_bos; }
+const char *bpe_pre_name(const bpe_vocab *b) { return b->pre->canon; }
+
+const char *bpe_piece(const bpe_vocab *b, int32_t tok, size_t *n) {
+    *n = b->piece_off[tok + 1] - b->piece_off[tok];
+    return b->piece + b->piece_off[tok];
+}
+
+/* ---- encode -------------------------------------------------------------------- */
+
+typedef struct bpe_sym {
+    int32_t tok;  /* -1: a byte without a token; -2: merged into its left neighbour */
+    int32_t prev, next;
+} bpe_sym;
+
+typedef struct bpe_cand {
+    int32_t rank, res;   /* merge rank and merged id */
+    int32_t left, right; /* symbol indices */
+    int32_t ltok, rtok;  /* their ids when queued */
+} bpe_cand;
+
+/* Memo of short words -> ids for one encode call: open addressing over
+ * entries whose bytes and ids live in two growing pools. */
+typedef struct bpe_centry {
+    uint32_t word_off, ids_off;
+    uint8_t word_len, n_ids; /* both <= BPE_CACHE_WORD_MAX */
+} bpe_centry;
+
+typedef struct bpe_cache {
+    uint32_t *slot; /* 0 empty, else entry index + 1 */
+    size_t mask;
+    bpe_centry *ent;
+    size_t n, ent_cap;
+    char *words;
+    size_t words_n, words_cap;
+    int32_t *ids;
+    size_t ids_n, ids_cap;
+} bpe_cache;
+
+typedef struct bpe_work {
+    const bpe_vocab *b;
+    pcre2_match_data *md;
+    bpe_sym *sym;
+    size_t sym_cap;
+    bpe_cand *heap;
+    size_t heap_n, heap_cap;
+    char *mapped;          /* word in the byte alphabet (whole-word lookup) */
+    size_t mapped_cap;
+    int32_t *out;
+    size_t cap, count;
+    bpe_cache cache;
+} bpe_work;
+
+static inline void emit(bpe_work *w, int32_t id) {
+    if (w->count < w->cap) w->out[w->count] = id;
+    w->count++;
+}
+
+static inline bool cand_before(const bpe_cand *x, const bpe_cand *y) {
+    return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
+}
+
+static bool heap_push(bpe_work *w, bpe_cand c) {
+    if (w->heap_n == w->heap_cap) {
+        size_t cap = w->heap_cap ? w->heap_cap * 2 : 256;
+        bpe_cand *a = realloc(w->heap, cap * sizeof *a);
+        if (!a) return false;
+        w->heap = a, w->heap_cap = cap;
+    }
+    size_t i = w->heap_n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!cand_before(&c, &w->heap[p])) break;
+        w->heap[i] = w->heap[p];
+        i = p;
+    }
+    w->heap[i] = c;
+    return true;
+}
+
+static bpe_cand heap_pop(bpe_work *w) {
+    bpe_cand top = w->heap[0];
+    bpe_cand last = w->heap[--w->heap_n];
+    size_t i = 0, n = w->heap_n;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && cand_before(&w->heap[c + 1], &w->heap[c])) c++;
+        if (!cand_before(&w->heap[c], &last)) break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (n) w->heap[i] = last;
+    return top;
+}
+
+static bool try_pair(bpe_work *w, int32_t left, int32_t right) {
+    if (left < 0 || right < 0) return true;
+    int32_t lt = w->sym[left].tok, rt = w->sym[right].tok;
+    if (lt < 0 || rt < 0) return true;
+    bpe_cand c = {0, 0, left, right, lt, rt};
+    if (!pair_find(w->b, lt, rt, &c.rank, &c.res)) return true;
+    return heap_push(w, c);
+}
+
+static subq_status emit_byte(bpe_work *w, uint8_t c, subq_error *err) {
+    int32_t id = w->b->byte_tok[c] >= 0 ? w->b->byte_tok[c] : w->b->unk;
+    if (id < 0)
+        return subq_fail(err, SUBQ_ERR_TOKENIZE,
+                         "no token for byte 0x%02X (no byte token and no unknown token)", c);
+    emit(w, id);
+    return SUBQ_OK;
+}
+
+/* Merge one word (raw bytes s[0..n), n > 0) and emit its ids. */
+static subq_status bpe_merge_word(bpe_work *w, const uint8_t *s, size_t n, subq_error *err) {
+    const bpe_vocab *b = w->b;
+    if (b->pre->ignore_merges) {
+        /* Llama 3: a word that is a token is taken whole, even when the
+         * merges would not build it. */
+        if (2 * n > w->mapped_cap) {
+            size_t c = w->mapped_cap ? w->mapped_cap : 256;
+            while (c < 2 * n) c *= 2;
+            char *m = realloc(w->mapped, c);
+            if (!m) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+            w->mapped = m, w->mapped_cap = c;
+        }
+        size_t mn = 0;
+        for (size_t i = 0; i < n; i++) mn += (size_t)byte_utf8(s[i], w->mapped + mn);
+        int32_t id = lookup(b, w->mapped, mn);
+        if (id >= 0) {
+            emit(w, id);
+            return SUBQ_OK;
+        }
+    }
+    if (n == 1) return emit_byte(w, s[0], err);
+
+    if (n > w->sym_cap) {
+        size_t c = w->sym_cap ? w->sym_cap : 256;
+        while (c < n) c *= 2;
+        bpe_sym *sym = realloc(w->sym, c * sizeof *sym);
+        if (!sym) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+        w->sym = sym, w->sym_cap = c;
+    }
+    bpe_sym *sym = w->sym;
+    for (size_t i = 0; i < n; i++) {
+        sym[i].tok = b->byte_tok[s[i]];
+        sym[i].prev = (int32_t)i - 1;
+        sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
+    }
+    w->heap_n = 0;
+    for (size_t i = 1; i < n; i++)
+        if (!try_pair(w, (int32_t)i - 1, (int32_t)i)) goto nomem;
+    while (w->heap_n > 0) {
+        bpe_cand c = heap_pop(w);
+        bpe_sym *l = &sym[c.left], *r = &sym[c.right];
+        if (l->tok != c.ltok || r->tok != c.rtok || l->next != c.right) continue; /* stale */
+        l->tok = c.res;
+        l->next = r->next;
+        if (r->next >= 0) sym[r->next].prev = c.left;
+        r->tok = -2;
+        if (!try_pair(w, l->prev, c.left) || !try_pair(w, c.left, l->next)) goto nomem;
+    }
+    /* Symbol 0 is never absorbed (merges fold right into left). A symbol
+     * still at -1 is a byte no token stands for (it never merged). */
+    for (int32_t i = 0; i >= 0; i = sym[i].next) {
+        if (sym[i].tok >= 0) {
+            emit(w, sym[i].tok);
+        } else {
+            subq_status st = emit_byte(w, s[i], err);
+            if (st != SUBQ_OK) return st;
+        }
+    }
+    return SUBQ_OK;
+nomem:
+    return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+}
+
+/* Cached word: ids of a word seen earlier in this call, or NULL. */
+static const int32_t *cache_get(const bpe_cache *c, const char *s, size_t n, uint64_t h,
+                                size_t *n_ids) {
+    if (!c->slot) return NULL;
+    for (size_t i = (size_t)h & c->mask;; i = (i + 1) & c->mask) {
+        uint32_t e = c->slot[i];
+        if (e == 0) return NULL;
+        const bpe_centry *en = &c->ent[e - 1];
+        if (en->word_len == n && memcmp(c->words + en->word_off, s, n) == 0) {
+            *n_ids = en->n_ids;
+            return c->ids + en->ids_off;
+        }
+    }
+}
+
+static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return false;
+    *p = q, *cap = c;
+    return true;
+}
+
+/* Remember word -> ids. Failing to allocate only loses the memo. */
+static void cache_put(bpe_cache *c, const char *s, size_t n, uint64_t h, const int32_t *ids,
+                      size_t n_ids) {
+    if (c->n >= (1u << 20)) return; /* bounds memory (< 256 MiB); real texts need far fewer */
+    if (!c->slot || 2 * (c->n + 1) > c->mask + 1) {
+        size_t cap = c->slot ? 2 * (c->mask + 1) : 4096;
+        uint32_t *slot = calloc(cap, sizeof *slot);
+        if (!slot) return;
+        for (size_t e = 0; e < c->n; e++) { /* rehash */
+            const bpe_centry *en = &c->ent[e];
+            size_t i = (size_t)hash_bytes(c->words + en->word_off, en->word_len) & (cap - 1);
+            while (slot[i]) i = (i + 1) & (cap - 1);
+            slot[i] = (uint32_t)e + 1;
+        }
+        free(c->slot);
+        c->slot = slot, c->mask = cap - 1;
+    }
+    if (!grow((void **)&c->ent, &c->ent_cap, c->n + 1, sizeof *c->ent) ||
+        !grow((void **)&c->words, &c->words_cap, c->words_n + n, 1) ||
+        !grow((void **)&c->ids, &c->ids_cap, c->ids_n + n_ids, sizeof *c->ids))
+        return;
+    bpe_centry *en = &c->ent[c->n];
+    en->word_off = (uint32_t)c->words_n, en->ids_off = (uint32_t)c->ids_n;
+    en->word_len = (uint8_t)n, en->n_ids = (uint8_t)n_ids;
+    memcpy(c->words + c->words_n, s, n);
+    memcpy(c->ids + c->ids_n, ids, n_ids * sizeof *ids);
+    c->words_n += n, c->ids_n += n_ids;
+    size_t i = (size_t)h & c->mask;
+    while (c->slot[i]) i = (i + 1) & c->mask;
+    c->slot[i] = (uint32_t)++c->n;
+}
+
+static void cache_free(bpe_cache *c) {
+    free(c->slot);
+    free(c->ent);
+    free(c->words);
+    free(c->ids);
+}
+
+static subq_status bpe_word(bpe_work *w, const char *s, size_t n, subq_error *err) {
+    if (n == 0) return SUBQ_OK;
+    if (n == 1 || n > BPE_CACHE_WORD_MAX) return bpe_merge_word(w, (const uint8_t *)s, n, err);
+    uint64_t h = hash_bytes(s, n);
+    size_t n_ids = 0;
+    const int32_t *ids = cache_get(&w->cache, s, n, h, &n_ids);
+    if (ids) {
+        for (size_t i = 0; i < n_ids; i++) emit(w, ids[i]);
+        return SUBQ_OK;
+    }
+    /* Merge into a local buffer first: the caller's buffer may be full. */
+    int32_t local[BPE_CACHE_WORD_MAX];
+    int32_t *out = w->out;
+    size_t cap = w->cap, count = w->count;
+    w->out = local, w->cap = BPE_CACHE_WORD_MAX, w->count = 0;
+    subq_status st = bpe_merge_word(w, (const uint8_t *)s, n, err);
+    size_t got = w->count; /* <= n <= BPE_CACHE_WORD_MAX: one id per byte at most */
+    w->out = out, w->cap = cap, w->count = count;
+    if (st != SUBQ_OK) return st;
+    for (size_t i = 0; i < got; i++) emit(w, local[i]);
+    cache_put(&w->cache, s, n, h, local, got);
+    return SUBQ_OK;
+}
+
+static subq_status re_fail(int rc, size_t at, subq_error *err) {
+    PCRE2_UCHAR msg[160];
+    pcre2_get_error_message(rc, msg, sizeof msg);
+    return subq_fail(err, SUBQ_ERR_TOKENIZE, "pre-tokenizer regex failed at byte %zu: %s", at,
+                     (const char *)msg);
+}
+
+/* Length of the UTF-8 character at s (s valid, n > 0). */
+static size_t char_len(const char *s, size_t n) {
+    size_t l = 1;
+    while (l < n && ((uint8_t)s[l] & 0xC0) == 0x80) l++;
+    return l;
+}
+
+/* Cut s[0..n) into words with `re` and merge each. `base` is s's offset in
+ * the text, for messages. */
+static subq_status split_words(bpe_work *w, const pcre2_code *re, const char *s, size_t n,
+                               size_t base, subq_error *err) {
+    size_t off = 0;
+    subq_status st;
+    while (off < n) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, w->md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) return bpe_word(w, s + off, n - off, err);
+        if (rc < 0) return re_fail(rc, base + off, err);
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
+        size_t ms = (size_t)ov[0], me = (size_t)ov[1];
+        if (ms < off || me < ms || me > n) return re_fail(PCRE2_ERROR_INTERNAL, base + off, err);
+        if (ms > off && (st = bpe_word(w, s + off, ms - off, err)) != SUBQ_OK) return st;
+        if (me == ms) me = ms + char_len(s + ms, n - ms); /* empty match: take one character */
+        if ((st = bpe_word(w, s + ms, me - ms, err)) != SUBQ_OK) return st;
+        off = me;
+    }
+    return SUBQ_OK;
+}
+
+/* Pre-split one span of text without special tokens. */
+static subq_status split_span(bpe_work *w, const char *s, size_t n, size_t base, subq_error *err) {
+    const bpe_vocab *b = w->b;
+    if (!b->re_isolate) return split_words(w, b->re_main, s, n, base, err);
+    /* Isolated matches are words; the main pattern sees each gap alone. */
+    size_t off = 0;
+    subq_status st;
+    while (off < n) {
+        int rc = pcre2_match(b->re_isolate, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, w->md, NULL);
+        if (rc == PCRE2_ERROR_NOMATCH) return split_words(w, b->re_main, s + off, n - off, base + off, err);
+        if (rc < 0) return re_fail(rc, base + off, err);
+        const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
+        size_t ms = (size_t)ov[0], me = (size_t)ov[1];
+        if (ms < off || me < ms || me > n) return re_fail(PCRE2_ERROR_INTERNAL, base + off, err);
+        if (ms > off &&
+            (st = split_words(w, b->re_main, s + off, ms - off, base + off, err)) != SUBQ_OK)
+            return st;
+        if (me == ms) me = ms + char_len(s + ms, n - ms);
+        if ((st = bpe_word(w, s + ms, me - ms, err)) != SUBQ_OK) return st;
+        off = me;
+    }
+    return SUBQ_OK;
+}
+
+/* Leftmost special token at or after `from` (the longest one there):
+ * returns its start, or len if there is none. */
+static size_t find_special(const bpe_vocab *b, const char *text, size_t len, size_t from,
+                           int32_t *id, size_t *n) {
+    for (size_t i = from; i < len; i++) {
+        uint8_t c = (uint8_t)text[i];
+        int32_t k0 = b->special_start[c], k1 = b->special_start[c + 1];
+        for (int32_t k = k0; k < k1; k++) {
+            int32_t s = b->special[k];
+            size_t l = tok_len(b, s);
+            if (l <= len - i && memcmp(text + i, b->text + b->text_off[s], l) == 0) {
+                *id = s, *n = l;
+                return i;
+            }
+        }
+    }
+    return len;
+}
+
+subq_status bpe_encode(const bpe_vocab *b, const char *text, size_t len, int32_t *out, size_t cap,
+                       size_t *count, subq_error *err) {
+    if (len > BPE_MAX_TEXT)
+        return subq_fail(err, SUBQ_ERR_ARG, "text of %zu bytes is too long to tokenise", len);
+    bpe_work w = {0};
+    w.b = b;
+    w.out = out, w.cap = cap, w.count = *count;
+    /* One match block serves both patterns (sized for the larger). */
+    w.md = pcre2_match_data_create(4, NULL);
+    if (!w.md) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+    subq_status st = SUBQ_OK;
+    size_t pos = 0;
+    while (pos < len && st == SUBQ_OK) {
+        int32_t sid = -1;
+        size_t sn = 0;
+        size_t s = find_special(b, text, len, pos, &sid, &sn);
+        if (s > pos) st = split_span(&w, text + pos, s - pos, pos, err);
+        if (st == SUBQ_OK && s < len) emit(&w, sid);
+        pos = s + sn;
+    }
+    pcre2_match_data_free(w.md);
+    cache_free(&w.cache);
+    free(w.sym);
+    free(w.heap);
+    free(w.mapped);
+    if (st == SUBQ_OK) *count = w.count;
+    return st;
+}

@@ -1,0 +1,372 @@
+/* Loading, tokenising, splitting and packing training text (corpus.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "train/corpus.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "model/model.h"
+#include "train/jsonl.h"
+
+#define SPLIT_SEED 0x5EEDC0DEull /* fixed: the held-out set does not move with --seed */
+#define MAX_DIR_DEPTH 16
+
+subq_status corpus_new(const subq_model *m, const corpus_params *p, train_corpus **out, subq_error *err) {
+    *out = NULL;
+    if (p->seq < 2) return subq_fail(err, SUBQ_ERR_ARG, "sequence length %d is too short (need >= 2)", p->seq);
+    if (!(p->eval_frac >= 0.0f && p->eval_frac < 1.0f))
+        return subq_fail(err, SUBQ_ERR_ARG, "eval fraction %g must be in [0, 1)", (double)p->eval_frac);
+    train_corpus *c = calloc(1, sizeof *c);
+    if (!c) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    c->p = *p;
+    c->bos = tokenizer_add_bos(m->tok) ? tokenizer_bos(m->tok) : -1;
+    *out = c;
+    return SUBQ_OK;
+}
+
+static void split_free(corpus_split *s) {
+    free(s->first);
+    free(s->order);
+}
+
+void corpus_free(train_corpus *c) {
+    if (!c) return;
+    free(c->tok);
+    free(c->piece_off);
+    free(c->piece_len);
+    free(c->piece_eval);
+    split_free(&c->train);
+    split_free(&c->eval);
+    free(c);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 1;
+    size_t nc = *cap ? *cap : 1024;
+    while (nc < need) nc *= 2;
+    void *np = realloc(*p, nc * elem);
+    if (!np) return 0;
+    *p = np;
+    *cap = nc;
+    return 1;
+}
+
+/* Append one piece: optional BOS + toks[0..n). */
+static subq_status add_piece(train_corpus *c, const int32_t *toks, int n, int is_eval, subq_error *err) {
+    int len = n + (c->bos >= 0);
+    if (len < 2) return SUBQ_OK; /* no query with an earlier key: nothing to learn */
+    if (!grow((void **)&c->tok, &c->cap_tok, c->n_tok + (size_t)len, sizeof(int32_t)))
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory holding %zu training tokens", c->n_tok);
+    if (c->n_pieces == c->cap_pieces) { /* the three per-piece arrays share one capacity */
+        int nc = c->cap_pieces ? 2 * c->cap_pieces : 1024;
+        int64_t *off = realloc(c->piece_off, (size_t)nc * sizeof(int64_t));
+        if (off) c->piece_off = off;
+        int32_t *pl = realloc(c->piece_len, (size_t)nc * sizeof(int32_t));
+        if (pl) c->piece_len = pl;
+        unsigned char *pe = realloc(c->piece_eval, (size_t)nc);
+        if (pe) c->piece_eval = pe;
+        if (!off || !pl || !pe) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d pieces", nc);
+        c->cap_pieces = nc;
+    }
+    c->piece_off[c->n_pieces] = (int64_t)c->n_tok;
+    c->piece_len[c->n_pieces] = len;
+    c->piece_eval[c->n_pieces] = (unsigned char)is_eval;
+    c->n_pieces++;
+    if (c->bos >= 0) c->tok[c->n_tok++] = c->bos;
+    memcpy(c->tok + c->n_tok, toks, (size_t)n * sizeof(int32_t));
+    c->n_tok += (size_t)n;
+    return SUBQ_OK;
+}
+
+subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
+                            const char *where, subq_error *err) {
+    /* one id per byte bounds any tokenisation */
+    int32_t *toks = malloc((len + 1) * sizeof(int32_t));
+    if (!toks) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenizing %s (%zu bytes)", where, len);
+    size_t n = 0;
+    subq_error e2 = {0};
+    subq_status s = tokenizer_encode(m->tok, text, len, false, toks, len + 1, &n, &e2);
+    if (s) {
+        free(toks);
+        return subq_fail(err, s, "%s: %s", where, e2.msg);
+    }
+    if (n > 0) {
+        is_eval ? c->n_eval_docs++ : c->n_docs++;
+        /* cut into pieces of seq tokens including the BOS each one gets */
+        int body = c->p.seq - (c->bos >= 0);
+        for (size_t off = 0; off < n && !s; off += (size_t)body) {
+            size_t k = n - off < (size_t)body ? n - off : (size_t)body;
+            s = add_piece(c, toks + off, (int)k, is_eval, err);
+        }
+    }
+    free(toks);
+    return s;
+}
+
+static subq_status read_file(const char *path, char **out, size_t *len, subq_error *err) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return subq_fail(err, SUBQ_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = realloc(buf, cap * 2 + 1);
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory reading %s", path);
+    if (bad) {
+        free(buf);
+        return subq_fail(err, SUBQ_ERR_IO, "error reading %s", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return SUBQ_OK;
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static subq_status add_jsonl(train_corpus *c, const subq_model *m, const char *path, const char *buf, size_t len,
+                             int is_eval, subq_error *err) {
+    size_t line_no = 0;
+    for (size_t i = 0; i < len;) {
+        size_t j = i;
+        while (j < len && buf[j] != '\n') j++;
+        line_no++;
+        size_t k = i;
+        while (k < j && (buf[k] == ' ' || buf[k] == '\t' || buf[k] == '\r')) k++;
+        if (k < j) { /* not blank */
+            char *text;
+            size_t tlen;
+            int found;
+            subq_error e2 = {0};
+            if (jsonl_text(buf + i, j - i, &text, &tlen, &found, &e2))
+                return subq_fail(err, e2.code, "%s:%zu: %s", path, line_no, e2.msg);
+            if (!found) return subq_fail(err, SUBQ_ERR_FORMAT, "%s:%zu: record has no \"text\" member", path, line_no);
+            char where[600];
+            snprintf(where, sizeof where, "%s:%zu", path, line_no);
+            subq_status s = corpus_add_text(c, m, text, tlen, is_eval, where, err);
+            free(text);
+            if (s) return s;
+        }
+        i = j + 1;
+    }
+    return SUBQ_OK;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static subq_status add_path_rec(train_corpus *c, const subq_model *m, const char *path, int is_eval, int depth,
+                                subq_error *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) return subq_fail(err, SUBQ_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    if (S_ISREG(st.st_mode)) {
+        char *buf;
+        size_t len;
+        subq_status s = read_file(path, &buf, &len, err);
+        if (s) return s;
+        if (ends_with(path, ".jsonl")) s = add_jsonl(c, m, path, buf, len, is_eval, err);
+        else s = corpus_add_text(c, m, buf, len, is_eval, path, err);
+        free(buf);
+        return s;
+    }
+    if (!S_ISDIR(st.st_mode)) return subq_fail(err, SUBQ_ERR_IO, "%s is neither a file nor a directory", path);
+    if (depth >= MAX_DIR_DEPTH) return subq_fail(err, SUBQ_ERR_IO, "%s: directories nested deeper than %d", path, MAX_DIR_DEPTH);
+    DIR *d = opendir(path);
+    if (!d) return subq_fail(err, SUBQ_ERR_IO, "cannot open directory %s: %s", path, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    subq_status s = SUBQ_OK;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        if (!grow((void **)&names, &cap, n + 1, sizeof(char *)) || !(names[n] = strdup(e->d_name))) {
+            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory listing %s", path);
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (!s) qsort(names, n, sizeof(char *), cmp_str);
+    for (size_t i = 0; i < n && !s; i++) {
+        size_t L = strlen(path) + strlen(names[i]) + 2;
+        char *full = malloc(L);
+        if (!full) {
+            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+            break;
+        }
+        snprintf(full, L, "%s/%s", path, names[i]);
+        s = add_path_rec(c, m, full, is_eval, depth + 1, err);
+        free(full);
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return s;
+}
+
+subq_status corpus_add_path(train_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err) {
+    return add_path_rec(c, m, path, is_eval, 0, err);
+}
+
+/* Fisher-Yates shuffle of v[0..n) */
+static void shuffle(int *v, int n, uint64_t *rng) {
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(rng_next_u64(rng) % (uint64_t)(i + 1));
+        int t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+/* Sequences over pieces ids[0..n): greedy packing in order, or one each. */
+static subq_status build_split(train_corpus *c, corpus_split *sp, const int *ids, int n, subq_error *err) {
+    sp->order = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
+    sp->first = malloc((size_t)(n + 1) * sizeof(int));
+    if (!sp->order || !sp->first) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    memcpy(sp->order, ids, (size_t)n * sizeof(int));
+    sp->n_seq = 0;
+    sp->n_tokens = 0;
+    sp->max_len = 0;
+    int fill = 0;
+    for (int i = 0; i < n; i++) {
+        int len = c->piece_len[ids[i]];
+        if (i == 0 || !c->p.pack || fill + len > c->p.seq) {
+            if (i > 0 && fill > sp->max_len) sp->max_len = fill;
+            sp->first[sp->n_seq++] = i;
+            fill = 0;
+        }
+        fill += len;
+        sp->n_tokens += len;
+    }
+    if (fill > sp->max_len) sp->max_len = fill;
+    sp->first[sp->n_seq] = n;
+    return SUBQ_OK;
+}
+
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001B3ull;
+    }
+    return h;
+}
+
+subq_status corpus_finish(train_corpus *c, subq_error *err) {
+    if (c->n_pieces == 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "the training data hold no text (every document is empty)");
+    int *tr = malloc((size_t)c->n_pieces * sizeof(int)), *ev = malloc((size_t)c->n_pieces * sizeof(int));
+    if (!tr || !ev) {
+        free(tr);
+        free(ev);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    int ntr = 0, nev = 0;
+    if (c->n_eval_docs > 0) {
+        for (int i = 0; i < c->n_pieces; i++) {
+            if (c->piece_eval[i]) ev[nev++] = i;
+            else tr[ntr++] = i;
+        }
+    } else {
+        /* a fixed-seed permutation of the pieces: its first round(frac * n)
+         * are held out (at least one when frac > 0, never all) */
+        int *perm = malloc((size_t)c->n_pieces * sizeof(int));
+        if (!perm) {
+            free(tr);
+            free(ev);
+            return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        }
+        for (int i = 0; i < c->n_pieces; i++) perm[i] = i;
+        uint64_t rng = rng_seed(SPLIT_SEED);
+        shuffle(perm, c->n_pieces, &rng);
+        int n_eval = (int)((double)c->p.eval_frac * c->n_pieces + 0.5);
+        if (c->p.eval_frac > 0 && n_eval == 0) n_eval = 1;
+        if (n_eval >= c->n_pieces) n_eval = c->n_pieces - 1;
+        unsigned char *is_ev = calloc((size_t)c->n_pieces, 1);
+        if (!is_ev) {
+            free(perm);
+            free(tr);
+            free(ev);
+            return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        }
+        for (int i = 0; i < n_eval; i++) is_ev[perm[i]] = 1;
+        /* both splits keep corpus order (eval) / get the training shuffle below */
+        for (int i = 0; i < c->n_pieces; i++) {
+            if (is_ev[i]) ev[nev++] = i;
+            else tr[ntr++] = i;
+        }
+        free(is_ev);
+        free(perm);
+    }
+    subq_status s = SUBQ_OK;
+    if (ntr == 0) s = subq_fail(err, SUBQ_ERR_ARG, "no training text left after the held-out split (%d pieces)", c->n_pieces);
+    if (!s) {
+        uint64_t rng = rng_seed(c->p.seed);
+        shuffle(tr, ntr, &rng); /* mix documents before packing */
+        s = build_split(c, &c->train, tr, ntr, err);
+    }
+    if (!s) s = build_split(c, &c->eval, ev, nev, err);
+    free(tr);
+    free(ev);
+    if (s) return s;
+    /* fingerprint: the token stream of both splits in sequence order, and the packing */
+    uint64_t h = 0xCBF29CE484222325ull;
+    const corpus_split *sps[2] = {&c->train, &c->eval};
+    for (int k = 0; k < 2; k++) {
+        const corpus_split *sp = sps[k];
+        h = fnv(h, &sp->n_seq, sizeof sp->n_seq);
+        h = fnv(h, sp->first, (size_t)(sp->n_seq + 1) * sizeof(int));
+        for (int i = 0; i < sp->first[sp->n_seq]; i++) {
+            int pc = sp->order[i];
+            h = fnv(h, c->tok + c->piece_off[pc], (size_t)c->piece_len[pc] * sizeof(int32_t));
+        }
+    }
+    c->fingerprint = h;
+    return SUBQ_OK;
+}
+
+int corpus_get(const train_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg) {
+    int n = 0;
+    for (int k = sp->first[i]; k < sp->first[i + 1]; k++) {
+        int pc = sp->order[k];
+        const int32_t *src = c->tok + c->piece_off[pc];
+        for (int j = 0; j < c->piece_len[pc]; j++) {
+            tok[n] = src[j];
+            if (pos) pos[n] = j;
+            if (seg) seg[n] = k - sp->first[i];
+            n++;
+        }
+    }
+    return n;
+}
+
+int corpus_train_index(const train_corpus *c, uint64_t cursor, uint64_t seed, int *perm, uint64_t *perm_epoch) {
+    const int n = c->train.n_seq;
+    uint64_t epoch = cursor / (uint64_t)n;
+    if (*perm_epoch != epoch) {
+        for (int i = 0; i < n; i++) perm[i] = i;
+        uint64_t rng = rng_seed(seed ^ (0x9E3779B97F4A7C15ull * (epoch + 1)));
+        shuffle(perm, n, &rng);
+        *perm_epoch = epoch;
+    }
+    return perm[cursor % (uint64_t)n];
+}

@@ -1,0 +1,82 @@
+/* Training data for distillation: documents from plain-text files,
+ * directories of them and JSON-lines files ({"text": ...} per line),
+ * tokenised with the model's tokenizer and cut into sequences.
+ *
+ *   document  one text file, or one JSONL record
+ *   piece     a document, or a --seq sized part of a longer one: BOS (when the
+ *             vocabulary adds one) + up to seq-1 tokens; positions restart at
+ *             0 in every piece, which the model never sees across
+ *   sequence  packed: consecutive pieces filling up to seq tokens, one segment
+ *             id per piece (block-causal attention); unpacked: one piece
+ *
+ * Held-out split: a deterministic fraction of the pieces (a fixed seed, not
+ * the training seed, so every run of a corpus evaluates on the same text),
+ * or the pieces of explicitly given evaluation files. Splitting by piece
+ * rather than by whole file keeps the split fair when a corpus is a handful
+ * of book-sized files. */
+#ifndef SUBQ_TRAIN_CORPUS_H
+#define SUBQ_TRAIN_CORPUS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "subq.h"
+
+typedef struct corpus_params {
+    int seq;            /* max tokens per sequence, BOS included (>= 2) */
+    int pack;           /* 1: pack pieces into sequences; 0: one piece per sequence */
+    float eval_frac;    /* fraction of pieces held out when no eval files were added */
+    uint64_t seed;      /* order of the training pieces before packing */
+} corpus_params;
+
+/* A list of sequences, each a run of pieces. */
+typedef struct corpus_split {
+    int n_seq;
+    int *first;         /* [n_seq + 1]: sequence i is pieces order[first[i] .. first[i+1]) */
+    int *order;         /* piece ids */
+    int64_t n_tokens;
+    int max_len;        /* longest sequence */
+} corpus_split;
+
+typedef struct train_corpus {
+    corpus_params p;
+    int bos;            /* BOS id prepended to every piece, -1 for none */
+    int32_t *tok;       /* all pieces' tokens back to back */
+    size_t n_tok, cap_tok;
+    int64_t *piece_off; /* [n_pieces] */
+    int32_t *piece_len;
+    unsigned char *piece_eval; /* piece came from an evaluation file */
+    int n_pieces, cap_pieces;
+    int n_docs, n_eval_docs;
+    corpus_split train, eval;
+    uint64_t fingerprint; /* of tokens, split and packing: resume checks it */
+} train_corpus;
+
+subq_status corpus_new(const subq_model *m, const corpus_params *p, train_corpus **out, subq_error *err);
+void corpus_free(train_corpus *c);
+
+/* Add a file (".jsonl": one document per non-blank line, else the whole file
+ * is one document) or a directory (every regular file under it, recursively,
+ * in name order, hidden names skipped). is_eval: the documents go to the
+ * held-out split. */
+subq_status corpus_add_path(train_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err);
+/* Add one document from memory. `where` names it in error messages. */
+subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
+                            const char *where, subq_error *err);
+
+/* Split and pack; call once after adding everything. SUBQ_ERR_ARG when there
+ * is nothing to train on. */
+subq_status corpus_finish(train_corpus *c, subq_error *err);
+
+/* Materialise sequence i of a split: tokens, positions (restarting at 0 per
+ * piece) and segment ids (0, 1, ... per piece). Buffers hold p.seq entries.
+ * Returns the length. */
+int corpus_get(const train_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg);
+
+/* Index into c->train of the sequence at data cursor `cursor` (sequences
+ * consumed so far): epoch e = cursor / n_seq visits the sequences in a
+ * permutation drawn from (seed, e). `perm` caches the permutation of epoch
+ * *perm_epoch (n_seq ints; set *perm_epoch = UINT64_MAX initially). */
+int corpus_train_index(const train_corpus *c, uint64_t cursor, uint64_t seed, int *perm, uint64_t *perm_epoch);
+
+#endif

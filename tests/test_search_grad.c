@@ -1,0 +1,329 @@
+/* Analytic gradients of the search-projection losses (InfoNCE and KL,
+ * src/search/search_loss.c) against central finite differences of an
+ * independent double-precision implementation of the same objective, on
+ * random small problems with block-causal segments, GQA and both head
+ * aggregations. Also: the loss values agree, results do not depend on the
+ * thread count or the query-row chunking, and top-k / teacher basics. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "search/search_loss.h"
+#include "search/teacher.h"
+#include "search/topk.h"
+#include "test_util.h"
+
+typedef struct problem {
+    int T, d, ds, nh, nkv, hd;
+    int32_t seg[64];
+    float *h, *q, *k, *wq, *wk;
+} problem;
+
+static float *randn(int n, float std, uint64_t *rng) {
+    float *v = malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < n; i++) v[i] = std * rng_normal(rng);
+    return v;
+}
+
+static void problem_free(problem *P) {
+    free(P->h);
+    free(P->q);
+    free(P->k);
+    free(P->wq);
+    free(P->wk);
+}
+
+/* ---- the objective in double, written from the definitions --------------- */
+
+/* teacher p[j] for j in [s, t] (double) */
+static void ref_teacher(const problem *P, int t, int s, teacher_agg agg, double *p) {
+    int n = t - s + 1, g = P->nh / P->nkv;
+    double sc[64];
+    for (int j = 0; j < n; j++) p[j] = 0;
+    for (int h = 0; h < P->nh; h++) {
+        double mx = -1e300, sum = 0;
+        for (int j = 0; j < n; j++) {
+            double dsum = 0;
+            for (int c = 0; c < P->hd; c++)
+                dsum += (double)P->q[(size_t)t * P->nh * P->hd + h * P->hd + c] *
+                        P->k[(size_t)(s + j) * P->nkv * P->hd + (h / g) * P->hd + c];
+            sc[j] = dsum / sqrt((double)P->hd);
+            if (sc[j] > mx) mx = sc[j];
+        }
+        for (int j = 0; j < n; j++) sum += (sc[j] = exp(sc[j] - mx));
+        for (int j = 0; j < n; j++) {
+            double v = sc[j] / sum;
+            if (agg == TEACHER_AGG_MEAN) p[j] += v / P->nh;
+            else if (v > p[j]) p[j] = v;
+        }
+    }
+    if (agg == TEACHER_AGG_MAX) {
+        double sum = 0;
+        for (int j = 0; j < n; j++) sum += p[j];
+        for (int j = 0; j < n; j++) p[j] /= sum;
+    }
+}
+
+/* alpha * sum_t InfoNCE_t + beta * sum_t KL_t with W given in double */
+static double ref_objective(const problem *P, const double *wq, const double *wk, const search_loss_params *lp,
+                            double *nce_out, double *kl_out) {
+    int T = P->T, d = P->d, ds = P->ds;
+    double qs[64][16], ks[64][16];
+    for (int t = 0; t < T; t++)
+        for (int a = 0; a < ds; a++) {
+            double x = 0, y = 0;
+            for (int i = 0; i < d; i++) {
+                x += wq[a * d + i] * P->h[t * d + i];
+                y += wk[a * d + i] * P->h[t * d + i];
+            }
+            qs[t][a] = x;
+            ks[t][a] = y;
+        }
+    double nce = 0, kl = 0;
+    for (int t = 0; t < T; t++) {
+        int s = t;
+        while (s > 0 && P->seg[s - 1] == P->seg[t]) s--;
+        int n = t - s + 1;
+        if (n < 2) continue;
+        double p[64], z[64], y[64];
+        ref_teacher(P, t, s, lp->agg, p);
+        double nqt = 0;
+        for (int a = 0; a < ds; a++) nqt += qs[t][a] * qs[t][a];
+        nqt = sqrt(nqt + 1e-12);
+        for (int j = 0; j < n; j++) {
+            double dot = 0, nkj = 0;
+            for (int a = 0; a < ds; a++) {
+                dot += qs[t][a] * ks[s + j][a];
+                nkj += ks[s + j][a] * ks[s + j][a];
+            }
+            nkj = sqrt(nkj + 1e-12);
+            z[j] = dot / (nqt * nkj) / lp->tau;
+            y[j] = dot / sqrt((double)ds) / lp->tau_kl;
+        }
+        /* positives: the k_pos largest p (ties: lower index), by selection */
+        int npos = lp->k_pos < n ? lp->k_pos : n;
+        int taken[64] = {0};
+        double num = 0, den = 0;
+        for (int r = 0; r < npos; r++) {
+            int best = -1;
+            for (int j = 0; j < n; j++)
+                if (!taken[j] && (best < 0 || p[j] > p[best])) best = j;
+            taken[best] = 1;
+            num += exp(z[best]);
+        }
+        for (int j = 0; j < n; j++) den += exp(z[j]);
+        nce += -log(num / den);
+        double ysum = 0, ymax = -1e300;
+        for (int j = 0; j < n; j++)
+            if (y[j] > ymax) ymax = y[j];
+        for (int j = 0; j < n; j++) ysum += exp(y[j] - ymax);
+        for (int j = 0; j < n; j++) {
+            double logr = y[j] - ymax - log(ysum);
+            if (p[j] > 0) kl += p[j] * (log(p[j]) - logr);
+        }
+    }
+    *nce_out = nce;
+    *kl_out = kl;
+    return lp->alpha * nce + lp->beta * kl;
+}
+
+static void make_problem(problem *P, int T, int nseg_break1, int nseg_break2, uint64_t seed) {
+    uint64_t rng = rng_seed(seed);
+    P->T = T;
+    P->d = 10;
+    P->ds = 4;
+    P->nh = 4;
+    P->nkv = 2;
+    P->hd = 3;
+    for (int t = 0; t < T; t++) P->seg[t] = (t >= nseg_break1) + (t >= nseg_break2);
+    P->h = randn(T * P->d, 1.0f, &rng);
+    P->q = randn(T * P->nh * P->hd, 1.0f, &rng);
+    P->k = randn(T * P->nkv * P->hd, 1.0f, &rng);
+    P->wq = randn(P->ds * P->d, 0.3f, &rng);
+    P->wk = randn(P->ds * P->d, 0.3f, &rng);
+}
+
+static search_layer_data layer_of(const problem *P) {
+    search_layer_data x = {.T = P->T, .seg = P->seg, .d_model = P->d, .h = P->h, .q = P->q, .k = P->k,
+                           .shape = {P->nh, P->nkv, P->hd}};
+    return x;
+}
+
+/* one gradient check; returns the worst element error */
+static void grad_check(const char *name, const problem *P, const search_loss_params *lp) {
+    const int n = P->ds * P->d;
+    search_layer_data x = layer_of(P);
+    float *gq = calloc((size_t)n, sizeof(float)), *gk = calloc((size_t)n, sizeof(float));
+    search_loss_sums sums;
+    subq_error err = {0};
+    subq_status s = search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, gq, gk, &sums, 0, 2, &err);
+    CHECK(s == SUBQ_OK, "%s: search_loss_layer failed: %s", name, err.msg);
+
+    double *wq = malloc(n * sizeof(double)), *wk = malloc(n * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        wq[i] = P->wq[i];
+        wk[i] = P->wk[i];
+    }
+    double nce, kl;
+    ref_objective(P, wq, wk, lp, &nce, &kl);
+    CHECK(fabs(sums.nce - nce) <= 1e-4 * fmax(1.0, fabs(nce)), "%s: nce %.8g vs reference %.8g", name, sums.nce, nce);
+    CHECK(fabs(sums.kl - kl) <= 1e-4 * fmax(1.0, fabs(kl)), "%s: kl %.8g vs reference %.8g", name, sums.kl, kl);
+    CHECK(sums.n_queries == search_count_queries(P->seg, P->T), "%s: query count", name);
+
+    /* central differences, step 1e-5, in double */
+    double max_rel = 0, num2 = 0, den2 = 0, gmax = 0;
+    double fd[2][64];
+    for (int m = 0; m < 2; m++) {
+        double *w = m ? wk : wq;
+        for (int i = 0; i < n; i++) {
+            double keep = w[i], e = 1e-5, a, b, t1, t2;
+            w[i] = keep + e;
+            a = ref_objective(P, wq, wk, lp, &t1, &t2);
+            w[i] = keep - e;
+            b = ref_objective(P, wq, wk, lp, &t1, &t2);
+            w[i] = keep;
+            fd[m][i] = (a - b) / (2 * e);
+            if (fabs(fd[m][i]) > gmax) gmax = fabs(fd[m][i]);
+        }
+    }
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < n; i++) {
+            double an = m ? gk[i] : gq[i], f = fd[m][i];
+            /* relative error, with a floor of 1% of the largest component for near-zero entries */
+            double rel = fabs(an - f) / fmax(fabs(f), 1e-2 * gmax);
+            if (rel > max_rel) max_rel = rel;
+            num2 += (an - f) * (an - f);
+            den2 += f * f;
+        }
+    double glob = sqrt(num2 / (den2 + 1e-300));
+    printf("%-34s nce %9.5f kl %9.5f  |g| %.3e  max rel err %.2e  global rel err %.2e\n", name, nce, kl,
+           sqrt(den2), max_rel, glob);
+    CHECK(gmax > 1e-6, "%s: gradient is all zero", name);
+    CHECK(max_rel < 1e-3, "%s: max relative gradient error %.3e >= 1e-3", name, max_rel);
+    CHECK(glob < 1e-3, "%s: global relative gradient error %.3e >= 1e-3", name, glob);
+    free(gq);
+    free(gk);
+    free(wq);
+    free(wk);
+}
+
+/* same sums and gradients for 1 vs 3 threads (bitwise) and for chunked rows (close) */
+static void determinism_check(const problem *P, const search_loss_params *lp) {
+    const int n = P->ds * P->d;
+    search_layer_data x = layer_of(P);
+    float *g[3][2];
+    search_loss_sums sums[3];
+    subq_error err = {0};
+    int cfg[3][2] = {{0, 1}, {0, 3}, {3, 2}}; /* chunk_rows, threads */
+    for (int r = 0; r < 3; r++) {
+        g[r][0] = calloc((size_t)n, sizeof(float));
+        g[r][1] = calloc((size_t)n, sizeof(float));
+        CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 0.5f, g[r][0], g[r][1], &sums[r], cfg[r][0], cfg[r][1],
+                                 &err),
+              "loss failed: %s", err.msg);
+    }
+    CHECK(!memcmp(g[0][0], g[1][0], n * sizeof(float)) && !memcmp(g[0][1], g[1][1], n * sizeof(float)) &&
+              sums[0].nce == sums[1].nce && sums[0].kl == sums[1].kl,
+          "gradients differ between 1 and 3 threads");
+    double worst = 0;
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < n; i++) worst = fmax(worst, fabs(g[0][m][i] - g[2][m][i]) / (fabs(g[0][m][i]) + 1e-4));
+    CHECK(worst < 1e-4 && fabs(sums[0].nce - sums[2].nce) < 1e-9, "chunked rows change the result (rel %.3e)", worst);
+    /* no-gradient path gives the same sums */
+    search_loss_sums s2;
+    CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, NULL, NULL, &s2, 0, 2, &err) &&
+              s2.nce == sums[0].nce && s2.kl == sums[0].kl,
+          "loss without gradients differs");
+    for (int r = 0; r < 3; r++) {
+        free(g[r][0]);
+        free(g[r][1]);
+    }
+}
+
+static void test_topk(void) {
+    float v[] = {0.5f, 2.0f, -1.0f, 2.0f, 0.7f, 3.0f};
+    int idx[6];
+    int n = topk_indices(v, 6, 4, idx);
+    CHECK(n == 4 && idx[0] == 5 && idx[1] == 1 && idx[2] == 3 && idx[3] == 4, "topk order/ties: %d %d %d %d", idx[0],
+          idx[1], idx[2], idx[3]);
+    n = topk_indices(v, 3, 10, idx);
+    CHECK(n == 3 && idx[0] == 1 && idx[1] == 0 && idx[2] == 2, "topk with k > n");
+    /* against a selection sort on random data with many ties */
+    uint64_t rng = rng_seed(7);
+    for (int trial = 0; trial < 200; trial++) {
+        float x[50];
+        int m = 1 + (int)(rng_next_u64(&rng) % 50), k = 1 + (int)(rng_next_u64(&rng) % 20);
+        for (int i = 0; i < m; i++) x[i] = (float)(rng_next_u64(&rng) % 7);
+        int got[50], want[50], taken[50] = {0};
+        int ng = topk_indices(x, m, k, got), nw = k < m ? k : m;
+        for (int r = 0; r < nw; r++) {
+            int b = -1;
+            for (int i = 0; i < m; i++)
+                if (!taken[i] && (b < 0 || x[i] > x[b])) b = i;
+            taken[b] = 1;
+            want[r] = b;
+        }
+        int same = ng == nw;
+        for (int r = 0; same && r < nw; r++) same = got[r] == want[r];
+        if (!same) {
+            CHECK(0, "topk differs from selection sort (trial %d)", trial);
+            break;
+        }
+    }
+}
+
+static void test_segments(void) {
+    int32_t seg[] = {0, 0, 1, 1, 1, 3, 4, 4};
+    int start[8];
+    CHECK(!segment_starts(seg, 8, start, NULL), "segment_starts failed");
+    int want[] = {0, 0, 2, 2, 2, 5, 6, 6};
+    CHECK(!memcmp(start, want, sizeof want), "segment starts");
+    CHECK(search_count_queries(seg, 8) == 4, "query count %lld", (long long)search_count_queries(seg, 8));
+    int32_t bad[] = {0, 1, 0};
+    subq_error err = {0};
+    CHECK(segment_starts(bad, 3, start, &err) == SUBQ_ERR_ARG, "decreasing segment ids accepted");
+}
+
+int main(void) {
+    test_topk();
+    test_segments();
+    struct {
+        const char *name;
+        int T, b1, b2;
+        float tau, alpha, beta;
+        int k_pos;
+        teacher_agg agg;
+    } cases[] = {
+        {"2 segs, max, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MAX},
+        {"2 segs, mean, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MEAN},
+        {"2 segs, max, nce only", 12, 5, 99, 0.5f, 1, 0, 2, TEACHER_AGG_MAX},
+        {"2 segs, mean, kl only", 12, 5, 99, 0.5f, 0, 1, 2, TEACHER_AGG_MEAN},
+        {"3 segs (1-token seg), max", 12, 6, 7, 0.2f, 1, 1, 4, TEACHER_AGG_MAX},
+        {"1 seg causal, mean, alpha .5 beta 2", 12, 99, 99, 0.1f, 0.5f, 2, 5, TEACHER_AGG_MEAN},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        problem P;
+        make_problem(&P, cases[c].T, cases[c].b1, cases[c].b2, 100 + c);
+        search_loss_params lp = {.tau = cases[c].tau, .tau_kl = 1.0f, .alpha = cases[c].alpha, .beta = cases[c].beta,
+                                 .k_pos = cases[c].k_pos, .agg = cases[c].agg};
+        grad_check(cases[c].name, &P, &lp);
+        if (c < 2) determinism_check(&P, &lp);
+        problem_free(&P);
+    }
+    /* teacher rows are distributions */
+    problem P;
+    make_problem(&P, 12, 5, 99, 1);
+    attn_shape sh = {P.nh, P.nkv, P.hd};
+    float p[12], tmp[12];
+    for (int agg = 0; agg < 2; agg++) {
+        teacher_row(P.q + 11 * P.nh * P.hd, P.k, &sh, 5, 11, (teacher_agg)agg, tmp, p);
+        float s = 0;
+        for (int i = 0; i < 7; i++) s += p[i];
+        CHECK(fabsf(s - 1.0f) < 1e-5f, "teacher row sums to %f", s);
+    }
+    problem_free(&P);
+    return test_summary();
+}
