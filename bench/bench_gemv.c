@@ -123,12 +123,11 @@ int main(int argc, char **argv) {
 #pragma omp parallel for num_threads(threads) schedule(static)
                         for (int r = 0; r < rows; r++) y[r] = dot_row(type, m + (size_t)r * rb, x, cols);
                     } else {
-                        /* each thread a contiguous slice of whole 4-row groups */
+                        /* each thread one dot_rows call on a contiguous slice */
 #pragma omp parallel num_threads(threads)
                         {
                             int id = omp_get_thread_num(), nt = omp_get_num_threads();
-                            int g = (rows + 3) / 4, lo = g * id / nt * 4, hi = g * (id + 1) / nt * 4;
-                            if (hi > rows) hi = rows;
+                            int lo = (int)((long)rows * id / nt), hi = (int)((long)rows * (id + 1) / nt);
                             dot_rows(type, m + (size_t)lo * rb, rb, hi - lo, x, cols, y + lo);
                         }
                     }

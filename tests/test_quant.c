@@ -170,9 +170,9 @@ static int same_float(float a, float b) {
     return isnan(a) ? isnan(b) : memcmp(&a, &b, sizeof a) == 0;
 }
 
-/* One row through one kernel set: dequantiser equal to the scalar one bit for
- * bit, dot (and dot4 on a 4-row matrix) within float rounding of the double
- * dot of the dequantised rows. Returns the worst error / sum|w x|. */
+/* Four rows through one kernel set: dequantiser equal to the scalar one bit
+ * for bit, dot within float rounding of the double dot of the dequantised
+ * row. Returns the worst error / sum|w x|. */
 static double check_row(const quant_kernels *k, uint32_t type, const uint8_t *rows, size_t row_bytes, int64_t n,
                         const float *x, int hostile) {
     static float y[MAXN], ys[MAXN];
@@ -187,7 +187,10 @@ static double check_row(const quant_kernels *k, uint32_t type, const uint8_t *ro
         for (int64_t i = 0; i < n; i++) bad += !same_float(y[i], ys[i]);
         CHECK(bad == 0, "%s dequant %s n=%lld differs from scalar in %d elements", k->name, ggml_type_get(type)->name,
               (long long)n, bad);
+        static float xs[MAXN / 32];
+        quant_xsums(x, n, xs);
         float got = k->dot[type](row, x, n);
+        float got_xs = k->dot_xs[type] ? k->dot_xs[type](row, x, xs, n) : got;
         if (hostile) continue; /* only "does not crash" for NaN / inf scales */
         double ref = 0, mag = 0;
         for (int64_t i = 0; i < n; i++) {
@@ -195,21 +198,9 @@ static double check_row(const quant_kernels *k, uint32_t type, const uint8_t *ro
             mag += fabs((double)ys[i] * x[i]);
         }
         double err = fabs((double)got - ref) / (mag > 0 ? mag : 1);
+        double err_xs = fabs((double)got_xs - ref) / (mag > 0 ? mag : 1);
         if (err > worst) worst = err;
-    }
-    if (k->dot4[type] && !hostile) {
-        float out[4];
-        k->dot4[type](rows, row_bytes, x, n, out);
-        for (int r = 0; r < 4; r++) {
-            sc->dequant[type](rows + (size_t)r * row_bytes, ys, n);
-            double ref = 0, mag = 0;
-            for (int64_t i = 0; i < n; i++) {
-                ref += (double)ys[i] * x[i];
-                mag += fabs((double)ys[i] * x[i]);
-            }
-            double err = fabs((double)out[r] - ref) / (mag > 0 ? mag : 1);
-            if (err > worst) worst = err;
-        }
+        if (err_xs > worst) worst = err_xs;
     }
     return worst;
 }
@@ -268,7 +259,8 @@ static void test_kernels(uint64_t *rng) {
     }
 }
 
-/* dot_rows (dot4 groups + single-row tail) against per-row dot_row */
+/* dot_rows (which uses dot_xs where there is one) and dot_row, each against
+ * the double dot of the dequantised row */
 static void test_dot_rows(uint64_t *rng) {
     enum { R = 11, N = 512 };
     static float w[N], x[N], out[R];
@@ -283,8 +275,14 @@ static void test_dot_rows(uint64_t *rng) {
         dot_rows(all_types[t], m, rb, R, x, N, out);
         int bad = 0;
         for (int r = 0; r < R; r++) {
+            dequant_row(all_types[t], m + r * rb, w, N);
+            double ref = 0, mag = 0;
+            for (int i = 0; i < N; i++) {
+                ref += (double)w[i] * x[i];
+                mag += fabs((double)w[i] * x[i]);
+            }
             float one = dot_row(all_types[t], m + r * rb, x, N);
-            if (fabsf(one - out[r]) > 1e-4f * (1 + fabsf(one))) bad++;
+            if (fabs(out[r] - ref) > 2e-6 * mag || fabs(one - ref) > 2e-6 * mag) bad++;
         }
         CHECK(bad == 0, "dot_rows %s differs from dot_row on %d of %d rows", ggml_type_get(all_types[t])->name, bad, R);
     }

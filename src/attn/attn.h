@@ -28,7 +28,8 @@ struct attn_stage {
     const char *name;
     subq_status (*forward)(attn_stage *self, const attn_step *step, const kv_cache *kv,
                            subq_error *err);
-    void (*free)(attn_stage *self);
+    void (*reset)(attn_stage *self);   /* new sequence (may be NULL) */
+    void (*free)(attn_stage *self);    /* may be NULL for static stages */
 };
 
 /* Exact softmax attention over every eligible cached key (a stateless

@@ -84,6 +84,10 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     return SUBQ_OK;
 }
 
-void subq_context_reset(subq_context *c) { c->kv.n_used = 0; }
+void subq_context_reset(subq_context *c) {
+    c->kv.n_used = 0;
+    for (int l = 0; l < c->model->hp.n_layer; l++)
+        if (c->stages[l]->reset) c->stages[l]->reset(c->stages[l]);
+}
 
 int subq_context_n_past(const subq_context *c) { return c->kv.n_used; }

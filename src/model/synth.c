@@ -9,6 +9,7 @@
 #include "base/rng.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "tokenize/bpe.h"
 
 /* Real layer counts, widths, heads and vocabulary sizes of the published
  * models (from their config.json), plus two tiny shapes for tests. */
@@ -32,6 +33,22 @@ const synth_shape *synth_find_shape(const char *name) {
 
 const char *synth_shape_names(void) {
     return "tiny, tiny-qwen2, tiny-qwen3, stories260k, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b";
+}
+
+/* Shapes whose real models use a byte-level BPE ("gpt2") vocabulary, with
+ * the tokenizer.ggml.pre their GGUF conversions carry; every other shape gets
+ * the SentencePiece vocabulary below. */
+static const struct {
+    const char *shape, *pre;
+} bpe_shapes[] = {
+    {"tiny-qwen2", "qwen2"},      {"tiny-qwen3", "qwen2"},     {"qwen2.5-0.5b", "qwen2"},
+    {"qwen3-0.6b", "qwen2"},      {"llama3.2-1b", "llama-bpe"}, {"smollm2-135m", "smollm"},
+};
+
+static const char *shape_bpe_pre(const synth_shape *sh) {
+    for (size_t i = 0; i < sizeof bpe_shapes / sizeof bpe_shapes[0]; i++)
+        if (strcmp(bpe_shapes[i].shape, sh->name) == 0) return bpe_shapes[i].pre;
+    return NULL;
 }
 
 /* A small SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then
@@ -126,8 +143,16 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     float *scores = malloc((size_t)sh->n_vocab * sizeof(float));
     int32_t *types = malloc((size_t)sh->n_vocab * sizeof(int32_t));
     char **vocab = NULL;
+    const char *bpe_pre = shape_bpe_pre(sh);
+    bpe_synth bv = {0};
     subq_status s = SUBQ_OK;
-    if (!w || !scores || !types || !(vocab = make_vocab(sh->n_vocab, scores, types))) {
+    if (!w || !scores || !types) {
+        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (bpe_pre) {
+        if ((s = bpe_synth_make(sh->n_vocab, bpe_pre, &bv, err))) goto done;
+    } else if (!(vocab = make_vocab(sh->n_vocab, scores, types))) {
         s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -150,8 +175,13 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
         (s = gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sh->head_dim)) ||
         (s = gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh->head_dim)) ||
         (s = gguf_writer_set_f32(w, KEY("rope.freq_base"), sh->rope_base)) ||
-        (s = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->norm_eps)) ||
-        (s = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
+        (s = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->norm_eps))) {
+        subq_fail(err, s, "out of memory writing metadata");
+        goto done;
+    }
+    if (bpe_pre) {
+        if ((s = bpe_synth_write(&bv, w, err))) goto done;
+    } else if ((s = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
         (s = gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)vocab, (uint64_t)sh->n_vocab)) ||
         (s = gguf_writer_set_arr(w, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)sh->n_vocab)) ||
         (s = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)sh->n_vocab)) ||
@@ -197,6 +227,7 @@ done:
     if (vocab)
         for (int i = 0; i < sh->n_vocab; i++) free(vocab[i]);
     free(vocab);
+    bpe_synth_free(&bv);
     free(scores);
     free(types);
     gguf_writer_free(w);

@@ -8,6 +8,12 @@
  * as ISO C, where GCC does not contract a*b-c into an FMA on its own. */
 #include "quant/kernels.h"
 
+/* a * b - c must stay two roundings, as in ggml. GCC keeps contraction off in
+ * ISO C mode (the project's -std=c11); clang needs telling. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 #ifdef QUANT_HAVE_AVX2
 
 #include <immintrin.h>
@@ -15,6 +21,9 @@
 
 #define TARGET __attribute__((target("avx2,fma,f16c")))
 #define INLINE TARGET static inline __attribute__((always_inline))
+/* Small fixed loops over register arrays must unroll completely, or the
+ * arrays of vectors live on the stack (GCC -O2 does not do it unasked). */
+#define UNROLL _Pragma("GCC unroll 16")
 
 INLINE float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -27,10 +36,7 @@ INLINE float hsum(__m256 v) {
 INLINE float h2f(const uint8_t p[2]) { return _cvtsh_ss(quant_rd16(p)); }
 INLINE __m256 h2f8(const uint8_t p[2]) { return _mm256_cvtph_ps(_mm_set1_epi16((short)quant_rd16(p))); }
 
-/* 8 bytes at p -> 8 floats, zero- or sign-extended */
-INLINE __m256 u8x8(const uint8_t *p) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
+/* 8 signed bytes at p -> 8 floats */
 INLINE __m256 i8x8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
@@ -90,43 +96,13 @@ DOT_DENSE(dot_f32, float, _mm256_loadu_ps, F32_ID)
 DOT_DENSE(dot_f16, uint16_t, f16x8, fp16_to_fp32)
 DOT_DENSE(dot_bf16, uint16_t, bf16x8, bf16_to_fp32)
 
-/* Four rows against one x: x is loaded once per 8 elements for all rows. */
-#define DOT4_DENSE(NAME, T, LOAD, SCALAR)                                                          \
-    TARGET static void NAME(const void *row0, size_t row_bytes, const float *x, int64_t n, float out[4]) { \
-        const T *w0 = row0;                                                                        \
-        const T *w1 = (const T *)((const char *)row0 + row_bytes);                                 \
-        const T *w2 = (const T *)((const char *)row0 + 2 * row_bytes);                             \
-        const T *w3 = (const T *)((const char *)row0 + 3 * row_bytes);                             \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
-        int64_t i = 0;                                                                             \
-        for (; i + 8 <= n; i += 8) {                                                               \
-            const __m256 xv = ldx(x + i);                                                          \
-            a0 = _mm256_fmadd_ps(LOAD(w0 + i), xv, a0);                                            \
-            a1 = _mm256_fmadd_ps(LOAD(w1 + i), xv, a1);                                            \
-            a2 = _mm256_fmadd_ps(LOAD(w2 + i), xv, a2);                                            \
-            a3 = _mm256_fmadd_ps(LOAD(w3 + i), xv, a3);                                            \
-        }                                                                                          \
-        float s0 = hsum(a0), s1 = hsum(a1), s2 = hsum(a2), s3 = hsum(a3);                          \
-        for (; i < n; i++) {                                                                       \
-            s0 += SCALAR(w0[i]) * x[i];                                                            \
-            s1 += SCALAR(w1[i]) * x[i];                                                            \
-            s2 += SCALAR(w2[i]) * x[i];                                                            \
-            s3 += SCALAR(w3[i]) * x[i];                                                            \
-        }                                                                                          \
-        out[0] = s0, out[1] = s1, out[2] = s2, out[3] = s3;                                        \
-    }
-
-DOT4_DENSE(dot4_f32, float, _mm256_loadu_ps, F32_ID)
-DOT4_DENSE(dot4_f16, uint16_t, f16x8, fp16_to_fp32)
-DOT4_DENSE(dot4_bf16, uint16_t, bf16x8, bf16_to_fp32)
-
 /* ---- Q8_0 ---------------------------------------------------------------- */
 
 TARGET static void dequant_q8_0(const void *src, float *dst, int64_t n) {
     const block_q8_0 *b = src;
     for (int64_t ib = 0; ib < n / QK8_0; ib++) {
         const __m256 d = h2f8(b[ib].d);
-        for (int j = 0; j < QK8_0; j += 8) _mm256_storeu_ps(dst + ib * QK8_0 + j, _mm256_mul_ps(i8x8(b[ib].qs + j), d));
+        UNROLL for (int j = 0; j < QK8_0; j += 8) _mm256_storeu_ps(dst + ib * QK8_0 + j, _mm256_mul_ps(i8x8(b[ib].qs + j), d));
     }
 }
 
@@ -152,32 +128,6 @@ TARGET static float dot_q8_0(const void *row, const float *x, int64_t n) {
     return hsum(_mm256_add_ps(a0, a1));
 }
 
-TARGET static void dot4_q8_0(const void *row0, size_t row_bytes, const float *x, int64_t n, float out[4]) {
-    const block_q8_0 *b0 = row0;
-    const block_q8_0 *b1 = (const block_q8_0 *)((const char *)row0 + row_bytes);
-    const block_q8_0 *b2 = (const block_q8_0 *)((const char *)row0 + 2 * row_bytes);
-    const block_q8_0 *b3 = (const block_q8_0 *)((const char *)row0 + 3 * row_bytes);
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-        const float *xb = x + ib * QK8_0;
-        const __m256 x0 = ldx(xb), x1 = ldx(xb + 8), x2 = ldx(xb + 16), x3 = ldx(xb + 24);
-#define Q8_ROW(B, A)                                                  \
-    do {                                                              \
-        __m256 s = _mm256_mul_ps(i8x8(B[ib].qs), x0);                 \
-        s = _mm256_fmadd_ps(i8x8(B[ib].qs + 8), x1, s);               \
-        s = _mm256_fmadd_ps(i8x8(B[ib].qs + 16), x2, s);              \
-        s = _mm256_fmadd_ps(i8x8(B[ib].qs + 24), x3, s);              \
-        A = _mm256_fmadd_ps(h2f8(B[ib].d), s, A);                     \
-    } while (0)
-        Q8_ROW(b0, a0);
-        Q8_ROW(b1, a1);
-        Q8_ROW(b2, a2);
-        Q8_ROW(b3, a3);
-#undef Q8_ROW
-    }
-    out[0] = hsum(a0), out[1] = hsum(a1), out[2] = hsum(a2), out[3] = hsum(a3);
-}
-
 /* ---- Q4_0 ---------------------------------------------------------------- */
 
 /* The 32 values q - 8 of a block as 4 x 8 floats in element order: bytes
@@ -199,7 +149,7 @@ TARGET static void dequant_q4_0(const void *src, float *dst, int64_t n) {
         const __m256 d = h2f8(b[ib].d);
         __m256 q[4];
         q4_0_vals(b + ib, q);
-        for (int k = 0; k < 4; k++) _mm256_storeu_ps(dst + ib * QK4_0 + 8 * k, _mm256_mul_ps(q[k], d));
+        UNROLL for (int k = 0; k < 4; k++) _mm256_storeu_ps(dst + ib * QK4_0 + 8 * k, _mm256_mul_ps(q[k], d));
     }
 }
 
@@ -227,21 +177,30 @@ TARGET static float dot_q4_0(const void *row, const float *x, int64_t n) {
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 
-/* The 8 (d * sc_s) and (dmin * m_s) of a super-block, in float as the scalar code. */
+/* The 8 (d * sc_s) and (dmin * m_s) of a super-block, each a float product
+ * as in the scalar code. The 6-bit fields are unpacked four at a time in
+ * 32-bit words (see k4_scale_min): with a, b, c the three words of `scales`,
+ * sc[0..3] = a & 63, m[0..3] = b & 63, and sc[4..7] / m[4..7] take the low /
+ * high nibbles of c plus bits 6..7 of a / b moved to bits 4..5. */
 INLINE void k4_scales_f(const uint8_t *scales, float d, float dmin, float ds[8], float dm[8]) {
-    for (int s = 0; s < 8; s++) {
-        uint8_t sc, m;
-        k4_scale_min(s, scales, &sc, &m);
-        ds[s] = d * sc;
-        dm[s] = dmin * m;
-    }
+    uint32_t a, b, c;
+    memcpy(&a, scales, 4);
+    memcpy(&b, scales + 4, 4);
+    memcpy(&c, scales + 8, 4);
+    const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
+    _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(d), sc));
+    _mm256_storeu_ps(dm, _mm256_mul_ps(_mm256_set1_ps(dmin), m));
 }
 
 /* Chunk c of a Q4_K block: the 64 values q as 8 x 8 floats (sub-block 2c in
  * q[0..4), sub-block 2c + 1 in q[4..8)). */
 INLINE void q4_K_vals(const uint8_t *qs, __m256 q[8]) {
     const __m256i m4 = _mm256_set1_epi32(0xF);
-    for (int g = 0; g < 4; g++) {
+    UNROLL for (int g = 0; g < 4; g++) {
         const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * g)));
         q[g] = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4));
         q[4 + g] = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
@@ -269,13 +228,13 @@ TARGET static void dequant_q4_K(const void *src, float *dst, int64_t n) {
         float ds[8], dm[8];
         k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);
         float *y = dst + ib * QK_K;
-        for (int c = 0; c < 4; c++) {
+        UNROLL for (int c = 0; c < 4; c++) {
             __m256 q[8];
             q4_K_vals(b[ib].qs + 32 * c, q);
             const __m256 d1 = _mm256_set1_ps(ds[2 * c]), m1 = _mm256_set1_ps(dm[2 * c]);
             const __m256 d2 = _mm256_set1_ps(ds[2 * c + 1]), m2 = _mm256_set1_ps(dm[2 * c + 1]);
             /* y = d1 * q - m1, rounded twice as in the scalar code */
-            for (int g = 0; g < 4; g++) {
+            UNROLL for (int g = 0; g < 4; g++) {
                 _mm256_storeu_ps(y + 64 * c + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d1, q[g]), m1));
                 _mm256_storeu_ps(y + 64 * c + 32 + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d2, q[4 + g]), m2));
             }
@@ -289,12 +248,12 @@ TARGET static void dequant_q5_K(const void *src, float *dst, int64_t n) {
         float ds[8], dm[8];
         k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);
         float *y = dst + ib * QK_K;
-        for (int c = 0; c < 4; c++) {
+        UNROLL for (int c = 0; c < 4; c++) {
             __m256 q[8];
             q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q);
             const __m256 d1 = _mm256_set1_ps(ds[2 * c]), m1 = _mm256_set1_ps(dm[2 * c]);
             const __m256 d2 = _mm256_set1_ps(ds[2 * c + 1]), m2 = _mm256_set1_ps(dm[2 * c + 1]);
-            for (int g = 0; g < 4; g++) {
+            UNROLL for (int g = 0; g < 4; g++) {
                 _mm256_storeu_ps(y + 64 * c + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d1, q[g]), m1));
                 _mm256_storeu_ps(y + 64 * c + 32 + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d2, q[4 + g]), m2));
             }
@@ -302,57 +261,84 @@ TARGET static void dequant_q5_K(const void *src, float *dst, int64_t n) {
     }
 }
 
+/* sum_l q[g] x over the two sub-blocks of chunk c: q[0..4) against x1,
+ * q[4..8) against x1 + 32 */
+#define K4_QX(q, x1, qx1, qx2)                                                     \
+    __m256 qx1 = _mm256_mul_ps(q[0], ldx(x1)), qx2 = _mm256_mul_ps(q[4], ldx(x1 + 32)); \
+    UNROLL for (int g = 1; g < 4; g++) {                                           \
+        qx1 = _mm256_fmadd_ps(q[g], ldx(x1 + 8 * g), qx1);                         \
+        qx2 = _mm256_fmadd_ps(q[4 + g], ldx(x1 + 32 + 8 * g), qx2);                \
+    }
+
 /* Per sub-block s: (d sc_s) * sum q x - (dmin m_s) * sum x. The scale terms
  * and the min terms of the two sub-blocks of a chunk go to four separate
  * accumulators so no FMA waits on another. */
-#define DOT_K4(NAME, BLOCK, VALS)                                                            \
-    TARGET static float NAME(const void *row, const float *x, int64_t n) {                   \
-        const BLOCK *b = row;                                                                \
-        __m256 ad1 = _mm256_setzero_ps(), ad2 = ad1, am1 = ad1, am2 = ad1;                   \
-        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                          \
-            float ds[8], dm[8];                                                              \
-            k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);                \
-            const float *xb = x + ib * QK_K;                                                 \
-            for (int c = 0; c < 4; c++) {                                                    \
-                __m256 q[8];                                                                 \
-                VALS;                                                                        \
-                const float *x1 = xb + 64 * c, *x2 = x1 + 32;                                \
-                __m256 qx1 = _mm256_mul_ps(q[0], ldx(x1)), qx2 = _mm256_mul_ps(q[4], ldx(x2)); \
-                __m256 sx1 = ldx(x1), sx2 = ldx(x2);                                         \
-                for (int g = 1; g < 4; g++) {                                                \
-                    qx1 = _mm256_fmadd_ps(q[g], ldx(x1 + 8 * g), qx1);                       \
-                    qx2 = _mm256_fmadd_ps(q[4 + g], ldx(x2 + 8 * g), qx2);                   \
-                    sx1 = _mm256_add_ps(sx1, ldx(x1 + 8 * g));                               \
-                    sx2 = _mm256_add_ps(sx2, ldx(x2 + 8 * g));                               \
-                }                                                                            \
-                ad1 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c]), qx1, ad1);                  \
-                ad2 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c + 1]), qx2, ad2);              \
-                am1 = _mm256_fmadd_ps(_mm256_set1_ps(dm[2 * c]), sx1, am1);                  \
-                am2 = _mm256_fmadd_ps(_mm256_set1_ps(dm[2 * c + 1]), sx2, am2);              \
-            }                                                                                \
-        }                                                                                    \
-        return hsum(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), _mm256_add_ps(am1, am2)));        \
+#define DOT_K4(NAME, BLOCK, VALS)                                                      \
+    TARGET static float NAME(const void *row, const float *x, int64_t n) {             \
+        const BLOCK *b = row;                                                          \
+        __m256 ad1 = _mm256_setzero_ps(), ad2 = ad1, am1 = ad1, am2 = ad1;             \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                    \
+            float ds[8], dm[8];                                                        \
+            k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);          \
+            UNROLL for (int c = 0; c < 4; c++) {                                       \
+                const float *x1 = x + ib * QK_K + 64 * c;                              \
+                __m256 q[8];                                                           \
+                VALS;                                                                  \
+                K4_QX(q, x1, qx1, qx2)                                                 \
+                __m256 sx1 = ldx(x1), sx2 = ldx(x1 + 32);                              \
+                UNROLL for (int g = 1; g < 4; g++) {                                   \
+                    sx1 = _mm256_add_ps(sx1, ldx(x1 + 8 * g));                         \
+                    sx2 = _mm256_add_ps(sx2, ldx(x1 + 32 + 8 * g));                    \
+                }                                                                      \
+                ad1 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c]), qx1, ad1);            \
+                ad2 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c + 1]), qx2, ad2);        \
+                am1 = _mm256_fmadd_ps(_mm256_set1_ps(dm[2 * c]), sx1, am1);            \
+                am2 = _mm256_fmadd_ps(_mm256_set1_ps(dm[2 * c + 1]), sx2, am2);        \
+            }                                                                          \
+        }                                                                              \
+        return hsum(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), _mm256_add_ps(am1, am2)));  \
+    }
+
+/* The same with the sub-block sums of x given (xs[j] = sum of x[32j..32j+32),
+ * shared by every row of a GEMV): the min terms of a super-block become one
+ * 8-lane FMA, dm . xs, and the per-weight adds disappear (~1.35x faster). */
+#define DOT_K4_XS(NAME, BLOCK, VALS)                                                             \
+    TARGET static float NAME(const void *row, const float *x, const float *xs, int64_t n) {      \
+        const BLOCK *b = row;                                                                    \
+        __m256 ad1 = _mm256_setzero_ps(), ad2 = ad1, am = ad1;                                   \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                              \
+            float ds[8], dm[8];                                                                  \
+            k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);                    \
+            am = _mm256_fmadd_ps(_mm256_loadu_ps(dm), _mm256_loadu_ps(xs + 8 * ib), am);         \
+            UNROLL for (int c = 0; c < 4; c++) {                                                 \
+                const float *x1 = x + ib * QK_K + 64 * c;                                        \
+                __m256 q[8];                                                                     \
+                VALS;                                                                            \
+                K4_QX(q, x1, qx1, qx2)                                                           \
+                ad1 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c]), qx1, ad1);                      \
+                ad2 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c + 1]), qx2, ad2);                  \
+            }                                                                                    \
+        }                                                                                        \
+        return hsum(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), am));                                 \
     }
 
 DOT_K4(dot_q4_K, block_q4_K, q4_K_vals(b[ib].qs + 32 * c, q))
 DOT_K4(dot_q5_K, block_q5_K, q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q))
+DOT_K4_XS(dot_xs_q4_K, block_q4_K, q4_K_vals(b[ib].qs + 32 * c, q))
+DOT_K4_XS(dot_xs_q5_K, block_q5_K, q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q))
 
 /* ---- Q6_K ---------------------------------------------------------------- */
 
-/* Half h of a Q6_K block: its 128 values q - 32 as 16 x 8 floats in element
- * order, built at byte level from ql[64h..64h+64) and qh[32h..32h+32). */
-INLINE void q6_K_vals(const block_q6_K *b, int h, __m256 q[16]) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3), o32 = _mm256_set1_epi8(32);
-    const __m256i A = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
-    const __m256i B = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+/* Q6_K values of half h, group k (values 128h + 32k .. +32) as bytes q - 32:
+ * low bits from nibble k>>1 of ql[64h + 32(k&1) + l], high bits 2k..2k+1 of
+ * qh[32h + l]. 16-bit shifts are safe: each byte is masked to its own bits. */
+INLINE __m256i q6_K_bytes(const block_q6_K *b, int h, int k) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
     const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
-    /* k = 0..3: low nibble of A, of B, high nibble of A, of B; bits 2k of H */
-    const __m256i lo[4] = {_mm256_and_si256(A, m4), _mm256_and_si256(B, m4),
-                           _mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(_mm256_srli_epi16(B, 4), m4)};
-    const __m256i hb[4] = {_mm256_and_si256(H, m2), _mm256_and_si256(_mm256_srli_epi16(H, 2), m2),
-                           _mm256_and_si256(_mm256_srli_epi16(H, 4), m2), _mm256_and_si256(_mm256_srli_epi16(H, 6), m2)};
-    for (int k = 0; k < 4; k++)
-        i8x32(_mm256_sub_epi8(_mm256_or_si256(lo[k], _mm256_slli_epi16(hb[k], 4)), o32), q + 4 * k);
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, 4 * (k >> 1)), m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(H, 2 * k), m2);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
 }
 
 TARGET static void dequant_q6_K(const void *src, float *dst, int64_t n) {
@@ -360,14 +346,18 @@ TARGET static void dequant_q6_K(const void *src, float *dst, int64_t n) {
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         const float d = h2f(b[ib].d);
         float *y = dst + ib * QK_K;
-        for (int h = 0; h < 2; h++) {
-            __m256 q[16];
-            q6_K_vals(b + ib, h, q);
-            /* y = (d * sc) * (q - 32); sub-block 8h + s covers q[2s], q[2s + 1] */
-            for (int s = 0; s < 8; s++) {
-                const __m256 ds = _mm256_set1_ps(d * b[ib].scales[8 * h + s]);
-                _mm256_storeu_ps(y + 128 * h + 16 * s, _mm256_mul_ps(ds, q[2 * s]));
-                _mm256_storeu_ps(y + 128 * h + 16 * s + 8, _mm256_mul_ps(ds, q[2 * s + 1]));
+        UNROLL for (int h = 0; h < 2; h++) {
+            UNROLL for (int k = 0; k < 4; k++) {
+                __m256 q[4];
+                i8x32(q6_K_bytes(b + ib, h, k), q);
+                /* y = (d * sc) * (q - 32); q[0..1] are sub-block 8h + 2k, q[2..3] the next */
+                const __m256 d0 = _mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k]);
+                const __m256 d1 = _mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k + 1]);
+                float *yk = y + 128 * h + 32 * k;
+                _mm256_storeu_ps(yk, _mm256_mul_ps(d0, q[0]));
+                _mm256_storeu_ps(yk + 8, _mm256_mul_ps(d0, q[1]));
+                _mm256_storeu_ps(yk + 16, _mm256_mul_ps(d1, q[2]));
+                _mm256_storeu_ps(yk + 24, _mm256_mul_ps(d1, q[3]));
             }
         }
     }
@@ -380,15 +370,15 @@ TARGET static float dot_q6_K(const void *row, const float *x, int64_t n) {
     for (int64_t ib = 0; ib < n / QK_K; ib++) {
         const float d = h2f(b[ib].d);
         const float *xb = x + ib * QK_K;
-        for (int h = 0; h < 2; h++) {
-            __m256 q[16];
-            q6_K_vals(b + ib, h, q);
-            const float *xh = xb + 128 * h;
-            for (int s = 0; s < 8; s += 2) {
-                const __m256 s0 = _mm256_fmadd_ps(q[2 * s + 1], ldx(xh + 16 * s + 8), _mm256_mul_ps(q[2 * s], ldx(xh + 16 * s)));
-                const __m256 s1 = _mm256_fmadd_ps(q[2 * s + 3], ldx(xh + 16 * s + 24), _mm256_mul_ps(q[2 * s + 2], ldx(xh + 16 * s + 16)));
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(d * b[ib].scales[8 * h + s]), s0, a0);
-                a1 = _mm256_fmadd_ps(_mm256_set1_ps(d * b[ib].scales[8 * h + s + 1]), s1, a1);
+        UNROLL for (int h = 0; h < 2; h++) {
+            UNROLL for (int k = 0; k < 4; k++) {
+                __m256 q[4];
+                i8x32(q6_K_bytes(b + ib, h, k), q);
+                const float *xk = xb + 128 * h + 32 * k;
+                const __m256 s0 = _mm256_fmadd_ps(q[1], ldx(xk + 8), _mm256_mul_ps(q[0], ldx(xk)));
+                const __m256 s1 = _mm256_fmadd_ps(q[3], ldx(xk + 24), _mm256_mul_ps(q[2], ldx(xk + 16)));
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k]), s0, a0);
+                a1 = _mm256_fmadd_ps(_mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k + 1]), s1, a1);
             }
         }
     }
@@ -422,12 +412,10 @@ const quant_kernels quant_kernels_avx2_table = {
             [GGML_TYPE_Q5_K] = dot_q5_K,
             [GGML_TYPE_Q6_K] = dot_q6_K,
         },
-    .dot4 =
+    .dot_xs =
         {
-            [GGML_TYPE_F32] = dot4_f32,
-            [GGML_TYPE_F16] = dot4_f16,
-            [GGML_TYPE_BF16] = dot4_bf16,
-            [GGML_TYPE_Q8_0] = dot4_q8_0,
+            [GGML_TYPE_Q4_K] = dot_xs_q4_K,
+            [GGML_TYPE_Q5_K] = dot_xs_q5_K,
         },
 };
 

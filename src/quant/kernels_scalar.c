@@ -6,6 +6,12 @@
 
 #include "quant/kernels.h"
 
+/* a * b - c must stay two roundings, as in ggml. GCC keeps contraction off in
+ * ISO C mode (the project's -std=c11); clang needs telling. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
 /* ---- f32 / f16 / bf16 ---------------------------------------------------- */
 
 static void dequant_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }

@@ -81,8 +81,13 @@ const quant_kernels *quant_kernels_avx2(void) {
 #ifdef QUANT_HAVE_AVX2
     /* reads the feature bits libgcc / compiler-rt detect in a start-up
      * constructor (including whether the OS saves the YMM state) */
+#if defined(__clang__)
+    /* clang's builtin knows no "f16c"; every x86 CPU with AVX2 has F16C */
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &quant_kernels_avx2_table;
+#else
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
         return &quant_kernels_avx2_table;
+#endif
 #endif
     return NULL;
 }
@@ -104,18 +109,33 @@ float dot_row(uint32_t type, const void *row, const float *x, int64_t n) {
     return f ? f(row, x, n) : 0.0f;
 }
 
+void quant_xsums(const float *x, int64_t n, float *xs) {
+    for (int64_t j = 0; j < n / 32; j++) {
+        float s = 0.0f;
+        for (int l = 0; l < 32; l++) s += x[32 * j + l];
+        xs[j] = s;
+    }
+}
+
+/* Row by row. (4-row kernels sharing the x loads measured slower on weights
+ * streamed from DRAM: four short streams per row group defeat the hardware
+ * prefetcher that one long sequential stream keeps busy.) */
 void dot_rows(uint32_t type, const void *rows, size_t row_bytes, int64_t n_rows, const float *x, int64_t n,
               float *out) {
+    enum { XS_MAX = 1024 }; /* sub-block sums on the stack: n <= 32768 */
     const quant_kernels *k = quant_kernels_get();
-    quant_dot_fn f = type < GGML_TYPE_COUNT ? k->dot[type] : NULL;
-    quant_dot4_fn f4 = type < GGML_TYPE_COUNT ? k->dot4[type] : NULL;
     const char *r = rows;
-    int64_t i = 0;
-    if (!f) {
-        memset(out, 0, (size_t)n_rows * sizeof(float));
+    if (type >= GGML_TYPE_COUNT || !k->dot[type]) {
+        memset(out, 0, (size_t)n_rows * sizeof(float)); /* unreachable: refused at load */
         return;
     }
-    if (f4)
-        for (; i + 4 <= n_rows; i += 4) f4(r + (size_t)i * row_bytes, row_bytes, x, n, out + i);
-    for (; i < n_rows; i++) out[i] = f(r + (size_t)i * row_bytes, x, n);
+    quant_dot_xs_fn fx = k->dot_xs[type];
+    if (fx && n / 32 <= XS_MAX && n_rows > 1) {
+        float xs[XS_MAX];
+        quant_xsums(x, n, xs);
+        for (int64_t i = 0; i < n_rows; i++) out[i] = fx(r + (size_t)i * row_bytes, x, xs, n);
+        return;
+    }
+    quant_dot_fn f = k->dot[type];
+    for (int64_t i = 0; i < n_rows; i++) out[i] = f(r + (size_t)i * row_bytes, x, n);
 }

@@ -101,14 +101,15 @@ static inline void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
  * give identical bits; dot products agree up to float rounding. */
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
 typedef float (*quant_dot_fn)(const void *row, const float *x, int64_t n);
-/* out[r] = row r . x for the 4 rows at row0 + r * row_bytes. */
-typedef void (*quant_dot4_fn)(const void *row0, size_t row_bytes, const float *x, int64_t n, float out[4]);
+/* dot with xs[j] = sum of x[32j .. 32j + 32) precomputed (quant_xsums),
+ * for formats whose sub-block offsets make sum(x) a per-row cost otherwise */
+typedef float (*quant_dot_xs_fn)(const void *row, const float *x, const float *xs, int64_t n);
 
 typedef struct quant_kernels {
     const char *name; /* "scalar", "avx2" */
     quant_dequant_fn dequant[GGML_TYPE_COUNT];
     quant_dot_fn dot[GGML_TYPE_COUNT];
-    quant_dot4_fn dot4[GGML_TYPE_COUNT]; /* NULL: use dot four times */
+    quant_dot_xs_fn dot_xs[GGML_TYPE_COUNT]; /* NULL: dot is as fast */
 } quant_kernels;
 
 /* The fastest set this CPU supports (a cheap check; call it freely). */
@@ -125,8 +126,12 @@ void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
 /* sum_i w[i] * x[i] over one stored row of n elements. */
 float dot_row(uint32_t type, const void *row, const float *x, int64_t n);
 
+/* xs[j] = sum of x[32j .. 32j + 32) for j < n / 32 (the input of dot_xs). */
+void quant_xsums(const float *x, int64_t n, float *xs);
+
 /* out[r] = row r . x for n_rows rows of n elements, row r at
- * rows + r * row_bytes (GEMV over a slice of a matrix). */
+ * rows + r * row_bytes (GEMV over a slice of a matrix). Faster than dot_row
+ * per row for Q4_K/Q5_K (x's sub-block sums are computed once). */
 void dot_rows(uint32_t type, const void *rows, size_t row_bytes, int64_t n_rows, const float *x, int64_t n,
               float *out);
 

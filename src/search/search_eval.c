@@ -65,7 +65,7 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
 #pragma omp atomic write
             oom = 1;
         }
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, 1) /* row cost grows with t */
         for (int t = 0; t < T; t++) {
             const int s0 = start[t], n = t - s0 + 1;
             if (!ok || n < 2) continue;

@@ -136,7 +136,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
 #pragma omp atomic write
                 oom = 1;
             }
-#pragma omp for schedule(static)
+#pragma omp for schedule(static, 1) /* row cost grows with t: deal rows round-robin */
             for (int t = t0; t < t1; t++) {
                 const int s0 = start[t], n = t - s0 + 1;
                 if (!ok || n < 2) continue;
@@ -208,7 +208,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         if (!want_grad) continue;
         /* ---- pass 2: one key per iteration, over this chunk's rows ---- */
         const int j0 = start[t0];
-#pragma omp parallel for num_threads(n_threads) schedule(static)
+#pragma omp parallel for num_threads(n_threads) schedule(static, 1)
         for (int j = j0; j < t1; j++) {
             float *dk = dK + (size_t)j * ds;
             float esum = 0.0f;

@@ -6,6 +6,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_sparse.h"
 
 static const char *help =
     "usage: subq generate -m MODEL [-p PROMPT | -f FILE] [options]\n"
@@ -17,17 +18,22 @@ static const char *help =
     "  --top-k K            keep the K most likely tokens; 0 = off (default 40)\n"
     "  --top-p P            nucleus sampling; 1 = off (default 0.95)\n"
     "  -s, --seed N         sampling seed (default 42)\n"
-    "  --ignore-eos         keep generating after end-of-sequence\n";
+    "  --ignore-eos         keep generating after end-of-sequence\n"
+    "  --sparse-prefill     run the prompt sparse too (default: dense prompt, sparse decode)\n"
+    "\n" CLI_SPARSE_OPTS_HELP;
 
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
     cli_model_opts mo = {0};
+    cli_sparse_opts so;
+    cli_sparse_init(&so);
     const char *prompt = "", *prompt_file = NULL, *v;
     int n_predict = 128, ignore_eos = 0;
     subq_sampler_params sp = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
+        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
         if (r < 0) return 1;
         if (r > 0) continue;
         if (cli_is_help(a)) {
@@ -62,8 +68,15 @@ int cmd_generate(int argc, char **argv) {
     }
     subq_model *m;
     subq_context *c;
+    search_proj *proj = NULL;
     if (!cli_load(cmd, &mo, &m, &c)) {
         free(file_text);
+        return 1;
+    }
+    if (!cli_apply_sparse(cmd, &so, m, c, &proj)) {
+        free(file_text);
+        subq_context_free(c);
+        subq_model_free(m);
         return 1;
     }
     subq_model_info info;
@@ -129,6 +142,7 @@ done:
     free(toks);
     free(file_text);
     subq_context_free(c);
+    search_proj_free(proj);
     subq_model_free(m);
     return rc;
 }

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "gguf/gguf.h"
 #include "quant/types.h"
+#include "select/selector.h"
 
 static const char *help =
     "usage: subq info -m FILE [--json] [--features]\n"
@@ -64,7 +65,8 @@ static void print_value(FILE *f, const gguf_value *v, int json) {
 
 static int print_features(int json) {
     const char *names[] = {"openblas", "openmp", "faiss", "hnsw"};
-    const int have[] = {1, 1, 0, 0};
+    /* faiss is optional at build time; hnswlib is required by the build */
+    const int have[] = {1, 1, selector_kind_available(SELECT_FAISS), selector_kind_available(SELECT_HNSW)};
     for (size_t i = 0; i < 4; i++) {
         if (json) printf("%s\"%s\": %s", i ? ", " : "{", names[i], have[i] ? "true" : "false");
         else printf("%-10s %s\n", names[i], have[i] ? "yes" : "no");

@@ -6,6 +6,7 @@
 #include "base/progress.h"
 #include "base/timer.h"
 #include "cli.h"
+#include "cli_sparse.h"
 
 static const char *help =
     "usage: subq perplexity -m MODEL -f FILE [options]\n"
@@ -13,7 +14,8 @@ static const char *help =
     "whose first token is replaced by BOS, the second half of each chunk scored.\n\n" CLI_MODEL_OPTS_HELP
     "  -f, --file FILE      UTF-8 text to score (required)\n"
     "  --chunks N           score at most N chunks (default: all)\n"
-    "  --json               print one JSON object on stdout instead of the text report\n";
+    "  --json               print one JSON object on stdout instead of the text report\n"
+    "\n" CLI_SPARSE_OPTS_HELP;
 
 typedef struct ppl_print {
     int json;
@@ -36,12 +38,15 @@ static void on_chunk(void *user, int chunk, int n_chunks, const subq_ppl_result 
 int cmd_perplexity(int argc, char **argv) {
     const char *cmd = "perplexity";
     cli_model_opts mo = {0};
+    cli_sparse_opts so;
+    cli_sparse_init(&so);
     const char *file = NULL, *v;
     int max_chunks = 0, json = 0;
     mo.n_ctx = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
+        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
         if (r < 0) return 1;
         if (r > 0) continue;
         if (cli_is_help(a)) {
@@ -68,8 +73,16 @@ int cmd_perplexity(int argc, char **argv) {
     }
     subq_model *m;
     subq_context *c;
+    search_proj *proj = NULL;
+    so.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
     if (!cli_load(cmd, &mo, &m, &c)) {
         free(text);
+        return 1;
+    }
+    if (!cli_apply_sparse(cmd, &so, m, c, &proj)) {
+        free(text);
+        subq_context_free(c);
+        subq_model_free(m);
         return 1;
     }
     int32_t *toks = NULL;
@@ -111,6 +124,7 @@ done:
     free(toks);
     free(text);
     subq_context_free(c);
+    search_proj_free(proj);
     subq_model_free(m);
     return rc;
 }

@@ -19,6 +19,7 @@ static const command commands[] = {
     {"synth", cmd_synth, "write a random-weight model of a named shape"},
     {"dequant", cmd_dequant, "dequantise raw blocks of a ggml type to float32, for testing"},
     {"bench", cmd_bench, "prefill/decode speed vs the machine's bandwidth and sgemm rate"},
+    {"train-search", cmd_train_search, "learn search projections by distillation from the model's attention"},
 };
 
 static void usage(FILE *out) {

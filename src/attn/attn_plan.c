@@ -1,0 +1,64 @@
+#include "attn/attn_plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+void attn_plan_default(attn_plan *p) {
+    memset(p, 0, sizeof *p);
+    p->sparse.top_k = 64;
+    p->sparse.n_sink = 4;
+    p->sparse.n_tail = 16;
+    selector_params_default(&p->sparse.select, SELECT_EXACT, 0);
+}
+
+void context_clear_plan(subq_context *c) {
+    for (int l = 0; l < c->model->hp.n_layer; l++) {
+        if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);
+        c->stages[l] = attn_full_stage();
+    }
+}
+
+subq_status context_set_plan(subq_context *c, const attn_plan *plan, const search_proj *proj, subq_error *err) {
+    const model_hparams *hp = &c->model->hp;
+    selector_kind kind = plan->sparse.select.kind;
+    int needs_search = kind == SELECT_EXACT || kind == SELECT_HNSW || kind == SELECT_FAISS;
+    if (needs_search && !proj)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections: give --search FILE "
+                         "(from subq train-search) or --random-search D", selector_kind_name(kind));
+    if (proj && proj->n_embd != hp->n_embd)
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "search projections are for d_model %d, this model has %d",
+                         proj->n_embd, hp->n_embd);
+    if (c->kv.n_used != 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "attention plans are set on an empty context (reset it first)");
+    unsigned char *mask = calloc((size_t)hp->n_layer, 1);
+    if (!mask) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    subq_status s = SUBQ_OK;
+    if (plan->sparse_layers) {
+        s = search_parse_layers(plan->sparse_layers, hp->n_layer, mask, err);
+    } else {
+        for (int l = 0; l < hp->n_layer; l++) mask[l] = needs_search ? proj->wq[l] != NULL : 1;
+    }
+    for (int l = 0; l < hp->n_layer && !s; l++) {
+        if (!mask[l]) continue;
+        if (needs_search && !proj->wq[l]) {
+            s = subq_fail(err, SUBQ_ERR_ARG, "layer %d is in --sparse-layers but the search file has no projection "
+                          "for it", l);
+            break;
+        }
+        sparse_params sp = plan->sparse;
+        if (needs_search) sp.select.d_search = proj->d_search;
+        selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                            .head_dim = hp->head_dim};
+        attn_stage *st;
+        s = attn_sparse_new(&sp, needs_search ? proj->wq[l] : NULL, needs_search ? proj->wk[l] : NULL, hp->n_embd,
+                            &env, &st, err);
+        if (s) break;
+        if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);
+        c->stages[l] = st;
+    }
+    free(mask);
+    if (s) context_clear_plan(c);
+    return s;
+}

@@ -1,0 +1,28 @@
+/* Attention plan: which layers run sparse retrieve-then-attend and how
+ * (K, sinks, tail, selector and its parameters); applied to a context. */
+#ifndef SUBQ_ATTN_PLAN_H
+#define SUBQ_ATTN_PLAN_H
+
+#include "attn/attn_sparse.h"
+#include "model/context.h"
+#include "search/search_proj.h"
+
+typedef struct attn_plan {
+    /* layer list ("all", "1-4", "2--3", ...); NULL = the layers that have
+     * search projections, or all layers for selectors without a search space */
+    const char *sparse_layers;
+    sparse_params sparse;
+} attn_plan;
+
+void attn_plan_default(attn_plan *p);
+
+/* Replace the attention stage of every planned layer of c by a sparse stage
+ * (proj may be NULL for quest/oracle/window). The projections must outlive c.
+ * A planned layer without projections when the selector needs them is an
+ * error naming the layer. */
+subq_status context_set_plan(subq_context *c, const attn_plan *plan, const search_proj *proj, subq_error *err);
+
+/* Back to full attention on every layer. */
+void context_clear_plan(subq_context *c);
+
+#endif

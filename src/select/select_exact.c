@@ -1,0 +1,95 @@
+/* exact: top-K by cosine in the learned search space (the training metric).
+ * Keys are L2-normalised on append and stored f32 or f16; a query is
+ * normalised too, so cosine = inner product. The scan is a SIMD dot over the
+ * eligible slots feeding a size-K heap (no sort of the n scores). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "quant/quant.h"
+#include "select/select_internal.h"
+
+typedef struct exact_sel {
+    selector base;      /* first member: cast back from selector * */
+    int d, f16;
+    int count, cap;     /* slots appended / rows allocated */
+    void *keys;         /* [cap][d] unit vectors, f32 or f16 */
+    select_dot_rows_fn dot;
+    float *qn, *row;    /* normalised query; one normalised key on append */
+    select_scratch sc;
+} exact_sel;
+
+static size_t elem(const exact_sel *e) { return e->f16 ? sizeof(uint16_t) : sizeof(float); }
+
+static subq_status exact_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+    exact_sel *e = (exact_sel *)s;
+    subq_status rc = select_check_append(s, e->count, n, slot0, err);
+    if (rc) return rc;
+    if (n > 0 && !k_search) return subq_fail(err, SUBQ_ERR_ARG, "selector exact: no search keys given");
+    if (e->count + n > e->cap) {
+        /* geometric growth: appends one token at a time in decode */
+        int cap = e->cap ? e->cap : 256;
+        while (cap < e->count + n) cap *= 2;
+        void *k = realloc(e->keys, (size_t)cap * e->d * elem(e));
+        if (!k) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for %d search keys", cap);
+        e->keys = k;
+        e->cap = cap;
+    }
+    for (int t = 0; t < n; t++) {
+        size_t at = (size_t)(e->count + t) * e->d;
+        if (e->f16) {
+            select_normalize(e->row, k_search + (size_t)t * e->d, e->d);
+            uint16_t *dst = (uint16_t *)e->keys + at;
+            for (int c = 0; c < e->d; c++) dst[c] = fp32_to_fp16(e->row[c]);
+        } else {
+            select_normalize((float *)e->keys + at, k_search + (size_t)t * e->d, e->d);
+        }
+    }
+    e->count += n;
+    s->stats.bytes = sizeof *e + (size_t)e->cap * e->d * elem(e) + 2 * (size_t)e->d * sizeof(float) +
+                     e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t);
+    return SUBQ_OK;
+}
+
+static int exact_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                       int32_t *out) {
+    exact_sel *e = (exact_sel *)s;
+    if (!q_search || e->count == 0) return 0;
+    select_normalize(e->qn, q_search, e->d);
+    return select_scan_topk(e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, &e->sc, out,
+                            &s->stats.n_visited);
+}
+
+static void exact_reset(selector *s) {
+    exact_sel *e = (exact_sel *)s;
+    e->count = 0; /* keep the allocation: the next sequence reuses it */
+}
+
+static void exact_free(selector *s) {
+    exact_sel *e = (exact_sel *)s;
+    free(e->keys);
+    free(e->qn);
+    free(e->row);
+    select_scratch_free(&e->sc);
+    free(e);
+}
+
+static const selector_ops exact_ops = {"exact", exact_append, exact_query, exact_reset, exact_free};
+
+subq_status select_exact_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
+    exact_sel *e = calloc(1, sizeof *e);
+    if (!e) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory");
+    e->base.ops = &exact_ops;
+    e->d = p->d_search;
+    e->f16 = p->f16_keys != 0;
+    e->dot = e->f16 ? select_dot_rows_f16() : select_dot_rows_f32();
+    e->qn = malloc((size_t)e->d * sizeof(float));
+    e->row = malloc((size_t)e->d * sizeof(float));
+    if (!e->qn || !e->row) {
+        exact_free(&e->base);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory");
+    }
+    e->base.stats.bytes = sizeof *e + 2 * (size_t)e->d * sizeof(float);
+    *out = &e->base;
+    return SUBQ_OK;
+}

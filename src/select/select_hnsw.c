@@ -1,0 +1,140 @@
+/* hnsw: approximate top-K by cosine in the learned search space through
+ * hnswlib (HNSW graph, inner product on L2-normalised vectors). One index per
+ * substituted layer per sequence, grown by insertion as tokens are appended
+ * (prefill and decode) and never rebuilt; labels are cache slots.
+ *
+ * Eligibility: the index holds exactly the appended prefix, so causality is
+ * automatic; sinks, tail and other documents are filtered inside the graph
+ * search (rejected nodes are walked through, never returned), and every
+ * returned slot is checked again with select_mask_allows. When few slots are
+ * eligible (a short document in a packed sequence) a graph search would have
+ * to visit most of the graph to find them, so those are scored directly
+ * instead: exact, and cheaper than the walk. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "base/cpu.h"
+#include "base/error.h"
+#include "select/hnsw_shim.h"
+#include "select/select_internal.h"
+
+/* Score the eligible slots directly when there are at most this many times
+ * the beam width: a beam of width ef at M = 32 computes roughly this many
+ * distances per ef anyway. */
+#define HNSW_BRUTE_FACTOR 4
+#define HNSW_CAPACITY0 1024
+
+typedef struct hnsw_sel {
+    selector base;
+    hnsw_shim *ix;          /* NULL until the first key of a sequence */
+    int d, count, avx2;
+    float *row, *qn;        /* one normalised key; the normalised query */
+    int64_t *labels;
+    float *sims;
+    int res_cap;
+    select_scratch sc;
+    select_dot_rows_fn dot;
+} hnsw_sel;
+
+static subq_status shim_error(int code, const char *msg, subq_error *err) {
+    return subq_fail(err, code == 1 ? SUBQ_ERR_NOMEM : SUBQ_ERR_UNSUPPORTED, "selector hnsw: %s", msg);
+}
+
+static subq_status hnsw_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+    hnsw_sel *h = (hnsw_sel *)s;
+    subq_status rc = select_check_append(s, h->count, n, slot0, err);
+    if (rc) return rc;
+    if (n > 0 && !k_search) return subq_fail(err, SUBQ_ERR_ARG, "selector hnsw: no search keys given");
+    char msg[256];
+    int c;
+    if (!h->ix && n > 0) {
+        size_t cap = n > HNSW_CAPACITY0 ? (size_t)n : HNSW_CAPACITY0;
+        if ((c = hnsw_shim_new(h->d, s->params.hnsw_m, s->params.hnsw_ef_construction, s->params.seed, cap, h->avx2,
+                               &h->ix, msg, sizeof msg)))
+            return shim_error(c, msg, err);
+    }
+    for (int t = 0; t < n; t++) {
+        select_normalize(h->row, k_search + (size_t)t * h->d, h->d);
+        if ((c = hnsw_shim_add(h->ix, h->row, 1, slot0 + t, msg, sizeof msg))) {
+            /* the failed key is not in the index: keep count in step with it */
+            h->count = (int)hnsw_shim_count(h->ix);
+            return shim_error(c, msg, err);
+        }
+    }
+    h->count += n;
+    if (h->ix) s->stats.bytes = sizeof *h + hnsw_shim_bytes(h->ix) + 2 * (size_t)h->d * sizeof(float);
+    return SUBQ_OK;
+}
+
+static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
+
+static int hnsw_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                      int32_t *out) {
+    hnsw_sel *h = (hnsw_sel *)s;
+    if (!q_search || !h->ix || h->count == 0) return 0;
+    int n_elig = select_mask_count(m, h->count);
+    if (n_elig == 0) return 0;
+    select_normalize(h->qn, q_search, h->d);
+    const int ef = s->params.hnsw_ef_search, width = ef > k ? ef : k;
+    if (n_elig <= HNSW_BRUTE_FACTOR * width) {
+        size_t stride;
+        const float *base = hnsw_shim_vectors(h->ix, &stride);
+        return select_scan_topk(h->qn, base, stride, h->d, h->dot, h->count, m, k, &h->sc, out,
+                                &s->stats.n_visited);
+    }
+    if (k > h->res_cap) {
+        int64_t *l = realloc(h->labels, (size_t)k * sizeof(int64_t));
+        if (l) h->labels = l;
+        float *f = realloc(h->sims, (size_t)k * sizeof(float));
+        if (f) h->sims = f;
+        if (!l || !f) return 0;
+        h->res_cap = k;
+    }
+    int got = hnsw_shim_search(h->ix, h->qn, k, ef, mask_filter, (void *)m, h->labels, h->sims, &s->stats.n_visited);
+    /* a poorly connected eligible region can starve the beam: one wider retry */
+    if (got >= 0 && got < k && got < n_elig)
+        got = hnsw_shim_search(h->ix, h->qn, k, 4 * width, mask_filter, (void *)m, h->labels, h->sims,
+                               &s->stats.n_visited);
+    int n = 0;
+    for (int i = 0; i < got; i++)
+        if (select_mask_allows(m, (int)h->labels[i])) out[n++] = (int32_t)h->labels[i];
+    return n;
+}
+
+static void hnsw_reset(selector *s) {
+    hnsw_sel *h = (hnsw_sel *)s;
+    hnsw_shim_free(h->ix); /* a new sequence starts a new index */
+    h->ix = NULL;
+    h->count = 0;
+}
+
+static void hnsw_free(selector *s) {
+    hnsw_sel *h = (hnsw_sel *)s;
+    hnsw_shim_free(h->ix);
+    free(h->row);
+    free(h->qn);
+    free(h->labels);
+    free(h->sims);
+    select_scratch_free(&h->sc);
+    free(h);
+}
+
+static const selector_ops hnsw_ops = {"hnsw", hnsw_append, hnsw_query, hnsw_reset, hnsw_free};
+
+subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
+    hnsw_sel *h = calloc(1, sizeof *h);
+    if (!h) return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory");
+    h->base.ops = &hnsw_ops;
+    h->d = p->d_search;
+    h->avx2 = cpu_has_avx2();
+    h->dot = select_dot_rows_f32();
+    h->row = malloc((size_t)h->d * sizeof(float));
+    h->qn = malloc((size_t)h->d * sizeof(float));
+    if (!h->row || !h->qn) {
+        hnsw_free(&h->base);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory");
+    }
+    h->base.stats.bytes = sizeof *h + 2 * (size_t)h->d * sizeof(float);
+    *out = &h->base;
+    return SUBQ_OK;
+}

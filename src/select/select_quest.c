@@ -1,0 +1,250 @@
+/* quest: Quest-style page selection on native post-RoPE keys.
+ *
+ * Slots are grouped in pages of P consecutive slots (the last page may be
+ * partial). Per page and KV head g we keep the channel-wise max M_g[c] and
+ * min m_g[c] of the keys as stored in the cache. For a query with heads q_h
+ *   score(page) = (1/n_head) sum_h sum_c max(q_h[c] M_g(h)[c], q_h[c] m_g(h)[c])
+ * which bounds the head-mean q.k of every key in the page from above
+ * (each term bounds q_h[c] k[c] since m <= k <= M). Writing q = q+ + q- (the
+ * positive and negative parts), max(q M, q m) = q+ M + q- m, so with
+ *   P_g = (1/n_head) sum_{h in g} q_h+,  N_g = (1/n_head) sum_{h in g} q_h-
+ * the score is sum_g P_g . M_g + N_g . m_g: two dots per KV head per page.
+ *
+ * Pages holding at least one eligible slot are taken best score first and
+ * their eligible slots emitted (page order, slot order inside a page) until
+ * K slots. When the last page taken has more eligible slots than are still
+ * needed, its slots are ranked by the exact head-mean q.k (the quantity the
+ * bound is about) and the best ones kept, so the result never depends on
+ * slot order inside a page. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "quant/quant.h"
+#include "select/select_internal.h"
+
+typedef struct quest_sel {
+    selector base;
+    int page, count;
+    int pages_cap;          /* pages allocated in mm */
+    float *mm;              /* [page][n_head_kv][2][head_dim]: channel max, then channel min */
+    float *qpos, *qneg;     /* P_g, N_g: [n_head_kv][head_dim] */
+    float *qbar;            /* P_g + N_g: head-mean query per KV head */
+    float *row;             /* one key decoded to f32 */
+    int32_t *pcnt;          /* eligible slots per page (query scratch) */
+    int pcnt_cap;
+    select_scratch pg;      /* page heap: scores + ids */
+    select_scratch sl;      /* last page: slot ids, dots, heap */
+    select_dot_rows_fn dot;
+} quest_sel;
+
+static size_t page_floats(const selector_env *env) { return (size_t)env->n_head_kv * 2 * env->head_dim; }
+
+static void update_bytes(quest_sel *q) {
+    const selector_env *env = &q->base.env;
+    q->base.stats.bytes = sizeof *q + (size_t)q->pages_cap * page_floats(env) * sizeof(float) +
+                          (3 * (size_t)env->n_head_kv + 1) * env->head_dim * sizeof(float) +
+                          (size_t)q->pcnt_cap * sizeof(int32_t) + (q->pg.cap_f + q->sl.cap_f) * sizeof(float) +
+                          (q->pg.cap_i + q->sl.cap_i) * sizeof(int32_t);
+}
+
+static subq_status quest_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+    quest_sel *q = (quest_sel *)s;
+    const selector_env *env = &s->env;
+    const kv_cache *kv = env->kv;
+    const int hd = env->head_dim, nkv = env->n_head_kv, P = q->page;
+    subq_status rc = select_check_append(s, q->count, n, slot0, err);
+    if (rc) return rc;
+    if (slot0 + n > kv->n_ctx)
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector quest: slot %d beyond the KV cache (%d slots)", slot0 + n - 1,
+                         kv->n_ctx);
+    int need = (slot0 + n + P - 1) / P;
+    if (need > q->pages_cap) {
+        int cap = q->pages_cap ? q->pages_cap : 64;
+        while (cap < need) cap *= 2;
+        float *mm = realloc(q->mm, (size_t)cap * page_floats(env) * sizeof(float));
+        if (!mm) return subq_fail(err, SUBQ_ERR_NOMEM, "selector quest: out of memory for %d pages", cap);
+        q->mm = mm;
+        q->pages_cap = cap;
+    }
+    for (int j = slot0; j < slot0 + n; j++) {
+        for (int g = 0; g < nkv; g++) {
+            const void *key = kv_cache_key(kv, env->layer, g, j);
+            const float *k;
+            if (kv->type == SUBQ_KV_F16) {
+                const uint16_t *k16 = key;
+                for (int c = 0; c < hd; c++) q->row[c] = fp16_to_fp32(k16[c]);
+                k = q->row;
+            } else {
+                k = key;
+            }
+            float *mx = q->mm + ((size_t)(j / P) * nkv + g) * 2 * hd, *mn = mx + hd;
+            if (j % P == 0) { /* first slot of a page starts its bounds */
+                memcpy(mx, k, (size_t)hd * sizeof(float));
+                memcpy(mn, k, (size_t)hd * sizeof(float));
+                continue;
+            }
+            for (int c = 0; c < hd; c++) {
+                mx[c] = k[c] > mx[c] ? k[c] : mx[c];
+                mn[c] = k[c] < mn[c] ? k[c] : mn[c];
+            }
+        }
+    }
+    q->count += n;
+    update_bytes(q);
+    return SUBQ_OK;
+}
+
+static float dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* P_g, N_g and qbar_g = P_g + N_g of a query */
+static void prepare_query(quest_sel *q, const float *q_native) {
+    const selector_env *env = &q->base.env;
+    const int hd = env->head_dim, grp = env->n_head / env->n_head_kv;
+    const float inv = 1.0f / (float)env->n_head;
+    const size_t qn = (size_t)env->n_head_kv * hd;
+    memset(q->qpos, 0, qn * sizeof(float));
+    memset(q->qneg, 0, qn * sizeof(float));
+    for (int h = 0; h < env->n_head; h++) {
+        float *qp = q->qpos + (size_t)(h / grp) * hd, *qm = q->qneg + (size_t)(h / grp) * hd;
+        for (int c = 0; c < hd; c++) {
+            float v = q_native[(size_t)h * hd + c] * inv;
+            if (v > 0.0f) qp[c] += v;
+            else qm[c] += v;
+        }
+    }
+    for (size_t i = 0; i < qn; i++) q->qbar[i] = q->qpos[i] + q->qneg[i];
+}
+
+/* score(page) = sum_g P_g . M_g + N_g . m_g */
+static float page_score(const quest_sel *q, int p) {
+    const selector_env *env = &q->base.env;
+    const int hd = env->head_dim;
+    const float *mx = q->mm + (size_t)p * page_floats(env);
+    float sc = 0.0f;
+    for (int g = 0; g < env->n_head_kv; g++, mx += 2 * hd)
+        sc += dot(q->qpos + (size_t)g * hd, mx, hd) + dot(q->qneg + (size_t)g * hd, mx + hd, hd);
+    return sc;
+}
+
+float select_quest_page_score(selector *s, const float *q_native, int page) {
+    quest_sel *q = (quest_sel *)s;
+    if (page < 0 || page * q->page >= q->count) return 0.0f;
+    prepare_query(q, q_native);
+    return page_score(q, page);
+}
+
+/* Best `need` eligible slots of page p by exact head-mean q.k, best first. */
+static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need, int32_t *out) {
+    const selector_env *env = &q->base.env;
+    const int hd = env->head_dim, nkv = env->n_head_kv, P = q->page;
+    if (!select_scratch_i(&q->sl, 2 * (size_t)P) || !select_scratch_f(&q->sl, 3 * (size_t)P)) return 0;
+    int32_t *idx = q->sl.i;
+    float *acc = q->sl.f, *tmp = acc + P;
+    select_heap h = {.score = tmp + P, .slot = idx + P, .n = 0, .k = need};
+    int nb = 0;
+    for (int j = p * P; j < p * P + P && j < n; j++)
+        if (select_mask_allows(m, j)) idx[nb++] = j;
+    for (int i = 0; i < nb; i++) acc[i] = 0.0f;
+    for (int g = 0; g < nkv; g++) {
+        q->dot(q->qbar + (size_t)g * hd, kv_cache_key(env->kv, env->layer, g, 0), (size_t)hd, hd, idx, nb, tmp);
+        for (int i = 0; i < nb; i++) acc[i] += tmp[i];
+    }
+    for (int i = 0; i < nb; i++) select_heap_push(&h, acc[i], idx[i]);
+    q->base.stats.n_visited += nb;
+    return select_heap_take(&h, out, NULL);
+}
+
+static int quest_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                       int32_t *out) {
+    quest_sel *q = (quest_sel *)s;
+    const int P = q->page, n = q->count;
+    if (!q_native || n == 0) return 0;
+    const int n_pages = (n + P - 1) / P;
+    if (n_pages > q->pcnt_cap) {
+        int32_t *pc = realloc(q->pcnt, (size_t)n_pages * sizeof(int32_t));
+        if (!pc) return 0;
+        q->pcnt = pc;
+        q->pcnt_cap = n_pages;
+    }
+    /* pages with a bounded heap of size k: each page taken holds >= 1 eligible
+     * slot, so at most k pages are ever needed */
+    int kp = k < n_pages ? k : n_pages;
+    if (!select_scratch_f(&q->pg, (size_t)kp) || !select_scratch_i(&q->pg, 2 * (size_t)kp)) return 0;
+
+    prepare_query(q, q_native);
+
+    /* eligible slots per page */
+    memset(q->pcnt, 0, (size_t)n_pages * sizeof(int32_t));
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    for (int r = 0; r < nr; r++)
+        for (int j = lo[r]; j < hi[r]; j++)
+            if (!m->seg || m->seg[j] == m->query_seg) q->pcnt[j / P]++;
+
+    /* score the pages that have an eligible slot; keep the best kp */
+    select_heap ph = {.score = q->pg.f, .slot = q->pg.i, .n = 0, .k = kp};
+    int64_t scored = 0;
+    for (int p = 0; p < n_pages; p++) {
+        if (!q->pcnt[p]) continue;
+        select_heap_push(&ph, page_score(q, p), p);
+        scored++;
+    }
+    s->stats.n_visited += scored;
+    int32_t *pages = q->pg.i + kp;
+    int np = select_heap_take(&ph, pages, NULL);
+
+    /* emit the eligible slots of the best pages until k */
+    int got = 0;
+    for (int i = 0; i < np && got < k; i++) {
+        int p = pages[i];
+        if (q->pcnt[p] > k - got) {
+            got += rank_page(q, p, n, m, k - got, out + got);
+            break;
+        }
+        for (int j = p * P; j < p * P + P && j < n; j++)
+            if (select_mask_allows(m, j)) out[got++] = j;
+    }
+    update_bytes(q);
+    return got;
+}
+
+static void quest_reset(selector *s) { ((quest_sel *)s)->count = 0; }
+
+static void quest_free(selector *s) {
+    quest_sel *q = (quest_sel *)s;
+    free(q->mm);
+    free(q->qpos);
+    free(q->qneg);
+    free(q->qbar);
+    free(q->row);
+    free(q->pcnt);
+    select_scratch_free(&q->pg);
+    select_scratch_free(&q->sl);
+    free(q);
+}
+
+static const selector_ops quest_ops = {"quest", quest_append, quest_query, quest_reset, quest_free};
+
+subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
+    quest_sel *q = calloc(1, sizeof *q);
+    if (!q) return subq_fail(err, SUBQ_ERR_NOMEM, "selector quest: out of memory");
+    q->base.ops = &quest_ops;
+    q->page = p->quest_page;
+    q->dot = env->kv->type == SUBQ_KV_F16 ? select_dot_rows_f16() : select_dot_rows_f32();
+    size_t qn = (size_t)env->n_head_kv * env->head_dim;
+    q->qpos = malloc(qn * sizeof(float));
+    q->qneg = malloc(qn * sizeof(float));
+    q->qbar = malloc(qn * sizeof(float));
+    q->row = malloc((size_t)env->head_dim * sizeof(float));
+    if (!q->qpos || !q->qneg || !q->qbar || !q->row) {
+        quest_free(&q->base);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector quest: out of memory");
+    }
+    q->base.stats.bytes = sizeof *q + (3 * qn + (size_t)env->head_dim) * sizeof(float);
+    *out = &q->base;
+    return SUBQ_OK;
+}

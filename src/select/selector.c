@@ -1,0 +1,126 @@
+/* Selector factory, parameter defaults, kind names and the timed, counted
+ * wrappers around each kind's ops. */
+#include "select/selector.h"
+
+#include <string.h>
+
+#include "base/error.h"
+#include "base/timer.h"
+#include "select/select_internal.h"
+
+static const char *const kind_names[] = {"exact", "hnsw", "faiss", "quest", "oracle", "window"};
+#define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+
+int selector_kind_parse(const char *name) {
+    for (int i = 0; name && i < N_KINDS; i++)
+        if (!strcmp(name, kind_names[i])) return i;
+    return -1;
+}
+
+const char *selector_kind_name(selector_kind k) {
+    return (int)k >= 0 && (int)k < N_KINDS ? kind_names[k] : "?";
+}
+
+int selector_kind_available(selector_kind k) {
+    if (k == SELECT_FAISS) {
+#ifdef SUBQ_HAVE_FAISS
+        return 1;
+#else
+        return 0;
+#endif
+    }
+    return (int)k >= 0 && (int)k < N_KINDS;
+}
+
+void selector_params_default(selector_params *p, selector_kind kind, int d_search) {
+    memset(p, 0, sizeof *p);
+    p->kind = kind;
+    p->d_search = d_search;
+    p->f16_keys = 0;
+    p->hnsw_m = 32;
+    p->hnsw_ef_construction = 40;
+    p->hnsw_ef_search = 64;
+    p->quest_page = 16;
+    p->seed = 100; /* hnswlib's own default level seed */
+}
+
+/* Quest and oracle read the layer's native keys from the KV cache. */
+static subq_status check_env(const selector_params *p, const selector_env *env, subq_error *err) {
+    const char *name = selector_kind_name(p->kind);
+    if (!env || !env->kv)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs the KV cache (env->kv)", name);
+    const kv_cache *kv = env->kv;
+    if (env->layer < 0 || env->layer >= kv->n_layer)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s: layer %d outside the KV cache's %d layers", name,
+                         env->layer, kv->n_layer);
+    if (env->n_head_kv != kv->n_head_kv || env->head_dim != kv->head_dim)
+        return subq_fail(err, SUBQ_ERR_SHAPE,
+                         "selector %s: %d KV heads of %d dims do not match the KV cache's %d x %d", name,
+                         env->n_head_kv, env->head_dim, kv->n_head_kv, kv->head_dim);
+    if (env->n_head <= 0 || env->n_head_kv <= 0 || env->n_head % env->n_head_kv)
+        return subq_fail(err, SUBQ_ERR_SHAPE, "selector %s: %d query heads are not a multiple of %d KV heads", name,
+                         env->n_head, env->n_head_kv);
+    return SUBQ_OK;
+}
+
+subq_status selector_new(const selector_params *params, const selector_env *env, selector **out, subq_error *err) {
+    *out = NULL;
+    const selector_params *p = params;
+    if ((int)p->kind < 0 || (int)p->kind >= N_KINDS)
+        return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->kind);
+    const char *name = selector_kind_name(p->kind);
+    int search = p->kind == SELECT_EXACT || p->kind == SELECT_HNSW || p->kind == SELECT_FAISS;
+    if (search && p->d_search <= 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs search vectors (d_search %d)", name, p->d_search);
+    if ((p->kind == SELECT_HNSW || p->kind == SELECT_FAISS) &&
+        (p->hnsw_m < 2 || p->hnsw_m > 1024 || p->hnsw_ef_construction <= 0 || p->hnsw_ef_search <= 0))
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
+                         name, p->hnsw_m, p->hnsw_ef_construction, p->hnsw_ef_search);
+    if (p->kind == SELECT_QUEST && p->quest_page <= 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
+    subq_status rc;
+    if ((p->kind == SELECT_QUEST || p->kind == SELECT_ORACLE) && (rc = check_env(p, env, err))) return rc;
+    selector_env e0 = {0};
+    if (!env) env = &e0;
+    switch (p->kind) {
+    case SELECT_EXACT: rc = select_exact_new(p, env, out, err); break;
+    case SELECT_HNSW: rc = select_hnsw_new(p, env, out, err); break;
+    case SELECT_FAISS: rc = select_faiss_new(p, env, out, err); break;
+    case SELECT_QUEST: rc = select_quest_new(p, env, out, err); break;
+    case SELECT_ORACLE: rc = select_oracle_new(p, env, out, err); break;
+    default: rc = select_window_new(p, env, out, err); break;
+    }
+    if (rc) return rc;
+    (*out)->params = *p;
+    (*out)->env = *env;
+    return SUBQ_OK;
+}
+
+void selector_free(selector *s) {
+    if (s) s->ops->free(s);
+}
+
+subq_status selector_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+    double t0 = time_now_s();
+    subq_status rc = s->ops->append(s, k_search, n, slot0, err);
+    s->stats.t_append_s += time_now_s() - t0;
+    if (!rc) s->stats.n_appended += n;
+    return rc;
+}
+
+int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                   int32_t *out) {
+    if (k <= 0) return 0;
+    double t0 = time_now_s();
+    int got = s->ops->query(s, q_search, q_native, k, m, out);
+    s->stats.t_query_s += time_now_s() - t0;
+    if (got < 0) got = 0;
+    s->stats.n_queries++;
+    s->stats.n_returned += got;
+    s->stats.n_filler += k - got;
+    return got;
+}
+
+void selector_reset(selector *s) {
+    s->ops->reset(s);
+}

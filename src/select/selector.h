@@ -1,0 +1,117 @@
+/* Selector: picks the top-K candidate cache slots for one query of one
+ * substituted layer. One selector per layer per sequence; it grows as keys
+ * are appended (prefill and decode) and is never rebuilt.
+ *
+ * Attention code never knows which selector it has: exact (cosine scan in the
+ * learned search space), hnsw / faiss (ANN indexes over the same space),
+ * quest (page min/max bounds on native keys), oracle (exact top-K of the
+ * head-mean native q.k), window (nothing retrieved: sinks + tail only). */
+#ifndef SUBQ_SELECTOR_H
+#define SUBQ_SELECTOR_H
+
+#include <stdint.h>
+
+#include "kv/kv_cache.h"
+#include "subq.h"
+
+typedef enum selector_kind {
+    SELECT_EXACT = 0,
+    SELECT_HNSW,
+    SELECT_FAISS,
+    SELECT_QUEST,
+    SELECT_ORACLE,
+    SELECT_WINDOW,
+} selector_kind;
+
+typedef struct selector_params {
+    selector_kind kind;
+    int d_search;              /* width of search vectors (exact/hnsw/faiss) */
+    int f16_keys;              /* exact: store search keys as f16 (else f32) */
+    int hnsw_m;                /* default 32 */
+    int hnsw_ef_construction;  /* default 40 */
+    int hnsw_ef_search;        /* default 64 */
+    int quest_page;            /* default 16 tokens */
+    uint64_t seed;             /* for index randomness */
+} selector_params;
+
+/* What a selector may read besides the vectors it is given: the layer's
+ * native keys in the KV cache (quest, oracle). */
+typedef struct selector_env {
+    const kv_cache *kv;
+    int layer;
+    int n_head, n_head_kv, head_dim;
+} selector_env;
+
+/* Eligibility of cache slots for one query: slot j may be returned iff
+ * j < n_slots, (seg == NULL or seg[j] == query_seg), and j lies outside
+ * both excluded ranges [ex0_lo, ex0_hi) and [ex1_lo, ex1_hi) (the sinks and
+ * the recent tail, which attention keeps anyway). */
+typedef struct select_mask {
+    int n_slots;
+    const int32_t *seg;
+    int32_t query_seg;
+    int ex0_lo, ex0_hi;
+    int ex1_lo, ex1_hi;
+} select_mask;
+
+static inline int select_mask_allows(const select_mask *m, int j) {
+    if (j < 0 || j >= m->n_slots) return 0;
+    if (m->seg && m->seg[j] != m->query_seg) return 0;
+    if (j >= m->ex0_lo && j < m->ex0_hi) return 0;
+    if (j >= m->ex1_lo && j < m->ex1_hi) return 0;
+    return 1;
+}
+
+typedef struct selector_stats {
+    int64_t n_queries;
+    int64_t n_returned;        /* slots returned over all queries */
+    int64_t n_filler;          /* requested - returned, summed */
+    int64_t n_visited;         /* distance computations / nodes visited */
+    int64_t n_appended;
+    double t_append_s, t_query_s;
+    size_t bytes;              /* memory held by the selector */
+} selector_stats;
+
+typedef struct selector selector;
+typedef struct selector_ops {
+    const char *name;
+    /* Search keys (rows of d_search floats; NULL for selectors that use native
+     * keys) of cache slots slot0 .. slot0+n-1, appended in slot order. The
+     * native keys of those slots are already in env->kv. */
+    subq_status (*append)(selector *s, const float *k_search, int n, int slot0, subq_error *err);
+    /* Up to k eligible slots (best first) into out; returns the count. The
+     * query has a search vector (may be NULL when unused) and its native
+     * post-RoPE q for all heads [n_head*head_dim]. */
+    int (*query)(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                 int32_t *out);
+    void (*reset)(selector *s);   /* forget all keys (new sequence) */
+    void (*free)(selector *s);
+} selector_ops;
+
+struct selector {
+    const selector_ops *ops;
+    selector_params params;
+    selector_env env;
+    selector_stats stats;
+};
+
+/* Create a selector of params->kind for one layer. SUBQ_ERR_UNSUPPORTED when
+ * the kind is not built in (faiss without libfaiss). */
+subq_status selector_new(const selector_params *params, const selector_env *env, selector **out, subq_error *err);
+void selector_free(selector *s);
+
+/* Timed, counted calls through ops (these keep stats up to date; the ops
+ * themselves add n_visited). */
+subq_status selector_append(selector *s, const float *k_search, int n, int slot0, subq_error *err);
+int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                   int32_t *out);
+void selector_reset(selector *s);
+
+/* "exact" -> SELECT_EXACT ...; -1 if unknown. */
+int selector_kind_parse(const char *name);
+const char *selector_kind_name(selector_kind k);
+/* 1 if the kind is available in this build. */
+int selector_kind_available(selector_kind k);
+void selector_params_default(selector_params *p, selector_kind kind, int d_search);
+
+#endif

@@ -1,0 +1,92 @@
+#include "train/capture.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+
+void train_capture_free(train_capture *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n_sel; i++) {
+        if (c->h) free(c->h[i]);
+        if (c->q) free(c->q[i]);
+        if (c->k) free(c->k[i]);
+    }
+    free(c->h);
+    free(c->q);
+    free(c->k);
+    free(c->sel_of_layer);
+    free(c->layers);
+    free(c);
+}
+
+subq_status train_capture_new(const subq_model *m, const int *layers, int n_sel, int cap_rows, train_capture **out,
+                              subq_error *err) {
+    *out = NULL;
+    const model_hparams *hp = &m->hp;
+    train_capture *c = calloc(1, sizeof *c);
+    if (!c) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    c->n_layer = hp->n_layer;
+    c->n_sel = n_sel;
+    c->cap_rows = cap_rows;
+    c->d = hp->n_embd;
+    c->dq = hp->n_head * hp->head_dim;
+    c->dk = hp->n_head_kv * hp->head_dim;
+    c->shape = (attn_shape){hp->n_head, hp->n_head_kv, hp->head_dim};
+    c->sel_of_layer = malloc((size_t)hp->n_layer * sizeof(int));
+    c->layers = malloc((size_t)n_sel * sizeof(int));
+    c->h = calloc((size_t)n_sel, sizeof(float *));
+    c->q = calloc((size_t)n_sel, sizeof(float *));
+    c->k = calloc((size_t)n_sel, sizeof(float *));
+    int ok = c->sel_of_layer && c->layers && c->h && c->q && c->k;
+    if (ok) {
+        for (int l = 0; l < hp->n_layer; l++) c->sel_of_layer[l] = -1;
+        for (int i = 0; i < n_sel && ok; i++) {
+            c->layers[i] = layers[i];
+            c->sel_of_layer[layers[i]] = i;
+            c->h[i] = malloc((size_t)cap_rows * c->d * sizeof(float));
+            c->q[i] = malloc((size_t)cap_rows * c->dq * sizeof(float));
+            c->k[i] = malloc((size_t)cap_rows * c->dk * sizeof(float));
+            ok = c->h[i] && c->q[i] && c->k[i];
+        }
+    }
+    if (!ok) {
+        train_capture_free(c);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the teacher capture (%d layers x %d rows)", n_sel,
+                         cap_rows);
+    }
+    *out = c;
+    return SUBQ_OK;
+}
+
+/* capture_fn: copy the rows of a target layer into its buffers at slot0 */
+static void capture_hook(void *user, int layer, int n, int slot0, const float *h, const float *q, const float *k) {
+    train_capture *c = user;
+    int i = c->sel_of_layer[layer];
+    if (i < 0 || slot0 + n > c->cap_rows) return;
+    memcpy(c->h[i] + (size_t)slot0 * c->d, h, (size_t)n * c->d * sizeof(float));
+    memcpy(c->q[i] + (size_t)slot0 * c->dq, q, (size_t)n * c->dq * sizeof(float));
+    memcpy(c->k[i] + (size_t)slot0 * c->dk, k, (size_t)n * c->dk * sizeof(float));
+}
+
+subq_status train_capture_run(train_capture *cap, subq_context *ctx, const int32_t *tok, const int32_t *pos,
+                              const int32_t *seg, int n, subq_error *err) {
+    if (n > cap->cap_rows)
+        return subq_fail(err, SUBQ_ERR_RANGE, "sequence of %d tokens exceeds the capture capacity %d", n, cap->cap_rows);
+    subq_context_reset(ctx);
+    capture_fn prev = ctx->capture;
+    void *prev_user = ctx->capture_user;
+    ctx->capture = capture_hook;
+    ctx->capture_user = cap;
+    subq_status s = context_forward(ctx, tok, n, pos, seg, NULL, 0, err);
+    ctx->capture = prev;
+    ctx->capture_user = prev_user;
+    cap->n_rows = s ? 0 : n;
+    return s;
+}
+
+search_layer_data train_capture_layer(const train_capture *cap, int i, const int32_t *seg) {
+    search_layer_data x = {.T = cap->n_rows, .seg = seg, .d_model = cap->d, .h = cap->h[i], .q = cap->q[i],
+                           .k = cap->k[i], .shape = cap->shape};
+    return x;
+}

@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""ctest check: `subq train-search` runs, checkpoints and resumes exactly.
+
+On stories260K with a small corpus:
+  * an uninterrupted run and runs interrupted (--stop-after, twice in a row,
+    and by SIGINT) then resumed end with bit-identical weights, and the
+    checkpoints' Adam moments agree too;
+  * the output file has the agreed layout (tensor names, llama.cpp weight
+    orientation ne = {d_model, d_search}, f32) and metadata
+    (subq.search.*: d_search, layers, model fingerprint, step, losses, config);
+  * the JSON-lines log holds train and eval records;
+  * resuming with other options, other data or another model, or without a
+    checkpoint, and bad options, fail with one 'subq ...' line on stderr.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refcommon as rc  # noqa: E402
+
+rc.require_numpy()
+from gguf_np import GGUFFile  # noqa: E402
+
+THREADS = "2"
+
+
+def tensors(path):
+    g = GGUFFile(path)
+    return g, {n: g.raw_bytes(n) for n in g.tensor_names()}
+
+
+def run_cli(args, timeout=300):
+    p = subprocess.run([rc.subq_bin()] + [str(a) for a in args], capture_output=True, timeout=timeout,
+                       stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+
+
+def one_line_error(checks, name, args, contains=None):
+    rcode, _, err = run_cli(args)
+    lines = [l for l in err.split("\n") if l.strip()]
+    ok = rcode == 1 and len(lines) == 1 and lines[0].startswith("subq") and (contains is None or contains in lines[0])
+    checks.check(name, ok, "exit %d, stderr %r" % (rcode, err[-300:]))
+
+
+def main():
+    checks = rc.Checks("check_train_resume")
+    model = rc.shared_file("models", "stories260K.gguf")
+    shakespeare = rc.shared_file("data", "text", "tinyshakespeare.txt")
+    tmp = os.path.join(rc.tmp_dir(), "train_resume")
+    os.makedirs(tmp, exist_ok=True)
+    data = os.path.join(tmp, "data.txt")
+    with open(shakespeare, "rb") as f:
+        text = f.read(60000)
+    with open(data, "wb") as f:
+        f.write(text[:text.rfind(b"\n") + 1])
+    other_data = os.path.join(tmp, "other.txt")
+    with open(other_data, "wb") as f:
+        f.write(text[:30000])
+
+    base = ["train-search", "-m", model, data, "--seq", "128", "--batch", "2", "--steps", "9", "--warmup", "2",
+            "--lr", "0.01", "--d-search", "16", "--save-every", "4", "--eval-every", "4", "--eval-tokens", "512",
+            "--eval-k", "4,8,16", "--k-pos", "8", "-t", THREADS]
+
+    def out(name):
+        return os.path.join(tmp, name + ".gguf")
+
+    # ---- uninterrupted reference run --------------------------------------
+    a = out("a")
+    if checks.guarded("uninterrupted run", rc.run_subq, base + ["-o", a, "--json"]) is None:
+        checks.finish()
+    ga, ta = tensors(a)
+    _, ta_ck = tensors(a + ".ckpt")
+
+    # ---- layout and metadata ----------------------------------------------
+    L = [1, 2, 3, 4]   # --layers all --reserve 0 on 5 layers
+    names = sorted(n for l in L for n in ("blk.%d.indexer.proj.weight" % l, "blk.%d.indexer.attn_k.weight" % l))
+    checks.check("output tensors", sorted(ta) == names, str(sorted(ta)))
+    shapes_ok = all(ga.tensor_infos[n].ne == [64, 16] and ga.tensor_infos[n].type == 0 for n in names)
+    checks.check("orientation ne = {d_model, d_search}, f32", shapes_ok,
+                 str({n: ga.tensor_infos[n].ne for n in names[:2]}))
+    md = ga.metadata
+    fp = md.get("subq.search.model_fingerprint", "")
+    meta_ok = (md.get("general.architecture") == "subq-search" and md.get("subq.search.d_search") == 16
+               and list(md.get("subq.search.layers", [])) == L and len(fp) == 16
+               and all(c in "0123456789abcdef" for c in fp) and md.get("subq.search.model_n_embd") == 64
+               and md.get("subq.search.step") == 9 and "subq.search.loss.train" in md
+               and "subq.search.loss.eval" in md and abs(md.get("subq.search.config.lr", 0) - 0.01) < 1e-9
+               and md.get("subq.search.config.head_agg") == "max" and md.get("subq.search.config.seq") == 128
+               and abs(md.get("subq.search.config.tau", 0) - 0.07) < 1e-7 and md.get("subq.search.config.k_pos") == 8)
+    checks.check("metadata", meta_ok, json.dumps({k: v for k, v in md.items() if k.startswith("subq.") or
+                                                  k.startswith("general.")}, default=str)[:600])
+    ck_names = set(ta_ck)
+    checks.check("checkpoint holds Adam moments",
+                 all("blk.%d.indexer.%s.adam_%s" % (l, w, mv) in ck_names for l in L for w in ("proj", "attn_k")
+                     for mv in "mv"), str(sorted(ck_names)[:6]))
+
+    # ---- JSON-lines log ---------------------------------------------------
+    try:
+        recs = [json.loads(l) for l in open(a + ".log.jsonl")]
+        kinds = [r["type"] for r in recs]
+        evals = [r for r in recs if r["type"] == "eval"]
+        ok = (kinds.count("train") == 9 and [e["step"] for e in evals] == [0, 4, 8, 9]
+              and all(len(x["mass_learned"]) == 3 and len(x["recall_oracle"]) == 3 for x in evals[-1]["layers"])
+              and kinds[-1] == "end")
+        checks.check("log records", ok, "kinds %s, eval steps %s" % (kinds[:4], [e["step"] for e in evals]))
+    except (OSError, ValueError, KeyError) as e:
+        checks.check("log records", False, str(e))
+
+    # ---- stop + resume ----------------------------------------------------
+    b = out("b")
+    if checks.guarded("stop after step 5", rc.run_subq, base + ["-o", b, "--stop-after", "5"]) is not None:
+        gb = GGUFFile(b + ".ckpt")
+        checks.check("checkpoint at step 5", gb.get("subq.search.step") == 5, str(gb.get("subq.search.step")))
+        if checks.guarded("resume from step 5", rc.run_subq, base + ["-o", b, "--resume"]) is not None:
+            _, tb = tensors(b)
+            _, tb_ck = tensors(b + ".ckpt")
+            checks.check("resumed weights == uninterrupted (bitwise)", tb == ta)
+            checks.check("resumed Adam moments == uninterrupted (bitwise)", tb_ck == ta_ck)
+    c = out("c")
+    if (checks.guarded("stop after 2", rc.run_subq, base + ["-o", c, "--stop-after", "2"]) is not None and
+            checks.guarded("resume, stop after 7", rc.run_subq, base + ["-o", c, "--resume", "--stop-after", "7"])
+            is not None and checks.guarded("resume to the end", rc.run_subq, base + ["-o", c, "--resume"]) is not None):
+        _, tc = tensors(c)
+        checks.check("twice-interrupted weights == uninterrupted (bitwise)", tc == ta)
+
+    # ---- Ctrl-C ------------------------------------------------------------
+    sig = ["train-search", "-m", model, data, "--seq", "64", "--steps", "300", "--lr", "0.01", "--d-search", "8",
+           "--eval-every", "0", "--save-every", "0", "-t", THREADS]
+    d = out("d")
+    e = out("e")
+    if checks.guarded("uninterrupted 300-step run", rc.run_subq, sig + ["-o", d]) is not None:
+        p = subprocess.Popen([rc.subq_bin()] + sig + ["-o", e], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             stdin=subprocess.DEVNULL)
+        t0 = time.time()
+        step = 0
+        while time.time() - t0 < 60 and p.poll() is None and step < 5:
+            time.sleep(0.02)
+            try:
+                for line in open(e + ".log.jsonl"):
+                    r = json.loads(line)
+                    if r.get("type") == "train":
+                        step = r["step"]
+            except (OSError, ValueError):
+                pass
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+        err = err.decode("utf-8", "replace")
+        stopped = GGUFFile(e + ".ckpt").get("subq.search.step") if os.path.exists(e + ".ckpt") else -1
+        checks.check("SIGINT saves a checkpoint and exits 0", p.returncode == 0 and 0 < stopped < 300
+                     and "interrupted" in err, "exit %d, checkpoint step %s, stderr %r" % (p.returncode, stopped,
+                                                                                           err[-200:]))
+        if checks.guarded("resume after SIGINT", rc.run_subq, sig + ["-o", e, "--resume"]) is not None:
+            checks.check("SIGINT + resume weights == uninterrupted (bitwise)", tensors(e)[1] == tensors(d)[1])
+
+    # ---- refusals ----------------------------------------------------------
+    one_line_error(checks, "resume with another --lr", base[:-2] + ["-o", a, "--resume", "-t", THREADS] +
+                   ["--lr", "0.02"], "--lr")
+    other_args = [x if x != data else other_data for x in base]
+    one_line_error(checks, "resume with other data", other_args + ["-o", a, "--resume"], "other data")
+    synth = os.path.join(tmp, "synth.gguf")
+    if checks.guarded("synth model", rc.run_subq, ["synth", "--shape", "stories260k", "--type", "f32", "-s", "3",
+                                                    "-o", synth]) is not None:
+        one_line_error(checks, "resume with another model", [x if x != model else synth for x in base] +
+                       ["-o", a, "--resume"], "trained for another model")
+    one_line_error(checks, "resume without a checkpoint", base + ["-o", out("none"), "--resume"], "does not exist")
+    one_line_error(checks, "bad --head-agg", base + ["-o", out("x"), "--head-agg", "sum"], "--head-agg")
+    one_line_error(checks, "bad --layers", base + ["-o", out("x"), "--layers", "7"], "--layers")
+    one_line_error(checks, "no layer left", base + ["-o", out("x"), "--layers", "0"], "no layer")
+    one_line_error(checks, "no output", base, "-o")
+    one_line_error(checks, "missing data file", ["train-search", "-m", model, "/nonexistent.txt", "-o", out("x")],
+                   "/nonexistent.txt")
+    empty = os.path.join(tmp, "empty.txt")
+    open(empty, "w").close()
+    one_line_error(checks, "empty data", ["train-search", "-m", model, empty, "-o", out("x")], "no text")
+    one_line_error(checks, "unknown option", base + ["-o", out("x"), "--frobnicate"], "unknown option")
+    checks.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+#!/usr/bin/python3
+"""ctest check: the teacher and the numbers subq train-search builds on it
+equal a brute-force numpy reference (teacher_np.py).
+
+`subq train-search --dump-teacher` writes, for the first packed training
+sequence of a small JSONL corpus on stories260K (several documents per
+sequence: block-causal segments, positions restarting, GQA 8 heads / 4 KV):
+tokens, positions, segment ids, and per layer the captured h, q, k, the dense
+teacher matrix, the initial W_Qs/W_Ks, the loss sums and mass/recall@K.
+Checked, for --head-agg max and mean:
+  capture    h, q, k  vs a float64 block-causal forward        rel err < 1e-4
+  teacher    C teacher vs numpy teacher from the dumped q, k     abs err < 1e-5
+             (and vs numpy teacher from numpy's own q, k          abs err < 1e-4)
+  losses     InfoNCE and KL sums                                  rel err < 1e-4
+  metrics    mass@K, recall@K (learned and raw-QK oracle)         abs err < 2e-3
+"""
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refcommon as rc  # noqa: E402
+
+rc.require_numpy()
+import numpy as np  # noqa: E402
+from gguf_np import GGUFFile  # noqa: E402
+from llama_ref import LlamaRef  # noqa: E402
+import teacher_np  # noqa: E402
+
+DOCS = [
+    "Once upon a time, there was a little girl named Lily. She loved to play outside.",
+    "Tom had a big red ball. He threw it to his dog, and the dog ran fast.",
+    "The sun was hot. Mia and Ben sat under a tree and ate cold apples.",
+    "One day, a small bird could not fly. A kind boy helped the bird get well.",
+    "Sam wanted a cake. His mom said, \"We can bake one together!\" They were happy.",
+    "The cat saw a fish in the pond. It tried to catch it but fell in the water.",
+    "Anna found a shiny stone. She kept it in a box under her bed.",
+    "It was a rainy day, so the kids played with blocks and built a tall tower.",
+]
+
+
+def main():
+    checks = rc.Checks("check_train_teacher")
+    model = rc.shared_file("models", "stories260K.gguf")
+    tmp = rc.tmp_dir()
+    data = os.path.join(tmp, "train_teacher_docs.jsonl")
+    with open(data, "w") as f:
+        for d in DOCS:
+            f.write(json.dumps({"text": d}) + "\n")
+    ref = LlamaRef(model)
+    for agg in ("max", "mean"):
+        dump = os.path.join(tmp, "train_teacher_%s.gguf" % agg)
+        if os.path.exists(dump):
+            os.remove(dump)
+        args = ["train-search", "-m", model, "-f", data, "--dump-teacher", dump, "--seq", "128",
+                "--reserve", "none", "--head-agg", agg, "--k-pos", "4", "--eval-k", "2,4,8,16",
+                "--d-search", "8", "--init-std", "0.3", "--eval-frac", "0", "-t", "2"]
+        if checks.guarded("dump %s" % agg, rc.run_subq, args) is None:
+            continue
+        g = GGUFFile(dump)
+        tok = np.array(g.get("dump.tokens"))
+        pos = np.array(g.get("dump.pos"))
+        seg = np.array(g.get("dump.seg"))
+        layers = list(g.get("dump.layers"))
+        T = len(tok)
+        checks.check("%s: packed sequence with several documents" % agg,
+                     seg.max() >= 2 and all(pos[t] == (0 if t == 0 or seg[t] != seg[t - 1] else pos[t - 1] + 1)
+                                            for t in range(T)),
+                     "T=%d, %d segments" % (T, seg.max() + 1))
+        checks.check("%s: every layer dumped" % agg, layers == list(range(ref.n_layer)), str(layers))
+        cap = teacher_np.capture(ref, tok, pos, seg)
+        tau = g.get("dump.tau")
+        tau_kl = g.get("dump.tau_kl")
+        k_pos = g.get("dump.k_pos")
+        eval_k = list(g.get("dump.eval_k"))
+        for l in layers:
+            h_c, q_c, k_c = (g.tensor("l%d.%s" % (l, n)).astype(np.float64) for n in ("h", "q", "k"))
+            h_r, q_r, k_r = cap[l]
+            errs = [np.abs(a - b).max() / np.abs(b).max() for a, b in ((h_c, h_r), (q_c, q_r), (k_c, k_r))]
+            checks.check("%s layer %d: capture h/q/k" % (agg, l), max(errs) < 1e-4,
+                         "rel err h %.2e q %.2e k %.2e" % tuple(errs))
+            P_c = g.tensor("l%d.teacher" % l).astype(np.float64)
+            P_np = teacher_np.teacher(q_c, k_c, seg, ref.n_head, ref.n_head_kv, agg)
+            P_e2e = teacher_np.teacher(q_r, k_r, seg, ref.n_head, ref.n_head_kv, agg)
+            e1 = np.abs(P_c - P_np).max()
+            e2 = np.abs(P_c - P_e2e).max()
+            checks.check("%s layer %d: teacher" % (agg, l), e1 < 1e-5 and e2 < 1e-4,
+                         "abs err vs numpy on dumped q,k %.2e, end to end %.2e" % (e1, e2))
+            wq = g.tensor("l%d.wq" % l)
+            wk = g.tensor("l%d.wk" % l)
+            nce, kl, n = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos)
+            nce_c = g.get("dump.l%d.nce_sum" % l)[0]
+            kl_c = g.get("dump.l%d.kl_sum" % l)[0]
+            n_c = g.get("dump.l%d.n_queries" % l)
+            rel = max(abs(nce - nce_c) / max(abs(nce), 1e-9), abs(kl - kl_c) / max(abs(kl), 1e-9))
+            checks.check("%s layer %d: losses" % (agg, l), rel < 1e-4 and n == n_c,
+                         "nce %.6f vs %.6f, kl %.6f vs %.6f, queries %d vs %d" % (nce_c, nce, kl_c, kl, n_c, n))
+            m = teacher_np.metrics(h_c, wq, wk, q_c, k_c, P_np, seg, ref.n_head, ref.n_head_kv, eval_k)
+            worst = 0.0
+            detail = []
+            for i, K in enumerate(eval_k):
+                for name in ("mass_learned", "mass_oracle", "recall_learned", "recall_oracle"):
+                    c = g.get("dump.l%d.%s" % (l, name))[i]
+                    worst = max(worst, abs(c - m[K][name]))
+                nq = g.get("dump.l%d.n_queries_k" % l)[i]
+                worst = max(worst, abs(nq - m[K]["n"]))
+                detail.append("@%d mass %.3f/%.3f" % (K, m[K]["mass_learned"], m[K]["mass_oracle"]))
+            checks.check("%s layer %d: mass/recall@K" % (agg, l), worst < 2e-3,
+                         "max abs err %.2e (%s)" % (worst, ", ".join(detail)))
+    checks.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""Brute-force numpy reference for search-projection training (subq train-search).
+
+Everything in float64, written straight from the definitions:
+
+  capture(ref, tokens, pos, seg)
+      block-causal forward of a LlamaRef model with explicit positions and
+      segment ids; returns per layer the normed hidden state h (T, d), the
+      post-RoPE (post QK-norm) q (T, n_head*hd) and k (T, n_kv*hd).
+  eligible(seg)
+      E[t, j] = seg[j] == seg[t] and j <= t
+  teacher(q, k, seg, n_head, n_kv, agg)
+      p_h = softmax_j(q_h(t) . k_{h // (n_head/n_kv)}(j) / sqrt(hd)) over E[t];
+      mean: mean_h p_h;  max: max_h p_h renormalised.  (T, T), zero off E.
+  losses(h, wq, wk, P, seg, tau, tau_kl, k_pos)
+      sums over queries with >= 2 eligible keys of
+        InfoNCE -log(sum_{P_t} e^z / sum_{E_t} e^z), z = cos(qs, ks)/tau,
+                P_t = teacher top-k_pos (ties: earlier key)
+        KL(p_t || softmax(qs.ks / sqrt(d_search) / tau_kl))
+  metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks)
+      mass@K / recall@K of the learned scores qs.ks and of the raw-QK oracle
+      mean_h q_h.k_g, over queries with more than K eligible keys.
+"""
+
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def capture(ref, tokens, pos, seg):
+    tokens = np.asarray(tokens, dtype=np.int64)
+    pos = np.asarray(pos, dtype=np.int64)
+    seg = np.asarray(seg, dtype=np.int64)
+    T = len(tokens)
+    hd, nh, nkv = ref.head_dim, ref.n_head, ref.n_head_kv
+    group = nh // nkv
+    scale = 1.0 / math.sqrt(hd)
+    allowed = eligible(seg)
+    x = ref.tok_embd[tokens]
+    out = []
+    for L in ref.layers:
+        h = ref.rmsnorm(x, L["attn_norm"])
+        q = h @ L["wq"].T
+        k = h @ L["wk"].T
+        v = h @ L["wv"].T
+        if "attn_q.bias" in L:
+            q = q + L["attn_q.bias"]
+            k = k + L["attn_k.bias"]
+            v = v + L["attn_v.bias"]
+        q = q.reshape(T, nh, hd)
+        k = k.reshape(T, nkv, hd)
+        v = v.reshape(T, nkv, hd)
+        if "attn_q_norm.weight" in L:
+            q = ref.rmsnorm(q, L["attn_q_norm.weight"])
+            k = ref.rmsnorm(k, L["attn_k_norm.weight"])
+        q = ref.rope(q, pos)
+        k = ref.rope(k, pos)
+        out.append((h.copy(), q.reshape(T, nh * hd).copy(), k.reshape(T, nkv * hd).copy()))
+        heads = np.empty((T, nh, hd))
+        for hq in range(nh):
+            g = hq // group
+            s = (q[:, hq, :] @ k[:, g, :].T) * scale
+            s = np.where(allowed, s, -np.inf)
+            s = s - s.max(axis=1, keepdims=True)
+            p = np.exp(s)
+            p = p / p.sum(axis=1, keepdims=True)
+            heads[:, hq, :] = p @ v[:, g, :]
+        x = x + heads.reshape(T, nh * hd) @ L["wo"].T
+        hf = ref.rmsnorm(x, L["ffn_norm"])
+        gate = hf @ L["w_gate"].T
+        up = hf @ L["w_up"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["w_down"].T
+    return out
+
+
+def eligible(seg):
+    seg = np.asarray(seg)
+    T = len(seg)
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    return causal & (seg[:, None] == seg[None, :])
+
+
+def teacher(q, k, seg, n_head, n_kv, agg):
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    T = q.shape[0]
+    hd = q.shape[1] // n_head
+    group = n_head // n_kv
+    E = eligible(seg)
+    P = np.zeros((T, T))
+    for h in range(n_head):
+        g = h // group
+        s = (q[:, h * hd:(h + 1) * hd] @ k[:, g * hd:(g + 1) * hd].T) / math.sqrt(hd)
+        s = np.where(E, s, -np.inf)
+        s = s - s.max(axis=1, keepdims=True)
+        p = np.exp(s)
+        p = p / p.sum(axis=1, keepdims=True)
+        if agg == "mean":
+            P += p / n_head
+        else:
+            P = np.maximum(P, p)
+    if agg == "max":
+        P = P / P.sum(axis=1, keepdims=True)
+    return P
+
+
+def _lse(x):
+    m = x.max()
+    return m + math.log(np.exp(x - m).sum())
+
+
+def topk(v, k):
+    """Indices of the k largest values, best first, ties: lower index."""
+    return np.argsort(-np.asarray(v), kind="stable")[:k]
+
+
+def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos):
+    h = np.asarray(h, dtype=np.float64)
+    qs = h @ np.asarray(wq, dtype=np.float64).T
+    ks = h @ np.asarray(wk, dtype=np.float64).T
+    ds = qs.shape[1]
+    nq = np.sqrt((qs * qs).sum(1) + 1e-12)
+    nk = np.sqrt((ks * ks).sum(1) + 1e-12)
+    E = eligible(seg)
+    nce = kl = 0.0
+    n = 0
+    for t in range(len(seg)):
+        idx = np.nonzero(E[t])[0]
+        if len(idx) < 2:
+            continue
+        n += 1
+        p = P[t, idx]
+        dot = ks[idx] @ qs[t]
+        z = dot / (nq[t] * nk[idx]) / tau
+        pos = topk(p, min(k_pos, len(idx)))
+        nce += _lse(z) - _lse(z[pos])
+        y = dot / math.sqrt(ds) / tau_kl
+        logr = y - _lse(y)
+        m = p > 0
+        kl += float((p[m] * (np.log(p[m]) - logr[m])).sum())
+    return nce, kl, n
+
+
+def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list):
+    h = np.asarray(h, dtype=np.float64)
+    qs = h @ np.asarray(wq, dtype=np.float64).T
+    kss = h @ np.asarray(wk, dtype=np.float64).T
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    hd = q.shape[1] // n_head
+    group = n_head // n_kv
+    # head-mean native scores: (1/n_head) sum_h q_h . k_{h/group}
+    oracle = np.zeros((len(seg), len(seg)))
+    for hq in range(n_head):
+        g = hq // group
+        oracle += q[:, hq * hd:(hq + 1) * hd] @ k[:, g * hd:(g + 1) * hd].T / n_head
+    learned = qs @ kss.T
+    E = eligible(seg)
+    res = {K: [0.0, 0.0, 0.0, 0.0, 0] for K in ks_list}   # mass_l, mass_o, recall_l, recall_o, n
+    for t in range(len(seg)):
+        idx = np.nonzero(E[t])[0]
+        p = P[t, idx]
+        for K in ks_list:
+            if len(idx) <= K:
+                continue
+            tt = set(topk(p, K).tolist())
+            tl = topk(learned[t, idx], K)
+            to = topk(oracle[t, idx], K)
+            r = res[K]
+            r[0] += p[tl].sum()
+            r[1] += p[to].sum()
+            r[2] += len(tt & set(tl.tolist())) / K
+            r[3] += len(tt & set(to.tolist())) / K
+            r[4] += 1
+    out = {}
+    for K, r in res.items():
+        d = max(r[4], 1)
+        out[K] = {"mass_learned": r[0] / d, "mass_oracle": r[1] / d, "recall_learned": r[2] / d,
+                  "recall_oracle": r[3] / d, "n": r[4]}
+    return out

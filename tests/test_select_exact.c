@@ -1,0 +1,183 @@
+/* exact selector == brute force (double-precision cosine, full sort) on
+ * random keys, chunked appends and random masks (segments, exclusions,
+ * n_slots beyond the appended keys), with f32 and f16 key storage; plus the
+ * mask-range helper against select_mask_allows. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "select/select_internal.h"
+#include "select/selector.h"
+#include "test_util.h"
+
+static int cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static double cosine(const float *a, const float *b, int d) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int c = 0; c < d; c++) {
+        ab += (double)a[c] * b[c];
+        aa += (double)a[c] * a[c];
+        bb += (double)b[c] * b[c];
+    }
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* A random mask over up to n + 4 slots: sinks and tail ranges anywhere
+ * (possibly empty, overlapping or reversed), segments as contiguous runs or
+ * scattered ids, or none. */
+static void random_mask(uint64_t *rng, int n, int32_t *seg, select_mask *m) {
+    memset(m, 0, sizeof *m);
+    m->n_slots = (int)(rng_next_u64(rng) % (uint64_t)(n + 5));
+    int mode = (int)(rng_next_u64(rng) % 3);
+    if (mode == 0) {
+        m->seg = NULL;
+    } else if (mode == 1) {
+        int s = 0;
+        for (int j = 0; j < n + 4; j++) {
+            if (rng_uniform(rng) < 0.01f) s++;
+            seg[j] = s;
+        }
+        m->seg = seg;
+    } else {
+        for (int j = 0; j < n + 4; j++) seg[j] = (int32_t)(rng_next_u64(rng) % 3);
+        m->seg = seg;
+    }
+    m->query_seg = m->seg ? m->seg[m->n_slots > 0 ? m->n_slots - 1 : 0] : 0;
+    int r = n + 8;
+    m->ex0_lo = (int)(rng_next_u64(rng) % (uint64_t)r) - 4;
+    m->ex0_hi = m->ex0_lo + (int)(rng_next_u64(rng) % 40) - 5;
+    m->ex1_lo = (int)(rng_next_u64(rng) % (uint64_t)r) - 4;
+    m->ex1_hi = m->ex1_lo + (int)(rng_next_u64(rng) % 200);
+}
+
+static void test_ranges(void) {
+    uint64_t rng = rng_seed(7);
+    int32_t seg[300];
+    int bad = 0;
+    for (int it = 0; it < 5000; it++) {
+        int n = (int)(rng_next_u64(&rng) % 200);
+        select_mask m;
+        random_mask(&rng, n, seg, &m);
+        int lo[3], hi[3], nr = select_mask_ranges(&m, n, lo, hi);
+        /* every slot below n: inside a range (and segment ok) iff allowed */
+        int count = 0;
+        for (int j = -3; j < n + 4; j++) {
+            int in = 0;
+            for (int r = 0; r < nr; r++) in |= j >= lo[r] && j < hi[r];
+            int want = j < n && select_mask_allows(&m, j);
+            int have = in && (!m.seg || m.seg[j] == m.query_seg);
+            bad += want != have;
+            count += want;
+        }
+        for (int r = 0; r < nr; r++) bad += !(lo[r] < hi[r]) || (r && lo[r] < hi[r - 1]);
+        bad += select_mask_count(&m, n) != count;
+    }
+    CHECK(bad == 0, "mask ranges disagree with select_mask_allows in %d places", bad);
+}
+
+static void test_exact(int f16, int d, int n, uint64_t seed) {
+    uint64_t rng = rng_seed(seed);
+    float *keys = malloc((size_t)n * d * sizeof(float)), *q = malloc((size_t)d * sizeof(float));
+    int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc(512 * sizeof(int32_t));
+    double *want = malloc((size_t)n * sizeof(double)), *have = malloc(512 * sizeof(double));
+    /* keys with a shared offset so cosines spread over a useful range */
+    for (int j = 0; j < n; j++)
+        for (int c = 0; c < d; c++) keys[(size_t)j * d + c] = rng_normal(&rng) * (1.0f + 3.0f * (j % 5)) + 0.3f;
+
+    selector_params p;
+    selector_params_default(&p, SELECT_EXACT, d);
+    p.f16_keys = f16;
+    selector *s;
+    subq_error err = {0};
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
+    /* chunked appends: 1, then growing chunks */
+    for (int at = 0, c = 1; at < n; at += c, c = c * 3 + 1) {
+        if (at + c > n) c = n - at;
+        CHECK(selector_append(s, keys + (size_t)at * d, c, at, &err) == SUBQ_OK, "append: %s", err.msg);
+    }
+    CHECK(selector_append(s, keys, 1, 5, &err) == SUBQ_ERR_ARG, "out-of-order append must fail");
+
+    const double tol = f16 ? 2e-3 : 1e-5;
+    int bad_count = 0, bad_score = 0, bad_elig = 0, bad_order = 0;
+    for (int it = 0; it < 60; it++) {
+        select_mask m;
+        random_mask(&rng, n, seg, &m);
+        int k = 1 + (int)(rng_next_u64(&rng) % 300);
+        for (int c = 0; c < d; c++) q[c] = rng_normal(&rng) + 0.3f;
+        /* brute force: every eligible slot's cosine, full sort */
+        int ne = 0;
+        for (int j = 0; j < n; j++)
+            if (select_mask_allows(&m, j)) want[ne++] = cosine(q, keys + (size_t)j * d, d);
+        qsort(want, (size_t)ne, sizeof(double), cmp_desc);
+        int got = selector_query(s, q, NULL, k, &m, out);
+        bad_count += got != (k < ne ? k : ne);
+        for (int i = 0; i < got; i++) {
+            bad_elig += !select_mask_allows(&m, out[i]) || out[i] >= n;
+            if (out[i] >= 0 && out[i] < n) have[i] = cosine(q, keys + (size_t)out[i] * d, d);
+        }
+        for (int i = 1; i < got; i++) bad_order += have[i] > have[i - 1] + tol;
+        /* the score multisets agree: sorted returned scores == top of the brute sort */
+        qsort(have, (size_t)got, sizeof(double), cmp_desc);
+        for (int i = 0; i < got && i < ne; i++) bad_score += fabs(have[i] - want[i]) > tol;
+    }
+    CHECK(bad_count == 0, "exact %s d=%d: %d queries returned the wrong count", f16 ? "f16" : "f32", d, bad_count);
+    CHECK(bad_elig == 0, "exact %s d=%d: %d ineligible slots returned", f16 ? "f16" : "f32", d, bad_elig);
+    CHECK(bad_score == 0, "exact %s d=%d: %d scores differ from brute force", f16 ? "f16" : "f32", d, bad_score);
+    CHECK(bad_order == 0, "exact %s d=%d: %d results out of order", f16 ? "f16" : "f32", d, bad_order);
+    CHECK(s->stats.n_queries == 60 && s->stats.n_appended == n, "stats: %lld queries, %lld appended",
+          (long long)s->stats.n_queries, (long long)s->stats.n_appended);
+    CHECK(s->stats.bytes >= (size_t)n * d * (f16 ? 2 : 4), "stats.bytes %zu too small", s->stats.bytes);
+
+    /* reset forgets the keys; a new sequence starts at slot 0 */
+    selector_reset(s);
+    select_mask all = {.n_slots = n};
+    CHECK(selector_query(s, q, NULL, 10, &all, out) == 0, "reset selector must return nothing");
+    CHECK(selector_append(s, keys, 3, 0, &err) == SUBQ_OK, "append after reset: %s", err.msg);
+    CHECK(selector_query(s, q, NULL, 10, &all, out) == 3, "3 keys after reset");
+    selector_free(s);
+    free(keys);
+    free(q);
+    free(seg);
+    free(out);
+    free(want);
+    free(have);
+}
+
+static void test_names(void) {
+    for (int k = SELECT_EXACT; k <= SELECT_WINDOW; k++)
+        CHECK(selector_kind_parse(selector_kind_name((selector_kind)k)) == k, "kind %d name round trip", k);
+    CHECK(selector_kind_parse("nope") == -1, "unknown kind");
+    selector_params p;
+    selector_params_default(&p, SELECT_HNSW, 64);
+    CHECK(p.hnsw_m == 32 && p.hnsw_ef_construction == 40 && p.hnsw_ef_search == 64 && p.quest_page == 16,
+          "defaults");
+    selector *s = NULL;
+    subq_error err = {0};
+    p.d_search = 0;
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s, "hnsw without d_search must fail");
+    selector_params_default(&p, SELECT_QUEST, 0);
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s, "quest without a KV cache must fail");
+    selector_params_default(&p, SELECT_FAISS, 16);
+    subq_status rc = selector_new(&p, NULL, &s, &err);
+    if (selector_kind_available(SELECT_FAISS)) {
+        CHECK(rc == SUBQ_OK, "faiss: %s", err.msg);
+    } else {
+        CHECK(rc == SUBQ_ERR_UNSUPPORTED && strstr(err.msg, "libfaiss-dev"), "faiss unsupported: %s", err.msg);
+    }
+    selector_free(s);
+}
+
+int main(void) {
+    test_ranges();
+    test_names();
+    test_exact(0, 64, 3000, 1);
+    test_exact(1, 64, 3000, 2);
+    test_exact(0, 37, 1000, 3);
+    test_exact(1, 37, 1000, 4);
+    test_exact(0, 5, 500, 5);
+    return test_summary();
+}

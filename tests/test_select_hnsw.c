@@ -1,0 +1,156 @@
+/* HNSW (and FAISS, if built) recall@K against the exact selector on
+ * clustered synthetic search vectors at default settings (M 32,
+ * efConstruction 40, efSearch 64), the index grown by chunked appends as in
+ * prefill + decode. Also: masked queries (sinks, tail, documents) stay
+ * eligible and keep their recall, and small eligible sets are exact.
+ * Prints insert and query times (informational; the machine is shared). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "base/timer.h"
+#include "select/selector.h"
+#include "test_util.h"
+
+/* ASan/UBSan builds run ~10x slower: a smaller data set keeps them quick. */
+#if defined(__SANITIZE_ADDRESS__)
+enum { N_KEYS = 6000 };
+#else
+enum { N_KEYS = 20000 };
+#endif
+enum { D = 64, N_CENTRES = 50, K = 64, N_QUERIES = 200 };
+
+static void unit(float *x, int d) {
+    double s = 0;
+    for (int c = 0; c < d; c++) s += (double)x[c] * x[c];
+    for (int c = 0; c < d; c++) x[c] = (float)(x[c] / sqrt(s));
+}
+
+/* x = centre + sigma * gaussian / sqrt(d), unnormalised (the selectors normalise) */
+static void near(float *x, const float *centre, float sigma, uint64_t *rng) {
+    for (int c = 0; c < D; c++) x[c] = centre[c] + sigma * rng_normal(rng) / sqrtf((float)D);
+}
+
+static double recall(const int32_t *a, int na, const int32_t *b, int nb) {
+    int hit = 0;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++) hit += a[i] == b[j];
+    return nb ? (double)hit / nb : 1.0;
+}
+
+static void run(selector_kind kind, const float *keys, const float *queries, int32_t *seg) {
+    const char *name = selector_kind_name(kind);
+    subq_error err = {0};
+    selector_params pe, pa;
+    selector_params_default(&pe, SELECT_EXACT, D);
+    selector_params_default(&pa, kind, D);
+    selector *ex, *ann;
+    CHECK(selector_new(&pe, NULL, &ex, &err) == SUBQ_OK, "exact: %s", err.msg);
+    CHECK(selector_new(&pa, NULL, &ann, &err) == SUBQ_OK, "%s: %s", name, err.msg);
+    /* growing index: prefill-sized chunks, then token-by-token decode */
+    int at = 0, bad_append = 0;
+    const int chunks[] = {1, 2, 500, 1500, 3000};
+    for (int i = 0; i < 5 && at < N_KEYS - 1000; i++) {
+        bad_append += selector_append(ex, keys + (size_t)at * D, chunks[i], at, &err) != SUBQ_OK;
+        bad_append += selector_append(ann, keys + (size_t)at * D, chunks[i], at, &err) != SUBQ_OK;
+        at += chunks[i];
+    }
+    for (; at < N_KEYS; at++) {
+        bad_append += selector_append(ex, keys + (size_t)at * D, 1, at, &err) != SUBQ_OK;
+        bad_append += selector_append(ann, keys + (size_t)at * D, 1, at, &err) != SUBQ_OK;
+    }
+    CHECK(bad_append == 0, "%s: %d appends failed (last: %s)", name, bad_append, err.msg);
+
+    int32_t a[K], b[K];
+    /* unmasked: the plain recall@K */
+    select_mask all = {.n_slots = N_KEYS};
+    double r = 0, t_ann = 0, t_ex = 0;
+    int short_results = 0;
+    int64_t vis0 = ann->stats.n_visited;
+    for (int i = 0; i < N_QUERIES; i++) {
+        double t1 = time_now_s();
+        int nb = selector_query(ex, queries + (size_t)i * D, NULL, K, &all, b);
+        double t2 = time_now_s();
+        int na = selector_query(ann, queries + (size_t)i * D, NULL, K, &all, a);
+        double t3 = time_now_s();
+        t_ex += t2 - t1;
+        t_ann += t3 - t2;
+        short_results += na != K || nb != K;
+        r += recall(a, na, b, nb);
+    }
+    r /= N_QUERIES;
+    CHECK(short_results == 0, "%s: %d queries returned fewer than K", name, short_results);
+    printf("%s: n=%d d=%d K=%d recall@K %.4f | insert %.1f us/key | query %.1f us (exact %.1f us) | "
+           "%.0f distances/query | %.1f MiB\n",
+           name, N_KEYS, D, K, r, 1e6 * ann->stats.t_append_s / N_KEYS, 1e6 * t_ann / N_QUERIES,
+           1e6 * t_ex / N_QUERIES, (double)(ann->stats.n_visited - vis0) / N_QUERIES,
+           ann->stats.bytes / 1048576.0);
+    CHECK(r >= 0.95, "%s recall@%d %.4f < 0.95", name, K, r);
+
+    /* masked as in attention: document = last third, sinks + tail excluded */
+    int doc0 = 2 * N_KEYS / 3;
+    select_mask m = {.n_slots = N_KEYS, .seg = seg, .query_seg = 1,
+                     .ex0_lo = doc0, .ex0_hi = doc0 + 4, .ex1_lo = N_KEYS - 256, .ex1_hi = N_KEYS};
+    double rm = 0;
+    int bad = 0;
+    for (int i = 0; i < N_QUERIES; i++) {
+        int nb = selector_query(ex, queries + (size_t)i * D, NULL, K, &m, b);
+        int na = selector_query(ann, queries + (size_t)i * D, NULL, K, &m, a);
+        for (int j = 0; j < na; j++) bad += !select_mask_allows(&m, a[j]);
+        rm += recall(a, na, b, nb);
+    }
+    rm /= N_QUERIES;
+    printf("%s: masked (one document of %d, sinks + tail excluded) recall@K %.4f\n", name, N_KEYS - doc0, rm);
+    CHECK(bad == 0, "%s: %d ineligible slots returned", name, bad);
+    CHECK(rm >= 0.95, "%s masked recall@%d %.4f < 0.95", name, K, rm);
+
+    /* a small eligible set (short document): scored directly, so exact */
+    select_mask small = {.n_slots = 200, .seg = NULL, .ex0_lo = 0, .ex0_hi = 4, .ex1_lo = 150, .ex1_hi = 200};
+    int exact_small = 1;
+    for (int i = 0; i < 20; i++) {
+        int nb = selector_query(ex, queries + (size_t)i * D, NULL, K, &small, b);
+        int na = selector_query(ann, queries + (size_t)i * D, NULL, K, &small, a);
+        exact_small &= na == nb && recall(a, na, b, nb) == 1.0;
+    }
+    CHECK(exact_small, "%s: small eligible sets must be exact", name);
+
+    /* reset: a new sequence, new index */
+    selector_reset(ann);
+    CHECK(selector_query(ann, queries, NULL, K, &all, a) == 0, "%s: reset index must be empty", name);
+    CHECK(selector_append(ann, keys, 10, 0, &err) == SUBQ_OK, "%s after reset: %s", name, err.msg);
+    select_mask ten = {.n_slots = 10};
+    CHECK(selector_query(ann, queries, NULL, K, &ten, a) == 10, "%s: 10 keys after reset", name);
+    selector_free(ex);
+    selector_free(ann);
+}
+
+int main(void) {
+    uint64_t rng = rng_seed(42);
+    float *centres = malloc((size_t)N_CENTRES * D * sizeof(float));
+    float *keys = malloc((size_t)N_KEYS * D * sizeof(float));
+    float *queries = malloc((size_t)N_QUERIES * D * sizeof(float));
+    int32_t *seg = malloc((size_t)N_KEYS * sizeof(int32_t));
+    for (int i = 0; i < N_CENTRES * D; i++) centres[i] = rng_normal(&rng);
+    for (int i = 0; i < N_CENTRES; i++) unit(centres + (size_t)i * D, D);
+    for (int j = 0; j < N_KEYS; j++) {
+        int c = (int)(rng_next_u64(&rng) % N_CENTRES);
+        near(keys + (size_t)j * D, centres + (size_t)c * D, 0.6f, &rng);
+        /* unnormalised, as search projections produce them */
+        float sc = 0.5f + 2.0f * rng_uniform(&rng);
+        for (int i = 0; i < D; i++) keys[(size_t)j * D + i] *= sc;
+        seg[j] = j < 2 * N_KEYS / 3 ? 0 : 1;
+    }
+    for (int i = 0; i < N_QUERIES; i++) near(queries + (size_t)i * D, centres + (size_t)(i % N_CENTRES) * D, 0.3f, &rng);
+
+    run(SELECT_HNSW, keys, queries, seg);
+    if (selector_kind_available(SELECT_FAISS)) run(SELECT_FAISS, keys, queries, seg);
+    else printf("faiss: not in this build\n");
+
+    free(centres);
+    free(keys);
+    free(queries);
+    free(seg);
+    return test_summary();
+}

@@ -1,0 +1,153 @@
+/* Retrieve-then-attend on the real stories260K model:
+ *  - with K >= every eligible key, each selector's logits equal full attention;
+ *  - decode mode (one token at a time through the KV cache) equals prefill
+ *    mode (teacher forcing) when the candidate sets are the same;
+ *  - candidates never include a future key, another document's key, a sink
+ *    or a tail slot (block-causal packing with restarting positions). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_plan.h"
+#include "model/context.h"
+#include "test_util.h"
+
+#define N_TOK 160
+
+static subq_model *model;
+static int32_t toks[N_TOK], pos[N_TOK], seg[N_TOK];
+
+static double max_rel(const float *a, const float *b, size_t n) {
+    double mx = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs((double)a[i] - b[i]));
+        ref = fmax(ref, fabs((double)b[i]));
+    }
+    return mx / ref;
+}
+
+/* All logits of the sequence (packed into two documents when `packed`). */
+static subq_status run(const attn_plan *plan, const search_proj *proj, int packed, int one_by_one, float *logits,
+                       int32_t *cand_out, subq_error *err) {
+    subq_context_params cp = subq_context_default_params();
+    cp.n_ctx = N_TOK;
+    cp.n_threads = 2;
+    subq_context *c;
+    subq_status s = subq_context_new(model, &cp, &c, err);
+    if (s) return s;
+    if (plan) s = context_set_plan(c, plan, proj, err);
+    int V = model->hp.n_vocab;
+    for (int t = 0; !s && t < N_TOK; t += one_by_one ? 1 : N_TOK) {
+        int n = one_by_one ? 1 : N_TOK;
+        s = context_forward(c, toks + t, n, packed ? pos + t : NULL, packed ? seg + t : NULL, logits + (size_t)t * V, 1,
+                            err);
+        if (!s && cand_out && plan) { /* record layer 2's candidates */
+            const sparse_record *r = attn_sparse_record(c->stages[2]);
+            memcpy(cand_out + (size_t)t * plan->sparse.top_k, r->cand, (size_t)n * plan->sparse.top_k * sizeof(int32_t));
+        }
+    }
+    subq_context_free(c);
+    return s;
+}
+
+int main(void) {
+    char path[1024];
+    subq_error err = {0};
+    if (subq_model_load(test_shared_path("models/stories260K.gguf", path, sizeof path), &model, &err)) {
+        CHECK(0, "load: %s", err.msg);
+        return test_summary();
+    }
+    const char *text = "Once upon a time, there was a little dog named Max. Max liked to run in the park with his "
+                       "friend Sue. One day they found a big red ball under a tree and played until the sun went "
+                       "down. Then they went home and ate soup with bread.";
+    size_t n;
+    int32_t buf[1024];
+    subq_tokenize(model, text, strlen(text), 1, buf, 1024, &n, &err);
+    for (int t = 0; t < N_TOK; t++) toks[t] = buf[t % n];
+    /* two documents: 0..69 and 70..159, positions restart */
+    for (int t = 0; t < N_TOK; t++) {
+        seg[t] = t < 70 ? 0 : 1;
+        pos[t] = t < 70 ? t : t - 70;
+    }
+    const int V = model->hp.n_vocab;
+    float *full = malloc((size_t)N_TOK * V * sizeof(float)), *got = malloc((size_t)N_TOK * V * sizeof(float));
+    float *full_packed = malloc((size_t)N_TOK * V * sizeof(float));
+    int layers[] = {1, 2, 3, 4};
+    search_proj *proj;
+    if (search_proj_random(model, layers, 4, 16, 7, &proj, &err)) {
+        CHECK(0, "random projections: %s", err.msg);
+        return test_summary();
+    }
+    CHECK(!run(NULL, NULL, 0, 0, full, NULL, &err), "full: %s", err.msg);
+    CHECK(!run(NULL, NULL, 1, 0, full_packed, NULL, &err), "full packed: %s", err.msg);
+
+    /* 1. K >= eligible keys: every retrieving selector equals full attention */
+    const char *kinds[] = {"exact", "hnsw", "faiss", "quest", "oracle"};
+    for (int k = 0; k < 5; k++) {
+        int kind = selector_kind_parse(kinds[k]);
+        if (!selector_kind_available(kind)) {
+            printf("note: selector %s is not built in; not tested\n", kinds[k]);
+            continue;
+        }
+        for (int packed = 0; packed < 2; packed++) {
+            attn_plan plan;
+            attn_plan_default(&plan);
+            selector_params_default(&plan.sparse.select, kind, 16);
+            plan.sparse.top_k = N_TOK;
+            plan.sparse_layers = "1-4";
+            subq_status s = run(&plan, proj, packed, 0, got, NULL, &err);
+            double rel = s ? 1 : max_rel(got, packed ? full_packed : full, (size_t)N_TOK * V);
+            CHECK(!s && rel < 1e-5, "%s K>=n %s: rel %.2e %s", kinds[k], packed ? "packed" : "", rel, s ? err.msg : "");
+        }
+    }
+
+    /* 2. decode mode == prefill mode with the same candidates (exact, K=8) */
+    attn_plan plan;
+    attn_plan_default(&plan);
+    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
+    plan.sparse.top_k = 8;
+    plan.sparse_layers = "1-4";
+    int32_t *cand_a = malloc((size_t)N_TOK * 8 * sizeof(int32_t)), *cand_b = malloc((size_t)N_TOK * 8 * sizeof(int32_t));
+    float *dec = malloc((size_t)N_TOK * V * sizeof(float));
+    CHECK(!run(&plan, proj, 0, 0, got, cand_a, &err), "prefill mode: %s", err.msg);
+    CHECK(!run(&plan, proj, 0, 1, dec, cand_b, &err), "decode mode: %s", err.msg);
+    int same = memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) == 0;
+    CHECK(same, "decode and prefill chose different candidates");
+    double rel = max_rel(dec, got, (size_t)N_TOK * V);
+    CHECK(rel < 1e-5, "decode vs prefill logits rel %.2e", rel);
+    rel = max_rel(got, full, (size_t)N_TOK * V);
+    CHECK(rel > 1e-4, "K=8 should differ from full attention (rel %.2e)", rel);
+
+    /* 3. eligibility under packing: no future, cross-document, sink or tail slot */
+    const char *all_kinds[] = {"exact", "hnsw", "quest", "oracle", "window"};
+    for (int k = 0; k < 5; k++) {
+        attn_plan_default(&plan);
+        selector_params_default(&plan.sparse.select, selector_kind_parse(all_kinds[k]), 16);
+        plan.sparse.top_k = 8;
+        plan.sparse_layers = "1-4";
+        CHECK(!run(&plan, proj, 1, 0, got, cand_a, &err), "%s packed: %s", all_kinds[k], err.msg);
+        int bad = 0, filler = 0;
+        for (int t = 0; t < N_TOK; t++) {
+            int doc0 = t < 70 ? 0 : 70;
+            for (int i = 0; i < 8; i++) {
+                int j = cand_a[t * 8 + i];
+                if (j < 0) {
+                    filler++;
+                    continue;
+                }
+                if (j > t || seg[j] != seg[t] || j < doc0 + 4 || j > t - 16) bad++;
+            }
+        }
+        CHECK(bad == 0, "%s returned %d ineligible candidates", all_kinds[k], bad);
+        if (k < 4) CHECK(filler < N_TOK * 8, "%s returned nothing", all_kinds[k]);
+    }
+    free(cand_a);
+    free(cand_b);
+    free(dec);
+    free(full);
+    free(full_packed);
+    free(got);
+    search_proj_free(proj);
+    subq_model_free(model);
+    return test_summary();
+}

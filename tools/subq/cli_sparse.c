@@ -1,0 +1,106 @@
+#include "cli_sparse.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/error.h"
+#include "cli.h"
+#include "model/context.h"
+
+void cli_sparse_init(cli_sparse_opts *o) {
+    memset(o, 0, sizeof *o);
+    attn_plan_default(&o->plan);
+}
+
+int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o) {
+    const char *a = argv[*i], *v;
+    sparse_params *sp = &o->plan.sparse;
+    int *target = NULL, lo = 0, hi = 1 << 20;
+    if (!strcmp(a, "--search")) {
+        if (!(o->search_file = cli_value(cmd, argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--random-search")) {
+        target = &o->random_search, lo = 1, hi = SEARCH_PROJ_MAX_D;
+    } else if (!strcmp(a, "--select")) {
+        if (!(o->select = cli_value(cmd, argc, argv, i))) return -1;
+        int k = selector_kind_parse(o->select);
+        if (k < 0) {
+            cli_error(cmd, "unknown selector '%s' (exact, hnsw, faiss, quest, oracle, window)", o->select);
+            return -1;
+        }
+        selector_params keep = sp->select;
+        selector_params_default(&sp->select, (selector_kind)k, 0);
+        sp->select.f16_keys = keep.f16_keys; /* flags given before --select still count */
+        if (keep.hnsw_m) sp->select.hnsw_m = keep.hnsw_m;
+        if (keep.hnsw_ef_construction) sp->select.hnsw_ef_construction = keep.hnsw_ef_construction;
+        if (keep.hnsw_ef_search) sp->select.hnsw_ef_search = keep.hnsw_ef_search;
+        if (keep.quest_page) sp->select.quest_page = keep.quest_page;
+    } else if (!strcmp(a, "--sparse-layers")) {
+        if (!(o->plan.sparse_layers = cli_value(cmd, argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--topk")) {
+        target = &sp->top_k, lo = 0;
+    } else if (!strcmp(a, "--sink")) {
+        target = &sp->n_sink, lo = 0;
+    } else if (!strcmp(a, "--tail")) {
+        target = &sp->n_tail, lo = 1;
+    } else if (!strcmp(a, "--hnsw-m")) {
+        target = &sp->select.hnsw_m, lo = 2, hi = 1024;
+    } else if (!strcmp(a, "--hnsw-ef-construction")) {
+        target = &sp->select.hnsw_ef_construction, lo = 1;
+    } else if (!strcmp(a, "--hnsw-ef-search")) {
+        target = &sp->select.hnsw_ef_search, lo = 1;
+    } else if (!strcmp(a, "--quest-page")) {
+        target = &sp->select.quest_page, lo = 1, hi = 1 << 16;
+    } else if (!strcmp(a, "--search-f16")) {
+        sp->select.f16_keys = 1;
+    } else if (!strcmp(a, "--sparse-prefill")) {
+        o->sparse_prefill = 1;
+    } else {
+        return 0;
+    }
+    if (target && (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, lo, hi, target))) return -1;
+    o->enabled = 1;
+    return 1;
+}
+
+int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj) {
+    subq_error err = {0};
+    *proj = NULL;
+    if (!o->enabled) return 1;
+    if (o->search_file && o->random_search) {
+        cli_error(cmd, "give either --search FILE or --random-search D, not both");
+        return 0;
+    }
+    if (o->search_file) {
+        if (search_proj_load(o->search_file, m, proj, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 0;
+        }
+    } else if (o->random_search) {
+        /* the --sparse-layers, else layers 2 .. L-3 (first and last layers stay dense, as is usual) */
+        int n_layer = m->hp.n_layer, n = 0;
+        int *layers = malloc((size_t)n_layer * sizeof(int));
+        unsigned char *mask = calloc((size_t)n_layer, 1);
+        subq_status s = !layers || !mask ? subq_fail(&err, SUBQ_ERR_NOMEM, "out of memory") : SUBQ_OK;
+        if (!s && o->plan.sparse_layers) s = search_parse_layers(o->plan.sparse_layers, n_layer, mask, &err);
+        else if (!s)
+            for (int l = 2; l <= n_layer - 3; l++) mask[l] = 1;
+        for (int l = 0; !s && l < n_layer; l++)
+            if (mask[l]) layers[n++] = l;
+        if (!s && n == 0) s = subq_fail(&err, SUBQ_ERR_ARG, "no layers for --random-search; give --sparse-layers");
+        if (!s) s = search_proj_random(m, layers, n, o->random_search, 1, proj, &err);
+        free(mask);
+        free(layers);
+        if (s) {
+            cli_error(cmd, "%s", err.msg);
+            return 0;
+        }
+    }
+    o->plan.sparse.dense_prefill = !o->sparse_prefill;
+    if (context_set_plan(c, &o->plan, *proj, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        search_proj_free(*proj);
+        *proj = NULL;
+        return 0;
+    }
+    return 1;
+}

@@ -1,0 +1,38 @@
+/* Flags shared by the commands that can run sparse attention. */
+#ifndef SUBQ_CLI_SPARSE_H
+#define SUBQ_CLI_SPARSE_H
+
+#include "attn/attn_plan.h"
+#include "search/search_proj.h"
+
+typedef struct cli_sparse_opts {
+    int enabled;              /* any sparse flag was given */
+    const char *search_file;  /* --search FILE */
+    int random_search;        /* --random-search D: random projections on layers 2..L-3 */
+    const char *select;       /* --select KIND */
+    attn_plan plan;
+    int sparse_prefill;       /* --sparse-prefill (generate) */
+} cli_sparse_opts;
+
+#define CLI_SPARSE_OPTS_HELP                                                                     \
+    "sparse attention (retrieve-then-attend):\n"                                                 \
+    "  --search FILE        search projections from subq train-search\n"                       \
+    "  --random-search D    random projections of width D on layers 2..L-3 (speed work)\n"      \
+    "  --select KIND        exact | hnsw | faiss | quest | oracle | window (default exact)\n"   \
+    "  --sparse-layers L    layers to substitute: all, 1-4, 2--3 (default: layers with\n"      \
+    "                       projections; all layers for quest/oracle/window)\n"                \
+    "  --topk K             candidates retrieved per query (default 64)\n"                     \
+    "  --sink N             first tokens always kept (default 4)\n"                            \
+    "  --tail N             most recent tokens always kept (default 16)\n"                     \
+    "  --hnsw-m N, --hnsw-ef-construction N, --hnsw-ef-search N   (defaults 32, 40, 64)\n"     \
+    "  --quest-page N       Quest page size in tokens (default 16)\n"                          \
+    "  --search-f16         store exact-selector search keys in f16\n"
+
+void cli_sparse_init(cli_sparse_opts *o);
+/* 1: consumed argv[*i] (and its value); 0: not a sparse flag; -1: error printed. */
+int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o);
+/* Load or create projections (*proj, caller frees) and set the plan on an
+ * empty context. Prints the error and returns 0 on failure. */
+int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj);
+
+#endif
