@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/timer.h"
+#include "attn/attn_sparse.h"
 #include "model/context.h"
 #include "quant/quant.h"
 
@@ -120,4 +121,33 @@ subq_status bench_fill_kv(subq_context *c, int n_past, unsigned long long seed, 
     free(k);
     free(v);
     return SUBQ_OK;
+}
+
+subq_status bench_fill_selectors(subq_context *c, int n_past, unsigned long long seed, subq_error *err) {
+    enum { CHUNK = 1024 };
+    const int n_layer = c->model->hp.n_layer;
+    int failed = 0;
+    /* layers are independent indexes: fill them in parallel */
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+    for (int l = 0; l < n_layer; l++) {
+        selector *sel = attn_sparse_selector(c->stages[l]);
+        if (!sel || failed) continue;
+        int d = sel->params.d_search;
+        float *ks = d > 0 ? malloc((size_t)CHUNK * d * sizeof(float)) : NULL;
+        uint64_t rng = rng_seed(seed + (uint64_t)l);
+        subq_error lerr;
+        int bad = d > 0 && !ks;
+        for (int t0 = 0; t0 < n_past && !bad; t0 += CHUNK) {
+            int n = n_past - t0 < CHUNK ? n_past - t0 : CHUNK;
+            for (int i = 0; i < n * d; i++) ks[i] = rng_normal(&rng);
+            bad = selector_append(sel, ks, n, t0, &lerr) != SUBQ_OK;
+        }
+        free(ks);
+        if (bad) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    return failed ? subq_fail(err, SUBQ_ERR_NOMEM, "filling the selectors with %d synthetic keys failed", n_past)
+                  : SUBQ_OK;
 }

@@ -6,10 +6,15 @@
  * fraction of a measured read bandwidth (a T-thread AVX2 sum over a 1 GiB
  * array). Best of several passes: other processes share the cores.
  *
- * Build by hand (not part of the CMake build):
- *   gcc -O2 -std=c11 -fopenmp -Isrc -Iinclude bench/bench_gemv.c src/quant/[a-z]*.c -lm -o /tmp/bench_gemv
+ * Build by hand (not part of the CMake build; -O3 as the Release library):
+ *   gcc -O3 -std=c11 -fopenmp -Isrc -Iinclude bench/bench_gemv.c src/quant/[a-z]*.c -lm -o /tmp/bench_gemv
  *   /tmp/bench_gemv [-t THREADS] [-r ROWS] [-c COLS] [-p PASSES] [-m MB per type] [--type NAME]
+ * Columns: "dot_row" is one dot_row call per row inside `omp parallel for`
+ * (what src/model/matmul.c does); "dot_rows" is one dot_rows call per
+ * thread on its slice of rows (x's sub-block sums computed once: faster for
+ * q4_K / q5_K).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <immintrin.h>
 #include <omp.h>
 #include <stdio.h>

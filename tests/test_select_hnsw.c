@@ -95,6 +95,7 @@ static void run(selector_kind kind, const float *keys, const float *queries, int
                      .ex0_lo = doc0, .ex0_hi = doc0 + 4, .ex1_lo = N_KEYS - 256, .ex1_hi = N_KEYS};
     double rm = 0;
     int bad = 0;
+    vis0 = ann->stats.n_visited;
     for (int i = 0; i < N_QUERIES; i++) {
         int nb = selector_query(ex, queries + (size_t)i * D, NULL, K, &m, b);
         int na = selector_query(ann, queries + (size_t)i * D, NULL, K, &m, a);
@@ -102,7 +103,8 @@ static void run(selector_kind kind, const float *keys, const float *queries, int
         rm += recall(a, na, b, nb);
     }
     rm /= N_QUERIES;
-    printf("%s: masked (one document of %d, sinks + tail excluded) recall@K %.4f\n", name, N_KEYS - doc0, rm);
+    printf("%s: masked (one document of %d, sinks + tail excluded) recall@K %.4f | %.0f distances/query\n", name,
+           N_KEYS - doc0, rm, (double)(ann->stats.n_visited - vis0) / N_QUERIES);
     CHECK(bad == 0, "%s: %d ineligible slots returned", name, bad);
     CHECK(rm >= 0.95, "%s masked recall@%d %.4f < 0.95", name, K, rm);
 

@@ -6,10 +6,11 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "eval/eval.h"
 #include "model/context.h"
 
 /* -log softmax(logits)[target] = logsumexp(logits) - logits[target] */
-static double token_nll(const float *logits, int n_vocab, int target) {
+double eval_token_nll(const float *logits, int n_vocab, int target) {
     float mx = logits[0];
     for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
     double sum = 0.0;
@@ -62,7 +63,7 @@ subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tok
         if (s) break;
         /* logits at j predict token j+1 */
         for (int j = first; j < n_ctx - 1; j++) {
-            double nll = token_nll(logits + (size_t)j * n_vocab, n_vocab, win[j + 1]);
+            double nll = eval_token_nll(logits + (size_t)j * n_vocab, n_vocab, win[j + 1]);
             if (nll_out) nll_out[count] = (float)nll;
             nll_sum += nll;
             nll2_sum += nll * nll;

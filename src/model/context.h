@@ -18,6 +18,7 @@ struct subq_context {
     int n_threads;
     int n_batch;                 /* max tokens per forward step */
     attn_stage **stages;         /* [n_layer]; full attention by default */
+    double t_attn_s;             /* time spent in attention stages (benchmarks) */
     capture_fn capture;
     void *capture_user;
     /* work buffers, n_batch rows each */

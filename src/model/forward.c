@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/timer.h"
 #include "model/context.h"
 #include "model/matmul.h"
 #include "quant/quant.h"
@@ -102,7 +103,9 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
             .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt,
         };
         attn_stage *st = c->stages[l];
+        double t0 = time_now_s();
         subq_status s = st->forward(st, &step, kv, err);
+        c->t_attn_s += time_now_s() - t0;
         if (s) return s;
 
         matmul(c->proj, c->att, &L->wo, n, c->tile, c->tile_floats, nt);

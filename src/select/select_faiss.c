@@ -82,10 +82,10 @@ static int faiss_query(selector *s, const float *q_search, const float *q_native
         if (!l || !x) return 0;
         f->res_cap = k;
     }
-    int got = faiss_shim_search(f->ix, f->qn, k, ef, mask_filter, (void *)m, f->labels, f->sims,
-                                &s->stats.n_visited);
+    const int efw = select_filtered_ef(ef, f->count, n_elig);
+    int got = faiss_shim_search(f->ix, f->qn, k, efw, mask_filter, (void *)m, f->labels, f->sims, &s->stats.n_visited);
     if (got >= 0 && got < k && got < n_elig)
-        got = faiss_shim_search(f->ix, f->qn, k, 4 * width, mask_filter, (void *)m, f->labels, f->sims,
+        got = faiss_shim_search(f->ix, f->qn, k, 4 * (efw > k ? efw : k), mask_filter, (void *)m, f->labels, f->sims,
                                 &s->stats.n_visited);
     int n = 0;
     for (int i = 0; i < got; i++)

@@ -5,8 +5,10 @@
  *
  * Eligibility: the index holds exactly the appended prefix, so causality is
  * automatic; sinks, tail and other documents are filtered inside the graph
- * search (rejected nodes are walked through, never returned), and every
- * returned slot is checked again with select_mask_allows. When few slots are
+ * search (rejected nodes are walked through, never returned; the beam widens
+ * with the rejected fraction, see select_filtered_ef), and every returned
+ * slot is checked again with select_mask_allows. Counting the eligible slots
+ * costs one int compare per slot when there are segments. When few slots are
  * eligible (a short document in a packed sequence) a graph search would have
  * to visit most of the graph to find them, so those are scored directly
  * instead: exact, and cheaper than the walk. */
@@ -90,10 +92,11 @@ static int hnsw_query(selector *s, const float *q_search, const float *q_native,
         if (!l || !f) return 0;
         h->res_cap = k;
     }
-    int got = hnsw_shim_search(h->ix, h->qn, k, ef, mask_filter, (void *)m, h->labels, h->sims, &s->stats.n_visited);
-    /* a poorly connected eligible region can starve the beam: one wider retry */
+    const int efw = select_filtered_ef(ef, h->count, n_elig);
+    int got = hnsw_shim_search(h->ix, h->qn, k, efw, mask_filter, (void *)m, h->labels, h->sims, &s->stats.n_visited);
+    /* a poorly connected eligible region can still starve the beam: one wider retry */
     if (got >= 0 && got < k && got < n_elig)
-        got = hnsw_shim_search(h->ix, h->qn, k, 4 * width, mask_filter, (void *)m, h->labels, h->sims,
+        got = hnsw_shim_search(h->ix, h->qn, k, 4 * (efw > k ? efw : k), mask_filter, (void *)m, h->labels, h->sims,
                                &s->stats.n_visited);
     int n = 0;
     for (int i = 0; i < got; i++)

@@ -78,6 +78,16 @@ select_dot_rows_fn select_dot_rows_f16(void);
 int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
                      const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored);
 
+/* Beam width of a filtered ANN search: ef when every indexed slot is
+ * eligible, widened by n / n_elig (at most 8x) otherwise. Accepted nodes are
+ * met at that rate along the walk, and with the stock width the search stops
+ * before it reaches the eligible neighbours that lie in the next cluster
+ * (measured: recall@64 0.92 -> 0.99 on a one-third document mask). */
+static inline int select_filtered_ef(int ef, int n, int n_elig) {
+    double w = n_elig > 0 ? (double)ef * n / n_elig : ef;
+    return w > 8.0 * ef ? 8 * ef : (int)w;
+}
+
 /* Quest's upper bound of the head-mean q.k over the keys of `page`, from its
  * stored bounds (tests check it against every key of the page). s must be a
  * quest selector. */

@@ -16,6 +16,7 @@ int cmd_logits(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_dequant(int, char**);
 int cmd_bench(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 int cmd_train_search(int argc, char **argv);
 
 /* Print "subq CMD: error: MSG" as one line on stderr; returns 1 (the exit code). */

@@ -1,46 +1,50 @@
 /* subq bench: prefill and decode speed of a model, measured side by side
- * with the machine's memory read bandwidth and OpenBLAS sgemm rate. */
+ * with the machine's memory read bandwidth and OpenBLAS sgemm rate, and
+ * decode with full vs sparse attention at long contexts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_plan.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "bench/bench.h"
 #include "cli.h"
+#include "cli_sparse.h"
 #include "model/context.h"
 
 static const char *help =
-    "usage: subq bench -m MODEL [--ctx 512,4096] [options]\n"
+    "usage: subq bench -m MODEL [--ctx 512,4096] [--attn full,exact,hnsw] [options]\n"
     "Prefill tok/s (one batch) and decode tok/s at each context, with the machine's\n"
-    "measured read bandwidth and sgemm rate in the same run and the fractions achieved.\n"
-    "Decode contexts are filled with synthetic keys/values (speed does not depend on them).\n\n"
+    "measured read bandwidth and sgemm rate in the same run and the fractions achieved;\n"
+    "with --attn, decode with each attention kind side by side (speed-up vs full).\n"
+    "Decode contexts (KV cache and search indexes) are filled with synthetic values:\n"
+    "speed does not depend on them, and a real prefill of 100K tokens takes hours here.\n\n"
     "  -m, --model FILE     GGUF model (required)\n"
     "  -t, --threads N      threads (default: all cores)\n"
     "  --ctx LIST           decode contexts, comma separated (default 512,4096)\n"
+    "  --attn LIST          attention kinds: full and any selector (default full)\n"
     "  --prefill N          prefill batch size in tokens (default 512; 0 = skip)\n"
     "  -n, --n-decode N     decode steps timed per context (default 16)\n"
     "  --kv f32|f16         KV cache type (default f32)\n"
     "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024)\n"
-    "  --json               print one JSON object on stdout\n";
+    "  -s FILE              search projections (same as --search FILE)\n"
+    "  --json               print one JSON object on stdout\n\n" CLI_SPARSE_OPTS_HELP;
 
-#define MAX_CTX 16
+#define MAX_LIST 16
 
-static int parse_ctx_list(const char *cmd, const char *s, int *ctx, int *n) {
+/* Comma-separated positive integers. */
+static int parse_int_list(const char *cmd, const char *flag, const char *s, int *out, int *n) {
     *n = 0;
     for (const char *p = s; *p;) {
         char *end;
         long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 30) || *n >= MAX_CTX) {
-            cli_error(cmd, "--ctx expects up to %d comma-separated positive integers, got '%s'", MAX_CTX, s);
+        if (end == p || v < 1 || v > (1 << 30) || *n >= MAX_LIST || (*end && *end != ',')) {
+            cli_error(cmd, "%s expects up to %d comma-separated positive integers, got '%s'", flag, MAX_LIST, s);
             return 0;
         }
-        ctx[(*n)++] = (int)v;
+        out[(*n)++] = (int)v;
         p = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') {
-            cli_error(cmd, "--ctx: cannot parse '%s'", s);
-            return 0;
-        }
     }
     return *n > 0;
 }
@@ -55,21 +59,59 @@ static double decode_weight_bytes(const subq_model *m) {
     return b + (double)m->token_embd.row_bytes;
 }
 
+typedef struct decode_result {
+    int ctx, attn;            /* attn: -1 = full, else selector_kind */
+    double tok_s, attn_ms, select_ms, insert_ms, fill_s;
+    double kv_bytes, index_bytes;
+} decode_result;
+
+/* Selector time and memory summed over the sparse layers. */
+static void selector_totals(subq_context *c, double *t_query, double *t_append, double *bytes) {
+    *t_query = *t_append = *bytes = 0;
+    for (int l = 0; l < c->model->hp.n_layer; l++) {
+        selector *s = attn_sparse_selector(c->stages[l]);
+        if (!s) continue;
+        *t_query += s->stats.t_query_s;
+        *t_append += s->stats.t_append_s;
+        *bytes += (double)s->stats.bytes;
+    }
+}
+
+static const char *attn_name(int attn) { return attn < 0 ? "full" : selector_kind_name((selector_kind)attn); }
+
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     cli_model_opts mo = {0};
-    int ctx[MAX_CTX] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;
+    cli_sparse_opts so;
+    cli_sparse_init(&so);
+    int ctx[MAX_LIST] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;
+    int attn[MAX_LIST] = {-1}, n_attn = 1;
     const char *v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
+        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
         if (r < 0) return 1;
         if (r > 0) continue;
         if (cli_is_help(a)) {
             fputs(help, stdout);
             return 0;
         } else if (!strcmp(a, "--ctx")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_ctx_list(cmd, v, ctx, &n_ctx_list)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_int_list(cmd, a, v, ctx, &n_ctx_list)) return 1;
+        } else if (!strcmp(a, "--attn")) {
+            if (!(v = cli_value(cmd, argc, argv, &i))) return 1;
+            n_attn = 0;
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", v);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                int k = strcmp(tok, "full") == 0 ? -1 : selector_kind_parse(tok);
+                if ((k < 0 && strcmp(tok, "full") != 0) || n_attn >= MAX_LIST)
+                    return cli_error(cmd, "--attn: unknown kind '%s' (full, exact, hnsw, faiss, quest, oracle, window)", tok);
+                attn[n_attn++] = k;
+            }
+        } else if (!strcmp(a, "-s")) {
+            if (!(so.search_file = cli_value(cmd, argc, argv, &i))) return 1;
+            so.enabled = 1;
         } else if (!strcmp(a, "--prefill")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 16, &n_prefill)) return 1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-decode")) {
@@ -82,16 +124,24 @@ int cmd_bench(int argc, char **argv) {
             return cli_error(cmd, "unknown option '%s' (see subq bench --help)", a);
         }
     }
+    int any_sparse = 0;
+    for (int i = 0; i < n_attn; i++) any_sparse |= attn[i] >= 0;
+    for (int i = 0; i < n_attn; i++)
+        if (attn[i] >= 0 && !selector_kind_available((selector_kind)attn[i]))
+            return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", attn_name(attn[i]));
     int max_ctx = n_prefill;
     for (int i = 0; i < n_ctx_list; i++)
         if (ctx[i] > max_ctx) max_ctx = ctx[i];
-    mo.n_ctx = max_ctx + n_decode + 1;
+    mo.n_ctx = max_ctx + n_decode + 2;
     subq_model *m;
     subq_context *c;
+    search_proj *proj = NULL;
     if (!cli_load(cmd, &mo, &m, &c)) return 1;
     const model_hparams *hp = &m->hp;
     int nt = c->n_threads, rc = 0;
     subq_error err = {0};
+    decode_result res[MAX_LIST * MAX_LIST];
+    int n_res = 0;
     float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
     int32_t *toks = malloc((size_t)(n_prefill > 0 ? n_prefill : 1) * sizeof(int32_t));
     if (!logits || !toks) {
@@ -99,14 +149,31 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     uint64_t rng = rng_seed(7);
-    for (int i = 0; i < n_prefill; i++) toks[i] = (int32_t)(rng_next_u64(&rng) % (uint64_t)hp->n_vocab);
+    for (int i = 0; i < (n_prefill > 0 ? n_prefill : 1); i++)
+        toks[i] = (int32_t)(rng_next_u64(&rng) % (uint64_t)hp->n_vocab);
+
+    /* search projections once, for every sparse kind (a plan per kind below) */
+    if (any_sparse) {
+        so.enabled = 1;
+        so.sparse_prefill = 1;
+        if (!so.search_file && !so.random_search) {
+            rc = cli_error(cmd, "sparse kinds need search projections: give -s FILE or --random-search D");
+            goto done;
+        }
+        if (!cli_apply_sparse(cmd, &so, m, c, &proj)) {
+            rc = 1;
+            goto done;
+        }
+        context_clear_plan(c);
+    }
 
     /* machine limits, measured now so the ratios below compare like with like */
     if (!json) fprintf(stderr, "subq bench: measuring memory bandwidth and sgemm (%d threads)...\n", nt);
     double bw = bench_read_bandwidth((size_t)bw_mib << 20, nt, 5);
     double sgemm = bench_sgemm_gflops(512, hp->n_ff, hp->n_embd, nt, 3);
 
-    /* prefill: flops = 2 * (layer matrix params) * T + attention 2 * 2 * (T^2/2) * n_head * head_dim * L */
+    /* prefill (full attention): flops = 2 * layer matrix params * T + attention
+     * 2 * 2 * (T^2/2) * n_head * head_dim * L + the last token's output matrix */
     double t_prefill = 0, prefill_gflops = 0;
     if (n_prefill > 0) {
         if (!json) fprintf(stderr, "subq bench: prefill %d tokens...\n", n_prefill);
@@ -129,33 +196,69 @@ int cmd_bench(int argc, char **argv) {
         prefill_gflops = flops / t_prefill / 1e9;
     }
 
-    double wbytes = decode_weight_bytes(m);
-    double kv_per_tok = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * (double)c->kv.elem_size;
-    double tok_s[MAX_CTX];
-    for (int i = 0; i < n_ctx_list; i++) {
-        if (!json) fprintf(stderr, "subq bench: decode at context %d...\n", ctx[i]);
-        subq_context_reset(c);
-        if (bench_fill_kv(c, ctx[i], 11, &err)) {
-            rc = cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-        int32_t tok = toks[0];
-        /* one untimed step warms caches and thread pools */
-        if (subq_decode(c, &tok, 1, logits, 0, &err)) {
-            rc = cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-        double t0 = time_now_s();
-        for (int s = 0; s < n_decode; s++) {
-            tok = (int32_t)(rng_next_u64(&rng) % (uint64_t)hp->n_vocab);
+    for (int ci = 0; ci < n_ctx_list; ci++) {
+        for (int ai = 0; ai < n_attn; ai++) {
+            decode_result *r = &res[n_res];
+            memset(r, 0, sizeof *r);
+            r->ctx = ctx[ci];
+            r->attn = attn[ai];
+            if (!json) fprintf(stderr, "subq bench: decode at context %d, %s attention...\n", r->ctx, attn_name(r->attn));
+            subq_context_reset(c);
+            context_clear_plan(c);
+            if (r->attn >= 0) {
+                attn_plan plan = so.plan;
+                selector_params keep = plan.sparse.select;
+                selector_params_default(&plan.sparse.select, (selector_kind)r->attn, 0);
+                plan.sparse.select.f16_keys = keep.f16_keys;
+                plan.sparse.select.hnsw_m = keep.hnsw_m;
+                plan.sparse.select.hnsw_ef_construction = keep.hnsw_ef_construction;
+                plan.sparse.select.hnsw_ef_search = keep.hnsw_ef_search;
+                plan.sparse.select.quest_page = keep.quest_page;
+                plan.sparse.dense_prefill = 0;
+                if (!plan.sparse_layers && proj) plan.sparse_layers = NULL;
+                if (context_set_plan(c, &plan, proj, &err)) {
+                    rc = cli_error(cmd, "%s", err.msg);
+                    goto done;
+                }
+            }
+            double t0 = time_now_s();
+            if (bench_fill_kv(c, r->ctx, 11, &err) || bench_fill_selectors(c, r->ctx, 13, &err)) {
+                rc = cli_error(cmd, "%s", err.msg);
+                goto done;
+            }
+            r->fill_s = time_now_s() - t0;
+            int32_t tok = toks[0];
+            /* one untimed step warms caches and thread pools */
             if (subq_decode(c, &tok, 1, logits, 0, &err)) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
             }
+            double q0, a0, bytes;
+            selector_totals(c, &q0, &a0, &bytes);
+            c->t_attn_s = 0;
+            t0 = time_now_s();
+            for (int s = 0; s < n_decode; s++) {
+                tok = (int32_t)(rng_next_u64(&rng) % (uint64_t)hp->n_vocab);
+                if (subq_decode(c, &tok, 1, logits, 0, &err)) {
+                    rc = cli_error(cmd, "%s", err.msg);
+                    goto done;
+                }
+            }
+            double el = time_now_s() - t0, q1, a1;
+            selector_totals(c, &q1, &a1, &bytes);
+            r->tok_s = n_decode / el;
+            r->select_ms = 1e3 * (q1 - q0) / n_decode;
+            r->insert_ms = 1e3 * (a1 - a0) / n_decode;
+            r->attn_ms = 1e3 * c->t_attn_s / n_decode - r->select_ms - r->insert_ms;
+            r->kv_bytes = (double)kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, c->kv.n_ctx, c->kv.type);
+            r->index_bytes = bytes;
+            n_res++;
         }
-        tok_s[i] = n_decode / (time_now_s() - t0);
     }
+    context_clear_plan(c);
 
+    double wbytes = decode_weight_bytes(m);
+    double kv_per_tok = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * (double)c->kv.elem_size;
     if (json) {
         printf("{\"model\": ");
         cli_json_string(stdout, mo.model, strlen(mo.model));
@@ -166,13 +269,23 @@ int cmd_bench(int argc, char **argv) {
                "\"frac_sgemm\": %.4f},\n",
                n_prefill, t_prefill, n_prefill > 0 ? n_prefill / t_prefill : 0.0, prefill_gflops,
                sgemm > 0 ? prefill_gflops / sgemm : 0.0);
+        printf(" \"topk\": %d, \"sink\": %d, \"tail\": %d,\n", so.plan.sparse.top_k, so.plan.sparse.n_sink,
+               so.plan.sparse.n_tail);
         printf(" \"decode_weight_bytes\": %.0f,\n \"decode\": [", wbytes);
-        for (int i = 0; i < n_ctx_list; i++) {
-            double kvb = kv_per_tok * (ctx[i] + 1);
-            printf("%s\n  {\"ctx\": %d, \"decode_tok_s\": %.3f, \"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, "
-                   "\"kv_bytes\": %.0f, \"total_gbs\": %.3f, \"frac_bw_total\": %.4f}",
-                   i ? "," : "", ctx[i], tok_s[i], wbytes * tok_s[i] / 1e9, bw > 0 ? wbytes * tok_s[i] / 1e9 / bw : 0,
-                   kvb, (wbytes + kvb) * tok_s[i] / 1e9, bw > 0 ? (wbytes + kvb) * tok_s[i] / 1e9 / bw : 0);
+        for (int i = 0; i < n_res; i++) {
+            const decode_result *r = &res[i];
+            double full_tok_s = 0;
+            for (int j = 0; j < n_res; j++)
+                if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
+            double kvb = kv_per_tok * (r->ctx + 1);
+            printf("%s\n  {\"ctx\": %d, \"attn\": \"%s\", \"decode_tok_s\": %.3f, \"speedup_vs_full\": %.3f, "
+                   "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
+                   "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"frac_bw_total\": %.4f, "
+                   "\"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
+                   i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0,
+                   r->attn_ms, r->select_ms, r->insert_ms, r->fill_s, wbytes * r->tok_s / 1e9,
+                   bw > 0 ? wbytes * r->tok_s / 1e9 / bw : 0, bw > 0 ? (wbytes + kvb) * r->tok_s / 1e9 / bw : 0,
+                   r->kv_bytes, r->index_bytes);
         }
         printf("]}\n");
     } else {
@@ -182,18 +295,24 @@ int cmd_bench(int argc, char **argv) {
         if (n_prefill > 0)
             printf("prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm\n", n_prefill, t_prefill,
                    n_prefill / t_prefill, prefill_gflops, 100 * prefill_gflops / sgemm);
-        printf("decode reads %.1f MB of weights per token; KV cache filled synthetically\n", wbytes / 1e6);
-        printf("%8s %10s %12s %10s %14s\n", "ctx", "tok/s", "weights GB/s", "% of bw", "+KV % of bw");
-        for (int i = 0; i < n_ctx_list; i++) {
-            double kvb = kv_per_tok * (ctx[i] + 1);
-            printf("%8d %10.2f %12.2f %9.0f%% %13.0f%%\n", ctx[i], tok_s[i], wbytes * tok_s[i] / 1e9,
-                   100 * wbytes * tok_s[i] / 1e9 / bw, 100 * (wbytes + kvb) * tok_s[i] / 1e9 / bw);
+        printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", wbytes / 1e6);
+        printf("%8s %-7s %9s %8s %9s %9s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full", "attn ms",
+               "select ms", "insert ms", "% bw", "KV MiB", "index MiB");
+        for (int i = 0; i < n_res; i++) {
+            const decode_result *r = &res[i];
+            double full_tok_s = 0;
+            for (int j = 0; j < n_res; j++)
+                if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
+            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %7.0f%% %10.0f %10.1f\n", r->ctx, attn_name(r->attn),
+                   r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0, r->attn_ms, r->select_ms, r->insert_ms,
+                   100 * wbytes * r->tok_s / 1e9 / bw, r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
         }
     }
 done:
     free(logits);
     free(toks);
     subq_context_free(c);
+    search_proj_free(proj);
     subq_model_free(m);
     return rc;
 }

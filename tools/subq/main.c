@@ -18,6 +18,7 @@ static const command commands[] = {
     {"logits", cmd_logits, "write the logits of a token sequence (testing)"},
     {"synth", cmd_synth, "write a random-weight model of a named shape"},
     {"dequant", cmd_dequant, "dequantise raw blocks of a ggml type to float32, for testing"},
+    {"eval", cmd_eval, "sparse vs full attention quality on held-out text"},
     {"bench", cmd_bench, "prefill/decode speed vs the machine's bandwidth and sgemm rate"},
     {"train-search", cmd_train_search, "learn search projections by distillation from the model's attention"},
 };
