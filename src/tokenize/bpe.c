@@ -2,7 +2,8 @@
  *
  * Pre-split regexes per tokenizer.ggml.pre, as llama.cpp's llama-vocab.cpp
  * spells them (itself adapted from each model's tokenizer.json):
- *   gpt2 / default : OpenAI GPT-2's pattern
+ *   gpt2 / default : OpenAI GPT-2's pattern (with its final |\s+, which
+ *                    llama.cpp leaves to its unmatched-text rule: same words)
  *   qwen2          : Qwen2's pattern, (?i:'s|...) spelled out as '[sS]|...
  *   llama3         : Qwen2's pattern with digits in groups of \p{N}{1,3}
  *   smollm         : every \p{N} character on its own, then GPT-2's pattern
@@ -13,8 +14,8 @@
  * Merging runs on token ids: a word's bytes start as their single-byte
  * tokens; the pair table maps (left id, right id) -> (rank, merged id), and
  * a min-heap keyed (rank, left position) picks the next merge. An entry is
- * stale unless both sides still hold the ids it was queued with and are
- * still adjacent (ids only ever grow into longer tokens, so this is exact).
+ * stale unless the pair now at its left position still has its rank (a rank
+ * names exactly one pair, so that means the same two tokens).
  * This is the priority-queue BPE of HF tokenizers and llama.cpp, which can
  * differ from GPT-2's original "merge every occurrence of the best pair"
  * loop when a merge list uses a token before the merge that creates it.
@@ -132,7 +133,7 @@ struct bpe_vocab {
 
     int32_t *special;              /* CONTROL/USER_DEFINED ids by (first byte, length desc, id) */
     int n_special;
-    int32_t special_start[257];    /* special[special_start[c] .. special_start[c+1]) start with byte c */
+    int32_t special_start[257];    /* special[special_start[c] .. [c + 1]) start with byte c */
 
     pcre2_code *re_main, *re_isolate;
 };
@@ -323,7 +324,8 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     const gguf_kv *pkv = gguf_find_kv(f, "tokenizer.ggml.pre");
     if (pkv) {
         if (pkv->value.type != GGUF_TYPE_STRING)
-            return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.pre has type %s, expected string",
+            return subq_fail(err, SUBQ_ERR_FORMAT,
+                             "tokenizer.ggml.pre has type %s, expected string",
                              gguf_type_name(pkv->value.type));
         gguf_str p = pkv->value.v.str;
         pre = NULL;
@@ -336,7 +338,8 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
         if (!pre) {
             char buf[64];
             return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
-                             "pre-tokenizer tokenizer.ggml.pre = '%s' is not supported (supported: %s)",
+                             "pre-tokenizer tokenizer.ggml.pre = '%s' is not supported "
+                             "(supported: %s)",
                              printable(p.data, (size_t)p.len, buf), PRE_SUPPORTED);
         }
     }
@@ -368,7 +371,8 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
 
     /* Merges (required: without them byte-level BPE is just bytes). */
     if (!gguf_find_kv(f, "tokenizer.ggml.merges"))
-        return subq_fail(err, SUBQ_ERR_FORMAT, "missing key tokenizer.ggml.merges (needed by gpt2 vocabularies)");
+        return subq_fail(err, SUBQ_ERR_FORMAT,
+                         "missing key tokenizer.ggml.merges (needed by gpt2 vocabularies)");
     const gguf_value *merges = NULL;
     if ((st = gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_TYPE_STRING, &merges, err)) != SUBQ_OK)
         return st;
@@ -462,7 +466,8 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
         while (sp < m.len && m.data[sp] != ' ') sp++;
         if (m.len < 3 || sp >= m.len - 1) {
             st = subq_fail(err, SUBQ_ERR_FORMAT,
-                           "tokenizer.ggml.merges[%d] = '%s' is not two tokens separated by a space",
+                           "tokenizer.ggml.merges[%d] = '%s' is not two tokens separated by a "
+                           "space",
                            i, printable(m.data, (size_t)m.len, pb));
             goto fail;
         }
@@ -520,8 +525,10 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
         size_t len = tok_len(b, i);
         int ty = b->type[i];
         b->piece_off[i] = poff;
-        if (ty == TOKEN_TYPE_UNKNOWN || (ty == TOKEN_TYPE_CONTROL && (i == bos || i == eos))) {
-            /* nothing: BOS/EOS/unk are not text */
+        if (ty == TOKEN_TYPE_UNKNOWN || ty == TOKEN_TYPE_UNUSED ||
+            (ty == TOKEN_TYPE_CONTROL && (i == bos || i == eos))) {
+            /* nothing: BOS/EOS/unk are not text; UNUSED are padding ("[PAD151665]"
+             * in Qwen files), which llama.cpp prints as nothing too */
         } else if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED) {
             memcpy(b->piece + poff, s, len); /* matched in raw text, so stored raw */
             poff += len;
@@ -593,9 +600,8 @@ typedef struct bpe_sym {
 } bpe_sym;
 
 typedef struct bpe_cand {
-    int32_t rank, res;   /* merge rank and merged id */
-    int32_t left, right; /* symbol indices */
-    int32_t ltok, rtok;  /* their ids when queued */
+    int32_t rank; /* merge rank */
+    int32_t left; /* symbol index of the left side */
 } bpe_cand;
 
 /* Memo of short words -> ids for one encode call: open addressing over
@@ -619,6 +625,7 @@ typedef struct bpe_cache {
 typedef struct bpe_work {
     const bpe_vocab *b;
     pcre2_match_data *md;
+    pcre2_match_context *mctx;
     bpe_sym *sym;
     size_t sym_cap;
     bpe_cand *heap;
@@ -675,10 +682,10 @@ static bpe_cand heap_pop(bpe_work *w) {
 
 static bool try_pair(bpe_work *w, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return true;
-    int32_t lt = w->sym[left].tok, rt = w->sym[right].tok;
+    int32_t lt = w->sym[left].tok, rt = w->sym[right].tok, res;
     if (lt < 0 || rt < 0) return true;
-    bpe_cand c = {0, 0, left, right, lt, rt};
-    if (!pair_find(w->b, lt, rt, &c.rank, &c.res)) return true;
+    bpe_cand c = {0, left};
+    if (!pair_find(w->b, lt, rt, &c.rank, &res)) return true;
     return heap_push(w, c);
 }
 
@@ -732,9 +739,13 @@ static subq_status bpe_merge_word(bpe_work *w, const uint8_t *s, size_t n, subq_
         if (!try_pair(w, (int32_t)i - 1, (int32_t)i)) goto nomem;
     while (w->heap_n > 0) {
         bpe_cand c = heap_pop(w);
-        bpe_sym *l = &sym[c.left], *r = &sym[c.right];
-        if (l->tok != c.ltok || r->tok != c.rtok || l->next != c.right) continue; /* stale */
-        l->tok = c.res;
+        bpe_sym *l = &sym[c.left];
+        int32_t rank, res;
+        if (l->tok < 0 || l->next < 0) continue; /* merged away, or nothing to its right now */
+        bpe_sym *r = &sym[l->next];
+        if (r->tok < 0 || !pair_find(b, l->tok, r->tok, &rank, &res) || rank != c.rank)
+            continue; /* stale: a side changed since the entry was queued */
+        l->tok = res;
         l->next = r->next;
         if (r->next >= 0) sym[r->next].prev = c.left;
         r->tok = -2;
@@ -783,7 +794,7 @@ static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
 /* Remember word -> ids. Failing to allocate only loses the memo. */
 static void cache_put(bpe_cache *c, const char *s, size_t n, uint64_t h, const int32_t *ids,
                       size_t n_ids) {
-    if (c->n >= (1u << 20)) return; /* bounds memory (< 256 MiB); real texts need far fewer */
+    if (c->n >= (1u << 18)) return; /* bounds memory (< 64 MiB); a book has ~30K distinct words */
     if (!c->slot || 2 * (c->n + 1) > c->mask + 1) {
         size_t cap = c->slot ? 2 * (c->mask + 1) : 4096;
         uint32_t *slot = calloc(cap, sizeof *slot);
@@ -864,7 +875,7 @@ static subq_status split_words(bpe_work *w, const pcre2_code *re, const char *s,
     size_t off = 0;
     subq_status st;
     while (off < n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, w->md, NULL);
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, w->md, w->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) return bpe_word(w, s + off, n - off, err);
         if (rc < 0) return re_fail(rc, base + off, err);
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
@@ -886,8 +897,10 @@ static subq_status split_span(bpe_work *w, const char *s, size_t n, size_t base,
     size_t off = 0;
     subq_status st;
     while (off < n) {
-        int rc = pcre2_match(b->re_isolate, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, w->md, NULL);
-        if (rc == PCRE2_ERROR_NOMATCH) return split_words(w, b->re_main, s + off, n - off, base + off, err);
+        int rc =
+            pcre2_match(b->re_isolate, (PCRE2_SPTR)s, n, off, PCRE2_NO_UTF_CHECK, w->md, w->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH)
+            return split_words(w, b->re_main, s + off, n - off, base + off, err);
         if (rc < 0) return re_fail(rc, base + off, err);
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
         size_t ms = (size_t)ov[0], me = (size_t)ov[1];
@@ -928,9 +941,19 @@ subq_status bpe_encode(const bpe_vocab *b, const char *text, size_t len, int32_t
     bpe_work w = {0};
     w.b = b;
     w.out = out, w.cap = cap, w.count = *count;
-    /* One match block serves both patterns (sized for the larger). */
+    /* One match block serves both patterns (only the whole match is used). */
     w.md = pcre2_match_data_create(4, NULL);
-    if (!w.md) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+    /* PCRE2's default match limit (10^7) trips on valid text: "\s*[\r\n]+"
+     * backtracks over a whole whitespace run before the next alternative
+     * takes it. Every alternative here is a run of one class, so a match
+     * costs time linear in the run it covers: no limit is needed. */
+    w.mctx = pcre2_match_context_create(NULL);
+    if (!w.md || !w.mctx) {
+        pcre2_match_data_free(w.md);
+        pcre2_match_context_free(w.mctx);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+    }
+    pcre2_set_match_limit(w.mctx, UINT32_MAX);
     subq_status st = SUBQ_OK;
     size_t pos = 0;
     while (pos < len && st == SUBQ_OK) {
@@ -942,6 +965,7 @@ subq_status bpe_encode(const bpe_vocab *b, const char *text, size_t len, int32_t
         pos = s + sn;
     }
     pcre2_match_data_free(w.md);
+    pcre2_match_context_free(w.mctx);
     cache_free(&w.cache);
     free(w.sym);
     free(w.heap);

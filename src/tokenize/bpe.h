@@ -44,7 +44,7 @@ subq_status bpe_encode(const bpe_vocab *b, const char *text, size_t len, int32_t
 
 /* Decoded bytes of token tok (0 <= tok < n_vocab): NORMAL tokens map back
  * through the byte alphabet, USER_DEFINED and CONTROL tokens are their text,
- * except BOS, EOS and UNKNOWN, which give nothing. */
+ * except BOS and EOS; UNKNOWN and UNUSED tokens give nothing. */
 const char *bpe_piece(const bpe_vocab *b, int32_t tok, size_t *n);
 
 /* GPT-2's bytes_to_unicode: the code point standing for byte b, and the

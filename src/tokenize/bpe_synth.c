@@ -268,8 +268,8 @@ subq_status bpe_synth_make(int n_vocab, const char *pre, bpe_synth *out, subq_er
                          "llama-bpe, gpt2)", pre ? pre : "(null)");
     if (n_vocab < 256 + fam->n_specials || n_vocab > (1 << 22))
         return subq_fail(err, SUBQ_ERR_ARG,
-                         "a byte-level vocabulary needs %d..%d tokens, not %d", 256 + fam->n_specials,
-                         1 << 22, n_vocab);
+                         "a byte-level vocabulary needs %d..%d tokens, not %d",
+                         256 + fam->n_specials, 1 << 22, n_vocab);
 
     subq_status st = SUBQ_OK;
     syn v = {0};
@@ -386,7 +386,8 @@ subq_status bpe_synth_make(int n_vocab, const char *pre, bpe_synth *out, subq_er
     out->add_bos = fam->add_bos;
     return SUBQ_OK;
 nomem:
-    st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory building a vocabulary of %d tokens", n_vocab);
+    st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory building a vocabulary of %d tokens",
+                   n_vocab);
 fail:
     free(pa), free(pb);
     if (v.tok)

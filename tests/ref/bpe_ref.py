@@ -26,8 +26,8 @@ Written from the published algorithm, not from subq's C code:
   5. symbols -> ids; a byte without a token -> unknown token or error.
 
 Decode: NORMAL tokens map back through the byte alphabet (other characters
-as their UTF-8), CONTROL / USER_DEFINED tokens are their text, except BOS,
-EOS (CONTROL) and UNKNOWN tokens, which give nothing.
+as their UTF-8), CONTROL / USER_DEFINED tokens are their text, except BOS and
+EOS (CONTROL); UNKNOWN and UNUSED tokens give nothing.
 
 Also here: a small GGUF writer and a deterministic BPE trainer, which
 check_bpe.py uses to make test vocabularies.
@@ -354,7 +354,7 @@ class BpeRef:
     # ---- decode ---------------------------------------------------------
     def piece_bytes(self, tid):
         t, ty = self.tokens[tid], self.types[tid]
-        if ty == TOKTYPE_UNKNOWN or (ty == TOKTYPE_CONTROL and tid in (self.bos, self.eos)):
+        if ty in (TOKTYPE_UNKNOWN, TOKTYPE_UNUSED) or (ty == TOKTYPE_CONTROL and tid in (self.bos, self.eos)):
             return b""
         if ty in (TOKTYPE_CONTROL, TOKTYPE_USER_DEFINED):
             return t.encode("utf-8", "surrogateescape")

@@ -263,6 +263,9 @@ def main():
         write_model(path, base, tokens, types, merges, eos, pre)
         check_vocab(ck, "trained %d (pre %s)" % (len(tokens), tag), path, corpus)
 
+    if "smollm2-135m" in synth:
+        os.remove(synth["smollm2-135m"])  # 145 MB of scratch
+
     # ---- an unknown pre-tokenizer is refused by name
     path = os.path.join(rc.tmp_dir(), "bpe_trained_klingon.gguf")
     write_model(path, base, tokens, types, merges, eos, "klingon")
