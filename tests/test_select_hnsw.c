@@ -144,7 +144,8 @@ int main(void) {
         for (int i = 0; i < D; i++) keys[(size_t)j * D + i] *= sc;
         seg[j] = j < 2 * N_KEYS / 3 ? 0 : 1;
     }
-    for (int i = 0; i < N_QUERIES; i++) near(queries + (size_t)i * D, centres + (size_t)(i % N_CENTRES) * D, 0.3f, &rng);
+    for (int i = 0; i < N_QUERIES; i++)
+        near(queries + (size_t)i * D, centres + (size_t)(i % N_CENTRES) * D, 0.3f, &rng);
 
     run(SELECT_HNSW, keys, queries, seg);
     if (selector_kind_available(SELECT_FAISS)) run(SELECT_FAISS, keys, queries, seg);

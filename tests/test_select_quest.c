@@ -55,7 +55,8 @@ static double bound_ref(const kv_cache *kv, const float *q, int page, int P, int
 }
 
 static void fill_cache(kv_cache *kv, int n, uint64_t *rng) {
-    float *k = malloc((size_t)n * N_HEAD_KV * HD * sizeof(float)), *v = calloc((size_t)n * N_HEAD_KV * HD, sizeof(float));
+    float *k = malloc((size_t)n * N_HEAD_KV * HD * sizeof(float));
+    float *v = calloc((size_t)n * N_HEAD_KV * HD, sizeof(float));
     /* per-channel offsets and scales, with slow drift along the sequence, so
      * pages differ the way RoPE'd keys do */
     for (int j = 0; j < n; j++)

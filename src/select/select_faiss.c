@@ -70,7 +70,7 @@ static int faiss_query(selector *s, const float *q_search, const float *q_native
     int n_elig = select_mask_count(m, f->count);
     if (n_elig == 0) return 0;
     select_normalize(f->qn, q_search, f->d);
-    const int ef = s->params.hnsw_ef_search, width = ef > k ? ef : k;
+    const int efw = select_filtered_ef(s->params.hnsw_ef_search, f->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= FAISS_BRUTE_FACTOR * width)
         return select_scan_topk(f->qn, faiss_shim_vectors(f->ix), (size_t)f->d, f->d, f->dot,
                                 f->count, m, k, &f->sc, out, &s->stats.n_visited);
@@ -82,10 +82,9 @@ static int faiss_query(selector *s, const float *q_search, const float *q_native
         if (!l || !x) return 0;
         f->res_cap = k;
     }
-    const int efw = select_filtered_ef(ef, f->count, n_elig);
     int got = faiss_shim_search(f->ix, f->qn, k, efw, mask_filter, (void *)m, f->labels, f->sims, &s->stats.n_visited);
     if (got >= 0 && got < k && got < n_elig)
-        got = faiss_shim_search(f->ix, f->qn, k, 4 * (efw > k ? efw : k), mask_filter, (void *)m, f->labels, f->sims,
+        got = faiss_shim_search(f->ix, f->qn, k, 4 * width, mask_filter, (void *)m, f->labels, f->sims,
                                 &s->stats.n_visited);
     int n = 0;
     for (int i = 0; i < got; i++)

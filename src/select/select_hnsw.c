@@ -21,8 +21,8 @@
 #include "select/select_internal.h"
 
 /* Score the eligible slots directly when there are at most this many times
- * the beam width: a beam of width ef at M = 32 computes roughly this many
- * distances per ef anyway. */
+ * the beam width: a graph search computes about 4-12 distances per beam
+ * slot (measured at M = 32), each dearer than a sequential scan's. */
 #define HNSW_BRUTE_FACTOR 4
 #define HNSW_CAPACITY0 1024
 
@@ -77,7 +77,7 @@ static int hnsw_query(selector *s, const float *q_search, const float *q_native,
     int n_elig = select_mask_count(m, h->count);
     if (n_elig == 0) return 0;
     select_normalize(h->qn, q_search, h->d);
-    const int ef = s->params.hnsw_ef_search, width = ef > k ? ef : k;
+    const int efw = select_filtered_ef(s->params.hnsw_ef_search, h->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= HNSW_BRUTE_FACTOR * width) {
         size_t stride;
         const float *base = hnsw_shim_vectors(h->ix, &stride);
@@ -92,11 +92,10 @@ static int hnsw_query(selector *s, const float *q_search, const float *q_native,
         if (!l || !f) return 0;
         h->res_cap = k;
     }
-    const int efw = select_filtered_ef(ef, h->count, n_elig);
     int got = hnsw_shim_search(h->ix, h->qn, k, efw, mask_filter, (void *)m, h->labels, h->sims, &s->stats.n_visited);
     /* a poorly connected eligible region can still starve the beam: one wider retry */
     if (got >= 0 && got < k && got < n_elig)
-        got = hnsw_shim_search(h->ix, h->qn, k, 4 * (efw > k ? efw : k), mask_filter, (void *)m, h->labels, h->sims,
+        got = hnsw_shim_search(h->ix, h->qn, k, 4 * width, mask_filter, (void *)m, h->labels, h->sims,
                                &s->stats.n_visited);
     int n = 0;
     for (int i = 0; i < got; i++)

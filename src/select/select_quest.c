@@ -11,14 +11,15 @@
  * the score is sum_g P_g . M_g + N_g . m_g: two dots per KV head per page.
  *
  * Pages holding at least one eligible slot are taken best score first and
- * their eligible slots emitted (page order, slot order inside a page) until
- * K slots. When the last page taken has more eligible slots than are still
+ * their eligible slots emitted (best page first, slot order inside a page)
+ * until K slots. When the last page taken has more eligible slots than are still
  * needed, its slots are ranked by the exact head-mean q.k (the quantity the
  * bound is about) and the best ones kept, so the result never depends on
  * slot order inside a page. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_kernels.h"
 #include "base/error.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
@@ -35,7 +36,8 @@ typedef struct quest_sel {
     int pcnt_cap;
     select_scratch pg;      /* page heap: scores + ids */
     select_scratch sl;      /* last page: slot ids, dots, heap */
-    select_dot_rows_fn dot;
+    select_dot_rows_fn dot;           /* slot scores on the last page */
+    const attn_kernels *ak;           /* page bounds: dot_f32 */
 } quest_sel;
 
 static size_t page_floats(const selector_env *env) { return (size_t)env->n_head_kv * 2 * env->head_dim; }
@@ -95,12 +97,6 @@ static subq_status quest_append(selector *s, const float *k_search, int n, int s
     return SUBQ_OK;
 }
 
-static float dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 /* P_g, N_g and qbar_g = P_g + N_g of a query */
 static void prepare_query(quest_sel *q, const float *q_native) {
     const selector_env *env = &q->base.env;
@@ -127,7 +123,8 @@ static float page_score(const quest_sel *q, int p) {
     const float *mx = q->mm + (size_t)p * page_floats(env);
     float sc = 0.0f;
     for (int g = 0; g < env->n_head_kv; g++, mx += 2 * hd)
-        sc += dot(q->qpos + (size_t)g * hd, mx, hd) + dot(q->qneg + (size_t)g * hd, mx + hd, hd);
+        sc += q->ak->dot_f32(q->qpos + (size_t)g * hd, mx, hd) +
+              q->ak->dot_f32(q->qneg + (size_t)g * hd, mx + hd, hd);
     return sc;
 }
 
@@ -235,6 +232,7 @@ subq_status select_quest_new(const selector_params *p, const selector_env *env, 
     q->base.ops = &quest_ops;
     q->page = p->quest_page;
     q->dot = env->kv->type == SUBQ_KV_F16 ? select_dot_rows_f16() : select_dot_rows_f32();
+    q->ak = attn_kernels_get();
     size_t qn = (size_t)env->n_head_kv * env->head_dim;
     q->qpos = malloc(qn * sizeof(float));
     q->qneg = malloc(qn * sizeof(float));

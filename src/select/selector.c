@@ -74,7 +74,8 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs search vectors (d_search %d)", name, p->d_search);
     if ((p->kind == SELECT_HNSW || p->kind == SELECT_FAISS) &&
         (p->hnsw_m < 2 || p->hnsw_m > 1024 || p->hnsw_ef_construction <= 0 || p->hnsw_ef_search <= 0))
-        return subq_fail(err, SUBQ_ERR_ARG, "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
+        return subq_fail(err, SUBQ_ERR_ARG,
+                         "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
                          name, p->hnsw_m, p->hnsw_ef_construction, p->hnsw_ef_search);
     if (p->kind == SELECT_QUEST && p->quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
