@@ -79,7 +79,7 @@ static void test_ranges(void) {
     CHECK(bad == 0, "mask ranges disagree with select_mask_allows in %d places", bad);
 }
 
-static void test_exact(int f16, int d, int n, uint64_t seed) {
+static void test_exact(int f16, int d, int n, uint64_t seed, int threads) {
     uint64_t rng = rng_seed(seed);
     float *keys = malloc((size_t)n * d * sizeof(float)), *q = malloc((size_t)d * sizeof(float));
     int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc(512 * sizeof(int32_t));
@@ -91,6 +91,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed) {
     selector_params p;
     selector_params_default(&p, SELECT_EXACT, d);
     p.f16_keys = f16;
+    p.n_threads = threads; /* >= 8192 keys and 2 threads: the split scan */
     selector *s;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
@@ -174,10 +175,12 @@ static void test_names(void) {
 int main(void) {
     test_ranges();
     test_names();
-    test_exact(0, 64, 3000, 1);
-    test_exact(1, 64, 3000, 2);
-    test_exact(0, 37, 1000, 3);
-    test_exact(1, 37, 1000, 4);
-    test_exact(0, 5, 500, 5);
+    test_exact(0, 64, 3000, 1, 1);
+    test_exact(1, 64, 3000, 2, 1);
+    test_exact(0, 37, 1000, 3, 1);
+    test_exact(1, 37, 1000, 4, 1);
+    test_exact(0, 5, 500, 5, 1);
+    test_exact(0, 64, 20000, 6, 2);
+    test_exact(1, 32, 12000, 7, 2);
     return test_summary();
 }

@@ -49,6 +49,7 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
         }
         sparse_params sp = plan->sparse;
         if (needs_search) sp.select.d_search = proj->d_search;
+        sp.select.n_threads = c->n_threads;
         selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                             .head_dim = hp->head_dim};
         attn_stage *st;

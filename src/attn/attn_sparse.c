@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_kernels.h"
 #include "base/error.h"
 
 typedef struct sparse_stage {
@@ -52,22 +53,20 @@ static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
 static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc0, const float *q_s,
                           const float *q_native, const select_mask *m, const int32_t *cand, int got) {
     const selector_env *env = &s->sel->env;
-    const int n = slot + 1 - doc0, hd = env->head_dim, g = env->n_head / env->n_head_kv, K = s->p.top_k;
+    const int n = slot + 1 - doc0, hd = env->head_dim, g = env->n_head / env->n_head_kv, topk = s->p.top_k;
     float *p = calloc((size_t)n, sizeof(float)), *sc = malloc((size_t)n * sizeof(float));
-    int *idx = malloc((size_t)n * sizeof(int)), *exact = malloc((size_t)(K > 0 ? K : 1) * sizeof(int32_t));
+    int *idx = malloc((size_t)n * sizeof(int)), *exact = malloc((size_t)(topk > 0 ? topk : 1) * sizeof(int32_t));
     unsigned char *attended = calloc((size_t)n, 1);
     if (!p || !sc || !idx || !exact || !attended) goto done;
     const float scale = 1.0f / sqrtf((float)hd);
+    const attn_kernels *K = attn_kernels_get();
     /* p_j = mean_h softmax_j(scale q_h . k_j) over the document prefix */
     for (int h = 0; h < env->n_head; h++) {
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
             const void *key = kv_cache_key(kv, env->layer, h / g, doc0 + j);
-            float d = 0.0f;
-            for (int i = 0; i < hd; i++)
-                d += q_native[(size_t)h * hd + i] *
-                     (kv->type == SUBQ_KV_F16 ? fp16_to_fp32(((const uint16_t *)key)[i]) : ((const float *)key)[i]);
-            sc[j] = scale * d;
+            const float *qh = q_native + (size_t)h * hd;
+            sc[j] = scale * (kv->type == SUBQ_KV_F16 ? K->dot_f16(qh, key, hd) : K->dot_f32(qh, key, hd));
             mx = sc[j] > mx ? sc[j] : mx;
         }
         double z = 0.0;
@@ -87,7 +86,7 @@ static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc
         if (attended[j]) mass += p[j];
     s->metrics.mass_sum += mass;
     /* recall: teacher top-K among retrieval-eligible keys (partial sort by p) */
-    int kk = K < n_elig ? K : n_elig;
+    int kk = topk < n_elig ? topk : n_elig;
     if (kk > 0) {
         for (int a = 0; a < kk; a++) { /* selection sort of the first kk: K is small */
             int best = a;
@@ -109,10 +108,10 @@ static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc
         s->metrics.recall_sum += 1.0;
     }
     s->metrics.n_queries++;
-    s->metrics.n_requested += K;
-    s->metrics.n_filler += K - got;
-    if (s->shadow && K > 0) {
-        int ne = selector_query(s->shadow, q_s, q_native, K, m, exact);
+    s->metrics.n_requested += topk;
+    s->metrics.n_filler += topk - got;
+    if (s->shadow && topk > 0) {
+        int ne = selector_query(s->shadow, q_s, q_native, topk, m, exact);
         if (ne > 0) {
             int hit = 0;
             for (int a = 0; a < ne; a++)

@@ -278,8 +278,11 @@ select_dot_rows_fn select_dot_rows_f16(void) { return cpu_has_avx2() ? dot_rows_
 
 /* ---- exact masked scan ---------------------------------------------------------- */
 
-int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
-                     const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored) {
+/* Scan the eligible slots in [from, to) into a size-k heap; returns the
+ * count, best first, with their scores when `scores` is not NULL. */
+static int scan_range(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n, int from,
+                      int to, const select_mask *m, int k, select_scratch *sc, int32_t *out, float *scores,
+                      int64_t *n_scored) {
     if (k <= 0) return 0;
     if (!select_scratch_f(sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(sc, (size_t)k + SELECT_BLOCK)) return 0;
     select_heap h = {.score = sc->f, .slot = sc->i, .n = 0, .k = k};
@@ -289,8 +292,9 @@ int select_scan_topk(const float *q, const void *base, size_t stride, int d, sel
     int64_t scored = 0;
     /* per block: gather the eligible slots, score them, offer them to the heap */
     for (int r = 0; r < nr; r++) {
-        for (int j0 = lo[r]; j0 < hi[r]; j0 += SELECT_BLOCK) {
-            int j1 = j0 + SELECT_BLOCK < hi[r] ? j0 + SELECT_BLOCK : hi[r], nb = 0;
+        int a = lo[r] > from ? lo[r] : from, b = hi[r] < to ? hi[r] : to;
+        for (int j0 = a; j0 < b; j0 += SELECT_BLOCK) {
+            int j1 = j0 + SELECT_BLOCK < b ? j0 + SELECT_BLOCK : b, nb = 0;
             if (m->seg) {
                 for (int j = j0; j < j1; j++)
                     if (m->seg[j] == m->query_seg) idx[nb++] = j;
@@ -303,5 +307,45 @@ int select_scan_topk(const float *q, const void *base, size_t stride, int d, sel
         }
     }
     *n_scored += scored;
-    return select_heap_take(&h, out, NULL);
+    return select_heap_take(&h, out, scores);
+}
+
+int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
+                     const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored) {
+    return scan_range(q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, n_scored);
+}
+
+int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
+                              const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored) {
+    if (k <= 0) return 0;
+    float *best = malloc((size_t)n_threads * k * sizeof(float));
+    int32_t *slots = malloc((size_t)n_threads * k * sizeof(int32_t));
+    int *got = calloc((size_t)n_threads, sizeof(int));
+    int n_out = 0;
+    int64_t scored = 0;
+    if (best && slots && got) {
+        /* each thread: its own contiguous part of the slots and its own heap */
+#pragma omp parallel for num_threads(n_threads) schedule(static, 1) reduction(+ : scored)
+        for (int t = 0; t < n_threads; t++) {
+            select_scratch sc = {0};
+            int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
+            got[t] = scan_range(q, base, stride, d, dot, n, from, to, m, k, &sc, slots + (size_t)t * k,
+                                best + (size_t)t * k, &scored);
+            select_scratch_free(&sc);
+        }
+        /* merge the parts' results through one more size-k heap */
+        select_scratch sc = {0};
+        if (select_scratch_f(&sc, (size_t)k) && select_scratch_i(&sc, (size_t)k)) {
+            select_heap h = {.score = sc.f, .slot = sc.i, .n = 0, .k = k};
+            for (int t = 0; t < n_threads; t++)
+                for (int i = 0; i < got[t]; i++) select_heap_push(&h, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
+            n_out = select_heap_take(&h, out, NULL);
+        }
+        select_scratch_free(&sc);
+    }
+    *n_scored += scored;
+    free(best);
+    free(slots);
+    free(got);
+    return n_out;
 }

@@ -78,6 +78,11 @@ select_dot_rows_fn select_dot_rows_f16(void);
 int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
                      const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored);
 
+/* select_scan_topk over n_threads contiguous parts of the slots, each with
+ * its own heap, merged at the end (same result as one scan up to ties). */
+int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
+                              const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored);
+
 /* Beam width of a filtered ANN search: ef when every indexed slot is
  * eligible, widened by n / n_elig (at most 8x) otherwise. Accepted nodes are
  * met at that rate along the walk, and with the stock width the search stops

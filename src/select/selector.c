@@ -42,6 +42,7 @@ void selector_params_default(selector_params *p, selector_kind kind, int d_searc
     p->hnsw_ef_search = 64;
     p->quest_page = 16;
     p->seed = 100; /* hnswlib's own default level seed */
+    p->n_threads = 1;
 }
 
 /* Quest and oracle read the layer's native keys from the KV cache. */

@@ -32,6 +32,7 @@ typedef struct selector_params {
     int hnsw_ef_search;        /* default 64 */
     int quest_page;            /* default 16 tokens */
     uint64_t seed;             /* for index randomness */
+    int n_threads;             /* exact: threads for long scans (default 1) */
 } selector_params;
 
 /* What a selector may read besides the vectors it is given: the layer's
