@@ -16,7 +16,7 @@ const char *model_arch_name(model_arch a) {
     return "?";
 }
 
-static const char *supported_types = "f32, f16, bf16, q8_0";
+static const char *supported_types = "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K";
 
 /* Look up tensor `name` and check it is 2-D {cols, rows} of a usable type. */
 static subq_status load_matrix(subq_model *m, const char *name, int64_t cols, int64_t rows, matrix *out,

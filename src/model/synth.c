@@ -15,9 +15,9 @@
  * models (from their config.json), plus two tiny shapes for tests. */
 static const synth_shape shapes[] = {
     /* name           arch        L   d     H   Hkv hd   ff    vocab   ctx     base      eps    tied */
-    {"tiny",          ARCH_LLAMA, 2,  64,   4,  2,  16,  96,   320,    256,    10000.f,  1e-5f, 1},
-    {"tiny-qwen2",    ARCH_QWEN2, 2,  64,   4,  2,  16,  96,   320,    256,    1e6f,     1e-6f, 1},
-    {"tiny-qwen3",    ARCH_QWEN3, 2,  64,   4,  2,  32,  96,   320,    256,    1e6f,     1e-6f, 0},
+    {"tiny",          ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 1},
+    {"tiny-qwen2",    ARCH_QWEN2, 2,  256,  4,  2,  64,  512,  320,    256,    1e6f,     1e-6f, 1},
+    {"tiny-qwen3",    ARCH_QWEN3, 2,  256,  4,  2,  32,  512,  320,    256,    1e6f,     1e-6f, 0},
     {"stories260k",   ARCH_LLAMA, 5,  64,   8,  4,  8,   172,  512,    512,    10000.f,  1e-5f, 0},
     {"smollm2-135m",  ARCH_LLAMA, 30, 576,  9,  3,  64,  1536, 49152,  8192,   100000.f, 1e-5f, 1},
     {"qwen2.5-0.5b",  ARCH_QWEN2, 24, 896,  14, 2,  64,  4864, 151936, 32768,  1e6f,     1e-6f, 1},
@@ -136,8 +136,9 @@ static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, i
 subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t seed, const char *path,
                               subq_error *err) {
     const ggml_type_traits *tr = ggml_type_get(type);
-    if (!tr || !(type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16 || type == GGML_TYPE_Q8_0))
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "synth cannot write type %s (supported: f32, f16, bf16, q8_0)",
+    if (!tr || !tr->can_dequant)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                         "synth cannot write type %s (supported: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)",
                          tr ? tr->name : "unknown");
     gguf_writer *w = gguf_writer_new();
     float *scores = malloc((size_t)sh->n_vocab * sizeof(float));
@@ -161,7 +162,15 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
 #define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
     char name[64];
     snprintf(name, sizeof name, "subq-synth-%s", sh->name);
-    uint32_t ftype = type == GGML_TYPE_F32 ? 0 : type == GGML_TYPE_F16 ? 1 : type == GGML_TYPE_Q8_0 ? 7 : 32;
+    /* llama_ftype ids: the file's "mostly" type */
+    uint32_t ftype = type == GGML_TYPE_F32    ? 0
+                     : type == GGML_TYPE_F16  ? 1
+                     : type == GGML_TYPE_Q4_0 ? 2
+                     : type == GGML_TYPE_Q8_0 ? 7
+                     : type == GGML_TYPE_Q4_K ? 15
+                     : type == GGML_TYPE_Q5_K ? 17
+                     : type == GGML_TYPE_Q6_K ? 18
+                                              : 32;
     if ((s = gguf_writer_set_str(w, "general.architecture", arch)) ||
         (s = gguf_writer_set_str(w, "general.name", name)) ||
         (s = gguf_writer_set_u32(w, "general.file_type", ftype)) ||

@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 from llama_ref import LlamaRef  # noqa: E402
 
 SHAPES = ["tiny", "tiny-qwen2", "tiny-qwen3"]   # llama, qwen2 (biases), qwen3 (QK-norm)
-TYPES = ["f32", "f16", "bf16", "q8_0"]
+TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"]
 SYNTH_SEED = 1234
 TOKEN_SEED = 20240607
 N_TOKENS = 40

@@ -101,6 +101,11 @@ class GGUFError(Exception):
     """Malformed or truncated GGUF file."""
 
 
+# Q4_0 and K-quant blocks (elements, bytes); dequantised by kquant_np.py,
+# an independent numpy implementation of ggml's block layouts.
+BLOCK_FORMATS = {2: (32, 18), 12: (256, 144), 13: (256, 176), 14: (256, 210)}
+
+
 class UnsupportedTensorType(Exception):
     """The tensor is stored in a ggml type this oracle does not dequantise."""
 
@@ -128,6 +133,9 @@ class TensorInfo:
             return 2 * self.n_elements
         if self.type == GGML_Q8_0:
             return (self.n_elements // QK8_0) * Q8_0_BLOCK_BYTES
+        if self.type in BLOCK_FORMATS:   # Q4_0 and the K-quants (tests/ref/kquant_np.py)
+            bs, ts = BLOCK_FORMATS[self.type]
+            return (self.n_elements // bs) * ts
         return None
 
     def __repr__(self):
@@ -296,9 +304,15 @@ class GGUFFile:
             d = blocks[:, 0:2].copy().view("<f2").astype(np.float32)      # (nblocks, 1)
             q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)    # (nblocks, 32)
             flat = (d * q).reshape(n)
+        elif t.type in BLOCK_FORMATS:
+            import kquant_np
+            if t.ne[0] % BLOCK_FORMATS[t.type][0] != 0:
+                raise GGUFError("%s: tensor %r has row length %d, not a multiple of its block"
+                                % (self.path, name, t.ne[0]))
+            flat = kquant_np.dequantize(t.type, self.raw_bytes(name), n)
         else:
             raise UnsupportedTensorType("tensor %r: ggml type %s (%d) is not supported by gguf_np "
-                                        "(only F32, F16, BF16, Q8_0)"
+                                        "(only F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"
                                         % (name, GGML_TYPE_NAMES.get(t.type, "?"), t.type))
         return flat.reshape(t.shape)
 

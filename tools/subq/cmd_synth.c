@@ -10,7 +10,8 @@ static const char *help =
     "usage: subq synth --shape NAME --type TYPE -o OUT.gguf [-s SEED]\n"
     "Write a random-weight GGUF model of a real shape (for tests and speed work).\n\n"
     "  --shape NAME         model shape: %s\n"
-    "  --type TYPE          weight type of 2-D tensors: f32, f16, bf16, q8_0 (default f32)\n"
+    "  --type TYPE          weight type of 2-D tensors: f32, f16, bf16, q8_0, q4_0,\n"
+    "                       q4_K, q5_K, q6_K (default f32)\n"
     "  -s, --seed N         random seed (default 1)\n"
     "  -o, --output FILE    output file (required; written atomically)\n";
 
@@ -43,7 +44,7 @@ int cmd_synth(int argc, char **argv) {
         const ggml_type_traits *tr = ggml_type_get(t);
         if (tr && strcmp(tr->name, type_name) == 0) type = t;
     }
-    if (type == GGML_TYPE_COUNT) return cli_error(cmd, "unknown type '%s' (try f32, f16, bf16, q8_0)", type_name);
+    if (type == GGML_TYPE_COUNT) return cli_error(cmd, "unknown type '%s' (try f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", type_name);
     subq_error err = {0};
     if (synth_write_model(sh, type, seed, out, &err)) return cli_error(cmd, "%s", err.msg);
     fprintf(stderr, "subq synth: wrote %s (%s, %s weights, seed %llu)\n", out, sh->name, type_name,

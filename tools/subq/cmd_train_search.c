@@ -58,7 +58,8 @@ static const char *help =
     "evaluation (held-out split):\n"
     "  --eval-every N       evaluate before training and every N steps; 0 = only at the end\n"
     "                       (default 200)\n"
-    "  --eval-k LIST        K values for mass@K / recall@K (default 8,16,32,64)\n"
+    "  --eval-k LIST        K values for mass@K / recall@K of the learned space, the raw-QK\n"
+    "                       oracle and the recency window (default 8,16,32,64)\n"
     "  --eval-tokens N      held-out tokens per evaluation, 0 = all (default 32768)\n"
     "output:\n"
     "  -o, --output FILE    projection GGUF (required); the checkpoint is FILE.ckpt\n"
@@ -99,8 +100,9 @@ static void json_k_array(FILE *f, const char *name, const train_eval_layer *L, i
     fprintf(f, "\"%s\": [", name);
     for (int k = 0; k < L->acc.n_k; k++) {
         double n = L->acc.n_queries[k] > 0 ? (double)L->acc.n_queries[k] : 1.0;
-        double v = what == 0 ? L->acc.mass_learned[k] / n : what == 1 ? L->acc.mass_oracle[k] / n
-                 : what == 2 ? L->acc.recall_learned[k] / n : L->acc.recall_oracle[k] / n;
+        const double *src[] = {L->acc.mass_learned, L->acc.mass_oracle, L->acc.mass_window,
+                               L->acc.recall_learned, L->acc.recall_oracle, L->acc.recall_window};
+        double v = src[what][k] / n;
         fprintf(f, "%s%.6f", k ? ", " : "", v);
     }
     fprintf(f, "]");
@@ -118,13 +120,12 @@ static void json_eval(FILE *f, const train_eval_stats *e) {
         fprintf(f, "], \"n_queries_k\": [");
         for (int k = 0; k < L->acc.n_k; k++) fprintf(f, "%s%lld", k ? ", " : "", (long long)L->acc.n_queries[k]);
         fprintf(f, "], ");
-        json_k_array(f, "mass_learned", L, 0);
-        fprintf(f, ", ");
-        json_k_array(f, "mass_oracle", L, 1);
-        fprintf(f, ", ");
-        json_k_array(f, "recall_learned", L, 2);
-        fprintf(f, ", ");
-        json_k_array(f, "recall_oracle", L, 3);
+        static const char *names[] = {"mass_learned", "mass_oracle", "mass_window",
+                                      "recall_learned", "recall_oracle", "recall_window"};
+        for (int w = 0; w < 6; w++) {
+            fprintf(f, "%s", w ? ", " : "");
+            json_k_array(f, names[w], L, w);
+        }
         fprintf(f, "}");
     }
     fprintf(f, "]}");
@@ -155,6 +156,10 @@ static void ui_step(void *user, const train_step_stats *s) {
     snprintf(extra, sizeof extra, "%.0f tok/s loss %.4f (nce %.4f kl %.4f) lr %.2e", s->tok_per_s, s->loss, s->nce,
              s->kl, (double)s->lr);
     progress_update(&u->bar, s->step, extra);
+    /* no terminal, no bar: a status line every ~5% of the run instead */
+    int64_t every = u->steps / 20 > 0 ? u->steps / 20 : 1;
+    if (!u->bar.enabled && (s->step % every == 0 || s->step == u->steps))
+        fprintf(stderr, "step %lld/%lld: %s\n", (long long)s->step, (long long)u->steps, extra);
     if (u->log) {
         fprintf(u->log, "{\"type\": \"train\", \"step\": %lld, \"lr\": %.6e, \"loss\": %.6f, \"nce\": %.6f, \"kl\": %.6f, "
                         "\"grad_norm\": %.6f, \"tokens\": %lld, \"tok_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
@@ -171,15 +176,17 @@ static void ui_eval(void *user, const train_eval_stats *e) {
             (long long)e->step, e->loss, e->nce, e->kl, e->n_seq, (long long)e->n_tokens, e->seconds);
     for (int i = 0; i < e->n_layers; i++) {
         const train_eval_layer *L = &e->layers[i];
-        fprintf(stderr, "  layer %2d  nce %.3f kl %.3f  mass learned/oracle", L->layer, L->nce, L->kl);
+        fprintf(stderr, "  layer %2d  nce %.3f kl %.3f  mass learned/oracle/window", L->layer, L->nce, L->kl);
         for (int k = 0; k < L->acc.n_k; k++) {
             double n = L->acc.n_queries[k] > 0 ? (double)L->acc.n_queries[k] : 1.0;
-            fprintf(stderr, " @%d %.3f/%.3f", L->acc.k[k], L->acc.mass_learned[k] / n, L->acc.mass_oracle[k] / n);
+            fprintf(stderr, " @%d %.3f/%.3f/%.3f", L->acc.k[k], L->acc.mass_learned[k] / n, L->acc.mass_oracle[k] / n,
+                    L->acc.mass_window[k] / n);
         }
         fprintf(stderr, "  recall");
         for (int k = 0; k < L->acc.n_k; k++) {
             double n = L->acc.n_queries[k] > 0 ? (double)L->acc.n_queries[k] : 1.0;
-            fprintf(stderr, " @%d %.3f/%.3f", L->acc.k[k], L->acc.recall_learned[k] / n, L->acc.recall_oracle[k] / n);
+            fprintf(stderr, " @%d %.3f/%.3f/%.3f", L->acc.k[k], L->acc.recall_learned[k] / n,
+                    L->acc.recall_oracle[k] / n, L->acc.recall_window[k] / n);
         }
         fputc('\n', stderr);
     }

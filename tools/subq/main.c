@@ -21,6 +21,7 @@ static const command commands[] = {
     {"eval", cmd_eval, "sparse vs full attention quality on held-out text"},
     {"bench", cmd_bench, "prefill/decode speed vs the machine's bandwidth and sgemm rate"},
     {"train-search", cmd_train_search, "learn search projections by distillation from the model's attention"},
+    {"train-phi", cmd_train_phi, "learn completion feature maps (top-K + linear-attention completion); --diagnose"},
 };
 
 static void usage(FILE *out) {
