@@ -317,9 +317,10 @@ int main(void) {
     problem P;
     make_problem(&P, 12, 5, 99, 1);
     attn_shape sh = {P.nh, P.nkv, P.hd};
-    float p[12], tmp[12];
+    float p[12], tmp[12], kt[12 * 2 * 3];
+    teacher_keys_transpose(P.k, 12, &sh, kt);
     for (int agg = 0; agg < 2; agg++) {
-        teacher_row(P.q + 11 * P.nh * P.hd, P.k, &sh, 5, 11, (teacher_agg)agg, tmp, p);
+        teacher_row(P.q + 11 * P.nh * P.hd, kt, 12, &sh, 5, 11, (teacher_agg)agg, tmp, p);
         float s = 0;
         for (int i = 0; i < 7; i++) s += p[i];
         CHECK(fabsf(s - 1.0f) < 1e-5f, "teacher row sums to %f", s);

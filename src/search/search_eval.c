@@ -1,12 +1,14 @@
-/* mass@K / recall@K of the learned space and the raw-QK oracle. Each query
+/* mass@K / recall@K of the learned space, the raw-QK oracle and the recency window. Each query
  * row is scored independently (parallel over rows) into per-row results that
  * are then summed in row order, so figures do not depend on thread count. */
 #include "search/search_eval.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "search/dot.h"
 #include "search/topk.h"
 
 void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
@@ -17,7 +19,7 @@ void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
 }
 
 /* per row and K: mass/recall for learned and oracle */
-enum { R_ML, R_MO, R_RL, R_RO, R_N };
+enum { R_ML, R_MO, R_MW, R_RL, R_RO, R_RW, R_N };
 
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
                               teacher_agg agg, search_eval_acc *acc, int n_threads, subq_error *err) {
@@ -30,28 +32,20 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
     const int dkv = x->shape.n_head_kv * x->shape.head_dim;
     int *start = malloc((size_t)T * sizeof(int));
     float *Qs = malloc((size_t)T * ds * sizeof(float)), *Ks = malloc((size_t)T * ds * sizeof(float));
+    float *kt = malloc((size_t)T * dkv * sizeof(float)), *inv_nk = malloc((size_t)T * sizeof(float));
     double *res = calloc((size_t)T * nk * R_N, sizeof(double));
     unsigned char *counted = calloc((size_t)T * nk, 1);
     subq_status st = SUBQ_OK;
-    if (!start || !Qs || !Ks || !res || !counted) {
+    if (!start || !Qs || !Ks || !kt || !inv_nk || !res || !counted) {
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search evaluation (T = %d)", T);
         goto done;
     }
     if ((st = segment_starts(x->seg, T, start, err))) goto done;
-    /* q_s[t][a] = W_Qs[a] . h[t],  k_s[t][a] = W_Ks[a] . h[t] */
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *ht = x->h + (size_t)t * d;
-        for (int a = 0; a < ds; a++) {
-            float q = 0.0f, k = 0.0f;
-            for (int i = 0; i < d; i++) {
-                q += wq[(size_t)a * d + i] * ht[i];
-                k += wk[(size_t)a * d + i] * ht[i];
-            }
-            Qs[(size_t)t * ds + a] = q;
-            Ks[(size_t)t * ds + a] = k;
-        }
-    }
+    teacher_keys_transpose(x->k, T, &x->shape, kt);
+    search_project(Qs, x->h, wq, T, d, ds, n_threads);
+    search_project(Ks, x->h, wk, T, d, ds, n_threads);
+    /* 1 / |k_s(j)| with the training loss's smooth norm */
+    for (int j = 0; j < T; j++) inv_nk[j] = 1.0f / sqrtf(search_dot(Ks + (size_t)j * ds, Ks + (size_t)j * ds, ds) + 1e-12f);
     int oom = 0;
 #pragma omp parallel num_threads(n_threads)
     {
@@ -70,19 +64,14 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
             const int s0 = start[t], n = t - s0 + 1;
             if (!ok || n < 2) continue;
             const float *qn = x->q + (size_t)t * x->shape.n_head * x->shape.head_dim;
-            teacher_row(qn, x->k, &x->shape, s0, t, agg, tmp, p);
+            teacher_row(qn, kt, T, &x->shape, s0, t, agg, tmp, p);
             int kk = kmax < n ? kmax : n;
             topk_indices(p, n, kk, top_t);
-            /* learned scores q_s(t) . k_s(j) */
+            /* learned scores cos(q_s(t), k_s(j)) (|q_s(t)| is common to the row) */
             const float *qt = Qs + (size_t)t * ds;
-            for (int i = 0; i < n; i++) {
-                const float *kj = Ks + (size_t)(s0 + i) * ds;
-                float a = 0.0f;
-                for (int c = 0; c < ds; c++) a += qt[c] * kj[c];
-                sc[i] = a;
-            }
+            for (int i = 0; i < n; i++) sc[i] = search_dot(qt, Ks + (size_t)(s0 + i) * ds, ds) * inv_nk[s0 + i];
             topk_indices(sc, n, kk, top_l);
-            oracle_scores(qn, x->k, &x->shape, s0, t, tmp, sc);
+            oracle_scores(qn, kt, T, &x->shape, s0, t, tmp, sc);
             topk_indices(sc, n, kk, top_o);
             for (int ki = 0; ki < nk; ki++) {
                 const int K = acc->k[ki];
@@ -93,11 +82,14 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
                 for (int i = 0; i < K; i++) {
                     r[R_ML] += p[top_l[i]];
                     r[R_MO] += p[top_o[i]];
+                    r[R_MW] += p[n - 1 - i]; /* the i-th most recent key */
                     r[R_RL] += mark[top_l[i]];
                     r[R_RO] += mark[top_o[i]];
+                    r[R_RW] += mark[n - 1 - i];
                 }
                 r[R_RL] /= K;
                 r[R_RO] /= K;
+                r[R_RW] /= K;
                 for (int i = 0; i < K; i++) mark[top_t[i]] = 0;
             }
         }
@@ -121,12 +113,16 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
             acc->mass_oracle[ki] += r[R_MO];
             acc->recall_learned[ki] += r[R_RL];
             acc->recall_oracle[ki] += r[R_RO];
+            acc->mass_window[ki] += r[R_MW];
+            acc->recall_window[ki] += r[R_RW];
             acc->n_queries[ki]++;
         }
 done:
     free(start);
     free(Qs);
     free(Ks);
+    free(kt);
+    free(inv_nk);
     free(res);
     free(counted);
     return st;

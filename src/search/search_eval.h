@@ -2,8 +2,12 @@
  *   recall@K = |top-K by score  ∩  teacher top-K| / K
  *   mass@K   = teacher probability on the top-K by score
  * for two scorers over the eligible keys of each query:
- *   learned  q_s(t) . k_s(j)                          (the runtime search score)
+ *   learned  cos(q_s(t), k_s(j))                      (the runtime search score: the
+ *                                                      selectors compare L2-normalised
+ *                                                      vectors, as InfoNCE trains them)
  *   oracle   (1/n_head) sum_h q_h(t) . k_{h/g}(j)     (raw-QK, head-mean native scores)
+ * and, as a positional baseline, the recency window: the K most recent
+ * eligible keys (t-K+1 .. t).
  * A query counts for K only when it has more than K eligible keys (with K or
  * fewer every scorer retrieves everything: recall = mass = 1). */
 #ifndef SUBQ_SEARCH_EVAL_H
@@ -21,6 +25,7 @@ typedef struct search_eval_acc {
     int64_t n_queries[SEARCH_EVAL_MAX_K];
     double mass_learned[SEARCH_EVAL_MAX_K], mass_oracle[SEARCH_EVAL_MAX_K];
     double recall_learned[SEARCH_EVAL_MAX_K], recall_oracle[SEARCH_EVAL_MAX_K];
+    double mass_window[SEARCH_EVAL_MAX_K], recall_window[SEARCH_EVAL_MAX_K];
 } search_eval_acc;
 
 /* Zero an accumulator for the given K values (at most SEARCH_EVAL_MAX_K). */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "search/dot.h"
 #include "search/topk.h"
 
 #define NORM_EPS 1e-12f
@@ -31,37 +32,39 @@ int64_t search_count_queries(const int32_t *seg, int T) {
     return n;
 }
 
-/* Y[t][a] = sum_i W[a][i] X[t][i] */
-static void project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads) {
+void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads) {
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *x = X + (size_t)t * d;
         for (int a = 0; a < ds; a++) {
             const float *w = W + (size_t)a * d;
-            float acc = 0.0f;
-            for (int i = 0; i < d; i++) acc += w[i] * x[i];
-            Y[(size_t)t * ds + a] = acc;
+            Y[(size_t)t * ds + a] = search_dot(w, x, d);
         }
     }
 }
 
-/* log sum_i exp(v[idx ? idx[i] : i]) for i < n */
-static float logsumexp(const float *v, const int *idx, int n) {
+/* Over the entries x_i = v[idx ? idx[i] : i], i < n: writes prob[i] =
+ * exp(x_i - LSE(x)) (the softmax) and returns LSE(x) = log sum_i exp(x_i). */
+static float softmax_lse(const float *v, const int *idx, int n, float *prob) {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++) {
         float x = v[idx ? idx[i] : i];
         if (x > mx) mx = x;
     }
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += expf(v[idx ? idx[i] : i] - mx);
-    return mx + logf(s);
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        prob[i] = expf(v[idx ? idx[i] : i] - mx);
+        sum += prob[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++) prob[i] *= inv;
+    return mx + logf(sum);
 }
 
 /* per-thread scratch of pass 1 */
 typedef struct row_scratch {
-    float *p, *dot, *z, *y, *tmp;
+    float *p, *z, *y, *sz, *r, *spos, *tmp;
     int *pos;
-    unsigned char *is_pos;
 } row_scratch;
 
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
@@ -87,6 +90,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     float *Qs = malloc((size_t)T * ds * sizeof(float));
     float *Ks = malloc((size_t)T * ds * sizeof(float));
     float *nq = malloc((size_t)T * sizeof(float)), *nk = malloc((size_t)T * sizeof(float));
+    float *kt = malloc((size_t)T * x->shape.n_head_kv * x->shape.head_dim * sizeof(float));
     double *row_nce = calloc((size_t)T, sizeof(double)), *row_kl = calloc((size_t)T, sizeof(double));
     unsigned char *row_ok = calloc((size_t)T, 1);
     float *dQ = NULL, *dK = NULL, *D = NULL, *E = NULL;
@@ -97,15 +101,16 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         E = malloc((size_t)R * T * sizeof(float));
     }
     subq_status st = SUBQ_OK;
-    if (!start || !Qs || !Ks || !nq || !nk || !row_nce || !row_kl || !row_ok ||
+    if (!start || !Qs || !Ks || !nq || !nk || !kt || !row_nce || !row_kl || !row_ok ||
         (want_grad && (!dQ || !dK || !D || !E))) {
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search losses (T = %d)", T);
         goto done;
     }
     if ((st = segment_starts(x->seg, T, start, err))) goto done;
+    teacher_keys_transpose(x->k, T, &x->shape, kt);
 
-    project(Qs, x->h, wq, T, d, ds, n_threads);
-    project(Ks, x->h, wk, T, d, ds, n_threads);
+    search_project(Qs, x->h, wq, T, d, ds, n_threads);
+    search_project(Ks, x->h, wk, T, d, ds, n_threads);
     /* smooth norms |x| = sqrt(x.x + eps) */
     for (int t = 0; t < T; t++) {
         float a = 0.0f, b = 0.0f;
@@ -125,13 +130,14 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         {
             row_scratch s;
             s.p = malloc((size_t)T * sizeof(float));
-            s.dot = malloc((size_t)T * sizeof(float));
             s.z = malloc((size_t)T * sizeof(float));
             s.y = malloc((size_t)T * sizeof(float));
+            s.sz = malloc((size_t)T * sizeof(float));
+            s.r = malloc((size_t)T * sizeof(float));
             s.tmp = malloc((size_t)T * sizeof(float));
+            s.spos = malloc((size_t)lp->k_pos * sizeof(float));
             s.pos = malloc((size_t)lp->k_pos * sizeof(int));
-            s.is_pos = calloc((size_t)T, 1);
-            int ok = s.p && s.dot && s.z && s.y && s.tmp && s.pos && s.is_pos;
+            int ok = s.p && s.z && s.y && s.sz && s.r && s.tmp && s.spos && s.pos;
             if (!ok) {
 #pragma omp atomic write
                 oom = 1;
@@ -142,24 +148,21 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
                 if (!ok || n < 2) continue;
                 row_ok[t] = 1;
                 const float *qt = Qs + (size_t)t * ds;
-                teacher_row(x->q + (size_t)t * x->shape.n_head * x->shape.head_dim, x->k, &x->shape, s0, t, lp->agg,
+                teacher_row(x->q + (size_t)t * x->shape.n_head * x->shape.head_dim, kt, T, &x->shape, s0, t, lp->agg,
                             s.tmp, s.p);
                 /* d_j = q_s(t).k_s(j);  z_j = d_j / (|q||k_j|) / tau;  y_j = d_j / sqrt(ds) / tau_kl */
                 for (int i = 0; i < n; i++) {
-                    const float *kj = Ks + (size_t)(s0 + i) * ds;
-                    float acc = 0.0f;
-                    for (int c = 0; c < ds; c++) acc += qt[c] * kj[c];
-                    s.dot[i] = acc;
-                    s.z[i] = acc / (nq[t] * nk[s0 + i]) * inv_tau;
-                    s.y[i] = acc * kl_scale;
+                    float dot = search_dot(qt, Ks + (size_t)(s0 + i) * ds, ds);
+                    s.z[i] = dot / (nq[t] * nk[s0 + i]) * inv_tau;
+                    s.y[i] = dot * kl_scale;
                 }
                 /* InfoNCE = LSE_E(z) - LSE_P(z); zero when every key is a positive */
                 int npos = topk_indices(s.p, n, lp->k_pos, s.pos);
-                float lse_e = logsumexp(s.z, NULL, n);
-                float lse_p = npos < n ? logsumexp(s.z, s.pos, npos) : lse_e;
+                float lse_e = softmax_lse(s.z, NULL, n, s.sz);
+                float lse_p = npos < n ? softmax_lse(s.z, s.pos, npos, s.spos) : lse_e;
                 row_nce[t] = npos < n ? (double)lse_e - (double)lse_p : 0.0;
                 /* KL(p || r) = sum_j p_j (log p_j - log r_j), log r_j = y_j - LSE(y) */
-                float lse_y = logsumexp(s.y, NULL, n);
+                float lse_y = softmax_lse(s.y, NULL, n, s.r);
                 double kl = 0.0;
                 for (int i = 0; i < n; i++)
                     if (s.p[i] > 0.0f) kl += (double)s.p[i] * ((double)logf(s.p[i]) - ((double)s.y[i] - lse_y));
@@ -167,23 +170,20 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
                 if (!want_grad) continue;
 
                 /* dL/dc_j = (softmax_E(z)_j - [j in P] softmax_P(z)_j) / tau;  dK/dd_j = (r_j - p_j) kl_scale */
-                for (int i = 0; i < npos; i++) s.is_pos[s.pos[i]] = 1;
+                if (npos == n) /* every key positive: the InfoNCE term is identically 0 */
+                    for (int i = 0; i < n; i++) s.sz[i] = 0.0f;
+                else
+                    for (int i = 0; i < npos; i++) s.sz[s.pos[i]] -= s.spos[i];
                 float *Drow = D + (size_t)(t - t0) * T, *Erow = E + (size_t)(t - t0) * T;
                 float esum = 0.0f;
                 for (int i = 0; i < n; i++) {
-                    float g1 = 0.0f;
-                    if (npos < n) {
-                        g1 = expf(s.z[i] - lse_e);
-                        if (s.is_pos[i]) g1 -= expf(s.z[i] - lse_p);
-                        g1 *= inv_tau;
-                    }
-                    float g2 = (expf(s.y[i] - lse_y) - s.p[i]) * kl_scale;
+                    float g1 = s.sz[i] * inv_tau;
+                    float g2 = (s.r[i] - s.p[i]) * kl_scale;
                     float c = s.z[i] * lp->tau; /* the cosine */
                     Drow[s0 + i] = ga * g1 / (nq[t] * nk[s0 + i]) + gb * g2;
                     Erow[s0 + i] = ga * g1 * c;
                     esum += Erow[s0 + i];
                 }
-                for (int i = 0; i < npos; i++) s.is_pos[s.pos[i]] = 0;
                 /* dq_s(t) = sum_j D_tj k_s(j) - (sum_j E_tj) q_s(t) / |q_t|^2 */
                 float *dq = dQ + (size_t)t * ds;
                 for (int i = 0; i < n; i++) {
@@ -194,12 +194,13 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
                 for (int c = 0; c < ds; c++) dq[c] -= corr * qt[c];
             }
             free(s.p);
-            free(s.dot);
             free(s.z);
             free(s.y);
+            free(s.sz);
+            free(s.r);
             free(s.tmp);
+            free(s.spos);
             free(s.pos);
-            free(s.is_pos);
         }
         if (oom) {
             st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search loss scratch (T = %d)", T);
@@ -258,6 +259,7 @@ done:
     free(Ks);
     free(nq);
     free(nk);
+    free(kt);
     free(row_nce);
     free(row_kl);
     free(row_ok);

@@ -47,6 +47,10 @@ typedef struct search_loss_sums {
     int64_t n_queries;       /* non-skipped queries */
 } search_loss_sums;
 
+/* Y[t][a] = sum_i W[a][i] X[t][i] for T rows of X (T x d) and W (ds x d):
+ * the projection q_s = W_Qs h used by training and evaluation alike. */
+void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads);
+
 /* Number of non-skipped queries (those with >= 2 eligible keys). */
 int64_t search_count_queries(const int32_t *seg, int T);
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "search/dot.h"
 #include "base/rng.h"
 #include "model/model.h"
 #include "quant/types.h"
@@ -103,15 +104,11 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
         for (int a = 0; a < ds; a++) {
             if (q_s) {
                 const float *w = wq + (size_t)a * d;
-                float acc = 0.0f;
-                for (int i = 0; i < d; i++) acc += w[i] * ht[i];
-                q_s[(size_t)t * ds + a] = acc;
+                q_s[(size_t)t * ds + a] = search_dot(w, ht, d);
             }
             if (k_s) {
                 const float *w = wk + (size_t)a * d;
-                float acc = 0.0f;
-                for (int i = 0; i < d; i++) acc += w[i] * ht[i];
-                k_s[(size_t)t * ds + a] = acc;
+                k_s[(size_t)t * ds + a] = search_dot(w, ht, d);
             }
         }
     }

@@ -31,18 +31,24 @@ typedef struct attn_shape {
  * (a segment that is not one contiguous run). */
 subq_status segment_starts(const int32_t *seg, int T, int *start, subq_error *err);
 
+/* kt[r][j] = k[j][r]: keys transposed to [n_head_kv*head_dim][T] so that a
+ * query's scores against a run of keys are contiguous, vectorisable loops. */
+void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *kt);
+
 /* Teacher distribution of query t over its eligible keys j = s..t:
  *   p_h(j) = softmax_j( q_h(t) . k_{h/g}(j) / sqrt(head_dim) )   per query head h
  *   mean:  p(j) = (1/n_head) sum_h p_h(j)
  *   max:   p(j) = max_h p_h(j) / sum_j' max_h p_h(j')
- * q_t: the query's row; k: all key rows of the sequence. Writes p[j - s] for
- * the t - s + 1 keys; `scratch` holds t - s + 1 floats. */
-void teacher_row(const float *q_t, const float *k, const attn_shape *sh, int s, int t, teacher_agg agg,
+ * q_t: the query's row; kt: the sequence's keys from teacher_keys_transpose
+ * (T columns). Writes p[j - s] for the t - s + 1 keys; `scratch` holds
+ * t - s + 1 floats. */
+void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, teacher_agg agg,
                  float *scratch, float *p);
 
 /* Raw-QK oracle scores: o(j) = (1/n_head) sum_h q_h(t) . k_{h/g}(j) for
  * j = s..t (head-mean native scores; the exact-top-K baseline). `qsum`
  * is scratch of n_head_kv*head_dim floats. */
-void oracle_scores(const float *q_t, const float *k, const attn_shape *sh, int s, int t, float *qsum, float *o);
+void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, float *qsum,
+                   float *o);
 
 #endif

@@ -64,16 +64,21 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
         search_layer_data x = train_capture_layer(cap, i, seg);
         /* dense teacher: row t holds p over its eligible keys, zeros elsewhere */
         float *P = dense + (size_t)i * T * T, *scratch = malloc((size_t)T * sizeof(float));
-        if (!scratch) {
+        float *kt = malloc((size_t)T * cap->dk * sizeof(float));
+        if (!scratch || !kt) {
+            free(scratch);
+            free(kt);
             s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
             break;
         }
+        teacher_keys_transpose(x.k, T, &x.shape, kt);
         for (int t = 0; t < T; t++) {
             int s0 = t;
             while (s0 > 0 && seg[s0 - 1] == seg[t]) s0--;
-            teacher_row(x.q + (size_t)t * cap->dq, x.k, &x.shape, s0, t, cfg->loss.agg, scratch, P + (size_t)t * T + s0);
+            teacher_row(x.q + (size_t)t * cap->dq, kt, T, &x.shape, s0, t, cfg->loss.agg, scratch, P + (size_t)t * T + s0);
         }
         free(scratch);
+        free(kt);
         search_loss_sums sums;
         search_eval_acc acc;
         search_eval_init(&acc, cfg->eval_k, cfg->n_eval_k);
@@ -84,6 +89,7 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
             break;
         char key[128];
         double ml[SEARCH_EVAL_MAX_K], mo[SEARCH_EVAL_MAX_K], rl[SEARCH_EVAL_MAX_K], ro[SEARCH_EVAL_MAX_K];
+        double mw[SEARCH_EVAL_MAX_K], rw[SEARCH_EVAL_MAX_K];
         int64_t nq[SEARCH_EVAL_MAX_K];
         for (int k = 0; k < acc.n_k; k++) {
             double d = acc.n_queries[k] > 0 ? (double)acc.n_queries[k] : 1.0;
@@ -91,6 +97,8 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
             mo[k] = acc.mass_oracle[k] / d;
             rl[k] = acc.recall_learned[k] / d;
             ro[k] = acc.recall_oracle[k] / d;
+            mw[k] = acc.mass_window[k] / d;
+            rw[k] = acc.recall_window[k] / d;
             nq[k] = acc.n_queries[k];
         }
         struct {
@@ -99,6 +107,7 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
             gguf_type type;
         } arrs[] = {{"mass_learned", ml, GGUF_TYPE_FLOAT64}, {"mass_oracle", mo, GGUF_TYPE_FLOAT64},
                     {"recall_learned", rl, GGUF_TYPE_FLOAT64}, {"recall_oracle", ro, GGUF_TYPE_FLOAT64},
+                    {"mass_window", mw, GGUF_TYPE_FLOAT64},    {"recall_window", rw, GGUF_TYPE_FLOAT64},
                     {"n_queries_k", nq, GGUF_TYPE_INT64}};
         for (size_t a = 0; a < sizeof arrs / sizeof arrs[0] && !s; a++) {
             snprintf(key, sizeof key, "dump.l%d.%s", l, arrs[a].name);

@@ -38,7 +38,7 @@ typedef struct train_search_config {
     int64_t steps;              /* total steps (the schedule spans them) */
     int64_t stop_after;         /* > 0: stop (with a checkpoint) once this step is reached */
     uint64_t seed;              /* init and data order */
-    int eval_every;             /* steps between evaluations (0: only at the end) */
+    int eval_every;             /* evaluate before step 1 and every N steps (0: only at the end) */
     int eval_k[SEARCH_EVAL_MAX_K];
     int n_eval_k;               /* 8, 16, 32, 64 */
     int64_t eval_tokens;        /* held-out tokens per evaluation (<= 0: all) */

@@ -15,6 +15,7 @@ On stories260K with a small corpus:
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,6 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refcommon as rc  # noqa: E402
 
 rc.require_numpy()
+# ctest runs checks side by side on few cores: OpenMP workers that spin while
+# waiting make oversubscribed runs ~10x slower (results are the same either way)
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 from gguf_np import GGUFFile  # noqa: E402
 
 THREADS = "2"
@@ -52,7 +56,8 @@ def main():
     model = rc.shared_file("models", "stories260K.gguf")
     shakespeare = rc.shared_file("data", "text", "tinyshakespeare.txt")
     tmp = os.path.join(rc.tmp_dir(), "train_resume")
-    os.makedirs(tmp, exist_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)   # stale logs and checkpoints would fool the checks
+    os.makedirs(tmp)
     data = os.path.join(tmp, "data.txt")
     with open(shakespeare, "rb") as f:
         text = f.read(60000)
@@ -105,7 +110,9 @@ def main():
         kinds = [r["type"] for r in recs]
         evals = [r for r in recs if r["type"] == "eval"]
         ok = (kinds.count("train") == 9 and [e["step"] for e in evals] == [0, 4, 8, 9]
-              and all(len(x["mass_learned"]) == 3 and len(x["recall_oracle"]) == 3 for x in evals[-1]["layers"])
+              and all(len(x[m]) == 3 for x in evals[-1]["layers"] for m in ("mass_learned", "mass_oracle", "mass_window",
+                                                                             "recall_learned", "recall_oracle",
+                                                                             "recall_window"))
               and kinds[-1] == "end")
         checks.check("log records", ok, "kinds %s, eval steps %s" % (kinds[:4], [e["step"] for e in evals]))
     except (OSError, ValueError, KeyError) as e:
@@ -156,6 +163,18 @@ def main():
                                                                                            err[-200:]))
         if checks.guarded("resume after SIGINT", rc.run_subq, sig + ["-o", e, "--resume"]) is not None:
             checks.check("SIGINT + resume weights == uninterrupted (bitwise)", tensors(e)[1] == tensors(d)[1])
+
+    # ---- --help documents every option the parser accepts -----------------
+    src = os.path.join(os.environ.get("SUBQ_SRC") or rc.REPO, "tools", "subq", "cmd_train_search.c")
+    try:
+        import re
+        flags = set(re.findall(r'"(--?[a-z][a-z0-9-]*)"', open(src).read())) - {"-"}
+        code, help_text, _ = run_cli(["train-search", "--help"])
+        missing = sorted(f for f in flags if not re.search(r"(^|[\s,])%s([\s,]|$)" % re.escape(f), help_text, re.M))
+        checks.check("--help documents every option", code == 0 and flags and not missing,
+                     "%d options, undocumented: %s" % (len(flags), missing))
+    except OSError as e:
+        checks.check("--help documents every option", False, str(e))
 
     # ---- refusals ----------------------------------------------------------
     one_line_error(checks, "resume with another --lr", base[:-2] + ["-o", a, "--resume", "-t", THREADS] +

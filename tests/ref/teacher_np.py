@@ -18,8 +18,9 @@ Everything in float64, written straight from the definitions:
                 P_t = teacher top-k_pos (ties: earlier key)
         KL(p_t || softmax(qs.ks / sqrt(d_search) / tau_kl))
   metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks)
-      mass@K / recall@K of the learned scores qs.ks and of the raw-QK oracle
-      mean_h q_h.k_g, over queries with more than K eligible keys.
+      mass@K / recall@K of the learned scores cos(qs, ks) and of the raw-QK oracle
+      mean_h q_h.k_g, and of the recency window (the K most recent eligible
+      keys), over queries with more than K eligible keys.
 """
 
 import math
@@ -158,9 +159,12 @@ def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list):
     for hq in range(n_head):
         g = hq // group
         oracle += q[:, hq * hd:(hq + 1) * hd] @ k[:, g * hd:(g + 1) * hd].T / n_head
-    learned = qs @ kss.T
+    # cosine: the runtime selectors compare L2-normalised vectors
+    nq = np.sqrt((qs * qs).sum(1) + 1e-12)
+    nk = np.sqrt((kss * kss).sum(1) + 1e-12)
+    learned = (qs @ kss.T) / nq[:, None] / nk[None, :]
     E = eligible(seg)
-    res = {K: [0.0, 0.0, 0.0, 0.0, 0] for K in ks_list}   # mass_l, mass_o, recall_l, recall_o, n
+    res = {K: [0.0] * 6 + [0] for K in ks_list}   # mass_l, mass_o, mass_w, recall_l, recall_o, recall_w, n
     for t in range(len(seg)):
         idx = np.nonzero(E[t])[0]
         p = P[t, idx]
@@ -170,15 +174,18 @@ def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list):
             tt = set(topk(p, K).tolist())
             tl = topk(learned[t, idx], K)
             to = topk(oracle[t, idx], K)
+            tw = np.arange(len(idx) - K, len(idx))           # the K most recent keys
             r = res[K]
             r[0] += p[tl].sum()
             r[1] += p[to].sum()
-            r[2] += len(tt & set(tl.tolist())) / K
-            r[3] += len(tt & set(to.tolist())) / K
-            r[4] += 1
+            r[2] += p[tw].sum()
+            r[3] += len(tt & set(tl.tolist())) / K
+            r[4] += len(tt & set(to.tolist())) / K
+            r[5] += len(tt & set(tw.tolist())) / K
+            r[6] += 1
     out = {}
     for K, r in res.items():
-        d = max(r[4], 1)
-        out[K] = {"mass_learned": r[0] / d, "mass_oracle": r[1] / d, "recall_learned": r[2] / d,
-                  "recall_oracle": r[3] / d, "n": r[4]}
+        d = max(r[6], 1)
+        out[K] = {"mass_learned": r[0] / d, "mass_oracle": r[1] / d, "mass_window": r[2] / d,
+                  "recall_learned": r[3] / d, "recall_oracle": r[4] / d, "recall_window": r[5] / d, "n": r[6]}
     return out
