@@ -1,0 +1,156 @@
+/* The selection-only / hybrid evaluation stage (src/phi/phi_stage.c) on
+ * stories260K with random completion maps on layers 1-4:
+ *   - selection-only equals the sparse stage with the oracle selector (same
+ *     sinks + tail + top-K slots, exact softmax);
+ *   - feeding the tokens one at a time (decode: the completion cache grows as
+ *     tokens leave the tail) gives the logits of one teacher-forced batch,
+ *     also across two packed documents (the cache restarts per document);
+ *   - with K covering every slot, hybrid equals full attention (nothing is
+ *     left to complete) and the completion mass share is 0, while with a
+ *     small K the share is positive. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_plan.h"
+#include "base/rng.h"
+#include "model/context.h"
+#include "phi/phi_maps.h"
+#include "phi/phi_stage.h"
+#include "test_util.h"
+
+#define N_TOK 300
+
+static double max_diff(const float *a, const float *b, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        m = d > m ? d : m;
+    }
+    return m;
+}
+
+static int run(subq_context *c, const int32_t *tok, const int32_t *pos, const int32_t *seg, int n, int one_by_one,
+               float *logits) {
+    subq_error err = {0};
+    subq_context_reset(c);
+    const int V = c->model->hp.n_vocab;
+    if (!one_by_one) {
+        if (context_forward(c, tok, n, pos, seg, logits, 1, &err)) {
+            fprintf(stderr, "forward: %s\n", err.msg);
+            return 0;
+        }
+        return 1;
+    }
+    for (int t = 0; t < n; t++)
+        if (context_forward(c, tok + t, 1, pos + t, seg + t, logits + (size_t)t * V, 1, &err)) {
+            fprintf(stderr, "forward: %s\n", err.msg);
+            return 0;
+        }
+    return 1;
+}
+
+static phi_stage_params stage_params(int k, int complete) {
+    phi_stage_params p = {.top_k = k, .n_sink = 4, .n_tail = 16, .complete = complete, .eps = 1e-9};
+    selector_params_default(&p.select, SELECT_ORACLE, 0);
+    return p;
+}
+
+int main(void) {
+    char path[1024];
+    subq_error err = {0};
+    subq_model *m;
+    if (subq_model_load(test_shared_path("models/stories260K.gguf", path, sizeof path), &m, &err)) {
+        CHECK(0, "load: %s", err.msg);
+        return test_summary();
+    }
+    subq_context_params cp = subq_context_default_params();
+    cp.n_ctx = 512;
+    cp.n_threads = 1;
+    subq_context *c;
+    if (subq_context_new(m, &cp, &c, &err)) {
+        CHECK(0, "context: %s", err.msg);
+        subq_model_free(m);
+        return test_summary();
+    }
+    const model_hparams *hp = &m->hp;
+    const int V = hp->n_vocab;
+    /* two packed documents: positions restart, segments differ */
+    int32_t tok[N_TOK], pos[N_TOK], seg[N_TOK];
+    uint64_t rng = rng_seed(3);
+    for (int t = 0; t < N_TOK; t++) {
+        const int second = t >= 180;
+        pos[t] = second ? t - 180 : t;
+        seg[t] = second;
+        tok[t] = pos[t] == 0 ? 1 : 3 + (int)(rng_uniform(&rng) * (V - 3));
+    }
+    phi_dims d = {.head_dim = hp->head_dim, .d_emb = 16, .d_hidden = 16, .d_phi = 16, .n_head = hp->n_head,
+                  .n_head_kv = hp->n_head_kv};
+    int layers[4] = {1, 2, 3, 4};
+    phi_maps *maps;
+    if (phi_maps_new(&d, hp->n_layer, layers, 4, model_fingerprint(m), &maps, &err)) {
+        CHECK(0, "maps: %s", err.msg);
+        return test_summary();
+    }
+    phi_maps_init(maps, 0.5f, &rng);
+    float *ref = malloc((size_t)N_TOK * V * sizeof(float)), *got = malloc((size_t)N_TOK * V * sizeof(float));
+
+    /* selection-only == sparse stage with the oracle selector */
+    attn_plan plan;
+    attn_plan_default(&plan);
+    plan.sparse_layers = "1-4";
+    plan.sparse.top_k = 16;
+    plan.sparse.dense_prefill = 0;
+    selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
+    int ok = !context_set_plan(c, &plan, NULL, &err) && run(c, tok, pos, seg, N_TOK, 0, ref);
+    context_clear_plan(c);
+    phi_stage_params sp = stage_params(16, 0);
+    ok = ok && !phi_context_set_stages(c, maps, &sp, &err) && run(c, tok, pos, seg, N_TOK, 0, got);
+    CHECK(ok, "runs: %s", err.msg);
+    double dsel = max_diff(ref, got, (size_t)N_TOK * V);
+    CHECK(dsel < 1e-3, "selection-only phi stage vs sparse oracle stage: max logit diff %.3g", dsel);
+
+    /* hybrid: one-by-one decode == one batch */
+    phi_context_clear_stages(c);
+    sp = stage_params(16, 1);
+    ok = !phi_context_set_stages(c, maps, &sp, &err) && run(c, tok, pos, seg, N_TOK, 0, ref) &&
+         run(c, tok, pos, seg, N_TOK, 1, got);
+    CHECK(ok, "hybrid runs: %s", err.msg);
+    double ddec = max_diff(ref, got, (size_t)N_TOK * V);
+    CHECK(ddec < 1e-3, "hybrid decode one token at a time vs one batch: max logit diff %.3g", ddec);
+    double share = 0;
+    int64_t nh = 0;
+    for (int i = 0; i < 4; i++) {
+        const phi_stage_stats *st = phi_stage_get_stats(c->stages[layers[i]]);
+        share += st->share_sum;
+        nh += st->n_heads;
+    }
+    CHECK(nh > 0 && share / nh > 0, "completion mass share with K = 16: %g over %lld heads", nh ? share / nh : 0,
+          (long long)nh);
+    float *sel = malloc((size_t)N_TOK * V * sizeof(float));
+    phi_context_clear_stages(c);
+    sp = stage_params(16, 0);
+    ok = !phi_context_set_stages(c, maps, &sp, &err) && run(c, tok, pos, seg, N_TOK, 0, sel);
+    CHECK(ok && max_diff(ref, sel, (size_t)N_TOK * V) > 1e-3, "the completion changes the logits");
+
+    /* K covering everything: hybrid == full attention, share 0 */
+    phi_context_clear_stages(c);
+    ok = run(c, tok, pos, seg, N_TOK, 0, ref);
+    sp = stage_params(512, 1);
+    ok = ok && !phi_context_set_stages(c, maps, &sp, &err) && run(c, tok, pos, seg, N_TOK, 0, got);
+    double dfull = max_diff(ref, got, (size_t)N_TOK * V);
+    CHECK(ok && dfull < 1e-3, "hybrid with K >= context vs full attention: max logit diff %.3g", dfull);
+    share = 0;
+    for (int i = 0; i < 4; i++) share += phi_stage_get_stats(c->stages[layers[i]])->share_sum;
+    CHECK(share == 0.0, "nothing to complete when everything is retrieved (share sum %g)", share);
+    printf("max logit diffs: sel vs sparse %.3g, decode vs batch %.3g, K=all vs full %.3g\n", dsel, ddec, dfull);
+
+    free(ref);
+    free(got);
+    free(sel);
+    phi_maps_free(maps);
+    subq_context_free(c);
+    subq_model_free(m);
+    return test_summary();
+}
