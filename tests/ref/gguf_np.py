@@ -274,7 +274,7 @@ class GGUFFile:
         nb = t.n_bytes()
         if nb is None:
             raise UnsupportedTensorType("tensor %r: ggml type %s (%d) is not supported by gguf_np "
-                                        "(only F32, F16, BF16, Q8_0)"
+                                        "(only F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"
                                         % (name, GGML_TYPE_NAMES.get(t.type, "?"), t.type))
         start = self.data_offset + t.offset
         return self.buf[start:start + nb]

@@ -91,7 +91,7 @@ def test_gguf(ck, tmp):
         ("t.f16", [3, 4, 2], 1, a16.tobytes()),
         ("t.bf16", [6], 30, abf_bits.tobytes()),
         ("t.q8_0", [64, 2], 8, q8_raw),
-        ("t.q4_0", [32], 2, b"\0" * 18),
+        ("t.q4_1", [32], 3, b"\0" * 20),
     ]
     for version in (2, 3):
         for alignment in (None, 64):
@@ -116,16 +116,16 @@ def test_gguf(ck, tmp):
                     and g.tensor("t.f16").shape == (2, 4, 3) and g.tensor("t.f32").dtype == np.float32)
             ck.check(label + " tensors f32/f16/bf16/q8_0", ok_t)
             try:
-                g.tensor("t.q4_0")
+                g.tensor("t.q4_1")
                 refused = False
             except gguf_np.UnsupportedTensorType:
                 refused = True
-            ck.check(label + " refuses Q4_0", refused)
+            ck.check(label + " refuses Q4_1", refused)
     # truncated file -> GGUFError
     raw = build_gguf(3, kvs, tensors)
     path = os.path.join(tmp, "selftest_trunc.gguf")
     bad = 0
-    # the file ends: q8_0 data (136 B) | pad 24 | q4_0 (18 B) | pad 14; len-60 cuts into q8_0
+    # the file ends: q8_0 data (136 B) | pad 24 | q4_1 (20 B) | pad 12; len-60 cuts into q8_0
     for cut in (3, 20, 100, 300, len(raw) - 60):
         with open(path, "wb") as f:
             f.write(raw[:cut])

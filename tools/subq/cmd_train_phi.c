@@ -238,9 +238,9 @@ static void json_num(FILE *f, double v) {
 static void json_cell(FILE *f, const phi_diag_cell *c, int nk, int nsk) {
     fprintf(f, "{\"n\": %lld, \"hmid\": ", (long long)c->n);
     json_num(f, c->hmid);
-    const char *names[4] = {"err_sel", "err_hyb", "share", "hybrid_better"};
-    const double *arr[4] = {c->err_sel, c->err_hyb, c->share, c->win};
-    for (int a = 0; a < 4; a++) {
+    const char *names[5] = {"err_sel", "err_hyb", "share", "hybrid_better", "harm"};
+    const double *arr[5] = {c->err_sel, c->err_hyb, c->share, c->win, c->harm};
+    for (int a = 0; a < 5; a++) {
         fprintf(f, ", \"%s\": [", names[a]);
         for (int k = 0; k < nk; k++) {
             fprintf(f, "%s", k ? ", " : "");
@@ -451,14 +451,16 @@ static int diagnose(const char *cmd, const diag_opts *o, subq_model *m, train_co
                "n_sink %d, n_tail %d, oracle top-K; %.1f s\n",
                o->maps_path, n_windows, (long long)n_tok, (long long)rec.n, dc.min_mid, o->n_sink, o->n_tail, diag_s);
         printf("\nattention-output rel. L1 error vs full attention (mean over records)\n");
-        printf("%6s %12s %12s %10s %14s %12s\n", "K", "selection", "hybrid", "share", "hybrid better", "sel. needs K");
+        printf("%6s %12s %12s %10s %14s %10s %12s\n", "K", "selection", "hybrid", "share", "hybrid better", "harm",
+               "sel. needs K");
         for (int i = 0; i < o->n_k; i++) {
             char mk[32];
             if (match_k[i] < 0) snprintf(mk, sizeof mk, "> %d", o->sel_ks[o->n_sel_k - 1]);
             else snprintf(mk, sizeof mk, "%d", match_k[i]);
-            printf("%6d %12.4f %12.4f %10.4f %13.1f%% %12s\n", o->ks[i], all.err_sel[i], all.err_hyb[i], all.share[i],
-                   100 * all.win[i], mk);
+            printf("%6d %12.4f %12.4f %10.4f %13.1f%% %10.4f %12s\n", o->ks[i], all.err_sel[i], all.err_hyb[i],
+                   all.share[i], 100 * all.win[i], all.harm[i], mk);
         }
+        printf("(harm: mean over records of max(0, hybrid err - selection err))\n");
         printf("\nselection-only sweep:");
         for (int j = 0; j < o->n_sel_k; j++) printf(" K=%d %.4f", o->sel_ks[j], all.err_sweep[j]);
         printf("\n\nby mid-region entropy quartile (H_mid, normalised)\n%-16s %8s", "H_mid range", "n");
