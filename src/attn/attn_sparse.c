@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_complete.h"
 #include "attn/attn_kernels.h"
 #include "base/error.h"
 
@@ -21,6 +22,7 @@ typedef struct sparse_stage {
     int metrics_on;
     sparse_metrics metrics;
     selector *shadow;           /* exact selector beside an ANN one (metrics) */
+    attn_completion *comp;      /* NULL: selection only */
 } sparse_stage;
 
 static const char *sparse_name = "sparse";
@@ -33,7 +35,8 @@ static void project(float *Y, const float *H, const float *W, int n, int n_embd,
 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
     if (n <= s->rec_cap) return SUBQ_OK;
-    int32_t *cand = realloc(s->rec.cand, (size_t)n * (size_t)s->p.top_k * sizeof(int32_t));
+    /* at least one entry: realloc to 0 bytes would free the old buffer */
+    int32_t *cand = realloc(s->rec.cand, (size_t)n * (size_t)(s->p.top_k > 0 ? s->p.top_k : 1) * sizeof(int32_t));
     if (!cand) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for candidate sets");
     s->rec.cand = cand;
     if (s->d_search > 0) {
@@ -133,11 +136,12 @@ done:
 }
 
 /* Slots a query attends to: sinks (first n_sink slots of its document),
- * tail (the n_tail most recent slots of its document up to itself) and the
- * retrieved candidates; the selector never returns sinks or tail, so the
- * three sets are disjoint. Returns the count written to `slots`. */
+ * then the retrieved candidates, then the tail (the n_tail most recent
+ * slots of its document up to itself); the selector never returns sinks or
+ * tail, so the three sets are disjoint. Returns the count written to
+ * `slots`; the candidates are slots[*cand_off .. *cand_off + *n_cand). */
 static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
-                        int32_t *cand, int *slots) {
+                        int32_t *cand, int *slots, int *cand_off, int *n_cand) {
     const int32_t seg = kv->seg[slot];
     int doc0 = slot; /* first slot of the query's document: segments are contiguous runs */
     while (doc0 > 0 && kv->seg[doc0 - 1] == seg) doc0--;
@@ -151,6 +155,8 @@ static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const flo
     for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
     int n = 0;
     for (int j = doc0; j < sink_hi; j++) slots[n++] = j;
+    *cand_off = n;
+    *n_cand = got;
     for (int i = 0; i < got; i++) slots[n++] = cand[i];
     for (int j = tail_lo; j <= slot; j++) slots[n++] = j;
     return n;
@@ -183,6 +189,8 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
      * this batch itself is attended densely */
     if (n > 1 && s->p.dense_prefill) {
         if ((rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err))) return rc;
+        for (int t = 0; t < n && s->comp && !rc; t++) rc = completion_advance(s->comp, kv, st->slot0 + t, err);
+        if (rc) return rc;
         for (int i = 0; i < n * s->p.top_k; i++) s->rec.cand[i] = -1;
         return attn_full_stage()->forward(attn_full_stage(), st, kv, err);
     }
@@ -200,10 +208,17 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     for (int t = 0; t < n && !rc; t++) {
         int slot = st->slot0 + t;
         rc = append_keys(s, s->d_search > 0 ? s->ks + (size_t)t * s->d_search : NULL, 1, slot, err);
+        if (!rc && s->comp) rc = completion_advance(s->comp, kv, slot, err);
         if (rc) break;
         const float *q = st->q + (size_t)t * st->n_head * hd;
+        int cand_off, n_cand;
         int ns = gather_slots(s, kv, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
-                              s->rec.cand + (size_t)t * s->p.top_k, slots);
+                              s->rec.cand + (size_t)t * s->p.top_k, slots, &cand_off, &n_cand);
+        if (s->comp) {
+            completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand,
+                              st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum, &s->metrics.n_share);
+            continue;
+        }
         /* exact softmax of the native q, k, v over the chosen slots, per head */
         for (int h = 0; h < st->n_head; h++)
             attn_head_over_slots(kv, st->layer, h / g, q + (size_t)h * hd, st->scale, slots, ns, scores,
@@ -218,6 +233,7 @@ static void sparse_reset(attn_stage *self) {
     sparse_stage *s = (sparse_stage *)self;
     selector_reset(s->sel);
     if (s->shadow) selector_reset(s->shadow);
+    if (s->comp) completion_reset(s->comp);
     s->rec.n_tokens = 0;
 }
 
@@ -225,6 +241,7 @@ static void sparse_free(attn_stage *self) {
     sparse_stage *s = (sparse_stage *)self;
     selector_free(s->sel);
     selector_free(s->shadow);
+    completion_free(s->comp);
     free(s->rec.cand);
     free(s->qs);
     free(s->ks);
@@ -260,6 +277,20 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         free(s);
         return rc;
     }
+    if (p->complete && phi_layer_params(p->complete, env->layer)) {
+        const phi_dims *d = &p->complete->dims;
+        if (d->head_dim != env->head_dim || d->n_head != env->n_head || d->n_head_kv != env->n_head_kv)
+            rc = subq_fail(err, SUBQ_ERR_MISMATCH, "completion maps are for %d/%d heads of width %d, the model has "
+                           "%d/%d of %d", d->n_head, d->n_head_kv, d->head_dim, env->n_head, env->n_head_kv, env->head_dim);
+        else
+            rc = completion_new(p->complete, env->layer, p->n_sink, p->n_tail, p->top_k,
+                                p->complete_heads ? p->complete_heads + (size_t)env->layer * env->n_head : NULL,
+                                &s->comp, err);
+        if (rc) {
+            sparse_free(&s->base);
+            return rc;
+        }
+    }
     *out = &s->base;
     return SUBQ_OK;
 }
@@ -270,6 +301,10 @@ selector *attn_sparse_selector(attn_stage *st) {
 
 const sparse_record *attn_sparse_record(attn_stage *st) {
     return st && st->name == sparse_name ? &((sparse_stage *)st)->rec : NULL;
+}
+
+int attn_sparse_has_completion(attn_stage *st) {
+    return st && st->name == sparse_name && ((sparse_stage *)st)->comp != NULL;
 }
 
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {

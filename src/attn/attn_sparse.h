@@ -6,6 +6,7 @@
 #define SUBQ_ATTN_SPARSE_H
 
 #include "attn/attn.h"
+#include "phi/phi_maps.h"
 #include "select/selector.h"
 
 typedef struct sparse_params {
@@ -15,6 +16,10 @@ typedef struct sparse_params {
     int dense_prefill;  /* batches of more than one token use full attention
                            (their search keys are still appended) */
     selector_params select;
+    /* completion of the unretrieved mid region (attn_complete.h) on the
+     * layers these maps cover; NULL: selection only */
+    const phi_maps *complete;
+    const unsigned char *complete_heads; /* [n_layer][n_head] flags; NULL: every head */
 } sparse_params;
 
 /* Per-layer retrieval record of the last forward call (for evaluation):
@@ -35,6 +40,10 @@ typedef struct sparse_metrics {
     double mass_sum, recall_sum, ann_recall_sum;
     int64_t n_queries, n_ann;
     int64_t n_requested, n_filler;
+    /* completion (always measured when it is on): sum of the mass share
+     * Z_hat / (Z_E + Z_hat) over (query, head) pairs with a mid region */
+    double share_sum;
+    int64_t n_share;
 } sparse_metrics;
 
 /* Create the stage for one layer. wq_s / wk_s are [d_search][n_embd] row-major
@@ -47,6 +56,9 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
  * not a sparse stage). */
 selector *attn_sparse_selector(attn_stage *st);
 const sparse_record *attn_sparse_record(attn_stage *st);
+
+/* Whether the stage completes the unretrieved mass. */
+int attn_sparse_has_completion(attn_stage *st);
 
 /* Turn metrics on (allocates the shadow exact selector for ANN kinds). */
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err);

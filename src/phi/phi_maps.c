@@ -79,6 +79,7 @@ void phi_maps_free(phi_maps *p) {
     if (!p) return;
     free(p->layers);
     free(p->sel_of_layer);
+    free(p->h_mid);
     free(p->data);
     free(p);
 }
@@ -237,6 +238,8 @@ subq_status phi_maps_to_writer(const phi_maps *p, gguf_writer *w, subq_error *er
     s = s ? s : gguf_writer_set_str(w, "subq.phi.gelu", "tanh");
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.n_sink", (uint32_t)p->n_sink);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.n_tail", (uint32_t)p->n_tail);
+    if (p->h_mid)
+        s = s ? s : gguf_writer_set_arr(w, "subq.phi.h_mid", GGUF_TYPE_FLOAT32, p->h_mid, (uint64_t)p->n_sel * d->n_head);
     free(layers);
     if (s) return subq_fail(err, s, "out of memory building completion map metadata");
     for (int i = 0; i < p->n_sel; i++) {
@@ -331,6 +334,18 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
     if (s) return subq_fail(err, s == SUBQ_ERR_NOMEM ? s : SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
     p->n_sink = (int)(n_sink > 1000000 ? 1000000 : n_sink);
     p->n_tail = (int)(n_tail > 1000000 ? 1000000 : n_tail);
+    if (gguf_find_kv(f, "subq.phi.h_mid")) {
+        const uint64_t n_h = (uint64_t)p->n_sel * d.n_head;
+        if (gguf_get_arr(f, "subq.phi.h_mid", GGUF_TYPE_FLOAT32, &arr, &e2) || arr->v.arr.n != n_h) {
+            phi_maps_free(p);
+            return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.phi.h_mid must be %" PRIu64 " f32 values", path, n_h);
+        }
+        if (!(p->h_mid = malloc((size_t)n_h * sizeof(float)))) {
+            phi_maps_free(p);
+            return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        }
+        memcpy(p->h_mid, arr->v.arr.data, (size_t)n_h * sizeof(float));
+    }
     for (int i = 0; i < p->n_sel; i++) {
         float *L = p->data + (size_t)i * p->layer_size;
         for (int which = 0; which < 2; which++) {
@@ -358,6 +373,28 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
     }
     *out = p;
     return SUBQ_OK;
+}
+
+subq_status phi_maps_annotate_entropy(const char *path, const float *h_mid, subq_error *err) {
+    gguf_file *f;
+    subq_status s = gguf_open(path, &f, err);
+    if (s) return s;
+    phi_maps *p = NULL;
+    gguf_writer *w = NULL;
+    if ((s = phi_maps_read(f, path, &p, err))) goto done;
+    const size_t n_h = (size_t)p->n_sel * p->dims.n_head;
+    free(p->h_mid);
+    if (!(p->h_mid = malloc(n_h * sizeof(float))) || !(w = gguf_writer_new()) || gguf_writer_copy_kvs(w, f)) {
+        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    memcpy(p->h_mid, h_mid, n_h * sizeof(float));
+    if (!(s = phi_maps_to_writer(p, w, err))) s = gguf_writer_write(w, path, err);
+done:
+    gguf_writer_free(w);
+    phi_maps_free(p);
+    gguf_close(f);
+    return s;
 }
 
 subq_status phi_maps_load(const char *path, const subq_model *m, phi_maps **out, subq_error *err) {

@@ -56,6 +56,9 @@ typedef struct phi_maps {
     int *layers;                 /* ... ascending: [n_sel] */
     int *sel_of_layer;           /* [n_layer]: index into layers, -1 where absent */
     int n_sink, n_tail;          /* partition used in training (informative) */
+    float *h_mid;                /* [n_sel][n_head] mean normalised mid-region entropy per
+                                    query head (subq.phi.h_mid, written by train-phi
+                                    --diagnose --annotate), NULL when absent */
     size_t layer_size;           /* floats per layer block */
     float *data;                 /* [n_sel][layer_size] */
 } phi_maps;
@@ -111,6 +114,9 @@ subq_status phi_maps_load(const char *path, const subq_model *m, phi_maps **out,
 subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, subq_error *err);
 /* Tensors (referenced, keep p alive until the write) and core metadata. */
 subq_status phi_maps_to_writer(const phi_maps *p, gguf_writer *w, subq_error *err);
+/* Store per-head mid-region entropies h_mid [n_sel][n_head] in the map file
+ * at `path` (rewritten atomically; its other metadata and tensors kept). */
+subq_status phi_maps_annotate_entropy(const char *path, const float *h_mid, subq_error *err);
 /* Write a file with the core metadata (atomic). */
 subq_status phi_maps_save(const phi_maps *p, const char *path, subq_error *err);
 

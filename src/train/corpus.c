@@ -318,7 +318,7 @@ subq_status corpus_finish(train_corpus *c, subq_error *err) {
         free(perm);
     }
     subq_status s = SUBQ_OK;
-    if (ntr == 0) s = subq_fail(err, SUBQ_ERR_ARG, "no training text left after the held-out split (%d pieces)", c->n_pieces);
+    if (ntr == 0 && !c->p.eval_only) s = subq_fail(err, SUBQ_ERR_ARG, "no training text left after the held-out split (%d pieces)", c->n_pieces);
     if (!s) {
         uint64_t rng = rng_seed(c->p.seed);
         shuffle(tr, ntr, &rng); /* mix documents before packing */

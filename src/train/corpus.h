@@ -27,6 +27,7 @@ typedef struct corpus_params {
     int pack;           /* 1: pack pieces into sequences; 0: one piece per sequence */
     float eval_frac;    /* fraction of pieces held out when no eval files were added */
     uint64_t seed;      /* order of the training pieces before packing */
+    int eval_only;      /* evaluation needs no training split (else an empty one is an error) */
 } corpus_params;
 
 /* A list of sequences, each a run of pieces. */

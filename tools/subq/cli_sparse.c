@@ -1,5 +1,6 @@
 #include "cli_sparse.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,6 +53,10 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         target = &sp->select.quest_page, lo = 1, hi = 1 << 16;
     } else if (!strcmp(a, "--search-f16")) {
         sp->select.f16_keys = 1;
+    } else if (!strcmp(a, "--complete")) {
+        if (!(o->complete_file = cli_value(cmd, argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--complete-heads")) {
+        if (!(o->complete_heads = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--sparse-prefill")) {
         o->sparse_prefill = 1;
     } else {
@@ -62,10 +67,37 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
     return 1;
 }
 
-int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj) {
+/* --complete-heads entropy>=X: flags from the per-head mid-region entropy
+ * that train-phi --diagnose --annotate stored in the maps file. */
+static int head_flags(const char *cmd, cli_sparse_opts *o, const subq_model *m) {
+    const char *prefix = "entropy>=";
+    char *end = NULL;
+    double x = NAN;
+    if (!strncmp(o->complete_heads, prefix, strlen(prefix))) x = strtod(o->complete_heads + strlen(prefix), &end);
+    if (isnan(x) || end == o->complete_heads + strlen(prefix) || *end) {
+        cli_error(cmd, "--complete-heads expects entropy>=X with X in [0, 1], got '%s'", o->complete_heads);
+        return 0;
+    }
+    if (!o->maps->h_mid) {
+        cli_error(cmd, "%s holds no per-head entropies; run subq train-phi --diagnose %s --annotate first",
+                  o->complete_file, o->complete_file);
+        return 0;
+    }
+    const int n_head = m->hp.n_head;
+    o->head_flags = calloc((size_t)m->hp.n_layer * n_head, 1);
+    if (!o->head_flags) {
+        cli_error(cmd, "out of memory");
+        return 0;
+    }
+    for (int i = 0; i < o->maps->n_sel; i++)
+        for (int h = 0; h < n_head; h++)
+            o->head_flags[(size_t)o->maps->layers[i] * n_head + h] = o->maps->h_mid[(size_t)i * n_head + h] >= x;
+    return 1;
+}
+
+int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_proj **proj) {
     subq_error err = {0};
     *proj = NULL;
-    if (!o->enabled) return 1;
     if (o->search_file && o->random_search) {
         cli_error(cmd, "give either --search FILE or --random-search D, not both");
         return 0;
@@ -95,6 +127,31 @@ int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_co
             return 0;
         }
     }
+    if (o->complete_heads && !o->complete_file) {
+        cli_error(cmd, "--complete-heads needs --complete FILE");
+        goto fail;
+    }
+    if (o->complete_file && !o->maps) {
+        if (phi_maps_load(o->complete_file, m, &o->maps, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            goto fail;
+        }
+        if (o->complete_heads && !head_flags(cmd, o, m)) goto fail;
+    }
+    o->plan.sparse.complete = o->maps;
+    o->plan.sparse.complete_heads = o->head_flags;
+    return 1;
+fail:
+    search_proj_free(*proj);
+    *proj = NULL;
+    return 0;
+}
+
+int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj) {
+    subq_error err = {0};
+    *proj = NULL;
+    if (!o->enabled) return 1;
+    if (!cli_sparse_load(cmd, o, m, proj)) return 0;
     o->plan.sparse.dense_prefill = !o->sparse_prefill;
     if (context_set_plan(c, &o->plan, *proj, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -103,4 +160,11 @@ int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_co
         return 0;
     }
     return 1;
+}
+
+void cli_sparse_free(cli_sparse_opts *o) {
+    phi_maps_free(o->maps);
+    free(o->head_flags);
+    o->maps = NULL;
+    o->head_flags = NULL;
 }

@@ -3,6 +3,7 @@
 #define SUBQ_CLI_SPARSE_H
 
 #include "attn/attn_plan.h"
+#include "phi/phi_maps.h"
 #include "search/search_proj.h"
 
 typedef struct cli_sparse_opts {
@@ -12,6 +13,10 @@ typedef struct cli_sparse_opts {
     const char *select;       /* --select KIND */
     attn_plan plan;
     int sparse_prefill;       /* --sparse-prefill (generate) */
+    const char *complete_file;   /* --complete FILE: completion maps from subq train-phi */
+    const char *complete_heads;  /* --complete-heads entropy>=X */
+    phi_maps *maps;              /* loaded by cli_apply_sparse; freed by cli_sparse_free */
+    unsigned char *head_flags;   /* [n_layer][n_head] from --complete-heads */
 } cli_sparse_opts;
 
 #define CLI_SPARSE_OPTS_HELP                                                                     \
@@ -26,13 +31,22 @@ typedef struct cli_sparse_opts {
     "  --tail N             most recent tokens always kept (default 16)\n"                     \
     "  --hnsw-m N, --hnsw-ef-construction N, --hnsw-ef-search N   (defaults 32, 40, 64)\n"     \
     "  --quest-page N       Quest page size in tokens (default 16)\n"                          \
-    "  --search-f16         store exact-selector search keys in f16\n"
+    "  --search-f16         store exact-selector search keys in f16\n"                        \
+    "  --complete FILE      add the linear-attention completion of the unretrieved tokens\n" \
+    "                       (maps from subq train-phi) on the layers the file covers\n"       \
+    "  --complete-heads entropy>=X   complete only heads whose mid-region entropy (measured\n" \
+    "                       by subq train-phi --diagnose --annotate) is at least X\n"
 
 void cli_sparse_init(cli_sparse_opts *o);
 /* 1: consumed argv[*i] (and its value); 0: not a sparse flag; -1: error printed. */
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o);
-/* Load or create projections (*proj, caller frees) and set the plan on an
+/* Load or create projections (*proj, caller frees) and load the completion
+ * maps into o (and o->plan). Prints the error and returns 0 on failure. */
+int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_proj **proj);
+/* cli_sparse_load, then set the plan on an
  * empty context. Prints the error and returns 0 on failure. */
 int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj);
+/* Free what cli_apply_sparse loaded besides the projections. */
+void cli_sparse_free(cli_sparse_opts *o);
 
 #endif

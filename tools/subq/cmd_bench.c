@@ -313,6 +313,7 @@ done:
     free(toks);
     subq_context_free(c);
     search_proj_free(proj);
+    cli_sparse_free(&so);
     subq_model_free(m);
     return rc;
 }

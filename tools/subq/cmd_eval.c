@@ -17,6 +17,7 @@
 #include "eval/eval.h"
 #include "eval/svg.h"
 #include "model/context.h"
+#include "phi/phi_cache.h"
 #include "train/corpus.h"
 
 static const char *help =
@@ -33,6 +34,11 @@ static const char *help =
     "  --selectors LIST     selectors to compare (default exact,hnsw,quest,oracle,window;\n"
     "                       without projections: quest,oracle,window)\n"
     "  --k-sweep LIST       values of K (default 8,16,32,64)\n"
+    "  --complete FILE      also run every selector and K with the completion (SELECTOR@K+phi)\n"
+    "  --budget LIST        instead of --k-sweep: KV-read budgets in % of the window, e.g.\n"
+    "                       1%,2%,5%; selection-only gets K = budget - sink - tail, the hybrid\n"
+    "                       pays the cache fetch too, worst case (one generated token, +phi1)\n"
+    "                       and amortised over the window (+phiA)\n"
     "  --compare A,B        paired NLL difference of two methods, e.g. exact@64,quest@64\n"
     "  --static-split F     dynamic vs static index: the index stops growing at F of each\n"
     "                       window, suffix perplexity compared (default 0.5; 0 = off)\n"
@@ -42,9 +48,15 @@ static const char *help =
 
 #define MAX_LIST 16
 
+enum { PLAIN, HYBRID, HYBRID_WORST, HYBRID_AMORTISED }; /* method.mode */
+static const char *mode_suffix[] = {"", "+phi", "+phi1", "+phiA"};
+
 typedef struct method {
     int kind, k;                 /* kind < 0: full attention */
-    double ppl, gap, mass, recall, ann_recall, filler;
+    int mode;                    /* PLAIN: selection only; else with completion */
+    double budget;               /* % of the window (--budget), NAN otherwise */
+    double reads;                /* token-equivalent KV reads per step, layer and KV head */
+    double ppl, gap, mass, recall, ann_recall, filler, share;
     double *layer_mass, *layer_recall; /* [n_layer], NAN where dense */
     float *nll;
     double d_mean, d_lo, d_hi;   /* mean NLL(method) - NLL(full) and its 95% interval */
@@ -83,6 +95,23 @@ static double ppl_of(const float *nll, int64_t n) {
     return n ? exp(s / (double)n) : NAN;
 }
 
+/* "1%,2.5%,5" -> percentages */
+static int parse_budgets(const char *cmd, const char *s, double *out, int *n) {
+    *n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        double v = strtod(p, &end);
+        if (*end == '%') end++;
+        if (end == p || !(v > 0 && v <= 100) || *n >= MAX_LIST || (*end && *end != ',')) {
+            cli_error(cmd, "--budget expects comma-separated percentages in (0, 100], e.g. 1%%,2%%,5%%; got '%s'", s);
+            return 0;
+        }
+        out[(*n)++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return *n > 0;
+}
+
 static int parse_list(const char *cmd, const char *flag, const char *s, int *out, int *n) {
     *n = 0;
     for (const char *p = s; *p;) {
@@ -100,7 +129,7 @@ static int parse_list(const char *cmd, const char *flag, const char *s, int *out
 
 static const char *method_name(const method *m, char *buf, size_t cap) {
     if (m->kind < 0) snprintf(buf, cap, "full");
-    else snprintf(buf, cap, "%s@%d", selector_kind_name((selector_kind)m->kind), m->k);
+    else snprintf(buf, cap, "%s@%d%s", selector_kind_name((selector_kind)m->kind), m->k, mode_suffix[m->mode]);
     return buf;
 }
 
@@ -117,7 +146,8 @@ int cmd_eval(int argc, char **argv) {
     const char *files[64], *eval_files[64], *svg_dir = NULL, *compare = NULL, *v;
     int n_files = 0, n_eval_files = 0, pack = 1, max_windows = 32, json = 0;
     float eval_frac = 0.05f, static_split = 0.5f;
-    int ks[MAX_LIST] = {8, 16, 32, 64}, n_k = 4, kinds[MAX_LIST], n_kinds = 0;
+    int ks[MAX_LIST] = {8, 16, 32, 64}, n_k = 4, kinds[MAX_LIST], n_kinds = 0, n_budget = 0;
+    double budgets[MAX_LIST];
     const char *selectors = NULL;
     mo.n_ctx = 512;
     for (int i = 1; i < argc; i++) {
@@ -148,6 +178,8 @@ int cmd_eval(int argc, char **argv) {
             if (!(selectors = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--k-sweep")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_list(cmd, a, v, ks, &n_k)) return 1;
+        } else if (!strcmp(a, "--budget")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_budgets(cmd, v, budgets, &n_budget)) return 1;
         } else if (!strcmp(a, "--compare")) {
             if (!(compare = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--static-split")) {
@@ -185,15 +217,15 @@ int cmd_eval(int argc, char **argv) {
     subq_error err = {0};
     int rc = 0, n_layer = m->hp.n_layer;
     eval_data d = {0};
-    method *methods = calloc((size_t)(1 + n_kinds * n_k), sizeof(method));
-    int n_methods = 0;
+    method *methods = calloc((size_t)(1 + n_kinds * MAX_LIST * 3), sizeof(method));
+    int n_methods = 0, n_methods_planned = 0;
     float *nll_dyn = NULL, *nll_static = NULL, *nll_full_suffix = NULL;
     if (!methods) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
     /* the held-out windows */
-    corpus_params cp = {.seq = mo.n_ctx, .pack = pack, .eval_frac = eval_frac, .seed = 1};
+    corpus_params cp = {.seq = mo.n_ctx, .pack = pack, .eval_frac = eval_frac, .seed = 1, .eval_only = 1};
     if (corpus_new(m, &cp, &d.corpus, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
@@ -223,20 +255,49 @@ int cmd_eval(int argc, char **argv) {
         rc = cli_error(cmd, "out of memory for %d x %d logits", d.seq, d.n_vocab);
         goto done;
     }
-    if (have_search) { /* load or create the projections once; plans are set per method */
-        so.enabled = 1;
-        so.sparse_prefill = 1;
-        if (!cli_apply_sparse(cmd, &so, m, c, &proj)) {
-            rc = 1;
-            goto done;
+    /* load or create the projections and completion maps once; plans are set per method */
+    if (!cli_sparse_load(cmd, &so, m, &proj)) {
+        rc = 1;
+        goto done;
+    }
+    if (n_budget && !so.maps) {
+        rc = cli_error(cmd, "--budget compares selection only with the hybrid: give --complete FILE");
+        goto done;
+    }
+    /* the methods: per selector, per K (or budget), selection only and with completion */
+    for (int ki = 0; ki < n_kinds; ki++) {
+        const int fixed = so.plan.sparse.n_sink + so.plan.sparse.n_tail;
+        const int d_phi = so.maps ? so.maps->dims.d_phi : 0, hd = m->hp.head_dim;
+        for (int kk = 0; kk < (n_budget ? n_budget : n_k); kk++) {
+            if (!n_budget) {
+                for (int mode = PLAIN; mode <= (so.maps ? HYBRID : PLAIN); mode++) {
+                    method *me = &methods[1 + n_methods_planned++];
+                    me->kind = kinds[ki], me->k = ks[kk], me->mode = mode, me->budget = NAN;
+                    const int k_read = kinds[ki] == SELECT_WINDOW ? 0 : ks[kk]; /* window retrieves nothing */
+                    me->reads = mode == PLAIN ? fixed + k_read
+                                              : phi_budget_tokens(so.plan.sparse.n_sink, so.plan.sparse.n_tail, k_read,
+                                                                  d_phi, hd, d.seq);
+                }
+            } else {
+                /* reads per step: selection n_sink + n_tail + K; hybrid adds the fetch / L_gen */
+                const double B = budgets[kk] / 100.0 * d.seq;
+                const double fetch = phi_budget_tokens(0, 0, 0, d_phi, hd, 1.0);
+                const double cost[3] = {0, fetch, fetch / d.seq};
+                const int modes[3] = {PLAIN, HYBRID_WORST, HYBRID_AMORTISED};
+                for (int i = 0; i < 3; i++) {
+                    method *me = &methods[1 + n_methods_planned++];
+                    int k = (int)floor(B - fixed - cost[i]);
+                    me->kind = kinds[ki], me->k = k > 0 ? k : 0, me->mode = modes[i], me->budget = budgets[kk];
+                    me->reads = fixed + me->k + cost[i];
+                }
+            }
         }
-        context_clear_plan(c);
     }
 
     int use_static = static_split > 0;
     progress bar;
     int64_t done_w = 0;
-    progress_begin(&bar, "eval", (int64_t)d.n_windows * (1 + n_kinds * n_k + (use_static ? 3 : 0)));
+    progress_begin(&bar, "eval", (int64_t)d.n_windows * (1 + n_methods_planned + (use_static ? 3 : 0)));
     double t0 = time_now_s();
     /* full attention first: the reference for every gap */
     method *full = &methods[n_methods++];
@@ -250,71 +311,72 @@ int cmd_eval(int argc, char **argv) {
     full->ppl = ppl_of(full->nll, n_tok);
     full->mass = full->recall = 1.0;
     full->ann_recall = NAN;
-    for (int ki = 0; ki < n_kinds; ki++) {
-        for (int kk = 0; kk < n_k; kk++) {
-            method *me = &methods[n_methods++];
-            me->kind = kinds[ki];
-            me->k = ks[kk];
-            me->layer_mass = malloc((size_t)n_layer * sizeof(double));
-            me->layer_recall = malloc((size_t)n_layer * sizeof(double));
-            me->nll = malloc(max_scored * sizeof(float));
-            if (!me->layer_mass || !me->layer_recall || !me->nll) {
-                rc = cli_error(cmd, "out of memory");
-                goto done;
-            }
-            attn_plan plan = so.plan;
-            selector_params keep = plan.sparse.select;
-            selector_params_default(&plan.sparse.select, (selector_kind)me->kind, 0);
-            plan.sparse.select.f16_keys = keep.f16_keys;
-            plan.sparse.select.hnsw_m = keep.hnsw_m;
-            plan.sparse.select.hnsw_ef_construction = keep.hnsw_ef_construction;
-            plan.sparse.select.hnsw_ef_search = keep.hnsw_ef_search;
-            plan.sparse.select.quest_page = keep.quest_page;
-            plan.sparse.top_k = me->k;
-            plan.sparse.dense_prefill = 0;
-            context_clear_plan(c);
-            subq_context_reset(c);
-            if (context_set_plan(c, &plan, proj, &err)) {
-                rc = cli_error(cmd, "%s", err.msg);
-                goto done;
-            }
-            for (int l = 0; l < n_layer; l++)
-                if (attn_sparse_enable_metrics(c->stages[l], &err)) {
-                    rc = cli_error(cmd, "%s", err.msg);
-                    goto done;
-                }
-            int64_t n = run_windows(c, &d, me->nll, 0, 0, &bar, &done_w, &err);
-            if (n < 0) {
-                rc = cli_error(cmd, "%s", err.msg);
-                goto done;
-            }
-            me->ppl = ppl_of(me->nll, n);
-            me->gap = me->ppl / full->ppl - 1.0;
-            /* metrics: mean over queries within a layer, then over sparse layers */
-            double ms = 0, rs = 0, as = 0, req = 0, fill = 0;
-            int nl = 0, na = 0;
-            for (int l = 0; l < n_layer; l++) {
-                const sparse_metrics *sm = attn_sparse_get_metrics(c->stages[l]);
-                me->layer_mass[l] = me->layer_recall[l] = NAN;
-                if (!sm || sm->n_queries == 0) continue;
-                me->layer_mass[l] = sm->mass_sum / (double)sm->n_queries;
-                me->layer_recall[l] = sm->recall_sum / (double)sm->n_queries;
-                ms += me->layer_mass[l];
-                rs += me->layer_recall[l];
-                nl++;
-                if (sm->n_ann) {
-                    as += sm->ann_recall_sum / (double)sm->n_ann;
-                    na++;
-                }
-                req += (double)sm->n_requested;
-                fill += (double)sm->n_filler;
-            }
-            me->mass = nl ? ms / nl : NAN;
-            me->recall = nl ? rs / nl : NAN;
-            me->ann_recall = na ? as / na : NAN;
-            me->filler = req > 0 ? fill / req : 0;
-            bootstrap_mean_diff(me->nll, full->nll, (size_t)n, 1000, 17, &me->d_mean, &me->d_lo, &me->d_hi);
+    for (int mi = 0; mi < n_methods_planned; mi++) {
+        method *me = &methods[n_methods++];
+        me->layer_mass = malloc((size_t)n_layer * sizeof(double));
+        me->layer_recall = malloc((size_t)n_layer * sizeof(double));
+        me->nll = malloc(max_scored * sizeof(float));
+        if (!me->layer_mass || !me->layer_recall || !me->nll) {
+            rc = cli_error(cmd, "out of memory");
+            goto done;
         }
+        attn_plan plan = so.plan;
+        selector_params keep = plan.sparse.select;
+        selector_params_default(&plan.sparse.select, (selector_kind)me->kind, 0);
+        plan.sparse.select.f16_keys = keep.f16_keys;
+        plan.sparse.select.hnsw_m = keep.hnsw_m;
+        plan.sparse.select.hnsw_ef_construction = keep.hnsw_ef_construction;
+        plan.sparse.select.hnsw_ef_search = keep.hnsw_ef_search;
+        plan.sparse.select.quest_page = keep.quest_page;
+        plan.sparse.top_k = me->k;
+        plan.sparse.dense_prefill = 0;
+        plan.sparse.complete = me->mode == PLAIN ? NULL : so.maps;
+        context_clear_plan(c);
+        subq_context_reset(c);
+        if (context_set_plan(c, &plan, proj, &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        for (int l = 0; l < n_layer; l++)
+            if (attn_sparse_enable_metrics(c->stages[l], &err)) {
+                rc = cli_error(cmd, "%s", err.msg);
+                goto done;
+            }
+        int64_t n = run_windows(c, &d, me->nll, 0, 0, &bar, &done_w, &err);
+        if (n < 0) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        me->ppl = ppl_of(me->nll, n);
+        me->gap = me->ppl / full->ppl - 1.0;
+        /* metrics: mean over queries within a layer, then over sparse layers */
+        double ms = 0, rs = 0, as = 0, req = 0, fill = 0, share = 0;
+        int nl = 0, na = 0;
+        int64_t n_share = 0;
+        for (int l = 0; l < n_layer; l++) {
+            const sparse_metrics *sm = attn_sparse_get_metrics(c->stages[l]);
+            me->layer_mass[l] = me->layer_recall[l] = NAN;
+            if (!sm || sm->n_queries == 0) continue;
+            me->layer_mass[l] = sm->mass_sum / (double)sm->n_queries;
+            me->layer_recall[l] = sm->recall_sum / (double)sm->n_queries;
+            ms += me->layer_mass[l];
+            rs += me->layer_recall[l];
+            nl++;
+            if (sm->n_ann) {
+                as += sm->ann_recall_sum / (double)sm->n_ann;
+                na++;
+            }
+            req += (double)sm->n_requested;
+            fill += (double)sm->n_filler;
+            share += sm->share_sum;
+            n_share += sm->n_share;
+        }
+        me->share = n_share ? share / (double)n_share : NAN;
+        me->mass = nl ? ms / nl : NAN;
+        me->recall = nl ? rs / nl : NAN;
+        me->ann_recall = na ? as / na : NAN;
+        me->filler = req > 0 ? fill / req : 0;
+        bootstrap_mean_diff(me->nll, full->nll, (size_t)n, 1000, 17, &me->d_mean, &me->d_lo, &me->d_hi);
     }
     /* dynamic vs static index on the first selector at the largest K: the
      * suffix of each window retrieves from every earlier key (dynamic) or
@@ -378,21 +440,30 @@ int cmd_eval(int argc, char **argv) {
     }
 
     if (svg_dir) {
-        svg_chart gap = {.title = "Perplexity gap vs full attention", .x_label = "K", .y_label = "PPL gap (%)", .log_x = 1};
-        svg_chart mass = {.title = "Attention mass captured", .x_label = "K", .y_label = "mass@K", .log_x = 1};
+        const char *xl = n_budget ? "KV-read budget (% of window)" : "K";
+        svg_chart gap = {.title = "Perplexity gap vs full attention", .x_label = xl, .y_label = "PPL gap (%)", .log_x = 1};
+        svg_chart mass = {.title = "Attention mass captured", .x_label = xl, .y_label = "mass", .log_x = 1};
         svg_chart lay = {.title = "Mass per layer at the largest K", .x_label = "layer", .y_label = "mass"};
-        for (int ki = 0; ki < n_kinds && ki < SVG_MAX_SERIES; ki++) {
-            const char *name = selector_kind_name((selector_kind)kinds[ki]);
-            svg_series *g = &gap.series[gap.n_series++], *s = &mass.series[mass.n_series++], *L = &lay.series[lay.n_series++];
-            g->name = s->name = L->name = name;
-            for (int kk = 0; kk < n_k && kk < SVG_MAX_POINTS; kk++) {
-                const method *me = &methods[1 + ki * n_k + kk];
-                g->x[g->n] = me->k, g->y[g->n++] = 100 * me->gap;
-                s->x[s->n] = me->k, s->y[s->n++] = me->mass;
+        char series_names[SVG_MAX_SERIES][32];
+        for (int i = 1; i < n_methods; i++) { /* one series per selector and mode, in method order */
+            const method *me = &methods[i];
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", selector_kind_name((selector_kind)me->kind), mode_suffix[me->mode]);
+            int si = 0;
+            while (si < gap.n_series && strcmp(series_names[si], name)) si++;
+            if (si == SVG_MAX_SERIES) continue;
+            if (si == gap.n_series) {
+                snprintf(series_names[si], sizeof series_names[si], "%s", name);
+                gap.series[si].name = mass.series[si].name = lay.series[si].name = series_names[si];
+                gap.n_series = mass.n_series = lay.n_series = si + 1;
             }
-            const method *last = &methods[1 + ki * n_k + n_k - 1];
+            svg_series *g = &gap.series[si], *ms = &mass.series[si], *L = &lay.series[si];
+            double x = n_budget ? me->budget : me->k;
+            if (g->n < SVG_MAX_POINTS) g->x[g->n] = x, g->y[g->n++] = 100 * me->gap;
+            if (ms->n < SVG_MAX_POINTS) ms->x[ms->n] = x, ms->y[ms->n++] = me->mass;
+            L->n = 0; /* the last (largest K or budget) method of the series */
             for (int l = 0; l < n_layer && L->n < SVG_MAX_POINTS; l++)
-                if (isfinite(last->layer_mass[l])) L->x[L->n] = l, L->y[L->n++] = last->layer_mass[l];
+                if (isfinite(me->layer_mass[l])) L->x[L->n] = l, L->y[L->n++] = me->layer_mass[l];
         }
         char path[4096];
         const svg_chart *charts[] = {&gap, &mass, &lay};
@@ -419,8 +490,12 @@ int cmd_eval(int argc, char **argv) {
                so.plan.sparse.n_tail, elapsed, full->ppl);
         for (int i = 1; i < n_methods; i++) {
             const method *me = &methods[i];
-            printf("%s\n  {\"select\": \"%s\", \"k\": %d, \"ppl\": ", i > 1 ? "," : "",
-                   selector_kind_name((selector_kind)me->kind), me->k);
+            printf("%s\n  {\"method\": \"%s\", \"select\": \"%s\", \"k\": %d, \"completion\": %s, \"budget_pct\": ",
+                   i > 1 ? "," : "", method_name(me, nm, sizeof nm), selector_kind_name((selector_kind)me->kind), me->k,
+                   me->mode == PLAIN ? "null" : me->mode == HYBRID ? "\"on\"" : me->mode == HYBRID_WORST ? "\"worst\""
+                                                                                              : "\"amortised\"");
+            json_num(me->budget);
+            printf(", \"kv_reads\": %.3f, \"ppl\": ", me->reads);
             json_num(me->ppl);
             printf(", \"gap\": ");
             json_num(me->gap);
@@ -430,6 +505,8 @@ int cmd_eval(int argc, char **argv) {
             json_num(me->recall);
             printf(", \"ann_recall\": ");
             json_num(me->ann_recall);
+            printf(", \"completion_share\": ");
+            json_num(me->share);
             printf(", \"filler_rate\": %.6f, \"nll_diff\": {\"mean\": %.6f, \"lo\": %.6f, \"hi\": %.6f}, \"layers\": [",
                    me->filler, me->d_mean, me->d_lo, me->d_hi);
             int first = 1;
@@ -462,20 +539,23 @@ int cmd_eval(int argc, char **argv) {
                d.seq, pack ? "packed, block-causal" : "unpacked", (long long)n_tok, so.plan.sparse.n_sink,
                so.plan.sparse.n_tail, elapsed);
         printf("full attention: PPL %.4f\n\n", full->ppl);
-        printf("%-8s %5s %10s %8s %7s %7s %7s %7s   %s\n", "select", "K", "PPL", "gap", "mass", "recall", "ann",
-               "filler", "dNLL vs full [95% CI]");
+        printf("%-18s %7s %7s %10s %8s %7s %7s %7s %7s %7s   %s\n", "method", "budget", "reads", "PPL", "gap", "mass",
+               "recall", "ann", "share", "filler", "dNLL vs full [95% CI]");
         for (int i = 1; i < n_methods; i++) {
             const method *me = &methods[i];
-            printf("%-8s %5d %10.4f %+7.2f%% %7.4f %7.4f %7.4f %6.1f%%   %+.4f [%+.4f, %+.4f]\n",
-                   selector_kind_name((selector_kind)me->kind), me->k, me->ppl, 100 * me->gap, me->mass, me->recall,
-                   me->ann_recall, 100 * me->filler, me->d_mean, me->d_lo, me->d_hi);
+            printf("%-18s %6.2f%% %7.2f %10.4f %+7.2f%% %7.4f %7.4f %7.4f %7.4f %6.1f%%   %+.4f [%+.4f, %+.4f]\n",
+                   method_name(me, nm, sizeof nm), me->reads / d.seq * 100, me->reads, me->ppl, 100 * me->gap, me->mass,
+                   me->recall, me->ann_recall, me->share, 100 * me->filler, me->d_mean, me->d_lo, me->d_hi);
         }
-        printf("\nmass per layer at K=%d:\n%-8s", ks[n_k - 1], "select");
+        printf("\n(reads: token-equivalent KV reads per step, layer and KV head; budget: reads / window length;\n"
+               " share: completion mass share Z_hat / (Z_E + Z_hat))\n");
+        printf("\nmass per layer at the largest K or budget:\n%-18s", "method");
         for (int l = 0; l < n_layer; l++) printf(" %6d", l);
         printf("\n");
-        for (int ki = 0; ki < n_kinds; ki++) {
-            const method *me = &methods[1 + ki * n_k + n_k - 1];
-            printf("%-8s", selector_kind_name((selector_kind)me->kind));
+        for (int i = 1; i < n_methods; i++) {
+            const method *me = &methods[i];
+            if (n_budget ? me->budget != budgets[n_budget - 1] : me->k != ks[n_k - 1]) continue;
+            printf("%-18s", method_name(me, nm, sizeof nm));
             for (int l = 0; l < n_layer; l++)
                 if (isfinite(me->layer_mass[l])) printf(" %6.3f", me->layer_mass[l]);
                 else printf(" %6s", "-");
@@ -508,6 +588,7 @@ done:
     corpus_free(d.corpus);
     subq_context_free(c);
     search_proj_free(proj);
+    cli_sparse_free(&so);
     subq_model_free(m);
     return rc;
 }

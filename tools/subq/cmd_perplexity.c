@@ -125,6 +125,7 @@ done:
     free(text);
     subq_context_free(c);
     search_proj_free(proj);
+    cli_sparse_free(&so);
     subq_model_free(m);
     return rc;
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_plan.h"
 #include "base/progress.h"
 #include "base/timer.h"
 #include "cli.h"
@@ -19,7 +20,6 @@
 #include "model/model.h"
 #include "phi/phi_cache.h"
 #include "phi/phi_diag.h"
-#include "phi/phi_stage.h"
 #include "phi/phi_train.h"
 #include "search/search_proj.h"
 #include "train/capture.h"
@@ -91,7 +91,9 @@ static const char *help =
     "  --k-sweep LIST       K of the hybrid comparison (default 8,16,32)\n"
     "  --sel-sweep LIST     K of the selection-only sweep (default 8,16,24,32,48,64,96,128,192)\n"
     "  --ppl                also perplexity: full, selection-only and hybrid at each K, and\n"
-    "                       selection-only at K + the cache's fetch (matched budget)\n";
+    "                       selection-only at K + the cache's fetch (matched budget)\n"
+    "  --annotate           store each head's mean mid-region entropy in FILE (for\n"
+    "                       --complete-heads entropy>=X in eval and generate)\n";
 
 #define MAX_PATHS 256
 #define MAX_LIST PHI_DIAG_MAX_K
@@ -224,7 +226,7 @@ static int parse_list(const char *cmd, const char *flag, const char *s, int lo, 
 
 typedef struct diag_opts {
     const char *maps_path;
-    int windows, ppl, json, n_threads;
+    int windows, ppl, json, n_threads, annotate;
     int ks[MAX_LIST], n_k;
     int sel_ks[MAX_LIST], n_sel_k;
     int n_sink, n_tail;
@@ -348,13 +350,22 @@ static int diagnose(const char *cmd, const diag_opts *o, subq_model *m, train_co
         }
         ppl_full = exp(s / (double)n_scored);
         progress_update(&bar, 1, NULL);
+        char layer_list[1024] = "";
+        for (int li = 0, at = 0; li < maps->n_sel && at < (int)sizeof layer_list - 16; li++)
+            at += snprintf(layer_list + at, sizeof layer_list - at, li ? ",%d" : "%d", maps->layers[li]);
         for (int i = 0; i < o->n_k; i++)
             for (int mode = 0; mode < 3; mode++) {
-                phi_stage_params sp = {.top_k = o->ks[i] + (mode == 2 ? extra : 0), .n_sink = o->n_sink,
-                                       .n_tail = o->n_tail, .complete = mode == 1, .eps = PHI_EPS_DEFAULT};
-                selector_params_default(&sp.select, SELECT_ORACLE, 0);
-                phi_context_clear_stages(c);
-                if (phi_context_set_stages(c, maps, &sp, &err) ||
+                attn_plan plan;
+                attn_plan_default(&plan);
+                plan.sparse_layers = layer_list;
+                plan.sparse.top_k = o->ks[i] + (mode == 2 ? extra : 0);
+                plan.sparse.n_sink = o->n_sink;
+                plan.sparse.n_tail = o->n_tail;
+                plan.sparse.complete = mode == 1 ? maps : NULL;
+                selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
+                subq_context_reset(c);
+                context_clear_plan(c);
+                if (context_set_plan(c, &plan, NULL, &err) ||
                     run_ppl(c, corpus, n_windows, tok, pos, seg, logits, &s, &err) < 0) {
                     rc = cli_error(cmd, "%s", err.msg);
                     goto done;
@@ -367,14 +378,14 @@ static int diagnose(const char *cmd, const diag_opts *o, subq_model *m, train_co
                     double sum = 0;
                     int64_t nh = 0;
                     for (int li = 0; li < maps->n_sel; li++) {
-                        const phi_stage_stats *st = phi_stage_get_stats(c->stages[maps->layers[li]]);
-                        if (st) sum += st->share_sum, nh += st->n_heads;
+                        const sparse_metrics *sm = attn_sparse_get_metrics(c->stages[maps->layers[li]]);
+                        if (sm) sum += sm->share_sum, nh += sm->n_share;
                     }
                     share_ppl[i] = nh ? sum / nh : NAN;
                 }
                 progress_update(&bar, 2 + 3 * i + mode, NULL);
             }
-        phi_context_clear_stages(c);
+        context_clear_plan(c);
         progress_end(&bar);
     }
     /* ---- report ---- */
@@ -390,6 +401,19 @@ static int diagnose(const char *cmd, const diag_opts *o, subq_model *m, train_co
     for (int li = 0; li < maps->n_sel; li++)
         for (int h = 0; h < maps->dims.n_head; h++)
             phi_diag_mean(&rec, maps->layers[li], h, -INFINITY, INFINITY, &ph[li * maps->dims.n_head + h]);
+    if (o->annotate) {
+        const int n_h = maps->n_sel * maps->dims.n_head;
+        float *h_mid = malloc((size_t)n_h * sizeof(float));
+        for (int i = 0; h_mid && i < n_h; i++) h_mid[i] = ph[i].n ? (float)ph[i].hmid : 0.0f;
+        if (!h_mid || phi_maps_annotate_entropy(o->maps_path, h_mid, &err)) {
+            rc = cli_error(cmd, "%s", h_mid ? err.msg : "out of memory");
+            free(h_mid);
+            free(ph);
+            goto done;
+        }
+        free(h_mid);
+        fprintf(stderr, "%s: per-head mid-region entropies stored in %s\n", cmd, o->maps_path);
+    }
     /* selection-only K matching the hybrid: the smallest swept K' whose mean error is <= the hybrid's */
     int match_k[MAX_LIST];
     for (int i = 0; i < o->n_k; i++) {
@@ -581,6 +605,8 @@ int cmd_train_phi(int argc, char **argv) {
             cfg.resume = 1;
         } else if (!strcmp(a, "--ppl")) {
             dg.ppl = 1;
+        } else if (!strcmp(a, "--annotate")) {
+            dg.annotate = 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else if (!strcmp(a, "--log")) {
@@ -644,7 +670,8 @@ int cmd_train_phi(int argc, char **argv) {
         goto done;
     }
     cfg.layers = layers;
-    corpus_params cp = {.seq = seq, .pack = pack, .eval_frac = eval_frac, .seed = dg.maps_path ? 1 : cfg.seed};
+    corpus_params cp = {.seq = seq, .pack = pack, .eval_frac = eval_frac, .seed = dg.maps_path ? 1 : cfg.seed,
+                        .eval_only = dg.maps_path != NULL};
     if (corpus_new(m, &cp, &corpus, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
