@@ -4,7 +4,7 @@
  * future, never another document, never a sink or tail slot), no slot comes
  * twice, at most K come back; exact, oracle and quest return exactly
  * min(K, #eligible) slots, hence the whole eligible set when K covers it;
- * window returns nothing. The same selectors are reset and reused across
+ * window returns the most recent eligible slots. The same selectors are reset and reused across
  * cases, as a context does between sequences. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +25,7 @@ enum { N_CASES = 1500, LONG_EXTRA = 1000 };
 #endif
 
 typedef struct stats {
-    int cases, bad_elig, bad_dup, bad_k, bad_count, short_ann, queries;
+    int cases, bad_elig, bad_dup, bad_k, bad_count, bad_order, short_ann, queries;
 } stats;
 
 /* one random mask for a query at position t of a sequence of n slots */
@@ -134,9 +134,11 @@ int main(void) {
                         stamp[j] = stamp_id;
                     }
                 }
-                if (kind == SELECT_WINDOW) x->bad_count += got != 0;
-                else if (kind == SELECT_HNSW || kind == SELECT_FAISS) x->short_ann += got < want;
+                if (kind == SELECT_HNSW || kind == SELECT_FAISS) x->short_ann += got < want;
                 else x->bad_count += got != want;
+                if (kind == SELECT_WINDOW) /* the most recent eligible slots, newest first */
+                    for (int j = (m.n_slots < n ? m.n_slots : n) - 1, i = 0; j >= 0 && i < got; j--)
+                        if (select_mask_allows(&m, j)) x->bad_order += out[i++] != j;
             }
         }
     }
@@ -151,6 +153,7 @@ int main(void) {
         CHECK(x->bad_dup == 0, "%s returned %d duplicate slots", name, x->bad_dup);
         CHECK(x->bad_k == 0, "%s returned more than K %d times", name, x->bad_k);
         CHECK(x->bad_count == 0, "%s returned the wrong count %d times", name, x->bad_count);
+        CHECK(x->bad_order == 0, "%s: %d slots are not the most recent eligible ones", name, x->bad_order);
         /* ANN may fall short only rarely (the filtered search walks through
          * ineligible nodes, then retries with a 4x wider beam) */
         CHECK(x->short_ann * 100 <= x->queries, "%s fell short of min(K, eligible) in %d of %d queries", name,

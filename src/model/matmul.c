@@ -1,6 +1,7 @@
 #include "model/matmul.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include "quant/quant.h"
 
@@ -13,6 +14,18 @@ void matmul(float *Y, const float *X, const matrix *W, int T, float *tile, int64
             int n_threads) {
     const int64_t rows = W->rows, cols = W->cols;
     const char *wdata = W->data;
+    if (T == 1) {
+        /* y[o] = w_o . x: each thread reads one contiguous slice of rows, a
+         * single sequential stream the hardware prefetcher keeps busy */
+        const int nt = rows * cols >= PARALLEL_MIN_ELEMS ? n_threads : 1;
+#pragma omp parallel num_threads(nt)
+        {
+            const int64_t ith = omp_get_thread_num(), nth = omp_get_num_threads();
+            const int64_t o0 = rows * ith / nth, o1 = rows * (ith + 1) / nth;
+            dot_rows(W->type, wdata + (size_t)o0 * W->row_bytes, W->row_bytes, o1 - o0, X, cols, Y + o0);
+        }
+        return;
+    }
     if (T < GEMM_MIN_ROWS) {
         /* y[t][o] = w_o . x_t, rows split across threads */
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (rows * cols * T >= PARALLEL_MIN_ELEMS)

@@ -1,6 +1,7 @@
 /* window: the StreamingLLM baseline. Attention keeps the sinks and the recent
- * tail anyway, so this selector retrieves nothing: every query returns 0
- * slots (all K candidate positions are filler). */
+ * tail anyway; this selector returns the K most recent eligible slots, so
+ * window@K attends sinks + the n_tail + K most recent tokens: the same number
+ * of keys as any other selector at K, chosen by position alone. */
 #include <stdlib.h>
 
 #include "base/error.h"
@@ -20,7 +21,13 @@ static subq_status window_append(selector *s, const float *k_search, int n, int 
 
 static int window_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                         int32_t *out) {
-    return 0;
+    const int n_slots = m->n_slots < ((window_sel *)s)->count ? m->n_slots : ((window_sel *)s)->count;
+    int got = 0;
+    /* newest first: walks the n_tail excluded slots, then K eligible ones
+     * (further only when the document has fewer than K eligible slots) */
+    for (int j = n_slots - 1; j >= 0 && got < k; j--)
+        if (select_mask_allows(m, j)) out[got++] = j;
+    return got;
 }
 
 static void window_reset(selector *s) { ((window_sel *)s)->count = 0; }
