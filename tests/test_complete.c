@@ -7,7 +7,10 @@
  *     also across two packed documents (the cache restarts per document);
  *   - with K covering every slot, hybrid equals full attention (nothing is
  *     left to complete) and the completion mass share is 0, while with a
- *     small K the share is positive. */
+ *     small K the share is positive;
+ *   - the map file round-trips, is refused for another model, and
+ *     per-head entropies added by phi_maps_annotate_entropy come back while
+ *     the rest of the file is kept. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +19,7 @@
 #include "attn/attn_plan.h"
 #include "base/rng.h"
 #include "model/context.h"
+#include "model/synth.h"
 #include "phi/phi_maps.h"
 #include "test_util.h"
 
@@ -151,6 +155,35 @@ int main(void) {
     share = share_of(c, &nh);
     CHECK(share == 0.0, "nothing to complete when everything is retrieved (share sum %g)", share);
     printf("max logit diffs: no heads vs selection %.3g, decode vs batch %.3g, K=all vs full %.3g\n", dsel, ddec, dfull);
+
+    /* file: save, load, refuse another model, annotate */
+    const char *tmp = getenv("SUBQ_TMP");
+    char file[1024], other_path[1024];
+    snprintf(file, sizeof file, "%s/complete_maps.gguf", tmp ? tmp : ".");
+    snprintf(other_path, sizeof other_path, "%s/complete_other.gguf", tmp ? tmp : ".");
+    phi_maps *back = NULL;
+    ok = !phi_maps_save(maps, file, &err) && !phi_maps_load(file, m, &back, &err);
+    CHECK(ok && back->n_sel == 4 && !memcmp(back->data, maps->data, 4 * maps->layer_size * sizeof(float)) &&
+              back->h_mid == NULL,
+          "maps round trip: %s", err.msg);
+    subq_model *other = NULL;
+    ok = !synth_write_model(synth_find_shape("stories260k"), GGML_TYPE_F32, 99, other_path, &err) &&
+         !subq_model_load(other_path, &other, &err);
+    CHECK(ok, "other model: %s", err.msg);
+    phi_maps *bad = NULL;
+    subq_status st = ok ? phi_maps_load(file, other, &bad, &err) : SUBQ_OK;
+    CHECK(st == SUBQ_ERR_MISMATCH && !bad && strstr(err.msg, "another model"), "maps for another model refused: %s",
+          err.msg);
+    float h_mid[4 * 8];
+    for (int i = 0; i < 4 * hp->n_head; i++) h_mid[i] = (float)i / 100;
+    phi_maps_free(back);
+    back = NULL;
+    ok = hp->n_head <= 8 && !phi_maps_annotate_entropy(file, h_mid, &err) && !phi_maps_load(file, m, &back, &err);
+    CHECK(ok && back->h_mid && !memcmp(back->h_mid, h_mid, 4 * hp->n_head * sizeof(float)) &&
+              !memcmp(back->data, maps->data, 4 * maps->layer_size * sizeof(float)) && back->n_tail == maps->n_tail,
+          "annotated maps keep their weights and return the entropies: %s", err.msg);
+    phi_maps_free(back);
+    subq_model_free(other);
 
     free(ref);
     free(got);
