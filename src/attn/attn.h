@@ -42,9 +42,4 @@ attn_stage *attn_full_stage(void);
 void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
                           const int *slots, int n, float *scores, float *out);
 
-/* Same over the contiguous slots 0 .. n-1 filtered by segment `seg`
- * (seg < 0: no filter). */
-void attn_head_causal(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
-                      int n, int seg, float *scores, float *out);
-
 #endif

@@ -34,12 +34,7 @@ static void softmax_inplace(float *s, int n) {
         memset(s, 0, (size_t)n * sizeof(float));
         return;
     }
-    float sum = 0.0f;
-    for (int j = 0; j < n; j++) {
-        s[j] = expf(s[j] - mx);
-        sum += s[j];
-    }
-    float inv = 1.0f / sum;
+    float inv = 1.0f / attn_kernels_get()->exp_shift_sum(s, n, mx);
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
@@ -53,38 +48,36 @@ void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const floa
         if (scores[j] != 0.0f) axpy_value(K, kv, kv_cache_value(kv, layer, kv_head, slots[j]), scores[j], out);
 }
 
-void attn_head_causal(const kv_cache *kv, int layer, int kv_head, const float *q, float scale, int n, int seg,
-                      float *scores, float *out) {
-    const attn_kernels *K = attn_kernels_get();
-    /* s_j = scale * q.k_j for eligible j; softmax; out = sum_j p_j v_j */
-    for (int j = 0; j < n; j++)
-        scores[j] = (seg < 0 || kv->seg[j] == seg) ? scale * dot_key(K, kv, kv_cache_key(kv, layer, kv_head, j), q)
-                                                   : -INFINITY;
-    softmax_inplace(scores, n);
-    memset(out, 0, (size_t)kv->head_dim * sizeof(float));
-    for (int j = 0; j < n; j++)
-        if (scores[j] != 0.0f) axpy_value(K, kv, kv_cache_value(kv, layer, kv_head, j), scores[j], out);
-}
-
-/* All g query heads of one KV head for one query: each key is loaded once
- * and scored against the g queries (q and out hold g adjacent heads). */
+/* All g query heads of one KV head for one query over slots 0..n-1 (the KV
+ * head's rows are contiguous): each key and value row is loaded once for the
+ * g heads (q and out hold g adjacent heads, scores is [g][n] + g scratch).
+ *   s_ij = scale q_i.k_j (-inf outside the query's document)
+ *   e_ij = exp(s_ij - max_j s_ij),  out_i = sum_j e_ij v_j / sum_j e_ij */
 static void attn_group_causal(const attn_kernels *K, const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
                               int n, int seg, float *scores, float *out) {
-    const int hd = kv->head_dim;
-    for (int j = 0; j < n; j++) {
-        int ok = kv->seg[j] == seg;
-        const void *key = kv_cache_key(kv, layer, kv_head, j);
-        for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = ok ? scale * dot_key(K, kv, key, q + (size_t)i * hd) : -INFINITY;
-    }
-    for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
-    memset(out, 0, (size_t)g * hd * sizeof(float));
-    for (int j = 0; j < n; j++) {
-        const void *val = kv_cache_value(kv, layer, kv_head, j);
-        for (int i = 0; i < g; i++) {
-            float p = scores[(size_t)i * n + j];
-            if (p != 0.0f) axpy_value(K, kv, val, p, out + (size_t)i * hd);
+    const int hd = kv->head_dim, f16 = kv->type == SUBQ_KV_F16;
+    const void *keys = kv_cache_key(kv, layer, kv_head, 0), *vals = kv_cache_value(kv, layer, kv_head, 0);
+    if (f16) K->scores_f16(q, g, keys, n, hd, scale, scores, n);
+    else K->scores_f32(q, g, keys, n, hd, scale, scores, n);
+    for (int j = 0; j < n; j++)
+        if (kv->seg[j] != seg)
+            for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = -INFINITY;
+    float *inv = scores + (size_t)g * n;
+    for (int i = 0; i < g; i++) {
+        float *row = scores + (size_t)i * n, mx = -INFINITY;
+        for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+        if (mx == -INFINITY) { /* nothing eligible: zeros */
+            memset(row, 0, (size_t)n * sizeof(float));
+            inv[i] = 0.0f;
+        } else {
+            inv[i] = 1.0f / K->exp_shift_sum(row, n, mx);
         }
     }
+    memset(out, 0, (size_t)g * hd * sizeof(float));
+    if (f16) K->accum_f16(scores, g, n, vals, n, hd, out);
+    else K->accum_f32(scores, g, n, vals, n, hd, out);
+    for (int i = 0; i < g; i++)
+        for (int c = 0; c < hd; c++) out[(size_t)i * hd + c] *= inv[i];
 }
 
 static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, subq_error *err) {
@@ -97,7 +90,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
     int64_t work = (int64_t)n_items * g * n_max * hd;
 #pragma omp parallel num_threads(st->n_threads) if (work >= (1 << 16))
     {
-        float *scores = malloc((size_t)g * n_max * sizeof(float));
+        float *scores = malloc(((size_t)g * n_max + g) * sizeof(float));
         if (!scores) {
 #pragma omp atomic write
             failed = 1;

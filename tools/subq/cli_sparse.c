@@ -13,6 +13,23 @@ void cli_sparse_init(cli_sparse_opts *o) {
     attn_plan_default(&o->plan);
 }
 
+/* Switch the selector kind, keeping the parameter flags already given. */
+static void set_kind(selector_params *sp, selector_kind kind) {
+    selector_params keep = *sp;
+    selector_params_default(sp, kind, 0);
+    sp->f16_keys = keep.f16_keys;
+    if (keep.hnsw_m) sp->hnsw_m = keep.hnsw_m;
+    if (keep.hnsw_ef_construction) sp->hnsw_ef_construction = keep.hnsw_ef_construction;
+    if (keep.hnsw_ef_search) sp->hnsw_ef_search = keep.hnsw_ef_search;
+    if (keep.quest_page) sp->quest_page = keep.quest_page;
+}
+
+attn_plan cli_plan_with_kind(const cli_sparse_opts *o, selector_kind kind) {
+    attn_plan plan = o->plan;
+    set_kind(&plan.sparse.select, kind);
+    return plan;
+}
+
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o) {
     const char *a = argv[*i], *v;
     sparse_params *sp = &o->plan.sparse;
@@ -28,13 +45,7 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
             cli_error(cmd, "unknown selector '%s' (exact, hnsw, faiss, quest, oracle, window)", o->select);
             return -1;
         }
-        selector_params keep = sp->select;
-        selector_params_default(&sp->select, (selector_kind)k, 0);
-        sp->select.f16_keys = keep.f16_keys; /* flags given before --select still count */
-        if (keep.hnsw_m) sp->select.hnsw_m = keep.hnsw_m;
-        if (keep.hnsw_ef_construction) sp->select.hnsw_ef_construction = keep.hnsw_ef_construction;
-        if (keep.hnsw_ef_search) sp->select.hnsw_ef_search = keep.hnsw_ef_search;
-        if (keep.quest_page) sp->select.quest_page = keep.quest_page;
+        set_kind(&sp->select, (selector_kind)k); /* flags given before --select still count */
     } else if (!strcmp(a, "--sparse-layers")) {
         if (!(o->plan.sparse_layers = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--topk")) {

@@ -46,6 +46,9 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_p
 /* cli_sparse_load, then set the plan on an
  * empty context. Prints the error and returns 0 on failure. */
 int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj);
+/* The plan of the flags with another selector kind (eval and bench sweep
+ * kinds); the selector parameter flags are kept. */
+attn_plan cli_plan_with_kind(const cli_sparse_opts *o, selector_kind kind);
 /* Free what cli_apply_sparse loaded besides the projections. */
 void cli_sparse_free(cli_sparse_opts *o);
 

@@ -206,16 +206,8 @@ int cmd_bench(int argc, char **argv) {
             subq_context_reset(c);
             context_clear_plan(c);
             if (r->attn >= 0) {
-                attn_plan plan = so.plan;
-                selector_params keep = plan.sparse.select;
-                selector_params_default(&plan.sparse.select, (selector_kind)r->attn, 0);
-                plan.sparse.select.f16_keys = keep.f16_keys;
-                plan.sparse.select.hnsw_m = keep.hnsw_m;
-                plan.sparse.select.hnsw_ef_construction = keep.hnsw_ef_construction;
-                plan.sparse.select.hnsw_ef_search = keep.hnsw_ef_search;
-                plan.sparse.select.quest_page = keep.quest_page;
+                attn_plan plan = cli_plan_with_kind(&so, (selector_kind)r->attn);
                 plan.sparse.dense_prefill = 0;
-                if (!plan.sparse_layers && proj) plan.sparse_layers = NULL;
                 if (context_set_plan(c, &plan, proj, &err)) {
                     rc = cli_error(cmd, "%s", err.msg);
                     goto done;

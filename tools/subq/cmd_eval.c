@@ -320,14 +320,7 @@ int cmd_eval(int argc, char **argv) {
             rc = cli_error(cmd, "out of memory");
             goto done;
         }
-        attn_plan plan = so.plan;
-        selector_params keep = plan.sparse.select;
-        selector_params_default(&plan.sparse.select, (selector_kind)me->kind, 0);
-        plan.sparse.select.f16_keys = keep.f16_keys;
-        plan.sparse.select.hnsw_m = keep.hnsw_m;
-        plan.sparse.select.hnsw_ef_construction = keep.hnsw_ef_construction;
-        plan.sparse.select.hnsw_ef_search = keep.hnsw_ef_search;
-        plan.sparse.select.quest_page = keep.quest_page;
+        attn_plan plan = cli_plan_with_kind(&so, (selector_kind)me->kind);
         plan.sparse.top_k = me->k;
         plan.sparse.dense_prefill = 0;
         plan.sparse.complete = me->mode == PLAIN ? NULL : so.maps;
@@ -393,8 +386,8 @@ int cmd_eval(int argc, char **argv) {
         }
         context_clear_plan(c);
         int64_t nf = run_windows(c, &d, nll_full_suffix, static_split, 0, &bar, &done_w, &err);
-        attn_plan plan = so.plan;
-        selector_params_default(&plan.sparse.select, (selector_kind)static_kind, 0);
+        attn_plan plan = cli_plan_with_kind(&so, (selector_kind)static_kind);
+        plan.sparse.complete = NULL;
         plan.sparse.top_k = static_k;
         plan.sparse.dense_prefill = 0;
         subq_context_reset(c);
