@@ -71,6 +71,16 @@ AVX2_INLINE __m256 load8(const void *rows, size_t at, int f16) {
     return _mm256_loadu_ps((const float *)rows + at);
 }
 
+/* Ask for rows [j0, j1) of a KV head ahead of use: sequential rows of a few
+ * hundred bytes each, read in short strides, otherwise leave the hardware
+ * prefetcher behind and the loops wait on DRAM. */
+AVX2_INLINE void prefetch_rows(const void *rows, int j0, int j1, int n, int hd, int f16) {
+    if (j1 > n) j1 = n;
+    const size_t esz = f16 ? 2 : 4;
+    const char *a = (const char *)rows + (size_t)j0 * hd * esz, *b = (const char *)rows + (size_t)j1 * hd * esz;
+    for (; a < b; a += 64) _mm_prefetch(a, _MM_HINT_T0);
+}
+
 /* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
 AVX2_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
     __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
@@ -88,6 +98,7 @@ AVX2_INLINE void scores_rows(const float *q, int g, const void *keys, int n, int
         float *sa = s + (size_t)i0 * ld, *sb = two ? sa + ld : NULL;
         int j = 0;
         for (; j + 4 <= n; j += 4) {
+            prefetch_rows(keys, j + 32, j + 36, n, hd, f16);
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             const size_t r = (size_t)j * hd;
             for (int c = 0; c < hd; c += 8) {
@@ -116,37 +127,59 @@ AVX2_INLINE void scores_rows(const float *q, int g, const void *keys, int n, int
     }
 }
 
-/* m (1..4) heads of one key block: for each 8-wide chunk of the row the
- * head accumulators stay in registers while the block's values stream past
- * (m is a constant in every call, so unused heads cost nothing). */
-AVX2_INLINE void accum_block(const float *const *pp, int m, float *o, int hd, const void *vals, int j0, int j1,
-                             int f16) {
-    for (int c = 0; c < hd; c += 8) {
-        __m256 acc[4];
-        for (int i = 0; i < m; i++) acc[i] = _mm256_loadu_ps(o + (size_t)i * hd + c);
-        for (int j = j0; j < j1; j++) {
-            __m256 v = load8(vals, (size_t)j * hd + c, f16);
-            for (int i = 0; i < m; i++) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(pp[i] + j), v, acc[i]);
+/* m (1 or 2) heads, 32 columns [c, c + 32) of a key block: 4 x m
+ * accumulators stay in registers while the block's rows stream past, each
+ * row contributing one 64-byte span (one cache line in f16); m is a
+ * constant in every call, so the unused head costs nothing. */
+AVX2_INLINE void accum_cols32(const float *const *pp, int m, float *o, int hd, int c, const void *vals, int j0,
+                              int j1, int f16) {
+    __m256 acc[2][4];
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) acc[i][u] = _mm256_loadu_ps(o + (size_t)i * hd + c + 8 * u);
+    for (int j = j0; j < j1; j++) {
+        const size_t r = (size_t)j * hd + c;
+        __m256 v0 = load8(vals, r, f16), v1 = load8(vals, r + 8, f16), v2 = load8(vals, r + 16, f16),
+               v3 = load8(vals, r + 24, f16);
+        for (int i = 0; i < m; i++) {
+            __m256 w = _mm256_broadcast_ss(pp[i] + j);
+            acc[i][0] = _mm256_fmadd_ps(w, v0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(w, v1, acc[i][1]);
+            acc[i][2] = _mm256_fmadd_ps(w, v2, acc[i][2]);
+            acc[i][3] = _mm256_fmadd_ps(w, v3, acc[i][3]);
         }
-        for (int i = 0; i < m; i++) _mm256_storeu_ps(o + (size_t)i * hd + c, acc[i]);
     }
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + (size_t)i * hd + c + 8 * u, acc[i][u]);
 }
 
-/* Keys go in blocks small enough for L1, so the chunk passes re-read cache. */
+/* The same for one 8-column chunk (head widths that are not a multiple of 32). */
+AVX2_INLINE void accum_cols8(const float *const *pp, int m, float *o, int hd, int c, const void *vals, int j0, int j1,
+                             int f16) {
+    __m256 acc[2];
+    for (int i = 0; i < m; i++) acc[i] = _mm256_loadu_ps(o + (size_t)i * hd + c);
+    for (int j = j0; j < j1; j++) {
+        __m256 v = load8(vals, (size_t)j * hd + c, f16);
+        for (int i = 0; i < m; i++) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(pp[i] + j), v, acc[i]);
+    }
+    for (int i = 0; i < m; i++) _mm256_storeu_ps(o + (size_t)i * hd + c, acc[i]);
+}
+
+/* Keys go in blocks small enough for L1, so the column passes re-read cache. */
 AVX2_INLINE void accum_rows(const float *p, int g, int ld, const void *vals, int n, int hd, float *out, int f16) {
     enum { BLOCK = 32 };
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         const int j1 = j0 + BLOCK < n ? j0 + BLOCK : n;
-        for (int i0 = 0; i0 < g; i0 += 4) {
-            const float *pp[4];
-            const int m = g - i0 < 4 ? g - i0 : 4;
-            for (int i = 0; i < m; i++) pp[i] = p + (size_t)(i0 + i) * ld;
+        prefetch_rows(vals, j0 + BLOCK, j0 + 2 * BLOCK, n, hd, f16);
+        for (int i0 = 0; i0 < g; i0 += 2) {
+            const float *pp[2] = {p + (size_t)i0 * ld, p + (size_t)(i0 + 1) * ld};
             float *o = out + (size_t)i0 * hd;
-            switch (m) {
-            case 1: accum_block(pp, 1, o, hd, vals, j0, j1, f16); break;
-            case 2: accum_block(pp, 2, o, hd, vals, j0, j1, f16); break;
-            case 3: accum_block(pp, 3, o, hd, vals, j0, j1, f16); break;
-            default: accum_block(pp, 4, o, hd, vals, j0, j1, f16); break;
+            int c = 0;
+            if (i0 + 1 < g) {
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 2, o, hd, c, vals, j0, j1, f16);
+                for (; c < hd; c += 8) accum_cols8(pp, 2, o, hd, c, vals, j0, j1, f16);
+            } else {
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 1, o, hd, c, vals, j0, j1, f16);
+                for (; c < hd; c += 8) accum_cols8(pp, 1, o, hd, c, vals, j0, j1, f16);
             }
         }
     }
