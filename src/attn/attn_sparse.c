@@ -303,10 +303,6 @@ const sparse_record *attn_sparse_record(attn_stage *st) {
     return st && st->name == sparse_name ? &((sparse_stage *)st)->rec : NULL;
 }
 
-int attn_sparse_has_completion(attn_stage *st) {
-    return st && st->name == sparse_name && ((sparse_stage *)st)->comp != NULL;
-}
-
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
     if (!st || st->name != sparse_name) return SUBQ_OK;
     sparse_stage *s = (sparse_stage *)st;

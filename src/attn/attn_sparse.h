@@ -57,9 +57,6 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
 selector *attn_sparse_selector(attn_stage *st);
 const sparse_record *attn_sparse_record(attn_stage *st);
 
-/* Whether the stage completes the unretrieved mass. */
-int attn_sparse_has_completion(attn_stage *st);
-
 /* Turn metrics on (allocates the shadow exact selector for ANN kinds). */
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err);
 const sparse_metrics *attn_sparse_get_metrics(attn_stage *st);

@@ -273,9 +273,8 @@ int cmd_eval(int argc, char **argv) {
                 for (int mode = PLAIN; mode <= (so.maps ? HYBRID : PLAIN); mode++) {
                     method *me = &methods[1 + n_methods_planned++];
                     me->kind = kinds[ki], me->k = ks[kk], me->mode = mode, me->budget = NAN;
-                    const int k_read = kinds[ki] == SELECT_WINDOW ? 0 : ks[kk]; /* window retrieves nothing */
-                    me->reads = mode == PLAIN ? fixed + k_read
-                                              : phi_budget_tokens(so.plan.sparse.n_sink, so.plan.sparse.n_tail, k_read,
+                    me->reads = mode == PLAIN ? fixed + ks[kk]
+                                              : phi_budget_tokens(so.plan.sparse.n_sink, so.plan.sparse.n_tail, ks[kk],
                                                                   d_phi, hd, d.seq);
                 }
             } else {
@@ -285,10 +284,16 @@ int cmd_eval(int argc, char **argv) {
                 const double cost[3] = {0, fetch, fetch / d.seq};
                 const int modes[3] = {PLAIN, HYBRID_WORST, HYBRID_AMORTISED};
                 for (int i = 0; i < 3; i++) {
-                    method *me = &methods[1 + n_methods_planned++];
                     int k = (int)floor(B - fixed - cost[i]);
-                    me->kind = kinds[ki], me->k = k > 0 ? k : 0, me->mode = modes[i], me->budget = budgets[kk];
-                    me->reads = fixed + me->k + cost[i];
+                    if (k < 0) { /* sinks + tail (+ the fetch) alone exceed the budget */
+                        if (ki == 0)
+                            fprintf(stderr, "%s: budget %g%% (%.1f reads) is below %s's %.1f fixed reads; skipped\n",
+                                    cmd, budgets[kk], B, i ? "the hybrid" : "selection", fixed + cost[i]);
+                        continue;
+                    }
+                    method *me = &methods[1 + n_methods_planned++];
+                    me->kind = kinds[ki], me->k = k, me->mode = modes[i], me->budget = budgets[kk];
+                    me->reads = fixed + k + cost[i];
                 }
             }
         }
