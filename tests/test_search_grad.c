@@ -2,8 +2,12 @@
  * src/search/search_loss.c) against central finite differences of an
  * independent double-precision implementation of the same objective, on
  * random small problems with block-causal segments, GQA and both head
- * aggregations. Also: the loss values agree, results do not depend on the
- * thread count or the query-row chunking, and top-k / teacher basics. */
+ * aggregations, over all causal keys and over the retrieval-eligible keys
+ * only (--sink / --tail: the first n_sink keys of each document and the
+ * n_tail most recent keys left out, teacher renormalised over the rest).
+ * Also: the loss values agree, results do not depend on the thread count or
+ * the query-row chunking, top-k / teacher basics, and the restricted teacher
+ * when fp32 underflows on every retrieval-eligible key. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,10 +42,12 @@ static void problem_free(problem *P) {
 
 /* ---- the objective in double, written from the definitions --------------- */
 
-/* teacher p[j] for j in [s, t] (double) */
-static void ref_teacher(const problem *P, int t, int s, teacher_agg agg, double *p) {
+/* teacher p[j - lo] for j in [lo, hi] (double): each head's softmax over all
+ * of the causal block [s, t], aggregated, then restricted to [lo, hi] and
+ * renormalised there (lo = s, hi = t: the plain teacher) */
+static void ref_teacher(const problem *P, int t, int s, int lo, int hi, teacher_agg agg, double *out) {
     int n = t - s + 1, g = P->nh / P->nkv;
-    double sc[64];
+    double sc[64], p[64];
     for (int j = 0; j < n; j++) p[j] = 0;
     for (int h = 0; h < P->nh; h++) {
         double mx = -1e300, sum = 0;
@@ -60,11 +66,9 @@ static void ref_teacher(const problem *P, int t, int s, teacher_agg agg, double 
             else if (v > p[j]) p[j] = v;
         }
     }
-    if (agg == TEACHER_AGG_MAX) {
-        double sum = 0;
-        for (int j = 0; j < n; j++) sum += p[j];
-        for (int j = 0; j < n; j++) p[j] /= sum;
-    }
+    double sum = 0;
+    for (int j = lo; j <= hi; j++) sum += p[j - s];
+    for (int j = lo; j <= hi; j++) out[j - lo] = p[j - s] / sum;
 }
 
 /* alpha * sum_t InfoNCE_t + beta * sum_t KL_t with W given in double */
@@ -84,12 +88,13 @@ static double ref_objective(const problem *P, const double *wq, const double *wk
         }
     double nce = 0, kl = 0;
     for (int t = 0; t < T; t++) {
-        int s = t;
-        while (s > 0 && P->seg[s - 1] == P->seg[t]) s--;
-        int n = t - s + 1;
+        int d0 = t;
+        while (d0 > 0 && P->seg[d0 - 1] == P->seg[t]) d0--;
+        /* eligible keys: s .. t - n_tail, s = document start + n_sink */
+        int s = d0 + lp->n_sink, n = t - lp->n_tail - s + 1;
         if (n < 2) continue;
         double p[64], z[64], y[64];
-        ref_teacher(P, t, s, lp->agg, p);
+        ref_teacher(P, t, d0, s, s + n - 1, lp->agg, p);
         double nqt = 0;
         for (int a = 0; a < ds; a++) nqt += qs[t][a] * qs[t][a];
         nqt = sqrt(nqt + 1e-12);
@@ -171,7 +176,15 @@ static void grad_check(const char *name, const problem *P, const search_loss_par
     ref_objective(P, wq, wk, lp, &nce, &kl);
     CHECK(fabs(sums.nce - nce) <= 1e-4 * fmax(1.0, fabs(nce)), "%s: nce %.8g vs reference %.8g", name, sums.nce, nce);
     CHECK(fabs(sums.kl - kl) <= 1e-4 * fmax(1.0, fabs(kl)), "%s: kl %.8g vs reference %.8g", name, sums.kl, kl);
-    CHECK(sums.n_queries == search_count_queries(P->seg, P->T), "%s: query count", name);
+    int64_t want_q = 0; /* queries with >= 2 eligible keys, counted here from the definition */
+    for (int t = 0; t < P->T; t++) {
+        int d0 = t;
+        while (d0 > 0 && P->seg[d0 - 1] == P->seg[t]) d0--;
+        want_q += (t - lp->n_tail) - (d0 + lp->n_sink) + 1 >= 2;
+    }
+    CHECK(sums.n_queries == want_q && search_count_queries(P->seg, P->T, lp->n_sink, lp->n_tail) == want_q,
+          "%s: query count %lld / %lld, want %lld", name, (long long)sums.n_queries,
+          (long long)search_count_queries(P->seg, P->T, lp->n_sink, lp->n_tail), (long long)want_q);
 
     /* central differences, step 1e-5, in double */
     double max_rel = 0, num2 = 0, den2 = 0, gmax = 0;
@@ -281,14 +294,62 @@ static void test_segments(void) {
     CHECK(!segment_starts(seg, 8, start, NULL), "segment_starts failed");
     int want[] = {0, 0, 2, 2, 2, 5, 6, 6};
     CHECK(!memcmp(start, want, sizeof want), "segment starts");
-    CHECK(search_count_queries(seg, 8) == 4, "query count %lld", (long long)search_count_queries(seg, 8));
+    CHECK(search_count_queries(seg, 8, 0, 0) == 4, "query count %lld", (long long)search_count_queries(seg, 8, 0, 0));
+    /* only t = 4 (third token of the segment starting at 2) keeps 2 keys with one left out */
+    CHECK(search_count_queries(seg, 8, 1, 0) == 1 && search_count_queries(seg, 8, 0, 1) == 1 &&
+              search_count_queries(seg, 8, 1, 1) == 0,
+          "query count with sink/tail");
     int32_t bad[] = {0, 1, 0};
     subq_error err = {0};
     CHECK(segment_starts(bad, 3, start, &err) == SUBQ_ERR_ARG, "decreasing segment ids accepted");
 }
 
+/* The restricted teacher (teacher_row_mid) against the double reference,
+ * including a row where the model puts essentially all attention on the
+ * tail: the retrieval-eligible keys' fp32 probabilities all underflow to 0,
+ * and the log-domain path must still return the renormalised distribution. */
+static void test_teacher_mid(void) {
+    problem P;
+    make_problem(&P, 20, 99, 99, 77);
+    attn_shape sh = {P.nh, P.nkv, P.hd};
+    float kt[20 * 2 * 3], tmp[20], p[20];
+    double want[20];
+    const int t = 19, lo = 3, hi = 13; /* sink 3, tail 6 */
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+            /* query = 40 * ones in every head; keys 14..19 (the tail) = ones, the rest = -ones + noise:
+             * logit gaps of ~ 40 * 6 / sqrt(3) ~ 140 > the ~ 104 at which fp32 expf reaches 0 */
+            for (int i = 0; i < P.nh * P.hd; i++) P.q[t * P.nh * P.hd + i] = 40.0f;
+            for (int j = 0; j < 20; j++)
+                for (int i = 0; i < P.nkv * P.hd; i++)
+                    P.k[j * P.nkv * P.hd + i] = j > hi ? 1.0f : -1.0f + 0.05f * P.k[j * P.nkv * P.hd + i];
+        }
+        teacher_keys_transpose(P.k, 20, &sh, kt);
+        for (int agg = 0; agg < 2; agg++) {
+            teacher_row_mid(P.q + t * P.nh * P.hd, kt, 20, &sh, 0, t, lo, hi, (teacher_agg)agg, tmp, p);
+            ref_teacher(&P, t, 0, lo, hi, (teacher_agg)agg, want);
+            double sum = 0, worst = 0;
+            for (int i = 0; i <= hi - lo; i++) {
+                sum += p[i];
+                worst = fmax(worst, fabs(p[i] - want[i]));
+            }
+            CHECK(fabs(sum - 1.0) < 1e-5 && worst < 1e-5, "teacher_row_mid %s (%s): sum %.7f, max abs err %.2e",
+                  agg ? "mean" : "max", round ? "fp32 underflow" : "random", sum, worst);
+        }
+    }
+    /* lo = s, hi = t is the plain teacher, bit for bit */
+    float p2[20];
+    for (int agg = 0; agg < 2; agg++) {
+        teacher_row(P.q + 7 * P.nh * P.hd, kt, 20, &sh, 2, 7, (teacher_agg)agg, tmp, p);
+        teacher_row_mid(P.q + 7 * P.nh * P.hd, kt, 20, &sh, 2, 7, 2, 7, (teacher_agg)agg, tmp, p2);
+        CHECK(!memcmp(p, p2, 6 * sizeof(float)), "teacher_row_mid over the whole range differs from teacher_row");
+    }
+    problem_free(&P);
+}
+
 int main(void) {
     test_topk();
+    test_teacher_mid();
     test_segments();
     struct {
         const char *name;
@@ -296,21 +357,28 @@ int main(void) {
         float tau, alpha, beta;
         int k_pos;
         teacher_agg agg;
+        int n_sink, n_tail;
     } cases[] = {
-        {"2 segs, max, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MAX},
-        {"2 segs, mean, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MEAN},
-        {"2 segs, max, nce only", 12, 5, 99, 0.5f, 1, 0, 2, TEACHER_AGG_MAX},
-        {"2 segs, mean, kl only", 12, 5, 99, 0.5f, 0, 1, 2, TEACHER_AGG_MEAN},
-        {"3 segs (1-token seg), max", 12, 6, 7, 0.2f, 1, 1, 4, TEACHER_AGG_MAX},
-        {"1 seg causal, mean, alpha .5 beta 2", 12, 99, 99, 0.1f, 0.5f, 2, 5, TEACHER_AGG_MEAN},
+        {"2 segs, max, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MAX, 0, 0},
+        {"2 segs, mean, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MEAN, 0, 0},
+        {"2 segs, max, nce only", 12, 5, 99, 0.5f, 1, 0, 2, TEACHER_AGG_MAX, 0, 0},
+        {"2 segs, mean, kl only", 12, 5, 99, 0.5f, 0, 1, 2, TEACHER_AGG_MEAN, 0, 0},
+        {"3 segs (1-token seg), max", 12, 6, 7, 0.2f, 1, 1, 4, TEACHER_AGG_MAX, 0, 0},
+        {"1 seg causal, mean, alpha .5 beta 2", 12, 99, 99, 0.1f, 0.5f, 2, 5, TEACHER_AGG_MEAN, 0, 0},
+        /* retrieval-eligible keys only: segments of 9, 4 (no query keeps 2 keys) and 11 tokens */
+        {"sink 2 tail 3, 3 segs, max", 24, 9, 13, 0.07f, 1, 1, 3, TEACHER_AGG_MAX, 2, 3},
+        {"sink 2 tail 3, 3 segs, mean", 24, 9, 13, 0.2f, 1, 1, 2, TEACHER_AGG_MEAN, 2, 3},
+        {"sink 0 tail 5, 1 seg, max", 24, 99, 99, 0.1f, 1, 1, 4, TEACHER_AGG_MAX, 0, 5},
+        {"sink 4 tail 1, 2 segs, mean, nce", 24, 11, 99, 0.1f, 1, 0, 3, TEACHER_AGG_MEAN, 4, 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         problem P;
         make_problem(&P, cases[c].T, cases[c].b1, cases[c].b2, 100 + c);
         search_loss_params lp = {.tau = cases[c].tau, .tau_kl = 1.0f, .alpha = cases[c].alpha, .beta = cases[c].beta,
-                                 .k_pos = cases[c].k_pos, .agg = cases[c].agg};
+                                 .k_pos = cases[c].k_pos, .agg = cases[c].agg, .n_sink = cases[c].n_sink,
+                                 .n_tail = cases[c].n_tail};
         grad_check(cases[c].name, &P, &lp);
-        if (c < 2) determinism_check(&P, &lp);
+        if (c < 2 || c == 6) determinism_check(&P, &lp);
         problem_free(&P);
     }
     /* teacher rows are distributions */

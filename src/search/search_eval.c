@@ -22,8 +22,11 @@ void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
 enum { R_ML, R_MO, R_MW, R_RL, R_RO, R_RW, R_N };
 
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
-                              teacher_agg agg, search_eval_acc *acc, int n_threads, subq_error *err) {
+                              teacher_agg agg, int n_sink, int n_tail, search_eval_acc *acc, int n_threads,
+                              subq_error *err) {
     const int T = x->T, d = x->d_model, nk = acc->n_k;
+    if (n_sink < 0 || n_tail < 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "search evaluation: n_sink and n_tail must be >= 0");
     if (T <= 0 || nk == 0) return SUBQ_OK;
     if (n_threads < 1) n_threads = 1;
     int kmax = 0;
@@ -61,17 +64,18 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
         }
 #pragma omp for schedule(static, 1) /* row cost grows with t */
         for (int t = 0; t < T; t++) {
-            const int s0 = start[t], n = t - s0 + 1;
+            /* eligible keys s0 .. s0 + n - 1 = [start + n_sink, t - n_tail] (all causal keys when both are 0) */
+            const int s0 = start[t] + n_sink, n = t - n_tail - s0 + 1;
             if (!ok || n < 2) continue;
             const float *qn = x->q + (size_t)t * x->shape.n_head * x->shape.head_dim;
-            teacher_row(qn, kt, T, &x->shape, s0, t, agg, tmp, p);
+            teacher_row_mid(qn, kt, T, &x->shape, start[t], t, s0, s0 + n - 1, agg, tmp, p);
             int kk = kmax < n ? kmax : n;
             topk_indices(p, n, kk, top_t);
             /* learned scores cos(q_s(t), k_s(j)) (|q_s(t)| is common to the row) */
             const float *qt = Qs + (size_t)t * ds;
             for (int i = 0; i < n; i++) sc[i] = search_dot(qt, Ks + (size_t)(s0 + i) * ds, ds) * inv_nk[s0 + i];
             topk_indices(sc, n, kk, top_l);
-            oracle_scores(qn, kt, T, &x->shape, s0, t, tmp, sc);
+            oracle_scores(qn, kt, T, &x->shape, s0, s0 + n - 1, tmp, sc);
             topk_indices(sc, n, kk, top_o);
             for (int ki = 0; ki < nk; ki++) {
                 const int K = acc->k[ki];
@@ -82,7 +86,7 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
                 for (int i = 0; i < K; i++) {
                     r[R_ML] += p[top_l[i]];
                     r[R_MO] += p[top_o[i]];
-                    r[R_MW] += p[n - 1 - i]; /* the i-th most recent key */
+                    r[R_MW] += p[n - 1 - i]; /* the i-th most recent eligible key */
                     r[R_RL] += mark[top_l[i]];
                     r[R_RO] += mark[top_o[i]];
                     r[R_RW] += mark[n - 1 - i];

@@ -9,7 +9,14 @@
  * and, as a positional baseline, the recency window: the K most recent
  * eligible keys (t-K+1 .. t).
  * A query counts for K only when it has more than K eligible keys (with K or
- * fewer every scorer retrieves everything: recall = mass = 1). */
+ * fewer every scorer retrieves everything: recall = mass = 1).
+ *
+ * With n_sink / n_tail > 0 the eligible keys are the retrieval-eligible ones,
+ * [start + n_sink, t - n_tail] (the keys the sparse runtime retrieves among;
+ * it attends sinks and tail anyway), and the teacher is renormalised over
+ * them (teacher_row_mid): mass@K is then the share of the attention that
+ * falls outside sinks and tail which the top-K captures, and the window is
+ * the K most recent keys before the tail. */
 #ifndef SUBQ_SEARCH_EVAL_H
 #define SUBQ_SEARCH_EVAL_H
 
@@ -31,8 +38,10 @@ typedef struct search_eval_acc {
 /* Zero an accumulator for the given K values (at most SEARCH_EVAL_MAX_K). */
 void search_eval_init(search_eval_acc *acc, const int *ks, int n_k);
 
-/* Add one layer of one sequence (sums; divide by n_queries for means). */
+/* Add one layer of one sequence (sums; divide by n_queries for means).
+ * n_sink = n_tail = 0: every causal (block-causal) key is eligible. */
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int d_search,
-                              teacher_agg agg, search_eval_acc *acc, int n_threads, subq_error *err);
+                              teacher_agg agg, int n_sink, int n_tail, search_eval_acc *acc, int n_threads,
+                              subq_error *err);
 
 #endif

@@ -25,10 +25,14 @@
 
 #define NORM_EPS 1e-12f
 
-int64_t search_count_queries(const int32_t *seg, int T) {
+int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail) {
     int64_t n = 0;
-    for (int t = 1; t < T; t++)
-        if (seg[t] == seg[t - 1]) n++; /* t has itself and at least t-1 */
+    int doc0 = 0;
+    for (int t = 0; t < T; t++) {
+        if (t > 0 && seg[t] != seg[t - 1]) doc0 = t;
+        /* E_t = [doc0 + n_sink, t - n_tail] holds t - doc0 - n_sink - n_tail + 1 keys; need >= 2 */
+        if (t - doc0 >= n_sink + n_tail + 1) n++;
+    }
     return n;
 }
 
@@ -76,8 +80,9 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     out->n_queries = 0;
     if (T <= 0) return SUBQ_OK;
     if (n_threads < 1) n_threads = 1;
-    if (lp->k_pos < 1 || lp->tau <= 0 || lp->tau_kl <= 0)
-        return subq_fail(err, SUBQ_ERR_ARG, "search loss: k_pos must be >= 1 and temperatures > 0");
+    if (lp->k_pos < 1 || lp->tau <= 0 || lp->tau_kl <= 0 || lp->n_sink < 0 || lp->n_tail < 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "search loss: k_pos must be >= 1, temperatures > 0, n_sink and n_tail >= 0");
+    const int n_sink = lp->n_sink, n_tail = lp->n_tail;
     int R = chunk_rows > 0 ? chunk_rows : (int)((1 << 20) / T);
     if (R < 16) R = 16;
     if (R > T) R = T;
@@ -144,12 +149,13 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
             }
 #pragma omp for schedule(static, 1) /* row cost grows with t: deal rows round-robin */
             for (int t = t0; t < t1; t++) {
-                const int s0 = start[t], n = t - s0 + 1;
+                /* E_t = [s0, s0 + n - 1] = [start + n_sink, t - n_tail]: the retrieval-eligible keys */
+                const int s0 = start[t] + n_sink, n = t - n_tail - s0 + 1;
                 if (!ok || n < 2) continue;
                 row_ok[t] = 1;
                 const float *qt = Qs + (size_t)t * ds;
-                teacher_row(x->q + (size_t)t * x->shape.n_head * x->shape.head_dim, kt, T, &x->shape, s0, t, lp->agg,
-                            s.tmp, s.p);
+                teacher_row_mid(x->q + (size_t)t * x->shape.n_head * x->shape.head_dim, kt, T, &x->shape, start[t], t,
+                                s0, s0 + n - 1, lp->agg, s.tmp, s.p);
                 /* d_j = q_s(t).k_s(j);  z_j = d_j / (|q||k_j|) / tau;  y_j = d_j / sqrt(ds) / tau_kl */
                 for (int i = 0; i < n; i++) {
                     float dot = search_dot(qt, Ks + (size_t)(s0 + i) * ds, ds);
@@ -213,8 +219,9 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         for (int j = j0; j < t1; j++) {
             float *dk = dK + (size_t)j * ds;
             float esum = 0.0f;
-            for (int t = j > t0 ? j : t0; t < t1; t++) {
-                if (!row_ok[t] || start[t] > j) continue;
+            /* key j is in E_t iff start[t] + n_sink <= j <= t - n_tail (so t >= j + n_tail) */
+            for (int t = j + n_tail > t0 ? j + n_tail : t0; t < t1; t++) {
+                if (!row_ok[t] || start[t] + n_sink > j) continue;
                 float w = D[(size_t)(t - t0) * T + j];
                 const float *qt = Qs + (size_t)t * ds;
                 /* dk_s(j) += D_tj q_s(t) */

@@ -1,9 +1,15 @@
 /* Distillation losses for search projections, with hand-written gradients
  * through the linear maps q_s = W_Qs h, k_s = W_Ks h.
  *
- * For each query t with eligible keys E_t = [start_t, t] (|E_t| >= 2; a
- * document's first token has only itself and is skipped), teacher p_t over
- * E_t (teacher.h), and P_t = the teacher's top-k_pos keys (ties: earlier key):
+ * For each query t with eligible keys E_t = [start_t + n_sink, t - n_tail]
+ * (the keys the sparse runtime retrieves among: it always attends the first
+ * n_sink keys of the document and the n_tail most recent ones itself, so
+ * the search space need not rank them; n_sink = n_tail = 0 is all of the
+ * causal block [start_t, t]), |E_t| >= 2 (with one key or none there is
+ * nothing to rank and the query is skipped; e.g. a document's first token
+ * when n_sink = n_tail = 0), teacher p_t over E_t (teacher_row_mid: the
+ * model's attention renormalised over E_t), and P_t = the teacher's
+ * top-k_pos keys (ties: earlier key):
  *   InfoNCE  L_t = -log( sum_{j in P_t} e^{z_tj} / sum_{j in E_t} e^{z_tj} ),
  *            z_tj = cos(q_s(t), k_s(j)) / tau
  *   KL       K_t = sum_{j in E_t} p_tj (log p_tj - log r_tj),
@@ -30,6 +36,8 @@ typedef struct search_loss_params {
     float beta;       /* KL weight (1) */
     int k_pos;        /* teacher top-k positives (16) */
     teacher_agg agg;  /* head aggregation of the teacher */
+    int n_sink;       /* first keys of each document left out of E_t (0; the runtime's default is 4) */
+    int n_tail;       /* most recent keys, the query included, left out of E_t (0; runtime: 16) */
 } search_loss_params;
 
 /* One layer of one sequence, as captured at the attention seam. */
@@ -51,8 +59,9 @@ typedef struct search_loss_sums {
  * the projection q_s = W_Qs h used by training and evaluation alike. */
 void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads);
 
-/* Number of non-skipped queries (those with >= 2 eligible keys). */
-int64_t search_count_queries(const int32_t *seg, int T);
+/* Number of non-skipped queries (those with >= 2 eligible keys, i.e. at
+ * position >= n_sink + n_tail + 1 within their document). */
+int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail);
 
 /* Loss sums of one layer for projections wq, wk ([d_search][d_model]).
  * When dwq / dwk are not NULL, adds

@@ -1,5 +1,6 @@
 #include "search/teacher.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -29,20 +30,70 @@ void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *
         for (int r = 0; r < dk; r++) kt[(size_t)r * T + j] = k[(size_t)j * dk + r];
 }
 
-void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, teacher_agg agg,
-                 float *scratch, float *p) {
-    const int n = t - s + 1, hd = sh->head_dim, group = sh->n_head / sh->n_head_kv;
+/* out[i] = q_h(t) . k_{h/g}(s+i) / sqrt(hd) for i < n: head h's attention
+ * logits over the keys s..s+n-1. */
+static void head_logits(const float *q_t, const float *kt, int T, const attn_shape *sh, int h, int s, int n,
+                        float *out) {
+    const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int i = 0; i < n; i++) p[i] = 0.0f;
-    for (int h = 0; h < sh->n_head; h++) {
-        const float *qh = q_t + (size_t)h * hd;
-        const float *kg = kt + (size_t)(h / group) * hd * T + s;
-        /* scratch[i] = sum_c (q_h[c] / sqrt(hd)) k_g(s+i)[c], then softmax over i */
-        for (int i = 0; i < n; i++) scratch[i] = 0.0f;
-        for (int c = 0; c < hd; c++) {
-            const float qc = qh[c] * scale, *row = kg + (size_t)c * T;
-            for (int i = 0; i < n; i++) scratch[i] += qc * row[i];
+    const float *qh = q_t + (size_t)h * hd;
+    const float *kg = kt + (size_t)(h / group) * hd * T + s;
+    for (int i = 0; i < n; i++) out[i] = 0.0f;
+    for (int c = 0; c < hd; c++) {
+        const float qc = qh[c] * scale, *row = kg + (size_t)c * T;
+        for (int i = 0; i < n; i++) out[i] += qc * row[i];
+    }
+}
+
+/* Rare path of teacher_row_mid: every aggregated probability of the mid keys
+ * underflowed in fp32. Works with log-probabilities
+ *   lp_h(j) = logit_h(j) - LSE_{s..t}(logit_h)
+ * shifted by their maximum G over heads and mid keys, so the largest term is
+ * exp(0) = 1 and the renormalised row is exact up to rounding. Two passes
+ * over the heads (G first), recomputing the logits: no extra scratch. */
+static void teacher_row_mid_logdomain(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t,
+                                      int lo, int hi, teacher_agg agg, float *scratch, float *p) {
+    const int n = t - s + 1, m = hi - lo + 1, off = lo - s;
+    float G = -INFINITY;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1)
+            for (int i = 0; i < m; i++) p[i] = 0.0f;
+        for (int h = 0; h < sh->n_head; h++) {
+            head_logits(q_t, kt, T, sh, h, s, n, scratch);
+            float mx = -INFINITY;
+            for (int i = 0; i < n; i++)
+                if (scratch[i] > mx) mx = scratch[i];
+            float sum = 0.0f;
+            for (int i = 0; i < n; i++) sum += expf(scratch[i] - mx);
+            const float lse = mx + logf(sum);
+            for (int i = 0; i < m; i++) {
+                float lp = scratch[off + i] - lse;
+                if (pass == 0) {
+                    if (lp > G) G = lp;
+                } else if (agg == TEACHER_AGG_MEAN) {
+                    p[i] += expf(lp - G); /* the 1/n_head factor cancels in the renormalisation */
+                } else {
+                    float v = expf(lp - G);
+                    if (v > p[i]) p[i] = v;
+                }
+            }
         }
+    }
+    float sum = 0.0f;
+    for (int i = 0; i < m; i++) sum += p[i];
+    const float inv = 1.0f / sum; /* sum >= 1: the key and head attaining G contribute exp(0) */
+    for (int i = 0; i < m; i++) p[i] *= inv;
+}
+
+void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, int lo, int hi,
+                     teacher_agg agg, float *scratch, float *p) {
+    const int n = t - s + 1, m = hi - lo + 1, off = lo - s;
+    const int restricted = lo > s || hi < t;
+    for (int i = 0; i < m; i++) p[i] = 0.0f;
+    for (int h = 0; h < sh->n_head; h++) {
+        /* scratch[i] = sum_c (q_h[c] / sqrt(hd)) k_g(s+i)[c], then softmax over all of s..t:
+         * the model's own attention, including the keys outside lo..hi */
+        head_logits(q_t, kt, T, sh, h, s, n, scratch);
         float mx = -INFINITY;
         for (int i = 0; i < n; i++)
             if (scratch[i] > mx) mx = scratch[i];
@@ -54,25 +105,36 @@ void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh,
         float inv = 1.0f / sum;
         if (agg == TEACHER_AGG_MEAN) {
             float w = inv / (float)sh->n_head;
-            for (int i = 0; i < n; i++) p[i] += scratch[i] * w;
+            for (int i = 0; i < m; i++) p[i] += scratch[off + i] * w;
         } else {
-            for (int i = 0; i < n; i++) {
-                float v = scratch[i] * inv;
+            for (int i = 0; i < m; i++) {
+                float v = scratch[off + i] * inv;
                 if (v > p[i]) p[i] = v;
             }
         }
     }
-    if (agg == TEACHER_AGG_MAX) { /* renormalise the per-key maxima to a distribution */
+    /* max: renormalise the per-key maxima to a distribution; restricted: renormalise over lo..hi.
+     * (mean over the whole range already sums to 1 and is left as is, as it always was.) */
+    if (agg == TEACHER_AGG_MAX || restricted) {
         float sum = 0.0f;
-        for (int i = 0; i < n; i++) sum += p[i];
+        for (int i = 0; i < m; i++) sum += p[i];
+        if (!(sum >= FLT_MIN)) { /* all (or all but denormal) mass underflowed: redo in the log domain */
+            teacher_row_mid_logdomain(q_t, kt, T, sh, s, t, lo, hi, agg, scratch, p);
+            return;
+        }
         float inv = 1.0f / sum;
-        for (int i = 0; i < n; i++) p[i] *= inv;
+        for (int i = 0; i < m; i++) p[i] *= inv;
     }
 }
 
-void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, float *qsum,
+void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, teacher_agg agg,
+                 float *scratch, float *p) {
+    teacher_row_mid(q_t, kt, T, sh, s, t, s, t, agg, scratch, p);
+}
+
+void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *sh, int lo, int hi, float *qsum,
                    float *o) {
-    const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, dk = sh->n_head_kv * hd, n = t - s + 1;
+    const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, dk = sh->n_head_kv * hd, n = hi - lo + 1;
     /* sum_h q_h . k_g = sum_g (sum_{h in group g} q_h) . k_g: fold the query heads first */
     for (int i = 0; i < dk; i++) qsum[i] = 0.0f;
     for (int h = 0; h < sh->n_head; h++)
@@ -80,7 +142,7 @@ void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *s
     const float inv = 1.0f / (float)sh->n_head;
     for (int i = 0; i < n; i++) o[i] = 0.0f;
     for (int r = 0; r < dk; r++) {
-        const float w = qsum[r] * inv, *row = kt + (size_t)r * T + s;
+        const float w = qsum[r] * inv, *row = kt + (size_t)r * T + lo;
         for (int i = 0; i < n; i++) o[i] += w * row[i];
     }
 }

@@ -6,7 +6,16 @@
  * Eligibility (as the model's attention): key j is eligible for query t iff
  * seg[j] == seg[t] and j <= t. Segments are contiguous runs with
  * non-decreasing ids (packed documents), so the eligible keys of t are the
- * range [start[t], t]. */
+ * range [start[t], t].
+ *
+ * Retrieval-eligible keys: the sparse runtime always attends the first
+ * n_sink keys of the document and the n_tail most recent keys (the query
+ * included), and retrieves candidates only among the rest, the "mid" range
+ * [start[t] + n_sink, t - n_tail]. Training and evaluation can restrict
+ * themselves to that range (teacher_row_mid): the teacher is still the
+ * model's attention over all of [start[t], t], renormalised over the mid
+ * keys, i.e. the conditional distribution of attention given that it falls
+ * on a key the retriever must find. n_sink = n_tail = 0 is the whole range. */
 #ifndef SUBQ_SEARCH_TEACHER_H
 #define SUBQ_SEARCH_TEACHER_H
 
@@ -45,10 +54,24 @@ void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *
 void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, teacher_agg agg,
                  float *scratch, float *p);
 
+/* The same teacher restricted to the keys j = lo..hi (s <= lo <= hi <= t)
+ * and renormalised over them:
+ *   p_mid(j) = p(j) / sum_{j' = lo..hi} p(j')
+ * with p as in teacher_row (head softmaxes over all of s..t, then
+ * aggregated). Writes p[j - lo] for the hi - lo + 1 keys; `scratch` holds
+ * t - s + 1 floats. teacher_row is the case lo = s, hi = t (bit for bit).
+ * When every head puts less than FLT_MIN on the whole range in fp32 (all
+ * underflow), the row is recomputed in the log domain, so the result is
+ * always a distribution. */
+void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, int lo, int hi,
+                     teacher_agg agg, float *scratch, float *p);
+
 /* Raw-QK oracle scores: o(j) = (1/n_head) sum_h q_h(t) . k_{h/g}(j) for
- * j = s..t (head-mean native scores; the exact-top-K baseline). `qsum`
- * is scratch of n_head_kv*head_dim floats. */
-void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, float *qsum,
+ * j = lo..hi, written to o[j - lo] (head-mean native scores; the
+ * exact-top-K baseline; any key range, e.g. a query's eligible keys or its
+ * retrieval-eligible mid range). `qsum` is scratch of n_head_kv*head_dim
+ * floats. */
+void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *sh, int lo, int hi, float *qsum,
                    float *o);
 
 #endif

@@ -9,18 +9,22 @@
 #include "model/model.h"
 #include "quant/types.h"
 
-/* Options that shape the result: a resumed run must use the same ones. */
+/* Options that shape the result: a resumed run must use the same ones.
+ * absent_is_zero: files written before the option existed lack the key and
+ * were trained as with value 0, so a missing key matches 0 (and only 0). */
 typedef struct cfg_item {
     const char *key, *flag;
     int is_float;
     float f;
     uint64_t u;
+    int absent_is_zero;
 } cfg_item;
 
 static int cfg_items(const train_search_config *c, const train_corpus *d, cfg_item *it) {
     int n = 0;
-#define F(k, fl, v) it[n++] = (cfg_item){k, fl, 1, (float)(v), 0}
-#define U(k, fl, v) it[n++] = (cfg_item){k, fl, 0, 0.0f, (uint64_t)(v)}
+#define F(k, fl, v) it[n++] = (cfg_item){k, fl, 1, (float)(v), 0, 0}
+#define U(k, fl, v) it[n++] = (cfg_item){k, fl, 0, 0.0f, (uint64_t)(v), 0}
+#define U0(k, fl, v) it[n++] = (cfg_item){k, fl, 0, 0.0f, (uint64_t)(v), 1}
     U("seq", "--seq", d->p.seq);
     U("pack", "--no-pack", d->p.pack);
     F("eval_frac", "--eval-frac", d->p.eval_frac);
@@ -41,8 +45,12 @@ static int cfg_items(const train_search_config *c, const train_corpus *d, cfg_it
     U("warmup", "--warmup", c->warmup);
     U("steps", "--steps", c->steps);
     U("seed", "--seed", c->seed);
+    /* the retrieval-eligible key set (keys the runtime always attends are left out) */
+    U0("n_sink", "--sink", c->loss.n_sink);
+    U0("n_tail", "--tail", c->loss.n_tail);
 #undef F
 #undef U
+#undef U0
     return n;
 }
 #define MAX_CFG_ITEMS 32
@@ -181,6 +189,10 @@ subq_status train_load_checkpoint(const char *path, const subq_model *m, const t
             same = kv && kv->value.type == GGUF_TYPE_FLOAT32 && (float)kv->value.v.f64 == it[i].f;
             if (kv && kv->value.type == GGUF_TYPE_FLOAT32) snprintf(was, sizeof was, "%g", kv->value.v.f64);
             snprintf(now, sizeof now, "%g", (double)it[i].f);
+        } else if (!kv && it[i].absent_is_zero) {
+            same = it[i].u == 0;
+            snprintf(was, sizeof was, "0 (not recorded)");
+            snprintf(now, sizeof now, "%" PRIu64, it[i].u);
         } else {
             same = kv && kv->value.type == GGUF_TYPE_UINT64 && kv->value.v.u64 == it[i].u;
             if (kv && kv->value.type == GGUF_TYPE_UINT64) snprintf(was, sizeof was, "%" PRIu64, kv->value.v.u64);

@@ -54,6 +54,8 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
     s = s ? s : gguf_writer_set_f32(w, "dump.tau", cfg->loss.tau);
     s = s ? s : gguf_writer_set_f32(w, "dump.tau_kl", cfg->loss.tau_kl);
     s = s ? s : gguf_writer_set_u32(w, "dump.k_pos", (uint32_t)cfg->loss.k_pos);
+    s = s ? s : gguf_writer_set_u32(w, "dump.n_sink", (uint32_t)cfg->loss.n_sink);
+    s = s ? s : gguf_writer_set_u32(w, "dump.n_tail", (uint32_t)cfg->loss.n_tail);
     s = s ? s : gguf_writer_set_arr(w, "dump.eval_k", GGUF_TYPE_INT32, cfg->eval_k, (uint64_t)cfg->n_eval_k);
     if (s) {
         s = subq_fail(err, s, "out of memory");
@@ -62,7 +64,8 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
     for (int i = 0; i < proj->n_sel && !s; i++) {
         int l = proj->layers[i];
         search_layer_data x = train_capture_layer(cap, i, seg);
-        /* dense teacher: row t holds p over its eligible keys, zeros elsewhere */
+        /* dense teacher: row t holds p over its retrieval-eligible keys [start + n_sink, t - n_tail]
+         * (renormalised over them), zeros elsewhere; a row with no such key is all zeros */
         float *P = dense + (size_t)i * T * T, *scratch = malloc((size_t)T * sizeof(float));
         float *kt = malloc((size_t)T * cap->dk * sizeof(float));
         if (!scratch || !kt) {
@@ -75,7 +78,10 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
         for (int t = 0; t < T; t++) {
             int s0 = t;
             while (s0 > 0 && seg[s0 - 1] == seg[t]) s0--;
-            teacher_row(x.q + (size_t)t * cap->dq, kt, T, &x.shape, s0, t, cfg->loss.agg, scratch, P + (size_t)t * T + s0);
+            const int lo = s0 + cfg->loss.n_sink, hi = t - cfg->loss.n_tail;
+            if (lo > hi) continue;
+            teacher_row_mid(x.q + (size_t)t * cap->dq, kt, T, &x.shape, s0, t, lo, hi, cfg->loss.agg, scratch,
+                            P + (size_t)t * T + lo);
         }
         free(scratch);
         free(kt);
@@ -84,8 +90,8 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
         search_eval_init(&acc, cfg->eval_k, cfg->n_eval_k);
         if ((s = search_loss_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, &cfg->loss, 1.0f, NULL, NULL, &sums,
                                    0, ctx->n_threads, err)) ||
-            (s = search_eval_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, cfg->loss.agg, &acc, ctx->n_threads,
-                                   err)))
+            (s = search_eval_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, cfg->loss.agg, cfg->loss.n_sink,
+                                   cfg->loss.n_tail, &acc, ctx->n_threads, err)))
             break;
         char key[128];
         double ml[SEARCH_EVAL_MAX_K], mo[SEARCH_EVAL_MAX_K], rl[SEARCH_EVAL_MAX_K], ro[SEARCH_EVAL_MAX_K];

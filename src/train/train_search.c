@@ -19,7 +19,8 @@ train_search_config train_search_default_config(void) {
     train_search_config c = {
         .d_search = 32,
         .batch = 1,
-        .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = TEACHER_AGG_MAX},
+        .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = TEACHER_AGG_MAX,
+                 .n_sink = 0, .n_tail = 0},
         .lr = 1e-4f,
         .weight_decay = 0.01f,
         .beta1 = 0.9f,
@@ -80,6 +81,7 @@ static subq_status check_config(const subq_model *m, const train_corpus *data, c
     if (c->warmup < 0) return subq_fail(err, SUBQ_ERR_ARG, "warmup must be >= 0");
     if (!(c->lr >= 0) || !(c->loss.tau > 0) || !(c->loss.tau_kl > 0) || c->loss.k_pos < 1)
         return subq_fail(err, SUBQ_ERR_ARG, "lr must be >= 0, temperatures > 0 and k_pos >= 1");
+    if (c->loss.n_sink < 0 || c->loss.n_tail < 0) return subq_fail(err, SUBQ_ERR_ARG, "sink and tail must be >= 0");
     if (c->n_eval_k < 0 || c->n_eval_k > SEARCH_EVAL_MAX_K) return subq_fail(err, SUBQ_ERR_ARG, "too many eval K values");
     for (int i = 0; i < c->n_eval_k; i++)
         if (c->eval_k[i] < 1) return subq_fail(err, SUBQ_ERR_ARG, "eval K values must be >= 1");
@@ -154,7 +156,7 @@ static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err)
             nce += sums.nce;
             kl += sums.kl;
         }
-        n_q += search_count_queries(t->seg, n);
+        n_q += search_count_queries(t->seg, n, cfg->loss.n_sink, cfg->loss.n_tail);
         n_tok += n;
     }
     /* objective = (1/L) sum_layers (alpha sum_t nce + beta sum_t kl) / N */
@@ -212,8 +214,8 @@ static subq_status evaluate(trainer *t, train_eval_stats *es, subq_error *err) {
             search_loss_sums sums;
             if ((s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &cfg->loss, 1.0f, NULL, NULL, &sums, 0,
                                        t->n_threads, err)) ||
-                (s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, cfg->loss.agg, &t->ev[i].acc,
-                                       t->n_threads, err)))
+                (s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, cfg->loss.agg, cfg->loss.n_sink,
+                                       cfg->loss.n_tail, &t->ev[i].acc, t->n_threads, err)))
                 return s;
             t->ev[i].nce += sums.nce;
             t->ev[i].kl += sums.kl;

@@ -9,6 +9,12 @@
  * held-out split reports the losses and mass@K / recall@K of the learned
  * space and of the raw-QK oracle (search_eval.h).
  *
+ * loss.n_sink / loss.n_tail (default 0 / 0) align training with the sparse
+ * runtime, which always attends the first n_sink keys of a document and the
+ * n_tail most recent ones and retrieves only among the rest: both losses,
+ * the teacher they use and the evaluation then see only those
+ * retrieval-eligible keys (search_loss.h, search_eval.h).
+ *
  * Checkpoints (OUT.ckpt: weights, Adam moments, step, data cursor, rng) are
  * written atomically; a resumed run ends with the same weights, bit for bit,
  * as an uninterrupted one with the same thread count. */
@@ -28,7 +34,8 @@ typedef struct train_search_config {
     int n_layers;
     int d_search;               /* 32 */
     int batch;                  /* sequences per step (1) */
-    search_loss_params loss;    /* tau .07, tau_kl 1, alpha 1, beta 1, k_pos 16, max */
+    search_loss_params loss;    /* tau .07, tau_kl 1, alpha 1, beta 1, k_pos 16, max, n_sink 0, n_tail 0;
+                                 * n_sink / n_tail also restrict the evaluation's key set */
     float lr;                   /* 1e-4 */
     float weight_decay;         /* 0.01 */
     float beta1, beta2, eps;    /* 0.9, 0.999, 1e-8 */

@@ -96,7 +96,8 @@ def main():
                and md.get("subq.search.step") == 9 and "subq.search.loss.train" in md
                and "subq.search.loss.eval" in md and abs(md.get("subq.search.config.lr", 0) - 0.01) < 1e-9
                and md.get("subq.search.config.head_agg") == "max" and md.get("subq.search.config.seq") == 128
-               and abs(md.get("subq.search.config.tau", 0) - 0.07) < 1e-7 and md.get("subq.search.config.k_pos") == 8)
+               and abs(md.get("subq.search.config.tau", 0) - 0.07) < 1e-7 and md.get("subq.search.config.k_pos") == 8
+               and md.get("subq.search.config.n_sink") == 0 and md.get("subq.search.config.n_tail") == 0)
     checks.check("metadata", meta_ok, json.dumps({k: v for k, v in md.items() if k.startswith("subq.") or
                                                   k.startswith("general.")}, default=str)[:600])
     ck_names = set(ta_ck)
@@ -134,6 +135,26 @@ def main():
             is not None and checks.guarded("resume to the end", rc.run_subq, base + ["-o", c, "--resume"]) is not None):
         _, tc = tensors(c)
         checks.check("twice-interrupted weights == uninterrupted (bitwise)", tc == ta)
+
+    # ---- --sink / --tail: recorded, and part of the resume check -----------
+    f = out("f")
+    st = ["--sink", "2", "--tail", "4"]
+    if checks.guarded("--sink 2 --tail 4, stop after 5", rc.run_subq, base + st + ["-o", f, "--stop-after", "5"]) \
+            is not None:
+        mf = GGUFFile(f + ".ckpt").metadata
+        checks.check("sink/tail in the checkpoint's config", (mf.get("subq.search.config.n_sink"),
+                                                               mf.get("subq.search.config.n_tail")) == (2, 4),
+                     str((mf.get("subq.search.config.n_sink"), mf.get("subq.search.config.n_tail"))))
+        one_line_error(checks, "resume with another --tail", base + ["--sink", "2", "-o", f, "--resume"], "--tail")
+        one_line_error(checks, "resume with another --sink", base + ["--sink", "3", "--tail", "4", "-o", f, "--resume"],
+                       "--sink")
+        if checks.guarded("resume with the same --sink / --tail", rc.run_subq, base + st + ["-o", f, "--resume"]) \
+                is not None:
+            mf = GGUFFile(f).metadata
+            _, tf = tensors(f)
+            checks.check("sink/tail in the output's config, weights differ from the unrestricted run",
+                         (mf.get("subq.search.config.n_sink"), mf.get("subq.search.config.n_tail")) == (2, 4)
+                         and mf.get("subq.search.step") == 9 and tf != ta, str(mf.get("subq.search.step")))
 
     # ---- Ctrl-C ------------------------------------------------------------
     sig = ["train-search", "-m", model, data, "--seq", "64", "--steps", "300", "--lr", "0.01", "--d-search", "8",
@@ -181,6 +202,7 @@ def main():
                    ["--lr", "0.02"], "--lr")
     other_args = [x if x != data else other_data for x in base]
     one_line_error(checks, "resume with other data", other_args + ["-o", a, "--resume"], "other data")
+    one_line_error(checks, "resume with another --sink", base + ["-o", a, "--resume", "--sink", "4"], "--sink")
     synth = os.path.join(tmp, "synth.gguf")
     if checks.guarded("synth model", rc.run_subq, ["synth", "--shape", "stories260k", "--type", "f32", "-s", "3",
                                                     "-o", synth]) is not None:

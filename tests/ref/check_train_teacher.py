@@ -8,7 +8,11 @@ sequence: block-causal segments, positions restarting, GQA 8 heads / 4 KV),
 and of a 700-token piece (captured across two 512-token forward batches):
 tokens, positions, segment ids, and per layer the captured h, q, k, the dense
 teacher matrix, the initial W_Qs/W_Ks, the loss sums and mass/recall@K.
-Checked, for --head-agg max and mean (and max on the long piece):
+Checked, for --head-agg max and mean (and max on the long piece), over all
+block-causal keys and, with --sink / --tail, over the retrieval-eligible keys
+only (each document's first n_sink keys and each query's n_tail most recent
+keys left out; the teacher renormalised over the rest; losses and metrics on
+that set):
   capture    h, q, k  vs a float64 block-causal forward        rel err < 1e-4
   teacher    C teacher vs numpy teacher from the dumped q, k     abs err < 1e-5
              (and vs numpy teacher from numpy's own q, k          abs err < 1e-4)
@@ -60,15 +64,20 @@ def main():
     with open(long_doc, "wb") as f:
         f.write(text[:text.rfind(b"\n") + 1])
     ref = LlamaRef(model)
-    cases = [("max", data, "128"), ("mean", data, "128"), ("max", long_doc, "700")]
-    for agg, src, seq in cases:
-        name = "%s seq %s" % (agg, seq)
-        dump = os.path.join(tmp, "train_teacher_%s_%s.gguf" % (agg, seq))
+    # (head-agg, data, --seq, --sink, --tail); the packed documents are ~20 tokens long,
+    # so they get a small sink/tail; the long piece the runtime's defaults 4 / 16
+    cases = [("max", data, "128", 0, 0), ("mean", data, "128", 0, 0), ("max", long_doc, "700", 0, 0),
+             ("max", data, "128", 2, 5), ("mean", data, "128", 1, 3), ("mean", long_doc, "700", 4, 16)]
+    captures = {}
+    for agg, src, seq, n_sink, n_tail in cases:
+        name = "%s seq %s" % (agg, seq) + (" sink %d tail %d" % (n_sink, n_tail) if n_sink or n_tail else "")
+        dump = os.path.join(tmp, "train_teacher_%s_%s_%d_%d.gguf" % (agg, seq, n_sink, n_tail))
         if os.path.exists(dump):
             os.remove(dump)
         args = ["train-search", "-m", model, "-f", src, "--dump-teacher", dump, "--seq", seq,
                 "--reserve", "none", "--head-agg", agg, "--k-pos", "4", "--eval-k", "2,4,8,16",
-                "--d-search", "8", "--init-std", "0.3", "--eval-frac", "0", "-t", "2"]
+                "--d-search", "8", "--init-std", "0.3", "--eval-frac", "0", "-t", "2",
+                "--sink", str(n_sink), "--tail", str(n_tail)]
         if checks.guarded("dump %s" % name, rc.run_subq, args) is None:
             continue
         g = GGUFFile(dump)
@@ -85,7 +94,13 @@ def main():
             checks.check("%s: one piece longer than a forward batch" % name, T == 700 and seg.max() == 0 and pos_ok,
                          "T=%d" % T)
         checks.check("%s: every layer dumped" % name, layers == list(range(ref.n_layer)), str(layers))
-        cap = teacher_np.capture(ref, tok, pos, seg)
+        checks.check("%s: sink/tail recorded" % name, (g.get("dump.n_sink"), g.get("dump.n_tail")) == (n_sink, n_tail),
+                     str((g.get("dump.n_sink"), g.get("dump.n_tail"))))
+        # the float64 forward depends only on the sequence: reuse it across cases
+        key = (tuple(tok.tolist()), tuple(pos.tolist()), tuple(seg.tolist()))
+        if key not in captures:
+            captures[key] = teacher_np.capture(ref, tok, pos, seg)
+        cap = captures[key]
         tau = g.get("dump.tau")
         tau_kl = g.get("dump.tau_kl")
         k_pos = g.get("dump.k_pos")
@@ -97,22 +112,22 @@ def main():
             checks.check("%s layer %d: capture h/q/k" % (name, l), max(errs) < 1e-4,
                          "rel err h %.2e q %.2e k %.2e" % tuple(errs))
             P_c = g.tensor("l%d.teacher" % l).astype(np.float64)
-            P_np = teacher_np.teacher(q_c, k_c, seg, ref.n_head, ref.n_head_kv, agg)
-            P_e2e = teacher_np.teacher(q_r, k_r, seg, ref.n_head, ref.n_head_kv, agg)
+            P_np = teacher_np.teacher(q_c, k_c, seg, ref.n_head, ref.n_head_kv, agg, n_sink, n_tail)
+            P_e2e = teacher_np.teacher(q_r, k_r, seg, ref.n_head, ref.n_head_kv, agg, n_sink, n_tail)
             e1 = np.abs(P_c - P_np).max()
             e2 = np.abs(P_c - P_e2e).max()
             checks.check("%s layer %d: teacher" % (name, l), e1 < 1e-5 and e2 < 1e-4,
                          "abs err vs numpy on dumped q,k %.2e, end to end %.2e" % (e1, e2))
             wq = g.tensor("l%d.wq" % l)
             wk = g.tensor("l%d.wk" % l)
-            nce, kl, n = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos)
+            nce, kl, n = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos, n_sink, n_tail)
             nce_c = g.get("dump.l%d.nce_sum" % l)[0]
             kl_c = g.get("dump.l%d.kl_sum" % l)[0]
             n_c = g.get("dump.l%d.n_queries" % l)
             rel = max(abs(nce - nce_c) / max(abs(nce), 1e-9), abs(kl - kl_c) / max(abs(kl), 1e-9))
             checks.check("%s layer %d: losses" % (name, l), rel < 1e-4 and n == n_c,
                          "nce %.6f vs %.6f, kl %.6f vs %.6f, queries %d vs %d" % (nce_c, nce, kl_c, kl, n_c, n))
-            m = teacher_np.metrics(h_c, wq, wk, q_c, k_c, P_np, seg, ref.n_head, ref.n_head_kv, eval_k)
+            m = teacher_np.metrics(h_c, wq, wk, q_c, k_c, P_np, seg, ref.n_head, ref.n_head_kv, eval_k, n_sink, n_tail)
             worst = 0.0
             detail = []
             for i, K in enumerate(eval_k):

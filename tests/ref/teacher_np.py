@@ -7,20 +7,28 @@ Everything in float64, written straight from the definitions:
       block-causal forward of a LlamaRef model with explicit positions and
       segment ids; returns per layer the normed hidden state h (T, d), the
       post-RoPE (post QK-norm) q (T, n_head*hd) and k (T, n_kv*hd).
-  eligible(seg)
-      E[t, j] = seg[j] == seg[t] and j <= t
-  teacher(q, k, seg, n_head, n_kv, agg)
-      p_h = softmax_j(q_h(t) . k_{h // (n_head/n_kv)}(j) / sqrt(hd)) over E[t];
-      mean: mean_h p_h;  max: max_h p_h renormalised.  (T, T), zero off E.
-  losses(h, wq, wk, P, seg, tau, tau_kl, k_pos)
+  eligible(seg, n_sink=0, n_tail=0)
+      E[t, j] = seg[j] == seg[t] and doc0(t) + n_sink <= j <= t - n_tail
+      (doc0(t) = first index of t's segment; n_sink = n_tail = 0: block-causal.
+      With n_sink / n_tail: the keys the sparse runtime retrieves among, since it
+      always attends the first n_sink keys of a document and the n_tail most
+      recent ones itself.)
+  teacher(q, k, seg, n_head, n_kv, agg, n_sink=0, n_tail=0)
+      p_h = softmax_j(q_h(t) . k_{h // (n_head/n_kv)}(j) / sqrt(hd)) over the
+      block-causal keys (the model's own attention);
+      mean: mean_h p_h;  max: max_h p_h renormalised;
+      then restricted to eligible(seg, n_sink, n_tail) and renormalised over it.
+      (T, T), zero off that set (rows without keys are all zero).
+  losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0)
       sums over queries with >= 2 eligible keys of
         InfoNCE -log(sum_{P_t} e^z / sum_{E_t} e^z), z = cos(qs, ks)/tau,
                 P_t = teacher top-k_pos (ties: earlier key)
         KL(p_t || softmax(qs.ks / sqrt(d_search) / tau_kl))
-  metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks)
+  metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks, n_sink=0, n_tail=0)
       mass@K / recall@K of the learned scores cos(qs, ks) and of the raw-QK oracle
       mean_h q_h.k_g, and of the recency window (the K most recent eligible
-      keys), over queries with more than K eligible keys.
+      keys), over queries with more than K eligible keys (P: the teacher of
+      teacher() with the same n_sink / n_tail).
 """
 
 import math
@@ -78,14 +86,18 @@ def capture(ref, tokens, pos, seg):
     return out
 
 
-def eligible(seg):
+def eligible(seg, n_sink=0, n_tail=0):
     seg = np.asarray(seg)
     T = len(seg)
-    causal = np.tril(np.ones((T, T), dtype=bool))
-    return causal & (seg[:, None] == seg[None, :])
+    same = seg[:, None] == seg[None, :]
+    idx = np.arange(T)
+    # doc0[t]: the smallest j of t's segment (segments are contiguous runs)
+    doc0 = np.array([np.nonzero(same[t])[0].min() for t in range(T)])
+    j = idx[None, :]
+    return same & (j <= idx[:, None] - n_tail) & (j >= doc0[:, None] + n_sink)
 
 
-def teacher(q, k, seg, n_head, n_kv, agg):
+def teacher(q, k, seg, n_head, n_kv, agg, n_sink=0, n_tail=0):
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     T = q.shape[0]
@@ -106,6 +118,12 @@ def teacher(q, k, seg, n_head, n_kv, agg):
             P = np.maximum(P, p)
     if agg == "max":
         P = P / P.sum(axis=1, keepdims=True)
+    if n_sink or n_tail:
+        # the model attends all of E; the retriever only sees R: condition on R
+        R = eligible(seg, n_sink, n_tail)
+        P = np.where(R, P, 0.0)
+        tot = P.sum(axis=1, keepdims=True)
+        P = np.divide(P, tot, out=np.zeros_like(P), where=tot > 0)
     return P
 
 
@@ -119,14 +137,14 @@ def topk(v, k):
     return np.argsort(-np.asarray(v), kind="stable")[:k]
 
 
-def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos):
+def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0):
     h = np.asarray(h, dtype=np.float64)
     qs = h @ np.asarray(wq, dtype=np.float64).T
     ks = h @ np.asarray(wk, dtype=np.float64).T
     ds = qs.shape[1]
     nq = np.sqrt((qs * qs).sum(1) + 1e-12)
     nk = np.sqrt((ks * ks).sum(1) + 1e-12)
-    E = eligible(seg)
+    E = eligible(seg, n_sink, n_tail)
     nce = kl = 0.0
     n = 0
     for t in range(len(seg)):
@@ -146,7 +164,7 @@ def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos):
     return nce, kl, n
 
 
-def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list):
+def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list, n_sink=0, n_tail=0):
     h = np.asarray(h, dtype=np.float64)
     qs = h @ np.asarray(wq, dtype=np.float64).T
     kss = h @ np.asarray(wk, dtype=np.float64).T
@@ -163,7 +181,7 @@ def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list):
     nq = np.sqrt((qs * qs).sum(1) + 1e-12)
     nk = np.sqrt((kss * kss).sum(1) + 1e-12)
     learned = (qs @ kss.T) / nq[:, None] / nk[None, :]
-    E = eligible(seg)
+    E = eligible(seg, n_sink, n_tail)
     res = {K: [0.0] * 6 + [0] for K in ks_list}   # mass_l, mass_o, mass_w, recall_l, recall_o, recall_w, n
     for t in range(len(seg)):
         idx = np.nonzero(E[t])[0]

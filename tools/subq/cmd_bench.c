@@ -26,7 +26,8 @@ static const char *help =
     "  --attn LIST          attention kinds: full and any selector (default full)\n"
     "  --prefill N          prefill batch size in tokens (default 512; 0 = skip)\n"
     "  -n, --n-decode N     decode steps timed per context (default 16)\n"
-    "  --kv f32|f16         KV cache type (default f32)\n"
+    "  --kv f32|f16         KV cache type (default f16, as llama-bench; the other commands\n"
+    "                       default to f32)\n"
     "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024)\n"
     "  -s FILE              search projections (same as --search FILE)\n"
     "  --json               print one JSON object on stdout\n\n" CLI_SPARSE_OPTS_HELP;
@@ -81,7 +82,7 @@ static const char *attn_name(int attn) { return attn < 0 ? "full" : selector_kin
 
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
-    cli_model_opts mo = {0};
+    cli_model_opts mo = {.kv_type = SUBQ_KV_F16};
     cli_sparse_opts so;
     cli_sparse_init(&so);
     int ctx[MAX_LIST] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;

@@ -46,6 +46,15 @@ static const char *help =
     "  --alpha A            InfoNCE weight (default 1)\n"
     "  --beta B             KL weight (default 1)\n"
     "  --head-agg max|mean  teacher aggregation over query heads (default max)\n"
+    "  --sink N             leave each document's first N keys out of every query's key set\n"
+    "                       (default 0)\n"
+    "  --tail N             leave each query's N most recent keys, itself included, out of its key\n"
+    "                       set (default 0). The sparse runtime always attends these keys and\n"
+    "                       retrieves only among keys [doc start + sink, t - tail]; --sink 4\n"
+    "                       --tail 16 matches its defaults (--sink / --tail of generate, eval...)\n"
+    "                       and trains on exactly the keys it searches. Both losses use that\n"
+    "                       set, with the teacher renormalised over it; queries with fewer than\n"
+    "                       2 such keys are skipped. Evaluation uses the same set (below)\n"
     "optimisation:\n"
     "  --steps N            optimiser steps (default 1000)\n"
     "  --batch N            sequences per step (default 1)\n"
@@ -59,7 +68,10 @@ static const char *help =
     "  --eval-every N       evaluate before training and every N steps; 0 = only at the end\n"
     "                       (default 200)\n"
     "  --eval-k LIST        K values for mass@K / recall@K of the learned space, the raw-QK\n"
-    "                       oracle and the recency window (default 8,16,32,64)\n"
+    "                       oracle and the recency window (default 8,16,32,64); with --sink /\n"
+    "                       --tail, over the retrieval-eligible keys only: mass@K is the teacher\n"
+    "                       mass within that set captured by the top K, renormalised over the set,\n"
+    "                       and the window is the K most recent keys before the tail\n"
     "  --eval-tokens N      held-out tokens per evaluation, 0 = all (default 32768)\n"
     "output:\n"
     "  -o, --output FILE    projection GGUF (required); the checkpoint is FILE.ckpt\n"
@@ -94,6 +106,7 @@ typedef struct run_ui {
     train_eval_stats ev;
     train_eval_layer *ev_layers;
     int n_layers;
+    int n_sink, n_tail;         /* retrieval-eligible key set, for the messages */
 } run_ui;
 
 static void json_k_array(FILE *f, const char *name, const train_eval_layer *L, int what) {
@@ -140,11 +153,17 @@ static void ui_start(void *user, const train_start_info *info) {
             info->n_threads);
     if (u->log) {
         fprintf(u->log, "{\"type\": \"start\", \"step\": %lld, \"resumed\": %s, \"n_train_seq\": %d, \"train_tokens\": %lld, "
-                        "\"n_eval_seq\": %d, \"eval_tokens\": %lld, \"threads\": %d}\n",
+                        "\"n_eval_seq\": %d, \"eval_tokens\": %lld, \"threads\": %d, \"n_sink\": %d, \"n_tail\": %d}\n",
                 (long long)info->start_step, info->resumed ? "true" : "false", info->n_train_seq,
-                (long long)info->train_tokens, info->n_eval_seq, (long long)info->eval_tokens, info->n_threads);
+                (long long)info->train_tokens, info->n_eval_seq, (long long)info->eval_tokens, info->n_threads,
+                u->n_sink, u->n_tail);
         fflush(u->log);
     }
+    if (u->n_sink > 0 || u->n_tail > 0)
+        fprintf(stderr, "subq train-search: keys of query t restricted to [doc start + %d, t - %d] (the runtime's "
+                        "retrieval set: sinks and tail left out); the teacher, losses and mass/recall@K are "
+                        "renormalised over them\n",
+                u->n_sink, u->n_tail);
     progress_begin(&u->bar, "train-search", u->steps);
     u->bar_started = 1;
 }
@@ -174,6 +193,9 @@ static void ui_eval(void *user, const train_eval_stats *e) {
     if (u->bar.enabled) fputc('\n', stderr);
     fprintf(stderr, "eval @ step %lld: loss %.4f (nce %.4f kl %.4f) on %d sequences, %lld tokens, %.1f s\n",
             (long long)e->step, e->loss, e->nce, e->kl, e->n_seq, (long long)e->n_tokens, e->seconds);
+    if (u->n_sink > 0 || u->n_tail > 0)
+        fprintf(stderr, "  (keys outside sink %d / tail %d only; mass = share of the teacher mass on those keys)\n",
+                u->n_sink, u->n_tail);
     for (int i = 0; i < e->n_layers; i++) {
         const train_eval_layer *L = &e->layers[i];
         fprintf(stderr, "  layer %2d  nce %.3f kl %.3f  mass learned/oracle/window", L->layer, L->nce, L->kl);
@@ -269,6 +291,8 @@ int cmd_train_search(int argc, char **argv) {
         INT_OPT("--d-search", 1, SEARCH_PROJ_MAX_D, &cfg.d_search);
         INT_OPT("--batch", 1, 1 << 16, &cfg.batch);
         INT_OPT("--k-pos", 1, 1 << 20, &cfg.loss.k_pos);
+        INT_OPT("--sink", 0, 1 << 20, &cfg.loss.n_sink);
+        INT_OPT("--tail", 0, 1 << 20, &cfg.loss.n_tail);
         INT_OPT("--warmup", 0, 1 << 30, &cfg.warmup);
         INT_OPT("--eval-every", 0, 1 << 30, &cfg.eval_every);
         INT_OPT("--save-every", 0, 1 << 30, &cfg.save_every);
@@ -397,6 +421,8 @@ int cmd_train_search(int argc, char **argv) {
     ui.json = json;
     ui.steps = cfg.steps;
     ui.n_layers = cfg.n_layers;
+    ui.n_sink = cfg.loss.n_sink;
+    ui.n_tail = cfg.loss.n_tail;
     ui.ev_layers = calloc((size_t)cfg.n_layers, sizeof(train_eval_layer));
 
     struct sigaction sa, old;
@@ -428,9 +454,10 @@ int cmd_train_search(int argc, char **argv) {
         printf("{\"output\": ");
         cli_json_string(stdout, out, strlen(out));
         printf(", \"step\": %lld, \"steps\": %lld, \"interrupted\": %s, \"stopped_early\": %s, \"tok_per_s\": %.1f, "
-               "\"train_tokens\": %lld, \"d_search\": %d, \"layers\": [",
+               "\"train_tokens\": %lld, \"d_search\": %d, \"n_sink\": %d, \"n_tail\": %d, \"layers\": [",
                (long long)res.step, (long long)cfg.steps, res.interrupted ? "true" : "false",
-               res.stopped_early ? "true" : "false", res.tok_per_s, (long long)res.train_tokens, cfg.d_search);
+               res.stopped_early ? "true" : "false", res.tok_per_s, (long long)res.train_tokens, cfg.d_search,
+               cfg.loss.n_sink, cfg.loss.n_tail);
         for (int i = 0; i < cfg.n_layers; i++) printf("%s%d", i ? ", " : "", layers[i]);
         printf("], \"eval\": ");
         if (ui.have_eval) json_eval(stdout, &ui.ev);
