@@ -142,6 +142,16 @@ expect_error("unknown command", ["frobnicate"])
 expect_error("synth unknown shape", ["synth", "--shape", "nope", "-o", os.path.join(TMP, "x.gguf")])
 expect_error("synth unknown type", ["synth", "--shape", "tiny", "--type", "q9", "-o", os.path.join(TMP, "x.gguf")])
 expect_error("logits token out of range", ["logits", "-m", MODEL, "--tokens", "1 999", "-o", os.path.join(TMP, "l.bin")])
+# completion maps (--complete): wrong kind of file, missing file, flags without a file
+expect_error("complete with a model file", ["generate", "-m", MODEL, "--select", "oracle", "--complete", MODEL],
+             contains="not a completion map file")
+expect_error("complete missing file", ["generate", "-m", MODEL, "--select", "oracle", "--complete",
+                                       os.path.join(TMP, "no_such_phi.gguf")])
+expect_error("complete-heads without complete", ["generate", "-m", MODEL, "--select", "oracle",
+                                                 "--complete-heads", "entropy>=0.5"], contains="--complete FILE")
+expect_error("eval budget without complete", ["eval", "-m", MODEL, "--eval-file", os.path.join(SHARED, "data/text"),
+                                              "--budget", "5%"], contains="--complete")
+expect_error("eval bad budget", ["eval", "-m", MODEL, "-f", MODEL, "--budget", "5%,x"])
 
 # a full context stops generation cleanly (exit 0, text printed)
 p = subprocess.run([BIN, "generate", "-m", MODEL, "-c", "16", "-n", "100", "--temp", "0"], capture_output=True,

@@ -194,6 +194,8 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     if (n_files == 0 && n_eval_files == 0) return cli_error(cmd, "no text given; use -f PATH or --eval-file PATH");
+    if (n_budget && !so.complete_file)
+        return cli_error(cmd, "--budget compares selection only with the hybrid: give --complete FILE");
     int have_search = so.search_file || so.random_search;
     if (!selectors) selectors = have_search ? "exact,hnsw,quest,oracle,window" : "quest,oracle,window";
     {
@@ -258,10 +260,6 @@ int cmd_eval(int argc, char **argv) {
     /* load or create the projections and completion maps once; plans are set per method */
     if (!cli_sparse_load(cmd, &so, m, &proj)) {
         rc = 1;
-        goto done;
-    }
-    if (n_budget && !so.maps) {
-        rc = cli_error(cmd, "--budget compares selection only with the hybrid: give --complete FILE");
         goto done;
     }
     /* the methods: per selector, per K (or budget), selection only and with completion */
@@ -430,7 +428,8 @@ int cmd_eval(int argc, char **argv) {
             if (!strcmp(method_name(&methods[i], nm, sizeof nm), b)) cmp_b = i;
         }
         if (cmp_a < 0 || cmp_b < 0) {
-            rc = cli_error(cmd, "--compare: '%s' or '%s' was not evaluated (methods are full and SELECTOR@K)", a, b);
+            rc = cli_error(cmd, "--compare: '%s' or '%s' was not evaluated (methods are full, SELECTOR@K and, with "
+                           "--complete, SELECTOR@K+phi)", a, b);
             goto done;
         }
         bootstrap_mean_diff(methods[cmp_a].nll, methods[cmp_b].nll, (size_t)n_tok, 1000, 23, &cmp_mean, &cmp_lo,
