@@ -151,6 +151,7 @@ expect_error("complete-heads without complete", ["generate", "-m", MODEL, "--sel
                                                  "--complete-heads", "entropy>=0.5"], contains="--complete FILE")
 expect_error("eval budget without complete", ["eval", "-m", MODEL, "--eval-file", os.path.join(SHARED, "data/text"),
                                               "--budget", "5%"], contains="--complete")
+expect_error("bench with completion", ["bench", "-m", MODEL, "--complete", MODEL], contains="not supported")
 expect_error("eval bad budget", ["eval", "-m", MODEL, "-f", MODEL, "--budget", "5%,x"])
 
 # a full context stops generation cleanly (exit 0, text printed)

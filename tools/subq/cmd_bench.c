@@ -125,6 +125,9 @@ int cmd_bench(int argc, char **argv) {
             return cli_error(cmd, "unknown option '%s' (see subq bench --help)", a);
         }
     }
+    if (so.complete_file || so.complete_heads)
+        return cli_error(cmd, "--complete is not supported here: the KV cache is filled synthetically, without the "
+                         "completion's summary; measure completion quality with subq eval");
     int any_sparse = 0;
     for (int i = 0; i < n_attn; i++) any_sparse |= attn[i] >= 0;
     for (int i = 0; i < n_attn; i++)
