@@ -6,7 +6,6 @@
 #include "attn/attn_kernels.h"
 #include "base/error.h"
 #include "phi/phi_cache.h"
-#include "quant/quant.h"
 
 struct attn_completion {
     const phi_maps *maps;
@@ -21,13 +20,6 @@ struct attn_completion {
     float *row, *lq, *lkr, *scores, *vals;
     const float **vptr;
 };
-
-/* one cached key or value row as floats */
-static void load_row(const kv_cache *kv, const void *src, float *dst) {
-    if (kv->type == SUBQ_KV_F32) memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
-    else
-        for (int i = 0; i < kv->head_dim; i++) dst[i] = fp16_to_fp32(((const uint16_t *)src)[i]);
-}
 
 subq_status completion_new(const phi_maps *maps, int layer, int n_sink, int n_tail, int top_k,
                            const unsigned char *heads, attn_completion **out, subq_error *err) {
@@ -112,13 +104,13 @@ subq_status completion_advance(attn_completion *c, const kv_cache *kv, int slot,
         for (int g = 0; g < nkv; g++) phi_cache_reset(&c->cache[g]);
     }
     for (int g = 0; g < nkv; g++) {
-        load_row(kv, kv_cache_key(kv, c->layer, g, slot), c->row);
+        kv_cache_row_f32(kv, kv_cache_key(kv, c->layer, g, slot), c->row);
         phi_log_features(c->maps, c->layer, PHI_K, g, c->row, c->lk + ((size_t)slot * nkv + g) * F);
     }
     /* slots that left the tail window of query `slot` join the mid region */
     for (; c->next_cache <= slot - c->n_tail; c->next_cache++)
         for (int g = 0; g < nkv; g++) {
-            load_row(kv, kv_cache_value(kv, c->layer, g, c->next_cache), c->row);
+            kv_cache_row_f32(kv, kv_cache_value(kv, c->layer, g, c->next_cache), c->row);
             phi_cache_add(&c->cache[g], c->lk + ((size_t)c->next_cache * nkv + g) * F, c->row);
         }
     return SUBQ_OK;
@@ -132,7 +124,7 @@ void completion_attend(attn_completion *c, const kv_cache *kv, int slot, const f
     const int has_mid = slot - c->n_tail >= c->doc0 + c->n_sink;
     for (int g = 0; g < nkv; g++) {
         for (int j = 0; j < n_slots; j++) {
-            load_row(kv, kv_cache_value(kv, c->layer, g, slots[j]), c->vals + (size_t)j * D);
+            kv_cache_row_f32(kv, kv_cache_value(kv, c->layer, g, slots[j]), c->vals + (size_t)j * D);
             c->vptr[j] = c->vals + (size_t)j * D;
         }
         /* the summary minus the retrieved tokens, shared by the group's query heads */

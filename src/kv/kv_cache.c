@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "quant/quant.h"
 
 size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type) {
     size_t es = type == SUBQ_KV_F16 ? 2 : 4;
@@ -75,4 +76,9 @@ void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, c
             store_row(kv, (void *)kv_cache_value(kv, layer, h, slot0 + t), v + (size_t)t * row + h * kv->head_dim);
         }
     }
+}
+
+void kv_cache_row_f32(const kv_cache *kv, const void *row, float *dst) {
+    if (kv->type == SUBQ_KV_F32) memcpy(dst, row, (size_t)kv->head_dim * sizeof(float));
+    else dequant_row(GGML_TYPE_F16, row, dst, kv->head_dim);
 }

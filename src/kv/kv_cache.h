@@ -40,4 +40,7 @@ static inline const void *kv_cache_value(const kv_cache *kv, int layer, int h, i
            ((size_t)h * (size_t)kv->n_ctx + (size_t)slot) * (size_t)kv->head_dim * kv->elem_size;
 }
 
+/* One cached key or value row (head_dim values, from kv_cache_key/value) as floats. */
+void kv_cache_row_f32(const kv_cache *kv, const void *row, float *dst);
+
 #endif

@@ -42,12 +42,6 @@ static subq_status reserve(phi_diag_records *r, int64_t need, subq_error *err) {
     return SUBQ_OK;
 }
 
-static void load_row(const kv_cache *kv, const void *src, float *dst) {
-    if (kv->type == SUBQ_KV_F32) memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
-    else
-        for (int i = 0; i < kv->head_dim; i++) dst[i] = fp16_to_fp32(((const uint16_t *)src)[i]);
-}
-
 /* |a - b|_1 / |b|_1 */
 static float rel_l1(const float *a, const double *b, int D) {
     double num = 0, den = 0;
@@ -117,8 +111,8 @@ subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const 
         const float *ql = q[li];
         for (int g = 0; g < nkv; g++)
             for (int t = 0; t < T; t++) {
-                load_row(kv, kv_cache_key(kv, l, g, t), b.K + ((size_t)g * T + t) * D);
-                load_row(kv, kv_cache_value(kv, l, g, t), b.V + ((size_t)g * T + t) * D);
+                kv_cache_row_f32(kv, kv_cache_key(kv, l, g, t), b.K + ((size_t)g * T + t) * D);
+                kv_cache_row_f32(kv, kv_cache_value(kv, l, g, t), b.V + ((size_t)g * T + t) * D);
                 phi_log_features(maps, l, PHI_K, g, b.K + ((size_t)g * T + t) * D, b.lk + ((size_t)t * nkv + g) * F);
             }
         selector *sel = NULL;

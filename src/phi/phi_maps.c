@@ -270,21 +270,6 @@ subq_status phi_maps_save(const phi_maps *p, const char *path, subq_error *err) 
     return s;
 }
 
-/* 16 hex digits -> value; 0 on malformed input */
-static int parse_hex64(const char *s, uint64_t *out) {
-    uint64_t v = 0;
-    int n = 0;
-    for (; s[n]; n++) {
-        char c = s[n];
-        int x = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (x < 0 || n >= 16) return 0;
-        v = v << 4 | (uint64_t)x;
-    }
-    if (n != 16) return 0;
-    *out = v;
-    return 1;
-}
-
 subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, subq_error *err) {
     *out = NULL;
     subq_error e2 = {0};
@@ -304,7 +289,7 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
         gguf_get_arr(f, "subq.phi.layers", GGUF_TYPE_INT32, &arr, &e2) ||
         gguf_get_str(f, "subq.phi.model_fingerprint", fps, sizeof fps, &e2))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
-    if (!parse_hex64(fps, &fp))
+    if (!search_fingerprint_parse(fps, &fp))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.phi.model_fingerprint '%s' is not 16 hex digits", path, fps);
     char gelu[16];
     if (!gguf_get_str(f, "subq.phi.gelu", gelu, sizeof gelu, &e2) && strcmp(gelu, "tanh") != 0)

@@ -20,6 +20,20 @@ void search_proj_tensor_names(int layer, char *q_name, char *k_name, size_t cap)
 
 void search_fingerprint_hex(uint64_t fp, char *buf) { snprintf(buf, 17, "%016" PRIx64, fp); }
 
+int search_fingerprint_parse(const char *s, uint64_t *out) {
+    uint64_t v = 0;
+    int n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0 || n >= 16) return 0;
+        v = v << 4 | (uint64_t)d;
+    }
+    if (n != 16) return 0;
+    *out = v;
+    return 1;
+}
+
 void search_proj_free(search_proj *p) {
     if (!p) return;
     free(p->layers);
@@ -152,21 +166,6 @@ subq_status search_proj_save(const search_proj *p, const char *path, subq_error 
     return s;
 }
 
-/* Parse 16 hex digits; 0 on malformed input. */
-static int parse_hex64(const char *s, uint64_t *out) {
-    uint64_t v = 0;
-    int n = 0;
-    for (; s[n]; n++) {
-        char c = s[n];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0 || n >= 16) return 0;
-        v = v << 4 | (uint64_t)d;
-    }
-    if (n != 16) return 0;
-    *out = v;
-    return 1;
-}
-
 subq_status search_proj_read(const gguf_file *f, const char *path, search_proj **out, subq_error *err) {
     *out = NULL;
     subq_error e2 = {0};
@@ -183,7 +182,7 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
         gguf_get_arr(f, "subq.search.layers", GGUF_TYPE_INT32, &arr, &e2) ||
         gguf_get_str(f, "subq.search.model_fingerprint", fps, sizeof fps, &e2))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
-    if (!parse_hex64(fps, &fp))
+    if (!search_fingerprint_parse(fps, &fp))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.search.model_fingerprint '%s' is not 16 hex digits", path, fps);
     if (d_search == 0 || d_search > SEARCH_PROJ_MAX_D || n_embd == 0 || n_embd > (1u << 20) || n_layer == 0 ||
         n_layer > 4096)
