@@ -7,7 +7,7 @@
  * array). Best of several passes: other processes share the cores.
  *
  * Build by hand (not part of the CMake build; -O3 as the Release library):
- *   gcc -O3 -std=c11 -fopenmp -Isrc -Iinclude bench/bench_gemv.c src/quant/[a-z]*.c -lm -o /tmp/bench_gemv
+ *   gcc -O3 -std=c11 -fopenmp -Isrc -Iinclude bench/bench_gemv.c src/quant/[a-z]*.c src/base/cpu.c -lm -o /tmp/bench_gemv
  *   /tmp/bench_gemv [-t THREADS] [-r ROWS] [-c COLS] [-p PASSES] [-m MB per type] [--type NAME]
  * Columns: "dot_row" is one dot_row call per row inside `omp parallel for`
  * (what src/model/matmul.c does); "dot_rows" is one dot_rows call per

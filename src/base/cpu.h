@@ -2,8 +2,8 @@
 #ifndef SUBQ_BASE_CPU_H
 #define SUBQ_BASE_CPU_H
 
-/* AVX2 + FMA + F16C, the x86-64-v3 kernel set (checked once per call via
- * cpuid; cheap enough to call per kernel invocation). */
+/* AVX2 + FMA + F16C (and OS support for YMM state), the kernel set of the
+ * AVX2 tables; detected once, then a load: cheap enough per kernel call. */
 int cpu_has_avx2(void);
 
 #endif

@@ -1,9 +1,10 @@
 #include "quant/quant.h"
 
-#include "quant/kernels.h"
-
 #include <math.h>
 #include <string.h>
+
+#include "base/cpu.h"
+#include "quant/kernels.h"
 
 /* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
 float fp16_to_fp32(uint16_t h) {
@@ -79,15 +80,7 @@ const quant_kernels *quant_kernels_scalar(void) { return &quant_kernels_scalar_t
 
 const quant_kernels *quant_kernels_avx2(void) {
 #ifdef QUANT_HAVE_AVX2
-    /* reads the feature bits libgcc / compiler-rt detect in a start-up
-     * constructor (including whether the OS saves the YMM state) */
-#if defined(__clang__)
-    /* clang's builtin knows no "f16c"; every x86 CPU with AVX2 has F16C */
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &quant_kernels_avx2_table;
-#else
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
-        return &quant_kernels_avx2_table;
-#endif
+    if (cpu_has_avx2()) return &quant_kernels_avx2_table;
 #endif
     return NULL;
 }
