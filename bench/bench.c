@@ -8,14 +8,7 @@
 #include <string.h>
 
 #include "base/cpu.h"
-#include "base/error.h"
-#include "base/rng.h"
 #include "base/timer.h"
-#include "attn/attn_sparse.h"
-#include "model/context.h"
-#include "quant/quant.h"
-
-void openblas_set_num_threads(int n);
 
 /* Sum 64-bit words: the loop is load-bound, so the rate is the read bandwidth. */
 __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
@@ -78,7 +71,7 @@ double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps) {
     if (A && B && C) {
         for (size_t i = 0; i < (size_t)m * k; i++) A[i] = (float)(i % 7) * 0.1f;
         for (size_t i = 0; i < (size_t)n * k; i++) B[i] = (float)(i % 5) * 0.1f;
-        openblas_set_num_threads(n_threads);
+        omp_set_num_threads(n_threads); /* OpenBLAS (OpenMP build) uses the caller's thread count */
         for (int r = 0; r < reps + 1; r++) { /* first run warms up the thread pool */
             double t0 = time_now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
@@ -90,64 +83,4 @@ double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps) {
     free(B);
     free(C);
     return best;
-}
-
-subq_status bench_fill_kv(subq_context *c, int n_past, unsigned long long seed, subq_error *err) {
-    kv_cache *kv = &c->kv;
-    if (n_past < 0 || n_past > kv->n_ctx)
-        return subq_fail(err, SUBQ_ERR_RANGE, "cannot fill %d tokens into a context of %d", n_past, kv->n_ctx);
-    int row = kv->n_head_kv * kv->head_dim;
-    float *k = malloc((size_t)row * sizeof(float)), *v = malloc((size_t)row * sizeof(float));
-    if (!k || !v) {
-        free(k);
-        free(v);
-        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    }
-    uint64_t rng = rng_seed(seed);
-    for (int l = 0; l < kv->n_layer; l++) {
-        for (int t = 0; t < n_past; t++) {
-            for (int i = 0; i < row; i++) {
-                k[i] = rng_uniform(&rng) - 0.5f;
-                v[i] = rng_uniform(&rng) - 0.5f;
-            }
-            kv_cache_store(kv, l, t, 1, k, v);
-        }
-    }
-    for (int t = 0; t < n_past; t++) {
-        kv->pos[t] = t;
-        kv->seg[t] = 0;
-    }
-    kv->n_used = n_past;
-    free(k);
-    free(v);
-    return SUBQ_OK;
-}
-
-subq_status bench_fill_selectors(subq_context *c, int n_past, unsigned long long seed, subq_error *err) {
-    enum { CHUNK = 1024 };
-    const int n_layer = c->model->hp.n_layer;
-    int failed = 0;
-    /* layers are independent indexes: fill them in parallel */
-#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
-    for (int l = 0; l < n_layer; l++) {
-        selector *sel = attn_sparse_selector(c->stages[l]);
-        if (!sel || failed) continue;
-        int d = sel->params.d_search;
-        float *ks = d > 0 ? malloc((size_t)CHUNK * d * sizeof(float)) : NULL;
-        uint64_t rng = rng_seed(seed + (uint64_t)l);
-        subq_error lerr;
-        int bad = d > 0 && !ks;
-        for (int t0 = 0; t0 < n_past && !bad; t0 += CHUNK) {
-            int n = n_past - t0 < CHUNK ? n_past - t0 : CHUNK;
-            for (int i = 0; i < n * d; i++) ks[i] = rng_normal(&rng);
-            bad = selector_append(sel, ks, n, t0, &lerr) != SUBQ_OK;
-        }
-        free(ks);
-        if (bad) {
-#pragma omp atomic write
-            failed = 1;
-        }
-    }
-    return failed ? subq_fail(err, SUBQ_ERR_NOMEM, "filling the selectors with %d synthetic keys failed", n_past)
-                  : SUBQ_OK;
 }

@@ -13,6 +13,14 @@
 extern "C" {
 #endif
 
+/* Everything declared here is the library's interface: the library is built
+ * with hidden visibility and exports these names only (its internal symbols
+ * are made local when it is linked, so they cannot collide with a program's
+ * own or with ggml's). */
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility push(default)
+#endif
+
 typedef enum subq_status {
     SUBQ_OK = 0,
     SUBQ_ERR_IO,          /* file cannot be opened / read / written */
@@ -55,11 +63,25 @@ typedef struct subq_model_info {
     int add_bos;           /* whether the vocabulary asks for BOS at the start */
     uint64_t n_params;
     uint64_t weight_bytes; /* bytes of all weight tensors as stored */
+    uint64_t decode_bytes; /* weight bytes one decode step reads: every matrix and norm
+                              once, one embedding row */
+    uint64_t matmul_params; /* multiply-adds per token in the layer matrices and the
+                              output matrix (prefill FLOP = 2 x this x tokens + attention) */
+    uint64_t fingerprint;  /* identity of the weights; files derived from the model
+                              (search projections, completion maps) carry it */
 } subq_model_info;
 
 subq_status subq_model_load(const char *path, subq_model **out, subq_error *err);
 void subq_model_free(subq_model *m);
 void subq_model_get_info(const subq_model *m, subq_model_info *info);
+
+/* A metadata value of the model's GGUF file as text (strings as they are,
+ * numbers and booleans formatted), e.g. "tokenizer.chat_template".
+ * SUBQ_ERR_RANGE when absent, SUBQ_ERR_UNSUPPORTED for arrays; *len gets
+ * the full length (the copy into buf is NUL-terminated and truncated to
+ * cap - 1 bytes). */
+subq_status subq_model_meta(const subq_model *m, const char *key, char *buf, size_t cap, size_t *len,
+                            subq_error *err);
 
 /* ---- tokenizer (owned by the model) --------------------------------- */
 
@@ -91,10 +113,13 @@ subq_context_params subq_context_default_params(void);
 subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_context **out,
                              subq_error *err);
 void subq_context_free(subq_context *c);
-/* Forget all cached tokens. */
+/* Forget all cached tokens (and every sparse layer's index). */
 void subq_context_reset(subq_context *c);
 /* Number of tokens in the KV cache. */
 int subq_context_n_past(const subq_context *c);
+/* KV cache capacity in tokens, and the threads the context computes with. */
+int subq_context_n_ctx(const subq_context *c);
+int subq_context_n_threads(const subq_context *c);
 
 /* Run n tokens through the model, appending them to the KV cache at
  * positions n_past .. n_past+n-1. When `logits` is not NULL it receives
@@ -105,15 +130,113 @@ subq_status subq_decode(subq_context *c, const int32_t *tokens, int n, float *lo
 /* ---- sampling --------------------------------------------------------- */
 
 typedef struct subq_sampler_params {
-    float temp;       /* 0: greedy */
-    int top_k;        /* <= 0: off */
-    float top_p;      /* >= 1: off */
-    uint64_t seed;
+    float temp;       /* >= 0; 0: greedy */
+    int top_k;        /* >= 0; 0: off */
+    float top_p;      /* in [0, 1]; 1: off */
+    uint64_t seed;    /* any value (0 included) gives a valid stream */
 } subq_sampler_params;
 
-/* Pick a token from logits (n_vocab floats; may be modified in place).
- * `rng_state` is the caller's generator state, seeded from params.seed. */
-int32_t subq_sample(const subq_sampler_params *p, float *logits, int n_vocab, uint64_t *rng_state);
+/* A sampler owns its random stream, seeded from params.seed: two samplers
+ * with the same parameters pick the same tokens from the same logits.
+ * Parameters out of range give SUBQ_ERR_ARG. */
+typedef struct subq_sampler subq_sampler;
+subq_sampler_params subq_sampler_default_params(void); /* temp 0.8, top_k 40, top_p 0.95, seed 42 */
+subq_status subq_sampler_new(const subq_sampler_params *p, subq_sampler **out, subq_error *err);
+void subq_sampler_free(subq_sampler *s);
+/* Pick a token from logits (n_vocab floats; may be modified in place). */
+int32_t subq_sampler_sample(subq_sampler *s, float *logits, int n_vocab);
+
+/* ---- sparse attention: attention plans ------------------------------ */
+
+/* How a sparse layer picks the keys each query attends to besides the
+ * sinks and the recent tail. exact, hnsw and faiss rank keys in the learned
+ * search space (they need search projections); quest bounds pages of native
+ * keys, oracle takes the exact top-K of the head-mean native q.k, window
+ * retrieves the K most recent keys before the tail. */
+typedef enum subq_selector_kind {
+    SUBQ_SELECT_EXACT = 0,
+    SUBQ_SELECT_HNSW,
+    SUBQ_SELECT_FAISS,
+    SUBQ_SELECT_QUEST,
+    SUBQ_SELECT_ORACLE,
+    SUBQ_SELECT_WINDOW,
+    SUBQ_SELECT_COUNT
+} subq_selector_kind;
+
+/* "exact" -> SUBQ_SELECT_EXACT ...; -1 when unknown. */
+int subq_selector_parse(const char *name);
+const char *subq_selector_name(subq_selector_kind k);
+/* 1 if this build has it (faiss is optional). */
+int subq_selector_available(subq_selector_kind k);
+/* 1 if it ranks in the learned search space (needs search projections). */
+int subq_selector_needs_search(subq_selector_kind k);
+
+typedef struct subq_attn_plan {
+    /* layers to make sparse: "all", "1-4", "2--3" (negative counts from the
+     * end), comma lists; NULL: the layers that have search projections, or
+     * every layer for selectors without a search space */
+    const char *layers;
+    subq_selector_kind selector;   /* exact */
+    int top_k;                     /* keys retrieved per query (64) */
+    int n_sink;                    /* first tokens of a document always attended (4) */
+    int n_tail;                    /* most recent tokens always attended, the query included (16) */
+    int sparse_prefill;            /* 1: batches of several tokens retrieve too; 0: they
+                                      attend densely and only their keys are indexed (0) */
+    int hnsw_m, hnsw_ef_construction, hnsw_ef_search; /* 32, 40, 64 */
+    int quest_page;                /* tokens per Quest page (16) */
+    int search_f16;                /* exact: keep search keys in f16 (0) */
+    uint64_t seed;                 /* index randomness (1) */
+    /* with completion maps: complete only query heads whose mid-region
+     * entropy, stored in the maps file, is at least this; < 0: every head (-1) */
+    float complete_min_entropy;
+} subq_attn_plan;
+
+subq_attn_plan subq_attn_plan_default(void);
+
+/* Learned search projections (W_Qs, W_Ks per layer) from a file written by
+ * training, made for one model: another model's file is SUBQ_ERR_MISMATCH. */
+typedef struct subq_search subq_search;
+subq_status subq_search_load(const char *path, const subq_model *m, subq_search **out, subq_error *err);
+/* Untrained N(0, 1/d_model) projections of width d_search on `layers` (a
+ * layer list as in plans; NULL: layers 2 .. L-3): a baseline and a stand-in
+ * for speed measurements. */
+subq_status subq_search_random(const subq_model *m, const char *layers, int d_search, uint64_t seed,
+                               subq_search **out, subq_error *err);
+void subq_search_free(subq_search *s);
+/* Width of the search space; whether layer l has projections. */
+int subq_search_d(const subq_search *s);
+int subq_search_has_layer(const subq_search *s, int layer);
+
+/* Completion maps (learned positive feature maps that add the attention
+ * mass of the keys a sparse layer does not retrieve), for one model. */
+typedef struct subq_complete subq_complete;
+subq_status subq_complete_load(const char *path, const subq_model *m, subq_complete **out, subq_error *err);
+void subq_complete_free(subq_complete *c);
+
+/* Make the plan's layers of an empty context sparse (the others keep full
+ * attention). `search` is needed by selectors in the search space;
+ * `complete` (may be NULL) adds the completion on the layers it covers.
+ * Both must outlive the plan (until clear_plan or context_free). */
+subq_status subq_context_set_plan(subq_context *c, const subq_attn_plan *plan, const subq_search *search,
+                                  const subq_complete *complete, subq_error *err);
+/* Back to full attention on every layer. */
+void subq_context_clear_plan(subq_context *c);
+
+/* Where decode time went, summed since the context was made. */
+typedef struct subq_context_stats {
+    double t_attn_s;      /* attention stages, selection and index inserts included */
+    double t_select_s;    /* selectors' queries */
+    double t_append_s;    /* selectors' index inserts */
+    uint64_t kv_bytes;    /* KV cache size */
+    uint64_t index_bytes; /* memory held by the selectors */
+} subq_context_stats;
+void subq_context_get_stats(const subq_context *c, subq_context_stats *st);
+
+/* Fill an empty context with n_past synthetic tokens: random keys and values
+ * in the KV cache, random search keys in every sparse layer's index. Decode
+ * speed does not depend on the values, and a real prefill of a long context
+ * takes far longer than a speed measurement (benchmarks only). */
+subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t seed, subq_error *err);
 
 /* ---- perplexity (llama.cpp's method) -------------------------------- */
 
@@ -135,6 +258,71 @@ typedef void (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const sub
 subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tokens, int n_ctx, int max_chunks,
                             subq_ppl_callback cb, void *user, subq_ppl_result *res, float *nll_out,
                             subq_error *err);
+
+/* ---- GGUF files: inspection ----------------------------------------- */
+
+/* Any GGUF file (model, search projections, completion maps), read-only. */
+typedef struct subq_gguf subq_gguf;
+subq_status subq_gguf_open(const char *path, subq_gguf **out, subq_error *err);
+void subq_gguf_close(subq_gguf *f);
+
+typedef struct subq_gguf_header {
+    uint32_t version;
+    uint64_t n_kv, n_tensors, alignment;
+    uint64_t tensor_bytes; /* sum over tensors */
+} subq_gguf_header;
+void subq_gguf_get_header(const subq_gguf *f, subq_gguf_header *h);
+
+typedef enum subq_value_kind {
+    SUBQ_VALUE_UINT, SUBQ_VALUE_INT, SUBQ_VALUE_FLOAT, SUBQ_VALUE_BOOL, SUBQ_VALUE_STRING, SUBQ_VALUE_ARRAY
+} subq_value_kind;
+
+/* One metadata value; strings point into the file (not NUL-terminated). */
+typedef struct subq_value {
+    subq_value_kind kind;
+    const char *type_name;  /* GGUF type: "uint32", "float32", "string", "array", ... */
+    uint64_t u;             /* UINT, BOOL (0/1) */
+    int64_t i;              /* INT */
+    double f;               /* FLOAT */
+    const char *str;        /* STRING */
+    size_t str_len;
+    const char *elem_type;  /* ARRAY: element type name, and count */
+    uint64_t n;
+} subq_value;
+
+/* Metadata pair i < n_kv: its key (not NUL-terminated) and value. */
+subq_status subq_gguf_kv(const subq_gguf *f, uint64_t i, const char **key, size_t *key_len, subq_value *v,
+                         subq_error *err);
+/* Element j of the array value of pair i. */
+subq_status subq_gguf_kv_item(const subq_gguf *f, uint64_t i, uint64_t j, subq_value *v, subq_error *err);
+
+typedef struct subq_gguf_tensor {
+    const char *name;       /* NUL-terminated */
+    const char *type_name;  /* "f32", "q8_0", ... ("?" when unknown) */
+    uint32_t n_dims;
+    uint64_t ne[4];         /* ne[0] is the row length */
+    uint64_t offset, n_bytes;
+} subq_gguf_tensor;
+subq_status subq_gguf_tensor_info(const subq_gguf *f, uint64_t i, subq_gguf_tensor *t, subq_error *err);
+
+/* ---- tools: synthetic models, element formats ------------------------ */
+
+/* Write a random-weight model of a named real shape (subq_synth_shapes
+ * lists them) with 2-D weights of element type `type` ("f32", "f16", "bf16",
+ * "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"), atomically. */
+subq_status subq_synth_model(const char *shape, const char *type, uint64_t seed, const char *path,
+                             subq_error *err);
+const char *subq_synth_shapes(void); /* "tiny, tiny-qwen2, ..." */
+
+/* Dequantise n_bytes of whole blocks of element type `type` into dst (cap
+ * floats); *n_out gets the element count. `portable`: the C kernels rather
+ * than the best for this CPU (tests compare both). */
+subq_status subq_dequantize(const char *type, const void *src, size_t n_bytes, int portable, float *dst,
+                            size_t cap, size_t *n_out, subq_error *err);
+
+#if defined(__GNUC__) || defined(__clang__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -2,13 +2,13 @@
  * measured against. Small batches (decode) stream each KV head's keys once
  * for all the query heads that share it (GQA); large batches (prefill) use
  * sgemm for Q K^T and P V per KV head. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn.h"
 #include "attn/attn_kernels.h"
+#include "base/blas.h"
 #include "base/error.h"
 
 /* Batches at least this large go through sgemm. */
@@ -145,8 +145,8 @@ static subq_status full_forward_gemm(const attn_step *st, const kv_cache *kv, su
                        (size_t)hd * sizeof(float));
         for (int r0 = 0; r0 < rows; r0 += block) {
             int nr = rows - r0 < block ? rows - r0 : block;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nr, n_keys, hd, st->scale, Q + (size_t)r0 * hd, hd, K,
-                        hd, 0.0f, S, n_keys);
+            blas_sgemm(st->n_threads, 0, 1, nr, n_keys, hd, st->scale, Q + (size_t)r0 * hd, hd, K, hd, 0.0f, S,
+                       n_keys);
 #pragma omp parallel for num_threads(st->n_threads) schedule(static)
             for (int r = 0; r < nr; r++) {
                 int t = (r0 + r) % T, slot = st->slot0 + t, seg = kv->seg[slot];
@@ -155,8 +155,7 @@ static subq_status full_forward_gemm(const attn_step *st, const kv_cache *kv, su
                     if (j > slot || kv->seg[j] != seg) row[j] = -INFINITY;
                 softmax_inplace(row, n_keys);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nr, hd, n_keys, 1.0f, S, n_keys, V, hd, 0.0f,
-                        O + (size_t)r0 * hd, hd);
+            blas_sgemm(st->n_threads, 0, 0, nr, hd, n_keys, 1.0f, S, n_keys, V, hd, 0.0f, O + (size_t)r0 * hd, hd);
         }
         for (int i = 0; i < g; i++)
             for (int t = 0; t < T; t++)

@@ -25,8 +25,8 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     selector_kind kind = plan->sparse.select.kind;
     int needs_search = kind == SELECT_EXACT || kind == SELECT_HNSW || kind == SELECT_FAISS;
     if (needs_search && !proj)
-        return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections: give --search FILE "
-                         "(from subq train-search) or --random-search D", selector_kind_name(kind));
+        return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections",
+                         selector_kind_name(kind));
     if (proj && proj->n_embd != hp->n_embd)
         return subq_fail(err, SUBQ_ERR_MISMATCH, "search projections are for d_model %d, this model has %d",
                          proj->n_embd, hp->n_embd);
@@ -43,7 +43,7 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     for (int l = 0; l < hp->n_layer && !s; l++) {
         if (!mask[l]) continue;
         if (needs_search && !proj->wq[l]) {
-            s = subq_fail(err, SUBQ_ERR_ARG, "layer %d is in --sparse-layers but the search file has no projection "
+            s = subq_fail(err, SUBQ_ERR_ARG, "layer %d is planned sparse but the search projections have none "
                           "for it", l);
             break;
         }

@@ -1,12 +1,12 @@
 #include "attn/attn_sparse.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn_complete.h"
 #include "attn/attn_kernels.h"
+#include "base/blas.h"
 #include "base/error.h"
 
 typedef struct sparse_stage {
@@ -28,9 +28,8 @@ typedef struct sparse_stage {
 static const char *sparse_name = "sparse";
 
 /* Y[t][:] = W h_t for t < n: Y = H W^T with W [d_search][n_embd] */
-static void project(float *Y, const float *H, const float *W, int n, int n_embd, int d_search) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, d_search, n_embd, 1.0f, H, n_embd, W, n_embd, 0.0f, Y,
-                d_search);
+static void project(float *Y, const float *H, const float *W, int n, int n_embd, int d_search, int n_threads) {
+    blas_sgemm(n_threads, 0, 1, n, d_search, n_embd, 1.0f, H, n_embd, W, n_embd, 0.0f, Y, d_search);
 }
 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
@@ -182,8 +181,8 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     s->rec.n_tokens = n;
     s->rec.top_k = s->p.top_k;
     if (s->d_search > 0) {
-        project(s->ks, st->h_norm, s->wk_s, n, s->n_embd, s->d_search);
-        project(s->qs, st->h_norm, s->wq_s, n, s->n_embd, s->d_search);
+        project(s->ks, st->h_norm, s->wk_s, n, s->n_embd, s->d_search, st->n_threads);
+        project(s->qs, st->h_norm, s->wq_s, n, s->n_embd, s->d_search, st->n_threads);
     }
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
@@ -256,7 +255,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
                          p->top_k, p->n_sink, p->n_tail);
     int needs_search = p->select.kind == SELECT_EXACT || p->select.kind == SELECT_HNSW || p->select.kind == SELECT_FAISS;
     if (needs_search && (!wq_s || !wk_s || p->select.d_search <= 0))
-        return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections for layer %d (give -s FILE)",
+        return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections for layer %d",
                          selector_kind_name(p->select.kind), env->layer);
     sparse_stage *s = calloc(1, sizeof *s);
     if (!s) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
@@ -297,6 +296,10 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
 
 selector *attn_sparse_selector(attn_stage *st) {
     return st && st->name == sparse_name ? ((sparse_stage *)st)->sel : NULL;
+}
+
+int attn_sparse_has_completion(const attn_stage *st) {
+    return st && st->name == sparse_name && ((const sparse_stage *)st)->comp != NULL;
 }
 
 const sparse_record *attn_sparse_record(attn_stage *st) {

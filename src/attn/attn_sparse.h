@@ -56,6 +56,8 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
  * not a sparse stage). */
 selector *attn_sparse_selector(attn_stage *st);
 const sparse_record *attn_sparse_record(attn_stage *st);
+/* 1 if `st` is a sparse stage with the completion on. */
+int attn_sparse_has_completion(const attn_stage *st);
 
 /* Turn metrics on (allocates the shadow exact selector for ANN kinds). */
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err);

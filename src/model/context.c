@@ -5,9 +5,6 @@
 #include "base/error.h"
 #include "model/context.h"
 
-/* OpenBLAS's own thread pool; declared here to avoid depending on its extension header. */
-void openblas_set_num_threads(int n);
-
 #define DEFAULT_N_BATCH 512
 /* Dequantised weight tile: 4 MiB of floats keeps it in L2/L3 while sgemm reads it. */
 #define TILE_FLOATS (1 << 20)
@@ -79,7 +76,6 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating work buffers");
     }
     for (int l = 0; l < hp->n_layer; l++) c->stages[l] = attn_full_stage();
-    openblas_set_num_threads(c->n_threads);
     *out = c;
     return SUBQ_OK;
 }

@@ -1,8 +1,8 @@
 #include "model/matmul.h"
 
-#include <cblas.h>
 #include <omp.h>
 
+#include "base/blas.h"
 #include "quant/quant.h"
 
 /* Below this many rows a batch is cheaper as repeated GEMV than as dequantise + sgemm. */
@@ -36,8 +36,8 @@ void matmul(float *Y, const float *X, const matrix *W, int T, float *tile, int64
         return;
     }
     if (W->type == GGML_TYPE_F32) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)rows, (int)cols, 1.0f, X, (int)cols,
-                    (const float *)wdata, (int)cols, 0.0f, Y, (int)rows);
+        blas_sgemm(n_threads, 0, 1, T, (int)rows, (int)cols, 1.0f, X, (int)cols, (const float *)wdata, (int)cols, 0.0f,
+                   Y, (int)rows);
         return;
     }
     /* dequantise a tile of R rows, then Y[:, o0:o0+R] = X tile^T */
@@ -47,7 +47,7 @@ void matmul(float *Y, const float *X, const matrix *W, int T, float *tile, int64
         int64_t r = rows - o0 < R ? rows - o0 : R;
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (r * cols >= PARALLEL_MIN_ELEMS)
         for (int64_t i = 0; i < r; i++) dequant_row(W->type, wdata + (size_t)(o0 + i) * W->row_bytes, tile + i * cols, cols);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)r, (int)cols, 1.0f, X, (int)cols, tile,
-                    (int)cols, 0.0f, Y + o0, (int)rows);
+        blas_sgemm(n_threads, 0, 1, T, (int)r, (int)cols, 1.0f, X, (int)cols, tile, (int)cols, 0.0f, Y + o0,
+                   (int)rows);
     }
 }

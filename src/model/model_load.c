@@ -225,27 +225,6 @@ subq_status subq_model_load(const char *path, subq_model **out, subq_error *err)
     return SUBQ_OK;
 }
 
-void subq_model_get_info(const subq_model *m, subq_model_info *info) {
-    const model_hparams *hp = &m->hp;
-    memset(info, 0, sizeof *info);
-    snprintf(info->arch, sizeof info->arch, "%s", model_arch_name(hp->arch));
-    info->n_layer = hp->n_layer;
-    info->n_embd = hp->n_embd;
-    info->n_head = hp->n_head;
-    info->n_head_kv = hp->n_head_kv;
-    info->head_dim = hp->head_dim;
-    info->n_ff = hp->n_ff;
-    info->n_vocab = hp->n_vocab;
-    info->n_ctx_train = hp->n_ctx_train;
-    info->rope_base = hp->rope_base;
-    info->norm_eps = hp->norm_eps;
-    info->bos_id = tokenizer_bos(m->tok);
-    info->eos_id = tokenizer_eos(m->tok);
-    info->add_bos = tokenizer_add_bos(m->tok);
-    info->n_params = m->n_params;
-    info->weight_bytes = m->weight_bytes;
-}
-
 subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t *out,
                           size_t cap, size_t *n_out, subq_error *err) {
     return tokenizer_encode(m->tok, text, len, add_bos != 0, out, cap, n_out, err);

@@ -218,7 +218,7 @@ int cmd_bench(int argc, char **argv) {
                 }
             }
             double t0 = time_now_s();
-            if (bench_fill_kv(c, r->ctx, 11, &err) || bench_fill_selectors(c, r->ctx, 13, &err)) {
+            if (subq_context_fill_synthetic(c, r->ctx, 11, &err)) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
             }

@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/rng.h"
 #include "base/timer.h"
 #include "cli.h"
 #include "cli_sparse.h"
@@ -29,7 +28,7 @@ int cmd_generate(int argc, char **argv) {
     cli_sparse_init(&so);
     const char *prompt = "", *prompt_file = NULL, *v;
     int n_predict = 128, ignore_eos = 0;
-    subq_sampler_params sp = {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 42};
+    subq_sampler_params sp = subq_sampler_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
@@ -84,6 +83,7 @@ int cmd_generate(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n_prompt = 0;
     int rc = 0;
+    subq_sampler *smp = NULL;
     float *logits = malloc((size_t)info.n_vocab * sizeof(float));
     if (!logits) {
         rc = cli_error(cmd, "out of memory");
@@ -110,11 +110,14 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     double t1 = time_now_s();
-    uint64_t rng = rng_seed(sp.seed);
+    if (subq_sampler_new(&sp, &smp, &err)) {
+        rc = cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
     int32_t prev = toks[n_prompt - 1];
     int n_gen = 0;
     while (n_gen < n_predict) {
-        int32_t tok = subq_sample(&sp, logits, info.n_vocab, &rng);
+        int32_t tok = subq_sampler_sample(smp, logits, info.n_vocab);
         if (tok == info.eos_id && !ignore_eos) break;
         int len = subq_token_to_piece(m, prev, tok, piece, sizeof piece);
         if (len > 0) fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
@@ -138,6 +141,7 @@ int cmd_generate(int argc, char **argv) {
             n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), n_gen, t2 - t1,
             (double)n_gen / (t2 - t1 + 1e-12));
 done:
+    subq_sampler_free(smp);
     free(logits);
     free(toks);
     free(file_text);

@@ -1,0 +1,100 @@
+/* Public context queries for benchmarks: sizes, where time went, and a
+ * synthetic fill that stands in for a long prefill. */
+#include <stdlib.h>
+
+#include "attn/attn_sparse.h"
+#include "base/error.h"
+#include "base/rng.h"
+#include "model/context.h"
+
+int subq_context_n_ctx(const subq_context *c) { return c->kv.n_ctx; }
+
+int subq_context_n_threads(const subq_context *c) { return c->n_threads; }
+
+void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
+    const kv_cache *kv = &c->kv;
+    st->t_attn_s = c->t_attn_s;
+    st->t_select_s = st->t_append_s = 0;
+    st->index_bytes = 0;
+    st->kv_bytes = kv_cache_bytes(kv->n_layer, kv->n_head_kv, kv->head_dim, kv->n_ctx, kv->type);
+    for (int l = 0; l < c->model->hp.n_layer; l++) {
+        const selector *s = attn_sparse_selector(c->stages[l]);
+        if (!s) continue;
+        st->t_select_s += s->stats.t_query_s;
+        st->t_append_s += s->stats.t_append_s;
+        st->index_bytes += s->stats.bytes;
+    }
+}
+
+/* Random keys and values in [-0.5, 0.5) for slots 0 .. n_past-1 of every
+ * layer, positions 0 .. n_past-1, one document. */
+static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *err) {
+    int row = kv->n_head_kv * kv->head_dim;
+    float *k = malloc((size_t)row * sizeof(float)), *v = malloc((size_t)row * sizeof(float));
+    if (!k || !v) {
+        free(k);
+        free(v);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    uint64_t rng = rng_seed(seed);
+    for (int l = 0; l < kv->n_layer; l++) {
+        for (int t = 0; t < n_past; t++) {
+            for (int i = 0; i < row; i++) {
+                k[i] = rng_uniform(&rng) - 0.5f;
+                v[i] = rng_uniform(&rng) - 0.5f;
+            }
+            kv_cache_store(kv, l, t, 1, k, v);
+        }
+    }
+    for (int t = 0; t < n_past; t++) {
+        kv->pos[t] = t;
+        kv->seg[t] = 0;
+    }
+    kv->n_used = n_past;
+    free(k);
+    free(v);
+    return SUBQ_OK;
+}
+
+/* Gaussian search keys for slots 0 .. n_past-1 appended to every sparse
+ * layer's selector, as a real prefill would have appended them. */
+static subq_status fill_selectors(subq_context *c, int n_past, uint64_t seed, subq_error *err) {
+    enum { CHUNK = 1024 };
+    const int n_layer = c->model->hp.n_layer;
+    int failed = 0;
+    /* layers are independent indexes: fill them in parallel */
+#pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
+    for (int l = 0; l < n_layer; l++) {
+        selector *sel = attn_sparse_selector(c->stages[l]);
+        if (!sel || failed) continue;
+        int d = sel->params.d_search;
+        float *ks = d > 0 ? malloc((size_t)CHUNK * d * sizeof(float)) : NULL;
+        uint64_t rng = rng_seed(seed + (uint64_t)l);
+        subq_error lerr;
+        int bad = d > 0 && !ks;
+        for (int t0 = 0; t0 < n_past && !bad; t0 += CHUNK) {
+            int n = n_past - t0 < CHUNK ? n_past - t0 : CHUNK;
+            for (int i = 0; i < n * d; i++) ks[i] = rng_normal(&rng);
+            bad = selector_append(sel, ks, n, t0, &lerr) != SUBQ_OK;
+        }
+        free(ks);
+        if (bad) {
+#pragma omp atomic write
+            failed = 1;
+        }
+    }
+    return failed ? subq_fail(err, SUBQ_ERR_NOMEM, "filling the selectors with %d synthetic keys failed", n_past)
+                  : SUBQ_OK;
+}
+
+subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t seed, subq_error *err) {
+    if (c->kv.n_used != 0) return subq_fail(err, SUBQ_ERR_ARG, "a synthetic fill needs an empty context");
+    if (n_past < 0 || n_past > c->kv.n_ctx)
+        return subq_fail(err, SUBQ_ERR_RANGE, "cannot fill %d tokens into a context of %d", n_past, c->kv.n_ctx);
+    for (int l = 0; l < c->model->hp.n_layer; l++)
+        if (attn_sparse_has_completion(c->stages[l]))
+            return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "a synthetic fill cannot build the completion's summary; "
+                             "fill a context without completion maps");
+    subq_status s = fill_kv(&c->kv, n_past, seed, err);
+    return s ? s : fill_selectors(c, n_past, seed + 2, err);
+}

@@ -1,0 +1,183 @@
+/* Public attention plans: selector names, search projections and completion
+ * maps as opaque handles, and setting a plan on a context. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "base/error.h"
+#include "model/context.h"
+
+_Static_assert((int)SUBQ_SELECT_EXACT == (int)SELECT_EXACT && (int)SUBQ_SELECT_HNSW == (int)SELECT_HNSW &&
+                   (int)SUBQ_SELECT_FAISS == (int)SELECT_FAISS && (int)SUBQ_SELECT_QUEST == (int)SELECT_QUEST &&
+                   (int)SUBQ_SELECT_ORACLE == (int)SELECT_ORACLE && (int)SUBQ_SELECT_WINDOW == (int)SELECT_WINDOW,
+               "public and internal selector kinds must agree");
+
+int subq_selector_parse(const char *name) { return selector_kind_parse(name); }
+
+const char *subq_selector_name(subq_selector_kind k) { return selector_kind_name((selector_kind)k); }
+
+int subq_selector_available(subq_selector_kind k) {
+    return (int)k >= 0 && k < SUBQ_SELECT_COUNT && selector_kind_available((selector_kind)k);
+}
+
+int subq_selector_needs_search(subq_selector_kind k) {
+    return k == SUBQ_SELECT_EXACT || k == SUBQ_SELECT_HNSW || k == SUBQ_SELECT_FAISS;
+}
+
+subq_attn_plan subq_attn_plan_default(void) {
+    attn_plan ip;
+    attn_plan_default(&ip);
+    const selector_params *sp = &ip.sparse.select;
+    subq_attn_plan p = {
+        .layers = NULL,
+        .selector = (subq_selector_kind)sp->kind,
+        .top_k = ip.sparse.top_k,
+        .n_sink = ip.sparse.n_sink,
+        .n_tail = ip.sparse.n_tail,
+        .sparse_prefill = 0,
+        .hnsw_m = sp->hnsw_m,
+        .hnsw_ef_construction = sp->hnsw_ef_construction,
+        .hnsw_ef_search = sp->hnsw_ef_search,
+        .quest_page = sp->quest_page,
+        .search_f16 = sp->f16_keys,
+        .seed = sp->seed,
+        .complete_min_entropy = -1.0f,
+    };
+    return p;
+}
+
+subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_error *err) {
+    if ((int)p->selector < 0 || p->selector >= SUBQ_SELECT_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->selector);
+    attn_plan_default(out);
+    out->sparse_layers = p->layers;
+    sparse_params *sp = &out->sparse;
+    selector_params_default(&sp->select, (selector_kind)p->selector, 0);
+    sp->top_k = p->top_k;
+    sp->n_sink = p->n_sink;
+    sp->n_tail = p->n_tail;
+    sp->dense_prefill = !p->sparse_prefill;
+    sp->select.hnsw_m = p->hnsw_m;
+    sp->select.hnsw_ef_construction = p->hnsw_ef_construction;
+    sp->select.hnsw_ef_search = p->hnsw_ef_search;
+    sp->select.quest_page = p->quest_page;
+    sp->select.f16_keys = p->search_f16;
+    sp->select.seed = p->seed;
+    return SUBQ_OK;
+}
+
+subq_status api_complete_head_flags(const phi_maps *maps, int n_layer, int n_head, float min_entropy,
+                                    unsigned char **out, subq_error *err) {
+    *out = NULL;
+    if (!(min_entropy >= 0)) return SUBQ_OK;
+    if (!maps->h_mid)
+        return subq_fail(err, SUBQ_ERR_ARG, "the completion maps hold no per-head entropies (measure them with the "
+                         "completion diagnostics and store them in the file first)");
+    unsigned char *flags = calloc((size_t)n_layer * (size_t)n_head, 1);
+    if (!flags) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < maps->n_sel; i++)
+        for (int h = 0; h < n_head; h++)
+            flags[(size_t)maps->layers[i] * n_head + h] = maps->h_mid[(size_t)i * n_head + h] >= min_entropy;
+    *out = flags;
+    return SUBQ_OK;
+}
+
+/* ---- search projections ---------------------------------------------- */
+
+static subq_status wrap_search(search_proj *proj, subq_search **out, subq_error *err) {
+    *out = malloc(sizeof **out);
+    if (!*out) {
+        search_proj_free(proj);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    (*out)->proj = proj;
+    return SUBQ_OK;
+}
+
+subq_status subq_search_load(const char *path, const subq_model *m, subq_search **out, subq_error *err) {
+    *out = NULL;
+    search_proj *proj;
+    subq_status s = search_proj_load(path, m, &proj, err);
+    return s ? s : wrap_search(proj, out, err);
+}
+
+subq_status subq_search_random(const subq_model *m, const char *layers, int d_search, uint64_t seed,
+                               subq_search **out, subq_error *err) {
+    *out = NULL;
+    const int n_layer = m->hp.n_layer;
+    if (d_search <= 0 || d_search > SEARCH_PROJ_MAX_D)
+        return subq_fail(err, SUBQ_ERR_ARG, "search width %d out of range [1, %d]", d_search, SEARCH_PROJ_MAX_D);
+    int *list = malloc((size_t)n_layer * sizeof(int));
+    unsigned char *mask = calloc((size_t)n_layer, 1);
+    subq_status s = !list || !mask ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory") : SUBQ_OK;
+    if (!s && layers) s = search_parse_layers(layers, n_layer, mask, err);
+    else if (!s) /* first and last two layers stay dense, as is usual */
+        for (int l = 2; l <= n_layer - 3; l++) mask[l] = 1;
+    int n = 0;
+    for (int l = 0; !s && l < n_layer; l++)
+        if (mask[l]) list[n++] = l;
+    if (!s && n == 0) s = subq_fail(err, SUBQ_ERR_ARG, "no layers for random search projections");
+    search_proj *proj = NULL;
+    if (!s) s = search_proj_random(m, list, n, d_search, seed, &proj, err);
+    free(mask);
+    free(list);
+    return s ? s : wrap_search(proj, out, err);
+}
+
+void subq_search_free(subq_search *s) {
+    if (!s) return;
+    search_proj_free(s->proj);
+    free(s);
+}
+
+int subq_search_d(const subq_search *s) { return s->proj->d_search; }
+
+int subq_search_has_layer(const subq_search *s, int layer) {
+    return layer >= 0 && layer < s->proj->n_layer && s->proj->wq[layer] != NULL;
+}
+
+/* ---- completion maps -------------------------------------------------- */
+
+subq_status subq_complete_load(const char *path, const subq_model *m, subq_complete **out, subq_error *err) {
+    *out = NULL;
+    phi_maps *maps;
+    subq_status s = phi_maps_load(path, m, &maps, err);
+    if (s) return s;
+    if (!(*out = malloc(sizeof **out))) {
+        phi_maps_free(maps);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    (*out)->maps = maps;
+    return SUBQ_OK;
+}
+
+void subq_complete_free(subq_complete *c) {
+    if (!c) return;
+    phi_maps_free(c->maps);
+    free(c);
+}
+
+/* ---- plans on a context ----------------------------------------------- */
+
+subq_status subq_context_set_plan(subq_context *c, const subq_attn_plan *plan, const subq_search *search,
+                                  const subq_complete *complete, subq_error *err) {
+    attn_plan ip;
+    subq_status s = api_plan_to_internal(plan, &ip, err);
+    if (s) return s;
+    if (plan->complete_min_entropy >= 0 && !complete)
+        return subq_fail(err, SUBQ_ERR_ARG, "a completion entropy threshold needs completion maps");
+    unsigned char *flags = NULL;
+    if (complete) {
+        const model_hparams *hp = &c->model->hp;
+        s = api_complete_head_flags(complete->maps, hp->n_layer, hp->n_head, plan->complete_min_entropy, &flags, err);
+        if (s) return s;
+        ip.sparse.complete = complete->maps;
+        ip.sparse.complete_heads = flags;
+    }
+    s = context_set_plan(c, &ip, search ? search->proj : NULL, err);
+    free(flags); /* the stages keep their own copy */
+    return s;
+}
+
+void subq_context_clear_plan(subq_context *c) { context_clear_plan(c); }
