@@ -91,6 +91,14 @@ subq_status subq_model_meta(const subq_model *m, const char *key, char *buf, siz
 subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int add_bos,
                           int32_t *out, size_t cap, size_t *n_out, subq_error *err);
 
+/* subq_tokenize, and the text of the vocabulary's special tokens (control,
+ * user-defined and unknown tokens such as "<|im_start|>", "[INST]", "<s>")
+ * becomes those single tokens (llama.cpp's parse_special): for prompts made
+ * by chat templates. Byte-level BPE vocabularies match them in subq_tokenize
+ * already; SentencePiece ones only here. */
+subq_status subq_tokenize_special(const subq_model *m, const char *text, size_t len, int add_bos,
+                                  int32_t *out, size_t cap, size_t *n_out, subq_error *err);
+
 /* Raw bytes of one token as it appears in text (byte tokens give one byte,
  * U+2581 becomes a space). Returns the byte count written (<= cap), or -1
  * for an out-of-range id. `prev` is the token before it (-1 for none):
@@ -126,6 +134,32 @@ int subq_context_n_threads(const subq_context *c);
  * n_vocab floats per token if `all_logits`, else for the last token only. */
 subq_status subq_decode(subq_context *c, const int32_t *tokens, int n, float *logits,
                         int all_logits, subq_error *err);
+
+/* ---- prompt caches ---------------------------------------------------- */
+
+/* The token ids of the n_past cached tokens, in order (-1 for slots of a
+ * synthetic fill); valid until the context changes. */
+const int32_t *subq_context_tokens(const subq_context *c);
+/* Logits (n_vocab floats) of the last cached token when they are known (the
+ * last decode asked for them, or a session file held them), else NULL. */
+const float *subq_context_last_logits(const subq_context *c);
+/* Drop the cached tokens after the first n_keep: the KV cache and every
+ * sparse layer's index then hold what decoding those n_keep tokens alone
+ * would have left (exact, quest, oracle and window drop their tail; hnsw
+ * and faiss rebuild their graphs from the kept keys; completion summaries
+ * are recomputed from the kept KV rows). A request sharing a prefix with
+ * the cached tokens continues from there instead of prefilling again. */
+subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err);
+/* Save the cached tokens to a session file (atomically): the model's
+ * fingerprint, context size, KV type, attention plan, token ids, KV rows,
+ * the sparse layers' search keys and the last logits when known. */
+subq_status subq_context_save(const subq_context *c, const char *path, subq_error *err);
+/* Replace what c holds by a session file's tokens. A file of another
+ * model, KV type or attention plan is SUBQ_ERR_MISMATCH; more tokens than
+ * the context holds SUBQ_ERR_RANGE. The indexes are rebuilt from the stored
+ * keys, so decoding continues as it would have in the saved context. On
+ * failure c is empty. */
+subq_status subq_context_load(subq_context *c, const char *path, subq_error *err);
 
 /* ---- sampling --------------------------------------------------------- */
 

@@ -95,6 +95,7 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
         if (attn_sparse_has_completion(c->stages[l]))
             return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "a synthetic fill cannot build the completion's summary; "
                              "fill a context without completion maps");
+    for (int t = 0; t < n_past; t++) c->tok[t] = -1; /* no token ids: a session file refuses them */
     subq_status s = fill_kv(&c->kv, n_past, seed, err);
     return s ? s : fill_selectors(c, n_past, seed + 2, err);
 }
