@@ -22,6 +22,7 @@ static const command commands[] = {
     {"bench", cmd_bench, "prefill/decode speed vs the machine's bandwidth and sgemm rate"},
     {"train-search", cmd_train_search, "learn search projections by distillation from the model's attention"},
     {"train-phi", cmd_train_phi, "learn completion feature maps (top-K + linear-attention completion); --diagnose"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with a reusable prompt cache"},
 };
 
 static void usage(FILE *out) {
