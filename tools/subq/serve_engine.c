@@ -314,6 +314,18 @@ static void run_job(serve_engine *e, serve_job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
+/* One line per request on stderr, as llama-server logs them. */
+static void log_job(serve_job *j) {
+    pthread_mutex_lock(&j->mu);
+    if (j->http_status)
+        fprintf(stderr, "subq serve: %s: %s (%d) after %d tokens: %s\n", j->id,
+                j->http_status == 499 ? "cancelled" : "failed", j->http_status, j->n_gen, j->error);
+    else
+        fprintf(stderr, "subq serve: %s: %d prompt tokens (%d cached), %d generated, %s, %.1f ms\n", j->id,
+                j->n_prompt, j->n_cached, j->n_gen, j->finish, (j->t_done - j->t_submit) * 1e3);
+    pthread_mutex_unlock(&j->mu);
+}
+
 static void *worker(void *arg) {
     serve_engine *e = arg;
     for (;;) {
@@ -330,6 +342,7 @@ static void *worker(void *arg) {
         if (e->stopping) serve_job_cancel(j);
         pthread_mutex_unlock(&e->mu);
         run_job(e, j);
+        log_job(j);
         pthread_mutex_lock(&e->mu);
         e->running = NULL;
         pthread_mutex_unlock(&e->mu);
