@@ -193,8 +193,8 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     return n;
 }
 
-/* The slot for a job: same plan and the longest shared prefix, else the
- * least recently used (empty ones first). */
+/* The slot for a job, and the prefix of the prompt it holds: same plan and
+ * the longest shared prefix, else the least recently used (empty first). */
 static slot *pick_slot(serve_engine *e, const serve_job *j, int *prefix) {
     slot *best = NULL, *lru = NULL;
     int best_n = 0;
@@ -205,8 +205,15 @@ static slot *pick_slot(serve_engine *e, const serve_job *j, int *prefix) {
         int n = common_prefix(subq_context_tokens(s->ctx), subq_context_n_past(s->ctx), j->toks, j->n_prompt);
         if (n > best_n) best = s, best_n = n;
     }
-    *prefix = best ? best_n : 0;
-    return best ? best : lru;
+    /* a short shared prefix (a BOS, a common opening) is not worth a slot
+     * that may hold another document: then the least recently used one
+     * (llama-server's similarity threshold, 0.5, plays the same role) */
+    if (best && 2 * best_n < j->n_prompt) best = NULL;
+    slot *s = best ? best : lru;
+    *prefix = j->req.cache_prompt && !strcmp(s->plan_key, j->plan_key)
+                  ? common_prefix(subq_context_tokens(s->ctx), subq_context_n_past(s->ctx), j->toks, j->n_prompt)
+                  : 0;
+    return s;
 }
 
 /* Put the slot under the job's plan (an empty context) when it runs another. */
