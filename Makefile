@@ -36,6 +36,12 @@ fuzz: deps
 	@cp $(MODEL) build-fuzz/corpus-gguf/ 2>/dev/null || true
 	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build-fuzz/corpus-gguf
 	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-tok
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_serve_request fuzz_session
+	@mkdir -p build-fuzz/corpus-request build-fuzz/corpus-session
+	@echo '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop":["x"],"seed":1,"subq":{"select":"window","topk":8}}' > build-fuzz/corpus-request/seed.json
+	@[ ! -x build/subq ] || ./build/subq generate -m $(MODEL) -p "Once upon a time" -n 1 -c 128 --prompt-cache build-fuzz/corpus-session/seed.gguf >/dev/null 2>&1 || true
+	@./build-fuzz/fuzz_serve_request -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-request
+	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_session -max_total_time=$(FUZZ_SECONDS) -max_len=262144 build-fuzz/corpus-session
 
 clean:
 	rm -rf build build-san build-fuzz
