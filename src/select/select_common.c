@@ -27,6 +27,22 @@ subq_status select_check_truncate(const selector *s, int count, int n_keep, subq
     return SUBQ_OK;
 }
 
+subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_error *err) {
+    subq_status rc = select_check_truncate(s, count, n_keep, err);
+    if (rc || n_keep == count) return rc;
+    const int d = s->params.d_search;
+    float *keep = n_keep > 0 ? malloc((size_t)n_keep * d * sizeof(float)) : NULL;
+    if (n_keep > 0 && !keep)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s: out of memory for %d keys", s->ops->name, n_keep);
+    rc = s->ops->get_keys(s, n_keep, keep, err);
+    if (!rc) {
+        s->ops->reset(s);
+        rc = s->ops->put_keys(s, keep, n_keep, 0, err);
+    }
+    free(keep);
+    return rc;
+}
+
 subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
                              float *dst, subq_error *err) {
     if (n < 0 || n > count)

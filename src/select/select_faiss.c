@@ -117,18 +117,7 @@ static void faiss_reset(selector *s) {
  * level, so the graph can differ from the one the original appends made;
  * the index holds the same keys). */
 static subq_status faiss_truncate(selector *s, int n_keep, subq_error *err) {
-    faiss_sel *f = (faiss_sel *)s;
-    subq_status rc = select_check_truncate(s, f->count, n_keep, err);
-    if (rc || n_keep == f->count) return rc;
-    float *keep = n_keep > 0 ? malloc((size_t)n_keep * f->d * sizeof(float)) : NULL;
-    if (n_keep > 0 && !keep) return subq_fail(err, SUBQ_ERR_NOMEM, "selector faiss: out of memory for %d keys", n_keep);
-    rc = faiss_get_keys(s, n_keep, keep, err);
-    if (!rc) {
-        faiss_reset(s);
-        rc = faiss_insert(s, keep, n_keep, 0, 0, err);
-    }
-    free(keep);
-    return rc;
+    return select_truncate_rebuild(s, ((faiss_sel *)s)->count, n_keep, err);
 }
 
 static void faiss_free(selector *s) {

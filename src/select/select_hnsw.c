@@ -134,18 +134,7 @@ static void hnsw_reset(selector *s) {
  * (O(n_keep log n_keep) distance computations times efConstruction, like
  * the original inserts), which gives the graph those inserts made. */
 static subq_status hnsw_truncate(selector *s, int n_keep, subq_error *err) {
-    hnsw_sel *h = (hnsw_sel *)s;
-    subq_status rc = select_check_truncate(s, h->count, n_keep, err);
-    if (rc || n_keep == h->count) return rc;
-    float *keep = n_keep > 0 ? malloc((size_t)n_keep * h->d * sizeof(float)) : NULL;
-    if (n_keep > 0 && !keep) return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory for %d keys", n_keep);
-    rc = hnsw_get_keys(s, n_keep, keep, err);
-    if (!rc) {
-        hnsw_reset(s);
-        rc = hnsw_insert(s, keep, n_keep, 0, 0, err);
-    }
-    free(keep);
-    return rc;
+    return select_truncate_rebuild(s, ((hnsw_sel *)s)->count, n_keep, err);
 }
 
 static void hnsw_free(selector *s) {

@@ -25,6 +25,9 @@ subq_status select_window_new(const selector_params *p, const selector_env *env,
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err);
 /* A truncation keeps at most the `count` slots the selector holds. */
 subq_status select_check_truncate(const selector *s, int count, int n_keep, subq_error *err);
+/* Truncation by rebuilding (index kinds without deletion): the kept
+ * stored keys through ops->get_keys, ops->reset, ops->put_keys. */
+subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_error *err);
 /* Copy n stored search keys (unit rows of d floats `stride` apart) into
  * dst [n][d], after checking n against the `count` held. */
 subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
