@@ -249,6 +249,10 @@ def main():
     finally:
         code, err = main_srv.stop()
     ck.check("server exits 0 on SIGTERM", code == 0, err[-500:])
+    r = subprocess.run([rc.subq_bin(), "serve", "-m", MODEL, "--chat-template", "nope"], capture_output=True,
+                       timeout=60)
+    ck.check("unknown --chat-template: one-line error at start-up", r.returncode == 1 and
+             r.stderr.decode().startswith("subq serve: error: unknown chat template 'nope'"), r.stderr.decode())
     ck.guarded("check_cache", check_cache, ck, MODEL)
     ck.guarded("check_prompt_cache_file", check_prompt_cache_file, ck)
     ck.finish()
