@@ -1,20 +1,34 @@
-// Benchmark driver for subq serve (Node's built-in fetch; no packages).
+// Benchmark driver for subq serve (Node's built-in http and fetch; no packages).
 //   node serve_bench.mjs load BASE_URL N CONC          requests/s and time to first token
 //   node serve_bench.mjs cache BASE_URL DOC_FILE   prefill saved by the prompt cache:
 //        the document, then 10 follow-up questions
 // Prints one JSON object.
 import { readFileSync } from "node:fs";
+import http from "node:http";
 
 const [mode, base] = process.argv.slice(2, 4);
 
-async function post(body) {
+// One request without a time limit (a long prefill may take minutes; fetch gives up after 300 s).
+const agent = new http.Agent({ keepAlive: true });
+function post(body) {
   const t0 = performance.now();
-  const r = await fetch(base + "/v1/completions", {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  const data = JSON.stringify(body);
+  return new Promise((resolve, reject) => {
+    const req = http.request(base + "/v1/completions", {
+      method: "POST", agent, headers: { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(data) },
+    }, (res) => {
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (text += c));
+      res.on("end", () => {
+        const j = JSON.parse(text);
+        if (res.statusCode !== 200) reject(new Error(text));
+        else resolve({ ms: performance.now() - t0, ...j });
+      });
+    });
+    req.on("error", reject);
+    req.end(data);
   });
-  const j = await r.json();
-  if (r.status !== 200) throw new Error(JSON.stringify(j));
-  return { ms: performance.now() - t0, ...j };
 }
 
 // Time from sending a streaming request to its first text chunk.
@@ -61,6 +75,7 @@ if (mode === "load") {
     latency_ms_p50: +pct(lat, 0.5).toFixed(1), latency_ms_p95: +pct(lat, 0.95).toFixed(1),
     ttft_ms_p50: +pct(firsts, 0.5).toFixed(1), ttft_ms_p95: +pct(firsts, 0.95).toFixed(1),
   }));
+  agent.destroy();
 } else if (mode === "cache") {
   const doc = readFileSync(process.argv[4], "utf8");
   const q = (i) => `\n\nQuestion ${i + 1}: what happens in part ${i + 1} of the text above?\nAnswer:`;
@@ -82,4 +97,5 @@ if (mode === "load") {
     uncached_followup_prefilled_tokens: cold.timings.prompt_n,
     prefill_saved_ms_10_followups: +(10 * cold.timings.prompt_ms - sum(follow, (r) => r.timings.prompt_ms)).toFixed(0),
   }));
+  agent.destroy();
 }

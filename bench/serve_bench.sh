@@ -5,7 +5,8 @@
 #   2. Qwen3-0.6B shape (random q8_0 weights from subq synth): a document of
 #      about 4096 tokens, then 10 follow-up questions against it; the prefill
 #      the prompt cache saves against prefilling each question's whole prompt.
-# Usage: bench/serve_bench.sh [SHARED_DIR] (default ../shared). Prints JSON lines.
+# Usage: bench/serve_bench.sh [SHARED_DIR] (default ../shared); DOC_TOKENS=N
+# changes the document size (default 4096). Prints JSON lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SHARED=${1:-../shared}
@@ -32,11 +33,12 @@ echo "stories260K load: $(node bench/serve_bench.mjs load "$URL" 200 8)"
 stop
 
 "$BIN" synth --shape qwen3-0.6b --type q8_0 -o "$TMP/qwen3.gguf" >/dev/null
-# a document of about 4096 tokens of this vocabulary: cut by the measured bytes per token
+# a document of about DOC_TOKENS tokens of this vocabulary: cut by the measured bytes per token
+DOC_TOKENS=${DOC_TOKENS:-4096}
 head -c 40000 "$SHARED/data/text/pride-and-prejudice.txt" > "$TMP/doc.txt"
 n=$("$BIN" tokenize -m "$TMP/qwen3.gguf" -f "$TMP/doc.txt" | wc -w)
-head -c $((40000 * 4096 / n)) "$TMP/doc.txt" > "$TMP/doc4k.txt"
-start -m "$TMP/qwen3.gguf" -c 4608 --kv f16
+head -c $((40000 * DOC_TOKENS / n)) "$TMP/doc.txt" > "$TMP/doc4k.txt"
+start -m "$TMP/qwen3.gguf" -c $((DOC_TOKENS + 512)) --kv f16
 echo "qwen3-0.6b q8_0 cache: $(node bench/serve_bench.mjs cache "$URL" "$TMP/doc4k.txt")"
 stop
 echo "uptime: $(uptime)"
