@@ -127,6 +127,8 @@ void subq_context_reset(subq_context *c);
 int subq_context_n_past(const subq_context *c);
 /* KV cache capacity in tokens, and the threads the context computes with. */
 int subq_context_n_ctx(const subq_context *c);
+/* The model a context runs. */
+const subq_model *subq_context_model(const subq_context *c);
 int subq_context_n_threads(const subq_context *c);
 
 /* Run n tokens through the model, appending them to the KV cache at
@@ -292,6 +294,77 @@ typedef void (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const sub
 subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tokens, int n_ctx, int max_chunks,
                             subq_ppl_callback cb, void *user, subq_ppl_result *res, float *nll_out,
                             subq_error *err);
+
+/* ---- recall: needle-in-a-haystack ------------------------------------- */
+
+/* Pass-key and needle-in-a-haystack tasks (as in the pass-key test of
+ * Mohtashami & Jaggi 2023 and RULER's NIAH variants): a fact stated once
+ * inside filler text of a given token length, at a given depth, then a
+ * question whose answer is a number; the model answers by greedy decoding.
+ *   passkey      "The pass key is 71432. Remember it. 71432 is the pass key."
+ *                ... "What is the pass key? The pass key is" -> 71432
+ *   multikey     n_keys needles "The special magic number for KEY is N.",
+ *                one asked (at the depth), the others at random depths
+ *   multivalue   n_values needles for one KEY (the first at the depth),
+ *                all asked; correct when every value appears */
+typedef enum subq_recall_task {
+    SUBQ_RECALL_PASSKEY = 0,
+    SUBQ_RECALL_MULTIKEY,
+    SUBQ_RECALL_MULTIVALUE,
+} subq_recall_task;
+
+/* "passkey", "niah-multikey", "niah-multivalue" -> task; -1 when unknown. */
+int subq_recall_task_parse(const char *name);
+const char *subq_recall_task_name(subq_recall_task t);
+
+typedef struct subq_recall_params {
+    subq_recall_task task;
+    const char *haystack;     /* filler text (UTF-8), repeated to length (copied) */
+    size_t haystack_len;
+    int n_keys;               /* multikey: needles in the prompt (4) */
+    int n_values;             /* multivalue: values of the key (4) */
+    uint64_t seed;            /* keys, filler offsets and distractor depths (1) */
+} subq_recall_params;
+
+subq_recall_params subq_recall_default_params(void);
+
+/* One prompt: exactly `length` tokens (BOS, filler with the needles, the
+ * question), the answer the model must give, where the asked needle sits. */
+typedef struct subq_recall_prompt {
+    int32_t *tokens;          /* [n_tokens], malloc'd */
+    int n_tokens;
+    int needle_pos;           /* index of the first token of the asked needle */
+    int needle_len;           /* its tokens */
+    int n_filler;             /* filler tokens in the prompt */
+    int n_values;             /* answers: n_values numbers of up to 15 digits */
+    char values[8][16];
+} subq_recall_prompt;
+
+/* A prompt builder: the haystack tokenised once for one model.
+ * SUBQ_ERR_ARG when the haystack holds no text. */
+typedef struct subq_recall subq_recall;
+subq_status subq_recall_new(const subq_model *m, const subq_recall_params *p, subq_recall **out, subq_error *err);
+void subq_recall_free(subq_recall *r);
+
+/* Build the prompt of trial `trial` at `length` tokens with the asked needle
+ * after a share `depth` in [0, 1] of the filler (snapped to the nearest word
+ * start). The same (params, length, depth, trial) give the same prompt.
+ * SUBQ_ERR_ARG when the needles and the question do not fit in `length` or
+ * the length exceeds the model's context. */
+subq_status subq_recall_make_prompt(const subq_recall *r, int length, double depth, int trial,
+                                    subq_recall_prompt *out, subq_error *err);
+void subq_recall_prompt_free(subq_recall_prompt *pr);
+
+/* Score a generated answer: the share of the prompt's values found as whole
+ * digit runs in `text` (1 for exact recall of every value). */
+double subq_recall_score(const subq_recall_prompt *pr, const char *text, size_t len);
+
+/* Feed the prompt to an empty context (which runs its attention plan, dense
+ * or sparse prefill as the plan says), decode greedily at most max_new
+ * tokens (stopping at end-of-sequence or a newline) and score the answer.
+ * The generated text is copied to `answer` (NUL-terminated, cap bytes). */
+subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer,
+                               size_t cap, double *score, subq_error *err);
 
 /* ---- GGUF files: inspection ----------------------------------------- */
 
