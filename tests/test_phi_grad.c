@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "phi/phi_loss.h"
+#include "train/complete/phi_loss.h"
 #include "phi/phi_maps.h"
 #include "phi/phi_net.h"
 #include "test_util.h"

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "search/search_loss.h"
-#include "search/teacher.h"
-#include "search/topk.h"
+#include "train/search/search_loss.h"
+#include "train/search/teacher.h"
+#include "train/search/topk.h"
 #include "test_util.h"
 
 typedef struct problem {

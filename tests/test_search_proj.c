@@ -15,7 +15,7 @@
 #include "quant/types.h"
 #include "search/search_proj.h"
 #include "test_util.h"
-#include "train/train_search.h"
+#include "train/search/train_search.h"
 
 static char tmp_dir[512];
 

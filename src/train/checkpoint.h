@@ -10,7 +10,7 @@
 #ifndef SUBQ_TRAIN_CHECKPOINT_H
 #define SUBQ_TRAIN_CHECKPOINT_H
 
-#include "train/train_search.h"
+#include "train/search/train_search.h"
 
 typedef struct train_state {
     search_proj *proj;          /* weights: proj->data */

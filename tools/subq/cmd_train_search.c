@@ -11,7 +11,7 @@
 #include "cli.h"
 #include "model/model.h"
 #include "train/corpus.h"
-#include "train/train_search.h"
+#include "train/search/train_search.h"
 
 static const char *help =
     "usage: subq train-search -m MODEL -o OUT.gguf [options] DATA...\n"

@@ -8,10 +8,10 @@
 #include "base/rng.h"
 #include "model/context.h"
 #include "quant/types.h"
-#include "search/search_eval.h"
-#include "search/search_loss.h"
+#include "train/search/search_eval.h"
+#include "train/search/search_loss.h"
 #include "train/capture.h"
-#include "train/train_search.h"
+#include "train/search/train_search.h"
 
 subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, const train_search_config *cfg,
                                       const char *path, subq_error *err) {

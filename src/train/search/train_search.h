@@ -24,8 +24,8 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "search/search_eval.h"
-#include "search/search_loss.h"
+#include "train/search/search_eval.h"
+#include "train/search/search_loss.h"
 #include "search/search_proj.h"
 #include "train/corpus.h"
 

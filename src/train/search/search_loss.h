@@ -26,7 +26,7 @@
 
 #include <stdint.h>
 
-#include "search/teacher.h"
+#include "train/search/teacher.h"
 #include "subq.h"
 
 typedef struct search_loss_params {

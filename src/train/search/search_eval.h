@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "search/search_loss.h"
+#include "train/search/search_loss.h"
 
 #define SEARCH_EVAL_MAX_K 16
 

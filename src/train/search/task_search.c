@@ -1,5 +1,5 @@
 /* The distillation loop for search projections (train_search.h). */
-#include "train/train_search.h"
+#include "train/search/train_search.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -22,7 +22,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "phi/phi_loss.h"
+#include "train/complete/phi_loss.h"
 #include "phi/phi_maps.h"
 #include "train/corpus.h"
 

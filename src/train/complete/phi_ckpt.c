@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "model/model.h"
-#include "phi/phi_train.h"
+#include "train/complete/phi_train.h"
 #include "quant/types.h"
 #include "search/search_proj.h"
 

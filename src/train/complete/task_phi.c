@@ -1,5 +1,5 @@
 /* The distillation loop for the completion maps (phi_train.h). */
-#include "phi/phi_train.h"
+#include "train/complete/phi_train.h"
 
 #include <math.h>
 #include <stdio.h>

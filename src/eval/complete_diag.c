@@ -1,5 +1,5 @@
 /* Completion diagnostics per (layer, head) (phi_diag.h). */
-#include "phi/phi_diag.h"
+#include "eval/complete_diag.h"
 
 #include <math.h>
 #include <stdlib.h>
