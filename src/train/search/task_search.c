@@ -1,328 +1,314 @@
-/* The distillation loop for search projections (train_search.h). */
+/* Search projections as a task of the training driver (train_search.h). */
 #include "train/search/train_search.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/error.h"
-#include "base/rng.h"
-#include "base/timer.h"
-#include "model/context.h"
-#include "train/adamw.h"
-#include "train/capture.h"
-#include "train/checkpoint.h"
+#include "quant/types.h"
+#include "train/task.h"
 
 train_search_config train_search_default_config(void) {
     train_search_config c = {
+        .train = train_default_config(),
         .d_search = 32,
-        .batch = 1,
+        /* sink / tail: the sparse runtime's defaults (attn_plan_default), so the
+         * space is trained on the keys it will be asked to rank */
         .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = TEACHER_AGG_MAX,
-                 .n_sink = 0, .n_tail = 0},
-        .lr = 1e-4f,
-        .weight_decay = 0.01f,
-        .beta1 = 0.9f,
-        .beta2 = 0.999f,
-        .eps = 1e-8f,
-        .grad_clip = 1.0f,
+                 .n_sink = 4, .n_tail = 16},
         .init_std = 0.02f,
-        .warmup = 100,
-        .seed = 1,
-        .eval_every = 200,
         .eval_k = {8, 16, 32, 64},
         .n_eval_k = 4,
-        .eval_tokens = 32768,
-        .save_every = 200,
     };
+    c.train.lr = 1e-4f;
+    c.train.weight_decay = 0.01f;
+    c.train.warmup = 100;
+    c.train.steps = 1000;
+    c.train.eval_every = 200;
+    c.train.eval_tokens = 32768;
+    c.train.save_every = 200;
     return c;
 }
 
-/* Everything one run holds. */
-typedef struct trainer {
-    subq_model *model;
-    const train_corpus *data;
+typedef struct search_task {
     const train_search_config *cfg;
-    subq_context *ctx;
-    train_capture *cap;
-    train_state st;
-    float *grad;
-    int32_t *tok, *pos, *seg;
-    int *perm;
-    uint64_t perm_epoch;
-    train_eval_layer *ev;
-    int n_threads;
-} trainer;
+    search_proj *proj;
+    search_eval_acc *acc;       /* [n_sel]: retrieval metrics of the evaluation */
+} search_task;
 
-static void trainer_free(trainer *t) {
-    subq_context_free(t->ctx);
-    train_capture_free(t->cap);
-    search_proj_free(t->st.proj);
-    free(t->st.m);
-    free(t->st.v);
-    free(t->grad);
-    free(t->tok);
-    free(t->pos);
-    free(t->seg);
-    free(t->perm);
-    free(t->ev);
-}
+static const char *const part_names[] = {"nce", "kl"};
 
-static subq_status check_config(const subq_model *m, const train_corpus *data, const train_search_config *c,
-                                subq_error *err) {
-    if (c->n_layers <= 0) return subq_fail(err, SUBQ_ERR_ARG, "no layers to train (check --layers / --reserve)");
-    for (int i = 0; i < c->n_layers; i++)
-        if (c->layers[i] < 0 || c->layers[i] >= m->hp.n_layer)
-            return subq_fail(err, SUBQ_ERR_ARG, "layer %d is outside 0..%d", c->layers[i], m->hp.n_layer - 1);
+static subq_status create(void *self, trainer *t, subq_error *err) {
+    search_task *k = self;
+    const train_search_config *c = k->cfg;
+    const search_loss_params *l = &c->loss;
     if (c->d_search < 1 || c->d_search > SEARCH_PROJ_MAX_D) return subq_fail(err, SUBQ_ERR_ARG, "bad d_search %d", c->d_search);
-    if (c->batch < 1) return subq_fail(err, SUBQ_ERR_ARG, "batch must be >= 1");
-    if (c->steps < 1) return subq_fail(err, SUBQ_ERR_ARG, "steps must be >= 1");
-    if (c->warmup < 0) return subq_fail(err, SUBQ_ERR_ARG, "warmup must be >= 0");
-    if (!(c->lr >= 0) || !(c->loss.tau > 0) || !(c->loss.tau_kl > 0) || c->loss.k_pos < 1)
-        return subq_fail(err, SUBQ_ERR_ARG, "lr must be >= 0, temperatures > 0 and k_pos >= 1");
-    if (c->loss.n_sink < 0 || c->loss.n_tail < 0) return subq_fail(err, SUBQ_ERR_ARG, "sink and tail must be >= 0");
+    if (!(l->tau > 0) || !(l->tau_kl > 0) || l->k_pos < 1)
+        return subq_fail(err, SUBQ_ERR_ARG, "temperatures must be > 0 and k_pos >= 1");
+    if (!(l->alpha >= 0) || !(l->beta >= 0) || !(c->init_std >= 0))
+        return subq_fail(err, SUBQ_ERR_ARG, "loss weights and init_std must be >= 0");
+    if (l->n_sink < 0 || l->n_tail < 0) return subq_fail(err, SUBQ_ERR_ARG, "sink and tail must be >= 0");
     if (c->n_eval_k < 0 || c->n_eval_k > SEARCH_EVAL_MAX_K) return subq_fail(err, SUBQ_ERR_ARG, "too many eval K values");
     for (int i = 0; i < c->n_eval_k; i++)
         if (c->eval_k[i] < 1) return subq_fail(err, SUBQ_ERR_ARG, "eval K values must be >= 1");
-    if (!c->out_path || !*c->out_path) return subq_fail(err, SUBQ_ERR_ARG, "no output path");
-    if (data->train.n_seq < 1) return subq_fail(err, SUBQ_ERR_ARG, "no training sequences");
-    return SUBQ_OK;
-}
-
-static subq_status trainer_init(trainer *t, subq_model *m, const train_corpus *data, const train_search_config *cfg,
-                                subq_error *err) {
-    memset(t, 0, sizeof *t);
-    t->model = m;
-    t->data = data;
-    t->cfg = cfg;
-    subq_status s = check_config(m, data, cfg, err);
+    const model_hparams *hp = &t->model->hp;
+    subq_status s = search_proj_new(hp->n_layer, hp->n_embd, c->d_search, c->train.layers, c->train.n_layers,
+                                    model_fingerprint(t->model), &k->proj, err);
     if (s) return s;
-    const int seq = data->p.seq;
-    subq_context_params cp = subq_context_default_params();
-    cp.n_ctx = seq;
-    cp.n_threads = cfg->n_threads;
-    cp.kv_type = SUBQ_KV_F32; /* the teacher is rebuilt in fp32 */
-    if ((s = subq_context_new(m, &cp, &t->ctx, err))) return s;
-    t->n_threads = t->ctx->n_threads;
-    if ((s = search_proj_new(m->hp.n_layer, m->hp.n_embd, cfg->d_search, cfg->layers, cfg->n_layers,
-                             model_fingerprint(m), &t->st.proj, err)))
-        return s;
-    const search_proj *p = t->st.proj;
-    if ((s = train_capture_new(m, p->layers, p->n_sel, seq, &t->cap, err))) return s;
-    t->st.n_params = 2 * (size_t)p->n_sel * p->d_search * p->n_embd;
-    t->st.m = calloc(t->st.n_params, sizeof(float));
-    t->st.v = calloc(t->st.n_params, sizeof(float));
-    t->grad = calloc(t->st.n_params, sizeof(float));
-    t->tok = malloc((size_t)seq * sizeof(int32_t));
-    t->pos = malloc((size_t)seq * sizeof(int32_t));
-    t->seg = malloc((size_t)seq * sizeof(int32_t));
-    t->perm = malloc((size_t)data->train.n_seq * sizeof(int));
-    t->ev = calloc((size_t)p->n_sel, sizeof(train_eval_layer));
-    if (!t->st.m || !t->st.v || !t->grad || !t->tok || !t->pos || !t->seg || !t->perm || !t->ev)
-        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the trainer");
-    t->perm_epoch = UINT64_MAX;
-    /* W ~ N(0, init_std^2) from the run's rng */
-    t->st.rng = rng_seed(cfg->seed);
-    search_proj_init_normal(t->st.proj, cfg->init_std, &t->st.rng);
+    const search_proj *p = k->proj;
+    if (!(k->acc = calloc((size_t)p->n_sel, sizeof *k->acc))) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    t->w = k->proj->data;
+    t->n_params = 2 * (size_t)p->n_sel * p->d_search * p->n_embd;
+    t->layers = p->layers;
+    t->n_sel = p->n_sel;
     return SUBQ_OK;
 }
 
-/* Offsets of layer i's matrices in the flat parameter / gradient arrays. */
-static float *block(float *base, const search_proj *p, int i, int is_k) {
-    return base + (2 * (size_t)i + (size_t)is_k) * p->d_search * p->n_embd;
-}
-
-/* One optimiser step over `batch` sequences; fills the stats. */
-static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err) {
-    const train_search_config *cfg = t->cfg;
-    const search_proj *p = t->st.proj;
-    memset(t->grad, 0, t->st.n_params * sizeof(float));
-    double nce = 0, kl = 0;
-    int64_t n_q = 0, n_tok = 0;
-    for (int b = 0; b < cfg->batch; b++) {
-        int si = corpus_train_index(t->data, t->st.cursor, cfg->seed, t->perm, &t->perm_epoch);
-        t->st.cursor++;
-        int n = corpus_get(t->data, &t->data->train, si, t->tok, t->pos, t->seg);
-        subq_status s = train_capture_run(t->cap, t->ctx, t->tok, t->pos, t->seg, n, err);
-        if (s) return s;
-        for (int i = 0; i < p->n_sel; i++) {
-            search_layer_data x = train_capture_layer(t->cap, i, t->seg);
-            search_loss_sums sums;
-            int l = p->layers[i];
-            s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &cfg->loss, 1.0f, block(t->grad, p, i, 0),
-                                  block(t->grad, p, i, 1), &sums, 0, t->n_threads, err);
-            if (s) return s;
-            nce += sums.nce;
-            kl += sums.kl;
-        }
-        n_q += search_count_queries(t->seg, n, cfg->loss.n_sink, cfg->loss.n_tail);
-        n_tok += n;
-    }
-    /* objective = (1/L) sum_layers (alpha sum_t nce + beta sum_t kl) / N */
-    const double denom = (double)(n_q > 0 ? n_q : 1) * p->n_sel;
-    const float scale = (float)(1.0 / denom);
-    double g2 = 0.0;
-    for (size_t i = 0; i < t->st.n_params; i++) {
-        t->grad[i] *= scale;
-        g2 += (double)t->grad[i] * t->grad[i];
-    }
-    double gnorm = sqrt(g2);
-    if (cfg->grad_clip > 0 && gnorm > cfg->grad_clip) {
-        float c = (float)(cfg->grad_clip / gnorm);
-        for (size_t i = 0; i < t->st.n_params; i++) t->grad[i] *= c;
-    }
-    float lr = lr_schedule(t->st.step, cfg->steps, cfg->warmup, cfg->lr);
-    adamw_params ap = {cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay};
-    adamw_update(t->st.proj->data, t->grad, t->st.m, t->st.v, t->st.n_params, &ap, lr, t->st.step + 1);
-    t->st.step++;
-    ss->step = t->st.step;
-    ss->steps = cfg->steps;
-    ss->lr = lr;
-    ss->nce = nce / denom;
-    ss->kl = kl / denom;
-    ss->loss = cfg->loss.alpha * ss->nce + cfg->loss.beta * ss->kl;
-    ss->grad_norm = gnorm;
-    ss->tokens = n_tok;
-    t->st.train_loss = ss->loss;
-    t->st.train_nce = ss->nce;
-    t->st.train_kl = ss->kl;
+/* W ~ N(0, init_std^2) from the run's rng */
+static subq_status init(void *self, trainer *t, subq_error *err) {
+    search_task *k = self;
+    search_proj_init_normal(k->proj, k->cfg->init_std, &t->rng);
     return SUBQ_OK;
 }
 
-/* Losses and retrieval metrics on the held-out split (up to eval_tokens). */
-static subq_status evaluate(trainer *t, train_eval_stats *es, subq_error *err) {
-    const train_search_config *cfg = t->cfg;
-    const search_proj *p = t->st.proj;
-    const corpus_split *sp = &t->data->eval;
-    double t0 = time_now_s();
+/* Block 2i of the flat arrays is W_Qs of target layer i, 2i+1 its W_Ks. */
+static size_t block_offset(const search_proj *p, int b) { return (size_t)b * p->d_search * p->n_embd; }
+
+static subq_status loss(void *self, trainer *t, int train, train_sums *sums, subq_error *err) {
+    search_task *k = self;
+    const train_search_config *c = k->cfg;
+    const search_proj *p = k->proj;
     for (int i = 0; i < p->n_sel; i++) {
-        memset(&t->ev[i], 0, sizeof t->ev[i]);
-        t->ev[i].layer = p->layers[i];
-        search_eval_init(&t->ev[i].acc, cfg->eval_k, cfg->n_eval_k);
-    }
-    int64_t n_tok = 0;
-    int n_seq = 0;
-    for (int si = 0; si < sp->n_seq; si++) {
-        if (cfg->eval_tokens > 0 && n_tok >= cfg->eval_tokens) break;
-        int n = corpus_get(t->data, sp, si, t->tok, t->pos, t->seg);
-        subq_status s = train_capture_run(t->cap, t->ctx, t->tok, t->pos, t->seg, n, err);
+        const search_layer_data x = train_capture_layer(t->cap, i, t->seg);
+        const int l = p->layers[i];
+        search_loss_sums ls;
+        subq_status s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &c->loss, 1.0f,
+                                          train ? t->grad + block_offset(p, 2 * i) : NULL,
+                                          train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, 0, t->n_threads, err);
+        if (!s && !train)
+            s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, c->loss.agg, c->loss.n_sink, c->loss.n_tail,
+                                  &k->acc[i], t->n_threads, err);
         if (s) return s;
-        for (int i = 0; i < p->n_sel; i++) {
-            search_layer_data x = train_capture_layer(t->cap, i, t->seg);
-            int l = p->layers[i];
-            search_loss_sums sums;
-            if ((s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &cfg->loss, 1.0f, NULL, NULL, &sums, 0,
-                                       t->n_threads, err)) ||
-                (s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, cfg->loss.agg, cfg->loss.n_sink,
-                                       cfg->loss.n_tail, &t->ev[i].acc, t->n_threads, err)))
-                return s;
-            t->ev[i].nce += sums.nce;
-            t->ev[i].kl += sums.kl;
-            t->ev[i].n_queries += sums.n_queries;
-        }
-        n_tok += n;
-        n_seq++;
+        sums[i].loss += c->loss.alpha * ls.nce + c->loss.beta * ls.kl;
+        sums[i].part[0] += ls.nce;
+        sums[i].part[1] += ls.kl;
+        sums[i].n_queries += ls.n_queries;
     }
-    es->step = t->st.step;
-    es->n_layers = p->n_sel;
-    es->layers = t->ev;
-    es->n_seq = n_seq;
-    es->n_tokens = n_tok;
-    es->nce = es->kl = 0;
-    for (int i = 0; i < p->n_sel; i++) {
-        double nq = t->ev[i].n_queries > 0 ? (double)t->ev[i].n_queries : 1.0;
-        t->ev[i].nce /= nq;
-        t->ev[i].kl /= nq;
-        es->nce += t->ev[i].nce / p->n_sel;
-        es->kl += t->ev[i].kl / p->n_sel;
-    }
-    es->loss = cfg->loss.alpha * es->nce + cfg->loss.beta * es->kl;
-    es->seconds = time_now_s() - t0;
-    t->st.have_eval = 1;
-    t->st.eval_loss = es->loss;
-    t->st.eval_nce = es->nce;
-    t->st.eval_kl = es->kl;
     return SUBQ_OK;
 }
 
-static subq_status eval_and_report(trainer *t, const train_search_hooks *hooks, subq_error *err) {
-    if (t->data->eval.n_seq == 0) return SUBQ_OK;
-    train_eval_stats es;
-    subq_status s = evaluate(t, &es, err);
-    if (!s && hooks && hooks->on_eval) hooks->on_eval(hooks->user, &es);
+static void eval_begin(void *self, trainer *t, train_eval_stats *es) {
+    search_task *k = self;
+    for (int i = 0; i < k->proj->n_sel; i++) search_eval_init(&k->acc[i], k->cfg->eval_k, k->cfg->n_eval_k);
+    es->retrieval = k->acc;
+}
+
+static int options(const void *self, train_option *o) {
+    const search_task *k = self;
+    const search_loss_params *l = &k->cfg->loss;
+    int n = 0;
+    o[n++] = train_opt_u64("k_pos", "--k-pos", (uint64_t)l->k_pos);
+    o[n++] = train_opt_str("head_agg", "--head-agg", teacher_agg_name(l->agg));
+    o[n++] = train_opt_f32("tau", "--tau", l->tau);
+    o[n++] = train_opt_f32("tau_kl", "--tau-kl", l->tau_kl);
+    o[n++] = train_opt_f32("alpha", "--alpha", l->alpha);
+    o[n++] = train_opt_f32("beta", "--beta", l->beta);
+    o[n++] = train_opt_f32("init_std", "--init-std", k->cfg->init_std);
+    /* the retrieval-eligible key set (keys the runtime always attends are left out) */
+    o[n++] = train_opt_u64_since("n_sink", "--sink", (uint64_t)l->n_sink, 0);
+    o[n++] = train_opt_u64_since("n_tail", "--tail", (uint64_t)l->n_tail, 0);
+    return n;
+}
+
+static int n_blocks(const void *self) { return 2 * ((const search_task *)self)->proj->n_sel; }
+
+static void block(const void *self, int b, train_block *out) {
+    const search_proj *p = ((const search_task *)self)->proj;
+    snprintf(out->name, sizeof out->name, "blk.%d.indexer.%s", p->layers[b / 2], b % 2 ? "attn_k" : "proj");
+    out->offset = block_offset(p, b);
+    out->count = (size_t)p->d_search * p->n_embd;
+    out->n_dims = 2;
+    out->ne[0] = (uint64_t)p->n_embd;
+    out->ne[1] = (uint64_t)p->d_search;
+    out->ne[2] = 1;
+}
+
+static subq_status write_weights(const void *self, gguf_writer *w, subq_error *err) {
+    return search_proj_to_writer(((const search_task *)self)->proj, w, err);
+}
+
+static subq_status read_weights(void *self, trainer *t, const gguf_file *f, const char *path, subq_error *err) {
+    const search_proj *q = ((search_task *)self)->proj;
+    search_proj *p = NULL;
+    subq_status s = search_proj_read(f, path, &p, err);
+    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, "train-search", err);
+    int same_layers = !s && p->n_sel == q->n_sel;
+    for (int i = 0; same_layers && i < q->n_sel; i++) same_layers = p->layers[i] == q->layers[i];
+    if (!s && (p->d_search != q->d_search || !same_layers || p->n_embd != q->n_embd))
+        s = subq_fail(err, SUBQ_ERR_ARG,
+                      "%s has d_search %d over %d layers; this run asks for d_search %d over %d layers "
+                      "(resume with the same --d-search / --layers / --reserve)",
+                      path, p->d_search, p->n_sel, q->d_search, q->n_sel);
+    if (!s) memcpy(t->w, p->data, t->n_params * sizeof(float));
+    search_proj_free(p);
     return s;
 }
 
-static subq_status save(trainer *t, const train_search_hooks *hooks, subq_error *err) {
-    subq_status s = train_save(&t->st, t->cfg, t->data, 1, err);
-    if (!s && hooks && hooks->on_save) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s.ckpt", t->cfg->out_path);
-        hooks->on_save(hooks->user, t->st.step, path);
-    }
-    return s;
+static void task_free(void *self) {
+    search_task *k = self;
+    search_proj_free(k->proj);
+    free(k->acc);
 }
+
+static const train_task_ops search_ops = {
+    .prefix = "subq.search",
+    .n_parts = 2,
+    .part_names = part_names,
+    .grad_f64 = 0,
+    .create = create,
+    .init = init,
+    .loss = loss,
+    .eval_begin = eval_begin,
+    .options = options,
+    .n_blocks = n_blocks,
+    .block = block,
+    .write_weights = write_weights,
+    .read_weights = read_weights,
+    .free = task_free,
+};
 
 subq_status train_search_run(subq_model *m, const train_corpus *data, const train_search_config *cfg,
-                             const train_search_hooks *hooks, train_search_result *res, subq_error *err) {
-    memset(res, 0, sizeof *res);
-    trainer t;
-    subq_status s = trainer_init(&t, m, data, cfg, err);
-    if (s) goto done;
-    int resumed = 0;
-    if (cfg->resume) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s.ckpt", cfg->out_path);
-        if (access(path, F_OK) != 0) {
-            s = subq_fail(err, SUBQ_ERR_IO, "cannot resume: %s does not exist", path);
-            goto done;
-        }
-        if ((s = train_load_checkpoint(path, m, cfg, data, &t.st, err))) goto done;
-        resumed = 1;
-    }
-    if (hooks && hooks->on_start) {
-        train_start_info info = {.start_step = t.st.step, .resumed = resumed, .n_train_seq = data->train.n_seq,
-                                 .n_eval_seq = data->eval.n_seq, .train_tokens = data->train.n_tokens,
-                                 .eval_tokens = data->eval.n_tokens, .n_threads = t.n_threads};
-        hooks->on_start(hooks->user, &info);
-    }
-    if (!resumed && cfg->eval_every > 0 && (s = eval_and_report(&t, hooks, err))) goto done;
+                             const train_hooks *hooks, train_result *res, subq_error *err) {
+    search_task k = {.cfg = cfg};
+    const train_task task = {&search_ops, &k};
+    return trainer_run(m, data, &cfg->train, &task, hooks, res, err);
+}
 
-    double train_time = 0.0;
-    int64_t evaluated_at = -1;
-    while (t.st.step < cfg->steps) {
-        if (cfg->stop_after > 0 && t.st.step >= cfg->stop_after) {
-            res->stopped_early = 1;
-            break;
-        }
-        if (hooks && hooks->stop && *hooks->stop) {
-            res->interrupted = 1;
-            break;
-        }
-        train_step_stats ss;
-        double t0 = time_now_s();
-        if ((s = train_step(&t, &ss, err))) goto done;
-        train_time += time_now_s() - t0;
-        res->train_tokens += ss.tokens;
-        ss.elapsed_s = train_time;
-        ss.tok_per_s = res->train_tokens / (train_time > 0 ? train_time : 1e-9);
-        if (hooks && hooks->on_step) hooks->on_step(hooks->user, &ss);
-        if (cfg->eval_every > 0 && t.st.step % cfg->eval_every == 0) {
-            if ((s = eval_and_report(&t, hooks, err))) goto done;
-            evaluated_at = t.st.step;
-        }
-        if (cfg->save_every > 0 && t.st.step % cfg->save_every == 0 && t.st.step < cfg->steps &&
-            (s = save(&t, hooks, err)))
-            goto done;
-    }
-    /* a finished run ends with an evaluation of the final weights */
-    if (!res->interrupted && !res->stopped_early && evaluated_at != t.st.step && (s = eval_and_report(&t, hooks, err)))
+/* ---- testing aid ----------------------------------------------------------- */
+
+subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, const train_search_config *cfg,
+                                      const char *path, subq_error *err) {
+    search_task st = {.cfg = cfg};
+    const train_task task = {&search_ops, &st};
+    trainer tr;
+    gguf_writer *w = NULL;
+    float *dense = NULL;
+    subq_status s = trainer_init(&tr, m, data, &cfg->train, &task, err);
+    if (!s) s = trainer_capture(&tr, &data->train, 0, err);
+    if (s) goto done;
+    const search_proj *proj = st.proj;
+    const train_capture *cap = tr.cap;
+    const int32_t *tok = tr.tok, *pos = tr.pos, *seg = tr.seg;
+    const int T = tr.n;
+    if (!(w = gguf_writer_new()) || !(dense = calloc((size_t)proj->n_sel * T * T, sizeof(float)))) {
+        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
         goto done;
-    s = save(&t, hooks, err);
-    res->step = t.st.step;
-    res->tok_per_s = res->train_tokens / (train_time > 0 ? train_time : 1e-9);
+    }
+    s = gguf_writer_set_str(w, "general.architecture", "subq-teacher-dump");
+    s = s ? s : gguf_writer_set_arr(w, "dump.tokens", GGUF_TYPE_INT32, tok, (uint64_t)T);
+    s = s ? s : gguf_writer_set_arr(w, "dump.pos", GGUF_TYPE_INT32, pos, (uint64_t)T);
+    s = s ? s : gguf_writer_set_arr(w, "dump.seg", GGUF_TYPE_INT32, seg, (uint64_t)T);
+    s = s ? s : gguf_writer_set_arr(w, "dump.layers", GGUF_TYPE_INT32, proj->layers, (uint64_t)proj->n_sel);
+    s = s ? s : gguf_writer_set_str(w, "dump.head_agg", teacher_agg_name(cfg->loss.agg));
+    s = s ? s : gguf_writer_set_f32(w, "dump.tau", cfg->loss.tau);
+    s = s ? s : gguf_writer_set_f32(w, "dump.tau_kl", cfg->loss.tau_kl);
+    s = s ? s : gguf_writer_set_u32(w, "dump.k_pos", (uint32_t)cfg->loss.k_pos);
+    s = s ? s : gguf_writer_set_u32(w, "dump.n_sink", (uint32_t)cfg->loss.n_sink);
+    s = s ? s : gguf_writer_set_u32(w, "dump.n_tail", (uint32_t)cfg->loss.n_tail);
+    s = s ? s : gguf_writer_set_arr(w, "dump.eval_k", GGUF_TYPE_INT32, cfg->eval_k, (uint64_t)cfg->n_eval_k);
+    if (s) {
+        s = subq_fail(err, s, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < proj->n_sel && !s; i++) {
+        int l = proj->layers[i];
+        search_layer_data x = train_capture_layer(cap, i, seg);
+        /* dense teacher: row t holds p over its retrieval-eligible keys [start + n_sink, t - n_tail]
+         * (renormalised over them), zeros elsewhere; a row with no such key is all zeros */
+        float *P = dense + (size_t)i * T * T, *scratch = malloc((size_t)T * sizeof(float));
+        float *kt = malloc((size_t)T * cap->dk * sizeof(float));
+        if (!scratch || !kt) {
+            free(scratch);
+            free(kt);
+            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+            break;
+        }
+        teacher_keys_transpose(x.k, T, &x.shape, kt);
+        for (int t = 0; t < T; t++) {
+            int s0 = t;
+            while (s0 > 0 && seg[s0 - 1] == seg[t]) s0--;
+            const int lo = s0 + cfg->loss.n_sink, hi = t - cfg->loss.n_tail;
+            if (lo > hi) continue;
+            teacher_row_mid(x.q + (size_t)t * cap->dq, kt, T, &x.shape, s0, t, lo, hi, cfg->loss.agg, scratch,
+                            P + (size_t)t * T + lo);
+        }
+        free(scratch);
+        free(kt);
+        search_loss_sums sums;
+        search_eval_acc acc;
+        search_eval_init(&acc, cfg->eval_k, cfg->n_eval_k);
+        if ((s = search_loss_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, &cfg->loss, 1.0f, NULL, NULL, &sums,
+                                   0, tr.n_threads, err)) ||
+            (s = search_eval_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, cfg->loss.agg, cfg->loss.n_sink,
+                                   cfg->loss.n_tail, &acc, tr.n_threads, err)))
+            break;
+        char key[128];
+        double ml[SEARCH_EVAL_MAX_K], mo[SEARCH_EVAL_MAX_K], rl[SEARCH_EVAL_MAX_K], ro[SEARCH_EVAL_MAX_K];
+        double mw[SEARCH_EVAL_MAX_K], rw[SEARCH_EVAL_MAX_K];
+        int64_t nq[SEARCH_EVAL_MAX_K];
+        for (int k = 0; k < acc.n_k; k++) {
+            double d = acc.n_queries[k] > 0 ? (double)acc.n_queries[k] : 1.0;
+            ml[k] = acc.mass_learned[k] / d;
+            mo[k] = acc.mass_oracle[k] / d;
+            rl[k] = acc.recall_learned[k] / d;
+            ro[k] = acc.recall_oracle[k] / d;
+            mw[k] = acc.mass_window[k] / d;
+            rw[k] = acc.recall_window[k] / d;
+            nq[k] = acc.n_queries[k];
+        }
+        struct {
+            const char *name;
+            const void *v;
+            gguf_type type;
+        } arrs[] = {{"mass_learned", ml, GGUF_TYPE_FLOAT64}, {"mass_oracle", mo, GGUF_TYPE_FLOAT64},
+                    {"recall_learned", rl, GGUF_TYPE_FLOAT64}, {"recall_oracle", ro, GGUF_TYPE_FLOAT64},
+                    {"mass_window", mw, GGUF_TYPE_FLOAT64},    {"recall_window", rw, GGUF_TYPE_FLOAT64},
+                    {"n_queries_k", nq, GGUF_TYPE_INT64}};
+        for (size_t a = 0; a < sizeof arrs / sizeof arrs[0] && !s; a++) {
+            snprintf(key, sizeof key, "dump.l%d.%s", l, arrs[a].name);
+            s = gguf_writer_set_arr(w, key, arrs[a].type, arrs[a].v, (uint64_t)acc.n_k);
+        }
+        snprintf(key, sizeof key, "dump.l%d.nce_sum", l);
+        s = s ? s : gguf_writer_set_arr(w, key, GGUF_TYPE_FLOAT64, &sums.nce, 1);
+        snprintf(key, sizeof key, "dump.l%d.kl_sum", l);
+        s = s ? s : gguf_writer_set_arr(w, key, GGUF_TYPE_FLOAT64, &sums.kl, 1);
+        snprintf(key, sizeof key, "dump.l%d.n_queries", l);
+        s = s ? s : gguf_writer_set_u32(w, key, (uint32_t)sums.n_queries);
+        if (s) {
+            s = subq_fail(err, s, "out of memory");
+            break;
+        }
+        struct {
+            const char *name;
+            const float *data;
+            uint64_t cols, rows;
+        } tens[] = {{"h", x.h, (uint64_t)cap->d, (uint64_t)T},           {"q", x.q, (uint64_t)cap->dq, (uint64_t)T},
+                    {"k", x.k, (uint64_t)cap->dk, (uint64_t)T},           {"teacher", P, (uint64_t)T, (uint64_t)T},
+                    {"wq", proj->wq[l], (uint64_t)cap->d, (uint64_t)proj->d_search},
+                    {"wk", proj->wk[l], (uint64_t)cap->d, (uint64_t)proj->d_search}};
+        for (size_t a = 0; a < sizeof tens / sizeof tens[0] && !s; a++) {
+            char name[64];
+            snprintf(name, sizeof name, "l%d.%s", l, tens[a].name);
+            uint64_t ne[2] = {tens[a].cols, tens[a].rows};
+            s = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, ne, tens[a].data, ne[0] * ne[1] * sizeof(float), 0,
+                                       err);
+        }
+    }
+    if (!s) s = gguf_writer_write(w, path, err);
 done:
-    trainer_free(&t);
+    gguf_writer_free(w);
+    free(dense);
+    trainer_free(&tr);
     return s;
 }
