@@ -13,6 +13,7 @@ On stories260K with a small corpus:
     --sink 0 --tail 0 stays reachable;
   * --grad-accum N over --batch B is the same step as --batch N*B (weights
     equal up to float rounding), and it resumes exactly;
+  * the --help of both trainers documents every option their parsers accept;
   * resuming with other options, other data or another model, or without a
     checkpoint, and bad options, fail with one 'subq ...' line on stderr, and
     a refused resume leaves no log behind (nor touches an existing one).
@@ -226,18 +227,18 @@ def main():
         if checks.guarded("resume after SIGINT", rc.run_subq, sig + ["-o", e, "--resume"]) is not None:
             checks.check("SIGINT + resume weights == uninterrupted (bitwise)", tensors(e)[1] == tensors(d)[1])
 
-    # ---- --help documents every option the parser accepts -----------------
-    srcs = [os.path.join(os.environ.get("SUBQ_SRC") or rc.REPO, "tools", "subq", f)
-            for f in ("cmd_train_search.c", "cli_train.c")]
-    try:
-        import re
-        flags = set(f for src in srcs for f in re.findall(r'"(--?[a-z][a-z0-9-]*)"', open(src).read())) - {"-"}
-        code, help_text, _ = run_cli(["train-search", "--help"])
-        missing = sorted(f for f in flags if not re.search(r"(^|[\s,])%s([\s,]|$)" % re.escape(f), help_text, re.M))
-        checks.check("--help documents every option", code == 0 and flags and not missing,
-                     "%d options, undocumented: %s" % (len(flags), missing))
-    except OSError as e:
-        checks.check("--help documents every option", False, str(e))
+    # ---- --help documents every option the parser accepts (both trainers) ---
+    import re
+    for cmd, src in (("train-search", "cmd_train_search.c"), ("train-phi", "cmd_train_phi.c")):
+        srcs = [os.path.join(os.environ.get("SUBQ_SRC") or rc.REPO, "tools", "subq", f) for f in (src, "cli_train.c")]
+        try:
+            flags = set(f for s in srcs for f in re.findall(r'"(--?[a-z][a-z0-9-]*)"', open(s).read())) - {"-"}
+            code, help_text, _ = run_cli([cmd, "--help"])
+            missing = sorted(f for f in flags if not re.search(r"(^|[\s,])%s([\s,]|$)" % re.escape(f), help_text, re.M))
+            checks.check("%s --help documents every option" % cmd, code == 0 and flags and not missing,
+                         "%d options, undocumented: %s" % (len(flags), missing))
+        except OSError as e:
+            checks.check("%s --help documents every option" % cmd, False, str(e))
 
     # ---- refusals ----------------------------------------------------------
     a_log = open(a + ".log.jsonl", "rb").read()
