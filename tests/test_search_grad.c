@@ -1,5 +1,5 @@
 /* Analytic gradients of the search-projection losses (InfoNCE and KL,
- * src/search/search_loss.c) against central finite differences of an
+ * src/train/search/search_loss.c) against central finite differences of an
  * independent double-precision implementation of the same objective, on
  * random small problems with block-causal segments, GQA and both head
  * aggregations, over all causal keys and over the retrieval-eligible keys

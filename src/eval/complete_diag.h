@@ -14,8 +14,8 @@
  *   for K' in sel_ks: err_sel at K' (to find the K selection-only needs to
  *   match the hybrid's error).
  * Records are kept per (layer, head, query) for quartiles and summaries. */
-#ifndef SUBQ_PHI_DIAG_H
-#define SUBQ_PHI_DIAG_H
+#ifndef SUBQ_EVAL_COMPLETE_DIAG_H
+#define SUBQ_EVAL_COMPLETE_DIAG_H
 
 #include <stdint.h>
 

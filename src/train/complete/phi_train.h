@@ -12,8 +12,8 @@
  * subq.phi.loss.{train,eval}{,_kl,_top,_fp,_z,_lse_err}, subq.phi.config.*,
  * subq.phi.data_fingerprint; OUT.ckpt adds the Adam moments as tensors
  * "<weight name>.adam_m" / ".adam_v" (train/task.h). */
-#ifndef SUBQ_PHI_TRAIN_H
-#define SUBQ_PHI_TRAIN_H
+#ifndef SUBQ_TRAIN_PHI_TRAIN_H
+#define SUBQ_TRAIN_PHI_TRAIN_H
 
 #include "train/complete/phi_loss.h"
 #include "train/corpus.h"

@@ -21,8 +21,8 @@
  *
  * Memory is bounded for long sequences: queries are processed in chunks of
  * rows, so only chunk x T score matrices exist at a time. */
-#ifndef SUBQ_SEARCH_LOSS_H
-#define SUBQ_SEARCH_LOSS_H
+#ifndef SUBQ_TRAIN_SEARCH_LOSS_H
+#define SUBQ_TRAIN_SEARCH_LOSS_H
 
 #include <stdint.h>
 
