@@ -1,4 +1,4 @@
-/* Analytic gradients of the completion-map distillation (src/phi/phi_loss.c,
+/* Analytic gradients of the completion-map distillation (src/train/complete/phi_loss.c,
  * src/phi/phi_net.c) against central finite differences, in double:
  *   - every loss term alone (KL, L_top, L_fp, L_Z) and the default mix,
  *   - w.r.t. every parameter group (Ws, bs, W1, b1, W2, b2, alpha, Wo, bo)
@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "phi/phi_loss.h"
+#include "train/complete/phi_loss.h"
 #include "phi/phi_maps.h"
 #include "phi/phi_net.h"
 #include "test_util.h"

@@ -1,5 +1,5 @@
 /* Analytic gradients of the search-projection losses (InfoNCE and KL,
- * src/search/search_loss.c) against central finite differences of an
+ * src/train/search/search_loss.c) against central finite differences of an
  * independent double-precision implementation of the same objective, on
  * random small problems with block-causal segments, GQA and both head
  * aggregations, over all causal keys and over the retrieval-eligible keys
@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "search/search_loss.h"
-#include "search/teacher.h"
-#include "search/topk.h"
+#include "train/search/search_loss.h"
+#include "train/search/teacher.h"
+#include "train/search/topk.h"
 #include "test_util.h"
 
 typedef struct problem {

@@ -15,7 +15,7 @@
 #include "quant/types.h"
 #include "search/search_proj.h"
 #include "test_util.h"
-#include "train/train_search.h"
+#include "train/search/train_search.h"
 
 static char tmp_dir[512];
 
@@ -64,16 +64,16 @@ static void train_small(subq_model *m, const char *out) {
     CHECK(!corpus_finish(c, &err), "finish: %s", err.msg);
     train_search_config cfg = train_search_default_config();
     int layers[] = {1, 3};
-    cfg.layers = layers;
-    cfg.n_layers = 2;
+    cfg.train.layers = layers;
+    cfg.train.n_layers = 2;
     cfg.d_search = 8;
-    cfg.steps = 3;
-    cfg.warmup = 1;
-    cfg.lr = 1e-2f;
-    cfg.eval_every = 0;
-    cfg.out_path = out;
-    cfg.n_threads = 2;
-    train_search_result res;
+    cfg.train.steps = 3;
+    cfg.train.warmup = 1;
+    cfg.train.lr = 1e-2f;
+    cfg.train.eval_every = 0;
+    cfg.train.out_path = out;
+    cfg.train.n_threads = 2;
+    train_result res;
     CHECK(!train_search_run(m, c, &cfg, NULL, &res, &err), "train_search_run: %s", err.msg);
     CHECK(res.step == 3, "trained %lld steps", (long long)res.step);
     corpus_free(c);

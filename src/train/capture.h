@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "model/context.h"
-#include "search/search_loss.h"
+#include "train/search/search_loss.h"
 
 typedef struct train_capture {
     int n_layer, n_sel, cap_rows;

@@ -1,5 +1,5 @@
-#include "train/checkpoint.h"
-
+/* Writing a training run's output and checkpoint, and resuming from it
+ * (the format is described in task.h). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,127 +8,108 @@
 #include "base/error.h"
 #include "model/model.h"
 #include "quant/types.h"
+#include "search/search_proj.h"
+#include "train/task.h"
 
-/* Options that shape the result: a resumed run must use the same ones.
- * absent_is_zero: files written before the option existed lack the key and
- * were trained as with value 0, so a missing key matches 0 (and only 0). */
-typedef struct cfg_item {
-    const char *key, *flag;
-    int is_float;
-    float f;
-    uint64_t u;
-    int absent_is_zero;
-} cfg_item;
-
-static int cfg_items(const train_search_config *c, const train_corpus *d, cfg_item *it) {
+/* Options that shape the result, the driver's then the task's. */
+static int options(const trainer *t, train_option *o) {
+    const train_config *c = t->cfg;
+    const corpus_params *d = &t->data->p;
     int n = 0;
-#define F(k, fl, v) it[n++] = (cfg_item){k, fl, 1, (float)(v), 0, 0}
-#define U(k, fl, v) it[n++] = (cfg_item){k, fl, 0, 0.0f, (uint64_t)(v), 0}
-#define U0(k, fl, v) it[n++] = (cfg_item){k, fl, 0, 0.0f, (uint64_t)(v), 1}
-    U("seq", "--seq", d->p.seq);
-    U("pack", "--no-pack", d->p.pack);
-    F("eval_frac", "--eval-frac", d->p.eval_frac);
-    U("batch", "--batch", c->batch);
-    U("k_pos", "--k-pos", c->loss.k_pos);
-    U("head_agg", "--head-agg", c->loss.agg);
-    F("tau", "--tau", c->loss.tau);
-    F("tau_kl", "--tau-kl", c->loss.tau_kl);
-    F("alpha", "--alpha", c->loss.alpha);
-    F("beta", "--beta", c->loss.beta);
-    F("lr", "--lr", c->lr);
-    F("weight_decay", "--wd", c->weight_decay);
-    F("adam_beta1", "(adam beta1)", c->beta1);
-    F("adam_beta2", "(adam beta2)", c->beta2);
-    F("adam_eps", "(adam eps)", c->eps);
-    F("grad_clip", "--clip", c->grad_clip);
-    F("init_std", "--init-std", c->init_std);
-    U("warmup", "--warmup", c->warmup);
-    U("steps", "--steps", c->steps);
-    U("seed", "--seed", c->seed);
-    /* the retrieval-eligible key set (keys the runtime always attends are left out) */
-    U0("n_sink", "--sink", c->loss.n_sink);
-    U0("n_tail", "--tail", c->loss.n_tail);
-#undef F
-#undef U
-#undef U0
-    return n;
-}
-#define MAX_CFG_ITEMS 32
-
-static void mv_names(int layer, char names[4][96]) {
-    snprintf(names[0], 96, "blk.%d.indexer.proj.adam_m", layer);
-    snprintf(names[1], 96, "blk.%d.indexer.proj.adam_v", layer);
-    snprintf(names[2], 96, "blk.%d.indexer.attn_k.adam_m", layer);
-    snprintf(names[3], 96, "blk.%d.indexer.attn_k.adam_v", layer);
+    o[n++] = train_opt_u64("seq", "--seq", (uint64_t)d->seq);
+    o[n++] = train_opt_u64("pack", "--no-pack", (uint64_t)d->pack);
+    o[n++] = train_opt_f32("eval_frac", "--eval-frac", d->eval_frac);
+    o[n++] = train_opt_u64("batch", "--batch", (uint64_t)c->batch);
+    o[n++] = train_opt_u64_since("grad_accum", "--grad-accum", (uint64_t)c->grad_accum, 1);
+    o[n++] = train_opt_f32("lr", "--lr", c->lr);
+    o[n++] = train_opt_f32("weight_decay", "--wd", c->weight_decay);
+    o[n++] = train_opt_f32("adam_beta1", "(adam beta1)", c->beta1);
+    o[n++] = train_opt_f32("adam_beta2", "--beta2", c->beta2);
+    o[n++] = train_opt_f32("adam_eps", "(adam eps)", c->eps);
+    o[n++] = train_opt_f32("grad_clip", "--clip", c->grad_clip);
+    o[n++] = train_opt_u64("warmup", "--warmup", (uint64_t)c->warmup);
+    o[n++] = train_opt_u64("steps", "--steps", (uint64_t)c->steps);
+    o[n++] = train_opt_u64("seed", "--seed", c->seed);
+    return n + t->task.ops->options(t->task.self, o + n);
 }
 
-static subq_status write_one(const train_state *st, const train_search_config *cfg, const train_corpus *data,
-                             const char *path, int ckpt, subq_error *err) {
+static subq_status set_losses(gguf_writer *w, const char *prefix, const char *which, double loss, const double *part,
+                              const train_task_ops *ops) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.loss.%s", prefix, which);
+    subq_status s = gguf_writer_set_f32(w, key, (float)loss);
+    for (int i = 0; i < ops->n_parts && !s; i++) {
+        snprintf(key, sizeof key, "%s.loss.%s_%s", prefix, which, ops->part_names[i]);
+        s = gguf_writer_set_f32(w, key, (float)part[i]);
+    }
+    return s;
+}
+
+static subq_status write_one(const trainer *t, const char *path, int ckpt, subq_error *err) {
+    const train_task_ops *ops = t->task.ops;
+    const char *prefix = ops->prefix;
     gguf_writer *w = gguf_writer_new();
     if (!w) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    subq_status s = search_proj_to_writer(st->proj, w, err);
+    subq_status s = ops->write_weights(t->task.self, w, err);
     if (s) goto done;
-    cfg_item it[MAX_CFG_ITEMS];
-    int n = cfg_items(cfg, data, it);
-    char key[128], fp[17];
+    train_option o[TRAIN_MAX_OPTIONS];
+    const int n = options(t, o);
+    char key[160], fp[17];
     for (int i = 0; i < n && !s; i++) {
-        snprintf(key, sizeof key, "subq.search.config.%s", it[i].key);
-        if (!strcmp(it[i].key, "head_agg")) s = gguf_writer_set_str(w, key, teacher_agg_name((teacher_agg)it[i].u));
-        else if (it[i].is_float) s = gguf_writer_set_f32(w, key, it[i].f);
-        else s = gguf_writer_set_u64(w, key, it[i].u);
+        snprintf(key, sizeof key, "%s.config.%s", prefix, o[i].key);
+        if (o[i].type == TRAIN_OPT_STR) s = gguf_writer_set_str(w, key, o[i].s);
+        else if (o[i].type == TRAIN_OPT_F32) s = gguf_writer_set_f32(w, key, o[i].f);
+        else s = gguf_writer_set_u64(w, key, o[i].u);
     }
-    search_fingerprint_hex(data->fingerprint, fp);
-    s = s ? s : gguf_writer_set_str(w, "subq.search.data_fingerprint", fp);
-    s = s ? s : gguf_writer_set_u64(w, "subq.search.data_train_tokens", (uint64_t)data->train.n_tokens);
-    s = s ? s : gguf_writer_set_u64(w, "subq.search.step", (uint64_t)st->step);
-    s = s ? s : gguf_writer_set_f32(w, "subq.search.loss.train", (float)st->train_loss);
-    s = s ? s : gguf_writer_set_f32(w, "subq.search.loss.train_nce", (float)st->train_nce);
-    s = s ? s : gguf_writer_set_f32(w, "subq.search.loss.train_kl", (float)st->train_kl);
-    if (st->have_eval) {
-        s = s ? s : gguf_writer_set_f32(w, "subq.search.loss.eval", (float)st->eval_loss);
-        s = s ? s : gguf_writer_set_f32(w, "subq.search.loss.eval_nce", (float)st->eval_nce);
-        s = s ? s : gguf_writer_set_f32(w, "subq.search.loss.eval_kl", (float)st->eval_kl);
-    }
+    search_fingerprint_hex(t->data->fingerprint, fp);
+    snprintf(key, sizeof key, "%s.data_fingerprint", prefix);
+    s = s ? s : gguf_writer_set_str(w, key, fp);
+    snprintf(key, sizeof key, "%s.data_train_tokens", prefix);
+    s = s ? s : gguf_writer_set_u64(w, key, (uint64_t)t->data->train.n_tokens);
+    snprintf(key, sizeof key, "%s.step", prefix);
+    s = s ? s : gguf_writer_set_u64(w, key, (uint64_t)t->step);
+    s = s ? s : set_losses(w, prefix, "train", t->train_loss, t->train_part, ops);
+    if (t->have_eval) s = s ? s : set_losses(w, prefix, "eval", t->eval_loss, t->eval_part, ops);
     if (ckpt) {
-        s = s ? s : gguf_writer_set_u64(w, "subq.train.cursor", st->cursor);
-        s = s ? s : gguf_writer_set_u64(w, "subq.train.rng", st->rng);
+        s = s ? s : gguf_writer_set_u64(w, "subq.train.cursor", t->cursor);
+        s = s ? s : gguf_writer_set_u64(w, "subq.train.rng", t->rng);
     }
     if (s) {
         s = subq_fail(err, s, "out of memory building the metadata of %s", path);
         goto done;
     }
-    if (ckpt) {
-        const search_proj *p = st->proj;
-        uint64_t ne[2] = {(uint64_t)p->n_embd, (uint64_t)p->d_search};
-        size_t per = (size_t)p->n_embd * p->d_search;
-        for (int i = 0; i < p->n_sel && !s; i++) {
-            char names[4][96];
-            mv_names(p->layers[i], names);
-            /* same layout as the weights: block 2i is W_Qs, 2i+1 is W_Ks */
-            const float *src[4] = {st->m + 2 * i * per, st->v + 2 * i * per, st->m + (2 * i + 1) * per,
-                                   st->v + (2 * i + 1) * per};
-            for (int k = 0; k < 4 && !s; k++)
-                s = gguf_writer_add_tensor(w, names[k], GGML_TYPE_F32, 2, ne, src[k], per * sizeof(float), 0, err);
+    const int nb = ckpt ? ops->n_blocks(t->task.self) : 0;
+    for (int i = 0; i < nb && !s; i++) {
+        train_block b;
+        ops->block(t->task.self, i, &b);
+        for (int is_v = 0; is_v < 2 && !s; is_v++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s.adam_%c", b.name, is_v ? 'v' : 'm');
+            s = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, b.n_dims, b.ne, (is_v ? t->v : t->m) + b.offset,
+                                       b.count * sizeof(float), 0, err);
         }
-        if (s) goto done;
     }
-    s = gguf_writer_write(w, path, err);
+    if (!s) s = gguf_writer_write(w, path, err);
 done:
     gguf_writer_free(w);
     return s;
 }
 
-subq_status train_save(const train_state *st, const train_search_config *cfg, const train_corpus *data, int ckpt,
-                       subq_error *err) {
-    subq_status s = write_one(st, cfg, data, cfg->out_path, 0, err);
-    if (s || !ckpt) return s;
-    size_t L = strlen(cfg->out_path) + 6;
-    char *cp = malloc(L);
-    if (!cp) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    snprintf(cp, L, "%s.ckpt", cfg->out_path);
-    s = write_one(st, cfg, data, cp, 1, err);
-    free(cp);
-    return s;
+subq_status train_save(const trainer *t, int ckpt, subq_error *err) {
+    subq_status s = write_one(t, t->cfg->out_path, 0, err);
+    return s || !ckpt ? s : write_one(t, t->ckpt_path, 1, err);
+}
+
+subq_status train_check_model(const char *path, uint64_t file_fp, const subq_model *m, const char *command,
+                              subq_error *err) {
+    const uint64_t mine = model_fingerprint(m);
+    if (file_fp == mine) return SUBQ_OK;
+    char a[17], b[17];
+    search_fingerprint_hex(file_fp, a);
+    search_fingerprint_hex(mine, b);
+    return subq_fail(err, SUBQ_ERR_MISMATCH,
+                     "%s was trained for another model (fingerprint %s, this model %s); retrain with subq %s -m MODEL",
+                     path, a, b, command);
 }
 
 /* an unsigned integer key of any width */
@@ -142,102 +123,88 @@ static subq_status get_u64(const gguf_file *f, const char *path, const char *key
     return SUBQ_OK;
 }
 
-subq_status train_load_checkpoint(const char *path, const subq_model *m, const train_search_config *cfg,
-                                  const train_corpus *data, train_state *st, subq_error *err) {
+/* Does the recorded value of option o match this run's? was/now describe both. */
+static int same_option(const gguf_kv *kv, const train_option *o, char was[64], char now[64]) {
+    snprintf(was, 64, "?");
+    switch (o->type) {
+    case TRAIN_OPT_STR: {
+        const size_t n = strlen(o->s);
+        snprintf(now, 64, "%s", o->s);
+        if (!kv || kv->value.type != GGUF_TYPE_STRING) return 0;
+        const gguf_str *v = &kv->value.v.str;
+        snprintf(was, 64, "%.*s", (int)(v->len < 32 ? v->len : 32), v->data);
+        return v->len == n && !memcmp(v->data, o->s, n);
+    }
+    case TRAIN_OPT_F32:
+        snprintf(now, 64, "%g", (double)o->f);
+        if (!kv || kv->value.type != GGUF_TYPE_FLOAT32) return 0;
+        snprintf(was, 64, "%g", kv->value.v.f64);
+        return (float)kv->value.v.f64 == o->f;
+    default:
+        snprintf(now, 64, "%" PRIu64, o->u);
+        if (!kv && o->has_absent) {
+            snprintf(was, 64, "%" PRIu64 " (not recorded)", o->absent);
+            return o->u == o->absent;
+        }
+        if (!kv || kv->value.type != GGUF_TYPE_UINT64) return 0;
+        snprintf(was, 64, "%" PRIu64, kv->value.v.u64);
+        return kv->value.v.u64 == o->u;
+    }
+}
+
+subq_status train_load(trainer *t, const char *path, subq_error *err) {
+    const train_task_ops *ops = t->task.ops;
+    const char *prefix = ops->prefix;
     gguf_file *f;
     subq_status s = gguf_open(path, &f, err);
     if (s) return s;
-    search_proj *p = NULL;
-    if ((s = search_proj_read(f, path, &p, err))) goto done;
-    uint64_t mine = model_fingerprint(m);
-    if (p->model_fingerprint != mine) {
-        char a[17], b[17];
-        search_fingerprint_hex(p->model_fingerprint, a);
-        search_fingerprint_hex(mine, b);
-        s = subq_fail(err, SUBQ_ERR_MISMATCH,
-                      "%s was trained for another model (fingerprint %s, this model %s); retrain with subq train-search -m MODEL",
-                      path, a, b);
-        goto done;
-    }
-    const search_proj *q = st->proj;
-    int same_layers = p->n_sel == q->n_sel;
-    for (int i = 0; same_layers && i < q->n_sel; i++) same_layers = p->layers[i] == q->layers[i];
-    if (p->d_search != q->d_search || !same_layers || p->n_embd != q->n_embd) {
-        s = subq_fail(err, SUBQ_ERR_ARG, "%s has d_search %d over %d layers; this run asks for d_search %d over %d layers "
-                      "(resume with the same --d-search / --layers / --reserve)",
-                      path, p->d_search, p->n_sel, q->d_search, q->n_sel);
-        goto done;
-    }
-    /* training options */
-    cfg_item it[MAX_CFG_ITEMS];
-    int n = cfg_items(cfg, data, it);
+    if ((s = ops->read_weights(t->task.self, t, f, path, err))) goto done;
+    train_option o[TRAIN_MAX_OPTIONS];
+    const int n = options(t, o);
+    char key[160];
     for (int i = 0; i < n; i++) {
-        char key[128];
-        snprintf(key, sizeof key, "subq.search.config.%s", it[i].key);
-        const gguf_kv *kv = gguf_find_kv(f, key);
-        int same;
-        char was[64] = "?", now[64];
-        if (!strcmp(it[i].key, "head_agg")) {
-            const char *want = teacher_agg_name((teacher_agg)it[i].u);
-            same = kv && kv->value.type == GGUF_TYPE_STRING && kv->value.v.str.len == strlen(want) &&
-                   !memcmp(kv->value.v.str.data, want, strlen(want));
-            if (kv && kv->value.type == GGUF_TYPE_STRING)
-                snprintf(was, sizeof was, "%.*s", (int)(kv->value.v.str.len < 32 ? kv->value.v.str.len : 32),
-                         kv->value.v.str.data);
-            snprintf(now, sizeof now, "%s", want);
-        } else if (it[i].is_float) {
-            same = kv && kv->value.type == GGUF_TYPE_FLOAT32 && (float)kv->value.v.f64 == it[i].f;
-            if (kv && kv->value.type == GGUF_TYPE_FLOAT32) snprintf(was, sizeof was, "%g", kv->value.v.f64);
-            snprintf(now, sizeof now, "%g", (double)it[i].f);
-        } else if (!kv && it[i].absent_is_zero) {
-            same = it[i].u == 0;
-            snprintf(was, sizeof was, "0 (not recorded)");
-            snprintf(now, sizeof now, "%" PRIu64, it[i].u);
-        } else {
-            same = kv && kv->value.type == GGUF_TYPE_UINT64 && kv->value.v.u64 == it[i].u;
-            if (kv && kv->value.type == GGUF_TYPE_UINT64) snprintf(was, sizeof was, "%" PRIu64, kv->value.v.u64);
-            snprintf(now, sizeof now, "%" PRIu64, it[i].u);
-        }
-        if (!same) {
+        char was[64], now[64];
+        snprintf(key, sizeof key, "%s.config.%s", prefix, o[i].key);
+        if (!same_option(gguf_find_kv(f, key), &o[i], was, now)) {
             s = subq_fail(err, SUBQ_ERR_ARG, "%s was written with %s %s but this run has %s %s; resume with the same options",
-                          path, it[i].flag, was, it[i].flag, now);
+                          path, o[i].flag, was, o[i].flag, now);
             goto done;
         }
     }
     char fp[17], want_fp[17];
     subq_error e2 = {0};
-    search_fingerprint_hex(data->fingerprint, want_fp);
-    if (gguf_get_str(f, "subq.search.data_fingerprint", fp, sizeof fp, &e2) || strcmp(fp, want_fp) != 0) {
+    search_fingerprint_hex(t->data->fingerprint, want_fp);
+    snprintf(key, sizeof key, "%s.data_fingerprint", prefix);
+    if (gguf_get_str(f, key, fp, sizeof fp, &e2) || strcmp(fp, want_fp) != 0) {
         s = subq_fail(err, SUBQ_ERR_ARG, "%s was trained on other data (data fingerprint %s, this run %s); resume with the same data files",
                       path, e2.code ? "missing" : fp, want_fp);
         goto done;
     }
     uint64_t step = 0, cursor = 0, rng = 0;
-    if ((s = get_u64(f, path, "subq.search.step", &step, err)) || (s = get_u64(f, path, "subq.train.cursor", &cursor, err)) ||
+    snprintf(key, sizeof key, "%s.step", prefix);
+    if ((s = get_u64(f, path, key, &step, err)) || (s = get_u64(f, path, "subq.train.cursor", &cursor, err)) ||
         (s = get_u64(f, path, "subq.train.rng", &rng, err)))
         goto done;
-    /* Adam moments */
-    size_t per = (size_t)q->n_embd * q->d_search;
-    for (int i = 0; i < q->n_sel; i++) {
-        char names[4][96];
-        mv_names(q->layers[i], names);
-        float *dst[4] = {st->m + 2 * i * per, st->v + 2 * i * per, st->m + (2 * i + 1) * per, st->v + (2 * i + 1) * per};
-        for (int k = 0; k < 4; k++) {
-            const gguf_tensor *t = gguf_find_tensor(f, names[k]);
-            if (!t || t->type != GGML_TYPE_F32 || t->n_elements != per) {
+    const int nb = ops->n_blocks(t->task.self);
+    for (int i = 0; i < nb; i++) {
+        train_block b;
+        ops->block(t->task.self, i, &b);
+        for (int is_v = 0; is_v < 2; is_v++) {
+            char name[160];
+            snprintf(name, sizeof name, "%s.adam_%c", b.name, is_v ? 'v' : 'm');
+            const gguf_tensor *gt = gguf_find_tensor(f, name);
+            if (!gt || gt->type != GGML_TYPE_F32 || gt->n_elements != b.count) {
                 s = subq_fail(err, SUBQ_ERR_FORMAT, "%s: optimiser tensor %s is missing or malformed (not a checkpoint?)",
-                              path, names[k]);
+                              path, name);
                 goto done;
             }
-            memcpy(dst[k], t->data, per * sizeof(float));
+            memcpy((is_v ? t->v : t->m) + b.offset, gt->data, b.count * sizeof(float));
         }
     }
-    memcpy(st->proj->data, p->data, st->n_params * sizeof(float));
-    st->step = (int64_t)step;
-    st->cursor = cursor;
-    st->rng = rng;
+    t->step = (int64_t)step;
+    t->cursor = cursor;
+    t->rng = rng;
 done:
-    search_proj_free(p);
     gguf_close(f);
     return s;
 }

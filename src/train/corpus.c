@@ -370,3 +370,18 @@ int corpus_train_index(const train_corpus *c, uint64_t cursor, uint64_t seed, in
     }
     return perm[cursor % (uint64_t)n];
 }
+
+subq_status corpus_load(const subq_model *m, const corpus_params *p, const char *const *paths, int n_paths,
+                        const char *const *eval_paths, int n_eval, train_corpus **out, subq_error *err) {
+    train_corpus *c;
+    subq_status s = corpus_new(m, p, &c, err);
+    for (int i = 0; i < n_paths + n_eval && !s; i++)
+        s = i < n_paths ? corpus_add_path(c, m, paths[i], 0, err) : corpus_add_path(c, m, eval_paths[i - n_paths], 1, err);
+    if (!s) s = corpus_finish(c, err);
+    if (s) {
+        corpus_free(c);
+        c = NULL;
+    }
+    *out = c;
+    return s;
+}

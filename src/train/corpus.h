@@ -69,6 +69,11 @@ subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *te
  * is nothing to train on. */
 subq_status corpus_finish(train_corpus *c, subq_error *err);
 
+/* All of the above: corpus_new, corpus_add_path for every training path
+ * then every held-out path, corpus_finish. On failure *out is NULL. */
+subq_status corpus_load(const subq_model *m, const corpus_params *p, const char *const *paths, int n_paths,
+                        const char *const *eval_paths, int n_eval, train_corpus **out, subq_error *err);
+
 /* Materialise sequence i of a split: tokens, positions (restarting at 0 per
  * piece) and segment ids (0, 1, ... per piece). Buffers hold p.seq entries.
  * Returns the length. */

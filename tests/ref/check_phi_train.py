@@ -15,9 +15,11 @@ On stories260K:
     moments;
   * the output has the agreed layout and metadata (subq.phi.*, model
     fingerprint) and the JSON-lines log has train / eval / end records;
+  * --grad-accum 2 over --batch 1 is the same step as --batch 2;
   * --diagnose produces sane diagnostics (and perplexities with --ppl);
   * resuming with other options, other data or another model, loading the
-    maps with another model, and bad options fail with one 'subq ...' line.
+    maps with another model, and bad options fail with one 'subq ...' line,
+    and a refused resume leaves no log behind.
 """
 
 import json
@@ -216,6 +218,21 @@ def main():
             is not None and checks.guarded("resume to the end", rc.run_subq, base + ["-o", c, "--resume"]) is not None):
         checks.check("twice-interrupted weights == uninterrupted (bitwise)", tensors(c)[1] == ta)
 
+    # ---- --grad-accum 2 x batch 1 == batch 2 --------------------------------------
+    short = list(base)
+    short[short.index("--steps") + 1] = "2"
+    g1, g2 = out("accum2"), out("batch2")
+    one = list(short)
+    one[one.index("--batch") + 1] = "1"
+    if (checks.guarded("--batch 1 --grad-accum 2", rc.run_subq, one + ["--grad-accum", "2", "-o", g1]) is not None
+            and checks.guarded("--batch 2", rc.run_subq, short + ["-o", g2]) is not None):
+        ga1, ga2 = GGUFFile(g1), GGUFFile(g2)
+        worst = max(float(np.max(np.abs(ga1.tensor(n).astype(np.float64) - ga2.tensor(n)) /
+                              (np.max(np.abs(ga2.tensor(n))) + 1e-30))) for n in ga2.tensor_names())
+        checks.check("grad-accum 2 x batch 1 == batch 2 (up to float rounding)",
+                     sorted(ga1.tensor_names()) == sorted(ga2.tensor_names()) and worst < 1e-5,
+                     "worst relative difference %.3g" % worst)
+
     # ---- Ctrl-C -----------------------------------------------------------------
     sig = ["train-phi", "-m", model, data, "--seq", "64", "--steps", "200", "--lr", "0.01", "--d-phi", "8",
            "--d-emb", "8", "--d-hidden", "8", "--n-tail", "8", "--eval-every", "0", "--save-every", "0",
@@ -275,13 +292,17 @@ def main():
                        ["-o", a, "--resume"], "trained for another model")
         one_line_error(checks, "maps of another model", [x if x != model else synth for x in diag],
                        "trained for another model")
+    if os.path.exists(out("none") + ".log.jsonl"):  # left by an earlier run
+        os.remove(out("none") + ".log.jsonl")
     one_line_error(checks, "resume without a checkpoint", base + ["-o", out("none"), "--resume"], "does not exist")
+    checks.check("a refused resume leaves no log behind", not os.path.exists(out("none") + ".log.jsonl"))
     one_line_error(checks, "bad --layers", base + ["-o", out("x"), "--layers", "7"], "--layers")
     one_line_error(checks, "bad --l-kl", base + ["-o", out("x"), "--l-kl", "1.5"], "--l-kl")
     one_line_error(checks, "bad --d-phi", base + ["-o", out("x"), "--d-phi", "0"], "--d-phi")
     one_line_error(checks, "no output", base, "-o")
     one_line_error(checks, "not a maps file", diag[:6] + [model] + diag[7:], "not a completion map file")
     one_line_error(checks, "unknown option", base + ["-o", out("x"), "--frobnicate"], "unknown option")
+
     checks.finish()
 
 

@@ -9,8 +9,14 @@ On stories260K with a small corpus:
     orientation ne = {d_model, d_search}, f32) and metadata
     (subq.search.*: d_search, layers, model fingerprint, step, losses, config);
   * the JSON-lines log holds train and eval records;
+  * the defaults train over the runtime's retrieval set (sink 4, tail 16) and
+    --sink 0 --tail 0 stays reachable;
+  * --grad-accum N over --batch B is the same step as --batch N*B (weights
+    equal up to float rounding), and it resumes exactly;
+  * the --help of both trainers documents every option their parsers accept;
   * resuming with other options, other data or another model, or without a
-    checkpoint, and bad options, fail with one 'subq ...' line on stderr.
+    checkpoint, and bad options, fail with one 'subq ...' line on stderr, and
+    a refused resume leaves no log behind (nor touches an existing one).
 """
 
 import json
@@ -25,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refcommon as rc  # noqa: E402
 
 rc.require_numpy()
+import numpy as np  # noqa: E402
 # ctest runs checks side by side on few cores: OpenMP workers that spin while
 # waiting make oversubscribed runs ~10x slower (results are the same either way)
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
@@ -97,7 +104,8 @@ def main():
                and "subq.search.loss.eval" in md and abs(md.get("subq.search.config.lr", 0) - 0.01) < 1e-9
                and md.get("subq.search.config.head_agg") == "max" and md.get("subq.search.config.seq") == 128
                and abs(md.get("subq.search.config.tau", 0) - 0.07) < 1e-7 and md.get("subq.search.config.k_pos") == 8
-               and md.get("subq.search.config.n_sink") == 0 and md.get("subq.search.config.n_tail") == 0)
+               and md.get("subq.search.config.n_sink") == 4 and md.get("subq.search.config.n_tail") == 16
+               and md.get("subq.search.config.grad_accum") == 1)
     checks.check("metadata", meta_ok, json.dumps({k: v for k, v in md.items() if k.startswith("subq.") or
                                                   k.startswith("general.")}, default=str)[:600])
     ck_names = set(ta_ck)
@@ -152,9 +160,43 @@ def main():
                 is not None:
             mf = GGUFFile(f).metadata
             _, tf = tensors(f)
-            checks.check("sink/tail in the output's config, weights differ from the unrestricted run",
+            checks.check("sink/tail in the output's config, weights differ from the default (4 / 16) run",
                          (mf.get("subq.search.config.n_sink"), mf.get("subq.search.config.n_tail")) == (2, 4)
                          and mf.get("subq.search.step") == 9 and tf != ta, str(mf.get("subq.search.step")))
+
+    # ---- --grad-accum: N micro-batches of B sequences == one batch of N*B ----
+    def weights(path):
+        g = GGUFFile(path)
+        return {n: g.tensor(n).astype(np.float64) for n in g.tensor_names()}
+
+    def with_opts(args, **kv):  # args with the values of some options replaced
+        args = list(args)
+        for k, v in kv.items():
+            args[args.index("--" + k) + 1] = v
+        return args
+
+    acc = with_opts(base, steps="3", batch="1") + ["--sink", "0", "--tail", "0"]
+    g1, g3 = out("accum3"), out("batch3")
+    if (checks.guarded("--batch 1 --grad-accum 3", rc.run_subq, acc + ["--grad-accum", "3", "-o", g1])
+            is not None and checks.guarded("--batch 3", rc.run_subq, with_opts(acc, batch="3") + ["-o", g3]) is not None):
+        w1, w3 = weights(g1), weights(g3)
+        worst = max(float(np.max(np.abs(w1[n] - w3[n]) / (np.max(np.abs(w3[n])) + 1e-30))) for n in w3)
+        checks.check("grad-accum 3 x batch 1 == batch 3 (up to float rounding)", sorted(w1) == sorted(w3)
+                     and worst < 1e-5, "worst relative difference %.3g" % worst)
+        m1 = GGUFFile(g1 + ".ckpt").metadata
+        checks.check("grad-accum recorded; 3 sequences per step consumed; --sink 0 --tail 0 recorded",
+                     (m1.get("subq.search.config.grad_accum"), m1.get("subq.train.cursor"),
+                      m1.get("subq.search.config.n_sink"), m1.get("subq.search.config.n_tail")) == (3, 9, 0, 0),
+                     str((m1.get("subq.search.config.grad_accum"), m1.get("subq.train.cursor"),
+                          m1.get("subq.search.config.n_sink"), m1.get("subq.search.config.n_tail"))))
+        g1r = out("accum3r")
+        if checks.guarded("grad-accum, stop after 1", rc.run_subq,
+                          acc + ["--grad-accum", "3", "-o", g1r, "--stop-after", "1"]) is not None:
+            one_line_error(checks, "resume with another --grad-accum",
+                           acc + ["--grad-accum", "2", "-o", g1r, "--resume"], "--grad-accum")
+            if checks.guarded("grad-accum, resume", rc.run_subq,
+                              acc + ["--grad-accum", "3", "-o", g1r, "--resume"]) is not None:
+                checks.check("grad-accum resumed weights == uninterrupted (bitwise)", tensors(g1r)[1] == tensors(g1)[1])
 
     # ---- Ctrl-C ------------------------------------------------------------
     sig = ["train-search", "-m", model, data, "--seq", "64", "--steps", "300", "--lr", "0.01", "--d-search", "8",
@@ -185,30 +227,34 @@ def main():
         if checks.guarded("resume after SIGINT", rc.run_subq, sig + ["-o", e, "--resume"]) is not None:
             checks.check("SIGINT + resume weights == uninterrupted (bitwise)", tensors(e)[1] == tensors(d)[1])
 
-    # ---- --help documents every option the parser accepts -----------------
-    src = os.path.join(os.environ.get("SUBQ_SRC") or rc.REPO, "tools", "subq", "cmd_train_search.c")
-    try:
-        import re
-        flags = set(re.findall(r'"(--?[a-z][a-z0-9-]*)"', open(src).read())) - {"-"}
-        code, help_text, _ = run_cli(["train-search", "--help"])
-        missing = sorted(f for f in flags if not re.search(r"(^|[\s,])%s([\s,]|$)" % re.escape(f), help_text, re.M))
-        checks.check("--help documents every option", code == 0 and flags and not missing,
-                     "%d options, undocumented: %s" % (len(flags), missing))
-    except OSError as e:
-        checks.check("--help documents every option", False, str(e))
+    # ---- --help documents every option the parser accepts (both trainers) ---
+    import re
+    for cmd, src in (("train-search", "cmd_train_search.c"), ("train-phi", "cmd_train_phi.c")):
+        srcs = [os.path.join(os.environ.get("SUBQ_SRC") or rc.REPO, "tools", "subq", f) for f in (src, "cli_train.c")]
+        try:
+            flags = set(f for s in srcs for f in re.findall(r'"(--?[a-z][a-z0-9-]*)"', open(s).read())) - {"-"}
+            code, help_text, _ = run_cli([cmd, "--help"])
+            missing = sorted(f for f in flags if not re.search(r"(^|[\s,])%s([\s,]|$)" % re.escape(f), help_text, re.M))
+            checks.check("%s --help documents every option" % cmd, code == 0 and flags and not missing,
+                         "%d options, undocumented: %s" % (len(flags), missing))
+        except OSError as e:
+            checks.check("%s --help documents every option" % cmd, False, str(e))
 
     # ---- refusals ----------------------------------------------------------
+    a_log = open(a + ".log.jsonl", "rb").read()
     one_line_error(checks, "resume with another --lr", base[:-2] + ["-o", a, "--resume", "-t", THREADS] +
                    ["--lr", "0.02"], "--lr")
     other_args = [x if x != data else other_data for x in base]
     one_line_error(checks, "resume with other data", other_args + ["-o", a, "--resume"], "other data")
-    one_line_error(checks, "resume with another --sink", base + ["-o", a, "--resume", "--sink", "4"], "--sink")
+    one_line_error(checks, "resume with another --sink", base + ["-o", a, "--resume", "--sink", "0"], "--sink")
     synth = os.path.join(tmp, "synth.gguf")
     if checks.guarded("synth model", rc.run_subq, ["synth", "--shape", "stories260k", "--type", "f32", "-s", "3",
                                                     "-o", synth]) is not None:
         one_line_error(checks, "resume with another model", [x if x != model else synth for x in base] +
                        ["-o", a, "--resume"], "trained for another model")
     one_line_error(checks, "resume without a checkpoint", base + ["-o", out("none"), "--resume"], "does not exist")
+    checks.check("a refused resume leaves no log behind", not os.path.exists(out("none") + ".log.jsonl"))
+    checks.check("refused resumes leave the existing log as it was", open(a + ".log.jsonl", "rb").read() == a_log)
     one_line_error(checks, "bad --head-agg", base + ["-o", out("x"), "--head-agg", "sum"], "--head-agg")
     one_line_error(checks, "bad --layers", base + ["-o", out("x"), "--layers", "7"], "--layers")
     one_line_error(checks, "no layer left", base + ["-o", out("x"), "--layers", "0"], "no layer")

@@ -1,476 +1,181 @@
 /* subq train-search: learn search projections (W_Qs, W_Ks per layer) by
  * distillation from the frozen model's own attention. The work is done by
- * train_search_run (src/train/train_search.h); this file parses options,
- * loads the data, prints progress and writes the JSON-lines log. */
-#include <signal.h>
+ * train_search_run (src/train/search/train_search.h); this file parses
+ * options and prints the task's figures (cli_train.h does the rest). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
 #include "cli.h"
-#include "model/model.h"
-#include "train/corpus.h"
-#include "train/train_search.h"
+#include "cli_train.h"
+#include "train/search/train_search.h"
 
-static const char *help =
-    "usage: subq train-search -m MODEL -o OUT.gguf [options] DATA...\n"
-    "Learn per-layer search projections W_Qs, W_Ks (d_search x d_model) that map the normed\n"
-    "hidden state entering attention to a space where a query's nearest keys are the keys\n"
-    "the frozen model attends to. The teacher is the model's own attention (fp32, block-causal,\n"
-    "aggregated over query heads); losses are InfoNCE over the teacher's top keys plus\n"
-    "KL(teacher || student). Ctrl-C saves a checkpoint and exits; --resume continues.\n\n"
-    "model and data:\n"
-    "  -m, --model FILE     GGUF model (required)\n"
-    "  -t, --threads N      threads (default: all cores)\n"
-    "  -f, --data PATH      training text: a UTF-8 file (one document), a .jsonl file\n"
-    "                       ({\"text\": ...} per line, one document each) or a directory of\n"
-    "                       them (recursive, name order); repeatable; bare arguments count too\n"
-    "  --eval-data PATH     held-out text, same forms (repeatable); default: hold out\n"
-    "                       --eval-frac of the training pieces\n"
-    "  --eval-frac F        held-out fraction of the pieces, deterministic (default 0.05)\n"
-    "  --seq N              tokens per sequence, BOS included (default 512); longer\n"
-    "                       documents are cut into pieces of N tokens, each starting at position 0\n"
-    "  --no-pack            one piece per sequence (default: pack pieces into sequences of\n"
-    "                       --seq tokens with block-causal masking and positions restarting per piece)\n"
-    "layers and search space:\n"
-    "  --layers LIST        layers to learn: 'all' or e.g. '1,3,5-7,-1' (negative = from the end)\n"
-    "                       (default all)\n"
-    "  --reserve LIST       layers left on full attention, removed from --layers (default 0;\n"
-    "                       'none' for no reserve), e.g. '0,1,2,-1'\n"
-    "  --d-search N         width of the search space (default 32)\n"
-    "losses:\n"
-    "  --k-pos N            InfoNCE positives: the teacher's top N keys (default 16)\n"
-    "  --tau T              InfoNCE temperature on cosine similarity (default 0.07)\n"
-    "  --tau-kl T           KL student temperature on q_s.k_s/sqrt(d_search) (default 1.0)\n"
-    "  --alpha A            InfoNCE weight (default 1)\n"
-    "  --beta B             KL weight (default 1)\n"
-    "  --head-agg max|mean  teacher aggregation over query heads (default max)\n"
-    "  --sink N             leave each document's first N keys out of every query's key set\n"
-    "                       (default 0)\n"
-    "  --tail N             leave each query's N most recent keys, itself included, out of its key\n"
-    "                       set (default 0). The sparse runtime always attends these keys and\n"
-    "                       retrieves only among keys [doc start + sink, t - tail]; --sink 4\n"
-    "                       --tail 16 matches its defaults (--sink / --tail of generate, eval...)\n"
-    "                       and trains on exactly the keys it searches. Both losses use that\n"
-    "                       set, with the teacher renormalised over it; queries with fewer than\n"
-    "                       2 such keys are skipped. Evaluation uses the same set (below)\n"
-    "optimisation:\n"
-    "  --steps N            optimiser steps (default 1000)\n"
-    "  --batch N            sequences per step (default 1)\n"
-    "  --lr F               peak AdamW learning rate (default 1e-4)\n"
-    "  --wd F               AdamW weight decay (default 0.01)\n"
-    "  --warmup N           linear warm-up steps, then cosine decay to 0 (default 100)\n"
-    "  --clip F             global gradient-norm clip, 0 = off (default 1.0)\n"
-    "  --init-std F         initial weights ~ N(0, F^2) (default 0.02)\n"
-    "  -s, --seed N         seed for the initial weights and the data order (default 1)\n"
-    "evaluation (held-out split):\n"
-    "  --eval-every N       evaluate before training and every N steps; 0 = only at the end\n"
-    "                       (default 200)\n"
-    "  --eval-k LIST        K values for mass@K / recall@K of the learned space, the raw-QK\n"
-    "                       oracle and the recency window (default 8,16,32,64); with --sink /\n"
-    "                       --tail, over the retrieval-eligible keys only: mass@K is the teacher\n"
-    "                       mass within that set captured by the top K, renormalised over the set,\n"
-    "                       and the window is the K most recent keys before the tail\n"
-    "  --eval-tokens N      held-out tokens per evaluation, 0 = all (default 32768)\n"
-    "output:\n"
-    "  -o, --output FILE    projection GGUF (required); the checkpoint is FILE.ckpt\n"
-    "  --save-every N       write FILE and FILE.ckpt every N steps (default 200; always at the end)\n"
-    "  --resume             continue from FILE.ckpt (same options and data required)\n"
-    "  --stop-after N       stop after step N with a checkpoint, as if interrupted (the\n"
-    "                       learning-rate schedule still spans --steps)\n"
-    "  --log FILE           JSON-lines log of train and eval metrics (default FILE.log.jsonl;\n"
-    "                       appended to on --resume)\n"
-    "  --json               print a JSON summary on stdout at the end\n"
-    "  --dump-teacher FILE  testing: write the capture, teacher, losses and metrics of the first\n"
-    "                       training sequence (initial weights) to FILE and exit\n";
-
-#define MAX_PATHS 256
-
-/* The CLI owns the Ctrl-C flag; the library only polls it. */
-static volatile sig_atomic_t g_stop;
-static void on_sigint(int sig) {
-    (void)sig;
-    g_stop = 1;
+static void help(const train_search_config *d) {
+    fputs("usage: subq train-search -m MODEL -o OUT.gguf [options] DATA...\n"
+          "Learn per-layer search projections W_Qs, W_Ks (d_search x d_model) that map the normed\n"
+          "hidden state entering attention to a space where a query's nearest keys are the keys\n"
+          "the frozen model attends to. The teacher is the model's own attention (fp32, block-causal,\n"
+          "aggregated over query heads); losses are InfoNCE over the teacher's top keys plus\n"
+          "KL(teacher || student). Ctrl-C saves a checkpoint and exits; --resume continues.\n\n",
+          stdout);
+    cli_train_help_data();
+    printf("layers and search space:\n"
+           "  --layers LIST        layers to learn: 'all' or e.g. '1,3,5-7,-1' (negative = from the end)\n"
+           "                       (default all)\n"
+           "  --reserve LIST       layers left on full attention, removed from --layers (default 0;\n"
+           "                       'none' for no reserve), e.g. '0,1,2,-1'\n"
+           "  --d-search N         width of the search space (default %d; 128 recommended for\n"
+           "                       d_model >= 1024)\n"
+           "losses:\n"
+           "  --k-pos N            InfoNCE positives: the teacher's top N keys (default %d)\n"
+           "  --tau T              InfoNCE temperature on cosine similarity (default %g)\n"
+           "  --tau-kl T           KL student temperature on q_s.k_s/sqrt(d_search) (default %g)\n"
+           "  --alpha A            InfoNCE weight (default %g)\n"
+           "  --beta B             KL weight (default %g)\n"
+           "  --head-agg max|mean  teacher aggregation over query heads (default %s)\n"
+           "  --sink N             leave each document's first N keys out of every query's key set\n"
+           "                       (default %d, the sparse runtime's --sink)\n"
+           "  --tail N             leave each query's N most recent keys, itself included, out of its key\n"
+           "                       set (default %d, the runtime's --tail). The sparse runtime always\n"
+           "                       attends these keys and retrieves only among keys [doc start + sink,\n"
+           "                       t - tail], so the defaults train on exactly the keys it searches;\n"
+           "                       --sink 0 --tail 0 trains over every causal key. Both losses use that\n"
+           "                       set, with the teacher renormalised over it; queries with fewer than\n"
+           "                       2 such keys are skipped. Evaluation uses the same set (below)\n"
+           "  --init-std F         initial weights ~ N(0, F^2) (default %g)\n",
+           d->d_search, d->loss.k_pos, (double)d->loss.tau, (double)d->loss.tau_kl, (double)d->loss.alpha,
+           (double)d->loss.beta, teacher_agg_name(d->loss.agg), d->loss.n_sink, d->loss.n_tail, (double)d->init_std);
+    cli_train_help_optim(&d->train);
+    cli_train_help_eval(&d->train);
+    fputs("  --eval-k LIST        K values for mass@K / recall@K of the learned space, the raw-QK\n"
+          "                       oracle and the recency window (default 8,16,32,64), over the\n"
+          "                       retrieval-eligible keys (--sink / --tail): mass@K is the teacher\n"
+          "                       mass within that set captured by the top K, renormalised over the set,\n"
+          "                       and the window is the K most recent keys before the tail\n",
+          stdout);
+    cli_train_help_output(&d->train);
+    fputs("  --dump-teacher FILE  testing: write the capture, teacher, losses and metrics of the first\n"
+          "                       training sequence (initial weights) to FILE and exit\n",
+          stdout);
 }
 
-typedef struct run_ui {
-    FILE *log;
-    int json;
-    progress bar;
-    int bar_started;
-    int64_t steps;
-    train_step_stats last;
-    /* copy of the last evaluation, for --json */
-    int have_eval;
-    train_eval_stats ev;
-    train_eval_layer *ev_layers;
-    int n_layers;
-    int n_sink, n_tail;         /* retrieval-eligible key set, for the messages */
-} run_ui;
+static void step_text(char *buf, size_t cap, const train_step_stats *s) {
+    snprintf(buf, cap, "loss %.4f (nce %.4f kl %.4f)", s->loss, s->part[0], s->part[1]);
+}
 
-static void json_k_array(FILE *f, const char *name, const train_eval_layer *L, int what) {
-    fprintf(f, "\"%s\": [", name);
-    for (int k = 0; k < L->acc.n_k; k++) {
-        double n = L->acc.n_queries[k] > 0 ? (double)L->acc.n_queries[k] : 1.0;
-        const double *src[] = {L->acc.mass_learned, L->acc.mass_oracle, L->acc.mass_window,
-                               L->acc.recall_learned, L->acc.recall_oracle, L->acc.recall_window};
-        double v = src[what][k] / n;
-        fprintf(f, "%s%.6f", k ? ", " : "", v);
-    }
-    fprintf(f, "]");
+/* mass / recall @K of one layer: learned, oracle, window */
+static const char *const metric_names[] = {"mass_learned", "mass_oracle", "mass_window",
+                                           "recall_learned", "recall_oracle", "recall_window"};
+static double metric(const search_eval_acc *a, int what, int k) {
+    const double *src[] = {a->mass_learned, a->mass_oracle, a->mass_window,
+                           a->recall_learned, a->recall_oracle, a->recall_window};
+    return src[what][k] / (a->n_queries[k] > 0 ? (double)a->n_queries[k] : 1.0);
 }
 
 static void json_eval(FILE *f, const train_eval_stats *e) {
     fprintf(f, "{\"type\": \"eval\", \"step\": %lld, \"n_seq\": %d, \"n_tokens\": %lld, \"loss\": %.6f, \"nce\": %.6f, "
                "\"kl\": %.6f, \"seconds\": %.3f, \"layers\": [",
-            (long long)e->step, e->n_seq, (long long)e->n_tokens, e->loss, e->nce, e->kl, e->seconds);
+            (long long)e->step, e->n_seq, (long long)e->n_tokens, e->loss, e->part[0], e->part[1], e->seconds);
     for (int i = 0; i < e->n_layers; i++) {
         const train_eval_layer *L = &e->layers[i];
+        const search_eval_acc *a = &e->retrieval[i];
         fprintf(f, "%s{\"layer\": %d, \"nce\": %.6f, \"kl\": %.6f, \"n_queries\": %lld, \"k\": [", i ? ", " : "",
-                L->layer, L->nce, L->kl, (long long)L->n_queries);
-        for (int k = 0; k < L->acc.n_k; k++) fprintf(f, "%s%d", k ? ", " : "", L->acc.k[k]);
+                L->layer, L->part[0], L->part[1], (long long)L->n_queries);
+        for (int k = 0; k < a->n_k; k++) fprintf(f, "%s%d", k ? ", " : "", a->k[k]);
         fprintf(f, "], \"n_queries_k\": [");
-        for (int k = 0; k < L->acc.n_k; k++) fprintf(f, "%s%lld", k ? ", " : "", (long long)L->acc.n_queries[k]);
-        fprintf(f, "], ");
-        static const char *names[] = {"mass_learned", "mass_oracle", "mass_window",
-                                      "recall_learned", "recall_oracle", "recall_window"};
+        for (int k = 0; k < a->n_k; k++) fprintf(f, "%s%lld", k ? ", " : "", (long long)a->n_queries[k]);
+        fprintf(f, "]");
         for (int w = 0; w < 6; w++) {
-            fprintf(f, "%s", w ? ", " : "");
-            json_k_array(f, names[w], L, w);
+            fprintf(f, ", \"%s\": [", metric_names[w]);
+            for (int k = 0; k < a->n_k; k++) fprintf(f, "%s%.6f", k ? ", " : "", metric(a, w, k));
+            fprintf(f, "]");
         }
         fprintf(f, "}");
     }
     fprintf(f, "]}");
 }
 
-static void ui_start(void *user, const train_start_info *info) {
-    run_ui *u = user;
-    fprintf(stderr, "subq train-search: %s step %lld of %lld; %d train sequences (%lld tokens), %d held-out (%lld tokens), "
-                    "%d threads\n",
-            info->resumed ? "resuming at" : "starting at", (long long)info->start_step, (long long)u->steps,
-            info->n_train_seq, (long long)info->train_tokens, info->n_eval_seq, (long long)info->eval_tokens,
-            info->n_threads);
-    if (u->log) {
-        fprintf(u->log, "{\"type\": \"start\", \"step\": %lld, \"resumed\": %s, \"n_train_seq\": %d, \"train_tokens\": %lld, "
-                        "\"n_eval_seq\": %d, \"eval_tokens\": %lld, \"threads\": %d, \"n_sink\": %d, \"n_tail\": %d}\n",
-                (long long)info->start_step, info->resumed ? "true" : "false", info->n_train_seq,
-                (long long)info->train_tokens, info->n_eval_seq, (long long)info->eval_tokens, info->n_threads,
-                u->n_sink, u->n_tail);
-        fflush(u->log);
-    }
-    if (u->n_sink > 0 || u->n_tail > 0)
-        fprintf(stderr, "subq train-search: keys of query t restricted to [doc start + %d, t - %d] (the runtime's "
-                        "retrieval set: sinks and tail left out); the teacher, losses and mass/recall@K are "
-                        "renormalised over them\n",
-                u->n_sink, u->n_tail);
-    progress_begin(&u->bar, "train-search", u->steps);
-    u->bar_started = 1;
-}
-
-static void ui_step(void *user, const train_step_stats *s) {
-    run_ui *u = user;
-    u->last = *s;
-    char extra[160];
-    snprintf(extra, sizeof extra, "%.0f tok/s loss %.4f (nce %.4f kl %.4f) lr %.2e", s->tok_per_s, s->loss, s->nce,
-             s->kl, (double)s->lr);
-    progress_update(&u->bar, s->step, extra);
-    /* no terminal, no bar: a status line every ~5% of the run instead */
-    int64_t every = u->steps / 20 > 0 ? u->steps / 20 : 1;
-    if (!u->bar.enabled && (s->step % every == 0 || s->step == u->steps))
-        fprintf(stderr, "step %lld/%lld: %s\n", (long long)s->step, (long long)u->steps, extra);
-    if (u->log) {
-        fprintf(u->log, "{\"type\": \"train\", \"step\": %lld, \"lr\": %.6e, \"loss\": %.6f, \"nce\": %.6f, \"kl\": %.6f, "
-                        "\"grad_norm\": %.6f, \"tokens\": %lld, \"tok_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
-                (long long)s->step, (double)s->lr, s->loss, s->nce, s->kl, s->grad_norm, (long long)s->tokens,
-                s->tok_per_s, s->elapsed_s);
-        fflush(u->log);
-    }
-}
-
-static void ui_eval(void *user, const train_eval_stats *e) {
-    run_ui *u = user;
-    if (u->bar.enabled) fputc('\n', stderr);
+static void print_eval(const train_eval_stats *e, const void *arg) {
+    const search_loss_params *l = arg;
     fprintf(stderr, "eval @ step %lld: loss %.4f (nce %.4f kl %.4f) on %d sequences, %lld tokens, %.1f s\n",
-            (long long)e->step, e->loss, e->nce, e->kl, e->n_seq, (long long)e->n_tokens, e->seconds);
-    if (u->n_sink > 0 || u->n_tail > 0)
+            (long long)e->step, e->loss, e->part[0], e->part[1], e->n_seq, (long long)e->n_tokens, e->seconds);
+    if (l->n_sink > 0 || l->n_tail > 0)
         fprintf(stderr, "  (keys outside sink %d / tail %d only; mass = share of the teacher mass on those keys)\n",
-                u->n_sink, u->n_tail);
+                l->n_sink, l->n_tail);
     for (int i = 0; i < e->n_layers; i++) {
         const train_eval_layer *L = &e->layers[i];
-        fprintf(stderr, "  layer %2d  nce %.3f kl %.3f  mass learned/oracle/window", L->layer, L->nce, L->kl);
-        for (int k = 0; k < L->acc.n_k; k++) {
-            double n = L->acc.n_queries[k] > 0 ? (double)L->acc.n_queries[k] : 1.0;
-            fprintf(stderr, " @%d %.3f/%.3f/%.3f", L->acc.k[k], L->acc.mass_learned[k] / n, L->acc.mass_oracle[k] / n,
-                    L->acc.mass_window[k] / n);
-        }
+        const search_eval_acc *a = &e->retrieval[i];
+        fprintf(stderr, "  layer %2d  nce %.3f kl %.3f  mass learned/oracle/window", L->layer, L->part[0], L->part[1]);
+        for (int k = 0; k < a->n_k; k++)
+            fprintf(stderr, " @%d %.3f/%.3f/%.3f", a->k[k], metric(a, 0, k), metric(a, 1, k), metric(a, 2, k));
         fprintf(stderr, "  recall");
-        for (int k = 0; k < L->acc.n_k; k++) {
-            double n = L->acc.n_queries[k] > 0 ? (double)L->acc.n_queries[k] : 1.0;
-            fprintf(stderr, " @%d %.3f/%.3f/%.3f", L->acc.k[k], L->acc.recall_learned[k] / n,
-                    L->acc.recall_oracle[k] / n, L->acc.recall_window[k] / n);
-        }
+        for (int k = 0; k < a->n_k; k++)
+            fprintf(stderr, " @%d %.3f/%.3f/%.3f", a->k[k], metric(a, 3, k), metric(a, 4, k), metric(a, 5, k));
         fputc('\n', stderr);
     }
-    if (u->log) {
-        json_eval(u->log, e);
-        fputc('\n', u->log);
-        fflush(u->log);
-    }
-    if (u->ev_layers && e->n_layers <= u->n_layers) {
-        memcpy(u->ev_layers, e->layers, (size_t)e->n_layers * sizeof *e->layers);
-        u->ev = *e;
-        u->ev.layers = u->ev_layers;
-        u->have_eval = 1;
-    }
 }
 
-static void ui_save(void *user, int64_t step, const char *path) {
-    run_ui *u = user;
-    if (u->log) {
-        fprintf(u->log, "{\"type\": \"save\", \"step\": %lld, \"checkpoint\": ", (long long)step);
-        cli_json_string(u->log, path, strlen(path));
-        fprintf(u->log, "}\n");
-        fflush(u->log);
-    }
-}
-
-/* "8,16,32" -> ints */
-static int parse_int_list(const char *cmd, const char *flag, const char *s, int *out, int cap, int *n) {
-    *n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 24) || *n >= cap || (*end && *end != ',')) {
-            cli_error(cmd, "%s expects up to %d comma-separated positive integers, got '%s'", flag, cap, s);
-            return 0;
-        }
-        out[(*n)++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    if (*n == 0) {
-        cli_error(cmd, "%s expects a list of positive integers", flag);
-        return 0;
-    }
-    return 1;
+static subq_status run(subq_model *m, const train_corpus *data, const void *cfg, const train_hooks *hooks,
+                       train_result *res, subq_error *err) {
+    return train_search_run(m, data, cfg, hooks, res, err);
 }
 
 int cmd_train_search(int argc, char **argv) {
-    const char *cmd = "train-search";
+    const char *cmd = "train-search", *dump = NULL, *agg = NULL;
     train_search_config cfg = train_search_default_config();
-    cfg.steps = 1000;
-    const char *model = NULL, *out = NULL, *log_path = NULL, *dump = NULL, *v;
-    const char *layers_s = "all", *reserve_s = "0";
-    const char *data[MAX_PATHS], *eval_data[MAX_PATHS];
-    int n_data = 0, n_eval = 0, json = 0, seq = 512, pack = 1, agg;
-    float eval_frac = 0.05f;
+    cli_train o;
+    cli_train_init(&o, cmd, &cfg.train, "all");
+    o.reserve = "0";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int ok = 1;
-#define INT_OPT(flag, lo, hi, dst) \
-    else if (!strcmp(a, flag)) ok = (v = cli_value(cmd, argc, argv, &i)) && cli_parse_int(cmd, a, v, lo, hi, dst)
-#define FLOAT_OPT(flag, dst) else if (!strcmp(a, flag)) ok = (v = cli_value(cmd, argc, argv, &i)) && cli_parse_float(cmd, a, v, dst)
         if (cli_is_help(a)) {
-            fputs(help, stdout);
+            help(&cfg);
             return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            ok = (model = cli_value(cmd, argc, argv, &i)) != NULL;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            ok = (v = cli_value(cmd, argc, argv, &i)) && cli_parse_int(cmd, a, v, 1, 1024, &cfg.n_threads);
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            ok = (out = cli_value(cmd, argc, argv, &i)) != NULL;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--data") || !strcmp(a, "--eval-data")) {
-            int is_eval = !strcmp(a, "--eval-data");
-            if (!(v = cli_value(cmd, argc, argv, &i))) return 1;
-            if ((is_eval ? n_eval : n_data) >= MAX_PATHS) return cli_error(cmd, "more than %d data paths", MAX_PATHS);
-            if (is_eval) eval_data[n_eval++] = v;
-            else data[n_data++] = v;
         }
-        INT_OPT("--seq", 2, 1 << 20, &seq);
-        INT_OPT("--d-search", 1, SEARCH_PROJ_MAX_D, &cfg.d_search);
-        INT_OPT("--batch", 1, 1 << 16, &cfg.batch);
-        INT_OPT("--k-pos", 1, 1 << 20, &cfg.loss.k_pos);
-        INT_OPT("--sink", 0, 1 << 20, &cfg.loss.n_sink);
-        INT_OPT("--tail", 0, 1 << 20, &cfg.loss.n_tail);
-        INT_OPT("--warmup", 0, 1 << 30, &cfg.warmup);
-        INT_OPT("--eval-every", 0, 1 << 30, &cfg.eval_every);
-        INT_OPT("--save-every", 0, 1 << 30, &cfg.save_every);
-        FLOAT_OPT("--tau", &cfg.loss.tau);
-        FLOAT_OPT("--tau-kl", &cfg.loss.tau_kl);
-        FLOAT_OPT("--alpha", &cfg.loss.alpha);
-        FLOAT_OPT("--beta", &cfg.loss.beta);
-        FLOAT_OPT("--lr", &cfg.lr);
-        FLOAT_OPT("--wd", &cfg.weight_decay);
-        FLOAT_OPT("--clip", &cfg.grad_clip);
-        FLOAT_OPT("--init-std", &cfg.init_std);
-        FLOAT_OPT("--eval-frac", &eval_frac);
-        else if (!strcmp(a, "--steps") || !strcmp(a, "--stop-after") || !strcmp(a, "--eval-tokens")) {
-            int x, is_eval_tokens = !strcmp(a, "--eval-tokens");
-            ok = (v = cli_value(cmd, argc, argv, &i)) && cli_parse_int(cmd, a, v, is_eval_tokens ? 0 : 1, 2000000000, &x);
-            if (ok && !strcmp(a, "--steps")) cfg.steps = x;
-            else if (ok && is_eval_tokens) cfg.eval_tokens = x;
-            else if (ok) cfg.stop_after = x;
-        } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            ok = (v = cli_value(cmd, argc, argv, &i)) && cli_parse_u64(cmd, a, v, &cfg.seed);
-        } else if (!strcmp(a, "--layers")) {
-            ok = (layers_s = cli_value(cmd, argc, argv, &i)) != NULL;
-        } else if (!strcmp(a, "--reserve")) {
-            ok = (reserve_s = cli_value(cmd, argc, argv, &i)) != NULL;
-        } else if (!strcmp(a, "--head-agg")) {
-            if (!(v = cli_value(cmd, argc, argv, &i))) return 1;
-            if ((agg = teacher_agg_parse(v)) < 0) return cli_error(cmd, "--head-agg expects max or mean, got '%s'", v);
-            cfg.loss.agg = (teacher_agg)agg;
-        } else if (!strcmp(a, "--eval-k")) {
-            ok = (v = cli_value(cmd, argc, argv, &i)) &&
-                 parse_int_list(cmd, a, v, cfg.eval_k, SEARCH_EVAL_MAX_K, &cfg.n_eval_k);
-        } else if (!strcmp(a, "--no-pack")) {
-            pack = 0;
-        } else if (!strcmp(a, "--resume")) {
-            cfg.resume = 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--log")) {
-            ok = (log_path = cli_value(cmd, argc, argv, &i)) != NULL;
-        } else if (!strcmp(a, "--dump-teacher")) {
-            ok = (dump = cli_value(cmd, argc, argv, &i)) != NULL;
-        } else if (a[0] == '-' && a[1] != '\0') {
-            return cli_error(cmd, "unknown option '%s' (see subq train-search --help)", a);
-        } else {
-            if (n_data >= MAX_PATHS) return cli_error(cmd, "more than %d data paths", MAX_PATHS);
-            data[n_data++] = a;
-        }
-#undef INT_OPT
-#undef FLOAT_OPT
-        if (!ok) return 1;
+        int r = cli_train_option(&o, argc, argv, &i);
+        if (!r) r = cli_flag_str(cmd, "--reserve", argc, argv, &i, &o.reserve);
+        if (!r) r = cli_flag_int(cmd, "--d-search", 1, SEARCH_PROJ_MAX_D, argc, argv, &i, &cfg.d_search);
+        if (!r) r = cli_flag_int(cmd, "--k-pos", 1, 1 << 20, argc, argv, &i, &cfg.loss.k_pos);
+        if (!r) r = cli_flag_float(cmd, "--tau", argc, argv, &i, &cfg.loss.tau);
+        if (!r) r = cli_flag_float(cmd, "--tau-kl", argc, argv, &i, &cfg.loss.tau_kl);
+        if (!r) r = cli_flag_float(cmd, "--alpha", argc, argv, &i, &cfg.loss.alpha);
+        if (!r) r = cli_flag_float(cmd, "--beta", argc, argv, &i, &cfg.loss.beta);
+        if (!r) r = cli_flag_str(cmd, "--head-agg", argc, argv, &i, &agg);
+        if (!r) r = cli_flag_int(cmd, "--sink", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_sink);
+        if (!r) r = cli_flag_int(cmd, "--tail", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_tail);
+        if (!r) r = cli_flag_float(cmd, "--init-std", argc, argv, &i, &cfg.init_std);
+        if (!r) r = cli_flag_int_list(cmd, "--eval-k", 1, SEARCH_EVAL_MAX_K, argc, argv, &i, cfg.eval_k, &cfg.n_eval_k);
+        if (!r) r = cli_flag_str(cmd, "--dump-teacher", argc, argv, &i, &dump);
+        if (!r) return cli_error(cmd, "unknown option '%s' (see subq train-search --help)", a);
+        if (r < 0) return 1;
     }
-    if (!model) return cli_error(cmd, "no model given; use -m FILE.gguf");
-    if (!out && !dump) return cli_error(cmd, "no output given; use -o FILE.gguf");
-    if (n_data == 0) return cli_error(cmd, "no training data given; pass text files, directories or .jsonl files");
+    if (agg) {
+        const int g = teacher_agg_parse(agg);
+        if (g < 0) return cli_error(cmd, "--head-agg expects max or mean, got '%s'", agg);
+        cfg.loss.agg = (teacher_agg)g;
+    }
+    if (!cli_train_check(&o, !dump, 1)) return 1;
     if (!(cfg.loss.tau > 0) || !(cfg.loss.tau_kl > 0)) return cli_error(cmd, "--tau and --tau-kl must be > 0");
-    if (!(cfg.lr >= 0) || !(cfg.weight_decay >= 0) || !(cfg.init_std >= 0) || !(cfg.loss.alpha >= 0) ||
-        !(cfg.loss.beta >= 0))
-        return cli_error(cmd, "--lr, --wd, --init-std, --alpha and --beta must be >= 0");
-    if (!(eval_frac >= 0 && eval_frac < 1)) return cli_error(cmd, "--eval-frac must be in [0, 1)");
-    cfg.out_path = out;
-
-    subq_error err = {0};
-    subq_model *m = NULL;
-    train_corpus *corpus = NULL;
-    int *layers = NULL, rc = 0;
-    unsigned char *mask = NULL, *rmask = NULL;
-    FILE *logf = NULL;
-    run_ui ui = {0};
-    if (subq_model_load(model, &m, &err)) return cli_error(cmd, "%s", err.msg);
-    const int L = m->hp.n_layer;
-    mask = malloc((size_t)L);
-    rmask = malloc((size_t)L);
-    layers = malloc((size_t)L * sizeof(int));
-    if (!mask || !rmask || !layers) {
-        rc = cli_error(cmd, "out of memory");
-        goto done;
-    }
-    if (search_parse_layers(layers_s, L, mask, &err)) {
-        rc = cli_error(cmd, "--layers: %s", err.msg);
-        goto done;
-    }
-    if (search_parse_layers(reserve_s, L, rmask, &err)) {
-        rc = cli_error(cmd, "--reserve: %s", err.msg);
-        goto done;
-    }
-    cfg.n_layers = 0;
-    for (int l = 0; l < L; l++)
-        if (mask[l] && !rmask[l]) layers[cfg.n_layers++] = l;
-    if (cfg.n_layers == 0) {
-        rc = cli_error(cmd, "--layers %s minus --reserve %s leaves no layer to train", layers_s, reserve_s);
-        goto done;
-    }
-    cfg.layers = layers;
-
-    corpus_params cp = {.seq = seq, .pack = pack, .eval_frac = eval_frac, .seed = cfg.seed};
-    if (corpus_new(m, &cp, &corpus, &err)) {
-        rc = cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
-    for (int i = 0; i < n_data + n_eval; i++) {
-        int is_eval = i >= n_data;
-        if (corpus_add_path(corpus, m, is_eval ? eval_data[i - n_data] : data[i], is_eval, &err)) {
-            rc = cli_error(cmd, "%s", err.msg);
-            goto done;
+    if (!(cfg.init_std >= 0) || !(cfg.loss.alpha >= 0) || !(cfg.loss.beta >= 0))
+        return cli_error(cmd, "--init-std, --alpha and --beta must be >= 0");
+    cfg.train.out_path = o.out ? o.out : dump; /* --dump-teacher writes nothing else */
+    int rc = 1;
+    if (cli_train_load(&o, 0)) {
+        subq_error err = {0};
+        if (dump) {
+            rc = train_search_dump_teacher(o.m, o.data_set, &cfg, dump, &err) ? cli_error(cmd, "%s", err.msg) : 0;
+        } else {
+            char note[256];
+            cli_train_ui ui = {.step_text = step_text, .print_eval = print_eval, .json_eval = json_eval, .arg = &cfg.loss};
+            snprintf(note, sizeof note,
+                     "keys of query t restricted to [doc start + %d, t - %d] (the runtime's retrieval set: sinks and "
+                     "tail left out); the teacher, losses and mass/recall@K are renormalised over them",
+                     cfg.loss.n_sink, cfg.loss.n_tail);
+            if (cfg.loss.n_sink > 0 || cfg.loss.n_tail > 0) ui.start_note = note;
+            snprintf(ui.extra_json, sizeof ui.extra_json, "\"d_search\": %d, \"n_sink\": %d, \"n_tail\": %d",
+                     cfg.d_search, cfg.loss.n_sink, cfg.loss.n_tail);
+            rc = cli_train_run(&o, &ui, run, &cfg);
         }
     }
-    if (corpus_finish(corpus, &err)) {
-        rc = cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
-    if (dump) {
-        if (train_search_dump_teacher(m, corpus, &cfg, dump, &err)) rc = cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
-
-    char default_log[4096];
-    if (!log_path) {
-        snprintf(default_log, sizeof default_log, "%s.log.jsonl", out);
-        log_path = default_log;
-    }
-    if (!(logf = fopen(log_path, cfg.resume ? "a" : "w"))) {
-        rc = cli_error(cmd, "cannot open log file %s for writing", log_path);
-        goto done;
-    }
-    ui.log = logf;
-    ui.json = json;
-    ui.steps = cfg.steps;
-    ui.n_layers = cfg.n_layers;
-    ui.n_sink = cfg.loss.n_sink;
-    ui.n_tail = cfg.loss.n_tail;
-    ui.ev_layers = calloc((size_t)cfg.n_layers, sizeof(train_eval_layer));
-
-    struct sigaction sa, old;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigint;
-    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills as usual */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old);
-    train_search_hooks hooks = {.user = &ui, .on_start = ui_start, .on_step = ui_step, .on_eval = ui_eval,
-                                .on_save = ui_save, .stop = &g_stop};
-    train_search_result res;
-    subq_status s = train_search_run(m, corpus, &cfg, &hooks, &res, &err);
-    sigaction(SIGINT, &old, NULL);
-    if (ui.bar_started) progress_end(&ui.bar);
-    if (s) {
-        rc = cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
-    fprintf(logf, "{\"type\": \"end\", \"step\": %lld, \"interrupted\": %s, \"stopped_early\": %s, \"tok_per_s\": %.1f, "
-                  "\"train_tokens\": %lld}\n",
-            (long long)res.step, res.interrupted ? "true" : "false", res.stopped_early ? "true" : "false", res.tok_per_s,
-            (long long)res.train_tokens);
-    if (res.interrupted || res.stopped_early)
-        fprintf(stderr, "subq train-search: %s at step %lld of %lld; checkpoint %s.ckpt (continue with --resume)\n",
-                res.interrupted ? "interrupted" : "stopped", (long long)res.step, (long long)cfg.steps, out);
-    else
-        fprintf(stderr, "subq train-search: %lld steps, %.0f tok/s; wrote %s\n", (long long)res.step, res.tok_per_s, out);
-    if (json) {
-        printf("{\"output\": ");
-        cli_json_string(stdout, out, strlen(out));
-        printf(", \"step\": %lld, \"steps\": %lld, \"interrupted\": %s, \"stopped_early\": %s, \"tok_per_s\": %.1f, "
-               "\"train_tokens\": %lld, \"d_search\": %d, \"n_sink\": %d, \"n_tail\": %d, \"layers\": [",
-               (long long)res.step, (long long)cfg.steps, res.interrupted ? "true" : "false",
-               res.stopped_early ? "true" : "false", res.tok_per_s, (long long)res.train_tokens, cfg.d_search,
-               cfg.loss.n_sink, cfg.loss.n_tail);
-        for (int i = 0; i < cfg.n_layers; i++) printf("%s%d", i ? ", " : "", layers[i]);
-        printf("], \"eval\": ");
-        if (ui.have_eval) json_eval(stdout, &ui.ev);
-        else printf("null");
-        printf("}\n");
-    }
-done:
-    if (logf) fclose(logf);
-    free(ui.ev_layers);
-    free(mask);
-    free(rmask);
-    free(layers);
-    corpus_free(corpus);
-    subq_model_free(m);
+    cli_train_free(&o);
     return rc;
 }

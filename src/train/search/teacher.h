@@ -16,8 +16,8 @@
  * model's attention over all of [start[t], t], renormalised over the mid
  * keys, i.e. the conditional distribution of attention given that it falls
  * on a key the retriever must find. n_sink = n_tail = 0 is the whole range. */
-#ifndef SUBQ_SEARCH_TEACHER_H
-#define SUBQ_SEARCH_TEACHER_H
+#ifndef SUBQ_TRAIN_TEACHER_H
+#define SUBQ_TRAIN_TEACHER_H
 
 #include <stdint.h>
 

@@ -20,8 +20,8 @@
  * Defaults: tau 1, l_kl 0.99, l_top 1, l_fp 2, l_z 4, band (Delta) 8, delta 1.
  * A layer's objective is the sum of L_t over query heads and queries; the
  * trainer divides by the count. */
-#ifndef SUBQ_PHI_LOSS_H
-#define SUBQ_PHI_LOSS_H
+#ifndef SUBQ_TRAIN_PHI_LOSS_H
+#define SUBQ_TRAIN_PHI_LOSS_H
 
 #include <stdint.h>
 

@@ -1,7 +1,7 @@
 /* Top-k by a min-heap of the k best seen so far: the root is the worst kept
  * element, so each new element is compared with it once and replaces it
  * when better. A final heap sort gives the order best-first. */
-#include "search/topk.h"
+#include "train/search/topk.h"
 
 /* a ranks before b: larger value, or equal value and lower index */
 static int better(const float *v, int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); }

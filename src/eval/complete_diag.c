@@ -1,13 +1,19 @@
 /* Completion diagnostics per (layer, head) (phi_diag.h). */
-#include "phi/phi_diag.h"
+#include "eval/complete_diag.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/attn_plan.h"
+#include "attn/attn_sparse.h"
 #include "base/error.h"
+#include "base/timer.h"
+#include "eval/eval.h"
 #include "phi/phi_cache.h"
 #include "select/selector.h"
+#include "train/capture.h"
 
 void phi_diag_records_free(phi_diag_records *r) {
     free(r->layer);
@@ -278,4 +284,193 @@ void phi_diag_quartiles(const phi_diag_records *r, double q[5]) {
     q[0] = -INFINITY;
     q[4] = INFINITY;
     free(v);
+}
+
+/* ---- the whole measurement ------------------------------------------------- */
+
+void phi_diag_report_free(phi_diag_report *r) {
+    free(r->layers);
+    free(r->heads);
+    memset(r, 0, sizeof *r);
+}
+
+static void stage(const phi_diag_hooks *h, const char *name, int64_t total) {
+    if (h && h->on_stage) h->on_stage(h->user, name, total);
+}
+static void progress(const phi_diag_hooks *h, int64_t done) {
+    if (h && h->on_progress) h->on_progress(h->user, done);
+}
+
+/* Perplexity over the first n_windows held-out sequences: every next token
+ * in the same document is scored (*n_scored of them). */
+static subq_status window_ppl(subq_context *c, const train_corpus *corpus, int n_windows, int32_t *tok, int32_t *pos,
+                              int32_t *seg, float *logits, double *ppl, int64_t *n_scored, subq_error *err) {
+    const int n_vocab = c->model->hp.n_vocab;
+    double nll = 0;
+    int64_t n = 0;
+    for (int w = 0; w < n_windows; w++) {
+        const int len = corpus_get(corpus, &corpus->eval, w, tok, pos, seg);
+        subq_context_reset(c);
+        subq_status s = context_forward(c, tok, len, pos, seg, logits, 1, err);
+        if (s) return s;
+        for (int t = 0; t + 1 < len; t++)
+            if (seg[t + 1] == seg[t]) {
+                nll += eval_token_nll(logits + (size_t)t * n_vocab, n_vocab, tok[t + 1]);
+                n++;
+            }
+    }
+    *ppl = exp(nll / (double)n);
+    *n_scored = n;
+    return SUBQ_OK;
+}
+
+/* Perplexity of full attention, then per K of selection-only (mode 0),
+ * hybrid (1) and selection-only at K + fetch_k (2), oracle top-K on the
+ * maps' layers. */
+static subq_status perplexities(subq_context *c, const train_corpus *corpus, const phi_maps *maps,
+                                const phi_diag_options *o, const phi_diag_hooks *hooks, int32_t *tok, int32_t *pos,
+                                int32_t *seg, float *logits, phi_diag_report *r, subq_error *err) {
+    stage(hooks, "perplexity", 1 + 3 * (int64_t)o->n_k);
+    subq_status s = window_ppl(c, corpus, r->n_windows, tok, pos, seg, logits, &r->ppl_full, &r->n_scored, err);
+    if (s) return s;
+    progress(hooks, 1);
+    char layer_list[1024] = "";
+    for (int li = 0, at = 0; li < maps->n_sel && at < (int)sizeof layer_list - 16; li++)
+        at += snprintf(layer_list + at, sizeof layer_list - at, li ? ",%d" : "%d", maps->layers[li]);
+    for (int i = 0; i < o->n_k && !s; i++)
+        for (int mode = 0; mode < 3 && !s; mode++) {
+            attn_plan plan;
+            attn_plan_default(&plan);
+            plan.sparse_layers = layer_list;
+            plan.sparse.top_k = o->ks[i] + (mode == 2 ? r->fetch_k : 0);
+            plan.sparse.n_sink = o->n_sink;
+            plan.sparse.n_tail = o->n_tail;
+            plan.sparse.complete = mode == 1 ? maps : NULL;
+            selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
+            subq_context_reset(c);
+            context_clear_plan(c);
+            double p;
+            int64_t n;
+            if ((s = context_set_plan(c, &plan, NULL, err)) ||
+                (s = window_ppl(c, corpus, r->n_windows, tok, pos, seg, logits, &p, &n, err)))
+                break;
+            if (mode == 0) r->ppl_sel[i] = p;
+            else if (mode == 1) r->ppl_hyb[i] = p;
+            else r->ppl_match[i] = p;
+            if (mode == 1) {
+                double sum = 0;
+                int64_t nh = 0;
+                for (int li = 0; li < maps->n_sel; li++) {
+                    const sparse_metrics *sm = attn_sparse_get_metrics(c->stages[maps->layers[li]]);
+                    if (sm) sum += sm->share_sum, nh += sm->n_share;
+                }
+                r->share[i] = nh ? sum / nh : NAN;
+            }
+            progress(hooks, 2 + 3 * i + mode);
+        }
+    context_clear_plan(c);
+    return s;
+}
+
+/* Means over all records, by H_mid quartile and per (layer, head); the
+ * selection-only K matching the hybrid; the entropies into the maps file. */
+static subq_status summarise(const phi_diag_records *rec, const phi_maps *maps, const phi_diag_options *o,
+                             phi_diag_report *r, subq_error *err) {
+    const int n_h = maps->n_sel * maps->dims.n_head;
+    if (!(r->heads = calloc((size_t)n_h, sizeof *r->heads))) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    phi_diag_mean(rec, -1, -1, -INFINITY, INFINITY, &r->all);
+    phi_diag_quartiles(rec, r->quartile_bounds);
+    for (int b = 0; b < 4; b++)
+        phi_diag_mean(rec, -1, -1, r->quartile_bounds[b], r->quartile_bounds[b + 1], &r->quartile[b]);
+    for (int li = 0; li < maps->n_sel; li++)
+        for (int h = 0; h < maps->dims.n_head; h++)
+            phi_diag_mean(rec, maps->layers[li], h, -INFINITY, INFINITY, &r->heads[li * maps->dims.n_head + h]);
+    for (int i = 0; i < o->n_k; i++) {
+        r->match_k[i] = -1;
+        for (int j = 0; j < o->n_sel_k; j++)
+            if (r->all.err_sweep[j] <= r->all.err_hyb[i] && (r->match_k[i] < 0 || o->sel_ks[j] < r->match_k[i]))
+                r->match_k[i] = o->sel_ks[j];
+    }
+    if (!o->annotate) return SUBQ_OK;
+    float *h_mid = malloc((size_t)n_h * sizeof(float));
+    if (!h_mid) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_h; i++) h_mid[i] = r->heads[i].n ? (float)r->heads[i].hmid : 0.0f;
+    subq_status s = phi_maps_annotate_entropy(o->maps_path, h_mid, err);
+    free(h_mid);
+    return s;
+}
+
+subq_status phi_diag_run(subq_model *m, const train_corpus *corpus, const phi_diag_options *o,
+                         const phi_diag_hooks *hooks, phi_diag_report *r, subq_error *err) {
+    memset(r, 0, sizeof *r);
+    phi_maps *maps = NULL;
+    subq_context *c = NULL;
+    train_capture *cap = NULL;
+    phi_diag_records rec = {0};
+    int32_t *tok = NULL, *pos = NULL, *seg = NULL;
+    float *logits = NULL;
+    const float **qs = NULL;
+    const int seq = corpus->p.seq;
+    subq_status s = phi_maps_load(o->maps_path, m, &maps, err);
+    if (s) return s;
+    r->n_windows = corpus->eval.n_seq < o->windows ? corpus->eval.n_seq : o->windows;
+    if (r->n_windows == 0) {
+        s = subq_fail(err, SUBQ_ERR_ARG, "the held-out split is empty: nothing to measure the maps on");
+        goto done;
+    }
+    subq_context_params cp = subq_context_default_params();
+    cp.n_ctx = seq;
+    cp.n_threads = o->n_threads;
+    if ((s = subq_context_new(m, &cp, &c, err)) || (s = train_capture_new(m, maps->layers, maps->n_sel, seq, &cap, err)))
+        goto done;
+    tok = malloc((size_t)seq * sizeof(int32_t));
+    pos = malloc((size_t)seq * sizeof(int32_t));
+    seg = malloc((size_t)seq * sizeof(int32_t));
+    qs = malloc((size_t)maps->n_sel * sizeof(float *));
+    logits = o->ppl ? malloc((size_t)seq * m->hp.n_vocab * sizeof(float)) : NULL;
+    r->layers = malloc((size_t)maps->n_sel * sizeof(int));
+    if (!tok || !pos || !seg || !qs || (o->ppl && !logits) || !r->layers) {
+        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    memcpy(r->layers, maps->layers, (size_t)maps->n_sel * sizeof(int));
+    r->d_phi = maps->dims.d_phi;
+    r->head_dim = maps->dims.head_dim;
+    r->n_head = maps->dims.n_head;
+    r->n_sel = maps->n_sel;
+    r->fetch_tokens = phi_budget_tokens(0, 0, 0, maps->dims.d_phi, maps->dims.head_dim, 1.0);
+    r->fetch_k = (int)ceil(r->fetch_tokens);
+    phi_diag_config dc = {.n_sink = o->n_sink, .n_tail = o->n_tail, .n_k = o->n_k, .n_sel_k = o->n_sel_k,
+                          .eps = PHI_EPS_DEFAULT};
+    memcpy(dc.ks, o->ks, sizeof dc.ks);
+    memcpy(dc.sel_ks, o->sel_ks, sizeof dc.sel_ks);
+    for (int i = 0; i < o->n_k; i++) dc.min_mid = o->ks[i] > dc.min_mid ? o->ks[i] : dc.min_mid;
+    r->min_mid = dc.min_mid;
+    stage(hooks, "diagnose", r->n_windows);
+    const double t0 = time_now_s();
+    for (int w = 0; w < r->n_windows && !s; w++) {
+        const int len = corpus_get(corpus, &corpus->eval, w, tok, pos, seg);
+        if ((s = train_capture_run(cap, c, tok, pos, seg, len, err))) break;
+        for (int i = 0; i < maps->n_sel; i++) qs[i] = cap->q[i];
+        s = phi_diag_window(&rec, c, maps, qs, seg, len, &dc, err);
+        r->n_tokens += len;
+        progress(hooks, w + 1);
+    }
+    r->seconds = time_now_s() - t0;
+    r->n_records = rec.n;
+    r->ppl_full = NAN;
+    if (!s && o->ppl) s = perplexities(c, corpus, maps, o, hooks, tok, pos, seg, logits, r, err);
+    if (!s) s = summarise(&rec, maps, o, r, err);
+done:
+    phi_diag_records_free(&rec);
+    free(tok);
+    free(pos);
+    free(seg);
+    free(logits);
+    free(qs);
+    train_capture_free(cap);
+    subq_context_free(c);
+    phi_maps_free(maps);
+    if (s) phi_diag_report_free(r);
+    return s;
 }

@@ -21,12 +21,12 @@
  *
  * Memory is bounded for long sequences: queries are processed in chunks of
  * rows, so only chunk x T score matrices exist at a time. */
-#ifndef SUBQ_SEARCH_LOSS_H
-#define SUBQ_SEARCH_LOSS_H
+#ifndef SUBQ_TRAIN_SEARCH_LOSS_H
+#define SUBQ_TRAIN_SEARCH_LOSS_H
 
 #include <stdint.h>
 
-#include "search/teacher.h"
+#include "train/search/teacher.h"
 #include "subq.h"
 
 typedef struct search_loss_params {

@@ -13,7 +13,7 @@
  *        dk_s(j) += sum_t D_tj q_s(t) - (sum_t E_tj) k_s(j)/|k_j|^2,
  *      so no two threads ever add into the same element.
  *   3. dW_Qs += dQ_s^T H, dW_Ks += dK_s^T H. */
-#include "search/search_loss.h"
+#include "train/search/search_loss.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -21,7 +21,7 @@
 
 #include "base/error.h"
 #include "search/dot.h"
-#include "search/topk.h"
+#include "train/search/topk.h"
 
 #define NORM_EPS 1e-12f
 

@@ -1,4 +1,4 @@
-#include "search/teacher.h"
+#include "train/search/teacher.h"
 
 #include <float.h>
 #include <math.h>

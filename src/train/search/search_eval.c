@@ -1,7 +1,7 @@
 /* mass@K / recall@K of the learned space, the raw-QK oracle and the recency window. Each query
  * row is scored independently (parallel over rows) into per-row results that
  * are then summed in row order, so figures do not depend on thread count. */
-#include "search/search_eval.h"
+#include "train/search/search_eval.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "search/dot.h"
-#include "search/topk.h"
+#include "train/search/topk.h"
 
 void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
     memset(acc, 0, sizeof *acc);

@@ -17,12 +17,12 @@
  * them (teacher_row_mid): mass@K is then the share of the attention that
  * falls outside sinks and tail which the top-K captures, and the window is
  * the K most recent keys before the tail. */
-#ifndef SUBQ_SEARCH_EVAL_H
-#define SUBQ_SEARCH_EVAL_H
+#ifndef SUBQ_TRAIN_SEARCH_EVAL_H
+#define SUBQ_TRAIN_SEARCH_EVAL_H
 
 #include <stdint.h>
 
-#include "search/search_loss.h"
+#include "train/search/search_loss.h"
 
 #define SEARCH_EVAL_MAX_K 16
 

@@ -1,7 +1,7 @@
 /* Exact top-k selection over a score vector (ties: the lower index wins),
  * used for the InfoNCE positive set, retrieval metrics and the raw-QK oracle. */
-#ifndef SUBQ_SEARCH_TOPK_H
-#define SUBQ_SEARCH_TOPK_H
+#ifndef SUBQ_TRAIN_TOPK_H
+#define SUBQ_TRAIN_TOPK_H
 
 /* Write the indices of the min(k, n) largest v[i] into idx, best first
  * (equal values: lower index first). Returns the number written.

@@ -5,7 +5,7 @@
  * and, with g_tj = dL/dsh_tj and G_tj = g_tj / Z_tj,
  *   dL/dlq_t[f] = eq_t[f] (G ek)_t[f],  dL/dlk_j[f] = ek_j[f] (G^T eq)_j[f]
  * (d sh_tj / d lq_t[f] = eq_t[f] ek_j[f] / Z_tj, a softmax over f). */
-#include "phi/phi_loss.h"
+#include "train/complete/phi_loss.h"
 
 #include <cblas.h>
 #include <math.h>

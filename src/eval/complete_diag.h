@@ -14,13 +14,14 @@
  *   for K' in sel_ks: err_sel at K' (to find the K selection-only needs to
  *   match the hybrid's error).
  * Records are kept per (layer, head, query) for quartiles and summaries. */
-#ifndef SUBQ_PHI_DIAG_H
-#define SUBQ_PHI_DIAG_H
+#ifndef SUBQ_EVAL_COMPLETE_DIAG_H
+#define SUBQ_EVAL_COMPLETE_DIAG_H
 
 #include <stdint.h>
 
 #include "model/context.h"
 #include "phi/phi_maps.h"
+#include "train/corpus.h"
 
 #define PHI_DIAG_MAX_K 16
 
@@ -68,5 +69,57 @@ void phi_diag_mean(const phi_diag_records *r, int layer, int head, double hmid_l
 /* Quartile bins of H_mid over all records: bin i is [q[i], q[i+1]) with
  * q[0] = -inf, q[1..3] the quartiles, q[4] = +inf. */
 void phi_diag_quartiles(const phi_diag_records *r, double q[5]);
+
+/* ---- the whole measurement (behind `subq train-phi --diagnose`) ---------- */
+
+typedef struct phi_diag_options {
+    const char *maps_path;       /* the maps to measure */
+    int windows;                 /* at most this many held-out windows (32) */
+    int ks[PHI_DIAG_MAX_K];      /* hybrid vs selection-only (8, 16, 32) */
+    int n_k;
+    int sel_ks[PHI_DIAG_MAX_K];  /* selection-only sweep (8, 16, 24, 32, 48, 64, 96, 128, 192) */
+    int n_sel_k;
+    int n_sink, n_tail;          /* 4, 16 */
+    int ppl;                     /* also perplexities */
+    int annotate;                /* store each head's mean H_mid in the maps file */
+    int n_threads;               /* <= 0: all cores */
+} phi_diag_options;
+
+typedef struct phi_diag_report {
+    int d_phi, head_dim, n_head, n_sel;
+    int *layers;                 /* [n_sel] */
+    int n_windows;
+    int64_t n_tokens, n_records;
+    int min_mid;
+    double fetch_tokens;         /* the cache's one-time fetch in token-equivalent reads (phi_budget_tokens) */
+    int fetch_k;                 /* ceil(fetch_tokens) */
+    double seconds;
+    phi_diag_cell all, quartile[4];
+    double quartile_bounds[5];   /* phi_diag_quartiles */
+    phi_diag_cell *heads;        /* [n_sel][n_head] */
+    /* the smallest swept K' whose mean selection-only error is <= the
+     * hybrid's at ks[i]; -1 when none is */
+    int match_k[PHI_DIAG_MAX_K];
+    /* perplexity (ppl): full, then per K selection-only, hybrid, selection-only
+     * at K + fetch_k (the same reads when the fetch is paid every step: the
+     * pessimistic matched budget) and the hybrid's mean completion share */
+    int64_t n_scored;
+    double ppl_full, ppl_sel[PHI_DIAG_MAX_K], ppl_hyb[PHI_DIAG_MAX_K], ppl_match[PHI_DIAG_MAX_K];
+    double share[PHI_DIAG_MAX_K];
+} phi_diag_report;
+
+typedef struct phi_diag_hooks {
+    void *user;
+    void (*on_stage)(void *user, const char *name, int64_t total);
+    void (*on_progress)(void *user, int64_t done);
+} phi_diag_hooks;
+
+/* Measure the maps of o->maps_path on the held-out sequences of `corpus`
+ * (windows of corpus->p.seq tokens, teacher-forced full attention, oracle
+ * top-K); with o->ppl also perplexities; with o->annotate store the
+ * per-head entropies in the maps file. hooks may be NULL. */
+subq_status phi_diag_run(subq_model *m, const train_corpus *corpus, const phi_diag_options *o,
+                         const phi_diag_hooks *hooks, phi_diag_report *out, subq_error *err);
+void phi_diag_report_free(phi_diag_report *r);
 
 #endif

@@ -1,0 +1,298 @@
+/* The training driver (trainer.h, task.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/error.h"
+#include "base/rng.h"
+#include "base/timer.h"
+#include "train/adamw.h"
+#include "train/task.h"
+
+train_config train_default_config(void) {
+    train_config c = {
+        .batch = 1,
+        .grad_accum = 1,
+        .beta1 = 0.9f,
+        .beta2 = 0.999f,
+        .eps = 1e-8f,
+        .grad_clip = 1.0f,
+        .seed = 1,
+    };
+    return c;
+}
+
+static subq_status check_config(const subq_model *m, const train_corpus *data, const train_config *c,
+                                subq_error *err) {
+    if (c->n_layers <= 0) return subq_fail(err, SUBQ_ERR_ARG, "no layers to train");
+    for (int i = 0; i < c->n_layers; i++)
+        if (c->layers[i] < 0 || c->layers[i] >= m->hp.n_layer)
+            return subq_fail(err, SUBQ_ERR_ARG, "layer %d is outside 0..%d", c->layers[i], m->hp.n_layer - 1);
+    if (c->batch < 1 || c->grad_accum < 1)
+        return subq_fail(err, SUBQ_ERR_ARG, "batch and gradient accumulation must be >= 1");
+    if (c->steps < 1) return subq_fail(err, SUBQ_ERR_ARG, "steps must be >= 1");
+    if (c->warmup < 0) return subq_fail(err, SUBQ_ERR_ARG, "warmup must be >= 0");
+    if (!(c->lr >= 0) || !(c->weight_decay >= 0))
+        return subq_fail(err, SUBQ_ERR_ARG, "learning rate and weight decay must be >= 0");
+    if (!(c->beta1 >= 0 && c->beta1 < 1) || !(c->beta2 >= 0 && c->beta2 < 1) || !(c->eps > 0))
+        return subq_fail(err, SUBQ_ERR_ARG, "Adam betas must be in [0, 1) and eps > 0");
+    if (!c->out_path || !*c->out_path) return subq_fail(err, SUBQ_ERR_ARG, "no output path");
+    if (data->train.n_seq < 1) return subq_fail(err, SUBQ_ERR_ARG, "no training sequences");
+    return SUBQ_OK;
+}
+
+void trainer_free(trainer *t) {
+    if (t->task.ops) t->task.ops->free(t->task.self);
+    subq_context_free(t->ctx);
+    train_capture_free(t->cap);
+    free(t->ckpt_path);
+    free(t->tok);
+    free(t->pos);
+    free(t->seg);
+    free(t->perm);
+    free(t->m);
+    free(t->v);
+    free(t->grad);
+    free(t->gd);
+    free(t->sums);
+    free(t->ev);
+    memset(t, 0, sizeof *t);
+}
+
+subq_status trainer_init(trainer *t, subq_model *m, const train_corpus *data, const train_config *cfg,
+                         const train_task *task, subq_error *err) {
+    memset(t, 0, sizeof *t);
+    t->model = m;
+    t->data = data;
+    t->cfg = cfg;
+    t->task = *task;
+    subq_status s = check_config(m, data, cfg, err);
+    if (s) return s;
+    const int seq = data->p.seq;
+    subq_context_params cp = subq_context_default_params();
+    cp.n_ctx = seq;
+    cp.n_threads = cfg->n_threads;
+    cp.kv_type = SUBQ_KV_F32; /* the teacher is rebuilt in fp32 */
+    if ((s = subq_context_new(m, &cp, &t->ctx, err))) return s;
+    t->n_threads = t->ctx->n_threads;
+    if ((s = task->ops->create(task->self, t, err))) return s;
+    if ((s = train_capture_new(m, t->layers, t->n_sel, seq, &t->cap, err))) return s;
+    const size_t L = strlen(cfg->out_path) + 6;
+    t->ckpt_path = malloc(L);
+    t->tok = malloc((size_t)seq * sizeof(int32_t));
+    t->pos = malloc((size_t)seq * sizeof(int32_t));
+    t->seg = malloc((size_t)seq * sizeof(int32_t));
+    t->perm = malloc((size_t)data->train.n_seq * sizeof(int));
+    t->m = calloc(t->n_params, sizeof(float));
+    t->v = calloc(t->n_params, sizeof(float));
+    t->grad = calloc(t->n_params, sizeof(float));
+    t->gd = task->ops->grad_f64 ? calloc(t->n_params, sizeof(double)) : NULL;
+    t->sums = calloc((size_t)t->n_sel, sizeof(train_sums));
+    t->ev = calloc((size_t)t->n_sel, sizeof(train_eval_layer));
+    if (!t->ckpt_path || !t->tok || !t->pos || !t->seg || !t->perm || !t->m || !t->v || !t->grad ||
+        (task->ops->grad_f64 && !t->gd) || !t->sums || !t->ev)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the trainer");
+    snprintf(t->ckpt_path, L, "%s.ckpt", cfg->out_path);
+    t->perm_epoch = UINT64_MAX;
+    t->rng = rng_seed(cfg->seed);
+    return task->ops->init(task->self, t, err);
+}
+
+subq_status trainer_capture(trainer *t, const corpus_split *sp, int i, subq_error *err) {
+    t->n = corpus_get(t->data, sp, i, t->tok, t->pos, t->seg);
+    return train_capture_run(t->cap, t->ctx, t->tok, t->pos, t->seg, t->n, err);
+}
+
+subq_status trainer_capture_train(trainer *t, uint64_t cursor, subq_error *err) {
+    int si = corpus_train_index(t->data, cursor, t->cfg->seed, t->perm, &t->perm_epoch);
+    return trainer_capture(t, &t->data->train, si, err);
+}
+
+/* grad = (gradient sums) * scale, its global norm clipped to grad_clip;
+ * returns the norm before clipping. Double sums are scaled and clipped in
+ * double and rounded once. */
+static double finish_gradient(trainer *t, double scale) {
+    const size_t n = t->n_params;
+    const float clip = t->cfg->grad_clip;
+    double g2 = 0.0;
+    if (t->gd) {
+        for (size_t i = 0; i < n; i++) {
+            t->gd[i] *= scale;
+            g2 += t->gd[i] * t->gd[i];
+        }
+        const double gnorm = sqrt(g2), c = clip > 0 && gnorm > clip ? clip / gnorm : 1.0;
+        for (size_t i = 0; i < n; i++) t->grad[i] = (float)(t->gd[i] * c);
+        return gnorm;
+    }
+    const float fs = (float)scale;
+    for (size_t i = 0; i < n; i++) {
+        t->grad[i] *= fs;
+        g2 += (double)t->grad[i] * t->grad[i];
+    }
+    const double gnorm = sqrt(g2);
+    if (clip > 0 && gnorm > clip) {
+        const float c = (float)(clip / gnorm);
+        for (size_t i = 0; i < n; i++) t->grad[i] *= c;
+    }
+    return gnorm;
+}
+
+/* One optimiser step over batch x grad_accum sequences; fills the stats. */
+static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err) {
+    const train_config *cfg = t->cfg;
+    const train_task_ops *ops = t->task.ops;
+    if (ops->sync) ops->sync(t->task.self, t);
+    if (t->gd) memset(t->gd, 0, t->n_params * sizeof(double));
+    else memset(t->grad, 0, t->n_params * sizeof(float));
+    memset(t->sums, 0, (size_t)t->n_sel * sizeof(train_sums));
+    const int64_t n_seq = (int64_t)cfg->batch * cfg->grad_accum;
+    int64_t n_tok = 0;
+    for (int64_t b = 0; b < n_seq; b++) {
+        subq_status s = trainer_capture_train(t, t->cursor, err);
+        t->cursor++;
+        if (s || (s = ops->loss(t->task.self, t, 1, t->sums, err))) return s;
+        n_tok += t->n;
+    }
+    /* objective = sum over layers and queries of the loss terms / their count */
+    train_sums tot = {0};
+    for (int i = 0; i < t->n_sel; i++) {
+        tot.loss += t->sums[i].loss;
+        for (int k = 0; k < ops->n_parts; k++) tot.part[k] += t->sums[i].part[k];
+        tot.n_queries += t->sums[i].n_queries;
+    }
+    const double inv = 1.0 / (double)(tot.n_queries > 0 ? tot.n_queries : 1);
+    const double gnorm = finish_gradient(t, inv);
+    const float lr = lr_schedule(t->step, cfg->steps, cfg->warmup, cfg->lr);
+    const adamw_params ap = {cfg->beta1, cfg->beta2, cfg->eps, cfg->weight_decay};
+    adamw_update(t->w, t->grad, t->m, t->v, t->n_params, &ap, lr, t->step + 1);
+    t->step++;
+    memset(ss, 0, sizeof *ss);
+    ss->step = t->step;
+    ss->steps = cfg->steps;
+    ss->lr = lr;
+    ss->loss = tot.loss * inv;
+    for (int k = 0; k < ops->n_parts; k++) ss->part[k] = tot.part[k] * inv;
+    ss->grad_norm = gnorm;
+    ss->tokens = n_tok;
+    ss->queries = tot.n_queries;
+    t->train_loss = ss->loss;
+    memcpy(t->train_part, ss->part, sizeof ss->part);
+    return SUBQ_OK;
+}
+
+/* Losses (and the task's metrics) on the held-out split, up to eval_tokens. */
+static subq_status evaluate(trainer *t, train_eval_stats *es, subq_error *err) {
+    const train_task_ops *ops = t->task.ops;
+    const corpus_split *sp = &t->data->eval;
+    const double t0 = time_now_s();
+    memset(es, 0, sizeof *es);
+    if (ops->sync) ops->sync(t->task.self, t);
+    if (ops->eval_begin) ops->eval_begin(t->task.self, t, es);
+    memset(t->sums, 0, (size_t)t->n_sel * sizeof(train_sums));
+    for (int si = 0; si < sp->n_seq; si++) {
+        if (t->cfg->eval_tokens > 0 && es->n_tokens >= t->cfg->eval_tokens) break;
+        subq_status s = trainer_capture(t, sp, si, err);
+        if (s || (s = ops->loss(t->task.self, t, 0, t->sums, err))) return s;
+        es->n_tokens += t->n;
+        es->n_seq++;
+    }
+    for (int i = 0; i < t->n_sel; i++) {
+        train_eval_layer *L = &t->ev[i];
+        const double nq = t->sums[i].n_queries > 0 ? (double)t->sums[i].n_queries : 1.0;
+        L->layer = t->layers[i];
+        L->n_queries = t->sums[i].n_queries;
+        L->loss = t->sums[i].loss / nq;
+        es->loss += L->loss / t->n_sel;
+        for (int k = 0; k < ops->n_parts; k++) {
+            L->part[k] = t->sums[i].part[k] / nq;
+            es->part[k] += L->part[k] / t->n_sel;
+        }
+    }
+    es->step = t->step;
+    es->n_layers = t->n_sel;
+    es->layers = t->ev;
+    es->seconds = time_now_s() - t0;
+    t->have_eval = 1;
+    t->eval_loss = es->loss;
+    memcpy(t->eval_part, es->part, sizeof es->part);
+    return SUBQ_OK;
+}
+
+static subq_status eval_and_report(trainer *t, const train_hooks *hooks, subq_error *err) {
+    if (t->data->eval.n_seq == 0) return SUBQ_OK;
+    train_eval_stats es;
+    subq_status s = evaluate(t, &es, err);
+    if (!s && hooks && hooks->on_eval) hooks->on_eval(hooks->user, &es);
+    return s;
+}
+
+static subq_status save(trainer *t, const train_hooks *hooks, subq_error *err) {
+    subq_status s = train_save(t, 1, err);
+    if (!s && hooks && hooks->on_save) hooks->on_save(hooks->user, t->step, t->ckpt_path);
+    return s;
+}
+
+subq_status trainer_run(subq_model *m, const train_corpus *data, const train_config *cfg, const train_task *task,
+                        const train_hooks *hooks, train_result *res, subq_error *err) {
+    memset(res, 0, sizeof *res);
+    trainer t;
+    subq_status s = trainer_init(&t, m, data, cfg, task, err);
+    if (s) goto done;
+    if (cfg->resume) {
+        if (access(t.ckpt_path, F_OK) != 0) {
+            s = subq_fail(err, SUBQ_ERR_IO, "cannot resume: %s does not exist", t.ckpt_path);
+            goto done;
+        }
+        if ((s = train_load(&t, t.ckpt_path, err))) goto done;
+    }
+    if (hooks && hooks->on_start) {
+        train_start_info info = {.start_step = t.step, .resumed = cfg->resume, .n_train_seq = data->train.n_seq,
+                                 .n_eval_seq = data->eval.n_seq, .train_tokens = data->train.n_tokens,
+                                 .eval_tokens = data->eval.n_tokens, .n_threads = t.n_threads,
+                                 .n_params = t.n_params, .n_parts = task->ops->n_parts,
+                                 .part_names = task->ops->part_names};
+        if (hooks->on_start(hooks->user, &info)) {
+            s = subq_fail(err, SUBQ_ERR_IO, "the run was stopped before its first step");
+            goto done;
+        }
+    }
+    if (!cfg->resume && cfg->eval_every > 0 && (s = eval_and_report(&t, hooks, err))) goto done;
+
+    double train_time = 0.0;
+    int64_t evaluated_at = -1;
+    while (t.step < cfg->steps) {
+        if (cfg->stop_after > 0 && t.step >= cfg->stop_after) {
+            res->stopped_early = 1;
+            break;
+        }
+        if (hooks && hooks->stop && *hooks->stop) {
+            res->interrupted = 1;
+            break;
+        }
+        train_step_stats ss;
+        const double t0 = time_now_s();
+        if ((s = train_step(&t, &ss, err))) goto done;
+        train_time += time_now_s() - t0;
+        res->train_tokens += ss.tokens;
+        ss.elapsed_s = train_time;
+        ss.tok_per_s = res->train_tokens / (train_time > 0 ? train_time : 1e-9);
+        if (hooks && hooks->on_step) hooks->on_step(hooks->user, &ss);
+        if (cfg->eval_every > 0 && t.step % cfg->eval_every == 0) {
+            if ((s = eval_and_report(&t, hooks, err))) goto done;
+            evaluated_at = t.step;
+        }
+        if (cfg->save_every > 0 && t.step % cfg->save_every == 0 && t.step < cfg->steps && (s = save(&t, hooks, err)))
+            goto done;
+    }
+    /* a finished run ends with an evaluation of the final weights */
+    if (!res->interrupted && !res->stopped_early && evaluated_at != t.step && (s = eval_and_report(&t, hooks, err)))
+        goto done;
+    s = save(&t, hooks, err);
+    res->step = t.step;
+    res->tok_per_s = res->train_tokens / (train_time > 0 ? train_time : 1e-9);
+done:
+    trainer_free(&t);
+    return s;
+}

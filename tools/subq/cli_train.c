@@ -1,0 +1,386 @@
+/* The shared parts of the training commands (cli_train.h). */
+#include "cli_train.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/progress.h"
+#include "cli.h"
+#include "model/model.h"
+#include "search/search_proj.h"
+#include "train/search/search_eval.h"
+
+void cli_train_init(cli_train *o, const char *cmd, train_config *cfg, const char *layers) {
+    memset(o, 0, sizeof *o);
+    o->cmd = cmd;
+    o->cfg = cfg;
+    o->layers = layers;
+    o->corpus = (corpus_params){.seq = 512, .pack = 1, .eval_frac = 0.05f};
+}
+
+int cli_flag_int(const char *cmd, const char *flag, long lo, long hi, int argc, char **argv, int *i, int *dst) {
+    if (strcmp(argv[*i], flag)) return 0;
+    const char *v = cli_value(cmd, argc, argv, i);
+    return v && cli_parse_int(cmd, flag, v, lo, hi, dst) ? 1 : -1;
+}
+
+int cli_flag_float(const char *cmd, const char *flag, int argc, char **argv, int *i, float *dst) {
+    if (strcmp(argv[*i], flag)) return 0;
+    const char *v = cli_value(cmd, argc, argv, i);
+    return v && cli_parse_float(cmd, flag, v, dst) ? 1 : -1;
+}
+
+int cli_flag_str(const char *cmd, const char *flag, int argc, char **argv, int *i, const char **dst) {
+    if (strcmp(argv[*i], flag)) return 0;
+    return (*dst = cli_value(cmd, argc, argv, i)) ? 1 : -1;
+}
+
+int cli_flag_int_list(const char *cmd, const char *flag, long lo, int cap, int argc, char **argv, int *i, int *out,
+                      int *n) {
+    if (strcmp(argv[*i], flag)) return 0;
+    const char *s = cli_value(cmd, argc, argv, i);
+    if (!s) return -1;
+    *n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < lo || v > (1 << 24) || *n >= cap || (*end && *end != ',')) {
+            cli_error(cmd, "%s expects up to %d comma-separated integers >= %ld, got '%s'", flag, cap, lo, s);
+            return -1;
+        }
+        out[(*n)++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) {
+        cli_error(cmd, "%s expects a list of integers >= %ld", flag, lo);
+        return -1;
+    }
+    return 1;
+}
+
+/* --steps, --stop-after, --eval-tokens: int64 fields */
+static int flag_count(const char *cmd, const char *flag, long lo, int argc, char **argv, int *i, int64_t *dst) {
+    int x = 0, r = cli_flag_int(cmd, flag, lo, 2000000000, argc, argv, i, &x);
+    if (r > 0) *dst = x;
+    return r;
+}
+
+int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
+    const char *cmd = o->cmd, *a = argv[*i];
+    train_config *c = o->cfg;
+    if (a[0] != '-' || a[1] == '\0' || !strcmp(a, "-f") || !strcmp(a, "--data") || !strcmp(a, "--eval-data")) {
+        const int is_eval = !strcmp(a, "--eval-data");
+        const char *v = a;
+        if (a[0] == '-' && a[1] != '\0' && !(v = cli_value(cmd, argc, argv, i))) return -1;
+        if ((is_eval ? o->n_eval : o->n_data) >= CLI_TRAIN_MAX_PATHS) {
+            cli_error(cmd, "more than %d data paths", CLI_TRAIN_MAX_PATHS);
+            return -1;
+        }
+        if (is_eval) o->eval_data[o->n_eval++] = v;
+        else o->data[o->n_data++] = v;
+        return 1;
+    }
+    if (!strcmp(a, "--no-pack")) return o->corpus.pack = 0, 1;
+    if (!strcmp(a, "--resume")) return c->resume = 1, 1;
+    if (!strcmp(a, "--json")) return o->json = 1, 1;
+    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+        const char *v = cli_value(cmd, argc, argv, i);
+        return v && cli_parse_u64(cmd, a, v, &c->seed) ? 1 : -1;
+    }
+    int r = 0;
+    if (!r) r = cli_flag_str(cmd, "-m", argc, argv, i, &o->model);
+    if (!r) r = cli_flag_str(cmd, "--model", argc, argv, i, &o->model);
+    if (!r) r = cli_flag_int(cmd, "-t", 1, 1024, argc, argv, i, &c->n_threads);
+    if (!r) r = cli_flag_int(cmd, "--threads", 1, 1024, argc, argv, i, &c->n_threads);
+    if (!r) r = cli_flag_str(cmd, "-o", argc, argv, i, &o->out);
+    if (!r) r = cli_flag_str(cmd, "--output", argc, argv, i, &o->out);
+    if (!r) r = cli_flag_str(cmd, "--log", argc, argv, i, &o->log_path);
+    if (!r) r = cli_flag_str(cmd, "--layers", argc, argv, i, &o->layers);
+    if (!r) r = cli_flag_int(cmd, "--seq", 2, 1 << 20, argc, argv, i, &o->corpus.seq);
+    if (!r) r = cli_flag_float(cmd, "--eval-frac", argc, argv, i, &o->corpus.eval_frac);
+    if (!r) r = cli_flag_int(cmd, "--batch", 1, 1 << 16, argc, argv, i, &c->batch);
+    if (!r) r = cli_flag_int(cmd, "--grad-accum", 1, 1 << 16, argc, argv, i, &c->grad_accum);
+    if (!r) r = cli_flag_float(cmd, "--lr", argc, argv, i, &c->lr);
+    if (!r) r = cli_flag_float(cmd, "--wd", argc, argv, i, &c->weight_decay);
+    if (!r) r = cli_flag_float(cmd, "--beta2", argc, argv, i, &c->beta2);
+    if (!r) r = cli_flag_float(cmd, "--clip", argc, argv, i, &c->grad_clip);
+    if (!r) r = cli_flag_int(cmd, "--warmup", 0, 1 << 30, argc, argv, i, &c->warmup);
+    if (!r) r = flag_count(cmd, "--steps", 1, argc, argv, i, &c->steps);
+    if (!r) r = flag_count(cmd, "--stop-after", 1, argc, argv, i, &c->stop_after);
+    if (!r) r = cli_flag_int(cmd, "--eval-every", 0, 1 << 30, argc, argv, i, &c->eval_every);
+    if (!r) r = flag_count(cmd, "--eval-tokens", 0, argc, argv, i, &c->eval_tokens);
+    if (!r) r = cli_flag_int(cmd, "--save-every", 0, 1 << 30, argc, argv, i, &c->save_every);
+    return r;
+}
+
+int cli_train_check(cli_train *o, int need_out, int need_data) {
+    const char *cmd = o->cmd;
+    const train_config *c = o->cfg;
+    if (!o->model) return !cli_error(cmd, "no model given; use -m FILE.gguf");
+    if (need_out && !o->out) return !cli_error(cmd, "no output given; use -o FILE.gguf");
+    if (need_data && o->n_data == 0)
+        return !cli_error(cmd, "no training data given; pass text files, directories or .jsonl files");
+    if (!(c->lr >= 0) || !(c->weight_decay >= 0)) return !cli_error(cmd, "--lr and --wd must be >= 0");
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) return !cli_error(cmd, "--beta2 must be in [0, 1)");
+    if (!(o->corpus.eval_frac >= 0 && o->corpus.eval_frac < 1)) return !cli_error(cmd, "--eval-frac must be in [0, 1)");
+    return 1;
+}
+
+/* the layers of --layers minus those of --reserve, ascending */
+static int parse_layers(cli_train *o) {
+    const char *cmd = o->cmd;
+    const int L = o->m->hp.n_layer;
+    subq_error err = {0};
+    unsigned char *mask = malloc((size_t)L), *rmask = calloc((size_t)L, 1);
+    int ok = 1;
+    o->layer_ids = malloc((size_t)L * sizeof(int));
+    if (!mask || !rmask || !o->layer_ids) ok = !cli_error(cmd, "out of memory");
+    else if (search_parse_layers(o->layers, L, mask, &err)) ok = !cli_error(cmd, "--layers: %s", err.msg);
+    else if (o->reserve && search_parse_layers(o->reserve, L, rmask, &err)) ok = !cli_error(cmd, "--reserve: %s", err.msg);
+    int n = 0;
+    for (int l = 0; ok && l < L; l++)
+        if (mask[l] && !rmask[l]) o->layer_ids[n++] = l;
+    if (ok && n == 0) {
+        if (o->reserve)
+            ok = !cli_error(cmd, "--layers %s minus --reserve %s leaves no layer to train", o->layers, o->reserve);
+        else ok = !cli_error(cmd, "--layers %s leaves no layer to train", o->layers);
+    }
+    o->cfg->layers = o->layer_ids;
+    o->cfg->n_layers = n;
+    free(mask);
+    free(rmask);
+    return ok;
+}
+
+int cli_train_load(cli_train *o, int eval_only) {
+    subq_error err = {0};
+    if (subq_model_load(o->model, &o->m, &err)) return !cli_error(o->cmd, "%s", err.msg);
+    if (!parse_layers(o)) return 0;
+    corpus_params cp = o->corpus;
+    cp.seed = o->cfg->seed;
+    cp.eval_only = eval_only;
+    if (corpus_load(o->m, &cp, o->data, o->n_data, o->eval_data, o->n_eval, &o->data_set, &err))
+        return !cli_error(o->cmd, "%s", err.msg);
+    return 1;
+}
+
+void cli_train_free(cli_train *o) {
+    corpus_free(o->data_set);
+    subq_model_free(o->m);
+    free(o->layer_ids);
+}
+
+/* ---- help ------------------------------------------------------------------ */
+
+void cli_train_help_data(void) {
+    fputs("model and data:\n"
+          "  -m, --model FILE     GGUF model (required)\n"
+          "  -t, --threads N      threads (default: all cores)\n"
+          "  -f, --data PATH      training text: a UTF-8 file (one document), a .jsonl file\n"
+          "                       ({\"text\": ...} per line, one document each) or a directory of\n"
+          "                       them (recursive, name order); repeatable; bare arguments count too\n"
+          "  --eval-data PATH     held-out text, same forms (repeatable); default: hold out\n"
+          "                       --eval-frac of the training pieces\n"
+          "  --eval-frac F        held-out fraction of the pieces, deterministic (default 0.05)\n"
+          "  --seq N              tokens per sequence, BOS included (default 512); longer\n"
+          "                       documents are cut into pieces of N tokens, each starting at position 0\n"
+          "  --no-pack            one piece per sequence (default: pack pieces into sequences of\n"
+          "                       --seq tokens with block-causal masking and positions restarting per piece)\n",
+          stdout);
+}
+
+void cli_train_help_optim(const train_config *d) {
+    printf("optimisation:\n"
+           "  --steps N            optimiser steps (default %lld)\n"
+           "  --batch N            sequences per step (default %d)\n"
+           "  --grad-accum N       gradient accumulation: each step averages the gradient over\n"
+           "                       --batch x N sequences, exactly as --batch (batch x N) would\n"
+           "                       (default %d)\n"
+           "  --lr F               peak AdamW learning rate (default %g)\n"
+           "  --wd F               AdamW weight decay (default %g)\n"
+           "  --beta2 F            AdamW second-moment decay, in [0, 1) (default %g)\n"
+           "  --warmup N           linear warm-up steps, then cosine decay to 0 (default %d)\n"
+           "  --clip F             global gradient-norm clip, 0 = off (default %g)\n"
+           "  -s, --seed N         seed for the initial weights and the data order (default %llu)\n",
+           (long long)d->steps, d->batch, d->grad_accum, (double)d->lr, (double)d->weight_decay, (double)d->beta2,
+           d->warmup, (double)d->grad_clip, (unsigned long long)d->seed);
+}
+
+void cli_train_help_eval(const train_config *d) {
+    printf("evaluation (held-out split):\n"
+           "  --eval-every N       evaluate before training and every N steps; 0 = only at the end\n"
+           "                       (default %d)\n"
+           "  --eval-tokens N      held-out tokens per evaluation, 0 = all (default %lld)\n",
+           d->eval_every, (long long)d->eval_tokens);
+}
+
+void cli_train_help_output(const train_config *d) {
+    printf("output:\n"
+           "  -o, --output FILE    the weights (GGUF, required); the checkpoint is FILE.ckpt\n"
+           "  --save-every N       write FILE and FILE.ckpt every N steps (default %d; always at the end)\n"
+           "  --resume             continue from FILE.ckpt (same options and data required)\n"
+           "  --stop-after N       stop after step N with a checkpoint, as if interrupted (the\n"
+           "                       learning-rate schedule still spans --steps)\n"
+           "  --log FILE           JSON-lines log of train and eval metrics (default FILE.log.jsonl;\n"
+           "                       appended to on --resume; written once the run has started)\n"
+           "  --json               print a JSON summary on stdout at the end\n",
+           d->save_every);
+}
+
+/* ---- running -------------------------------------------------------------- */
+
+/* The CLI owns the Ctrl-C flag; the library only polls it. */
+static volatile sig_atomic_t g_stop;
+static void on_sigint(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+typedef struct run_state {
+    const cli_train *o;
+    const cli_train_ui *ui;
+    FILE *log;
+    int log_failed;
+    progress bar;
+    int bar_started;
+    int n_parts;
+    const char *const *part_names;
+    /* copy of the last evaluation, for --json */
+    int have_eval;
+    train_eval_stats ev;
+    train_eval_layer *ev_layers;
+    search_eval_acc *ev_acc;
+} run_state;
+
+static int on_start(void *user, const train_start_info *info) {
+    run_state *u = user;
+    const char *cmd = u->o->cmd;
+    /* opened only now: a run that fails to start (a refused --resume) leaves no log behind */
+    if (!(u->log = fopen(u->o->log_path, info->resumed ? "a" : "w"))) {
+        u->log_failed = 1;
+        return 1;
+    }
+    u->n_parts = info->n_parts;
+    u->part_names = info->part_names;
+    fprintf(stderr, "subq %s: %s step %lld of %lld; %zu parameters; %d train sequences (%lld tokens), "
+                    "%d held-out (%lld tokens), %d threads\n",
+            cmd, info->resumed ? "resuming at" : "starting at", (long long)info->start_step,
+            (long long)u->o->cfg->steps, info->n_params, info->n_train_seq, (long long)info->train_tokens,
+            info->n_eval_seq, (long long)info->eval_tokens, info->n_threads);
+    fprintf(u->log, "{\"type\": \"start\", \"step\": %lld, \"resumed\": %s, \"n_params\": %zu, \"n_train_seq\": %d, "
+                    "\"train_tokens\": %lld, \"n_eval_seq\": %d, \"eval_tokens\": %lld, \"threads\": %d%s%s}\n",
+            (long long)info->start_step, info->resumed ? "true" : "false", info->n_params, info->n_train_seq,
+            (long long)info->train_tokens, info->n_eval_seq, (long long)info->eval_tokens, info->n_threads,
+            u->ui->extra_json[0] ? ", " : "", u->ui->extra_json);
+    fflush(u->log);
+    if (u->ui->start_note) fprintf(stderr, "subq %s: %s\n", cmd, u->ui->start_note);
+    progress_begin(&u->bar, cmd, u->o->cfg->steps);
+    u->bar_started = 1;
+    return 0;
+}
+
+static void on_step(void *user, const train_step_stats *s) {
+    run_state *u = user;
+    const int64_t steps = u->o->cfg->steps;
+    char text[192], extra[256];
+    u->ui->step_text(text, sizeof text, s);
+    snprintf(extra, sizeof extra, "%.0f tok/s %s lr %.2e", s->tok_per_s, text, (double)s->lr);
+    progress_update(&u->bar, s->step, extra);
+    /* no terminal, no bar: a status line every ~5% of the run instead */
+    const int64_t every = steps / 20 > 0 ? steps / 20 : 1;
+    if (!u->bar.enabled && (s->step % every == 0 || s->step == steps))
+        fprintf(stderr, "step %lld/%lld: %s\n", (long long)s->step, (long long)steps, extra);
+    fprintf(u->log, "{\"type\": \"train\", \"step\": %lld, \"lr\": %.6e, \"loss\": %.6f", (long long)s->step,
+            (double)s->lr, s->loss);
+    for (int k = 0; k < u->n_parts; k++) fprintf(u->log, ", \"%s\": %.6f", u->part_names[k], s->part[k]);
+    fprintf(u->log, ", \"grad_norm\": %.6f, \"tokens\": %lld, \"queries\": %lld, \"tok_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
+            s->grad_norm, (long long)s->tokens, (long long)s->queries, s->tok_per_s, s->elapsed_s);
+    fflush(u->log);
+}
+
+static void on_eval(void *user, const train_eval_stats *e) {
+    run_state *u = user;
+    if (u->bar.enabled) fputc('\n', stderr);
+    u->ui->print_eval(e, u->ui->arg);
+    u->ui->json_eval(u->log, e);
+    fputc('\n', u->log);
+    fflush(u->log);
+    if (u->ev_layers && u->ev_acc && e->n_layers <= u->o->cfg->n_layers) {
+        memcpy(u->ev_layers, e->layers, (size_t)e->n_layers * sizeof *e->layers);
+        if (e->retrieval) memcpy(u->ev_acc, e->retrieval, (size_t)e->n_layers * sizeof *u->ev_acc);
+        u->ev = *e;
+        u->ev.layers = u->ev_layers;
+        u->ev.retrieval = e->retrieval ? u->ev_acc : NULL;
+        u->have_eval = 1;
+    }
+}
+
+static void on_save(void *user, int64_t step, const char *path) {
+    run_state *u = user;
+    fprintf(u->log, "{\"type\": \"save\", \"step\": %lld, \"checkpoint\": ", (long long)step);
+    cli_json_string(u->log, path, strlen(path));
+    fprintf(u->log, "}\n");
+    fflush(u->log);
+}
+
+int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const void *cfg) {
+    const char *cmd = o->cmd;
+    const train_config *c = o->cfg;
+    char default_log[4096];
+    if (!o->log_path) {
+        snprintf(default_log, sizeof default_log, "%s.log.jsonl", o->out);
+        o->log_path = default_log;
+    }
+    run_state u = {.o = o, .ui = ui};
+    u.ev_layers = calloc((size_t)c->n_layers, sizeof *u.ev_layers);
+    u.ev_acc = calloc((size_t)c->n_layers, sizeof *u.ev_acc);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills as usual */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old);
+    const train_hooks hooks = {.user = &u, .on_start = on_start, .on_step = on_step, .on_eval = on_eval,
+                               .on_save = on_save, .stop = &g_stop};
+    train_result res;
+    subq_error err = {0};
+    const subq_status s = run(o->m, o->data_set, cfg, &hooks, &res, &err);
+    sigaction(SIGINT, &old, NULL);
+    if (u.bar_started) progress_end(&u.bar);
+    int rc = 0;
+    if (s) {
+        rc = u.log_failed ? cli_error(cmd, "cannot open log file %s for writing", o->log_path)
+                          : cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    fprintf(u.log, "{\"type\": \"end\", \"step\": %lld, \"interrupted\": %s, \"stopped_early\": %s, \"tok_per_s\": %.1f, "
+                   "\"train_tokens\": %lld}\n",
+            (long long)res.step, res.interrupted ? "true" : "false", res.stopped_early ? "true" : "false", res.tok_per_s,
+            (long long)res.train_tokens);
+    if (res.interrupted || res.stopped_early)
+        fprintf(stderr, "subq %s: %s at step %lld of %lld; checkpoint %s.ckpt (continue with --resume)\n", cmd,
+                res.interrupted ? "interrupted" : "stopped", (long long)res.step, (long long)c->steps, o->out);
+    else
+        fprintf(stderr, "subq %s: %lld steps, %.0f tok/s; wrote %s\n", cmd, (long long)res.step, res.tok_per_s, o->out);
+    if (o->json) {
+        printf("{\"output\": ");
+        cli_json_string(stdout, o->out, strlen(o->out));
+        printf(", \"step\": %lld, \"steps\": %lld, \"interrupted\": %s, \"stopped_early\": %s, \"tok_per_s\": %.1f, "
+               "\"train_tokens\": %lld%s%s, \"layers\": [",
+               (long long)res.step, (long long)c->steps, res.interrupted ? "true" : "false",
+               res.stopped_early ? "true" : "false", res.tok_per_s, (long long)res.train_tokens,
+               ui->extra_json[0] ? ", " : "", ui->extra_json);
+        for (int i = 0; i < c->n_layers; i++) printf("%s%d", i ? ", " : "", c->layers[i]);
+        printf("], \"eval\": ");
+        if (u.have_eval) ui->json_eval(stdout, &u.ev);
+        else printf("null");
+        printf("}\n");
+    }
+done:
+    if (u.log) fclose(u.log);
+    free(u.ev_layers);
+    free(u.ev_acc);
+    return rc;
+}
