@@ -214,7 +214,8 @@ for (const L of o.lengths) {
     rows.push({what: `decode @${L}`, L, subq: sq.decode[L], llamacpp: lc.decode[L]});
 }
 console.log(`model ${o.model} (${subq.out.arch}, rope: ${info.rope}), ${o.threads} threads, KV f16`);
-console.log(`llama.cpp: node-llama-cpp prebuilt CPU build (llama.cpp ${lc.release.repo} ${lc.release.release})`);
+const nlcVersion = JSON.parse(readFileSync(join(repo, "bench", "node_modules", "node-llama-cpp", "package.json"))).version;
+console.log(`llama.cpp: node-llama-cpp ${nlcVersion} prebuilt CPU build (llama.cpp ${lc.release.repo} ${lc.release.release})`);
 console.log(`subq: ${subqBin} ${subq.args.join(" ")}`);
 console.log(`load before: ${loadBefore}`);
 console.log(`load after:  ${loadAfter}`);

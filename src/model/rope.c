@@ -85,9 +85,11 @@ static subq_status load_scaling(const gguf_file *f, const char *arch, model_hpar
     r->beta_fast = 32.0f;
     r->beta_slow = 1.0f;
     if (r->scaling != ROPE_SCALING_YARN) return SUBQ_OK;
-    /* YaRN knobs: llama.cpp's defaults (ext_factor 1, beta 32 / 1), unless the
+    /* YaRN knobs: llama.cpp's defaults (ext_factor 1, beta 32 / 1) unless the
      * file gives them (convert_hf_to_gguf.py writes them from the HF config;
-     * a negative ext_factor means unset) */
+     * a negative ext_factor means unset). llama.cpp reads these keys only for
+     * some architectures and keeps the defaults for llama, qwen2 and qwen3;
+     * here they apply wherever given, as in transformers (the model's own). */
     if ((s = get_f32(f, arch, "rope.scaling.yarn_ext_factor", -1.0f, -INFINITY, 1.0f, &r->ext_factor, err))) return s;
     if (r->ext_factor < 0.0f) r->ext_factor = 1.0f;
     if ((s = get_f32(f, arch, "rope.scaling.yarn_beta_fast", 32.0f, 1e-3f, 1e6f, &r->beta_fast, err)) ||

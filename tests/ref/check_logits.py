@@ -54,6 +54,8 @@ ROPE_VARIANTS = [
     ("llama yarn x8 over rope_freqs", "tiny-llama3",
      {"rope.scaling.type": ("str", "yarn"), "rope.scaling.factor": ("f32", 8.0),
       "rope.scaling.original_context_length": ("u32", 32)}),
+    # llama.cpp keeps its defaults for these three knobs on llama/qwen2/qwen3 (it reads them only for
+    # some other architectures); subq applies them as transformers does
     ("qwen3 yarn with explicit knobs", "tiny-qwen3-yarn",
      {"rope.scaling.yarn_beta_fast": ("f32", 16.0), "rope.scaling.yarn_beta_slow": ("f32", 2.0),
       "rope.scaling.yarn_ext_factor": ("f32", 0.5), "rope.scaling.attn_factor": ("f32", 0.9)}),
