@@ -31,10 +31,12 @@ demo: build
 
 fuzz: deps
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSUBQ_FUZZ=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_gguf fuzz_tokenizer
+	@cmake --build build-fuzz -j $(JOBS) --target fuzz_gguf fuzz_hparams fuzz_tokenizer
 	@mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tok
 	@cp $(MODEL) build-fuzz/corpus-gguf/ 2>/dev/null || true
 	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build-fuzz/corpus-gguf
+	@/usr/bin/python3 tests/fuzz/seed_hparams.py build-fuzz/corpus-hparams
+	@./build-fuzz/fuzz_hparams -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build-fuzz/corpus-hparams
 	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-tok
 	@cmake --build build-fuzz -j $(JOBS) --target fuzz_serve_request fuzz_session
 	@mkdir -p build-fuzz/corpus-request build-fuzz/corpus-session

@@ -1,16 +1,44 @@
 #include "kv/kv_cache.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/sysinfo.h>
 
 #include "base/error.h"
 #include "quant/quant.h"
 
+/* a * b, saturating at SIZE_MAX (absurd contexts must not wrap to small sizes) */
+static size_t mul_sat(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
+
 size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type) {
     size_t es = type == SUBQ_KV_F16 ? 2 : 4;
-    return 2 * (size_t)n_layer * (size_t)n_head_kv * (size_t)n_ctx * (size_t)head_dim * es +
-           2 * (size_t)n_ctx * sizeof(int32_t);
+    size_t kv = mul_sat(mul_sat(mul_sat(mul_sat(2 * (size_t)n_layer, (size_t)n_head_kv), (size_t)n_ctx),
+                                (size_t)head_dim), es);
+    size_t meta = mul_sat((size_t)n_ctx, 2 * sizeof(int32_t));
+    return kv > SIZE_MAX - meta ? SIZE_MAX : kv + meta;
+}
+
+/* Memory the kernel could give this process now without swapping:
+ * MemAvailable from /proc/meminfo, else free + buffer RAM from sysinfo. */
+static uint64_t mem_available_bytes(const char **source) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+                fclose(f);
+                *source = "MemAvailable in /proc/meminfo";
+                return (uint64_t)kib * 1024;
+            }
+        fclose(f);
+    }
+    struct sysinfo si;
+    *source = "free RAM from sysinfo";
+    if (sysinfo(&si) == 0) return ((uint64_t)si.freeram + si.bufferram) * si.mem_unit;
+    return UINT64_MAX; /* unknown: let the allocation decide */
 }
 
 subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
@@ -18,13 +46,17 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
     memset(kv, 0, sizeof *kv);
     if (n_ctx <= 0 || n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "invalid KV cache size (n_ctx %d)", n_ctx);
+    /* refuse before allocating: malloc of more than the machine has may
+     * succeed (overcommit) and the process be killed when it fills up */
     size_t need = kv_cache_bytes(n_layer, n_head_kv, head_dim, n_ctx, type);
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    if (pages > 0 && page > 0 && need > (size_t)pages * (size_t)page)
+    const char *source;
+    uint64_t avail = mem_available_bytes(&source);
+    if ((uint64_t)need > avail)
         return subq_fail(err, SUBQ_ERR_NOMEM,
-                         "KV cache for %d tokens needs %.1f GiB, more than this machine's memory (%.1f GiB); "
-                         "use a smaller -c or --kv f16",
-                         n_ctx, need / 1073741824.0, (double)pages * (double)page / 1073741824.0);
+                         "the KV cache for %d tokens needs %zu bytes (%.2f GiB) but %llu bytes (%.2f GiB) are "
+                         "available (%s); use a smaller context%s",
+                         n_ctx, need, need / 1073741824.0, (unsigned long long)avail, avail / 1073741824.0, source,
+                         type == SUBQ_KV_F32 ? " or an f16 KV cache" : "");
     kv->n_layer = n_layer;
     kv->n_head_kv = n_head_kv;
     kv->head_dim = head_dim;
@@ -45,8 +77,8 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
     return SUBQ_OK;
 nomem:
     kv_cache_free(kv);
-    return subq_fail(err, SUBQ_ERR_NOMEM, "cannot allocate the KV cache (%.1f GiB); use a smaller -c",
-                     need / 1073741824.0);
+    return subq_fail(err, SUBQ_ERR_NOMEM, "cannot allocate the KV cache (%zu bytes, %.2f GiB); use a smaller context",
+                     need, need / 1073741824.0);
 }
 
 void kv_cache_free(kv_cache *kv) {

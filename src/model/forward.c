@@ -23,18 +23,20 @@ static void rmsnorm(float *out, const float *x, const float *w, int n, int d, fl
     }
 }
 
-/* Rotate each head's first n_rot dims by angle pos * base^(-2i/n_rot):
- *   adjacent pairs (x[2i], x[2i+1])        (llama, rope_neox = 0)
- *   split halves   (x[i], x[i + n_rot/2])  (qwen,  rope_neox = 1)
- * [x0, x1] <- [x0 cos - x1 sin, x0 sin + x1 cos]. */
+/* Rotate each head's first n_rot dims, pair i by angle pos * freq[i]
+ * (frequencies with any scaling applied, computed at load: rope.c):
+ *   adjacent pairs (x[2i], x[2i+1])        (llama, neox = 0)
+ *   split halves   (x[i], x[i + n_rot/2])  (qwen,  neox = 1)
+ * [x0, x1] <- mscale [x0 cos - x1 sin, x0 sin + x1 cos]. */
 static void rope(float *x, int n, int n_heads, int head_dim, const int32_t *pos, const model_hparams *hp) {
-    int half = hp->n_rot / 2;
+    const rope_hparams *r = &hp->rope;
+    int half = r->n_rot / 2;
     for (int t = 0; t < n; t++) {
         for (int i = 0; i < half; i++) {
-            double theta = (double)pos[t] * hp->rope_pos_scale * pow((double)hp->rope_base, -2.0 * i / hp->n_rot);
-            float c = (float)cos(theta), s = (float)sin(theta);
-            int i0 = hp->rope_neox ? i : 2 * i;
-            int i1 = hp->rope_neox ? i + half : 2 * i + 1;
+            double theta = (double)pos[t] * r->freq[i];
+            float c = (float)(cos(theta) * r->mscale), s = (float)(sin(theta) * r->mscale);
+            int i0 = r->neox ? i : 2 * i;
+            int i1 = r->neox ? i + half : 2 * i + 1;
             for (int h = 0; h < n_heads; h++) {
                 float *v = x + ((size_t)t * n_heads + h) * head_dim;
                 float x0 = v[i0], x1 = v[i1];

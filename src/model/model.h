@@ -20,13 +20,33 @@ typedef struct matrix {
     size_t row_bytes;
 } matrix;
 
+/* How a model stretches RoPE past its training context ({arch}.rope.scaling.type). */
+typedef enum rope_scaling_type { ROPE_SCALING_NONE = 0, ROPE_SCALING_LINEAR = 1, ROPE_SCALING_YARN = 2 } rope_scaling_type;
+
+/* RoPE as the GGUF declares it (llama.cpp's keys and defaults), and the
+ * per-pair angular frequencies derived from it once at load (rope.c). */
+typedef struct rope_hparams {
+    int n_rot;              /* rotated dims per head (<= head_dim), even */
+    int neox;               /* 0: rotate adjacent pairs (llama); 1: split halves (qwen) */
+    float base;             /* {arch}.rope.freq_base */
+    rope_scaling_type scaling;
+    float factor;           /* {arch}.rope.scaling.factor (linear, yarn); 1 = none */
+    int n_ctx_orig;         /* yarn: {arch}.rope.scaling.original_context_length */
+    float ext_factor;       /* yarn: ramp weight (1 = full YaRN, 0 = plain linear) */
+    float beta_fast, beta_slow; /* yarn: rotations bounding the ramp (32, 1) */
+    float attn_factor;      /* {arch}.rope.scaling.attn_factor: extra cos/sin scale */
+    int has_freq_factors;   /* rope_freqs.weight (Llama 3.1+ frequency factors) present */
+    float freq_factor_min, freq_factor_max;
+    /* derived: the angle of pair i at position p is p * freq[i]; cos and sin
+     * are multiplied by mscale */
+    double *freq;           /* [n_rot/2], owned */
+    float mscale;
+} rope_hparams;
+
 typedef struct model_hparams {
     model_arch arch;
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
-    int n_rot;          /* rotated dims per head (<= head_dim) */
-    int rope_neox;      /* 0: rotate adjacent pairs (llama); 1: split halves (qwen) */
-    float rope_base;
-    float rope_pos_scale; /* linear rope scaling: positions are multiplied by this */
+    rope_hparams rope;
     float norm_eps;
 } model_hparams;
 
@@ -49,6 +69,18 @@ struct subq_model {
 };
 
 const char *model_arch_name(model_arch a);
+
+/* Hyper-parameters of a GGUF model file (no weights, no tokenizer; n_vocab
+ * stays 0), with the rope frequency table; free with model_hparams_free. */
+subq_status model_hparams_load(const gguf_file *f, model_hparams *hp, subq_error *err);
+void model_hparams_free(model_hparams *hp);
+
+/* rope.c: read and validate the rope keys and the optional rope_freqs.weight
+ * tensor ({arch} = arch), then fill hp->rope's frequency table. Needs
+ * head_dim and n_ctx_train set. Unknown scaling types are refused. */
+subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, subq_error *err);
+/* One line describing the rope in use, e.g. "yarn x4 (original context 32768, ...)". */
+void rope_describe(const rope_hparams *r, char *buf, size_t cap);
 
 /* Identity of the model's weights, stored in files derived from it so that
  * loading them with another model fails with a clear error. */

@@ -37,7 +37,7 @@ void subq_model_get_info(const subq_model *m, subq_model_info *info) {
     info->n_ff = hp->n_ff;
     info->n_vocab = hp->n_vocab;
     info->n_ctx_train = hp->n_ctx_train;
-    info->rope_base = hp->rope_base;
+    info->rope_base = hp->rope.base;
     info->norm_eps = hp->norm_eps;
     info->bos_id = tokenizer_bos(m->tok);
     info->eos_id = tokenizer_eos(m->tok);

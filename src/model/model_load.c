@@ -80,9 +80,8 @@ static subq_status get_hparam(const gguf_file *f, const char *arch, const char *
     return SUBQ_OK;
 }
 
-static subq_status load_hparams(subq_model *m, subq_error *err) {
-    const gguf_file *f = m->file;
-    model_hparams *hp = &m->hp;
+subq_status model_hparams_load(const gguf_file *f, model_hparams *hp, subq_error *err) {
+    memset(hp, 0, sizeof *hp);
     char arch[32];
     subq_status s = gguf_get_str(f, "general.architecture", arch, sizeof arch, err);
     if (s) return s;
@@ -105,38 +104,17 @@ static subq_status load_hparams(subq_model *m, subq_error *err) {
     uint32_t def_hd = (uint32_t)(hp->n_embd / hp->n_head);
     if ((s = get_hparam(f, arch, "attention.key_length", 1, def_hd, 1, 4096, &hp->head_dim, err))) return s;
     if ((s = get_hparam(f, arch, "context_length", 1, 2048, 1, 1 << 24, &hp->n_ctx_train, err))) return s;
-    if ((s = get_hparam(f, arch, "rope.dimension_count", 1, (uint32_t)hp->head_dim, 0, hp->head_dim,
-                        &hp->n_rot, err)))
-        return s;
-    if (hp->n_rot % 2)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "rope.dimension_count %d must be even", hp->n_rot);
     char key[128];
-    snprintf(key, sizeof key, "%s.rope.freq_base", arch);
-    if ((s = gguf_get_f32_or(f, key, 10000.0f, &hp->rope_base, err))) return s;
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if ((s = gguf_get_f32_or(f, key, 1e-5f, &hp->norm_eps, err))) return s;
-    if (!(hp->rope_base > 0.0f) || !(hp->norm_eps > 0.0f) || hp->norm_eps > 1.0f)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "rope base %g or rms epsilon %g is invalid",
-                         (double)hp->rope_base, (double)hp->norm_eps);
-    hp->rope_neox = hp->arch != ARCH_LLAMA;
-    /* rope scaling: "linear" divides positions by the factor; others change
-     * frequencies in ways this build does not implement, so refuse them */
-    hp->rope_pos_scale = 1.0f;
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    char scaling[32] = "none";
-    if (gguf_find_kv(f, key) && (s = gguf_get_str(f, key, scaling, sizeof scaling, err))) return s;
-    if (strcmp(scaling, "linear") == 0) {
-        float factor;
-        snprintf(key, sizeof key, "%s.rope.scaling.factor", arch);
-        if ((s = gguf_get_f32_or(f, key, 1.0f, &factor, err))) return s;
-        if (!(factor >= 1.0f && factor <= 1024.0f))
-            return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %g is out of range [1, 1024]", key, (double)factor);
-        hp->rope_pos_scale = 1.0f / factor;
-    } else if (strcmp(scaling, "none") != 0) {
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "rope scaling '%s' is not supported (supported: none, linear)",
-                         scaling);
-    }
-    return SUBQ_OK;
+    if (!(hp->norm_eps > 0.0f) || hp->norm_eps > 1.0f)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %g is out of range (0, 1]", key, (double)hp->norm_eps);
+    return rope_load(f, arch, hp, err);
+}
+
+void model_hparams_free(model_hparams *hp) {
+    free(hp->rope.freq);
+    hp->rope.freq = NULL;
 }
 
 static subq_status load_weights(subq_model *m, subq_error *err) {
@@ -195,6 +173,7 @@ void subq_model_free(subq_model *m) {
         free(m->layers);
     }
     free(m->output_norm);
+    model_hparams_free(&m->hp);
     tokenizer_free(m->tok);
     gguf_close(m->file);
     free(m);
@@ -205,7 +184,7 @@ subq_status subq_model_load(const char *path, subq_model **out, subq_error *err)
     subq_model *m = calloc(1, sizeof *m);
     if (!m) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     subq_status s = gguf_open(path, &m->file, err);
-    if (!s) s = load_hparams(m, err);
+    if (!s) s = model_hparams_load(m->file, &m->hp, err);
     if (!s) s = tokenizer_from_gguf(m->file, &m->tok, err);
     if (!s) {
         m->hp.n_vocab = tokenizer_n_vocab(m->tok);

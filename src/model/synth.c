@@ -11,18 +11,35 @@
 #include "quant/quant.h"
 #include "tokenize/bpe.h"
 
-/* Real layer counts, widths, heads and vocabulary sizes of the published
- * models (from their config.json), plus two tiny shapes for tests. */
+#ifndef M_PI
+#define M_PI 3.14159265358979323846
+#endif
+
+/* Real layer counts, widths, heads, vocabulary sizes and rope settings of
+ * the published models (from their config.json), plus tiny shapes for tests
+ * (tiny-llama3 has Llama 3.2's rope parameters and head size, so its
+ * rope_freqs.weight is the real model's). */
+#define NO_SCALING ROPE_SCALING_NONE, 1.f, 0
+#define NO_FREQS 0.f, 0.f, 0.f, 0
+#define LLAMA32_FREQS 32.f, 1.f, 4.f, 8192
 static const synth_shape shapes[] = {
-    /* name           arch        L   d     H   Hkv hd   ff    vocab   ctx     base      eps    tied */
-    {"tiny",          ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 1},
-    {"tiny-qwen2",    ARCH_QWEN2, 2,  256,  4,  2,  64,  512,  320,    256,    1e6f,     1e-6f, 1},
-    {"tiny-qwen3",    ARCH_QWEN3, 2,  256,  4,  2,  32,  512,  320,    256,    1e6f,     1e-6f, 0},
-    {"stories260k",   ARCH_LLAMA, 5,  64,   8,  4,  8,   172,  512,    512,    10000.f,  1e-5f, 0},
-    {"smollm2-135m",  ARCH_LLAMA, 30, 576,  9,  3,  64,  1536, 49152,  8192,   100000.f, 1e-5f, 1},
-    {"qwen2.5-0.5b",  ARCH_QWEN2, 24, 896,  14, 2,  64,  4864, 151936, 32768,  1e6f,     1e-6f, 1},
-    {"qwen3-0.6b",    ARCH_QWEN3, 28, 1024, 16, 8,  128, 3072, 151936, 40960,  1e6f,     1e-6f, 1},
-    {"llama3.2-1b",   ARCH_LLAMA, 16, 2048, 32, 8,  64,  8192, 128256, 131072, 500000.f, 1e-5f, 1},
+    /* name            arch        L   d     H   Hkv hd   ff    vocab   ctx     base      eps    tied  scaling */
+    {"tiny",           ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 1, NO_SCALING, NO_FREQS},
+    {"tiny-qwen2",     ARCH_QWEN2, 2,  256,  4,  2,  64,  512,  320,    256,    1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS},
+    {"tiny-qwen3",     ARCH_QWEN3, 2,  256,  4,  2,  32,  512,  320,    256,    1e6f,     1e-6f, 0, NO_SCALING, NO_FREQS},
+    {"tiny-llama3",    ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    500000.f, 1e-5f, 1, NO_SCALING,
+     LLAMA32_FREQS},
+    {"tiny-qwen3-yarn", ARCH_QWEN3, 2, 256,  4,  2,  32,  512,  320,    256,    1e6f,     1e-6f, 0,
+     ROPE_SCALING_YARN, 4.f, 64, NO_FREQS},
+    {"stories260k",    ARCH_LLAMA, 5,  64,   8,  4,  8,   172,  512,    512,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS},
+    {"smollm2-135m",   ARCH_LLAMA, 30, 576,  9,  3,  64,  1536, 49152,  8192,   100000.f, 1e-5f, 1, NO_SCALING, NO_FREQS},
+    {"qwen2.5-0.5b",   ARCH_QWEN2, 24, 896,  14, 2,  64,  4864, 151936, 32768,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS},
+    {"qwen3-0.6b",     ARCH_QWEN3, 28, 1024, 16, 8,  128, 3072, 151936, 40960,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS},
+    /* Qwen3 with the YaRN settings Qwen documents for 128K: factor 4 over 32768 */
+    {"qwen3-0.6b-yarn", ARCH_QWEN3, 28, 1024, 16, 8, 128, 3072, 151936, 131072, 1e6f,     1e-6f, 1,
+     ROPE_SCALING_YARN, 4.f, 32768, NO_FREQS},
+    {"llama3.2-1b",    ARCH_LLAMA, 16, 2048, 32, 8,  64,  8192, 128256, 131072, 500000.f, 1e-5f, 1, NO_SCALING,
+     LLAMA32_FREQS},
 };
 
 const synth_shape *synth_find_shape(const char *name) {
@@ -32,7 +49,8 @@ const synth_shape *synth_find_shape(const char *name) {
 }
 
 const char *synth_shape_names(void) {
-    return "tiny, tiny-qwen2, tiny-qwen3, stories260k, smollm2-135m, qwen2.5-0.5b, qwen3-0.6b, llama3.2-1b";
+    return "tiny, tiny-qwen2, tiny-qwen3, tiny-llama3, tiny-qwen3-yarn, stories260k, smollm2-135m, qwen2.5-0.5b, "
+           "qwen3-0.6b, qwen3-0.6b-yarn, llama3.2-1b";
 }
 
 /* Shapes whose real models use a byte-level BPE ("gpt2") vocabulary, with
@@ -41,8 +59,9 @@ const char *synth_shape_names(void) {
 static const struct {
     const char *shape, *pre;
 } bpe_shapes[] = {
-    {"tiny-qwen2", "qwen2"},      {"tiny-qwen3", "qwen2"},     {"qwen2.5-0.5b", "qwen2"},
-    {"qwen3-0.6b", "qwen2"},      {"llama3.2-1b", "llama-bpe"}, {"smollm2-135m", "smollm"},
+    {"tiny-qwen2", "qwen2"},      {"tiny-qwen3", "qwen2"},      {"tiny-qwen3-yarn", "qwen2"},
+    {"qwen2.5-0.5b", "qwen2"},    {"qwen3-0.6b", "qwen2"},      {"qwen3-0.6b-yarn", "qwen2"},
+    {"llama3.2-1b", "llama-bpe"}, {"smollm2-135m", "smollm"},
 };
 
 static const char *shape_bpe_pre(const synth_shape *sh) {
@@ -133,6 +152,35 @@ static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, i
     return gguf_writer_add_tensor(w, name, type, rows == 1 ? 1 : 2, ne, data, row_bytes * (size_t)rows, 1, err);
 }
 
+/* Llama 3.1+ frequency factors (Meta's "llama3" rope scaling, stored as
+ * llama.cpp's convert script stores them): pair i has wavelength
+ * 2 pi base^(2i/hd); wavelengths below ctx_orig/high_freq keep their
+ * frequency (factor 1), those above ctx_orig/low_freq are slowed by
+ * `factor`, and in between the frequency blends linearly in
+ * smooth = (ctx_orig/wavelength - low_freq) / (high_freq - low_freq):
+ * new = (1 - smooth) freq/factor + smooth freq. Stored: freq / new. */
+static subq_status add_llama3_freq_factors(gguf_writer *w, const synth_shape *sh, subq_error *err) {
+    int half = sh->head_dim / 2;
+    float *ff = malloc((size_t)half * sizeof(float));
+    if (!ff) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    double lo_wl = sh->llama3_ctx_orig / sh->llama3_low_freq, hi_wl = sh->llama3_ctx_orig / sh->llama3_high_freq;
+    for (int i = 0; i < half; i++) {
+        double wl = 2.0 * M_PI * pow((double)sh->rope_base, 2.0 * i / sh->head_dim);
+        if (wl < hi_wl) {
+            ff[i] = 1.0f;
+        } else if (wl > lo_wl) {
+            ff[i] = sh->llama3_factor;
+        } else {
+            double smooth = (sh->llama3_ctx_orig / wl - sh->llama3_low_freq) /
+                            (sh->llama3_high_freq - sh->llama3_low_freq);
+            ff[i] = (float)(1.0 / ((1.0 - smooth) / sh->llama3_factor + smooth));
+        }
+    }
+    uint64_t ne[1] = {(uint64_t)half};
+    return gguf_writer_add_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, 1, ne, ff, (uint64_t)half * sizeof(float), 1,
+                                  err);
+}
+
 subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t seed, const char *path,
                               subq_error *err) {
     const ggml_type_traits *tr = ggml_type_get(type);
@@ -188,6 +236,14 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
         subq_fail(err, s, "out of memory writing metadata");
         goto done;
     }
+    if (sh->rope_scaling != ROPE_SCALING_NONE &&
+        ((s = gguf_writer_set_str(w, KEY("rope.scaling.type"), sh->rope_scaling == ROPE_SCALING_YARN ? "yarn" : "linear")) ||
+         (s = gguf_writer_set_f32(w, KEY("rope.scaling.factor"), sh->rope_factor)) ||
+         (sh->rope_scaling == ROPE_SCALING_YARN &&
+          (s = gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)sh->rope_ctx_orig))))) {
+        subq_fail(err, s, "out of memory writing metadata");
+        goto done;
+    }
     if (bpe_pre) {
         if ((s = bpe_synth_write(&bv, w, err))) goto done;
     } else if ((s = gguf_writer_set_str(w, "tokenizer.ggml.model", "llama")) ||
@@ -205,6 +261,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     const int64_t d = sh->n_embd, dq = (int64_t)sh->n_head * sh->head_dim, dkv = (int64_t)sh->n_head_kv * sh->head_dim;
     /* std 1/sqrt(fan_in) keeps activations O(1); embeddings std 1 */
     if ((s = add_random(w, "token_embd.weight", type, d, sh->n_vocab, 0.0f, 1.0f, &rng, err))) goto done;
+    if (sh->llama3_factor > 0.0f && (s = add_llama3_freq_factors(w, sh, err))) goto done;
     if ((s = add_random(w, "output_norm.weight", type, d, 1, 1.0f, 0.1f, &rng, err))) goto done;
     if (!sh->tied && (s = add_random(w, "output.weight", type, d, sh->n_vocab, 0.0f, 0.02f, &rng, err))) goto done;
     for (int l = 0; l < sh->n_layer; l++) {

@@ -14,6 +14,14 @@ typedef struct synth_shape {
     float rope_base;
     float norm_eps;
     int tied;        /* output shares token_embd */
+    /* rope scaling as the real model's GGUF carries it ({arch}.rope.scaling.*) */
+    rope_scaling_type rope_scaling;
+    float rope_factor;           /* linear / yarn factor */
+    int rope_ctx_orig;           /* yarn: original context */
+    /* Llama 3.1+ frequency factors, written as rope_freqs.weight (the way
+     * llama.cpp's convert_hf_to_gguf.py computes them) when llama3_factor > 0 */
+    float llama3_factor, llama3_low_freq, llama3_high_freq;
+    int llama3_ctx_orig;
 } synth_shape;
 
 /* NULL when unknown. */

@@ -456,8 +456,9 @@ def _gguf_str(s):
 
 def write_gguf(path, kvs, tensors, alignment=32):
     """kvs: list of (key, type, value) with type 'u32', 'i32', 'f32', 'bool', 'str',
-    'arr_str' or 'arr_i32'; tensors: list of (name, ne list, ggml_type,
-    raw bytes). Writes a GGUF v3 file."""
+    'arr_str', 'arr_i32' or 'raw' (value: the encoded type and value, as
+    GGUFFile.raw_value gives them); tensors: list of (name, ne list,
+    ggml_type, raw bytes). Writes a GGUF v3 file."""
     out = bytearray(b"GGUF")
     out += struct.pack("<IQQ", 3, len(tensors), len(kvs))
     for key, ty, v in kvs:
@@ -479,6 +480,8 @@ def write_gguf(path, kvs, tensors, alignment=32):
         elif ty == "arr_i32":
             out += struct.pack("<IIQ", GGUF_ARRAY, GGUF_INT32, len(v))
             out += struct.pack("<%di" % len(v), *v)
+        elif ty == "raw":
+            out += v
         else:
             raise ValueError("unknown kv type %r" % ty)
     offsets = []

@@ -132,7 +132,34 @@ expect_error("perplexity on too-short text", ["perplexity", "-m", MODEL, "-f", s
 expect_error("perplexity on missing file", ["perplexity", "-m", MODEL, "-f", os.path.join(TMP, "nope.txt")])
 expect_error("tokenize non-UTF-8", ["tokenize", "-m", MODEL, "-f", bad_utf8])
 expect_error("context larger than memory", ["generate", "-m", MODEL, "-c", "1000000000", "-n", "4"],
-             contains="memory")
+             contains="available")
+
+
+def kv_bytes(n_layer, n_head_kv, head_dim, n_ctx, elem):
+    """K and V rows for every layer, KV head and slot, plus two int32 per
+    slot (position, segment id)."""
+    return 2 * n_layer * n_head_kv * n_ctx * head_dim * elem + 2 * n_ctx * 4
+
+
+# -c too large fails before allocating, with the bytes needed and available:
+# stories260K (5 layers, 4 KV heads of 8) and smollm2-135m's shape (30 layers, 3 KV heads of 64)
+big = os.path.join(TMP, "cli_errors_smollm2.gguf")
+p = subprocess.run([BIN, "synth", "--shape", "smollm2-135m", "--type", "q4_0", "-o", big], capture_output=True,
+                   timeout=300)
+n_cases += 1
+if p.returncode != 0:
+    failures.append(f"synth smollm2-135m: exit {p.returncode}, stderr {p.stderr[-300:]!r}")
+for name, path, dims, kv in (("stories260K", MODEL, (5, 4, 8), ["--kv", "f32"]),
+                             ("smollm2-135m shape", big, (30, 3, 64), ["--kv", "f32"]),
+                             ("smollm2-135m shape, f16 KV", big, (30, 3, 64), ["--kv", "f16"])):
+    elem = 2 if kv[-1] == "f16" else 4
+    need = kv_bytes(*dims, 100000000, elem)
+    for sub, extra in (("generate", ["-n", "4"]), ("logits", ["--tokens", "1 2", "-o", os.path.join(TMP, "l.bin")])):
+        args = [sub, "-m", path, "-c", "100000000"] + kv + extra
+        expect_error(f"{sub} -c 100000000 on {name}", args, contains=f"needs {need} bytes")
+        expect_error(f"{sub} -c 100000000 on {name} says what is available", args, contains="are available")
+if os.path.exists(big):
+    os.remove(big)
 expect_error("missing model", ["generate", "-m", os.path.join(TMP, "nope.gguf")])
 expect_error("no model", ["generate", "-p", "hi"])
 expect_error("unknown option", ["generate", "-m", MODEL, "--bogus"])

@@ -10,9 +10,20 @@ against the float64 reference forward on the dequantised weights, where
     rel err = max|subq - ref| / max|ref|.
 Then the same three on the real stories260K model with a 64-token sequence
 of the model's own greedy tokens.
+
+RoPE as real models ship it, over 200 positions (where each scaling moves
+the logits by more than 100x the tolerance, checked against the reference
+with the scaling removed): the synth shapes tiny-llama3 (Llama 3.2's
+rope_freqs.weight, itself checked against Meta's llama3 formula) and
+tiny-qwen3-yarn (YaRN x4), and variants written from them with other
+rope keys (linear on qwen2, a factor without a type, YaRN on llama on top
+of frequency factors, explicit YaRN knobs). `subq info` must show the
+scaling; unknown scaling types and bad frequency factors must be refused
+with one line naming the key or tensor.
 """
 
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -20,7 +31,9 @@ import refcommon as rc  # noqa: E402
 
 rc.require_numpy()
 import numpy as np  # noqa: E402
-from llama_ref import LlamaRef  # noqa: E402
+from bpe_ref import write_gguf  # noqa: E402
+from gguf_np import GGUFFile  # noqa: E402
+from llama_ref import LlamaRef, llama3_rope_factors  # noqa: E402
 
 SHAPES = ["tiny", "tiny-qwen2", "tiny-qwen3"]   # llama, qwen2 (biases), qwen3 (QK-norm)
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"]
@@ -30,6 +43,39 @@ N_TOKENS = 40
 DECODE_FROM = 7
 TOL_F32_KV = 1e-4
 TOL_F16_KV = 1e-2
+
+ROPE_SHAPES = ["tiny-llama3", "tiny-qwen3-yarn"]
+ROPE_TOKENS = 200
+ROPE_MIN_EFFECT = 100 * TOL_F32_KV
+# (label, base shape, {rope key suffix: (gguf type, value)}) written over the base's metadata
+ROPE_VARIANTS = [
+    ("qwen2 linear x4", "tiny-qwen2", {"rope.scaling.type": ("str", "linear"), "rope.scaling.factor": ("f32", 4.0)}),
+    ("qwen2 factor without a type (llama.cpp: linear)", "tiny-qwen2", {"rope.scaling.factor": ("f32", 2.0)}),
+    ("llama yarn x8 over rope_freqs", "tiny-llama3",
+     {"rope.scaling.type": ("str", "yarn"), "rope.scaling.factor": ("f32", 8.0),
+      "rope.scaling.original_context_length": ("u32", 32)}),
+    # llama.cpp keeps its defaults for these three knobs on llama/qwen2/qwen3 (it reads them only for
+    # some other architectures); subq applies them as transformers does
+    ("qwen3 yarn with explicit knobs", "tiny-qwen3-yarn",
+     {"rope.scaling.yarn_beta_fast": ("f32", 16.0), "rope.scaling.yarn_beta_slow": ("f32", 2.0),
+      "rope.scaling.yarn_ext_factor": ("f32", 0.5), "rope.scaling.attn_factor": ("f32", 0.9)}),
+]
+# (label, base shape, metadata to set, rope_freqs.weight values or None, text the error must contain)
+ROPE_BAD = [
+    ("scaling type longrope", "tiny-qwen3", {"rope.scaling.type": ("str", "longrope")}, None, "rope.scaling.type"),
+    ("scaling type llama3", "tiny", {"rope.scaling.type": ("str", "llama3")}, None, "rope.scaling.type"),
+    ("scaling type empty", "tiny-qwen2", {"rope.scaling.type": ("str", "")}, None, "rope.scaling.type"),
+    ("scaling factor 0.5", "tiny-qwen2", {"rope.scaling.factor": ("f32", 0.5)}, None, "rope.scaling.factor"),
+    ("yarn_log_multiplier", "tiny-qwen3-yarn", {"rope.scaling.yarn_log_multiplier": ("f32", 0.1)}, None,
+     "yarn_log_multiplier"),
+    ("yarn beta_fast < beta_slow", "tiny-qwen3-yarn", {"rope.scaling.yarn_beta_fast": ("f32", 0.5)}, None,
+     "yarn_beta_fast"),
+    ("rope_freqs NaN", "tiny-llama3", {}, [1.0] * 31 + [float("nan")], "rope_freqs.weight"),
+    ("rope_freqs negative", "tiny-llama3", {}, [1.0] * 5 + [-2.0] + [1.0] * 26, "rope_freqs.weight"),
+    ("rope_freqs zero", "tiny-llama3", {}, [0.0] * 32, "rope_freqs.weight"),
+    ("rope_freqs inf", "tiny-llama3", {}, [float("inf")] * 32, "rope_freqs.weight"),
+    ("rope_freqs 33 elements", "tiny-llama3", {}, [1.0] * 33, "rope_freqs.weight"),
+]
 
 
 def read_logits(path, n_tokens, n_vocab):
@@ -75,6 +121,97 @@ def compare_runs(ck, label, model_path, ref_logits, tokens, tag):
                  % (rel, tol, worst[0], worst[1], got[worst], ref_logits[worst]))
 
 
+def synth(ck, shape, wtype, tag):
+    path = os.path.join(rc.tmp_dir(), "synth_%s.gguf" % tag)
+    if os.path.exists(path):
+        os.remove(path)
+    if ck.guarded("synth %s %s" % (shape, wtype), rc.run_subq,
+                  ["synth", "--shape", shape, "--type", wtype, "-s", SYNTH_SEED, "-o", path]) is None:
+        return None
+    return path
+
+
+def write_variant(src, dst, set_kv, freqs=None):
+    """Copy GGUF src to dst with {arch}.<suffix> keys set and, when freqs is
+    given, rope_freqs.weight replaced (or added) as f32."""
+    g = GGUFFile(src)
+    arch = g.get("general.architecture")
+    full = {arch + "." + k: v for k, v in set_kv.items()}
+    kvs = [(k, "raw", g.raw_value(k)) for k in g.metadata if k not in full]
+    kvs += [(k, ty, v) for k, (ty, v) in full.items()]
+    tensors = [(n, list(g.tensor_infos[n].ne), g.tensor_infos[n].type, g.raw_bytes(n))
+               for n in g.tensor_names() if not (freqs is not None and n == "rope_freqs.weight")]
+    if freqs is not None:
+        tensors.append(("rope_freqs.weight", [len(freqs)], 0, np.array(freqs, dtype="<f4").tobytes()))
+    write_gguf(dst, kvs, tensors, alignment=g.alignment)
+
+
+def check_rope_logits(ck, label, path):
+    """subq vs the reference over ROPE_TOKENS positions, after checking that
+    the reference without the rope scaling differs by > ROPE_MIN_EFFECT."""
+    try:
+        ref = LlamaRef(path)
+    except Exception as e:  # noqa: BLE001 - an unreadable file is a failure
+        ck.check(label, False, "the reference cannot load %s: %s: %s" % (path, type(e).__name__, e))
+        return
+    rng = np.random.default_rng(TOKEN_SEED)
+    tokens = [int(ref.g.get("tokenizer.ggml.bos_token_id"))] + \
+        [int(t) for t in rng.integers(0, ref.n_vocab, ROPE_TOKENS - 1)]
+    ref_logits = ref.forward(tokens)
+    ref.rope_inv_freq = ref.rope_base ** (-2.0 * np.arange(ref.n_rot // 2) / ref.n_rot)
+    ref.rope_mscale = 1.0
+    effect = np.abs(ref.forward(tokens) - ref_logits).max() / np.abs(ref_logits).max()
+    ck.check("%s: the scaling matters at these positions" % label, effect > ROPE_MIN_EFFECT,
+             "plain rope changes the logits by %.2e (need > %.0e)" % (effect, ROPE_MIN_EFFECT))
+    compare_runs(ck, label, path, ref_logits, tokens, "rope_" + label.replace(" ", "_").replace("/", "_"))
+
+
+def check_rope(ck):
+    paths = {}
+    for shape in ROPE_SHAPES + ["tiny", "tiny-qwen2", "tiny-qwen3"]:
+        paths[shape] = synth(ck, shape, "f32", "rope_" + shape)
+    if any(p is None for p in paths.values()):
+        return
+    # Llama 3.2 1B's frequency factors (tiny-llama3 has its rope parameters and head size)
+    got = GGUFFile(paths["tiny-llama3"]).tensor("rope_freqs.weight").astype(np.float64)
+    want = llama3_rope_factors(500000.0, 64, 32.0, 1.0, 4.0, 8192)
+    ck.check("tiny-llama3 rope_freqs.weight = Meta's llama3 formula (factor 32, low 1, high 4, 8192)",
+             got.shape == want.shape and np.allclose(got, want, rtol=1e-6, atol=0),
+             "got %s want %s" % (np.round(got, 4).tolist(), np.round(want, 4).tolist()))
+
+    for shape in ROPE_SHAPES:
+        check_rope_logits(ck, "rope %s" % shape, paths[shape])
+    for label, base, kv in ROPE_VARIANTS:
+        path = os.path.join(rc.tmp_dir(), "rope_variant_%d.gguf" % ROPE_VARIANTS.index((label, base, kv)))
+        write_variant(paths[base], path, kv)
+        check_rope_logits(ck, "rope %s" % label, path)
+
+    # subq info names the scaling in use
+    for shape, want_text in (("tiny-qwen3-yarn", "yarn scaling x4 (original context 64"),
+                             ("tiny-llama3", "frequency factors from rope_freqs.weight (1 .. 32)"),
+                             ("tiny", "no scaling")):
+        out = ck.guarded("info %s" % shape, rc.run_subq, ["info", "-m", paths[shape]])
+        if out is not None:
+            line = [ln for ln in out.decode().split("\n") if "rope in use:" in ln]
+            ck.check("info %s shows the rope" % shape, len(line) == 1 and want_text in line[0], repr(line))
+
+    # refused with one line naming the key or tensor, never run with wrong positions
+    for label, base, kv, freqs, want in ROPE_BAD:
+        path = os.path.join(rc.tmp_dir(), "rope_bad.gguf")
+        write_variant(paths[base], path, kv, freqs)
+        r = subprocess.run([rc.subq_bin(), "logits", "-m", path, "--tokens", "1 2 3", "-o",
+                            os.path.join(rc.tmp_dir(), "rope_bad.f32")], capture_output=True, timeout=120)
+        lines = [ln for ln in r.stderr.decode("utf-8", "replace").split("\n") if ln]
+        ck.check("rope bad input: %s refused" % label,
+                 r.returncode == 1 and len(lines) == 1 and lines[0].startswith("subq") and want in lines[0],
+                 "exit %d, stderr %r" % (r.returncode, lines))
+        if label == "scaling type longrope":
+            info = subprocess.run([rc.subq_bin(), "info", "-m", path], capture_output=True, timeout=120)
+            ck.check("info on an unsupported rope scaling says why", info.returncode == 0 and
+                     b"rope in use: cannot run:" in info.stdout and b"longrope" in info.stdout,
+                     "exit %d" % info.returncode)
+
+
 def main():
     ck = rc.Checks("check_logits")
     stories = rc.shared_file("models", "stories260K.gguf")
@@ -105,6 +242,9 @@ def main():
             compare_runs(ck, "synth %s %s (%s, n_vocab %d, d %d, %d layers)"
                          % (shape, wtype, ref.arch, ref.n_vocab, ref.n_embd, ref.n_layer),
                          path, ref_logits, tokens, "synth_" + tag)
+
+    # ---- rope scaling and frequency factors
+    check_rope(ck)
 
     # ---- the real model on its own greedy continuation from BOS (64 tokens)
     ref = LlamaRef(stories)

@@ -218,11 +218,14 @@ class GGUFFile:
         # ---- metadata
         self.metadata = {}
         self.metadata_types = {}
+        self._raw_values = {}
         for i in range(n_kv):
             key = cur.string("key %d" % i)
+            start = cur.pos
             vtype = cur.u32("type of key %r" % key)
             self.metadata[key] = cur.value(vtype, "value of key %r" % key)
             self.metadata_types[key] = vtype
+            self._raw_values[key] = self.buf[start:cur.pos]
 
         # ---- tensor infos
         self.tensor_infos = {}
@@ -262,6 +265,11 @@ class GGUFFile:
     # ---- convenience -------------------------------------------------------
     def get(self, key, default=None):
         return self.metadata.get(key, default)
+
+    def raw_value(self, key):
+        """The encoded value of a metadata key (u32 type + payload), for
+        copying it into another file unchanged."""
+        return self._raw_values[key]
 
     def has_tensor(self, name):
         return name in self.tensor_infos

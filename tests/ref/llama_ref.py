@@ -202,6 +202,86 @@ class SpmTokenizer:
 
 
 # =========================================================================
+# RoPE frequencies
+# =========================================================================
+
+def rope_frequencies(n_rot, base, freq_factors, key, n_ctx_train):
+    """Inverse frequencies (radians per position, float64 [n_rot/2]) and the
+    cos/sin scale of a model's rotary embedding. key(name, default) reads
+    {arch}.rope.<name>. Written from the published formulas:
+
+      RoPE (Su et al. 2021)      inv_freq_i = base^(-2i/n_rot)
+      Llama 3.1 factors          inv_freq_i / rope_freqs[i]  (GGUF stores the
+                                 ratio old/new frequency, see llama3_rope_factors)
+      linear (position interp.)  inv_freq / factor
+      YaRN (Peng et al. 2023, "NTK-by-parts" + attention temperature):
+        r(b)  = n_rot ln(L / (2 pi b)) / (2 ln base)  the pair index whose
+                wavelength fits b times into the original context L
+        low   = max(floor(r(beta_fast)), 0), high = min(ceil(r(beta_slow)), n_rot - 1)
+        gamma = clip((i - low) / (high - low), 0, 1) per pair i: 0 = fast pairs
+                kept as trained, 1 = slow pairs fully interpolated
+        inv_freq = inv_freq/factor * gamma' + inv_freq * (1 - gamma'),
+                   gamma' = 1 - ext (1 - gamma)
+        scale = 0.1 ln(factor) + 1   (sqrt of the softmax temperature 1/t)
+    and the GGUF's rope.scaling.attn_factor multiplies the scale. A missing
+    type with a factor means linear (llama.cpp's default); unknown types
+    raise ValueError."""
+    half = n_rot // 2
+    i = np.arange(half, dtype=np.float64)
+    inv_freq = base ** (-2.0 * i / n_rot)
+    if freq_factors is not None:
+        if freq_factors.shape != (half,) or not np.all(np.isfinite(freq_factors)) or np.any(freq_factors <= 0):
+            raise ValueError("bad rope_freqs.weight (shape %r)" % (freq_factors.shape,))
+        inv_freq = inv_freq / freq_factors
+    kind = key("scaling.type", "linear")
+    factor = float(key("scaling.factor", key("scale_linear", 0.0)))
+    if factor == 0.0:
+        factor = 1.0
+    scale = float(key("scaling.attn_factor", 1.0))
+    if kind == "none" or (kind == "linear" and factor == 1.0):
+        return inv_freq, scale
+    if kind == "linear":
+        return inv_freq / factor, scale
+    if kind != "yarn":
+        raise ValueError("unknown rope scaling type %r" % kind)
+    L = float(key("scaling.original_context_length", n_ctx_train))
+    beta_fast = float(key("scaling.yarn_beta_fast", 32.0))
+    beta_slow = float(key("scaling.yarn_beta_slow", 1.0))
+    ext = float(key("scaling.yarn_ext_factor", -1.0))
+    if ext < 0:
+        ext = 1.0
+
+    def r(b):
+        return n_rot * math.log(L / (2 * math.pi * b)) / (2 * math.log(base))
+
+    low = max(math.floor(r(beta_fast)), 0)
+    high = min(math.ceil(r(beta_slow)), n_rot - 1)
+    if high == low:
+        high += 0.001
+    gamma = np.clip((i - low) / (high - low), 0.0, 1.0)
+    interp = 1.0 - ext * (1.0 - gamma)          # weight of the interpolated frequency
+    inv_freq = inv_freq / factor * interp + inv_freq * (1.0 - interp)
+    if ext != 0.0:
+        scale *= 0.1 * math.log(factor) + 1.0
+    return inv_freq, scale
+
+
+def llama3_rope_factors(base, dim, factor, low_freq_factor, high_freq_factor, old_context_len):
+    """Meta's Llama 3.1 rope scaling (apply_scaling in the reference code):
+    each frequency f with wavelength w = 2 pi / f becomes
+        f                                      if w < old_len / high_freq_factor
+        f / factor                             if w > old_len / low_freq_factor
+        (1 - s) f / factor + s f,  s = (old_len / w - low) / (high - low)   otherwise.
+    Returns f / new_f, the divisor GGUF files store as rope_freqs.weight."""
+    f = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    w = 2 * math.pi / f
+    s = (old_context_len / w - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    new = np.where(w < old_context_len / high_freq_factor, f,
+                   np.where(w > old_context_len / low_freq_factor, f / factor, (1 - s) * f / factor + s * f))
+    return f / new
+
+
+# =========================================================================
 # Llama forward
 # =========================================================================
 
@@ -229,6 +309,7 @@ class LlamaRef:
         self.head_dim = int(hp("attention.key_length", self.n_embd // self.n_head))
         self.n_rot = int(hp("rope.dimension_count", self.head_dim))
         self.rope_base = float(hp("rope.freq_base", 10000.0))
+        self.n_ctx_train = int(hp("context_length", 2048, required=False))
         self.eps = float(hp("attention.layer_norm_rms_epsilon"))
         if self.n_head % self.n_head_kv != 0:
             raise ValueError("n_head %d not a multiple of n_head_kv %d" % (self.n_head, self.n_head_kv))
@@ -239,10 +320,9 @@ class LlamaRef:
         if arch not in ("llama", "qwen2", "qwen3"):
             raise ValueError("unsupported architecture %r" % arch)
         self.rope_neox = arch in ("qwen2", "qwen3")
-        # rope scaling: linear divides positions by the factor
-        self.rope_scale = 1.0
-        if hp("rope.scaling.type", "none", required=False) == "linear":
-            self.rope_scale = 1.0 / float(hp("rope.scaling.factor", 1.0))
+        ff = g.tensor("rope_freqs.weight").astype(np.float64) if g.has_tensor("rope_freqs.weight") else None
+        self.rope_inv_freq, self.rope_mscale = rope_frequencies(
+            self.n_rot, self.rope_base, ff, lambda k, d: hp("rope." + k, d, required=False), self.n_ctx_train)
 
         # the tokenizer is only needed for text commands (logits work without it)
         self.tok = SpmTokenizer(g) if g.get("tokenizer.ggml.model") == "llama" else None
@@ -284,18 +364,17 @@ class LlamaRef:
         return x / np.sqrt(ms + self.eps) * weight
 
     def rope(self, x, positions):
-        """x: (T, n_heads, head_dim). Adjacent-pair ("NORM") rotary embedding:
-        for i < n_rot/2, theta_i = base^(-2i/n_rot), angle = pos * theta_i,
-            x'[2i]   = x[2i] cos(angle) - x[2i+1] sin(angle)
-            x'[2i+1] = x[2i] sin(angle) + x[2i+1] cos(angle)
+        """x: (T, n_heads, head_dim). Rotary embedding of pair i (i < n_rot/2)
+        by angle = pos * inv_freq_i (see rope_frequencies), cos and sin
+        multiplied by the YaRN attention scale m. Adjacent pairs ("NORM"):
+            x'[2i]   = m (x[2i] cos(angle) - x[2i+1] sin(angle))
+            x'[2i+1] = m (x[2i] sin(angle) + x[2i+1] cos(angle))
         dims >= n_rot are left untouched."""
+        pos = positions.astype(np.float64)
+        angle = pos[:, None] * self.rope_inv_freq[None, :]                 # (T, half)
+        cos = self.rope_mscale * np.cos(angle)[:, None, :]                 # (T, 1, half)
+        sin = self.rope_mscale * np.sin(angle)[:, None, :]
         half = self.n_rot // 2
-        i = np.arange(half, dtype=np.float64)
-        theta = self.rope_base ** (-2.0 * i / self.n_rot)                  # (half,)
-        pos = positions.astype(np.float64) * self.rope_scale
-        angle = pos[:, None] * theta[None, :]                              # (T, half)
-        cos = np.cos(angle)[:, None, :]                                    # (T, 1, half)
-        sin = np.sin(angle)[:, None, :]
         out = x.copy()
         if self.rope_neox:   # pairs (x[i], x[i + half])
             i0, i1 = slice(0, half), slice(half, self.n_rot)

@@ -5,6 +5,7 @@
 
 #include "cli.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "quant/types.h"
 #include "select/selector.h"
 
@@ -75,6 +76,22 @@ static int print_features(int json) {
     return 0;
 }
 
+/* The rope this build would run a model file with (scaling, frequency
+ * factors), or why it would refuse it; NULL for files that are no model. */
+static const char *rope_in_use(const gguf_file *g, char *buf, size_t cap) {
+    char arch[32];
+    subq_error err = {0};
+    if (gguf_get_str(g, "general.architecture", arch, sizeof arch, &err)) return NULL;
+    int known = 0;
+    for (model_arch a = ARCH_LLAMA; a <= ARCH_QWEN3; a++) known |= !strcmp(arch, model_arch_name(a));
+    if (!known) return NULL;
+    model_hparams hp;
+    if (model_hparams_load(g, &hp, &err)) snprintf(buf, cap, "cannot run: %.480s", err.msg);
+    else rope_describe(&hp.rope, buf, cap);
+    model_hparams_free(&hp);
+    return buf;
+}
+
 int cmd_info(int argc, char **argv) {
     const char *cmd = "info";
     const char *path = NULL;
@@ -101,9 +118,15 @@ int cmd_info(int argc, char **argv) {
     if (gguf_open(path, &g, &err)) return cli_error(cmd, "%s", err.msg);
     uint64_t total = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) total += g->tensors[i].n_bytes;
+    char rope_buf[512];
+    const char *rope = rope_in_use(g, rope_buf, sizeof rope_buf);
     if (json) {
         printf("{\"file\": ");
         cli_json_string(stdout, path, strlen(path));
+        if (rope) {
+            printf(", \"rope\": ");
+            cli_json_string(stdout, rope, strlen(rope));
+        }
         printf(", \"version\": %u, \"n_kv\": %" PRIu64 ", \"n_tensors\": %" PRIu64 ", \"alignment\": %" PRIu64
                ", \"tensor_bytes\": %" PRIu64 ",\n \"metadata\": {",
                g->version, g->n_kv, g->n_tensors, g->alignment, total);
@@ -127,6 +150,7 @@ int cmd_info(int argc, char **argv) {
     } else {
         printf("%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, %.2f MiB of tensor data\n", path,
                g->version, g->n_kv, g->n_tensors, total / 1048576.0);
+        if (rope) printf("  rope in use: %s\n", rope);
         for (uint64_t i = 0; i < g->n_kv; i++) {
             printf("  %-44.*s ", (int)g->kv[i].key.len, g->kv[i].key.data);
             print_value(stdout, &g->kv[i].value, 0);
