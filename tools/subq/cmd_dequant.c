@@ -3,10 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cli.h"
-#include "quant/quant.h"
 
 static const char *help =
     "usage: subq dequant --type T -i IN -o OUT [--scalar]\n"
@@ -41,36 +39,26 @@ int cmd_dequant(int argc, char **argv) {
     }
     if (!tname) return cli_error(cmd, "no type given; use --type T (see subq dequant --help)");
     if (!in || !out) return cli_error(cmd, "need both -i IN and -o OUT");
-    uint32_t type = GGML_TYPE_COUNT;
-    for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
-        const ggml_type_traits *tr = ggml_type_get(t);
-        if (tr && !strcasecmp(tr->name, tname)) type = t;
-    }
-    const ggml_type_traits *tr = ggml_type_get(type);
-    if (!tr) return cli_error(cmd, "unknown type '%s' (see subq dequant --help)", tname);
-    const quant_kernels *k = scalar ? quant_kernels_scalar() : quant_kernels_get();
-    if (!tr->can_dequant || !k->dequant[type]) return cli_error(cmd, "type %s cannot be dequantised yet", tr->name);
-
     subq_error err = {0};
     char *buf = NULL;
-    size_t len = 0;
+    size_t len = 0, n = 0;
     if (cli_read_file(in, &buf, &len, &err)) return cli_error(cmd, "%s", err.msg);
-    if (len % (size_t)tr->type_size) {
-        free(buf);
-        return cli_error(cmd, "%s is %zu bytes, not a whole number of %s blocks (%d bytes each)", in, len, tr->name,
-                         tr->type_size);
-    }
-    const int64_t n = (int64_t)(len / (size_t)tr->type_size) * tr->block_size;
-    float *y = malloc((size_t)(n ? n : 1) * sizeof(float));
+    /* every supported type stores at least 4 bits per element */
+    size_t cap = 2 * len + 1;
+    float *y = malloc(cap * sizeof(float));
     if (!y) {
         free(buf);
-        return cli_error(cmd, "out of memory for %lld floats", (long long)n);
+        return cli_error(cmd, "out of memory for %zu floats", cap);
     }
-    k->dequant[type](buf, y, n);
+    subq_status st = subq_dequantize(tname, buf, len, scalar, y, cap, &n, &err);
     free(buf);
+    if (st) {
+        free(y);
+        return cli_error(cmd, "%s: %s", in, err.msg);
+    }
     /* little-endian bytes whatever the host order */
     unsigned char *le = (unsigned char *)y;
-    for (int64_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &y[i], 4);
         le[4 * i] = (unsigned char)u, le[4 * i + 1] = (unsigned char)(u >> 8);
