@@ -8,10 +8,10 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "model/model.h"
 #include "phi/phi_train.h"
 #include "quant/types.h"
-#include "search/search_proj.h"
 
 typedef struct cfg_item {
     const char *key, *flag;
@@ -76,7 +76,7 @@ static subq_status write_one(const phi_train_state *st, const phi_train_config *
         snprintf(key, sizeof key, "subq.phi.config.%s", it[i].key);
         s = it[i].is_float ? gguf_writer_set_f32(w, key, it[i].f) : gguf_writer_set_u64(w, key, it[i].u);
     }
-    search_fingerprint_hex(data->fingerprint, fp);
+    fingerprint_hex(data->fingerprint, fp);
     s = s ? s : gguf_writer_set_str(w, "subq.phi.data_fingerprint", fp);
     s = s ? s : gguf_writer_set_u64(w, "subq.phi.data_train_tokens", (uint64_t)data->train.n_tokens);
     s = s ? s : gguf_writer_set_u64(w, "subq.phi.step", (uint64_t)st->step);
@@ -157,8 +157,8 @@ subq_status phi_train_load_checkpoint(const char *path, const subq_model *m, con
     uint64_t mine = model_fingerprint(m);
     if (p->model_fingerprint != mine) {
         char a[17], b[17];
-        search_fingerprint_hex(p->model_fingerprint, a);
-        search_fingerprint_hex(mine, b);
+        fingerprint_hex(p->model_fingerprint, a);
+        fingerprint_hex(mine, b);
         s = subq_fail(err, SUBQ_ERR_MISMATCH,
                       "%s was trained for another model (fingerprint %s, this model %s); retrain with subq train-phi -m MODEL",
                       path, a, b);
@@ -200,7 +200,7 @@ subq_status phi_train_load_checkpoint(const char *path, const subq_model *m, con
     }
     char fp[17], want_fp[17];
     subq_error e2 = {0};
-    search_fingerprint_hex(data->fingerprint, want_fp);
+    fingerprint_hex(data->fingerprint, want_fp);
     if (gguf_get_str(f, "subq.phi.data_fingerprint", fp, sizeof fp, &e2) || strcmp(fp, want_fp) != 0) {
         s = subq_fail(err, SUBQ_ERR_ARG, "%s was trained on other data (data fingerprint %s, this run %s); resume with the same data files",
                       path, e2.code ? "missing" : fp, want_fp);

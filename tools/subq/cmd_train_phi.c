@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attn/attn_plan.h"
+#include "base/layers.h"
 #include "base/progress.h"
 #include "base/timer.h"
 #include "cli.h"
@@ -658,7 +659,7 @@ int cmd_train_phi(int argc, char **argv) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
-    if (search_parse_layers(layers_s, L, mask, &err)) {
+    if (layers_parse(layers_s, L, mask, &err)) {
         rc = cli_error(cmd, "--layers: %s", err.msg);
         goto done;
     }

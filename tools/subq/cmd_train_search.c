@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/progress.h"
+#include "base/layers.h"
 #include "cli.h"
 #include "model/model.h"
 #include "train/corpus.h"
@@ -370,11 +371,11 @@ int cmd_train_search(int argc, char **argv) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
-    if (search_parse_layers(layers_s, L, mask, &err)) {
+    if (layers_parse(layers_s, L, mask, &err)) {
         rc = cli_error(cmd, "--layers: %s", err.msg);
         goto done;
     }
-    if (search_parse_layers(reserve_s, L, rmask, &err)) {
+    if (layers_parse(reserve_s, L, rmask, &err)) {
         rc = cli_error(cmd, "--reserve: %s", err.msg);
         goto done;
     }
