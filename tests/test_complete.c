@@ -21,6 +21,7 @@
 #include "model/context.h"
 #include "model/synth.h"
 #include "phi/phi_maps.h"
+#include "quant/types.h"
 #include "test_util.h"
 
 #define N_TOK 300

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "attn/attn_complete.h"
-#include "attn/attn_kernels.h"
+#include "kernels/kernels.h"
 #include "base/error.h"
 
 typedef struct sparse_stage {
@@ -62,7 +62,7 @@ static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc
     unsigned char *attended = calloc((size_t)n, 1);
     if (!p || !sc || !idx || !exact || !attended) goto done;
     const float scale = 1.0f / sqrtf((float)hd);
-    const attn_kernels *K = attn_kernels_get();
+    const kernels *K = kernels_get();
     /* p_j = mean_h softmax_j(scale q_h . k_j) over the document prefix */
     for (int h = 0; h < env->n_head; h++) {
         float mx = -INFINITY;

@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 
 size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type) {
     size_t es = type == SUBQ_KV_F16 ? 2 : 4;

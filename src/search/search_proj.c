@@ -9,8 +9,8 @@
 
 #include "base/error.h"
 #include "base/fingerprint.h"
-#include "search/dot.h"
 #include "base/rng.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "quant/types.h"
 
@@ -96,6 +96,7 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
                        int n_threads) {
     const int d = p->n_embd, ds = p->d_search;
     const float *wq = p->wq[layer], *wk = p->wk[layer];
+    const kernels *K = kernels_get();
     /* q_s[t][a] = sum_i W_Qs[a][i] h[t][i]  (and the same with W_Ks) */
 #pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)n * ds * d >= (1u << 16))
     for (int t = 0; t < n; t++) {
@@ -103,11 +104,11 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
         for (int a = 0; a < ds; a++) {
             if (q_s) {
                 const float *w = wq + (size_t)a * d;
-                q_s[(size_t)t * ds + a] = search_dot(w, ht, d);
+                q_s[(size_t)t * ds + a] = K->dot_f32(w, ht, d);
             }
             if (k_s) {
                 const float *w = wk + (size_t)a * d;
-                k_s[(size_t)t * ds + a] = search_dot(w, ht, d);
+                k_s[(size_t)t * ds + a] = K->dot_f32(w, ht, d);
             }
         }
     }

@@ -1,12 +1,9 @@
 /* Helpers shared by the selectors: mask ranges, top-k heap, normalisation,
- * row-dot kernels and the exact masked scan. */
-#include <immintrin.h>
+ * and the exact masked scan. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "base/cpu.h"
 #include "base/error.h"
-#include "quant/quant.h"
 #include "select/select_internal.h"
 
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err) {
@@ -151,137 +148,12 @@ void select_normalize(float *dst, const float *src, int d) {
     for (int i = 0; i < d; i++) dst[i] = src[i] * inv;
 }
 
-/* ---- row-dot kernels -------------------------------------------------------- */
-
-/* out[i] = sum_c q[c] * row_idx[i][c] */
-static void dot_rows_f32_scalar(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
-                                float *out) {
-    const float *b = base;
-    for (int i = 0; i < n; i++) {
-        const float *r = b + (size_t)idx[i] * stride;
-        float s = 0.0f;
-        for (int c = 0; c < d; c++) s += q[c] * r[c];
-        out[i] = s;
-    }
-}
-
-static void dot_rows_f16_scalar(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
-                                float *out) {
-    const uint16_t *b = base;
-    for (int i = 0; i < n; i++) {
-        const uint16_t *r = b + (size_t)idx[i] * stride;
-        float s = 0.0f;
-        for (int c = 0; c < d; c++) s += q[c] * fp16_to_fp32(r[c]);
-        out[i] = s;
-    }
-}
-
-/* the four lane sums of a..d as one 128-bit vector [sum a, sum b, sum c, sum d] */
-__attribute__((target("avx2,fma"))) static __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-    __m256 abcd = _mm256_hadd_ps(ab, cd);
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
-__attribute__((target("avx2,fma"))) static float hsum1(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Four rows at a time: each q chunk is loaded once for four FMAs and the four
- * horizontal sums share one hadd tree. */
-__attribute__((target("avx2,fma"))) static void dot_rows_f32_avx2(const float *q, const void *base, size_t stride,
-                                                                  int d, const int32_t *idx, int n, float *out) {
-    const float *b = base;
-    const int d8 = d & ~7;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float *r0 = b + (size_t)idx[i] * stride, *r1 = b + (size_t)idx[i + 1] * stride;
-        const float *r2 = b + (size_t)idx[i + 2] * stride, *r3 = b + (size_t)idx[i + 3] * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) {
-            __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r3 + c), a3);
-        }
-        float s[4];
-        _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
-        for (int c = d8; c < d; c++) {
-            s[0] += q[c] * r0[c];
-            s[1] += q[c] * r1[c];
-            s[2] += q[c] * r2[c];
-            s[3] += q[c] * r3[c];
-        }
-        out[i] = s[0];
-        out[i + 1] = s[1];
-        out[i + 2] = s[2];
-        out[i + 3] = s[3];
-    }
-    for (; i < n; i++) {
-        const float *r = b + (size_t)idx[i] * stride;
-        __m256 a = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(r + c), a);
-        float s = hsum1(a);
-        for (int c = d8; c < d; c++) s += q[c] * r[c];
-        out[i] = s;
-    }
-}
-
-__attribute__((target("avx2,fma,f16c"))) static void dot_rows_f16_avx2(const float *q, const void *base,
-                                                                       size_t stride, int d, const int32_t *idx,
-                                                                       int n, float *out) {
-    const uint16_t *b = base;
-    const int d8 = d & ~7;
-#define LD16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const uint16_t *r0 = b + (size_t)idx[i] * stride, *r1 = b + (size_t)idx[i + 1] * stride;
-        const uint16_t *r2 = b + (size_t)idx[i + 2] * stride, *r3 = b + (size_t)idx[i + 3] * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) {
-            __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, LD16(r0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, LD16(r1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, LD16(r2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, LD16(r3 + c), a3);
-        }
-        float s[4];
-        _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
-        for (int c = d8; c < d; c++) {
-            s[0] += q[c] * fp16_to_fp32(r0[c]);
-            s[1] += q[c] * fp16_to_fp32(r1[c]);
-            s[2] += q[c] * fp16_to_fp32(r2[c]);
-            s[3] += q[c] * fp16_to_fp32(r3[c]);
-        }
-        out[i] = s[0];
-        out[i + 1] = s[1];
-        out[i + 2] = s[2];
-        out[i + 3] = s[3];
-    }
-    for (; i < n; i++) {
-        const uint16_t *r = b + (size_t)idx[i] * stride;
-        __m256 a = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), LD16(r + c), a);
-        float s = hsum1(a);
-        for (int c = d8; c < d; c++) s += q[c] * fp16_to_fp32(r[c]);
-        out[i] = s;
-    }
-#undef LD16
-}
-
-select_dot_rows_fn select_dot_rows_f32(void) { return cpu_has_avx2() ? dot_rows_f32_avx2 : dot_rows_f32_scalar; }
-select_dot_rows_fn select_dot_rows_f16(void) { return cpu_has_avx2() ? dot_rows_f16_avx2 : dot_rows_f16_scalar; }
-
 /* ---- exact masked scan ---------------------------------------------------------- */
 
 /* Scan the eligible slots in [from, to) into a size-k heap; returns the
  * count, best first, with their scores when `scores` is not NULL. */
-static int scan_range(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n, int from,
-                      int to, const select_mask *m, int k, select_scratch *sc, int32_t *out, float *scores,
+static int scan_range(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
+                      int from, int to, const select_mask *m, int k, select_scratch *sc, int32_t *out, float *scores,
                       int64_t *n_scored) {
     if (k <= 0) return 0;
     if (!select_scratch_f(sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(sc, (size_t)k + SELECT_BLOCK)) return 0;
@@ -310,12 +182,12 @@ static int scan_range(const float *q, const void *base, size_t stride, int d, se
     return select_heap_take(&h, out, scores);
 }
 
-int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
+int select_scan_topk(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
                      const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored) {
     return scan_range(q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, n_scored);
 }
 
-int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
+int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
                               const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored) {
     if (k <= 0) return 0;
     float *best = malloc((size_t)n_threads * k * sizeof(float));

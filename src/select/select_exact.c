@@ -14,7 +14,7 @@ typedef struct exact_sel {
     int d, f16;
     int count, cap;     /* slots appended / rows allocated */
     void *keys;         /* [cap][d] unit vectors, f32 or f16 */
-    select_dot_rows_fn dot;
+    kernels_gather_dot_fn dot;
     float *qn, *row;    /* normalised query; one normalised key on append */
     select_scratch sc;
 } exact_sel;
@@ -86,7 +86,7 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->base.ops = &exact_ops;
     e->d = p->d_search;
     e->f16 = p->f16_keys != 0;
-    e->dot = e->f16 ? select_dot_rows_f16() : select_dot_rows_f32();
+    e->dot = e->f16 ? kernels_get()->gather_dot_f16 : kernels_get()->gather_dot_f32;
     e->qn = malloc((size_t)e->d * sizeof(float));
     e->row = malloc((size_t)e->d * sizeof(float));
     if (!e->qn || !e->row) {

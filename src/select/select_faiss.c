@@ -6,7 +6,6 @@
  * again here; small eligible sets are scored directly (see select_hnsw.c). */
 #include <stdlib.h>
 
-#include "base/cpu.h"
 #include "base/error.h"
 #include "select/select_internal.h"
 
@@ -33,7 +32,7 @@ typedef struct faiss_sel {
     float *sims;
     int res_cap;
     select_scratch sc;
-    select_dot_rows_fn dot;
+    kernels_gather_dot_fn dot;
 } faiss_sel;
 
 static subq_status shim_error(int code, const char *msg, subq_error *err) {
@@ -116,11 +115,12 @@ subq_status select_faiss_new(const selector_params *p, const selector_env *env, 
     if (!f) return subq_fail(err, SUBQ_ERR_NOMEM, "selector faiss: out of memory");
     f->base.ops = &faiss_ops;
     f->d = p->d_search;
-    f->dot = select_dot_rows_f32();
+    f->dot = kernels_get()->gather_dot_f32;
     f->qn = malloc((size_t)f->d * sizeof(float));
     char msg[256] = "out of memory";
-    int c = f->qn ? faiss_shim_new(f->d, p->hnsw_m, p->hnsw_ef_construction, p->seed, cpu_has_avx2(), &f->ix, msg,
-                                    sizeof msg) : 1;
+    const int avx2 = kernels_get() == kernels_avx2(); /* the shim inlines the same dot */
+    int c = f->qn ? faiss_shim_new(f->d, p->hnsw_m, p->hnsw_ef_construction, p->seed, avx2, &f->ix, msg, sizeof msg)
+                  : 1;
     if (c) {
         faiss_free(&f->base);
         return shim_error(c, msg, err);

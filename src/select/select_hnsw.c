@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "base/cpu.h"
 #include "base/error.h"
 #include "select/hnsw_shim.h"
 #include "select/select_internal.h"
@@ -35,7 +34,7 @@ typedef struct hnsw_sel {
     float *sims;
     int res_cap;
     select_scratch sc;
-    select_dot_rows_fn dot;
+    kernels_gather_dot_fn dot;
 } hnsw_sel;
 
 static subq_status shim_error(int code, const char *msg, subq_error *err) {
@@ -128,8 +127,8 @@ subq_status select_hnsw_new(const selector_params *p, const selector_env *env, s
     if (!h) return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory");
     h->base.ops = &hnsw_ops;
     h->d = p->d_search;
-    h->avx2 = cpu_has_avx2();
-    h->dot = select_dot_rows_f32();
+    h->avx2 = kernels_get() == kernels_avx2(); /* the shim inlines the same dot */
+    h->dot = kernels_get()->gather_dot_f32;
     h->row = malloc((size_t)h->d * sizeof(float));
     h->qn = malloc((size_t)h->d * sizeof(float));
     if (!h->row || !h->qn) {

@@ -1,6 +1,6 @@
 /* Shared pieces of the selectors: constructors of each kind, eligible-slot
- * ranges, a bounded top-k heap, L2 normalisation and the row-dot scan
- * kernels used by exact (and by the ANN selectors' small-set fallback).
+ * ranges, a bounded top-k heap, L2 normalisation and the exact scan used
+ * by exact (and by the ANN selectors' small-set fallback).
  * Internal to src/select. */
 #ifndef SUBQ_SELECT_INTERNAL_H
 #define SUBQ_SELECT_INTERNAL_H
@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "select/selector.h"
 
 /* One constructor per kind; each allocates a struct whose first member is
@@ -62,25 +63,17 @@ void select_scratch_free(select_scratch *s);
 /* dst = src / ||src|| (zero vectors stay zero). */
 void select_normalize(float *dst, const float *src, int d);
 
-/* out[i] = q . row(idx[i]) for rows of d elements `stride` elements apart
- * (f32 or f16 storage). AVX2+FMA+F16C or scalar; selectors pick the kernel
- * once when created (cpuid is slow under a hypervisor). */
-typedef void (*select_dot_rows_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx,
-                                   int n, float *out);
-select_dot_rows_fn select_dot_rows_f32(void);
-select_dot_rows_fn select_dot_rows_f16(void);
-
 /* Exact top-k over the eligible slots below n of a row store (the exact
  * selector, and the ANN selectors when few slots are eligible). Writes up
  * to k slots best-first; adds the rows scored to *n_scored. Uses scratch
  * (needs k floats, k + SELECT_BLOCK int32 and SELECT_BLOCK floats). */
 #define SELECT_BLOCK 256
-int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
+int select_scan_topk(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
                      const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored);
 
 /* select_scan_topk over n_threads contiguous parts of the slots, each with
  * its own heap, merged at the end (same result as one scan up to ties). */
-int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
+int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
                               const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored);
 
 /* Beam width of a filtered ANN search: ef when every indexed slot is

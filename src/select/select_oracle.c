@@ -15,7 +15,7 @@ typedef struct oracle_sel {
     selector base;
     int count;
     float *qbar;        /* [n_head_kv][head_dim] */
-    select_dot_rows_fn dot;
+    kernels_gather_dot_fn dot;
     select_scratch sc;
 } oracle_sel;
 
@@ -83,7 +83,7 @@ subq_status select_oracle_new(const selector_params *p, const selector_env *env,
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
     o->base.ops = &oracle_ops;
-    o->dot = env->kv->type == SUBQ_KV_F16 ? select_dot_rows_f16() : select_dot_rows_f32();
+    o->dot = env->kv->type == SUBQ_KV_F16 ? kernels_get()->gather_dot_f16 : kernels_get()->gather_dot_f32;
     o->qbar = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     if (!o->qbar) {
         oracle_free(&o->base);

@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_kernels.h"
 #include "base/error.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
@@ -36,8 +35,8 @@ typedef struct quest_sel {
     int pcnt_cap;
     select_scratch pg;      /* page heap: scores + ids */
     select_scratch sl;      /* last page: slot ids, dots, heap */
-    select_dot_rows_fn dot;           /* slot scores on the last page */
-    const attn_kernels *ak;           /* page bounds: dot_f32 */
+    kernels_gather_dot_fn dot;  /* slot scores on the last page */
+    const kernels *K;           /* page bounds: dot_f32 */
 } quest_sel;
 
 static size_t page_floats(const selector_env *env) { return (size_t)env->n_head_kv * 2 * env->head_dim; }
@@ -123,8 +122,8 @@ static float page_score(const quest_sel *q, int p) {
     const float *mx = q->mm + (size_t)p * page_floats(env);
     float sc = 0.0f;
     for (int g = 0; g < env->n_head_kv; g++, mx += 2 * hd)
-        sc += q->ak->dot_f32(q->qpos + (size_t)g * hd, mx, hd) +
-              q->ak->dot_f32(q->qneg + (size_t)g * hd, mx + hd, hd);
+        sc += q->K->dot_f32(q->qpos + (size_t)g * hd, mx, hd) +
+              q->K->dot_f32(q->qneg + (size_t)g * hd, mx + hd, hd);
     return sc;
 }
 
@@ -231,8 +230,8 @@ subq_status select_quest_new(const selector_params *p, const selector_env *env, 
     if (!q) return subq_fail(err, SUBQ_ERR_NOMEM, "selector quest: out of memory");
     q->base.ops = &quest_ops;
     q->page = p->quest_page;
-    q->dot = env->kv->type == SUBQ_KV_F16 ? select_dot_rows_f16() : select_dot_rows_f32();
-    q->ak = attn_kernels_get();
+    q->K = kernels_get();
+    q->dot = env->kv->type == SUBQ_KV_F16 ? q->K->gather_dot_f16 : q->K->gather_dot_f32;
     size_t qn = (size_t)env->n_head_kv * env->head_dim;
     q->qpos = malloc(qn * sizeof(float));
     q->qneg = malloc(qn * sizeof(float));

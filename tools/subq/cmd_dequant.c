@@ -6,7 +6,7 @@
 #include <strings.h>
 
 #include "cli.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 
 static const char *help =
     "usage: subq dequant --type T -i IN -o OUT [--scalar]\n"
@@ -48,7 +48,7 @@ int cmd_dequant(int argc, char **argv) {
     }
     const ggml_type_traits *tr = ggml_type_get(type);
     if (!tr) return cli_error(cmd, "unknown type '%s' (see subq dequant --help)", tname);
-    const quant_kernels *k = scalar ? quant_kernels_scalar() : quant_kernels_get();
+    const kernels *k = scalar ? kernels_scalar() : kernels_get();
     if (!tr->can_dequant || !k->dequant[type]) return cli_error(cmd, "type %s cannot be dequantised yet", tr->name);
 
     subq_error err = {0};

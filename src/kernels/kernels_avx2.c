@@ -1,12 +1,17 @@
-/* AVX2 + FMA + F16C kernels, compiled into a portable build through target
- * attributes and chosen at run time by quant_kernels_get().
+/* The AVX2 + FMA + F16C kernel set, compiled into a portable build through
+ * target attributes and chosen at run time (kernels_get).
  *
  * Dot products keep the activations in f32 (no int8 quantisation of x): they
  * must equal the dot product of the dequantised row up to float rounding.
- * Dequantisers reproduce the scalar ones bit for bit, so they use separate
- * mul and sub (never FMA) in the scalar code's order; the library is built
- * as ISO C, where GCC does not contract a*b-c into an FMA on its own. */
-#include "quant/kernels.h"
+ * Dequantisers reproduce the reference ones (quant/dequant.c) bit for bit,
+ * so they use separate mul and sub (never FMA) in the reference's order; the
+ * library is built as ISO C, where GCC does not contract a*b-c into an FMA
+ * on its own. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/dot.h"
+#include "kernels/kernels.h"
 
 /* a * b - c must stay two roundings, as in ggml. GCC keeps contraction off in
  * ISO C mode (the project's -std=c11); clang needs telling. */
@@ -14,23 +19,13 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-#ifdef QUANT_HAVE_AVX2
+#ifdef KERNELS_HAVE_AVX2
 
-#include <immintrin.h>
-#include <string.h>
-
-#define TARGET __attribute__((target("avx2,fma,f16c")))
-#define INLINE TARGET static inline __attribute__((always_inline))
+#define TARGET KERNELS_AVX2
+#define INLINE KERNELS_AVX2_INLINE
 /* Small fixed loops over register arrays must unroll completely, or the
  * arrays of vectors live on the stack (GCC -O2 does not do it unasked). */
 #define UNROLL _Pragma("GCC unroll 16")
-
-INLINE float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* fp16 block field -> float, and broadcast to 8 lanes */
 INLINE float h2f(const uint8_t p[2]) { return _cvtsh_ss(quant_rd16(p)); }
@@ -73,28 +68,13 @@ TARGET static void dequant_bf16(const void *src, float *dst, int64_t n) {
     for (; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
 }
 
-/* sum_i w_i x_i with four accumulators (FMA latency 4, two per cycle) */
-#define DOT_DENSE(NAME, T, LOAD, SCALAR)                                                 \
-    TARGET static float NAME(const void *row, const float *x, int64_t n) {               \
-        const T *w = row;                                                                \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                      \
-        int64_t i = 0;                                                                   \
-        for (; i + 32 <= n; i += 32) {                                                   \
-            a0 = _mm256_fmadd_ps(LOAD(w + i), ldx(x + i), a0);                           \
-            a1 = _mm256_fmadd_ps(LOAD(w + i + 8), ldx(x + i + 8), a1);                   \
-            a2 = _mm256_fmadd_ps(LOAD(w + i + 16), ldx(x + i + 16), a2);                 \
-            a3 = _mm256_fmadd_ps(LOAD(w + i + 24), ldx(x + i + 24), a3);                 \
-        }                                                                                \
-        for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(LOAD(w + i), ldx(x + i), a0);    \
-        float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));     \
-        for (; i < n; i++) s += SCALAR(w[i]) * x[i];                                     \
-        return s;                                                                        \
-    }
+KERNELS_DOT_DENSE(dot_f16, uint16_t, f16x8, fp16_to_fp32)
+KERNELS_DOT_DENSE(dot_bf16, uint16_t, bf16x8, bf16_to_fp32)
 
-#define F32_ID(v) (v)
-DOT_DENSE(dot_f32, float, _mm256_loadu_ps, F32_ID)
-DOT_DENSE(dot_f16, uint16_t, f16x8, fp16_to_fp32)
-DOT_DENSE(dot_bf16, uint16_t, bf16x8, bf16_to_fp32)
+/* the same as row . x for the table */
+TARGET static float row_dot_f32(const void *row, const float *x, int64_t n) { return kernels_dot_f32_avx2(x, row, n); }
+TARGET static float row_dot_f16(const void *row, const float *x, int64_t n) { return dot_f16(x, row, n); }
+TARGET static float row_dot_bf16(const void *row, const float *x, int64_t n) { return dot_bf16(x, row, n); }
 
 /* ---- Q8_0 ---------------------------------------------------------------- */
 
@@ -125,7 +105,7 @@ TARGET static float dot_q8_0(const void *row, const float *x, int64_t n) {
         a1 = _mm256_fmadd_ps(h2f8(b[ib + 1].d), q8_0_qx(b + ib + 1, x + (ib + 1) * QK8_0), a1);
     }
     for (; ib < nb; ib++) a0 = _mm256_fmadd_ps(h2f8(b[ib].d), q8_0_qx(b + ib, x + ib * QK8_0), a0);
-    return hsum(_mm256_add_ps(a0, a1));
+    return kernels_hsum8(_mm256_add_ps(a0, a1));
 }
 
 /* ---- Q4_0 ---------------------------------------------------------------- */
@@ -172,7 +152,7 @@ TARGET static float dot_q4_0(const void *row, const float *x, int64_t n) {
         a1 = _mm256_fmadd_ps(h2f8(b[ib + 1].d), q4_0_qx(b + ib + 1, x + (ib + 1) * QK4_0), a1);
     }
     for (; ib < nb; ib++) a0 = _mm256_fmadd_ps(h2f8(b[ib].d), q4_0_qx(b + ib, x + ib * QK4_0), a0);
-    return hsum(_mm256_add_ps(a0, a1));
+    return kernels_hsum8(_mm256_add_ps(a0, a1));
 }
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
@@ -296,7 +276,7 @@ TARGET static void dequant_q5_K(const void *src, float *dst, int64_t n) {
                 am2 = _mm256_fmadd_ps(_mm256_set1_ps(dm[2 * c + 1]), sx2, am2);        \
             }                                                                          \
         }                                                                              \
-        return hsum(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), _mm256_add_ps(am1, am2)));  \
+        return kernels_hsum8(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), _mm256_add_ps(am1, am2)));  \
     }
 
 /* The same with the sub-block sums of x given (xs[j] = sum of x[32j..32j+32),
@@ -319,7 +299,7 @@ TARGET static void dequant_q5_K(const void *src, float *dst, int64_t n) {
                 ad2 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c + 1]), qx2, ad2);                  \
             }                                                                                    \
         }                                                                                        \
-        return hsum(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), am));                                 \
+        return kernels_hsum8(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), am));                                 \
     }
 
 DOT_K4(dot_q4_K, block_q4_K, q4_K_vals(b[ib].qs + 32 * c, q))
@@ -382,30 +362,265 @@ TARGET static float dot_q6_K(const void *row, const float *x, int64_t n) {
             }
         }
     }
-    return hsum(_mm256_add_ps(a0, a1));
+    return kernels_hsum8(_mm256_add_ps(a0, a1));
 }
 
-/* f32 dequantisation is a copy; the scalar one is as fast as it gets. */
+/* ---- vectors and decode attention ---------------------------------------- */
+
+TARGET static void axpy_f32(float *y, float w, const float *x, int n) {
+    __m256 vw = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += w * x[i];
+}
+
+TARGET static void axpy_f16(float *y, float w, const uint16_t *x, int n) {
+    __m256 vw = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, f16x8(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += w * fp16_to_fp32(x[i]);
+}
+
+/* 8 values of a cached row at element offset `at`, as floats */
+INLINE __m256 load8(const void *rows, size_t at, int f16) {
+    if (f16) return f16x8((const uint16_t *)rows + at);
+    return _mm256_loadu_ps((const float *)rows + at);
+}
+
+/* one value of a row, as a float */
+INLINE float load1(const void *rows, size_t at, int f16) {
+    return f16 ? fp16_to_fp32(((const uint16_t *)rows)[at]) : ((const float *)rows)[at];
+}
+
+/* Ask for rows [j0, j1) of a KV head ahead of use: sequential rows of a few
+ * hundred bytes each, read in short strides, otherwise leave the hardware
+ * prefetcher behind and the loops wait on DRAM. */
+INLINE void prefetch_rows(const void *rows, int j0, int j1, int n, int hd, int f16) {
+    if (j1 > n) j1 = n;
+    const size_t esz = f16 ? 2 : 4;
+    const char *a = (const char *)rows + (size_t)j0 * hd * esz, *b = (const char *)rows + (size_t)j1 * hd * esz;
+    for (; a < b; a += 64) _mm_prefetch(a, _MM_HINT_T0);
+}
+
+/* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
+INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+/* Two query heads (qa, qb; qb == qa when there is one) against four keys at
+ * a time: 8 accumulators, each key chunk converted once for both heads. */
+INLINE void scores_rows(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld,
+                        int f16) {
+    const __m128 vs = _mm_set1_ps(scale);
+    for (int i0 = 0; i0 < g; i0 += 2) {
+        const int two = i0 + 1 < g;
+        const float *qa = q + (size_t)i0 * hd, *qb = two ? qa + hd : qa;
+        float *sa = s + (size_t)i0 * ld, *sb = two ? sa + ld : NULL;
+        int j = 0;
+        for (; j + 4 <= n; j += 4) {
+            prefetch_rows(keys, j + 32, j + 36, n, hd, f16);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            const size_t r = (size_t)j * hd;
+            for (int c = 0; c < hd; c += 8) {
+                __m256 k0 = load8(keys, r + c, f16), k1 = load8(keys, r + hd + c, f16);
+                __m256 k2 = load8(keys, r + 2 * hd + c, f16), k3 = load8(keys, r + 3 * hd + c, f16);
+                __m256 x = _mm256_loadu_ps(qa + c), y = _mm256_loadu_ps(qb + c);
+                a0 = _mm256_fmadd_ps(x, k0, a0), a1 = _mm256_fmadd_ps(x, k1, a1);
+                a2 = _mm256_fmadd_ps(x, k2, a2), a3 = _mm256_fmadd_ps(x, k3, a3);
+                b0 = _mm256_fmadd_ps(y, k0, b0), b1 = _mm256_fmadd_ps(y, k1, b1);
+                b2 = _mm256_fmadd_ps(y, k2, b2), b3 = _mm256_fmadd_ps(y, k3, b3);
+            }
+            _mm_storeu_ps(sa + j, _mm_mul_ps(vs, hsum4(a0, a1, a2, a3)));
+            if (sb) _mm_storeu_ps(sb + j, _mm_mul_ps(vs, hsum4(b0, b1, b2, b3)));
+        }
+        for (; j < n; j++) {
+            __m256 a = _mm256_setzero_ps(), b = a;
+            for (int c = 0; c < hd; c += 8) {
+                __m256 k = load8(keys, (size_t)j * hd + c, f16);
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qa + c), k, a);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(qb + c), k, b);
+            }
+            __m128 t = hsum4(a, b, a, b);
+            sa[j] = scale * _mm_cvtss_f32(t);
+            if (sb) sb[j] = scale * _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1));
+        }
+    }
+}
+
+/* m (1 or 2) heads, 32 columns [c, c + 32) of a key block: 4 x m
+ * accumulators stay in registers while the block's rows stream past, each
+ * row contributing one 64-byte span (one cache line in f16); m is a
+ * constant in every call, so the unused head costs nothing. */
+INLINE void accum_cols32(const float *const *pp, int m, float *o, int hd, int c, const void *vals, int j0, int j1,
+                         int f16) {
+    __m256 acc[2][4];
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) acc[i][u] = _mm256_loadu_ps(o + (size_t)i * hd + c + 8 * u);
+    for (int j = j0; j < j1; j++) {
+        const size_t r = (size_t)j * hd + c;
+        __m256 v0 = load8(vals, r, f16), v1 = load8(vals, r + 8, f16), v2 = load8(vals, r + 16, f16),
+               v3 = load8(vals, r + 24, f16);
+        for (int i = 0; i < m; i++) {
+            __m256 w = _mm256_broadcast_ss(pp[i] + j);
+            acc[i][0] = _mm256_fmadd_ps(w, v0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(w, v1, acc[i][1]);
+            acc[i][2] = _mm256_fmadd_ps(w, v2, acc[i][2]);
+            acc[i][3] = _mm256_fmadd_ps(w, v3, acc[i][3]);
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + (size_t)i * hd + c + 8 * u, acc[i][u]);
+}
+
+/* The same for one 8-column chunk (head widths that are not a multiple of 32). */
+INLINE void accum_cols8(const float *const *pp, int m, float *o, int hd, int c, const void *vals, int j0, int j1,
+                        int f16) {
+    __m256 acc[2];
+    for (int i = 0; i < m; i++) acc[i] = _mm256_loadu_ps(o + (size_t)i * hd + c);
+    for (int j = j0; j < j1; j++) {
+        __m256 v = load8(vals, (size_t)j * hd + c, f16);
+        for (int i = 0; i < m; i++) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(pp[i] + j), v, acc[i]);
+    }
+    for (int i = 0; i < m; i++) _mm256_storeu_ps(o + (size_t)i * hd + c, acc[i]);
+}
+
+/* Keys go in blocks small enough for L1, so the column passes re-read cache. */
+INLINE void accum_rows(const float *p, int g, int ld, const void *vals, int n, int hd, float *out, int f16) {
+    enum { BLOCK = 32 };
+    for (int j0 = 0; j0 < n; j0 += BLOCK) {
+        const int j1 = j0 + BLOCK < n ? j0 + BLOCK : n;
+        prefetch_rows(vals, j0 + BLOCK, j0 + 2 * BLOCK, n, hd, f16);
+        for (int i0 = 0; i0 < g; i0 += 2) {
+            const float *pp[2] = {p + (size_t)i0 * ld, p + (size_t)(i0 + 1) * ld};
+            float *o = out + (size_t)i0 * hd;
+            int c = 0;
+            if (i0 + 1 < g) {
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 2, o, hd, c, vals, j0, j1, f16);
+                for (; c < hd; c += 8) accum_cols8(pp, 2, o, hd, c, vals, j0, j1, f16);
+            } else {
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 1, o, hd, c, vals, j0, j1, f16);
+                for (; c < hd; c += 8) accum_cols8(pp, 1, o, hd, c, vals, j0, j1, f16);
+            }
+        }
+    }
+}
+
+/* Head widths that are not a multiple of 8 take the portable forms. */
+TARGET static void scores_f32(const float *q, int g, const float *keys, int n, int hd, float scale, float *s, int ld) {
+    if (hd % 8) kernels_scalar_set.scores_f32(q, g, keys, n, hd, scale, s, ld);
+    else scores_rows(q, g, keys, n, hd, scale, s, ld, 0);
+}
+
+TARGET static void scores_f16(const float *q, int g, const uint16_t *keys, int n, int hd, float scale, float *s,
+                              int ld) {
+    if (hd % 8) kernels_scalar_set.scores_f16(q, g, keys, n, hd, scale, s, ld);
+    else scores_rows(q, g, keys, n, hd, scale, s, ld, 1);
+}
+
+TARGET static void accum_f32(const float *p, int g, int ld, const float *vals, int n, int hd, float *out) {
+    if (hd % 8) kernels_scalar_set.accum_f32(p, g, ld, vals, n, hd, out);
+    else accum_rows(p, g, ld, vals, n, hd, out, 0);
+}
+
+TARGET static void accum_f16(const float *p, int g, int ld, const uint16_t *vals, int n, int hd, float *out) {
+    if (hd % 8) kernels_scalar_set.accum_f16(p, g, ld, vals, n, hd, out);
+    else accum_rows(p, g, ld, vals, n, hd, out, 1);
+}
+
+/* exp(x) for x <= 0 as in Cephes expf: x = n ln2 + r with |r| <= ln2/2,
+ * exp(r) by a degree-6 polynomial (relative error ~1e-7), times 2^n built in
+ * the exponent bits; x below -87 (and -inf) gives 0. */
+TARGET static float exp_shift_sum(float *x, int n, float mx) {
+    const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 c1 = _mm256_set1_ps(0.693359375f), c2 = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
+                 p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
+                 p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f), one = _mm256_set1_ps(1.0f);
+    __m256 sum = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vmx);
+        __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ); /* false for -inf and NaN */
+        v = _mm256_max_ps(v, lo);
+        __m256 fn = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(fn, c2, _mm256_fnmadd_ps(fn, c1, v));
+        __m256 y = _mm256_fmadd_ps(p0, r, p1);
+        y = _mm256_fmadd_ps(y, r, p2);
+        y = _mm256_fmadd_ps(y, r, p3);
+        y = _mm256_fmadd_ps(y, r, p4);
+        y = _mm256_fmadd_ps(y, r, p5);
+        y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+        y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+        _mm256_storeu_ps(x + j, y);
+        sum = _mm256_add_ps(sum, y);
+    }
+    float s = kernels_hsum8(sum);
+    for (; j < n; j++) s += x[j] = expf(x[j] - mx);
+    return s;
+}
+
+/* ---- gathered rows -------------------------------------------------------- */
+
+/* Four rows at a time: each q chunk is loaded once for four FMAs and the four
+ * horizontal sums share one hadd tree. */
+INLINE void gather_dot(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n, float *out,
+                       int f16) {
+    const int d8 = d & ~7;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const size_t r[4] = {(size_t)idx[i] * stride, (size_t)idx[i + 1] * stride, (size_t)idx[i + 2] * stride,
+                             (size_t)idx[i + 3] * stride};
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int c = 0; c < d8; c += 8) {
+            __m256 qv = _mm256_loadu_ps(q + c);
+            a0 = _mm256_fmadd_ps(qv, load8(base, r[0] + c, f16), a0);
+            a1 = _mm256_fmadd_ps(qv, load8(base, r[1] + c, f16), a1);
+            a2 = _mm256_fmadd_ps(qv, load8(base, r[2] + c, f16), a2);
+            a3 = _mm256_fmadd_ps(qv, load8(base, r[3] + c, f16), a3);
+        }
+        _mm_storeu_ps(out + i, hsum4(a0, a1, a2, a3));
+        for (int c = d8; c < d; c++)
+            for (int u = 0; u < 4; u++) out[i + u] += q[c] * load1(base, r[u] + c, f16);
+    }
+    for (; i < n; i++) {
+        const size_t r = (size_t)idx[i] * stride;
+        __m256 a = _mm256_setzero_ps();
+        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(base, r + c, f16), a);
+        float s = kernels_hsum8(a);
+        for (int c = d8; c < d; c++) s += q[c] * load1(base, r + c, f16);
+        out[i] = s;
+    }
+}
+
+TARGET static void gather_dot_f32(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
+                                  float *out) {
+    gather_dot(q, base, stride, d, idx, n, out, 0);
+}
+
+TARGET static void gather_dot_f16(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
+                                  float *out) {
+    gather_dot(q, base, stride, d, idx, n, out, 1);
+}
+
+/* f32 dequantisation is a copy; the reference one is as fast as it gets. */
 static void dequant_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
 
-const quant_kernels quant_kernels_avx2_table = {
+static const quant_dequant_fn dequant_avx2[GGML_TYPE_COUNT] = {
+    [GGML_TYPE_F32] = dequant_f32,   [GGML_TYPE_F16] = dequant_f16,   [GGML_TYPE_BF16] = dequant_bf16,
+    [GGML_TYPE_Q8_0] = dequant_q8_0, [GGML_TYPE_Q4_0] = dequant_q4_0, [GGML_TYPE_Q4_K] = dequant_q4_K,
+    [GGML_TYPE_Q5_K] = dequant_q5_K, [GGML_TYPE_Q6_K] = dequant_q6_K,
+};
+
+const kernels kernels_avx2_set = {
     .name = "avx2",
-    .dequant =
-        {
-            [GGML_TYPE_F32] = dequant_f32,
-            [GGML_TYPE_F16] = dequant_f16,
-            [GGML_TYPE_BF16] = dequant_bf16,
-            [GGML_TYPE_Q8_0] = dequant_q8_0,
-            [GGML_TYPE_Q4_0] = dequant_q4_0,
-            [GGML_TYPE_Q4_K] = dequant_q4_K,
-            [GGML_TYPE_Q5_K] = dequant_q5_K,
-            [GGML_TYPE_Q6_K] = dequant_q6_K,
-        },
+    .dequant = dequant_avx2,
     .dot =
         {
-            [GGML_TYPE_F32] = dot_f32,
-            [GGML_TYPE_F16] = dot_f16,
-            [GGML_TYPE_BF16] = dot_bf16,
+            [GGML_TYPE_F32] = row_dot_f32,
+            [GGML_TYPE_F16] = row_dot_f16,
+            [GGML_TYPE_BF16] = row_dot_bf16,
             [GGML_TYPE_Q8_0] = dot_q8_0,
             [GGML_TYPE_Q4_0] = dot_q4_0,
             [GGML_TYPE_Q4_K] = dot_q4_K,
@@ -417,6 +632,17 @@ const quant_kernels quant_kernels_avx2_table = {
             [GGML_TYPE_Q4_K] = dot_xs_q4_K,
             [GGML_TYPE_Q5_K] = dot_xs_q5_K,
         },
+    .dot_f32 = kernels_dot_f32_avx2,
+    .dot_f16 = dot_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .scores_f32 = scores_f32,
+    .scores_f16 = scores_f16,
+    .accum_f32 = accum_f32,
+    .accum_f16 = accum_f16,
+    .exp_shift_sum = exp_shift_sum,
+    .gather_dot_f32 = gather_dot_f32,
+    .gather_dot_f16 = gather_dot_f16,
 };
 
-#endif /* QUANT_HAVE_AVX2 */
+#endif /* KERNELS_HAVE_AVX2 */
