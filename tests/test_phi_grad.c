@@ -1,5 +1,5 @@
 /* Analytic gradients of the completion-map distillation (src/phi/phi_loss.c,
- * src/phi/phi_net.c) against central finite differences, in double:
+ * src/complete/phi_net.c) against central finite differences, in double:
  *   - every loss term alone (KL, L_top, L_fp, L_Z) and the default mix,
  *   - w.r.t. every parameter group (Ws, bs, W1, b1, W2, b2, alpha, Wo, bo)
  *     of phi_q and phi_k, at alpha = 0 and alpha != 0,
@@ -16,9 +16,9 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "complete/phi_maps.h"
+#include "complete/phi_net.h"
 #include "phi/phi_loss.h"
-#include "phi/phi_maps.h"
-#include "phi/phi_net.h"
 #include "test_util.h"
 
 #define T_LEN 14

@@ -9,9 +9,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "base/rng.h"
 #include "base/fingerprint.h"
 #include "base/layers.h"
+#include "base/rng.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "quant/types.h"

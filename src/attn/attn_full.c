@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "attn/attn.h"
-#include "kernels/kernels.h"
 #include "base/error.h"
+#include "kernels/kernels.h"
 
 /* Batches at least this large go through sgemm. */
 #define GEMM_MIN_TOKENS 16

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_complete.h"
-#include "kernels/kernels.h"
 #include "base/error.h"
+#include "complete/completion.h"
+#include "kernels/kernels.h"
 
 typedef struct sparse_stage {
     attn_stage base;            /* first member: the stage is cast back from it */

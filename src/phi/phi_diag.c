@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "phi/phi_cache.h"
+#include "complete/phi_cache.h"
 #include "select/selector.h"
 
 void phi_diag_records_free(phi_diag_records *r) {

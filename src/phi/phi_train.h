@@ -22,8 +22,8 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "complete/phi_maps.h"
 #include "phi/phi_loss.h"
-#include "phi/phi_maps.h"
 #include "train/corpus.h"
 
 typedef struct phi_train_config {

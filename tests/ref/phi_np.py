@@ -1,5 +1,5 @@
 """Independent numpy (float64) reference for the completion feature maps and
-their distillation loss (src/phi/phi_maps.c, phi_net.c, phi_loss.c), written
+their distillation loss (src/complete/phi_maps.c, phi_net.c, src/phi/phi_loss.c), written
 from the definitions:
 
   map:   g0 = Ws x + bs;  g1 = g0 + alpha (W2 GELU(W1 g0 + b1) + b2);

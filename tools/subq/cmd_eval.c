@@ -13,11 +13,11 @@
 #include "base/timer.h"
 #include "cli.h"
 #include "cli_sparse.h"
+#include "complete/phi_cache.h"
 #include "eval/bootstrap.h"
 #include "eval/eval.h"
 #include "eval/svg.h"
 #include "model/context.h"
-#include "phi/phi_cache.h"
 #include "train/corpus.h"
 
 static const char *help =

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
 #include "base/layers.h"
+#include "base/progress.h"
 #include "cli.h"
 #include "model/model.h"
 #include "train/corpus.h"

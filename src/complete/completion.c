@@ -1,11 +1,11 @@
-#include "attn/attn_complete.h"
+#include "complete/completion.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
 #include "base/error.h"
-#include "phi/phi_cache.h"
+#include "complete/phi_cache.h"
+#include "kernels/kernels.h"
 
 struct attn_completion {
     const phi_maps *maps;

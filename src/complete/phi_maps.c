@@ -1,6 +1,6 @@
 /* Completion feature maps: layout, initialisation, the float forward and
  * the GGUF file (phi_maps.h). */
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "base/rng.h"
 #include "model/model.h"
 #include "quant/types.h"
-#include "base/fingerprint.h"
 
 static const char *suffixes[PHI_N_TENSORS] = {"ws.weight", "ws.bias", "w1.weight", "w1.bias", "w2.weight",
                                               "w2.bias",   "alpha",   "wo.weight", "wo.bias"};
