@@ -24,7 +24,7 @@ void context_clear_plan(subq_context *c) {
 subq_status context_set_plan(subq_context *c, const attn_plan *plan, const search_proj *proj, subq_error *err) {
     const model_hparams *hp = &c->model->hp;
     selector_kind kind = plan->sparse.select.kind;
-    int needs_search = kind == SELECT_EXACT || kind == SELECT_HNSW || kind == SELECT_FAISS;
+    int needs_search = selector_kind_needs_search(kind);
     if (needs_search && !proj)
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections: give --search FILE "
                          "(from subq train-search) or --random-search D", selector_kind_name(kind));

@@ -254,7 +254,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     if (p->top_k < 0 || p->n_sink < 0 || p->n_tail < 1)
         return subq_fail(err, SUBQ_ERR_ARG, "invalid sparse attention plan (topk %d, sink %d, tail %d; tail must be >= 1)",
                          p->top_k, p->n_sink, p->n_tail);
-    int needs_search = p->select.kind == SELECT_EXACT || p->select.kind == SELECT_HNSW || p->select.kind == SELECT_FAISS;
+    int needs_search = selector_kind_needs_search(p->select.kind);
     if (needs_search && (!wq_s || !wk_s || p->select.d_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections for layer %d (give -s FILE)",
                          selector_kind_name(p->select.kind), env->layer);
@@ -307,8 +307,7 @@ subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
     if (!st || st->name != sparse_name) return SUBQ_OK;
     sparse_stage *s = (sparse_stage *)st;
     s->metrics_on = 1;
-    selector_kind k = s->p.select.kind;
-    if (!s->shadow && (k == SELECT_HNSW || k == SELECT_FAISS)) {
+    if (!s->shadow && selector_kind_is_ann(s->p.select.kind)) {
         selector_params ep;
         selector_params_default(&ep, SELECT_EXACT, s->d_search);
         return selector_new(&ep, &s->sel->env, &s->shadow, err);

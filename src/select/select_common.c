@@ -7,12 +7,13 @@
 #include "select/select_internal.h"
 
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err) {
-    if (n < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative key count %d", s->ops->name, n);
+    const char *name = selector_kind_name(s->params.kind);
+    if (n < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative key count %d", name, n);
     if (slot0 != count)
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector %s (layer %d): keys must be appended in slot order (expected slot %d, got %d; "
                          "reset the selector for a new sequence)",
-                         s->ops->name, s->env.layer, count, slot0);
+                         name, s->env.layer, count, slot0);
     return SUBQ_OK;
 }
 

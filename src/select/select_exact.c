@@ -78,7 +78,7 @@ static void exact_free(selector *s) {
     free(e);
 }
 
-static const selector_ops exact_ops = {"exact", exact_append, exact_query, exact_reset, exact_free};
+static const selector_ops exact_ops = {exact_append, exact_query, exact_reset, exact_free};
 
 subq_status select_exact_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     exact_sel *e = calloc(1, sizeof *e);

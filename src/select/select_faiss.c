@@ -9,14 +9,7 @@
 #include "base/error.h"
 #include "select/select_internal.h"
 
-#ifndef SUBQ_HAVE_FAISS
-
-subq_status select_faiss_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
-    *out = NULL;
-    return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "this build has no FAISS (install libfaiss-dev and rebuild)");
-}
-
-#else
+#ifdef SUBQ_HAVE_FAISS
 
 #include "select/faiss_shim.h"
 
@@ -108,7 +101,7 @@ static void faiss_free(selector *s) {
     free(f);
 }
 
-static const selector_ops faiss_ops = {"faiss", faiss_append, faiss_query, faiss_reset, faiss_free};
+static const selector_ops faiss_ops = {faiss_append, faiss_query, faiss_reset, faiss_free};
 
 subq_status select_faiss_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     faiss_sel *f = calloc(1, sizeof *f);

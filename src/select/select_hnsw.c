@@ -120,7 +120,7 @@ static void hnsw_free(selector *s) {
     free(h);
 }
 
-static const selector_ops hnsw_ops = {"hnsw", hnsw_append, hnsw_query, hnsw_reset, hnsw_free};
+static const selector_ops hnsw_ops = {hnsw_append, hnsw_query, hnsw_reset, hnsw_free};
 
 subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     hnsw_sel *h = calloc(1, sizeof *h);

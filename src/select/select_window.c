@@ -34,7 +34,7 @@ static void window_reset(selector *s) { ((window_sel *)s)->count = 0; }
 
 static void window_free(selector *s) { free(s); }
 
-static const selector_ops window_ops = {"window", window_append, window_query, window_reset, window_free};
+static const selector_ops window_ops = {window_append, window_query, window_reset, window_free};
 
 subq_status select_window_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     window_sel *w = calloc(1, sizeof *w);

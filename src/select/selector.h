@@ -21,6 +21,7 @@ typedef enum selector_kind {
     SELECT_QUEST,
     SELECT_ORACLE,
     SELECT_WINDOW,
+    SELECT_KIND_COUNT
 } selector_kind;
 
 typedef struct selector_params {
@@ -75,7 +76,6 @@ typedef struct selector_stats {
 
 typedef struct selector selector;
 typedef struct selector_ops {
-    const char *name;
     /* Search keys (rows of d_search floats; NULL for selectors that use native
      * keys) of cache slots slot0 .. slot0+n-1, appended in slot order. The
      * native keys of those slots are already in env->kv. */
@@ -113,6 +113,12 @@ int selector_kind_parse(const char *name);
 const char *selector_kind_name(selector_kind k);
 /* 1 if the kind is available in this build. */
 int selector_kind_available(selector_kind k);
+/* 1 if the kind ranks search vectors (exact, hnsw, faiss): it needs search
+ * projections and d_search. */
+int selector_kind_needs_search(selector_kind k);
+/* 1 if the kind is an approximate index over the search space (hnsw,
+ * faiss), whose recall is measured against exact. */
+int selector_kind_is_ann(selector_kind k);
 void selector_params_default(selector_params *p, selector_kind kind, int d_search);
 
 #endif
