@@ -115,30 +115,32 @@ int select_heap_take(select_heap *h, int32_t *out, float *scores) {
 
 /* ---- scratch -------------------------------------------------------------- */
 
-int select_scratch_f(select_scratch *s, size_t n) {
-    if (n <= s->cap_f) return 1;
-    float *p = realloc(s->f, n * sizeof(float));
+void *select_query_realloc(const selector *s, void *p, size_t bytes) { return s->fail_alloc ? NULL : realloc(p, bytes); }
+
+int select_scratch_f(const selector *s, select_scratch *sc, size_t n) {
+    if (n <= sc->cap_f) return 1;
+    float *p = select_query_realloc(s, sc->f, n * sizeof(float));
     if (!p) return 0;
-    s->f = p;
-    s->cap_f = n;
+    sc->f = p;
+    sc->cap_f = n;
     return 1;
 }
 
-int select_scratch_i(select_scratch *s, size_t n) {
-    if (n <= s->cap_i) return 1;
-    int32_t *p = realloc(s->i, n * sizeof(int32_t));
+int select_scratch_i(const selector *s, select_scratch *sc, size_t n) {
+    if (n <= sc->cap_i) return 1;
+    int32_t *p = select_query_realloc(s, sc->i, n * sizeof(int32_t));
     if (!p) return 0;
-    s->i = p;
-    s->cap_i = n;
+    sc->i = p;
+    sc->cap_i = n;
     return 1;
 }
 
-void select_scratch_free(select_scratch *s) {
-    free(s->f);
-    free(s->i);
-    s->f = NULL;
-    s->i = NULL;
-    s->cap_f = s->cap_i = 0;
+void select_scratch_free(select_scratch *sc) {
+    free(sc->f);
+    free(sc->i);
+    sc->f = NULL;
+    sc->i = NULL;
+    sc->cap_f = sc->cap_i = 0;
 }
 
 void select_normalize(float *dst, const float *src, int d) {
@@ -153,11 +155,12 @@ void select_normalize(float *dst, const float *src, int d) {
 
 /* Scan the eligible slots in [from, to) into a size-k heap; returns the
  * count, best first, with their scores when `scores` is not NULL. */
-static int scan_range(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
-                      int from, int to, const select_mask *m, int k, select_scratch *sc, int32_t *out, float *scores,
-                      int64_t *n_scored) {
+static int scan_range(const selector *s, const float *q, const void *base, size_t stride, int d,
+                      kernels_gather_dot_fn dot, int n, int from, int to, const select_mask *m, int k,
+                      select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
     if (k <= 0) return 0;
-    if (!select_scratch_f(sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(sc, (size_t)k + SELECT_BLOCK)) return 0;
+    if (!select_scratch_f(s, sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(s, sc, (size_t)k + SELECT_BLOCK))
+        return 0;
     select_heap h = {.score = sc->f, .slot = sc->i, .n = 0, .k = k};
     int32_t *idx = sc->i + k;
     float *dots = sc->f + k;
@@ -183,17 +186,18 @@ static int scan_range(const float *q, const void *base, size_t stride, int d, ke
     return select_heap_take(&h, out, scores);
 }
 
-int select_scan_topk(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
-                     const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored) {
-    return scan_range(q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, n_scored);
+int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
+                     int n, const select_mask *m, int k, select_scratch *sc, int32_t *out) {
+    return scan_range(s, q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, &s->stats.n_visited);
 }
 
-int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
-                              const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored) {
+int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
+                              kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out) {
     if (k <= 0) return 0;
-    float *best = malloc((size_t)n_threads * k * sizeof(float));
-    int32_t *slots = malloc((size_t)n_threads * k * sizeof(int32_t));
-    int *got = calloc((size_t)n_threads, sizeof(int));
+    const int n_threads = s->params.n_threads;
+    float *best = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(float));
+    int32_t *slots = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(int32_t));
+    int *got = select_query_realloc(s, NULL, (size_t)n_threads * sizeof(int));
     int n_out = 0;
     int64_t scored = 0;
     if (best && slots && got) {
@@ -202,13 +206,13 @@ int select_scan_topk_parallel(const float *q, const void *base, size_t stride, i
         for (int t = 0; t < n_threads; t++) {
             select_scratch sc = {0};
             int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
-            got[t] = scan_range(q, base, stride, d, dot, n, from, to, m, k, &sc, slots + (size_t)t * k,
+            got[t] = scan_range(s, q, base, stride, d, dot, n, from, to, m, k, &sc, slots + (size_t)t * k,
                                 best + (size_t)t * k, &scored);
             select_scratch_free(&sc);
         }
         /* merge the parts' results through one more size-k heap */
         select_scratch sc = {0};
-        if (select_scratch_f(&sc, (size_t)k) && select_scratch_i(&sc, (size_t)k)) {
+        if (select_scratch_f(s, &sc, (size_t)k) && select_scratch_i(s, &sc, (size_t)k)) {
             select_heap h = {.score = sc.f, .slot = sc.i, .n = 0, .k = k};
             for (int t = 0; t < n_threads; t++)
                 for (int i = 0; i < got[t]; i++) select_heap_push(&h, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
@@ -216,7 +220,7 @@ int select_scan_topk_parallel(const float *q, const void *base, size_t stride, i
         }
         select_scratch_free(&sc);
     }
-    *n_scored += scored;
+    s->stats.n_visited += scored;
     free(best);
     free(slots);
     free(got);

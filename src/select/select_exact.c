@@ -58,10 +58,8 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     select_normalize(e->qn, q_search, e->d);
     /* long scans are split across threads; short ones are not worth waking them */
     if (s->params.n_threads > 1 && e->count >= 8192)
-        return select_scan_topk_parallel(e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k,
-                                         s->params.n_threads, out, &s->stats.n_visited);
-    return select_scan_topk(e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, &e->sc, out,
-                            &s->stats.n_visited);
+        return select_scan_topk_parallel(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, out);
+    return select_scan_topk(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, &e->sc, out);
 }
 
 static void exact_reset(selector *s) {

@@ -64,12 +64,12 @@ static int faiss_query(selector *s, const float *q_search, const float *q_native
     select_normalize(f->qn, q_search, f->d);
     const int efw = select_filtered_ef(s->params.hnsw_ef_search, f->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= FAISS_BRUTE_FACTOR * width)
-        return select_scan_topk(f->qn, faiss_shim_vectors(f->ix), (size_t)f->d, f->d, f->dot,
-                                f->count, m, k, &f->sc, out, &s->stats.n_visited);
+        return select_scan_topk(s, f->qn, faiss_shim_vectors(f->ix), (size_t)f->d, f->d, f->dot, f->count, m, k,
+                                &f->sc, out);
     if (k > f->res_cap) {
-        int64_t *l = realloc(f->labels, (size_t)k * sizeof(int64_t));
+        int64_t *l = select_query_realloc(s, f->labels, (size_t)k * sizeof(int64_t));
         if (l) f->labels = l;
-        float *x = realloc(f->sims, (size_t)k * sizeof(float));
+        float *x = select_query_realloc(s, f->sims, (size_t)k * sizeof(float));
         if (x) f->sims = x;
         if (!l || !x) return 0;
         f->res_cap = k;

@@ -80,13 +80,12 @@ static int hnsw_query(selector *s, const float *q_search, const float *q_native,
     if (n_elig <= HNSW_BRUTE_FACTOR * width) {
         size_t stride;
         const float *base = hnsw_shim_vectors(h->ix, &stride);
-        return select_scan_topk(h->qn, base, stride, h->d, h->dot, h->count, m, k, &h->sc, out,
-                                &s->stats.n_visited);
+        return select_scan_topk(s, h->qn, base, stride, h->d, h->dot, h->count, m, k, &h->sc, out);
     }
     if (k > h->res_cap) {
-        int64_t *l = realloc(h->labels, (size_t)k * sizeof(int64_t));
+        int64_t *l = select_query_realloc(s, h->labels, (size_t)k * sizeof(int64_t));
         if (l) h->labels = l;
-        float *f = realloc(h->sims, (size_t)k * sizeof(float));
+        float *f = select_query_realloc(s, h->sims, (size_t)k * sizeof(float));
         if (f) h->sims = f;
         if (!l || !f) return 0;
         h->res_cap = k;

@@ -48,33 +48,38 @@ void select_heap_push(select_heap *h, float score, int32_t slot);
  * returns the count. The heap is empty afterwards. */
 int select_heap_take(select_heap *h, int32_t *out, float *scores);
 
-/* Growable scratch owned by a selector (queries cannot report errors: on
- * allocation failure a query returns no candidates). */
+/* Every allocation a query makes goes through here: realloc, or NULL while
+ * the selector's test hook s->fail_alloc is set. */
+void *select_query_realloc(const selector *s, void *p, size_t bytes);
+
+/* Growable scratch owned by a selector and grown by its queries. */
 typedef struct select_scratch {
     float *f;
     int32_t *i;
     size_t cap_f, cap_i;
 } select_scratch;
 
-int select_scratch_f(select_scratch *s, size_t n);   /* 0 on failure */
-int select_scratch_i(select_scratch *s, size_t n);
-void select_scratch_free(select_scratch *s);
+int select_scratch_f(const selector *s, select_scratch *sc, size_t n); /* 0 on failure */
+int select_scratch_i(const selector *s, select_scratch *sc, size_t n);
+void select_scratch_free(select_scratch *sc);
 
 /* dst = src / ||src|| (zero vectors stay zero). */
 void select_normalize(float *dst, const float *src, int d);
 
 /* Exact top-k over the eligible slots below n of a row store (the exact
- * selector, and the ANN selectors when few slots are eligible). Writes up
- * to k slots best-first; adds the rows scored to *n_scored. Uses scratch
- * (needs k floats, k + SELECT_BLOCK int32 and SELECT_BLOCK floats). */
+ * selector, and the ANN selectors when few slots are eligible) for a query
+ * of selector s. Writes up to k slots best-first; adds the rows scored to
+ * s->stats.n_visited. Uses scratch (needs k floats, k + SELECT_BLOCK int32
+ * and SELECT_BLOCK floats). */
 #define SELECT_BLOCK 256
-int select_scan_topk(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
-                     const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored);
+int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
+                     int n, const select_mask *m, int k, select_scratch *sc, int32_t *out);
 
-/* select_scan_topk over n_threads contiguous parts of the slots, each with
- * its own heap, merged at the end (same result as one scan up to ties). */
-int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot, int n,
-                              const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored);
+/* select_scan_topk over s->params.n_threads contiguous parts of the slots,
+ * each with its own heap, merged at the end (same result as one scan up to
+ * ties). */
+int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
+                              kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out);
 
 /* Beam width of a filtered ANN search: ef when every indexed slot is
  * eligible, widened by n / n_elig (at most 8x) otherwise. Accepted nodes are

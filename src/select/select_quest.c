@@ -138,7 +138,8 @@ float select_quest_page_score(selector *s, const float *q_native, int page) {
 static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need, int32_t *out) {
     const selector_env *env = &q->base.env;
     const int hd = env->head_dim, nkv = env->n_head_kv, P = q->page;
-    if (!select_scratch_i(&q->sl, 2 * (size_t)P) || !select_scratch_f(&q->sl, 3 * (size_t)P)) return 0;
+    if (!select_scratch_i(&q->base, &q->sl, 2 * (size_t)P) || !select_scratch_f(&q->base, &q->sl, 3 * (size_t)P))
+        return 0;
     int32_t *idx = q->sl.i;
     float *acc = q->sl.f, *tmp = acc + P;
     select_heap h = {.score = tmp + P, .slot = idx + P, .n = 0, .k = need};
@@ -162,7 +163,7 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
     if (!q_native || n == 0) return 0;
     const int n_pages = (n + P - 1) / P;
     if (n_pages > q->pcnt_cap) {
-        int32_t *pc = realloc(q->pcnt, (size_t)n_pages * sizeof(int32_t));
+        int32_t *pc = select_query_realloc(s, q->pcnt, (size_t)n_pages * sizeof(int32_t));
         if (!pc) return 0;
         q->pcnt = pc;
         q->pcnt_cap = n_pages;
@@ -170,7 +171,7 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
     /* pages with a bounded heap of size k: each page taken holds >= 1 eligible
      * slot, so at most k pages are ever needed */
     int kp = k < n_pages ? k : n_pages;
-    if (!select_scratch_f(&q->pg, (size_t)kp) || !select_scratch_i(&q->pg, 2 * (size_t)kp)) return 0;
+    if (!select_scratch_f(s, &q->pg, (size_t)kp) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp)) return 0;
 
     prepare_query(q, q_native);
 

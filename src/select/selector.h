@@ -94,6 +94,7 @@ struct selector {
     selector_params params;
     selector_env env;
     selector_stats stats;
+    int fail_alloc; /* test hook: while set, every allocation a query makes fails */
 };
 
 /* Create a selector of params->kind for one layer. SUBQ_ERR_UNSUPPORTED when
