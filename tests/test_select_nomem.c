@@ -78,12 +78,12 @@ static void check_forward(void) {
     attn_plan_default(&plan);
     plan.sparse_layers = "1-4";
     plan.sparse.top_k = 8;
+    plan.sparse.dense_prefill = 1; /* the prompt runs no queries: the decode step's query is the first */
     selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
     CHECK(!context_set_plan(c, &plan, NULL, &err), "plan: %s", err.msg);
     int32_t tok[40];
     for (int i = 0; i < 40; i++) tok[i] = 1 + (i * 37) % 500;
     float *logits = malloc((size_t)m->hp.n_vocab * sizeof(float));
-    /* the prompt is attended densely (no queries); then one decode step */
     CHECK(!context_forward(c, tok, 39, NULL, NULL, NULL, 0, &err), "prefill: %s", err.msg);
     selector *s = attn_sparse_selector(c->stages[1]);
     CHECK(s != NULL, "layer 1 has no selector");

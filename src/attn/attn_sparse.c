@@ -139,7 +139,8 @@ done:
  * then the retrieved candidates, then the tail (the n_tail most recent
  * slots of its document up to itself); the selector never returns sinks or
  * tail, so the three sets are disjoint. Returns the count written to
- * `slots`; the candidates are slots[*cand_off .. *cand_off + *n_cand). */
+ * `slots` (-1 when the selector's query failed for lack of memory); the
+ * candidates are slots[*cand_off .. *cand_off + *n_cand). */
 static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
                         int32_t *cand, int *slots, int *cand_off, int *n_cand) {
     const int32_t seg = kv->seg[slot];
@@ -151,6 +152,7 @@ static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const flo
     select_mask m = {.n_slots = visible, .seg = kv->seg, .query_seg = seg,
                      .ex0_lo = doc0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1};
     int got = s->p.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.top_k, &m, cand) : 0;
+    if (got < 0) return -1;
     if (s->metrics_on) measure_query(s, kv, slot, doc0, q_s, q_native, &m, cand, got);
     for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
     int n = 0;
@@ -214,6 +216,11 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         int cand_off, n_cand;
         int ns = gather_slots(s, kv, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
                               s->rec.cand + (size_t)t * s->p.top_k, slots, &cand_off, &n_cand);
+        if (ns < 0) {
+            rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
+                           selector_kind_name(s->p.select.kind), st->layer);
+            break;
+        }
         if (s->comp) {
             completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand,
                               st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum, &s->metrics.n_share);

@@ -160,7 +160,7 @@ static int scan_range(const selector *s, const float *q, const void *base, size_
                       select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
     if (k <= 0) return 0;
     if (!select_scratch_f(s, sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(s, sc, (size_t)k + SELECT_BLOCK))
-        return 0;
+        return -1;
     select_heap h = {.score = sc->f, .slot = sc->i, .n = 0, .k = k};
     int32_t *idx = sc->i + k;
     float *dots = sc->f + k;
@@ -198,7 +198,7 @@ int select_scan_topk_parallel(selector *s, const float *q, const void *base, siz
     float *best = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(float));
     int32_t *slots = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(int32_t));
     int *got = select_query_realloc(s, NULL, (size_t)n_threads * sizeof(int));
-    int n_out = 0;
+    int n_out = -1;
     int64_t scored = 0;
     if (best && slots && got) {
         /* each thread: its own contiguous part of the slots and its own heap */
@@ -212,7 +212,9 @@ int select_scan_topk_parallel(selector *s, const float *q, const void *base, siz
         }
         /* merge the parts' results through one more size-k heap */
         select_scratch sc = {0};
-        if (select_scratch_f(s, &sc, (size_t)k) && select_scratch_i(s, &sc, (size_t)k)) {
+        int failed = 0;
+        for (int t = 0; t < n_threads; t++) failed |= got[t] < 0;
+        if (!failed && select_scratch_f(s, &sc, (size_t)k) && select_scratch_i(s, &sc, (size_t)k)) {
             select_heap h = {.score = sc.f, .slot = sc.i, .n = 0, .k = k};
             for (int t = 0; t < n_threads; t++)
                 for (int i = 0; i < got[t]; i++) select_heap_push(&h, best[(size_t)t * k + i], slots[(size_t)t * k + i]);

@@ -71,13 +71,14 @@ static int faiss_query(selector *s, const float *q_search, const float *q_native
         if (l) f->labels = l;
         float *x = select_query_realloc(s, f->sims, (size_t)k * sizeof(float));
         if (x) f->sims = x;
-        if (!l || !x) return 0;
+        if (!l || !x) return -1;
         f->res_cap = k;
     }
     int got = faiss_shim_search(f->ix, f->qn, k, efw, mask_filter, (void *)m, f->labels, f->sims, &s->stats.n_visited);
     if (got >= 0 && got < k && got < n_elig)
         got = faiss_shim_search(f->ix, f->qn, k, 4 * width, mask_filter, (void *)m, f->labels, f->sims,
                                 &s->stats.n_visited);
+    if (got < 0) return -1; /* the index ran out of memory */
     int n = 0;
     for (int i = 0; i < got; i++)
         if (select_mask_allows(m, (int)f->labels[i])) out[n++] = (int32_t)f->labels[i];

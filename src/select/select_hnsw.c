@@ -87,7 +87,7 @@ static int hnsw_query(selector *s, const float *q_search, const float *q_native,
         if (l) h->labels = l;
         float *f = select_query_realloc(s, h->sims, (size_t)k * sizeof(float));
         if (f) h->sims = f;
-        if (!l || !f) return 0;
+        if (!l || !f) return -1;
         h->res_cap = k;
     }
     int got = hnsw_shim_search(h->ix, h->qn, k, efw, mask_filter, (void *)m, h->labels, h->sims, &s->stats.n_visited);
@@ -95,6 +95,7 @@ static int hnsw_query(selector *s, const float *q_search, const float *q_native,
     if (got >= 0 && got < k && got < n_elig)
         got = hnsw_shim_search(h->ix, h->qn, k, 4 * width, mask_filter, (void *)m, h->labels, h->sims,
                                &s->stats.n_visited);
+    if (got < 0) return -1; /* the index ran out of memory */
     int n = 0;
     for (int i = 0; i < got; i++)
         if (select_mask_allows(m, (int)h->labels[i])) out[n++] = (int32_t)h->labels[i];

@@ -38,7 +38,7 @@ static int oracle_query(selector *s, const float *q_search, const float *q_nativ
     const int hd = env->head_dim, nkv = env->n_head_kv, grp = env->n_head / env->n_head_kv;
     if (!q_native || o->count == 0) return 0;
     const size_t blk = SELECT_BLOCK;
-    if (!select_scratch_f(s, &o->sc, (size_t)k + 2 * blk) || !select_scratch_i(s, &o->sc, (size_t)k + blk)) return 0;
+    if (!select_scratch_f(s, &o->sc, (size_t)k + 2 * blk) || !select_scratch_i(s, &o->sc, (size_t)k + blk)) return -1;
     select_heap best = {.score = o->sc.f, .slot = o->sc.i, .n = 0, .k = k};
     int32_t *idx = o->sc.i + k;
     float *acc = o->sc.f + k, *tmp = acc + blk;

@@ -134,12 +134,13 @@ float select_quest_page_score(selector *s, const float *q_native, int page) {
     return page_score(q, page);
 }
 
-/* Best `need` eligible slots of page p by exact head-mean q.k, best first. */
+/* Best `need` eligible slots of page p by exact head-mean q.k, best first
+ * (-1: out of memory). */
 static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need, int32_t *out) {
     const selector_env *env = &q->base.env;
     const int hd = env->head_dim, nkv = env->n_head_kv, P = q->page;
     if (!select_scratch_i(&q->base, &q->sl, 2 * (size_t)P) || !select_scratch_f(&q->base, &q->sl, 3 * (size_t)P))
-        return 0;
+        return -1;
     int32_t *idx = q->sl.i;
     float *acc = q->sl.f, *tmp = acc + P;
     select_heap h = {.score = tmp + P, .slot = idx + P, .n = 0, .k = need};
@@ -164,14 +165,14 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
     const int n_pages = (n + P - 1) / P;
     if (n_pages > q->pcnt_cap) {
         int32_t *pc = select_query_realloc(s, q->pcnt, (size_t)n_pages * sizeof(int32_t));
-        if (!pc) return 0;
+        if (!pc) return -1;
         q->pcnt = pc;
         q->pcnt_cap = n_pages;
     }
     /* pages with a bounded heap of size k: each page taken holds >= 1 eligible
      * slot, so at most k pages are ever needed */
     int kp = k < n_pages ? k : n_pages;
-    if (!select_scratch_f(s, &q->pg, (size_t)kp) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp)) return 0;
+    if (!select_scratch_f(s, &q->pg, (size_t)kp) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp)) return -1;
 
     prepare_query(q, q_native);
 
@@ -199,7 +200,8 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
     for (int i = 0; i < np && got < k; i++) {
         int p = pages[i];
         if (q->pcnt[p] > k - got) {
-            got += rank_page(q, p, n, m, k - got, out + got);
+            const int r = rank_page(q, p, n, m, k - got, out + got);
+            got = r < 0 ? -1 : got + r;
             break;
         }
         for (int j = p * P; j < p * P + P && j < n; j++)

@@ -123,7 +123,7 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
     double t0 = time_now_s();
     int got = s->ops->query(s, q_search, q_native, k, m, out);
     s->stats.t_query_s += time_now_s() - t0;
-    if (got < 0) got = 0;
+    if (got < 0) return -1;
     s->stats.n_queries++;
     s->stats.n_returned += got;
     s->stats.n_filler += k - got;

@@ -80,9 +80,11 @@ typedef struct selector_ops {
      * keys) of cache slots slot0 .. slot0+n-1, appended in slot order. The
      * native keys of those slots are already in env->kv. */
     subq_status (*append)(selector *s, const float *k_search, int n, int slot0, subq_error *err);
-    /* Up to k eligible slots (best first) into out; returns the count. The
-     * query has a search vector (may be NULL when unused) and its native
-     * post-RoPE q for all heads [n_head*head_dim]. */
+    /* Up to k eligible slots (best first) into out; returns the count, or
+     * -1 when the query could not run (out of memory): a failed query must
+     * never pass for one that found nothing. The query has a search vector
+     * (may be NULL when unused) and its native post-RoPE q for all heads
+     * [n_head*head_dim]. */
     int (*query)(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                  int32_t *out);
     void (*reset)(selector *s);   /* forget all keys (new sequence) */
@@ -103,7 +105,8 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
 void selector_free(selector *s);
 
 /* Timed, counted calls through ops (these keep stats up to date; the ops
- * themselves add n_visited). */
+ * themselves add n_visited). selector_query returns the count, or -1 when
+ * the selector ran out of memory (the caller reports SUBQ_ERR_NOMEM). */
 subq_status selector_append(selector *s, const float *k_search, int n, int slot0, subq_error *err);
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out);
