@@ -76,43 +76,16 @@ TARGET static float row_dot_f32(const void *row, const float *x, int64_t n) { re
 TARGET static float row_dot_f16(const void *row, const float *x, int64_t n) { return dot_f16(x, row, n); }
 TARGET static float row_dot_bf16(const void *row, const float *x, int64_t n) { return dot_bf16(x, row, n); }
 
-/* ---- Q8_0 ---------------------------------------------------------------- */
+/* ---- Q8_0, Q4_0 ------------------------------------------------------------ */
 
-TARGET static void dequant_q8_0(const void *src, float *dst, int64_t n) {
-    const block_q8_0 *b = src;
-    for (int64_t ib = 0; ib < n / QK8_0; ib++) {
-        const __m256 d = h2f8(b[ib].d);
-        UNROLL for (int j = 0; j < QK8_0; j += 8) _mm256_storeu_ps(dst + ib * QK8_0 + j, _mm256_mul_ps(i8x8(b[ib].qs + j), d));
-    }
+/* The 32 values q of a Q8_0 block as 4 x 8 floats in element order. */
+INLINE void q8_0_vals(const block_q8_0 *b, __m256 q[4]) {
+    UNROLL for (int k = 0; k < 4; k++) q[k] = i8x8(b->qs + 8 * k);
 }
 
-/* sum_j q_j x_j over one block (the caller scales by d) */
-INLINE __m256 q8_0_qx(const block_q8_0 *b, const float *x) {
-    __m256 s = _mm256_mul_ps(i8x8(b->qs), ldx(x));
-    s = _mm256_fmadd_ps(i8x8(b->qs + 8), ldx(x + 8), s);
-    s = _mm256_fmadd_ps(i8x8(b->qs + 16), ldx(x + 16), s);
-    return _mm256_fmadd_ps(i8x8(b->qs + 24), ldx(x + 24), s);
-}
-
-/* sum_b d_b * (sum_j q_j x_j); two accumulators hide the FMA latency */
-TARGET static float dot_q8_0(const void *row, const float *x, int64_t n) {
-    const block_q8_0 *b = row;
-    const int64_t nb = n / QK8_0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        a0 = _mm256_fmadd_ps(h2f8(b[ib].d), q8_0_qx(b + ib, x + ib * QK8_0), a0);
-        a1 = _mm256_fmadd_ps(h2f8(b[ib + 1].d), q8_0_qx(b + ib + 1, x + (ib + 1) * QK8_0), a1);
-    }
-    for (; ib < nb; ib++) a0 = _mm256_fmadd_ps(h2f8(b[ib].d), q8_0_qx(b + ib, x + ib * QK8_0), a0);
-    return kernels_hsum8(_mm256_add_ps(a0, a1));
-}
-
-/* ---- Q4_0 ---------------------------------------------------------------- */
-
-/* The 32 values q - 8 of a block as 4 x 8 floats in element order: bytes
- * 0..7 give elements 0..7 (low nibbles) and 16..23 (high), bytes 8..15 give
- * 8..15 and 24..31. */
+/* The 32 values q - 8 of a Q4_0 block as 4 x 8 floats in element order:
+ * bytes 0..7 give elements 0..7 (low nibbles) and 16..23 (high), bytes
+ * 8..15 give 8..15 and 24..31. */
 INLINE void q4_0_vals(const block_q4_0 *b, __m256 q[4]) {
     const __m256i m4 = _mm256_set1_epi32(0xF), e8 = _mm256_set1_epi32(8);
     const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b->qs));
@@ -123,37 +96,47 @@ INLINE void q4_0_vals(const block_q4_0 *b, __m256 q[4]) {
     q[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v1, 4), e8));
 }
 
-TARGET static void dequant_q4_0(const void *src, float *dst, int64_t n) {
-    const block_q4_0 *b = src;
-    for (int64_t ib = 0; ib < n / QK4_0; ib++) {
-        const __m256 d = h2f8(b[ib].d);
-        __m256 q[4];
-        q4_0_vals(b + ib, q);
-        UNROLL for (int k = 0; k < 4; k++) _mm256_storeu_ps(dst + ib * QK4_0 + 8 * k, _mm256_mul_ps(q[k], d));
-    }
-}
-
-INLINE __m256 q4_0_qx(const block_q4_0 *b, const float *x) {
-    __m256 q[4];
-    q4_0_vals(b, q);
+/* sum_j q_j x_j over one block of 32 (the caller scales by d) */
+INLINE __m256 qx32(const __m256 q[4], const float *x) {
     __m256 s = _mm256_mul_ps(q[0], ldx(x));
     s = _mm256_fmadd_ps(q[1], ldx(x + 8), s);
     s = _mm256_fmadd_ps(q[2], ldx(x + 16), s);
     return _mm256_fmadd_ps(q[3], ldx(x + 24), s);
 }
 
-TARGET static float dot_q4_0(const void *row, const float *x, int64_t n) {
-    const block_q4_0 *b = row;
-    const int64_t nb = n / QK4_0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
-    int64_t ib = 0;
-    for (; ib + 2 <= nb; ib += 2) {
-        a0 = _mm256_fmadd_ps(h2f8(b[ib].d), q4_0_qx(b + ib, x + ib * QK4_0), a0);
-        a1 = _mm256_fmadd_ps(h2f8(b[ib + 1].d), q4_0_qx(b + ib + 1, x + (ib + 1) * QK4_0), a1);
+/* Blocks of 32 values with one fp16 scale d, w = d q: the dequantiser, and
+ * the dot sum_b d_b * (sum_j q_j x_j) with two accumulators hiding the FMA
+ * latency. */
+#define BLOCK32_KERNELS(T)                                                                                   \
+    TARGET static void dequant_##T(const void *src, float *dst, int64_t n) {                                 \
+        const block_##T *b = src;                                                                            \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                            \
+            const __m256 d = h2f8(b[ib].d);                                                                  \
+            __m256 q[4];                                                                                     \
+            T##_vals(b + ib, q);                                                                             \
+            UNROLL for (int k = 0; k < 4; k++) _mm256_storeu_ps(dst + ib * 32 + 8 * k, _mm256_mul_ps(q[k], d)); \
+        }                                                                                                    \
+    }                                                                                                        \
+    INLINE __m256 T##_qx(const block_##T *b, const float *x) {                                               \
+        __m256 q[4];                                                                                         \
+        T##_vals(b, q);                                                                                      \
+        return qx32(q, x);                                                                                   \
+    }                                                                                                        \
+    TARGET static float dot_##T(const void *row, const float *x, int64_t n) {                                \
+        const block_##T *b = row;                                                                            \
+        const int64_t nb = n / 32;                                                                           \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                            \
+        int64_t ib = 0;                                                                                      \
+        for (; ib + 2 <= nb; ib += 2) {                                                                      \
+            a0 = _mm256_fmadd_ps(h2f8(b[ib].d), T##_qx(b + ib, x + ib * 32), a0);                            \
+            a1 = _mm256_fmadd_ps(h2f8(b[ib + 1].d), T##_qx(b + ib + 1, x + (ib + 1) * 32), a1);              \
+        }                                                                                                    \
+        for (; ib < nb; ib++) a0 = _mm256_fmadd_ps(h2f8(b[ib].d), T##_qx(b + ib, x + ib * 32), a0);          \
+        return kernels_hsum8(_mm256_add_ps(a0, a1));                                                         \
     }
-    for (; ib < nb; ib++) a0 = _mm256_fmadd_ps(h2f8(b[ib].d), q4_0_qx(b + ib, x + ib * QK4_0), a0);
-    return kernels_hsum8(_mm256_add_ps(a0, a1));
-}
+
+BLOCK32_KERNELS(q8_0)
+BLOCK32_KERNELS(q4_0)
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 

@@ -76,57 +76,42 @@ static float dot_q4_0(const void *row, const float *x, int64_t n) {
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 
-/* per sub-block: (d sc) * sum q x - (dmin m) * sum x */
+/* One Q4_K / Q5_K super-block added to sum (q as in quant/dequant.c; qh
+ * NULL for Q4_K), per sub-block: (d sc) * sum q x - (dmin m) * sum x */
+static float dot_k4(float sum, const uint8_t dh[2], const uint8_t dminh[2], const uint8_t *scales, const uint8_t *ql,
+                    const uint8_t *qh, const float *xb) {
+    const float d = fp16_to_fp32(quant_rd16(dh)), dmin = fp16_to_fp32(quant_rd16(dminh));
+    for (int c = 0; c < 4; c++) {
+        uint8_t sc1, m1, sc2, m2;
+        k4_scale_min(2 * c, scales, &sc1, &m1);
+        k4_scale_min(2 * c + 1, scales, &sc2, &m2);
+        float qx1 = 0, sx1 = 0, qx2 = 0, sx2 = 0;
+        for (int l = 0; l < 32; l++) {
+            const float x1 = xb[64 * c + l], x2 = xb[64 * c + 32 + l];
+            const int h1 = qh ? (qh[l] >> (2 * c)) & 1 : 0, h2 = qh ? (qh[l] >> (2 * c + 1)) & 1 : 0;
+            qx1 += (float)((ql[32 * c + l] & 0xF) | (h1 << 4)) * x1;
+            qx2 += (float)((ql[32 * c + l] >> 4) | (h2 << 4)) * x2;
+            sx1 += x1;
+            sx2 += x2;
+        }
+        sum += (d * sc1) * qx1 - (dmin * m1) * sx1 + (d * sc2) * qx2 - (dmin * m2) * sx2;
+    }
+    return sum;
+}
+
 static float dot_q4_K(const void *row, const float *x, int64_t n) {
     const block_q4_K *b = row;
     float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = fp16_to_fp32(quant_rd16(b[ib].d));
-        const float dmin = fp16_to_fp32(quant_rd16(b[ib].dmin));
-        const uint8_t *q = b[ib].qs;
-        const float *xb = x + ib * QK_K;
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc1, m1, sc2, m2;
-            k4_scale_min(2 * c, b[ib].scales, &sc1, &m1);
-            k4_scale_min(2 * c + 1, b[ib].scales, &sc2, &m2);
-            float qx1 = 0, sx1 = 0, qx2 = 0, sx2 = 0;
-            for (int l = 0; l < 32; l++) {
-                const float x1 = xb[64 * c + l], x2 = xb[64 * c + 32 + l];
-                qx1 += (float)(q[32 * c + l] & 0xF) * x1;
-                qx2 += (float)(q[32 * c + l] >> 4) * x2;
-                sx1 += x1;
-                sx2 += x2;
-            }
-            sum += (d * sc1) * qx1 - (dmin * m1) * sx1 + (d * sc2) * qx2 - (dmin * m2) * sx2;
-        }
-    }
+    for (int64_t ib = 0; ib < n / QK_K; ib++)
+        sum = dot_k4(sum, b[ib].d, b[ib].dmin, b[ib].scales, b[ib].qs, NULL, x + ib * QK_K);
     return sum;
 }
 
 static float dot_q5_K(const void *row, const float *x, int64_t n) {
     const block_q5_K *b = row;
     float sum = 0.0f;
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = fp16_to_fp32(quant_rd16(b[ib].d));
-        const float dmin = fp16_to_fp32(quant_rd16(b[ib].dmin));
-        const uint8_t *ql = b[ib].qs, *qh = b[ib].qh;
-        const float *xb = x + ib * QK_K;
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc1, m1, sc2, m2;
-            k4_scale_min(2 * c, b[ib].scales, &sc1, &m1);
-            k4_scale_min(2 * c + 1, b[ib].scales, &sc2, &m2);
-            const int s1 = 2 * c, s2 = 2 * c + 1;
-            float qx1 = 0, sx1 = 0, qx2 = 0, sx2 = 0;
-            for (int l = 0; l < 32; l++) {
-                const float x1 = xb[64 * c + l], x2 = xb[64 * c + 32 + l];
-                qx1 += (float)((ql[32 * c + l] & 0xF) | (((qh[l] >> s1) & 1) << 4)) * x1;
-                qx2 += (float)((ql[32 * c + l] >> 4) | (((qh[l] >> s2) & 1) << 4)) * x2;
-                sx1 += x1;
-                sx2 += x2;
-            }
-            sum += (d * sc1) * qx1 - (dmin * m1) * sx1 + (d * sc2) * qx2 - (dmin * m2) * sx2;
-        }
-    }
+    for (int64_t ib = 0; ib < n / QK_K; ib++)
+        sum = dot_k4(sum, b[ib].d, b[ib].dmin, b[ib].scales, b[ib].qs, b[ib].qh, x + ib * QK_K);
     return sum;
 }
 

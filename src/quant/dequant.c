@@ -45,46 +45,35 @@ static void dequant_q4_0(const void *src, float *dst, int64_t n) {
     }
 }
 
-/* Sub-block s of 32: w = (d * sc_s) * q - (dmin * m_s); the 64 weights of
- * chunk c are the low then the high nibbles of qs[32c .. 32c + 32). */
-static void dequant_q4_K(const void *src, float *dst, int64_t n) {
-    const block_q4_K *b = src;
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = fp16_to_fp32(quant_rd16(b[ib].d));
-        const float dmin = fp16_to_fp32(quant_rd16(b[ib].dmin));
-        const uint8_t *q = b[ib].qs;
-        float *y = dst + ib * QK_K;
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc, m;
-            k4_scale_min(2 * c, b[ib].scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
-            k4_scale_min(2 * c + 1, b[ib].scales, &sc, &m);
-            const float d2 = d * sc, m2 = dmin * m;
-            for (int l = 0; l < 32; l++) y[64 * c + l] = d1 * (q[32 * c + l] & 0xF) - m1;
-            for (int l = 0; l < 32; l++) y[64 * c + 32 + l] = d2 * (q[32 * c + l] >> 4) - m2;
-        }
+/* One Q4_K / Q5_K super-block. Sub-block s of 32: w = (d * sc_s) * q -
+ * (dmin * m_s); the 64 weights of chunk c are the low then the high nibbles
+ * of ql[32c .. 32c + 32), plus 16 where the chunk's bit (2c, 2c+1) of qh[l]
+ * is set (Q5_K; qh is NULL for Q4_K). */
+static void dequant_k4(const uint8_t dh[2], const uint8_t dminh[2], const uint8_t *scales, const uint8_t *ql,
+                       const uint8_t *qh, float *y) {
+    const float d = fp16_to_fp32(quant_rd16(dh)), dmin = fp16_to_fp32(quant_rd16(dminh));
+    for (int c = 0; c < 4; c++) {
+        uint8_t sc, m;
+        k4_scale_min(2 * c, scales, &sc, &m);
+        const float d1 = d * sc, m1 = dmin * m;
+        k4_scale_min(2 * c + 1, scales, &sc, &m);
+        const float d2 = d * sc, m2 = dmin * m;
+        const uint8_t u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
+        for (int l = 0; l < 32; l++) y[64 * c + l] = d1 * ((ql[32 * c + l] & 0xF) + (qh && qh[l] & u1 ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; l++) y[64 * c + 32 + l] = d2 * ((ql[32 * c + l] >> 4) + (qh && qh[l] & u2 ? 16 : 0)) - m2;
     }
 }
 
-/* As Q4_K with q += 16 where the chunk's bit of qh[l] is set (bits 2c, 2c+1). */
+static void dequant_q4_K(const void *src, float *dst, int64_t n) {
+    const block_q4_K *b = src;
+    for (int64_t ib = 0; ib < n / QK_K; ib++)
+        dequant_k4(b[ib].d, b[ib].dmin, b[ib].scales, b[ib].qs, NULL, dst + ib * QK_K);
+}
+
 static void dequant_q5_K(const void *src, float *dst, int64_t n) {
     const block_q5_K *b = src;
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        const float d = fp16_to_fp32(quant_rd16(b[ib].d));
-        const float dmin = fp16_to_fp32(quant_rd16(b[ib].dmin));
-        const uint8_t *ql = b[ib].qs, *qh = b[ib].qh;
-        float *y = dst + ib * QK_K;
-        for (int c = 0; c < 4; c++) {
-            uint8_t sc, m;
-            k4_scale_min(2 * c, b[ib].scales, &sc, &m);
-            const float d1 = d * sc, m1 = dmin * m;
-            k4_scale_min(2 * c + 1, b[ib].scales, &sc, &m);
-            const float d2 = d * sc, m2 = dmin * m;
-            const uint8_t u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
-            for (int l = 0; l < 32; l++) y[64 * c + l] = d1 * ((ql[32 * c + l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++) y[64 * c + 32 + l] = d2 * ((ql[32 * c + l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-        }
-    }
+    for (int64_t ib = 0; ib < n / QK_K; ib++)
+        dequant_k4(b[ib].d, b[ib].dmin, b[ib].scales, b[ib].qs, b[ib].qh, dst + ib * QK_K);
 }
 
 /* w = (d * sc[8h + 2k + l/16]) * (q - 32) */

@@ -187,7 +187,8 @@ extern "C" int faiss_shim_search(faiss_shim *f, const float *q, int k, int ef, s
     }
 }
 
-extern "C" const float *faiss_shim_vectors(const faiss_shim *f) {
+extern "C" const float *faiss_shim_vectors(const faiss_shim *f, size_t *stride) {
+    *stride = (size_t)f->index.d;
     return static_cast<const faiss::IndexFlat *>(f->index.storage)->get_xb();
 }
 

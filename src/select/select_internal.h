@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "select/hnsw_shim.h" /* select_filter_fn */
 #include "select/selector.h"
 
 /* One constructor per kind; each allocates a struct whose first member is
@@ -80,6 +81,33 @@ int select_scan_topk(selector *s, const float *q, const void *base, size_t strid
  * ties). */
 int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
                               kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out);
+
+/* The query side of the graph-index selectors (hnsw, faiss), over an index
+ * behind two functions: the query is normalised; when few slots are
+ * eligible they are scored directly (select_scan_topk over the index's
+ * stored vectors), else a filtered graph search of width select_filtered_ef
+ * runs, with one wider retry when it comes back short, and every returned
+ * slot is checked again. */
+typedef struct select_ann {
+    void *ix; /* the index (NULL: none yet) */
+    /* the shim's filtered search (count, or -1 on failure) and its stored
+     * vectors (row i at base + i * stride) */
+    int (*search)(void *ix, const float *q, int k, int ef, select_filter_fn filter, void *ctx, int64_t *labels,
+                  float *sims, int64_t *n_dist);
+    const float *(*vectors)(const void *ix, size_t *stride);
+    int d, count;           /* search width; keys in the index */
+    float *qn;              /* the normalised query */
+    int64_t *labels;        /* search results */
+    float *sims;
+    int res_cap;
+    select_scratch sc;
+    kernels_gather_dot_fn dot;
+} select_ann;
+
+/* 0 when out of memory (then select_ann_free). */
+int select_ann_init(select_ann *a, int d);
+void select_ann_free(select_ann *a); /* not the index: its owner frees it */
+int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
 
 /* Beam width of a filtered ANN search: ef when every indexed slot is
  * eligible, widened by n / n_elig (at most 8x) otherwise. Accepted nodes are
