@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "quant/quant.h"
 #include "select/select_internal.h"
 
 typedef struct quest_sel {
@@ -70,15 +69,8 @@ static subq_status quest_append(selector *s, const float *k_search, int n, int s
     }
     for (int j = slot0; j < slot0 + n; j++) {
         for (int g = 0; g < nkv; g++) {
-            const void *key = kv_cache_key(kv, env->layer, g, j);
-            const float *k;
-            if (kv->type == SUBQ_KV_F16) {
-                const uint16_t *k16 = key;
-                for (int c = 0; c < hd; c++) q->row[c] = fp16_to_fp32(k16[c]);
-                k = q->row;
-            } else {
-                k = key;
-            }
+            const float *k = q->row;
+            kv_cache_row_f32(kv, kv_cache_key(kv, env->layer, g, j), q->row);
             float *mx = q->mm + ((size_t)(j / P) * nkv + g) * 2 * hd, *mn = mx + hd;
             if (j % P == 0) { /* first slot of a page starts its bounds */
                 memcpy(mx, k, (size_t)hd * sizeof(float));
