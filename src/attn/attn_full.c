@@ -53,8 +53,8 @@ void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const floa
  * g heads (q and out hold g adjacent heads, scores is [g][n] + g scratch).
  *   s_ij = scale q_i.k_j (-inf outside the query's document)
  *   e_ij = exp(s_ij - max_j s_ij),  out_i = sum_j e_ij v_j / sum_j e_ij */
-static void attn_group_causal(const kernels *K, const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
-                              int n, int seg, float *scores, float *out) {
+static void attn_group_causal(const kernels *K, const kv_cache *kv, int layer, int kv_head, int g, const float *q,
+                              float scale, int n, int seg, float *scores, float *out) {
     const int hd = kv->head_dim, f16 = kv->type == SUBQ_KV_F16;
     const void *keys = kv_cache_key(kv, layer, kv_head, 0), *vals = kv_cache_value(kv, layer, kv_head, 0);
     if (f16) K->scores_f16(q, g, keys, n, hd, scale, scores, n);

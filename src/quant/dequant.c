@@ -59,8 +59,10 @@ static void dequant_k4(const uint8_t dh[2], const uint8_t dminh[2], const uint8_
         k4_scale_min(2 * c + 1, scales, &sc, &m);
         const float d2 = d * sc, m2 = dmin * m;
         const uint8_t u1 = (uint8_t)(1u << (2 * c)), u2 = (uint8_t)(2u << (2 * c));
-        for (int l = 0; l < 32; l++) y[64 * c + l] = d1 * ((ql[32 * c + l] & 0xF) + (qh && qh[l] & u1 ? 16 : 0)) - m1;
-        for (int l = 0; l < 32; l++) y[64 * c + 32 + l] = d2 * ((ql[32 * c + l] >> 4) + (qh && qh[l] & u2 ? 16 : 0)) - m2;
+        for (int l = 0; l < 32; l++) {
+            y[64 * c + l] = d1 * ((ql[32 * c + l] & 0xF) + (qh && qh[l] & u1 ? 16 : 0)) - m1;
+            y[64 * c + 32 + l] = d2 * ((ql[32 * c + l] >> 4) + (qh && qh[l] & u2 ? 16 : 0)) - m2;
+        }
     }
 }
 

@@ -115,7 +115,9 @@ int select_heap_take(select_heap *h, int32_t *out, float *scores) {
 
 /* ---- scratch -------------------------------------------------------------- */
 
-void *select_query_realloc(const selector *s, void *p, size_t bytes) { return s->fail_alloc ? NULL : realloc(p, bytes); }
+void *select_query_realloc(const selector *s, void *p, size_t bytes) {
+    return s->fail_alloc ? NULL : realloc(p, bytes);
+}
 
 int select_scratch_f(const selector *s, select_scratch *sc, size_t n) {
     if (n <= sc->cap_f) return 1;

@@ -70,8 +70,8 @@ void select_normalize(float *dst, const float *src, int d);
 /* Exact top-k over the eligible slots below n of a row store (the exact
  * selector, and the ANN selectors when few slots are eligible) for a query
  * of selector s. Writes up to k slots best-first and returns the count (-1
- * when out of memory); adds the rows scored to s->stats.n_visited. Uses scratch (needs k floats, k + SELECT_BLOCK int32
- * and SELECT_BLOCK floats). */
+ * when out of memory); adds the rows scored to s->stats.n_visited. Uses
+ * scratch (needs k floats, k + SELECT_BLOCK int32 and SELECT_BLOCK floats). */
 #define SELECT_BLOCK 256
 int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
                      int n, const select_mask *m, int k, select_scratch *sc, int32_t *out);
