@@ -68,7 +68,7 @@ TARGET static void dequant_bf16(const void *src, float *dst, int64_t n) {
     for (; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
 }
 
-KERNELS_DOT_DENSE(dot_f16, uint16_t, f16x8, fp16_to_fp32)
+KERNELS_DOT_DENSE(dot_f16, uint16_t, f16x8, _cvtsh_ss) /* a leaf: no call in the tail */
 KERNELS_DOT_DENSE(dot_bf16, uint16_t, bf16x8, bf16_to_fp32)
 
 /* the same as row . x for the table */
@@ -372,7 +372,7 @@ INLINE __m256 load8(const void *rows, size_t at, int f16) {
 
 /* one value of a row, as a float */
 INLINE float load1(const void *rows, size_t at, int f16) {
-    return f16 ? fp16_to_fp32(((const uint16_t *)rows)[at]) : ((const float *)rows)[at];
+    return f16 ? _cvtsh_ss(((const uint16_t *)rows)[at]) : ((const float *)rows)[at];
 }
 
 /* Ask for rows [j0, j1) of a KV head ahead of use: sequential rows of a few
@@ -550,29 +550,37 @@ TARGET static float exp_shift_sum(float *x, int n, float mx) {
  * horizontal sums share one hadd tree. */
 INLINE void gather_dot(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n, float *out,
                        int f16) {
+    const size_t row_bytes = stride * (f16 ? sizeof(uint16_t) : sizeof(float));
+    const char *b = base;
     const int d8 = d & ~7;
     int i = 0;
     for (; i + 4 <= n; i += 4) {
-        const size_t r[4] = {(size_t)idx[i] * stride, (size_t)idx[i + 1] * stride, (size_t)idx[i + 2] * stride,
-                             (size_t)idx[i + 3] * stride};
+        const char *r0 = b + (size_t)idx[i] * row_bytes, *r1 = b + (size_t)idx[i + 1] * row_bytes;
+        const char *r2 = b + (size_t)idx[i + 2] * row_bytes, *r3 = b + (size_t)idx[i + 3] * row_bytes;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int c = 0; c < d8; c += 8) {
             __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, load8(base, r[0] + c, f16), a0);
-            a1 = _mm256_fmadd_ps(qv, load8(base, r[1] + c, f16), a1);
-            a2 = _mm256_fmadd_ps(qv, load8(base, r[2] + c, f16), a2);
-            a3 = _mm256_fmadd_ps(qv, load8(base, r[3] + c, f16), a3);
+            a0 = _mm256_fmadd_ps(qv, load8(r0, c, f16), a0);
+            a1 = _mm256_fmadd_ps(qv, load8(r1, c, f16), a1);
+            a2 = _mm256_fmadd_ps(qv, load8(r2, c, f16), a2);
+            a3 = _mm256_fmadd_ps(qv, load8(r3, c, f16), a3);
         }
-        _mm_storeu_ps(out + i, hsum4(a0, a1, a2, a3));
-        for (int c = d8; c < d; c++)
-            for (int u = 0; u < 4; u++) out[i + u] += q[c] * load1(base, r[u] + c, f16);
+        float s[4];
+        _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
+        for (int c = d8; c < d; c++) {
+            s[0] += q[c] * load1(r0, c, f16);
+            s[1] += q[c] * load1(r1, c, f16);
+            s[2] += q[c] * load1(r2, c, f16);
+            s[3] += q[c] * load1(r3, c, f16);
+        }
+        for (int u = 0; u < 4; u++) out[i + u] = s[u];
     }
     for (; i < n; i++) {
-        const size_t r = (size_t)idx[i] * stride;
+        const char *r = b + (size_t)idx[i] * row_bytes;
         __m256 a = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(base, r + c, f16), a);
+        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(r, c, f16), a);
         float s = kernels_hsum8(a);
-        for (int c = d8; c < d; c++) s += q[c] * load1(base, r + c, f16);
+        for (int c = d8; c < d; c++) s += q[c] * load1(r, c, f16);
         out[i] = s;
     }
 }
