@@ -18,17 +18,17 @@
 static const struct kind_info {
     const char *name;
     subq_status (*create)(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
-    int needs_search; /* ranks search vectors: needs projections and d_search */
-    int ann;          /* approximate graph index: HNSW parameters, recall measured against exact */
-    int native_keys;  /* reads the layer's native keys from the KV cache */
+    int needs_search;    /* ranks search vectors: needs projections and d_search */
+    int ann;             /* approximate graph index: HNSW parameters, recall measured against exact */
+    int native_keys;     /* reads the layer's native keys from the KV cache */
     const char *package; /* the optional dependency, named when the build lacks it */
 } kinds[SELECT_KIND_COUNT] = {
-    [SELECT_EXACT] = {"exact", select_exact_new, .needs_search = 1},
-    [SELECT_HNSW] = {"hnsw", select_hnsw_new, .needs_search = 1, .ann = 1},
-    [SELECT_FAISS] = {"faiss", FAISS_NEW, .needs_search = 1, .ann = 1, .package = "libfaiss-dev"},
-    [SELECT_QUEST] = {"quest", select_quest_new, .native_keys = 1},
-    [SELECT_ORACLE] = {"oracle", select_oracle_new, .native_keys = 1},
-    [SELECT_WINDOW] = {"window", select_window_new},
+    [SELECT_EXACT] = {.name = "exact", .create = select_exact_new, .needs_search = 1},
+    [SELECT_HNSW] = {.name = "hnsw", .create = select_hnsw_new, .needs_search = 1, .ann = 1},
+    [SELECT_FAISS] = {.name = "faiss", .create = FAISS_NEW, .needs_search = 1, .ann = 1, .package = "libfaiss-dev"},
+    [SELECT_QUEST] = {.name = "quest", .create = select_quest_new, .native_keys = 1},
+    [SELECT_ORACLE] = {.name = "oracle", .create = select_oracle_new, .native_keys = 1},
+    [SELECT_WINDOW] = {.name = "window", .create = select_window_new},
 };
 
 static const struct kind_info *kind_info(selector_kind k) {
