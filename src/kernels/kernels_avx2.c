@@ -185,44 +185,30 @@ INLINE void q5_K_vals(const uint8_t *qs, const uint8_t *qh, int c, __m256 q[8]) 
     i8x32(hi, q + 4);
 }
 
-TARGET static void dequant_q4_K(const void *src, float *dst, int64_t n) {
-    const block_q4_K *b = src;
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        float ds[8], dm[8];
-        k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);
-        float *y = dst + ib * QK_K;
-        UNROLL for (int c = 0; c < 4; c++) {
-            __m256 q[8];
-            q4_K_vals(b[ib].qs + 32 * c, q);
-            const __m256 d1 = _mm256_set1_ps(ds[2 * c]), m1 = _mm256_set1_ps(dm[2 * c]);
-            const __m256 d2 = _mm256_set1_ps(ds[2 * c + 1]), m2 = _mm256_set1_ps(dm[2 * c + 1]);
-            /* y = d1 * q - m1, rounded twice as in the scalar code */
-            UNROLL for (int g = 0; g < 4; g++) {
-                _mm256_storeu_ps(y + 64 * c + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d1, q[g]), m1));
-                _mm256_storeu_ps(y + 64 * c + 32 + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d2, q[4 + g]), m2));
-            }
-        }
+/* Chunk c of a super-block: y = (d sc) * q - (dmin m) per sub-block, rounded
+ * twice as in the reference (VALS fills q[8] for chunk c of block b[ib]). */
+#define DEQUANT_K4(NAME, BLOCK, VALS)                                                                        \
+    TARGET static void NAME(const void *src, float *dst, int64_t n) {                                        \
+        const BLOCK *b = src;                                                                                \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                                          \
+            float ds[8], dm[8];                                                                              \
+            k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);                                \
+            float *y = dst + ib * QK_K;                                                                      \
+            UNROLL for (int c = 0; c < 4; c++) {                                                             \
+                __m256 q[8];                                                                                 \
+                VALS;                                                                                        \
+                const __m256 d1 = _mm256_set1_ps(ds[2 * c]), m1 = _mm256_set1_ps(dm[2 * c]);                 \
+                const __m256 d2 = _mm256_set1_ps(ds[2 * c + 1]), m2 = _mm256_set1_ps(dm[2 * c + 1]);         \
+                UNROLL for (int g = 0; g < 4; g++) {                                                         \
+                    _mm256_storeu_ps(y + 64 * c + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d1, q[g]), m1));        \
+                    _mm256_storeu_ps(y + 64 * c + 32 + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d2, q[4 + g]), m2)); \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
     }
-}
 
-TARGET static void dequant_q5_K(const void *src, float *dst, int64_t n) {
-    const block_q5_K *b = src;
-    for (int64_t ib = 0; ib < n / QK_K; ib++) {
-        float ds[8], dm[8];
-        k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);
-        float *y = dst + ib * QK_K;
-        UNROLL for (int c = 0; c < 4; c++) {
-            __m256 q[8];
-            q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q);
-            const __m256 d1 = _mm256_set1_ps(ds[2 * c]), m1 = _mm256_set1_ps(dm[2 * c]);
-            const __m256 d2 = _mm256_set1_ps(ds[2 * c + 1]), m2 = _mm256_set1_ps(dm[2 * c + 1]);
-            UNROLL for (int g = 0; g < 4; g++) {
-                _mm256_storeu_ps(y + 64 * c + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d1, q[g]), m1));
-                _mm256_storeu_ps(y + 64 * c + 32 + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d2, q[4 + g]), m2));
-            }
-        }
-    }
-}
+DEQUANT_K4(dequant_q4_K, block_q4_K, q4_K_vals(b[ib].qs + 32 * c, q))
+DEQUANT_K4(dequant_q5_K, block_q5_K, q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q))
 
 /* sum_l q[g] x over the two sub-blocks of chunk c: q[0..4) against x1,
  * q[4..8) against x1 + 32 */
