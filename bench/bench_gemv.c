@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 
 static double now(void) {
     struct timespec ts;
@@ -81,7 +81,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-m")) mb = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--type")) only = argv[i + 1];
     }
-    const quant_kernels *k = quant_kernels_get();
+    const kernels *k = kernels_get();
     double bw = read_bandwidth(threads, passes);
     printf("kernels %s, %d threads, %d x %d matrices, read bandwidth %.2f GB/s\n", k->name, threads, rows, cols, bw);
     printf("%-6s %8s %8s | %-16s | %-16s\n", "type", "MB/mat", "copies", "dot_row GB/s", "dot_rows GB/s");

@@ -1,4 +1,4 @@
-/* Completion in the sparse stage (src/attn/attn_complete.c) on stories260K
+/* Completion in the sparse stage (src/complete/completion.c) on stories260K
  * with random completion maps on layers 1-4 and the oracle selector:
  *   - with completion switched off on every head (head-selective flags all
  *     0) the logits equal the selection-only sparse stage;
@@ -18,9 +18,10 @@
 
 #include "attn/attn_plan.h"
 #include "base/rng.h"
+#include "complete/phi_maps.h"
 #include "model/context.h"
 #include "model/synth.h"
-#include "phi/phi_maps.h"
+#include "quant/types.h"
 #include "test_util.h"
 
 #define N_TOK 300

@@ -1,4 +1,4 @@
-/* The completion cache and the hybrid head (src/phi/phi_cache.c):
+/* The completion cache and the hybrid head (src/complete/phi_cache.c):
  *   - the stable cache (m, u, T) equals the naive (S, u) form where that
  *     does not overflow, and online adds equal the batch definition;
  *   - with features for which z(q, k) = exp(q.k / sqrt(d)) exactly, hybrid
@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "phi/phi_cache.h"
-#include "phi/phi_maps.h"
+#include "complete/phi_cache.h"
+#include "complete/phi_maps.h"
 #include "test_util.h"
 
 /* random permutation prefix: n distinct picks from [lo, hi] into out */

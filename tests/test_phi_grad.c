@@ -17,8 +17,8 @@
 
 #include "base/rng.h"
 #include "train/complete/phi_loss.h"
-#include "phi/phi_maps.h"
-#include "phi/phi_net.h"
+#include "complete/phi_maps.h"
+#include "complete/phi_net.h"
 #include "test_util.h"
 
 #define T_LEN 14

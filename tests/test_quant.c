@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/rng.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
 __attribute__((target("f16c"))) static float hw_h2f(uint16_t h) { return _cvtsh_ss(h); }
@@ -180,16 +180,15 @@ static int same_float(float a, float b) {
 /* Four rows through one kernel set: dequantiser equal to the scalar one bit
  * for bit, dot within float rounding of the double dot of the dequantised
  * row. Returns the worst error / sum|w x|. */
-static double check_row(const quant_kernels *k, uint32_t type, const uint8_t *rows, size_t row_bytes, int64_t n,
+static double check_row(const kernels *k, uint32_t type, const uint8_t *rows, size_t row_bytes, int64_t n,
                         const float *x, int hostile) {
     static float y[MAXN], ys[MAXN];
-    const quant_kernels *sc = quant_kernels_scalar();
     double worst = 0;
     for (int r = 0; r < 4; r++) {
         const uint8_t *row = rows + (size_t)r * row_bytes;
         for (int64_t i = 0; i < n; i++) y[i] = ys[i] = -12345.0f; /* catch unwritten outputs */
         k->dequant[type](row, y, n);
-        sc->dequant[type](row, ys, n);
+        quant_dequant_ref[type](row, ys, n);
         int bad = 0;
         for (int64_t i = 0; i < n; i++) bad += !same_float(y[i], ys[i]);
         CHECK(bad == 0, "%s dequant %s n=%lld differs from scalar in %d elements", k->name, ggml_type_get(type)->name,
@@ -213,11 +212,11 @@ static double check_row(const quant_kernels *k, uint32_t type, const uint8_t *ro
 }
 
 static void test_kernels(uint64_t *rng) {
-    const quant_kernels *sets[2] = {quant_kernels_scalar(), quant_kernels_avx2()};
+    const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
     int cpu_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     CHECK((sets[1] != NULL) == cpu_avx2, "AVX2 kernels %s on a CPU that %s AVX2+FMA+F16C", sets[1] ? "offered" : "missing",
           cpu_avx2 ? "has" : "lacks");
-    CHECK(quant_kernels_get() == (sets[1] ? sets[1] : sets[0]), "quant_kernels_get does not pick the best set");
+    CHECK(kernels_get() == (sets[1] ? sets[1] : sets[0]), "kernels_get does not pick the best set");
     if (!sets[1]) printf("note: this CPU lacks AVX2+FMA+F16C; only the scalar kernels are tested\n");
     static uint8_t rows[4 * MAXN * 4];
     static float x[MAXN];

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/fingerprint.h"
+#include "base/layers.h"
 #include "base/rng.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -140,15 +142,15 @@ static void test_apply_and_random(const subq_model *m) {
     search_proj_free(b);
 
     unsigned char mask[5];
-    CHECK(!search_parse_layers("all", 5, mask, NULL) && mask[0] && mask[4], "all");
-    CHECK(!search_parse_layers("1,3-4", 5, mask, NULL) && !mask[0] && mask[1] && !mask[2] && mask[3] && mask[4], "1,3-4");
-    CHECK(!search_parse_layers("0,-1", 5, mask, NULL) && mask[0] && mask[4] && !mask[3], "0,-1");
-    CHECK(!search_parse_layers("2--1", 5, mask, NULL) && !mask[1] && mask[2] && mask[4], "2--1");
-    CHECK(!search_parse_layers("none", 5, mask, NULL) && !mask[0] && !mask[4], "none");
+    CHECK(!layers_parse("all", 5, mask, NULL) && mask[0] && mask[4], "all");
+    CHECK(!layers_parse("1,3-4", 5, mask, NULL) && !mask[0] && mask[1] && !mask[2] && mask[3] && mask[4], "1,3-4");
+    CHECK(!layers_parse("0,-1", 5, mask, NULL) && mask[0] && mask[4] && !mask[3], "0,-1");
+    CHECK(!layers_parse("2--1", 5, mask, NULL) && !mask[1] && mask[2] && mask[4], "2--1");
+    CHECK(!layers_parse("none", 5, mask, NULL) && !mask[0] && !mask[4], "none");
     subq_error e = {0};
-    CHECK(search_parse_layers("5", 5, mask, &e) == SUBQ_ERR_ARG && one_line(e.msg), "out of range");
-    CHECK(search_parse_layers("1,x", 5, mask, &e) == SUBQ_ERR_ARG, "garbage");
-    CHECK(search_parse_layers("3-1", 5, mask, &e) == SUBQ_ERR_ARG, "empty range");
+    CHECK(layers_parse("5", 5, mask, &e) == SUBQ_ERR_ARG && one_line(e.msg), "out of range");
+    CHECK(layers_parse("1,x", 5, mask, &e) == SUBQ_ERR_ARG, "garbage");
+    CHECK(layers_parse("3-1", 5, mask, &e) == SUBQ_ERR_ARG, "empty range");
 }
 
 int main(void) {
@@ -229,7 +231,7 @@ int main(void) {
 
     /* inconsistent contents */
     char fp[17];
-    search_fingerprint_hex(model_fingerprint(m), fp);
+    fingerprint_hex(model_fingerprint(m), fp);
     int32_t l13[] = {1, 3}, l9[] = {9}, l11[] = {1, 1};
     write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F32, fp);
     p = NULL;

@@ -5,7 +5,7 @@
 #define SUBQ_API_H
 
 #include "attn/attn_plan.h"
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 #include "search/search_proj.h"
 #include "subq.h"
 

@@ -6,6 +6,7 @@
 
 #include "api/api.h"
 #include "base/error.h"
+#include "base/layers.h"
 #include "model/context.h"
 
 _Static_assert((int)SUBQ_SELECT_EXACT == (int)SELECT_EXACT && (int)SUBQ_SELECT_HNSW == (int)SELECT_HNSW &&
@@ -22,7 +23,7 @@ int subq_selector_available(subq_selector_kind k) {
 }
 
 int subq_selector_needs_search(subq_selector_kind k) {
-    return k == SUBQ_SELECT_EXACT || k == SUBQ_SELECT_HNSW || k == SUBQ_SELECT_FAISS;
+    return (int)k >= 0 && k < SUBQ_SELECT_COUNT && selector_kind_needs_search((selector_kind)k);
 }
 
 subq_attn_plan subq_attn_plan_default(void) {
@@ -111,7 +112,7 @@ subq_status subq_search_random(const subq_model *m, const char *layers, int d_se
     int *list = malloc((size_t)n_layer * sizeof(int));
     unsigned char *mask = calloc((size_t)n_layer, 1);
     subq_status s = !list || !mask ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory") : SUBQ_OK;
-    if (!s && layers) s = search_parse_layers(layers, n_layer, mask, err);
+    if (!s && layers) s = layers_parse(layers, n_layer, mask, err);
     else if (!s) /* first and last two layers stay dense, as is usual */
         for (int l = 2; l <= n_layer - 3; l++) mask[l] = 1;
     int n = 0;

@@ -5,7 +5,7 @@
 
 #include "base/error.h"
 #include "model/synth.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 
 /* Element type id of a name ("q8_0", "Q8_0", ...); GGML_TYPE_COUNT when unknown. */
 static uint32_t type_by_name(const char *name) {
@@ -35,7 +35,7 @@ subq_status subq_dequantize(const char *type, const void *src, size_t n_bytes, i
     uint32_t t = type_by_name(type);
     const ggml_type_traits *tr = ggml_type_get(t);
     if (!tr) return subq_fail(err, SUBQ_ERR_ARG, "unknown type '%s'", type);
-    const quant_kernels *k = portable ? quant_kernels_scalar() : quant_kernels_get();
+    const kernels *k = portable ? kernels_scalar() : kernels_get();
     if (!tr->can_dequant || !k->dequant[t])
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "type %s cannot be dequantised yet", tr->name);
     if (n_bytes % (size_t)tr->type_size)

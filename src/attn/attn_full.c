@@ -7,20 +7,20 @@
 #include <string.h>
 
 #include "attn/attn.h"
-#include "attn/attn_kernels.h"
 #include "base/blas.h"
 #include "base/error.h"
+#include "kernels/kernels.h"
 
 /* Batches at least this large go through sgemm. */
 #define GEMM_MIN_TOKENS 16
 /* Cap on the score block of the sgemm path, in floats (64 MiB). */
 #define SCORE_BLOCK_FLOATS (16 << 20)
 
-static float dot_key(const attn_kernels *K, const kv_cache *kv, const void *key, const float *q) {
+static float dot_key(const kernels *K, const kv_cache *kv, const void *key, const float *q) {
     return kv->type == SUBQ_KV_F16 ? K->dot_f16(q, key, kv->head_dim) : K->dot_f32(q, key, kv->head_dim);
 }
 
-static void axpy_value(const attn_kernels *K, const kv_cache *kv, const void *val, float w, float *out) {
+static void axpy_value(const kernels *K, const kv_cache *kv, const void *val, float w, float *out) {
     if (kv->type == SUBQ_KV_F16) K->axpy_f16(out, w, val, kv->head_dim);
     else K->axpy_f32(out, w, val, kv->head_dim);
 }
@@ -34,13 +34,13 @@ static void softmax_inplace(float *s, int n) {
         memset(s, 0, (size_t)n * sizeof(float));
         return;
     }
-    float inv = 1.0f / attn_kernels_get()->exp_shift_sum(s, n, mx);
+    float inv = 1.0f / kernels_get()->exp_shift_sum(s, n, mx);
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
 void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
                           const int *slots, int n, float *scores, float *out) {
-    const attn_kernels *K = attn_kernels_get();
+    const kernels *K = kernels_get();
     for (int j = 0; j < n; j++) scores[j] = scale * dot_key(K, kv, kv_cache_key(kv, layer, kv_head, slots[j]), q);
     softmax_inplace(scores, n);
     memset(out, 0, (size_t)kv->head_dim * sizeof(float));
@@ -53,8 +53,8 @@ void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const floa
  * g heads (q and out hold g adjacent heads, scores is [g][n] + g scratch).
  *   s_ij = scale q_i.k_j (-inf outside the query's document)
  *   e_ij = exp(s_ij - max_j s_ij),  out_i = sum_j e_ij v_j / sum_j e_ij */
-static void attn_group_causal(const attn_kernels *K, const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
-                              int n, int seg, float *scores, float *out) {
+static void attn_group_causal(const kernels *K, const kv_cache *kv, int layer, int kv_head, int g, const float *q,
+                              float scale, int n, int seg, float *scores, float *out) {
     const int hd = kv->head_dim, f16 = kv->type == SUBQ_KV_F16;
     const void *keys = kv_cache_key(kv, layer, kv_head, 0), *vals = kv_cache_value(kv, layer, kv_head, 0);
     if (f16) K->scores_f16(q, g, keys, n, hd, scale, scores, n);
@@ -84,7 +84,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim;
     const int n_max = st->slot0 + st->n_tokens;
     const int n_items = st->n_tokens * st->n_head_kv;
-    const attn_kernels *K = attn_kernels_get();
+    const kernels *K = kernels_get();
     int failed = 0;
     /* threads only pay off once there is real work (items x keys x dims) */
     int64_t work = (int64_t)n_items * g * n_max * hd;

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/layers.h"
 
 void attn_plan_default(attn_plan *p) {
     memset(p, 0, sizeof *p);
@@ -23,7 +24,7 @@ void context_clear_plan(subq_context *c) {
 subq_status context_set_plan(subq_context *c, const attn_plan *plan, const search_proj *proj, subq_error *err) {
     const model_hparams *hp = &c->model->hp;
     selector_kind kind = plan->sparse.select.kind;
-    int needs_search = kind == SELECT_EXACT || kind == SELECT_HNSW || kind == SELECT_FAISS;
+    int needs_search = selector_kind_needs_search(kind);
     if (needs_search && !proj)
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections",
                          selector_kind_name(kind));
@@ -36,7 +37,7 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     if (!mask) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     subq_status s = SUBQ_OK;
     if (plan->sparse_layers) {
-        s = search_parse_layers(plan->sparse_layers, hp->n_layer, mask, err);
+        s = layers_parse(plan->sparse_layers, hp->n_layer, mask, err);
     } else {
         for (int l = 0; l < hp->n_layer; l++) mask[l] = needs_search ? proj->wq[l] != NULL : 1;
     }

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_complete.h"
-#include "attn/attn_kernels.h"
 #include "base/blas.h"
 #include "base/error.h"
+#include "complete/completion.h"
+#include "kernels/kernels.h"
 
 typedef struct sparse_stage {
     attn_stage base;            /* first member: the stage is cast back from it */
@@ -63,7 +63,7 @@ static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc
     unsigned char *attended = calloc((size_t)n, 1);
     if (!p || !sc || !idx || !exact || !attended) goto done;
     const float scale = 1.0f / sqrtf((float)hd);
-    const attn_kernels *K = attn_kernels_get();
+    const kernels *K = kernels_get();
     /* p_j = mean_h softmax_j(scale q_h . k_j) over the document prefix */
     for (int h = 0; h < env->n_head; h++) {
         float mx = -INFINITY;
@@ -140,7 +140,8 @@ done:
  * then the retrieved candidates, then the tail (the n_tail most recent
  * slots of its document up to itself); the selector never returns sinks or
  * tail, so the three sets are disjoint. Returns the count written to
- * `slots`; the candidates are slots[*cand_off .. *cand_off + *n_cand). */
+ * `slots` (-1 when the selector's query failed for lack of memory); the
+ * candidates are slots[*cand_off .. *cand_off + *n_cand). */
 static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
                         int32_t *cand, int *slots, int *cand_off, int *n_cand) {
     const int32_t seg = kv->seg[slot];
@@ -152,6 +153,7 @@ static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const flo
     select_mask m = {.n_slots = visible, .seg = kv->seg, .query_seg = seg,
                      .ex0_lo = doc0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1};
     int got = s->p.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.top_k, &m, cand) : 0;
+    if (got < 0) return -1;
     if (s->metrics_on) measure_query(s, kv, slot, doc0, q_s, q_native, &m, cand, got);
     for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
     int n = 0;
@@ -215,6 +217,11 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         int cand_off, n_cand;
         int ns = gather_slots(s, kv, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
                               s->rec.cand + (size_t)t * s->p.top_k, slots, &cand_off, &n_cand);
+        if (ns < 0) {
+            rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
+                           selector_kind_name(s->p.select.kind), st->layer);
+            break;
+        }
         if (s->comp) {
             completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand,
                               st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum, &s->metrics.n_share);
@@ -255,7 +262,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     if (p->top_k < 0 || p->n_sink < 0 || p->n_tail < 1)
         return subq_fail(err, SUBQ_ERR_ARG, "invalid sparse attention plan (topk %d, sink %d, tail %d; tail must be >= 1)",
                          p->top_k, p->n_sink, p->n_tail);
-    int needs_search = p->select.kind == SELECT_EXACT || p->select.kind == SELECT_HNSW || p->select.kind == SELECT_FAISS;
+    int needs_search = selector_kind_needs_search(p->select.kind);
     if (needs_search && (!wq_s || !wk_s || p->select.d_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections for layer %d",
                          selector_kind_name(p->select.kind), env->layer);
@@ -312,8 +319,7 @@ subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
     if (!st || st->name != sparse_name) return SUBQ_OK;
     sparse_stage *s = (sparse_stage *)st;
     s->metrics_on = 1;
-    selector_kind k = s->p.select.kind;
-    if (!s->shadow && (k == SELECT_HNSW || k == SELECT_FAISS)) {
+    if (!s->shadow && selector_kind_is_ann(s->p.select.kind)) {
         selector_params ep;
         selector_params_default(&ep, SELECT_EXACT, s->d_search);
         return selector_new(&ep, &s->sel->env, &s->shadow, err);

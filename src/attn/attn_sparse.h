@@ -6,7 +6,7 @@
 #define SUBQ_ATTN_SPARSE_H
 
 #include "attn/attn.h"
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 #include "select/selector.h"
 
 typedef struct sparse_params {
@@ -16,7 +16,7 @@ typedef struct sparse_params {
     int dense_prefill;  /* batches of more than one token use full attention
                            (their search keys are still appended) */
     selector_params select;
-    /* completion of the unretrieved mid region (attn_complete.h) on the
+    /* completion of the unretrieved mid region (complete/completion.h) on the
      * layers these maps cover; NULL: selection only */
     const phi_maps *complete;
     const unsigned char *complete_heads; /* [n_layer][n_head] flags; NULL: every head */

@@ -11,7 +11,7 @@
 #include "base/error.h"
 #include "base/timer.h"
 #include "eval/eval.h"
-#include "phi/phi_cache.h"
+#include "complete/phi_cache.h"
 #include "select/selector.h"
 #include "train/capture.h"
 
@@ -148,6 +148,10 @@ subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const 
             select_mask m = {.n_slots = t + 1, .seg = seg, .query_seg = seg ? seg[t] : 0, .ex0_lo = doc0,
                              .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = t + 1};
             const int got = selector_query(sel, NULL, ql + (size_t)t * nh * D, kmax, &m, b.cand);
+            if (got < 0) {
+                s = subq_fail(err, SUBQ_ERR_NOMEM, "completion diagnostics: out of memory in the oracle selector");
+                break;
+            }
             /* residuals per KV head and K (the top-K prefix of the candidates) */
             for (int g = 0; g < nkv; g++)
                 for (int i = 0; i < nk; i++) {

@@ -19,8 +19,8 @@
 
 #include <stdint.h>
 
+#include "complete/phi_maps.h"
 #include "model/context.h"
-#include "phi/phi_maps.h"
 #include "train/corpus.h"
 
 #define PHI_DIAG_MAX_K 16

@@ -7,7 +7,7 @@
 #include <sys/sysinfo.h>
 
 #include "base/error.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 
 /* a * b, saturating at SIZE_MAX (absurd contexts must not wrap to small sizes) */
 static size_t mul_sat(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }

@@ -7,7 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "quant/quant.h"
 #include "subq.h"
 
 typedef struct kv_cache {

@@ -7,9 +7,9 @@
 
 #include "base/error.h"
 #include "base/timer.h"
+#include "kernels/kernels.h"
 #include "model/context.h"
 #include "model/matmul.h"
-#include "quant/quant.h"
 
 /* out = x / sqrt(mean(x^2) + eps) * w, for each of n rows of length d */
 static void rmsnorm(float *out, const float *x, const float *w, int n, int d, float eps) {

@@ -3,7 +3,7 @@
 #include <omp.h>
 
 #include "base/blas.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 
 /* Below this many rows a batch is cheaper as repeated GEMV than as dequantise + sgemm. */
 #define GEMM_MIN_ROWS 4

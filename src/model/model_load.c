@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
-#include "quant/quant.h"
 
 const char *model_arch_name(model_arch a) {
     switch (a) {

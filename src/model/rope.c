@@ -24,7 +24,7 @@
 
 #include "base/error.h"
 #include "model/model.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 
 #ifndef M_PI
 #define M_PI 3.14159265358979323846

@@ -1,10 +1,6 @@
 #include "quant/quant.h"
 
-#include <math.h>
 #include <string.h>
-
-#include "base/cpu.h"
-#include "quant/kernels.h"
 
 /* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
 float fp16_to_fp32(uint16_t h) {
@@ -72,63 +68,4 @@ uint16_t fp32_to_bf16(float f) {
     if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
     x += 0x7FFF + ((x >> 16) & 1);
     return (uint16_t)(x >> 16);
-}
-
-/* ---- dispatch ------------------------------------------------------------ */
-
-const quant_kernels *quant_kernels_scalar(void) { return &quant_kernels_scalar_table; }
-
-const quant_kernels *quant_kernels_avx2(void) {
-#ifdef QUANT_HAVE_AVX2
-    if (cpu_has_avx2()) return &quant_kernels_avx2_table;
-#endif
-    return NULL;
-}
-
-/* An AVX-512 set would be tried first here. */
-const quant_kernels *quant_kernels_get(void) {
-    const quant_kernels *k = quant_kernels_avx2();
-    return k ? k : &quant_kernels_scalar_table;
-}
-
-void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
-    quant_dequant_fn f = type < GGML_TYPE_COUNT ? quant_kernels_get()->dequant[type] : NULL;
-    if (f) f(src, dst, n);
-    else memset(dst, 0, (size_t)n * sizeof(float)); /* unreachable: refused at load */
-}
-
-float dot_row(uint32_t type, const void *row, const float *x, int64_t n) {
-    quant_dot_fn f = type < GGML_TYPE_COUNT ? quant_kernels_get()->dot[type] : NULL;
-    return f ? f(row, x, n) : 0.0f;
-}
-
-void quant_xsums(const float *x, int64_t n, float *xs) {
-    for (int64_t j = 0; j < n / 32; j++) {
-        float s = 0.0f;
-        for (int l = 0; l < 32; l++) s += x[32 * j + l];
-        xs[j] = s;
-    }
-}
-
-/* Row by row. (4-row kernels sharing the x loads measured slower on weights
- * streamed from DRAM: four short streams per row group defeat the hardware
- * prefetcher that one long sequential stream keeps busy.) */
-void dot_rows(uint32_t type, const void *rows, size_t row_bytes, int64_t n_rows, const float *x, int64_t n,
-              float *out) {
-    enum { XS_MAX = 1024 }; /* sub-block sums on the stack: n <= 32768 */
-    const quant_kernels *k = quant_kernels_get();
-    const char *r = rows;
-    if (type >= GGML_TYPE_COUNT || !k->dot[type]) {
-        memset(out, 0, (size_t)n_rows * sizeof(float)); /* unreachable: refused at load */
-        return;
-    }
-    quant_dot_xs_fn fx = k->dot_xs[type];
-    if (fx && n / 32 <= XS_MAX && n_rows > 1) {
-        float xs[XS_MAX];
-        quant_xsums(x, n, xs);
-        for (int64_t i = 0; i < n_rows; i++) out[i] = fx(r + (size_t)i * row_bytes, x, xs, n);
-        return;
-    }
-    quant_dot_fn f = k->dot[type];
-    for (int64_t i = 0; i < n_rows; i++) out[i] = f(r + (size_t)i * row_bytes, x, n);
 }

@@ -1,5 +1,6 @@
-/* Element formats: conversion between f32 and the stored weight types,
- * row dequantisation and fused row dot products (weight row . f32 vector).
+/* Element formats: the stored weight types' block layouts, conversion
+ * between f32 and fp16 / bf16, and rows in both directions (the portable
+ * dequantisers, which define what a block means, and the quantisers).
  *
  * Block layouts are ggml's (ggml-common.h), bit for bit. Every block field is
  * declared as bytes so a block may sit at any address (GGUF's alignment can
@@ -93,47 +94,23 @@ static inline void k4_scale_min(int j, const uint8_t *q, uint8_t *sc, uint8_t *m
     }
 }
 
-/* ---- kernels ---------------------------------------------------------------
- * A kernel set holds, per type id, the row dequantiser and the fused dot
- * product (NULL where the type is not supported). There is one const table per
- * instruction set; quant_kernels_get() picks the best one the CPU runs, so
- * callers that do many rows can look it up once. Dequantisers of every set
- * give identical bits; dot products agree up to float rounding. */
+/* Q6_K value of half h, group k (< 4), lane l (< 32) of a block: element
+ * 128h + 32k + l, as q - 32 (see block_q6_K). */
+static inline int q6_K_get(const block_q6_K *b, int h, int k, int l) {
+    const int lo = (b->ql[64 * h + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 0xF;
+    const int hi = (b->qh[32 * h + l] >> (2 * k)) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+/* dst[0..n) = the f32 values of a stored row of n elements (n a multiple of
+ * the block size). */
 typedef void (*quant_dequant_fn)(const void *src, float *dst, int64_t n);
-typedef float (*quant_dot_fn)(const void *row, const float *x, int64_t n);
-/* dot with xs[j] = sum of x[32j .. 32j + 32) precomputed (quant_xsums),
- * for formats whose sub-block offsets make sum(x) a per-row cost otherwise */
-typedef float (*quant_dot_xs_fn)(const void *row, const float *x, const float *xs, int64_t n);
 
-typedef struct quant_kernels {
-    const char *name; /* "scalar", "avx2" */
-    quant_dequant_fn dequant[GGML_TYPE_COUNT];
-    quant_dot_fn dot[GGML_TYPE_COUNT];
-    quant_dot_xs_fn dot_xs[GGML_TYPE_COUNT]; /* NULL: dot is as fast */
-} quant_kernels;
-
-/* The fastest set this CPU supports (a cheap check; call it freely). */
-const quant_kernels *quant_kernels_get(void);
-/* The portable C set, always available. */
-const quant_kernels *quant_kernels_scalar(void);
-/* The AVX2+FMA+F16C set, or NULL when the CPU (or the build) lacks it. */
-const quant_kernels *quant_kernels_avx2(void);
-
-/* dst[0..n) = dequantised src row. n must be a multiple of the block size
- * and the type must have can_dequant (callers check at load time). */
-void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
-
-/* sum_i w[i] * x[i] over one stored row of n elements. */
-float dot_row(uint32_t type, const void *row, const float *x, int64_t n);
-
-/* xs[j] = sum of x[32j .. 32j + 32) for j < n / 32 (the input of dot_xs). */
-void quant_xsums(const float *x, int64_t n, float *xs);
-
-/* out[r] = row r . x for n_rows rows of n elements, row r at
- * rows + r * row_bytes (GEMV over a slice of a matrix). Faster than dot_row
- * per row for Q4_K/Q5_K (x's sub-block sums are computed once). */
-void dot_rows(uint32_t type, const void *rows, size_t row_bytes, int64_t n_rows, const float *x, int64_t n,
-              float *out);
+/* The portable dequantisers, per type id (NULL where the type cannot be
+ * dequantised): ggml's reference dequantize_row_* bit for bit (float32
+ * arithmetic, no contraction). The SIMD kernels (src/kernels) must give the
+ * same bits; dequant_row() there picks the fastest. */
+extern const quant_dequant_fn quant_dequant_ref[GGML_TYPE_COUNT];
 
 /* Quantise n floats into dst in `type` (F32, F16, BF16, Q8_0, Q4_0, Q4_K,
  * Q5_K, Q6_K; n a multiple of the block size); returns the byte count

@@ -8,30 +8,15 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "search/dot.h"
+#include "base/fingerprint.h"
 #include "base/rng.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "quant/types.h"
 
 void search_proj_tensor_names(int layer, char *q_name, char *k_name, size_t cap) {
     if (q_name) snprintf(q_name, cap, "blk.%d.indexer.proj.weight", layer);
     if (k_name) snprintf(k_name, cap, "blk.%d.indexer.attn_k.weight", layer);
-}
-
-void search_fingerprint_hex(uint64_t fp, char *buf) { snprintf(buf, 17, "%016" PRIx64, fp); }
-
-int search_fingerprint_parse(const char *s, uint64_t *out) {
-    uint64_t v = 0;
-    int n = 0;
-    for (; s[n]; n++) {
-        char c = s[n];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0 || n >= 16) return 0;
-        v = v << 4 | (uint64_t)d;
-    }
-    if (n != 16) return 0;
-    *out = v;
-    return 1;
 }
 
 void search_proj_free(search_proj *p) {
@@ -111,6 +96,7 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
                        int n_threads) {
     const int d = p->n_embd, ds = p->d_search;
     const float *wq = p->wq[layer], *wk = p->wk[layer];
+    const kernels *K = kernels_get();
     /* q_s[t][a] = sum_i W_Qs[a][i] h[t][i]  (and the same with W_Ks) */
 #pragma omp parallel for num_threads(n_threads) schedule(static) if ((size_t)n * ds * d >= (1u << 16))
     for (int t = 0; t < n; t++) {
@@ -118,11 +104,11 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
         for (int a = 0; a < ds; a++) {
             if (q_s) {
                 const float *w = wq + (size_t)a * d;
-                q_s[(size_t)t * ds + a] = search_dot(w, ht, d);
+                q_s[(size_t)t * ds + a] = K->dot_f32(w, ht, d);
             }
             if (k_s) {
                 const float *w = wk + (size_t)a * d;
-                k_s[(size_t)t * ds + a] = search_dot(w, ht, d);
+                k_s[(size_t)t * ds + a] = K->dot_f32(w, ht, d);
             }
         }
     }
@@ -132,7 +118,7 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
 
 subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_error *err) {
     char fp[17];
-    search_fingerprint_hex(p->model_fingerprint, fp);
+    fingerprint_hex(p->model_fingerprint, fp);
     int32_t *layers = malloc((size_t)p->n_sel * sizeof(int32_t));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     for (int i = 0; i < p->n_sel; i++) layers[i] = p->layers[i];
@@ -182,7 +168,7 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
         gguf_get_arr(f, "subq.search.layers", GGUF_TYPE_INT32, &arr, &e2) ||
         gguf_get_str(f, "subq.search.model_fingerprint", fps, sizeof fps, &e2))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
-    if (!search_fingerprint_parse(fps, &fp))
+    if (!fingerprint_parse(fps, &fp))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.search.model_fingerprint '%s' is not 16 hex digits", path, fps);
     if (d_search == 0 || d_search > SEARCH_PROJ_MAX_D || n_embd == 0 || n_embd > (1u << 20) || n_layer == 0 ||
         n_layer > 4096)
@@ -245,8 +231,8 @@ subq_status search_proj_load(const char *path, const subq_model *m, search_proj 
     if (s) return s;
     uint64_t mine = model_fingerprint(m);
     char a[17], b[17];
-    search_fingerprint_hex(p->model_fingerprint, a);
-    search_fingerprint_hex(mine, b);
+    fingerprint_hex(p->model_fingerprint, a);
+    fingerprint_hex(mine, b);
     if (p->model_fingerprint != mine) {
         search_proj_free(p);
         return subq_fail(err, SUBQ_ERR_MISMATCH,
@@ -260,59 +246,5 @@ subq_status search_proj_load(const char *path, const subq_model *m, search_proj 
                          path, pe, pl, m->hp.n_embd, m->hp.n_layer);
     }
     *out = p;
-    return SUBQ_OK;
-}
-
-/* ---- layer lists ------------------------------------------------------------ */
-
-/* one signed integer at *s; advances *s. 0 if none */
-static int parse_signed(const char **s, long *v) {
-    const char *p = *s;
-    int neg = 0;
-    if (*p == '-') {
-        neg = 1;
-        p++;
-    }
-    if (*p < '0' || *p > '9') return 0;
-    long x = 0;
-    while (*p >= '0' && *p <= '9') {
-        x = x * 10 + (*p - '0');
-        if (x > 1000000) return 0;
-        p++;
-    }
-    *v = neg ? -x : x;
-    *s = p;
-    return 1;
-}
-
-subq_status search_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err) {
-    memset(mask, 0, (size_t)n_layer);
-    if (!strcmp(s, "all")) {
-        memset(mask, 1, (size_t)n_layer);
-        return SUBQ_OK;
-    }
-    if (!strcmp(s, "none") || !*s) return SUBQ_OK;
-    const char *p = s;
-    for (;;) {
-        long a, b;
-        if (!parse_signed(&p, &a))
-            return subq_fail(err, SUBQ_ERR_ARG, "bad layer list '%s': expected 'all', 'none' or e.g. '1,3,5-7,-1'", s);
-        b = a;
-        if (*p == '-') {
-            p++;
-            if (!parse_signed(&p, &b))
-                return subq_fail(err, SUBQ_ERR_ARG, "bad layer range in '%s': expected e.g. '5-7' or '2--1'", s);
-        }
-        if (a < 0) a += n_layer;
-        if (b < 0) b += n_layer;
-        if (a < 0 || b < 0 || a >= n_layer || b >= n_layer || a > b)
-            return subq_fail(err, SUBQ_ERR_ARG, "layer list '%s' names layers outside 0..%d (or an empty range)", s,
-                             n_layer - 1);
-        for (long l = a; l <= b; l++) mask[l] = 1;
-        if (*p == '\0') break;
-        if (*p != ',')
-            return subq_fail(err, SUBQ_ERR_ARG, "bad layer list '%s': unexpected '%c'", s, *p);
-        p++;
-    }
     return SUBQ_OK;
 }

@@ -71,15 +71,5 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
 
 /* Tensor names of layer i. */
 void search_proj_tensor_names(int layer, char *q_name, char *k_name, size_t cap);
-/* "%016llx" of a fingerprint into buf (>= 17 bytes). */
-void search_fingerprint_hex(uint64_t fp, char *buf);
-/* The inverse: exactly 16 hex digits -> *fp; 0 on malformed input. */
-int search_fingerprint_parse(const char *s, uint64_t *fp);
-
-/* Parse a layer list over a model of n_layer layers: "all", "none", or comma
- * separated indices and ranges ("1,3,5-7"); negative indices count from the
- * end (-1 = last layer; "2--1" = 2 to the last). Sets mask[l] = 1 for each
- * listed layer (mask is cleared first). */
-subq_status search_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err);
 
 #endif

@@ -24,8 +24,8 @@
 #include <new>
 #include <vector>
 
+#include "kernels/dot.h"
 #include "select/faiss_shim.h"
-#include "select/shim_dot.h"
 
 namespace {
 
@@ -57,7 +57,9 @@ struct UnitIpDis : faiss::DistanceComputer {
     bool avx2;
     UnitIpDis(const faiss::IndexHNSWFlat &ix, bool use_avx2)
         : xb(static_cast<const faiss::IndexFlat *>(ix.storage)->get_xb()), d((size_t)ix.d), avx2(use_avx2) {}
-    float dot(const float *a, const float *b) const { return avx2 ? shim_dot_avx2(a, b, d) : shim_dot_scalar(a, b, d); }
+    float dot(const float *a, const float *b) const {
+        return avx2 ? kernels_dot_f32_avx2(a, b, (int64_t)d) : kernels_dot_f32_scalar(a, b, (int64_t)d);
+    }
     void set_query(const float *x) override { q = x; }
     float operator()(idx_t i) override { return -dot(q, xb + (size_t)i * d); }
     float symmetric_dis(idx_t i, idx_t j) override { return -dot(xb + (size_t)i * d, xb + (size_t)j * d); }
@@ -185,7 +187,8 @@ extern "C" int faiss_shim_search(faiss_shim *f, const float *q, int k, int ef, s
     }
 }
 
-extern "C" const float *faiss_shim_vectors(const faiss_shim *f) {
+extern "C" const float *faiss_shim_vectors(const faiss_shim *f, size_t *stride) {
+    *stride = (size_t)f->index.d;
     return static_cast<const faiss::IndexFlat *>(f->index.storage)->get_xb();
 }
 

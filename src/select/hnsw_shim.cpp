@@ -5,7 +5,8 @@
 // NO_MANUAL_VECTORIZATION: hnswlib's own SSE/AVX code is chosen at compile
 // time and its prefetches read one link past the end of full upper-layer
 // lists (an out-of-bounds read ASan reports). We supply our own distance
-// function instead, AVX2+FMA chosen at run time like the rest of subq.
+// function instead: subq's f32 dot (src/kernels/dot.h), inlined, its AVX2 form
+// chosen at run time like the rest of subq.
 #define NO_MANUAL_VECTORIZATION
 #include <hnswlib/hnswlib.h>
 
@@ -19,20 +20,20 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/dot.h"
 #include "select/hnsw_shim.h"
-#include "select/shim_dot.h"
 
 namespace {
 
 // distance = 1 - a.b
 float ip_dist_scalar(const void *a, const void *b, const void *param) {
-    return 1.0f - shim_dot_scalar(static_cast<const float *>(a), static_cast<const float *>(b),
-                                  *static_cast<const size_t *>(param));
+    return 1.0f - kernels_dot_f32_scalar(static_cast<const float *>(a), static_cast<const float *>(b),
+                                         *static_cast<const size_t *>(param));
 }
 
-__attribute__((target("avx2,fma"))) float ip_dist_avx2(const void *a, const void *b, const void *param) {
-    return 1.0f - shim_dot_avx2(static_cast<const float *>(a), static_cast<const float *>(b),
-                                *static_cast<const size_t *>(param));
+KERNELS_AVX2 float ip_dist_avx2(const void *a, const void *b, const void *param) {
+    return 1.0f - kernels_dot_f32_avx2(static_cast<const float *>(a), static_cast<const float *>(b),
+                                       *static_cast<const size_t *>(param));
 }
 
 class UnitIpSpace : public hnswlib::SpaceInterface<float> {

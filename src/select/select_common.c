@@ -1,28 +1,26 @@
 /* Helpers shared by the selectors: mask ranges, top-k heap, normalisation,
- * row-dot kernels and the exact masked scan. */
-#include <immintrin.h>
+ * and the exact masked scan. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cpu.h"
 #include "base/error.h"
-#include "quant/quant.h"
 #include "select/select_internal.h"
 
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err) {
-    if (n < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative key count %d", s->ops->name, n);
+    const char *name = selector_kind_name(s->params.kind);
+    if (n < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative key count %d", name, n);
     if (slot0 != count)
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector %s (layer %d): keys must be appended in slot order (expected slot %d, got %d; "
                          "reset the selector for a new sequence)",
-                         s->ops->name, s->env.layer, count, slot0);
+                         name, s->env.layer, count, slot0);
     return SUBQ_OK;
 }
 
 subq_status select_check_truncate(const selector *s, int count, int n_keep, subq_error *err) {
     if (n_keep < 0 || n_keep > count)
-        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): cannot keep %d of its %d slots", s->ops->name,
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): cannot keep %d of its %d slots", selector_kind_name(s->params.kind),
                          s->env.layer, n_keep, count);
     return SUBQ_OK;
 }
@@ -33,7 +31,7 @@ subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_err
     const int d = s->params.d_search;
     float *keep = n_keep > 0 ? malloc((size_t)n_keep * d * sizeof(float)) : NULL;
     if (n_keep > 0 && !keep)
-        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s: out of memory for %d keys", s->ops->name, n_keep);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s: out of memory for %d keys", selector_kind_name(s->params.kind), n_keep);
     rc = s->ops->get_keys(s, n_keep, keep, err);
     if (!rc) {
         s->ops->reset(s);
@@ -46,7 +44,7 @@ subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_err
 subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
                              float *dst, subq_error *err) {
     if (n < 0 || n > count)
-        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): asked for %d keys, it holds %d", s->ops->name,
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): asked for %d keys, it holds %d", selector_kind_name(s->params.kind),
                          s->env.layer, n, count);
     for (int t = 0; t < n; t++) memcpy(dst + (size_t)t * d, base + (size_t)t * stride, (size_t)d * sizeof(float));
     return SUBQ_OK;
@@ -150,30 +148,34 @@ int select_heap_take(select_heap *h, int32_t *out, float *scores) {
 
 /* ---- scratch -------------------------------------------------------------- */
 
-int select_scratch_f(select_scratch *s, size_t n) {
-    if (n <= s->cap_f) return 1;
-    float *p = realloc(s->f, n * sizeof(float));
+void *select_query_realloc(const selector *s, void *p, size_t bytes) {
+    return s->fail_alloc ? NULL : realloc(p, bytes);
+}
+
+int select_scratch_f(const selector *s, select_scratch *sc, size_t n) {
+    if (n <= sc->cap_f) return 1;
+    float *p = select_query_realloc(s, sc->f, n * sizeof(float));
     if (!p) return 0;
-    s->f = p;
-    s->cap_f = n;
+    sc->f = p;
+    sc->cap_f = n;
     return 1;
 }
 
-int select_scratch_i(select_scratch *s, size_t n) {
-    if (n <= s->cap_i) return 1;
-    int32_t *p = realloc(s->i, n * sizeof(int32_t));
+int select_scratch_i(const selector *s, select_scratch *sc, size_t n) {
+    if (n <= sc->cap_i) return 1;
+    int32_t *p = select_query_realloc(s, sc->i, n * sizeof(int32_t));
     if (!p) return 0;
-    s->i = p;
-    s->cap_i = n;
+    sc->i = p;
+    sc->cap_i = n;
     return 1;
 }
 
-void select_scratch_free(select_scratch *s) {
-    free(s->f);
-    free(s->i);
-    s->f = NULL;
-    s->i = NULL;
-    s->cap_f = s->cap_i = 0;
+void select_scratch_free(select_scratch *sc) {
+    free(sc->f);
+    free(sc->i);
+    sc->f = NULL;
+    sc->i = NULL;
+    sc->cap_f = sc->cap_i = 0;
 }
 
 void select_normalize(float *dst, const float *src, int d) {
@@ -184,140 +186,16 @@ void select_normalize(float *dst, const float *src, int d) {
     for (int i = 0; i < d; i++) dst[i] = src[i] * inv;
 }
 
-/* ---- row-dot kernels -------------------------------------------------------- */
-
-/* out[i] = sum_c q[c] * row_idx[i][c] */
-static void dot_rows_f32_scalar(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
-                                float *out) {
-    const float *b = base;
-    for (int i = 0; i < n; i++) {
-        const float *r = b + (size_t)idx[i] * stride;
-        float s = 0.0f;
-        for (int c = 0; c < d; c++) s += q[c] * r[c];
-        out[i] = s;
-    }
-}
-
-static void dot_rows_f16_scalar(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
-                                float *out) {
-    const uint16_t *b = base;
-    for (int i = 0; i < n; i++) {
-        const uint16_t *r = b + (size_t)idx[i] * stride;
-        float s = 0.0f;
-        for (int c = 0; c < d; c++) s += q[c] * fp16_to_fp32(r[c]);
-        out[i] = s;
-    }
-}
-
-/* the four lane sums of a..d as one 128-bit vector [sum a, sum b, sum c, sum d] */
-__attribute__((target("avx2,fma"))) static __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
-    __m256 abcd = _mm256_hadd_ps(ab, cd);
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
-__attribute__((target("avx2,fma"))) static float hsum1(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Four rows at a time: each q chunk is loaded once for four FMAs and the four
- * horizontal sums share one hadd tree. */
-__attribute__((target("avx2,fma"))) static void dot_rows_f32_avx2(const float *q, const void *base, size_t stride,
-                                                                  int d, const int32_t *idx, int n, float *out) {
-    const float *b = base;
-    const int d8 = d & ~7;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const float *r0 = b + (size_t)idx[i] * stride, *r1 = b + (size_t)idx[i + 1] * stride;
-        const float *r2 = b + (size_t)idx[i + 2] * stride, *r3 = b + (size_t)idx[i + 3] * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) {
-            __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(r3 + c), a3);
-        }
-        float s[4];
-        _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
-        for (int c = d8; c < d; c++) {
-            s[0] += q[c] * r0[c];
-            s[1] += q[c] * r1[c];
-            s[2] += q[c] * r2[c];
-            s[3] += q[c] * r3[c];
-        }
-        out[i] = s[0];
-        out[i + 1] = s[1];
-        out[i + 2] = s[2];
-        out[i + 3] = s[3];
-    }
-    for (; i < n; i++) {
-        const float *r = b + (size_t)idx[i] * stride;
-        __m256 a = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), _mm256_loadu_ps(r + c), a);
-        float s = hsum1(a);
-        for (int c = d8; c < d; c++) s += q[c] * r[c];
-        out[i] = s;
-    }
-}
-
-__attribute__((target("avx2,fma,f16c"))) static void dot_rows_f16_avx2(const float *q, const void *base,
-                                                                       size_t stride, int d, const int32_t *idx,
-                                                                       int n, float *out) {
-    const uint16_t *b = base;
-    const int d8 = d & ~7;
-#define LD16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const uint16_t *r0 = b + (size_t)idx[i] * stride, *r1 = b + (size_t)idx[i + 1] * stride;
-        const uint16_t *r2 = b + (size_t)idx[i + 2] * stride, *r3 = b + (size_t)idx[i + 3] * stride;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) {
-            __m256 qv = _mm256_loadu_ps(q + c);
-            a0 = _mm256_fmadd_ps(qv, LD16(r0 + c), a0);
-            a1 = _mm256_fmadd_ps(qv, LD16(r1 + c), a1);
-            a2 = _mm256_fmadd_ps(qv, LD16(r2 + c), a2);
-            a3 = _mm256_fmadd_ps(qv, LD16(r3 + c), a3);
-        }
-        float s[4];
-        _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
-        for (int c = d8; c < d; c++) {
-            s[0] += q[c] * fp16_to_fp32(r0[c]);
-            s[1] += q[c] * fp16_to_fp32(r1[c]);
-            s[2] += q[c] * fp16_to_fp32(r2[c]);
-            s[3] += q[c] * fp16_to_fp32(r3[c]);
-        }
-        out[i] = s[0];
-        out[i + 1] = s[1];
-        out[i + 2] = s[2];
-        out[i + 3] = s[3];
-    }
-    for (; i < n; i++) {
-        const uint16_t *r = b + (size_t)idx[i] * stride;
-        __m256 a = _mm256_setzero_ps();
-        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), LD16(r + c), a);
-        float s = hsum1(a);
-        for (int c = d8; c < d; c++) s += q[c] * fp16_to_fp32(r[c]);
-        out[i] = s;
-    }
-#undef LD16
-}
-
-select_dot_rows_fn select_dot_rows_f32(void) { return cpu_has_avx2() ? dot_rows_f32_avx2 : dot_rows_f32_scalar; }
-select_dot_rows_fn select_dot_rows_f16(void) { return cpu_has_avx2() ? dot_rows_f16_avx2 : dot_rows_f16_scalar; }
-
 /* ---- exact masked scan ---------------------------------------------------------- */
 
 /* Scan the eligible slots in [from, to) into a size-k heap; returns the
  * count, best first, with their scores when `scores` is not NULL. */
-static int scan_range(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n, int from,
-                      int to, const select_mask *m, int k, select_scratch *sc, int32_t *out, float *scores,
-                      int64_t *n_scored) {
+static int scan_range(const selector *s, const float *q, const void *base, size_t stride, int d,
+                      kernels_gather_dot_fn dot, int n, int from, int to, const select_mask *m, int k,
+                      select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
     if (k <= 0) return 0;
-    if (!select_scratch_f(sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(sc, (size_t)k + SELECT_BLOCK)) return 0;
+    if (!select_scratch_f(s, sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(s, sc, (size_t)k + SELECT_BLOCK))
+        return -1;
     select_heap h = {.score = sc->f, .slot = sc->i, .n = 0, .k = k};
     int32_t *idx = sc->i + k;
     float *dots = sc->f + k;
@@ -343,18 +221,19 @@ static int scan_range(const float *q, const void *base, size_t stride, int d, se
     return select_heap_take(&h, out, scores);
 }
 
-int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
-                     const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored) {
-    return scan_range(q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, n_scored);
+int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
+                     int n, const select_mask *m, int k, select_scratch *sc, int32_t *out) {
+    return scan_range(s, q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, &s->stats.n_visited);
 }
 
-int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
-                              const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored) {
+int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
+                              kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out) {
     if (k <= 0) return 0;
-    float *best = malloc((size_t)n_threads * k * sizeof(float));
-    int32_t *slots = malloc((size_t)n_threads * k * sizeof(int32_t));
-    int *got = calloc((size_t)n_threads, sizeof(int));
-    int n_out = 0;
+    const int n_threads = s->params.n_threads;
+    float *best = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(float));
+    int32_t *slots = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(int32_t));
+    int *got = select_query_realloc(s, NULL, (size_t)n_threads * sizeof(int));
+    int n_out = -1;
     int64_t scored = 0;
     if (best && slots && got) {
         /* each thread: its own contiguous part of the slots and its own heap */
@@ -362,13 +241,15 @@ int select_scan_topk_parallel(const float *q, const void *base, size_t stride, i
         for (int t = 0; t < n_threads; t++) {
             select_scratch sc = {0};
             int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
-            got[t] = scan_range(q, base, stride, d, dot, n, from, to, m, k, &sc, slots + (size_t)t * k,
+            got[t] = scan_range(s, q, base, stride, d, dot, n, from, to, m, k, &sc, slots + (size_t)t * k,
                                 best + (size_t)t * k, &scored);
             select_scratch_free(&sc);
         }
         /* merge the parts' results through one more size-k heap */
         select_scratch sc = {0};
-        if (select_scratch_f(&sc, (size_t)k) && select_scratch_i(&sc, (size_t)k)) {
+        int failed = 0;
+        for (int t = 0; t < n_threads; t++) failed |= got[t] < 0;
+        if (!failed && select_scratch_f(s, &sc, (size_t)k) && select_scratch_i(s, &sc, (size_t)k)) {
             select_heap h = {.score = sc.f, .slot = sc.i, .n = 0, .k = k};
             for (int t = 0; t < n_threads; t++)
                 for (int i = 0; i < got[t]; i++) select_heap_push(&h, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
@@ -376,9 +257,61 @@ int select_scan_topk_parallel(const float *q, const void *base, size_t stride, i
         }
         select_scratch_free(&sc);
     }
-    *n_scored += scored;
+    s->stats.n_visited += scored;
     free(best);
     free(slots);
     free(got);
     return n_out;
+}
+
+/* ---- graph indexes (hnsw, faiss) -------------------------------------------- */
+
+/* Score the eligible slots directly when there are at most this many times
+ * the beam width: a graph search computes about 4-12 distances per beam
+ * slot (measured at M = 32), each dearer than a sequential scan's. */
+#define ANN_BRUTE_FACTOR 4
+
+int select_ann_init(select_ann *a, int d) {
+    a->d = d;
+    a->dot = kernels_get()->gather_dot_f32;
+    return (a->qn = malloc((size_t)d * sizeof(float))) != NULL;
+}
+
+void select_ann_free(select_ann *a) {
+    free(a->qn);
+    free(a->labels);
+    free(a->sims);
+    select_scratch_free(&a->sc);
+}
+
+static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
+
+int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+    if (!q_search || !a->ix || a->count == 0) return 0;
+    int n_elig = select_mask_count(m, a->count);
+    if (n_elig == 0) return 0;
+    select_normalize(a->qn, q_search, a->d);
+    const int efw = select_filtered_ef(s->params.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
+    if (n_elig <= ANN_BRUTE_FACTOR * width) {
+        size_t stride;
+        const float *base = a->vectors(a->ix, &stride);
+        return select_scan_topk(s, a->qn, base, stride, a->d, a->dot, a->count, m, k, &a->sc, out);
+    }
+    if (k > a->res_cap) {
+        int64_t *l = select_query_realloc(s, a->labels, (size_t)k * sizeof(int64_t));
+        if (l) a->labels = l;
+        float *f = select_query_realloc(s, a->sims, (size_t)k * sizeof(float));
+        if (f) a->sims = f;
+        if (!l || !f) return -1;
+        a->res_cap = k;
+    }
+    int got = a->search(a->ix, a->qn, k, efw, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited);
+    /* a poorly connected eligible region can still starve the beam: one wider retry */
+    if (got >= 0 && got < k && got < n_elig)
+        got = a->search(a->ix, a->qn, k, 4 * width, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited);
+    if (got < 0) return -1; /* the index ran out of memory */
+    int n = 0;
+    for (int i = 0; i < got; i++)
+        if (select_mask_allows(m, (int)a->labels[i])) out[n++] = (int32_t)a->labels[i];
+    return n;
 }

@@ -14,7 +14,7 @@ typedef struct exact_sel {
     int d, f16;
     int count, cap;     /* slots appended / rows allocated */
     void *keys;         /* [cap][d] unit vectors, f32 or f16 */
-    select_dot_rows_fn dot;
+    kernels_gather_dot_fn dot;
     float *qn, *row;    /* normalised query; one normalised key on append */
     select_scratch sc;
 } exact_sel;
@@ -106,10 +106,8 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     select_normalize(e->qn, q_search, e->d);
     /* long scans are split across threads; short ones are not worth waking them */
     if (s->params.n_threads > 1 && e->count >= 8192)
-        return select_scan_topk_parallel(e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k,
-                                         s->params.n_threads, out, &s->stats.n_visited);
-    return select_scan_topk(e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, &e->sc, out,
-                            &s->stats.n_visited);
+        return select_scan_topk_parallel(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, out);
+    return select_scan_topk(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, &e->sc, out);
 }
 
 static void exact_reset(selector *s) {
@@ -126,7 +124,7 @@ static void exact_free(selector *s) {
     free(e);
 }
 
-static const selector_ops exact_ops = {"exact", exact_append, exact_query, exact_reset, exact_free,
+static const selector_ops exact_ops = {exact_append, exact_query, exact_reset, exact_free,
                                        exact_truncate, exact_get_keys, exact_put_keys};
 
 subq_status select_exact_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
@@ -135,7 +133,7 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->base.ops = &exact_ops;
     e->d = p->d_search;
     e->f16 = p->f16_keys != 0;
-    e->dot = e->f16 ? select_dot_rows_f16() : select_dot_rows_f32();
+    e->dot = e->f16 ? kernels_get()->gather_dot_f16 : kernels_get()->gather_dot_f32;
     e->qn = malloc((size_t)e->d * sizeof(float));
     e->row = malloc((size_t)e->d * sizeof(float));
     if (!e->qn || !e->row) {

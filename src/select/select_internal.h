@@ -1,6 +1,6 @@
 /* Shared pieces of the selectors: constructors of each kind, eligible-slot
- * ranges, a bounded top-k heap, L2 normalisation and the row-dot scan
- * kernels used by exact (and by the ANN selectors' small-set fallback).
+ * ranges, a bounded top-k heap, L2 normalisation and the exact scan used
+ * by exact (and by the ANN selectors' small-set fallback).
  * Internal to src/select. */
 #ifndef SUBQ_SELECT_INTERNAL_H
 #define SUBQ_SELECT_INTERNAL_H
@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
+#include "select/hnsw_shim.h" /* select_filter_fn */
 #include "select/selector.h"
 
 /* One constructor per kind; each allocates a struct whose first member is
@@ -56,41 +58,65 @@ void select_heap_push(select_heap *h, float score, int32_t slot);
  * returns the count. The heap is empty afterwards. */
 int select_heap_take(select_heap *h, int32_t *out, float *scores);
 
-/* Growable scratch owned by a selector (queries cannot report errors: on
- * allocation failure a query returns no candidates). */
+/* Every allocation a query makes goes through here: realloc, or NULL while
+ * the selector's test hook s->fail_alloc is set. */
+void *select_query_realloc(const selector *s, void *p, size_t bytes);
+
+/* Growable scratch owned by a selector and grown by its queries. */
 typedef struct select_scratch {
     float *f;
     int32_t *i;
     size_t cap_f, cap_i;
 } select_scratch;
 
-int select_scratch_f(select_scratch *s, size_t n);   /* 0 on failure */
-int select_scratch_i(select_scratch *s, size_t n);
-void select_scratch_free(select_scratch *s);
+int select_scratch_f(const selector *s, select_scratch *sc, size_t n); /* 0 on failure */
+int select_scratch_i(const selector *s, select_scratch *sc, size_t n);
+void select_scratch_free(select_scratch *sc);
 
 /* dst = src / ||src|| (zero vectors stay zero). */
 void select_normalize(float *dst, const float *src, int d);
 
-/* out[i] = q . row(idx[i]) for rows of d elements `stride` elements apart
- * (f32 or f16 storage). AVX2+FMA+F16C or scalar; selectors pick the kernel
- * once when created (cpuid is slow under a hypervisor). */
-typedef void (*select_dot_rows_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx,
-                                   int n, float *out);
-select_dot_rows_fn select_dot_rows_f32(void);
-select_dot_rows_fn select_dot_rows_f16(void);
-
 /* Exact top-k over the eligible slots below n of a row store (the exact
- * selector, and the ANN selectors when few slots are eligible). Writes up
- * to k slots best-first; adds the rows scored to *n_scored. Uses scratch
- * (needs k floats, k + SELECT_BLOCK int32 and SELECT_BLOCK floats). */
+ * selector, and the ANN selectors when few slots are eligible) for a query
+ * of selector s. Writes up to k slots best-first and returns the count (-1
+ * when out of memory); adds the rows scored to s->stats.n_visited. Uses
+ * scratch (needs k floats, k + SELECT_BLOCK int32 and SELECT_BLOCK floats). */
 #define SELECT_BLOCK 256
-int select_scan_topk(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
-                     const select_mask *m, int k, select_scratch *sc, int32_t *out, int64_t *n_scored);
+int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
+                     int n, const select_mask *m, int k, select_scratch *sc, int32_t *out);
 
-/* select_scan_topk over n_threads contiguous parts of the slots, each with
- * its own heap, merged at the end (same result as one scan up to ties). */
-int select_scan_topk_parallel(const float *q, const void *base, size_t stride, int d, select_dot_rows_fn dot, int n,
-                              const select_mask *m, int k, int n_threads, int32_t *out, int64_t *n_scored);
+/* select_scan_topk over s->params.n_threads contiguous parts of the slots,
+ * each with its own heap, merged at the end (same result as one scan up to
+ * ties). */
+int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
+                              kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out);
+
+/* The query side of the graph-index selectors (hnsw, faiss), over an index
+ * behind two functions: the query is normalised; when few slots are
+ * eligible they are scored directly (select_scan_topk over the index's
+ * stored vectors), else a filtered graph search of width select_filtered_ef
+ * runs, with one wider retry when it comes back short, and every returned
+ * slot is checked again. */
+typedef struct select_ann {
+    void *ix; /* the index (NULL: none yet) */
+    /* the shim's filtered search (count, or -1 on failure) and its stored
+     * vectors (row i at base + i * stride) */
+    int (*search)(void *ix, const float *q, int k, int ef, select_filter_fn filter, void *ctx, int64_t *labels,
+                  float *sims, int64_t *n_dist);
+    const float *(*vectors)(const void *ix, size_t *stride);
+    int d, count;           /* search width; keys in the index */
+    float *qn;              /* the normalised query */
+    int64_t *labels;        /* search results */
+    float *sims;
+    int res_cap;
+    select_scratch sc;
+    kernels_gather_dot_fn dot;
+} select_ann;
+
+/* 0 when out of memory (then select_ann_free). */
+int select_ann_init(select_ann *a, int d);
+void select_ann_free(select_ann *a); /* not the index: its owner frees it */
+int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
 
 /* Beam width of a filtered ANN search: ef when every indexed slot is
  * eligible, widened by n / n_elig (at most 8x) otherwise. Accepted nodes are

@@ -15,7 +15,7 @@ typedef struct oracle_sel {
     selector base;
     int count;
     float *qbar;        /* [n_head_kv][head_dim] */
-    select_dot_rows_fn dot;
+    kernels_gather_dot_fn dot;
     select_scratch sc;
 } oracle_sel;
 
@@ -38,7 +38,7 @@ static int oracle_query(selector *s, const float *q_search, const float *q_nativ
     const int hd = env->head_dim, nkv = env->n_head_kv, grp = env->n_head / env->n_head_kv;
     if (!q_native || o->count == 0) return 0;
     const size_t blk = SELECT_BLOCK;
-    if (!select_scratch_f(&o->sc, (size_t)k + 2 * blk) || !select_scratch_i(&o->sc, (size_t)k + blk)) return 0;
+    if (!select_scratch_f(s, &o->sc, (size_t)k + 2 * blk) || !select_scratch_i(s, &o->sc, (size_t)k + blk)) return -1;
     select_heap best = {.score = o->sc.f, .slot = o->sc.i, .n = 0, .k = k};
     int32_t *idx = o->sc.i + k;
     float *acc = o->sc.f + k, *tmp = acc + blk;
@@ -85,14 +85,14 @@ static void oracle_free(selector *s) {
     free(o);
 }
 
-static const selector_ops oracle_ops = {"oracle", oracle_append, oracle_query, oracle_reset, oracle_free,
+static const selector_ops oracle_ops = {oracle_append, oracle_query, oracle_reset, oracle_free,
                                         oracle_truncate, NULL, NULL};
 
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
     o->base.ops = &oracle_ops;
-    o->dot = env->kv->type == SUBQ_KV_F16 ? select_dot_rows_f16() : select_dot_rows_f32();
+    o->dot = env->kv->type == SUBQ_KV_F16 ? kernels_get()->gather_dot_f16 : kernels_get()->gather_dot_f32;
     o->qbar = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     if (!o->qbar) {
         oracle_free(&o->base);

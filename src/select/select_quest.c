@@ -19,9 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_kernels.h"
 #include "base/error.h"
-#include "quant/quant.h"
 #include "select/select_internal.h"
 
 typedef struct quest_sel {
@@ -36,8 +34,8 @@ typedef struct quest_sel {
     int pcnt_cap;
     select_scratch pg;      /* page heap: scores + ids */
     select_scratch sl;      /* last page: slot ids, dots, heap */
-    select_dot_rows_fn dot;           /* slot scores on the last page */
-    const attn_kernels *ak;           /* page bounds: dot_f32 */
+    kernels_gather_dot_fn dot;  /* slot scores on the last page */
+    const kernels *K;           /* page bounds: dot_f32 */
 } quest_sel;
 
 static size_t page_floats(const selector_env *env) { return (size_t)env->n_head_kv * 2 * env->head_dim; }
@@ -71,15 +69,8 @@ static subq_status quest_append(selector *s, const float *k_search, int n, int s
     }
     for (int j = slot0; j < slot0 + n; j++) {
         for (int g = 0; g < nkv; g++) {
-            const void *key = kv_cache_key(kv, env->layer, g, j);
-            const float *k;
-            if (kv->type == SUBQ_KV_F16) {
-                const uint16_t *k16 = key;
-                for (int c = 0; c < hd; c++) q->row[c] = fp16_to_fp32(k16[c]);
-                k = q->row;
-            } else {
-                k = key;
-            }
+            const float *k = q->row;
+            kv_cache_row_f32(kv, kv_cache_key(kv, env->layer, g, j), q->row);
             float *mx = q->mm + ((size_t)(j / P) * nkv + g) * 2 * hd, *mn = mx + hd;
             if (j % P == 0) { /* first slot of a page starts its bounds */
                 memcpy(mx, k, (size_t)hd * sizeof(float));
@@ -123,8 +114,8 @@ static float page_score(const quest_sel *q, int p) {
     const float *mx = q->mm + (size_t)p * page_floats(env);
     float sc = 0.0f;
     for (int g = 0; g < env->n_head_kv; g++, mx += 2 * hd)
-        sc += q->ak->dot_f32(q->qpos + (size_t)g * hd, mx, hd) +
-              q->ak->dot_f32(q->qneg + (size_t)g * hd, mx + hd, hd);
+        sc += q->K->dot_f32(q->qpos + (size_t)g * hd, mx, hd) +
+              q->K->dot_f32(q->qneg + (size_t)g * hd, mx + hd, hd);
     return sc;
 }
 
@@ -135,11 +126,13 @@ float select_quest_page_score(selector *s, const float *q_native, int page) {
     return page_score(q, page);
 }
 
-/* Best `need` eligible slots of page p by exact head-mean q.k, best first. */
+/* Best `need` eligible slots of page p by exact head-mean q.k, best first
+ * (-1: out of memory). */
 static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need, int32_t *out) {
     const selector_env *env = &q->base.env;
     const int hd = env->head_dim, nkv = env->n_head_kv, P = q->page;
-    if (!select_scratch_i(&q->sl, 2 * (size_t)P) || !select_scratch_f(&q->sl, 3 * (size_t)P)) return 0;
+    if (!select_scratch_i(&q->base, &q->sl, 2 * (size_t)P) || !select_scratch_f(&q->base, &q->sl, 3 * (size_t)P))
+        return -1;
     int32_t *idx = q->sl.i;
     float *acc = q->sl.f, *tmp = acc + P;
     select_heap h = {.score = tmp + P, .slot = idx + P, .n = 0, .k = need};
@@ -163,15 +156,15 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
     if (!q_native || n == 0) return 0;
     const int n_pages = (n + P - 1) / P;
     if (n_pages > q->pcnt_cap) {
-        int32_t *pc = realloc(q->pcnt, (size_t)n_pages * sizeof(int32_t));
-        if (!pc) return 0;
+        int32_t *pc = select_query_realloc(s, q->pcnt, (size_t)n_pages * sizeof(int32_t));
+        if (!pc) return -1;
         q->pcnt = pc;
         q->pcnt_cap = n_pages;
     }
     /* pages with a bounded heap of size k: each page taken holds >= 1 eligible
      * slot, so at most k pages are ever needed */
     int kp = k < n_pages ? k : n_pages;
-    if (!select_scratch_f(&q->pg, (size_t)kp) || !select_scratch_i(&q->pg, 2 * (size_t)kp)) return 0;
+    if (!select_scratch_f(s, &q->pg, (size_t)kp) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp)) return -1;
 
     prepare_query(q, q_native);
 
@@ -199,7 +192,8 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
     for (int i = 0; i < np && got < k; i++) {
         int p = pages[i];
         if (q->pcnt[p] > k - got) {
-            got += rank_page(q, p, n, m, k - got, out + got);
+            const int r = rank_page(q, p, n, m, k - got, out + got);
+            got = r < 0 ? -1 : got + r;
             break;
         }
         for (int j = p * P; j < p * P + P && j < n; j++)
@@ -234,7 +228,7 @@ static void quest_free(selector *s) {
     free(q);
 }
 
-static const selector_ops quest_ops = {"quest", quest_append, quest_query, quest_reset, quest_free,
+static const selector_ops quest_ops = {quest_append, quest_query, quest_reset, quest_free,
                                        quest_truncate, NULL, NULL};
 
 subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
@@ -242,8 +236,8 @@ subq_status select_quest_new(const selector_params *p, const selector_env *env, 
     if (!q) return subq_fail(err, SUBQ_ERR_NOMEM, "selector quest: out of memory");
     q->base.ops = &quest_ops;
     q->page = p->quest_page;
-    q->dot = env->kv->type == SUBQ_KV_F16 ? select_dot_rows_f16() : select_dot_rows_f32();
-    q->ak = attn_kernels_get();
+    q->K = kernels_get();
+    q->dot = env->kv->type == SUBQ_KV_F16 ? q->K->gather_dot_f16 : q->K->gather_dot_f32;
     size_t qn = (size_t)env->n_head_kv * env->head_dim;
     q->qpos = malloc(qn * sizeof(float));
     q->qneg = malloc(qn * sizeof(float));

@@ -8,29 +8,43 @@
 #include "base/timer.h"
 #include "select/select_internal.h"
 
-static const char *const kind_names[] = {"exact", "hnsw", "faiss", "quest", "oracle", "window"};
-#define N_KINDS ((int)(sizeof kind_names / sizeof kind_names[0]))
+#ifdef SUBQ_HAVE_FAISS
+#define FAISS_NEW select_faiss_new
+#else
+#define FAISS_NEW NULL
+#endif
+
+/* The kinds: what each needs, and its constructor (NULL: not in this build). */
+static const struct kind_info {
+    const char *name;
+    subq_status (*create)(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
+    int needs_search;    /* ranks search vectors: needs projections and d_search */
+    int ann;             /* approximate graph index: HNSW parameters, recall measured against exact */
+    int native_keys;     /* reads the layer's native keys from the KV cache */
+    const char *package; /* the optional dependency, named when the build lacks it */
+} kinds[SELECT_KIND_COUNT] = {
+    [SELECT_EXACT] = {.name = "exact", .create = select_exact_new, .needs_search = 1},
+    [SELECT_HNSW] = {.name = "hnsw", .create = select_hnsw_new, .needs_search = 1, .ann = 1},
+    [SELECT_FAISS] = {.name = "faiss", .create = FAISS_NEW, .needs_search = 1, .ann = 1, .package = "libfaiss-dev"},
+    [SELECT_QUEST] = {.name = "quest", .create = select_quest_new, .native_keys = 1},
+    [SELECT_ORACLE] = {.name = "oracle", .create = select_oracle_new, .native_keys = 1},
+    [SELECT_WINDOW] = {.name = "window", .create = select_window_new},
+};
+
+static const struct kind_info *kind_info(selector_kind k) {
+    return (int)k >= 0 && k < SELECT_KIND_COUNT ? &kinds[k] : NULL;
+}
 
 int selector_kind_parse(const char *name) {
-    for (int i = 0; name && i < N_KINDS; i++)
-        if (!strcmp(name, kind_names[i])) return i;
+    for (int i = 0; name && i < SELECT_KIND_COUNT; i++)
+        if (!strcmp(name, kinds[i].name)) return i;
     return -1;
 }
 
-const char *selector_kind_name(selector_kind k) {
-    return (int)k >= 0 && (int)k < N_KINDS ? kind_names[k] : "?";
-}
-
-int selector_kind_available(selector_kind k) {
-    if (k == SELECT_FAISS) {
-#ifdef SUBQ_HAVE_FAISS
-        return 1;
-#else
-        return 0;
-#endif
-    }
-    return (int)k >= 0 && (int)k < N_KINDS;
-}
+const char *selector_kind_name(selector_kind k) { return kind_info(k) ? kinds[k].name : "?"; }
+int selector_kind_available(selector_kind k) { return kind_info(k) && kinds[k].create; }
+int selector_kind_needs_search(selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
+int selector_kind_is_ann(selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
 void selector_params_default(selector_params *p, selector_kind kind, int d_search) {
     memset(p, 0, sizeof *p);
@@ -67,32 +81,25 @@ static subq_status check_env(const selector_params *p, const selector_env *env, 
 subq_status selector_new(const selector_params *params, const selector_env *env, selector **out, subq_error *err) {
     *out = NULL;
     const selector_params *p = params;
-    if ((int)p->kind < 0 || (int)p->kind >= N_KINDS)
-        return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->kind);
-    const char *name = selector_kind_name(p->kind);
-    int search = p->kind == SELECT_EXACT || p->kind == SELECT_HNSW || p->kind == SELECT_FAISS;
-    if (search && p->d_search <= 0)
+    const struct kind_info *ki = kind_info(p->kind);
+    if (!ki) return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->kind);
+    const char *name = ki->name;
+    if (!ki->create)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s is not in this build (install %s and rebuild)",
+                         name, ki->package);
+    if (ki->needs_search && p->d_search <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs search vectors (d_search %d)", name, p->d_search);
-    if ((p->kind == SELECT_HNSW || p->kind == SELECT_FAISS) &&
-        (p->hnsw_m < 2 || p->hnsw_m > 1024 || p->hnsw_ef_construction <= 0 || p->hnsw_ef_search <= 0))
+    if (ki->ann && (p->hnsw_m < 2 || p->hnsw_m > 1024 || p->hnsw_ef_construction <= 0 || p->hnsw_ef_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
                          name, p->hnsw_m, p->hnsw_ef_construction, p->hnsw_ef_search);
     if (p->kind == SELECT_QUEST && p->quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
     subq_status rc;
-    if ((p->kind == SELECT_QUEST || p->kind == SELECT_ORACLE) && (rc = check_env(p, env, err))) return rc;
+    if (ki->native_keys && (rc = check_env(p, env, err))) return rc;
     selector_env e0 = {0};
     if (!env) env = &e0;
-    switch (p->kind) {
-    case SELECT_EXACT: rc = select_exact_new(p, env, out, err); break;
-    case SELECT_HNSW: rc = select_hnsw_new(p, env, out, err); break;
-    case SELECT_FAISS: rc = select_faiss_new(p, env, out, err); break;
-    case SELECT_QUEST: rc = select_quest_new(p, env, out, err); break;
-    case SELECT_ORACLE: rc = select_oracle_new(p, env, out, err); break;
-    default: rc = select_window_new(p, env, out, err); break;
-    }
-    if (rc) return rc;
+    if ((rc = ki->create(p, env, out, err))) return rc;
     (*out)->params = *p;
     (*out)->env = *env;
     return SUBQ_OK;
@@ -116,7 +123,7 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
     double t0 = time_now_s();
     int got = s->ops->query(s, q_search, q_native, k, m, out);
     s->stats.t_query_s += time_now_s() - t0;
-    if (got < 0) got = 0;
+    if (got < 0) return -1;
     s->stats.n_queries++;
     s->stats.n_returned += got;
     s->stats.n_filler += k - got;
@@ -128,9 +135,9 @@ void selector_reset(selector *s) {
 }
 
 subq_status selector_truncate(selector *s, int n_keep, subq_error *err) {
-    if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", s->ops->name, n_keep);
+    if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", selector_kind_name(s->params.kind), n_keep);
     if (!s->ops->truncate)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s cannot be truncated", s->ops->name);
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s cannot be truncated", selector_kind_name(s->params.kind));
     double t0 = time_now_s();
     subq_status rc = s->ops->truncate(s, n_keep, err);
     s->stats.t_append_s += time_now_s() - t0;

@@ -21,6 +21,7 @@ typedef enum selector_kind {
     SELECT_QUEST,
     SELECT_ORACLE,
     SELECT_WINDOW,
+    SELECT_KIND_COUNT
 } selector_kind;
 
 typedef struct selector_params {
@@ -75,14 +76,15 @@ typedef struct selector_stats {
 
 typedef struct selector selector;
 typedef struct selector_ops {
-    const char *name;
     /* Search keys (rows of d_search floats; NULL for selectors that use native
      * keys) of cache slots slot0 .. slot0+n-1, appended in slot order. The
      * native keys of those slots are already in env->kv. */
     subq_status (*append)(selector *s, const float *k_search, int n, int slot0, subq_error *err);
-    /* Up to k eligible slots (best first) into out; returns the count. The
-     * query has a search vector (may be NULL when unused) and its native
-     * post-RoPE q for all heads [n_head*head_dim]. */
+    /* Up to k eligible slots (best first) into out; returns the count, or
+     * -1 when the query could not run (out of memory): a failed query must
+     * never pass for one that found nothing. The query has a search vector
+     * (may be NULL when unused) and its native post-RoPE q for all heads
+     * [n_head*head_dim]. */
     int (*query)(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                  int32_t *out);
     void (*reset)(selector *s);   /* forget all keys (new sequence) */
@@ -105,6 +107,7 @@ struct selector {
     selector_params params;
     selector_env env;
     selector_stats stats;
+    int fail_alloc; /* test hook: while set, every allocation a query makes fails */
 };
 
 /* Create a selector of params->kind for one layer. SUBQ_ERR_UNSUPPORTED when
@@ -113,7 +116,8 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
 void selector_free(selector *s);
 
 /* Timed, counted calls through ops (these keep stats up to date; the ops
- * themselves add n_visited). */
+ * themselves add n_visited). selector_query returns the count, or -1 when
+ * the selector ran out of memory (the caller reports SUBQ_ERR_NOMEM). */
 subq_status selector_append(selector *s, const float *k_search, int n, int slot0, subq_error *err);
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out);
@@ -130,6 +134,12 @@ int selector_kind_parse(const char *name);
 const char *selector_kind_name(selector_kind k);
 /* 1 if the kind is available in this build. */
 int selector_kind_available(selector_kind k);
+/* 1 if the kind ranks search vectors (exact, hnsw, faiss): it needs search
+ * projections and d_search. */
+int selector_kind_needs_search(selector_kind k);
+/* 1 if the kind is an approximate index over the search space (hnsw,
+ * faiss), whose recall is measured against exact. */
+int selector_kind_is_ann(selector_kind k);
 void selector_params_default(selector_params *p, selector_kind kind, int d_search);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "model/model.h"
 #include "quant/types.h"
 #include "search/search_proj.h"
@@ -61,7 +62,7 @@ static subq_status write_one(const trainer *t, const char *path, int ckpt, subq_
         else if (o[i].type == TRAIN_OPT_F32) s = gguf_writer_set_f32(w, key, o[i].f);
         else s = gguf_writer_set_u64(w, key, o[i].u);
     }
-    search_fingerprint_hex(t->data->fingerprint, fp);
+    fingerprint_hex(t->data->fingerprint, fp);
     snprintf(key, sizeof key, "%s.data_fingerprint", prefix);
     s = s ? s : gguf_writer_set_str(w, key, fp);
     snprintf(key, sizeof key, "%s.data_train_tokens", prefix);
@@ -105,8 +106,8 @@ subq_status train_check_model(const char *path, uint64_t file_fp, const subq_mod
     const uint64_t mine = model_fingerprint(m);
     if (file_fp == mine) return SUBQ_OK;
     char a[17], b[17];
-    search_fingerprint_hex(file_fp, a);
-    search_fingerprint_hex(mine, b);
+    fingerprint_hex(file_fp, a);
+    fingerprint_hex(mine, b);
     return subq_fail(err, SUBQ_ERR_MISMATCH,
                      "%s was trained for another model (fingerprint %s, this model %s); retrain with subq %s -m MODEL",
                      path, a, b, command);
@@ -173,7 +174,7 @@ subq_status train_load(trainer *t, const char *path, subq_error *err) {
     }
     char fp[17], want_fp[17];
     subq_error e2 = {0};
-    search_fingerprint_hex(t->data->fingerprint, want_fp);
+    fingerprint_hex(t->data->fingerprint, want_fp);
     snprintf(key, sizeof key, "%s.data_fingerprint", prefix);
     if (gguf_get_str(f, key, fp, sizeof fp, &e2) || strcmp(fp, want_fp) != 0) {
         s = subq_fail(err, SUBQ_ERR_ARG, "%s was trained on other data (data fingerprint %s, this run %s); resume with the same data files",

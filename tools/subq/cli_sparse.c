@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/layers.h"
 #include "cli.h"
 #include "model/context.h"
 
@@ -124,7 +125,7 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_p
         int *layers = malloc((size_t)n_layer * sizeof(int));
         unsigned char *mask = calloc((size_t)n_layer, 1);
         subq_status s = !layers || !mask ? subq_fail(&err, SUBQ_ERR_NOMEM, "out of memory") : SUBQ_OK;
-        if (!s && o->plan.sparse_layers) s = search_parse_layers(o->plan.sparse_layers, n_layer, mask, &err);
+        if (!s && o->plan.sparse_layers) s = layers_parse(o->plan.sparse_layers, n_layer, mask, &err);
         else if (!s)
             for (int l = 2; l <= n_layer - 3; l++) mask[l] = 1;
         for (int l = 0; !s && l < n_layer; l++)

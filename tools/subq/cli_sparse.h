@@ -3,7 +3,7 @@
 #define SUBQ_CLI_SPARSE_H
 
 #include "attn/attn_plan.h"
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 #include "search/search_proj.h"
 
 typedef struct cli_sparse_opts {

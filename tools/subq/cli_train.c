@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/layers.h"
 #include "base/progress.h"
 #include "cli.h"
 #include "model/model.h"
@@ -137,8 +138,8 @@ static int parse_layers(cli_train *o) {
     int ok = 1;
     o->layer_ids = malloc((size_t)L * sizeof(int));
     if (!mask || !rmask || !o->layer_ids) ok = !cli_error(cmd, "out of memory");
-    else if (search_parse_layers(o->layers, L, mask, &err)) ok = !cli_error(cmd, "--layers: %s", err.msg);
-    else if (o->reserve && search_parse_layers(o->reserve, L, rmask, &err)) ok = !cli_error(cmd, "--reserve: %s", err.msg);
+    else if (layers_parse(o->layers, L, mask, &err)) ok = !cli_error(cmd, "--layers: %s", err.msg);
+    else if (o->reserve && layers_parse(o->reserve, L, rmask, &err)) ok = !cli_error(cmd, "--reserve: %s", err.msg);
     int n = 0;
     for (int l = 0; ok && l < L; l++)
         if (mask[l] && !rmask[l]) o->layer_ids[n++] = l;

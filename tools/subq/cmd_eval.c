@@ -13,11 +13,11 @@
 #include "base/timer.h"
 #include "cli.h"
 #include "cli_sparse.h"
+#include "complete/phi_cache.h"
 #include "eval/bootstrap.h"
 #include "eval/eval.h"
 #include "eval/svg.h"
 #include "model/context.h"
-#include "phi/phi_cache.h"
 #include "train/corpus.h"
 
 static const char *help =
@@ -206,7 +206,7 @@ int cmd_eval(int argc, char **argv) {
             if (k < 0 || n_kinds == MAX_LIST) return cli_error(cmd, "--selectors: unknown selector '%s'", t);
             if (!selector_kind_available((selector_kind)k))
                 return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", t);
-            if ((k == SELECT_EXACT || k == SELECT_HNSW || k == SELECT_FAISS) && !have_search)
+            if (selector_kind_needs_search((selector_kind)k) && !have_search)
                 return cli_error(cmd, "selector '%s' needs --search FILE (or --random-search D)", t);
             kinds[n_kinds++] = k;
         }

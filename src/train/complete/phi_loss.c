@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "phi/phi_net.h"
+#include "complete/phi_net.h"
 
 /* Below this Z_tj the shifted features of a pair barely overlap; the pair
  * is then done directly over f, so G = g / Z never becomes huge. */

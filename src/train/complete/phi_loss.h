@@ -25,7 +25,7 @@
 
 #include <stdint.h>
 
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 #include "subq.h"
 
 typedef struct phi_loss_params {

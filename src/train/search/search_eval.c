@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "search/dot.h"
+#include "kernels/kernels.h"
 #include "train/search/topk.h"
 
 void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
@@ -25,6 +25,7 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
                               teacher_agg agg, int n_sink, int n_tail, search_eval_acc *acc, int n_threads,
                               subq_error *err) {
     const int T = x->T, d = x->d_model, nk = acc->n_k;
+    const kernels *kern = kernels_get();
     if (n_sink < 0 || n_tail < 0)
         return subq_fail(err, SUBQ_ERR_ARG, "search evaluation: n_sink and n_tail must be >= 0");
     if (T <= 0 || nk == 0) return SUBQ_OK;
@@ -48,7 +49,8 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
     search_project(Qs, x->h, wq, T, d, ds, n_threads);
     search_project(Ks, x->h, wk, T, d, ds, n_threads);
     /* 1 / |k_s(j)| with the training loss's smooth norm */
-    for (int j = 0; j < T; j++) inv_nk[j] = 1.0f / sqrtf(search_dot(Ks + (size_t)j * ds, Ks + (size_t)j * ds, ds) + 1e-12f);
+    for (int j = 0; j < T; j++)
+        inv_nk[j] = 1.0f / sqrtf(kern->dot_f32(Ks + (size_t)j * ds, Ks + (size_t)j * ds, ds) + 1e-12f);
     int oom = 0;
 #pragma omp parallel num_threads(n_threads)
     {
@@ -73,7 +75,7 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
             topk_indices(p, n, kk, top_t);
             /* learned scores cos(q_s(t), k_s(j)) (|q_s(t)| is common to the row) */
             const float *qt = Qs + (size_t)t * ds;
-            for (int i = 0; i < n; i++) sc[i] = search_dot(qt, Ks + (size_t)(s0 + i) * ds, ds) * inv_nk[s0 + i];
+            for (int i = 0; i < n; i++) sc[i] = kern->dot_f32(qt, Ks + (size_t)(s0 + i) * ds, ds) * inv_nk[s0 + i];
             topk_indices(sc, n, kk, top_l);
             oracle_scores(qn, kt, T, &x->shape, s0, s0 + n - 1, tmp, sc);
             topk_indices(sc, n, kk, top_o);

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "search/dot.h"
+#include "kernels/kernels.h"
 #include "train/search/topk.h"
 
 #define NORM_EPS 1e-12f
@@ -37,12 +37,13 @@ int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail) 
 }
 
 void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads) {
+    const kernels *K = kernels_get();
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *x = X + (size_t)t * d;
         for (int a = 0; a < ds; a++) {
             const float *w = W + (size_t)a * d;
-            Y[(size_t)t * ds + a] = search_dot(w, x, d);
+            Y[(size_t)t * ds + a] = K->dot_f32(w, x, d);
         }
     }
 }
@@ -76,6 +77,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
                               search_loss_sums *out, int chunk_rows, int n_threads, subq_error *err) {
     const int T = x->T, d = x->d_model;
     const int want_grad = dwq || dwk;
+    const kernels *K = kernels_get();
     out->nce = out->kl = 0.0;
     out->n_queries = 0;
     if (T <= 0) return SUBQ_OK;
@@ -158,7 +160,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
                                 s0, s0 + n - 1, lp->agg, s.tmp, s.p);
                 /* d_j = q_s(t).k_s(j);  z_j = d_j / (|q||k_j|) / tau;  y_j = d_j / sqrt(ds) / tau_kl */
                 for (int i = 0; i < n; i++) {
-                    float dot = search_dot(qt, Ks + (size_t)(s0 + i) * ds, ds);
+                    float dot = K->dot_f32(qt, Ks + (size_t)(s0 + i) * ds, ds);
                     s.z[i] = dot / (nq[t] * nk[s0 + i]) * inv_tau;
                     s.y[i] = dot * kl_scale;
                 }

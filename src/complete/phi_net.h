@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 
 /* Doubles of the activations kept for the backward pass of n rows
  * (G0, A1, H1, MLP, G1 and the GELU's tanh), and of the backward's scratch. */

@@ -1,5 +1,5 @@
 /* Batched double forward / backward of one feature map (phi_net.h). */
-#include "phi/phi_net.h"
+#include "complete/phi_net.h"
 
 #include <cblas.h>
 #include <math.h>

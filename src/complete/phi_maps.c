@@ -1,6 +1,6 @@
 /* Completion feature maps: layout, initialisation, the float forward and
  * the GGUF file (phi_maps.h). */
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -9,10 +9,10 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "base/rng.h"
 #include "model/model.h"
 #include "quant/types.h"
-#include "search/search_proj.h"
 
 static const char *suffixes[PHI_N_TENSORS] = {"ws.weight", "ws.bias", "w1.weight", "w1.bias", "w2.weight",
                                               "w2.bias",   "alpha",   "wo.weight", "wo.bias"};
@@ -220,7 +220,7 @@ int phi_tensor_gguf_shape(const phi_dims *d, int which, int t, uint64_t ne[3]) {
 subq_status phi_maps_to_writer(const phi_maps *p, gguf_writer *w, subq_error *err) {
     const phi_dims *d = &p->dims;
     char fp[17];
-    search_fingerprint_hex(p->model_fingerprint, fp);
+    fingerprint_hex(p->model_fingerprint, fp);
     int32_t *layers = malloc((size_t)p->n_sel * sizeof(int32_t));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     for (int i = 0; i < p->n_sel; i++) layers[i] = p->layers[i];
@@ -289,7 +289,7 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
         gguf_get_arr(f, "subq.phi.layers", GGUF_TYPE_INT32, &arr, &e2) ||
         gguf_get_str(f, "subq.phi.model_fingerprint", fps, sizeof fps, &e2))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
-    if (!search_fingerprint_parse(fps, &fp))
+    if (!fingerprint_parse(fps, &fp))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.phi.model_fingerprint '%s' is not 16 hex digits", path, fps);
     char gelu[16];
     if (!gguf_get_str(f, "subq.phi.gelu", gelu, sizeof gelu, &e2) && strcmp(gelu, "tanh") != 0)
@@ -394,8 +394,8 @@ subq_status phi_maps_load(const char *path, const subq_model *m, phi_maps **out,
     uint64_t mine = model_fingerprint(m);
     if (p->model_fingerprint != mine) {
         char a[17], b[17];
-        search_fingerprint_hex(p->model_fingerprint, a);
-        search_fingerprint_hex(mine, b);
+        fingerprint_hex(p->model_fingerprint, a);
+        fingerprint_hex(mine, b);
         phi_maps_free(p);
         return subq_fail(err, SUBQ_ERR_MISMATCH,
                          "%s was trained for another model (fingerprint %s, this model %s); retrain with subq train-phi -m MODEL",

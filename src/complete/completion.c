@@ -1,11 +1,11 @@
-#include "attn/attn_complete.h"
+#include "complete/completion.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_kernels.h"
 #include "base/error.h"
-#include "phi/phi_cache.h"
+#include "complete/phi_cache.h"
+#include "kernels/kernels.h"
 
 struct attn_completion {
     const phi_maps *maps;
@@ -129,7 +129,7 @@ void completion_attend(attn_completion *c, const kv_cache *kv, int slot, const f
                        const int *slots, int n_slots, int cand_off, int n_cand, float *out, double *share_sum,
                        int64_t *n_share) {
     const int D = c->head_dim, F = c->d_phi, nkv = c->n_head_kv, g_size = c->n_head / nkv;
-    const attn_kernels *K = attn_kernels_get();
+    const kernels *K = kernels_get();
     const int has_mid = slot - c->n_tail >= c->doc0 + c->n_sink;
     for (int g = 0; g < nkv; g++) {
         for (int j = 0; j < n_slots; j++) {

@@ -1,19 +1,86 @@
-/* The decode attention kernels (src/attn/attn_kernels.c), the selected set
- * (AVX2 on this machine) and the portable C set, against plain double
- * precision loops: group scores and value accumulation over contiguous f32
- * and f16 rows for head widths that are and are not multiples of 8, group
+/* The vector kernels of src/kernels (the stored-format ones are in
+ * test_quant.c), the selected set (AVX2 on this machine) and the portable C
+ * set, against plain double precision loops: f32 / f16 dot and axpy at
+ * lengths around the 8- and 32-element blocks; gathered row dots over f32
+ * and f16 rows at widths that are and are not multiples of 8 and counts
+ * around the 4-row block; decode group scores and value accumulation over
+ * contiguous rows for head widths that are and are not multiples of 8, group
  * sizes 1-7 and row counts around the 4-key and 32-key blocks; the vector
  * exp against exp() over [-87, 0], with -inf giving exactly 0. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "attn/attn_kernels.h"
 #include "base/rng.h"
-#include "quant/quant.h"
+#include "kernels/kernels.h"
 #include "test_util.h"
 
-static void check_set(const char *name, const attn_kernels *K) {
+/* |got - want| / (sum of |terms| + tiny): float rounding relative to the magnitude of the sum */
+static double rel_err(double got, double want, double mag) { return fabs(got - want) / (mag + 1e-30); }
+
+/* dot, axpy and gathered row dots: f32 rows, and f16 rows holding the same values */
+static void check_vectors(const char *name, const kernels *K) {
+    uint64_t rng = rng_seed(5);
+    enum { NMAX = 1000, ROWS = 23 };
+    static float a[NMAX], b[NMAX], y[NMAX], rows[ROWS * NMAX], out[ROWS];
+    static uint16_t b16[NMAX], rows16[ROWS * NMAX];
+    const int ns[] = {1, 7, 8, 9, 31, 32, 33, 100, 1000};
+    double worst_dot = 0, worst_axpy = 0, worst_gather = 0;
+    for (int c = 0; c < 9; c++) {
+        const int n = ns[c];
+        for (int i = 0; i < n; i++) {
+            a[i] = rng_normal(&rng);
+            b16[i] = fp32_to_fp16(rng_normal(&rng));
+            b[i] = fp16_to_fp32(b16[i]);
+        }
+        double want = 0, mag = 0;
+        for (int i = 0; i < n; i++) want += (double)a[i] * b[i], mag += fabs((double)a[i] * b[i]);
+        double e = fmax(rel_err(K->dot_f32(a, b, n), want, mag), rel_err(K->dot_f16(a, b16, n), want, mag));
+        worst_dot = e > worst_dot ? e : worst_dot;
+        for (int f16 = 0; f16 < 2; f16++) { /* y = a + w b */
+            for (int i = 0; i < n; i++) y[i] = a[i];
+            if (f16) K->axpy_f16(y, 0.375f, b16, n);
+            else K->axpy_f32(y, 0.375f, b, n);
+            for (int i = 0; i < n; i++) {
+                e = rel_err(y[i], a[i] + 0.375 * b[i], fabs(a[i]) + fabs(0.375 * b[i]));
+                worst_axpy = e > worst_axpy ? e : worst_axpy;
+            }
+        }
+    }
+    const int ds[] = {8, 12, 64, 130}, counts[] = {1, 3, 4, 5, 9, 23};
+    int32_t idx[ROWS];
+    for (int c = 0; c < 4; c++) {
+        const int d = ds[c], stride = d + 5; /* rows need not be contiguous */
+        for (int i = 0; i < ROWS * stride; i++) {
+            rows16[i] = fp32_to_fp16(rng_normal(&rng));
+            rows[i] = fp16_to_fp32(rows16[i]);
+        }
+        for (int i = 0; i < d; i++) a[i] = rng_normal(&rng);
+        for (int k = 0; k < 6; k++) {
+            const int n = counts[k];
+            for (int i = 0; i < n; i++) idx[i] = (int32_t)(rng_next_u64(&rng) % ROWS);
+            for (int f16 = 0; f16 < 2; f16++) {
+                if (f16) K->gather_dot_f16(a, rows16, (size_t)stride, d, idx, n, out);
+                else K->gather_dot_f32(a, rows, (size_t)stride, d, idx, n, out);
+                for (int i = 0; i < n; i++) {
+                    double want = 0, mag = 0;
+                    for (int j = 0; j < d; j++) {
+                        double t = (double)a[j] * rows[(size_t)idx[i] * stride + j];
+                        want += t, mag += fabs(t);
+                    }
+                    double e = rel_err(out[i], want, mag);
+                    worst_gather = e > worst_gather ? e : worst_gather;
+                }
+            }
+        }
+    }
+    CHECK(worst_dot < 1e-6, "%s dot: worst error relative to sum |a b| %.2e", name, worst_dot);
+    CHECK(worst_axpy < 2e-7, "%s axpy: worst error relative to |y| + |w x| %.2e", name, worst_axpy);
+    CHECK(worst_gather < 1e-6, "%s gathered dots: worst error relative to sum |q r| %.2e", name, worst_gather);
+    printf("%s: dot %.2e, axpy %.2e, gathered dots %.2e\n", name, worst_dot, worst_axpy, worst_gather);
+}
+
+static void check_attention(const char *name, const kernels *K) {
     uint64_t rng = rng_seed(11);
     const int hds[] = {8, 12, 64, 128}, gs[] = {1, 2, 3, 5, 7}, ns[] = {1, 3, 4, 31, 32, 33, 100};
     double worst_s = 0, worst_a = 0;
@@ -90,7 +157,12 @@ static void check_set(const char *name, const attn_kernels *K) {
 }
 
 int main(void) {
-    check_set("selected", attn_kernels_get());
-    check_set("scalar", attn_kernels_scalar());
+    const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
+    if (!sets[1]) printf("note: this CPU lacks AVX2+FMA+F16C; only the scalar kernels are tested\n");
+    for (int s = 0; s < 2; s++) {
+        if (!sets[s]) continue;
+        check_vectors(sets[s]->name, sets[s]);
+        check_attention(sets[s]->name, sets[s]);
+    }
     return test_summary();
 }

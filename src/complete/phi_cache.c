@@ -1,12 +1,12 @@
 /* Completion cache, one-way subtraction and the hybrid head (phi_cache.h). */
-#include "phi/phi_cache.h"
+#include "complete/phi_cache.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 
 subq_status phi_cache_init(phi_cache *c, int d_phi, int head_dim, subq_error *err) {
     memset(c, 0, sizeof *c);

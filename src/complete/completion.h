@@ -1,7 +1,7 @@
 /* Completion of the unretrieved mass for one sparse layer (Hoshi, Miyashita,
  * Deguchi 2026): the mid region of each query's document, everything but
  * the sinks and the recent tail, is summarised per KV head by a fixed-size
- * phi cache (src/phi/phi_cache.h); a query attends exactly over sinks +
+ * phi cache (complete/phi_cache.h); a query attends exactly over sinks +
  * tail + retrieved candidates and adds the completion's estimate of the
  * rest, merged before one normalisation.
  *
@@ -14,11 +14,11 @@
  * join the summary once they are n_tail old, so the exact set stays bounded).
  * log phi_k of every slot is kept (d_phi floats per KV head and slot) so the
  * retrieved tokens can be subtracted without re-running the feature map. */
-#ifndef SUBQ_ATTN_COMPLETE_H
-#define SUBQ_ATTN_COMPLETE_H
+#ifndef SUBQ_COMPLETE_COMPLETION_H
+#define SUBQ_COMPLETE_COMPLETION_H
 
+#include "complete/phi_maps.h"
 #include "kv/kv_cache.h"
-#include "phi/phi_maps.h"
 
 typedef struct attn_completion attn_completion;
 

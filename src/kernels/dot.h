@@ -1,0 +1,66 @@
+/* The f32 dot product of each instruction set, header-only: the kernel sets
+ * take their dot_f32 from here, and the C++ index shims (hnsw_shim.cpp,
+ * faiss_shim.cpp in src/select) inline it into the distance functions of
+ * their graph searches, which call it once per node visited. With it, the
+ * AVX2 pieces every dense dot product of kernels_avx2.c is built from. */
+#ifndef SUBQ_KERNELS_DOT_H
+#define SUBQ_KERNELS_DOT_H
+
+#include <stdint.h>
+
+/* Four partial sums break the add dependency chain and halve rounding growth. */
+static inline float kernels_dot_f32_scalar(const float *a, const float *b, int64_t n) {
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += a[i] * b[i];
+        s1 += a[i + 1] * b[i + 1];
+        s2 += a[i + 2] * b[i + 2];
+        s3 += a[i + 3] * b[i + 3];
+    }
+    for (; i < n; i++) s0 += a[i] * b[i];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* x86 with a compiler that has target attributes: AVX2 kernels are built
+ * (whatever -march says) and chosen at run time. */
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define KERNELS_HAVE_AVX2 1
+
+#include <immintrin.h>
+
+#define KERNELS_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KERNELS_AVX2_INLINE KERNELS_AVX2 static inline __attribute__((always_inline))
+
+/* sum of the 8 lanes */
+KERNELS_AVX2_INLINE float kernels_hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* NAME(x, w, n) = sum_i x_i w_i for w of element type T, read 8 at a time
+ * as floats by LOAD and one at a time by SCALAR; four accumulators (FMA
+ * latency 4, two per cycle). */
+#define KERNELS_DOT_DENSE(NAME, T, LOAD, SCALAR)                                                          \
+    KERNELS_AVX2 static inline float NAME(const float *x, const T *w, int64_t n) {                        \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                       \
+        int64_t i = 0;                                                                                    \
+        for (; i + 32 <= n; i += 32) {                                                                    \
+            a0 = _mm256_fmadd_ps(LOAD(w + i), _mm256_loadu_ps(x + i), a0);                                \
+            a1 = _mm256_fmadd_ps(LOAD(w + i + 8), _mm256_loadu_ps(x + i + 8), a1);                        \
+            a2 = _mm256_fmadd_ps(LOAD(w + i + 16), _mm256_loadu_ps(x + i + 16), a2);                      \
+            a3 = _mm256_fmadd_ps(LOAD(w + i + 24), _mm256_loadu_ps(x + i + 24), a3);                      \
+        }                                                                                                 \
+        for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(LOAD(w + i), _mm256_loadu_ps(x + i), a0);         \
+        float s = kernels_hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));             \
+        for (; i < n; i++) s += SCALAR(w[i]) * x[i];                                                      \
+        return s;                                                                                         \
+    }
+
+KERNELS_DOT_DENSE(kernels_dot_f32_avx2, float, _mm256_loadu_ps, )
+
+#endif
+
+#endif

@@ -1,0 +1,82 @@
+/* SIMD kernels: every inner loop the library runs per weight row, per key or
+ * per candidate, one constant set per instruction set (AVX2+FMA+F16C, and
+ * portable C), chosen once per process (cpu_has_avx2 caches the cpuid test,
+ * which traps to the hypervisor in a VM):
+ *   - stored weight rows (the quant formats): dequantisation and fused
+ *     row . x dot products;
+ *   - f32 / f16 vectors: dot, axpy;
+ *   - decode attention over contiguous KV rows: scores, value accumulation,
+ *     and the vector exp of the softmax;
+ *   - gathered row dots: the scans of the selectors.
+ * Callers that run many rows fetch the set once (kernels_get) and call
+ * through it. Every set gives the same dequantised bits; dot products agree
+ * up to float rounding. */
+#ifndef SUBQ_KERNELS_H
+#define SUBQ_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/quant.h"
+
+typedef float (*quant_dot_fn)(const void *row, const float *x, int64_t n);
+/* dot with xs[j] = sum of x[32j .. 32j + 32) precomputed (quant_xsums),
+ * for formats whose sub-block offsets make sum(x) a per-row cost otherwise */
+typedef float (*quant_dot_xs_fn)(const void *row, const float *x, const float *xs, int64_t n);
+/* out[i] = q . row(idx[i]) for rows of d elements `stride` elements apart
+ * from base (f32 or f16 storage) */
+typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx,
+                                      int n, float *out);
+
+typedef struct kernels {
+    const char *name; /* "scalar", "avx2" */
+    /* stored rows, per type id (NULL where the type is not supported) */
+    const quant_dequant_fn *dequant;         /* [GGML_TYPE_COUNT] */
+    quant_dot_fn dot[GGML_TYPE_COUNT];       /* row . x */
+    quant_dot_xs_fn dot_xs[GGML_TYPE_COUNT]; /* NULL: dot is as fast */
+    /* sum_i a[i] * b[i] */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
+    /* y[i] += w * x[i] */
+    void (*axpy_f32)(float *y, float w, const float *x, int n);
+    void (*axpy_f16)(float *y, float w, const uint16_t *x, int n);
+    /* Decode over n contiguous cached rows of hd values (one KV head), for
+     * g query heads at once so each row is loaded and converted once:
+     *   scores: s[i*ld + j] = scale * q_i . k_j            (i < g, j < n)
+     *   accum:  out_i[:] += sum_j p[i*ld + j] v_j          (out is [g][hd]) */
+    void (*scores_f32)(const float *q, int g, const float *keys, int n, int hd, float scale, float *s, int ld);
+    void (*scores_f16)(const float *q, int g, const uint16_t *keys, int n, int hd, float scale, float *s, int ld);
+    void (*accum_f32)(const float *p, int g, int ld, const float *vals, int n, int hd, float *out);
+    void (*accum_f16)(const float *p, int g, int ld, const uint16_t *vals, int n, int hd, float *out);
+    /* x[j] = exp(x[j] - mx) (exp(-inf) = 0), returns the sum */
+    float (*exp_shift_sum)(float *x, int n, float mx);
+    kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;
+} kernels;
+
+/* The fastest set this CPU supports (a load and a compare: call it freely). */
+const kernels *kernels_get(void);
+/* The portable C set, always available. */
+const kernels *kernels_scalar(void);
+/* The AVX2+FMA+F16C set, or NULL when the CPU (or the build) lacks it. */
+const kernels *kernels_avx2(void);
+
+/* The sets themselves (the AVX2 one only where KERNELS_HAVE_AVX2). */
+extern const kernels kernels_scalar_set, kernels_avx2_set;
+
+/* dst[0..n) = dequantised src row. n must be a multiple of the block size
+ * and the type must have can_dequant (callers check at load time). */
+void dequant_row(uint32_t type, const void *src, float *dst, int64_t n);
+
+/* sum_i w[i] * x[i] over one stored row of n elements. */
+float dot_row(uint32_t type, const void *row, const float *x, int64_t n);
+
+/* xs[j] = sum of x[32j .. 32j + 32) for j < n / 32 (the input of dot_xs). */
+void quant_xsums(const float *x, int64_t n, float *xs);
+
+/* out[r] = row r . x for n_rows rows of n elements, row r at
+ * rows + r * row_bytes (GEMV over a slice of a matrix). Faster than dot_row
+ * per row for Q4_K/Q5_K (x's sub-block sums are computed once). */
+void dot_rows(uint32_t type, const void *rows, size_t row_bytes, int64_t n_rows, const float *x, int64_t n,
+              float *out);
+
+#endif

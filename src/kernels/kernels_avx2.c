@@ -1,0 +1,625 @@
+/* The AVX2 + FMA + F16C kernel set, compiled into a portable build through
+ * target attributes and chosen at run time (kernels_get).
+ *
+ * Dot products keep the activations in f32 (no int8 quantisation of x): they
+ * must equal the dot product of the dequantised row up to float rounding.
+ * Dequantisers reproduce the reference ones (quant/dequant.c) bit for bit,
+ * so they use separate mul and sub (never FMA) in the reference's order; the
+ * library is built as ISO C, where GCC does not contract a*b-c into an FMA
+ * on its own. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/dot.h"
+#include "kernels/kernels.h"
+
+/* a * b - c must stay two roundings, as in ggml. GCC keeps contraction off in
+ * ISO C mode (the project's -std=c11); clang needs telling. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#ifdef KERNELS_HAVE_AVX2
+
+#define TARGET KERNELS_AVX2
+#define INLINE KERNELS_AVX2_INLINE
+/* Small fixed loops over register arrays must unroll completely, or the
+ * arrays of vectors live on the stack (GCC -O2 does not do it unasked). */
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* fp16 block field -> float, and broadcast to 8 lanes */
+INLINE float h2f(const uint8_t p[2]) { return _cvtsh_ss(quant_rd16(p)); }
+INLINE __m256 h2f8(const uint8_t p[2]) { return _mm256_cvtph_ps(_mm_set1_epi16((short)quant_rd16(p))); }
+
+/* 8 signed bytes at p -> 8 floats */
+INLINE __m256 i8x8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+}
+
+/* 32 signed bytes in a register -> 4 x 8 floats, in byte order */
+INLINE void i8x32(__m256i v, __m256 out[4]) {
+    const __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo));
+    out[1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)));
+    out[2] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi));
+    out[3] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)));
+}
+
+INLINE __m256 ldx(const float *x) { return _mm256_loadu_ps(x); }
+
+/* ---- f32 / f16 / bf16 ---------------------------------------------------- */
+
+INLINE __m256 f16x8(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+INLINE __m256 bf16x8(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+TARGET static void dequant_f16(const void *src, float *dst, int64_t n) {
+    const uint16_t *s = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, f16x8(s + i));
+    for (; i < n; i++) dst[i] = fp16_to_fp32(s[i]);
+}
+
+TARGET static void dequant_bf16(const void *src, float *dst, int64_t n) {
+    const uint16_t *s = src;
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, bf16x8(s + i));
+    for (; i < n; i++) dst[i] = bf16_to_fp32(s[i]);
+}
+
+KERNELS_DOT_DENSE(dot_f16, uint16_t, f16x8, _cvtsh_ss) /* a leaf: no call in the tail */
+KERNELS_DOT_DENSE(dot_bf16, uint16_t, bf16x8, bf16_to_fp32)
+
+/* the same as row . x for the table */
+TARGET static float row_dot_f32(const void *row, const float *x, int64_t n) { return kernels_dot_f32_avx2(x, row, n); }
+TARGET static float row_dot_f16(const void *row, const float *x, int64_t n) { return dot_f16(x, row, n); }
+TARGET static float row_dot_bf16(const void *row, const float *x, int64_t n) { return dot_bf16(x, row, n); }
+
+/* ---- Q8_0, Q4_0 ------------------------------------------------------------ */
+
+/* The 32 values q of a Q8_0 block as 4 x 8 floats in element order. */
+INLINE void q8_0_vals(const block_q8_0 *b, __m256 q[4]) {
+    UNROLL for (int k = 0; k < 4; k++) q[k] = i8x8(b->qs + 8 * k);
+}
+
+/* The 32 values q - 8 of a Q4_0 block as 4 x 8 floats in element order:
+ * bytes 0..7 give elements 0..7 (low nibbles) and 16..23 (high), bytes
+ * 8..15 give 8..15 and 24..31. */
+INLINE void q4_0_vals(const block_q4_0 *b, __m256 q[4]) {
+    const __m256i m4 = _mm256_set1_epi32(0xF), e8 = _mm256_set1_epi32(8);
+    const __m256i v0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)b->qs));
+    const __m256i v1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8)));
+    q[0] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v0, m4), e8));
+    q[1] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(v1, m4), e8));
+    q[2] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v0, 4), e8));
+    q[3] = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(v1, 4), e8));
+}
+
+/* sum_j q_j x_j over one block of 32 (the caller scales by d) */
+INLINE __m256 qx32(const __m256 q[4], const float *x) {
+    __m256 s = _mm256_mul_ps(q[0], ldx(x));
+    s = _mm256_fmadd_ps(q[1], ldx(x + 8), s);
+    s = _mm256_fmadd_ps(q[2], ldx(x + 16), s);
+    return _mm256_fmadd_ps(q[3], ldx(x + 24), s);
+}
+
+/* Blocks of 32 values with one fp16 scale d, w = d q: the dequantiser, and
+ * the dot sum_b d_b * (sum_j q_j x_j) with two accumulators hiding the FMA
+ * latency. */
+#define BLOCK32_KERNELS(T)                                                                                   \
+    TARGET static void dequant_##T(const void *src, float *dst, int64_t n) {                                 \
+        const block_##T *b = src;                                                                            \
+        for (int64_t ib = 0; ib < n / 32; ib++) {                                                            \
+            const __m256 d = h2f8(b[ib].d);                                                                  \
+            __m256 q[4];                                                                                     \
+            T##_vals(b + ib, q);                                                                             \
+            UNROLL for (int k = 0; k < 4; k++) _mm256_storeu_ps(dst + ib * 32 + 8 * k, _mm256_mul_ps(q[k], d)); \
+        }                                                                                                    \
+    }                                                                                                        \
+    INLINE __m256 T##_qx(const block_##T *b, const float *x) {                                               \
+        __m256 q[4];                                                                                         \
+        T##_vals(b, q);                                                                                      \
+        return qx32(q, x);                                                                                   \
+    }                                                                                                        \
+    TARGET static float dot_##T(const void *row, const float *x, int64_t n) {                                \
+        const block_##T *b = row;                                                                            \
+        const int64_t nb = n / 32;                                                                           \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                            \
+        int64_t ib = 0;                                                                                      \
+        for (; ib + 2 <= nb; ib += 2) {                                                                      \
+            a0 = _mm256_fmadd_ps(h2f8(b[ib].d), T##_qx(b + ib, x + ib * 32), a0);                            \
+            a1 = _mm256_fmadd_ps(h2f8(b[ib + 1].d), T##_qx(b + ib + 1, x + (ib + 1) * 32), a1);              \
+        }                                                                                                    \
+        for (; ib < nb; ib++) a0 = _mm256_fmadd_ps(h2f8(b[ib].d), T##_qx(b + ib, x + ib * 32), a0);          \
+        return kernels_hsum8(_mm256_add_ps(a0, a1));                                                         \
+    }
+
+BLOCK32_KERNELS(q8_0)
+BLOCK32_KERNELS(q4_0)
+
+/* ---- Q4_K / Q5_K ------------------------------------------------------------ */
+
+/* The 8 (d * sc_s) and (dmin * m_s) of a super-block, each a float product
+ * as in the scalar code. The 6-bit fields are unpacked four at a time in
+ * 32-bit words (see k4_scale_min): with a, b, c the three words of `scales`,
+ * sc[0..3] = a & 63, m[0..3] = b & 63, and sc[4..7] / m[4..7] take the low /
+ * high nibbles of c plus bits 6..7 of a / b moved to bits 4..5. */
+INLINE void k4_scales_f(const uint8_t *scales, float d, float dmin, float ds[8], float dm[8]) {
+    uint32_t a, b, c;
+    memcpy(&a, scales, 4);
+    memcpy(&b, scales + 4, 4);
+    memcpy(&c, scales + 8, 4);
+    const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
+    _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(d), sc));
+    _mm256_storeu_ps(dm, _mm256_mul_ps(_mm256_set1_ps(dmin), m));
+}
+
+/* Chunk c of a Q4_K block: the 64 values q as 8 x 8 floats (sub-block 2c in
+ * q[0..4), sub-block 2c + 1 in q[4..8)). */
+INLINE void q4_K_vals(const uint8_t *qs, __m256 q[8]) {
+    const __m256i m4 = _mm256_set1_epi32(0xF);
+    UNROLL for (int g = 0; g < 4; g++) {
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qs + 8 * g)));
+        q[g] = _mm256_cvtepi32_ps(_mm256_and_si256(v, m4));
+        q[4 + g] = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+    }
+}
+
+/* Chunk c of a Q5_K block, as q4_K_vals: the fifth bits are merged at byte
+ * level on all 32 bytes (bit 2c of qh[l] -> bit 4 of the low value, bit 2c+1
+ * of the high value) before widening. 16-bit shifts are safe because every
+ * byte is masked to bits its own byte supplied. */
+INLINE void q5_K_vals(const uint8_t *qs, const uint8_t *qh, int c, __m256 q[8]) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), b4 = _mm256_set1_epi8(0x10);
+    const __m256i l = _mm256_loadu_si256((const __m256i *)qs);
+    const __m256i h = _mm256_srli_epi16(_mm256_loadu_si256((const __m256i *)qh), 2 * c);
+    const __m256i lo = _mm256_or_si256(_mm256_and_si256(l, m4), _mm256_and_si256(_mm256_slli_epi16(h, 4), b4));
+    const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l, 4), m4),
+                                       _mm256_and_si256(_mm256_slli_epi16(h, 3), b4));
+    i8x32(lo, q); /* values are 0..31, so sign extension is zero extension */
+    i8x32(hi, q + 4);
+}
+
+/* Chunk c of a super-block: y = (d sc) * q - (dmin m) per sub-block, rounded
+ * twice as in the reference (VALS fills q[8] for chunk c of block b[ib]). */
+#define DEQUANT_K4(NAME, BLOCK, VALS)                                                                        \
+    TARGET static void NAME(const void *src, float *dst, int64_t n) {                                        \
+        const BLOCK *b = src;                                                                                \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                                          \
+            float ds[8], dm[8];                                                                              \
+            k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);                                \
+            float *y = dst + ib * QK_K;                                                                      \
+            UNROLL for (int c = 0; c < 4; c++) {                                                             \
+                __m256 q[8];                                                                                 \
+                VALS;                                                                                        \
+                const __m256 d1 = _mm256_set1_ps(ds[2 * c]), m1 = _mm256_set1_ps(dm[2 * c]);                 \
+                const __m256 d2 = _mm256_set1_ps(ds[2 * c + 1]), m2 = _mm256_set1_ps(dm[2 * c + 1]);         \
+                UNROLL for (int g = 0; g < 4; g++) {                                                         \
+                    _mm256_storeu_ps(y + 64 * c + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d1, q[g]), m1));        \
+                    _mm256_storeu_ps(y + 64 * c + 32 + 8 * g, _mm256_sub_ps(_mm256_mul_ps(d2, q[4 + g]), m2)); \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+DEQUANT_K4(dequant_q4_K, block_q4_K, q4_K_vals(b[ib].qs + 32 * c, q))
+DEQUANT_K4(dequant_q5_K, block_q5_K, q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q))
+
+/* sum_l q[g] x over the two sub-blocks of chunk c: q[0..4) against x1,
+ * q[4..8) against x1 + 32 */
+#define K4_QX(q, x1, qx1, qx2)                                                     \
+    __m256 qx1 = _mm256_mul_ps(q[0], ldx(x1)), qx2 = _mm256_mul_ps(q[4], ldx(x1 + 32)); \
+    UNROLL for (int g = 1; g < 4; g++) {                                           \
+        qx1 = _mm256_fmadd_ps(q[g], ldx(x1 + 8 * g), qx1);                         \
+        qx2 = _mm256_fmadd_ps(q[4 + g], ldx(x1 + 32 + 8 * g), qx2);                \
+    }
+
+/* Per sub-block s: (d sc_s) * sum q x - (dmin m_s) * sum x. The scale terms
+ * and the min terms of the two sub-blocks of a chunk go to four separate
+ * accumulators so no FMA waits on another. */
+#define DOT_K4(NAME, BLOCK, VALS)                                                      \
+    TARGET static float NAME(const void *row, const float *x, int64_t n) {             \
+        const BLOCK *b = row;                                                          \
+        __m256 ad1 = _mm256_setzero_ps(), ad2 = ad1, am1 = ad1, am2 = ad1;             \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                    \
+            float ds[8], dm[8];                                                        \
+            k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);          \
+            UNROLL for (int c = 0; c < 4; c++) {                                       \
+                const float *x1 = x + ib * QK_K + 64 * c;                              \
+                __m256 q[8];                                                           \
+                VALS;                                                                  \
+                K4_QX(q, x1, qx1, qx2)                                                 \
+                __m256 sx1 = ldx(x1), sx2 = ldx(x1 + 32);                              \
+                UNROLL for (int g = 1; g < 4; g++) {                                   \
+                    sx1 = _mm256_add_ps(sx1, ldx(x1 + 8 * g));                         \
+                    sx2 = _mm256_add_ps(sx2, ldx(x1 + 32 + 8 * g));                    \
+                }                                                                      \
+                ad1 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c]), qx1, ad1);            \
+                ad2 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c + 1]), qx2, ad2);        \
+                am1 = _mm256_fmadd_ps(_mm256_set1_ps(dm[2 * c]), sx1, am1);            \
+                am2 = _mm256_fmadd_ps(_mm256_set1_ps(dm[2 * c + 1]), sx2, am2);        \
+            }                                                                          \
+        }                                                                              \
+        return kernels_hsum8(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), _mm256_add_ps(am1, am2)));  \
+    }
+
+/* The same with the sub-block sums of x given (xs[j] = sum of x[32j..32j+32),
+ * shared by every row of a GEMV): the min terms of a super-block become one
+ * 8-lane FMA, dm . xs, and the per-weight adds disappear (~1.35x faster). */
+#define DOT_K4_XS(NAME, BLOCK, VALS)                                                             \
+    TARGET static float NAME(const void *row, const float *x, const float *xs, int64_t n) {      \
+        const BLOCK *b = row;                                                                    \
+        __m256 ad1 = _mm256_setzero_ps(), ad2 = ad1, am = ad1;                                   \
+        for (int64_t ib = 0; ib < n / QK_K; ib++) {                                              \
+            float ds[8], dm[8];                                                                  \
+            k4_scales_f(b[ib].scales, h2f(b[ib].d), h2f(b[ib].dmin), ds, dm);                    \
+            am = _mm256_fmadd_ps(_mm256_loadu_ps(dm), _mm256_loadu_ps(xs + 8 * ib), am);         \
+            UNROLL for (int c = 0; c < 4; c++) {                                                 \
+                const float *x1 = x + ib * QK_K + 64 * c;                                        \
+                __m256 q[8];                                                                     \
+                VALS;                                                                            \
+                K4_QX(q, x1, qx1, qx2)                                                           \
+                ad1 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c]), qx1, ad1);                      \
+                ad2 = _mm256_fmadd_ps(_mm256_set1_ps(ds[2 * c + 1]), qx2, ad2);                  \
+            }                                                                                    \
+        }                                                                                        \
+        return kernels_hsum8(_mm256_sub_ps(_mm256_add_ps(ad1, ad2), am));                                 \
+    }
+
+DOT_K4(dot_q4_K, block_q4_K, q4_K_vals(b[ib].qs + 32 * c, q))
+DOT_K4(dot_q5_K, block_q5_K, q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q))
+DOT_K4_XS(dot_xs_q4_K, block_q4_K, q4_K_vals(b[ib].qs + 32 * c, q))
+DOT_K4_XS(dot_xs_q5_K, block_q5_K, q5_K_vals(b[ib].qs + 32 * c, b[ib].qh, c, q))
+
+/* ---- Q6_K ---------------------------------------------------------------- */
+
+/* Q6_K values of half h, group k (values 128h + 32k .. +32) as bytes q - 32:
+ * low bits from nibble k>>1 of ql[64h + 32(k&1) + l], high bits 2k..2k+1 of
+ * qh[32h + l]. 16-bit shifts are safe: each byte is masked to its own bits. */
+INLINE __m256i q6_K_bytes(const block_q6_K *b, int h, int k) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);
+    const __m256i l = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32 * (k & 1)));
+    const __m256i H = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+    const __m256i lo = _mm256_and_si256(_mm256_srli_epi16(l, 4 * (k >> 1)), m4);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(H, 2 * k), m2);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+}
+
+TARGET static void dequant_q6_K(const void *src, float *dst, int64_t n) {
+    const block_q6_K *b = src;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = h2f(b[ib].d);
+        float *y = dst + ib * QK_K;
+        UNROLL for (int h = 0; h < 2; h++) {
+            UNROLL for (int k = 0; k < 4; k++) {
+                __m256 q[4];
+                i8x32(q6_K_bytes(b + ib, h, k), q);
+                /* y = (d * sc) * (q - 32); q[0..1] are sub-block 8h + 2k, q[2..3] the next */
+                const __m256 d0 = _mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k]);
+                const __m256 d1 = _mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k + 1]);
+                float *yk = y + 128 * h + 32 * k;
+                _mm256_storeu_ps(yk, _mm256_mul_ps(d0, q[0]));
+                _mm256_storeu_ps(yk + 8, _mm256_mul_ps(d0, q[1]));
+                _mm256_storeu_ps(yk + 16, _mm256_mul_ps(d1, q[2]));
+                _mm256_storeu_ps(yk + 24, _mm256_mul_ps(d1, q[3]));
+            }
+        }
+    }
+}
+
+/* per sub-block s of 16: (d sc_s) * sum (q - 32) x; two accumulators */
+TARGET static float dot_q6_K(const void *row, const float *x, int64_t n) {
+    const block_q6_K *b = row;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+    for (int64_t ib = 0; ib < n / QK_K; ib++) {
+        const float d = h2f(b[ib].d);
+        const float *xb = x + ib * QK_K;
+        UNROLL for (int h = 0; h < 2; h++) {
+            UNROLL for (int k = 0; k < 4; k++) {
+                __m256 q[4];
+                i8x32(q6_K_bytes(b + ib, h, k), q);
+                const float *xk = xb + 128 * h + 32 * k;
+                const __m256 s0 = _mm256_fmadd_ps(q[1], ldx(xk + 8), _mm256_mul_ps(q[0], ldx(xk)));
+                const __m256 s1 = _mm256_fmadd_ps(q[3], ldx(xk + 24), _mm256_mul_ps(q[2], ldx(xk + 16)));
+                a0 = _mm256_fmadd_ps(_mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k]), s0, a0);
+                a1 = _mm256_fmadd_ps(_mm256_set1_ps(d * b[ib].scales[8 * h + 2 * k + 1]), s1, a1);
+            }
+        }
+    }
+    return kernels_hsum8(_mm256_add_ps(a0, a1));
+}
+
+/* ---- vectors and decode attention ---------------------------------------- */
+
+TARGET static void axpy_f32(float *y, float w, const float *x, int n) {
+    __m256 vw = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += w * x[i];
+}
+
+TARGET static void axpy_f16(float *y, float w, const uint16_t *x, int n) {
+    __m256 vw = _mm256_set1_ps(w);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vw, f16x8(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] += w * fp16_to_fp32(x[i]);
+}
+
+/* 8 values of a cached row at element offset `at`, as floats */
+INLINE __m256 load8(const void *rows, size_t at, int f16) {
+    if (f16) return f16x8((const uint16_t *)rows + at);
+    return _mm256_loadu_ps((const float *)rows + at);
+}
+
+/* one value of a row, as a float */
+INLINE float load1(const void *rows, size_t at, int f16) {
+    return f16 ? _cvtsh_ss(((const uint16_t *)rows)[at]) : ((const float *)rows)[at];
+}
+
+/* Ask for rows [j0, j1) of a KV head ahead of use: sequential rows of a few
+ * hundred bytes each, read in short strides, otherwise leave the hardware
+ * prefetcher behind and the loops wait on DRAM. */
+INLINE void prefetch_rows(const void *rows, int j0, int j1, int n, int hd, int f16) {
+    if (j1 > n) j1 = n;
+    const size_t esz = f16 ? 2 : 4;
+    const char *a = (const char *)rows + (size_t)j0 * hd * esz, *b = (const char *)rows + (size_t)j1 * hd * esz;
+    for (; a < b; a += 64) _mm_prefetch(a, _MM_HINT_T0);
+}
+
+/* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
+INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+/* Two query heads (qa, qb; qb == qa when there is one) against four keys at
+ * a time: 8 accumulators, each key chunk converted once for both heads. */
+INLINE void scores_rows(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld,
+                        int f16) {
+    const __m128 vs = _mm_set1_ps(scale);
+    for (int i0 = 0; i0 < g; i0 += 2) {
+        const int two = i0 + 1 < g;
+        const float *qa = q + (size_t)i0 * hd, *qb = two ? qa + hd : qa;
+        float *sa = s + (size_t)i0 * ld, *sb = two ? sa + ld : NULL;
+        int j = 0;
+        for (; j + 4 <= n; j += 4) {
+            prefetch_rows(keys, j + 32, j + 36, n, hd, f16);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            const size_t r = (size_t)j * hd;
+            for (int c = 0; c < hd; c += 8) {
+                __m256 k0 = load8(keys, r + c, f16), k1 = load8(keys, r + hd + c, f16);
+                __m256 k2 = load8(keys, r + 2 * hd + c, f16), k3 = load8(keys, r + 3 * hd + c, f16);
+                __m256 x = _mm256_loadu_ps(qa + c), y = _mm256_loadu_ps(qb + c);
+                a0 = _mm256_fmadd_ps(x, k0, a0), a1 = _mm256_fmadd_ps(x, k1, a1);
+                a2 = _mm256_fmadd_ps(x, k2, a2), a3 = _mm256_fmadd_ps(x, k3, a3);
+                b0 = _mm256_fmadd_ps(y, k0, b0), b1 = _mm256_fmadd_ps(y, k1, b1);
+                b2 = _mm256_fmadd_ps(y, k2, b2), b3 = _mm256_fmadd_ps(y, k3, b3);
+            }
+            _mm_storeu_ps(sa + j, _mm_mul_ps(vs, hsum4(a0, a1, a2, a3)));
+            if (sb) _mm_storeu_ps(sb + j, _mm_mul_ps(vs, hsum4(b0, b1, b2, b3)));
+        }
+        for (; j < n; j++) {
+            __m256 a = _mm256_setzero_ps(), b = a;
+            for (int c = 0; c < hd; c += 8) {
+                __m256 k = load8(keys, (size_t)j * hd + c, f16);
+                a = _mm256_fmadd_ps(_mm256_loadu_ps(qa + c), k, a);
+                b = _mm256_fmadd_ps(_mm256_loadu_ps(qb + c), k, b);
+            }
+            __m128 t = hsum4(a, b, a, b);
+            sa[j] = scale * _mm_cvtss_f32(t);
+            if (sb) sb[j] = scale * _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1));
+        }
+    }
+}
+
+/* m (1 or 2) heads, 32 columns [c, c + 32) of a key block: 4 x m
+ * accumulators stay in registers while the block's rows stream past, each
+ * row contributing one 64-byte span (one cache line in f16); m is a
+ * constant in every call, so the unused head costs nothing. */
+INLINE void accum_cols32(const float *const *pp, int m, float *o, int hd, int c, const void *vals, int j0, int j1,
+                         int f16) {
+    __m256 acc[2][4];
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) acc[i][u] = _mm256_loadu_ps(o + (size_t)i * hd + c + 8 * u);
+    for (int j = j0; j < j1; j++) {
+        const size_t r = (size_t)j * hd + c;
+        __m256 v0 = load8(vals, r, f16), v1 = load8(vals, r + 8, f16), v2 = load8(vals, r + 16, f16),
+               v3 = load8(vals, r + 24, f16);
+        for (int i = 0; i < m; i++) {
+            __m256 w = _mm256_broadcast_ss(pp[i] + j);
+            acc[i][0] = _mm256_fmadd_ps(w, v0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(w, v1, acc[i][1]);
+            acc[i][2] = _mm256_fmadd_ps(w, v2, acc[i][2]);
+            acc[i][3] = _mm256_fmadd_ps(w, v3, acc[i][3]);
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + (size_t)i * hd + c + 8 * u, acc[i][u]);
+}
+
+/* The same for one 8-column chunk (head widths that are not a multiple of 32). */
+INLINE void accum_cols8(const float *const *pp, int m, float *o, int hd, int c, const void *vals, int j0, int j1,
+                        int f16) {
+    __m256 acc[2];
+    for (int i = 0; i < m; i++) acc[i] = _mm256_loadu_ps(o + (size_t)i * hd + c);
+    for (int j = j0; j < j1; j++) {
+        __m256 v = load8(vals, (size_t)j * hd + c, f16);
+        for (int i = 0; i < m; i++) acc[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(pp[i] + j), v, acc[i]);
+    }
+    for (int i = 0; i < m; i++) _mm256_storeu_ps(o + (size_t)i * hd + c, acc[i]);
+}
+
+/* Keys go in blocks small enough for L1, so the column passes re-read cache. */
+INLINE void accum_rows(const float *p, int g, int ld, const void *vals, int n, int hd, float *out, int f16) {
+    enum { BLOCK = 32 };
+    for (int j0 = 0; j0 < n; j0 += BLOCK) {
+        const int j1 = j0 + BLOCK < n ? j0 + BLOCK : n;
+        prefetch_rows(vals, j0 + BLOCK, j0 + 2 * BLOCK, n, hd, f16);
+        for (int i0 = 0; i0 < g; i0 += 2) {
+            const float *pp[2] = {p + (size_t)i0 * ld, p + (size_t)(i0 + 1) * ld};
+            float *o = out + (size_t)i0 * hd;
+            int c = 0;
+            if (i0 + 1 < g) {
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 2, o, hd, c, vals, j0, j1, f16);
+                for (; c < hd; c += 8) accum_cols8(pp, 2, o, hd, c, vals, j0, j1, f16);
+            } else {
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 1, o, hd, c, vals, j0, j1, f16);
+                for (; c < hd; c += 8) accum_cols8(pp, 1, o, hd, c, vals, j0, j1, f16);
+            }
+        }
+    }
+}
+
+/* Head widths that are not a multiple of 8 take the portable forms. */
+TARGET static void scores_f32(const float *q, int g, const float *keys, int n, int hd, float scale, float *s, int ld) {
+    if (hd % 8) kernels_scalar_set.scores_f32(q, g, keys, n, hd, scale, s, ld);
+    else scores_rows(q, g, keys, n, hd, scale, s, ld, 0);
+}
+
+TARGET static void scores_f16(const float *q, int g, const uint16_t *keys, int n, int hd, float scale, float *s,
+                              int ld) {
+    if (hd % 8) kernels_scalar_set.scores_f16(q, g, keys, n, hd, scale, s, ld);
+    else scores_rows(q, g, keys, n, hd, scale, s, ld, 1);
+}
+
+TARGET static void accum_f32(const float *p, int g, int ld, const float *vals, int n, int hd, float *out) {
+    if (hd % 8) kernels_scalar_set.accum_f32(p, g, ld, vals, n, hd, out);
+    else accum_rows(p, g, ld, vals, n, hd, out, 0);
+}
+
+TARGET static void accum_f16(const float *p, int g, int ld, const uint16_t *vals, int n, int hd, float *out) {
+    if (hd % 8) kernels_scalar_set.accum_f16(p, g, ld, vals, n, hd, out);
+    else accum_rows(p, g, ld, vals, n, hd, out, 1);
+}
+
+/* exp(x) for x <= 0 as in Cephes expf: x = n ln2 + r with |r| <= ln2/2,
+ * exp(r) by a degree-6 polynomial (relative error ~1e-7), times 2^n built in
+ * the exponent bits; x below -87 (and -inf) gives 0. */
+TARGET static float exp_shift_sum(float *x, int n, float mx) {
+    const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 c1 = _mm256_set1_ps(0.693359375f), c2 = _mm256_set1_ps(-2.12194440e-4f);
+    const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
+                 p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
+                 p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f), one = _mm256_set1_ps(1.0f);
+    __m256 sum = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vmx);
+        __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ); /* false for -inf and NaN */
+        v = _mm256_max_ps(v, lo);
+        __m256 fn = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(fn, c2, _mm256_fnmadd_ps(fn, c1, v));
+        __m256 y = _mm256_fmadd_ps(p0, r, p1);
+        y = _mm256_fmadd_ps(y, r, p2);
+        y = _mm256_fmadd_ps(y, r, p3);
+        y = _mm256_fmadd_ps(y, r, p4);
+        y = _mm256_fmadd_ps(y, r, p5);
+        y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+        y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+        _mm256_storeu_ps(x + j, y);
+        sum = _mm256_add_ps(sum, y);
+    }
+    float s = kernels_hsum8(sum);
+    for (; j < n; j++) s += x[j] = expf(x[j] - mx);
+    return s;
+}
+
+/* ---- gathered rows -------------------------------------------------------- */
+
+/* Four rows at a time: each q chunk is loaded once for four FMAs and the four
+ * horizontal sums share one hadd tree. */
+INLINE void gather_dot(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n, float *out,
+                       int f16) {
+    const size_t row_bytes = stride * (f16 ? sizeof(uint16_t) : sizeof(float));
+    const char *b = base;
+    const int d8 = d & ~7;
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const char *r0 = b + (size_t)idx[i] * row_bytes, *r1 = b + (size_t)idx[i + 1] * row_bytes;
+        const char *r2 = b + (size_t)idx[i + 2] * row_bytes, *r3 = b + (size_t)idx[i + 3] * row_bytes;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int c = 0; c < d8; c += 8) {
+            __m256 qv = _mm256_loadu_ps(q + c);
+            a0 = _mm256_fmadd_ps(qv, load8(r0, c, f16), a0);
+            a1 = _mm256_fmadd_ps(qv, load8(r1, c, f16), a1);
+            a2 = _mm256_fmadd_ps(qv, load8(r2, c, f16), a2);
+            a3 = _mm256_fmadd_ps(qv, load8(r3, c, f16), a3);
+        }
+        float s[4];
+        _mm_storeu_ps(s, hsum4(a0, a1, a2, a3));
+        for (int c = d8; c < d; c++) {
+            s[0] += q[c] * load1(r0, c, f16);
+            s[1] += q[c] * load1(r1, c, f16);
+            s[2] += q[c] * load1(r2, c, f16);
+            s[3] += q[c] * load1(r3, c, f16);
+        }
+        for (int u = 0; u < 4; u++) out[i + u] = s[u];
+    }
+    for (; i < n; i++) {
+        const char *r = b + (size_t)idx[i] * row_bytes;
+        __m256 a = _mm256_setzero_ps();
+        for (int c = 0; c < d8; c += 8) a = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load8(r, c, f16), a);
+        float s = kernels_hsum8(a);
+        for (int c = d8; c < d; c++) s += q[c] * load1(r, c, f16);
+        out[i] = s;
+    }
+}
+
+TARGET static void gather_dot_f32(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
+                                  float *out) {
+    gather_dot(q, base, stride, d, idx, n, out, 0);
+}
+
+TARGET static void gather_dot_f16(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
+                                  float *out) {
+    gather_dot(q, base, stride, d, idx, n, out, 1);
+}
+
+/* f32 dequantisation is a copy; the reference one is as fast as it gets. */
+static void dequant_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
+
+static const quant_dequant_fn dequant_avx2[GGML_TYPE_COUNT] = {
+    [GGML_TYPE_F32] = dequant_f32,   [GGML_TYPE_F16] = dequant_f16,   [GGML_TYPE_BF16] = dequant_bf16,
+    [GGML_TYPE_Q8_0] = dequant_q8_0, [GGML_TYPE_Q4_0] = dequant_q4_0, [GGML_TYPE_Q4_K] = dequant_q4_K,
+    [GGML_TYPE_Q5_K] = dequant_q5_K, [GGML_TYPE_Q6_K] = dequant_q6_K,
+};
+
+const kernels kernels_avx2_set = {
+    .name = "avx2",
+    .dequant = dequant_avx2,
+    .dot =
+        {
+            [GGML_TYPE_F32] = row_dot_f32,
+            [GGML_TYPE_F16] = row_dot_f16,
+            [GGML_TYPE_BF16] = row_dot_bf16,
+            [GGML_TYPE_Q8_0] = dot_q8_0,
+            [GGML_TYPE_Q4_0] = dot_q4_0,
+            [GGML_TYPE_Q4_K] = dot_q4_K,
+            [GGML_TYPE_Q5_K] = dot_q5_K,
+            [GGML_TYPE_Q6_K] = dot_q6_K,
+        },
+    .dot_xs =
+        {
+            [GGML_TYPE_Q4_K] = dot_xs_q4_K,
+            [GGML_TYPE_Q5_K] = dot_xs_q5_K,
+        },
+    .dot_f32 = kernels_dot_f32_avx2,
+    .dot_f16 = dot_f16,
+    .axpy_f32 = axpy_f32,
+    .axpy_f16 = axpy_f16,
+    .scores_f32 = scores_f32,
+    .scores_f16 = scores_f16,
+    .accum_f32 = accum_f32,
+    .accum_f16 = accum_f16,
+    .exp_shift_sum = exp_shift_sum,
+    .gather_dot_f32 = gather_dot_f32,
+    .gather_dot_f16 = gather_dot_f16,
+};
+
+#endif /* KERNELS_HAVE_AVX2 */
