@@ -56,7 +56,8 @@ static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
     return SUBQ_OK;
 }
 
-/* Grow the per-query metric buffers to documents of n slots. */
+/* Per-query metric buffers for documents of up to n slots (allocated once,
+ * for the whole cache, when n is its capacity). */
 static subq_status ensure_metric_buffers(sparse_stage *s, int n, subq_error *err) {
     if (n <= s->m_cap) return SUBQ_OK;
     float *p = realloc(s->m_p, (size_t)n * sizeof(float));
@@ -113,7 +114,7 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
                                  subq_error *err) {
     const selector_env *env = &s->sel->env;
     const int n = slot + 1 - doc0, hd = env->head_dim, g = env->n_head / env->n_head_kv, topk = s->p.top_k;
-    subq_status rc = ensure_metric_buffers(s, n, err);
+    subq_status rc = ensure_metric_buffers(s, kv->n_ctx, err);
     if (rc) return rc;
     float *p = s->m_p, *pmax = s->m_pmax, *sc = s->m_sc;
     int *idx = s->m_idx;
