@@ -307,13 +307,15 @@ static void print_table(const eval_config *cfg, const eval_result *r, int cmp_a,
     for (int l = 0, first = 1; l < r->n_layer; l++)
         if (r->sparse_layers[l]) printf("%s%d", first ? "" : ",", l), first = 0;
     printf("; %.1f s\nfull attention: PPL %.4f\n\n", r->seconds, r->full_ppl);
-    printf("fidelity to full attention:\n%-18s %7s %7s %10s %8s   %-29s %-29s %7s\n", "method", "budget", "reads",
+    printf("fidelity to full attention:\n%-18s %7s %7s %10s %8s  %-26s  %-26s %7s\n", "method", "budget", "reads",
            "PPL", "gap", "dNLL vs full [95% CI]", "KL(full||method) [95% CI]", "top-1");
     for (int i = 0; i < r->n_methods; i++) {
         const eval_method *m = &r->methods[i];
-        printf("%-18s %6.2f%% %7.2f %10.4f %+7.2f%%   %+.4f [%+.4f, %+.4f]   %.4f [%.4f, %.4f]      %6.2f%%\n",
-               eval_method_name(m, nm, sizeof nm), m->reads / r->ctx * 100, m->reads, m->ppl, 100 * m->gap,
-               m->nll_diff, m->nll_diff_lo, m->nll_diff_hi, m->kl, m->kl_lo, m->kl_hi, 100 * m->top1);
+        char dnll[64], kl[64];
+        snprintf(dnll, sizeof dnll, "%+.4f [%+.4f, %+.4f]", m->nll_diff, m->nll_diff_lo, m->nll_diff_hi);
+        snprintf(kl, sizeof kl, "%.4f [%.4f, %.4f]", m->kl, m->kl_lo, m->kl_hi);
+        printf("%-18s %6.2f%% %7.2f %10.4f %+7.2f%%  %-26s  %-26s %6.2f%%\n", eval_method_name(m, nm, sizeof nm),
+               m->reads / r->ctx * 100, m->reads, m->ppl, 100 * m->gap, dnll, kl, 100 * m->top1);
     }
     printf("\nretrieval:\n%-18s %7s %7s %9s %11s %7s %7s %7s\n", "method", "mass", "recall", "seed mass",
            "seed recall", "ann", "share", "filler");
