@@ -434,6 +434,9 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     if (cfg.n_selectors == 0) return cli_error(cmd, "--selectors: no selector given");
+    const char *comma = compare ? strchr(compare, ',') : NULL;
+    if (compare && (!comma || comma - compare >= 63 || !comma[1]))
+        return cli_error(cmd, "--compare expects two methods like exact@64,quest@64; got '%s'", compare);
     cfg.ctx = mo.n_ctx;
 
     subq_model *m;
@@ -471,15 +474,12 @@ int cmd_eval(int argc, char **argv) {
     double cmp[3];
     if (compare) {
         char a[64] = "";
-        const char *comma = strchr(compare, ',');
-        if (comma && comma - compare < 63) {
-            memcpy(a, compare, (size_t)(comma - compare));
-            cmp_a = find_method(r, a);
-            cmp_b = find_method(r, comma + 1);
-        }
+        memcpy(a, compare, (size_t)(comma - compare));
+        cmp_a = find_method(r, a);
+        cmp_b = find_method(r, comma + 1);
         if (cmp_a < -1 || cmp_b < -1) {
-            rc = cli_error(cmd, "--compare: expects two evaluated methods like exact@64,quest@64 (methods are full, "
-                           "SELECTOR@K and, with --complete, SELECTOR@K+phi); got '%s'", compare);
+            rc = cli_error(cmd, "--compare: '%s' names a method that was not evaluated (methods are full, SELECTOR@K "
+                           "and, with --complete, SELECTOR@K+phi)", compare);
             goto done;
         }
         if (eval_compare(r, cmp_a, cmp_b, cfg.n_resamples, 23, &cmp[0], &cmp[1], &cmp[2], &err)) {
