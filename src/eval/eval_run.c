@@ -232,8 +232,8 @@ static attn_plan method_plan(const eval_config *cfg, const eval_method *m, const
 }
 
 /* Forward the window under `plan` (NULL: full attention) into st->logits;
- * with `metrics`, the sparse stages measure retrieval and their metrics are
- * added to acc; freeze >= 0 freezes the indexes at that slot. */
+ * with `acc`, the sparse stages measure retrieval and their metrics are
+ * added to acc[layer]; freeze >= 0 freezes the indexes at that slot. */
 static subq_status run_window(run_state *st, const window *w, const attn_plan *plan, int freeze, sparse_metrics *acc,
                               subq_error *err) {
     subq_context *c = st->c;
