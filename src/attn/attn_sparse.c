@@ -134,9 +134,9 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
             mx = sc[j] > mx ? sc[j] : mx;
         }
         double z = 0.0;
-        for (int j = 0; j < n; j++) z += exp((double)sc[j] - mx);
+        for (int j = 0; j < n; j++) z += sc[j] = (float)exp((double)sc[j] - mx);
         for (int j = 0; j < n; j++) {
-            float ph = (float)(exp((double)sc[j] - mx) / z);
+            float ph = (float)(sc[j] / z);
             p[j] += ph / (float)env->n_head;
             pmax[j] = ph > pmax[j] ? ph : pmax[j];
         }
