@@ -23,6 +23,12 @@ typedef struct sparse_stage {
     int freeze_slot;            /* static-index mode, -1 = off */
     int metrics_on;
     sparse_metrics metrics;
+    /* per-query metric buffers (measure_query), for documents of m_cap slots */
+    float *m_p, *m_pmax, *m_sc;
+    int *m_idx;
+    unsigned char *m_att;
+    int32_t *m_exact;
+    int m_cap;
     selector *shadow;           /* exact selector beside an ANN one (metrics) */
     attn_completion *comp;      /* NULL: selection only */
 } sparse_stage;
@@ -51,20 +57,75 @@ static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
     return SUBQ_OK;
 }
 
-/* Metrics of one query (see sparse_metrics): full head-mean attention over
- * the document prefix, the mass on the attended slots and the recall of the
- * candidates against its top-K retrieval-eligible keys. */
-static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc0, const float *q_s,
-                          const float *q_native, const select_mask *m, const int32_t *cand, int got) {
+/* Per-query metric buffers for documents of up to n slots (allocated once,
+ * for the whole cache, when n is its capacity). */
+static subq_status ensure_metric_buffers(sparse_stage *s, int n, subq_error *err) {
+    if (n <= s->m_cap) return SUBQ_OK;
+    float *p = realloc(s->m_p, (size_t)n * sizeof(float));
+    if (p) s->m_p = p;
+    float *pmax = realloc(s->m_pmax, (size_t)n * sizeof(float));
+    if (pmax) s->m_pmax = pmax;
+    float *sc = realloc(s->m_sc, (size_t)n * sizeof(float));
+    if (sc) s->m_sc = sc;
+    int *idx = realloc(s->m_idx, (size_t)n * sizeof(int));
+    if (idx) s->m_idx = idx;
+    unsigned char *att = realloc(s->m_att, (size_t)n);
+    if (att) s->m_att = att;
+    if (!s->m_exact) s->m_exact = malloc((size_t)(s->p.top_k > 0 ? s->p.top_k : 1) * sizeof(int32_t));
+    if (!p || !pmax || !sc || !idx || !att || !s->m_exact)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d keys)", n);
+    s->m_cap = n;
+    return SUBQ_OK;
+}
+
+/* Move the kk largest score[idx[.]] of idx[0..n) to the front, best first
+ * (selection sort: K is small next to the document). */
+static void top_by(int *idx, int n, int kk, const float *score) {
+    for (int a = 0; a < kk; a++) {
+        int best = a;
+        for (int b = a + 1; b < n; b++)
+            if (score[idx[b]] > score[idx[best]]) best = b;
+        int t = idx[a];
+        idx[a] = idx[best];
+        idx[best] = t;
+    }
+}
+
+/* 1 if x is one of set[0..n) */
+static int in_set(const int32_t *set, int n, int32_t x) {
+    for (int i = 0; i < n; i++)
+        if (set[i] == x) return 1;
+    return 0;
+}
+
+/* |{doc0 + idx[0..kk)} ∩ cand[0..got)| */
+static int hits(const int *idx, int kk, int doc0, const int32_t *cand, int got) {
+    int hit = 0;
+    for (int a = 0; a < kk; a++) hit += in_set(cand, got, doc0 + idx[a]);
+    return hit;
+}
+
+/* Metrics of one query (see sparse_metrics) from the full per-head softmax
+ * over the document prefix: the mass on the attended slots and the recall of
+ * the candidates, in today's and the seed's definitions, and the ANN recall
+ * against the shadow exact selector. Every query is counted or the call
+ * fails: a dropped query would skew the means. */
+static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc0, const float *q_s,
+                                 const float *q_native, const select_mask *m, const int32_t *cand, int got,
+                                 subq_error *err) {
     const selector_env *env = &s->sel->env;
     const int n = slot + 1 - doc0, hd = env->head_dim, g = env->n_head / env->n_head_kv, topk = s->p.top_k;
-    float *p = calloc((size_t)n, sizeof(float)), *sc = malloc((size_t)n * sizeof(float));
-    int *idx = malloc((size_t)n * sizeof(int)), *exact = malloc((size_t)(topk > 0 ? topk : 1) * sizeof(int32_t));
-    unsigned char *attended = calloc((size_t)n, 1);
-    if (!p || !sc || !idx || !exact || !attended) goto done;
+    subq_status rc = ensure_metric_buffers(s, kv->n_ctx, err);
+    if (rc) return rc;
+    float *p = s->m_p, *pmax = s->m_pmax, *sc = s->m_sc;
+    int *idx = s->m_idx;
+    unsigned char *attended = s->m_att;
     const float scale = 1.0f / sqrtf((float)hd);
     const kernels *K = kernels_get();
-    /* p_j = mean_h softmax_j(scale q_h . k_j) over the document prefix */
+    /* p_h(j) = softmax_j(scale q_h . k_j) over the document prefix;
+     * p = mean_h p_h (today's teacher), pmax = max_h p_h (the seed's) */
+    memset(p, 0, (size_t)n * sizeof(float));
+    memset(pmax, 0, (size_t)n * sizeof(float));
     for (int h = 0; h < env->n_head; h++) {
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
@@ -74,8 +135,12 @@ static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc
             mx = sc[j] > mx ? sc[j] : mx;
         }
         double z = 0.0;
-        for (int j = 0; j < n; j++) z += exp((double)sc[j] - mx);
-        for (int j = 0; j < n; j++) p[j] += (float)(exp((double)sc[j] - mx) / z / env->n_head);
+        for (int j = 0; j < n; j++) z += sc[j] = (float)exp((double)sc[j] - mx);
+        for (int j = 0; j < n; j++) {
+            float ph = (float)(sc[j] / z);
+            p[j] += ph / (float)env->n_head;
+            pmax[j] = ph > pmax[j] ? ph : pmax[j];
+        }
     }
     /* attended = sinks + tail (everything the mask excludes in this document) + candidates */
     int n_elig = 0;
@@ -89,61 +154,49 @@ static void measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc
     for (int j = 0; j < n; j++)
         if (attended[j]) mass += p[j];
     s->metrics.mass_sum += mass;
-    /* recall: teacher top-K among retrieval-eligible keys (partial sort by p) */
+    /* recall: top-K of p among retrieval-eligible keys */
     int kk = topk < n_elig ? topk : n_elig;
     if (kk > 0) {
-        for (int a = 0; a < kk; a++) { /* selection sort of the first kk: K is small */
-            int best = a;
-            for (int b = a + 1; b < n_elig; b++)
-                if (p[idx[b]] > p[idx[best]]) best = b;
-            int t = idx[a];
-            idx[a] = idx[best];
-            idx[best] = t;
-        }
-        int hit = 0;
-        for (int a = 0; a < kk; a++)
-            for (int i = 0; i < got; i++)
-                if (cand[i] == doc0 + idx[a]) {
-                    hit++;
-                    break;
-                }
-        s->metrics.recall_sum += (double)hit / kk;
+        top_by(idx, n_elig, kk, p);
+        s->metrics.recall_sum += (double)hits(idx, kk, doc0, cand, got) / kk;
     } else {
         s->metrics.recall_sum += 1.0;
+    }
+    /* the seed's: only queries with >= K eligible keys; the head mean of the
+     * per-head masses on the K candidates (= the mass of p there, as every
+     * head attends the same candidates); recall against the top-K of pmax */
+    if (topk > 0 && n_elig >= topk) {
+        double ms = 0.0;
+        for (int i = 0; i < got; i++) ms += p[cand[i] - doc0];
+        top_by(idx, n_elig, topk, pmax);
+        s->metrics.mass_seed_sum += ms;
+        s->metrics.recall_seed_sum += (double)hits(idx, topk, doc0, cand, got) / topk;
+        s->metrics.n_seed++;
     }
     s->metrics.n_queries++;
     s->metrics.n_requested += topk;
     s->metrics.n_filler += topk - got;
     if (s->shadow && topk > 0) {
-        int ne = selector_query(s->shadow, q_s, q_native, topk, m, exact);
+        int ne = selector_query(s->shadow, q_s, q_native, topk, m, s->m_exact);
+        if (ne < 0) return subq_fail(err, SUBQ_ERR_NOMEM, "the exact selector beside %s failed (layer %d)",
+                                     selector_kind_name(s->p.select.kind), env->layer);
         if (ne > 0) {
             int hit = 0;
-            for (int a = 0; a < ne; a++)
-                for (int i = 0; i < got; i++)
-                    if (cand[i] == exact[a]) {
-                        hit++;
-                        break;
-                    }
+            for (int a = 0; a < ne; a++) hit += in_set(cand, got, s->m_exact[a]);
             s->metrics.ann_recall_sum += (double)hit / ne;
             s->metrics.n_ann++;
         }
     }
-done:
-    free(p);
-    free(sc);
-    free(idx);
-    free(exact);
-    free(attended);
+    return SUBQ_OK;
 }
 
 /* Slots a query attends to: sinks (first n_sink slots of its document),
  * then the retrieved candidates, then the tail (the n_tail most recent
  * slots of its document up to itself); the selector never returns sinks or
- * tail, so the three sets are disjoint. Returns the count written to
- * `slots` (-1 when the selector's query failed for lack of memory); the
- * candidates are slots[*cand_off .. *cand_off + *n_cand). */
-static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
-                        int32_t *cand, int *slots, int *cand_off, int *n_cand) {
+ * tail, so the three sets are disjoint. *n_slots receives the count written
+ * to `slots`; the candidates are slots[*cand_off .. *cand_off + *n_cand). */
+static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
+                                int32_t *cand, int *slots, int *n_slots, int *cand_off, int *n_cand, subq_error *err) {
     const int32_t seg = kv->seg[slot];
     int doc0 = slot; /* first slot of the query's document: segments are contiguous runs */
     while (doc0 > 0 && kv->seg[doc0 - 1] == seg) doc0--;
@@ -153,8 +206,11 @@ static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const flo
     select_mask m = {.n_slots = visible, .seg = kv->seg, .query_seg = seg,
                      .ex0_lo = doc0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1};
     int got = s->p.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.top_k, &m, cand) : 0;
-    if (got < 0) return -1;
-    if (s->metrics_on) measure_query(s, kv, slot, doc0, q_s, q_native, &m, cand, got);
+    if (got < 0)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
+                         selector_kind_name(s->p.select.kind), s->sel->env.layer);
+    subq_status rc = s->metrics_on ? measure_query(s, kv, slot, doc0, q_s, q_native, &m, cand, got, err) : SUBQ_OK;
+    if (rc) return rc;
     for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
     int n = 0;
     for (int j = doc0; j < sink_hi; j++) slots[n++] = j;
@@ -162,7 +218,8 @@ static int gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const flo
     *n_cand = got;
     for (int i = 0; i < got; i++) slots[n++] = cand[i];
     for (int j = tail_lo; j <= slot; j++) slots[n++] = j;
-    return n;
+    *n_slots = n;
+    return SUBQ_OK;
 }
 
 /* Add search keys of slots slot0.. to the index (and the shadow), except in
@@ -214,14 +271,10 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         if (!rc && s->comp) rc = completion_advance(s->comp, kv, slot, err);
         if (rc) break;
         const float *q = st->q + (size_t)t * st->n_head * hd;
-        int cand_off, n_cand;
-        int ns = gather_slots(s, kv, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
-                              s->rec.cand + (size_t)t * s->p.top_k, slots, &cand_off, &n_cand);
-        if (ns < 0) {
-            rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
-                           selector_kind_name(s->p.select.kind), st->layer);
-            break;
-        }
+        int ns = 0, cand_off = 0, n_cand = 0;
+        rc = gather_slots(s, kv, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
+                          s->rec.cand + (size_t)t * s->p.top_k, slots, &ns, &cand_off, &n_cand, err);
+        if (rc) break;
         if (s->comp) {
             completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand,
                               st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum, &s->metrics.n_share);
@@ -251,6 +304,12 @@ static void sparse_free(attn_stage *self) {
     selector_free(s->shadow);
     completion_free(s->comp);
     free(s->rec.cand);
+    free(s->m_p);
+    free(s->m_pmax);
+    free(s->m_sc);
+    free(s->m_idx);
+    free(s->m_att);
+    free(s->m_exact);
     free(s->qs);
     free(s->ks);
     free(s);
@@ -329,6 +388,21 @@ subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
 
 const sparse_metrics *attn_sparse_get_metrics(attn_stage *st) {
     return st && st->name == sparse_name ? &((sparse_stage *)st)->metrics : NULL;
+}
+
+void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src) {
+    dst->mass_sum += src->mass_sum;
+    dst->recall_sum += src->recall_sum;
+    dst->ann_recall_sum += src->ann_recall_sum;
+    dst->n_queries += src->n_queries;
+    dst->n_ann += src->n_ann;
+    dst->n_requested += src->n_requested;
+    dst->n_filler += src->n_filler;
+    dst->mass_seed_sum += src->mass_seed_sum;
+    dst->recall_seed_sum += src->recall_seed_sum;
+    dst->n_seed += src->n_seed;
+    dst->share_sum += src->share_sum;
+    dst->n_share += src->n_share;
 }
 
 void attn_sparse_clear_metrics(attn_stage *st) {

@@ -29,22 +29,36 @@ typedef struct sparse_record {
     int32_t *cand;      /* [n_tokens][top_k] */
 } sparse_record;
 
-/* Retrieval quality measured inside the sparse run (enabled for evaluation):
- *   mass   = head-mean share of the full softmax (over every eligible key)
- *            that falls on the attended slots (sinks + tail + candidates);
- *   recall = |candidates ∩ top-K keys of the head-mean full softmax among
- *            the retrieval-eligible keys| / min(K, #retrieval-eligible);
+/* Retrieval quality measured inside the sparse run (enabled for evaluation),
+ * from p_h, each head's full softmax over the query's document prefix:
+ *   mass   = share of p = mean_h p_h on the attended slots (sinks + tail +
+ *            candidates);
+ *   recall = |candidates ∩ top-K keys of p among the retrieval-eligible
+ *            keys| / min(K, #retrieval-eligible);
  *   ann    = |candidates ∩ exact top-K in the search space| / |exact| for
- *            hnsw/faiss (a shadow exact selector sees the same keys). */
+ *            hnsw/faiss (a shadow exact selector sees the same keys).
+ * The seed's definitions (ann-sparseattention's eval.py), over the n_seed
+ * queries with at least K retrieval-eligible keys only:
+ *   mass_seed   = mean over heads of the per-head mass p_h on the K
+ *                 candidates (sinks and tail not counted);
+ *   recall_seed = |candidates ∩ top-K keys of max_h p_h among the eligible
+ *                 keys| / K.
+ * Every query is counted: a query the stage cannot measure fails the
+ * forward call (SUBQ_ERR_NOMEM) rather than being left out of the means. */
 typedef struct sparse_metrics {
     double mass_sum, recall_sum, ann_recall_sum;
     int64_t n_queries, n_ann;
     int64_t n_requested, n_filler;
+    double mass_seed_sum, recall_seed_sum;
+    int64_t n_seed;
     /* completion (always measured when it is on): sum of the mass share
      * Z_hat / (Z_E + Z_hat) over (query, head) pairs with a mid region */
     double share_sum;
     int64_t n_share;
 } sparse_metrics;
+
+/* dst += src, field by field (sums over runs). */
+void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src);
 
 /* Create the stage for one layer. wq_s / wk_s are [d_search][n_embd] row-major
  * (NULL for selectors that need no search space: quest, oracle, window); the

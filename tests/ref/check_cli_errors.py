@@ -180,6 +180,7 @@ expect_error("eval budget without complete", ["eval", "-m", MODEL, "--eval-file"
                                               "--budget", "5%"], contains="--complete")
 expect_error("bench with completion", ["bench", "-m", MODEL, "--complete", MODEL], contains="not supported")
 expect_error("eval bad budget", ["eval", "-m", MODEL, "-f", MODEL, "--budget", "5%,x"])
+expect_error("eval bad compare", ["eval", "-m", MODEL, "-f", MODEL, "--compare", "exact@8"], contains="--compare")
 
 # a full context stops generation cleanly (exit 0, text printed)
 p = subprocess.run([BIN, "generate", "-m", MODEL, "-c", "16", "-n", "100", "--temp", "0"], capture_output=True,

@@ -1,0 +1,173 @@
+#!/usr/bin/python3
+"""ctest check: `subq eval --json` fidelity figures == a numpy re-implementation.
+
+stories260K, two unpacked windows (BOS + one short document each), sparse
+layers 1-4, sink 2, tail 8, methods window@K and oracle@K for K = 4, 16:
+the numpy forward (float64) restricts attention on the sparse layers to
+    window@K: the sinks + the n_tail + K most recent keys of the document;
+    oracle@K: the sinks + the tail + the top-K eligible keys by the head-mean
+              native score mean_h q_h . k_j;
+and recomputes full attention's and each method's perplexity, the mean
+KL(p_full || p_method), top-1 agreement, each layer substituted alone
+(--per-layer), and the interval bounds (two windows: the two windows'
+means). The JSON must parse, and the SVG charts must be written.
+"""
+
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refcommon as rc  # noqa: E402
+
+rc.require_numpy()
+import numpy as np  # noqa: E402
+from llama_ref import LlamaRef  # noqa: E402
+
+SINK, TAIL, CTX = 2, 8, 128
+LAYERS = [1, 2, 3, 4]
+DOCS = [
+    "Once upon a time, there was a little dog named Max. Max liked to run in the park with his friend Sue. "
+    "One day they found a big red ball under a tree.",
+    "Lily wanted to bake a cake for her mom. She got flour, eggs and milk, and her brother Tom helped her mix "
+    "them in a big bowl. The cake was yummy.",
+]
+
+
+def forward(ref, tokens, sparse_mask):
+    """float64 logits; sparse_mask(layer, q, k) -> [T, T] allowed keys or None (full attention)."""
+    T = len(tokens)
+    hd, nh, nkv = ref.head_dim, ref.n_head, ref.n_head_kv
+    group = nh // nkv
+    causal = np.tril(np.ones((T, T), dtype=bool))
+    pos = np.arange(T)
+    x = ref.tok_embd[np.asarray(tokens)]
+    for li, L in enumerate(ref.layers):
+        h = ref.rmsnorm(x, L["attn_norm"])
+        q = ref.rope((h @ L["wq"].T).reshape(T, nh, hd), pos)
+        k = ref.rope((h @ L["wk"].T).reshape(T, nkv, hd), pos)
+        v = (h @ L["wv"].T).reshape(T, nkv, hd)
+        allowed = sparse_mask(li, q, k)
+        if allowed is None:
+            allowed = causal
+        heads = np.empty((T, nh, hd))
+        for hq in range(nh):
+            s = (q[:, hq, :] @ k[:, hq // group, :].T) / math.sqrt(hd)
+            s = np.where(allowed, s, -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            heads[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hq // group, :]
+        x = x + heads.reshape(T, nh * hd) @ L["wo"].T
+        hf = ref.rmsnorm(x, L["ffn_norm"])
+        gate, up = hf @ L["w_gate"].T, hf @ L["w_up"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["w_down"].T
+    return ref.rmsnorm(x, ref.output_norm) @ ref.output.T
+
+
+def method_mask(kind, K, layers, n_head, n_kv):
+    group = n_head // n_kv
+
+    def mask(li, q, k):
+        if li not in layers:
+            return None
+        T = q.shape[0]
+        allowed = np.zeros((T, T), dtype=bool)
+        if kind == "oracle":
+            # head-mean native score: mean_h q_h . k_{kv(h)}
+            score = sum(q[:, h, :] @ k[:, h // group, :].T for h in range(n_head)) / n_head
+        for t in range(T):
+            fixed = [j for j in range(t + 1) if j < SINK or j > t - TAIL]
+            elig = [j for j in range(t + 1) if j >= SINK and j <= t - TAIL]
+            if kind == "window":
+                chosen = elig[-K:] if K else []
+            else:
+                chosen = sorted(elig, key=lambda j: -score[t, j])[:K]
+            allowed[t, fixed + chosen] = True
+        return allowed
+    return mask
+
+
+def log_softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def main():
+    ck = rc.Checks("check_eval")
+    model = rc.shared_file("models", "stories260K.gguf")
+    rc.subq_bin()
+    tmp = rc.tmp_dir()
+    text = os.path.join(tmp, "check_eval.jsonl")
+    with open(text, "w") as f:
+        for d in DOCS:
+            f.write(json.dumps({"text": d}) + "\n")
+    svg = os.path.join(tmp, "check_eval_svg")
+    os.makedirs(svg, exist_ok=True)
+    out = ck.guarded("subq eval runs", rc.run_subq,
+                     ["eval", "-m", model, "--eval-file", text, "--no-pack", "-c", CTX, "--sparse-layers", "1-4",
+                      "--sink", SINK, "--tail", TAIL, "--selectors", "window,oracle", "--k-sweep", "4,16",
+                      "--per-layer", "--svg-dir", svg, "-t", 1, "--json"])
+    if out is None:
+        ck.finish()
+    try:
+        got = json.loads(out.decode("utf-8"))
+    except ValueError as e:
+        ck.check("eval --json is valid JSON", False, str(e))
+        ck.finish()
+    ck.check("eval --json is valid JSON", True)
+    for name in ("ppl_gap.svg", "kl.svg", "top1.svg", "mass.svg", "layer_mass.svg", "layer_kl.svg"):
+        p = os.path.join(svg, name)
+        ck.check("chart " + name, os.path.isfile(p) and open(p).read().startswith("<svg"))
+
+    ref = LlamaRef(model)
+    windows = [[ref.tok.bos_id] + ref.tok.encode(d)[:CTX - 1] for d in DOCS]
+    full = [log_softmax(forward(ref, w, lambda li, q, k: None)) for w in windows]
+    n_tok = sum(len(w) - 1 for w in windows)
+    nll_full = [-sum(lp[t, w[t + 1]] for t in range(len(w) - 1)) for w, lp in zip(windows, full)]
+    ppl_full = math.exp(sum(nll_full) / n_tok)
+    ck.check("tokens scored", got["tokens_scored"] == n_tok, "%d vs numpy %d" % (got["tokens_scored"], n_tok))
+    ck.check("full attention PPL", abs(got["full_ppl"] / ppl_full - 1) < 1e-4,
+             "%.6f vs numpy %.6f" % (got["full_ppl"], ppl_full))
+    ck.check("sparse layers", got["sparse_layers"] == LAYERS, str(got["sparse_layers"]))
+
+    def figures(kind, K, layers):
+        """per window: nll sum, kl sum, top-1 count"""
+        res = []
+        for w, lf in zip(windows, full):
+            lm = log_softmax(forward(ref, w, method_mask(kind, K, layers, ref.n_head, ref.n_head_kv)))
+            T = len(w) - 1
+            nll = -sum(lm[t, w[t + 1]] for t in range(T))
+            kl = float((np.exp(lf[:T]) * (lf[:T] - lm[:T])).sum())
+            top1 = int((lf[:T].argmax(axis=1) == lm[:T].argmax(axis=1)).sum())
+            res.append((nll, kl, top1, T))
+        return res
+
+    for m in got["methods"]:
+        name, kind, K = m["method"], m["select"], m["k"]
+        res = figures(kind, K, LAYERS)
+        ppl = math.exp(sum(r[0] for r in res) / n_tok)
+        kl = sum(r[1] for r in res) / n_tok
+        top1 = sum(r[2] for r in res) / n_tok
+        win_kl = [r[1] / r[3] for r in res]
+        win_dnll = [(r[0] - nf) / r[3] for r, nf in zip(res, nll_full)]
+        ck.check(name + " PPL", abs(m["ppl"] / ppl - 1) < 1e-4, "%.6f vs numpy %.6f" % (m["ppl"], ppl))
+        ck.check(name + " KL", abs(m["kl"]["mean"] - kl) < 1e-4 * (1 + kl), "%.6g vs numpy %.6g" % (m["kl"]["mean"], kl))
+        ck.check(name + " top-1", abs(m["top1"] - top1) < 1.5 / n_tok, "%.4f vs numpy %.4f" % (m["top1"], top1))
+        ck.check(name + " KL interval = window means",
+                 abs(m["kl"]["lo"] - min(win_kl)) < 1e-4 and abs(m["kl"]["hi"] - max(win_kl)) < 1e-4,
+                 "[%.6g, %.6g] vs %s" % (m["kl"]["lo"], m["kl"]["hi"], win_kl))
+        ck.check(name + " dNLL interval = window means",
+                 abs(m["nll_diff"]["lo"] - min(win_dnll)) < 1e-4 and abs(m["nll_diff"]["hi"] - max(win_dnll)) < 1e-4,
+                 "[%.6g, %.6g] vs %s" % (m["nll_diff"]["lo"], m["nll_diff"]["hi"], win_dnll))
+        for lay in m["layers"]:
+            res = figures(kind, K, [lay["layer"]])
+            kl1 = sum(r[1] for r in res) / n_tok
+            top1_1 = sum(r[2] for r in res) / n_tok
+            ck.check("%s layer %d alone" % (name, lay["layer"]),
+                     abs(lay["alone_kl"]["mean"] - kl1) < 1e-4 * (1 + kl1) and abs(lay["alone_top1"] - top1_1) < 1.5 / n_tok,
+                     "KL %.6g top-1 %.4f vs numpy %.6g %.4f" % (lay["alone_kl"]["mean"], lay["alone_top1"], kl1, top1_1))
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
