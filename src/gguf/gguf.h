@@ -157,7 +157,8 @@ subq_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t ty
                                    const uint64_t *ne, const void *data, uint64_t n_bytes,
                                    int take_ownership, subq_error *err);
 /* Write version 3 with `general.alignment` alignment (default 32) atomically:
- * path.tmp.<pid>, fsync, rename. */
+ * a temporary file beside path, fsync, rename (see base/atomic_file.h; stale
+ * temporaries of killed writers are removed). */
 subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err);
 
 #endif
