@@ -124,8 +124,9 @@ subq_status atomic_file_commit(atomic_file *af, int write_errno, subq_error *err
     /* Rename while the lock is held, so no cleaner removes the file first. */
     if (!e && rename(af->tmp, af->path) != 0) e = errno;
     if (e) {
+        subq_fail(err, SUBQ_ERR_IO, "%s: cannot write: %s", af->path, strerror(e));
         atomic_file_abort(af);
-        return subq_fail(err, SUBQ_ERR_IO, "%s: cannot write: %s", af->path ? af->path : "?", strerror(e));
+        return SUBQ_ERR_IO;
     }
     fclose(af->fp); /* the data is on disk already (fsync) */
     af->fp = NULL;

@@ -294,6 +294,10 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
     char gelu[16];
     if (!gguf_get_str(f, "subq.phi.gelu", gelu, sizeof gelu, &e2) && strcmp(gelu, "tanh") != 0)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: GELU variant '%s' is not supported (only \"tanh\")", path, gelu);
+    for (int i = 0; i < 6; i++) /* before the narrowing below, so the message shows the stored value */
+        if (v[i] > (i < 4 ? PHI_MAX_DIM : 4096))
+            return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s = %u is out of range [1, %d]", path, keys[i], v[i],
+                             i < 4 ? PHI_MAX_DIM : 4096);
     phi_dims d = {(int)(v[0] > PHI_MAX_DIM ? 0 : v[0]), (int)(v[1] > PHI_MAX_DIM ? 0 : v[1]),
                   (int)(v[2] > PHI_MAX_DIM ? 0 : v[2]), (int)(v[3] > PHI_MAX_DIM ? 0 : v[3]),
                   (int)(v[4] > 4096 ? 0 : v[4]), (int)(v[5] > 4096 ? 0 : v[5])};

@@ -133,10 +133,7 @@ static const char *method_name(const method *m, char *buf, size_t cap) {
     return buf;
 }
 
-static void json_num(double v) {
-    if (isfinite(v)) printf("%.6g", v);
-    else printf("null");
-}
+static void json_num(double v) { cli_json_num(stdout, v); }
 
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
@@ -482,9 +479,11 @@ int cmd_eval(int argc, char **argv) {
         if (so.search_file) cli_json_string(stdout, so.search_file, strlen(so.search_file));
         else printf(so.random_search ? "\"random-%d\"" : "null", so.random_search);
         printf(", \"windows\": %d, \"ctx\": %d, \"packed\": %s, \"tokens_scored\": %lld, \"sink\": %d, \"tail\": %d, "
-               "\"seconds\": %.2f,\n \"full_ppl\": %.6f,\n \"methods\": [",
+               "\"seconds\": %.2f,\n \"full_ppl\": ",
                d.n_windows, d.seq, pack ? "true" : "false", (long long)n_tok, so.plan.sparse.n_sink,
-               so.plan.sparse.n_tail, elapsed, full->ppl);
+               so.plan.sparse.n_tail, elapsed);
+        json_num(full->ppl);
+        printf(",\n \"methods\": [");
         for (int i = 1; i < n_methods; i++) {
             const method *me = &methods[i];
             printf("%s\n  {\"method\": \"%s\", \"select\": \"%s\", \"k\": %d, \"completion\": %s, \"budget_pct\": ",
@@ -504,13 +503,21 @@ int cmd_eval(int argc, char **argv) {
             json_num(me->ann_recall);
             printf(", \"completion_share\": ");
             json_num(me->share);
-            printf(", \"filler_rate\": %.6f, \"nll_diff\": {\"mean\": %.6f, \"lo\": %.6f, \"hi\": %.6f}, \"layers\": [",
-                   me->filler, me->d_mean, me->d_lo, me->d_hi);
+            const double vals[4] = {me->filler, me->d_mean, me->d_lo, me->d_hi};
+            const char *names[4] = {", \"filler_rate\": ", ", \"nll_diff\": {\"mean\": ", ", \"lo\": ", ", \"hi\": "};
+            for (int j = 0; j < 4; j++) {
+                fputs(names[j], stdout);
+                json_num(vals[j]);
+            }
+            printf("}, \"layers\": [");
             int first = 1;
             for (int l = 0; l < n_layer; l++) {
                 if (!isfinite(me->layer_mass[l])) continue;
-                printf("%s{\"layer\": %d, \"mass\": %.6f, \"recall\": %.6f}", first ? "" : ", ", l, me->layer_mass[l],
-                       me->layer_recall[l]);
+                printf("%s{\"layer\": %d, \"mass\": ", first ? "" : ", ", l);
+                json_num(me->layer_mass[l]);
+                printf(", \"recall\": ");
+                json_num(me->layer_recall[l]);
+                printf("}");
                 first = 0;
             }
             printf("]}");
@@ -526,10 +533,16 @@ int cmd_eval(int argc, char **argv) {
             json_num(ppl_static);
             printf("}");
         }
-        if (compare)
-            printf(",\n \"compare\": {\"a\": \"%s\", \"b\": \"%s\", \"mean\": %.6f, \"lo\": %.6f, \"hi\": %.6f}",
-                   method_name(&methods[cmp_a], nm, sizeof nm), method_name(&methods[cmp_b], (char[64]){0}, 64),
-                   cmp_mean, cmp_lo, cmp_hi);
+        if (compare) {
+            printf(",\n \"compare\": {\"a\": \"%s\", \"b\": \"%s\", \"mean\": ",
+                   method_name(&methods[cmp_a], nm, sizeof nm), method_name(&methods[cmp_b], (char[64]){0}, 64));
+            json_num(cmp_mean);
+            printf(", \"lo\": ");
+            json_num(cmp_lo);
+            printf(", \"hi\": ");
+            json_num(cmp_hi);
+            printf("}");
+        }
         printf("}\n");
     } else {
         printf("held-out: %d windows of %d tokens (%s), %lld tokens scored, sink %d, tail %d; %.1f s\n", d.n_windows,
