@@ -699,6 +699,12 @@ void gguf_close(gguf_file *f) {
 
 /* ---- lookups and getters ---------------------------------------------- */
 
+uint64_t gguf_tensor_bytes(const gguf_file *f) {
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) n += f->tensors[i].n_bytes;
+    return n;
+}
+
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
     size_t n;
     if (!f || !key) return NULL;

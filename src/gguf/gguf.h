@@ -100,6 +100,9 @@ subq_status gguf_open(const char *path, gguf_file **out, subq_error *err);
 subq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, subq_error *err);
 void gguf_close(gguf_file *f);
 
+/* Sum of the sizes of all tensors. */
+uint64_t gguf_tensor_bytes(const gguf_file *f);
+
 /* Lookups: NULL when absent. `key`/`name` are NUL-terminated. */
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);

@@ -306,6 +306,10 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
     if (n_layer == 0 || n_layer > 4096 || n_sel == 0 || n_sel > n_layer)
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.phi.layers has %" PRIu64 " entries for a %u-layer model", path,
                          n_sel, n_layer);
+    const uint64_t need = n_sel * (uint64_t)phi_layer_size(&d) * sizeof(float); /* < 2^63: dims are bounded */
+    if (need > gguf_tensor_bytes(f)) /* allocate only what the file can fill */
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: the dimensions need %" PRIu64 " bytes of tensors, the file holds %" PRIu64,
+                         path, need, gguf_tensor_bytes(f));
     int *layers = malloc(n_sel * sizeof(int));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < n_sel; i++) {

@@ -102,8 +102,7 @@ int cmd_info(int argc, char **argv) {
     subq_error err = {0};
     gguf_file *g;
     if (gguf_open(path, &g, &err)) return cli_error(cmd, "%s", err.msg);
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) total += g->tensors[i].n_bytes;
+    const uint64_t total = gguf_tensor_bytes(g);
     if (json) {
         printf("{\"file\": ");
         cli_json_string(stdout, path, strlen(path));
