@@ -39,7 +39,7 @@ fuzz: deps
 	  echo "== $$f: $(FUZZ_SECONDS) s =="; \
 	  mkdir -p build-fuzz/corpus/$$f tests/fuzz/corpus/$$f; \
 	  SUBQ_SHARED=$(SHARED) SUBQ_TMP=$(abspath build-fuzz) ./build-fuzz/$$f -max_total_time=$(FUZZ_SECONDS) \
-	    -max_len=65536 -timeout=30 -artifact_prefix=build-fuzz/ -print_final_stats=1 build-fuzz/corpus/$$f tests/fuzz/corpus/$$f || exit 1; \
+	    -timeout=30 -artifact_prefix=build-fuzz/ -print_final_stats=1 build-fuzz/corpus/$$f tests/fuzz/corpus/$$f || exit 1; \
 	done
 
 clean:

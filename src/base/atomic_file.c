@@ -3,16 +3,18 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/error.h"
 
 #define TMP_TAG ".subq-tmp."
-#define TMP_RAND "XXXXXX" /* mkostemp's random part */
+#define TMP_RAND "XXXXXX" /* the random part: 6 of [A-Za-z0-9] */
 
 static int same_file(const struct stat *a, const struct stat *b) {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
@@ -68,11 +70,25 @@ subq_status atomic_file_open(atomic_file *af, const char *path, subq_error *err)
     remove_stale(dir, base);
     free(dir);
     int fd = -1;
-    /* Lock, then check the name is still ours: a cleaner may have taken the
-     * unlocked new file for a stale one and removed it in between. */
-    for (int attempt = 0; attempt < 8 && fd < 0; attempt++) {
-        snprintf(af->tmp, n, "%s" TMP_TAG TMP_RAND, path);
-        fd = mkostemp(af->tmp, O_CLOEXEC);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    /* Seed the names from time, process and stack address (no global state);
+     * O_EXCL settles any collision. Lock, then check the name is still ours:
+     * a cleaner may have taken the unlocked new file for a stale one and
+     * removed it in between. */
+    uint64_t seed = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 40 ^ (uintptr_t)&ts;
+    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+        static const char alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        char rnd[sizeof TMP_RAND];
+        for (size_t i = 0; i + 1 < sizeof rnd; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull; /* LCG step */
+            rnd[i] = alnum[(seed >> 33) % 62];
+        }
+        rnd[sizeof rnd - 1] = '\0';
+        snprintf(af->tmp, n, "%s" TMP_TAG "%s", path, rnd);
+        /* 0644 through the umask, as a plain create of the destination would be */
+        fd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0 && errno == EEXIST) continue;
         if (fd < 0) {
             int e = errno;
             atomic_file_abort(af);
@@ -91,7 +107,6 @@ subq_status atomic_file_open(atomic_file *af, const char *path, subq_error *err)
         atomic_file_abort(af);
         return subq_fail(err, SUBQ_ERR_IO, "%s: cannot keep a temporary file beside it", path);
     }
-    fchmod(fd, 0644); /* mkostemp makes 0600; outputs are as readable as a plain create would make them */
     af->fp = fdopen(fd, "wb");
     if (!af->fp) {
         int e = errno;

@@ -19,6 +19,7 @@
  * length is the sum of the pieces. Any failure must be one line. */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
