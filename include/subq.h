@@ -94,6 +94,14 @@ subq_status subq_model_meta(const subq_model *m, const char *key, char *buf, siz
 subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int add_bos,
                           int32_t *out, size_t cap, size_t *n_out, subq_error *err);
 
+/* subq_tokenize, and the text of the vocabulary's special tokens (control,
+ * user-defined and unknown tokens such as "<|im_start|>", "[INST]", "<s>")
+ * becomes those single tokens (llama.cpp's parse_special): for prompts made
+ * by chat templates. Byte-level BPE vocabularies match them in subq_tokenize
+ * already; SentencePiece ones only here. */
+subq_status subq_tokenize_special(const subq_model *m, const char *text, size_t len, int add_bos,
+                                  int32_t *out, size_t cap, size_t *n_out, subq_error *err);
+
 /* Raw bytes of one token as it appears in text (byte tokens give one byte,
  * U+2581 becomes a space; no NUL is added). `prev` is the token before it
  * (-1 for none): the SentencePiece leading space after BOS is dropped.
@@ -125,6 +133,8 @@ void subq_context_reset(subq_context *c);
 int subq_context_n_past(const subq_context *c);
 /* KV cache capacity in tokens, and the threads the context computes with. */
 int subq_context_n_ctx(const subq_context *c);
+/* The model a context runs. */
+const subq_model *subq_context_model(const subq_context *c);
 int subq_context_n_threads(const subq_context *c);
 
 /* Run n tokens through the model, appending them to the KV cache at
@@ -132,6 +142,32 @@ int subq_context_n_threads(const subq_context *c);
  * n_vocab floats per token if `all_logits`, else for the last token only. */
 subq_status subq_decode(subq_context *c, const int32_t *tokens, int n, float *logits,
                         int all_logits, subq_error *err);
+
+/* ---- prompt caches ---------------------------------------------------- */
+
+/* The token ids of the n_past cached tokens, in order (-1 for slots of a
+ * synthetic fill); valid until the context changes. */
+const int32_t *subq_context_tokens(const subq_context *c);
+/* Logits (n_vocab floats) of the last cached token when they are known (the
+ * last decode asked for them, or a session file held them), else NULL. */
+const float *subq_context_last_logits(const subq_context *c);
+/* Drop the cached tokens after the first n_keep: the KV cache and every
+ * sparse layer's index then hold what decoding those n_keep tokens alone
+ * would have left (exact, quest, oracle and window drop their tail; hnsw
+ * and faiss rebuild their graphs from the kept keys; completion summaries
+ * are recomputed from the kept KV rows). A request sharing a prefix with
+ * the cached tokens continues from there instead of prefilling again. */
+subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err);
+/* Save the cached tokens to a session file (atomically): the model's
+ * fingerprint, context size, KV type, attention plan, token ids, KV rows,
+ * the sparse layers' search keys and the last logits when known. */
+subq_status subq_context_save(const subq_context *c, const char *path, subq_error *err);
+/* Replace what c holds by a session file's tokens. A file of another
+ * model, KV type or attention plan is SUBQ_ERR_MISMATCH; more tokens than
+ * the context holds SUBQ_ERR_RANGE. The indexes are rebuilt from the stored
+ * keys, so decoding continues as it would have in the saved context. On
+ * failure c is empty. */
+subq_status subq_context_load(subq_context *c, const char *path, subq_error *err);
 
 /* ---- sampling --------------------------------------------------------- */
 
@@ -264,6 +300,77 @@ typedef void (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const sub
 subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tokens, int n_ctx, int max_chunks,
                             subq_ppl_callback cb, void *user, subq_ppl_result *res, float *nll_out,
                             subq_error *err);
+
+/* ---- recall: needle-in-a-haystack ------------------------------------- */
+
+/* Pass-key and needle-in-a-haystack tasks (as in the pass-key test of
+ * Mohtashami & Jaggi 2023 and RULER's NIAH variants): a fact stated once
+ * inside filler text of a given token length, at a given depth, then a
+ * question whose answer is a number; the model answers by greedy decoding.
+ *   passkey      "The pass key is 71432. Remember it. 71432 is the pass key."
+ *                ... "What is the pass key? The pass key is" -> 71432
+ *   multikey     n_keys needles "The special magic number for KEY is N.",
+ *                one asked (at the depth), the others at random depths
+ *   multivalue   n_values needles for one KEY (the first at the depth),
+ *                all asked; correct when every value appears */
+typedef enum subq_recall_task {
+    SUBQ_RECALL_PASSKEY = 0,
+    SUBQ_RECALL_MULTIKEY,
+    SUBQ_RECALL_MULTIVALUE,
+} subq_recall_task;
+
+/* "passkey", "niah-multikey", "niah-multivalue" -> task; -1 when unknown. */
+int subq_recall_task_parse(const char *name);
+const char *subq_recall_task_name(subq_recall_task t);
+
+typedef struct subq_recall_params {
+    subq_recall_task task;
+    const char *haystack;     /* filler text (UTF-8), repeated to length (copied) */
+    size_t haystack_len;
+    int n_keys;               /* multikey: needles in the prompt (4) */
+    int n_values;             /* multivalue: values of the key (4) */
+    uint64_t seed;            /* keys, filler offsets and distractor depths (1) */
+} subq_recall_params;
+
+subq_recall_params subq_recall_default_params(void);
+
+/* One prompt: exactly `length` tokens (BOS, filler with the needles, the
+ * question), the answer the model must give, where the asked needle sits. */
+typedef struct subq_recall_prompt {
+    int32_t *tokens;          /* [n_tokens], malloc'd */
+    int n_tokens;
+    int needle_pos;           /* index of the first token of the asked needle */
+    int needle_len;           /* its tokens */
+    int n_filler;             /* filler tokens in the prompt */
+    int n_values;             /* answers: n_values numbers of up to 15 digits */
+    char values[8][16];
+} subq_recall_prompt;
+
+/* A prompt builder: the haystack tokenised once for one model.
+ * SUBQ_ERR_ARG when the haystack holds no text. */
+typedef struct subq_recall subq_recall;
+subq_status subq_recall_new(const subq_model *m, const subq_recall_params *p, subq_recall **out, subq_error *err);
+void subq_recall_free(subq_recall *r);
+
+/* Build the prompt of trial `trial` at `length` tokens with the asked needle
+ * after a share `depth` in [0, 1] of the filler (snapped to the nearest word
+ * start). The same (params, length, depth, trial) give the same prompt.
+ * SUBQ_ERR_ARG when the needles and the question do not fit in `length` or
+ * the length exceeds the model's context. */
+subq_status subq_recall_make_prompt(const subq_recall *r, int length, double depth, int trial,
+                                    subq_recall_prompt *out, subq_error *err);
+void subq_recall_prompt_free(subq_recall_prompt *pr);
+
+/* Score a generated answer: the share of the prompt's values found as whole
+ * digit runs in `text` (1 for exact recall of every value). */
+double subq_recall_score(const subq_recall_prompt *pr, const char *text, size_t len);
+
+/* Feed the prompt to an empty context (which runs its attention plan, dense
+ * or sparse prefill as the plan says), decode greedily at most max_new
+ * tokens (stopping at end-of-sequence or a newline) and score the answer.
+ * The generated text is copied to `answer` (NUL-terminated, cap bytes). */
+subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer,
+                               size_t cap, double *score, subq_error *err);
 
 /* ---- GGUF files: inspection ----------------------------------------- */
 

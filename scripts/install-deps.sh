@@ -11,7 +11,10 @@ pkgs=(
   libpcre2-dev           # Unicode-class pre-split regexes (byte-level BPE)
   libhnswlib-dev         # HNSW selector
   libfaiss-dev           # optional FAISS selector
+  libmicrohttpd-dev      # HTTP server of subq serve
+  libjansson-dev         # JSON of subq serve
   python3-numpy          # test oracles (run with /usr/bin/python3)
+  curl                   # subq serve tests
   clang libclang-rt-14-dev  # sanitizers and libFuzzer targets
 )
 
@@ -21,8 +24,24 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
+# Node drives the official openai client in the subq serve tests; any node
+# with npm will do (Debian's, or one installed otherwise).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  missing+=(nodejs npm)
+fi
+
+# The test driver's npm packages, pinned by tests/node/package-lock.json.
+node_modules() {
+  local dir
+  dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/node"
+  if [ ! -d "$dir/node_modules" ]; then
+    echo "install-deps: npm ci in tests/node" >&2
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
 
 if [ ${#missing[@]} -eq 0 ]; then
+  node_modules
   exit 0
 fi
 
@@ -35,3 +54,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+node_modules

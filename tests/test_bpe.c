@@ -212,7 +212,7 @@ static bool roundtrip(const tokenizer *t, const char *s, size_t len) {
     subq_error err = {0};
     size_t n = 0;
     int32_t *ids = NULL;
-    if (tokenizer_encode_alloc(t, s, len, false, &ids, &n, &err) != SUBQ_OK) {
+    if (tokenizer_encode_alloc(t, s, len, false, false, &ids, &n, &err) != SUBQ_OK) {
         fprintf(stderr, "  encode failed: %s\n", err.msg);
         return false;
     }

@@ -68,7 +68,7 @@ static bool roundtrip(const tokenizer *t, const char *s, size_t len, bool add_bo
     subq_error err = {0};
     size_t n = 0;
     int32_t *ids = NULL;
-    if (tokenizer_encode_alloc(t, s, len, add_bos, &ids, &n, &err) != SUBQ_OK) {
+    if (tokenizer_encode_alloc(t, s, len, add_bos, false, &ids, &n, &err) != SUBQ_OK) {
         fprintf(stderr, "  encode failed: %s\n", err.msg);
         return false;
     }
@@ -758,7 +758,7 @@ static void test_no_space_piece(const gguf_file *orig) {
           "one id per byte does not fit: status %d, count %zu (want %zu), '%s'", (int)st, n, nw, err.msg);
     free(ids);
     ids = NULL;
-    st = tokenizer_encode_alloc(t, text, len, true, &ids, &n, &err);
+    st = tokenizer_encode_alloc(t, text, len, true, false, &ids, &n, &err);
     CHECK(st == SUBQ_OK && n == nw && memcmp(ids, want, nw * sizeof *ids) == 0,
           "encode_alloc gives the reference ids (%zu of %zu): %s", n, nw, err.msg);
     free(ids);

@@ -11,6 +11,8 @@ int subq_context_n_ctx(const subq_context *c) { return c->kv.n_ctx; }
 
 int subq_context_n_threads(const subq_context *c) { return c->n_threads; }
 
+const subq_model *subq_context_model(const subq_context *c) { return c->model; }
+
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     const kv_cache *kv = &c->kv;
     st->t_attn_s = c->t_attn_s;
@@ -95,6 +97,7 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
         if (attn_sparse_has_completion(c->stages[l]))
             return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "a synthetic fill cannot build the completion's summary; "
                              "fill a context without completion maps");
+    for (int t = 0; t < n_past; t++) c->tok[t] = -1; /* no token ids: a session file refuses them */
     subq_status s = fill_kv(&c->kv, n_past, seed, err);
     return s ? s : fill_selectors(c, n_past, seed + 2, err);
 }

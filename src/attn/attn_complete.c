@@ -87,6 +87,15 @@ void completion_reset(attn_completion *c) {
     c->next_cache = c->n_sink;
 }
 
+uint64_t completion_hash(const attn_completion *c) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    const unsigned char *b = (const unsigned char *)phi_layer_params(c->maps, c->layer);
+    size_t n = c->maps->layer_size * sizeof(float);
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    for (int i = 0; i < c->n_head; i++) h = (h ^ c->heads[i]) * 0x100000001b3ull;
+    return h;
+}
+
 subq_status completion_advance(attn_completion *c, const kv_cache *kv, int slot, subq_error *err) {
     const int nkv = c->n_head_kv, F = c->d_phi;
     if (slot >= c->lk_cap) { /* grow the log-feature store with the cache */

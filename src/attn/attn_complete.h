@@ -28,6 +28,9 @@ subq_status completion_new(const phi_maps *maps, int layer, int n_sink, int n_ta
                            const unsigned char *heads, attn_completion **out, subq_error *err);
 void completion_free(attn_completion *c);
 void completion_reset(attn_completion *c);
+/* Identity of what the completion computes with: its layer's maps and the
+ * completed heads (FNV-1a; for session files). */
+uint64_t completion_hash(const attn_completion *c);
 
 /* Slot `slot` (its key and value already in kv) was appended: compute its
  * log phi_k, restart the summary when it begins a document, and add the

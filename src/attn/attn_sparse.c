@@ -1,6 +1,8 @@
 #include "attn/attn_sparse.h"
 
+#include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -329,4 +331,70 @@ void attn_sparse_clear_metrics(attn_stage *st) {
 
 void attn_sparse_freeze(attn_stage *st, int freeze_slot) {
     if (st && st->name == sparse_name) ((sparse_stage *)st)->freeze_slot = freeze_slot;
+}
+
+static sparse_stage *as_sparse(const attn_stage *st) {
+    return st && st->name == sparse_name ? (sparse_stage *)st : NULL;
+}
+
+/* Rebuild the completion's summary over slots 0 .. n-1 from the KV cache. */
+static subq_status completion_replay(sparse_stage *s, const kv_cache *kv, int n, subq_error *err) {
+    if (!s->comp) return SUBQ_OK;
+    completion_reset(s->comp);
+    subq_status rc = SUBQ_OK;
+    for (int t = 0; t < n && !rc; t++) rc = completion_advance(s->comp, kv, t, err);
+    return rc;
+}
+
+subq_status attn_sparse_truncate(attn_stage *st, const kv_cache *kv, int n_keep, subq_error *err) {
+    sparse_stage *s = as_sparse(st);
+    if (!s) return SUBQ_OK;
+    int keys = s->freeze_slot >= 0 && s->freeze_slot < n_keep ? s->freeze_slot : n_keep;
+    subq_status rc = selector_truncate(s->sel, keys, err);
+    if (!rc && s->shadow) rc = selector_truncate(s->shadow, keys, err);
+    if (!rc) rc = completion_replay(s, kv, n_keep, err);
+    s->rec.n_tokens = 0;
+    return rc;
+}
+
+subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err) {
+    sparse_stage *s = as_sparse(st);
+    if (!s) return SUBQ_OK;
+    if (s->d_search > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "restoring a sparse layer needs its search keys");
+    subq_status rc = selector_put_keys(s->sel, s->d_search > 0 ? keys : NULL, n, 0, err);
+    if (!rc && s->shadow) rc = selector_put_keys(s->shadow, keys, n, 0, err);
+    return rc ? rc : completion_replay(s, kv, n, err);
+}
+
+int attn_sparse_search_width(const attn_stage *st) {
+    const sparse_stage *s = as_sparse(st);
+    return s ? s->d_search : 0;
+}
+
+subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err) {
+    const sparse_stage *s = as_sparse(st);
+    return s && s->d_search > 0 ? selector_get_keys(s->sel, n, dst, err) : SUBQ_OK;
+}
+
+/* FNV-1a over a layer's projection rows */
+static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
+    const unsigned char *b = (const unsigned char *)x;
+    for (size_t i = 0; x && i < n * sizeof(float); i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
+    const sparse_stage *s = as_sparse(st);
+    if (!cap) return;
+    buf[0] = '\0';
+    if (!s) return;
+    const selector_params *sp = &s->p.select;
+    size_t nw = (size_t)s->d_search * s->n_embd;
+    uint64_t proj = hash_floats(hash_floats(0xcbf29ce484222325ull, s->wq_s, nw), s->wk_s, nw);
+    snprintf(buf, cap,
+             "sparse %s k=%d sink=%d tail=%d dense_prefill=%d d=%d f16=%d m=%d efc=%d efs=%d page=%d seed=%" PRIu64
+             " proj=%016" PRIx64 " complete=%016" PRIx64,
+             selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, s->p.dense_prefill, s->d_search,
+             sp->f16_keys, sp->hnsw_m, sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->seed, proj,
+             s->comp ? completion_hash(s->comp) : 0);
 }

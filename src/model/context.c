@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "attn/attn_sparse.h"
 #include "model/context.h"
 
 #define DEFAULT_N_BATCH 512
@@ -33,6 +34,8 @@ void subq_context_free(subq_context *c) {
     free(c->up);
     free(c->posbuf);
     free(c->tile);
+    free(c->tok);
+    free(c->logits_last);
     free(c);
 }
 
@@ -70,7 +73,10 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->posbuf = malloc(B * sizeof(int32_t));
     c->tile = malloc((size_t)c->tile_floats * sizeof(float));
     c->stages = calloc((size_t)hp->n_layer, sizeof(attn_stage *));
-    if (!c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->posbuf ||
+    c->tok = malloc((size_t)n_ctx * sizeof(int32_t));
+    c->logits_last = malloc((size_t)hp->n_vocab * sizeof(float));
+    c->logits_at = -1;
+    if (!c->tok || !c->logits_last || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->posbuf ||
         !c->tile || !c->stages) {
         subq_context_free(c);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating work buffers");
@@ -82,8 +88,32 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
 
 void subq_context_reset(subq_context *c) {
     c->kv.n_used = 0;
+    c->logits_at = -1;
     for (int l = 0; l < c->model->hp.n_layer; l++)
         if (c->stages[l]->reset) c->stages[l]->reset(c->stages[l]);
 }
 
 int subq_context_n_past(const subq_context *c) { return c->kv.n_used; }
+
+const int32_t *subq_context_tokens(const subq_context *c) { return c->tok; }
+
+const float *subq_context_last_logits(const subq_context *c) {
+    return c->kv.n_used > 0 && c->logits_at == c->kv.n_used ? c->logits_last : NULL;
+}
+
+/* The KV rows of the kept slots stay where they are; every sparse layer
+ * drops the rest from its index (see attn_sparse_truncate for the costs). */
+subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err) {
+    if (n_keep < 0 || n_keep > c->kv.n_used)
+        return subq_fail(err, SUBQ_ERR_RANGE, "cannot keep %d of the %d cached tokens", n_keep, c->kv.n_used);
+    if (n_keep == c->kv.n_used) return SUBQ_OK;
+    for (int l = 0; l < c->model->hp.n_layer; l++) {
+        subq_status s = attn_sparse_truncate(c->stages[l], &c->kv, n_keep, err);
+        if (s) { /* an index that failed to rebuild must not be used: start over */
+            subq_context_reset(c);
+            return s;
+        }
+    }
+    c->kv.n_used = n_keep;
+    return SUBQ_OK;
+}

@@ -26,6 +26,9 @@ struct subq_context {
     int32_t *posbuf;             /* positions of the current chunk */
     float *tile;                 /* dequantised weight tile */
     int64_t tile_floats;
+    int32_t *tok;                /* [n_ctx]: token id of each cache slot (-1: synthetic) */
+    float *logits_last;          /* [n_vocab]: logits of the last cached token ... */
+    int logits_at;               /* ... when logits_at == kv.n_used (else unknown, -1) */
 };
 
 /* Forward n tokens with explicit positions and segment (document) ids

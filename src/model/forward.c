@@ -140,6 +140,8 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return subq_fail(err, SUBQ_ERR_RANGE, "token id %d at index %d is outside the vocabulary (0..%d)",
                              tokens[t], t, hp->n_vocab - 1);
+    memcpy(c->tok + c->kv.n_used, tokens, (size_t)n * sizeof(int32_t));
+    c->logits_at = -1;
     for (int done = 0; done < n;) {
         int chunk = n - done < c->n_batch ? n - done : c->n_batch;
         int last = done + chunk == n;
@@ -156,5 +158,11 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
 
 subq_status subq_decode(subq_context *c, const int32_t *tokens, int n, float *logits, int all_logits,
                         subq_error *err) {
-    return context_forward(c, tokens, n, NULL, NULL, logits, all_logits, err);
+    subq_status s = context_forward(c, tokens, n, NULL, NULL, logits, all_logits, err);
+    if (!s && logits) { /* kept for prompt caches (subq_context_last_logits) */
+        const int nv = c->model->hp.n_vocab;
+        memcpy(c->logits_last, logits + (all_logits ? (size_t)(n - 1) * nv : 0), (size_t)nv * sizeof(float));
+        c->logits_at = c->kv.n_used;
+    }
+    return s;
 }

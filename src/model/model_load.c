@@ -231,6 +231,11 @@ subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int
     return tokenizer_encode(m->tok, text, len, add_bos != 0, out, cap, n_out, err);
 }
 
+subq_status subq_tokenize_special(const subq_model *m, const char *text, size_t len, int add_bos, int32_t *out,
+                                  size_t cap, size_t *n_out, subq_error *err) {
+    return tokenizer_encode_special(m->tok, text, len, add_bos != 0, out, cap, n_out, err);
+}
+
 subq_status subq_token_to_piece(const subq_model *m, int32_t prev, int32_t tok, char *buf, size_t cap,
                                 size_t *n_out, subq_error *err) {
     if (!m || !n_out || (!buf && cap)) return subq_fail(err, SUBQ_ERR_ARG, "subq_token_to_piece: NULL argument");

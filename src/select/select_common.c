@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/cpu.h"
 #include "base/error.h"
@@ -16,6 +17,38 @@ subq_status select_check_append(const selector *s, int count, int n, int slot0, 
                          "selector %s (layer %d): keys must be appended in slot order (expected slot %d, got %d; "
                          "reset the selector for a new sequence)",
                          s->ops->name, s->env.layer, count, slot0);
+    return SUBQ_OK;
+}
+
+subq_status select_check_truncate(const selector *s, int count, int n_keep, subq_error *err) {
+    if (n_keep < 0 || n_keep > count)
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): cannot keep %d of its %d slots", s->ops->name,
+                         s->env.layer, n_keep, count);
+    return SUBQ_OK;
+}
+
+subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_error *err) {
+    subq_status rc = select_check_truncate(s, count, n_keep, err);
+    if (rc || n_keep == count) return rc;
+    const int d = s->params.d_search;
+    float *keep = n_keep > 0 ? malloc((size_t)n_keep * d * sizeof(float)) : NULL;
+    if (n_keep > 0 && !keep)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s: out of memory for %d keys", s->ops->name, n_keep);
+    rc = s->ops->get_keys(s, n_keep, keep, err);
+    if (!rc) {
+        s->ops->reset(s);
+        rc = s->ops->put_keys(s, keep, n_keep, 0, err);
+    }
+    free(keep);
+    return rc;
+}
+
+subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
+                             float *dst, subq_error *err) {
+    if (n < 0 || n > count)
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): asked for %d keys, it holds %d", s->ops->name,
+                         s->env.layer, n, count);
+    for (int t = 0; t < n; t++) memcpy(dst + (size_t)t * d, base + (size_t)t * stride, (size_t)d * sizeof(float));
     return SUBQ_OK;
 }
 

@@ -21,11 +21,8 @@ typedef struct exact_sel {
 
 static size_t elem(const exact_sel *e) { return e->f16 ? sizeof(uint16_t) : sizeof(float); }
 
-static subq_status exact_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
-    exact_sel *e = (exact_sel *)s;
-    subq_status rc = select_check_append(s, e->count, n, slot0, err);
-    if (rc) return rc;
-    if (n > 0 && !k_search) return subq_fail(err, SUBQ_ERR_ARG, "selector exact: no search keys given");
+/* Room for n more keys. */
+static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
     if (e->count + n > e->cap) {
         /* geometric growth: appends one token at a time in decode */
         int cap = e->cap ? e->cap : 256;
@@ -35,6 +32,20 @@ static subq_status exact_append(selector *s, const float *k_search, int n, int s
         e->keys = k;
         e->cap = cap;
     }
+    return SUBQ_OK;
+}
+
+static void update_bytes(exact_sel *e) {
+    e->base.stats.bytes = sizeof *e + (size_t)e->cap * e->d * elem(e) + 2 * (size_t)e->d * sizeof(float) +
+                          e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t);
+}
+
+static subq_status exact_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+    exact_sel *e = (exact_sel *)s;
+    subq_status rc = select_check_append(s, e->count, n, slot0, err);
+    if (rc) return rc;
+    if (n > 0 && !k_search) return subq_fail(err, SUBQ_ERR_ARG, "selector exact: no search keys given");
+    if ((rc = exact_reserve(e, n, err))) return rc;
     for (int t = 0; t < n; t++) {
         size_t at = (size_t)(e->count + t) * e->d;
         if (e->f16) {
@@ -46,9 +57,46 @@ static subq_status exact_append(selector *s, const float *k_search, int n, int s
         }
     }
     e->count += n;
-    s->stats.bytes = sizeof *e + (size_t)e->cap * e->d * elem(e) + 2 * (size_t)e->d * sizeof(float) +
-                     e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t);
+    update_bytes(e);
     return SUBQ_OK;
+}
+
+/* Keys in stored form: copied (f32) or narrowed (f16; exact for keys that
+ * came from get_keys of an f16 selector). */
+static subq_status exact_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
+    exact_sel *e = (exact_sel *)s;
+    subq_status rc = select_check_append(s, e->count, n, slot0, err);
+    if (rc) return rc;
+    if (n > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "selector exact: no search keys given");
+    if ((rc = exact_reserve(e, n, err))) return rc;
+    size_t at = (size_t)e->count * e->d, nf = (size_t)n * e->d;
+    if (e->f16) {
+        uint16_t *dst = (uint16_t *)e->keys + at;
+        for (size_t i = 0; i < nf; i++) dst[i] = fp32_to_fp16(keys[i]);
+    } else {
+        memcpy((float *)e->keys + at, keys, nf * sizeof(float));
+    }
+    e->count += n;
+    update_bytes(e);
+    return SUBQ_OK;
+}
+
+static subq_status exact_get_keys(const selector *s, int n, float *dst, subq_error *err) {
+    const exact_sel *e = (const exact_sel *)s;
+    if (!e->f16) return select_copy_keys(s, e->count, e->keys, (size_t)e->d, e->d, n, dst, err);
+    if (n < 0 || n > e->count)
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector exact: asked for %d keys, it holds %d", n, e->count);
+    const uint16_t *src = e->keys;
+    for (size_t i = 0; i < (size_t)n * e->d; i++) dst[i] = fp16_to_fp32(src[i]);
+    return SUBQ_OK;
+}
+
+/* Keys are rows in slot order: dropping the tail is forgetting it. */
+static subq_status exact_truncate(selector *s, int n_keep, subq_error *err) {
+    exact_sel *e = (exact_sel *)s;
+    subq_status rc = select_check_truncate(s, e->count, n_keep, err);
+    if (!rc) e->count = n_keep;
+    return rc;
 }
 
 static int exact_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
@@ -78,7 +126,8 @@ static void exact_free(selector *s) {
     free(e);
 }
 
-static const selector_ops exact_ops = {"exact", exact_append, exact_query, exact_reset, exact_free};
+static const selector_ops exact_ops = {"exact", exact_append, exact_query, exact_reset, exact_free,
+                                       exact_truncate, exact_get_keys, exact_put_keys};
 
 subq_status select_exact_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     exact_sel *e = calloc(1, sizeof *e);

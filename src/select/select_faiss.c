@@ -40,25 +40,40 @@ static subq_status shim_error(int code, const char *msg, subq_error *err) {
     return subq_fail(err, code == 1 ? SUBQ_ERR_NOMEM : SUBQ_ERR_UNSUPPORTED, "selector faiss: %s", msg);
 }
 
-static subq_status faiss_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+/* Add n keys, normalised first unless they already are in stored form. */
+static subq_status faiss_insert(selector *s, const float *k_search, int n, int slot0, int normalize,
+                                subq_error *err) {
     faiss_sel *f = (faiss_sel *)s;
     subq_status rc = select_check_append(s, f->count, n, slot0, err);
     if (rc || n == 0) return rc;
     if (!k_search) return subq_fail(err, SUBQ_ERR_ARG, "selector faiss: no search keys given");
-    if (n > f->rows_cap) {
+    if (normalize && n > f->rows_cap) {
         float *r = realloc(f->rows, (size_t)n * f->d * sizeof(float));
         if (!r) return subq_fail(err, SUBQ_ERR_NOMEM, "selector faiss: out of memory for %d keys", n);
         f->rows = r;
         f->rows_cap = n;
     }
-    for (int t = 0; t < n; t++)
+    for (int t = 0; normalize && t < n; t++)
         select_normalize(f->rows + (size_t)t * f->d, k_search + (size_t)t * f->d, f->d);
     char msg[256];
-    int c = faiss_shim_add(f->ix, f->rows, n, msg, sizeof msg);
+    int c = faiss_shim_add(f->ix, normalize ? f->rows : k_search, n, msg, sizeof msg);
     f->count = (int)faiss_shim_count(f->ix);
     if (c) return shim_error(c, msg, err);
     s->stats.bytes = sizeof *f + faiss_shim_bytes(f->ix) + ((size_t)f->rows_cap + 1) * f->d * sizeof(float);
     return SUBQ_OK;
+}
+
+static subq_status faiss_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+    return faiss_insert(s, k_search, n, slot0, 1, err);
+}
+
+static subq_status faiss_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
+    return faiss_insert(s, keys, n, slot0, 0, err);
+}
+
+static subq_status faiss_get_keys(const selector *s, int n, float *dst, subq_error *err) {
+    const faiss_sel *f = (const faiss_sel *)s;
+    return select_copy_keys(s, f->count, faiss_shim_vectors(f->ix), (size_t)f->d, f->d, n, dst, err);
 }
 
 static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
@@ -98,6 +113,13 @@ static void faiss_reset(selector *s) {
     f->count = (int)faiss_shim_count(f->ix);
 }
 
+/* Rebuilt from the kept stored keys in one add (FAISS adds a batch level by
+ * level, so the graph can differ from the one the original appends made;
+ * the index holds the same keys). */
+static subq_status faiss_truncate(selector *s, int n_keep, subq_error *err) {
+    return select_truncate_rebuild(s, ((faiss_sel *)s)->count, n_keep, err);
+}
+
 static void faiss_free(selector *s) {
     faiss_sel *f = (faiss_sel *)s;
     faiss_shim_free(f->ix);
@@ -109,7 +131,8 @@ static void faiss_free(selector *s) {
     free(f);
 }
 
-static const selector_ops faiss_ops = {"faiss", faiss_append, faiss_query, faiss_reset, faiss_free};
+static const selector_ops faiss_ops = {"faiss", faiss_append, faiss_query, faiss_reset, faiss_free,
+                                       faiss_truncate, faiss_get_keys, faiss_put_keys};
 
 subq_status select_faiss_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     faiss_sel *f = calloc(1, sizeof *f);

@@ -42,7 +42,11 @@ static subq_status shim_error(int code, const char *msg, subq_error *err) {
     return subq_fail(err, code == 1 ? SUBQ_ERR_NOMEM : SUBQ_ERR_UNSUPPORTED, "selector hnsw: %s", msg);
 }
 
-static subq_status hnsw_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+/* Insert n keys one at a time (normalised first unless they already are in
+ * stored form): single inserts in slot order make the graph a function of
+ * the keys and the seed alone, so a rebuild from stored keys equals it. */
+static subq_status hnsw_insert(selector *s, const float *k_search, int n, int slot0, int normalize,
+                               subq_error *err) {
     hnsw_sel *h = (hnsw_sel *)s;
     subq_status rc = select_check_append(s, h->count, n, slot0, err);
     if (rc) return rc;
@@ -56,8 +60,9 @@ static subq_status hnsw_append(selector *s, const float *k_search, int n, int sl
             return shim_error(c, msg, err);
     }
     for (int t = 0; t < n; t++) {
-        select_normalize(h->row, k_search + (size_t)t * h->d, h->d);
-        if ((c = hnsw_shim_add(h->ix, h->row, 1, slot0 + t, msg, sizeof msg))) {
+        const float *row = k_search + (size_t)t * h->d;
+        if (normalize) select_normalize(h->row, row, h->d);
+        if ((c = hnsw_shim_add(h->ix, normalize ? h->row : row, 1, slot0 + t, msg, sizeof msg))) {
             /* the failed key is not in the index: keep count in step with it */
             h->count = (int)hnsw_shim_count(h->ix);
             return shim_error(c, msg, err);
@@ -66,6 +71,21 @@ static subq_status hnsw_append(selector *s, const float *k_search, int n, int sl
     h->count += n;
     if (h->ix) s->stats.bytes = sizeof *h + hnsw_shim_bytes(h->ix) + 2 * (size_t)h->d * sizeof(float);
     return SUBQ_OK;
+}
+
+static subq_status hnsw_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
+    return hnsw_insert(s, k_search, n, slot0, 1, err);
+}
+
+static subq_status hnsw_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
+    return hnsw_insert(s, keys, n, slot0, 0, err);
+}
+
+static subq_status hnsw_get_keys(const selector *s, int n, float *dst, subq_error *err) {
+    const hnsw_sel *h = (const hnsw_sel *)s;
+    size_t stride = 0;
+    const float *base = h->ix ? hnsw_shim_vectors(h->ix, &stride) : NULL;
+    return select_copy_keys(s, h->count, base, stride, h->d, n, dst, err);
 }
 
 static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
@@ -110,6 +130,13 @@ static void hnsw_reset(selector *s) {
     h->count = 0;
 }
 
+/* HNSW graphs have no cheap deletion: rebuild from the kept stored keys
+ * (O(n_keep log n_keep) distance computations times efConstruction, like
+ * the original inserts), which gives the graph those inserts made. */
+static subq_status hnsw_truncate(selector *s, int n_keep, subq_error *err) {
+    return select_truncate_rebuild(s, ((hnsw_sel *)s)->count, n_keep, err);
+}
+
 static void hnsw_free(selector *s) {
     hnsw_sel *h = (hnsw_sel *)s;
     hnsw_shim_free(h->ix);
@@ -121,7 +148,8 @@ static void hnsw_free(selector *s) {
     free(h);
 }
 
-static const selector_ops hnsw_ops = {"hnsw", hnsw_append, hnsw_query, hnsw_reset, hnsw_free};
+static const selector_ops hnsw_ops = {"hnsw", hnsw_append, hnsw_query, hnsw_reset, hnsw_free,
+                                      hnsw_truncate, hnsw_get_keys, hnsw_put_keys};
 
 subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     hnsw_sel *h = calloc(1, sizeof *h);

@@ -23,6 +23,15 @@ subq_status select_window_new(const selector_params *p, const selector_env *env,
  * number of slots appended since the last reset (so internal ids, ANN labels
  * and cache slots coincide). */
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err);
+/* A truncation keeps at most the `count` slots the selector holds. */
+subq_status select_check_truncate(const selector *s, int count, int n_keep, subq_error *err);
+/* Truncation by rebuilding (index kinds without deletion): the kept
+ * stored keys through ops->get_keys, ops->reset, ops->put_keys. */
+subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_error *err);
+/* Copy n stored search keys (unit rows of d floats `stride` apart) into
+ * dst [n][d], after checking n against the `count` held. */
+subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
+                             float *dst, subq_error *err);
 
 /* [0, min(n, m->n_slots)) minus the two excluded ranges of m, as at most 3
  * sorted, disjoint, non-empty ranges [lo[i], hi[i]). Returns the count.

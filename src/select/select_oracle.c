@@ -70,6 +70,14 @@ static int oracle_query(selector *s, const float *q_search, const float *q_nativ
 
 static void oracle_reset(selector *s) { ((oracle_sel *)s)->count = 0; }
 
+/* The keys live in the KV cache: only the count changes. */
+static subq_status oracle_truncate(selector *s, int n_keep, subq_error *err) {
+    oracle_sel *o = (oracle_sel *)s;
+    subq_status rc = select_check_truncate(s, o->count, n_keep, err);
+    if (!rc) o->count = n_keep;
+    return rc;
+}
+
 static void oracle_free(selector *s) {
     oracle_sel *o = (oracle_sel *)s;
     free(o->qbar);
@@ -77,7 +85,8 @@ static void oracle_free(selector *s) {
     free(o);
 }
 
-static const selector_ops oracle_ops = {"oracle", oracle_append, oracle_query, oracle_reset, oracle_free};
+static const selector_ops oracle_ops = {"oracle", oracle_append, oracle_query, oracle_reset, oracle_free,
+                                        oracle_truncate, NULL, NULL};
 
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     oracle_sel *o = calloc(1, sizeof *o);

@@ -211,6 +211,16 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
 
 static void quest_reset(selector *s) { ((quest_sel *)s)->count = 0; }
 
+/* Whole pages below n_keep keep their bounds; the page n_keep falls in is
+ * rebuilt from the kept keys in the KV cache (at most page - 1 slots). */
+static subq_status quest_truncate(selector *s, int n_keep, subq_error *err) {
+    quest_sel *q = (quest_sel *)s;
+    subq_status rc = select_check_truncate(s, q->count, n_keep, err);
+    if (rc) return rc;
+    q->count = n_keep / q->page * q->page;
+    return quest_append(s, NULL, n_keep - q->count, q->count, err);
+}
+
 static void quest_free(selector *s) {
     quest_sel *q = (quest_sel *)s;
     free(q->mm);
@@ -224,7 +234,8 @@ static void quest_free(selector *s) {
     free(q);
 }
 
-static const selector_ops quest_ops = {"quest", quest_append, quest_query, quest_reset, quest_free};
+static const selector_ops quest_ops = {"quest", quest_append, quest_query, quest_reset, quest_free,
+                                       quest_truncate, NULL, NULL};
 
 subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     quest_sel *q = calloc(1, sizeof *q);

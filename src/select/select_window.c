@@ -32,9 +32,17 @@ static int window_query(selector *s, const float *q_search, const float *q_nativ
 
 static void window_reset(selector *s) { ((window_sel *)s)->count = 0; }
 
+static subq_status window_truncate(selector *s, int n_keep, subq_error *err) {
+    window_sel *w = (window_sel *)s;
+    subq_status rc = select_check_truncate(s, w->count, n_keep, err);
+    if (!rc) w->count = n_keep;
+    return rc;
+}
+
 static void window_free(selector *s) { free(s); }
 
-static const selector_ops window_ops = {"window", window_append, window_query, window_reset, window_free};
+static const selector_ops window_ops = {"window", window_append, window_query, window_reset, window_free,
+                                        window_truncate, NULL, NULL};
 
 subq_status select_window_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     window_sel *w = calloc(1, sizeof *w);

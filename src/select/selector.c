@@ -126,3 +126,25 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
 void selector_reset(selector *s) {
     s->ops->reset(s);
 }
+
+subq_status selector_truncate(selector *s, int n_keep, subq_error *err) {
+    if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", s->ops->name, n_keep);
+    if (!s->ops->truncate)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s cannot be truncated", s->ops->name);
+    double t0 = time_now_s();
+    subq_status rc = s->ops->truncate(s, n_keep, err);
+    s->stats.t_append_s += time_now_s() - t0;
+    return rc;
+}
+
+subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *err) {
+    return s->ops->get_keys ? s->ops->get_keys(s, n, dst, err) : SUBQ_OK;
+}
+
+subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
+    double t0 = time_now_s();
+    subq_status rc = s->ops->put_keys ? s->ops->put_keys(s, keys, n, slot0, err) : s->ops->append(s, NULL, n, slot0, err);
+    s->stats.t_append_s += time_now_s() - t0;
+    if (!rc) s->stats.n_appended += n;
+    return rc;
+}

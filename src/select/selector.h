@@ -87,6 +87,17 @@ typedef struct selector_ops {
                  int32_t *out);
     void (*reset)(selector *s);   /* forget all keys (new sequence) */
     void (*free)(selector *s);
+    /* Forget slots n_keep.. (n_keep <= the slots appended): afterwards the
+     * selector answers as one that was only given slots 0 .. n_keep-1.
+     * Native-key kinds read the kept slots' keys back from env->kv. */
+    subq_status (*truncate)(selector *s, int n_keep, subq_error *err);
+    /* Search-space kinds (NULL for the others): the stored form of the
+     * search keys of slots 0 .. n-1 as f32 rows [n][d_search] (unit vectors;
+     * f16 storage widens exactly), and appending keys in that stored form
+     * as they are (no normalisation), so that get_keys + reset + put_keys
+     * rebuilds an index that answers as the original does. */
+    subq_status (*get_keys)(const selector *s, int n, float *dst, subq_error *err);
+    subq_status (*put_keys)(selector *s, const float *keys, int n, int slot0, subq_error *err);
 } selector_ops;
 
 struct selector {
@@ -107,6 +118,12 @@ subq_status selector_append(selector *s, const float *k_search, int n, int slot0
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out);
 void selector_reset(selector *s);
+/* Truncate to n_keep slots; export / import the stored search keys (ops
+ * above). For kinds without a search space get_keys writes nothing and
+ * put_keys appends the slots (their native keys are already in env->kv). */
+subq_status selector_truncate(selector *s, int n_keep, subq_error *err);
+subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *err);
+subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err);
 
 /* "exact" -> SELECT_EXACT ...; -1 if unknown. */
 int selector_kind_parse(const char *name);

@@ -606,6 +606,15 @@ static subq_status encode_append(const tokenizer *t, const char *text, size_t le
     return st;
 }
 
+/* The count goes out either way; more than the buffer holds is an error. */
+static subq_status report_count(size_t count, size_t cap, size_t *n_out, subq_error *err) {
+    *n_out = count;
+    if (count > cap)
+        return subq_fail(err, SUBQ_ERR_RANGE, "the text is %zu tokens, more than the %zu the buffer holds", count,
+                         cap);
+    return SUBQ_OK;
+}
+
 subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                              int32_t *out, size_t cap, size_t *n_out, subq_error *err) {
     if (n_out) *n_out = 0;
@@ -620,15 +629,10 @@ subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, b
         count++;
     }
     subq_status st = encode_append(t, text, len, out, cap, &count, err);
-    if (st != SUBQ_OK) return st;
-    *n_out = count;
-    if (count > cap)
-        return subq_fail(err, SUBQ_ERR_RANGE, "the text is %zu tokens, more than the %zu the buffer holds", count,
-                         cap);
-    return SUBQ_OK;
+    return st ? st : report_count(count, cap, n_out, err);
 }
 
-subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos,
+subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos, bool special,
                                    int32_t **out, size_t *n_out, subq_error *err) {
     if (out) *out = NULL;
     if (n_out) *n_out = 0;
@@ -642,7 +646,8 @@ subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t 
             return subq_fail(err, SUBQ_ERR_NOMEM, "text of %zu bytes is too long to tokenise", len);
         int32_t *ids = malloc(cap * sizeof *ids);
         if (!ids) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising %zu bytes", len);
-        subq_status st = tokenizer_encode(t, text, len, add_bos, ids, cap, &n, err);
+        subq_status st = special ? tokenizer_encode_special(t, text, len, add_bos, ids, cap, &n, err)
+                                 : tokenizer_encode(t, text, len, add_bos, ids, cap, &n, err);
         if (st == SUBQ_OK) {
             *out = ids;
             *n_out = n;
@@ -708,4 +713,84 @@ subq_status tokenizer_decode(const tokenizer *t, const int32_t *toks, size_t n, 
     *out = s;
     if (out_len) *out_len = pos;
     return SUBQ_OK;
+}
+
+/* ---- encode with special tokens ------------------------------------------ */
+
+/* Special tokens bucketed by first byte, longest first inside a bucket. */
+typedef struct special_index {
+    int32_t *ids;
+    int32_t start[257];
+} special_index;
+
+static int is_special(const tokenizer *t, int32_t id) {
+    int ty = t->type[id];
+    return (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED || ty == TOKEN_TYPE_UNKNOWN) &&
+           t->text_off[id + 1] > t->text_off[id];
+}
+
+static subq_status special_index_build(const tokenizer *t, special_index *ix, subq_error *err) {
+    memset(ix->start, 0, sizeof ix->start);
+    int n = 0;
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (is_special(t, id)) ix->start[(uint8_t)t->text[t->text_off[id]] + 1]++, n++;
+    ix->ids = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    if (!ix->ids) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
+    for (int c = 0; c < 256; c++) ix->start[c + 1] += ix->start[c];
+    int32_t fill[256];
+    memcpy(fill, ix->start, sizeof fill);
+    for (int32_t id = 0; id < t->n_vocab; id++) {
+        if (!is_special(t, id)) continue;
+        int c = (uint8_t)t->text[t->text_off[id]], i = fill[c]++;
+        /* insertion by length, descending: buckets are small */
+        size_t len = t->text_off[id + 1] - t->text_off[id];
+        while (i > ix->start[c] && t->text_off[ix->ids[i - 1] + 1] - t->text_off[ix->ids[i - 1]] < len) {
+            ix->ids[i] = ix->ids[i - 1];
+            i--;
+        }
+        ix->ids[i] = id;
+    }
+    return SUBQ_OK;
+}
+
+subq_status tokenizer_encode_special(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                                     int32_t *out, size_t cap, size_t *n_out, subq_error *err) {
+    if (!t || t->kind == TOKENIZER_BPE) return tokenizer_encode(t, text, len, add_bos, out, cap, n_out, err);
+    if (n_out) *n_out = 0;
+    if (!n_out || (!text && len) || (!out && cap))
+        return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_encode_special: NULL argument");
+    size_t bad = utf8_validate(text, len);
+    if (bad < len) return subq_fail(err, SUBQ_ERR_TOKENIZE, "invalid UTF-8 at byte %zu", bad);
+    special_index ix;
+    subq_status st = special_index_build(t, &ix, err);
+    if (st) return st;
+    size_t count = 0, pos = 0;
+    if (add_bos && t->bos >= 0) {
+        if (count < cap) out[count] = t->bos;
+        count++;
+    }
+    while (pos < len && st == SUBQ_OK) {
+        /* leftmost special at or after pos, the longest there */
+        size_t at = len, n_sp = 0;
+        int32_t sid = -1;
+        for (size_t i = pos; i < len && sid < 0; i++) {
+            uint8_t c = (uint8_t)text[i];
+            for (int32_t k = ix.start[c]; k < ix.start[c + 1]; k++) {
+                int32_t id = ix.ids[k];
+                size_t l = t->text_off[id + 1] - t->text_off[id];
+                if (l <= len - i && memcmp(text + i, t->text + t->text_off[id], l) == 0) {
+                    at = i, n_sp = l, sid = id;
+                    break;
+                }
+            }
+        }
+        if (at > pos) st = encode_append(t, text + pos, at - pos, out, cap, &count, err);
+        if (st == SUBQ_OK && sid >= 0) {
+            if (count < cap) out[count] = sid;
+            count++;
+        }
+        pos = at + n_sp;
+    }
+    free(ix.ids);
+    return st ? st : report_count(count, cap, n_out, err);
 }

@@ -49,9 +49,21 @@ bool tokenizer_add_bos(const tokenizer *t); /* tokenizer.ggml.add_bos_token (def
  * tokens on each space. */
 subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                              int32_t *out, size_t cap, size_t *n_out, subq_error *err);
-/* Encode into a malloc'd array of exactly the right size (*out, *n_out; the
- * caller frees *out). Every caller that does not know a bound uses this. */
-subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos,
+
+/* tokenizer_encode, and the text of the vocabulary's special tokens
+ * (CONTROL, USER_DEFINED, UNKNOWN: "<|im_start|>", "[INST]", "<s>") becomes
+ * those tokens, leftmost first and the longest there, as llama.cpp's
+ * tokenizer does with parse_special (chat templates). The text between
+ * them is encoded as by tokenizer_encode, so with the SentencePiece space
+ * prefix each piece gets one, as in llama.cpp. Byte-level BPE vocabularies
+ * already cut their special tokens out in tokenizer_encode. */
+subq_status tokenizer_encode_special(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                                     int32_t *out, size_t cap, size_t *n_out, subq_error *err);
+
+/* tokenizer_encode (or with `special`, tokenizer_encode_special) into a
+ * malloc'd array of exactly the right size (*out, *n_out; the caller frees
+ * *out). Every caller that does not know a bound uses this. */
+subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos, bool special,
                                    int32_t **out, size_t *n_out, subq_error *err);
 
 /* Bytes of token `tok` as text, written to buf (at most cap bytes, no NUL).

@@ -89,7 +89,7 @@ subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *te
     int32_t *toks = NULL;
     size_t n = 0;
     subq_error e2 = {0};
-    subq_status s = tokenizer_encode_alloc(m->tok, text, len, false, &toks, &n, &e2);
+    subq_status s = tokenizer_encode_alloc(m->tok, text, len, false, false, &toks, &n, &e2);
     if (s) return subq_fail(err, s, "%s: %s", where, e2.msg);
     if (n > 0) {
         is_eval ? c->n_eval_docs++ : c->n_docs++;

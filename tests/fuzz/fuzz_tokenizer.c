@@ -74,7 +74,7 @@ static void run(const tokenizer *t, int is_bpe, const uint8_t *data, size_t size
         subq_error err = {0};
         size_t n = 0;
         int32_t *ids = NULL;
-        subq_status st = tokenizer_encode_alloc(t, text, size, bos, &ids, &n, &err);
+        subq_status st = tokenizer_encode_alloc(t, text, size, bos, false, &ids, &n, &err);
         if (st != SUBQ_OK) {
             /* The only acceptable failure for any input is invalid UTF-8. */
             if (st != SUBQ_ERR_TOKENIZE || strncmp(err.msg, "invalid UTF-8 at byte ", 22) != 0 ||

@@ -16,7 +16,9 @@
  * above the count it needs (ASan sees any access past them): a short buffer
  * must give SUBQ_ERR_RANGE with the count, a large enough one the same ids
  * as tokenizer_encode_alloc; ids are in range; decode succeeds and its
- * length is the sum of the pieces. Any failure must be one line. */
+ * length is the sum of the pieces. The same with special-token parsing
+ * (tokenizer_encode_special, behind subq serve's chat prompts). Any failure
+ * must be one line. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -105,29 +107,31 @@ static void fail_if_multiline(const subq_error *e) {
     if (e->msg[0] == '\0' || strchr(e->msg, '\n')) abort();
 }
 
-/* Encode into an exact-size heap buffer of cap ids (NULL for 0). */
-static subq_status encode_cap(const tokenizer *t, const char *text, size_t len, bool bos, size_t cap,
+/* Encode (plain or with special tokens) into an exact-size heap buffer of
+ * cap ids (NULL for 0). */
+static subq_status encode_cap(const tokenizer *t, const char *text, size_t len, bool bos, bool special, size_t cap,
                               int32_t **out, size_t *n) {
     subq_error e = {0};
     *out = cap ? malloc(cap * sizeof **out) : NULL;
     if (cap && !*out) abort();
-    subq_status st = tokenizer_encode(t, text, len, bos, *out, cap, n, &e);
+    subq_status st = special ? tokenizer_encode_special(t, text, len, bos, *out, cap, n, &e)
+                             : tokenizer_encode(t, text, len, bos, *out, cap, n, &e);
     if (st) fail_if_multiline(&e);
     return st;
 }
 
-static void exercise(const tokenizer *t, const char *text, size_t len, bool bos) {
+static void exercise(const tokenizer *t, const char *text, size_t len, bool bos, bool special) {
     subq_error e = {0};
     int32_t *all = NULL;
     size_t need = 0;
-    subq_status st = tokenizer_encode_alloc(t, text, len, bos, &all, &need, &e);
+    subq_status st = tokenizer_encode_alloc(t, text, len, bos, special, &all, &need, &e);
     if (st != SUBQ_OK) {
         /* the same failure at every size */
         fail_if_multiline(&e);
         if (all || need) abort();
         int32_t *ids;
         size_t n;
-        if (encode_cap(t, text, len, bos, len + 8, &ids, &n) != st) abort();
+        if (encode_cap(t, text, len, bos, special, len + 8, &ids, &n) != st) abort();
         free(ids);
         return;
     }
@@ -139,7 +143,7 @@ static void exercise(const tokenizer *t, const char *text, size_t len, bool bos)
     for (int k = 0; k < 4; k++) {
         int32_t *ids;
         size_t n = 0;
-        st = encode_cap(t, text, len, bos, caps[k], &ids, &n);
+        st = encode_cap(t, text, len, bos, special, caps[k], &ids, &n);
         if (caps[k] < need) {
             if (st != SUBQ_ERR_RANGE || n != need) abort();
         } else if (st != SUBQ_OK || n != need || (need && memcmp(ids, all, need * sizeof *ids) != 0)) {
@@ -288,8 +292,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fail_if_multiline(&e);
         if (t) abort();
     } else {
-        exercise(t, text, tlen, true);
-        exercise(t, text, tlen, false);
+        exercise(t, text, tlen, true, false);
+        exercise(t, text, tlen, false, false);
+        exercise(t, text, tlen, flags & 32, true); /* special tokens in the text (chat templates) */
         tokenizer_free(t);
     }
     free(b.p);

@@ -1,10 +1,14 @@
 #!/usr/bin/python3
 """Write the seed corpora of the fuzz targets into tests/fuzz/corpus/NAME/
 (small, deterministic; committed). Run again after changing a file format.
-No numpy needed."""
+No numpy needed. The session-file seeds are written by `subq generate
+--prompt-cache` with the binary $SUBQ_BIN (default build/subq) on
+$SUBQ_SHARED/models/stories260K.gguf (default ../shared)."""
 import os
 import struct
+import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "ref"))
@@ -36,8 +40,9 @@ def f32(n, scale=0.25):
 def write(name, seeds):
     d = os.path.join(HERE, "corpus", name)
     os.makedirs(d, exist_ok=True)
-    for old in os.listdir(d):
-        os.unlink(os.path.join(d, old))
+    for old in os.listdir(d):  # regress-* inputs (fuzzer findings) stay
+        if old.startswith("seed"):
+            os.unlink(os.path.join(d, old))
     for i, data in enumerate(seeds):
         with open(os.path.join(d, "seed%02d" % i), "wb") as f:
             f.write(data)
@@ -131,6 +136,26 @@ def main():
     ]])
     write("fuzz_layers", [bytes([n]) + s.encode() for n, s in
                           [(11, "all"), (11, "none"), (15, "1,3,5-7"), (15, "2--1"), (3, "-1,0"), (7, "1-2,2-3")]])
+    write("fuzz_serve_request", [s.encode() for s in [
+        '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop":["x"],"seed":1,'
+        '"subq":{"select":"window","topk":8}}',
+        '{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"stream":true,'
+        '"stream_options":{"include_usage":true}}',
+        '{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"caf\\u00e9 \\ud83d\\ude00"},'
+        '{"role":"assistant","content":"ok"}],"top_p":0.5,"stop":"\\n"}',
+    ]])
+    repo = os.path.normpath(os.path.join(HERE, "..", ".."))
+    subq = os.environ.get("SUBQ_BIN") or os.path.join(repo, "build", "subq")
+    model = os.path.join(os.environ.get("SUBQ_SHARED") or os.path.join(repo, "..", "shared"), "models",
+                         "stories260K.gguf")
+    seeds = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, plan in enumerate(([], ["--select", "window", "--topk", "8"])):
+            path = os.path.join(tmp, "s%d.gguf" % i)
+            subprocess.run([subq, "generate", "-m", model, "-p", "Once", "-n", "1", "-c", "16", "-t", "1",
+                            "--prompt-cache", path] + plan, check=True, capture_output=True)
+            seeds.append(open(path, "rb").read())
+    write("fuzz_session", seeds)
 
 
 if __name__ == "__main__":

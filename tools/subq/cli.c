@@ -125,29 +125,37 @@ subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error 
     return SUBQ_OK;
 }
 
-subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t **toks, size_t *n,
-                         subq_error *err) {
-    return tokenizer_encode_alloc(m->tok, text, len, add_bos != 0, toks, n, err);
+subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int special, int32_t **toks,
+                         size_t *n, subq_error *err) {
+    return tokenizer_encode_alloc(m->tok, text, len, add_bos != 0, special != 0, toks, n, err);
+}
+
+const char *cli_piece(const subq_model *m, int32_t prev, int32_t tok, char *small, size_t cap, char **heap, size_t *n,
+                      subq_error *err) {
+    *heap = NULL;
+    subq_status s = subq_token_to_piece(m, prev, tok, small, cap, n, err);
+    if (s == SUBQ_OK) return small;
+    if (s != SUBQ_ERR_RANGE) return NULL;
+    /* longer than any real piece: hostile or odd vocabularies */
+    if (!(*heap = malloc(*n))) {
+        snprintf(err->msg, sizeof err->msg, "out of memory for a piece of %zu bytes", *n);
+        err->code = SUBQ_ERR_NOMEM;
+        return NULL;
+    }
+    if (subq_token_to_piece(m, prev, tok, *heap, *n, n, err) == SUBQ_OK) return *heap;
+    free(*heap);
+    *heap = NULL;
+    return NULL;
 }
 
 subq_status cli_write_piece(FILE *f, const subq_model *m, int32_t prev, int32_t tok, subq_error *err) {
-    char small[256];
+    char small[256], *heap;
     size_t n = 0;
-    subq_status s = subq_token_to_piece(m, prev, tok, small, sizeof small, &n, err);
-    if (s == SUBQ_OK) {
-        fwrite(small, 1, n, f);
-        return SUBQ_OK;
-    }
-    if (s != SUBQ_ERR_RANGE) return s;
-    char *big = malloc(n); /* a piece longer than any real one: hostile or odd vocabularies */
-    if (!big) {
-        snprintf(err->msg, sizeof err->msg, "out of memory for a piece of %zu bytes", n);
-        return err->code = SUBQ_ERR_NOMEM;
-    }
-    s = subq_token_to_piece(m, prev, tok, big, n, &n, err);
-    if (s == SUBQ_OK) fwrite(big, 1, n, f);
-    free(big);
-    return s;
+    const char *p = cli_piece(m, prev, tok, small, sizeof small, &heap, &n, err);
+    if (!p) return err->code;
+    fwrite(p, 1, n, f);
+    free(heap);
+    return SUBQ_OK;
 }
 
 int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts *o) {

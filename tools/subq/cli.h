@@ -19,6 +19,8 @@ int cmd_bench(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_train_search(int argc, char **argv);
 int cmd_train_phi(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_recall(int argc, char **argv);
 
 /* Print "subq CMD: error: MSG" as one line on stderr; returns 1 (the exit code). */
 int cli_error(const char *cmd, const char *fmt, ...)
@@ -39,9 +41,15 @@ int cli_is_help(const char *a);
  * the NUL). Errors go to err. */
 subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error *err);
 
-/* Tokenise text into a malloc'd array of exactly the right size (*toks, *n). */
-subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t **toks, size_t *n,
-                         subq_error *err);
+/* Tokenise text into a malloc'd array of exactly the right size (*toks, *n);
+ * `special`: the text of special tokens becomes them (subq_tokenize_special). */
+subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int special, int32_t **toks,
+                         size_t *n, subq_error *err);
+/* The text of token tok (after prev), whatever its length: in `small` (cap
+ * bytes) when it fits, else in a malloc'd *heap (the caller frees it; NULL
+ * otherwise). *n gets the length; NULL and err on failure. */
+const char *cli_piece(const subq_model *m, int32_t prev, int32_t tok, char *small, size_t cap, char **heap, size_t *n,
+                      subq_error *err);
 /* Write the text of token tok (after prev) to f, whatever its length. */
 subq_status cli_write_piece(FILE *f, const subq_model *m, int32_t prev, int32_t tok, subq_error *err);
 

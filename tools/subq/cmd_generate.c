@@ -19,14 +19,43 @@ static const char *help =
     "  -s, --seed N         sampling seed (default 42)\n"
     "  --ignore-eos         keep generating after end-of-sequence\n"
     "  --sparse-prefill     run the prompt sparse too (default: dense prompt, sparse decode)\n"
+    "  --prompt-cache FILE  session file: load the KV cache and indexes of an earlier run and reuse\n"
+    "                       the prompt prefix they share; save the prompt's state there after it\n"
     "\n" CLI_SPARSE_OPTS_HELP;
+
+/* --prompt-cache: when the file exists, load it and keep the prefix it
+ * shares with the prompt (*n_keep tokens; all of them, with the logits,
+ * when it holds exactly this prompt). Prints the error and returns 0 on
+ * failure. */
+static int load_prompt_cache(const char *path, subq_context *c, const int32_t *toks, int n_prompt, int n_vocab,
+                             float *logits, int *n_keep) {
+    subq_error err = {0};
+    *n_keep = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return 1; /* made after this run's prompt */
+    fclose(f);
+    if (subq_context_load(c, path, &err)) return !cli_error("generate", "%s", err.msg);
+    const int32_t *cached = subq_context_tokens(c);
+    int n_past = subq_context_n_past(c), n = 0;
+    while (n < n_past && n < n_prompt && cached[n] == toks[n]) n++;
+    const float *known = subq_context_last_logits(c);
+    if (n == n_prompt && n_past == n_prompt && known) {
+        memcpy(logits, known, (size_t)n_vocab * sizeof(float));
+    } else {
+        if (n >= n_prompt) n = n_prompt - 1; /* decode the last prompt token again for its logits */
+        if (subq_context_truncate(c, n, &err)) return !cli_error("generate", "%s", err.msg);
+    }
+    *n_keep = n;
+    fprintf(stderr, "subq generate: prompt cache %s: %d of %d prompt tokens reused\n", path, n, n_prompt);
+    return 1;
+}
 
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
     cli_model_opts mo = {0};
     cli_sparse_opts so;
     cli_sparse_init(&so);
-    const char *prompt = "", *prompt_file = NULL, *v;
+    const char *prompt = "", *prompt_file = NULL, *prompt_cache = NULL, *v;
     int n_predict = 128, ignore_eos = 0;
     subq_sampler_params sp = subq_sampler_default_params();
     for (int i = 1; i < argc; i++) {
@@ -52,6 +81,8 @@ int cmd_generate(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp.top_p)) return 1;
         } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_u64(cmd, a, v, &sp.seed)) return 1;
+        } else if (!strcmp(a, "--prompt-cache")) {
+            if (!(prompt_cache = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = 1;
         } else {
@@ -89,7 +120,7 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
-    if (cli_tokenize(m, prompt, prompt_len, info.add_bos, &toks, &n_prompt, &err)) {
+    if (cli_tokenize(m, prompt, prompt_len, info.add_bos, 0, &toks, &n_prompt, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
@@ -111,9 +142,20 @@ int cmd_generate(int argc, char **argv) {
     }
     fflush(stdout);
     double t0 = time_now_s();
-    if (subq_decode(c, toks, (int)n_prompt, logits, 0, &err)) {
-        rc = cli_error(cmd, "%s", err.msg);
+    int n_keep = 0;
+    if (prompt_cache && !load_prompt_cache(prompt_cache, c, toks, (int)n_prompt, info.n_vocab, logits, &n_keep)) {
+        rc = 1;
         goto done;
+    }
+    if (n_keep < (int)n_prompt) {
+        if (subq_decode(c, toks + n_keep, (int)n_prompt - n_keep, logits, 0, &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        if (prompt_cache && subq_context_save(c, prompt_cache, &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
     }
     double t1 = time_now_s();
     int32_t prev = toks[n_prompt - 1];

@@ -82,7 +82,7 @@ int cmd_perplexity(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    if (cli_tokenize(m, text, len, 1, &toks, &n_toks, &err)) {
+    if (cli_tokenize(m, text, len, 1, 0, &toks, &n_toks, &err)) {
         rc = cli_error(cmd, "%s: %s", file, err.msg);
         goto done;
     }

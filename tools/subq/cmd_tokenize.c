@@ -56,7 +56,7 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n = 0;
     int rc = 0;
-    if (cli_tokenize(m, text, len, !no_bos && info.add_bos, &toks, &n, &err)) {
+    if (cli_tokenize(m, text, len, !no_bos && info.add_bos, 0, &toks, &n, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
     } else if (pieces) {
         for (size_t i = 0; i < n && !rc; i++) {

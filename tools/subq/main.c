@@ -19,9 +19,11 @@ static const command commands[] = {
     {"synth", cmd_synth, "write a random-weight model of a named shape"},
     {"dequant", cmd_dequant, "dequantise raw blocks of a ggml type to float32, for testing"},
     {"eval", cmd_eval, "sparse vs full attention quality on held-out text"},
+    {"recall", cmd_recall, "needle-in-a-haystack recall over lengths x depths, full vs sparse"},
     {"bench", cmd_bench, "prefill/decode speed vs the machine's bandwidth and sgemm rate"},
     {"train-search", cmd_train_search, "learn search projections by distillation from the model's attention"},
     {"train-phi", cmd_train_phi, "learn completion feature maps (top-K + linear-attention completion); --diagnose"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server with a reusable prompt cache"},
 };
 
 static void usage(FILE *out) {

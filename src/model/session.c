@@ -1,0 +1,234 @@
+/* Session files (format in session.h). */
+#include "model/session.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn_sparse.h"
+#include "base/error.h"
+#include "quant/types.h"
+
+/* "L3: sparse exact k=64 ...\n" for each sparse layer, or "full" (malloc'd). */
+static char *plan_text(const subq_context *c) {
+    const int n_layer = c->model->hp.n_layer;
+    enum { LINE = 512 };
+    char *s = malloc((size_t)n_layer * (LINE + 16) + 8), line[LINE];
+    if (!s) return NULL;
+    size_t n = 0;
+    for (int l = 0; l < n_layer; l++) {
+        attn_sparse_describe(c->stages[l], line, sizeof line);
+        if (line[0]) n += (size_t)sprintf(s + n, "L%d: %s\n", l, line);
+    }
+    if (n == 0) strcpy(s, "full");
+    else s[n - 1] = '\0';
+    return s;
+}
+
+static const char *kv_name(subq_kv_type t) { return t == SUBQ_KV_F16 ? "f16" : "f32"; }
+
+subq_status subq_context_save(const subq_context *c, const char *path, subq_error *err) {
+    const kv_cache *kv = &c->kv;
+    const model_hparams *hp = &c->model->hp;
+    const int n = kv->n_used;
+    if (n == 0) return subq_fail(err, SUBQ_ERR_ARG, "the context holds no tokens to save");
+    for (int t = 0; t < n; t++)
+        if (c->tok[t] < 0 || kv->pos[t] != t || kv->seg[t] != 0)
+            return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                             "only contexts filled by decoding one sequence can be saved (slot %d is not)", t);
+    gguf_writer *w = gguf_writer_new();
+    char *plan = plan_text(c);
+    if (!w || !plan) {
+        gguf_writer_free(w);
+        free(plan);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    subq_status s = SUBQ_OK;
+    if (gguf_writer_set_u32(w, "subq.session.version", SESSION_VERSION) ||
+        gguf_writer_set_u64(w, "subq.session.model_fingerprint", model_fingerprint(c->model)) ||
+        gguf_writer_set_u32(w, "subq.session.n_ctx", (uint32_t)kv->n_ctx) ||
+        gguf_writer_set_u32(w, "subq.session.n_past", (uint32_t)n) ||
+        gguf_writer_set_str(w, "subq.session.kv_type", kv_name(kv->type)) ||
+        gguf_writer_set_str(w, "subq.session.plan", plan))
+        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    free(plan);
+    uint64_t ne[2] = {(uint64_t)n, 1};
+    if (!s) s = gguf_writer_add_tensor(w, "tokens", GGML_TYPE_I32, 1, ne, c->tok, (uint64_t)n * 4, 0, err);
+    const float *lg = subq_context_last_logits(c);
+    ne[0] = (uint64_t)hp->n_vocab;
+    if (!s && lg) s = gguf_writer_add_tensor(w, "logits", GGML_TYPE_F32, 1, ne, lg, ne[0] * 4, 0, err);
+    /* each KV head's first n rows are contiguous in the cache: written in place */
+    const uint32_t type = kv->type == SUBQ_KV_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    ne[0] = (uint64_t)kv->head_dim;
+    ne[1] = (uint64_t)n;
+    char name[64];
+    for (int l = 0; l < kv->n_layer && !s; l++)
+        for (int h = 0; h < kv->n_head_kv && !s; h++) {
+            uint64_t bytes = ne[0] * ne[1] * kv->elem_size;
+            snprintf(name, sizeof name, "kv.%d.%d.k", l, h);
+            s = gguf_writer_add_tensor(w, name, type, 2, ne, kv_cache_key(kv, l, h, 0), bytes, 0, err);
+            snprintf(name, sizeof name, "kv.%d.%d.v", l, h);
+            if (!s) s = gguf_writer_add_tensor(w, name, type, 2, ne, kv_cache_value(kv, l, h, 0), bytes, 0, err);
+        }
+    for (int l = 0; l < hp->n_layer && !s; l++) {
+        int d = attn_sparse_search_width(c->stages[l]);
+        if (d == 0) continue;
+        float *keys = malloc((size_t)n * d * sizeof(float));
+        if (!keys) {
+            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d search keys", n);
+            break;
+        }
+        s = attn_sparse_get_keys(c->stages[l], n, keys, err);
+        uint64_t kne[2] = {(uint64_t)d, (uint64_t)n};
+        snprintf(name, sizeof name, "search.%d", l);
+        if (!s) s = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, kne, keys, kne[0] * kne[1] * 4, 1, err);
+        else free(keys);
+    }
+    if (!s) s = gguf_writer_write(w, path, err);
+    gguf_writer_free(w);
+    return s;
+}
+
+/* A tensor of exactly this type and shape, or a format error naming it. */
+static subq_status want_tensor(const gguf_file *f, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1,
+                               const gguf_tensor **out, subq_error *err) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    if (!t) return subq_fail(err, SUBQ_ERR_FORMAT, "session file has no tensor %s", name);
+    if (t->type != type || t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "session tensor %s has the wrong type or shape", name);
+    *out = t;
+    return SUBQ_OK;
+}
+
+/* The lines of two plans where they first differ, for the error message. */
+static void first_difference(const char *a, const char *b, char *la, char *lb, size_t cap) {
+    size_t i = 0;
+    while (a[i] && a[i] == b[i]) i++;
+    while (i > 0 && a[i - 1] != '\n') i--; /* both share the text before i */
+    snprintf(la, cap, "%.*s", (int)strcspn(a + i, "\n"), a + i);
+    snprintf(lb, cap, "%.*s", (int)strcspn(b + i, "\n"), b + i);
+}
+
+static subq_status check_header(const subq_context *c, const gguf_file *f, int *n_out, subq_error *err) {
+    uint32_t version, n_past;
+    subq_status s = gguf_get_u32(f, "subq.session.version", &version, err);
+    if (s) return subq_fail(err, SUBQ_ERR_FORMAT, "not a subq session file (no subq.session.version)");
+    if (version != SESSION_VERSION)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "session file version %u; this build reads version %d", version,
+                         SESSION_VERSION);
+    const gguf_kv *fp = gguf_find_kv(f, "subq.session.model_fingerprint");
+    if (!fp || fp->value.type != GGUF_TYPE_UINT64)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "session file has no model fingerprint");
+    uint64_t mine = model_fingerprint(c->model);
+    if (fp->value.v.u64 != mine)
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "session file belongs to another model (fingerprint %016" PRIx64
+                         ", this model %016" PRIx64 ")", fp->value.v.u64, mine);
+    char kvt[8];
+    if ((s = gguf_get_str(f, "subq.session.kv_type", kvt, sizeof kvt, err))) return s;
+    if (strcmp(kvt, kv_name(c->kv.type)))
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "session file has a %s KV cache, this context %s", kvt,
+                         kv_name(c->kv.type));
+    if ((s = gguf_get_u32(f, "subq.session.n_past", &n_past, err))) return s;
+    if (n_past == 0 || n_past > (uint32_t)c->kv.n_ctx)
+        return subq_fail(err, SUBQ_ERR_RANGE, "session file holds %u tokens, the context has room for %d", n_past,
+                         c->kv.n_ctx);
+    const gguf_kv *pk = gguf_find_kv(f, "subq.session.plan");
+    if (!pk || pk->value.type != GGUF_TYPE_STRING)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "session file has no attention plan");
+    char *mine_plan = plan_text(c);
+    if (!mine_plan) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    const gguf_str *ps = &pk->value.v.str;
+    if (strlen(mine_plan) != ps->len || memcmp(mine_plan, ps->data, ps->len)) {
+        char *theirs = malloc(ps->len + 1);
+        char a[256] = "?", b[256] = "?";
+        if (theirs) {
+            memcpy(theirs, ps->data, ps->len);
+            theirs[ps->len] = '\0';
+            first_difference(theirs, mine_plan, a, b, sizeof a);
+        }
+        free(theirs);
+        free(mine_plan);
+        return subq_fail(err, SUBQ_ERR_MISMATCH,
+                         "session file was made with another attention plan (file: '%s'; this context: '%s')", a, b);
+    }
+    free(mine_plan);
+    *n_out = (int)n_past;
+    return SUBQ_OK;
+}
+
+subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *err) {
+    kv_cache *kv = &c->kv;
+    const model_hparams *hp = &c->model->hp;
+    int n = 0;
+    subq_context_reset(c);
+    subq_status s = check_header(c, f, &n, err);
+    if (s) return s;
+    const gguf_tensor *t = NULL;
+    if ((s = want_tensor(f, "tokens", GGML_TYPE_I32, (uint64_t)n, 1, &t, err))) return s;
+    memcpy(c->tok, t->data, (size_t)n * sizeof(int32_t));
+    for (int i = 0; i < n; i++)
+        if (c->tok[i] < 0 || c->tok[i] >= hp->n_vocab)
+            return subq_fail(err, SUBQ_ERR_FORMAT, "session token %d (id %d) is outside the vocabulary", i,
+                             (int)c->tok[i]);
+    const uint32_t type = kv->type == SUBQ_KV_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    char name[64];
+    for (int l = 0; l < kv->n_layer; l++)
+        for (int h = 0; h < kv->n_head_kv; h++)
+            for (int v = 0; v < 2; v++) {
+                snprintf(name, sizeof name, "kv.%d.%d.%c", l, h, v ? 'v' : 'k');
+                if ((s = want_tensor(f, name, type, (uint64_t)kv->head_dim, (uint64_t)n, &t, err))) return s;
+                memcpy((void *)(v ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0)), t->data, t->n_bytes);
+            }
+    for (int i = 0; i < n; i++) kv->pos[i] = i, kv->seg[i] = 0;
+    /* the indexes and completion summaries are rebuilt over the loaded rows */
+    for (int l = 0; l < hp->n_layer && !s; l++) {
+        int d = attn_sparse_search_width(c->stages[l]);
+        const gguf_tensor *keys = NULL;
+        snprintf(name, sizeof name, "search.%d", l);
+        if (d > 0 && (s = want_tensor(f, name, GGML_TYPE_F32, (uint64_t)d, (uint64_t)n, &keys, err))) break;
+        float *rows = NULL;
+        if (keys) { /* tensor data is only 32-byte aligned in the file: copy for float access */
+            rows = malloc(keys->n_bytes);
+            if (!rows) {
+                s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d search keys", n);
+                break;
+            }
+            memcpy(rows, keys->data, keys->n_bytes);
+        }
+        s = attn_sparse_restore(c->stages[l], kv, rows, n, err);
+        free(rows);
+    }
+    if (s) {
+        subq_context_reset(c);
+        return s;
+    }
+    kv->n_used = n;
+    const gguf_tensor *lg = gguf_find_tensor(f, "logits");
+    if (lg) {
+        if ((s = want_tensor(f, "logits", GGML_TYPE_F32, (uint64_t)hp->n_vocab, 1, &lg, err))) {
+            subq_context_reset(c);
+            return s;
+        }
+        memcpy(c->logits_last, lg->data, lg->n_bytes);
+        c->logits_at = n;
+    }
+    return SUBQ_OK;
+}
+
+subq_status subq_context_load(subq_context *c, const char *path, subq_error *err) {
+    gguf_file *f;
+    subq_status s = gguf_open(path, &f, err);
+    if (s) {
+        subq_context_reset(c);
+        return s;
+    }
+    s = session_load_gguf(c, f, err);
+    gguf_close(f);
+    if (s && err && strncmp(err->msg, path, strlen(path)) != 0) {
+        char msg[SUBQ_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        snprintf(err->msg, sizeof err->msg, "%.200s: %.300s", path, msg);
+    }
+    return s;
+}

@@ -1,0 +1,45 @@
+/* libFuzzer target: session files (subq_context_load's reader). Arbitrary
+ * bytes are opened as GGUF in memory and loaded into a stories260K context
+ * with full attention and one with a window plan; a load either succeeds or
+ * leaves the context empty, and nothing may crash. A seed corpus comes from
+ * `subq generate --prompt-cache` (make fuzz). The model comes from
+ * $SUBQ_SHARED (default ../shared, else /work/shared). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "gguf/gguf.h"
+#include "model/session.h"
+
+static subq_model *g_model;
+static subq_context *g_ctx[2];
+
+static void load(void) {
+    const char *dir = getenv("SUBQ_SHARED");
+    if (!dir || !*dir) dir = access("../shared/models", R_OK) == 0 ? "../shared" : "/work/shared";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
+    subq_error err = {0};
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = 128;
+    p.n_threads = 1;
+    subq_attn_plan plan = subq_attn_plan_default();
+    plan.selector = SUBQ_SELECT_WINDOW;
+    plan.top_k = 8;
+    if (subq_model_load(path, &g_model, &err) || subq_context_new(g_model, &p, &g_ctx[0], &err) ||
+        subq_context_new(g_model, &p, &g_ctx[1], &err) || subq_context_set_plan(g_ctx[1], &plan, NULL, NULL, &err)) {
+        fprintf(stderr, "fuzz_session: %s\n", err.msg);
+        abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!g_model) load();
+    gguf_file *f;
+    subq_error err;
+    if (gguf_open_memory(data, size, &f, &err)) return 0;
+    for (int i = 0; i < 2; i++)
+        if (session_load_gguf(g_ctx[i], f, &err) && subq_context_n_past(g_ctx[i]) != 0) abort();
+    gguf_close(f);
+    return 0;
+}

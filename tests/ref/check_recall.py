@@ -1,0 +1,76 @@
+#!/usr/bin/python3
+"""ctest check: `subq recall` runs end to end on stories260K for full
+attention and every selector, with dense and sparse prefill; its JSON grid
+has the lengths x depths asked for with accuracies in [0, 1]; the SVG heat
+maps are well-formed XML with one cell per grid point; bad input (a length
+above the model's context, an empty haystack, a needle longer than the
+length) is a one-line error. stories260K was never trained to recall, so
+accuracy itself is not asserted."""
+
+import json
+import os
+import subprocess
+import xml.etree.ElementTree as ET
+
+import refcommon as rc
+
+
+def main():
+    ck = rc.Checks("check_recall")
+    model = rc.shared_file("models", "stories260K.gguf")
+    hay = rc.shared_file("data", "text", "pride-and-prejudice.txt")
+    bin_ = rc.subq_bin()
+    tmp = rc.tmp_dir()
+    feats = json.loads(rc.run_subq(["info", "--features", "--json"]))
+    selectors = ["exact", "hnsw", "quest", "oracle", "window"] + (["faiss"] if feats.get("faiss") else [])
+    methods = "full," + ",".join("%s@32" % s for s in selectors)
+    svg_dir = os.path.join(tmp, "recall_svg")
+    os.makedirs(svg_dir, exist_ok=True)
+    lengths, depths = [256, 500], [0, 0.5, 1]
+    for prefill in ("dense", "sparse"):
+        args = ["recall", "-m", model, "--haystack", hay, "--lengths", "256,500", "--depths", "0,0.5,1",
+                "--trials", 1, "--methods", methods, "--random-search", 16, "--sparse-layers", "1-4",
+                "--json", "--svg-dir", svg_dir, "-t", 1]
+        if prefill == "sparse":
+            args.append("--sparse-prefill")
+        out = ck.guarded("recall runs (%s prefill)" % prefill, rc.run_subq, args)
+        if out is None:
+            continue
+        r = json.loads(out)
+        ck.check("prefill reported (%s)" % prefill, r.get("prefill") == prefill, str(r.get("prefill")))
+        names = [m["method"] for m in r["methods"]]
+        ck.check("every method ran (%s)" % prefill, names == methods.split(","), str(names))
+        ok = all(len(m["accuracy"]) == len(lengths) and all(len(row) == len(depths) and
+                                                             all(0.0 <= a <= 1.0 for a in row)
+                                                             for row in m["accuracy"]) for m in r["methods"])
+        ck.check("grid shape and range (%s)" % prefill, ok)
+    for name in methods.split(","):
+        path = os.path.join(svg_dir, "recall_%s.svg" % name.replace("@", "_"))
+        try:
+            root = ET.parse(path).getroot()
+            cells = [e for e in root.iter() if e.tag.endswith("rect") and "stroke" in e.attrib]
+            ck.check("heat map %s" % name, len(cells) == len(lengths) * len(depths), "%d cells" % len(cells))
+        except (OSError, ET.ParseError) as e:
+            ck.check("heat map %s" % name, False, str(e))
+
+    empty = os.path.join(tmp, "recall_empty.txt")
+    open(empty, "w").close()
+    bad = [
+        ("length above the context", ["--haystack", hay, "--lengths", "4096"]),
+        ("empty haystack", ["--haystack", empty, "--lengths", "256"]),
+        ("needle longer than the length", ["--haystack", hay, "--lengths", "16"]),
+        ("unknown task", ["--haystack", hay, "--task", "nope"]),
+        ("unknown method", ["--haystack", hay, "--methods", "full,fast@3"]),
+        ("search method without projections", ["--haystack", hay, "--methods", "exact@8"]),
+        ("no haystack", []),
+    ]
+    for name, extra in bad:
+        p = subprocess.run([bin_, "recall", "-m", model] + extra, capture_output=True, timeout=120)
+        lines = [l for l in p.stderr.decode("utf-8", "replace").split("\n") if l]
+        ck.check("bad input: " + name, p.returncode == 1 and len(lines) == 1 and lines[0].startswith("subq recall"),
+                 "exit %d, stderr %r" % (p.returncode, lines[:3]))
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()

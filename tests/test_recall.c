@@ -1,0 +1,193 @@
+/* Needle-in-a-haystack prompts and scoring (subq recall) through the public
+ * API: exact lengths, the needle where the depth says (checked by decoding
+ * the prompt back to text), the question last, seeds that reproduce, answer
+ * parsing, bad input. Runs on stories260K (SentencePiece) and a synthesised
+ * byte-level BPE model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "subq.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                                                                    \
+    do {                                                                                                    \
+        if (!(cond)) {                                                                                      \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                     \
+            printf(__VA_ARGS__);                                                                            \
+            printf("\n");                                                                                   \
+            failures++;                                                                                     \
+        }                                                                                                   \
+    } while (0)
+
+static const char *hay_text =
+    "The old mill stood by the river. Every morning the miller opened the doors and the wheel began to turn.\n"
+    "Children came to watch the water, and the baker waited for flour. In winter the river froze, and the mill "
+    "rested until spring returned with its rains and its long bright days.\n";
+
+/* Text of tokens [from, to) of a prompt. */
+static void detok(const subq_model *m, const int32_t *t, int from, int to, char *buf, size_t cap) {
+    size_t n = 0;
+    for (int i = from; i < to; i++) {
+        char piece[64];
+        size_t len = 0;
+        if (subq_token_to_piece(m, i ? t[i - 1] : -1, t[i], piece, sizeof piece, &len, NULL) != SUBQ_OK) len = 0;
+        for (size_t b = 0; b < len && n + 1 < cap; b++) buf[n++] = piece[b];
+    }
+    buf[n] = '\0';
+}
+
+static void check_model(const char *path, const char *label) {
+    subq_model *m = NULL;
+    subq_error err = {0};
+    if (subq_model_load(path, &m, &err)) {
+        printf("FAIL: %s: %s\n", label, err.msg);
+        failures++;
+        return;
+    }
+    subq_model_info info;
+    subq_model_get_info(m, &info);
+    subq_recall_params p = subq_recall_default_params();
+    p.haystack = hay_text;
+    p.haystack_len = strlen(hay_text);
+    p.seed = 7;
+    subq_recall *r = NULL;
+    if (subq_recall_new(m, &p, &r, &err)) {
+        printf("FAIL: %s: recall_new: %s\n", label, err.msg);
+        failures++;
+        subq_model_free(m);
+        return;
+    }
+    const int L = info.n_ctx_train < 384 ? info.n_ctx_train : 384;
+    char text[65536];
+    /* passkey at several depths */
+    const double depths[] = {0.0, 0.3, 0.5, 1.0};
+    char first_value[16] = "";
+    for (int di = 0; di < 4; di++) {
+        subq_recall_prompt pr;
+        if (subq_recall_make_prompt(r, L, depths[di], 2, &pr, &err)) {
+            printf("FAIL: %s: make_prompt: %s\n", label, err.msg);
+            failures++;
+            continue;
+        }
+        CHECK(pr.n_tokens == L, "%s: prompt has %d tokens, want %d", label, pr.n_tokens, L);
+        int bos = info.add_bos && info.bos_id >= 0;
+        CHECK(!bos || pr.tokens[0] == info.bos_id, "%s: prompt does not start with BOS", label);
+        /* the needle's text, decoded from where the prompt says it is */
+        detok(m, pr.tokens, pr.needle_pos, pr.needle_pos + pr.needle_len, text, sizeof text);
+        char want[128];
+        snprintf(want, sizeof want, "The pass key is %s. Remember it. %s is the pass key.", pr.values[0], pr.values[0]);
+        CHECK(strstr(text, want) != NULL, "%s depth %g: needle tokens decode to '%s', want '%s'", label, depths[di],
+              text, want);
+        /* the needle sits at the depth of the filler, within the snap window */
+        double want_pos = bos + depths[di] * pr.n_filler;
+        CHECK(pr.needle_pos >= want_pos - 16.5 && pr.needle_pos <= want_pos + 16.5,
+              "%s depth %g: needle at token %d, depth says %.0f", label, depths[di], pr.needle_pos, want_pos);
+        CHECK(pr.n_filler > 0 && pr.n_filler < L - pr.needle_len, "%s: filler count %d inconsistent", label,
+              pr.n_filler);
+        /* the question is last; the whole prompt reads as haystack + needle + question */
+        detok(m, pr.tokens, 0, pr.n_tokens, text, sizeof text);
+        const char *q = "What is the pass key? The pass key is";
+        size_t tl = strlen(text), ql = strlen(q);
+        CHECK(tl >= ql && !strcmp(text + tl - ql, q), "%s: prompt does not end with the question: '...%s'", label,
+              tl > 60 ? text + tl - 60 : text);
+        CHECK(strstr(text, "mill") != NULL, "%s: no haystack text in the prompt", label);
+        /* the same key at every depth of a trial; a 5-digit key */
+        if (di == 0) snprintf(first_value, sizeof first_value, "%s", pr.values[0]);
+        CHECK(!strcmp(first_value, pr.values[0]) && strlen(pr.values[0]) == 5, "%s: key %s at depth %g, %s at 0",
+              label, pr.values[0], depths[di], first_value);
+        /* reproducible */
+        subq_recall_prompt again;
+        if (!subq_recall_make_prompt(r, L, depths[di], 2, &again, &err)) {
+            CHECK(again.n_tokens == pr.n_tokens && !memcmp(again.tokens, pr.tokens, (size_t)pr.n_tokens * 4),
+                  "%s: the same trial gave another prompt", label);
+            subq_recall_prompt_free(&again);
+        }
+        subq_recall_prompt_free(&pr);
+    }
+    /* another trial: another key */
+    subq_recall_prompt t3;
+    if (!subq_recall_make_prompt(r, L, 0.5, 3, &t3, &err)) {
+        CHECK(strcmp(t3.values[0], first_value) != 0, "%s: trials 2 and 3 share key %s", label, first_value);
+        subq_recall_prompt_free(&t3);
+    }
+    /* bad input */
+    subq_recall_prompt bad;
+    CHECK(subq_recall_make_prompt(r, 12, 0.5, 0, &bad, &err) == SUBQ_ERR_ARG, "%s: 12 tokens accepted", label);
+    CHECK(subq_recall_make_prompt(r, info.n_ctx_train + 1, 0.5, 0, &bad, &err) == SUBQ_ERR_ARG,
+          "%s: length above the context accepted", label);
+    CHECK(subq_recall_make_prompt(r, L, 1.5, 0, &bad, &err) == SUBQ_ERR_ARG, "%s: depth 1.5 accepted", label);
+    subq_recall_free(r);
+
+    /* multi-key: every needle in the prompt, distinct keys, the asked one at the depth */
+    p.task = SUBQ_RECALL_MULTIKEY;
+    p.n_keys = 4;
+    if (!subq_recall_new(m, &p, &r, &err)) {
+        subq_recall_prompt pr;
+        if (!subq_recall_make_prompt(r, L, 0.25, 0, &pr, &err)) {
+            detok(m, pr.tokens, 0, pr.n_tokens, text, sizeof text);
+            int n = 0;
+            for (const char *s = text; (s = strstr(s, "The special magic number for ")); s++) n++;
+            CHECK(n == 5, "%s: %d multi-key sentences, want 4 needles + the question", label, n);
+            detok(m, pr.tokens, pr.needle_pos, pr.needle_pos + pr.needle_len, text, sizeof text);
+            CHECK(strstr(text, pr.values[0]) != NULL && strlen(pr.values[0]) == 7, "%s: asked needle '%s' lacks %s",
+                  label, text, pr.values[0]);
+            subq_recall_prompt_free(&pr);
+        } else {
+            printf("FAIL: %s: multikey: %s\n", label, err.msg);
+            failures++;
+        }
+        subq_recall_free(r);
+    }
+    /* empty haystack */
+    p.haystack = "";
+    p.haystack_len = 0;
+    CHECK(subq_recall_new(m, &p, &r, &err) == SUBQ_ERR_ARG, "%s: empty haystack accepted", label);
+    subq_model_free(m);
+}
+
+static void check_scoring(void) {
+    subq_recall_prompt pr = {0};
+    pr.n_values = 1;
+    snprintf(pr.values[0], sizeof pr.values[0], "71432");
+    struct {
+        const char *text;
+        double want;
+    } cases[] = {{"71432", 1}, {" 71432.", 1}, {"The pass key is 71432 and 1", 1}, {"714320", 0}, {"7143", 0},
+                 {"71 432", 0}, {"", 0}, {"x71432y", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        double s = subq_recall_score(&pr, cases[i].text, strlen(cases[i].text));
+        CHECK(s == cases[i].want, "score('%s') = %g, want %g", cases[i].text, s, cases[i].want);
+    }
+    pr.n_values = 4;
+    snprintf(pr.values[1], 16, "1234567");
+    snprintf(pr.values[2], 16, "7654321");
+    snprintf(pr.values[3], 16, "1111111");
+    const char *t = "are 1234567, 71432 and 9999999";
+    CHECK(subq_recall_score(&pr, t, strlen(t)) == 0.5, "multi-value partial score %g, want 0.5",
+          subq_recall_score(&pr, t, strlen(t)));
+}
+
+int main(void) {
+    const char *shared = getenv("SUBQ_SHARED"), *tmp = getenv("SUBQ_TMP");
+    char path[4096], bpe[4096];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared ? shared : "../shared");
+    check_scoring();
+    check_model(path, "stories260K");
+    /* a byte-level BPE vocabulary (no SentencePiece space prefix) */
+    snprintf(bpe, sizeof bpe, "%s/test_recall_qwen2.gguf", tmp ? tmp : "/tmp");
+    subq_error err = {0};
+    if (subq_synth_model("tiny-qwen2", "f32", 1, bpe, &err)) {
+        printf("FAIL: synth: %s\n", err.msg);
+        failures++;
+    } else {
+        check_model(bpe, "tiny-qwen2");
+        remove(bpe);
+    }
+    if (failures) {
+        printf("test_recall: %d failure(s)\n", failures);
+        return 1;
+    }
+    printf("test_recall: ok\n");
+    return 0;
+}

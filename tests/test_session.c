@@ -1,0 +1,253 @@
+/* Prompt caches through the public API, on stories260K with every selector:
+ *   - truncate: decode A + B, truncate to A + B[:k], decode C; the logits
+ *     must equal those of a fresh context that decoded A + B[:k] + C in the
+ *     same steps (bit for bit: the kept state is the state those steps
+ *     leave; faiss rebuilds its graph in one batch, so it is held to a
+ *     tolerance instead);
+ *   - session files: save after A + B, load into a fresh context of the same
+ *     plan, then both decode C with equal logits; the loaded tokens and last
+ *     logits are the saved ones;
+ *   - refusals: another plan, KV type or model is SUBQ_ERR_MISMATCH, too
+ *     small a context SUBQ_ERR_RANGE, a damaged file a format error; the
+ *     context is left empty;
+ *   - special tokens: "<s>" in text becomes BOS with subq_tokenize_special
+ *     and not with subq_tokenize. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "subq.h"
+#include "test_util.h"
+
+enum { NA = 96, NB = 24, KB = 7, NC = 12 };
+
+static subq_model *model;
+static subq_model_info info;
+static subq_search *search;
+static char tmpdir[512];
+
+static int32_t token(int i) { return (int32_t)(1 + (i * 7919 + 13) % (info.n_vocab - 1)); }
+
+static subq_context *new_ctx(int kind, int top_k, subq_kv_type kv, int n_ctx) {
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = n_ctx;
+    p.n_threads = 1;
+    p.kv_type = kv;
+    subq_context *c = NULL;
+    subq_error err;
+    if (subq_context_new(model, &p, &c, &err)) {
+        fprintf(stderr, "FAIL context: %s\n", err.msg);
+        exit(1);
+    }
+    if (kind >= 0) {
+        subq_attn_plan plan = subq_attn_plan_default();
+        plan.selector = (subq_selector_kind)kind;
+        plan.layers = "all";
+        plan.top_k = top_k;
+        plan.n_sink = 2;
+        plan.n_tail = 4;
+        plan.hnsw_m = 8;
+        if (subq_context_set_plan(c, &plan, search, NULL, &err)) {
+            fprintf(stderr, "FAIL plan %s: %s\n", subq_selector_name(plan.selector), err.msg);
+            exit(1);
+        }
+    }
+    return c;
+}
+
+/* Decode tokens [from, to) one at a time (batch: all at once); logits of the last. */
+static int run(subq_context *c, int from, int to, int batch, float *logits) {
+    subq_error err;
+    int32_t buf[NA + NB + NC];
+    for (int i = from; i < to; i++) buf[i - from] = token(i);
+    if (batch) return subq_decode(c, buf, to - from, logits, 0, &err) == SUBQ_OK;
+    for (int i = from; i < to; i++)
+        if (subq_decode(c, &buf[i - from], 1, logits, 0, &err)) return 0;
+    return 1;
+}
+
+static double max_diff(const float *a, const float *b, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
+    return m;
+}
+
+static void test_truncate(int kind) {
+    const char *name = kind < 0 ? "full" : subq_selector_name((subq_selector_kind)kind);
+    const int nv = info.n_vocab;
+    float *la = malloc((size_t)nv * sizeof(float)), *lb = malloc((size_t)nv * sizeof(float));
+    subq_error err;
+    /* reference: A, B[:KB], C */
+    subq_context *ref = new_ctx(kind, 8, SUBQ_KV_F32, 256);
+    CHECK(run(ref, 0, NA, 1, la) && run(ref, NA, NA + KB, 0, la), "%s: reference prefix", name);
+    /* C is the tokens after B in the sequence, renumbered to follow B[:KB] */
+    int32_t cbuf[NC];
+    for (int i = 0; i < NC; i++) cbuf[i] = token(NA + NB + i);
+    for (int i = 0; i < NC; i++) subq_decode(ref, &cbuf[i], 1, la, 0, &err);
+    /* A, B, truncate, C */
+    subq_context *c = new_ctx(kind, 8, SUBQ_KV_F32, 256);
+    CHECK(run(c, 0, NA, 1, lb) && run(c, NA, NA + NB, 0, lb), "%s: prefix", name);
+    CHECK(subq_context_truncate(c, NA + NB + 1, &err) == SUBQ_ERR_RANGE, "%s: truncate beyond n_past", name);
+    CHECK(subq_context_truncate(c, NA + KB, &err) == SUBQ_OK, "%s: truncate: %s", name, err.msg);
+    CHECK(subq_context_n_past(c) == NA + KB, "%s: n_past %d after truncate", name, subq_context_n_past(c));
+    CHECK(subq_context_last_logits(c) == NULL, "%s: logits of a truncated context are unknown", name);
+    for (int i = 0; i < NC; i++) subq_decode(c, &cbuf[i], 1, lb, 0, &err);
+    double d = max_diff(la, lb, nv);
+    if (kind == SUBQ_SELECT_FAISS) CHECK(d < 1e-2, "%s: logits after truncate differ by %g", name, d);
+    else CHECK(d == 0.0, "%s: logits after truncate differ by %g (want identical)", name, d);
+    const int32_t *tk = subq_context_tokens(c);
+    CHECK(tk[NA + KB - 1] == token(NA + KB - 1) && tk[NA + KB] == cbuf[0], "%s: token record", name);
+    subq_context_free(ref);
+    subq_context_free(c);
+    free(la);
+    free(lb);
+}
+
+static void test_session(int kind) {
+    const char *name = kind < 0 ? "full" : subq_selector_name((subq_selector_kind)kind);
+    const int nv = info.n_vocab;
+    float *la = malloc((size_t)nv * sizeof(float)), *lb = malloc((size_t)nv * sizeof(float));
+    subq_error err;
+    char path[600];
+    snprintf(path, sizeof path, "%s/test_session_%d_%d.bin", tmpdir, (int)getpid(), kind + 1);
+    subq_context *a = new_ctx(kind, 8, SUBQ_KV_F16, 256);
+    CHECK(run(a, 0, NA, 1, la) && run(a, NA, NA + NB, 0, la), "%s: prefix", name);
+    CHECK(subq_context_save(a, path, &err) == SUBQ_OK, "%s: save: %s", name, err.msg);
+    subq_context *b = new_ctx(kind, 8, SUBQ_KV_F16, 200);
+    CHECK(subq_context_load(b, path, &err) == SUBQ_OK, "%s: load: %s", name, err.msg);
+    CHECK(subq_context_n_past(b) == NA + NB, "%s: loaded %d tokens", name, subq_context_n_past(b));
+    CHECK(memcmp(subq_context_tokens(a), subq_context_tokens(b), (NA + NB) * sizeof(int32_t)) == 0,
+          "%s: loaded tokens", name);
+    const float *lg = subq_context_last_logits(b);
+    CHECK(lg && max_diff(lg, la, nv) == 0.0, "%s: loaded last logits", name);
+    for (int i = NA + NB; i < NA + NB + NC; i++) {
+        int32_t t = token(i);
+        subq_decode(a, &t, 1, la, 0, &err);
+        subq_decode(b, &t, 1, lb, 0, &err);
+    }
+    double d = max_diff(la, lb, nv);
+    if (kind == SUBQ_SELECT_FAISS) CHECK(d < 1e-2, "%s: logits after load differ by %g", name, d);
+    else CHECK(d == 0.0, "%s: logits after load differ by %g (want identical)", name, d);
+    subq_context_free(b);
+    /* refusals */
+    subq_context *other = new_ctx(kind < 0 ? SUBQ_SELECT_WINDOW : -1, 8, SUBQ_KV_F16, 256);
+    CHECK(subq_context_load(other, path, &err) == SUBQ_ERR_MISMATCH, "%s: another plan: %s", name, err.msg);
+    CHECK(subq_context_n_past(other) == 0, "%s: a refused load leaves the context empty", name);
+    subq_context_free(other);
+    if (kind == SUBQ_SELECT_EXACT) {
+        other = new_ctx(kind, 16, SUBQ_KV_F16, 256);
+        CHECK(subq_context_load(other, path, &err) == SUBQ_ERR_MISMATCH && strstr(err.msg, "k=16"),
+              "another top-k: %s", err.msg);
+        subq_context_free(other);
+        other = new_ctx(kind, 8, SUBQ_KV_F32, 256);
+        CHECK(subq_context_load(other, path, &err) == SUBQ_ERR_MISMATCH, "another KV type: %s", err.msg);
+        subq_context_free(other);
+        other = new_ctx(kind, 8, SUBQ_KV_F16, 64);
+        CHECK(subq_context_load(other, path, &err) == SUBQ_ERR_RANGE, "too small a context: %s", err.msg);
+        /* damaged: every prefix of the file fails cleanly */
+        FILE *f = fopen(path, "rb");
+        fseek(f, 0, SEEK_END);
+        long size = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *bytes = malloc((size_t)size);
+        CHECK(fread(bytes, 1, (size_t)size, f) == (size_t)size, "read back");
+        fclose(f);
+        char cut[620];
+        snprintf(cut, sizeof cut, "%s.cut", path);
+        for (long n = 0; n < size; n += size / 7 + 1) {
+            f = fopen(cut, "wb");
+            fwrite(bytes, 1, (size_t)n, f);
+            fclose(f);
+            subq_status s = subq_context_load(other, cut, &err);
+            CHECK(s != SUBQ_OK && subq_context_n_past(other) == 0, "%ld-byte prefix: %d", n, (int)s);
+        }
+        unlink(cut);
+        free(bytes);
+        subq_context_free(other);
+    }
+    unlink(path);
+    subq_context_free(a);
+    free(la);
+    free(lb);
+}
+
+static void test_other_model(void) {
+    char path[600], mpath[600];
+    snprintf(mpath, sizeof mpath, "%s/test_session_%d_tiny.gguf", tmpdir, (int)getpid());
+    snprintf(path, sizeof path, "%s/test_session_%d_full.bin", tmpdir, (int)getpid());
+    subq_error err;
+    CHECK(subq_synth_model("tiny", "f32", 1, mpath, &err) == SUBQ_OK, "synth: %s", err.msg);
+    subq_model *tiny = NULL;
+    CHECK(subq_model_load(mpath, &tiny, &err) == SUBQ_OK, "load tiny: %s", err.msg);
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = 64;
+    subq_context *c = NULL;
+    CHECK(tiny && subq_context_new(tiny, &p, &c, &err) == SUBQ_OK, "tiny context");
+    CHECK(subq_context_save(c, path, &err) == SUBQ_ERR_ARG, "saving an empty context is refused");
+    int32_t t[3] = {1, 2, 3};
+    subq_decode(c, t, 3, NULL, 0, &err);
+    CHECK(subq_context_save(c, path, &err) == SUBQ_OK, "save tiny: %s", err.msg);
+    subq_context *s = new_ctx(-1, 8, SUBQ_KV_F32, 256);
+    CHECK(subq_context_load(s, path, &err) == SUBQ_ERR_MISMATCH && strstr(err.msg, "another model"),
+          "another model: %s", err.msg);
+    subq_context_free(s);
+    subq_context_free(c);
+    subq_model_free(tiny);
+    unlink(path);
+    unlink(mpath);
+}
+
+static void test_special(void) {
+    subq_error err;
+    int32_t a[64], b[64];
+    size_t na = 0, nb = 0;
+    const char *text = "Hi<s>there";
+    CHECK(subq_tokenize_special(model, text, strlen(text), 0, a, 64, &na, &err) == SUBQ_OK, "special: %s", err.msg);
+    CHECK(subq_tokenize(model, text, strlen(text), 0, b, 64, &nb, &err) == SUBQ_OK, "plain: %s", err.msg);
+    int bos_special = 0, bos_plain = 0;
+    for (size_t i = 0; i < na; i++) bos_special += a[i] == info.bos_id;
+    for (size_t i = 0; i < nb; i++) bos_plain += b[i] == info.bos_id;
+    CHECK(bos_special == 1 && bos_plain == 0, "<s> is BOS only with special parsing (%d, %d)", bos_special,
+          bos_plain);
+    /* the pieces around it are encoded as they are alone (each with the space prefix) */
+    int32_t hi[16], there[16];
+    size_t nh = 0, nt = 0;
+    subq_tokenize(model, "Hi", 2, 0, hi, 16, &nh, &err);
+    subq_tokenize(model, "there", 5, 0, there, 16, &nt, &err);
+    CHECK(na == nh + 1 + nt && !memcmp(a, hi, nh * 4) && a[nh] == info.bos_id && !memcmp(a + nh + 1, there, nt * 4),
+          "split encoding");
+    /* a short buffer: SUBQ_ERR_RANGE with the exact count, nothing past it */
+    size_t n2 = 0;
+    int32_t few[3] = {-7, -7, -7};
+    CHECK(subq_tokenize_special(model, text, strlen(text), 1, few, 2, &n2, &err) == SUBQ_ERR_RANGE && n2 == na + 1 &&
+              few[2] == -7,
+          "count with a short buffer: %zu", n2);
+}
+
+int main(void) {
+    char path[512];
+    subq_error err;
+    const char *tmp = getenv("SUBQ_TMP");
+    snprintf(tmpdir, sizeof tmpdir, "%s", tmp && *tmp ? tmp : "/tmp");
+    if (subq_model_load(test_shared_path("models/stories260K.gguf", path, sizeof path), &model, &err)) {
+        fprintf(stderr, "FAIL: %s\n", err.msg);
+        return 1;
+    }
+    subq_model_get_info(model, &info);
+    if (subq_search_random(model, "all", 16, 7, &search, &err)) {
+        fprintf(stderr, "FAIL: %s\n", err.msg);
+        return 1;
+    }
+    for (int kind = -1; kind < SUBQ_SELECT_COUNT; kind++) {
+        if (kind >= 0 && !subq_selector_available((subq_selector_kind)kind)) continue;
+        test_truncate(kind);
+        test_session(kind);
+    }
+    test_other_model();
+    test_special();
+    subq_search_free(search);
+    subq_model_free(model);
+    return test_summary();
+}

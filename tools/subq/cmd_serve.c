@@ -1,0 +1,198 @@
+/* subq serve: OpenAI-compatible HTTP server (serve.h has the pieces). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "cli_sparse.h"
+#include "serve.h"
+
+static const char *help =
+    "usage: subq serve -m MODEL [options]\n"
+    "OpenAI-compatible HTTP server: POST /v1/completions, POST /v1/chat/completions (\"stream\": true\n"
+    "for server-sent events), GET /v1/models, GET /health. A request whose prompt extends an earlier\n"
+    "one reuses that KV cache and index (usage.prompt_tokens_details.cached_tokens says how many\n"
+    "tokens). Per-request attention plan: \"subq\": {\"dense\": true} or {\"select\": KIND, \"topk\": K,\n"
+    "\"sink\": N, \"tail\": N, \"sparse_layers\": L}. Stops on SIGINT/SIGTERM.\n\n" CLI_MODEL_OPTS_HELP
+    "  --host ADDR          address to listen on (default 127.0.0.1)\n"
+    "  --port N             port (default 8080; 0: any free port, printed at start-up)\n"
+    "  --slots N            sequences (prompt caches) held at once, least recently used\n"
+    "                       evicted first (default 1); requests beyond wait in a queue\n"
+    "  --api-key KEY        require \"Authorization: Bearer KEY\" on /v1/*\n"
+    "  --chat-template NAME chat format when the model has none or an unknown one:\n"
+    "                       chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,\n"
+    "                       mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3\n"
+    "  --max-body BYTES     largest request body (default 16777216)\n"
+    "  --max-connections N  connections served at once (default 64)\n"
+    "  --sparse-prefill     run prompts sparse too (default: dense prompt, sparse decode)\n"
+    "\n" CLI_SPARSE_OPTS_HELP;
+
+/* The public plan of the sparse flags (the CLI parses them into the
+ * library's internal plan; the server speaks only include/subq.h). */
+static subq_attn_plan public_plan(const cli_sparse_opts *o) {
+    subq_attn_plan p = subq_attn_plan_default();
+    const sparse_params *sp = &o->plan.sparse;
+    p.layers = o->plan.sparse_layers;
+    p.selector = (subq_selector_kind)sp->select.kind;
+    p.top_k = sp->top_k;
+    p.n_sink = sp->n_sink;
+    p.n_tail = sp->n_tail;
+    p.sparse_prefill = o->sparse_prefill;
+    p.hnsw_m = sp->select.hnsw_m;
+    p.hnsw_ef_construction = sp->select.hnsw_ef_construction;
+    p.hnsw_ef_search = sp->select.hnsw_ef_search;
+    p.quest_page = sp->select.quest_page;
+    p.search_f16 = sp->select.f16_keys;
+    p.seed = sp->select.seed;
+    return p;
+}
+
+/* --complete-heads entropy>=X -> X (-1 when not given); 0 on a bad value. */
+static int complete_threshold(const char *cmd, const cli_sparse_opts *o, float *x) {
+    *x = -1.0f;
+    if (!o->complete_heads) return 1;
+    if (!o->complete_file) return !cli_error(cmd, "--complete-heads needs --complete FILE");
+    const char *prefix = "entropy>=";
+    if (strncmp(o->complete_heads, prefix, strlen(prefix)) ||
+        !cli_parse_float(cmd, "--complete-heads", o->complete_heads + strlen(prefix), x) || *x < 0)
+        return !cli_error(cmd, "--complete-heads expects entropy>=X with X >= 0, got '%s'", o->complete_heads);
+    return 1;
+}
+
+/* The chat template: --chat-template NAME, else the model's, recognised;
+ * -1 when the model has none (chat requests are refused then). */
+static int chat_template(const char *cmd, const subq_model *m, const char *name, int *out) {
+    if (name) {
+        if ((*out = chat_template_from_name(name)) < 0)
+            return !cli_error(cmd, "unknown chat template '%s' (%s)", name, chat_template_names());
+        return 1;
+    }
+    size_t len = 0;
+    char probe[1];
+    *out = -1;
+    if (subq_model_meta(m, "tokenizer.chat_template", probe, sizeof probe, &len, NULL)) return 1;
+    char *text = malloc(len + 1);
+    if (!text) return !cli_error(cmd, "out of memory");
+    subq_model_meta(m, "tokenizer.chat_template", text, len + 1, &len, NULL);
+    *out = chat_template_detect(text);
+    if (*out < 0) {
+        for (char *p = text; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        cli_error(cmd, "the model's chat template is not one this server knows ('%.60s...'); give --chat-template "
+                  "NAME (%s)", text, chat_template_names());
+    }
+    free(text);
+    return *out >= 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *cmd = "serve", *v;
+    cli_model_opts mo = {0};
+    cli_sparse_opts so;
+    cli_sparse_init(&so);
+    serve_http_config hc = {.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20, .max_connections = 64};
+    const char *template_name = NULL;
+    int n_slots = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
+        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
+        if (r < 0) return 1;
+        if (r > 0) continue;
+        int bytes = 0;
+        if (cli_is_help(a)) {
+            fputs(help, stdout);
+            return 0;
+        } else if (!strcmp(a, "--host")) {
+            if (!(hc.host = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--port")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 65535, &hc.port)) return 1;
+        } else if (!strcmp(a, "--slots")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 256, &n_slots)) return 1;
+        } else if (!strcmp(a, "--api-key")) {
+            if (!(hc.api_key = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--chat-template")) {
+            if (!(template_name = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--max-body")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1024, 1 << 30, &bytes)) return 1;
+            hc.max_body = (size_t)bytes;
+        } else if (!strcmp(a, "--max-connections")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 4096, &hc.max_connections))
+                return 1;
+        } else {
+            return cli_error(cmd, "unknown option '%s' (see subq serve --help)", a);
+        }
+    }
+    if (!mo.model) return cli_error(cmd, "no model given; use -m FILE.gguf");
+    if (hc.api_key && !*hc.api_key) return cli_error(cmd, "--api-key must not be empty");
+    if (so.search_file && so.random_search) return cli_error(cmd, "give either --search FILE or --random-search D, not both");
+    /* the model's name as clients see it: the file name without .gguf, as llama-server does */
+    const char *base = strrchr(mo.model, '/') ? strrchr(mo.model, '/') + 1 : mo.model;
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)(strlen(base) > 5 && !strcmp(base + strlen(base) - 5, ".gguf")
+                                                  ? strlen(base) - 5 : strlen(base)), base);
+    serve_config cfg = {.model_name = name, .n_slots = n_slots, .ctx = subq_context_default_params()};
+    cfg.ctx.n_ctx = mo.n_ctx;
+    cfg.ctx.n_threads = mo.n_threads;
+    cfg.ctx.kv_type = mo.kv_type;
+    cfg.sparse = so.enabled;
+    cfg.plan = public_plan(&so);
+    if (!complete_threshold(cmd, &so, &cfg.plan.complete_min_entropy)) return 1;
+
+    /* signals go to sigwait below, not to the threads started from here on */
+    sigset_t stop, block;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    block = stop;
+    sigaddset(&block, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &block, NULL);
+
+    subq_error err = {0};
+    subq_model *m = NULL;
+    subq_search *search = NULL;
+    subq_complete *complete = NULL;
+    serve_engine *e = NULL;
+    serve_http *h = NULL;
+    int rc = 1, port = 0;
+    if (subq_model_load(mo.model, &m, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    if ((so.search_file && subq_search_load(so.search_file, m, &search, &err)) ||
+        (so.random_search && subq_search_random(m, so.plan.sparse_layers, so.random_search, 1, &search, &err)) ||
+        (so.complete_file && subq_complete_load(so.complete_file, m, &complete, &err))) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    cfg.search = search;
+    cfg.complete = complete;
+    if (!chat_template(cmd, m, template_name, &cfg.chat_template)) goto done;
+    if (serve_engine_new(m, &cfg, &e, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    if (serve_http_start(e, &hc, &h, &port, &err)) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    fprintf(stderr, "subq serve: listening on http://%s%s%s:%d (model %s, %d slot%s, %s attention, chat template %s)\n",
+            strchr(hc.host, ':') ? "[" : "", hc.host, strchr(hc.host, ':') ? "]" : "", port,
+            serve_engine_model_name(e), n_slots, n_slots == 1 ? "" : "s",
+            cfg.sparse ? subq_selector_name(cfg.plan.selector) : "full",
+            cfg.chat_template >= 0 ? chat_template_name((chat_tmpl)cfg.chat_template) : "none");
+    fflush(stderr);
+    int sig = 0;
+    sigwait(&stop, &sig);
+    fprintf(stderr, "subq serve: %s, shutting down\n", sig == SIGINT ? "interrupted" : "terminated");
+    rc = 0;
+done:
+    if (e) serve_engine_stop(e); /* every request ends, so the connection threads can */
+    serve_http_stop(h);
+    serve_engine_free(e);
+    subq_complete_free(complete);
+    subq_search_free(search);
+    subq_model_free(m);
+    return rc;
+}
