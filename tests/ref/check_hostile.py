@@ -29,6 +29,9 @@ rc.require_numpy()
 from gguf_edit import GGUFEdit, encode  # noqa: E402
 from llama_ref import LlamaRef  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
+from serve_util import Server  # noqa: E402
+
 SPACE, NOT_SPACE = "\u2581".encode(), "\u2582".encode()
 
 
@@ -115,6 +118,24 @@ def main():
         rel = abs(got["ppl"] - ref_ppl["ppl"]) / ref_ppl["ppl"]
         ck.check("perplexity equals the reference", rel < 1e-4,
                  "subq %.6f ref %.6f rel %.1e" % (got["ppl"], ref_ppl["ppl"], rel))
+
+    # subq serve: the prompt is tokenized whole (it once refused, or overran,
+    # more ids than bytes) and the reply is JSON whatever bytes the pieces are
+    # (byte tokens may split a character between two steps).
+    srv = Server(["-m", nos, "-c", "256", "-t", "1"], name="hostile_serve")
+    for stream in (False, True):
+        body = {"prompt": prompt, "max_tokens": 24, "temperature": 0}
+        if stream:
+            st, events, done = srv.stream("/v1/completions", dict(body, stream=True))
+            ck.check("serve streams the reply", st == 200 and done, "status %s" % st)
+        else:
+            st, reply = srv.request("POST", "/v1/completions", body)
+            ok = st == 200 and isinstance(reply, dict)
+            ck.check("serve counts the reference's prompt tokens",
+                     ok and reply["usage"]["prompt_tokens"] == len(ref.tok.encode(prompt, add_bos=True)),
+                     "status %s: %r" % (st, reply if not ok else reply["usage"]))
+    code, log = srv.stop()
+    ck.check("serve exits cleanly", code == 0, log[-300:])
 
     code, out, err = run(["train-search", "-m", nos, text_path, "--seq", "64", "--steps", "1", "--eval-every", "0",
                           "--d-search", "8", "--layers", "2", "--reserve", "none", "-t", "1",
