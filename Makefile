@@ -29,21 +29,18 @@ test: build build-san
 demo: build
 	@./build/subq generate -m $(MODEL) -p "Once upon a time" -n 200 --temp 0.8 -s 42
 
+# Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each, from its seed
+# corpus tests/fuzz/corpus/NAME (read-only; new inputs go to build-fuzz/corpus/NAME).
+FUZZERS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 fuzz: deps
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSUBQ_FUZZ=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_gguf fuzz_hparams fuzz_tokenizer
-	@mkdir -p build-fuzz/corpus-gguf build-fuzz/corpus-tok
-	@cp $(MODEL) build-fuzz/corpus-gguf/ 2>/dev/null || true
-	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) -max_len=65536 build-fuzz/corpus-gguf
-	@/usr/bin/python3 tests/fuzz/seed_hparams.py build-fuzz/corpus-hparams
-	@./build-fuzz/fuzz_hparams -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build-fuzz/corpus-hparams
-	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-tok
-	@cmake --build build-fuzz -j $(JOBS) --target fuzz_serve_request fuzz_session
-	@mkdir -p build-fuzz/corpus-request build-fuzz/corpus-session
-	@echo '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop":["x"],"seed":1,"subq":{"select":"window","topk":8}}' > build-fuzz/corpus-request/seed.json
-	@[ ! -x build/subq ] || ./build/subq generate -m $(MODEL) -p "Once upon a time" -n 1 -c 128 --prompt-cache build-fuzz/corpus-session/seed.gguf >/dev/null 2>&1 || true
-	@./build-fuzz/fuzz_serve_request -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-request
-	@SUBQ_SHARED=$(SHARED) ./build-fuzz/fuzz_session -max_total_time=$(FUZZ_SECONDS) -max_len=262144 build-fuzz/corpus-session
+	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
+	@for f in $(FUZZERS); do \
+	  echo "== $$f: $(FUZZ_SECONDS) s =="; \
+	  mkdir -p build-fuzz/corpus/$$f tests/fuzz/corpus/$$f; \
+	  SUBQ_SHARED=$(SHARED) SUBQ_TMP=$(abspath build-fuzz) ./build-fuzz/$$f -max_total_time=$(FUZZ_SECONDS) \
+	    -timeout=30 -artifact_prefix=build-fuzz/ -print_final_stats=1 build-fuzz/corpus/$$f tests/fuzz/corpus/$$f || exit 1; \
+	done
 
 clean:
 	rm -rf build build-san build-fuzz

@@ -85,9 +85,12 @@ subq_status subq_model_meta(const subq_model *m, const char *key, char *buf, siz
 
 /* ---- tokenizer (owned by the model) --------------------------------- */
 
-/* Encode UTF-8 text. `add_bos` prepends BOS. Writes at most `cap` ids into
- * `out`; *n_out receives the full count (call again with a bigger buffer
- * when *n_out > cap). */
+/* Encode UTF-8 text. `add_bos` prepends BOS. Never writes past out[cap - 1].
+ * When the ids do not fit: SUBQ_ERR_RANGE with *n_out = the count the text
+ * needs (out then holds nothing usable; call again with that many), as
+ * llama.cpp's llama_tokenize reports -n. The count is not bounded by the text
+ * length (a vocabulary without U+2581 spends three tokens on a space); a
+ * count-only call passes out = NULL, cap = 0. */
 subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int add_bos,
                           int32_t *out, size_t cap, size_t *n_out, subq_error *err);
 
@@ -100,10 +103,13 @@ subq_status subq_tokenize_special(const subq_model *m, const char *text, size_t 
                                   int32_t *out, size_t cap, size_t *n_out, subq_error *err);
 
 /* Raw bytes of one token as it appears in text (byte tokens give one byte,
- * U+2581 becomes a space). Returns the byte count written (<= cap), or -1
- * for an out-of-range id. `prev` is the token before it (-1 for none):
- * the SentencePiece leading space after BOS is dropped. */
-int subq_token_to_piece(const subq_model *m, int32_t prev, int32_t tok, char *buf, size_t cap);
+ * U+2581 becomes a space; no NUL is added). `prev` is the token before it
+ * (-1 for none): the SentencePiece leading space after BOS is dropped.
+ * *n_out gets the piece's length; when it exceeds cap nothing is written and
+ * the result is SUBQ_ERR_RANGE (as subq_tokenize). An id outside the
+ * vocabulary is SUBQ_ERR_ARG. */
+subq_status subq_token_to_piece(const subq_model *m, int32_t prev, int32_t tok, char *buf, size_t cap,
+                                size_t *n_out, subq_error *err);
 
 /* ---- inference context ---------------------------------------------- */
 

@@ -1,17 +1,21 @@
 /* GGUF reader/writer tests: writer -> reader round trips, hand-built files
  * with every value type, stories260K, every truncation, targeted corruptions
- * and seeded random mutations. Prints "N passed, M failed" last. */
+ * and seeded random mutations, FIFOs, temporary files of killed writers.
+ * Prints "N passed, M failed" last. */
 #include "gguf/gguf.h"
+#include "base/atomic_file.h"
 #include "quant/types.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -263,6 +267,7 @@ static void test_writer_roundtrip(uint32_t custom_align) {
     CHECK(gguf_writer_set_u64(w, "general.alignment", 64) == SUBQ_ERR_ARG, "u64 alignment refused");
     CHECK(gguf_writer_set_u32(w, "general.alignment", 3) == SUBQ_ERR_ARG, "alignment 3 refused");
     CHECK(gguf_writer_set_u32(w, "general.alignment", 0) == SUBQ_ERR_ARG, "alignment 0 refused");
+    CHECK(gguf_writer_set_u32(w, "general.alignment", 4) == SUBQ_ERR_ARG, "alignment 4 refused (spec: multiple of 8)");
     CHECK(gguf_writer_set_arr(w, "a.bad", GGUF_TYPE_STRING, a_u8, 1) == SUBQ_ERR_ARG,
           "set_arr of strings refused");
 
@@ -346,7 +351,7 @@ static void test_writer_roundtrip(uint32_t custom_align) {
     CHECK(s == SUBQ_OK, "rewrite %s: %s", path, e.msg);
     {
         char tp[80];
-        snprintf(tp, sizeof tp, "%s.tmp.", prefix);
+        snprintf(tp, sizeof tp, "%s.subq-tmp.", prefix);
         CHECK(count_prefix(dir, tp) == 0, "temp file left behind in %s", dir);
     }
     gguf_writer_free(w);
@@ -531,7 +536,7 @@ static void test_writer_errors(void) {
     mkdir(path, 0755);
     CHECK(gguf_writer_write(w, path, &e) == SUBQ_ERR_IO && strstr(e.msg, path),
           "write over a directory -> IO: '%s'", e.msg);
-    snprintf(tp, sizeof tp, "gguf_is_a_dir.tmp.");
+    snprintf(tp, sizeof tp, "gguf_is_a_dir.subq-tmp.");
     CHECK(count_prefix(dir, tp) == 0, "temp file not removed after a failed rename");
     rmdir(path);
 
@@ -1049,6 +1054,16 @@ static void test_corruptions(void) {
     expect_fail("alignment 0", m, b.n, SUBQ_ERR_FORMAT, "general.alignment");
     RESET(); patch32(m, lo.align_val, 3);
     expect_fail("alignment 3", m, b.n, SUBQ_ERR_FORMAT, "power of two");
+    /* Powers of two below the spec's multiple of 8: tensor data could sit at
+     * addresses f32 loads may not use. */
+    for (uint32_t a = 1; a <= 4; a *= 2) {
+        RESET(); patch32(m, lo.align_val, a);
+        expect_fail("alignment 1, 2 or 4", m, b.n, SUBQ_ERR_FORMAT, ">= 8");
+    }
+    RESET(); patch32(m, lo.align_val, 8);
+    CHECK(gguf_open_memory(m, b.n, &f, &e) == SUBQ_OK && f->alignment == 8, "alignment 8 opens: %s", e.msg);
+    gguf_close(f);
+    f = NULL;
     RESET(); patch32(m, lo.align_val, 128);
     expect_fail("alignment 128, offsets at 64", m, b.n, SUBQ_ERR_FORMAT, "alignment");
     RESET(); patch32(m, lo.align_val, 0x80000000u);
@@ -1142,6 +1157,16 @@ static void test_files(const uint8_t *stories, size_t size) {
           "empty file -> FORMAT: '%s'", e.msg);
     unlink(path);
     CHECK(gguf_open(dir, &f, &e) == SUBQ_ERR_IO, "directory -> IO: '%s'", e.msg);
+    /* A FIFO: opening it for reading would wait for a writer forever. The
+     * alarm turns a hang into a failure. */
+    snprintf(path, sizeof path, "%s/test_gguf.fifo", dir);
+    unlink(path);
+    CHECK(mkfifo(path, 0644) == 0, "mkfifo %s: %s", path, strerror(errno));
+    alarm(20);
+    CHECK(gguf_open(path, &f, &e) == SUBQ_ERR_IO && f == NULL && strstr(e.msg, "not a regular file"),
+          "FIFO -> IO without blocking: '%s'", e.msg);
+    alarm(0);
+    unlink(path);
     if (stories) {
         snprintf(path, sizeof path, "%s/stories-truncated.gguf", dir);
         write_file(path, stories, 300000);
@@ -1157,6 +1182,72 @@ static void test_files(const uint8_t *stories, size_t size) {
     }
     gguf_close(NULL);
     CHECK(gguf_open(NULL, &f, &e) == SUBQ_ERR_ARG, "NULL path");
+}
+
+/* ---- 6. temporary files of killed writers ------------------------------ */
+
+static void write_small(const char *path, subq_status want, const char *label) {
+    subq_error e = {0};
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "llama");
+    CHECK(gguf_writer_write(w, path, &e) == want, "%s: %s", label, e.msg);
+    gguf_writer_free(w);
+}
+
+static void test_stale_temps(void) {
+    const char *dir = tmp_dir();
+    char path[512], tp[128], stale[600];
+    snprintf(path, sizeof path, "%s/stale_test.gguf", dir);
+    snprintf(tp, sizeof tp, "stale_test.gguf.subq-tmp.");
+
+    /* A writer killed with SIGKILL between creating its temporary file and
+     * the rename (a real process, killed for real). */
+    pid_t pid = fork();
+    if (pid == 0) {
+        atomic_file af;
+        subq_error e;
+        if (atomic_file_open(&af, path, &e) == SUBQ_OK) {
+            fputs("partial", af.fp);
+            fflush(af.fp);
+        }
+        raise(SIGKILL);
+        _exit(3);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+          "child writer killed");
+    CHECK(count_prefix(dir, tp) == 1, "the killed writer left its temporary file");
+    write_small(path, SUBQ_OK, "write after a killed writer");
+    CHECK(count_prefix(dir, tp) == 0, "the next write removed the killed writer's temporary file");
+
+    /* A live writer (this process holds one open) is left alone, and its
+     * own commit still works afterwards. */
+    atomic_file live;
+    subq_error e = {0};
+    CHECK(atomic_file_open(&live, path, &e) == SUBQ_OK, "open a live writer: %s", e.msg);
+    write_small(path, SUBQ_OK, "write beside a live writer");
+    CHECK(count_prefix(dir, tp) == 1, "a live writer's temporary file is kept");
+    fputs("GGUF", live.fp);
+    CHECK(atomic_file_commit(&live, 0, &e) == SUBQ_OK, "the live writer commits: %s", e.msg);
+    CHECK(count_prefix(dir, tp) == 0, "no temporary file after the commit");
+
+    /* Names that are not ours stay: another length, or a directory. */
+    snprintf(stale, sizeof stale, "%s/stale_test.gguf.subq-tmp.notours", dir);
+    write_file(stale, "x", 1);
+    write_small(path, SUBQ_OK, "write beside a lookalike");
+    CHECK(access(stale, F_OK) == 0, "a name of another length is kept");
+    unlink(stale);
+    snprintf(stale, sizeof stale, "%s/stale_test.gguf.subq-tmp.ADIR00", dir);
+    mkdir(stale, 0755);
+    write_small(path, SUBQ_OK, "write beside a directory named like a temporary file");
+    CHECK(access(stale, F_OK) == 0, "a directory is kept");
+    rmdir(stale);
+
+    /* Aborted writes remove their file. */
+    CHECK(atomic_file_open(&live, path, &e) == SUBQ_OK, "open: %s", e.msg);
+    atomic_file_abort(&live);
+    CHECK(count_prefix(dir, tp) == 0, "abort removes the temporary file");
+    unlink(path);
 }
 
 int main(void) {
@@ -1180,6 +1271,7 @@ int main(void) {
     test_corruptions();
     test_mutations(stories, ssize);
     test_files(stories, ssize);
+    test_stale_temps();
     free(stories);
 
     printf("%d passed, %d failed\n", g_pass, g_fail);

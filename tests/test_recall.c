@@ -30,8 +30,9 @@ static void detok(const subq_model *m, const int32_t *t, int from, int to, char 
     size_t n = 0;
     for (int i = from; i < to; i++) {
         char piece[64];
-        int len = subq_token_to_piece(m, i ? t[i - 1] : -1, t[i], piece, sizeof piece);
-        for (int b = 0; b < len && b < (int)sizeof piece && n + 1 < cap; b++) buf[n++] = piece[b];
+        size_t len = 0;
+        if (subq_token_to_piece(m, i ? t[i - 1] : -1, t[i], piece, sizeof piece, &len, NULL) != SUBQ_OK) len = 0;
+        for (size_t b = 0; b < len && n + 1 < cap; b++) buf[n++] = piece[b];
     }
     buf[n] = '\0';
 }

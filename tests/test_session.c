@@ -218,9 +218,11 @@ static void test_special(void) {
     subq_tokenize(model, "there", 5, 0, there, 16, &nt, &err);
     CHECK(na == nh + 1 + nt && !memcmp(a, hi, nh * 4) && a[nh] == info.bos_id && !memcmp(a + nh + 1, there, nt * 4),
           "split encoding");
-    /* the count is exact with a short buffer too */
+    /* a short buffer: SUBQ_ERR_RANGE with the exact count, nothing past it */
     size_t n2 = 0;
-    CHECK(subq_tokenize_special(model, text, strlen(text), 1, a, 2, &n2, &err) == SUBQ_OK && n2 == na + 1,
+    int32_t few[3] = {-7, -7, -7};
+    CHECK(subq_tokenize_special(model, text, strlen(text), 1, few, 2, &n2, &err) == SUBQ_ERR_RANGE && n2 == na + 1 &&
+              few[2] == -7,
           "count with a short buffer: %zu", n2);
 }
 

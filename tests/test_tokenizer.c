@@ -62,15 +62,16 @@ static char *read_file(const char *path, size_t *len) {
 
 static bool one_line(const subq_error *e) { return e->msg[0] && !strchr(e->msg, '\n'); }
 
-/* Encode (buffer sized by a first counting call), decode, compare. */
+/* Encode (into an array of exactly the right size), encode again into that
+ * array, decode, compare. */
 static bool roundtrip(const tokenizer *t, const char *s, size_t len, bool add_bos) {
     subq_error err = {0};
     size_t n = 0;
-    if (tokenizer_encode(t, s, len, add_bos, NULL, 0, &n, &err) != SUBQ_OK) {
+    int32_t *ids = NULL;
+    if (tokenizer_encode_alloc(t, s, len, add_bos, false, &ids, &n, &err) != SUBQ_OK) {
         fprintf(stderr, "  encode failed: %s\n", err.msg);
         return false;
     }
-    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
     size_t n2 = 0;
     bool ok = tokenizer_encode(t, s, len, add_bos, ids, n, &n2, &err) == SUBQ_OK && n2 == n;
     char *dec = NULL;
@@ -241,7 +242,7 @@ static size_t random_text(uint64_t *rng, const char *const *alpha, int n_alpha, 
 
 static void compare_with_reference(const tokenizer *t, const ref_vocab *v, const char *const *alpha,
                                    int n_alpha, int n_strings, size_t max_elems, uint64_t seed,
-                                   const char *what) {
+                                   const char *what, bool check_roundtrip) {
     uint64_t rng = rng_seed(seed);
     static char buf[2048];
     static int32_t got[2048], want[2048];
@@ -261,7 +262,7 @@ static void compare_with_reference(const tokenizer *t, const ref_vocab *v, const
             for (size_t i = 0; i < nw; i++) fprintf(stderr, " %d", want[i]);
             fputc('\n', stderr);
         }
-        if (same && !roundtrip(t, buf, len, bos)) {
+        if (same && check_roundtrip && !roundtrip(t, buf, len, bos)) {
             if (bad++ < 5) fprintf(stderr, "  %s round trip failed on \"%s\"\n", what, buf);
         }
     }
@@ -443,18 +444,20 @@ static void test_edge_cases(const tokenizer *t) {
               "invalid UTF-8 case %zu: status %d, message '%s' (want '%s')", i, (int)st, e.msg, want);
     }
 
-    /* cap smaller than the count: full count reported, nothing written past cap. */
+    /* cap smaller than the count: SUBQ_ERR_RANGE with the count needed,
+     * nothing written past cap. */
     const char *s = "Once upon a time, there was a little girl.";
     size_t full = 0;
-    CHECK(tokenizer_encode(t, s, strlen(s), true, NULL, 0, &full, &err) == SUBQ_OK && full > 4,
-          "count-only call");
+    CHECK(tokenizer_encode(t, s, strlen(s), true, NULL, 0, &full, &err) == SUBQ_ERR_RANGE && full > 4 &&
+              one_line(&err),
+          "count-only call: SUBQ_ERR_RANGE and the count");
     int32_t all[64], part[8];
     for (int i = 0; i < 8; i++) part[i] = -7;
-    tokenizer_encode(t, s, strlen(s), true, all, 64, &n, &err);
-    CHECK(tokenizer_encode(t, s, strlen(s), true, part, 3, &n, &err) == SUBQ_OK && n == full,
-          "cap 3: full count %zu", n);
-    CHECK(memcmp(part, all, 3 * sizeof *part) == 0 && part[3] == -7 && part[7] == -7,
-          "cap 3: first 3 ids written, nothing after");
+    CHECK(tokenizer_encode(t, s, strlen(s), true, all, 64, &n, &err) == SUBQ_OK && n == full, "cap 64 fits");
+    CHECK(tokenizer_encode(t, s, strlen(s), true, part, 3, &n, &err) == SUBQ_ERR_RANGE && n == full,
+          "cap 3: SUBQ_ERR_RANGE, count %zu of %zu", n, full);
+    CHECK(part[3] == -7 && part[7] == -7, "cap 3: nothing written past the buffer");
+    CHECK(tokenizer_encode(t, s, strlen(s), true, all, full, &n, &err) == SUBQ_OK && n == full, "exact cap");
 
     /* token_to_piece bounds and truncation. */
     char buf[16];
@@ -664,7 +667,7 @@ static void test_ties(void) {
         ref_vocab rv;
         CHECK(ref_load(f, &rv), "tie vocab reference");
         static const char *const alpha[] = {"a", "b", " ", "a", "b", "c"};
-        compare_with_reference(t, &rv, alpha, 6, 3000, 24, 7, "tie vocabulary");
+        compare_with_reference(t, &rv, alpha, 6, 3000, 24, 7, "tie vocabulary", true);
         /* "aaab": the CONTROL token must not appear. */
         int32_t ids[16];
         size_t n = 0;
@@ -676,6 +679,140 @@ static void test_ties(void) {
     }
     tokenizer_free(t);
     gguf_close(f);
+}
+
+/* ---- a vocabulary without U+2581 ----------------------------------------- */
+
+/* stories260K with every U+2581 in the token texts turned into U+2582: the
+ * escaped space then matches no token and falls back to the three byte
+ * tokens <0xE2><0x96><0x81>, so a text needs more ids than it has bytes
+ * (tokenize, perplexity, generate and the training corpus once read past
+ * buffers sized one id per byte). Writes the whole model (weights too) so
+ * the public API can load it. */
+static bool write_no_space_model(const gguf_file *f, const char *path) {
+    const gguf_value *toks = NULL;
+    subq_error err = {0};
+    if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks, &err) != SUBQ_OK) return false;
+    uint64_t n = toks->v.arr.n;
+    char **texts = calloc(n, sizeof *texts);
+    bool ok = texts != NULL;
+    for (uint64_t i = 0; ok && i < n; i++) {
+        gguf_str str = toks->v.arr.items[i].v.str;
+        if (!(texts[i] = malloc(str.len + 1))) {
+            ok = false;
+            break;
+        }
+        memcpy(texts[i], str.data, str.len);
+        texts[i][str.len] = '\0';
+        for (char *p = texts[i]; (p = strstr(p, "\xE2\x96\x81")) != NULL; p += 3) p[2] = '\x82';
+    }
+    gguf_writer *w = ok ? gguf_writer_new() : NULL;
+    ok = w && gguf_writer_copy_kvs(w, f) == SUBQ_OK &&
+         gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)texts, n) == SUBQ_OK;
+    for (uint64_t i = 0; ok && i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        ok = gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->n_bytes, 0, &err) == SUBQ_OK;
+    }
+    if (ok) ok = gguf_writer_write(w, path, &err) == SUBQ_OK;
+    if (!ok) fprintf(stderr, "  writing %s: %s\n", path, err.msg);
+    gguf_writer_free(w);
+    for (uint64_t i = 0; texts && i < n; i++) free(texts[i]);
+    free(texts);
+    return ok;
+}
+
+static void test_no_space_piece(const gguf_file *orig) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/test_tokenizer_no_u2581.gguf", tmp_dir());
+    CHECK(write_no_space_model(orig, path), "write the vocabulary without U+2581");
+    gguf_file *f = NULL;
+    tokenizer *t = NULL;
+    subq_error err = {0};
+    if (gguf_open(path, &f, &err) != SUBQ_OK || tokenizer_from_gguf(f, &t, &err) != SUBQ_OK) {
+        CHECK(0, "open %s: %s", path, err.msg);
+        gguf_close(f);
+        return;
+    }
+    ref_vocab rv;
+    CHECK(ref_load(f, &rv), "reference vocabulary without U+2581");
+
+    /* Twenty spaces: 3 ids each plus the space prefix, far more ids than bytes. */
+    const char *text = "a b c d e f g h i j k l m n o p q r s t u";
+    const size_t len = strlen(text);
+    int32_t want[256];
+    size_t nw = ref_encode(&rv, text, len, true, want);
+    CHECK(nw > len + 2, "the reference needs %zu ids for %zu bytes", nw, len);
+    int b_e2 = -1;
+    for (int i = 0; i < rv.n; i++)
+        if (rv.len[i] == 6 && memcmp(rv.s[i], "<0xE2>", 6) == 0) b_e2 = i;
+    size_t n_e2 = 0;
+    for (size_t i = 0; i < nw; i++) n_e2 += want[i] == b_e2;
+    CHECK(b_e2 >= 0 && n_e2 == 21, "each space and the prefix become <0xE2><0x96><0x81> (%zu of 21)", n_e2);
+
+    /* The old callers' buffer (one id per byte plus BOS), exactly sized on
+     * the heap so ASan sees any write or read past it. */
+    int32_t *ids = malloc((len + 2) * sizeof *ids);
+    size_t n = 0;
+    subq_status st = tokenizer_encode(t, text, len, true, ids, len + 2, &n, &err);
+    CHECK(st == SUBQ_ERR_RANGE && n == nw && one_line(&err),
+          "one id per byte does not fit: status %d, count %zu (want %zu), '%s'", (int)st, n, nw, err.msg);
+    free(ids);
+    ids = NULL;
+    st = tokenizer_encode_alloc(t, text, len, true, false, &ids, &n, &err);
+    CHECK(st == SUBQ_OK && n == nw && memcmp(ids, want, nw * sizeof *ids) == 0,
+          "encode_alloc gives the reference ids (%zu of %zu): %s", n, nw, err.msg);
+    free(ids);
+    /* Byte tokens decode to their bytes (as in llama.cpp): the escaped
+     * spaces come back as U+2581, the prefix included. */
+    char *dec = NULL;
+    size_t dlen = 0;
+    CHECK(tokenizer_decode(t, want, nw, &dec, &dlen, &err) == SUBQ_OK && dlen == len + 3 + 2 * 20 &&
+              memcmp(dec, "\xE2\x96\x81" "a\xE2\x96\x81" "b", 8) == 0,
+          "decode gives U+2581 for each space");
+    free(dec);
+
+    static const char *const alpha[] = {"a", "b", "e", "t", "o", " ", " ", " ", "  ", ".", "\n", "the", " Lily",
+                                        "\xC3\xA9", "\xE4\xB8\xAD"};
+    compare_with_reference(t, &rv, alpha, (int)(sizeof alpha / sizeof alpha[0]), 500, 200, 44, "no U+2581", false);
+    const int32_t lily = ref_lookup(&rv, "\xE2\x96\x82Lily", 7); /* was "\u2581Lily" */
+    CHECK(lily >= 0, "U+2582Lily is a token");
+    ref_free(&rv);
+    tokenizer_free(t);
+    gguf_close(f);
+
+    /* The public API: subq_tokenize never writes past cap and reports the
+     * count needed; subq_token_to_piece likewise. */
+    subq_model *m = NULL;
+    if (subq_model_load(path, &m, &err) != SUBQ_OK) {
+        CHECK(0, "subq_model_load(%s): %s", path, err.msg);
+        unlink(path);
+        return;
+    }
+    ids = malloc((len + 3) * sizeof *ids);
+    for (size_t i = 0; i < len + 3; i++) ids[i] = -7;
+    st = subq_tokenize(m, text, len, 1, ids, len + 2, &n, &err);
+    CHECK(st == SUBQ_ERR_RANGE && n == nw && ids[len + 2] == -7, "subq_tokenize: SUBQ_ERR_RANGE, %zu needed, guard intact", n);
+    st = subq_tokenize(m, text, len, 1, NULL, 0, &n, &err);
+    CHECK(st == SUBQ_ERR_RANGE && n == nw, "subq_tokenize count-only call: %zu", n);
+    free(ids);
+    ids = malloc(nw * sizeof *ids);
+    CHECK(subq_tokenize(m, text, len, 1, ids, nw, &n, &err) == SUBQ_OK && n == nw &&
+              memcmp(ids, want, nw * sizeof *ids) == 0,
+          "subq_tokenize with the count it asked for: the reference ids");
+    free(ids);
+    char piece[8] = {'Z', 'Z', 'Z', 'Z', 'Z', 'Z', 'Z', 'Z'};
+    st = subq_token_to_piece(m, 100, lily, piece, 2, &n, &err);
+    CHECK(st == SUBQ_ERR_RANGE && n == 7 && piece[0] == 'Z', "piece longer than cap: SUBQ_ERR_RANGE, 7 needed, nothing written");
+    st = subq_token_to_piece(m, 100, lily, piece, 6, &n, &err);
+    CHECK(st == SUBQ_ERR_RANGE && n == 7 && piece[0] == 'Z', "cap 6 < 7: nothing written");
+    st = subq_token_to_piece(m, 100, lily, piece, 7, &n, &err);
+    CHECK(st == SUBQ_OK && n == 7 && memcmp(piece, "\xE2\x96\x82Lily", 7) == 0 && piece[7] == 'Z',
+          "piece of U+2582Lily fits in 7 bytes");
+    char p5[5];
+    st = subq_token_to_piece(m, -1, 1 << 30, p5, 5, &n, &err);
+    CHECK(st == SUBQ_ERR_ARG && one_line(&err), "piece of an id outside the vocabulary: SUBQ_ERR_ARG");
+    subq_model_free(m);
+    unlink(path);
 }
 
 int main(void) {
@@ -693,6 +830,7 @@ int main(void) {
     if (t) {
         test_vocab_facts(t);
         test_edge_cases(t);
+        test_no_space_piece(f);
 
         ref_vocab rv;
         bool ok = ref_load(f, &rv);
@@ -707,9 +845,9 @@ int main(void) {
                 " Lily", " was", "ittle",
             };
             compare_with_reference(t, &rv, alpha, (int)(sizeof alpha / sizeof alpha[0]), 4000, 30,
-                                   42, "stories260K");
+                                   42, "stories260K", true);
             compare_with_reference(t, &rv, alpha, (int)(sizeof alpha / sizeof alpha[0]), 300, 300,
-                                   43, "stories260K long strings");
+                                   43, "stories260K long strings", true);
             ref_free(&rv);
         }
         /* Close the file first: the tokenizer must own its strings. */

@@ -35,6 +35,8 @@ static void test_jsonl(void) {
         {"{\"text\": \"bad \\x escape\"}", NULL, 0},
         {"{\"a\": -, \"text\": \"x\"}", NULL, 0},
         {"{\"text\": \"raw\ttab\"}", NULL, 0},
+        {"{\"text\": \"raw \xff\xfe bytes\"}", NULL, 0},  /* JSON text is UTF-8 (found by fuzz_jsonl) */
+        {"{\"text\": \"cut \xc3\"}", NULL, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *out;

@@ -25,6 +25,10 @@ subq_status subq_fail(subq_error *err, subq_status code, const char *fmt, ...) {
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        /* Messages are one line whatever text they quote (a layer list, a
+         * file name, a metadata string). */
+        for (char *c = err->msg; *c; c++)
+            if (*c == '\n' || *c == '\r') *c = ' ';
         err->code = code;
     }
     return code;

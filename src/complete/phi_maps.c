@@ -294,6 +294,10 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
     char gelu[16];
     if (!gguf_get_str(f, "subq.phi.gelu", gelu, sizeof gelu, &e2) && strcmp(gelu, "tanh") != 0)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: GELU variant '%s' is not supported (only \"tanh\")", path, gelu);
+    for (int i = 0; i < 6; i++) /* before the narrowing below, so the message shows the stored value */
+        if (v[i] > (i < 4 ? PHI_MAX_DIM : 4096))
+            return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s = %u is out of range [1, %d]", path, keys[i], v[i],
+                             i < 4 ? PHI_MAX_DIM : 4096);
     phi_dims d = {(int)(v[0] > PHI_MAX_DIM ? 0 : v[0]), (int)(v[1] > PHI_MAX_DIM ? 0 : v[1]),
                   (int)(v[2] > PHI_MAX_DIM ? 0 : v[2]), (int)(v[3] > PHI_MAX_DIM ? 0 : v[3]),
                   (int)(v[4] > 4096 ? 0 : v[4]), (int)(v[5] > 4096 ? 0 : v[5])};
@@ -302,6 +306,10 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
     if (n_layer == 0 || n_layer > 4096 || n_sel == 0 || n_sel > n_layer)
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.phi.layers has %" PRIu64 " entries for a %u-layer model", path,
                          n_sel, n_layer);
+    const uint64_t need = n_sel * (uint64_t)phi_layer_size(&d) * sizeof(float); /* < 2^63: dims are bounded */
+    if (need > gguf_tensor_bytes(f)) /* allocate only what the file can fill */
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: the dimensions need %" PRIu64 " bytes of tensors, the file holds %" PRIu64,
+                         path, need, gguf_tensor_bytes(f));
     int *layers = malloc(n_sel * sizeof(int));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     for (uint64_t i = 0; i < n_sel; i++) {

@@ -62,13 +62,18 @@ subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tok
         s = subq_decode(c, win, n_ctx, logits, 1, err);
         if (s) break;
         /* logits at j predict token j+1 */
-        for (int j = first; j < n_ctx - 1; j++) {
+        for (int j = first; j < n_ctx - 1 && !s; j++) {
             double nll = eval_token_nll(logits + (size_t)j * n_vocab, n_vocab, win[j + 1]);
+            /* NaN or infinite logits (broken or overflowing weights) give no perplexity */
+            if (!isfinite(nll))
+                s = subq_fail(err, SUBQ_ERR_RANGE, "perplexity is not finite: the model's logits at position %d of "
+                              "chunk %d are not finite numbers", j, ch + 1);
             if (nll_out) nll_out[count] = (float)nll;
             nll_sum += nll;
             nll2_sum += nll * nll;
             count++;
         }
+        if (s) break;
         fill_result(res, nll_sum, nll2_sum, count, ch + 1);
         if (cb) cb(user, ch, n_chunks, res);
     }

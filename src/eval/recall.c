@@ -8,7 +8,9 @@
 
 #include "base/error.h"
 #include "base/rng.h"
+#include "model/model.h"
 #include "subq.h"
+#include "tokenize/tokenizer.h"
 
 #define MAX_NEEDLES 8
 #define SNAP_WINDOW 16 /* tokens searched either side of a depth for a word start */
@@ -40,40 +42,28 @@ void subq_recall_prompt_free(subq_recall_prompt *pr) {
     memset(pr, 0, sizeof *pr);
 }
 
-/* Tokens of text (no BOS) into a malloc'd array, growing until it fits. */
+/* Tokens of text (no BOS) into a malloc'd array of the right size. */
 static subq_status tokenize(const subq_model *m, const char *text, size_t len, int32_t **out, int *n,
                             subq_error *err) {
-    size_t cap = len + 16, got = 0;
-    for (;;) {
-        int32_t *t = malloc(cap * sizeof(int32_t));
-        if (!t) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenizing %zu bytes", len);
-        subq_status s = subq_tokenize(m, text, len, 0, t, cap, &got, err);
-        if (got > cap) { /* the encoder reports the count it needs */
-            free(t);
-            cap = got;
-            continue;
-        }
-        if (s) {
-            free(t);
-            return s;
-        }
-        if (got > (size_t)1 << 30) {
-            free(t);
-            return subq_fail(err, SUBQ_ERR_RANGE, "text too long (%zu tokens)", got);
-        }
-        *out = t;
-        *n = (int)got;
-        return SUBQ_OK;
+    size_t got = 0;
+    subq_status s = tokenizer_encode_alloc(m->tok, text, len, false, false, out, &got, err);
+    if (s) return s;
+    if (got > (size_t)1 << 30) {
+        free(*out);
+        *out = NULL;
+        return subq_fail(err, SUBQ_ERR_RANGE, "text too long (%zu tokens)", got);
     }
+    *n = (int)got;
+    return SUBQ_OK;
 }
 
 /* Whether token `tok` following `prev` starts a new word in the text (its
  * bytes begin with a space or follow a newline). */
 static int word_start(const subq_model *m, int32_t prev, int32_t tok) {
     char a[64], b[64];
-    int lb = subq_token_to_piece(m, prev, tok, b, sizeof b);
+    int lb = tokenizer_token_to_piece(m->tok, prev, tok, b, sizeof b);
     if (lb > 0 && (b[0] == ' ' || b[0] == '\n')) return 1;
-    int la = subq_token_to_piece(m, -1, prev, a, sizeof a);
+    int la = tokenizer_token_to_piece(m->tok, -1, prev, a, sizeof a);
     return la > 0 && la <= (int)sizeof a && a[la - 1] == '\n';
 }
 
@@ -179,7 +169,7 @@ subq_status subq_recall_new(const subq_model *m, const subq_recall_params *p, su
     if (!s) s = tokenize(m, "a", 1, &probe, &n_probe, err);
     if (!s) {
         char piece[16];
-        r->spm_space = n_probe > 0 && subq_token_to_piece(m, probe[0], probe[0], piece, sizeof piece) > 0 &&
+        r->spm_space = n_probe > 0 && tokenizer_token_to_piece(m->tok, probe[0], probe[0], piece, sizeof piece) > 0 &&
                        piece[0] == ' ';
     }
     free(probe);
@@ -318,7 +308,7 @@ subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, in
             if (logits[j] > logits[best]) best = j;
         if (best == mi.eos_id) break;
         char piece[128];
-        int len = subq_token_to_piece(m, prev, best, piece, sizeof piece);
+        int len = tokenizer_token_to_piece(m->tok, prev, best, piece, sizeof piece);
         if (len > (int)sizeof piece) len = (int)sizeof piece;
         int newline = 0;
         for (int b = 0; b < len; b++) {

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 
 static const char *palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -35,10 +35,10 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
     if (y1 == y0) y1 = y0 + 1;
     double pad = 0.05 * (y1 - y0);
     y0 -= pad, y1 += pad;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return subq_fail(err, SUBQ_ERR_IO, "cannot write %s", tmp);
+    atomic_file af;
+    subq_status st = atomic_file_open(&af, path, err);
+    if (st) return st;
+    FILE *f = af.fp;
 #define PX(x) (L + ((c->log_x ? log2(x) : (x)) - x0) / (x1 - x0) * (W - L - R))
 #define PY(y) (H - B - ((y) - y0) / (y1 - y0) * (H - T - B))
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
@@ -82,13 +82,5 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
 #undef PX
 #undef PY
     fprintf(f, "</svg>\n");
-    int bad = ferror(f);
-    bad |= fflush(f) != 0;
-    bad |= fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return subq_fail(err, SUBQ_ERR_IO, "cannot write %s", path);
-    }
-    return SUBQ_OK;
+    return atomic_file_commit(&af, 0, err);
 }

@@ -451,9 +451,12 @@ static subq_status parse_kvs(rd *r, gguf_file *f) {
             return rd_fail(r, SUBQ_ERR_FORMAT, "general.alignment has type %s, expected uint32",
                            gguf_type_name(al->value.type));
         uint64_t v = al->value.v.u64;
-        if (v == 0 || (v & (v - 1)) != 0)
+        /* The GGUF spec asks for a multiple of 8; a power of two keeps the
+         * rounding exact. Smaller alignments would put f32 and f16 tensor
+         * data at addresses the kernels may not load from. */
+        if (v < 8 || (v & (v - 1)) != 0)
             return rd_fail(r, SUBQ_ERR_FORMAT,
-                           "general.alignment is %" PRIu64 ", expected a power of two", v);
+                           "general.alignment is %" PRIu64 ", expected a power of two >= 8", v);
         f->alignment = v;
     }
     return SUBQ_OK;
@@ -643,7 +646,10 @@ subq_status gguf_open(const char *path, gguf_file **out, subq_error *err) {
     if (!path) return subq_fail(err, SUBQ_ERR_ARG, "gguf_open: path is NULL");
     sanitize(nm, sizeof nm, path, strlen(path));
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer forever;
+     * this way it opens at once and the regular-file check below refuses it
+     * (the flag changes nothing for a regular file, which is only mapped). */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return subq_fail(err, SUBQ_ERR_IO, "%s: cannot open: %s", nm, strerror(errno));
     if (fstat(fd, &st) != 0) {
         int e = errno;
@@ -692,6 +698,12 @@ void gguf_close(gguf_file *f) {
 }
 
 /* ---- lookups and getters ---------------------------------------------- */
+
+uint64_t gguf_tensor_bytes(const gguf_file *f) {
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < f->n_tensors; i++) n += f->tensors[i].n_bytes;
+    return n;
+}
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key) {
     size_t n;

@@ -100,6 +100,9 @@ subq_status gguf_open(const char *path, gguf_file **out, subq_error *err);
 subq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, subq_error *err);
 void gguf_close(gguf_file *f);
 
+/* Sum of the sizes of all tensors. */
+uint64_t gguf_tensor_bytes(const gguf_file *f);
+
 /* Lookups: NULL when absent. `key`/`name` are NUL-terminated. */
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
@@ -157,7 +160,8 @@ subq_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t ty
                                    const uint64_t *ne, const void *data, uint64_t n_bytes,
                                    int take_ownership, subq_error *err);
 /* Write version 3 with `general.alignment` alignment (default 32) atomically:
- * path.tmp.<pid>, fsync, rename. */
+ * a temporary file beside path, fsync, rename (see base/atomic_file.h; stale
+ * temporaries of killed writers are removed). */
 subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err);
 
 #endif

@@ -1,20 +1,19 @@
 /* GGUF v3 writer. Metadata is serialised when it is set (so the writer owns
  * no pointers into caller memory except tensor data); gguf_writer_write
- * streams header, kvs, tensor infos, padding and data to path.tmp.<pid>,
- * fsyncs it and renames it over `path`, so readers never see a half-written
- * model. */
+ * streams header, kvs, tensor infos, padding and data to a temporary file
+ * beside `path`, fsyncs it and renames it over `path` (base/atomic_file.h),
+ * so readers never see a half-written model. */
 #include "gguf/gguf.h"
 
+#include "base/atomic_file.h"
 #include "base/error.h"
 #include "quant/types.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF writer copies host values straight into the little-endian file"
@@ -155,8 +154,8 @@ static subq_status writer_set_value(gguf_writer *w, const char *key, const gguf_
     subq_status s;
     if (!w || !key || !key[0] || !v) return SUBQ_ERR_ARG;
     if (strcmp(key, "general.alignment") == 0) {
-        /* The reader requires a uint32 power of two; refuse anything else here. */
-        if (v->type != GGUF_TYPE_UINT32 || v->v.u64 == 0 || (v->v.u64 & (v->v.u64 - 1)) != 0)
+        /* The reader requires a uint32 power of two >= 8; refuse anything else here. */
+        if (v->type != GGUF_TYPE_UINT32 || v->v.u64 < 8 || (v->v.u64 & (v->v.u64 - 1)) != 0)
             return SUBQ_ERR_ARG;
     }
     bb_u32(&b, (uint32_t)v->type);
@@ -405,32 +404,9 @@ static void out_pad(wout *o, uint64_t align) {
     }
 }
 
-/* Make the rename durable; failure here does not undo a complete file. */
-static void fsync_parent_dir(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir;
-    int fd;
-    if (!slash) {
-        dir = strdup(".");
-    } else if (slash == path) {
-        dir = strdup("/");
-    } else {
-        dir = strndup(path, (size_t)(slash - path));
-    }
-    if (!dir) return;
-    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
 subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err) {
     wout o = {0};
-    char *tmp;
-    size_t tmp_cap;
-    int fd;
+    atomic_file af;
     uint64_t off = 0;
     const uint64_t align = w ? w->alignment : GGUF_DEFAULT_ALIGNMENT;
 
@@ -446,25 +422,9 @@ subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err)
         off = (end + align - 1) & ~(align - 1);
     }
 
-    tmp_cap = strlen(path) + 32;
-    tmp = malloc(tmp_cap);
-    if (!tmp) return subq_fail(err, SUBQ_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(tmp, tmp_cap, "%s.tmp.%ld", path, (long)getpid());
-
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int e = errno;
-        free(tmp);
-        return subq_fail(err, SUBQ_ERR_IO, "%s: cannot create temporary file: %s", path, strerror(e));
-    }
-    o.fp = fdopen(fd, "wb");
-    if (!o.fp) {
-        int e = errno;
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return subq_fail(err, SUBQ_ERR_IO, "%s: %s", path, strerror(e));
-    }
+    subq_status s = atomic_file_open(&af, path, err);
+    if (s != SUBQ_OK) return s;
+    o.fp = af.fp;
 
     out_put(&o, "GGUF", 4);
     out_u32(&o, 3);
@@ -500,18 +460,5 @@ subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err)
         }
         out_pad(&o, align);
     }
-
-    errno = 0;
-    if (!o.err && fflush(o.fp) != 0) o.err = errno ? errno : EIO;
-    if (!o.err && fsync(fileno(o.fp)) != 0) o.err = errno;
-    if (fclose(o.fp) != 0 && !o.err) o.err = errno ? errno : EIO;
-    if (!o.err && rename(tmp, path) != 0) o.err = errno;
-    if (o.err) {
-        unlink(tmp);
-        free(tmp);
-        return subq_fail(err, SUBQ_ERR_IO, "%s: cannot write: %s", path, strerror(o.err));
-    }
-    free(tmp);
-    fsync_parent_dir(path);
-    return SUBQ_OK;
+    return atomic_file_commit(&af, o.err, err);
 }

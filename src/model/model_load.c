@@ -206,6 +206,7 @@ subq_status subq_model_load(const char *path, subq_model **out, subq_error *err)
 
 subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t *out,
                           size_t cap, size_t *n_out, subq_error *err) {
+    if (!m) return subq_fail(err, SUBQ_ERR_ARG, "subq_tokenize: model is NULL");
     return tokenizer_encode(m->tok, text, len, add_bos != 0, out, cap, n_out, err);
 }
 
@@ -214,6 +215,18 @@ subq_status subq_tokenize_special(const subq_model *m, const char *text, size_t 
     return tokenizer_encode_special(m->tok, text, len, add_bos != 0, out, cap, n_out, err);
 }
 
-int subq_token_to_piece(const subq_model *m, int32_t prev, int32_t tok, char *buf, size_t cap) {
-    return tokenizer_token_to_piece(m->tok, prev, tok, buf, cap);
+subq_status subq_token_to_piece(const subq_model *m, int32_t prev, int32_t tok, char *buf, size_t cap,
+                                size_t *n_out, subq_error *err) {
+    if (!m || !n_out || (!buf && cap)) return subq_fail(err, SUBQ_ERR_ARG, "subq_token_to_piece: NULL argument");
+    *n_out = 0;
+    int n = tokenizer_token_to_piece(m->tok, prev, tok, NULL, 0);
+    if (n < 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "token id %d is outside the vocabulary of %d", (int)tok,
+                         tokenizer_n_vocab(m->tok));
+    *n_out = (size_t)n;
+    if ((size_t)n > cap)
+        return subq_fail(err, SUBQ_ERR_RANGE, "the piece of token %d is %d bytes, more than the %zu the buffer holds",
+                         (int)tok, n, cap);
+    tokenizer_token_to_piece(m->tok, prev, tok, buf, cap);
+    return SUBQ_OK;
 }

@@ -180,41 +180,45 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
                          path, n_sel, n_layer);
     int *layers = malloc(n_sel * sizeof(int));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    for (uint64_t i = 0; i < n_sel; i++) {
+    subq_status s = SUBQ_OK;
+    for (uint64_t i = 0; i < n_sel && !s; i++) {
         int64_t l = gguf_arr_get_i64(arr, i);
         if (l < 0 || l >= (int64_t)n_layer) {
-            free(layers);
-            return subq_fail(err, SUBQ_ERR_FORMAT, "%s: layer %" PRId64 " in subq.search.layers is outside 0..%u", path,
-                             l, n_layer - 1);
+            s = subq_fail(err, SUBQ_ERR_FORMAT, "%s: layer %" PRId64 " in subq.search.layers is outside 0..%u", path,
+                          l, n_layer - 1);
+            break;
         }
         layers[i] = (int)l;
+        /* The tensors before the allocation: a few hostile bytes must not
+         * make us reserve gigabytes that the checks then refuse. */
+        char names[2][96];
+        search_proj_tensor_names((int)l, names[0], names[1], sizeof names[0]);
+        for (int w = 0; w < 2 && !s; w++) {
+            const gguf_tensor *t = gguf_find_tensor(f, names[w]);
+            if (!t)
+                s = subq_fail(err, SUBQ_ERR_FORMAT, "%s: tensor %s is missing", path, names[w]);
+            else if (t->type != GGML_TYPE_F32)
+                s = subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: tensor %s is not f32 (ggml type %u)", path, names[w],
+                              t->type);
+            else if (t->n_dims != 2 || t->ne[0] != n_embd || t->ne[1] != d_search)
+                s = subq_fail(err, SUBQ_ERR_SHAPE, "%s: tensor %s has shape %" PRIu64 " x %" PRIu64 ", expected %u x %u",
+                              path, names[w], t->ne[0], t->ne[1], n_embd, d_search);
+        }
     }
-    search_proj *p;
-    subq_status s = search_proj_new((int)n_layer, (int)n_embd, (int)d_search, layers, (int)n_sel, fp, &p, &e2);
+    search_proj *p = NULL;
+    if (!s) {
+        s = search_proj_new((int)n_layer, (int)n_embd, (int)d_search, layers, (int)n_sel, fp, &p, &e2);
+        if (s) s = subq_fail(err, s == SUBQ_ERR_NOMEM ? s : SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
+    }
     free(layers);
-    if (s) return subq_fail(err, s == SUBQ_ERR_NOMEM ? s : SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
+    if (s) return s;
     for (int i = 0; i < p->n_sel; i++) {
         int l = p->layers[i];
         char names[2][96];
         search_proj_tensor_names(l, names[0], names[1], sizeof names[0]);
-        for (int w = 0; w < 2; w++) {
-            const gguf_tensor *t = gguf_find_tensor(f, names[w]);
-            if (!t) {
-                search_proj_free(p);
-                return subq_fail(err, SUBQ_ERR_FORMAT, "%s: tensor %s is missing", path, names[w]);
-            }
-            if (t->type != GGML_TYPE_F32) {
-                search_proj_free(p);
-                return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: tensor %s is not f32 (ggml type %u)", path, names[w],
-                                 t->type);
-            }
-            if (t->n_dims != 2 || t->ne[0] != n_embd || t->ne[1] != d_search) {
-                search_proj_free(p);
-                return subq_fail(err, SUBQ_ERR_SHAPE, "%s: tensor %s has shape %" PRIu64 " x %" PRIu64 ", expected %u x %u",
-                                 path, names[w], t->ne[0], t->ne[1], n_embd, d_search);
-            }
-            memcpy(w == 0 ? p->wq[l] : p->wk[l], t->data, (size_t)n_embd * d_search * sizeof(float));
-        }
+        for (int w = 0; w < 2; w++)
+            memcpy(w == 0 ? p->wq[l] : p->wk[l], gguf_find_tensor(f, names[w])->data,
+                   (size_t)n_embd * d_search * sizeof(float));
     }
     *out = p;
     return SUBQ_OK;

@@ -557,29 +557,14 @@ nomem:
     return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
 }
 
-subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
-                             int32_t *out, size_t cap, size_t *n_out, subq_error *err) {
-    if (n_out) *n_out = 0;
-    if (!t || !n_out || (!text && len) || (!out && cap))
-        return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_encode: NULL argument");
-    size_t bad = utf8_validate(text, len);
-    if (bad < len) return subq_fail(err, SUBQ_ERR_TOKENIZE, "invalid UTF-8 at byte %zu", bad);
-
-    size_t count = 0;
-    if (add_bos && t->bos >= 0) {
-        if (count < cap) out[count] = t->bos;
-        count++;
-    }
+/* Append the ids of text[0..len) (valid UTF-8) to out: ids are stored
+ * while *count < cap and *count always advances, so the caller learns how
+ * much room the whole text needs. */
+static subq_status encode_append(const tokenizer *t, const char *text, size_t len, int32_t *out, size_t cap,
+                                 size_t *count, subq_error *err) {
     /* Empty text gives no tokens (not even the space prefix), as in llama.cpp. */
-    if (len == 0) {
-        *n_out = count;
-        return SUBQ_OK;
-    }
-    if (t->kind == TOKENIZER_BPE) {
-        subq_status bst = bpe_encode(t->bpe, text, len, out, cap, &count, err);
-        if (bst == SUBQ_OK) *n_out = count;
-        return bst;
-    }
+    if (len == 0) return SUBQ_OK;
+    if (t->kind == TOKENIZER_BPE) return bpe_encode(t->bpe, text, len, out, cap, count, err);
 
     /* Escaped text: optional leading U+2581, every ' ' -> U+2581 (3 bytes). */
     if (len > TOK_MAX_TEXT)
@@ -612,14 +597,67 @@ subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, b
         if (i < blen && (((uint8_t)buf[i] & 0xC0) == 0x80 ||
                          pair_can_merge(t, (uint8_t)buf[i - 1], (uint8_t)buf[i])))
             continue;
-        st = spm_segment(t, buf, seg, i, &w, out, cap, &count, err);
+        st = spm_segment(t, buf, seg, i, &w, out, cap, count, err);
         seg = i;
     }
     free(w.heap.a);
     free(w.sym);
     free(buf);
-    if (st == SUBQ_OK) *n_out = count;
     return st;
+}
+
+/* The count goes out either way; more than the buffer holds is an error. */
+static subq_status report_count(size_t count, size_t cap, size_t *n_out, subq_error *err) {
+    *n_out = count;
+    if (count > cap)
+        return subq_fail(err, SUBQ_ERR_RANGE, "the text is %zu tokens, more than the %zu the buffer holds", count,
+                         cap);
+    return SUBQ_OK;
+}
+
+subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
+                             int32_t *out, size_t cap, size_t *n_out, subq_error *err) {
+    if (n_out) *n_out = 0;
+    if (!t || !n_out || (!text && len) || (!out && cap))
+        return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_encode: NULL argument");
+    size_t bad = utf8_validate(text, len);
+    if (bad < len) return subq_fail(err, SUBQ_ERR_TOKENIZE, "invalid UTF-8 at byte %zu", bad);
+
+    size_t count = 0;
+    if (add_bos && t->bos >= 0) {
+        if (count < cap) out[count] = t->bos;
+        count++;
+    }
+    subq_status st = encode_append(t, text, len, out, cap, &count, err);
+    return st ? st : report_count(count, cap, n_out, err);
+}
+
+subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos, bool special,
+                                   int32_t **out, size_t *n_out, subq_error *err) {
+    if (out) *out = NULL;
+    if (n_out) *n_out = 0;
+    if (!out || !n_out) return subq_fail(err, SUBQ_ERR_ARG, "tokenizer_encode_alloc: NULL argument");
+    /* One id per byte plus BOS is enough for nearly every vocabulary (not for
+     * one without U+2581, where a space is three byte tokens): then a second
+     * pass with the exact size. */
+    size_t cap = len < SIZE_MAX / sizeof(int32_t) - 2 ? len + 2 : SIZE_MAX, n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        if (cap > SIZE_MAX / sizeof(int32_t))
+            return subq_fail(err, SUBQ_ERR_NOMEM, "text of %zu bytes is too long to tokenise", len);
+        int32_t *ids = malloc(cap * sizeof *ids);
+        if (!ids) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising %zu bytes", len);
+        subq_status st = special ? tokenizer_encode_special(t, text, len, add_bos, ids, cap, &n, err)
+                                 : tokenizer_encode(t, text, len, add_bos, ids, cap, &n, err);
+        if (st == SUBQ_OK) {
+            *out = ids;
+            *n_out = n;
+            return SUBQ_OK;
+        }
+        free(ids);
+        if (st != SUBQ_ERR_RANGE) return st;
+        cap = n;
+    }
+    return subq_fail(err, SUBQ_ERR_RANGE, "the token count of the text changed between two passes");
 }
 
 /* ---- decode -------------------------------------------------------------- */
@@ -746,12 +784,7 @@ subq_status tokenizer_encode_special(const tokenizer *t, const char *text, size_
                 }
             }
         }
-        if (at > pos) {
-            size_t got = 0;
-            st = tokenizer_encode(t, text + pos, at - pos, false, out ? out + (count < cap ? count : cap) : NULL,
-                                  count < cap ? cap - count : 0, &got, err);
-            count += got;
-        }
+        if (at > pos) st = encode_append(t, text + pos, at - pos, out, cap, &count, err);
         if (st == SUBQ_OK && sid >= 0) {
             if (count < cap) out[count] = sid;
             count++;
@@ -759,6 +792,5 @@ subq_status tokenizer_encode_special(const tokenizer *t, const char *text, size_
         pos = at + n_sp;
     }
     free(ix.ids);
-    if (st == SUBQ_OK) *n_out = count;
-    return st;
+    return st ? st : report_count(count, cap, n_out, err);
 }

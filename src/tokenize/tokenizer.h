@@ -41,8 +41,12 @@ int tokenizer_eos(const tokenizer *t);  /* -1 if none */
 bool tokenizer_add_bos(const tokenizer *t); /* tokenizer.ggml.add_bos_token (default true for spm) */
 
 /* Encode UTF-8 text (need not be NUL-terminated). Invalid UTF-8 gives
- * SUBQ_ERR_TOKENIZE with the byte offset. Writes min(cap, count) ids to out
- * and the full count to *n_out. */
+ * SUBQ_ERR_TOKENIZE with the byte offset. Nothing is ever written past
+ * out[cap - 1]. When the ids do not fit, SUBQ_ERR_RANGE with *n_out = the
+ * count the text needs (the contents of out are then unspecified: call again
+ * with a buffer that large); otherwise *n_out = the count. A count is not
+ * bounded by the text length: a vocabulary without U+2581 spends three byte
+ * tokens on each space. */
 subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, bool add_bos,
                              int32_t *out, size_t cap, size_t *n_out, subq_error *err);
 
@@ -55,6 +59,12 @@ subq_status tokenizer_encode(const tokenizer *t, const char *text, size_t len, b
  * already cut their special tokens out in tokenizer_encode. */
 subq_status tokenizer_encode_special(const tokenizer *t, const char *text, size_t len, bool add_bos,
                                      int32_t *out, size_t cap, size_t *n_out, subq_error *err);
+
+/* tokenizer_encode (or with `special`, tokenizer_encode_special) into a
+ * malloc'd array of exactly the right size (*out, *n_out; the caller frees
+ * *out). Every caller that does not know a bound uses this. */
+subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t len, bool add_bos, bool special,
+                                   int32_t **out, size_t *n_out, subq_error *err);
 
 /* Bytes of token `tok` as text, written to buf (at most cap bytes, no NUL).
  * Returns the number of bytes of the full piece (may exceed cap: then the

@@ -86,16 +86,11 @@ static subq_status add_piece(train_corpus *c, const int32_t *toks, int n, int is
 
 subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
                             const char *where, subq_error *err) {
-    /* one id per byte bounds any tokenisation */
-    int32_t *toks = malloc((len + 1) * sizeof(int32_t));
-    if (!toks) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenizing %s (%zu bytes)", where, len);
+    int32_t *toks = NULL;
     size_t n = 0;
     subq_error e2 = {0};
-    subq_status s = tokenizer_encode(m->tok, text, len, false, toks, len + 1, &n, &e2);
-    if (s) {
-        free(toks);
-        return subq_fail(err, s, "%s: %s", where, e2.msg);
-    }
+    subq_status s = tokenizer_encode_alloc(m->tok, text, len, false, false, &toks, &n, &e2);
+    if (s) return subq_fail(err, s, "%s: %s", where, e2.msg);
     if (n > 0) {
         is_eval ? c->n_eval_docs++ : c->n_docs++;
         /* cut into pieces of seq tokens including the BOS each one gets */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "tokenize/utf8.h"
 
 #define MAX_DEPTH 64
 
@@ -84,6 +85,17 @@ static subq_status string(jp *p, char **out, size_t *out_len) {
             free(o);
             p->i--;
             return bad(p, "control character inside a string");
+        }
+        if (c >= 0x80) { /* JSON text is UTF-8: pass whole characters, refuse broken ones */
+            int l = utf8_decode((const uint8_t *)p->s + p->i - 1, p->n - p->i + 1, NULL);
+            if (l == 0) {
+                free(o);
+                p->i--;
+                return bad(p, "invalid UTF-8 inside a string");
+            }
+            if (o) memcpy(o + k, p->s + p->i - 1, (size_t)l), k += (size_t)l;
+            p->i += (size_t)l - 1;
+            continue;
         }
         if (c != '\\') {
             if (o) o[k++] = (char)c;

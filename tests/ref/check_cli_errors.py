@@ -2,11 +2,20 @@
 """Bad input through the CLI: every case must exit with status 1 (not a
 signal, not a hang) and print exactly one line on stderr that starts with
 "subq". Covers truncated and corrupted GGUF files, wrong shapes, empty and
-non-UTF-8 text, contexts larger than memory, and bad options."""
+non-UTF-8 text, contexts larger than memory, bad options, FIFOs, alignments
+below the GGUF spec's, non-finite perplexity and completion-map error paths.
+
+With SUBQ_SANITIZED=1 (the ASan+UBSan build runs this too) the binary runs
+with leak detection and sanitizer exit codes other than 1, so an over-read,
+a leak on an error path or undefined behaviour fails the case."""
 import os
 import struct
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gguf_edit import GGUFEdit  # noqa: E402
+from refcommon import subq_env  # noqa: E402
 
 BIN = os.environ.get("SUBQ_BIN")
 SHARED = os.environ.get("SUBQ_SHARED")
@@ -21,12 +30,14 @@ os.makedirs(TMP, exist_ok=True)
 failures = []
 n_cases = 0
 
+ENV = subq_env()
 
-def expect_error(name, args, want_code=1, contains=None):
+
+def expect_error(name, args, want_code=1, contains=None, timeout=60, no_stdout=False):
     global n_cases
     n_cases += 1
     try:
-        p = subprocess.run([BIN] + args, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+        p = subprocess.run([BIN] + args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, env=ENV)
     except subprocess.TimeoutExpired:
         failures.append(f"{name}: hung (timeout)")
         return
@@ -38,6 +49,8 @@ def expect_error(name, args, want_code=1, contains=None):
         failures.append(f"{name}: want one 'subq ...' line on stderr, got {err[:300]!r}")
     elif contains and contains not in lines[0]:
         failures.append(f"{name}: message {lines[0]!r} lacks {contains!r}")
+    elif no_stdout and p.stdout:
+        failures.append(f"{name}: printed {len(p.stdout)} bytes on stdout before the error")
 
 
 def write(name, data):
@@ -182,9 +195,111 @@ expect_error("bench with completion", ["bench", "-m", MODEL, "--complete", MODEL
 expect_error("eval bad budget", ["eval", "-m", MODEL, "-f", MODEL, "--budget", "5%,x"])
 expect_error("eval bad compare", ["eval", "-m", MODEL, "-f", MODEL, "--compare", "exact@8"], contains="--compare")
 
+# --- hostile input found by attacking the CLI (issue 14) -----------------
+
+# A FIFO as a file: opening it must not wait for a writer.
+fifo = os.path.join(TMP, "model.fifo")
+if os.path.exists(fifo):
+    os.unlink(fifo)
+os.mkfifo(fifo)
+expect_error("info on a FIFO", ["info", "-m", fifo], contains="not a regular file", timeout=20)
+expect_error("generate on a FIFO", ["generate", "-m", fifo, "-n", "1"], contains="not a regular file", timeout=20)
+expect_error("search projections from a FIFO", ["generate", "-m", MODEL, "--search", fifo, "-n", "1"],
+             contains="not a regular file", timeout=20)
+expect_error("completion maps from a FIFO", ["generate", "-m", MODEL, "--select", "oracle", "--complete", fifo,
+                                             "-n", "1"], contains="not a regular file", timeout=20)
+os.unlink(fifo)
+
+
+def with_alignment(a):
+    """stories260K with general.alignment = a and the data section starting
+    at an address that is a multiple of a but not of 2a (the loader would
+    read f32 weights from misaligned addresses)."""
+    g = GGUFEdit(blob)
+    g.set("general.alignment", "u32", a)
+    g.alignment = a
+    for pad in range(64):
+        g.set("test.pad", "str", "x" * pad)
+        end = 24 + sum(8 + len(k) + len(r) for k, r in g.kvs) + sum(len(t[1]) for t in g.tensors)
+        if end % a == 0 and end % (2 * a) != 0:
+            break
+    return g.write(os.path.join(TMP, f"align{a}.gguf"))
+
+
+for a in (1, 2, 4):
+    p = with_alignment(a)
+    expect_error(f"general.alignment {a}", ["generate", "-m", p, "-n", "2", "--temp", "0"],
+                 contains="general.alignment")
+    expect_error(f"info with general.alignment {a}", ["info", "-m", p], contains="general.alignment")
+
+# Sampling parameters outside their range, and numbers with white space.
+for flag, value in [("--temp", "-1"), ("--temp", "nan"), ("--temp", "inf"), ("--top-p", "-1"), ("--top-p", "2"),
+                    ("--top-p", "inf"), ("-n", " 5"), ("-n", "5 "), ("--top-k", " 3"), ("-s", " 1"),
+                    ("--top-k", "-1")]:
+    expect_error(f"generate {flag} {value!r}", ["generate", "-m", MODEL, flag, value, "-p", "Hi"], no_stdout=True)
+
+# A prompt longer than the context: refused before anything is echoed.
+long_prompt = write("long_prompt.txt", b"Once upon a time there was a girl. " * 2000)
+expect_error("prompt longer than the context", ["generate", "-m", MODEL, "-c", "64", "-f", long_prompt, "-n", "1"],
+             contains="more than the context", no_stdout=True)
+
+# Non-finite weights: perplexity must be an error, not "nan" (or -nan in JSON).
+text_file = write("ppl_text.txt", open(os.path.join(SHARED, "data/text/tinyshakespeare.txt"), "rb").read()[:20000])
+for label, value in [("NaN", float("nan")), ("huge", 3e38), ("infinite", float("inf"))]:
+    g = GGUFEdit(blob)
+    g.patch_tensor("output_norm.weight", struct.pack("<64f", *([value] * 64)))
+    bad = g.write(os.path.join(TMP, "nonfinite.gguf"))
+    expect_error(f"perplexity --json with {label} weights", ["perplexity", "-m", bad, "-f", text_file, "-c", "64",
+                                                             "--chunks", "2", "--json"],
+                 contains="not finite", no_stdout=True)
+    # the text report announces the chunks on stderr first; the error is the last line
+    n_cases += 1
+    p = subprocess.run([BIN, "perplexity", "-m", bad, "-f", text_file, "-c", "64", "--chunks", "2"],
+                       capture_output=True, timeout=60, env=ENV)
+    last = (p.stderr.decode("utf-8", "replace").strip().split("\n") or [""])[-1]
+    if p.returncode != 1 or not last.startswith("subq perplexity: error:") or "not finite" not in last:
+        failures.append(f"perplexity with {label} weights: exit {p.returncode}, stderr {p.stderr[-300:]!r}")
+    if b"PPL" in p.stdout or b"nan" in p.stdout:
+        failures.append(f"perplexity with {label} weights printed a result: {p.stdout[-200:]!r}")
+
+
+# d_phi out of range is reported as given, not as the clamped 0.
+hdr = bytearray(b"GGUF" + struct.pack("<IQQ", 3, 0, 0))
+phi = GGUFEdit(bytes(hdr))
+phi.set("general.architecture", "str", "subq-phi")
+for k, v in [("head_dim", 8), ("d_emb", 8), ("d_hidden", 8), ("d_phi", 5000), ("n_head", 8), ("n_head_kv", 4),
+             ("model_n_layer", 5)]:
+    phi.set("subq.phi." + k, "u32", v)
+phi.set("subq.phi.layers", "arr_i32", [2])
+phi.set("subq.phi.model_fingerprint", "str", "0123456789abcdef")
+bad_phi = phi.write(os.path.join(TMP, "phi_dphi.gguf"))
+expect_error("d_phi out of range", ["generate", "-m", MODEL, "--select", "oracle", "--complete", bad_phi, "-n", "1"],
+             contains="5000")
+
+# Completion maps loaded, then another error: nothing may leak (the
+# sanitizer build's leak check sees it).
+small = write("phi_text.txt", open(os.path.join(SHARED, "data/text/tinyshakespeare.txt"), "rb").read()[:30000])
+phi_path = os.path.join(TMP, "phi_small.gguf")
+n_cases += 1
+p = subprocess.run([BIN, "train-phi", "-m", MODEL, small, "--seq", "64", "--steps", "1", "--layers", "2",
+                    "--d-phi", "8", "--d-emb", "8", "--d-hidden", "8", "--eval-every", "0", "--save-every", "0",
+                    "-t", "1", "-o", phi_path], capture_output=True, timeout=300, env=ENV)
+if p.returncode != 0:
+    failures.append(f"train-phi for the completion checks: exit {p.returncode}: {p.stderr[-300:]!r}")
+else:
+    for cmd in (["generate", "-n", "1"], ["perplexity", "-f", small, "-c", "64", "--chunks", "1"]):
+        expect_error(f"{cmd[0]} --complete without projections", [cmd[0], "-m", MODEL, "--complete", phi_path] + cmd[1:],
+                     contains="search projections")
+        expect_error(f"{cmd[0]} bad --complete-heads", [cmd[0], "-m", MODEL, "--select", "oracle", "--complete",
+                                                        phi_path, "--complete-heads", "entropy>=x"] + cmd[1:],
+                     contains="--complete-heads")
+        expect_error(f"{cmd[0]} --complete-heads on maps without entropies",
+                     [cmd[0], "-m", MODEL, "--select", "oracle", "--complete", phi_path, "--complete-heads",
+                      "entropy>=0.5"] + cmd[1:], contains="no per-head entropies")
+
 # a full context stops generation cleanly (exit 0, text printed)
 p = subprocess.run([BIN, "generate", "-m", MODEL, "-c", "16", "-n", "100", "--temp", "0"], capture_output=True,
-                   timeout=60)
+                   timeout=60, env=ENV)
 n_cases += 1
 if p.returncode != 0 or not p.stdout.strip():
     failures.append(f"generate with a full context: exit {p.returncode}, stderr {p.stderr[:200]!r}")
@@ -192,7 +307,7 @@ if p.returncode != 0 or not p.stdout.strip():
 # every subcommand has --help
 for sub in ["info", "generate", "perplexity", "tokenize", "logits", "synth"]:
     n_cases += 1
-    p = subprocess.run([BIN, sub, "--help"], capture_output=True, timeout=30)
+    p = subprocess.run([BIN, sub, "--help"], capture_output=True, timeout=30, env=ENV)
     if p.returncode != 0 or b"usage:" not in p.stdout:
         failures.append(f"{sub} --help: exit {p.returncode}")
 

@@ -68,6 +68,18 @@ def tmp_dir():
     return _tmp
 
 
+def subq_env():
+    """Environment for running subq. Under SUBQ_SANITIZED=1 (checks run with
+    the ASan+UBSan build) leaks are detected and the sanitizers exit with
+    codes other than subq's 1, so a sanitizer report never passes as a clean
+    error."""
+    env = dict(os.environ)
+    if env.get("SUBQ_SANITIZED") == "1":
+        env["ASAN_OPTIONS"] = "detect_leaks=1:exitcode=86:allocator_may_return_null=1"
+        env["UBSAN_OPTIONS"] = "halt_on_error=1:exitcode=87:print_stacktrace=1"
+    return env
+
+
 class SubqError(Exception):
     """A subq command failed (non-zero exit, timeout, missing output)."""
 
@@ -78,7 +90,7 @@ def run_subq(args, timeout=600):
     cmd = [subq_bin()] + [str(a) for a in args]
     t0 = time.time()
     try:
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout)
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, env=subq_env())
     except subprocess.TimeoutExpired:
         raise SubqError("timed out after %d s: %s" % (timeout, " ".join(cmd)))
     dt = time.time() - t0

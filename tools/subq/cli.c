@@ -1,10 +1,16 @@
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "model/model.h"
+#include "tokenize/tokenizer.h"
+#include "tokenize/utf8.h"
 
 int cli_error(const char *cmd, const char *fmt, ...) {
     char msg[1024];
@@ -29,11 +35,15 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     return argv[++*i];
 }
 
+/* strtol and friends skip leading white space and stop at trailing junk;
+ * a value is the number alone, so " 5" is refused like "5 ". */
+static int starts_like_number(const char *s) { return s[0] && !isspace((unsigned char)s[0]); }
+
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out) {
     char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    long v = starts_like_number(s) ? strtol(s, &end, 10) : 0;
+    if (!starts_like_number(s) || errno || end == s || *end || v < lo || v > hi) {
         cli_error(cmd, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi, s);
         return 0;
     }
@@ -44,8 +54,8 @@ int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, lon
 int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out) {
     char *end;
     errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') {
+    unsigned long long v = starts_like_number(s) ? strtoull(s, &end, 10) : 0;
+    if (!starts_like_number(s) || errno || end == s || *end || s[0] == '-') {
         cli_error(cmd, "%s expects a non-negative integer, got '%s'", flag, s);
         return 0;
     }
@@ -56,9 +66,9 @@ int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *ou
 int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out) {
     char *end;
     errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || v != v) {
-        cli_error(cmd, "%s expects a number, got '%s'", flag, s);
+    float v = starts_like_number(s) ? strtof(s, &end) : 0.0f;
+    if (!starts_like_number(s) || errno || end == s || *end || !isfinite(v)) {
+        cli_error(cmd, "%s expects a finite number, got '%s'", flag, s);
         return 0;
     }
     *out = v;
@@ -115,21 +125,37 @@ subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error 
     return SUBQ_OK;
 }
 
-subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t **toks, size_t *n,
-                         subq_error *err) {
-    /* one id per byte plus BOS bounds any tokenisation, so one pass suffices */
-    size_t cap = len + 2;
-    *toks = malloc(cap * sizeof(int32_t));
-    if (!*toks) {
-        snprintf(err->msg, sizeof err->msg, "out of memory tokenizing %zu bytes", len);
-        return err->code = SUBQ_ERR_NOMEM;
+subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int special, int32_t **toks,
+                         size_t *n, subq_error *err) {
+    return tokenizer_encode_alloc(m->tok, text, len, add_bos != 0, special != 0, toks, n, err);
+}
+
+const char *cli_piece(const subq_model *m, int32_t prev, int32_t tok, char *small, size_t cap, char **heap, size_t *n,
+                      subq_error *err) {
+    *heap = NULL;
+    subq_status s = subq_token_to_piece(m, prev, tok, small, cap, n, err);
+    if (s == SUBQ_OK) return small;
+    if (s != SUBQ_ERR_RANGE) return NULL;
+    /* longer than any real piece: hostile or odd vocabularies */
+    if (!(*heap = malloc(*n))) {
+        snprintf(err->msg, sizeof err->msg, "out of memory for a piece of %zu bytes", *n);
+        err->code = SUBQ_ERR_NOMEM;
+        return NULL;
     }
-    subq_status s = subq_tokenize(m, text, len, add_bos, *toks, cap, n, err);
-    if (s) {
-        free(*toks);
-        *toks = NULL;
-    }
-    return s;
+    if (subq_token_to_piece(m, prev, tok, *heap, *n, n, err) == SUBQ_OK) return *heap;
+    free(*heap);
+    *heap = NULL;
+    return NULL;
+}
+
+subq_status cli_write_piece(FILE *f, const subq_model *m, int32_t prev, int32_t tok, subq_error *err) {
+    char small[256], *heap;
+    size_t n = 0;
+    const char *p = cli_piece(m, prev, tok, small, sizeof small, &heap, &n, err);
+    if (!p) return err->code;
+    fwrite(p, 1, n, f);
+    free(heap);
+    return SUBQ_OK;
 }
 
 int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts *o) {
@@ -175,14 +201,32 @@ int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_cont
 }
 
 void cli_json_string(FILE *f, const char *s, size_t len) {
+    const uint8_t *u = (const uint8_t *)s;
     fputc('"', f);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char ch = (unsigned char)s[i];
+    for (size_t i = 0; i < len;) {
+        uint8_t ch = u[i];
+        if (ch >= 0x80) {
+            /* JSON text is UTF-8: a byte that starts no valid character
+             * becomes U+FFFD (one per byte, as Python's errors="replace"
+             * does for lone bytes). */
+            int l = utf8_decode(u + i, len - i, NULL);
+            if (l > 0) fwrite(u + i, 1, (size_t)l, f);
+            else fputs("\xEF\xBF\xBD", f);
+            i += l > 0 ? (size_t)l : 1;
+            continue;
+        }
         if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
         else if (ch == '\n') fputs("\\n", f);
         else if (ch == '\t') fputs("\\t", f);
         else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
         else fputc(ch, f);
+        i++;
     }
     fputc('"', f);
+}
+
+void cli_json_num(FILE *f, double v) {
+    /* JSON has no NaN or infinity */
+    if (isfinite(v)) fprintf(f, "%.10g", v);
+    else fputs("null", f);
 }

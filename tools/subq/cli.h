@@ -41,12 +41,23 @@ int cli_is_help(const char *a);
  * the NUL). Errors go to err. */
 subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error *err);
 
-/* Tokenise text into a malloc'd array (*toks, *n). */
-subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int32_t **toks, size_t *n,
-                         subq_error *err);
+/* Tokenise text into a malloc'd array of exactly the right size (*toks, *n);
+ * `special`: the text of special tokens becomes them (subq_tokenize_special). */
+subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int special, int32_t **toks,
+                         size_t *n, subq_error *err);
+/* The text of token tok (after prev), whatever its length: in `small` (cap
+ * bytes) when it fits, else in a malloc'd *heap (the caller frees it; NULL
+ * otherwise). *n gets the length; NULL and err on failure. */
+const char *cli_piece(const subq_model *m, int32_t prev, int32_t tok, char *small, size_t cap, char **heap, size_t *n,
+                      subq_error *err);
+/* Write the text of token tok (after prev) to f, whatever its length. */
+subq_status cli_write_piece(FILE *f, const subq_model *m, int32_t prev, int32_t tok, subq_error *err);
 
-/* Write bytes as a JSON string literal (control characters escaped). */
+/* The JSON writer of every --json output, so that it is always valid JSON:
+ * a string literal with control characters escaped and bytes that are not
+ * valid UTF-8 replaced by U+FFFD, and a number, or null when it is not finite. */
 void cli_json_string(FILE *f, const char *s, size_t len);
+void cli_json_num(FILE *f, double v);
 
 /* Parse "f32"/"f16" into a KV type. */
 int cli_parse_kv_type(const char *cmd, const char *s, subq_kv_type *out);

@@ -156,6 +156,7 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_p
 fail:
     search_proj_free(*proj);
     *proj = NULL;
+    cli_sparse_free(o);
     return 0;
 }
 
@@ -169,6 +170,7 @@ int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_co
         cli_error(cmd, "%s", err.msg);
         search_proj_free(*proj);
         *proj = NULL;
+        cli_sparse_free(o);
         return 0;
     }
     return 1;
@@ -179,4 +181,6 @@ void cli_sparse_free(cli_sparse_opts *o) {
     free(o->head_flags);
     o->maps = NULL;
     o->head_flags = NULL;
+    o->plan.sparse.complete = NULL;
+    o->plan.sparse.complete_heads = NULL;
 }

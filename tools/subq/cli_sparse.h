@@ -41,10 +41,11 @@ void cli_sparse_init(cli_sparse_opts *o);
 /* 1: consumed argv[*i] (and its value); 0: not a sparse flag; -1: error printed. */
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o);
 /* Load or create projections (*proj, caller frees) and load the completion
- * maps into o (and o->plan). Prints the error and returns 0 on failure. */
+ * maps into o (and o->plan; cli_sparse_free frees them). Prints the error and
+ * returns 0 on failure, having freed everything it loaded. */
 int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_proj **proj);
-/* cli_sparse_load, then set the plan on an
- * empty context. Prints the error and returns 0 on failure. */
+/* cli_sparse_load, then set the plan on an empty context. Prints the error
+ * and returns 0 on failure, having freed everything it loaded. */
 int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj);
 /* The plan of the flags with another selector kind (eval and bench sweep
  * kinds); the selector parameter flags are kept. */

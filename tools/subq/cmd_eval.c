@@ -83,10 +83,7 @@ static int parse_list(const char *cmd, const char *flag, const char *s, int *out
     return *n > 0;
 }
 
-static void json_num(double v) {
-    if (isfinite(v)) printf("%.6g", v);
-    else printf("null");
-}
+static void json_num(double v) { cli_json_num(stdout, v); }
 
 /* {"mean": .., "lo": .., "hi": ..} */
 static void json_ci(double mean, double lo, double hi) {

@@ -96,31 +96,31 @@ int cmd_generate(int argc, char **argv) {
         if (cli_read_file(prompt_file, &file_text, &prompt_len, &err)) return cli_error(cmd, "%s", err.msg);
         prompt = file_text;
     }
-    subq_model *m;
-    subq_context *c;
+    subq_model *m = NULL;
+    subq_context *c = NULL;
     search_proj *proj = NULL;
-    if (!cli_load(cmd, &mo, &m, &c)) {
-        free(file_text);
-        return 1;
+    subq_sampler *smp = NULL;
+    int32_t *toks = NULL;
+    size_t n_prompt = 0;
+    float *logits = NULL;
+    int rc = 0;
+    /* the sampler first: bad --temp/--top-p fail before anything is loaded or printed */
+    if (subq_sampler_new(&sp, &smp, &err)) {
+        rc = cli_error(cmd, "%s", err.msg);
+        goto done;
     }
-    if (!cli_apply_sparse(cmd, &so, m, c, &proj)) {
-        free(file_text);
-        subq_context_free(c);
-        subq_model_free(m);
-        return 1;
+    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c, &proj)) {
+        rc = 1;
+        goto done;
     }
     subq_model_info info;
     subq_model_get_info(m, &info);
-    int32_t *toks = NULL;
-    size_t n_prompt = 0;
-    int rc = 0;
-    subq_sampler *smp = NULL;
-    float *logits = malloc((size_t)info.n_vocab * sizeof(float));
+    logits = malloc((size_t)info.n_vocab * sizeof(float));
     if (!logits) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
-    if (cli_tokenize(m, prompt, prompt_len, info.add_bos, &toks, &n_prompt, &err)) {
+    if (cli_tokenize(m, prompt, prompt_len, info.add_bos, 0, &toks, &n_prompt, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
@@ -128,11 +128,17 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_error(cmd, "empty prompt and the model has no BOS token; give a prompt with -p");
         goto done;
     }
+    if (n_prompt > (size_t)subq_context_n_ctx(c)) {
+        rc = cli_error(cmd, "the prompt is %zu tokens, more than the context of %d; give a larger -c or a shorter prompt",
+                       n_prompt, subq_context_n_ctx(c));
+        goto done;
+    }
     /* echo the prompt as the model sees it */
-    char piece[256];
     for (size_t i = 0; i < n_prompt; i++) {
-        int len = subq_token_to_piece(m, i ? toks[i - 1] : -1, toks[i], piece, sizeof piece);
-        if (len > 0) fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
+        if (cli_write_piece(stdout, m, i ? toks[i - 1] : -1, toks[i], &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
     }
     fflush(stdout);
     double t0 = time_now_s();
@@ -152,17 +158,15 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     double t1 = time_now_s();
-    if (subq_sampler_new(&sp, &smp, &err)) {
-        rc = cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
     int32_t prev = toks[n_prompt - 1];
     int n_gen = 0;
     while (n_gen < n_predict) {
         int32_t tok = subq_sampler_sample(smp, logits, info.n_vocab);
         if (tok == info.eos_id && !ignore_eos) break;
-        int len = subq_token_to_piece(m, prev, tok, piece, sizeof piece);
-        if (len > 0) fwrite(piece, 1, (size_t)(len < (int)sizeof piece ? len : (int)sizeof piece), stdout);
+        if (cli_write_piece(stdout, m, prev, tok, &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
         fflush(stdout);
         prev = tok;
         if (++n_gen == n_predict) break;

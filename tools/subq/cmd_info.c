@@ -25,7 +25,8 @@ static void print_scalar(FILE *f, const gguf_value *v, int json) {
         fprintf(f, "%" PRId64, v->v.i64);
         break;
     case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64:
-        fprintf(f, "%.9g", v->v.f64);
+        if (json) cli_json_num(f, v->v.f64);
+        else fprintf(f, "%.9g", v->v.f64);
         break;
     case GGUF_TYPE_BOOL:
         fputs(v->v.b ? "true" : "false", f);
@@ -53,6 +54,8 @@ static void print_value(FILE *f, const gguf_value *v, int json) {
     for (uint64_t i = 0; i < show; i++) {
         if (i) fputs(", ", f);
         if (v->v.arr.items) print_value(f, &v->v.arr.items[i], json);
+        else if ((v->v.arr.elem_type == GGUF_TYPE_FLOAT32 || v->v.arr.elem_type == GGUF_TYPE_FLOAT64) && json)
+            cli_json_num(f, gguf_arr_get_f64(v, i));
         else if (v->v.arr.elem_type == GGUF_TYPE_FLOAT32 || v->v.arr.elem_type == GGUF_TYPE_FLOAT64)
             fprintf(f, "%.9g", gguf_arr_get_f64(v, i));
         else if (v->v.arr.elem_type == GGUF_TYPE_BOOL)
@@ -116,8 +119,7 @@ int cmd_info(int argc, char **argv) {
     subq_error err = {0};
     gguf_file *g;
     if (gguf_open(path, &g, &err)) return cli_error(cmd, "%s", err.msg);
-    uint64_t total = 0;
-    for (uint64_t i = 0; i < g->n_tensors; i++) total += g->tensors[i].n_bytes;
+    const uint64_t total = gguf_tensor_bytes(g);
     char rope_buf[512];
     const char *rope = rope_in_use(g, rope_buf, sizeof rope_buf);
     if (json) {

@@ -71,24 +71,18 @@ int cmd_perplexity(int argc, char **argv) {
         free(text);
         return cli_error(cmd, "%s is empty; perplexity needs text", file);
     }
-    subq_model *m;
-    subq_context *c;
+    subq_model *m = NULL;
+    subq_context *c = NULL;
     search_proj *proj = NULL;
-    so.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
-    if (!cli_load(cmd, &mo, &m, &c)) {
-        free(text);
-        return 1;
-    }
-    if (!cli_apply_sparse(cmd, &so, m, c, &proj)) {
-        free(text);
-        subq_context_free(c);
-        subq_model_free(m);
-        return 1;
-    }
     int32_t *toks = NULL;
     size_t n_toks = 0;
     int rc = 0;
-    if (cli_tokenize(m, text, len, 1, &toks, &n_toks, &err)) {
+    so.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
+    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c, &proj)) {
+        rc = 1;
+        goto done;
+    }
+    if (cli_tokenize(m, text, len, 1, 0, &toks, &n_toks, &err)) {
         rc = cli_error(cmd, "%s: %s", file, err.msg);
         goto done;
     }
@@ -113,9 +107,16 @@ int cmd_perplexity(int argc, char **argv) {
         goto done;
     }
     if (json) {
-        printf("{\"ppl\": %.6f, \"ppl_stderr\": %.6f, \"nll_mean\": %.8f, \"n_chunks\": %d, \"n_ctx\": %d, "
-               "\"n_tokens_scored\": %lld, \"n_tokens_text\": %zu, \"seconds\": %.3f}\n",
-               res.ppl, res.ppl_stderr, res.nll_mean, res.n_chunks, mo.n_ctx, (long long)res.n_scored, n_toks, el);
+        printf("{\"ppl\": ");
+        cli_json_num(stdout, res.ppl);
+        printf(", \"ppl_stderr\": ");
+        cli_json_num(stdout, res.ppl_stderr);
+        printf(", \"nll_mean\": ");
+        cli_json_num(stdout, res.nll_mean);
+        printf(", \"n_chunks\": %d, \"n_ctx\": %d, \"n_tokens_scored\": %lld, \"n_tokens_text\": %zu, \"seconds\": ",
+               res.n_chunks, mo.n_ctx, (long long)res.n_scored, n_toks);
+        cli_json_num(stdout, el);
+        printf("}\n");
     } else {
         printf("Final estimate: PPL = %.4f +/- %.5f\n", res.ppl, res.ppl_stderr);
         fprintf(stderr, "subq perplexity: %.2f s, %.1f tok/s\n", el, (double)res.n_chunks * mo.n_ctx / (el + 1e-12));

@@ -56,13 +56,13 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n = 0;
     int rc = 0;
-    if (cli_tokenize(m, text, len, !no_bos && info.add_bos, &toks, &n, &err)) {
+    if (cli_tokenize(m, text, len, !no_bos && info.add_bos, 0, &toks, &n, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
     } else if (pieces) {
-        char piece[256];
-        for (size_t i = 0; i < n; i++) {
-            int pl = subq_token_to_piece(m, -2, toks[i], piece, sizeof piece);
-            printf("%d:'%.*s'\n", toks[i], pl < 0 ? 0 : pl > 255 ? 255 : pl, piece);
+        for (size_t i = 0; i < n && !rc; i++) {
+            printf("%d:'", toks[i]);
+            if (cli_write_piece(stdout, m, -2, toks[i], &err)) rc = cli_error(cmd, "%s", err.msg);
+            printf("'\n");
         }
     } else {
         for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", toks[i]);

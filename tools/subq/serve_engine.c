@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cli.h"
 #include "serve.h"
 #include "strbuf.h"
 
@@ -289,14 +290,18 @@ static void run_job(serve_engine *e, serve_job *j) {
             reason = "stop";
             break;
         }
-        int len = subq_token_to_piece(e->model, prev, tok, piece, sizeof piece);
-        if (len > (int)sizeof piece) len = (int)sizeof piece;
+        char *heap;
+        size_t len = 0;
+        const char *text = cli_piece(e->model, prev, tok, piece, sizeof piece, &heap, &len, &err);
+        if (!text) len = 0; /* only out of memory: tok is a sampled id */
         prev = tok;
         n_gen++;
         pthread_mutex_lock(&j->mu);
         j->n_gen = n_gen;
         pthread_mutex_unlock(&j->mu);
-        if (len > 0 && append_piece(j, piece, (size_t)len, &oom)) {
+        int stop = len > 0 && append_piece(j, text, len, &oom);
+        free(heap);
+        if (stop) {
             reason = "stop";
             break;
         }
@@ -402,13 +407,11 @@ static int job_plan(serve_engine *e, serve_job *j, char *msg, size_t cap) {
 
 static int tokenize(serve_engine *e, serve_job *j, const char *text, int special, char *msg, size_t cap) {
     subq_error err = {0};
-    size_t len = strlen(text), n = 0;
-    j->toks = malloc((len + 2) * sizeof(int32_t)); /* at most one id per byte, plus BOS */
-    if (!j->toks) return snprintf(msg, cap, "out of memory"), -1;
-    subq_status s = special ? subq_tokenize_special(e->model, text, len, e->info.add_bos, j->toks, len + 2, &n, &err)
-                            : subq_tokenize(e->model, text, len, e->info.add_bos, j->toks, len + 2, &n, &err);
-    if (s) return snprintf(msg, cap, "%s", err.msg), -1;
-    if (n > len + 2) return snprintf(msg, cap, "tokenizer returned more ids than bytes"), -1;
+    size_t n = 0;
+    /* not one id per byte: a vocabulary without U+2581 spends three on a space */
+    if (cli_tokenize(e->model, text, strlen(text), e->info.add_bos, special, &j->toks, &n, &err))
+        return snprintf(msg, cap, "%s", err.msg), -1;
+    if (n > (size_t)INT32_MAX) return snprintf(msg, cap, "the prompt is %zu tokens, too many", n), -1;
     j->n_prompt = (int)n;
     return 0;
 }

@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""Write the seed corpora of the fuzz targets into tests/fuzz/corpus/NAME/
+(small, deterministic; committed). Run again after changing a file format.
+No numpy needed. The session-file seeds are written by `subq generate
+--prompt-cache` with the binary $SUBQ_BIN (default build/subq) on
+$SUBQ_SHARED/models/stories260K.gguf (default ../shared)."""
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "ref"))
+from gguf_edit import encode  # noqa: E402
+
+
+def gguf(kvs, tensors=(), alignment=32):
+    """kvs: [(key, kind, value)]; tensors: [(name, ne, raw f32 bytes)]."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+    for key, kind, value in kvs:
+        k = key.encode()
+        out += struct.pack("<Q", len(k)) + k + encode(kind, value)
+    off = 0
+    for name, ne, raw in tensors:
+        n = name.encode()
+        out += struct.pack("<Q", len(n)) + n + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
+        out += struct.pack("<IQ", 0, off)
+        off += (len(raw) + alignment - 1) // alignment * alignment
+    out += b"\0" * ((-len(out)) % alignment)
+    for _, _, raw in tensors:
+        out += raw + b"\0" * ((-len(raw)) % alignment)
+    return bytes(out)
+
+
+def f32(n, scale=0.25):
+    return struct.pack("<%df" % n, *[scale * ((i * 7919) % 17 - 8) / 8 for i in range(n)])
+
+
+def write(name, seeds):
+    d = os.path.join(HERE, "corpus", name)
+    os.makedirs(d, exist_ok=True)
+    for old in os.listdir(d):  # regress-* inputs (fuzzer findings) stay
+        if old.startswith("seed"):
+            os.unlink(os.path.join(d, old))
+    for i, data in enumerate(seeds):
+        with open(os.path.join(d, "seed%02d" % i), "wb") as f:
+            f.write(data)
+
+
+FP = "0123456789abcdef"
+
+
+def search_file(d_search, n_embd, n_layer, layers):
+    t = []
+    for l in layers:
+        t.append(("blk.%d.indexer.proj.weight" % l, [n_embd, d_search], f32(n_embd * d_search)))
+        t.append(("blk.%d.indexer.attn_k.weight" % l, [n_embd, d_search], f32(n_embd * d_search, 0.5)))
+    return gguf([("general.architecture", "str", "subq-search"), ("subq.search.d_search", "u32", d_search),
+                 ("subq.search.model_n_embd", "u32", n_embd), ("subq.search.model_n_layer", "u32", n_layer),
+                 ("subq.search.layers", "arr_i32", layers), ("subq.search.model_fingerprint", "str", FP)], t)
+
+
+def phi_file(D, E, H, F, n_head, n_kv, n_layer, layers, h_mid=False):
+    # (suffix, rows, cols, matrix) in phi_maps.h's order ws bs w1 b1 w2 b2 alpha wo bo
+    shapes = [("ws.weight", E, D, 1), ("ws.bias", 1, E, 0), ("w1.weight", H, E, 1), ("w1.bias", 1, H, 0),
+              ("w2.weight", E, H, 1), ("w2.bias", 1, E, 0), ("alpha", 1, 1, 0), ("wo.weight", F, E, 1),
+              ("wo.bias", 1, F, 0)]
+    t = []
+    for l in layers:
+        for g, n in (("q", n_head), ("k", n_kv)):
+            for suffix, r, c, mat in shapes:
+                ne = [c, r, n] if mat else [c, n]
+                t.append(("blk.%d.phi_%s.%s" % (l, g, suffix), ne, f32(r * c * n)))
+    kvs = [("general.architecture", "str", "subq-phi")]
+    for k, v in (("head_dim", D), ("d_emb", E), ("d_hidden", H), ("d_phi", F), ("n_head", n_head),
+                 ("n_head_kv", n_kv), ("model_n_layer", n_layer), ("n_sink", 4), ("n_tail", 16)):
+        kvs.append(("subq.phi." + k, "u32", v))
+    kvs += [("subq.phi.layers", "arr_i32", layers), ("subq.phi.model_fingerprint", "str", FP),
+            ("subq.phi.gelu", "str", "tanh")]
+    if h_mid:
+        kvs.append(("subq.phi.h_mid", "arr_f32", [0.1 * i for i in range(len(layers) * n_head)]))
+    return gguf(kvs, t)
+
+
+def vocab_seed(flags, pre, tokens, merges, ids, text):
+    """fuzz_vocab's input layout (see fuzz_vocab.c)."""
+    out = bytearray([flags, pre, len(tokens)])
+    for s, score, ty in tokens:
+        s = s.encode() if isinstance(s, str) else s
+        out += bytes([len(s)]) + s + bytes([score, ty])
+    out += bytes([len(merges)])
+    for a, b in merges:
+        out += bytes([a, b])
+    out += bytes(ids) + text.encode()
+    return bytes(out)
+
+
+def main():
+    write("fuzz_gguf", [
+        gguf([("general.architecture", "str", "llama"), ("a.u32", "u32", 7), ("a.f32", "f32", 0.5),
+              ("a.bool", "bool", 1), ("a.strs", "arr_str", ["x", "yz", ""]), ("a.ints", "arr_i32", [1, -2, 3]),
+              ("a.floats", "arr_f32", [1.0, float("nan")])],
+             [("t.weight", [4, 2], f32(8)), ("u.weight", [3], f32(3))]),
+        gguf([("general.alignment", "u32", 64), ("k", "str", "v")], [("t", [16], f32(16))], alignment=64),
+        gguf([]),
+    ])
+    write("fuzz_tokenizer", [s.encode() for s in [
+        "Once upon a time, there was a little girl named Lily.",
+        "  leading and  double  spaces \n\n\ttabs",
+        "caf\u00e9 \u4e2d\u6587 \U0001F600 \u2581 <s> </s> <|endoftext|> <|im_start|>",
+        "12345 678,9 don't I'll WE'RE",
+    ]])
+    byte_tokens = 2  # flag: the 256 byte tokens
+    write("fuzz_vocab", [
+        # spm with U+2581 pieces, scores and types
+        vocab_seed(64 | byte_tokens | 4 | 8, 0, [("\u2581", 140, 1), ("\u2581a", 150, 1), ("ab", 145, 1),
+                                                 ("\u2581ab", 160, 1), ("b", 130, 1)], [], [1, 2, 0],
+                   "a b ab  ba \u00e9"),
+        # spm without U+2581: each space is three byte tokens
+        vocab_seed(64 | byte_tokens | 4 | 8, 0, [("a", 140, 1), ("b", 140, 1), ("ab", 150, 1)], [], [1, 2, 0],
+                   "a b a b ab ab " * 8),
+        # gpt2 byte alphabet with merges, qwen2 pre-split
+        vocab_seed(1 | byte_tokens | 8 | 64, 1, [("ab", 0, 1), ("\u0120a", 0, 1), ("<tool>", 0, 4)],
+                   [(97 + 3, 98 + 3), (32 + 3 + 256 - 256, 97 + 3)], [1, 2, 255], "ab ab <tool> 123 abab"),
+        # no byte tokens at all, odd types, NaN score
+        vocab_seed(4 | 8 | 128, 0, [("x", 0, 9), ("y", 1, 255), ("xy", 2, 6)], [], [255, 255, 0], "xyxy yx"),
+    ])
+    write("fuzz_search_proj", [search_file(2, 4, 3, [1]), search_file(3, 8, 4, [0, 2, 3])])
+    write("fuzz_phi_maps", [phi_file(2, 2, 3, 2, 2, 1, 3, [1]), phi_file(2, 3, 2, 2, 4, 2, 4, [0, 3], h_mid=True)])
+    write("fuzz_jsonl", [s.encode() for s in [
+        '{"text": "hello world"}',
+        '{"id": 3, "meta": {"a": [1, 2, {"b": null}]}, "text": "esc \\" \\\\ \\n \\u00e9 \\ud83d\\ude00"}',
+        '{"other": true}',
+        '  {"text":""}  ',
+    ]])
+    write("fuzz_layers", [bytes([n]) + s.encode() for n, s in
+                          [(11, "all"), (11, "none"), (15, "1,3,5-7"), (15, "2--1"), (3, "-1,0"), (7, "1-2,2-3")]])
+    write("fuzz_serve_request", [s.encode() for s in [
+        '{"messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop":["x"],"seed":1,'
+        '"subq":{"select":"window","topk":8}}',
+        '{"prompt":"Once upon a time","max_tokens":8,"temperature":0,"stream":true,'
+        '"stream_options":{"include_usage":true}}',
+        '{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"caf\\u00e9 \\ud83d\\ude00"},'
+        '{"role":"assistant","content":"ok"}],"top_p":0.5,"stop":"\\n"}',
+    ]])
+    repo = os.path.normpath(os.path.join(HERE, "..", ".."))
+    subq = os.environ.get("SUBQ_BIN") or os.path.join(repo, "build", "subq")
+    model = os.path.join(os.environ.get("SUBQ_SHARED") or os.path.join(repo, "..", "shared"), "models",
+                         "stories260K.gguf")
+    seeds = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, plan in enumerate(([], ["--select", "window", "--topk", "8"])):
+            path = os.path.join(tmp, "s%d.gguf" % i)
+            subprocess.run([subq, "generate", "-m", model, "-p", "Once", "-n", "1", "-c", "16", "-t", "1",
+                            "--prompt-cache", path] + plan, check=True, capture_output=True)
+            seeds.append(open(path, "rb").read())
+    write("fuzz_session", seeds)
+
+
+if __name__ == "__main__":
+    main()

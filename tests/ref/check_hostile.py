@@ -1,0 +1,221 @@
+#!/usr/bin/python3
+"""ctest check: hostile vocabularies, weights and files through the CLI.
+
+1. A vocabulary without U+2581 (stories260K with every U+2581 of its token
+   texts turned into U+2582): each space then costs three byte tokens, more
+   ids than the text has bytes; tokenize, generate, perplexity and
+   train-search once read past buffers sized one id per byte. The ids must
+   equal those of llama_ref's SpmTokenizer (an independent implementation)
+   and perplexity must equal llama_ref's.
+2. Every --json output is strict JSON (UTF-8, no NaN or Infinity) on files
+   with NaN/infinite floats and invalid UTF-8 in keys, strings, tokens and
+   the path, and on a model whose weights are NaN.
+3. A killed writer's temporary file (unlocked) is removed by the next write
+   of the same destination; a live writer's (locked) is left alone.
+
+With SUBQ_SANITIZED=1 (the ASan+UBSan build runs it too) any sanitizer
+report fails the run."""
+import fcntl
+import json
+import os
+import struct
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refcommon as rc  # noqa: E402
+
+rc.require_numpy()
+from gguf_edit import GGUFEdit, encode  # noqa: E402
+from llama_ref import LlamaRef  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "serve"))
+from serve_util import Server  # noqa: E402
+
+SPACE, NOT_SPACE = "\u2581".encode(), "\u2582".encode()
+
+
+def run(args, timeout=300):
+    p = subprocess.run([rc.subq_bin()] + [str(a) for a in args], capture_output=True, timeout=timeout,
+                       env=rc.subq_env(), stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
+
+
+def strict_json(data):
+    """Parse like a strict consumer: UTF-8 only, no NaN/Infinity literals."""
+    def refuse(name):
+        raise ValueError("non-standard JSON constant " + name)
+    return json.loads(data.decode("utf-8"), parse_constant=refuse)
+
+
+def check_json(ck, name, args, may_fail=False):
+    """args must print strict JSON (or, with may_fail, end in one clean
+    error). Returns the parsed object, or None."""
+    code, out, err = run(args)
+    if may_fail and code == 1:
+        last = err.strip().split("\n")[-1]
+        ck.check(name, last.startswith("subq ") and " error: " in last and not out.strip(),
+                 "clean error: " + last[:200])
+        return None
+    if code != 0:
+        ck.check(name, False, "exit %d: %s" % (code, err[-300:]))
+        return None
+    try:
+        obj = strict_json(out)
+    except ValueError as e:
+        ck.check(name, False, "%s: %r" % (e, out[:300]))
+        return None
+    ck.check(name, True)
+    return obj
+
+
+def no_space_model(model, path):
+    g = GGUFEdit(open(model, "rb").read())
+    toks = g.strings("tokenizer.ggml.tokens")
+    assert not any(NOT_SPACE in t for t in toks)
+    g.set("tokenizer.ggml.tokens", "arr_str", [t.replace(SPACE, NOT_SPACE) for t in toks])
+    return g.write(path)
+
+
+def main():
+    ck = rc.Checks("check_hostile")
+    model = rc.shared_file("models", "stories260K.gguf")
+    shakespeare = rc.shared_file("data", "text", "tinyshakespeare.txt")
+    tmp = rc.tmp_dir()
+    text = open(shakespeare, "rb").read()[:6000].decode("utf-8")
+    text_path = os.path.join(tmp, "hostile_text.txt")
+    with open(text_path, "w", encoding="utf-8") as f:
+        f.write(text)
+
+    # ---- 1. a vocabulary without U+2581 ---------------------------------
+    nos = no_space_model(model, os.path.join(tmp, "no_u2581.gguf"))
+    ref = LlamaRef(nos)
+    want = ref.tok.encode(text, add_bos=True)
+    ck.check("the reference needs more ids than bytes", len(want) > len(text.encode()) + 2,
+             "%d ids for %d bytes" % (len(want), len(text.encode())))
+    code, out, err = run(["tokenize", "-m", nos, "-f", text_path])
+    got = [int(x) for x in out.split()] if code == 0 else None
+    ck.check("tokenize equals the reference", got == want,
+             "exit %d, %s ids vs %d: %s" % (code, len(got) if got else "-", len(want), err[-200:]))
+    code, out, err = run(["tokenize", "-m", nos, "-p", "a b c", "--pieces"])
+    ck.check("tokenize --pieces", code == 0 and out.count(b"\n") == len(ref.tok.encode("a b c", add_bos=True)),
+             err[-200:])
+
+    prompt = "a b c d e f g h i j k l m n o p"
+    code, out, err = run(["generate", "-m", nos, "-p", prompt, "-n", "3", "--temp", "0"])
+    echo = ref.tok.decode_bytes(ref.tok.encode(prompt, add_bos=True))
+    ck.check("generate echoes the prompt as the reference decodes it", code == 0 and out.startswith(echo),
+             "exit %d, stdout %r, want prefix %r: %s" % (code, out[:80], echo[:80], err[-200:]))
+
+    n_ctx, chunks = 64, 3
+    r = check_json(ck, "perplexity --json runs", ["perplexity", "-m", nos, "-f", text_path, "-c", n_ctx,
+                                                  "--chunks", chunks, "--json"])
+    if r is not None:
+        got = r
+        ref_ppl = ref.perplexity(text, n_ctx, chunks)
+        ck.check("perplexity counts the reference's tokens", got["n_tokens_text"] == len(want),
+                 "%s vs %d" % (got["n_tokens_text"], len(want)))
+        rel = abs(got["ppl"] - ref_ppl["ppl"]) / ref_ppl["ppl"]
+        ck.check("perplexity equals the reference", rel < 1e-4,
+                 "subq %.6f ref %.6f rel %.1e" % (got["ppl"], ref_ppl["ppl"], rel))
+
+    # subq serve: the prompt is tokenized whole (it once refused, or overran,
+    # more ids than bytes) and the reply is JSON whatever bytes the pieces are
+    # (byte tokens may split a character between two steps).
+    srv = Server(["-m", nos, "-c", "256", "-t", "1"], name="hostile_serve")
+    for stream in (False, True):
+        body = {"prompt": prompt, "max_tokens": 24, "temperature": 0}
+        if stream:
+            st, events, done = srv.stream("/v1/completions", dict(body, stream=True))
+            ck.check("serve streams the reply", st == 200 and done, "status %s" % st)
+        else:
+            st, reply = srv.request("POST", "/v1/completions", body)
+            ok = st == 200 and isinstance(reply, dict)
+            ck.check("serve counts the reference's prompt tokens",
+                     ok and reply["usage"]["prompt_tokens"] == len(ref.tok.encode(prompt, add_bos=True)),
+                     "status %s: %r" % (st, reply if not ok else reply["usage"]))
+    code, log = srv.stop()
+    ck.check("serve exits cleanly", code == 0, log[-300:])
+
+    code, out, err = run(["train-search", "-m", nos, text_path, "--seq", "64", "--steps", "1", "--eval-every", "0",
+                          "--d-search", "8", "--layers", "2", "--reserve", "none", "-t", "1",
+                          "-o", os.path.join(tmp, "no_u2581_search.gguf")])
+    ck.check("train-search tokenizes the corpus", code == 0, err[-300:])
+
+    # ---- 2. --json is strict JSON ---------------------------------------
+    g = GGUFEdit(open(model, "rb").read())
+    g.set("test.nan", "f32", float("nan"))
+    g.set("test.inf", "f32", float("inf"))
+    g.set("test.floats", "arr_f32", [float("nan"), float("-inf"), 1.5])
+    g.set("test.bad_utf8", "str", b"ok \xff\xfe \xc3( \xed\xa0\x80 \x80 ctrl \x01\x1f \"q\" \\ end")
+    g.kvs.append([b"test.key.\xff\xc0", encode("u32", 1)])
+    toks = g.strings("tokenizer.ggml.tokens")
+    g.set("tokenizer.ggml.tokens", "arr_str", [b"\xff<unk>", b"\xc3"] + toks[2:])
+    bad_name = os.path.join(tmp.encode(), b"bad\xff name.gguf")
+    g.write(bad_name)
+    r = check_json(ck, "info --json with NaN, infinity and invalid UTF-8", ["info", "-m", os.fsdecode(bad_name),
+                                                                              "--json"])
+    if r is not None:
+        meta = r["metadata"]
+        ck.check("info --json: non-finite floats are null",
+                 meta.get("test.nan") is None and "test.nan" in meta and meta["test.inf"] is None and
+                 meta["test.floats"]["head"] == [None, None, 1.5], repr({k: meta.get(k) for k in
+                                                                         ("test.nan", "test.inf", "test.floats")}))
+        ck.check("info --json: invalid UTF-8 becomes U+FFFD, the rest is kept",
+                 meta.get("test.bad_utf8") == "ok \ufffd\ufffd \ufffd( \ufffd\ufffd\ufffd \ufffd ctrl \x01\x1f "
+                                              "\"q\" \\ end" and "test.key.\ufffd\ufffd" in meta and
+                 meta["tokenizer.ggml.tokens"]["head"][:2] == ["\ufffd<unk>", "\ufffd"] and
+                 r["file"].endswith("bad\ufffd name.gguf"),
+                 repr((meta.get("test.bad_utf8"), r["file"])))
+    check_json(ck, "info --features --json", ["info", "--features", "--json"])
+
+    nan_model = GGUFEdit(open(model, "rb").read())
+    nan_model.patch_tensor("output_norm.weight", struct.pack("<64f", *([float("nan")] * 64)))
+    nan_path = nan_model.write(os.path.join(tmp, "nan_weights.gguf"))
+    check_json(ck, "perplexity --json with NaN weights: a clean error", ["perplexity", "-m", nan_path, "-f",
+                                                                          text_path, "-c", "64", "--json"],
+               may_fail=True)
+    check_json(ck, "bench --json", ["bench", "-m", model, "--ctx", "64", "--prefill", "16", "-n", "2", "--bw-mib", "16",
+                                    "-t", "1", "--json"])
+    check_json(ck, "bench --json with NaN weights", ["bench", "-m", nan_path, "--ctx", "64", "--prefill", "16", "-n",
+                                                     "2", "--bw-mib", "16", "-t", "1", "--json"], may_fail=True)
+    for label, m in (("", model), (" with NaN weights", nan_path)):
+        check_json(ck, "eval --json" + label, ["eval", "-m", m, "--eval-file", text_path, "-c", "64", "--windows", "2",
+                                               "--selectors", "window", "--k-sweep", "8", "-t", "1", "--json"],
+                   may_fail=True)
+        check_json(ck, "train-search --json" + label, ["train-search", "-m", m, text_path, "--seq", "64", "--steps",
+                                                       "2", "--eval-every", "1", "--d-search", "8", "--layers", "2",
+                                                       "--reserve", "none", "-t", "1", "--json", "-o",
+                                                       os.path.join(tmp, "hostile_search.gguf")], may_fail=True)
+        check_json(ck, "train-phi --json" + label, ["train-phi", "-m", m, text_path, "--seq", "64", "--steps", "2",
+                                                    "--layers", "2", "--d-phi", "8", "--d-emb", "8", "--d-hidden", "8",
+                                                    "--eval-every", "1", "-t", "1", "--json", "-o",
+                                                    os.path.join(tmp, "hostile_phi.gguf")], may_fail=True)
+
+    # ---- 3. stale temporary files ---------------------------------------
+    out_path = os.path.join(tmp, "hostile_synth.gguf")
+    stale = out_path + ".subq-tmp.STALE1"
+    live = out_path + ".subq-tmp.LIVE01"
+    other = out_path + ".subq-tmp.too-long-to-be-ours"
+    for p in (stale, live, other):
+        with open(p, "wb") as f:
+            f.write(b"partial")
+    holder = open(live, "rb")
+    fcntl.flock(holder, fcntl.LOCK_EX)  # a writer that is still running
+    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "-o", out_path])
+    ck.check("synth writes beside temporary files", code == 0, err[-200:])
+    ck.check("a killed writer's temporary file is removed", not os.path.exists(stale))
+    ck.check("a live writer's temporary file is kept", os.path.exists(live))
+    ck.check("files that are not ours are kept", os.path.exists(other))
+    holder.close()
+    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "-o", out_path])
+    ck.check("its writer gone, the next write removes it too", code == 0 and not os.path.exists(live), err[-200:])
+    code, _, err = run(["info", "-m", out_path])
+    ck.check("the written model opens", code == 0, err[-200:])
+    for p in (other, out_path):
+        os.unlink(p)
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
