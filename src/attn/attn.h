@@ -30,6 +30,9 @@ struct attn_stage {
                            subq_error *err);
     void (*reset)(attn_stage *self);   /* new sequence (may be NULL) */
     void (*free)(attn_stage *self);    /* may be NULL for static stages */
+    /* keep only cache slots 0 .. n_keep-1 of the current sequence (may be
+     * NULL: a stage that holds nothing per slot) */
+    subq_status (*truncate)(attn_stage *self, const kv_cache *kv, int n_keep, subq_error *err);
 };
 
 /* Exact softmax attention over every eligible cached key (a stateless

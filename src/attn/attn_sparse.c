@@ -315,6 +315,20 @@ static void sparse_free(attn_stage *self) {
     free(s);
 }
 
+static subq_status completion_replay(sparse_stage *s, const kv_cache *kv, int n, subq_error *err);
+
+/* Forget slots n_keep..: the index is truncated, the completion's summary
+ * rebuilt from the kept slots of kv (O(n_keep) feature maps). */
+static subq_status sparse_truncate(attn_stage *st, const kv_cache *kv, int n_keep, subq_error *err) {
+    sparse_stage *s = (sparse_stage *)st;
+    int keys = s->freeze_slot >= 0 && s->freeze_slot < n_keep ? s->freeze_slot : n_keep;
+    subq_status rc = selector_truncate(s->sel, keys, err);
+    if (!rc && s->shadow) rc = selector_truncate(s->shadow, keys, err);
+    if (!rc) rc = completion_replay(s, kv, n_keep, err);
+    s->rec.n_tokens = 0;
+    return rc;
+}
+
 subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, int n_embd,
                             const selector_env *env, attn_stage **out, subq_error *err) {
     *out = NULL;
@@ -331,6 +345,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     s->base.forward = sparse_forward;
     s->base.reset = sparse_reset;
     s->base.free = sparse_free;
+    s->base.truncate = sparse_truncate;
     s->p = *p;
     s->n_embd = n_embd;
     s->freeze_slot = -1;
@@ -426,16 +441,6 @@ static subq_status completion_replay(sparse_stage *s, const kv_cache *kv, int n,
     return rc;
 }
 
-subq_status attn_sparse_truncate(attn_stage *st, const kv_cache *kv, int n_keep, subq_error *err) {
-    sparse_stage *s = as_sparse(st);
-    if (!s) return SUBQ_OK;
-    int keys = s->freeze_slot >= 0 && s->freeze_slot < n_keep ? s->freeze_slot : n_keep;
-    subq_status rc = selector_truncate(s->sel, keys, err);
-    if (!rc && s->shadow) rc = selector_truncate(s->shadow, keys, err);
-    if (!rc) rc = completion_replay(s, kv, n_keep, err);
-    s->rec.n_tokens = 0;
-    return rc;
-}
 
 subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err) {
     sparse_stage *s = as_sparse(st);

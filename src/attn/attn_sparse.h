@@ -82,9 +82,7 @@ void attn_sparse_clear_metrics(attn_stage *st);
  * and are never retrieved (they are still seen through the tail); -1 = off. */
 void attn_sparse_freeze(attn_stage *st, int freeze_slot);
 
-/* Prompt caches and session files (no-ops on other stages):
- * truncate: forget slots n_keep.. (the index is truncated, the completion's
- *   summary rebuilt from the kept slots of kv: O(n_keep) feature maps);
+/* Session files (no-ops on other stages; truncation is the stage's own op):
  * restore: an empty stage takes slots 0 .. n-1, whose native keys are in kv,
  *   with their search keys in stored form (selector_get_keys; NULL for kinds
  *   without a search space), as if they had been decoded;
@@ -92,7 +90,6 @@ void attn_sparse_freeze(attn_stage *st, int freeze_slot);
  * describe: one line naming everything that changes what the layer computes
  *   (kind, K, sinks, tail, prefill mode, selector and its parameters, and
  *   hashes of the projections and completion maps), empty for other stages. */
-subq_status attn_sparse_truncate(attn_stage *st, const kv_cache *kv, int n_keep, subq_error *err);
 subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err);
 int attn_sparse_search_width(const attn_stage *st);
 subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err);

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "attn/attn_sparse.h"
 #include "model/context.h"
 
 #define DEFAULT_N_BATCH 512
@@ -102,13 +101,14 @@ const float *subq_context_last_logits(const subq_context *c) {
 }
 
 /* The KV rows of the kept slots stay where they are; every sparse layer
- * drops the rest from its index (see attn_sparse_truncate for the costs). */
+ * drops the rest from its index (see the sparse stage's truncate for the costs). */
 subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err) {
     if (n_keep < 0 || n_keep > c->kv.n_used)
         return subq_fail(err, SUBQ_ERR_RANGE, "cannot keep %d of the %d cached tokens", n_keep, c->kv.n_used);
     if (n_keep == c->kv.n_used) return SUBQ_OK;
     for (int l = 0; l < c->model->hp.n_layer; l++) {
-        subq_status s = attn_sparse_truncate(c->stages[l], &c->kv, n_keep, err);
+        attn_stage *st = c->stages[l];
+        subq_status s = st->truncate ? st->truncate(st, &c->kv, n_keep, err) : SUBQ_OK;
         if (s) { /* an index that failed to rebuild must not be used: start over */
             subq_context_reset(c);
             return s;

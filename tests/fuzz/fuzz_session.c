@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
-#include "model/session.h"
+#include "api/session.h"
 
 static subq_model *g_model;
 static subq_context *g_ctx[2];

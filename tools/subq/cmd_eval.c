@@ -198,8 +198,9 @@ static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, cons
            r->n_windows, r->ctx, cfg->pack ? "true" : "false", (long long)r->n_scored, cfg->n_sink, cfg->n_tail);
     for (int l = 0, first = 1; l < r->n_layer; l++)
         if (r->sparse_layers[l]) printf("%s%d", first ? "" : ", ", l), first = 0;
-    printf("], \"per_layer\": %s, \"seconds\": %.2f,\n \"full_ppl\": %.6f,\n \"methods\": [",
-           cfg->per_layer ? "true" : "false", r->seconds, r->full_ppl);
+    printf("], \"per_layer\": %s, \"seconds\": %.2f,\n \"full_ppl\": ", cfg->per_layer ? "true" : "false", r->seconds);
+    json_num(r->full_ppl);
+    printf(",\n \"methods\": [");
     for (int i = 0; i < r->n_methods; i++) {
         const eval_method *m = &r->methods[i];
         printf("%s\n  {\"method\": \"%s\", \"select\": \"%s\", \"k\": %d, \"completion\": %s, \"budget_pct\": ",

@@ -1,5 +1,5 @@
 /* Session files (format in session.h). */
-#include "model/session.h"
+#include "api/session.h"
 
 #include <inttypes.h>
 #include <stdio.h>
