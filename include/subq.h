@@ -121,6 +121,8 @@ typedef struct subq_context_params {
     int n_ctx;          /* KV cache capacity in tokens (<= 0: model's training context) */
     int n_threads;      /* OpenMP threads (<= 0: all cores) */
     subq_kv_type kv_type;
+    int n_batch;        /* most tokens per forward step: longer inputs of subq_decode run in
+                           batches of this many (<= 0: 512; at most n_ctx) */
 } subq_context_params;
 
 subq_context_params subq_context_default_params(void);
@@ -136,6 +138,8 @@ int subq_context_n_ctx(const subq_context *c);
 /* The model a context runs. */
 const subq_model *subq_context_model(const subq_context *c);
 int subq_context_n_threads(const subq_context *c);
+/* Most tokens per forward step (subq_context_params.n_batch). */
+int subq_context_n_batch(const subq_context *c);
 
 /* Run n tokens through the model, appending them to the KV cache at
  * positions n_past .. n_past+n-1. When `logits` is not NULL it receives

@@ -21,6 +21,12 @@ const kernels *kernels_get(void) {
     return k ? k : &kernels_scalar_set;
 }
 
+gemm_q8_fn kernels_gemm_q8(uint32_t type) {
+    if (type >= GGML_TYPE_COUNT) return NULL;
+    const gemm_q8_fn *wide = kernels_gemm_q8_avx512();
+    return wide && wide[type] ? wide[type] : kernels_get()->gemm_q8[type];
+}
+
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
     quant_dequant_fn f = type < GGML_TYPE_COUNT ? kernels_get()->dequant[type] : NULL;
     if (f) f(src, dst, n);

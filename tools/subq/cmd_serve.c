@@ -136,6 +136,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.ctx.n_ctx = mo.n_ctx;
     cfg.ctx.n_threads = mo.n_threads;
     cfg.ctx.kv_type = mo.kv_type;
+    if (mo.n_batch > 0) cfg.ctx.n_batch = mo.n_batch;
     cfg.sparse = so.enabled;
     cfg.plan = public_plan(&so);
     if (!complete_threshold(cmd, &so, &cfg.plan.complete_min_entropy)) return 1;
