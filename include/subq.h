@@ -217,6 +217,17 @@ int subq_selector_available(subq_selector_kind k);
 /* 1 if it ranks in the learned search space (needs search projections). */
 int subq_selector_needs_search(subq_selector_kind k);
 
+/* subq_attn_plan.sparse_prefill:
+ *   DENSE:     full attention; the prompt's keys are indexed for decode.
+ *   SPARSE:    each prompt token attends to the sinks, its local window (the
+ *              tokens of its batch up to itself, at least the tail) and K keys
+ *              retrieved from the batches before it: one index query per
+ *              token, so a prompt costs ~linear time (batches of
+ *              subq_context_params.n_batch tokens).
+ *   TOKENWISE: token by token, each retrieving among every earlier key, as
+ *              decode does (teacher forcing: what perplexity measures; slow). */
+typedef enum subq_prefill_mode { SUBQ_PREFILL_DENSE = 0, SUBQ_PREFILL_SPARSE = 1, SUBQ_PREFILL_TOKENWISE = 2 } subq_prefill_mode;
+
 typedef struct subq_attn_plan {
     /* layers to make sparse: "all", "1-4", "2--3" (negative counts from the
      * end), comma lists; NULL: the layers that have search projections, or
@@ -226,8 +237,8 @@ typedef struct subq_attn_plan {
     int top_k;                     /* keys retrieved per query (64) */
     int n_sink;                    /* first tokens of a document always attended (4) */
     int n_tail;                    /* most recent tokens always attended, the query included (16) */
-    int sparse_prefill;            /* 1: batches of several tokens retrieve too; 0: they
-                                      attend densely and only their keys are indexed (0) */
+    int sparse_prefill;            /* how a prompt (a batch of several tokens) attends; one-token
+                                      steps are sparse in every mode (SUBQ_PREFILL_DENSE) */
     int hnsw_m, hnsw_ef_construction, hnsw_ef_search; /* 32, 40, 64 */
     int quest_page;                /* tokens per Quest page (16) */
     int search_f16;                /* exact: keep search keys in f16 (0) */

@@ -86,7 +86,7 @@ static void oracle_free(selector *s) {
 }
 
 static const selector_ops oracle_ops = {oracle_append, oracle_query, oracle_reset, oracle_free,
-                                        oracle_truncate, NULL, NULL};
+                                        oracle_truncate, NULL, NULL, NULL};
 
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     oracle_sel *o = calloc(1, sizeof *o);

@@ -70,7 +70,7 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
     } else if (!strcmp(a, "--complete-heads")) {
         if (!(o->complete_heads = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--sparse-prefill")) {
-        o->sparse_prefill = 1;
+        o->sparse_prefill = SUBQ_PREFILL_SPARSE;
     } else {
         return 0;
     }
@@ -165,7 +165,7 @@ int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_co
     *proj = NULL;
     if (!o->enabled) return 1;
     if (!cli_sparse_load(cmd, o, m, proj)) return 0;
-    o->plan.sparse.dense_prefill = !o->sparse_prefill;
+    o->plan.sparse.prefill = (sparse_prefill)o->sparse_prefill; /* the same values (api_plan.c) */
     if (context_set_plan(c, &o->plan, *proj, &err)) {
         cli_error(cmd, "%s", err.msg);
         search_proj_free(*proj);

@@ -12,7 +12,7 @@ typedef struct cli_sparse_opts {
     int random_search;        /* --random-search D: random projections on layers 2..L-3 */
     const char *select;       /* --select KIND */
     attn_plan plan;
-    int sparse_prefill;       /* --sparse-prefill (generate) */
+    int sparse_prefill;       /* SUBQ_PREFILL_*: --sparse-prefill gives SPARSE (default DENSE) */
     const char *complete_file;   /* --complete FILE: completion maps from subq train-phi */
     const char *complete_heads;  /* --complete-heads entropy>=X */
     phi_maps *maps;              /* loaded by cli_apply_sparse; freed by cli_sparse_free */

@@ -159,7 +159,7 @@ int cmd_bench(int argc, char **argv) {
     /* search projections once, for every sparse kind (a plan per kind below) */
     if (any_sparse) {
         so.enabled = 1;
-        so.sparse_prefill = 1;
+        so.sparse_prefill = SUBQ_PREFILL_SPARSE;
         if (!so.search_file && !so.random_search) {
             rc = cli_error(cmd, "sparse kinds need search projections: give -s FILE or --random-search D");
             goto done;
@@ -211,7 +211,7 @@ int cmd_bench(int argc, char **argv) {
             context_clear_plan(c);
             if (r->attn >= 0) {
                 attn_plan plan = cli_plan_with_kind(&so, (selector_kind)r->attn);
-                plan.sparse.dense_prefill = 0;
+                plan.sparse.prefill = SPARSE_PREFILL_BATCH;
                 if (context_set_plan(c, &plan, proj, &err)) {
                     rc = cli_error(cmd, "%s", err.msg);
                     goto done;

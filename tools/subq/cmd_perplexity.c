@@ -77,7 +77,7 @@ int cmd_perplexity(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n_toks = 0;
     int rc = 0;
-    so.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
+    so.sparse_prefill = SUBQ_PREFILL_TOKENWISE; /* teacher forcing: every position retrieves as in decode */
     if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c, &proj)) {
         rc = 1;
         goto done;

@@ -318,7 +318,7 @@ int cmd_recall(int argc, char **argv) {
                     method *me = &methods[mi];
                     attn_plan plan = cli_plan_with_kind(&so, me->full ? SELECT_EXACT : (selector_kind)me->kind);
                     plan.sparse.top_k = me->k;
-                    plan.sparse.dense_prefill = !so.sparse_prefill;
+                    plan.sparse.prefill = (sparse_prefill)so.sparse_prefill;
                     plan.sparse.complete = me->complete ? so.maps : NULL;
                     context_clear_plan(c);
                     subq_context_reset(c);
