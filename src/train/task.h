@@ -30,7 +30,7 @@ typedef struct trainer trainer;
 
 /* Loss sums of one layer (not averaged). */
 typedef struct train_sums {
-    double loss, part[TRAIN_MAX_PARTS];
+    double loss, part[SUBQ_TRAIN_MAX_PARTS];
     int64_t n_queries;          /* loss terms: the objective divides by their count */
 } train_sums;
 
@@ -137,9 +137,9 @@ struct trainer {
     train_sums *sums;           /* [n_sel] */
     train_eval_layer *ev;       /* [n_sel] */
     /* latest figures, recorded in the output */
-    double train_loss, train_part[TRAIN_MAX_PARTS];
+    double train_loss, train_part[SUBQ_TRAIN_MAX_PARTS];
     int have_eval;
-    double eval_loss, eval_part[TRAIN_MAX_PARTS];
+    double eval_loss, eval_part[SUBQ_TRAIN_MAX_PARTS];
 };
 
 /* Set up a run (no resume): context, the task's weights and their initial

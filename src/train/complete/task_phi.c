@@ -35,7 +35,7 @@ typedef struct phi_task {
     double *wd;                 /* double mirror of the weights, for the loss */
 } phi_task;
 
-static const char *const part_names[PHI_N_PARTS] = {"kl", "top", "fp", "z", "lse_err"};
+static const char *const part_names[SUBQ_PHI_N_PARTS] = {"kl", "top", "fp", "z", "lse_err"};
 
 static subq_status create(void *self, trainer *t, subq_error *err) {
     phi_task *k = self;
@@ -155,7 +155,7 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
                                        train ? t->gd + off : NULL, &ls, t->n_threads, err);
         if (s) return s;
         sums[i].loss += ls.loss;
-        for (int j = 0; j < PHI_N_PARTS; j++) sums[i].part[j] += ls.part[j];
+        for (int j = 0; j < SUBQ_PHI_N_PARTS; j++) sums[i].part[j] += ls.part[j];
         sums[i].n_queries += ls.n_queries;
     }
     return SUBQ_OK;
@@ -222,7 +222,7 @@ static void task_free(void *self) {
 
 static const train_task_ops phi_ops = {
     .prefix = "subq.phi",
-    .n_parts = PHI_N_PARTS,
+    .n_parts = SUBQ_PHI_N_PARTS,
     .part_names = part_names,
     .grad_f64 = 1,
     .create = create,
@@ -325,7 +325,7 @@ subq_status phi_train_dump(subq_model *m, const train_corpus *data, const phi_tr
         snprintf(name, sizeof name, "grad.%d", l);
         s = add_f32(w, s, name, g, (uint64_t)p->layer_size, 1, 1, err);
         sv[0] = sums[i].loss;
-        for (int k = 0; k < PHI_N_PARTS; k++) sv[1 + k] = sums[i].part[k];
+        for (int k = 0; k < SUBQ_PHI_N_PARTS; k++) sv[1 + k] = sums[i].part[k];
         sv[6] = (double)sums[i].n_queries;
         snprintf(name, sizeof name, "subq.phi.dump.%d.sums", l);
         if (!s && gguf_writer_set_arr(w, name, GGUF_TYPE_FLOAT64, sv, 7)) s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");

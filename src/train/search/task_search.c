@@ -15,7 +15,7 @@ train_search_config train_search_default_config(void) {
         .d_search = 32,
         /* sink / tail: the sparse runtime's defaults (attn_plan_default), so the
          * space is trained on the keys it will be asked to rank */
-        .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = TEACHER_AGG_MAX,
+        .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = SUBQ_TEACHER_AGG_MAX,
                  .n_sink = 4, .n_tail = 16},
         .init_std = 0.02f,
         .eval_k = {8, 16, 32, 64},
@@ -49,7 +49,7 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
     if (!(l->alpha >= 0) || !(l->beta >= 0) || !(c->init_std >= 0))
         return subq_fail(err, SUBQ_ERR_ARG, "loss weights and init_std must be >= 0");
     if (l->n_sink < 0 || l->n_tail < 0) return subq_fail(err, SUBQ_ERR_ARG, "sink and tail must be >= 0");
-    if (c->n_eval_k < 0 || c->n_eval_k > SEARCH_EVAL_MAX_K) return subq_fail(err, SUBQ_ERR_ARG, "too many eval K values");
+    if (c->n_eval_k < 0 || c->n_eval_k > SUBQ_SEARCH_EVAL_MAX_K) return subq_fail(err, SUBQ_ERR_ARG, "too many eval K values");
     for (int i = 0; i < c->n_eval_k; i++)
         if (c->eval_k[i] < 1) return subq_fail(err, SUBQ_ERR_ARG, "eval K values must be >= 1");
     const model_hparams *hp = &t->model->hp;
@@ -254,9 +254,9 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
                                    cfg->loss.n_tail, &acc, tr.n_threads, err)))
             break;
         char key[128];
-        double ml[SEARCH_EVAL_MAX_K], mo[SEARCH_EVAL_MAX_K], rl[SEARCH_EVAL_MAX_K], ro[SEARCH_EVAL_MAX_K];
-        double mw[SEARCH_EVAL_MAX_K], rw[SEARCH_EVAL_MAX_K];
-        int64_t nq[SEARCH_EVAL_MAX_K];
+        double ml[SUBQ_SEARCH_EVAL_MAX_K], mo[SUBQ_SEARCH_EVAL_MAX_K], rl[SUBQ_SEARCH_EVAL_MAX_K], ro[SUBQ_SEARCH_EVAL_MAX_K];
+        double mw[SUBQ_SEARCH_EVAL_MAX_K], rw[SUBQ_SEARCH_EVAL_MAX_K];
+        int64_t nq[SUBQ_SEARCH_EVAL_MAX_K];
         for (int k = 0; k < acc.n_k; k++) {
             double d = acc.n_queries[k] > 0 ? (double)acc.n_queries[k] : 1.0;
             ml[k] = acc.mass_learned[k] / d;
