@@ -108,16 +108,16 @@ static int options(const void *self, train_option *o) {
     const search_task *k = self;
     const search_loss_params *l = &k->cfg->loss;
     int n = 0;
-    o[n++] = train_opt_u64("k_pos", "--k-pos", (uint64_t)l->k_pos);
-    o[n++] = train_opt_str("head_agg", "--head-agg", teacher_agg_name(l->agg));
-    o[n++] = train_opt_f32("tau", "--tau", l->tau);
-    o[n++] = train_opt_f32("tau_kl", "--tau-kl", l->tau_kl);
-    o[n++] = train_opt_f32("alpha", "--alpha", l->alpha);
-    o[n++] = train_opt_f32("beta", "--beta", l->beta);
-    o[n++] = train_opt_f32("init_std", "--init-std", k->cfg->init_std);
+    o[n++] = train_opt_u64("k_pos", (uint64_t)l->k_pos);
+    o[n++] = train_opt_str("head_agg", teacher_agg_name(l->agg));
+    o[n++] = train_opt_f32("tau", l->tau);
+    o[n++] = train_opt_f32("tau_kl", l->tau_kl);
+    o[n++] = train_opt_f32("alpha", l->alpha);
+    o[n++] = train_opt_f32("beta", l->beta);
+    o[n++] = train_opt_f32("init_std", k->cfg->init_std);
     /* the retrieval-eligible key set (keys the runtime always attends are left out) */
-    o[n++] = train_opt_u64_since("n_sink", "--sink", (uint64_t)l->n_sink, 0);
-    o[n++] = train_opt_u64_since("n_tail", "--tail", (uint64_t)l->n_tail, 0);
+    o[n++] = train_opt_u64_since("n_sink", (uint64_t)l->n_sink, 0);
+    o[n++] = train_opt_u64_since("n_tail", (uint64_t)l->n_tail, 0);
     return n;
 }
 
@@ -142,13 +142,13 @@ static subq_status read_weights(void *self, trainer *t, const gguf_file *f, cons
     const search_proj *q = ((search_task *)self)->proj;
     search_proj *p = NULL;
     subq_status s = search_proj_read(f, path, &p, err);
-    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, "train-search", err);
+    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, err);
     int same_layers = !s && p->n_sel == q->n_sel;
     for (int i = 0; same_layers && i < q->n_sel; i++) same_layers = p->layers[i] == q->layers[i];
     if (!s && (p->d_search != q->d_search || !same_layers || p->n_embd != q->n_embd))
         s = subq_fail(err, SUBQ_ERR_ARG,
                       "%s has d_search %d over %d layers; this run asks for d_search %d over %d layers "
-                      "(resume with the same --d-search / --layers / --reserve)",
+                      "(resume with the same search width and layers)",
                       path, p->d_search, p->n_sel, q->d_search, q->n_sel);
     if (!s) memcpy(t->w, p->data, t->n_params * sizeof(float));
     search_proj_free(p);
