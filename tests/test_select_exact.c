@@ -1,6 +1,7 @@
 /* exact selector == brute force (double-precision cosine, full sort) on
  * random keys, chunked appends and random masks (segments, exclusions,
- * n_slots beyond the appended keys), with f32 and f16 key storage; plus the
+ * n_slots beyond the appended keys), with f32 and f16 key storage, one query
+ * at a time and in batches (selector_query_batch); plus the
  * mask-range helper against select_mask_allows. */
 #include <math.h>
 #include <stdlib.h>
@@ -79,6 +80,64 @@ static void test_ranges(void) {
     CHECK(bad == 0, "mask ranges disagree with select_mask_allows in %d places", bad);
 }
 
+typedef struct bad_counts {
+    int count, score, elig, order;
+} bad_counts;
+
+/* One query's answer (got slots in out) against brute force: every eligible
+ * slot's cosine, full sort. want, have: scratch of n doubles. */
+static void check_answer(const float *q, const float *keys, int d, int n, const select_mask *m, int k,
+                         const int32_t *out, int got, double tol, double *want, double *have, bad_counts *bad) {
+    int ne = 0;
+    for (int j = 0; j < n; j++)
+        if (select_mask_allows(m, j)) want[ne++] = cosine(q, keys + (size_t)j * d, d);
+    qsort(want, (size_t)ne, sizeof(double), cmp_desc);
+    bad->count += got != (k < ne ? k : ne);
+    for (int i = 0; i < got; i++) {
+        bad->elig += !select_mask_allows(m, out[i]) || out[i] >= n;
+        if (out[i] >= 0 && out[i] < n) have[i] = cosine(q, keys + (size_t)out[i] * d, d);
+    }
+    for (int i = 1; i < got; i++) bad->order += have[i] > have[i - 1] + tol;
+    /* the score multisets agree: sorted returned scores == top of the brute sort */
+    qsort(have, (size_t)got, sizeof(double), cmp_desc);
+    for (int i = 0; i < got && i < ne; i++) bad->score += fabs(have[i] - want[i]) > tol;
+}
+
+static void report(const char *what, int f16, int d, const bad_counts *bad) {
+    const char *t = f16 ? "f16" : "f32";
+    CHECK(bad->count == 0, "%s %s d=%d: %d queries returned the wrong count", what, t, d, bad->count);
+    CHECK(bad->elig == 0, "%s %s d=%d: %d ineligible slots returned", what, t, d, bad->elig);
+    CHECK(bad->score == 0, "%s %s d=%d: %d scores differ from brute force", what, t, d, bad->score);
+    CHECK(bad->order == 0, "%s %s d=%d: %d results out of order", what, t, d, bad->order);
+}
+
+/* selector_query_batch (a prefill batch: one scan as a GEMM for every
+ * query) against brute force, queries with masks of their own. */
+#define N_BATCH 45
+static void test_batch(selector *s, const float *keys, int d, int n, int f16, int threads, uint64_t *rng) {
+    int k = 1 + (int)(rng_next_u64(rng) % 200);
+    float *q = malloc((size_t)N_BATCH * d * sizeof(float));
+    int32_t *seg = malloc((size_t)N_BATCH * (n + 4) * sizeof(int32_t)), *out = malloc((size_t)N_BATCH * k * sizeof(int32_t));
+    double *want = malloc((size_t)n * sizeof(double)), *have = malloc((size_t)k * sizeof(double));
+    select_mask m[N_BATCH];
+    int got[N_BATCH];
+    for (int i = 0; i < N_BATCH; i++) {
+        random_mask(rng, n, seg + (size_t)i * (n + 4), &m[i]);
+        for (int c = 0; c < d; c++) q[(size_t)i * d + c] = rng_normal(rng) + 0.3f;
+    }
+    bad_counts bad = {0};
+    CHECK(selector_query_batch(s, N_BATCH, q, q, (size_t)d, k, m, out, got, threads) == 0, "query_batch failed");
+    for (int i = 0; i < N_BATCH; i++)
+        check_answer(q + (size_t)i * d, keys, d, n, &m[i], k, out + (size_t)i * k, got[i], f16 ? 2e-3 : 1e-5, want,
+                     have, &bad);
+    report("exact batch", f16, d, &bad);
+    free(q);
+    free(seg);
+    free(out);
+    free(want);
+    free(have);
+}
+
 static void test_exact(int f16, int d, int n, uint64_t seed, int threads) {
     uint64_t rng = rng_seed(seed);
     float *keys = malloc((size_t)n * d * sizeof(float)), *q = malloc((size_t)d * sizeof(float));
@@ -103,35 +162,20 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads) {
     CHECK(selector_append(s, keys, 1, 5, &err) == SUBQ_ERR_ARG, "out-of-order append must fail");
 
     const double tol = f16 ? 2e-3 : 1e-5;
-    int bad_count = 0, bad_score = 0, bad_elig = 0, bad_order = 0;
+    bad_counts bad = {0};
     for (int it = 0; it < 60; it++) {
         select_mask m;
         random_mask(&rng, n, seg, &m);
         int k = 1 + (int)(rng_next_u64(&rng) % 300);
         for (int c = 0; c < d; c++) q[c] = rng_normal(&rng) + 0.3f;
-        /* brute force: every eligible slot's cosine, full sort */
-        int ne = 0;
-        for (int j = 0; j < n; j++)
-            if (select_mask_allows(&m, j)) want[ne++] = cosine(q, keys + (size_t)j * d, d);
-        qsort(want, (size_t)ne, sizeof(double), cmp_desc);
         int got = selector_query(s, q, NULL, k, &m, out);
-        bad_count += got != (k < ne ? k : ne);
-        for (int i = 0; i < got; i++) {
-            bad_elig += !select_mask_allows(&m, out[i]) || out[i] >= n;
-            if (out[i] >= 0 && out[i] < n) have[i] = cosine(q, keys + (size_t)out[i] * d, d);
-        }
-        for (int i = 1; i < got; i++) bad_order += have[i] > have[i - 1] + tol;
-        /* the score multisets agree: sorted returned scores == top of the brute sort */
-        qsort(have, (size_t)got, sizeof(double), cmp_desc);
-        for (int i = 0; i < got && i < ne; i++) bad_score += fabs(have[i] - want[i]) > tol;
+        check_answer(q, keys, d, n, &m, k, out, got, tol, want, have, &bad);
     }
-    CHECK(bad_count == 0, "exact %s d=%d: %d queries returned the wrong count", f16 ? "f16" : "f32", d, bad_count);
-    CHECK(bad_elig == 0, "exact %s d=%d: %d ineligible slots returned", f16 ? "f16" : "f32", d, bad_elig);
-    CHECK(bad_score == 0, "exact %s d=%d: %d scores differ from brute force", f16 ? "f16" : "f32", d, bad_score);
-    CHECK(bad_order == 0, "exact %s d=%d: %d results out of order", f16 ? "f16" : "f32", d, bad_order);
+    report("exact", f16, d, &bad);
     CHECK(s->stats.n_queries == 60 && s->stats.n_appended == n, "stats: %lld queries, %lld appended",
           (long long)s->stats.n_queries, (long long)s->stats.n_appended);
     CHECK(s->stats.bytes >= (size_t)n * d * (f16 ? 2 : 4), "stats.bytes %zu too small", s->stats.bytes);
+    test_batch(s, keys, d, n, f16, threads, &rng);
 
     /* reset forgets the keys; a new sequence starts at slot 0 */
     selector_reset(s);

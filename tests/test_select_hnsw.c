@@ -2,7 +2,8 @@
  * clustered synthetic search vectors at default settings (M 32,
  * efConstruction 40, efSearch 64), the index grown by chunked appends as in
  * prefill + decode. Also: masked queries (sinks, tail, documents) stay
- * eligible and keep their recall, and small eligible sets are exact.
+ * eligible and keep their recall, small eligible sets are exact, and a batch
+ * of queries (selector_query_batch, in parallel) answers as one query each.
  * Prints insert and query times (informational; the machine is shared). */
 #include <math.h>
 #include <stdio.h>
@@ -107,6 +108,20 @@ static void run(selector_kind kind, const float *keys, const float *queries, int
            N_KEYS - doc0, rm, (double)(ann->stats.n_visited - vis0) / N_QUERIES);
     CHECK(bad == 0, "%s: %d ineligible slots returned", name, bad);
     CHECK(rm >= 0.95, "%s masked recall@%d %.4f < 0.95", name, K, rm);
+
+    /* a batch of the masked queries (prefill: in parallel) answers as one query each */
+    select_mask mb[N_QUERIES];
+    int got[N_QUERIES], same = 1;
+    int32_t *ab = malloc((size_t)N_QUERIES * K * sizeof(int32_t));
+    for (int i = 0; i < N_QUERIES; i++) mb[i] = m;
+    CHECK(ab && selector_query_batch(ann, N_QUERIES, queries, queries, D, K, mb, ab, got, 2) == 0, "%s: query_batch",
+          name);
+    for (int i = 0; ab && i < N_QUERIES; i++) {
+        int na = selector_query(ann, queries + (size_t)i * D, NULL, K, &m, a);
+        same &= na == got[i] && recall(ab + (size_t)i * K, got[i], a, na) == 1.0;
+    }
+    CHECK(same, "%s: batched queries differ from one query each", name);
+    free(ab);
 
     /* a small eligible set (short document): scored directly, so exact */
     select_mask small = {.n_slots = 200, .seg = NULL, .ex0_lo = 0, .ex0_hi = 4, .ex1_lo = 150, .ex1_hi = 200};

@@ -5,6 +5,7 @@ For each architecture (tiny llama, qwen2, qwen3 shapes) and weight type f32,
 f16, bf16, q8_0, q4_0 and the K-quants: `subq synth` a random model, pick 40
 random token ids (fixed seed, first one BOS) and compare
     prefill                      (one batch)                  rel err < 1e-4
+    prefill -b 3, -b 16          (batches of 3 / 16 tokens)   rel err < 1e-4
     --decode-from 7              (7-token prefill + 1-by-1)   rel err < 1e-4
     --decode-from 7 --kv f16     (half-precision KV cache)    rel err < 1e-2
 against the float64 reference forward on the dequantised weights, where
@@ -97,10 +98,15 @@ def read_logits(path, n_tokens, n_vocab):
     return a.reshape(n_tokens, n_vocab).astype(np.float64)
 
 
-def batch_rows(n_tokens, first_call):
+def batch_rows(n_tokens, first_call, n_batch=512):
     """The tokens subq runs through its batched products when the first
-    forward call takes first_call tokens and the rest go one by one."""
-    return np.arange(n_tokens) < (first_call if first_call >= Q8_ACT_MIN_ROWS else 0)
+    forward call takes first_call tokens (in chunks of n_batch, -b) and the
+    rest go one by one."""
+    rows = np.zeros(n_tokens, dtype=bool)
+    for c0 in range(0, first_call, n_batch):
+        c1 = min(c0 + n_batch, first_call)
+        rows[c0:c1] = c1 - c0 >= Q8_ACT_MIN_ROWS
+    return rows
 
 
 def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None):
@@ -114,6 +120,8 @@ def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None):
     q8 = ref is not None and any(t in Q8_ACT_TYPES for t in ref.wtype.values())
     runs = [
         ("prefill", [], TOL_F32_KV, n_tokens),
+        ("prefill -b 3", ["-b", 3], TOL_F32_KV, n_tokens),
+        ("prefill -b 16", ["-b", 16], TOL_F32_KV, n_tokens),
         ("decode-from %d" % DECODE_FROM, ["--decode-from", DECODE_FROM], TOL_F32_KV, DECODE_FROM),
         ("decode-from %d kv f16" % DECODE_FROM, ["--decode-from", DECODE_FROM, "--kv", "f16"],
          TOL_F16_KV, DECODE_FROM),
@@ -121,7 +129,8 @@ def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None):
     for i, (name, extra, tol, first_call) in enumerate(runs):
         want = ref_logits
         if q8:
-            want = ref.forward(tokens, q8_rows=batch_rows(n_tokens, first_call))
+            n_batch = extra[extra.index("-b") + 1] if "-b" in extra else 512
+            want = ref.forward(tokens, q8_rows=batch_rows(n_tokens, first_call, n_batch))
             tol += TOL_Q8_ACT
         out_path = os.path.join(rc.tmp_dir(), "logits_%s_%d.f32" % (tag, i))
         if os.path.exists(out_path):
