@@ -25,7 +25,8 @@ static const char *help =
     "                       mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3\n"
     "  --max-body BYTES     largest request body (default 16777216)\n"
     "  --max-connections N  connections served at once (default 64)\n"
-    "  --sparse-prefill     run prompts sparse too (default: dense prompt, sparse decode)\n"
+    "  --sparse-prefill     run prompts sparse too, as subq generate --sparse-prefill (default: dense\n"
+    "                       prompt, sparse decode)\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
 /* The chat template: --chat-template NAME, else the model's, recognised;
