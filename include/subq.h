@@ -229,7 +229,8 @@ int subq_selector_needs_search(subq_selector_kind k);
  *              tokens of its batch up to itself, at least the tail) and K keys
  *              retrieved from the batches before it: one index query per
  *              token, so a prompt costs ~linear time (batches of
- *              subq_context_params.n_batch tokens).
+ *              subq_context_params.n_batch tokens). With a completion
+ *              (subq_complete) it runs as TOKENWISE.
  *   TOKENWISE: token by token, each retrieving among every earlier key, as
  *              decode does (teacher forcing: what perplexity measures; slow). */
 typedef enum subq_prefill_mode { SUBQ_PREFILL_DENSE = 0, SUBQ_PREFILL_SPARSE = 1, SUBQ_PREFILL_TOKENWISE = 2 } subq_prefill_mode;

@@ -3,7 +3,8 @@
  * efConstruction 40, efSearch 64), the index grown by chunked appends as in
  * prefill + decode. Also: masked queries (sinks, tail, documents) stay
  * eligible and keep their recall, small eligible sets are exact, and a batch
- * of queries (selector_query_batch, in parallel) answers as one query each.
+ * of queries (selector_query_batch: in parallel for hnsw, one by one for
+ * faiss) answers as one query each.
  * Prints insert and query times (informational; the machine is shared). */
 #include <math.h>
 #include <stdio.h>

@@ -74,7 +74,7 @@ INLINE512 void acts(const int8_t *xq, const float *xd, int two, __m512i *x, __m5
     const __m512i off = _mm512_set1_epi8((char)0x80);
     if (two) {
         *x = _mm512_xor_si512(_mm512_loadu_si512(xq), off);
-        *dx = spread2(_mm_castpd_ps(_mm_load_sd((const double *)xd)));
+        *dx = spread2(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)xd))); /* two floats; unaligned-safe */
     } else {
         *x = _mm512_xor_si512(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq)), off);
         *dx = spread2(_mm_load_ss(xd));

@@ -75,11 +75,6 @@ static int faiss_query(selector *s, const float *q_search, const float *q_native
     return select_ann_query(s, &((faiss_sel *)s)->ann, q_search, k, m, out);
 }
 
-static int faiss_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
-                            const select_mask *m, int32_t *out, int *got, int n_threads) {
-    return select_ann_query_batch(s, &((faiss_sel *)s)->ann, n, q_search, k, m, out, got, n_threads);
-}
-
 static void faiss_reset(selector *s) {
     faiss_sel *f = (faiss_sel *)s;
     faiss_shim_reset(f->ann.ix, s->params.seed);
@@ -102,7 +97,8 @@ static subq_status faiss_truncate(selector *s, int n_keep, subq_error *err) {
 }
 
 static const selector_ops faiss_ops = {faiss_append, faiss_query, faiss_reset, faiss_free,
-                                       faiss_truncate, faiss_get_keys, faiss_put_keys, faiss_query_batch};
+                                       faiss_truncate, faiss_get_keys, faiss_put_keys,
+                                       NULL /* one query at a time: the shim's search shares a visited table */};
 
 subq_status select_faiss_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     faiss_sel *f = calloc(1, sizeof *f);

@@ -116,8 +116,9 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
             r->select_s = s1.t_select_s - s0.t_select_s;
             r->insert_s = s1.t_append_s - s0.t_append_s;
             r->attn_s = s1.t_attn_s - s0.t_attn_s - r->select_s - r->insert_s;
-            t0 = cli_now_s();
-            for (int s = 0; s < o->n_decode; s++) {
+            /* one untimed step (warm caches), then n_decode timed ones */
+            for (int s = 0; s <= o->n_decode; s++) {
+                if (s == 1) t0 = cli_now_s();
                 int32_t tok = (int32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) %
                               info.n_vocab;
                 if (subq_decode(c, &tok, 1, logits, 0, &err)) {
