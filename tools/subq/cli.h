@@ -21,6 +21,8 @@ int cmd_train_search(int argc, char **argv);
 int cmd_train_phi(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_recall(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+int cmd_split(int argc, char **argv);
 
 /* Print "subq CMD: error: MSG" as one line on stderr; returns 1 (the exit code). */
 int cli_error(const char *cmd, const char *fmt, ...)

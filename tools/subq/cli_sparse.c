@@ -23,6 +23,8 @@ static void set_kind(selector_params *sp, selector_kind kind) {
     if (keep.hnsw_ef_construction) sp->hnsw_ef_construction = keep.hnsw_ef_construction;
     if (keep.hnsw_ef_search) sp->hnsw_ef_search = keep.hnsw_ef_search;
     if (keep.quest_page) sp->quest_page = keep.quest_page;
+    sp->quest_headmean = keep.quest_headmean;
+    sp->oracle = keep.oracle;
 }
 
 attn_plan cli_plan_with_kind(const cli_sparse_opts *o, selector_kind kind) {
@@ -51,6 +53,7 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         if (!(o->plan.sparse_layers = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--topk")) {
         target = &sp->top_k, lo = 0;
+        o->topk_set = 1;
     } else if (!strcmp(a, "--sink")) {
         target = &sp->n_sink, lo = 0;
     } else if (!strcmp(a, "--tail")) {
@@ -63,6 +66,24 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         target = &sp->select.hnsw_ef_search, lo = 1;
     } else if (!strcmp(a, "--quest-page")) {
         target = &sp->select.quest_page, lo = 1, hi = 1 << 16;
+    } else if (!strcmp(a, "--quest-mode")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        if (strcmp(v, "per-head") && strcmp(v, "headmean")) {
+            cli_error(cmd, "--quest-mode expects per-head or headmean, got '%s'", v);
+            return -1;
+        }
+        sp->select.quest_headmean = !strcmp(v, "headmean");
+    } else if (!strcmp(a, "--oracle")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        int k = subq_oracle_parse(v);
+        if (k < 0) {
+            cli_error(cmd, "--oracle expects headmean-dot, headmean-cosine or per-head, got '%s'", v);
+            return -1;
+        }
+        sp->select.oracle = (oracle_kind)k;
+    } else if (!strcmp(a, "--no-search")) {
+        o->no_search = 1;
+        return 1;
     } else if (!strcmp(a, "--search-f16")) {
         sp->select.f16_keys = 1;
     } else if (!strcmp(a, "--complete")) {
@@ -107,6 +128,20 @@ static int head_flags(const char *cmd, cli_sparse_opts *o, const subq_model *m) 
     return 1;
 }
 
+int cli_sparse_model_default(const char *cmd, cli_sparse_opts *o, const char *model_path) {
+    if (o->search_file || o->random_search || o->no_search || !model_path) return 1;
+    subq_search_info si;
+    subq_error err = {0};
+    subq_status s = subq_search_info_file(model_path, &si, &err);
+    if (s == SUBQ_ERR_RANGE || (!s && !si.merged)) return 1; /* none (or not a model: the loader will say) */
+    if (s) return !cli_error(cmd, "%s (give --no-search to run without them)", err.msg);
+    o->search_file = model_path;
+    o->model_search = 1;
+    o->enabled = 1;
+    if (!o->topk_set && si.top_k > 0) o->plan.sparse.top_k = si.top_k;
+    return 1;
+}
+
 int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_proj **proj) {
     subq_error err = {0};
     *proj = NULL;
@@ -114,7 +149,12 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_p
         cli_error(cmd, "give either --search FILE or --random-search D, not both");
         return 0;
     }
-    if (o->search_file) {
+    if (o->model_search) {
+        if (search_proj_from_model(m, proj, &err)) {
+            cli_error(cmd, "%s", err.msg);
+            return 0;
+        }
+    } else if (o->search_file) {
         if (search_proj_load(o->search_file, m, proj, &err)) {
             cli_error(cmd, "%s", err.msg);
             return 0;

@@ -416,6 +416,7 @@ int cmd_eval(int argc, char **argv) {
         return cli_error(cmd, "no text given; use -f PATH or --eval-file PATH");
     if (cfg.n_budgets && !so.complete_file)
         return cli_error(cmd, "--budget compares selection only with the hybrid: give --complete FILE");
+    if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
     const int have_search = so.search_file || so.random_search;
     if (!selectors) selectors = have_search ? "exact,hnsw,quest,oracle,window" : "quest,oracle,window";
     {

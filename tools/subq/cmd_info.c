@@ -122,12 +122,34 @@ int cmd_info(int argc, char **argv) {
     const uint64_t total = gguf_tensor_bytes(g);
     char rope_buf[512];
     const char *rope = rope_in_use(g, rope_buf, sizeof rope_buf);
+    /* search projections the file carries (a projection file, or merged into a model) */
+    subq_search_info si;
+    char search_buf[600];
+    subq_status ss = subq_search_info_file(path, &si, &err);
+    if (!ss)
+        snprintf(search_buf, sizeof search_buf, "%s, layers %s (%d), d_search %d, %s%s", si.merged ? "merged into the "
+                 "model (ann-sparseattention runtime layout; runs sparse with no --search)" : "projection file",
+                 si.layers, si.n_layers, si.d_search, si.type, si.merged && si.top_k ? ", top-k " : "");
+    else if (ss != SUBQ_ERR_RANGE)
+        snprintf(search_buf, sizeof search_buf, "unusable: %.500s", err.msg);
+    if (!ss && si.merged && si.top_k)
+        snprintf(search_buf + strlen(search_buf), sizeof search_buf - strlen(search_buf), "%d", si.top_k);
+    const char *search = ss == SUBQ_ERR_RANGE ? NULL : search_buf;
     if (json) {
         printf("{\"file\": ");
         cli_json_string(stdout, path, strlen(path));
         if (rope) {
             printf(", \"rope\": ");
             cli_json_string(stdout, rope, strlen(rope));
+        }
+        if (!ss) {
+            printf(", \"search\": {\"merged\": %s, \"layers\": ", si.merged ? "true" : "false");
+            cli_json_string(stdout, si.layers, strlen(si.layers));
+            printf(", \"n_layers\": %d, \"d_search\": %d, \"type\": \"%s\", \"top_k\": %d}", si.n_layers,
+                   si.d_search, si.type, si.top_k);
+        } else if (search) {
+            printf(", \"search_error\": ");
+            cli_json_string(stdout, err.msg, strlen(err.msg));
         }
         printf(", \"version\": %u, \"n_kv\": %" PRIu64 ", \"n_tensors\": %" PRIu64 ", \"alignment\": %" PRIu64
                ", \"tensor_bytes\": %" PRIu64 ",\n \"metadata\": {",
@@ -153,6 +175,7 @@ int cmd_info(int argc, char **argv) {
         printf("%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, %.2f MiB of tensor data\n", path,
                g->version, g->n_kv, g->n_tensors, total / 1048576.0);
         if (rope) printf("  rope in use: %s\n", rope);
+        if (search) printf("  search projections: %s\n", search);
         for (uint64_t i = 0; i < g->n_kv; i++) {
             printf("  %-44.*s ", (int)g->kv[i].key.len, g->kv[i].key.data);
             print_value(stdout, &g->kv[i].value, 0);

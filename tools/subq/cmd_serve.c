@@ -43,6 +43,8 @@ static subq_attn_plan public_plan(const cli_sparse_opts *o) {
     p.hnsw_ef_construction = sp->select.hnsw_ef_construction;
     p.hnsw_ef_search = sp->select.hnsw_ef_search;
     p.quest_page = sp->select.quest_page;
+    p.quest_headmean = sp->select.quest_headmean;
+    p.oracle = (subq_oracle_kind)sp->select.oracle;
     p.search_f16 = sp->select.f16_keys;
     p.seed = sp->select.seed;
     return p;
@@ -127,6 +129,7 @@ int cmd_serve(int argc, char **argv) {
     if (!mo.model) return cli_error(cmd, "no model given; use -m FILE.gguf");
     if (hc.api_key && !*hc.api_key) return cli_error(cmd, "--api-key must not be empty");
     if (so.search_file && so.random_search) return cli_error(cmd, "give either --search FILE or --random-search D, not both");
+    if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
     /* the model's name as clients see it: the file name without .gguf, as llama-server does */
     const char *base = strrchr(mo.model, '/') ? strrchr(mo.model, '/') + 1 : mo.model;
     char name[256];
@@ -160,7 +163,8 @@ int cmd_serve(int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if ((so.search_file && subq_search_load(so.search_file, m, &search, &err)) ||
+    if ((so.model_search && subq_search_from_model(m, &search, &err)) ||
+        (!so.model_search && so.search_file && subq_search_load(so.search_file, m, &search, &err)) ||
         (so.random_search && subq_search_random(m, so.plan.sparse_layers, so.random_search, 1, &search, &err)) ||
         (so.complete_file && subq_complete_load(so.complete_file, m, &complete, &err))) {
         cli_error(cmd, "%s", err.msg);
