@@ -258,9 +258,8 @@ static void *convert(const float *src, size_t n, uint32_t type) {
 subq_status search_merge_write(const subq_model *m, const search_proj *p, const search_merge_opts *o,
                                const char *path, subq_error *err) {
     const gguf_file *f = m->file;
-    if (p->n_embd != m->hp.n_embd || p->n_layer != m->hp.n_layer)
-        return subq_fail(err, SUBQ_ERR_MISMATCH, "the search projections are for d_model %d, %d layers; the model has "
-                         "%d and %d", p->n_embd, p->n_layer, m->hp.n_embd, m->hp.n_layer);
+    if (p->n_embd != m->hp.n_embd || p->n_layer != m->hp.n_layer || p->model_fingerprint != model_fingerprint(m))
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "the search projections belong to another model");
     if (o->type != GGML_TYPE_F32 && o->type != GGML_TYPE_F16 && o->type != GGML_TYPE_BF16)
         return subq_fail(err, SUBQ_ERR_ARG, "merged search projections must be f32, f16 or bf16");
     if (o->top_k <= 0 || o->top_k > (1 << 20))

@@ -132,6 +132,9 @@ int cli_sparse_model_default(const char *cmd, cli_sparse_opts *o, const char *mo
     if (o->search_file || o->random_search || o->no_search || !model_path) return 1;
     subq_search_info si;
     subq_error err = {0};
+    subq_gguf *g;
+    if (subq_gguf_open(model_path, &g, &err)) return 1; /* the model loader says what is wrong */
+    subq_gguf_close(g);
     subq_status s = subq_search_info_file(model_path, &si, &err);
     if (s == SUBQ_ERR_RANGE || (!s && !si.merged)) return 1; /* none (or not a model: the loader will say) */
     if (s) return !cli_error(cmd, "%s (give --no-search to run without them)", err.msg);
