@@ -279,9 +279,9 @@ int subq_search_top_k(const subq_search *s);
  * into the model GGUF: blk.{i}.indexer.proj.weight (W_Qs) and
  * blk.{i}.indexer.attn_k.weight (W_Ks), f16, ne = {d_model, d_search}, with
  * {arch}.attention.indexer.head_count (1), .key_length (d_search) and .top_k
- * and ann_sparse.layers. subq reads such a model (f32, f16 or bf16
- * matrices), writes one from a projection file and extracts the projections
- * back. Merged projections do not change the model's fingerprint, so files
+ * and ann_sparse.layers. subq reads such a model (matrices in any element
+ * type it can dequantise, so a merged model re-quantised by llama-quantize
+ * too), writes one from a projection file and extracts the projections back. Merged projections do not change the model's fingerprint, so files
  * made for the base model fit the merged one and the other way round. */
 
 /* What a GGUF file carries: a projection file (merged = 0) or a model file
@@ -293,7 +293,7 @@ typedef struct subq_search_info {
     int n_layers;          /* layers with projections ... */
     char layers[256];      /* ... as a layer list, e.g. "3-34" or "4,8,12" */
     int top_k;             /* merged: {arch}.attention.indexer.top_k; 0 when absent */
-    char type[8];          /* element type of the matrices: "f32", "f16" or "bf16" */
+    char type[8];          /* element type of the matrices ("f32", "f16", "q8_0", ...; "mixed") */
     char arch[32];         /* merged: the model's architecture ("qwen3", ...) */
 } subq_search_info;
 subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_error *err);

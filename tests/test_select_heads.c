@@ -5,14 +5,16 @@
  *   slots by q_h . k), recomputed here in double from the stored keys;
  * - oracle per-head: each head's set is the exact top-K of q_h . k;
  * - oracle headmean-cosine: the exact top-K of cos(mean_h q_h, mean_g k_g);
- * - the sparse stage with a per-head selector attends each head over sinks +
- *   its own top-K + tail (brute-force softmax), and its metrics give the
- *   per-head mass and recall computed here from the full softmax. */
+ * - the sparse stage with a per-head selector (oracle, quest) attends each
+ *   head over sinks + its own candidates + tail (brute-force softmax), and
+ *   its metrics give the per-head mass and recall computed here from the
+ *   full softmax; with the completion, each head's hybrid over its own set. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn/attn_sparse.h"
+#include "complete/completion.h"
 #include "base/rng.h"
 #include "kv/kv_cache.h"
 #include "quant/quant.h"
@@ -233,9 +235,13 @@ static void test_oracles(subq_kv_type type, uint64_t seed) {
     free(want);
 }
 
-/* The sparse stage with the per-head oracle, teacher forcing over two
- * documents: outputs and metrics against brute force. */
-static void test_stage(subq_kv_type type) {
+/* The sparse stage with a per-head selector, teacher forcing over two
+ * documents: each head's output is the softmax over sinks + its candidates +
+ * tail, and the metrics are the per-head mass and recall, against brute
+ * force. The candidates: the exact per-head top-K (oracle), or for Quest the
+ * sets an independent selector given the same keys in the same order picks
+ * (Quest's rule itself is checked above). */
+static void test_stage(subq_kv_type type, int quest) {
     enum { N = 160, SINK = 2, TAIL = 3, K = 5 };
     uint64_t rng = rng_seed(77);
     kv_cache kv;
@@ -245,12 +251,15 @@ static void test_stage(subq_kv_type type) {
     for (int j = 0; j < N; j++) kv.seg[j] = j < 70 ? 0 : 1, kv.pos[j] = j < 70 ? j : j - 70;
     kv.n_used = N;
     sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .dense_prefill = 0};
-    selector_params_default(&sp.select, SELECT_ORACLE, 0);
+    selector_params_default(&sp.select, quest ? SELECT_QUEST : SELECT_ORACLE, 0);
     sp.select.oracle = ORACLE_PER_HEAD;
+    sp.select.quest_page = 4;
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     attn_stage *st;
+    selector *twin = NULL;
     CHECK(attn_sparse_new(&sp, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK, "stage: %s", err.msg);
     CHECK(attn_sparse_enable_metrics(st, &err) == SUBQ_OK, "metrics: %s", err.msg);
+    CHECK(!quest || selector_new(&sp.select, &env, &twin, &err) == SUBQ_OK, "twin: %s", err.msg);
     float *q = malloc((size_t)N * N_HEAD * HD * sizeof(float)), *out = malloc((size_t)N * N_HEAD * HD * sizeof(float));
     float h_norm[N * 8] = {0};
     for (int i = 0; i < N * N_HEAD * HD; i++) q[i] = rng_normal(&rng) * 0.7f;
@@ -259,38 +268,57 @@ static void test_stage(subq_kv_type type) {
                       .head_dim = HD, .scale = scale, .q = q, .h_norm = h_norm, .n_embd = 8, .out = out, .n_threads = 1};
     CHECK(st->forward(st, &step, &kv, &err) == SUBQ_OK, "forward: %s", err.msg);
     double worst = 0, mass = 0, recall = 0, mass_seed = 0, recall_seed = 0;
-    int n_seed = 0;
-    double sc[N], p[N];
+    int n_seed = 0, twin_cand[N_HEAD * K], twin_got[N_HEAD];
+    double sc[N], p[N], srt[N];
     int att[N], el[N];
     for (int t = 0; t < N; t++) {
         const float *qt = q + (size_t)t * N_HEAD * HD;
         int doc0 = t < 70 ? 0 : 70, n = t + 1 - doc0, sink_hi = doc0 + SINK, tail_lo = t + 1 - TAIL;
         if (sink_hi > t + 1) sink_hi = t + 1;
         if (tail_lo < sink_hi) tail_lo = sink_hi;
+        if (twin) {
+            select_mask m = {.n_slots = t + 1, .seg = kv.seg, .query_seg = kv.seg[t], .ex0_lo = doc0,
+                             .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = t + 1};
+            selector_append(twin, NULL, 1, t, &err);
+            selector_query_heads(twin, qt, K, &m, twin_cand, twin_got);
+        }
         double mq = 0, rq = 0, msq = 0;
+        int ne = 0;
         for (int h = 0; h < N_HEAD; h++) {
-            /* eligible keys by q_h . k; sinks and tail always */
-            int ne = 0;
+            /* the eligible keys; sinks and tail always attended */
+            ne = 0;
             for (int j = doc0; j <= t; j++) {
                 sc[j - doc0] = dot_head(&kv, qt, h, j);
                 att[j - doc0] = j < sink_hi || j >= tail_lo;
                 if (!att[j - doc0]) el[ne++] = j - doc0;
             }
-            for (int a = 0; a < ne && a < K; a++) /* top K of them, attended too */
+            int kk = ne < K ? ne : K;
+            /* the top K of q_h . k by brute force, ranked in el[0 .. kk) */
+            for (int a = 0; a < kk; a++)
                 for (int b = a + 1; b < ne; b++)
                     if (sc[el[b]] > sc[el[a]]) {
                         int x = el[a];
                         el[a] = el[b], el[b] = x;
                     }
-            int kk = ne < K ? ne : K;
+            int cand[K], nc = kk;
+            for (int a = 0; a < kk; a++) cand[a] = el[a];
+            if (twin) {
+                nc = twin_got[h];
+                for (int a = 0; a < nc; a++) cand[a] = twin_cand[h * K + a] - doc0;
+            }
             /* full softmax p_h over the document, for the metrics */
             double mx = -INFINITY, z = 0;
             for (int j = 0; j < n; j++) mx = fmax(mx, scale * sc[j]);
             for (int j = 0; j < n; j++) z += p[j] = exp(scale * sc[j] - mx);
             double fixed = 0, on = 0;
             for (int j = 0; j < n; j++) fixed += att[j] ? p[j] / z : 0;
-            for (int a = 0; a < kk; a++) on += p[el[a]] / z, att[el[a]] = 1;
-            mq += fixed + on, rq += 1.0, msq += on; /* the exact per-head top-K: recall 1 */
+            for (int a = 0; a < nc; a++) on += p[cand[a]] / z, att[cand[a]] = 1;
+            /* recall against the top kk of p_h (= of q_h . k) among the eligible */
+            int hit = 0;
+            for (int a = 0; a < ne; a++) srt[a] = sc[el[a]];
+            qsort(srt, (size_t)ne, sizeof(double), cmp_desc);
+            for (int a = 0; a < nc; a++) hit += kk > 0 && sc[cand[a]] >= srt[kk - 1];
+            mq += fixed + on, rq += kk > 0 ? (double)hit / kk : 1.0, msq += on;
             /* attention over the attended slots */
             double zz = 0, o[HD] = {0};
             for (int j = 0; j < n; j++)
@@ -303,20 +331,91 @@ static void test_stage(subq_kv_type type) {
                 worst = fmax(worst, fabs(o[c] / zz - out[(size_t)t * N_HEAD * HD + h * HD + c]));
         }
         mass += mq / N_HEAD, recall += rq / N_HEAD;
-        int n_el = n - (sink_hi - doc0) - (t + 1 - tail_lo);
-        if (n_el >= K) mass_seed += msq / N_HEAD, recall_seed += 1.0, n_seed++;
+        if (ne >= K) mass_seed += msq / N_HEAD, recall_seed += rq / N_HEAD, n_seed++;
     }
     const sparse_metrics *mt = attn_sparse_get_metrics(st);
-    const char *ty = type == SUBQ_KV_F16 ? "f16" : "f32";
-    CHECK(worst < 1e-4, "per-head stage %s: output differs from brute force by %g", ty, worst);
-    CHECK(mt->n_queries == N && mt->n_seed == n_seed, "per-head stage %s: %lld queries, %lld seed (want %d, %d)", ty,
-          (long long)mt->n_queries, (long long)mt->n_seed, N, n_seed);
-    CHECK(fabs(mt->mass_sum - mass) < 1e-3 && fabs(mt->recall_sum - recall) < 1e-6, "per-head stage %s: mass %g "
-          "recall %g, brute force %g %g", ty, mt->mass_sum, mt->recall_sum, mass, recall);
+    const char *ty = type == SUBQ_KV_F16 ? "f16" : "f32", *kind = quest ? "quest" : "oracle";
+    CHECK(worst < 1e-4, "per-head %s stage %s: output differs from brute force by %g", kind, ty, worst);
+    CHECK(mt->n_queries == N && mt->n_seed == n_seed, "per-head %s stage %s: %lld queries, %lld seed (want %d, %d)",
+          kind, ty, (long long)mt->n_queries, (long long)mt->n_seed, N, n_seed);
+    CHECK(fabs(mt->mass_sum - mass) < 1e-3 && fabs(mt->recall_sum - recall) < 1e-6, "per-head %s stage %s: mass %g "
+          "recall %g, brute force %g %g", kind, ty, mt->mass_sum, mt->recall_sum, mass, recall);
     CHECK(fabs(mt->mass_seed_sum - mass_seed) < 1e-3 && fabs(mt->recall_seed_sum - recall_seed) < 1e-6,
-          "per-head stage %s: seed mass %g recall %g, brute force %g %g", ty, mt->mass_seed_sum, mt->recall_seed_sum,
-          mass_seed, recall_seed);
+          "per-head %s stage %s: seed mass %g recall %g, brute force %g %g", kind, ty, mt->mass_seed_sum,
+          mt->recall_seed_sum, mass_seed, recall_seed);
+    CHECK(!quest || recall < N - 1, "per-head quest stage %s: recall %g is not below 1 anywhere (weak test)", ty, recall);
+    selector_free(twin);
     st->free(st);
+    kv_cache_free(&kv);
+    free(q);
+    free(out);
+}
+
+/* The per-head stage with the completion: head h's output is the hybrid of
+ * completion_attend (the shared-set path, tested against numpy elsewhere)
+ * over h's own exact set (sinks + its exact top-K + tail). */
+static void test_stage_complete(subq_kv_type type) {
+    enum { N = 120, SINK = 2, TAIL = 3, K = 4 };
+    uint64_t rng = rng_seed(78);
+    kv_cache kv;
+    subq_error err = {0};
+    CHECK(kv_cache_init(&kv, N_LAYER, N_HEAD_KV, HD, N, type, &err) == SUBQ_OK, "kv init: %s", err.msg);
+    fill_cache(&kv, N, &rng);
+    for (int j = 0; j < N; j++) kv.seg[j] = j < 50 ? 0 : 1, kv.pos[j] = j < 50 ? j : j - 50;
+    kv.n_used = N;
+    phi_dims d = {.head_dim = HD, .d_emb = 8, .d_hidden = 8, .d_phi = 8, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV};
+    int layers[1] = {LAYER};
+    phi_maps *maps = NULL;
+    CHECK(!phi_maps_new(&d, N_LAYER, layers, 1, 0, &maps, &err), "maps: %s", err.msg);
+    phi_maps_init(maps, 0.5f, &rng);
+    sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .dense_prefill = 0, .complete = maps};
+    selector_params_default(&sp.select, SELECT_ORACLE, 0);
+    sp.select.oracle = ORACLE_PER_HEAD;
+    selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
+    attn_stage *st = NULL;
+    attn_completion *ref = NULL;
+    CHECK(attn_sparse_new(&sp, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK && attn_sparse_has_completion(st),
+          "stage: %s", err.msg);
+    CHECK(!completion_new(maps, LAYER, SINK, TAIL, K, NULL, &ref, &err), "completion: %s", err.msg);
+    float *q = malloc((size_t)N * N_HEAD * HD * sizeof(float)), *out = malloc((size_t)N * N_HEAD * HD * sizeof(float));
+    float h_norm[N * 8] = {0}, all[N_HEAD * HD];
+    for (int i = 0; i < N * N_HEAD * HD; i++) q[i] = rng_normal(&rng) * 0.7f;
+    attn_step step = {.layer = LAYER, .n_tokens = N, .slot0 = 0, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV,
+                      .head_dim = HD, .scale = 1.0f / sqrtf((float)HD), .q = q, .h_norm = h_norm, .n_embd = 8,
+                      .out = out, .n_threads = 1};
+    CHECK(st && st->forward(st, &step, &kv, &err) == SUBQ_OK, "forward: %s", err.msg);
+    double worst = 0, share = 0;
+    int64_t n_share = 0;
+    for (int t = 0; ref && t < N; t++) {
+        const float *qt = q + (size_t)t * N_HEAD * HD;
+        CHECK(!completion_advance(ref, &kv, t, &err), "advance: %s", err.msg);
+        int doc0 = t < 50 ? 0 : 50, sink_hi = doc0 + SINK, tail_lo = t + 1 - TAIL;
+        if (sink_hi > t + 1) sink_hi = t + 1;
+        if (tail_lo < sink_hi) tail_lo = sink_hi;
+        for (int h = 0; h < N_HEAD; h++) {
+            int slots[SINK + K + TAIL], el[N], ne = 0, n = 0;
+            double sc[N];
+            for (int j = sink_hi; j < tail_lo; j++) el[ne++] = j, sc[j] = dot_head(&kv, qt, h, j);
+            int kk = ne < K ? ne : K;
+            for (int a = 0; a < kk; a++)
+                for (int b = a + 1; b < ne; b++)
+                    if (sc[el[b]] > sc[el[a]]) {
+                        int x = el[a];
+                        el[a] = el[b], el[b] = x;
+                    }
+            for (int j = doc0; j < sink_hi; j++) slots[n++] = j;
+            for (int a = 0; a < kk; a++) slots[n++] = el[a];
+            for (int j = tail_lo; j <= t; j++) slots[n++] = j;
+            completion_attend(ref, &kv, t, qt, step.scale, slots, n, sink_hi - doc0, kk, all, &share, &n_share);
+            for (int c = 0; c < HD; c++)
+                worst = fmax(worst, fabs(all[h * HD + c] - out[(size_t)t * N_HEAD * HD + h * HD + c]));
+        }
+    }
+    CHECK(worst < 1e-4, "per-head stage with completion %s: differs from the shared-set completion by %g",
+          type == SUBQ_KV_F16 ? "f16" : "f32", worst);
+    completion_free(ref);
+    if (st) st->free(st);
+    phi_maps_free(maps);
     kv_cache_free(&kv);
     free(q);
     free(out);
@@ -328,7 +427,11 @@ int main(void) {
     test_quest_heads(SUBQ_KV_F32, 7, 7); /* partial last page */
     test_oracles(SUBQ_KV_F32, 8);
     test_oracles(SUBQ_KV_F16, 9);
-    test_stage(SUBQ_KV_F32);
-    test_stage(SUBQ_KV_F16);
+    test_stage(SUBQ_KV_F32, 0);
+    test_stage(SUBQ_KV_F16, 0);
+    test_stage(SUBQ_KV_F32, 1);
+    test_stage(SUBQ_KV_F16, 1);
+    test_stage_complete(SUBQ_KV_F32);
+    test_stage_complete(SUBQ_KV_F16);
     return test_summary();
 }

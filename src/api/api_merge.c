@@ -27,7 +27,8 @@ subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_
     out->top_k = si.top_k;
     memcpy(out->layers, si.layers, sizeof out->layers);
     memcpy(out->arch, si.arch, sizeof out->arch);
-    snprintf(out->type, sizeof out->type, "%s", ggml_type_get(si.type)->name);
+    const ggml_type_traits *tr = ggml_type_get(si.type);
+    snprintf(out->type, sizeof out->type, "%s", tr ? tr->name : "mixed");
     return SUBQ_OK;
 }
 

@@ -24,7 +24,7 @@ typedef struct sparse_stage {
     int metrics_on;
     sparse_metrics metrics;
     /* per-query metric buffers (measure_query), for documents of m_cap slots */
-    float *m_p, *m_pmax, *m_sc;
+    float *m_p, *m_pmax, *m_sc, *m_sel;
     int *m_idx;
     unsigned char *m_att;
     int32_t *m_exact;
@@ -70,12 +70,14 @@ static subq_status ensure_metric_buffers(sparse_stage *s, int n, subq_error *err
     if (pmax) s->m_pmax = pmax;
     float *sc = realloc(s->m_sc, (size_t)n * sizeof(float));
     if (sc) s->m_sc = sc;
+    float *sel = realloc(s->m_sel, (size_t)n * sizeof(float));
+    if (sel) s->m_sel = sel;
     int *idx = realloc(s->m_idx, (size_t)n * sizeof(int));
     if (idx) s->m_idx = idx;
     unsigned char *att = realloc(s->m_att, (size_t)n);
     if (att) s->m_att = att;
     if (!s->m_exact) s->m_exact = malloc((size_t)(s->p.top_k > 0 ? s->p.top_k : 1) * sizeof(int32_t));
-    if (!p || !pmax || !sc || !idx || !att || !s->m_exact)
+    if (!p || !pmax || !sc || !sel || !idx || !att || !s->m_exact)
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d keys)", n);
     s->m_cap = n;
     return SUBQ_OK;
@@ -92,6 +94,28 @@ static void top_by(int *idx, int n, int kk, const float *score) {
         idx[a] = idx[best];
         idx[best] = t;
     }
+}
+
+/* The k-th largest of a[0..n) (1 <= k <= n; a is reordered): quickselect,
+ * O(n) on average where top_by is O(k n). */
+static float kth_largest(float *a, int n, int k) {
+    int lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = a[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) { /* larger values to the front */
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) {
+                float t = a[i];
+                a[i++] = a[j], a[j--] = t;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;
+    }
+    return a[want];
 }
 
 /* 1 if x is one of set[0..n) */
@@ -167,9 +191,18 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
             if (attended[j]) fixed += sc[j];
         for (int i = 0; i < got[h]; i++) on_cand += sc[ch[i] - doc0];
         mass_h += fixed + on_cand;
-        if (kk > 0) top_by(idx, n_elig, kk, sc);
-        recall_h += kk > 0 ? (double)hits(idx, kk, doc0, ch, got[h]) / kk : 1.0;
         mass_seed_h += on_cand;
+        if (kk == 0) {
+            recall_h += 1.0;
+            continue;
+        }
+        /* the candidates (all eligible) at or above the K-th largest p_h
+         * among the eligible keys (ties counted at most K) */
+        for (int e = 0; e < n_elig; e++) s->m_sel[e] = sc[idx[e]];
+        const float thr = kth_largest(s->m_sel, n_elig, kk);
+        int hit = 0;
+        for (int i = 0; i < got[h]; i++) hit += sc[ch[i] - doc0] >= thr;
+        recall_h += (double)(hit < kk ? hit : kk) / kk;
     }
     if (s->per_head) {
         s->metrics.mass_sum += mass_h / nh;
@@ -277,7 +310,8 @@ static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int slot, c
 }
 
 /* Per-head selectors: each query head h attends the sinks, its own
- * candidates and the tail. The record keeps head 0's candidates. */
+ * candidates and the tail (with the completion of the rest, when on). The
+ * record keeps head 0's candidates. */
 static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const kv_cache *kv, int t, int32_t *rec,
                                    int *slots, float *scores, subq_error *err) {
     const int slot = st->slot0 + t, K = s->p.top_k, hd = st->head_dim, g = st->n_head / st->n_head_kv;
@@ -291,8 +325,13 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
     for (int i = 0; i < K; i++) rec[i] = i < s->hgot[0] ? s->hcand[i] : -1;
     for (int h = 0; h < st->n_head; h++) {
         int ns = assemble(&w, slot, s->hcand + (size_t)h * K, s->hgot[h], slots);
-        attn_head_over_slots(kv, st->layer, h / g, q + (size_t)h * hd, st->scale, slots, ns, scores,
-                             st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
+        if (s->comp)
+            completion_attend_head(s->comp, kv, slot, q, st->scale, h, slots, ns, w.sink_hi - w.doc0, s->hgot[h],
+                                   st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum,
+                                   &s->metrics.n_share);
+        else
+            attn_head_over_slots(kv, st->layer, h / g, q + (size_t)h * hd, st->scale, slots, ns, scores,
+                                 st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
     }
     return SUBQ_OK;
 }
@@ -386,6 +425,7 @@ static void sparse_free(attn_stage *self) {
     free(s->m_p);
     free(s->m_pmax);
     free(s->m_sc);
+    free(s->m_sel);
     free(s->m_idx);
     free(s->m_att);
     free(s->m_exact);
@@ -447,11 +487,6 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
             sparse_free(&s->base);
             return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
         }
-    }
-    if (p->complete && phi_layer_params(p->complete, env->layer) && s->per_head) {
-        sparse_free(&s->base);
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "the completion needs one candidate set per query; selector %s "
-                         "picks one per head (use its head-mean mode)", selector_kind_name(p->select.kind));
     }
     if (p->complete && phi_layer_params(p->complete, env->layer)) {
         const phi_dims *d = &p->complete->dims;

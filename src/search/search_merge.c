@@ -18,8 +18,9 @@
  *
  * The runtime computes q_s = W_Qs h and k_s = W_Ks h from the attn_norm
  * output h, as subq does; every other tensor and key is the base model's,
- * unchanged. subq reads f32, f16 and bf16 matrices and writes f16 by default
- * (as the script does). The runtime ignores subq.search.* keys, so a merge
+ * unchanged. subq reads the matrices in any element type it can dequantise
+ * (f16 as written, or whatever llama-quantize made of them) and writes f16
+ * by default (as the script does), f32 or bf16. The runtime ignores subq.search.* keys, so a merge
  * carries the projection file's training metadata along for a later split. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 
 #include "base/error.h"
 #include "base/fingerprint.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "quant/quant.h"
 #include "quant/types.h"
@@ -60,7 +62,7 @@ int search_merged_present(const gguf_file *f) {
  * the layers (ascending), the element type, and each layer's two tensors. */
 typedef struct merged_scan {
     int n_layer, n_embd, d_search, top_k, n_sel;
-    uint32_t type;
+    uint32_t type;                  /* of the matrices; GGML_TYPE_COUNT when they differ */
     int *layers;                    /* [n_sel] */
     const gguf_tensor **wq, **wk;   /* [n_layer] */
 } merged_scan;
@@ -119,7 +121,7 @@ static subq_status scan_merged(const gguf_file *f, const char *path, merged_scan
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
     subq_status s = SUBQ_OK;
-    sc->type = GGML_TYPE_COUNT;
+    int n_seen = 0;
     for (uint64_t i = 0; i < f->n_tensors && !s; i++) {
         const gguf_tensor *t = &f->tensors[i];
         if (!fingerprint_skips_tensor(t->name)) continue;
@@ -129,17 +131,18 @@ static subq_status scan_merged(const gguf_file *f, const char *path, merged_scan
                           path, t->name);
         else if (l >= (int)n_layer)
             s = subq_fail(err, SUBQ_ERR_FORMAT, "%s: tensor %s is past the model's %u layers", path, t->name, n_layer);
-        else if (t->type != GGML_TYPE_F32 && t->type != GGML_TYPE_F16 && t->type != GGML_TYPE_BF16)
-            s = subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: tensor %s is %s; search projections must be f32, f16 or bf16",
-                          path, t->name, ggml_type_get(t->type) ? ggml_type_get(t->type)->name : "of an unknown type");
-        else if (sc->type != GGML_TYPE_COUNT && t->type != sc->type)
-            s = subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: search projections of mixed element types", path);
+        else if (!ggml_type_get(t->type) || !ggml_type_get(t->type)->can_dequant)
+            s = subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: tensor %s is of a type subq cannot read (%s)", path,
+                          t->name, ggml_type_get(t->type) ? ggml_type_get(t->type)->name : "unknown");
         else if (t->n_dims != 2 || t->ne[0] != n_embd || t->ne[1] != d_search)
             s = subq_fail(err, SUBQ_ERR_SHAPE, "%s: tensor %s has shape %" PRIu64 " x %" PRIu64 ", expected %u x %u "
                           "(d_model x d_search)%s", path, t->name, t->ne[0], t->n_dims > 1 ? t->ne[1] : 1, n_embd,
                           d_search, t->ne[0] == d_search && t->ne[1] == n_embd ? "; it is transposed" : "");
-        else
-            sc->type = t->type, *(w ? &sc->wk[l] : &sc->wq[l]) = t;
+        else {
+            if (n_seen++ == 0) sc->type = t->type;
+            else if (t->type != sc->type) sc->type = GGML_TYPE_COUNT;
+            *(w ? &sc->wk[l] : &sc->wq[l]) = t;
+        }
     }
     for (int l = 0; l < (int)n_layer && !s; l++) {
         if (!sc->wq[l] != !sc->wk[l])
@@ -163,17 +166,20 @@ static subq_status scan_merged(const gguf_file *f, const char *path, merged_scan
     return s;
 }
 
-/* n elements of a stored matrix (possibly unaligned) to f32 */
+/* n elements of a stored matrix to f32 (f32, f16, bf16 read with memcpy: a
+ * file in memory need not align them; block types through the kernels). */
 static void to_f32(const gguf_tensor *t, float *dst, size_t n) {
-    if (t->type == GGML_TYPE_F32) {
-        memcpy(dst, t->data, n * sizeof(float));
-        return;
-    }
     const unsigned char *b = t->data;
-    for (size_t i = 0; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, b + 2 * i, 2);
-        dst[i] = t->type == GGML_TYPE_F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    if (t->type == GGML_TYPE_F32) {
+        memcpy(dst, b, n * sizeof(float));
+    } else if (t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_BF16) {
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h;
+            memcpy(&h, b + 2 * i, 2);
+            dst[i] = t->type == GGML_TYPE_F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+        }
+    } else {
+        dequant_row(t->type, b, dst, (int64_t)n);
     }
 }
 

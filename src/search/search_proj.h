@@ -13,7 +13,7 @@
  * subq.search.model_n_embd, subq.search.model_n_layer (u32), plus whatever
  * the trainer adds (step, loss.*, config.*).
  *
- * The same tensors merged into a model GGUF (f32, f16 or bf16), with the
+ * The same tensors merged into a model GGUF (any type subq dequantises), with the
  * metadata of ann-sparseattention's llama.cpp runtime, are read from the
  * model file itself (search_merge.c holds that layout). */
 #ifndef SUBQ_SEARCH_PROJ_H
@@ -95,7 +95,7 @@ subq_status search_split_write(const subq_model *m, const char *path, subq_error
 /* What a file carries, for display: SUBQ_ERR_RANGE when no projections. */
 typedef struct search_file_info {
     int merged, d_search, n_layers, top_k;
-    uint32_t type;
+    uint32_t type;     /* of the matrices; GGML_TYPE_COUNT when they differ */
     char layers[256];
     char arch[32];     /* merged: the model's general.architecture */
 } search_file_info;

@@ -18,8 +18,9 @@ The script (through llama.cpp's gguf-py GGUFWriter):
 
     merge_like_seed(base_path, {layer: W_Qs}, {layer: W_Ks}, out_path, top_k=128)
 
-dtype (np.float16 by default, as the script) may be np.float32 or "bf16" to
-produce the other element types subq reads; `transpose` writes the matrices
+dtype (np.float16 by default, as the script) may be np.float32, "bf16" or
+"q8_0" (what llama-quantize would make of the matrices) to produce the other
+element types subq reads; `transpose` writes the matrices
 the wrong way round (the runtime's "bad-shape" file) for the error checks;
 `omit` leaves keys out.
 """
@@ -29,7 +30,7 @@ import numpy as np
 
 from gguf_np import GGUFFile, GGUF_UINT32, GGUF_INT32, GGUF_STRING, GGUF_ARRAY
 
-GGML_F32, GGML_F16, GGML_BF16 = 0, 1, 30
+GGML_F32, GGML_F16, GGML_Q8_0, GGML_BF16 = 0, 1, 8, 30
 
 
 def _str(s):
@@ -63,6 +64,14 @@ def _matrix(w, dtype):
         return GGML_BF16, u.astype("<u2").tobytes()
     if dtype == np.float32:
         return GGML_F32, w.astype("<f4").tobytes()
+    if dtype == "q8_0":  # blocks of 32: f16 scale d = amax / 127, int8 q = round(x / d)
+        b = w.reshape(-1, 32)
+        d = np.abs(b).max(axis=1) / 127.0
+        q = np.round(b / np.where(d > 0, d, 1)[:, None]).astype(np.int8)
+        out = bytearray()
+        for i in range(b.shape[0]):
+            out += d[i:i + 1].astype("<f2").tobytes() + q[i].tobytes()
+        return GGML_Q8_0, bytes(out)
     return GGML_F16, w.astype("<f2").tobytes()
 
 

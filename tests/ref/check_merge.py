@@ -3,9 +3,10 @@
 ann-sparseattention's llama.cpp runtime.
 
 - A merged model made by an independent numpy re-implementation of the
-  seed's merge script (ann_merge_np.py; f16, bf16 and f32 matrices) loads:
-  subq info shows its projections, subq split writes exactly the matrices
-  numpy put in (after the element type's rounding), and the model runs sparse
+  seed's merge script (ann_merge_np.py; f16 as the script writes, and bf16,
+  f32 and q8_0 as llama-quantize could leave them) loads: subq info shows its
+  projections, subq split writes exactly the matrices numpy put in (as numpy
+  decodes them from the file), and the model runs sparse
   with no --search flag, with the file's top-K: the same perplexity as the base
   model with the split file, another than --no-search (which equals the base).
 - subq merge writes that layout (checked with the numpy GGUF reader): every
@@ -63,7 +64,8 @@ def main():
     wk = {l: (rng.standard_normal((D_SEARCH, d_model)) * 0.2).astype(np.float32) for l in layers}
 
     # ---- the seed's layout, written by numpy, read by subq
-    for dtype, rnd, tname in ((np.float16, f16, "f16"), ("bf16", bf16, "bf16"), (np.float32, lambda w: w, "f32")):
+    for dtype, rnd, tname in ((np.float16, f16, "f16"), ("bf16", bf16, "bf16"), (np.float32, lambda w: w, "f32"),
+                              ("q8_0", None, "q8_0")):
         merged = os.path.join(tmp, "merge_np_%s.gguf" % tname)
         merge_like_seed(base, wq, wk, merged, top_k=2, dtype=dtype)
         info = ck.guarded("info " + tname, rc.run_subq, ["info", "-m", merged, "--json"])
@@ -74,9 +76,16 @@ def main():
         split = os.path.join(tmp, "merge_split_%s.gguf" % tname)
         if ck.guarded("split " + tname, rc.run_subq, ["split", "-m", merged, "-o", split]) is None:
             continue
-        sp = GGUFFile(split)
-        same = all(np.array_equal(sp.tensor("blk.%d.indexer.proj.weight" % l), rnd(wq[l])) and
-                   np.array_equal(sp.tensor("blk.%d.indexer.attn_k.weight" % l), rnd(wk[l])) for l in layers)
+        sp, mg = GGUFFile(split), GGUFFile(merged)
+        names = ["blk.%d.indexer.%s.weight" % (l, w) for l in layers for w in ("proj", "attn_k")]
+        same = all(np.array_equal(sp.tensor(t), mg.tensor(t)) for t in names)
+        if rnd:  # and numpy's writer rounded as the type does
+            same = same and all(np.array_equal(mg.tensor("blk.%d.indexer.proj.weight" % l), rnd(wq[l])) and
+                                np.array_equal(mg.tensor("blk.%d.indexer.attn_k.weight" % l), rnd(wk[l]))
+                                for l in layers)
+        else:
+            same = same and all(np.abs(mg.tensor(t) - w).max() < 0.01 for t, w in
+                                zip(names, [x[l] for l in layers for x in (wq, wk)]))
         ck.check("split of the %s merge holds numpy's matrices" % tname, same)
         ck.check("split file is a projection file of the merged layers",
                  sp.metadata.get("general.architecture") == "subq-search" and
