@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/timer.h"
 #include "cli.h"
 #include "cli_sparse.h"
 
@@ -98,7 +97,6 @@ int cmd_generate(int argc, char **argv) {
     }
     subq_model *m = NULL;
     subq_context *c = NULL;
-    search_proj *proj = NULL;
     subq_sampler *smp = NULL;
     int32_t *toks = NULL;
     size_t n_prompt = 0;
@@ -110,7 +108,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     if (!cli_sparse_model_default(cmd, &so, mo.model) || !cli_load(cmd, &mo, &m, &c) ||
-        !cli_apply_sparse(cmd, &so, m, c, &proj)) {
+        !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;
         goto done;
     }
@@ -142,7 +140,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     fflush(stdout);
-    double t0 = time_now_s();
+    double t0 = cli_now_s();
     int n_keep = 0;
     if (prompt_cache && !load_prompt_cache(prompt_cache, c, toks, (int)n_prompt, info.n_vocab, logits, &n_keep)) {
         rc = 1;
@@ -158,7 +156,7 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     }
-    double t1 = time_now_s();
+    double t1 = cli_now_s();
     int32_t prev = toks[n_prompt - 1];
     int n_gen = 0;
     while (n_gen < n_predict) {
@@ -181,7 +179,7 @@ int cmd_generate(int argc, char **argv) {
             break;
         }
     }
-    double t2 = time_now_s();
+    double t2 = cli_now_s();
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr, "subq generate: prompt %zu tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n",
@@ -193,7 +191,6 @@ done:
     free(toks);
     free(file_text);
     subq_context_free(c);
-    search_proj_free(proj);
     cli_sparse_free(&so);
     subq_model_free(m);
     return rc;
