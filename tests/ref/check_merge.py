@@ -8,7 +8,8 @@ ann-sparseattention's llama.cpp runtime.
   projections, subq split writes exactly the matrices numpy put in (as numpy
   decodes them from the file), and the model runs sparse
   with no --search flag, with the file's top-K: the same perplexity as the base
-  model with the split file, another than --no-search (which equals the base).
+  model with the split file, another than --no-search (which equals the base);
+  --search FILE given explicitly takes the place of the merged projections.
 - subq merge writes that layout (checked with the numpy GGUF reader): every
   base tensor's bytes, type and shape and every base key unchanged, the
   runtime's keys with their GGUF types, f16 matrices of shape
@@ -104,6 +105,15 @@ def main():
         ck.check("--no-search runs the merged model dense (as the base)", p_dense is not None and p_dense == p_base,
                  "%s vs %s" % (p_dense, p_base))
         split16 = split
+        # --search FILE wins over the merged projections
+        other = os.path.join(tmp, "merge_np_other.gguf")
+        other_split = os.path.join(tmp, "merge_split_other.gguf")
+        merge_like_seed(base, {l: w[::-1].copy() for l, w in wk.items()}, wq, other, top_k=2, dtype=np.float16)
+        if ck.guarded("split other", rc.run_subq, ["split", "-m", other, "-o", other_split]) is not None:
+            p_over = ppl(ck, "ppl merged --search other", ["-m", merged, "--search", other_split, "--topk", "2"])
+            p_other = ppl(ck, "ppl base --search other", ["-m", base, "--search", other_split, "--topk", "2"])
+            ck.check("--search FILE takes the place of the merged projections", p_over is not None and
+                     p_over == p_other and p_over != p_merged, "%s vs %s (merged's own %s)" % (p_over, p_other, p_merged))
 
     # ---- subq merge writes the seed's layout
     merged_subq = os.path.join(tmp, "merge_subq.gguf")
