@@ -8,7 +8,8 @@
  *    with K >= every eligible key it equals full attention (sinks, window and
  *    retrieved slots cover every key exactly once); with K = 8 its
  *    candidates lie before their batch, in the query's document, outside the
- *    sinks and the query's window, and the logits differ from full. */
+ *    sinks and the query's window, and the logits differ from full (Quest
+ *    with head-mean pages: per-head selectors prefill token by token). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,7 @@ int main(void) {
         selector_params_default(&plan.sparse.select, selector_kind_parse(all_kinds[k]), 16);
         plan.sparse.top_k = 8;
         plan.sparse.prefill = SPARSE_PREFILL_BATCH;
+        plan.sparse.select.quest_headmean = 1; /* per-head Quest prefills token by token */
         plan.sparse_layers = "1-4";
         CHECK(!run(&plan, proj, 1, BATCH, got, cand_a, &err), "batch prefill %s packed: %s", all_kinds[k], err.msg);
         int bad = 0, filler = 0, want = 0;

@@ -27,7 +27,7 @@
  *   TOKEN: teacher forcing, token by token: each key is indexed just before
  *          its query, which sees sinks + tail + K retrieved from every
  *          earlier slot, as decode would (eval, perplexity; with a
- *          completion, BATCH runs this way too). */
+ *          completion or a per-head selector, BATCH runs this way too). */
 typedef enum sparse_prefill {
     SPARSE_PREFILL_DENSE = 0,
     SPARSE_PREFILL_BATCH = 1,
