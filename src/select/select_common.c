@@ -286,7 +286,7 @@ void select_ann_free(select_ann *a) {
 
 static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
 
-int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+static int ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
     if (!q_search || !a->ix || a->count == 0) return 0;
     int n_elig = select_mask_count(m, a->count);
     if (n_elig == 0) return 0;
@@ -314,4 +314,12 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     for (int i = 0; i < got; i++)
         if (select_mask_allows(m, (int)a->labels[i])) out[n++] = (int32_t)a->labels[i];
     return n;
+}
+
+int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+    const int64_t v0 = s->stats.n_visited;
+    const int got = ann_query(s, a, q_search, k, m, out);
+    /* each distance reads one stored f32 vector (the graph's links are not counted) */
+    s->stats.bytes_read += (uint64_t)(s->stats.n_visited - v0) * (uint64_t)a->d * sizeof(float);
+    return got;
 }

@@ -65,6 +65,7 @@ static int oracle_query(selector *s, const float *q_search, const float *q_nativ
         }
     }
     s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)scored * (uint64_t)nkv * kv->row_bytes;
     return select_heap_take(&best, out, NULL);
 }
 
@@ -92,7 +93,7 @@ subq_status select_oracle_new(const selector_params *p, const selector_env *env,
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
     o->base.ops = &oracle_ops;
-    o->dot = env->kv->type == SUBQ_KV_F16 ? kernels_get()->gather_dot_f16 : kernels_get()->gather_dot_f32;
+    o->dot = kv_cache_ops(env->kv)->gather_dot;
     o->qbar = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     if (!o->qbar) {
         oracle_free(&o->base);
