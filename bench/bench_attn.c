@@ -9,7 +9,7 @@
  * passes (best of each: other processes share the cores).
  *
  * Build by hand after `make build` (not part of the CMake build):
- *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -Isrc -Iinclude bench/bench_attn.c bench/bench.c \
+ *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_attn.c bench/bench.c \
  *       build/libsubq_internal.a -lopenblas -lpcre2-8 -lstdc++ -lm -o /tmp/bench_attn
  *   /tmp/bench_attn [-t THREADS] [--ctx 32768,131072] [--kv f16,q8_0] [-p PASSES] [--heads 8] [-g 2] [--hd 128]
  *                   [--bw 0: no bandwidth passes, for profiling]
