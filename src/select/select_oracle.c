@@ -100,7 +100,7 @@ static int scan(oracle_sel *o, const select_mask *m, int k, int g0, int g1, int 
         }
     }
     s->stats.n_visited += scored;
-    /* the cosine score reads every KV head's key; the others heads [g0, g1) */
+    /* the cosine score reads every KV head's key, the others those of heads [g0, g1) */
     s->stats.bytes_read += (uint64_t)scored * (uint64_t)(cosine ? s->env.n_head_kv : g1 - g0) * s->env.kv->row_bytes;
     return select_heap_take(&best, out, NULL);
 }
