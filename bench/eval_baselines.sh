@@ -14,7 +14,7 @@
 # Usage: bench/eval_baselines.sh DIR
 #   DIR holds gen_eval.jsonl and ds32_st.gguf (BENCHMARKS.md says how they
 #   were made). Environment: SUBQ (binary, default ./build/subq), SHARED
-#   (default ../shared), THREADS (default 2). Writes DIR/baselines_{1,2,3}.json.
+#   (default ../shared), THREADS (default 2). Writes DIR/baselines_{1,2,3}.json (kept as bench/results/eval_baselines_{1,2,3}.json).
 set -euo pipefail
 D=${1:?usage: bench/eval_baselines.sh DIR}
 B=${SUBQ:-./build/subq}

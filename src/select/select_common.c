@@ -307,6 +307,7 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
     }
     for (int i = 0; !rc && i < n; i++) got[i] = select_heap_take(&h[i], out + (size_t)i * k, NULL);
     s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)top * (uint64_t)d * (f16 ? 2 : 4); /* each key row read once per batch */
     free(S);
     free(kf);
     free(hs);
@@ -337,7 +338,7 @@ void select_ann_free(select_ann *a) {
 
 static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
 
-int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+static int ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
     if (!q_search || !a->ix || a->count == 0) return 0;
     int n_elig = select_mask_count(m, a->count);
     if (n_elig == 0) return 0;
@@ -367,11 +368,20 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     return n;
 }
 
+int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+    const int64_t v0 = s->stats.n_visited;
+    const int got = ann_query(s, a, q_search, k, m, out);
+    /* each distance reads one stored f32 vector (the graph's links are not counted) */
+    s->stats.bytes_read += (uint64_t)(s->stats.n_visited - v0) * (uint64_t)a->d * sizeof(float);
+    return got;
+}
+
 int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_search, int k, const select_mask *m,
                            int32_t *out, int *got, int n_threads) {
     int failed = 0;
     int64_t visited = 0;
-#pragma omp parallel num_threads(n_threads) reduction(+ : visited)
+    uint64_t bytes = 0;
+#pragma omp parallel num_threads(n_threads) reduction(+ : visited, bytes)
     {
         selector view = *s; /* the base only: its parameters, test hook and counters of its own */
         memset(&view.stats, 0, sizeof view.stats);
@@ -392,11 +402,13 @@ int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_sea
             }
         }
         visited += view.stats.n_visited;
+        bytes += view.stats.bytes_read;
         free(mine.qn);
         free(mine.labels);
         free(mine.sims);
         select_scratch_free(&mine.sc);
     }
     s->stats.n_visited += visited;
+    s->stats.bytes_read += bytes;
     return failed ? -1 : 0;
 }

@@ -104,10 +104,15 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     exact_sel *e = (exact_sel *)s;
     if (!q_search || e->count == 0) return 0;
     select_normalize(e->qn, q_search, e->d);
+    const int64_t v0 = s->stats.n_visited;
+    int got;
     /* long scans are split across threads; short ones are not worth waking them */
     if (s->params.n_threads > 1 && e->count >= 8192)
-        return select_scan_topk_parallel(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, out);
-    return select_scan_topk(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, &e->sc, out);
+        got = select_scan_topk_parallel(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, out);
+    else
+        got = select_scan_topk(s, e->qn, e->keys, (size_t)e->d, e->d, e->dot, e->count, m, k, &e->sc, out);
+    s->stats.bytes_read += (uint64_t)(s->stats.n_visited - v0) * (uint64_t)e->d * elem(e);
+    return got;
 }
 
 static int exact_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
