@@ -14,7 +14,17 @@ _Static_assert((int)SUBQ_SELECT_EXACT == (int)SELECT_EXACT && (int)SUBQ_SELECT_H
                    (int)SUBQ_SELECT_ORACLE == (int)SELECT_ORACLE && (int)SUBQ_SELECT_WINDOW == (int)SELECT_WINDOW,
                "public and internal selector kinds must agree");
 
+_Static_assert((int)SUBQ_SCORE_COSINE == (int)SELECT_SCORE_COSINE && (int)SUBQ_SCORE_DOT == (int)SELECT_SCORE_DOT &&
+                   (int)SUBQ_SCORE_COUNT == (int)SELECT_SCORE_COUNT && (int)SUBQ_SCAN_FULL == (int)SELECT_SCAN_FULL &&
+                   (int)SUBQ_SCAN_INT8 == (int)SELECT_SCAN_INT8 && (int)SUBQ_SCAN_INT4 == (int)SELECT_SCAN_INT4 &&
+                   (int)SUBQ_SCAN_COUNT == (int)SELECT_SCAN_COUNT,
+               "public and internal scores and scans must agree");
+
 int subq_selector_parse(const char *name) { return selector_kind_parse(name); }
+int subq_score_parse(const char *name) { return select_score_parse(name); }
+const char *subq_score_name(subq_score s) { return select_score_name((select_score)s); }
+int subq_scan_parse(const char *name) { return select_scan_parse(name); }
+const char *subq_scan_name(subq_scan s) { return select_scan_name((select_scan)s); }
 
 const char *subq_selector_name(subq_selector_kind k) { return selector_kind_name((selector_kind)k); }
 
@@ -42,6 +52,8 @@ subq_attn_plan subq_attn_plan_default(void) {
         .hnsw_ef_search = sp->hnsw_ef_search,
         .quest_page = sp->quest_page,
         .search_f16 = sp->f16_keys,
+        .score = (subq_score)sp->score,
+        .scan = (subq_scan)sp->scan,
         .seed = sp->seed,
         .complete_min_entropy = -1.0f,
     };
@@ -64,6 +76,8 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.hnsw_ef_search = p->hnsw_ef_search;
     sp->select.quest_page = p->quest_page;
     sp->select.f16_keys = p->search_f16;
+    sp->select.score = (select_score)p->score;
+    sp->select.scan = (select_scan)p->scan;
     sp->select.seed = p->seed;
     return SUBQ_OK;
 }

@@ -12,7 +12,8 @@
 typedef struct sparse_params {
     int top_k;          /* K candidates retrieved per query */
     int n_sink;         /* first tokens of the document, always kept (default 4) */
-    int n_tail;         /* most recent tokens incl. the query, always kept (default 16) */
+    int n_tail;         /* most recent tokens incl. the query, always kept (default 16);
+                           with 0 the query's own key is retrieved like any other */
     int dense_prefill;  /* batches of more than one token use full attention
                            (their search keys are still appended) */
     selector_params select;

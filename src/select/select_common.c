@@ -1,10 +1,11 @@
 /* Helpers shared by the selectors: mask ranges, top-k heap, normalisation,
- * and the exact masked scan. */
+ * and the exact masked scans. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
+#include "quant/quant.h"
 #include "select/select_internal.h"
 
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err) {
@@ -41,12 +42,20 @@ subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_err
     return rc;
 }
 
-subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
+subq_status select_copy_keys(const selector *s, int count, const void *base, size_t stride, int d, int f16, int n,
                              float *dst, subq_error *err) {
     if (n < 0 || n > count)
         return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): asked for %d keys, it holds %d", selector_kind_name(s->params.kind),
                          s->env.layer, n, count);
-    for (int t = 0; t < n; t++) memcpy(dst + (size_t)t * d, base + (size_t)t * stride, (size_t)d * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        float *y = dst + (size_t)t * d;
+        if (f16) {
+            const uint16_t *x = (const uint16_t *)base + (size_t)t * stride;
+            for (int i = 0; i < d; i++) y[i] = fp16_to_fp32(x[i]);
+        } else {
+            memcpy(y, (const float *)base + (size_t)t * stride, (size_t)d * sizeof(float));
+        }
+    }
     return SUBQ_OK;
 }
 
@@ -186,48 +195,100 @@ void select_normalize(float *dst, const float *src, int d) {
     for (int i = 0; i < d; i++) dst[i] = src[i] * inv;
 }
 
-/* ---- exact masked scan ---------------------------------------------------------- */
+void select_prepare(float *dst, const float *src, int d, select_score score) {
+    if (score == SELECT_SCORE_COSINE) select_normalize(dst, src, d);
+    else if (dst != src) memcpy(dst, src, (size_t)d * sizeof(float));
+}
+
+/* ---- exact masked scans ------------------------------------------------------ */
+
+/* dots[i] = score of row idx[i], i < nb <= SELECT_BLOCK (idots: scratch) */
+static void score_block(const select_rows *r, const int32_t *idx, int nb, float *dots, int32_t *idots) {
+    if (r->qdot) {
+        r->qdot(r->q8, r->base, r->stride, r->d, idx, nb, idots);
+        for (int i = 0; i < nb; i++) dots[i] = (float)idots[i] * r->scale[idx[i]];
+    } else {
+        r->dot(r->q, r->base, r->stride, r->d, idx, nb, dots);
+    }
+}
+
+/* A size-k heap over scratch sc (k floats + SELECT_BLOCK, k + 2 SELECT_BLOCK
+ * int32): the heap, then one block of slots, scores and integer scores. */
+typedef struct scan_buf {
+    select_heap h;
+    int32_t *idx, *idots;
+    float *dots;
+} scan_buf;
+
+static int scan_buf_init(const selector *s, select_scratch *sc, int k, scan_buf *b) {
+    if (!select_scratch_f(s, sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(s, sc, (size_t)k + 2 * SELECT_BLOCK))
+        return 0;
+    b->h = (select_heap){.score = sc->f, .slot = sc->i, .n = 0, .k = k};
+    b->idx = sc->i + k;
+    b->idots = b->idx + SELECT_BLOCK;
+    b->dots = sc->f + k;
+    return 1;
+}
+
+/* score rows idx[0..nb) (b->idx may be idx) and offer them to the heap */
+static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, int nb) {
+    score_block(r, idx, nb, b->dots, b->idots);
+    for (int i = 0; i < nb; i++) select_heap_push(&b->h, b->dots[i], idx[i]);
+}
 
 /* Scan the eligible slots in [from, to) into a size-k heap; returns the
  * count, best first, with their scores when `scores` is not NULL. */
-static int scan_range(const selector *s, const float *q, const void *base, size_t stride, int d,
-                      kernels_gather_dot_fn dot, int n, int from, int to, const select_mask *m, int k,
+static int scan_range(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
                       select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+    scan_buf b;
     if (k <= 0) return 0;
-    if (!select_scratch_f(s, sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(s, sc, (size_t)k + SELECT_BLOCK))
-        return -1;
-    select_heap h = {.score = sc->f, .slot = sc->i, .n = 0, .k = k};
-    int32_t *idx = sc->i + k;
-    float *dots = sc->f + k;
+    if (!scan_buf_init(s, sc, k, &b)) return -1;
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     int64_t scored = 0;
     /* per block: gather the eligible slots, score them, offer them to the heap */
-    for (int r = 0; r < nr; r++) {
-        int a = lo[r] > from ? lo[r] : from, b = hi[r] < to ? hi[r] : to;
-        for (int j0 = a; j0 < b; j0 += SELECT_BLOCK) {
-            int j1 = j0 + SELECT_BLOCK < b ? j0 + SELECT_BLOCK : b, nb = 0;
+    for (int q = 0; q < nr; q++) {
+        int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
+        for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
+            int j1 = j0 + SELECT_BLOCK < e ? j0 + SELECT_BLOCK : e, nb = 0;
             if (m->seg) {
                 for (int j = j0; j < j1; j++)
-                    if (m->seg[j] == m->query_seg) idx[nb++] = j;
+                    if (m->seg[j] == m->query_seg) b.idx[nb++] = j;
             } else {
-                for (int j = j0; j < j1; j++) idx[nb++] = j;
+                for (int j = j0; j < j1; j++) b.idx[nb++] = j;
             }
-            dot(q, base, stride, d, idx, nb, dots);
-            for (int i = 0; i < nb; i++) select_heap_push(&h, dots[i], idx[i]);
+            scan_block(r, &b, b.idx, nb);
             scored += nb;
         }
     }
     *n_scored += scored;
-    return select_heap_take(&h, out, scores);
+    return select_heap_take(&b.h, out, scores);
 }
 
-int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
-                     int n, const select_mask *m, int k, select_scratch *sc, int32_t *out) {
-    return scan_range(s, q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, &s->stats.n_visited);
+static void count_rows(selector *s, const select_rows *r, int64_t scored) {
+    s->stats.n_visited += scored;
+    s->stats.bytes_read += scored * (int64_t)r->row_bytes;
 }
 
-int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
-                              kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out) {
+int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, select_scratch *sc,
+                     int32_t *out) {
+    int64_t scored = 0;
+    int got = scan_range(s, rows, n, 0, n, m, k, sc, out, NULL, &scored);
+    count_rows(s, rows, scored);
+    return got;
+}
+
+int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots, int n, int k, select_scratch *sc,
+                      int32_t *out) {
+    scan_buf b;
+    if (k <= 0) return 0;
+    if (!scan_buf_init(s, sc, k, &b)) return -1;
+    for (int i0 = 0; i0 < n; i0 += SELECT_BLOCK) scan_block(rows, &b, slots + i0, n - i0 < SELECT_BLOCK ? n - i0 : SELECT_BLOCK);
+    count_rows(s, rows, n);
+    return select_heap_take(&b.h, out, NULL);
+}
+
+int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k,
+                              int32_t *out) {
     if (k <= 0) return 0;
     const int n_threads = s->params.n_threads;
     float *best = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(float));
@@ -241,8 +302,8 @@ int select_scan_topk_parallel(selector *s, const float *q, const void *base, siz
         for (int t = 0; t < n_threads; t++) {
             select_scratch sc = {0};
             int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
-            got[t] = scan_range(s, q, base, stride, d, dot, n, from, to, m, k, &sc, slots + (size_t)t * k,
-                                best + (size_t)t * k, &scored);
+            got[t] = scan_range(s, rows, n, from, to, m, k, &sc, slots + (size_t)t * k, best + (size_t)t * k,
+                                &scored);
             select_scratch_free(&sc);
         }
         /* merge the parts' results through one more size-k heap */
@@ -257,7 +318,7 @@ int select_scan_topk_parallel(selector *s, const float *q, const void *base, siz
         }
         select_scratch_free(&sc);
     }
-    s->stats.n_visited += scored;
+    count_rows(s, rows, scored);
     free(best);
     free(slots);
     free(got);
@@ -271,10 +332,11 @@ int select_scan_topk_parallel(selector *s, const float *q, const void *base, siz
  * slot (measured at M = 32), each dearer than a sequential scan's. */
 #define ANN_BRUTE_FACTOR 4
 
-int select_ann_init(select_ann *a, int d) {
-    a->d = d;
-    a->dot = kernels_get()->gather_dot_f32;
-    return (a->qn = malloc((size_t)d * sizeof(float))) != NULL;
+int select_ann_init(select_ann *a, const selector_params *p) {
+    a->d = p->d_search;
+    a->score = p->score;
+    a->f16 = p->f16_keys != 0;
+    return (a->qn = malloc((size_t)a->d * sizeof(float))) != NULL;
 }
 
 void select_ann_free(select_ann *a) {
@@ -290,12 +352,14 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     if (!q_search || !a->ix || a->count == 0) return 0;
     int n_elig = select_mask_count(m, a->count);
     if (n_elig == 0) return 0;
-    select_normalize(a->qn, q_search, a->d);
+    select_prepare(a->qn, q_search, a->d, a->score);
     const int efw = select_filtered_ef(s->params.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= ANN_BRUTE_FACTOR * width) {
-        size_t stride;
-        const float *base = a->vectors(a->ix, &stride);
-        return select_scan_topk(s, a->qn, base, stride, a->d, a->dot, a->count, m, k, &a->sc, out);
+        const kernels *K = kernels_get();
+        select_rows rows = {.d = a->d, .q = a->qn, .dot = a->f16 ? K->gather_dot_f16 : K->gather_dot_f32,
+                            .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float))};
+        rows.base = a->vectors(a->ix, &rows.stride);
+        return select_scan_topk(s, &rows, a->count, m, k, &a->sc, out);
     }
     if (k > a->res_cap) {
         int64_t *l = select_query_realloc(s, a->labels, (size_t)k * sizeof(int64_t));
@@ -305,10 +369,12 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
         if (!l || !f) return -1;
         a->res_cap = k;
     }
-    int got = a->search(a->ix, a->qn, k, efw, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited);
+    int got = a->search(a->ix, a->qn, k, efw, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited,
+                        &s->stats.bytes_read);
     /* a poorly connected eligible region can still starve the beam: one wider retry */
     if (got >= 0 && got < k && got < n_elig)
-        got = a->search(a->ix, a->qn, k, 4 * width, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited);
+        got = a->search(a->ix, a->qn, k, 4 * width, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited,
+                        &s->stats.bytes_read);
     if (got < 0) return -1; /* the index ran out of memory */
     int n = 0;
     for (int i = 0; i < got; i++)

@@ -19,6 +19,8 @@ static void set_kind(selector_params *sp, selector_kind kind) {
     selector_params keep = *sp;
     selector_params_default(sp, kind, 0);
     sp->f16_keys = keep.f16_keys;
+    sp->score = keep.score;
+    sp->scan = keep.scan;
     if (keep.hnsw_m) sp->hnsw_m = keep.hnsw_m;
     if (keep.hnsw_ef_construction) sp->hnsw_ef_construction = keep.hnsw_ef_construction;
     if (keep.hnsw_ef_search) sp->hnsw_ef_search = keep.hnsw_ef_search;
@@ -54,7 +56,7 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
     } else if (!strcmp(a, "--sink")) {
         target = &sp->n_sink, lo = 0;
     } else if (!strcmp(a, "--tail")) {
-        target = &sp->n_tail, lo = 1;
+        target = &sp->n_tail, lo = 0;
     } else if (!strcmp(a, "--hnsw-m")) {
         target = &sp->select.hnsw_m, lo = 2, hi = 1024;
     } else if (!strcmp(a, "--hnsw-ef-construction")) {
@@ -65,6 +67,16 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         target = &sp->select.quest_page, lo = 1, hi = 1 << 16;
     } else if (!strcmp(a, "--search-f16")) {
         sp->select.f16_keys = 1;
+    } else if (!strcmp(a, "--score") || !strcmp(a, "--scan")) {
+        const int score = !strcmp(a, "--score");
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        int x = score ? select_score_parse(v) : select_scan_parse(v);
+        if (x < 0) {
+            cli_error(cmd, score ? "--score expects cosine or dot, got '%s'" : "--scan expects full, int8 or int4, got '%s'", v);
+            return -1;
+        }
+        if (score) sp->select.score = (select_score)x;
+        else sp->select.scan = (select_scan)x;
     } else if (!strcmp(a, "--complete")) {
         if (!(o->complete_file = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--complete-heads")) {
