@@ -393,7 +393,7 @@ subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
     if (!st || st->name != sparse_name) return SUBQ_OK;
     sparse_stage *s = (sparse_stage *)st;
     s->metrics_on = 1;
-    if (!s->shadow && selector_kind_is_ann(s->p.select.kind)) {
+    if (!s->shadow && selector_params_approximate(&s->p.select)) {
         /* the reference: a full f32 scan by the same score */
         selector_params ep;
         selector_params_default(&ep, SELECT_EXACT, s->d_search);

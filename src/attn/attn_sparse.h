@@ -37,7 +37,8 @@ typedef struct sparse_record {
  *   recall = |candidates ∩ top-K keys of p among the retrieval-eligible
  *            keys| / min(K, #retrieval-eligible);
  *   ann    = |candidates ∩ exact top-K in the search space| / |exact| for
- *            hnsw/faiss (a shadow exact selector sees the same keys).
+ *            hnsw/faiss and the exact selector's f16 and compressed scans
+ *            (a shadow f32 exact selector sees the same keys).
  * The seed's definitions (ann-sparseattention's eval.py), over the n_seed
  * queries with at least K retrieval-eligible keys only:
  *   mass_seed   = mean over heads of the per-head mass p_h on the K
@@ -74,7 +75,8 @@ const sparse_record *attn_sparse_record(attn_stage *st);
 /* 1 if `st` is a sparse stage with the completion on. */
 int attn_sparse_has_completion(const attn_stage *st);
 
-/* Turn metrics on (allocates the shadow exact selector for ANN kinds). */
+/* Turn metrics on (allocates the shadow exact selector for approximate
+ * selectors: selector_params_approximate). */
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err);
 const sparse_metrics *attn_sparse_get_metrics(attn_stage *st);
 void attn_sparse_clear_metrics(attn_stage *st);

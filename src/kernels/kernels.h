@@ -30,8 +30,9 @@ typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t s
                                       int n, float *out);
 /* out[i] = sum_c q[c] * code_c(row idx[i]) in exact integer arithmetic, for
  * rows of compressed search keys `row_bytes` apart from codes (the compressed
- * scans of the exact selector). q and the codes lie in [-127, 127] and d is a
- * multiple of 64 (callers pad rows and query with zeros). Formats:
+ * scans of the exact selector). q and the codes lie in [-127, 127]; callers
+ * pad rows and query with zeros to a d that is a multiple of 32 (i8) or 64
+ * (i4). Formats:
  *   i8: d signed bytes, element c in byte c;
  *   i4: d/2 bytes; in each 32-byte group g, byte j holds element 64g + j in
  *       its low nibble and element 64g + 32 + j in its high nibble, each

@@ -179,12 +179,23 @@ int select_scratch_i(const selector *s, select_scratch *sc, size_t n) {
     return 1;
 }
 
+int select_scratch_u(const selector *s, select_scratch *sc, size_t n) {
+    if (n <= sc->cap_u) return 1;
+    uint64_t *p = select_query_realloc(s, sc->u, n * sizeof(uint64_t));
+    if (!p) return 0;
+    sc->u = p;
+    sc->cap_u = n;
+    return 1;
+}
+
 void select_scratch_free(select_scratch *sc) {
     free(sc->f);
     free(sc->i);
+    free(sc->u);
     sc->f = NULL;
     sc->i = NULL;
-    sc->cap_f = sc->cap_i = 0;
+    sc->u = NULL;
+    sc->cap_f = sc->cap_i = sc->cap_u = 0;
 }
 
 void select_normalize(float *dst, const float *src, int d) {
@@ -212,40 +223,132 @@ static void score_block(const select_rows *r, const int32_t *idx, int nb, float 
     }
 }
 
-/* A size-k heap over scratch sc (k floats + SELECT_BLOCK, k + 2 SELECT_BLOCK
- * int32): the heap, then one block of slots, scores and integer scores. */
+/* The k best (score, slot) pairs offered to a scan, in a buffer of 2k
+ * pairs: a pair enters only if it beats the worst pair kept at the last
+ * cut, and a full buffer is cut to its k best by quickselect. Amortised
+ * O(1) per pair, where a size-k heap pays O(log k) per pair that enters: the
+ * compressed scans keep SELECT_RERANK * K pairs, and on Gaussian keys a heap
+ * of 1024 took four times as long as the int8 dot products. A pair is held
+ * as one integer key that orders as the heap does (higher score first,
+ * equal scores -> lower slot first), so the cut compares and swaps single
+ * words without branches. */
+typedef struct topk_buf {
+    uint64_t *key;
+    int n, k;
+    uint64_t thr;     /* the worst key kept at the last cut (0 before) */
+} topk_buf;
+
+/* Floats map to unsigned integers in their order: the sign bit set for
+ * positives, every bit inverted for negatives. */
+static uint64_t pair_key(float score, int32_t slot) {
+    uint32_t u;
+    memcpy(&u, &score, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;
+    return (uint64_t)u << 32 | (uint32_t)~(uint32_t)slot;
+}
+
+static int32_t key_slot(uint64_t key) { return (int32_t)~(uint32_t)key; }
+
+static float key_score(uint64_t key) {
+    uint32_t u = (uint32_t)(key >> 32);
+    u = u & 0x80000000u ? u & 0x7FFFFFFFu : ~u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Keep the k largest of the n keys held, in any order: quickselect with
+ * the middle key as pivot and a branch-free partition (keys are distinct:
+ * every slot is offered once). */
+static void topk_cut(topk_buf *t, int k) {
+    uint64_t *a = t->key;
+    int lo = 0, hi = t->n - 1;
+    while (k < t->n && lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const uint64_t p = a[mid];
+        a[mid] = a[hi];
+        a[hi] = p;
+        int at = lo; /* keys above the pivot go to [lo, at) */
+        for (int i = lo; i < hi; i++) {
+            const uint64_t x = a[i], y = a[at];
+            const int gt = x > p;
+            a[at] = gt ? x : y;
+            a[i] = gt ? y : x;
+            at += gt;
+        }
+        a[hi] = a[at];
+        a[at] = p;
+        if (at == k - 1 || at == k) break;
+        if (at > k) hi = at - 1;
+        else lo = at + 1;
+    }
+    if (t->n > k) t->n = k;
+}
+
+static void topk_push(topk_buf *t, float score, int32_t slot) {
+    const uint64_t key = pair_key(score, slot);
+    if (key <= t->thr) return;
+    t->key[t->n] = key;
+    if (++t->n < 2 * t->k) return;
+    topk_cut(t, t->k);
+    uint64_t w = t->key[0];
+    for (int i = 1; i < t->n; i++) w = t->key[i] < w ? t->key[i] : w;
+    t->thr = w;
+}
+
+static int key_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The k best pairs into out (and scores, if not NULL), best first when
+ * sorted; returns the count. */
+static int topk_take(topk_buf *t, int sorted, int32_t *out, float *scores) {
+    topk_cut(t, t->k);
+    if (sorted) qsort(t->key, (size_t)t->n, sizeof(uint64_t), key_desc);
+    for (int i = 0; i < t->n; i++) {
+        out[i] = key_slot(t->key[i]);
+        if (scores) scores[i] = key_score(t->key[i]);
+    }
+    return t->n;
+}
+
+/* A top-k buffer over scratch sc (2k keys, SELECT_BLOCK floats, 2
+ * SELECT_BLOCK int32): the keys, then one block of slots, scores and
+ * integer scores. */
 typedef struct scan_buf {
-    select_heap h;
+    topk_buf t;
     int32_t *idx, *idots;
     float *dots;
 } scan_buf;
 
 static int scan_buf_init(const selector *s, select_scratch *sc, int k, scan_buf *b) {
-    if (!select_scratch_f(s, sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(s, sc, (size_t)k + 2 * SELECT_BLOCK))
+    if (!select_scratch_u(s, sc, 2 * (size_t)k) || !select_scratch_f(s, sc, SELECT_BLOCK) ||
+        !select_scratch_i(s, sc, 2 * SELECT_BLOCK))
         return 0;
-    b->h = (select_heap){.score = sc->f, .slot = sc->i, .n = 0, .k = k};
-    b->idx = sc->i + k;
-    b->idots = b->idx + SELECT_BLOCK;
-    b->dots = sc->f + k;
+    b->t = (topk_buf){.key = sc->u, .k = k};
+    b->idx = sc->i;
+    b->idots = sc->i + SELECT_BLOCK;
+    b->dots = sc->f;
     return 1;
 }
 
-/* score rows idx[0..nb) (b->idx may be idx) and offer them to the heap */
+/* score rows idx[0..nb) (b->idx may be idx) and offer them */
 static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, int nb) {
     score_block(r, idx, nb, b->dots, b->idots);
-    for (int i = 0; i < nb; i++) select_heap_push(&b->h, b->dots[i], idx[i]);
+    for (int i = 0; i < nb; i++) topk_push(&b->t, b->dots[i], idx[i]);
 }
 
-/* Scan the eligible slots in [from, to) into a size-k heap; returns the
- * count, best first, with their scores when `scores` is not NULL. */
+/* Scan the eligible slots in [from, to) for the k best; returns the count,
+ * (best first when sorted), with their scores when `scores` is not NULL. */
 static int scan_range(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
-                      select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+                      int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
     scan_buf b;
     if (k <= 0) return 0;
     if (!scan_buf_init(s, sc, k, &b)) return -1;
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     int64_t scored = 0;
-    /* per block: gather the eligible slots, score them, offer them to the heap */
+    /* per block: gather the eligible slots, score them, offer them */
     for (int q = 0; q < nr; q++) {
         int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
         for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
@@ -261,7 +364,7 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
         }
     }
     *n_scored += scored;
-    return select_heap_take(&b.h, out, scores);
+    return topk_take(&b.t, sorted, out, scores);
 }
 
 static void count_rows(selector *s, const select_rows *r, int64_t scored) {
@@ -269,10 +372,10 @@ static void count_rows(selector *s, const select_rows *r, int64_t scored) {
     s->stats.bytes_read += scored * (int64_t)r->row_bytes;
 }
 
-int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, select_scratch *sc,
-                     int32_t *out) {
+int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                     select_scratch *sc, int32_t *out) {
     int64_t scored = 0;
-    int got = scan_range(s, rows, n, 0, n, m, k, sc, out, NULL, &scored);
+    int got = scan_range(s, rows, n, 0, n, m, k, sorted, sc, out, NULL, &scored);
     count_rows(s, rows, scored);
     return got;
 }
@@ -284,10 +387,10 @@ int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots
     if (!scan_buf_init(s, sc, k, &b)) return -1;
     for (int i0 = 0; i0 < n; i0 += SELECT_BLOCK) scan_block(rows, &b, slots + i0, n - i0 < SELECT_BLOCK ? n - i0 : SELECT_BLOCK);
     count_rows(s, rows, n);
-    return select_heap_take(&b.h, out, NULL);
+    return topk_take(&b.t, 1, out, NULL);
 }
 
-int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k,
+int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                               int32_t *out) {
     if (k <= 0) return 0;
     const int n_threads = s->params.n_threads;
@@ -297,24 +400,24 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
     int n_out = -1;
     int64_t scored = 0;
     if (best && slots && got) {
-        /* each thread: its own contiguous part of the slots and its own heap */
+        /* each thread: its own contiguous part of the slots and its own buffer */
 #pragma omp parallel for num_threads(n_threads) schedule(static, 1) reduction(+ : scored)
         for (int t = 0; t < n_threads; t++) {
             select_scratch sc = {0};
             int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
-            got[t] = scan_range(s, rows, n, from, to, m, k, &sc, slots + (size_t)t * k, best + (size_t)t * k,
+            got[t] = scan_range(s, rows, n, from, to, m, k, 0, &sc, slots + (size_t)t * k, best + (size_t)t * k,
                                 &scored);
             select_scratch_free(&sc);
         }
-        /* merge the parts' results through one more size-k heap */
+        /* merge the parts' results through one more buffer */
         select_scratch sc = {0};
+        scan_buf b;
         int failed = 0;
         for (int t = 0; t < n_threads; t++) failed |= got[t] < 0;
-        if (!failed && select_scratch_f(s, &sc, (size_t)k) && select_scratch_i(s, &sc, (size_t)k)) {
-            select_heap h = {.score = sc.f, .slot = sc.i, .n = 0, .k = k};
+        if (!failed && scan_buf_init(s, &sc, k, &b)) {
             for (int t = 0; t < n_threads; t++)
-                for (int i = 0; i < got[t]; i++) select_heap_push(&h, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
-            n_out = select_heap_take(&h, out, NULL);
+                for (int i = 0; i < got[t]; i++) topk_push(&b.t, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
+            n_out = topk_take(&b.t, sorted, out, NULL);
         }
         select_scratch_free(&sc);
     }
@@ -359,7 +462,7 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
         select_rows rows = {.d = a->d, .q = a->qn, .dot = a->f16 ? K->gather_dot_f16 : K->gather_dot_f32,
                             .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float))};
         rows.base = a->vectors(a->ix, &rows.stride);
-        return select_scan_topk(s, &rows, a->count, m, k, &a->sc, out);
+        return select_scan_topk(s, &rows, a->count, m, k, 1, &a->sc, out);
     }
     if (k > a->res_cap) {
         int64_t *l = select_query_realloc(s, a->labels, (size_t)k * sizeof(int64_t));

@@ -29,7 +29,7 @@ typedef struct exact_sel {
     float *qn, *row;    /* the query and one key in stored form */
     select_scratch sc;
     /* compressed scan (bits 8 or 4; 0: none) */
-    int bits, dp;       /* code width; d padded to a multiple of 64 */
+    int bits, dp;       /* code width; d padded for the kernels */
     size_t code_bytes;  /* bytes per row of codes */
     uint8_t *codes;     /* [cap][code_bytes] */
     float *scale;       /* [cap] */
@@ -63,7 +63,7 @@ static void encode_row(exact_sel *e, int slot, const float *x) {
         memcpy(dst, c, (size_t)e->dp);
         return;
     }
-    for (int g = 0; g < e->dp / 64; g++)
+    for (int g = 0; g < e->dp / 64; g++) /* the i4 layout of kernels.h */
         for (int j = 0; j < 32; j++)
             dst[32 * g + j] = (uint8_t)((c[64 * g + j] + 8) | ((c[64 * g + 32 + j] + 8) << 4));
 }
@@ -92,7 +92,7 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
 static void update_bytes(exact_sel *e) {
     e->base.stats.bytes = sizeof *e + (size_t)e->cap * (e->d * elem(e) + (e->bits ? e->code_bytes + sizeof(float) : 0)) +
                           2 * (size_t)e->d * sizeof(float) + 2 * (size_t)e->dp + (size_t)e->pool_cap * sizeof(int32_t) +
-                          e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t);
+                          e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t) + e->sc.cap_u * sizeof(uint64_t);
 }
 
 /* Store n rows (already in stored form when `prepared`, else made so). */
@@ -147,10 +147,10 @@ static subq_status exact_truncate(selector *s, int n_keep, subq_error *err) {
 
 /* Top-k over the rows, one scan or split across threads (long scans only:
  * short ones are not worth waking them). */
-static int scan(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int32_t *out) {
+static int scan(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted, int32_t *out) {
     exact_sel *e = (exact_sel *)s;
-    if (s->params.n_threads > 1 && n >= 8192) return select_scan_topk_parallel(s, rows, n, m, k, out);
-    return select_scan_topk(s, rows, n, m, k, &e->sc, out);
+    if (s->params.n_threads > 1 && n >= 8192) return select_scan_topk_parallel(s, rows, n, m, k, sorted, out);
+    return select_scan_topk(s, rows, n, m, k, sorted, &e->sc, out);
 }
 
 static int exact_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
@@ -161,7 +161,7 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = e->qn, .dot = e->dot,
                               .row_bytes = (size_t)e->d * elem(e)};
     const int pool = k > e->count / SELECT_RERANK ? e->count : SELECT_RERANK * k;
-    if (!e->bits || pool >= e->count) return scan(s, &full, e->count, m, k, out);
+    if (!e->bits || pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
     /* the codes' best `pool` slots, re-ranked on the stored keys */
     if (pool > e->pool_cap) {
         int32_t *p = select_query_realloc(s, e->pool, (size_t)pool * sizeof(int32_t));
@@ -172,7 +172,7 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     quantize(e->qn, e->d, 127, e->q8);
     const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->dp, .q8 = e->q8,
                                .scale = e->scale, .qdot = e->qdot, .row_bytes = e->code_bytes + sizeof(float)};
-    int got = scan(s, &codes, e->count, m, pool, e->pool);
+    int got = scan(s, &codes, e->count, m, pool, 0, e->pool);
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
 
@@ -207,7 +207,8 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->f16 = p->f16_keys != 0;
     e->dot = e->f16 ? K->gather_dot_f16 : K->gather_dot_f32;
     e->bits = p->scan == SELECT_SCAN_INT8 ? 8 : p->scan == SELECT_SCAN_INT4 ? 4 : 0;
-    e->dp = (e->d + 63) / 64 * 64;
+    const int pad = e->bits == 8 ? 32 : 64; /* what the kernels take */
+    e->dp = (e->d + pad - 1) / pad * pad;
     e->code_bytes = (size_t)e->dp * (size_t)e->bits / 8;
     e->qdot = e->bits == 8 ? K->gather_dot_i8 : K->gather_dot_i4;
     e->qn = malloc((size_t)e->d * sizeof(float));

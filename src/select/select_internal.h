@@ -67,11 +67,13 @@ void *select_query_realloc(const selector *s, void *p, size_t bytes);
 typedef struct select_scratch {
     float *f;
     int32_t *i;
-    size_t cap_f, cap_i;
+    uint64_t *u;
+    size_t cap_f, cap_i, cap_u;
 } select_scratch;
 
 int select_scratch_f(const selector *s, select_scratch *sc, size_t n); /* 0 on failure */
 int select_scratch_i(const selector *s, select_scratch *sc, size_t n);
+int select_scratch_u(const selector *s, select_scratch *sc, size_t n);
 void select_scratch_free(select_scratch *sc);
 
 /* dst = src / ||src|| (zero vectors stay zero). */
@@ -97,17 +99,17 @@ typedef struct select_rows {
 } select_rows;
 
 /* Exact top-k over the eligible slots below n (the exact selector, and the
- * ANN selectors when few slots are eligible). Writes up to k slots
- * best-first and returns the count (-1 when out of memory); adds the rows
- * scored to s->stats.n_visited and their bytes to bytes_read. */
+ * ANN selectors when few slots are eligible). Writes up to k slots, best
+ * first when sorted (else in any order: a pool to re-rank), and returns the
+ * count (-1 when out of memory); adds the rows scored to
+ * s->stats.n_visited and their bytes to bytes_read. */
 #define SELECT_BLOCK 256
-int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, select_scratch *sc,
-                     int32_t *out);
+int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                     select_scratch *sc, int32_t *out);
 
 /* select_scan_topk over s->params.n_threads contiguous parts of the slots,
- * each with its own heap, merged at the end (same result as one scan up to
- * ties). */
-int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k,
+ * each with its own buffer, merged at the end (the same result). */
+int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                               int32_t *out);
 
 /* The top k of the n given slots (a re-rank: they are eligible already), as

@@ -60,6 +60,10 @@ int selector_kind_available(selector_kind k) { return kind_info(k) && kinds[k].c
 int selector_kind_needs_search(selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
 int selector_kind_is_ann(selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
+int selector_params_approximate(const selector_params *p) {
+    return selector_kind_is_ann(p->kind) || (p->kind == SELECT_EXACT && (p->scan != SELECT_SCAN_FULL || p->f16_keys));
+}
+
 void selector_params_default(selector_params *p, selector_kind kind, int d_search) {
     memset(p, 0, sizeof *p);
     p->kind = kind;

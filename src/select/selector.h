@@ -170,6 +170,10 @@ int selector_kind_needs_search(selector_kind k);
 /* 1 if the kind is an approximate index over the search space (hnsw,
  * faiss), whose recall is measured against exact. */
 int selector_kind_is_ann(selector_kind k);
+/* 1 if a selector of these parameters may answer otherwise than the full
+ * f32 scan by the same score (its recall is measured against that): the
+ * ANN kinds, and exact over f16 keys or compressed codes. */
+int selector_params_approximate(const selector_params *p);
 void selector_params_default(selector_params *p, selector_kind kind, int d_search);
 
 #endif
