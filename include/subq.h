@@ -233,6 +233,12 @@ typedef struct subq_attn_plan {
      * end), comma lists; NULL: the layers that have search projections, or
      * every layer for selectors without a search space */
     const char *layers;
+    /* per-layer top-K by exact selection, "L:K,..." (L a layer or range as in
+     * `layers`): those layers retrieve K keys with the exact selector
+     * whatever `selector` is, and are sparse even when `layers` omits them,
+     * e.g. a large K for layers otherwise kept dense, so that no layer reads
+     * the whole cache; NULL: none */
+    const char *topk_layers;
     subq_selector_kind selector;   /* exact */
     int top_k;                     /* keys retrieved per query (64) */
     int n_sink;                    /* first tokens of a document always attended (4) */

@@ -3,7 +3,9 @@
  *  - decode mode (one token at a time through the KV cache) equals prefill
  *    mode (teacher forcing) when the candidate sets are the same;
  *  - candidates never include a future key, another document's key, a sink
- *    or a tail slot (block-causal packing with restarting positions). */
+ *    or a tail slot (block-causal packing with restarting positions);
+ *  - with no sinks and no tail, a query attends exactly the K retrieved keys
+ *    (its own among the candidates), and with K >= n equals full attention. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,6 +142,51 @@ int main(void) {
         CHECK(bad == 0, "%s returned %d ineligible candidates", all_kinds[k], bad);
         CHECK(filler < N_TOK * 8, "%s returned nothing", all_kinds[k]);
     }
+    /* 4. --sink 0 --tail 0: exactly the K retrieved keys, the query's own
+     * key retrievable like any other. With K >= n every selector equals full
+     * attention (so does exact by dot product and over int8 / int4 codes);
+     * with K = 8 each query gets min(8, keys of its document so far), all
+     * eligible; K = 0 without sinks or tail leaves nothing to attend and is
+     * refused. */
+    for (int kind = 0; kind < SELECT_KIND_COUNT + 3; kind++) {
+        attn_plan_default(&plan);
+        selector_params_default(&plan.sparse.select, kind < SELECT_KIND_COUNT ? kind : SELECT_EXACT, 16);
+        const char *name = kind < SELECT_KIND_COUNT ? selector_kind_name(kind) : "exact (dot, int8, int4)";
+        if (kind >= SELECT_KIND_COUNT) {
+            plan.sparse.select.score = SELECT_SCORE_DOT;
+            plan.sparse.select.scan = (select_scan)(kind - SELECT_KIND_COUNT);
+        }
+        if (!selector_kind_available(plan.sparse.select.kind)) continue;
+        plan.sparse.n_sink = plan.sparse.n_tail = 0;
+        plan.sparse_layers = "1-4";
+        plan.sparse.top_k = N_TOK;
+        subq_status s = run(&plan, proj, 1, 0, got, NULL, &err);
+        rel = s ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
+        CHECK(!s && rel < 1e-5, "%s sink 0 tail 0 K>=n: rel %.2e %s", name, rel, s ? err.msg : "");
+        plan.sparse.top_k = 8;
+        s = run(&plan, proj, 1, 0, got, cand_a, &err);
+        CHECK(!s, "%s sink 0 tail 0 K=8: %s", name, err.msg);
+        int bad = 0, short_sets = 0;
+        for (int t = 0; !s && t < N_TOK; t++) {
+            int doc0 = t < 70 ? 0 : 70, want = t - doc0 + 1 < 8 ? t - doc0 + 1 : 8, have = 0;
+            for (int i = 0; i < 8; i++) {
+                int j = cand_a[t * 8 + i];
+                if (j < 0) continue;
+                have++;
+                bad += j > t || j < doc0;
+            }
+            short_sets += have != want;
+        }
+        CHECK(bad == 0 && short_sets == 0, "%s sink 0 tail 0 K=8: %d ineligible, %d queries without min(K, n) keys",
+              name, bad, short_sets);
+    }
+    attn_plan_default(&plan);
+    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
+    plan.sparse.top_k = plan.sparse.n_sink = plan.sparse.n_tail = 0;
+    plan.sparse_layers = "1-4";
+    CHECK(run(&plan, proj, 0, 0, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "at least one key"),
+          "K 0, sink 0, tail 0 must be refused: '%s'", err.msg);
+
     free(cand_a);
     free(cand_b);
     free(dec);

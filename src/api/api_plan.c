@@ -42,6 +42,7 @@ subq_attn_plan subq_attn_plan_default(void) {
     const selector_params *sp = &ip.sparse.select;
     subq_attn_plan p = {
         .layers = NULL,
+        .topk_layers = NULL,
         .selector = (subq_selector_kind)sp->kind,
         .top_k = ip.sparse.top_k,
         .n_sink = ip.sparse.n_sink,
@@ -65,6 +66,7 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
         return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->selector);
     attn_plan_default(out);
     out->sparse_layers = p->layers;
+    out->topk_layers = p->topk_layers;
     sparse_params *sp = &out->sparse;
     selector_params_default(&sp->select, (selector_kind)p->selector, 0);
     sp->top_k = p->top_k;

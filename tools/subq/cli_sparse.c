@@ -51,6 +51,8 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         set_kind(&sp->select, (selector_kind)k); /* flags given before --select still count */
     } else if (!strcmp(a, "--sparse-layers")) {
         if (!(o->plan.sparse_layers = cli_value(cmd, argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--topk-layers")) {
+        if (!(o->plan.topk_layers = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--topk")) {
         target = &sp->top_k, lo = 0;
     } else if (!strcmp(a, "--sink")) {
@@ -132,7 +134,8 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_p
             return 0;
         }
     } else if (o->random_search) {
-        /* the --sparse-layers, else layers 2 .. L-3 (first and last layers stay dense, as is usual) */
+        /* the --sparse-layers, else layers 2 .. L-3 (first and last layers stay dense, as is usual),
+         * and those of --topk-layers */
         int n_layer = m->hp.n_layer, n = 0;
         int *layers = malloc((size_t)n_layer * sizeof(int));
         unsigned char *mask = calloc((size_t)n_layer, 1);
@@ -140,6 +143,13 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_p
         if (!s && o->plan.sparse_layers) s = layers_parse(o->plan.sparse_layers, n_layer, mask, &err);
         else if (!s)
             for (int l = 2; l <= n_layer - 3; l++) mask[l] = 1;
+        if (!s && o->plan.topk_layers) { /* and the layers of --topk-layers */
+            int *topk = malloc((size_t)n_layer * sizeof(int));
+            s = topk ? attn_topk_layers_parse(o->plan.topk_layers, n_layer, topk, &err)
+                     : subq_fail(&err, SUBQ_ERR_NOMEM, "out of memory");
+            for (int l = 0; !s && l < n_layer; l++) mask[l] |= topk[l] >= 0;
+            free(topk);
+        }
         for (int l = 0; !s && l < n_layer; l++)
             if (mask[l]) layers[n++] = l;
         if (!s && n == 0) s = subq_fail(&err, SUBQ_ERR_ARG, "no layers for --random-search; give --sparse-layers");

@@ -27,6 +27,9 @@ typedef struct cli_sparse_opts {
     "  --sparse-layers L    layers to substitute: all, 1-4, 2--3 (default: layers with\n"      \
     "                       projections; all layers for quest/oracle/window)\n"                \
     "  --topk K             candidates retrieved per query (default 64)\n"                     \
+    "  --topk-layers L:K,...  these layers (or ranges) retrieve K keys by exact selection\n"  \
+    "                       whatever --select says, e.g. 0-1:2048,-2--1:2048 for layers\n"   \
+    "                       otherwise dense\n"                                                \
     "  --sink N             first tokens always kept (default 4)\n"                            \
     "  --tail N             most recent tokens always kept (default 16; --sink 0 --tail 0:\n" \
     "                       exactly the K retrieved keys)\n"                                  \

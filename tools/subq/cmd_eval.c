@@ -452,6 +452,7 @@ int cmd_eval(int argc, char **argv) {
     cfg.n_tail = so.plan.sparse.n_tail;
     cfg.select = so.plan.sparse.select;
     cfg.sparse_layers = so.plan.sparse_layers;
+    cfg.topk_layers = so.plan.topk_layers;
     cfg.proj = proj;
     cfg.maps = so.maps;
     cfg.complete_heads = so.head_flags;
