@@ -6,9 +6,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "base/cpu.h"
-#include "base/timer.h"
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Sum 64-bit words: the loop is load-bound, so the rate is the read bandwidth. */
 __attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n) {
@@ -38,7 +42,7 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
     size_t n = bytes / sizeof(uint64_t);
     uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
     if (!buf) return 0.0;
-    int avx2 = cpu_has_avx2();
+    int avx2 = __builtin_cpu_supports("avx2");
     /* first touch by the threads that will read, so pages are placed near them */
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (size_t i = 0; i < n; i++) buf[i] = i;
@@ -46,7 +50,7 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
     uint64_t check = 0;
     for (int r = 0; r < reps; r++) {
         uint64_t total = 0;
-        double t0 = time_now_s();
+        double t0 = now_s();
         /* each thread sums one contiguous slice (multiple of 16 words) */
 #pragma omp parallel num_threads(n_threads) reduction(+ : total)
         {
@@ -54,7 +58,7 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
             size_t per = (n / (size_t)nt) & ~(size_t)15, lo = per * (size_t)id, hi = id == nt - 1 ? n : lo + per;
             total += avx2 ? sum_avx2(buf + lo, hi - lo) : sum_scalar(buf + lo, hi - lo);
         }
-        double el = time_now_s() - t0;
+        double el = now_s() - t0;
         check += total;
         double gbs = (double)n * sizeof(uint64_t) / el / 1e9;
         if (gbs > best) best = gbs;
@@ -73,9 +77,9 @@ double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps) {
         for (size_t i = 0; i < (size_t)n * k; i++) B[i] = (float)(i % 5) * 0.1f;
         omp_set_num_threads(n_threads); /* OpenBLAS (OpenMP build) uses the caller's thread count */
         for (int r = 0; r < reps + 1; r++) { /* first run warms up the thread pool */
-            double t0 = time_now_s();
+            double t0 = now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
-            double el = time_now_s() - t0, gf = 2.0 * m * n * k / el / 1e9;
+            double el = now_s() - t0, gf = 2.0 * m * n * k / el / 1e9;
             if (r > 0 && gf > best) best = gf;
         }
     }

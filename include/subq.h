@@ -6,6 +6,7 @@
 #ifndef SUBQ_H
 #define SUBQ_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -101,6 +102,11 @@ subq_status subq_tokenize(const subq_model *m, const char *text, size_t len, int
  * already; SentencePiece ones only here. */
 subq_status subq_tokenize_special(const subq_model *m, const char *text, size_t len, int add_bos,
                                   int32_t *out, size_t cap, size_t *n_out, subq_error *err);
+
+/* Length (1..4) of the valid UTF-8 character (RFC 3629: no overlong forms,
+ * no surrogates, nothing above U+10FFFF) that starts s[0..n), or 0 when the
+ * bytes there start none (a truncated sequence included). */
+int subq_utf8_len(const char *s, size_t n);
 
 /* Raw bytes of one token as it appears in text (byte tokens give one byte,
  * U+2581 becomes a space; no NUL is added). `prev` is the token before it
@@ -262,6 +268,7 @@ subq_attn_plan subq_attn_plan_default(void);
 /* Learned search projections (W_Qs, W_Ks per layer) from a file written by
  * training, made for one model: another model's file is SUBQ_ERR_MISMATCH. */
 typedef struct subq_search subq_search;
+#define SUBQ_SEARCH_MAX_D 65536 /* widest search space */
 subq_status subq_search_load(const char *path, const subq_model *m, subq_search **out, subq_error *err);
 /* Untrained N(0, 1/d_model) projections of width d_search on `layers` (a
  * layer list as in plans; NULL: layers 2 .. L-3): a baseline and a stand-in
@@ -278,6 +285,9 @@ int subq_search_has_layer(const subq_search *s, int layer);
 typedef struct subq_complete subq_complete;
 subq_status subq_complete_load(const char *path, const subq_model *m, subq_complete **out, subq_error *err);
 void subq_complete_free(subq_complete *c);
+/* 1 if the file stores per-head mid-region entropies (complete_min_entropy
+ * in a plan needs them). */
+int subq_complete_has_entropy(const subq_complete *c);
 
 /* Make the plan's layers of an empty context sparse (the others keep full
  * attention). `search` is needed by selectors in the search space;
@@ -324,6 +334,361 @@ typedef void (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const sub
 subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tokens, int n_ctx, int max_chunks,
                             subq_ppl_callback cb, void *user, subq_ppl_result *res, float *nll_out,
                             subq_error *err);
+
+/* ---- evaluation: sparse vs full attention on held-out text ------------ */
+
+/* For every selector at every K (or KV-read budget), selection only and with
+ * completion: perplexity and its gap to full attention, the paired NLL
+ * difference, KL(p_full || p_method) and top-1 agreement (95% block-bootstrap
+ * intervals over windows), retrieval mass and recall (today's head-mean and
+ * the seed's per-head definitions), ANN recall vs exact, filler rate,
+ * completion share; optionally each sparse layer substituted alone; and a
+ * dynamic vs static index comparison. Only plain data comes back. */
+typedef enum subq_eval_completion {
+    SUBQ_EVAL_SELECTION = 0,    /* selection only */
+    SUBQ_EVAL_HYBRID,           /* with completion, at the same K */
+    SUBQ_EVAL_HYBRID_WORST,     /* with completion, the budget paying the cache fetch every step */
+    SUBQ_EVAL_HYBRID_AMORTISED, /* with completion, the fetch amortised over the window */
+} subq_eval_completion;
+
+typedef struct subq_eval_method {
+    int select;                    /* subq_selector_kind */
+    int k;
+    subq_eval_completion completion;
+    double budget_pct;             /* NAN without budgets */
+    double reads;                  /* token-equivalent KV reads per step, layer and KV head */
+    double ppl, gap;               /* gap = ppl / full ppl - 1 */
+    double nll_diff, nll_diff_lo, nll_diff_hi; /* mean NLL(method) - NLL(full) per token, 95% interval */
+    double kl, kl_lo, kl_hi;       /* mean KL(p_full || p_method) per token in nats, 95% interval */
+    double top1;                   /* share of tokens whose argmax equals full attention's */
+    double mass, recall, mass_seed, recall_seed, ann_recall, filler, share; /* NAN where not measured */
+    double *layer_mass, *layer_recall, *layer_mass_seed, *layer_recall_seed; /* [n_layer], NAN on dense layers */
+    /* [n_layer]: this method on that layer alone, the others full; NAN on
+     * dense layers and without per_layer */
+    double *layer_kl, *layer_kl_lo, *layer_kl_hi, *layer_top1;
+    double *win_nll;               /* [n_windows]: NLL summed over each window's scored tokens */
+} subq_eval_method;
+
+typedef struct subq_eval_skip {         /* a budget the fixed reads alone exceed */
+    double budget_pct, budget_reads;
+    subq_eval_completion completion;
+    double fixed_reads;
+} subq_eval_skip;
+
+typedef struct subq_eval_static {
+    int method;                    /* index of the method run with a frozen index; -1: off */
+    double split;
+    double ppl_full, ppl_dynamic, ppl_static; /* perplexity of the suffix tokens */
+    double kl_dynamic, kl_static;  /* their mean KL vs full attention */
+} subq_eval_static;
+
+typedef struct subq_eval_result {
+    int n_layer, n_windows, ctx;
+    unsigned char *sparse_layers;  /* [n_layer] */
+    int64_t n_scored;              /* next tokens scored (same document) */
+    int64_t *win_n;                /* [n_windows]: scored tokens per window */
+    double full_ppl;
+    double *full_win_nll;          /* [n_windows] */
+    int n_methods;
+    subq_eval_method *methods;
+    int n_skipped;
+    subq_eval_skip *skipped;
+    subq_eval_static stat;
+    double seconds;
+} subq_eval_result;
+
+/* Called after each forward pass over a window: done of total. */
+typedef void (*subq_eval_progress_fn)(void *user, int64_t done, int64_t total);
+
+typedef struct subq_eval_params {
+    /* held-out text: the held-out split (eval_frac of the pieces) of files,
+     * plus every piece of eval_files; windows of ctx tokens, pieces packed
+     * block-causally when pack; at most max_windows windows */
+    const char *const *files;
+    int n_files;
+    const char *const *eval_files;
+    int n_eval_files;
+    int ctx, pack, max_windows;       /* 512, 1, 32 */
+    float eval_frac;                  /* 0.05 */
+    /* methods: each selector at each K, or at the K each budget (% of the
+     * window, rounded up to whole tokens) leaves after sinks and tail;
+     * selection only, and with completion when `complete` is given */
+    const subq_selector_kind *selectors;
+    int n_selectors;
+    const int *ks;
+    int n_k;
+    const double *budgets;            /* n_budgets > 0 replaces ks and needs completion maps */
+    int n_budgets;
+    /* sinks, tail, layers, selector parameters and completion heads of every
+     * method (its selector and top_k are set per method) */
+    subq_attn_plan plan;
+    const subq_search *search;        /* NULL: only selectors without a search space */
+    const subq_complete *complete;    /* NULL: selection only */
+    double static_split;              /* > 0: static index frozen at this fraction of each window (0.5) */
+    int per_layer;                    /* also every sparse layer substituted alone (0) */
+    int n_resamples;                  /* bootstrap resamples (1000) */
+    uint64_t seed;                    /* bootstrap seed */
+} subq_eval_params;
+
+subq_eval_params subq_eval_default_params(void);
+/* Run on context c (its KV cache holds at least p->ctx tokens; its plan is
+ * cleared on return); *out is freed with subq_eval_result_free. */
+subq_status subq_eval_run(subq_context *c, const subq_eval_params *p, subq_eval_progress_fn progress, void *user,
+                          subq_eval_result **out, subq_error *err);
+void subq_eval_result_free(subq_eval_result *r);
+/* "exact@64", "quest@32+phi", "exact@41+phiA" (amortised budget), "exact@21+phi1" (worst case). */
+const char *subq_eval_method_name(const subq_eval_method *m, char *buf, size_t cap);
+/* Mean per-token NLL difference of methods a and b (-1: full attention)
+ * and its 95% block-bootstrap interval. */
+subq_status subq_eval_compare(const subq_eval_result *r, int a, int b, int n_resamples, uint64_t seed, double *mean,
+                              double *lo, double *hi, subq_error *err);
+
+/* ---- training: search projections and completion maps ---------------- */
+
+/* Training data: documents from text files, directories of them and JSON
+ * lines ({"text": ...} per line), tokenised with the model's tokenizer, cut
+ * into pieces of at most seq tokens, packed block-causally; a fixed share
+ * of the pieces (or the pieces of evaluation files) is held out. */
+typedef struct subq_corpus subq_corpus;
+typedef struct subq_corpus_params {
+    int seq;            /* max tokens per sequence, BOS included (>= 2) */
+    int pack;           /* 1: pack pieces into sequences; 0: one piece per sequence */
+    float eval_frac;    /* fraction of pieces held out when no eval files were added */
+    uint64_t seed;      /* order of the training pieces before packing */
+    int eval_only;      /* evaluation needs no training split (else an empty one is an error) */
+} subq_corpus_params;
+
+subq_status subq_corpus_load(const subq_model *m, const subq_corpus_params *p, const char *const *paths, int n_paths,
+                             const char *const *eval_paths, int n_eval, subq_corpus **out, subq_error *err);
+void subq_corpus_free(subq_corpus *c);
+
+/* Layer lists as plans take them ("all", "none", "1,3,5-7", negative from
+ * the end: "2--1"): mask[l] = 1 for each listed layer of n_layer. */
+subq_status subq_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err);
+
+#define SUBQ_TRAIN_MAX_PARTS 6
+#define SUBQ_SEARCH_EVAL_MAX_K 16
+#define SUBQ_PHI_DIAG_MAX_K 16
+
+typedef struct subq_train_params {
+    const int *layers;          /* target layers (distinct, any order) */
+    int n_layers;
+    int batch;                  /* sequences per micro-batch (1) */
+    int grad_accum;             /* micro-batches per step (1): the step averages over batch x grad_accum sequences */
+    float lr;                   /* peak learning rate */
+    float weight_decay;
+    float beta1, beta2, eps;    /* AdamW: 0.9, 0.999, 1e-8 */
+    float grad_clip;            /* global gradient-norm clip (1.0; <= 0: off) */
+    int warmup;                 /* linear warm-up steps, then cosine decay to 0 */
+    int64_t steps;              /* total steps (the schedule spans them) */
+    int64_t stop_after;         /* > 0: stop (with a checkpoint) once this step is reached */
+    uint64_t seed;              /* initial weights and data order */
+    int eval_every;             /* evaluate before step 1 and every N steps (0: only at the end) */
+    int64_t eval_tokens;        /* held-out tokens per evaluation (<= 0: all) */
+    int save_every;             /* steps between checkpoints (0: only at the end) */
+    const char *out_path;       /* the weights; the checkpoint is out_path + ".ckpt" */
+    int resume;                 /* continue from the checkpoint */
+    int n_threads;              /* <= 0: all cores */
+} subq_train_params;
+
+typedef struct subq_train_start_info {
+    int64_t start_step;         /* > 0 when resumed */
+    int resumed;
+    int n_train_seq, n_eval_seq;
+    int64_t train_tokens, eval_tokens;
+    int n_threads;
+    size_t n_params;
+    int n_parts;                /* the loss parts of this task, as named in the stats */
+    const char *const *part_names;
+} subq_train_start_info;
+
+typedef struct subq_train_step_stats {
+    int64_t step, steps;        /* steps done after this one, total */
+    float lr;
+    double loss;                /* the objective: mean over the step's (layer, query) terms */
+    double part[SUBQ_TRAIN_MAX_PARTS]; /* means of its parts */
+    double grad_norm;           /* before clipping */
+    int64_t tokens, queries;    /* in this step */
+    double tok_per_s;           /* training throughput of this run so far */
+    double elapsed_s;
+} subq_train_step_stats;
+
+typedef struct subq_train_eval_layer {
+    int layer;
+    double loss, part[SUBQ_TRAIN_MAX_PARTS]; /* means over the layer's held-out queries */
+    int64_t n_queries;
+} subq_train_eval_layer;
+
+typedef struct subq_retrieval_eval {
+    int n_k;
+    int k[SUBQ_SEARCH_EVAL_MAX_K];
+    int64_t n_queries[SUBQ_SEARCH_EVAL_MAX_K];
+    double mass_learned[SUBQ_SEARCH_EVAL_MAX_K], mass_oracle[SUBQ_SEARCH_EVAL_MAX_K];
+    double recall_learned[SUBQ_SEARCH_EVAL_MAX_K], recall_oracle[SUBQ_SEARCH_EVAL_MAX_K];
+    double mass_window[SUBQ_SEARCH_EVAL_MAX_K], recall_window[SUBQ_SEARCH_EVAL_MAX_K];
+} subq_retrieval_eval;
+
+typedef struct subq_train_eval_stats {
+    int64_t step;
+    int n_layers;
+    const subq_train_eval_layer *layers;
+    /* search projections: retrieval metrics per layer (sums, divide by n_queries[k]); else NULL */
+    const subq_retrieval_eval *retrieval;
+    int n_seq;
+    int64_t n_tokens;
+    double loss, part[SUBQ_TRAIN_MAX_PARTS]; /* means over layers */
+    double seconds;
+} subq_train_eval_stats;
+
+typedef struct subq_train_hooks {
+    void *user;
+    /* after the checkpoint (if any) is restored; a non-zero return stops the
+     * run before its first step, nothing written (SUBQ_ERR_IO) */
+    int (*on_start)(void *user, const subq_train_start_info *info);
+    void (*on_step)(void *user, const subq_train_step_stats *s);
+    void (*on_eval)(void *user, const subq_train_eval_stats *e);
+    void (*on_save)(void *user, int64_t step, const char *ckpt_path);
+    /* polled between steps; when it becomes non-zero the run saves a
+     * checkpoint and returns with result.interrupted = 1 */
+    const volatile sig_atomic_t *stop;
+} subq_train_hooks;
+
+typedef struct subq_train_result {
+    int64_t step;               /* steps done */
+    int interrupted;            /* stopped by hooks->stop */
+    int stopped_early;          /* stopped by stop_after */
+    double tok_per_s;           /* training throughput (teacher + losses + update) */
+    int64_t train_tokens;       /* tokens trained on in this run */
+} subq_train_result;
+
+/* How the teacher aggregates query heads: max over heads, or their mean. */
+typedef enum subq_teacher_agg { SUBQ_TEACHER_AGG_MAX = 0, SUBQ_TEACHER_AGG_MEAN = 1 } subq_teacher_agg;
+
+typedef struct subq_search_loss_params {
+    float tau;        /* InfoNCE temperature (0.07) */
+    float tau_kl;     /* KL student temperature (1.0) */
+    float alpha;      /* InfoNCE weight (1) */
+    float beta;       /* KL weight (1) */
+    int k_pos;        /* teacher top-k positives (16) */
+    subq_teacher_agg agg;  /* head aggregation of the teacher */
+    int n_sink;       /* first keys of each document left out of the retrieval set (4, as served) */
+    int n_tail;       /* most recent keys, the query included, left out of it (16, as served) */
+} subq_search_loss_params;
+
+typedef struct subq_train_search_params {
+    subq_train_params train;         /* 1000 steps, lr 1e-4, wd 0.01, warmup 100, eval/save every 200, eval_tokens 32768 */
+    int d_search;               /* 32 (128 is the better choice for d_model >= 1024) */
+    subq_search_loss_params loss;    /* tau .07, tau_kl 1, alpha 1, beta 1, k_pos 16, max, n_sink 4, n_tail 16;
+                                 * n_sink / n_tail also restrict the evaluation's key set */
+    float init_std;             /* 0.02 */
+    int eval_k[SUBQ_SEARCH_EVAL_MAX_K];
+    int n_eval_k;               /* 8, 16, 32, 64 */
+} subq_train_search_params;
+
+typedef struct subq_phi_loss_params {
+    int n_sink, n_tail;          /* 4, 16 */
+    double tau;                  /* 1 */
+    double l_kl;                 /* 0.99 */
+    double l_top, l_fp, l_z;     /* 1, 2, 4 */
+    double band;                 /* Delta: 8 */
+    double huber;                /* delta: 1 */
+} subq_phi_loss_params;
+
+#define SUBQ_PHI_MAX_DIM 1024 /* largest d_emb, d_hidden, d_phi (and head_dim) of completion maps */
+
+/* The parts of the completion-map loss, as they appear in the stats' part[]. */
+enum { SUBQ_PHI_PART_KL, SUBQ_PHI_PART_TOP, SUBQ_PHI_PART_FP, SUBQ_PHI_PART_Z, SUBQ_PHI_PART_LSE, SUBQ_PHI_N_PARTS };
+
+typedef struct subq_train_phi_params {
+    subq_train_params train;         /* 500 steps, lr 1e-3, wd 0, warmup 50, eval/save every 100, eval_tokens 16384 */
+    int d_emb, d_hidden, d_phi; /* 32, 64, 32 */
+    subq_phi_loss_params loss;       /* the defaults above */
+    float wo_std;               /* 0.5: Wo ~ N(0, wo_std^2 / d_emb) */
+} subq_train_phi_params;
+
+typedef struct subq_complete_diag_cell {
+    int64_t n;
+    double hmid, err_sel[SUBQ_PHI_DIAG_MAX_K], err_hyb[SUBQ_PHI_DIAG_MAX_K], share[SUBQ_PHI_DIAG_MAX_K];
+    double win[SUBQ_PHI_DIAG_MAX_K];  /* fraction of records where hybrid < selection-only */
+    double harm[SUBQ_PHI_DIAG_MAX_K]; /* mean of max(0, err_hyb - err_sel): what completion costs where it hurts */
+    double err_sweep[SUBQ_PHI_DIAG_MAX_K];
+} subq_complete_diag_cell;
+
+typedef struct subq_complete_diag_options {
+    const char *maps_path;       /* the maps to measure */
+    int windows;                 /* at most this many held-out windows (32) */
+    int ks[SUBQ_PHI_DIAG_MAX_K];      /* hybrid vs selection-only (8, 16, 32) */
+    int n_k;
+    int sel_ks[SUBQ_PHI_DIAG_MAX_K];  /* selection-only sweep (8, 16, 24, 32, 48, 64, 96, 128, 192) */
+    int n_sel_k;
+    int n_sink, n_tail;          /* 4, 16 */
+    int ppl;                     /* also perplexities */
+    int annotate;                /* store each head's mean H_mid in the maps file */
+    int n_threads;               /* <= 0: all cores */
+} subq_complete_diag_options;
+
+typedef struct subq_complete_diag_report {
+    int d_phi, head_dim, n_head, n_sel;
+    int *layers;                 /* [n_sel] */
+    int n_windows;
+    int64_t n_tokens, n_records;
+    int min_mid;
+    double fetch_tokens;         /* the cache's one-time fetch in token-equivalent KV reads */
+    int fetch_k;                 /* ceil(fetch_tokens) */
+    double seconds;
+    subq_complete_diag_cell all, quartile[4];
+    double quartile_bounds[5];   /* H_mid quartile bins: [-inf, q1, q2, q3, +inf] */
+    subq_complete_diag_cell *heads;        /* [n_sel][n_head] */
+    /* the smallest swept K' whose mean selection-only error is <= the
+     * hybrid's at ks[i]; -1 when none is */
+    int match_k[SUBQ_PHI_DIAG_MAX_K];
+    /* perplexity (ppl): full, then per K selection-only, hybrid, selection-only
+     * at K + fetch_k (the same reads when the fetch is paid every step: the
+     * pessimistic matched budget) and the hybrid's mean completion share */
+    int64_t n_scored;
+    double ppl_full, ppl_sel[SUBQ_PHI_DIAG_MAX_K], ppl_hyb[SUBQ_PHI_DIAG_MAX_K], ppl_match[SUBQ_PHI_DIAG_MAX_K];
+    double share[SUBQ_PHI_DIAG_MAX_K];
+} subq_complete_diag_report;
+
+typedef struct subq_complete_diag_hooks {
+    void *user;
+    void (*on_stage)(void *user, const char *name, int64_t total);
+    void (*on_progress)(void *user, int64_t done);
+} subq_complete_diag_hooks;
+
+
+/* "max" / "mean"; parse: -1 for anything else. */
+const char *subq_teacher_agg_name(subq_teacher_agg a);
+int subq_teacher_agg_parse(const char *s);
+
+/* Defaults as listed in each struct (layers, steps and out_path to set). */
+subq_train_search_params subq_train_search_default_params(void);
+subq_train_phi_params subq_train_phi_default_params(void);
+
+/* Learn search projections (W_Qs, W_Ks of params->train.layers) by
+ * distillation from the frozen model's attention (InfoNCE over the teacher's
+ * top keys + KL), AdamW, evaluation on the held-out split; OUT and OUT.ckpt
+ * (resumable bit for bit) written atomically. hooks may be NULL. */
+subq_status subq_train_search(subq_model *m, const subq_corpus *data, const subq_train_search_params *p,
+                              const subq_train_hooks *hooks, subq_train_result *res, subq_error *err);
+/* Learn completion maps the same way (distillation of the attention logits). */
+subq_status subq_train_phi(subq_model *m, const subq_corpus *data, const subq_train_phi_params *p,
+                           const subq_train_hooks *hooks, subq_train_result *res, subq_error *err);
+/* Testing aids for the numpy references: the first training sequence's
+ * teacher (search) or features, losses and gradient (phi), as a GGUF. */
+subq_status subq_train_search_dump(subq_model *m, const subq_corpus *data, const subq_train_search_params *p,
+                                   const char *path, subq_error *err);
+subq_status subq_train_phi_dump(subq_model *m, const subq_corpus *data, const subq_train_phi_params *p,
+                                const char *path, subq_error *err);
+
+/* Measure completion maps on the held-out windows of a corpus: attention
+ * error of the hybrid vs selection only per K, layer and head, mid-region
+ * entropies, optionally perplexities; with `annotate` store each head's mean
+ * entropy in the maps file (for complete_min_entropy). hooks may be NULL. */
+subq_status subq_complete_diagnose(subq_model *m, const subq_corpus *data, const subq_complete_diag_options *o,
+                                   const subq_complete_diag_hooks *hooks, subq_complete_diag_report *out,
+                                   subq_error *err);
+void subq_complete_diag_report_free(subq_complete_diag_report *r);
 
 /* ---- recall: needle-in-a-haystack ------------------------------------- */
 
@@ -441,6 +806,11 @@ typedef struct subq_gguf_tensor {
     uint64_t offset, n_bytes;
 } subq_gguf_tensor;
 subq_status subq_gguf_tensor_info(const subq_gguf *f, uint64_t i, subq_gguf_tensor *t, subq_error *err);
+
+/* For a model file of an architecture subq runs: the RoPE it would run it
+ * with (scaling, frequency factors), or "cannot run: REASON", into buf;
+ * returns 1. Other files (projections, maps, sessions): 0, buf untouched. */
+int subq_gguf_describe_rope(const subq_gguf *f, char *buf, size_t cap);
 
 /* ---- tools: synthetic models, element formats ------------------------ */
 

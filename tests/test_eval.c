@@ -308,7 +308,7 @@ static attn_plan plan_of(const eval_method *m, const char *layers) {
     p.sparse.n_tail = TAIL;
     p.sparse.dense_prefill = 0;
     selector_params_default(&p.sparse.select, (selector_kind)m->select, 0);
-    p.sparse.complete = m->completion == EVAL_SELECTION ? NULL : maps;
+    p.sparse.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : maps;
     return p;
 }
 
@@ -358,7 +358,7 @@ static void check_method(const eval_result *r, int mi, const win *ws, int n_win,
         e.win_kl[wi] = kl / tf, e.win_dnll[wi] = (nll - nf) / tf;
         for (int i = 0; i < 2; i++) {
             brute_metrics(w, ctx, &cap, sparse[i], m, &e);
-            if (m->completion != EVAL_SELECTION) brute_share(w, ctx, &cap, sparse[i], m->k, &e);
+            if (m->completion != SUBQ_EVAL_SELECTION) brute_share(w, ctx, &cap, sparse[i], m->k, &e);
         }
         for (int i = 0; i < 2; i++) { /* each layer alone */
             char one[8];
@@ -428,7 +428,7 @@ static void check_method(const eval_result *r, int mi, const win *ws, int n_win,
               m->ann_recall, ann / 2);
     else
         CHECK(isnan(m->ann_recall), "%s: ANN recall without an ANN index", name);
-    if (m->completion != EVAL_SELECTION)
+    if (m->completion != SUBQ_EVAL_SELECTION)
         CHECK(e.n_share > 0 && fabs(m->share - e.share / e.n_share) < 1e-4, "%s: share %.6f, want %.6f", name,
               m->share, e.share / e.n_share);
     else
@@ -466,9 +466,9 @@ static void test_budgets(const char *text_path) {
     }
     /* n = ceil(f N); selection K = n - 6; worst K = floor(n - 16); amortised K = floor(n - 6 - 10/100) */
     struct { double b; eval_completion c; int k; } want[] = {
-        {7, EVAL_SELECTION, 1},  {7, EVAL_HYBRID_AMORTISED, 0},  {10, EVAL_SELECTION, 4},
-        {10, EVAL_HYBRID_AMORTISED, 3}, {25, EVAL_SELECTION, 19}, {25, EVAL_HYBRID_WORST, 9},
-        {25, EVAL_HYBRID_AMORTISED, 18},
+        {7, SUBQ_EVAL_SELECTION, 1},  {7, SUBQ_EVAL_HYBRID_AMORTISED, 0},  {10, SUBQ_EVAL_SELECTION, 4},
+        {10, SUBQ_EVAL_HYBRID_AMORTISED, 3}, {25, SUBQ_EVAL_SELECTION, 19}, {25, SUBQ_EVAL_HYBRID_WORST, 9},
+        {25, SUBQ_EVAL_HYBRID_AMORTISED, 18},
     };
     const int nw = sizeof want / sizeof want[0];
     CHECK(r->n_methods == 2 * nw, "%d methods planned, want %d", r->n_methods, 2 * nw);
@@ -481,12 +481,12 @@ static void test_budgets(const char *text_path) {
               want[i % nw].c, want[i % nw].k);
     }
     CHECK(r->n_skipped == 2 && r->skipped[0].budget_pct == 7 && r->skipped[0].budget_reads == 7 &&
-              r->skipped[0].completion == EVAL_HYBRID_WORST && r->skipped[1].budget_pct == 10,
+              r->skipped[0].completion == SUBQ_EVAL_HYBRID_WORST && r->skipped[1].budget_pct == 10,
           "skipped: %d (want the worst-case hybrid at 7%% and 10%%)", r->n_skipped);
     /* static vs dynamic: the first selector's selection-only method of the largest budget */
     CHECK(r->stat.method == 4 && r->methods[4].k == 19, "static method %d, want 4 (oracle@19, 25%%)", r->stat.method);
     for (int i = 0; i < r->n_methods; i++)
-        CHECK(r->methods[i].completion == EVAL_SELECTION || isfinite(r->methods[i].share), "hybrid %d has no share", i);
+        CHECK(r->methods[i].completion == SUBQ_EVAL_SELECTION || isfinite(r->methods[i].share), "hybrid %d has no share", i);
     eval_result_free(r);
 }
 
@@ -562,7 +562,7 @@ int main(void) {
         CHECK(r->sparse_layers[l] == (l == 1 || l == 3), "layer %d sparse: %d", l, r->sparse_layers[l]);
     CHECK(r->n_methods == 5 * 2 * 2, "%d methods", r->n_methods);
     CHECK(r->stat.method == 2 && r->methods[2].k == 8 && r->methods[2].select == SELECT_EXACT &&
-              r->methods[2].completion == EVAL_SELECTION,
+              r->methods[2].completion == SUBQ_EVAL_SELECTION,
           "static method %d, want exact@8", r->stat.method);
     float *lf = malloc((size_t)CTX * hp->n_vocab * sizeof(float)), *lm = malloc((size_t)CTX * hp->n_vocab * sizeof(float));
     for (int i = 0; i < r->n_methods; i++) check_method(r, i, ws, 2, lf, lm);

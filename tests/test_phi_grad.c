@@ -112,7 +112,7 @@ static void check_grads(problem *P, const phi_loss_params *lp, const char *what)
 static void check_query_loss(void) {
     uint64_t rng = rng_seed(7);
     enum { N = 23 };
-    double s[N], sh[N], g[N], part[PHI_N_PARTS];
+    double s[N], sh[N], g[N], part[SUBQ_PHI_N_PARTS];
     for (int j = 0; j < N; j++) {
         s[j] = 6.0 * rng_normal(&rng);
         sh[j] = s[j] + 2.5 * rng_normal(&rng) + 1.0; /* overestimates: L_Z active */
@@ -127,7 +127,7 @@ static void check_query_loss(void) {
         }
         p.tau = term == 0 ? 1.7 : 1.0; /* a temperature != 1 for the KL */
         phi_query_loss(s, sh, N, &p, g, part);
-        CHECK(term == 4 || (term == 0 ? part[PHI_PART_KL] : part[term]) > 0, "query loss term %d inactive", term);
+        CHECK(term == 4 || (term == 0 ? part[SUBQ_PHI_PART_KL] : part[term]) > 0, "query loss term %d inactive", term);
         double num2 = 0, diff2 = 0;
         for (int j = 0; j < N; j++) {
             double x0 = sh[j], h = 1e-6;
@@ -230,7 +230,7 @@ int main(void) {
                     for (int f = 0; f < P.d.d_phi; f++) P.L[phi_param_offset(&P.d, PHI_Q, PHI_BO, h) + f] += 3.0;
             phi_loss_sums s;
             objective(&P, &lp, NULL, &s, 1);
-            const int idx[4] = {PHI_PART_KL, PHI_PART_TOP, PHI_PART_FP, PHI_PART_Z};
+            const int idx[4] = {SUBQ_PHI_PART_KL, SUBQ_PHI_PART_TOP, SUBQ_PHI_PART_FP, SUBQ_PHI_PART_Z};
             CHECK(term == 4 || s.part[idx[term]] > 1e-3, "%s term inactive (%.3g)", names[term],
                   term < 4 ? s.part[idx[term]] : 0);
             char what[64];
@@ -254,8 +254,8 @@ int main(void) {
         lp.n_tail = 2;
         phi_loss_sums s;
         double L = objective(&P, &lp, NULL, &s, 1);
-        CHECK(isfinite(L) && s.part[PHI_PART_LSE] / s.n_queries > 100, "direct path: loss %g, mean |dLSE| %g", L,
-              s.part[PHI_PART_LSE] / s.n_queries);
+        CHECK(isfinite(L) && s.part[SUBQ_PHI_PART_LSE] / s.n_queries > 100, "direct path: loss %g, mean |dLSE| %g", L,
+              s.part[SUBQ_PHI_PART_LSE] / s.n_queries);
         check_grads(&P, &lp, "direct pairs");
         problem_free(&P);
     }

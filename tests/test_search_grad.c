@@ -62,7 +62,7 @@ static void ref_teacher(const problem *P, int t, int s, int lo, int hi, teacher_
         for (int j = 0; j < n; j++) sum += (sc[j] = exp(sc[j] - mx));
         for (int j = 0; j < n; j++) {
             double v = sc[j] / sum;
-            if (agg == TEACHER_AGG_MEAN) p[j] += v / P->nh;
+            if (agg == SUBQ_TEACHER_AGG_MEAN) p[j] += v / P->nh;
             else if (v > p[j]) p[j] = v;
         }
     }
@@ -359,17 +359,17 @@ int main(void) {
         teacher_agg agg;
         int n_sink, n_tail;
     } cases[] = {
-        {"2 segs, max, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MAX, 0, 0},
-        {"2 segs, mean, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, TEACHER_AGG_MEAN, 0, 0},
-        {"2 segs, max, nce only", 12, 5, 99, 0.5f, 1, 0, 2, TEACHER_AGG_MAX, 0, 0},
-        {"2 segs, mean, kl only", 12, 5, 99, 0.5f, 0, 1, 2, TEACHER_AGG_MEAN, 0, 0},
-        {"3 segs (1-token seg), max", 12, 6, 7, 0.2f, 1, 1, 4, TEACHER_AGG_MAX, 0, 0},
-        {"1 seg causal, mean, alpha .5 beta 2", 12, 99, 99, 0.1f, 0.5f, 2, 5, TEACHER_AGG_MEAN, 0, 0},
+        {"2 segs, max, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, SUBQ_TEACHER_AGG_MAX, 0, 0},
+        {"2 segs, mean, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, SUBQ_TEACHER_AGG_MEAN, 0, 0},
+        {"2 segs, max, nce only", 12, 5, 99, 0.5f, 1, 0, 2, SUBQ_TEACHER_AGG_MAX, 0, 0},
+        {"2 segs, mean, kl only", 12, 5, 99, 0.5f, 0, 1, 2, SUBQ_TEACHER_AGG_MEAN, 0, 0},
+        {"3 segs (1-token seg), max", 12, 6, 7, 0.2f, 1, 1, 4, SUBQ_TEACHER_AGG_MAX, 0, 0},
+        {"1 seg causal, mean, alpha .5 beta 2", 12, 99, 99, 0.1f, 0.5f, 2, 5, SUBQ_TEACHER_AGG_MEAN, 0, 0},
         /* retrieval-eligible keys only: segments of 9, 4 (no query keeps 2 keys) and 11 tokens */
-        {"sink 2 tail 3, 3 segs, max", 24, 9, 13, 0.07f, 1, 1, 3, TEACHER_AGG_MAX, 2, 3},
-        {"sink 2 tail 3, 3 segs, mean", 24, 9, 13, 0.2f, 1, 1, 2, TEACHER_AGG_MEAN, 2, 3},
-        {"sink 0 tail 5, 1 seg, max", 24, 99, 99, 0.1f, 1, 1, 4, TEACHER_AGG_MAX, 0, 5},
-        {"sink 4 tail 1, 2 segs, mean, nce", 24, 11, 99, 0.1f, 1, 0, 3, TEACHER_AGG_MEAN, 4, 1},
+        {"sink 2 tail 3, 3 segs, max", 24, 9, 13, 0.07f, 1, 1, 3, SUBQ_TEACHER_AGG_MAX, 2, 3},
+        {"sink 2 tail 3, 3 segs, mean", 24, 9, 13, 0.2f, 1, 1, 2, SUBQ_TEACHER_AGG_MEAN, 2, 3},
+        {"sink 0 tail 5, 1 seg, max", 24, 99, 99, 0.1f, 1, 1, 4, SUBQ_TEACHER_AGG_MAX, 0, 5},
+        {"sink 4 tail 1, 2 segs, mean, nce", 24, 11, 99, 0.1f, 1, 0, 3, SUBQ_TEACHER_AGG_MEAN, 4, 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         problem P;

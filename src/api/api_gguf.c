@@ -1,9 +1,11 @@
 /* Read-only inspection of any GGUF file through the public API (subq info). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "model/model.h"
 #include "quant/types.h"
 
 struct subq_gguf {
@@ -120,4 +122,18 @@ subq_status subq_gguf_tensor_info(const subq_gguf *g, uint64_t i, subq_gguf_tens
     t->offset = gt->offset;
     t->n_bytes = gt->n_bytes;
     return SUBQ_OK;
+}
+
+int subq_gguf_describe_rope(const subq_gguf *g, char *buf, size_t cap) {
+    char arch[32];
+    subq_error err = {0};
+    if (gguf_get_str(g->f, "general.architecture", arch, sizeof arch, &err)) return 0;
+    int known = 0;
+    for (model_arch a = ARCH_LLAMA; a <= ARCH_QWEN3; a++) known |= !strcmp(arch, model_arch_name(a));
+    if (!known) return 0;
+    model_hparams hp;
+    if (model_hparams_load(g->f, &hp, &err)) snprintf(buf, cap, "cannot run: %.480s", err.msg);
+    else rope_describe(&hp.rope, buf, cap);
+    model_hparams_free(&hp);
+    return 1;
 }

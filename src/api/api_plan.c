@@ -169,6 +169,8 @@ subq_status subq_complete_load(const char *path, const subq_model *m, subq_compl
     return SUBQ_OK;
 }
 
+int subq_complete_has_entropy(const subq_complete *c) { return c && c->maps->h_mid != NULL; }
+
 void subq_complete_free(subq_complete *c) {
     if (!c) return;
     phi_maps_free(c->maps);

@@ -406,7 +406,7 @@ subq_status phi_maps_load(const char *path, const subq_model *m, phi_maps **out,
         fingerprint_hex(mine, b);
         phi_maps_free(p);
         return subq_fail(err, SUBQ_ERR_MISMATCH,
-                         "%s was trained for another model (fingerprint %s, this model %s); retrain with subq train-phi -m MODEL",
+                         "%s was trained for another model (fingerprint %s, this model %s); train them again for this model",
                          path, a, b);
     }
     const model_hparams *hp = &m->hp;

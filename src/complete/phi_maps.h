@@ -38,7 +38,7 @@
 #include "subq.h"
 
 #define PHI_ARCH "subq-phi"
-#define PHI_MAX_DIM 1024 /* d_emb, d_hidden, d_phi, head_dim */
+#define PHI_MAX_DIM SUBQ_PHI_MAX_DIM /* d_emb, d_hidden, d_phi, head_dim */
 
 enum { PHI_Q = 0, PHI_K = 1 };
 enum { PHI_WS, PHI_BS, PHI_W1, PHI_B1, PHI_W2, PHI_B2, PHI_ALPHA, PHI_WO, PHI_BO, PHI_N_TENSORS };

@@ -77,8 +77,8 @@ subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const 
     const phi_dims *d = &maps->dims;
     const int D = d->head_dim, F = d->d_phi, nh = d->n_head, nkv = d->n_head_kv, grp = nh / nkv;
     const int nk = cfg->n_k, nsk = cfg->n_sel_k;
-    if (nk < 1 || nk > PHI_DIAG_MAX_K || nsk < 0 || nsk > PHI_DIAG_MAX_K)
-        return subq_fail(err, SUBQ_ERR_ARG, "diagnostics need 1..%d K values", PHI_DIAG_MAX_K);
+    if (nk < 1 || nk > SUBQ_PHI_DIAG_MAX_K || nsk < 0 || nsk > SUBQ_PHI_DIAG_MAX_K)
+        return subq_fail(err, SUBQ_ERR_ARG, "diagnostics need 1..%d K values", SUBQ_PHI_DIAG_MAX_K);
     if (r->n == 0) {
         r->n_k = nk;
         r->n_sel_k = nsk;

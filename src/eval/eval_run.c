@@ -63,16 +63,16 @@ static subq_status plan_methods(const eval_config *cfg, int head_dim, eval_resul
         for (int i = 0; i < n_pts; i++) {
             if (!cfg->n_budgets) {
                 const int k = cfg->ks[i];
-                add_method(r, kind, k, EVAL_SELECTION, NAN, fixed + k);
+                add_method(r, kind, k, SUBQ_EVAL_SELECTION, NAN, fixed + k);
                 if (cfg->maps)
-                    add_method(r, kind, k, EVAL_HYBRID, NAN,
+                    add_method(r, kind, k, SUBQ_EVAL_HYBRID, NAN,
                                phi_budget_tokens(cfg->n_sink, cfg->n_tail, k, d_phi, head_dim, cfg->ctx));
                 continue;
             }
             /* 1e-9: a budget that is a whole number of tokens is not rounded up past it */
             const double n = ceil(cfg->budgets[i] / 100.0 * cfg->ctx - 1e-9);
             const double cost[3] = {0, fetch, fetch / cfg->ctx};
-            const eval_completion comp[3] = {EVAL_SELECTION, EVAL_HYBRID_WORST, EVAL_HYBRID_AMORTISED};
+            const eval_completion comp[3] = {SUBQ_EVAL_SELECTION, SUBQ_EVAL_HYBRID_WORST, SUBQ_EVAL_HYBRID_AMORTISED};
             for (int j = 0; j < 3; j++) {
                 const int k = (int)floor(n - fixed - cost[j] + 1e-9);
                 if (k >= 0) {
@@ -227,7 +227,7 @@ static attn_plan method_plan(const eval_config *cfg, const eval_method *m, const
     p.sparse.dense_prefill = 0; /* teacher forcing: every query retrieves */
     p.sparse.select = cfg->select;
     p.sparse.select.kind = (selector_kind)m->select;
-    p.sparse.complete = m->completion == EVAL_SELECTION ? NULL : cfg->maps;
+    p.sparse.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : cfg->maps;
     p.sparse.complete_heads = cfg->complete_heads;
     return p;
 }
@@ -412,7 +412,7 @@ static int static_method(const eval_result *r) {
     int best = -1;
     for (int i = 0; i < r->n_methods; i++) {
         const eval_method *m = &r->methods[i];
-        if (m->select != r->methods[0].select || m->completion != EVAL_SELECTION) continue;
+        if (m->select != r->methods[0].select || m->completion != SUBQ_EVAL_SELECTION) continue;
         if (best < 0 || m->k > r->methods[best].k) best = i;
     }
     return best;

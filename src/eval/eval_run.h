@@ -21,12 +21,7 @@
 #include "select/selector.h"
 #include "subq.h"
 
-typedef enum eval_completion {
-    EVAL_SELECTION = 0,    /* selection only */
-    EVAL_HYBRID,           /* with completion, at the same K */
-    EVAL_HYBRID_WORST,     /* with completion, the budget paying the cache fetch every step */
-    EVAL_HYBRID_AMORTISED, /* with completion, the fetch amortised over the window */
-} eval_completion;
+typedef subq_eval_completion eval_completion;
 
 typedef struct eval_config {
     /* held-out text: the held-out split (eval_frac of the pieces) of files,
@@ -64,54 +59,12 @@ typedef struct eval_config {
  * static split 0.5, 1000 resamples; no text and no methods. */
 void eval_config_default(eval_config *c);
 
-typedef struct eval_method {
-    int select;                    /* selector_kind */
-    int k;
-    eval_completion completion;
-    double budget_pct;             /* NAN without budgets */
-    double reads;                  /* token-equivalent KV reads per step, layer and KV head */
-    double ppl, gap;               /* gap = ppl / full ppl - 1 */
-    double nll_diff, nll_diff_lo, nll_diff_hi; /* mean NLL(method) - NLL(full) per token, 95% interval */
-    double kl, kl_lo, kl_hi;       /* mean KL(p_full || p_method) per token in nats, 95% interval */
-    double top1;                   /* share of tokens whose argmax equals full attention's */
-    double mass, recall, mass_seed, recall_seed, ann_recall, filler, share; /* NAN where not measured */
-    double *layer_mass, *layer_recall, *layer_mass_seed, *layer_recall_seed; /* [n_layer], NAN on dense layers */
-    /* [n_layer]: this method on that layer alone, the others full; NAN on
-     * dense layers and without per_layer */
-    double *layer_kl, *layer_kl_lo, *layer_kl_hi, *layer_top1;
-    double *win_nll;               /* [n_windows]: NLL summed over each window's scored tokens */
-} eval_method;
+typedef subq_eval_method eval_method;
+typedef subq_eval_skip eval_skip;
+typedef subq_eval_static eval_static;
+typedef subq_eval_result eval_result;
 
-typedef struct eval_skip {         /* a budget the fixed reads alone exceed */
-    double budget_pct, budget_reads;
-    eval_completion completion;
-    double fixed_reads;
-} eval_skip;
-
-typedef struct eval_static {
-    int method;                    /* index of the method run with a frozen index; -1: off */
-    double split;
-    double ppl_full, ppl_dynamic, ppl_static; /* perplexity of the suffix tokens */
-    double kl_dynamic, kl_static;  /* their mean KL vs full attention */
-} eval_static;
-
-typedef struct eval_result {
-    int n_layer, n_windows, ctx;
-    unsigned char *sparse_layers;  /* [n_layer] */
-    int64_t n_scored;              /* next tokens scored (same document) */
-    int64_t *win_n;                /* [n_windows]: scored tokens per window */
-    double full_ppl;
-    double *full_win_nll;          /* [n_windows] */
-    int n_methods;
-    eval_method *methods;
-    int n_skipped;
-    eval_skip *skipped;
-    eval_static stat;
-    double seconds;
-} eval_result;
-
-/* Called after each forward pass over a window: done of total. */
-typedef void (*eval_progress_fn)(void *user, int64_t done, int64_t total);
+typedef subq_eval_progress_fn eval_progress_fn;
 
 /* Run the evaluation on context c (its KV cache holds at least cfg->ctx
  * tokens; its attention plan is cleared on return). *out is freed with

@@ -240,7 +240,7 @@ subq_status search_proj_load(const char *path, const subq_model *m, search_proj 
     if (p->model_fingerprint != mine) {
         search_proj_free(p);
         return subq_fail(err, SUBQ_ERR_MISMATCH,
-                         "%s was trained for another model (fingerprint %s, this model %s); retrain with subq train-search -m MODEL",
+                         "%s was trained for another model (fingerprint %s, this model %s); train them again for this model",
                          path, a, b);
     }
     if (p->n_embd != m->hp.n_embd || p->n_layer != m->hp.n_layer) {

@@ -21,7 +21,7 @@
 #include "subq.h"
 
 #define SEARCH_PROJ_ARCH "subq-search"
-#define SEARCH_PROJ_MAX_D 65536
+#define SEARCH_PROJ_MAX_D SUBQ_SEARCH_MAX_D
 
 typedef struct search_proj {
     int n_layer;                 /* layers of the model it belongs to */

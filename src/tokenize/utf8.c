@@ -1,5 +1,7 @@
 #include "tokenize/utf8.h"
 
+#include "subq.h"
+
 int utf8_decode(const uint8_t *s, size_t n, uint32_t *cp) {
     uint8_t c = s[0];
     uint32_t v;
@@ -41,3 +43,5 @@ size_t utf8_validate(const char *s, size_t n) {
     }
     return n;
 }
+
+int subq_utf8_len(const char *s, size_t n) { return n > 0 ? utf8_decode((const uint8_t *)s, n, NULL) : 0; }

@@ -17,20 +17,20 @@ static int options(const trainer *t, train_option *o) {
     const train_config *c = t->cfg;
     const corpus_params *d = &t->data->p;
     int n = 0;
-    o[n++] = train_opt_u64("seq", "--seq", (uint64_t)d->seq);
-    o[n++] = train_opt_u64("pack", "--no-pack", (uint64_t)d->pack);
-    o[n++] = train_opt_f32("eval_frac", "--eval-frac", d->eval_frac);
-    o[n++] = train_opt_u64("batch", "--batch", (uint64_t)c->batch);
-    o[n++] = train_opt_u64_since("grad_accum", "--grad-accum", (uint64_t)c->grad_accum, 1);
-    o[n++] = train_opt_f32("lr", "--lr", c->lr);
-    o[n++] = train_opt_f32("weight_decay", "--wd", c->weight_decay);
-    o[n++] = train_opt_f32("adam_beta1", "(adam beta1)", c->beta1);
-    o[n++] = train_opt_f32("adam_beta2", "--beta2", c->beta2);
-    o[n++] = train_opt_f32("adam_eps", "(adam eps)", c->eps);
-    o[n++] = train_opt_f32("grad_clip", "--clip", c->grad_clip);
-    o[n++] = train_opt_u64("warmup", "--warmup", (uint64_t)c->warmup);
-    o[n++] = train_opt_u64("steps", "--steps", (uint64_t)c->steps);
-    o[n++] = train_opt_u64("seed", "--seed", c->seed);
+    o[n++] = train_opt_u64("seq", (uint64_t)d->seq);
+    o[n++] = train_opt_u64("pack", (uint64_t)d->pack);
+    o[n++] = train_opt_f32("eval_frac", d->eval_frac);
+    o[n++] = train_opt_u64("batch", (uint64_t)c->batch);
+    o[n++] = train_opt_u64_since("grad_accum", (uint64_t)c->grad_accum, 1);
+    o[n++] = train_opt_f32("lr", c->lr);
+    o[n++] = train_opt_f32("weight_decay", c->weight_decay);
+    o[n++] = train_opt_f32("adam_beta1", c->beta1);
+    o[n++] = train_opt_f32("adam_beta2", c->beta2);
+    o[n++] = train_opt_f32("adam_eps", c->eps);
+    o[n++] = train_opt_f32("grad_clip", c->grad_clip);
+    o[n++] = train_opt_u64("warmup", (uint64_t)c->warmup);
+    o[n++] = train_opt_u64("steps", (uint64_t)c->steps);
+    o[n++] = train_opt_u64("seed", c->seed);
     return n + t->task.ops->options(t->task.self, o + n);
 }
 
@@ -101,16 +101,15 @@ subq_status train_save(const trainer *t, int ckpt, subq_error *err) {
     return s || !ckpt ? s : write_one(t, t->ckpt_path, 1, err);
 }
 
-subq_status train_check_model(const char *path, uint64_t file_fp, const subq_model *m, const char *command,
-                              subq_error *err) {
+subq_status train_check_model(const char *path, uint64_t file_fp, const subq_model *m, subq_error *err) {
     const uint64_t mine = model_fingerprint(m);
     if (file_fp == mine) return SUBQ_OK;
     char a[17], b[17];
     fingerprint_hex(file_fp, a);
     fingerprint_hex(mine, b);
     return subq_fail(err, SUBQ_ERR_MISMATCH,
-                     "%s was trained for another model (fingerprint %s, this model %s); retrain with subq %s -m MODEL",
-                     path, a, b, command);
+                     "%s was trained for another model (fingerprint %s, this model %s); train it again for this model",
+                     path, a, b);
 }
 
 /* an unsigned integer key of any width */
@@ -167,8 +166,8 @@ subq_status train_load(trainer *t, const char *path, subq_error *err) {
         char was[64], now[64];
         snprintf(key, sizeof key, "%s.config.%s", prefix, o[i].key);
         if (!same_option(gguf_find_kv(f, key), &o[i], was, now)) {
-            s = subq_fail(err, SUBQ_ERR_ARG, "%s was written with %s %s but this run has %s %s; resume with the same options",
-                          path, o[i].flag, was, o[i].flag, now);
+            s = subq_fail(err, SUBQ_ERR_ARG, "%s was written with option %s = %s but this run has %s; resume with the same options",
+                          path, o[i].key, was, now);
             goto done;
         }
     }

@@ -22,13 +22,7 @@
 
 #include "subq.h"
 
-typedef struct corpus_params {
-    int seq;            /* max tokens per sequence, BOS included (>= 2) */
-    int pack;           /* 1: pack pieces into sequences; 0: one piece per sequence */
-    float eval_frac;    /* fraction of pieces held out when no eval files were added */
-    uint64_t seed;      /* order of the training pieces before packing */
-    int eval_only;      /* evaluation needs no training split (else an empty one is an error) */
-} corpus_params;
+typedef subq_corpus_params corpus_params;
 
 /* A list of sequences, each a run of pieces. */
 typedef struct corpus_split {
@@ -39,7 +33,8 @@ typedef struct corpus_split {
     int max_len;        /* longest sequence */
 } corpus_split;
 
-typedef struct train_corpus {
+typedef struct subq_corpus train_corpus;
+struct subq_corpus {
     corpus_params p;
     int bos;            /* BOS id prepended to every piece, -1 for none */
     int32_t *tok;       /* all pieces' tokens back to back */
@@ -51,7 +46,7 @@ typedef struct train_corpus {
     int n_docs, n_eval_docs;
     corpus_split train, eval;
     uint64_t fingerprint; /* of tokens, split and packing: resume checks it */
-} train_corpus;
+};
 
 subq_status corpus_new(const subq_model *m, const corpus_params *p, train_corpus **out, subq_error *err);
 void corpus_free(train_corpus *c);

@@ -30,7 +30,7 @@ typedef struct trainer trainer;
 
 /* Loss sums of one layer (not averaged). */
 typedef struct train_sums {
-    double loss, part[TRAIN_MAX_PARTS];
+    double loss, part[SUBQ_TRAIN_MAX_PARTS];
     int64_t n_queries;          /* loss terms: the objective divides by their count */
 } train_sums;
 
@@ -38,7 +38,6 @@ typedef struct train_sums {
 typedef enum train_opt_type { TRAIN_OPT_U64, TRAIN_OPT_F32, TRAIN_OPT_STR } train_opt_type;
 typedef struct train_option {
     const char *key;            /* PREFIX.config.<key> */
-    const char *flag;           /* how messages name it */
     train_opt_type type;
     uint64_t u;
     float f;
@@ -51,17 +50,17 @@ typedef struct train_option {
 
 #define TRAIN_MAX_OPTIONS 48
 
-static inline train_option train_opt_u64(const char *key, const char *flag, uint64_t v) {
-    return (train_option){.key = key, .flag = flag, .type = TRAIN_OPT_U64, .u = v};
+static inline train_option train_opt_u64(const char *key, uint64_t v) {
+    return (train_option){.key = key, .type = TRAIN_OPT_U64, .u = v};
 }
-static inline train_option train_opt_f32(const char *key, const char *flag, double v) {
-    return (train_option){.key = key, .flag = flag, .type = TRAIN_OPT_F32, .f = (float)v};
+static inline train_option train_opt_f32(const char *key, double v) {
+    return (train_option){.key = key, .type = TRAIN_OPT_F32, .f = (float)v};
 }
-static inline train_option train_opt_str(const char *key, const char *flag, const char *v) {
-    return (train_option){.key = key, .flag = flag, .type = TRAIN_OPT_STR, .s = v};
+static inline train_option train_opt_str(const char *key, const char *v) {
+    return (train_option){.key = key, .type = TRAIN_OPT_STR, .s = v};
 }
-static inline train_option train_opt_u64_since(const char *key, const char *flag, uint64_t v, uint64_t absent) {
-    return (train_option){.key = key, .flag = flag, .type = TRAIN_OPT_U64, .u = v, .has_absent = 1, .absent = absent};
+static inline train_option train_opt_u64_since(const char *key, uint64_t v, uint64_t absent) {
+    return (train_option){.key = key, .type = TRAIN_OPT_U64, .u = v, .has_absent = 1, .absent = absent};
 }
 
 /* A block of the weights with its own Adam moment tensors. */
@@ -137,9 +136,9 @@ struct trainer {
     train_sums *sums;           /* [n_sel] */
     train_eval_layer *ev;       /* [n_sel] */
     /* latest figures, recorded in the output */
-    double train_loss, train_part[TRAIN_MAX_PARTS];
+    double train_loss, train_part[SUBQ_TRAIN_MAX_PARTS];
     int have_eval;
-    double eval_loss, eval_part[TRAIN_MAX_PARTS];
+    double eval_loss, eval_part[SUBQ_TRAIN_MAX_PARTS];
 };
 
 /* Set up a run (no resume): context, the task's weights and their initial
@@ -166,7 +165,6 @@ subq_status train_save(const trainer *t, int ckpt, subq_error *err);
 subq_status train_load(trainer *t, const char *path, subq_error *err);
 /* SUBQ_ERR_MISMATCH (naming both fingerprints) unless the file at `path`
  * with model fingerprint `file_fp` belongs to model m. */
-subq_status train_check_model(const char *path, uint64_t file_fp, const subq_model *m, const char *command,
-                              subq_error *err);
+subq_status train_check_model(const char *path, uint64_t file_fp, const subq_model *m, subq_error *err);
 
 #endif

@@ -282,7 +282,7 @@ def main():
 
     # ---- refusals ----------------------------------------------------------------
     one_line_error(checks, "resume with another --lr", base[:-2] + ["-o", a, "--resume", "-t", THREADS, "--lr", "0.02"],
-                   "--lr")
+                   "option lr")
     one_line_error(checks, "resume with other data", [x if x != data else other_data for x in base] +
                    ["-o", a, "--resume"], "other data")
     synth = os.path.join(tmp, "synth.gguf")

@@ -153,9 +153,10 @@ def main():
         checks.check("sink/tail in the checkpoint's config", (mf.get("subq.search.config.n_sink"),
                                                                mf.get("subq.search.config.n_tail")) == (2, 4),
                      str((mf.get("subq.search.config.n_sink"), mf.get("subq.search.config.n_tail"))))
-        one_line_error(checks, "resume with another --tail", base + ["--sink", "2", "-o", f, "--resume"], "--tail")
+        one_line_error(checks, "resume with another --tail", base + ["--sink", "2", "-o", f, "--resume"],
+                       "option n_tail")
         one_line_error(checks, "resume with another --sink", base + ["--sink", "3", "--tail", "4", "-o", f, "--resume"],
-                       "--sink")
+                       "option n_sink")
         if checks.guarded("resume with the same --sink / --tail", rc.run_subq, base + st + ["-o", f, "--resume"]) \
                 is not None:
             mf = GGUFFile(f).metadata
@@ -193,7 +194,7 @@ def main():
         if checks.guarded("grad-accum, stop after 1", rc.run_subq,
                           acc + ["--grad-accum", "3", "-o", g1r, "--stop-after", "1"]) is not None:
             one_line_error(checks, "resume with another --grad-accum",
-                           acc + ["--grad-accum", "2", "-o", g1r, "--resume"], "--grad-accum")
+                           acc + ["--grad-accum", "2", "-o", g1r, "--resume"], "option grad_accum")
             if checks.guarded("grad-accum, resume", rc.run_subq,
                               acc + ["--grad-accum", "3", "-o", g1r, "--resume"]) is not None:
                 checks.check("grad-accum resumed weights == uninterrupted (bitwise)", tensors(g1r)[1] == tensors(g1)[1])
@@ -243,10 +244,10 @@ def main():
     # ---- refusals ----------------------------------------------------------
     a_log = open(a + ".log.jsonl", "rb").read()
     one_line_error(checks, "resume with another --lr", base[:-2] + ["-o", a, "--resume", "-t", THREADS] +
-                   ["--lr", "0.02"], "--lr")
+                   ["--lr", "0.02"], "option lr")
     other_args = [x if x != data else other_data for x in base]
     one_line_error(checks, "resume with other data", other_args + ["-o", a, "--resume"], "other data")
-    one_line_error(checks, "resume with another --sink", base + ["-o", a, "--resume", "--sink", "0"], "--sink")
+    one_line_error(checks, "resume with another --sink", base + ["-o", a, "--resume", "--sink", "0"], "option n_sink")
     synth = os.path.join(tmp, "synth.gguf")
     if checks.guarded("synth model", rc.run_subq, ["synth", "--shape", "stories260k", "--type", "f32", "-s", "3",
                                                     "-o", synth]) is not None:

@@ -7,10 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "model/model.h"
-#include "tokenize/tokenizer.h"
-#include "tokenize/utf8.h"
 
 int cli_error(const char *cmd, const char *fmt, ...) {
     char msg[1024];
@@ -125,9 +123,31 @@ subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error 
     return SUBQ_OK;
 }
 
+double cli_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int special, int32_t **toks,
                          size_t *n, subq_error *err) {
-    return tokenizer_encode_alloc(m->tok, text, len, add_bos != 0, special != 0, toks, n, err);
+    /* most texts need fewer ids than bytes; otherwise the encoder says how many */
+    size_t cap = len + 2;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (!(*toks = malloc(cap * sizeof(int32_t)))) {
+            snprintf(err->msg, sizeof err->msg, "out of memory tokenizing %zu bytes", len);
+            return err->code = SUBQ_ERR_NOMEM;
+        }
+        subq_status s = special ? subq_tokenize_special(m, text, len, add_bos, *toks, cap, n, err)
+                                : subq_tokenize(m, text, len, add_bos, *toks, cap, n, err);
+        if (s == SUBQ_OK) return SUBQ_OK;
+        free(*toks);
+        *toks = NULL;
+        if (s != SUBQ_ERR_RANGE || *n <= cap) return s;
+        cap = *n;
+    }
+    snprintf(err->msg, sizeof err->msg, "the tokenizer's count changed between passes");
+    return err->code = SUBQ_ERR_TOKENIZE;
 }
 
 const char *cli_piece(const subq_model *m, int32_t prev, int32_t tok, char *small, size_t cap, char **heap, size_t *n,
@@ -209,7 +229,7 @@ void cli_json_string(FILE *f, const char *s, size_t len) {
             /* JSON text is UTF-8: a byte that starts no valid character
              * becomes U+FFFD (one per byte, as Python's errors="replace"
              * does for lone bytes). */
-            int l = utf8_decode(u + i, len - i, NULL);
+            int l = subq_utf8_len(s + i, len - i);
             if (l > 0) fwrite(u + i, 1, (size_t)l, f);
             else fputs("\xEF\xBF\xBD", f);
             i += l > 0 ? (size_t)l : 1;

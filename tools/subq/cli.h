@@ -22,6 +22,9 @@ int cmd_train_phi(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_recall(int argc, char **argv);
 
+/* Seconds on a monotonic clock. */
+double cli_now_s(void);
+
 /* Print "subq CMD: error: MSG" as one line on stderr; returns 1 (the exit code). */
 int cli_error(const char *cmd, const char *fmt, ...)
 #if defined(__GNUC__)

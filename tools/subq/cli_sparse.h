@@ -1,22 +1,19 @@
-/* Flags shared by the commands that can run sparse attention. */
+/* Flags shared by the commands that can run sparse attention: they fill a
+ * public attention plan (include/subq.h) and load what it needs. */
 #ifndef SUBQ_CLI_SPARSE_H
 #define SUBQ_CLI_SPARSE_H
 
-#include "attn/attn_plan.h"
-#include "complete/phi_maps.h"
-#include "search/search_proj.h"
+#include "subq.h"
 
 typedef struct cli_sparse_opts {
-    int enabled;              /* any sparse flag was given */
-    const char *search_file;  /* --search FILE */
-    int random_search;        /* --random-search D: random projections on layers 2..L-3 */
-    const char *select;       /* --select KIND */
-    attn_plan plan;
-    int sparse_prefill;       /* --sparse-prefill (generate) */
+    int enabled;                 /* any sparse flag was given */
+    const char *search_file;     /* --search FILE */
+    int random_search;           /* --random-search D: random projections on layers 2..L-3 */
     const char *complete_file;   /* --complete FILE: completion maps from subq train-phi */
     const char *complete_heads;  /* --complete-heads entropy>=X */
-    phi_maps *maps;              /* loaded by cli_apply_sparse; freed by cli_sparse_free */
-    unsigned char *head_flags;   /* [n_layer][n_head] from --complete-heads */
+    subq_attn_plan plan;
+    subq_search *search;         /* loaded by cli_sparse_load; freed by cli_sparse_free */
+    subq_complete *complete;
 } cli_sparse_opts;
 
 #define CLI_SPARSE_OPTS_HELP                                                                     \
@@ -47,17 +44,19 @@ typedef struct cli_sparse_opts {
 void cli_sparse_init(cli_sparse_opts *o);
 /* 1: consumed argv[*i] (and its value); 0: not a sparse flag; -1: error printed. */
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o);
-/* Load or create projections (*proj, caller frees) and load the completion
- * maps into o (and o->plan; cli_sparse_free frees them). Prints the error and
- * returns 0 on failure, having freed everything it loaded. */
-int cli_sparse_load(const char *cmd, cli_sparse_opts *o, subq_model *m, search_proj **proj);
-/* cli_sparse_load, then set the plan on an empty context. Prints the error
- * and returns 0 on failure, having freed everything it loaded. */
-int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, subq_model *m, subq_context *c, search_proj **proj);
-/* The plan of the flags with another selector kind (eval and bench sweep
- * kinds); the selector parameter flags are kept. */
-attn_plan cli_plan_with_kind(const cli_sparse_opts *o, selector_kind kind);
-/* Free what cli_apply_sparse loaded besides the projections. */
+/* Load or create the projections and load the completion maps into o.
+ * Prints the error and returns 0 on failure, having freed what it loaded. */
+int cli_sparse_load(const char *cmd, cli_sparse_opts *o, const subq_model *m);
+/* When any sparse flag was given: cli_sparse_load, then set the plan on an
+ * empty context. Prints the error and returns 0 on failure. */
+int cli_apply_sparse(const char *cmd, cli_sparse_opts *o, const subq_model *m, subq_context *c);
+/* The plan with another selector kind and K (eval, bench and recall sweep
+ * them); the other flags are kept. */
+subq_attn_plan cli_plan_with(const cli_sparse_opts *o, subq_selector_kind kind, int top_k);
+/* Set the plan of the flags with `kind` / `top_k` (and the completion only
+ * when `complete`) on an empty context. Prints the error, returns 0. */
+int cli_set_plan(const char *cmd, const cli_sparse_opts *o, subq_context *c, subq_selector_kind kind, int top_k,
+                 int complete);
 void cli_sparse_free(cli_sparse_opts *o);
 
 #endif

@@ -1,8 +1,13 @@
 #include "cli_svg.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+static const char *palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+                                "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
 
 static void put_text(FILE *f, const char *s) {
     for (; s && *s; s++) {
@@ -11,6 +16,28 @@ static void put_text(FILE *f, const char *s) {
         else if (*s == '>') fputs("&gt;", f);
         else fputc(*s, f);
     }
+}
+
+/* DEST.tmp, renamed over DEST by svg_commit: a reader never sees half a chart. */
+static FILE *svg_open(const char *path, char *tmp, size_t cap, subq_error *err) {
+    snprintf(tmp, cap, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        snprintf(err->msg, sizeof err->msg, "cannot write %.400s: %s", tmp, strerror(errno));
+        err->code = SUBQ_ERR_IO;
+    }
+    return f;
+}
+
+static subq_status svg_commit(FILE *f, const char *path, const char *tmp, subq_error *err) {
+    int bad = ferror(f);
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        remove(tmp);
+        snprintf(err->msg, sizeof err->msg, "cannot write %.400s", path);
+        return err->code = SUBQ_ERR_IO;
+    }
+    return SUBQ_OK;
 }
 
 /* red (0) -> yellow (0.5) -> green (1), as in the usual NIAH plots */
@@ -32,12 +59,8 @@ subq_status cli_svg_heatmap(const char *path, const char *title, const char *x_l
     const int L = 110, T = 50, R = 20, B = 60, cw = n_cols > 12 ? 40 : 56, ch = 34;
     const int W = L + n_cols * cw + R, H = T + n_rows * ch + B;
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "cannot write %.400s: %s", tmp, strerror(errno));
-        return err->code = SUBQ_ERR_IO;
-    }
+    FILE *f = svg_open(path, tmp, sizeof tmp, err);
+    if (!f) return err->code;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, H);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n<text x=\"%d\" y=\"24\" font-size=\"14\">", W, H, L);
     put_text(f, title);
@@ -65,12 +88,68 @@ subq_status cli_svg_heatmap(const char *path, const char *title, const char *x_l
             T + n_rows * ch / 2, T + n_rows * ch / 2);
     put_text(f, y_label);
     fprintf(f, "</text>\n</svg>\n");
-    int bad = ferror(f);
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        remove(tmp);
-        snprintf(err->msg, sizeof err->msg, "cannot write %.400s", path);
-        return err->code = SUBQ_ERR_IO;
+    return svg_commit(f, path, tmp, err);
+}
+
+subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_error *err) {
+    const double W = 640, H = 400, L = 70, R = 150, T = 40, B = 50;
+    double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
+    for (int s = 0; s < c->n_series; s++)
+        for (int i = 0; i < c->series[s].n; i++) {
+            double x = c->log_x ? log2(c->series[s].x[i]) : c->series[s].x[i], y = c->series[s].y[i];
+            if (!isfinite(x) || !isfinite(y)) continue;
+            x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
+        }
+    if (!(x1 >= x0) || !(y1 >= y0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+    if (x1 == x0) x1 = x0 + 1;
+    if (y1 == y0) y1 = y0 + 1;
+    double pad = 0.05 * (y1 - y0);
+    y0 -= pad, y1 += pad;
+    char tmp[4096];
+    FILE *f = svg_open(path, tmp, sizeof tmp, err);
+    if (!f) return err->code;
+#define PX(x) (L + ((c->log_x ? log2(x) : (x)) - x0) / (x1 - x0) * (W - L - R))
+#define PY(y) (H - B - ((y) - y0) / (y1 - y0) * (H - T - B))
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
+    fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">", L);
+    put_text(f, c->title);
+    fprintf(f, "</text>\n<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R, H - B);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T, L, H - B);
+    /* y ticks: 5 evenly spaced values */
+    for (int i = 0; i <= 4; i++) {
+        double y = y0 + (y1 - y0) * i / 4;
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n", L - 6, PY(y) + 4, y);
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, PY(y), W - R, PY(y));
     }
-    return SUBQ_OK;
+    /* x ticks at the first series' points */
+    if (c->n_series > 0)
+        for (int i = 0; i < c->series[0].n; i++) {
+            double x = c->series[0].x[i];
+            fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%g</text>\n", PX(x), H - B + 16, x);
+        }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">", (L + W - R) / 2, H - 12);
+    put_text(f, c->x_label);
+    fprintf(f, "</text>\n<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">",
+            (T + H - B) / 2, (T + H - B) / 2);
+    put_text(f, c->y_label);
+    fprintf(f, "</text>\n");
+    for (int s = 0; s < c->n_series; s++) {
+        const svg_series *se = &c->series[s];
+        const char *col = palette[s % 10];
+        fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
+        for (int i = 0; i < se->n; i++)
+            if (isfinite(se->y[i])) fprintf(f, "%.1f,%.1f ", PX(se->x[i]), PY(se->y[i]));
+        fprintf(f, "\"/>\n");
+        for (int i = 0; i < se->n; i++)
+            if (isfinite(se->y[i]))
+                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(se->x[i]), PY(se->y[i]), col);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">", W - R + 10, T + 16.0 * s + 10, col);
+        put_text(f, se->name);
+        fprintf(f, "</text>\n");
+    }
+#undef PX
+#undef PY
+    fprintf(f, "</svg>\n");
+    return svg_commit(f, path, tmp, err);
 }

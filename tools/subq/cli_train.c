@@ -6,19 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/layers.h"
-#include "base/progress.h"
+#include "progress.h"
 #include "cli.h"
-#include "model/model.h"
-#include "search/search_proj.h"
-#include "train/search/search_eval.h"
 
-void cli_train_init(cli_train *o, const char *cmd, train_config *cfg, const char *layers) {
+void cli_train_init(cli_train *o, const char *cmd, subq_train_params *cfg, const char *layers) {
     memset(o, 0, sizeof *o);
     o->cmd = cmd;
     o->cfg = cfg;
     o->layers = layers;
-    o->corpus = (corpus_params){.seq = 512, .pack = 1, .eval_frac = 0.05f};
+    o->corpus = (subq_corpus_params){.seq = 512, .pack = 1, .eval_frac = 0.05f};
 }
 
 int cli_flag_int(const char *cmd, const char *flag, long lo, long hi, int argc, char **argv, int *i, int *dst) {
@@ -70,7 +66,7 @@ static int flag_count(const char *cmd, const char *flag, long lo, int argc, char
 
 int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
     const char *cmd = o->cmd, *a = argv[*i];
-    train_config *c = o->cfg;
+    subq_train_params *c = o->cfg;
     if (a[0] != '-' || a[1] == '\0' || !strcmp(a, "-f") || !strcmp(a, "--data") || !strcmp(a, "--eval-data")) {
         const int is_eval = !strcmp(a, "--eval-data");
         const char *v = a;
@@ -118,7 +114,7 @@ int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
 
 int cli_train_check(cli_train *o, int need_out, int need_data) {
     const char *cmd = o->cmd;
-    const train_config *c = o->cfg;
+    const subq_train_params *c = o->cfg;
     if (!o->model) return !cli_error(cmd, "no model given; use -m FILE.gguf");
     if (need_out && !o->out) return !cli_error(cmd, "no output given; use -o FILE.gguf");
     if (need_data && o->n_data == 0)
@@ -132,14 +128,16 @@ int cli_train_check(cli_train *o, int need_out, int need_data) {
 /* the layers of --layers minus those of --reserve, ascending */
 static int parse_layers(cli_train *o) {
     const char *cmd = o->cmd;
-    const int L = o->m->hp.n_layer;
+    subq_model_info info;
+    subq_model_get_info(o->m, &info);
+    const int L = info.n_layer;
     subq_error err = {0};
     unsigned char *mask = malloc((size_t)L), *rmask = calloc((size_t)L, 1);
     int ok = 1;
     o->layer_ids = malloc((size_t)L * sizeof(int));
     if (!mask || !rmask || !o->layer_ids) ok = !cli_error(cmd, "out of memory");
-    else if (layers_parse(o->layers, L, mask, &err)) ok = !cli_error(cmd, "--layers: %s", err.msg);
-    else if (o->reserve && layers_parse(o->reserve, L, rmask, &err)) ok = !cli_error(cmd, "--reserve: %s", err.msg);
+    else if (subq_parse_layers(o->layers, L, mask, &err)) ok = !cli_error(cmd, "--layers: %s", err.msg);
+    else if (o->reserve && subq_parse_layers(o->reserve, L, rmask, &err)) ok = !cli_error(cmd, "--reserve: %s", err.msg);
     int n = 0;
     for (int l = 0; ok && l < L; l++)
         if (mask[l] && !rmask[l]) o->layer_ids[n++] = l;
@@ -159,16 +157,16 @@ int cli_train_load(cli_train *o, int eval_only) {
     subq_error err = {0};
     if (subq_model_load(o->model, &o->m, &err)) return !cli_error(o->cmd, "%s", err.msg);
     if (!parse_layers(o)) return 0;
-    corpus_params cp = o->corpus;
+    subq_corpus_params cp = o->corpus;
     cp.seed = o->cfg->seed;
     cp.eval_only = eval_only;
-    if (corpus_load(o->m, &cp, o->data, o->n_data, o->eval_data, o->n_eval, &o->data_set, &err))
+    if (subq_corpus_load(o->m, &cp, o->data, o->n_data, o->eval_data, o->n_eval, &o->data_set, &err))
         return !cli_error(o->cmd, "%s", err.msg);
     return 1;
 }
 
 void cli_train_free(cli_train *o) {
-    corpus_free(o->data_set);
+    subq_corpus_free(o->data_set);
     subq_model_free(o->m);
     free(o->layer_ids);
 }
@@ -192,7 +190,7 @@ void cli_train_help_data(void) {
           stdout);
 }
 
-void cli_train_help_optim(const train_config *d) {
+void cli_train_help_optim(const subq_train_params *d) {
     printf("optimisation:\n"
            "  --steps N            optimiser steps (default %lld)\n"
            "  --batch N            sequences per step (default %d)\n"
@@ -209,7 +207,7 @@ void cli_train_help_optim(const train_config *d) {
            d->warmup, (double)d->grad_clip, (unsigned long long)d->seed);
 }
 
-void cli_train_help_eval(const train_config *d) {
+void cli_train_help_eval(const subq_train_params *d) {
     printf("evaluation (held-out split):\n"
            "  --eval-every N       evaluate before training and every N steps; 0 = only at the end\n"
            "                       (default %d)\n"
@@ -217,7 +215,7 @@ void cli_train_help_eval(const train_config *d) {
            d->eval_every, (long long)d->eval_tokens);
 }
 
-void cli_train_help_output(const train_config *d) {
+void cli_train_help_output(const subq_train_params *d) {
     printf("output:\n"
            "  -o, --output FILE    the weights (GGUF, required); the checkpoint is FILE.ckpt\n"
            "  --save-every N       write FILE and FILE.ckpt every N steps (default %d; always at the end)\n"
@@ -250,12 +248,12 @@ typedef struct run_state {
     const char *const *part_names;
     /* copy of the last evaluation, for --json */
     int have_eval;
-    train_eval_stats ev;
-    train_eval_layer *ev_layers;
-    search_eval_acc *ev_acc;
+    subq_train_eval_stats ev;
+    subq_train_eval_layer *ev_layers;
+    subq_retrieval_eval *ev_acc;
 } run_state;
 
-static int on_start(void *user, const train_start_info *info) {
+static int on_start(void *user, const subq_train_start_info *info) {
     run_state *u = user;
     const char *cmd = u->o->cmd;
     /* opened only now: a run that fails to start (a refused --resume) leaves no log behind */
@@ -282,7 +280,7 @@ static int on_start(void *user, const train_start_info *info) {
     return 0;
 }
 
-static void on_step(void *user, const train_step_stats *s) {
+static void on_step(void *user, const subq_train_step_stats *s) {
     run_state *u = user;
     const int64_t steps = u->o->cfg->steps;
     char text[192], extra[256];
@@ -301,7 +299,7 @@ static void on_step(void *user, const train_step_stats *s) {
     fflush(u->log);
 }
 
-static void on_eval(void *user, const train_eval_stats *e) {
+static void on_eval(void *user, const subq_train_eval_stats *e) {
     run_state *u = user;
     if (u->bar.enabled) fputc('\n', stderr);
     u->ui->print_eval(e, u->ui->arg);
@@ -328,7 +326,7 @@ static void on_save(void *user, int64_t step, const char *path) {
 
 int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const void *cfg) {
     const char *cmd = o->cmd;
-    const train_config *c = o->cfg;
+    const subq_train_params *c = o->cfg;
     char default_log[4096];
     if (!o->log_path) {
         snprintf(default_log, sizeof default_log, "%s.log.jsonl", o->out);
@@ -343,9 +341,9 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
     sa.sa_flags = SA_RESETHAND; /* a second Ctrl-C kills as usual */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old);
-    const train_hooks hooks = {.user = &u, .on_start = on_start, .on_step = on_step, .on_eval = on_eval,
+    const subq_train_hooks hooks = {.user = &u, .on_start = on_start, .on_step = on_step, .on_eval = on_eval,
                                .on_save = on_save, .stop = &g_stop};
-    train_result res;
+    subq_train_result res;
     subq_error err = {0};
     const subq_status s = run(o->m, o->data_set, cfg, &hooks, &res, &err);
     sigaction(SIGINT, &old, NULL);

@@ -1,5 +1,5 @@
 /* What `subq train-search` and `subq train-phi` share: the options of the
- * training driver (train/trainer.h), loading the model, layers and data, and
+ * training driver (subq_train_params in include/subq.h), loading the model, layers and data, and
  * running the library's trainer with progress on stderr, a JSON-lines log
  * (FILE.log.jsonl, created once the run has started) and Ctrl-C. */
 #ifndef SUBQ_CLI_TRAIN_H
@@ -7,29 +7,28 @@
 
 #include <stdio.h>
 
-#include "train/corpus.h"
-#include "train/trainer.h"
+#include "subq.h"
 
 #define CLI_TRAIN_MAX_PATHS 256
 
 typedef struct cli_train {
     const char *cmd;            /* "train-search" */
-    train_config *cfg;          /* the command's config.train */
+    subq_train_params *cfg;          /* the command's config.train */
     const char *model, *out, *log_path;
     const char *layers;         /* --layers spec */
     const char *reserve;        /* layers removed from --layers (NULL: none) */
     const char *data[CLI_TRAIN_MAX_PATHS], *eval_data[CLI_TRAIN_MAX_PATHS];
     int n_data, n_eval;
     int json;
-    corpus_params corpus;       /* --seq, --no-pack, --eval-frac (seed: the run's) */
+    subq_corpus_params corpus;       /* --seq, --no-pack, --eval-frac (seed: the run's) */
     /* filled by cli_train_load */
     subq_model *m;
-    train_corpus *data_set;
+    subq_corpus *data_set;
     int *layer_ids;
 } cli_train;
 
 /* Defaults for the command `cmd` training with cfg. */
-void cli_train_init(cli_train *o, const char *cmd, train_config *cfg, const char *layers);
+void cli_train_init(cli_train *o, const char *cmd, subq_train_params *cfg, const char *layers);
 /* If argv[*i] is a driver option or a data path, parse it (advancing *i)
  * and return 1; 0 if it is not one; -1 after printing an error. */
 int cli_train_option(cli_train *o, int argc, char **argv, int *i);
@@ -53,25 +52,25 @@ void cli_train_free(cli_train *o);
 
 /* Help sections for the shared options, with the defaults of cfg. */
 void cli_train_help_data(void);
-void cli_train_help_optim(const train_config *d);
-void cli_train_help_eval(const train_config *d);
-void cli_train_help_output(const train_config *d);
+void cli_train_help_optim(const subq_train_params *d);
+void cli_train_help_eval(const subq_train_params *d);
+void cli_train_help_output(const subq_train_params *d);
 
 /* How a command shows its task's numbers. */
 typedef struct cli_train_ui {
     /* the figures after the progress bar, e.g. "loss 1.2 (nce .. kl ..)" */
-    void (*step_text)(char *buf, size_t cap, const train_step_stats *s);
+    void (*step_text)(char *buf, size_t cap, const subq_train_step_stats *s);
     /* an evaluation: lines on stderr, and one JSON object (log and --json) */
-    void (*print_eval)(const train_eval_stats *e, const void *arg);
-    void (*json_eval)(FILE *f, const train_eval_stats *e);
+    void (*print_eval)(const subq_train_eval_stats *e, const void *arg);
+    void (*json_eval)(FILE *f, const subq_train_eval_stats *e);
     const void *arg;            /* for print_eval */
     const char *start_note;     /* a line printed after the start line, or NULL */
     char extra_json[256];       /* fields added to the start record and the --json summary */
 } cli_train_ui;
 
 /* The library's entry point for the command's config. */
-typedef subq_status (*cli_train_fn)(subq_model *m, const train_corpus *data, const void *cfg, const train_hooks *hooks,
-                                    train_result *res, subq_error *err);
+typedef subq_status (*cli_train_fn)(subq_model *m, const subq_corpus *data, const void *cfg, const subq_train_hooks *hooks,
+                                    subq_train_result *res, subq_error *err);
 
 /* Run the training and report; returns the exit code. */
 int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const void *cfg);

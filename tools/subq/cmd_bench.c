@@ -5,13 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
-#include "base/rng.h"
-#include "base/timer.h"
 #include "bench/bench.h"
 #include "cli.h"
 #include "cli_sparse.h"
-#include "model/context.h"
 
 static const char *help =
     "usage: subq bench -m MODEL [--ctx 512,4096] [--attn full,exact,hnsw] [options]\n"
@@ -29,7 +25,7 @@ static const char *help =
     "  --kv f32|f16         KV cache type (default f16, as llama-bench; the other commands\n"
     "                       default to f32)\n"
     "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024)\n"
-    "  -s FILE              search projections (same as --search FILE)\n"
+    "  -s, --seed N         seed of the synthetic KV fill and the token ids (default 7)\n"
     "  --json               print one JSON object on stdout\n\n" CLI_SPARSE_OPTS_HELP;
 
 #define MAX_LIST 16
@@ -50,14 +46,12 @@ static int parse_int_list(const char *cmd, const char *flag, const char *s, int 
     return *n > 0;
 }
 
-/* Bytes a one-token decode step reads from the weights: every layer matrix
- * and norm, the output matrix, and one embedding row. */
-static double decode_weight_bytes(const subq_model *m) {
-    double b = (double)m->weight_bytes;
-    int tied = m->output.data == m->token_embd.data;
-    double embd = (double)m->token_embd.row_bytes * (double)m->token_embd.rows;
-    if (!tied) b -= embd; /* only one row of the embedding is read */
-    return b + (double)m->token_embd.row_bytes;
+/* Token ids for timing: speed does not depend on them (xorshift64*). */
+static int32_t random_token(uint64_t *state, int n_vocab) {
+    uint64_t x = *state;
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    *state = x;
+    return (int32_t)((x * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)n_vocab);
 }
 
 typedef struct decode_result {
@@ -66,19 +60,7 @@ typedef struct decode_result {
     double kv_bytes, index_bytes;
 } decode_result;
 
-/* Selector time and memory summed over the sparse layers. */
-static void selector_totals(subq_context *c, double *t_query, double *t_append, double *bytes) {
-    *t_query = *t_append = *bytes = 0;
-    for (int l = 0; l < c->model->hp.n_layer; l++) {
-        selector *s = attn_sparse_selector(c->stages[l]);
-        if (!s) continue;
-        *t_query += s->stats.t_query_s;
-        *t_append += s->stats.t_append_s;
-        *bytes += (double)s->stats.bytes;
-    }
-}
-
-static const char *attn_name(int attn) { return attn < 0 ? "full" : selector_kind_name((selector_kind)attn); }
+static const char *attn_name(int attn) { return attn < 0 ? "full" : subq_selector_name((subq_selector_kind)attn); }
 
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
@@ -87,6 +69,7 @@ int cmd_bench(int argc, char **argv) {
     cli_sparse_init(&so);
     int ctx[MAX_LIST] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;
     int attn[MAX_LIST] = {-1}, n_attn = 1;
+    uint64_t seed = 7;
     const char *v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -105,14 +88,13 @@ int cmd_bench(int argc, char **argv) {
             char buf[256];
             snprintf(buf, sizeof buf, "%s", v);
             for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-                int k = strcmp(tok, "full") == 0 ? -1 : selector_kind_parse(tok);
+                int k = strcmp(tok, "full") == 0 ? -1 : subq_selector_parse(tok);
                 if ((k < 0 && strcmp(tok, "full") != 0) || n_attn >= MAX_LIST)
                     return cli_error(cmd, "--attn: unknown kind '%s' (full, exact, hnsw, faiss, quest, oracle, window)", tok);
                 attn[n_attn++] = k;
             }
-        } else if (!strcmp(a, "-s")) {
-            if (!(so.search_file = cli_value(cmd, argc, argv, &i))) return 1;
-            so.enabled = 1;
+        } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_u64(cmd, a, v, &seed)) return 1;
         } else if (!strcmp(a, "--prefill")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 16, &n_prefill)) return 1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-decode")) {
@@ -131,7 +113,7 @@ int cmd_bench(int argc, char **argv) {
     int any_sparse = 0;
     for (int i = 0; i < n_attn; i++) any_sparse |= attn[i] >= 0;
     for (int i = 0; i < n_attn; i++)
-        if (attn[i] >= 0 && !selector_kind_available((selector_kind)attn[i]))
+        if (attn[i] >= 0 && !subq_selector_available((subq_selector_kind)attn[i]))
             return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", attn_name(attn[i]));
     int max_ctx = n_prefill;
     for (int i = 0; i < n_ctx_list; i++)
@@ -139,42 +121,33 @@ int cmd_bench(int argc, char **argv) {
     mo.n_ctx = max_ctx + n_decode + 2;
     subq_model *m;
     subq_context *c;
-    search_proj *proj = NULL;
     if (!cli_load(cmd, &mo, &m, &c)) return 1;
-    const model_hparams *hp = &m->hp;
-    int nt = c->n_threads, rc = 0;
+    subq_model_info info;
+    subq_model_get_info(m, &info);
+    int nt = subq_context_n_threads(c), rc = 0;
     subq_error err = {0};
     decode_result res[MAX_LIST * MAX_LIST];
     int n_res = 0;
-    float *logits = malloc((size_t)hp->n_vocab * sizeof(float));
+    float *logits = malloc((size_t)info.n_vocab * sizeof(float));
     int32_t *toks = malloc((size_t)(n_prefill > 0 ? n_prefill : 1) * sizeof(int32_t));
     if (!logits || !toks) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
-    uint64_t rng = rng_seed(7);
-    for (int i = 0; i < (n_prefill > 0 ? n_prefill : 1); i++)
-        toks[i] = (int32_t)(rng_next_u64(&rng) % (uint64_t)hp->n_vocab);
+    uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1; /* never 0 */
+    for (int i = 0; i < (n_prefill > 0 ? n_prefill : 1); i++) toks[i] = random_token(&rng, info.n_vocab);
 
     /* search projections once, for every sparse kind (a plan per kind below) */
-    if (any_sparse) {
-        so.enabled = 1;
-        so.sparse_prefill = 1;
-        if (!so.search_file && !so.random_search) {
-            rc = cli_error(cmd, "sparse kinds need search projections: give -s FILE or --random-search D");
-            goto done;
-        }
-        if (!cli_apply_sparse(cmd, &so, m, c, &proj)) {
-            rc = 1;
-            goto done;
-        }
-        context_clear_plan(c);
+    if (any_sparse && !cli_sparse_load(cmd, &so, m)) {
+        rc = 1;
+        goto done;
     }
+    so.plan.sparse_prefill = 1;
 
     /* machine limits, measured now so the ratios below compare like with like */
     if (!json) fprintf(stderr, "subq bench: measuring memory bandwidth and sgemm (%d threads)...\n", nt);
     double bw = bench_read_bandwidth((size_t)bw_mib << 20, nt, 5);
-    double sgemm = bench_sgemm_gflops(512, hp->n_ff, hp->n_embd, nt, 3);
+    double sgemm = bench_sgemm_gflops(512, info.n_ff, info.n_embd, nt, 3);
 
     /* prefill (full attention): flops = 2 * layer matrix params * T + attention
      * 2 * 2 * (T^2/2) * n_head * head_dim * L + the last token's output matrix */
@@ -182,21 +155,16 @@ int cmd_bench(int argc, char **argv) {
     if (n_prefill > 0) {
         if (!json) fprintf(stderr, "subq bench: prefill %d tokens...\n", n_prefill);
         subq_context_reset(c);
-        double t0 = time_now_s();
+        double t0 = cli_now_s();
         if (subq_decode(c, toks, n_prefill, logits, 0, &err)) {
             rc = cli_error(cmd, "%s", err.msg);
             goto done;
         }
-        t_prefill = time_now_s() - t0;
-        double layer_params = 0;
-        for (int l = 0; l < hp->n_layer; l++) {
-            const layer_weights *L = &m->layers[l];
-            const matrix *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (int j = 0; j < 7; j++) layer_params += (double)mats[j]->rows * (double)mats[j]->cols;
-        }
-        double T = n_prefill;
-        double flops = 2.0 * layer_params * T + 2.0 * T * T * hp->n_head * hp->head_dim * hp->n_layer +
-                       2.0 * (double)m->output.rows * m->output.cols;
+        t_prefill = cli_now_s() - t0;
+        /* every token goes through the layer matrices; only the last through the output matrix */
+        double T = n_prefill, out_params = (double)info.n_vocab * info.n_embd;
+        double flops = 2.0 * ((double)info.matmul_params - out_params) * T +
+                       2.0 * T * T * info.n_head * info.head_dim * info.n_layer + 2.0 * out_params;
         prefill_gflops = flops / t_prefill / 1e9;
     }
 
@@ -208,65 +176,60 @@ int cmd_bench(int argc, char **argv) {
             r->attn = attn[ai];
             if (!json) fprintf(stderr, "subq bench: decode at context %d, %s attention...\n", r->ctx, attn_name(r->attn));
             subq_context_reset(c);
-            context_clear_plan(c);
-            if (r->attn >= 0) {
-                attn_plan plan = cli_plan_with_kind(&so, (selector_kind)r->attn);
-                plan.sparse.dense_prefill = 0;
-                if (context_set_plan(c, &plan, proj, &err)) {
-                    rc = cli_error(cmd, "%s", err.msg);
-                    goto done;
-                }
+            subq_context_clear_plan(c);
+            if (r->attn >= 0 && !cli_set_plan(cmd, &so, c, (subq_selector_kind)r->attn, so.plan.top_k, 0)) {
+                rc = 1;
+                goto done;
             }
-            double t0 = time_now_s();
-            if (subq_context_fill_synthetic(c, r->ctx, 11, &err)) {
+            double t0 = cli_now_s();
+            if (subq_context_fill_synthetic(c, r->ctx, seed, &err)) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
             }
-            r->fill_s = time_now_s() - t0;
+            r->fill_s = cli_now_s() - t0;
             int32_t tok = toks[0];
             /* one untimed step warms caches and thread pools */
             if (subq_decode(c, &tok, 1, logits, 0, &err)) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
             }
-            double q0, a0, bytes;
-            selector_totals(c, &q0, &a0, &bytes);
-            c->t_attn_s = 0;
-            t0 = time_now_s();
+            subq_context_stats st0, st1;
+            subq_context_get_stats(c, &st0);
+            t0 = cli_now_s();
             for (int s = 0; s < n_decode; s++) {
-                tok = (int32_t)(rng_next_u64(&rng) % (uint64_t)hp->n_vocab);
+                tok = random_token(&rng, info.n_vocab);
                 if (subq_decode(c, &tok, 1, logits, 0, &err)) {
                     rc = cli_error(cmd, "%s", err.msg);
                     goto done;
                 }
             }
-            double el = time_now_s() - t0, q1, a1;
-            selector_totals(c, &q1, &a1, &bytes);
+            double el = cli_now_s() - t0;
+            subq_context_get_stats(c, &st1);
             r->tok_s = n_decode / el;
-            r->select_ms = 1e3 * (q1 - q0) / n_decode;
-            r->insert_ms = 1e3 * (a1 - a0) / n_decode;
-            r->attn_ms = 1e3 * c->t_attn_s / n_decode - r->select_ms - r->insert_ms;
-            r->kv_bytes = (double)kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, c->kv.n_ctx, c->kv.type);
-            r->index_bytes = bytes;
+            r->select_ms = 1e3 * (st1.t_select_s - st0.t_select_s) / n_decode;
+            r->insert_ms = 1e3 * (st1.t_append_s - st0.t_append_s) / n_decode;
+            r->attn_ms = 1e3 * (st1.t_attn_s - st0.t_attn_s) / n_decode - r->select_ms - r->insert_ms;
+            r->kv_bytes = (double)st1.kv_bytes;
+            r->index_bytes = (double)st1.index_bytes;
             n_res++;
         }
     }
-    context_clear_plan(c);
+    subq_context_clear_plan(c);
 
-    double wbytes = decode_weight_bytes(m);
-    double kv_per_tok = 2.0 * hp->n_layer * hp->n_head_kv * hp->head_dim * (double)c->kv.elem_size;
+    double wbytes = (double)info.decode_bytes;
+    double kv_per_tok = n_res ? res[0].kv_bytes / subq_context_n_ctx(c) : 0; /* keys and values of every layer */
     if (json) {
         printf("{\"model\": ");
         cli_json_string(stdout, mo.model, strlen(mo.model));
         printf(", \"arch\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", \"kv_fill\": \"synthetic\",\n",
-               model_arch_name(hp->arch), nt, mo.kv_type == SUBQ_KV_F16 ? "f16" : "f32");
+               info.arch, nt, mo.kv_type == SUBQ_KV_F16 ? "f16" : "f32");
         printf(" \"machine\": {\"read_bw_gbs\": %.3f, \"sgemm_gflops\": %.3f},\n", bw, sgemm);
         printf(" \"prefill\": {\"n_tokens\": %d, \"seconds\": %.4f, \"tok_s\": %.3f, \"gflops\": %.3f, "
                "\"frac_sgemm\": %.4f},\n",
                n_prefill, t_prefill, n_prefill > 0 ? n_prefill / t_prefill : 0.0, prefill_gflops,
                sgemm > 0 ? prefill_gflops / sgemm : 0.0);
-        printf(" \"topk\": %d, \"sink\": %d, \"tail\": %d,\n", so.plan.sparse.top_k, so.plan.sparse.n_sink,
-               so.plan.sparse.n_tail);
+        printf(" \"topk\": %d, \"sink\": %d, \"tail\": %d,\n", so.plan.top_k, so.plan.n_sink,
+               so.plan.n_tail);
         printf(" \"decode_weight_bytes\": %.0f,\n \"decode\": [", wbytes);
         for (int i = 0; i < n_res; i++) {
             const decode_result *r = &res[i];
@@ -285,7 +248,7 @@ int cmd_bench(int argc, char **argv) {
         }
         printf("]}\n");
     } else {
-        printf("model %s (%s), %d threads, KV %s\n", mo.model, model_arch_name(hp->arch), nt,
+        printf("model %s (%s), %d threads, KV %s\n", mo.model, info.arch, nt,
                mo.kv_type == SUBQ_KV_F16 ? "f16" : "f32");
         printf("machine: read bandwidth %.2f GB/s, sgemm %.1f GFLOP/s\n", bw, sgemm);
         if (n_prefill > 0)
@@ -308,7 +271,6 @@ done:
     free(logits);
     free(toks);
     subq_context_free(c);
-    search_proj_free(proj);
     cli_sparse_free(&so);
     subq_model_free(m);
     return rc;

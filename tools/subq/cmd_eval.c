@@ -1,17 +1,15 @@
 /* subq eval: quality of sparse attention on held-out text. The experiment
- * itself (methods, runs, aggregation) is src/eval/eval_run.c; this file
- * parses flags, calls it and prints a table, --json or SVG charts. */
+ * itself (methods, runs, aggregation) is the library's subq_eval_run; this
+ * file parses flags, calls it and prints a table, --json or SVG charts. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "progress.h"
 #include "cli.h"
 #include "cli_sparse.h"
-#include "eval/eval_run.h"
-#include "eval/svg.h"
-#include "model/context.h"
+#include "cli_svg.h"
 
 static const char *help =
     "usage: subq eval -m MODEL -f TEXT [-f TEXT ...] [--search FILE] [options]\n"
@@ -108,33 +106,33 @@ static void on_progress(void *user, int64_t done, int64_t total) {
 }
 
 /* index of the method named `name` ("full": -1); -2 if none */
-static int find_method(const eval_result *r, const char *name) {
+static int find_method(const subq_eval_result *r, const char *name) {
     char nm[64];
     if (!strcmp(name, "full")) return -1;
     for (int i = 0; i < r->n_methods; i++)
-        if (!strcmp(eval_method_name(&r->methods[i], nm, sizeof nm), name)) return i;
+        if (!strcmp(subq_eval_method_name(&r->methods[i], nm, sizeof nm), name)) return i;
     return -2;
 }
 
 /* ---- SVG charts ------------------------------------------------------------ */
 
-static double y_gap(const eval_method *m) { return 100 * m->gap; }
-static double y_kl(const eval_method *m) { return m->kl; }
-static double y_top1(const eval_method *m) { return m->top1; }
-static double y_mass(const eval_method *m) { return m->mass; }
-static const double *l_mass(const eval_method *m) { return m->layer_mass; }
-static const double *l_kl(const eval_method *m) { return m->layer_kl; }
+static double y_gap(const subq_eval_method *m) { return 100 * m->gap; }
+static double y_kl(const subq_eval_method *m) { return m->kl; }
+static double y_top1(const subq_eval_method *m) { return m->top1; }
+static double y_mass(const subq_eval_method *m) { return m->mass; }
+static const double *l_mass(const subq_eval_method *m) { return m->layer_mass; }
+static const double *l_kl(const subq_eval_method *m) { return m->layer_kl; }
 
 /* One series per selector and completion mode, in method order: y(method)
  * against K (or the budget); with `per_layer`, the series is instead that
  * per-layer array of the series' last method (its largest K or budget). */
-static void fill_chart(svg_chart *ch, char names[][32], const eval_result *r, int by_budget,
-                       double (*y)(const eval_method *), const double *(*per_layer)(const eval_method *)) {
+static void fill_chart(svg_chart *ch, char names[][32], const subq_eval_result *r, int by_budget,
+                       double (*y)(const subq_eval_method *), const double *(*per_layer)(const subq_eval_method *)) {
     static const char *suffix[] = {"", "+phi", "+phi1", "+phiA"};
     for (int i = 0; i < r->n_methods; i++) {
-        const eval_method *m = &r->methods[i];
+        const subq_eval_method *m = &r->methods[i];
         char name[32];
-        snprintf(name, sizeof name, "%s%s", selector_kind_name((selector_kind)m->select), suffix[m->completion]);
+        snprintf(name, sizeof name, "%s%s", subq_selector_name((subq_selector_kind)m->select), suffix[m->completion]);
         int si = 0;
         while (si < ch->n_series && strcmp(names[si], name)) si++;
         if (si == SVG_MAX_SERIES) continue;
@@ -155,7 +153,7 @@ static void fill_chart(svg_chart *ch, char names[][32], const eval_result *r, in
     }
 }
 
-static int write_charts(const char *cmd, const char *dir, const eval_result *r, int by_budget, int per_layer) {
+static int write_charts(const char *cmd, const char *dir, const subq_eval_result *r, int by_budget, int per_layer) {
     const char *xl = by_budget ? "KV-read budget (% of window)" : "K";
     svg_chart ch[6] = {
         {.title = "Perplexity gap vs full attention", .x_label = xl, .y_label = "PPL gap (%)", .log_x = 1},
@@ -166,7 +164,7 @@ static int write_charts(const char *cmd, const char *dir, const eval_result *r, 
         {.title = "KL per layer substituted alone, largest K", .x_label = "layer", .y_label = "KL (nats)"},
     };
     static char names[6][SVG_MAX_SERIES][32];
-    double (*ys[4])(const eval_method *) = {y_gap, y_kl, y_top1, y_mass};
+    double (*ys[4])(const subq_eval_method *) = {y_gap, y_kl, y_top1, y_mass};
     for (int i = 0; i < 4; i++) fill_chart(&ch[i], names[i], r, by_budget, ys[i], NULL);
     fill_chart(&ch[4], names[4], r, by_budget, NULL, l_mass);
     fill_chart(&ch[5], names[5], r, by_budget, NULL, l_kl);
@@ -185,8 +183,8 @@ static int write_charts(const char *cmd, const char *dir, const eval_result *r, 
 
 static const char *completion_json[] = {"null", "\"on\"", "\"worst\"", "\"amortised\""};
 
-static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, const eval_config *cfg,
-                       const eval_result *r, int cmp_a, int cmp_b, const double *cmp) {
+static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, const subq_eval_params *cfg,
+                       const subq_eval_result *r, int cmp_a, int cmp_b, const double *cmp) {
     char nm[64];
     printf("{\"model\": ");
     cli_json_string(stdout, mo->model, strlen(mo->model));
@@ -195,16 +193,16 @@ static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, cons
     else printf(so->random_search ? "\"random-%d\"" : "null", so->random_search);
     printf(", \"windows\": %d, \"ctx\": %d, \"packed\": %s, \"tokens_scored\": %lld, \"sink\": %d, \"tail\": %d, "
            "\"sparse_layers\": [",
-           r->n_windows, r->ctx, cfg->pack ? "true" : "false", (long long)r->n_scored, cfg->n_sink, cfg->n_tail);
+           r->n_windows, r->ctx, cfg->pack ? "true" : "false", (long long)r->n_scored, cfg->plan.n_sink, cfg->plan.n_tail);
     for (int l = 0, first = 1; l < r->n_layer; l++)
         if (r->sparse_layers[l]) printf("%s%d", first ? "" : ", ", l), first = 0;
     printf("], \"per_layer\": %s, \"seconds\": %.2f,\n \"full_ppl\": ", cfg->per_layer ? "true" : "false", r->seconds);
     json_num(r->full_ppl);
     printf(",\n \"methods\": [");
     for (int i = 0; i < r->n_methods; i++) {
-        const eval_method *m = &r->methods[i];
+        const subq_eval_method *m = &r->methods[i];
         printf("%s\n  {\"method\": \"%s\", \"select\": \"%s\", \"k\": %d, \"completion\": %s, \"budget_pct\": ",
-               i ? "," : "", eval_method_name(m, nm, sizeof nm), selector_kind_name((selector_kind)m->select), m->k,
+               i ? "," : "", subq_eval_method_name(m, nm, sizeof nm), subq_selector_name((subq_selector_kind)m->select), m->k,
                completion_json[m->completion]);
         json_num(m->budget_pct);
         printf(", \"kv_reads\": %.3f, \"ppl\": ", m->reads);
@@ -248,9 +246,9 @@ static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, cons
     }
     printf("]");
     if (r->stat.method >= 0) {
-        const eval_method *m = &r->methods[r->stat.method];
+        const subq_eval_method *m = &r->methods[r->stat.method];
         printf(",\n \"static_vs_dynamic\": {\"method\": \"%s\", \"select\": \"%s\", \"k\": %d, \"budget_pct\": ",
-               eval_method_name(m, nm, sizeof nm), selector_kind_name((selector_kind)m->select), m->k);
+               subq_eval_method_name(m, nm, sizeof nm), subq_selector_name((subq_selector_kind)m->select), m->k);
         json_num(m->budget_pct);
         printf(", \"split\": %.3f, \"suffix_ppl_full\": ", r->stat.split);
         json_num(r->stat.ppl_full);
@@ -265,8 +263,8 @@ static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, cons
         printf("}");
     }
     if (cmp) {
-        printf(",\n \"compare\": {\"a\": \"%s\", ", cmp_a < 0 ? "full" : eval_method_name(&r->methods[cmp_a], nm, 64));
-        printf("\"b\": \"%s\", \"mean\": ", cmp_b < 0 ? "full" : eval_method_name(&r->methods[cmp_b], nm, 64));
+        printf(",\n \"compare\": {\"a\": \"%s\", ", cmp_a < 0 ? "full" : subq_eval_method_name(&r->methods[cmp_a], nm, 64));
+        printf("\"b\": \"%s\", \"mean\": ", cmp_b < 0 ? "full" : subq_eval_method_name(&r->methods[cmp_b], nm, 64));
         json_num(cmp[0]);
         printf(", \"lo\": ");
         json_num(cmp[1]);
@@ -278,7 +276,7 @@ static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, cons
 }
 
 /* Rows: methods; columns: sparse layers; cells from v(method)[layer]. */
-static void print_layer_table(const char *title, const eval_result *r, const double *(*v)(const eval_method *),
+static void print_layer_table(const char *title, const subq_eval_result *r, const double *(*v)(const subq_eval_method *),
                               int largest_only, int largest_k, double largest_budget) {
     char nm[64];
     printf("\n%s\n%-18s", title, "method");
@@ -286,40 +284,40 @@ static void print_layer_table(const char *title, const eval_result *r, const dou
         if (r->sparse_layers[l]) printf(" %7d", l);
     printf("\n");
     for (int i = 0; i < r->n_methods; i++) {
-        const eval_method *m = &r->methods[i];
+        const subq_eval_method *m = &r->methods[i];
         if (largest_only && (isnan(largest_budget) ? m->k != largest_k : m->budget_pct != largest_budget)) continue;
-        printf("%-18s", eval_method_name(m, nm, sizeof nm));
+        printf("%-18s", subq_eval_method_name(m, nm, sizeof nm));
         for (int l = 0; l < r->n_layer; l++)
             if (r->sparse_layers[l]) printf(" %7.4f", v(m)[l]);
         printf("\n");
     }
 }
 
-static const double *l_top1(const eval_method *m) { return m->layer_top1; }
+static const double *l_top1(const subq_eval_method *m) { return m->layer_top1; }
 
-static void print_table(const eval_config *cfg, const eval_result *r, int cmp_a, int cmp_b, const double *cmp) {
+static void print_table(const subq_eval_params *cfg, const subq_eval_result *r, int cmp_a, int cmp_b, const double *cmp) {
     char nm[64], nm2[64];
     printf("held-out: %d windows of %d tokens (%s), %lld tokens scored, sink %d, tail %d, sparse layers ",
-           r->n_windows, r->ctx, cfg->pack ? "packed, block-causal" : "unpacked", (long long)r->n_scored, cfg->n_sink,
-           cfg->n_tail);
+           r->n_windows, r->ctx, cfg->pack ? "packed, block-causal" : "unpacked", (long long)r->n_scored, cfg->plan.n_sink,
+           cfg->plan.n_tail);
     for (int l = 0, first = 1; l < r->n_layer; l++)
         if (r->sparse_layers[l]) printf("%s%d", first ? "" : ",", l), first = 0;
     printf("; %.1f s\nfull attention: PPL %.4f\n\n", r->seconds, r->full_ppl);
     printf("fidelity to full attention:\n%-18s %7s %7s %10s %8s  %-26s  %-26s %7s\n", "method", "budget", "reads",
            "PPL", "gap", "dNLL vs full [95% CI]", "KL(full||method) [95% CI]", "top-1");
     for (int i = 0; i < r->n_methods; i++) {
-        const eval_method *m = &r->methods[i];
+        const subq_eval_method *m = &r->methods[i];
         char dnll[64], kl[64];
         snprintf(dnll, sizeof dnll, "%+.4f [%+.4f, %+.4f]", m->nll_diff, m->nll_diff_lo, m->nll_diff_hi);
         snprintf(kl, sizeof kl, "%.4f [%.4f, %.4f]", m->kl, m->kl_lo, m->kl_hi);
-        printf("%-18s %6.2f%% %7.2f %10.4f %+7.2f%%  %-26s  %-26s %6.2f%%\n", eval_method_name(m, nm, sizeof nm),
+        printf("%-18s %6.2f%% %7.2f %10.4f %+7.2f%%  %-26s  %-26s %6.2f%%\n", subq_eval_method_name(m, nm, sizeof nm),
                m->reads / r->ctx * 100, m->reads, m->ppl, 100 * m->gap, dnll, kl, 100 * m->top1);
     }
     printf("\nretrieval:\n%-18s %7s %7s %9s %11s %7s %7s %7s\n", "method", "mass", "recall", "seed mass",
            "seed recall", "ann", "share", "filler");
     for (int i = 0; i < r->n_methods; i++) {
-        const eval_method *m = &r->methods[i];
-        printf("%-18s %7.4f %7.4f %9.4f %11.4f %7.4f %7.4f %6.1f%%\n", eval_method_name(m, nm, sizeof nm), m->mass,
+        const subq_eval_method *m = &r->methods[i];
+        printf("%-18s %7.4f %7.4f %9.4f %11.4f %7.4f %7.4f %6.1f%%\n", subq_eval_method_name(m, nm, sizeof nm), m->mass,
                m->recall, m->mass_seed, m->recall_seed, m->ann_recall, m->share, 100 * m->filler);
     }
     printf("\n(reads: token-equivalent KV reads per step, layer and KV head; budget: reads / window length;\n"
@@ -329,25 +327,25 @@ static void print_table(const eval_config *cfg, const eval_result *r, int cmp_a,
            " per-head softmax mass on the K candidates and recall of the top-K of the max over heads, over\n"
            " queries with >= K eligible keys; share: completion mass share Z_hat / (Z_E + Z_hat))\n");
     if (r->n_methods == 0) return;
-    const eval_method *last = &r->methods[r->n_methods - 1];
+    const subq_eval_method *last = &r->methods[r->n_methods - 1];
     print_layer_table("mass per layer at the largest K or budget:", r, l_mass, 1, last->k, last->budget_pct);
     if (cfg->per_layer) {
         print_layer_table("KL(full||method) with each layer substituted alone (others full):", r, l_kl, 0, 0, NAN);
         print_layer_table("top-1 agreement with each layer substituted alone:", r, l_top1, 0, 0, NAN);
     }
     if (r->stat.method >= 0) {
-        const eval_method *m = &r->methods[r->stat.method];
+        const subq_eval_method *m = &r->methods[r->stat.method];
         char why[64] = "the largest K of the run";
         if (!isnan(m->budget_pct)) snprintf(why, sizeof why, "selection only at the %g%% budget", m->budget_pct);
         printf("\nstatic vs dynamic index (%s, %s; index frozen at %.0f%% of each window), suffix tokens:\n"
                "  PPL full %.4f, dynamic %.4f, static %.4f; KL(full||.) dynamic %.4f, static %.4f\n",
-               eval_method_name(m, nm, sizeof nm), why, 100 * r->stat.split, r->stat.ppl_full, r->stat.ppl_dynamic,
+               subq_eval_method_name(m, nm, sizeof nm), why, 100 * r->stat.split, r->stat.ppl_full, r->stat.ppl_dynamic,
                r->stat.ppl_static, r->stat.kl_dynamic, r->stat.kl_static);
     }
     if (cmp)
         printf("\n%s - %s: mean NLL difference %+.4f [%+.4f, %+.4f] (95%% block-bootstrap CI)\n",
-               cmp_a < 0 ? "full" : eval_method_name(&r->methods[cmp_a], nm, sizeof nm),
-               cmp_b < 0 ? "full" : eval_method_name(&r->methods[cmp_b], nm2, sizeof nm2), cmp[0], cmp[1], cmp[2]);
+               cmp_a < 0 ? "full" : subq_eval_method_name(&r->methods[cmp_a], nm, sizeof nm),
+               cmp_b < 0 ? "full" : subq_eval_method_name(&r->methods[cmp_b], nm2, sizeof nm2), cmp[0], cmp[1], cmp[2]);
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -355,10 +353,10 @@ int cmd_eval(int argc, char **argv) {
     cli_model_opts mo = {0};
     cli_sparse_opts so;
     cli_sparse_init(&so);
-    eval_config cfg;
-    eval_config_default(&cfg);
+    subq_eval_params cfg = subq_eval_default_params();
     const char *files[64], *eval_files[64], *svg_dir = NULL, *compare = NULL, *selectors = NULL, *v;
-    int ks[MAX_LIST] = {8, 16, 32, 64}, kinds[MAX_LIST], json = 0;
+    int ks[MAX_LIST] = {8, 16, 32, 64}, json = 0;
+    subq_selector_kind kinds[MAX_LIST];
     double budgets[MAX_LIST];
     float eval_frac = cfg.eval_frac, static_split = (float)cfg.static_split;
     cfg.ks = ks, cfg.n_k = 4, cfg.budgets = budgets, cfg.selectors = kinds;
@@ -422,13 +420,13 @@ int cmd_eval(int argc, char **argv) {
         char buf[256];
         snprintf(buf, sizeof buf, "%s", selectors);
         for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-            int k = selector_kind_parse(t);
+            int k = subq_selector_parse(t);
             if (k < 0 || cfg.n_selectors == MAX_LIST) return cli_error(cmd, "--selectors: unknown selector '%s'", t);
-            if (!selector_kind_available((selector_kind)k))
+            if (!subq_selector_available((subq_selector_kind)k))
                 return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", t);
-            if (selector_kind_needs_search((selector_kind)k) && !have_search)
+            if (subq_selector_needs_search((subq_selector_kind)k) && !have_search)
                 return cli_error(cmd, "selector '%s' needs --search FILE (or --random-search D)", t);
-            kinds[cfg.n_selectors++] = k;
+            kinds[cfg.n_selectors++] = (subq_selector_kind)k;
         }
     }
     if (cfg.n_selectors == 0) return cli_error(cmd, "--selectors: no selector given");
@@ -439,34 +437,28 @@ int cmd_eval(int argc, char **argv) {
 
     subq_model *m;
     subq_context *c;
-    search_proj *proj = NULL;
-    eval_result *r = NULL;
+    subq_eval_result *r = NULL;
     subq_error err = {0};
     int rc = 0;
     if (!cli_load(cmd, &mo, &m, &c)) return 1;
-    if (!cli_sparse_load(cmd, &so, m, &proj)) {
+    if (!cli_sparse_load(cmd, &so, m)) {
         rc = 1;
         goto done;
     }
-    cfg.n_sink = so.plan.sparse.n_sink;
-    cfg.n_tail = so.plan.sparse.n_tail;
-    cfg.select = so.plan.sparse.select;
-    cfg.sparse_layers = so.plan.sparse_layers;
-    cfg.topk_layers = so.plan.topk_layers;
-    cfg.proj = proj;
-    cfg.maps = so.maps;
-    cfg.complete_heads = so.head_flags;
+    cfg.plan = so.plan;
+    cfg.search = so.search;
+    cfg.complete = so.complete;
     bar_state bar = {0};
-    subq_status s = eval_run(c, &cfg, on_progress, &bar, &r, &err);
+    subq_status s = subq_eval_run(c, &cfg, on_progress, &bar, &r, &err);
     if (bar.started) progress_end(&bar.bar);
     if (s) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
     for (int i = 0; i < r->n_skipped; i++) {
-        const eval_skip *k = &r->skipped[i];
+        const subq_eval_skip *k = &r->skipped[i];
         fprintf(stderr, "%s: budget %g%% (%.0f reads) is below %s's %.1f fixed reads; skipped\n", cmd, k->budget_pct,
-                k->budget_reads, k->completion == EVAL_SELECTION ? "selection" : "the hybrid", k->fixed_reads);
+                k->budget_reads, k->completion == SUBQ_EVAL_SELECTION ? "selection" : "the hybrid", k->fixed_reads);
     }
     /* --compare A,B: paired NLL difference of two named methods */
     int cmp_a = -2, cmp_b = -2;
@@ -481,7 +473,7 @@ int cmd_eval(int argc, char **argv) {
                            "and, with --complete, SELECTOR@K+phi)", compare);
             goto done;
         }
-        if (eval_compare(r, cmp_a, cmp_b, cfg.n_resamples, 23, &cmp[0], &cmp[1], &cmp[2], &err)) {
+        if (subq_eval_compare(r, cmp_a, cmp_b, cfg.n_resamples, 23, &cmp[0], &cmp[1], &cmp[2], &err)) {
             rc = cli_error(cmd, "%s", err.msg);
             goto done;
         }
@@ -490,9 +482,8 @@ int cmd_eval(int argc, char **argv) {
     if (json) print_json(&mo, &so, &cfg, r, cmp_a, cmp_b, compare ? cmp : NULL);
     else print_table(&cfg, r, cmp_a, cmp_b, compare ? cmp : NULL);
 done:
-    eval_result_free(r);
+    subq_eval_result_free(r);
     subq_context_free(c);
-    search_proj_free(proj);
     cli_sparse_free(&so);
     subq_model_free(m);
     return rc;

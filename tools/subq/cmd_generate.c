@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/timer.h"
 #include "cli.h"
 #include "cli_sparse.h"
 
@@ -98,7 +97,6 @@ int cmd_generate(int argc, char **argv) {
     }
     subq_model *m = NULL;
     subq_context *c = NULL;
-    search_proj *proj = NULL;
     subq_sampler *smp = NULL;
     int32_t *toks = NULL;
     size_t n_prompt = 0;
@@ -109,7 +107,7 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c, &proj)) {
+    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;
         goto done;
     }
@@ -141,7 +139,7 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     fflush(stdout);
-    double t0 = time_now_s();
+    double t0 = cli_now_s();
     int n_keep = 0;
     if (prompt_cache && !load_prompt_cache(prompt_cache, c, toks, (int)n_prompt, info.n_vocab, logits, &n_keep)) {
         rc = 1;
@@ -157,7 +155,7 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     }
-    double t1 = time_now_s();
+    double t1 = cli_now_s();
     int32_t prev = toks[n_prompt - 1];
     int n_gen = 0;
     while (n_gen < n_predict) {
@@ -180,7 +178,7 @@ int cmd_generate(int argc, char **argv) {
             break;
         }
     }
-    double t2 = time_now_s();
+    double t2 = cli_now_s();
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr, "subq generate: prompt %zu tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n",
@@ -192,7 +190,6 @@ done:
     free(toks);
     free(file_text);
     subq_context_free(c);
-    search_proj_free(proj);
     cli_sparse_free(&so);
     subq_model_free(m);
     return rc;

@@ -4,10 +4,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "gguf/gguf.h"
-#include "model/model.h"
-#include "quant/types.h"
-#include "select/selector.h"
 
 static const char *help =
     "usage: subq info -m FILE [--json] [--features]\n"
@@ -16,83 +12,53 @@ static const char *help =
     "  --json               machine-readable output\n"
     "  --features           list the optional features this build has\n";
 
-static void print_scalar(FILE *f, const gguf_value *v, int json) {
-    switch (v->type) {
-    case GGUF_TYPE_UINT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_UINT32: case GGUF_TYPE_UINT64:
-        fprintf(f, "%" PRIu64, v->v.u64);
+static void print_scalar(const subq_value *v, int json) {
+    switch (v->kind) {
+    case SUBQ_VALUE_UINT: printf("%" PRIu64, v->u); break;
+    case SUBQ_VALUE_INT: printf("%" PRId64, v->i); break;
+    case SUBQ_VALUE_FLOAT:
+        if (json) cli_json_num(stdout, v->f);
+        else printf("%.9g", v->f);
         break;
-    case GGUF_TYPE_INT8: case GGUF_TYPE_INT16: case GGUF_TYPE_INT32: case GGUF_TYPE_INT64:
-        fprintf(f, "%" PRId64, v->v.i64);
+    case SUBQ_VALUE_BOOL: fputs(v->u ? "true" : "false", stdout); break;
+    case SUBQ_VALUE_STRING:
+        if (json) cli_json_string(stdout, v->str, v->str_len);
+        else printf("\"%.*s\"%s", (int)(v->str_len > 60 ? 60 : v->str_len), v->str, v->str_len > 60 ? "..." : "");
         break;
-    case GGUF_TYPE_FLOAT32: case GGUF_TYPE_FLOAT64:
-        if (json) cli_json_num(f, v->v.f64);
-        else fprintf(f, "%.9g", v->v.f64);
-        break;
-    case GGUF_TYPE_BOOL:
-        fputs(v->v.b ? "true" : "false", f);
-        break;
-    case GGUF_TYPE_STRING:
-        if (json) cli_json_string(f, v->v.str.data, (size_t)v->v.str.len);
-        else fprintf(f, "\"%.*s\"%s", (int)(v->v.str.len > 60 ? 60 : v->v.str.len), v->v.str.data,
-                     v->v.str.len > 60 ? "..." : "");
-        break;
-    default:
-        fputs("null", f);
+    default: /* an array inside an array: its type and count only */
+        if (json) printf("{\"array\": \"%s\", \"n\": %" PRIu64 ", \"head\": []}", v->elem_type, v->n);
+        else printf("[%s x %" PRIu64 "]", v->elem_type, v->n);
     }
 }
 
-/* Arrays: element type, count and the first few elements. */
-static void print_value(FILE *f, const gguf_value *v, int json) {
-    if (v->type != GGUF_TYPE_ARRAY) {
-        print_scalar(f, v, json);
+/* Pair i's value; arrays: element type, count and the first few elements. */
+static void print_value(const subq_gguf *g, uint64_t i, const subq_value *v, int json) {
+    if (v->kind != SUBQ_VALUE_ARRAY) {
+        print_scalar(v, json);
         return;
     }
-    uint64_t n = v->v.arr.n, show = n < 8 ? n : 8;
-    if (json) fprintf(f, "{\"array\": \"%s\", \"n\": %" PRIu64 ", \"head\": [", gguf_type_name(v->v.arr.elem_type), n);
-    else fprintf(f, "[%s x %" PRIu64 "] ", gguf_type_name(v->v.arr.elem_type), n);
-    if (!json) fputc('[', f);
-    for (uint64_t i = 0; i < show; i++) {
-        if (i) fputs(", ", f);
-        if (v->v.arr.items) print_value(f, &v->v.arr.items[i], json);
-        else if ((v->v.arr.elem_type == GGUF_TYPE_FLOAT32 || v->v.arr.elem_type == GGUF_TYPE_FLOAT64) && json)
-            cli_json_num(f, gguf_arr_get_f64(v, i));
-        else if (v->v.arr.elem_type == GGUF_TYPE_FLOAT32 || v->v.arr.elem_type == GGUF_TYPE_FLOAT64)
-            fprintf(f, "%.9g", gguf_arr_get_f64(v, i));
-        else if (v->v.arr.elem_type == GGUF_TYPE_BOOL)
-            fputs(gguf_arr_get_i64(v, i) ? "true" : "false", f);
-        else
-            fprintf(f, "%" PRId64, gguf_arr_get_i64(v, i));
+    uint64_t show = v->n < 8 ? v->n : 8;
+    if (json) printf("{\"array\": \"%s\", \"n\": %" PRIu64 ", \"head\": [", v->elem_type, v->n);
+    else printf("[%s x %" PRIu64 "] [", v->elem_type, v->n);
+    for (uint64_t j = 0; j < show; j++) {
+        subq_value e;
+        if (j) fputs(", ", stdout);
+        if (subq_gguf_kv_item(g, i, j, &e, NULL) == SUBQ_OK) print_scalar(&e, json);
     }
-    if (json) fputs("]}", f);
-    else fprintf(f, "%s]", show < n ? ", ..." : "");
+    if (json) fputs("]}", stdout);
+    else printf("%s]", show < v->n ? ", ..." : "");
 }
 
 static int print_features(int json) {
     const char *names[] = {"openblas", "openmp", "faiss", "hnsw"};
     /* faiss is optional at build time; hnswlib is required by the build */
-    const int have[] = {1, 1, selector_kind_available(SELECT_FAISS), selector_kind_available(SELECT_HNSW)};
+    const int have[] = {1, 1, subq_selector_available(SUBQ_SELECT_FAISS), subq_selector_available(SUBQ_SELECT_HNSW)};
     for (size_t i = 0; i < 4; i++) {
         if (json) printf("%s\"%s\": %s", i ? ", " : "{", names[i], have[i] ? "true" : "false");
         else printf("%-10s %s\n", names[i], have[i] ? "yes" : "no");
     }
     if (json) printf("}\n");
     return 0;
-}
-
-/* The rope this build would run a model file with (scaling, frequency
- * factors), or why it would refuse it; NULL for files that are no model. */
-static const char *rope_in_use(const gguf_file *g, char *buf, size_t cap) {
-    char arch[32];
-    subq_error err = {0};
-    if (gguf_get_str(g, "general.architecture", arch, sizeof arch, &err)) return NULL;
-    int known = 0;
-    for (model_arch a = ARCH_LLAMA; a <= ARCH_QWEN3; a++) known |= !strcmp(arch, model_arch_name(a));
-    if (!known) return NULL;
-    model_hparams hp;
-    if (model_hparams_load(g, &hp, &err)) snprintf(buf, cap, "cannot run: %.480s", err.msg);
-    else rope_describe(&hp.rope, buf, cap);
-    model_hparams_free(&hp);
-    return buf;
 }
 
 int cmd_info(int argc, char **argv) {
@@ -117,58 +83,62 @@ int cmd_info(int argc, char **argv) {
     if (features) return print_features(json);
     if (!path) return cli_error(cmd, "no file given; use -m FILE.gguf");
     subq_error err = {0};
-    gguf_file *g;
-    if (gguf_open(path, &g, &err)) return cli_error(cmd, "%s", err.msg);
-    const uint64_t total = gguf_tensor_bytes(g);
-    char rope_buf[512];
-    const char *rope = rope_in_use(g, rope_buf, sizeof rope_buf);
+    subq_gguf *g;
+    if (subq_gguf_open(path, &g, &err)) return cli_error(cmd, "%s", err.msg);
+    subq_gguf_header h;
+    subq_gguf_get_header(g, &h);
+    char rope[512];
+    int has_rope = subq_gguf_describe_rope(g, rope, sizeof rope);
     if (json) {
         printf("{\"file\": ");
         cli_json_string(stdout, path, strlen(path));
-        if (rope) {
+        if (has_rope) {
             printf(", \"rope\": ");
             cli_json_string(stdout, rope, strlen(rope));
         }
         printf(", \"version\": %u, \"n_kv\": %" PRIu64 ", \"n_tensors\": %" PRIu64 ", \"alignment\": %" PRIu64
                ", \"tensor_bytes\": %" PRIu64 ",\n \"metadata\": {",
-               g->version, g->n_kv, g->n_tensors, g->alignment, total);
-        for (uint64_t i = 0; i < g->n_kv; i++) {
-            printf("%s\n  ", i ? "," : "");
-            cli_json_string(stdout, g->kv[i].key.data, (size_t)g->kv[i].key.len);
-            printf(": ");
-            print_value(stdout, &g->kv[i].value, 1);
-        }
-        printf("},\n \"tensors\": [");
-        for (uint64_t i = 0; i < g->n_tensors; i++) {
-            const gguf_tensor *t = &g->tensors[i];
-            const ggml_type_traits *tr = ggml_type_get(t->type);
-            printf("%s\n  {\"name\": ", i ? "," : "");
-            cli_json_string(stdout, t->name, strlen(t->name));
-            printf(", \"type\": \"%s\", \"shape\": [", tr ? tr->name : "?");
-            for (uint32_t d = 0; d < t->n_dims; d++) printf("%s%" PRIu64, d ? ", " : "", t->ne[d]);
-            printf("], \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t->offset, t->n_bytes);
-        }
-        printf("]}\n");
+               h.version, h.n_kv, h.n_tensors, h.alignment, h.tensor_bytes);
     } else {
-        printf("%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, %.2f MiB of tensor data\n", path,
-               g->version, g->n_kv, g->n_tensors, total / 1048576.0);
-        if (rope) printf("  rope in use: %s\n", rope);
-        for (uint64_t i = 0; i < g->n_kv; i++) {
-            printf("  %-44.*s ", (int)g->kv[i].key.len, g->kv[i].key.data);
-            print_value(stdout, &g->kv[i].value, 0);
-            printf("\n");
+        printf("%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, %.2f MiB of tensor data\n", path, h.version,
+               h.n_kv, h.n_tensors, h.tensor_bytes / 1048576.0);
+        if (has_rope) printf("  rope in use: %s\n", rope);
+    }
+    for (uint64_t i = 0; i < h.n_kv; i++) {
+        const char *key;
+        size_t key_len;
+        subq_value v;
+        if (subq_gguf_kv(g, i, &key, &key_len, &v, &err)) break;
+        if (json) {
+            printf("%s\n  ", i ? "," : "");
+            cli_json_string(stdout, key, key_len);
+            printf(": ");
+        } else {
+            printf("  %-44.*s ", (int)key_len, key);
         }
-        printf("\n  %-36s %-6s %-24s %12s\n", "tensor", "type", "shape", "bytes");
-        for (uint64_t i = 0; i < g->n_tensors; i++) {
-            const gguf_tensor *t = &g->tensors[i];
-            const ggml_type_traits *tr = ggml_type_get(t->type);
+        print_value(g, i, &v, json);
+        if (!json) printf("\n");
+    }
+    if (json) printf("},\n \"tensors\": [");
+    else printf("\n  %-36s %-6s %-24s %12s\n", "tensor", "type", "shape", "bytes");
+    for (uint64_t i = 0; i < h.n_tensors; i++) {
+        subq_gguf_tensor t;
+        if (subq_gguf_tensor_info(g, i, &t, &err)) break;
+        if (json) {
+            printf("%s\n  {\"name\": ", i ? "," : "");
+            cli_json_string(stdout, t.name, strlen(t.name));
+            printf(", \"type\": \"%s\", \"shape\": [", t.type_name);
+            for (uint32_t d = 0; d < t.n_dims; d++) printf("%s%" PRIu64, d ? ", " : "", t.ne[d]);
+            printf("], \"offset\": %" PRIu64 ", \"bytes\": %" PRIu64 "}", t.offset, t.n_bytes);
+        } else {
             char shape[64] = "";
             size_t o = 0;
-            for (uint32_t d = 0; d < t->n_dims && o < sizeof shape; d++)
-                o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%" PRIu64, d ? " x " : "", t->ne[d]);
-            printf("  %-36s %-6s %-24s %12" PRIu64 "\n", t->name, tr ? tr->name : "?", shape, t->n_bytes);
+            for (uint32_t d = 0; d < t.n_dims && o < sizeof shape; d++)
+                o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%" PRIu64, d ? " x " : "", t.ne[d]);
+            printf("  %-36s %-6s %-24s %12" PRIu64 "\n", t.name, t.type_name, shape, t.n_bytes);
         }
     }
-    gguf_close(g);
+    if (json) printf("]}\n");
+    subq_gguf_close(g);
     return 0;
 }

@@ -3,8 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
-#include "base/timer.h"
+#include "progress.h"
 #include "cli.h"
 #include "cli_sparse.h"
 
@@ -73,12 +72,11 @@ int cmd_perplexity(int argc, char **argv) {
     }
     subq_model *m = NULL;
     subq_context *c = NULL;
-    search_proj *proj = NULL;
     int32_t *toks = NULL;
     size_t n_toks = 0;
     int rc = 0;
-    so.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
-    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c, &proj)) {
+    so.plan.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
+    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;
         goto done;
     }
@@ -98,9 +96,9 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "subq perplexity: %zu tokens, %d chunks of %d, scoring %d tokens per chunk\n", n_toks,
                 n_chunks, mo.n_ctx, mo.n_ctx - 1 - mo.n_ctx / 2);
     subq_ppl_result res;
-    double t0 = time_now_s();
+    double t0 = cli_now_s();
     subq_status s = subq_perplexity(c, toks, n_toks, mo.n_ctx, max_chunks, on_chunk, &pp, &res, NULL, &err);
-    double el = time_now_s() - t0;
+    double el = cli_now_s() - t0;
     progress_end(&pp.bar);
     if (s) {
         rc = cli_error(cmd, "%s", err.msg);
@@ -125,7 +123,6 @@ done:
     free(toks);
     free(text);
     subq_context_free(c);
-    search_proj_free(proj);
     cli_sparse_free(&so);
     subq_model_free(m);
     return rc;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/progress.h"
+#include "progress.h"
 #include "cli.h"
 #include "cli_sparse.h"
 #include "cli_svg.h"
@@ -259,7 +259,6 @@ int cmd_recall(int argc, char **argv) {
     subq_model *m = NULL;
     subq_context *c = NULL;
     subq_recall *rec = NULL;
-    search_proj *proj = NULL;
     int rc = 0;
     /* the context holds the longest prompt and its answer */
     {
@@ -286,7 +285,7 @@ int cmd_recall(int argc, char **argv) {
     subq_model_free(m);
     m = NULL;
     mo.n_ctx = max_len + max_new;
-    if (!cli_load(cmd, &mo, &m, &c) || !cli_sparse_load(cmd, &so, m, &proj)) {
+    if (!cli_load(cmd, &mo, &m, &c) || !cli_sparse_load(cmd, &so, m)) {
         rc = 1;
         goto done;
     }
@@ -316,14 +315,10 @@ int cmd_recall(int argc, char **argv) {
                 }
                 for (int mi = 0; mi < n_methods && !rc; mi++) {
                     method *me = &methods[mi];
-                    attn_plan plan = cli_plan_with_kind(&so, me->full ? SELECT_EXACT : (selector_kind)me->kind);
-                    plan.sparse.top_k = me->k;
-                    plan.sparse.dense_prefill = !so.sparse_prefill;
-                    plan.sparse.complete = me->complete ? so.maps : NULL;
-                    context_clear_plan(c);
+                    subq_context_clear_plan(c);
                     subq_context_reset(c);
-                    if (!me->full && context_set_plan(c, &plan, proj, &err)) {
-                        rc = cli_error(cmd, "%s: %s", me->name, err.msg);
+                    if (!me->full && !cli_set_plan(cmd, &so, c, me->kind, me->k, me->complete)) {
+                        rc = 1;
                         break;
                     }
                     char answer[256];
@@ -346,7 +341,7 @@ int cmd_recall(int argc, char **argv) {
     progress_end(&bar);
     if (rc) goto done;
 
-    const char *prefill = so.sparse_prefill ? "sparse" : "dense";
+    const char *prefill = so.plan.sparse_prefill ? "sparse" : "dense";
     if (svg_dir) {
         for (int i = 0; i < n_methods && !rc; i++) {
             char path[4096], title[256];
@@ -368,8 +363,8 @@ int cmd_recall(int argc, char **argv) {
         cli_json_string(stdout, mo.model, strlen(mo.model));
         printf(", \"task\": \"%s\", \"prefill\": \"%s\", \"trials\": %d, \"seed\": %llu, \"sink\": %d, \"tail\": %d, "
                "\"lengths\": [",
-               subq_recall_task_name(rp.task), prefill, trials, (unsigned long long)rp.seed, so.plan.sparse.n_sink,
-               so.plan.sparse.n_tail);
+               subq_recall_task_name(rp.task), prefill, trials, (unsigned long long)rp.seed, so.plan.n_sink,
+               so.plan.n_tail);
         for (int l = 0; l < n_len; l++) printf("%s%d", l ? ", " : "", lengths[l]);
         printf("], \"depths\": [");
         for (int d = 0; d < n_dep; d++) printf("%s%g", d ? ", " : "", depths[d]);
@@ -399,7 +394,7 @@ int cmd_recall(int argc, char **argv) {
         printf("]}\n");
     } else {
         printf("%s recall, %d trials per cell, %s prefill, sink %d, tail %d\n", subq_recall_task_name(rp.task), trials,
-               prefill, so.plan.sparse.n_sink, so.plan.sparse.n_tail);
+               prefill, so.plan.n_sink, so.plan.n_tail);
         for (int i = 0; i < n_methods; i++) print_table(&methods[i], lengths, n_len, depths, n_dep, trials);
     }
 done:
@@ -410,7 +405,6 @@ done:
     }
     free(hay);
     subq_context_free(c);
-    search_proj_free(proj);
     cli_sparse_free(&so);
     subq_model_free(m);
     return rc;

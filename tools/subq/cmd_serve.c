@@ -28,38 +28,6 @@ static const char *help =
     "  --sparse-prefill     run prompts sparse too (default: dense prompt, sparse decode)\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
-/* The public plan of the sparse flags (the CLI parses them into the
- * library's internal plan; the server speaks only include/subq.h). */
-static subq_attn_plan public_plan(const cli_sparse_opts *o) {
-    subq_attn_plan p = subq_attn_plan_default();
-    const sparse_params *sp = &o->plan.sparse;
-    p.layers = o->plan.sparse_layers;
-    p.selector = (subq_selector_kind)sp->select.kind;
-    p.top_k = sp->top_k;
-    p.n_sink = sp->n_sink;
-    p.n_tail = sp->n_tail;
-    p.sparse_prefill = o->sparse_prefill;
-    p.hnsw_m = sp->select.hnsw_m;
-    p.hnsw_ef_construction = sp->select.hnsw_ef_construction;
-    p.hnsw_ef_search = sp->select.hnsw_ef_search;
-    p.quest_page = sp->select.quest_page;
-    p.search_f16 = sp->select.f16_keys;
-    p.seed = sp->select.seed;
-    return p;
-}
-
-/* --complete-heads entropy>=X -> X (-1 when not given); 0 on a bad value. */
-static int complete_threshold(const char *cmd, const cli_sparse_opts *o, float *x) {
-    *x = -1.0f;
-    if (!o->complete_heads) return 1;
-    if (!o->complete_file) return !cli_error(cmd, "--complete-heads needs --complete FILE");
-    const char *prefix = "entropy>=";
-    if (strncmp(o->complete_heads, prefix, strlen(prefix)) ||
-        !cli_parse_float(cmd, "--complete-heads", o->complete_heads + strlen(prefix), x) || *x < 0)
-        return !cli_error(cmd, "--complete-heads expects entropy>=X with X >= 0, got '%s'", o->complete_heads);
-    return 1;
-}
-
 /* The chat template: --chat-template NAME, else the model's, recognised;
  * -1 when the model has none (chat requests are refused then). */
 static int chat_template(const char *cmd, const subq_model *m, const char *name, int *out) {
@@ -126,7 +94,6 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!mo.model) return cli_error(cmd, "no model given; use -m FILE.gguf");
     if (hc.api_key && !*hc.api_key) return cli_error(cmd, "--api-key must not be empty");
-    if (so.search_file && so.random_search) return cli_error(cmd, "give either --search FILE or --random-search D, not both");
     /* the model's name as clients see it: the file name without .gguf, as llama-server does */
     const char *base = strrchr(mo.model, '/') ? strrchr(mo.model, '/') + 1 : mo.model;
     char name[256];
@@ -137,8 +104,6 @@ int cmd_serve(int argc, char **argv) {
     cfg.ctx.n_threads = mo.n_threads;
     cfg.ctx.kv_type = mo.kv_type;
     cfg.sparse = so.enabled;
-    cfg.plan = public_plan(&so);
-    if (!complete_threshold(cmd, &so, &cfg.plan.complete_min_entropy)) return 1;
 
     /* signals go to sigwait below, not to the threads started from here on */
     sigset_t stop, block;
@@ -151,8 +116,6 @@ int cmd_serve(int argc, char **argv) {
 
     subq_error err = {0};
     subq_model *m = NULL;
-    subq_search *search = NULL;
-    subq_complete *complete = NULL;
     serve_engine *e = NULL;
     serve_http *h = NULL;
     int rc = 1, port = 0;
@@ -160,14 +123,10 @@ int cmd_serve(int argc, char **argv) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if ((so.search_file && subq_search_load(so.search_file, m, &search, &err)) ||
-        (so.random_search && subq_search_random(m, so.plan.sparse_layers, so.random_search, 1, &search, &err)) ||
-        (so.complete_file && subq_complete_load(so.complete_file, m, &complete, &err))) {
-        cli_error(cmd, "%s", err.msg);
-        goto done;
-    }
-    cfg.search = search;
-    cfg.complete = complete;
+    if (!cli_sparse_load(cmd, &so, m)) goto done;
+    cfg.plan = so.plan;
+    cfg.search = so.search;
+    cfg.complete = so.complete;
     if (!chat_template(cmd, m, template_name, &cfg.chat_template)) goto done;
     if (serve_engine_new(m, &cfg, &e, &err)) {
         cli_error(cmd, "%s", err.msg);
@@ -191,8 +150,7 @@ done:
     if (e) serve_engine_stop(e); /* every request ends, so the connection threads can */
     serve_http_stop(h);
     serve_engine_free(e);
-    subq_complete_free(complete);
-    subq_search_free(search);
+    cli_sparse_free(&so);
     subq_model_free(m);
     return rc;
 }

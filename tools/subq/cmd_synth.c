@@ -3,8 +3,6 @@
 #include <string.h>
 
 #include "cli.h"
-#include "model/synth.h"
-#include "quant/types.h"
 
 static const char *help =
     "usage: subq synth --shape NAME --type TYPE -o OUT.gguf [-s SEED]\n"
@@ -22,7 +20,7 @@ int cmd_synth(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) {
-            printf(help, synth_shape_names());
+            printf(help, subq_synth_shapes());
             return 0;
         } else if (!strcmp(a, "--shape")) {
             if (!(shape = cli_value(cmd, argc, argv, &i))) return 1;
@@ -36,18 +34,10 @@ int cmd_synth(int argc, char **argv) {
             return cli_error(cmd, "unknown option '%s' (see subq synth --help)", a);
         }
     }
-    if (!shape || !out) return cli_error(cmd, "--shape and -o are required (shapes: %s)", synth_shape_names());
-    const synth_shape *sh = synth_find_shape(shape);
-    if (!sh) return cli_error(cmd, "unknown shape '%s' (known: %s)", shape, synth_shape_names());
-    uint32_t type = GGML_TYPE_COUNT;
-    for (uint32_t t = 0; t < GGML_TYPE_COUNT; t++) {
-        const ggml_type_traits *tr = ggml_type_get(t);
-        if (tr && strcmp(tr->name, type_name) == 0) type = t;
-    }
-    if (type == GGML_TYPE_COUNT) return cli_error(cmd, "unknown type '%s' (try f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", type_name);
+    if (!shape || !out) return cli_error(cmd, "--shape and -o are required (shapes: %s)", subq_synth_shapes());
     subq_error err = {0};
-    if (synth_write_model(sh, type, seed, out, &err)) return cli_error(cmd, "%s", err.msg);
-    fprintf(stderr, "subq synth: wrote %s (%s, %s weights, seed %llu)\n", out, sh->name, type_name,
+    if (subq_synth_model(shape, type_name, seed, out, &err)) return cli_error(cmd, "%s", err.msg);
+    fprintf(stderr, "subq synth: wrote %s (%s, %s weights, seed %llu)\n", out, shape, type_name,
             (unsigned long long)seed);
     return 0;
 }

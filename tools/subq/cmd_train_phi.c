@@ -1,20 +1,18 @@
 /* subq train-phi: learn the completion feature maps (phi_q per query head,
  * phi_k per KV head) by distillation from the frozen model's attention
  * logits over the mid region; and, with --diagnose, measure what the
- * completion does. The work is in phi_train_run
- * (src/train/complete/phi_train.h) and phi_diag_run
+ * completion does. The work is in subq_train_phi
+ * (src/train/complete/phi_train.h) and subq_complete_diagnose
  * (src/eval/complete_diag.h); this file parses options and prints. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "progress.h"
 #include "cli.h"
 #include "cli_train.h"
-#include "eval/complete_diag.h"
-#include "train/complete/phi_train.h"
 
-static void help(const phi_train_config *d) {
+static void help(const subq_train_phi_params *d) {
     fputs("usage: subq train-phi -m MODEL -o PHI.gguf [options] DATA...\n"
           "       subq train-phi -m MODEL --diagnose PHI.gguf -f TEXT [options]\n"
           "Learn the completion feature maps of top-K retrieval with linear-attention completion:\n"
@@ -26,7 +24,7 @@ static void help(const phi_train_config *d) {
           "Ctrl-C saves a checkpoint and exits; --resume continues.\n\n",
           stdout);
     cli_train_help_data();
-    const phi_loss_params *l = &d->loss;
+    const subq_phi_loss_params *l = &d->loss;
     printf("maps:\n"
            "  --layers LIST        layers to learn: 'all' or e.g. '1-4', '1,3,-1' (default 1--1: all but\n"
            "                       layer 0)\n"
@@ -67,23 +65,23 @@ static void help(const phi_train_config *d) {
 
 /* ---- training ------------------------------------------------------------- */
 
-static void step_text(char *buf, size_t cap, const train_step_stats *s) {
-    snprintf(buf, cap, "loss %.4f (kl %.4f |dlogZ| %.3f)", s->loss, s->part[PHI_PART_KL], s->part[PHI_PART_LSE]);
+static void step_text(char *buf, size_t cap, const subq_train_step_stats *s) {
+    snprintf(buf, cap, "loss %.4f (kl %.4f |dlogZ| %.3f)", s->loss, s->part[SUBQ_PHI_PART_KL], s->part[SUBQ_PHI_PART_LSE]);
 }
 
-static const char *const part_name[PHI_N_PARTS] = {"kl", "top", "fp", "z", "lse_err"};
+static const char *const part_name[SUBQ_PHI_N_PARTS] = {"kl", "top", "fp", "z", "lse_err"};
 
 static void json_parts(FILE *f, const double *part) {
-    for (int k = 0; k < PHI_N_PARTS; k++) fprintf(f, ", \"%s\": %.6f", part_name[k], part[k]);
+    for (int k = 0; k < SUBQ_PHI_N_PARTS; k++) fprintf(f, ", \"%s\": %.6f", part_name[k], part[k]);
 }
 
-static void json_eval(FILE *f, const train_eval_stats *e) {
+static void json_eval(FILE *f, const subq_train_eval_stats *e) {
     fprintf(f, "{\"type\": \"eval\", \"step\": %lld, \"n_seq\": %d, \"n_tokens\": %lld, \"loss\": %.6f", (long long)e->step,
             e->n_seq, (long long)e->n_tokens, e->loss);
     json_parts(f, e->part);
     fprintf(f, ", \"seconds\": %.3f, \"layers\": [", e->seconds);
     for (int i = 0; i < e->n_layers; i++) {
-        const train_eval_layer *L = &e->layers[i];
+        const subq_train_eval_layer *L = &e->layers[i];
         fprintf(f, "%s{\"layer\": %d, \"loss\": %.6f", i ? ", " : "", L->layer, L->loss);
         json_parts(f, L->part);
         fprintf(f, ", \"n_queries\": %lld}", (long long)L->n_queries);
@@ -91,20 +89,20 @@ static void json_eval(FILE *f, const train_eval_stats *e) {
     fprintf(f, "]}");
 }
 
-static void print_eval(const train_eval_stats *e, const void *arg) {
+static void print_eval(const subq_train_eval_stats *e, const void *arg) {
     (void)arg;
     fprintf(stderr, "eval @ step %lld: loss %.4f (kl %.4f top %.3f fp %.3f z %.3f |dlogZ| %.3f) on %d sequences, %.1f s\n",
             (long long)e->step, e->loss, e->part[0], e->part[1], e->part[2], e->part[3], e->part[4], e->n_seq, e->seconds);
     for (int i = 0; i < e->n_layers; i++) {
-        const train_eval_layer *L = &e->layers[i];
+        const subq_train_eval_layer *L = &e->layers[i];
         fprintf(stderr, "  layer %2d  loss %.4f  kl %.4f  top %.3f  fp %.3f  z %.3f  |dlogZ| %.3f\n", L->layer, L->loss,
                 L->part[0], L->part[1], L->part[2], L->part[3], L->part[4]);
     }
 }
 
-static subq_status run(subq_model *m, const train_corpus *data, const void *cfg, const train_hooks *hooks,
-                       train_result *res, subq_error *err) {
-    return phi_train_run(m, data, cfg, hooks, res, err);
+static subq_status run(subq_model *m, const subq_corpus *data, const void *cfg, const subq_train_hooks *hooks,
+                       subq_train_result *res, subq_error *err) {
+    return subq_train_phi(m, data, cfg, hooks, res, err);
 }
 
 /* ---- diagnostics ------------------------------------------------------------ */
@@ -129,7 +127,7 @@ static void json_ints(FILE *f, const char *name, const int *v, int n) {
     fprintf(f, "]");
 }
 
-static void json_cell(FILE *f, const phi_diag_cell *c, int nk, int nsk) {
+static void json_cell(FILE *f, const subq_complete_diag_cell *c, int nk, int nsk) {
     fprintf(f, "{\"n\": %lld, \"hmid\": ", (long long)c->n);
     json_num(f, c->hmid);
     json_list(f, "err_sel", c->err_sel, nk);
@@ -141,7 +139,7 @@ static void json_cell(FILE *f, const phi_diag_cell *c, int nk, int nsk) {
     fprintf(f, "}");
 }
 
-static void diag_json(const phi_diag_options *o, const phi_diag_report *r) {
+static void diag_json(const subq_complete_diag_options *o, const subq_complete_diag_report *r) {
     FILE *f = stdout;
     fprintf(f, "{\"maps\": ");
     cli_json_string(f, o->maps_path, strlen(o->maps_path));
@@ -184,7 +182,7 @@ static void diag_json(const phi_diag_options *o, const phi_diag_report *r) {
     fprintf(f, "}\n");
 }
 
-static void diag_text(const phi_diag_options *o, const phi_diag_report *r) {
+static void diag_text(const subq_complete_diag_options *o, const subq_complete_diag_report *r) {
     printf("completion diagnostics: %s on %d windows (%lld tokens), %lld (layer, head, query) records with |M| > %d, "
            "n_sink %d, n_tail %d, oracle top-K; %.1f s\n",
            o->maps_path, r->n_windows, (long long)r->n_tokens, (long long)r->n_records, r->min_mid, o->n_sink, o->n_tail,
@@ -218,7 +216,7 @@ static void diag_text(const phi_diag_options *o, const phi_diag_report *r) {
     for (int li = 0; li < r->n_sel; li++) {
         printf("layer %2d:", r->layers[li]);
         for (int h = 0; h < r->n_head; h++) {
-            const phi_diag_cell *x = &r->heads[li * r->n_head + h];
+            const subq_complete_diag_cell *x = &r->heads[li * r->n_head + h];
             printf("  h%d %.2f %.3f/%.3f %.2f", h, x->hmid, x->err_sel[0], x->err_hyb[0], x->share[0]);
         }
         printf("\n");
@@ -246,27 +244,27 @@ static void diag_stage(void *user, const char *name, int64_t total) {
 
 static void diag_progress(void *user, int64_t done) { progress_update(&((diag_bar *)user)->bar, done, NULL); }
 
-static int diagnose(const char *cmd, const cli_train *o, const phi_diag_options *dg) {
+static int diagnose(const char *cmd, const cli_train *o, const subq_complete_diag_options *dg) {
     diag_bar bar = {0};
-    const phi_diag_hooks hooks = {.user = &bar, .on_stage = diag_stage, .on_progress = diag_progress};
-    phi_diag_report r;
+    const subq_complete_diag_hooks hooks = {.user = &bar, .on_stage = diag_stage, .on_progress = diag_progress};
+    subq_complete_diag_report r;
     subq_error err = {0};
-    const subq_status s = phi_diag_run(o->m, o->data_set, dg, &hooks, &r, &err);
+    const subq_status s = subq_complete_diagnose(o->m, o->data_set, dg, &hooks, &r, &err);
     if (bar.started) progress_end(&bar.bar);
     if (s) return cli_error(cmd, "%s", err.msg);
     if (dg->annotate) fprintf(stderr, "%s: per-head mid-region entropies stored in %s\n", cmd, dg->maps_path);
     if (o->json) diag_json(dg, &r);
     else diag_text(dg, &r);
-    phi_diag_report_free(&r);
+    subq_complete_diag_report_free(&r);
     return 0;
 }
 
 int cmd_train_phi(int argc, char **argv) {
     const char *cmd = "train-phi", *dump = NULL;
-    phi_train_config cfg = phi_train_default_config();
+    subq_train_phi_params cfg = subq_train_phi_default_params();
     float tau = (float)cfg.loss.tau, l_kl = (float)cfg.loss.l_kl, l_top = (float)cfg.loss.l_top;
     float l_fp = (float)cfg.loss.l_fp, l_z = (float)cfg.loss.l_z, band = (float)cfg.loss.band, hub = (float)cfg.loss.huber;
-    phi_diag_options dg = {.windows = 32, .ks = {8, 16, 32}, .n_k = 3, .sel_ks = {8, 16, 24, 32, 48, 64, 96, 128, 192},
+    subq_complete_diag_options dg = {.windows = 32, .ks = {8, 16, 32}, .n_k = 3, .sel_ks = {8, 16, 24, 32, 48, 64, 96, 128, 192},
                            .n_sel_k = 9};
     cli_train o;
     cli_train_init(&o, cmd, &cfg.train, "1--1");
@@ -277,9 +275,9 @@ int cmd_train_phi(int argc, char **argv) {
             return 0;
         }
         int r = cli_train_option(&o, argc, argv, &i);
-        if (!r) r = cli_flag_int(cmd, "--d-phi", 1, PHI_MAX_DIM, argc, argv, &i, &cfg.d_phi);
-        if (!r) r = cli_flag_int(cmd, "--d-emb", 1, PHI_MAX_DIM, argc, argv, &i, &cfg.d_emb);
-        if (!r) r = cli_flag_int(cmd, "--d-hidden", 1, PHI_MAX_DIM, argc, argv, &i, &cfg.d_hidden);
+        if (!r) r = cli_flag_int(cmd, "--d-phi", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_phi);
+        if (!r) r = cli_flag_int(cmd, "--d-emb", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_emb);
+        if (!r) r = cli_flag_int(cmd, "--d-hidden", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_hidden);
         if (!r) r = cli_flag_float(cmd, "--wo-std", argc, argv, &i, &cfg.wo_std);
         if (!r) r = cli_flag_int(cmd, "--n-sink", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_sink);
         if (!r) r = cli_flag_int(cmd, "--n-tail", 1, 1 << 20, argc, argv, &i, &cfg.loss.n_tail);
@@ -293,8 +291,8 @@ int cmd_train_phi(int argc, char **argv) {
         if (!r) r = cli_flag_str(cmd, "--dump", argc, argv, &i, &dump);
         if (!r) r = cli_flag_str(cmd, "--diagnose", argc, argv, &i, &dg.maps_path);
         if (!r) r = cli_flag_int(cmd, "--windows", 1, 1 << 20, argc, argv, &i, &dg.windows);
-        if (!r) r = cli_flag_int_list(cmd, "--k-sweep", 0, PHI_DIAG_MAX_K, argc, argv, &i, dg.ks, &dg.n_k);
-        if (!r) r = cli_flag_int_list(cmd, "--sel-sweep", 0, PHI_DIAG_MAX_K, argc, argv, &i, dg.sel_ks, &dg.n_sel_k);
+        if (!r) r = cli_flag_int_list(cmd, "--k-sweep", 0, SUBQ_PHI_DIAG_MAX_K, argc, argv, &i, dg.ks, &dg.n_k);
+        if (!r) r = cli_flag_int_list(cmd, "--sel-sweep", 0, SUBQ_PHI_DIAG_MAX_K, argc, argv, &i, dg.sel_ks, &dg.n_sel_k);
         if (!r && !strcmp(a, "--ppl")) r = dg.ppl = 1;
         if (!r && !strcmp(a, "--annotate")) r = dg.annotate = 1;
         if (!r) return cli_error(cmd, "unknown option '%s' (see subq train-phi --help)", a);
@@ -322,7 +320,7 @@ int cmd_train_phi(int argc, char **argv) {
             dg.n_tail = cfg.loss.n_tail;
             rc = diagnose(cmd, &o, &dg);
         } else if (dump) {
-            rc = phi_train_dump(o.m, o.data_set, &cfg, dump, &err) ? cli_error(cmd, "%s", err.msg) : 0;
+            rc = subq_train_phi_dump(o.m, o.data_set, &cfg, dump, &err) ? cli_error(cmd, "%s", err.msg) : 0;
         } else {
             cli_train_ui ui = {.step_text = step_text, .print_eval = print_eval, .json_eval = json_eval};
             snprintf(ui.extra_json, sizeof ui.extra_json, "\"d_phi\": %d, \"d_emb\": %d, \"d_hidden\": %d", cfg.d_phi,

@@ -1,15 +1,14 @@
 /* subq train-search: learn search projections (W_Qs, W_Ks per layer) by
  * distillation from the frozen model's own attention. The work is done by
- * train_search_run (src/train/search/train_search.h); this file parses
+ * subq_train_search (src/train/search/train_search.h); this file parses
  * options and prints the task's figures (cli_train.h does the rest). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "cli_train.h"
-#include "train/search/train_search.h"
 
-static void help(const train_search_config *d) {
+static void help(const subq_train_search_params *d) {
     fputs("usage: subq train-search -m MODEL -o OUT.gguf [options] DATA...\n"
           "Learn per-layer search projections W_Qs, W_Ks (d_search x d_model) that map the normed\n"
           "hidden state entering attention to a space where a query's nearest keys are the keys\n"
@@ -43,7 +42,7 @@ static void help(const train_search_config *d) {
            "                       2 such keys are skipped. Evaluation uses the same set (below)\n"
            "  --init-std F         initial weights ~ N(0, F^2) (default %g)\n",
            d->d_search, d->loss.k_pos, (double)d->loss.tau, (double)d->loss.tau_kl, (double)d->loss.alpha,
-           (double)d->loss.beta, teacher_agg_name(d->loss.agg), d->loss.n_sink, d->loss.n_tail, (double)d->init_std);
+           (double)d->loss.beta, subq_teacher_agg_name(d->loss.agg), d->loss.n_sink, d->loss.n_tail, (double)d->init_std);
     cli_train_help_optim(&d->train);
     cli_train_help_eval(&d->train);
     fputs("  --eval-k LIST        K values for mass@K / recall@K of the learned space, the raw-QK\n"
@@ -58,26 +57,26 @@ static void help(const train_search_config *d) {
           stdout);
 }
 
-static void step_text(char *buf, size_t cap, const train_step_stats *s) {
+static void step_text(char *buf, size_t cap, const subq_train_step_stats *s) {
     snprintf(buf, cap, "loss %.4f (nce %.4f kl %.4f)", s->loss, s->part[0], s->part[1]);
 }
 
 /* mass / recall @K of one layer: learned, oracle, window */
 static const char *const metric_names[] = {"mass_learned", "mass_oracle", "mass_window",
                                            "recall_learned", "recall_oracle", "recall_window"};
-static double metric(const search_eval_acc *a, int what, int k) {
+static double metric(const subq_retrieval_eval *a, int what, int k) {
     const double *src[] = {a->mass_learned, a->mass_oracle, a->mass_window,
                            a->recall_learned, a->recall_oracle, a->recall_window};
     return src[what][k] / (a->n_queries[k] > 0 ? (double)a->n_queries[k] : 1.0);
 }
 
-static void json_eval(FILE *f, const train_eval_stats *e) {
+static void json_eval(FILE *f, const subq_train_eval_stats *e) {
     fprintf(f, "{\"type\": \"eval\", \"step\": %lld, \"n_seq\": %d, \"n_tokens\": %lld, \"loss\": %.6f, \"nce\": %.6f, "
                "\"kl\": %.6f, \"seconds\": %.3f, \"layers\": [",
             (long long)e->step, e->n_seq, (long long)e->n_tokens, e->loss, e->part[0], e->part[1], e->seconds);
     for (int i = 0; i < e->n_layers; i++) {
-        const train_eval_layer *L = &e->layers[i];
-        const search_eval_acc *a = &e->retrieval[i];
+        const subq_train_eval_layer *L = &e->layers[i];
+        const subq_retrieval_eval *a = &e->retrieval[i];
         fprintf(f, "%s{\"layer\": %d, \"nce\": %.6f, \"kl\": %.6f, \"n_queries\": %lld, \"k\": [", i ? ", " : "",
                 L->layer, L->part[0], L->part[1], (long long)L->n_queries);
         for (int k = 0; k < a->n_k; k++) fprintf(f, "%s%d", k ? ", " : "", a->k[k]);
@@ -94,16 +93,16 @@ static void json_eval(FILE *f, const train_eval_stats *e) {
     fprintf(f, "]}");
 }
 
-static void print_eval(const train_eval_stats *e, const void *arg) {
-    const search_loss_params *l = arg;
+static void print_eval(const subq_train_eval_stats *e, const void *arg) {
+    const subq_search_loss_params *l = arg;
     fprintf(stderr, "eval @ step %lld: loss %.4f (nce %.4f kl %.4f) on %d sequences, %lld tokens, %.1f s\n",
             (long long)e->step, e->loss, e->part[0], e->part[1], e->n_seq, (long long)e->n_tokens, e->seconds);
     if (l->n_sink > 0 || l->n_tail > 0)
         fprintf(stderr, "  (keys outside sink %d / tail %d only; mass = share of the teacher mass on those keys)\n",
                 l->n_sink, l->n_tail);
     for (int i = 0; i < e->n_layers; i++) {
-        const train_eval_layer *L = &e->layers[i];
-        const search_eval_acc *a = &e->retrieval[i];
+        const subq_train_eval_layer *L = &e->layers[i];
+        const subq_retrieval_eval *a = &e->retrieval[i];
         fprintf(stderr, "  layer %2d  nce %.3f kl %.3f  mass learned/oracle/window", L->layer, L->part[0], L->part[1]);
         for (int k = 0; k < a->n_k; k++)
             fprintf(stderr, " @%d %.3f/%.3f/%.3f", a->k[k], metric(a, 0, k), metric(a, 1, k), metric(a, 2, k));
@@ -114,14 +113,14 @@ static void print_eval(const train_eval_stats *e, const void *arg) {
     }
 }
 
-static subq_status run(subq_model *m, const train_corpus *data, const void *cfg, const train_hooks *hooks,
-                       train_result *res, subq_error *err) {
-    return train_search_run(m, data, cfg, hooks, res, err);
+static subq_status run(subq_model *m, const subq_corpus *data, const void *cfg, const subq_train_hooks *hooks,
+                       subq_train_result *res, subq_error *err) {
+    return subq_train_search(m, data, cfg, hooks, res, err);
 }
 
 int cmd_train_search(int argc, char **argv) {
     const char *cmd = "train-search", *dump = NULL, *agg = NULL;
-    train_search_config cfg = train_search_default_config();
+    subq_train_search_params cfg = subq_train_search_default_params();
     cli_train o;
     cli_train_init(&o, cmd, &cfg.train, "all");
     o.reserve = "0";
@@ -133,7 +132,7 @@ int cmd_train_search(int argc, char **argv) {
         }
         int r = cli_train_option(&o, argc, argv, &i);
         if (!r) r = cli_flag_str(cmd, "--reserve", argc, argv, &i, &o.reserve);
-        if (!r) r = cli_flag_int(cmd, "--d-search", 1, SEARCH_PROJ_MAX_D, argc, argv, &i, &cfg.d_search);
+        if (!r) r = cli_flag_int(cmd, "--d-search", 1, SUBQ_SEARCH_MAX_D, argc, argv, &i, &cfg.d_search);
         if (!r) r = cli_flag_int(cmd, "--k-pos", 1, 1 << 20, argc, argv, &i, &cfg.loss.k_pos);
         if (!r) r = cli_flag_float(cmd, "--tau", argc, argv, &i, &cfg.loss.tau);
         if (!r) r = cli_flag_float(cmd, "--tau-kl", argc, argv, &i, &cfg.loss.tau_kl);
@@ -143,15 +142,15 @@ int cmd_train_search(int argc, char **argv) {
         if (!r) r = cli_flag_int(cmd, "--sink", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_sink);
         if (!r) r = cli_flag_int(cmd, "--tail", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_tail);
         if (!r) r = cli_flag_float(cmd, "--init-std", argc, argv, &i, &cfg.init_std);
-        if (!r) r = cli_flag_int_list(cmd, "--eval-k", 1, SEARCH_EVAL_MAX_K, argc, argv, &i, cfg.eval_k, &cfg.n_eval_k);
+        if (!r) r = cli_flag_int_list(cmd, "--eval-k", 1, SUBQ_SEARCH_EVAL_MAX_K, argc, argv, &i, cfg.eval_k, &cfg.n_eval_k);
         if (!r) r = cli_flag_str(cmd, "--dump-teacher", argc, argv, &i, &dump);
         if (!r) return cli_error(cmd, "unknown option '%s' (see subq train-search --help)", a);
         if (r < 0) return 1;
     }
     if (agg) {
-        const int g = teacher_agg_parse(agg);
+        const int g = subq_teacher_agg_parse(agg);
         if (g < 0) return cli_error(cmd, "--head-agg expects max or mean, got '%s'", agg);
-        cfg.loss.agg = (teacher_agg)g;
+        cfg.loss.agg = (subq_teacher_agg)g;
     }
     if (!cli_train_check(&o, !dump, 1)) return 1;
     if (!(cfg.loss.tau > 0) || !(cfg.loss.tau_kl > 0)) return cli_error(cmd, "--tau and --tau-kl must be > 0");
@@ -162,7 +161,7 @@ int cmd_train_search(int argc, char **argv) {
     if (cli_train_load(&o, 0)) {
         subq_error err = {0};
         if (dump) {
-            rc = train_search_dump_teacher(o.m, o.data_set, &cfg, dump, &err) ? cli_error(cmd, "%s", err.msg) : 0;
+            rc = subq_train_search_dump(o.m, o.data_set, &cfg, dump, &err) ? cli_error(cmd, "%s", err.msg) : 0;
         } else {
             char note[256];
             cli_train_ui ui = {.step_text = step_text, .print_eval = print_eval, .json_eval = json_eval, .arg = &cfg.loss};

@@ -158,11 +158,11 @@ static double query_loss(const double *s, const double *sh, int n, const phi_los
         }
     }
     if (part) {
-        part[PHI_PART_KL] = kl;
-        part[PHI_PART_TOP] = top;
-        part[PHI_PART_FP] = fp;
-        part[PHI_PART_Z] = zterm;
-        part[PHI_PART_LSE] = fabs(x);
+        part[SUBQ_PHI_PART_KL] = kl;
+        part[SUBQ_PHI_PART_TOP] = top;
+        part[SUBQ_PHI_PART_FP] = fp;
+        part[SUBQ_PHI_PART_Z] = zterm;
+        part[SUBQ_PHI_PART_LSE] = fabs(x);
     }
     return p->l_kl * kl + w * (p->l_top * top + p->l_fp * fp + p->l_z * zterm);
 }
@@ -253,9 +253,9 @@ static int pair_head(const phi_dims *d, const phi_loss_params *p, int T, const i
                     sh[j - lo[t]] = mx + log(acc);
                 }
             }
-            double part[PHI_N_PARTS];
+            double part[SUBQ_PHI_N_PARTS];
             sums->loss += query_loss(S + (size_t)r * jmax + lo[t], sh, n, p, want_grad ? g : NULL, part, er, er + T);
-            for (int i = 0; i < PHI_N_PARTS; i++) sums->part[i] += part[i];
+            for (int i = 0; i < SUBQ_PHI_N_PARTS; i++) sums->part[i] += part[i];
             sums->n_queries++;
             if (!want_grad) continue;
             /* G_tj = g_j / Z_tj on the mid range, 0 elsewhere; direct pairs
@@ -361,7 +361,7 @@ subq_status phi_loss_layer(const phi_dims *d, const double *L, const float *q, c
     }
     for (int h = 0; h < nh; h++) {
         sums->loss += hs[h].loss;
-        for (int i = 0; i < PHI_N_PARTS; i++) sums->part[i] += hs[h].part[i];
+        for (int i = 0; i < SUBQ_PHI_N_PARTS; i++) sums->part[i] += hs[h].part[i];
         sums->n_queries += hs[h].n_queries;
     }
     free(hs);

@@ -28,24 +28,16 @@
 #include "complete/phi_maps.h"
 #include "subq.h"
 
-typedef struct phi_loss_params {
-    int n_sink, n_tail;          /* 4, 16 */
-    double tau;                  /* 1 */
-    double l_kl;                 /* 0.99 */
-    double l_top, l_fp, l_z;     /* 1, 2, 4 */
-    double band;                 /* Delta: 8 */
-    double huber;                /* delta: 1 */
-} phi_loss_params;
+typedef subq_phi_loss_params phi_loss_params;
 
 phi_loss_params phi_loss_default_params(void);
 
 /* Parts of one query's loss (unweighted) and the absolute log-partition
  * error |LSE(rh) - LSE(r)|. */
-enum { PHI_PART_KL, PHI_PART_TOP, PHI_PART_FP, PHI_PART_Z, PHI_PART_LSE, PHI_N_PARTS };
 
 typedef struct phi_loss_sums {
     double loss;                 /* sum of L_t */
-    double part[PHI_N_PARTS];    /* sums of the parts */
+    double part[SUBQ_PHI_N_PARTS];    /* sums of the parts */
     int64_t n_queries;           /* (head, query) pairs */
 } phi_loss_sums;
 
@@ -63,7 +55,7 @@ double phi_teacher_level(const phi_dims *d, const float *q, const float *k, cons
 
 /* L_t of one query over n >= 1 mid keys from teacher logits s[n] and student
  * logits sh[n]; writes dL_t/dsh into grad (when not NULL) and the parts into
- * part[PHI_N_PARTS] (when not NULL). */
+ * part[SUBQ_PHI_N_PARTS] (when not NULL). */
 double phi_query_loss(const double *s, const double *sh, int n, const phi_loss_params *p, double *grad, double *part);
 
 /* One layer of one sequence: q [T][n_head*head_dim] and k [T][n_head_kv*head_dim]

@@ -19,12 +19,7 @@
 #include "train/corpus.h"
 #include "train/trainer.h"
 
-typedef struct phi_train_config {
-    train_config train;         /* 500 steps, lr 1e-3, wd 0, warmup 50, eval/save every 100, eval_tokens 16384 */
-    int d_emb, d_hidden, d_phi; /* 32, 64, 32 */
-    phi_loss_params loss;       /* phi_loss_default_params() */
-    float wo_std;               /* 0.5: Wo ~ N(0, wo_std^2 / d_emb) */
-} phi_train_config;
+typedef subq_train_phi_params phi_train_config;
 
 phi_train_config phi_train_default_config(void);
 

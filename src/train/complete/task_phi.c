@@ -35,7 +35,7 @@ typedef struct phi_task {
     double *wd;                 /* double mirror of the weights, for the loss */
 } phi_task;
 
-static const char *const part_names[PHI_N_PARTS] = {"kl", "top", "fp", "z", "lse_err"};
+static const char *const part_names[SUBQ_PHI_N_PARTS] = {"kl", "top", "fp", "z", "lse_err"};
 
 static subq_status create(void *self, trainer *t, subq_error *err) {
     phi_task *k = self;
@@ -155,7 +155,7 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
                                        train ? t->gd + off : NULL, &ls, t->n_threads, err);
         if (s) return s;
         sums[i].loss += ls.loss;
-        for (int j = 0; j < PHI_N_PARTS; j++) sums[i].part[j] += ls.part[j];
+        for (int j = 0; j < SUBQ_PHI_N_PARTS; j++) sums[i].part[j] += ls.part[j];
         sums[i].n_queries += ls.n_queries;
     }
     return SUBQ_OK;
@@ -165,16 +165,16 @@ static int options(const void *self, train_option *o) {
     const phi_task *k = self;
     const phi_loss_params *l = &k->cfg->loss;
     int n = 0;
-    o[n++] = train_opt_u64("n_sink", "--n-sink", (uint64_t)l->n_sink);
-    o[n++] = train_opt_u64("n_tail", "--n-tail", (uint64_t)l->n_tail);
-    o[n++] = train_opt_f32("tau", "--tau", l->tau);
-    o[n++] = train_opt_f32("l_kl", "--l-kl", l->l_kl);
-    o[n++] = train_opt_f32("l_top", "--l-top", l->l_top);
-    o[n++] = train_opt_f32("l_fp", "--l-fp", l->l_fp);
-    o[n++] = train_opt_f32("l_z", "--l-z", l->l_z);
-    o[n++] = train_opt_f32("band", "--band", l->band);
-    o[n++] = train_opt_f32("huber", "--huber", l->huber);
-    o[n++] = train_opt_f32("wo_std", "--wo-std", k->cfg->wo_std);
+    o[n++] = train_opt_u64("n_sink", (uint64_t)l->n_sink);
+    o[n++] = train_opt_u64("n_tail", (uint64_t)l->n_tail);
+    o[n++] = train_opt_f32("tau", l->tau);
+    o[n++] = train_opt_f32("l_kl", l->l_kl);
+    o[n++] = train_opt_f32("l_top", l->l_top);
+    o[n++] = train_opt_f32("l_fp", l->l_fp);
+    o[n++] = train_opt_f32("l_z", l->l_z);
+    o[n++] = train_opt_f32("band", l->band);
+    o[n++] = train_opt_f32("huber", l->huber);
+    o[n++] = train_opt_f32("wo_std", k->cfg->wo_std);
     return n;
 }
 
@@ -199,14 +199,14 @@ static subq_status read_weights(void *self, trainer *t, const gguf_file *f, cons
     const phi_maps *q = ((phi_task *)self)->maps;
     phi_maps *p = NULL;
     subq_status s = phi_maps_read(f, path, &p, err);
-    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, "train-phi", err);
+    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, err);
     int same = !s && p->n_sel == q->n_sel && p->dims.d_phi == q->dims.d_phi && p->dims.d_emb == q->dims.d_emb &&
                p->dims.d_hidden == q->dims.d_hidden && p->layer_size == q->layer_size;
     for (int i = 0; same && i < q->n_sel; i++) same = p->layers[i] == q->layers[i];
     if (!s && !same)
         s = subq_fail(err, SUBQ_ERR_ARG,
                       "%s has d_phi %d, d_emb %d, d_hidden %d over %d layers; this run asks for %d, %d, %d over %d layers "
-                      "(resume with the same --d-phi / --d-emb / --d-hidden / --layers)",
+                      "(resume with the same map sizes and layers)",
                       path, p->dims.d_phi, p->dims.d_emb, p->dims.d_hidden, p->n_sel, q->dims.d_phi, q->dims.d_emb,
                       q->dims.d_hidden, q->n_sel);
     if (!s) memcpy(t->w, p->data, t->n_params * sizeof(float));
@@ -222,7 +222,7 @@ static void task_free(void *self) {
 
 static const train_task_ops phi_ops = {
     .prefix = "subq.phi",
-    .n_parts = PHI_N_PARTS,
+    .n_parts = SUBQ_PHI_N_PARTS,
     .part_names = part_names,
     .grad_f64 = 1,
     .create = create,
@@ -325,7 +325,7 @@ subq_status phi_train_dump(subq_model *m, const train_corpus *data, const phi_tr
         snprintf(name, sizeof name, "grad.%d", l);
         s = add_f32(w, s, name, g, (uint64_t)p->layer_size, 1, 1, err);
         sv[0] = sums[i].loss;
-        for (int k = 0; k < PHI_N_PARTS; k++) sv[1 + k] = sums[i].part[k];
+        for (int k = 0; k < SUBQ_PHI_N_PARTS; k++) sv[1 + k] = sums[i].part[k];
         sv[6] = (double)sums[i].n_queries;
         snprintf(name, sizeof name, "subq.phi.dump.%d.sums", l);
         if (!s && gguf_writer_set_arr(w, name, GGUF_TYPE_FLOAT64, sv, 7)) s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");

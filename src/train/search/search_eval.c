@@ -13,7 +13,7 @@
 
 void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
     memset(acc, 0, sizeof *acc);
-    if (n_k > SEARCH_EVAL_MAX_K) n_k = SEARCH_EVAL_MAX_K;
+    if (n_k > SUBQ_SEARCH_EVAL_MAX_K) n_k = SUBQ_SEARCH_EVAL_MAX_K;
     acc->n_k = n_k;
     for (int i = 0; i < n_k; i++) acc->k[i] = ks[i];
 }

@@ -24,18 +24,10 @@
 
 #include "train/search/search_loss.h"
 
-#define SEARCH_EVAL_MAX_K 16
 
-typedef struct search_eval_acc {
-    int n_k;
-    int k[SEARCH_EVAL_MAX_K];
-    int64_t n_queries[SEARCH_EVAL_MAX_K];
-    double mass_learned[SEARCH_EVAL_MAX_K], mass_oracle[SEARCH_EVAL_MAX_K];
-    double recall_learned[SEARCH_EVAL_MAX_K], recall_oracle[SEARCH_EVAL_MAX_K];
-    double mass_window[SEARCH_EVAL_MAX_K], recall_window[SEARCH_EVAL_MAX_K];
-} search_eval_acc;
+typedef subq_retrieval_eval search_eval_acc;
 
-/* Zero an accumulator for the given K values (at most SEARCH_EVAL_MAX_K). */
+/* Zero an accumulator for the given K values (at most SUBQ_SEARCH_EVAL_MAX_K). */
 void search_eval_init(search_eval_acc *acc, const int *ks, int n_k);
 
 /* Add one layer of one sequence (sums; divide by n_queries for means).

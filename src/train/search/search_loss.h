@@ -29,16 +29,7 @@
 #include "train/search/teacher.h"
 #include "subq.h"
 
-typedef struct search_loss_params {
-    float tau;        /* InfoNCE temperature (0.07) */
-    float tau_kl;     /* KL student temperature (1.0) */
-    float alpha;      /* InfoNCE weight (1) */
-    float beta;       /* KL weight (1) */
-    int k_pos;        /* teacher top-k positives (16) */
-    teacher_agg agg;  /* head aggregation of the teacher */
-    int n_sink;       /* first keys of each document left out of E_t (0; the runtime's default is 4) */
-    int n_tail;       /* most recent keys, the query included, left out of E_t (0; runtime: 16) */
-} search_loss_params;
+typedef subq_search_loss_params search_loss_params;
 
 /* One layer of one sequence, as captured at the attention seam. */
 typedef struct search_layer_data {

@@ -15,7 +15,7 @@ train_search_config train_search_default_config(void) {
         .d_search = 32,
         /* sink / tail: the sparse runtime's defaults (attn_plan_default), so the
          * space is trained on the keys it will be asked to rank */
-        .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = TEACHER_AGG_MAX,
+        .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = SUBQ_TEACHER_AGG_MAX,
                  .n_sink = 4, .n_tail = 16},
         .init_std = 0.02f,
         .eval_k = {8, 16, 32, 64},
@@ -49,7 +49,7 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
     if (!(l->alpha >= 0) || !(l->beta >= 0) || !(c->init_std >= 0))
         return subq_fail(err, SUBQ_ERR_ARG, "loss weights and init_std must be >= 0");
     if (l->n_sink < 0 || l->n_tail < 0) return subq_fail(err, SUBQ_ERR_ARG, "sink and tail must be >= 0");
-    if (c->n_eval_k < 0 || c->n_eval_k > SEARCH_EVAL_MAX_K) return subq_fail(err, SUBQ_ERR_ARG, "too many eval K values");
+    if (c->n_eval_k < 0 || c->n_eval_k > SUBQ_SEARCH_EVAL_MAX_K) return subq_fail(err, SUBQ_ERR_ARG, "too many eval K values");
     for (int i = 0; i < c->n_eval_k; i++)
         if (c->eval_k[i] < 1) return subq_fail(err, SUBQ_ERR_ARG, "eval K values must be >= 1");
     const model_hparams *hp = &t->model->hp;
@@ -108,16 +108,16 @@ static int options(const void *self, train_option *o) {
     const search_task *k = self;
     const search_loss_params *l = &k->cfg->loss;
     int n = 0;
-    o[n++] = train_opt_u64("k_pos", "--k-pos", (uint64_t)l->k_pos);
-    o[n++] = train_opt_str("head_agg", "--head-agg", teacher_agg_name(l->agg));
-    o[n++] = train_opt_f32("tau", "--tau", l->tau);
-    o[n++] = train_opt_f32("tau_kl", "--tau-kl", l->tau_kl);
-    o[n++] = train_opt_f32("alpha", "--alpha", l->alpha);
-    o[n++] = train_opt_f32("beta", "--beta", l->beta);
-    o[n++] = train_opt_f32("init_std", "--init-std", k->cfg->init_std);
+    o[n++] = train_opt_u64("k_pos", (uint64_t)l->k_pos);
+    o[n++] = train_opt_str("head_agg", teacher_agg_name(l->agg));
+    o[n++] = train_opt_f32("tau", l->tau);
+    o[n++] = train_opt_f32("tau_kl", l->tau_kl);
+    o[n++] = train_opt_f32("alpha", l->alpha);
+    o[n++] = train_opt_f32("beta", l->beta);
+    o[n++] = train_opt_f32("init_std", k->cfg->init_std);
     /* the retrieval-eligible key set (keys the runtime always attends are left out) */
-    o[n++] = train_opt_u64_since("n_sink", "--sink", (uint64_t)l->n_sink, 0);
-    o[n++] = train_opt_u64_since("n_tail", "--tail", (uint64_t)l->n_tail, 0);
+    o[n++] = train_opt_u64_since("n_sink", (uint64_t)l->n_sink, 0);
+    o[n++] = train_opt_u64_since("n_tail", (uint64_t)l->n_tail, 0);
     return n;
 }
 
@@ -142,13 +142,13 @@ static subq_status read_weights(void *self, trainer *t, const gguf_file *f, cons
     const search_proj *q = ((search_task *)self)->proj;
     search_proj *p = NULL;
     subq_status s = search_proj_read(f, path, &p, err);
-    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, "train-search", err);
+    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, err);
     int same_layers = !s && p->n_sel == q->n_sel;
     for (int i = 0; same_layers && i < q->n_sel; i++) same_layers = p->layers[i] == q->layers[i];
     if (!s && (p->d_search != q->d_search || !same_layers || p->n_embd != q->n_embd))
         s = subq_fail(err, SUBQ_ERR_ARG,
                       "%s has d_search %d over %d layers; this run asks for d_search %d over %d layers "
-                      "(resume with the same --d-search / --layers / --reserve)",
+                      "(resume with the same search width and layers)",
                       path, p->d_search, p->n_sel, q->d_search, q->n_sel);
     if (!s) memcpy(t->w, p->data, t->n_params * sizeof(float));
     search_proj_free(p);
@@ -254,9 +254,9 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
                                    cfg->loss.n_tail, &acc, tr.n_threads, err)))
             break;
         char key[128];
-        double ml[SEARCH_EVAL_MAX_K], mo[SEARCH_EVAL_MAX_K], rl[SEARCH_EVAL_MAX_K], ro[SEARCH_EVAL_MAX_K];
-        double mw[SEARCH_EVAL_MAX_K], rw[SEARCH_EVAL_MAX_K];
-        int64_t nq[SEARCH_EVAL_MAX_K];
+        double ml[SUBQ_SEARCH_EVAL_MAX_K], mo[SUBQ_SEARCH_EVAL_MAX_K], rl[SUBQ_SEARCH_EVAL_MAX_K], ro[SUBQ_SEARCH_EVAL_MAX_K];
+        double mw[SUBQ_SEARCH_EVAL_MAX_K], rw[SUBQ_SEARCH_EVAL_MAX_K];
+        int64_t nq[SUBQ_SEARCH_EVAL_MAX_K];
         for (int k = 0; k < acc.n_k; k++) {
             double d = acc.n_queries[k] > 0 ? (double)acc.n_queries[k] : 1.0;
             ml[k] = acc.mass_learned[k] / d;

@@ -6,11 +6,11 @@
 
 #include "base/error.h"
 
-const char *teacher_agg_name(teacher_agg a) { return a == TEACHER_AGG_MEAN ? "mean" : "max"; }
+const char *teacher_agg_name(teacher_agg a) { return a == SUBQ_TEACHER_AGG_MEAN ? "mean" : "max"; }
 
 int teacher_agg_parse(const char *s) {
-    if (!strcmp(s, "max")) return TEACHER_AGG_MAX;
-    if (!strcmp(s, "mean")) return TEACHER_AGG_MEAN;
+    if (!strcmp(s, "max")) return SUBQ_TEACHER_AGG_MAX;
+    if (!strcmp(s, "mean")) return SUBQ_TEACHER_AGG_MEAN;
     return -1;
 }
 
@@ -70,7 +70,7 @@ static void teacher_row_mid_logdomain(const float *q_t, const float *kt, int T, 
                 float lp = scratch[off + i] - lse;
                 if (pass == 0) {
                     if (lp > G) G = lp;
-                } else if (agg == TEACHER_AGG_MEAN) {
+                } else if (agg == SUBQ_TEACHER_AGG_MEAN) {
                     p[i] += expf(lp - G); /* the 1/n_head factor cancels in the renormalisation */
                 } else {
                     float v = expf(lp - G);
@@ -103,7 +103,7 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
             sum += scratch[i];
         }
         float inv = 1.0f / sum;
-        if (agg == TEACHER_AGG_MEAN) {
+        if (agg == SUBQ_TEACHER_AGG_MEAN) {
             float w = inv / (float)sh->n_head;
             for (int i = 0; i < m; i++) p[i] += scratch[off + i] * w;
         } else {
@@ -115,7 +115,7 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
     }
     /* max: renormalise the per-key maxima to a distribution; restricted: renormalise over lo..hi.
      * (mean over the whole range already sums to 1 and is left as is, as it always was.) */
-    if (agg == TEACHER_AGG_MAX || restricted) {
+    if (agg == SUBQ_TEACHER_AGG_MAX || restricted) {
         float sum = 0.0f;
         for (int i = 0; i < m; i++) sum += p[i];
         if (!(sum >= FLT_MIN)) { /* all (or all but denormal) mass underflowed: redo in the log domain */

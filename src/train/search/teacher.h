@@ -23,7 +23,7 @@
 
 #include "subq.h"
 
-typedef enum teacher_agg { TEACHER_AGG_MAX = 0, TEACHER_AGG_MEAN = 1 } teacher_agg;
+typedef subq_teacher_agg teacher_agg;
 
 /* "max" / "mean"; parse returns -1 for anything else. */
 const char *teacher_agg_name(teacher_agg a);

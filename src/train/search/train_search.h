@@ -28,15 +28,7 @@
 #include "train/search/search_loss.h"
 #include "train/trainer.h"
 
-typedef struct train_search_config {
-    train_config train;         /* 1000 steps, lr 1e-4, wd 0.01, warmup 100, eval/save every 200, eval_tokens 32768 */
-    int d_search;               /* 32 (128 is the better choice for d_model >= 1024) */
-    search_loss_params loss;    /* tau .07, tau_kl 1, alpha 1, beta 1, k_pos 16, max, n_sink 4, n_tail 16;
-                                 * n_sink / n_tail also restrict the evaluation's key set */
-    float init_std;             /* 0.02 */
-    int eval_k[SEARCH_EVAL_MAX_K];
-    int n_eval_k;               /* 8, 16, 32, 64 */
-} train_search_config;
+typedef subq_train_search_params train_search_config;
 
 /* The defaults listed above; 1000 steps (layers and out_path left empty). */
 train_search_config train_search_default_config(void);

@@ -1,22 +1,22 @@
 #define _POSIX_C_SOURCE 200809L
-#include "base/progress.h"
+#include "progress.h"
 
 #include <stdio.h>
 #include <unistd.h>
 
-#include "base/timer.h"
+#include "cli.h"
 
 void progress_begin(progress *p, const char *label, int64_t total) {
     p->label = label;
     p->total = total > 0 ? total : 1;
     p->enabled = isatty(fileno(stderr));
-    p->t_start = time_now_s();
+    p->t_start = cli_now_s();
     p->t_last_draw = 0;
 }
 
 void progress_update(progress *p, int64_t done, const char *extra) {
     if (!p->enabled) return;
-    double now = time_now_s();
+    double now = cli_now_s();
     if (done < p->total && now - p->t_last_draw < 0.1) return; /* redraw at most 10x/s */
     p->t_last_draw = now;
     const int width = 30;

@@ -1,6 +1,6 @@
 /* Progress bar on stderr, drawn only when stderr is a terminal. */
-#ifndef SUBQ_BASE_PROGRESS_H
-#define SUBQ_BASE_PROGRESS_H
+#ifndef SUBQ_CLI_PROGRESS_H
+#define SUBQ_CLI_PROGRESS_H
 
 #include <stdint.h>
 
