@@ -5,7 +5,9 @@
  *  - candidates never include a future key, another document's key, a sink
  *    or a tail slot (block-causal packing with restarting positions);
  *  - with no sinks and no tail, a query attends exactly the K retrieved keys
- *    (its own among the candidates), and with K >= n equals full attention. */
+ *    (its own among the candidates), and with K >= n equals full attention;
+ *  - per-layer top-K (topk_layers) layers are exact selections of their K
+ *    whatever the plan's selector and layer list say. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +188,36 @@ int main(void) {
     plan.sparse_layers = "1-4";
     CHECK(run(&plan, proj, 0, 0, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "at least one key"),
           "K 0, sink 0, tail 0 must be refused: '%s'", err.msg);
+
+    /* 5. per-layer top-K: "1-4:8" under another selector and no sparse
+     * layers is the exact selector at K = 8 on layers 1-4 (same candidates,
+     * same logits); a K >= n there is full attention; lists are parsed as
+     * written and a layer without projections is refused. */
+    attn_plan_default(&plan);
+    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
+    plan.sparse.top_k = 8;
+    plan.sparse_layers = "1-4";
+    CHECK(!run(&plan, proj, 1, 0, dec, cand_b, &err), "exact K=8: %s", err.msg);
+    selector_params_default(&plan.sparse.select, SELECT_WINDOW, 16);
+    plan.sparse_layers = "none";
+    plan.topk_layers = "1-4:8";
+    CHECK(!run(&plan, proj, 1, 0, got, cand_a, &err), "topk_layers 1-4:8: %s", err.msg);
+    CHECK(!memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) && max_rel(got, dec, (size_t)N_TOK * V) == 0,
+          "topk_layers 1-4:8 differs from exact K=8 on layers 1-4");
+    plan.topk_layers = "1-2:160,3:200,-1:500";
+    rel = run(&plan, proj, 1, 0, got, NULL, &err) ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
+    CHECK(rel < 1e-5, "topk_layers with K >= n: rel %.2e %s", rel, err.msg);
+    plan.topk_layers = "0:8";
+    CHECK(run(&plan, proj, 1, 0, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "per-layer top-K"),
+          "a per-layer top-K on a layer without projections must be refused: '%s'", err.msg);
+    int topk[5];
+    CHECK(!attn_topk_layers_parse("0:2048,2-3:7,-1:1", 5, topk, &err) && topk[0] == 2048 && topk[1] == -1 &&
+              topk[2] == 7 && topk[3] == 7 && topk[4] == 1,
+          "topk_layers parse: %d %d %d %d %d %s", topk[0], topk[1], topk[2], topk[3], topk[4], err.msg);
+    const char *bad_lists[] = {"0", "0:", "0:x", ":8", "0:-1", "0:8,", "9:8", "0:8;1:8", "0:8:9"};
+    for (int i = 0; i < (int)(sizeof bad_lists / sizeof bad_lists[0]); i++)
+        CHECK(attn_topk_layers_parse(bad_lists[i], 5, topk, &err) == SUBQ_ERR_ARG, "'%s' must be refused",
+              bad_lists[i]);
 
     free(cand_a);
     free(cand_b);

@@ -19,13 +19,13 @@ subq_status attn_topk_layers_parse(const char *s, int n_layer, int *topk, subq_e
     unsigned char *mask = malloc((size_t)n_layer);
     char item[64];
     subq_status rc = mask ? SUBQ_OK : subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    for (const char *p = s; !rc && *p;) {
-        /* one "LAYERS:K" item */
+    for (const char *p = s; !rc;) {
+        /* one "LAYERS:K" item, K decimal digits */
         size_t n = strcspn(p, ",");
         const char *colon = memchr(p, ':', n);
         char *end = NULL;
-        long k = colon ? strtol(colon + 1, &end, 10) : -1;
-        if (!colon || (size_t)(colon - p) >= sizeof item || end != p + n || k < 0 || k > (1 << 24)) {
+        long k = colon && colon[1] >= '0' && colon[1] <= '9' ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == p || (size_t)(colon - p) >= sizeof item || end != p + n || k < 0 || k > (1 << 24)) {
             rc = subq_fail(err, SUBQ_ERR_ARG, "bad per-layer top-K list '%s': expected e.g. '0:2048,1:1024' or "
                            "'0-1:2048,-1:512'", s);
             break;
@@ -35,7 +35,8 @@ subq_status attn_topk_layers_parse(const char *s, int n_layer, int *topk, subq_e
         if ((rc = layers_parse(item, n_layer, mask, err))) break;
         for (int l = 0; l < n_layer; l++)
             if (mask[l]) topk[l] = (int)k;
-        p += n + (p[n] == ',');
+        if (!p[n]) break;
+        p += n + 1;
     }
     free(mask);
     return rc;
