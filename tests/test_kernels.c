@@ -166,7 +166,7 @@ static void check_codes(const char *name, const kernels *K) {
     uint64_t rng = rng_seed(17);
     enum { ROWS = 23, DMAX = 320 };
     static int8_t q[DMAX], val[ROWS][DMAX];
-    static uint8_t codes[ROWS * DMAX];
+    static uint8_t codes[ROWS * (DMAX + 16)]; /* rows 16 bytes apart beyond their codes */
     int32_t idx[ROWS], out[ROWS];
     int bad = 0;
     const int ds[] = {32, 96, 64, 128, 320}, counts[] = {1, 3, 4, 5, 9, 23};
