@@ -199,8 +199,9 @@ int32_t subq_sampler_sample(subq_sampler *s, float *logits, int n_vocab);
 /* How a sparse layer picks the keys each query attends to besides the
  * sinks and the recent tail. exact, hnsw and faiss rank keys in the learned
  * search space (they need search projections); quest bounds pages of native
- * keys, oracle takes the exact top-K of the head-mean native q.k, window
- * retrieves the K most recent keys before the tail. */
+ * keys (each query head its own pages, as in Quest), oracle takes the exact
+ * top-K of a native score (subq_oracle_kind), window retrieves the K most
+ * recent keys before the tail. */
 typedef enum subq_selector_kind {
     SUBQ_SELECT_EXACT = 0,
     SUBQ_SELECT_HNSW,
@@ -234,6 +235,23 @@ const char *subq_score_name(subq_score s);
 int subq_scan_parse(const char *name);
 const char *subq_scan_name(subq_scan s);
 
+/* What the oracle selector ranks:
+ *   HEADMEAN_DOT     the head-mean of the heads' logits, (1/H) sum_h q_h . k
+ *   HEADMEAN_COSINE  the cosine of the head-mean q and the head-mean k
+ *                    (ann-sparseattention's raw-QK oracle)
+ *   PER_HEAD         each query head its own exact top-K of q_h . k, and
+ *                    each head attends its own keys */
+typedef enum subq_oracle_kind {
+    SUBQ_ORACLE_HEADMEAN_DOT = 0,
+    SUBQ_ORACLE_HEADMEAN_COSINE,
+    SUBQ_ORACLE_PER_HEAD,
+    SUBQ_ORACLE_COUNT
+} subq_oracle_kind;
+
+/* "headmean-dot", "headmean-cosine", "per-head" -> kind; -1 when unknown. */
+int subq_oracle_parse(const char *name);
+const char *subq_oracle_name(subq_oracle_kind k);
+
 typedef struct subq_attn_plan {
     /* layers to make sparse: "all", "1-4", "2--3" (negative counts from the
      * end), comma lists; NULL: the layers that have search projections, or
@@ -254,6 +272,9 @@ typedef struct subq_attn_plan {
                                       attend densely and only their keys are indexed (0) */
     int hnsw_m, hnsw_ef_construction, hnsw_ef_search; /* 32, 40, 64 */
     int quest_page;                /* tokens per Quest page (16) */
+    int quest_headmean;            /* quest: 1 = one page set per query from the bound of the
+                                      head-mean q.k; 0 = each query head its own pages (0) */
+    subq_oracle_kind oracle;       /* oracle: what it ranks (SUBQ_ORACLE_HEADMEAN_DOT) */
     int search_f16;                /* exact, hnsw: keep search keys in f16 (0) */
     subq_score score;              /* exact, hnsw, faiss: ranking (cosine) */
     subq_scan scan;                /* exact: what the scan reads (full) */
@@ -279,6 +300,56 @@ void subq_search_free(subq_search *s);
 /* Width of the search space; whether layer l has projections. */
 int subq_search_d(const subq_search *s);
 int subq_search_has_layer(const subq_search *s, int layer);
+/* The top-K a merged model file asks for ({arch}.attention.indexer.top_k);
+ * 0 when the projections carry none. */
+int subq_search_top_k(const subq_search *s);
+
+/* ---- search projections inside model files --------------------------- */
+
+/* ann-sparseattention's llama.cpp runtime reads learned projections merged
+ * into the model GGUF: blk.{i}.indexer.proj.weight (W_Qs) and
+ * blk.{i}.indexer.attn_k.weight (W_Ks), f16, ne = {d_model, d_search}, with
+ * {arch}.attention.indexer.head_count (1), .key_length (d_search) and .top_k
+ * and ann_sparse.layers. subq reads such a model (matrices in any element
+ * type it can dequantise, so a merged model re-quantised by llama-quantize
+ * too), writes one from a projection file and extracts the projections back. Merged projections do not change the model's fingerprint, so files
+ * made for the base model fit the merged one and the other way round. */
+
+/* What a GGUF file carries: a projection file (merged = 0) or a model file
+ * with merged projections (merged = 1). SUBQ_ERR_RANGE when it carries none;
+ * malformed projections give the error loading them would. */
+typedef struct subq_search_info {
+    int merged;
+    int d_search;
+    int n_layers;          /* layers with projections ... */
+    char layers[256];      /* ... as a layer list, e.g. "3-34" or "4,8,12" */
+    int top_k;             /* merged: {arch}.attention.indexer.top_k; 0 when absent */
+    char type[8];          /* element type of the matrices ("f32", "f16", "q8_0", ...; "mixed") */
+    char arch[32];         /* merged: the model's architecture ("qwen3", ...) */
+} subq_search_info;
+subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_error *err);
+
+/* The projections merged into m's own file; *out is NULL (and SUBQ_OK) when
+ * it carries none. */
+subq_status subq_search_from_model(const subq_model *m, subq_search **out, subq_error *err);
+
+typedef struct subq_merge_params {
+    int top_k;             /* written as {arch}.attention.indexer.top_k (128, the merge script's default) */
+    const char *type;      /* "f16" (as the merge script writes), "f32" or "bf16" */
+} subq_merge_params;
+subq_merge_params subq_merge_default_params(void);
+
+/* Write the model file model_path with the projections of search_path (a
+ * projection file made for this model, or another merged model file of the
+ * same weights) merged in, to out_path, atomically: every tensor and key of
+ * the model unchanged, earlier merged projections replaced, the projection
+ * file's subq.search.* metadata carried along. */
+subq_status subq_search_merge(const char *model_path, const char *search_path, const subq_merge_params *p,
+                              const char *out_path, subq_error *err);
+/* Write the projections merged into merged_path as a projection file (for
+ * the model's weights, with the metadata a merge carried), atomically.
+ * SUBQ_ERR_RANGE when it carries none. */
+subq_status subq_search_split(const char *merged_path, const char *out_path, subq_error *err);
 
 /* Completion maps (learned positive feature maps that add the attention
  * mass of the keys a sparse layer does not retrieve), for one model. */

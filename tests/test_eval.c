@@ -308,6 +308,7 @@ static attn_plan plan_of(const eval_method *m, const char *layers) {
     p.sparse.n_tail = TAIL;
     p.sparse.dense_prefill = 0;
     selector_params_default(&p.sparse.select, (selector_kind)m->select, 0);
+    p.sparse.select.quest_headmean = 1; /* one candidate set per query: the record is what attention used */
     p.sparse.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : maps;
     return p;
 }
@@ -541,6 +542,7 @@ int main(void) {
     cfg.eval_files = files, cfg.n_eval_files = 1, cfg.ctx = CTX;
     cfg.selectors = kinds, cfg.n_selectors = 5, cfg.ks = ks, cfg.n_k = 2;
     cfg.n_sink = SINK, cfg.n_tail = TAIL, cfg.proj = proj, cfg.maps = maps, cfg.per_layer = 1;
+    cfg.select.quest_headmean = 1; /* as plan_of (per-head Quest: tests/test_select_heads.c) */
     eval_result *r;
     if (eval_run(ctx, &cfg, NULL, NULL, &r, &err)) {
         CHECK(0, "eval: %s", err.msg);

@@ -20,11 +20,20 @@ _Static_assert((int)SUBQ_SCORE_COSINE == (int)SELECT_SCORE_COSINE && (int)SUBQ_S
                    (int)SUBQ_SCAN_COUNT == (int)SELECT_SCAN_COUNT,
                "public and internal scores and scans must agree");
 
+_Static_assert((int)SUBQ_ORACLE_HEADMEAN_DOT == (int)ORACLE_HEADMEAN_DOT &&
+                   (int)SUBQ_ORACLE_HEADMEAN_COSINE == (int)ORACLE_HEADMEAN_COSINE &&
+                   (int)SUBQ_ORACLE_PER_HEAD == (int)ORACLE_PER_HEAD && (int)SUBQ_ORACLE_COUNT == (int)ORACLE_KIND_COUNT,
+               "public and internal oracle kinds must agree");
+
 int subq_selector_parse(const char *name) { return selector_kind_parse(name); }
 int subq_score_parse(const char *name) { return select_score_parse(name); }
 const char *subq_score_name(subq_score s) { return select_score_name((select_score)s); }
 int subq_scan_parse(const char *name) { return select_scan_parse(name); }
 const char *subq_scan_name(subq_scan s) { return select_scan_name((select_scan)s); }
+
+int subq_oracle_parse(const char *name) { return oracle_kind_parse(name); }
+
+const char *subq_oracle_name(subq_oracle_kind k) { return oracle_kind_name((oracle_kind)k); }
 
 const char *subq_selector_name(subq_selector_kind k) { return selector_kind_name((selector_kind)k); }
 
@@ -52,6 +61,8 @@ subq_attn_plan subq_attn_plan_default(void) {
         .hnsw_ef_construction = sp->hnsw_ef_construction,
         .hnsw_ef_search = sp->hnsw_ef_search,
         .quest_page = sp->quest_page,
+        .quest_headmean = sp->quest_headmean,
+        .oracle = (subq_oracle_kind)sp->oracle,
         .search_f16 = sp->f16_keys,
         .score = (subq_score)sp->score,
         .scan = (subq_scan)sp->scan,
@@ -64,6 +75,8 @@ subq_attn_plan subq_attn_plan_default(void) {
 subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_error *err) {
     if ((int)p->selector < 0 || p->selector >= SUBQ_SELECT_COUNT)
         return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->selector);
+    if ((int)p->oracle < 0 || p->oracle >= SUBQ_ORACLE_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "unknown oracle kind %d", (int)p->oracle);
     attn_plan_default(out);
     out->sparse_layers = p->layers;
     out->topk_layers = p->topk_layers;
@@ -77,6 +90,8 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.hnsw_ef_construction = p->hnsw_ef_construction;
     sp->select.hnsw_ef_search = p->hnsw_ef_search;
     sp->select.quest_page = p->quest_page;
+    sp->select.quest_headmean = p->quest_headmean != 0;
+    sp->select.oracle = (oracle_kind)p->oracle;
     sp->select.f16_keys = p->search_f16;
     sp->select.score = (select_score)p->score;
     sp->select.scan = (select_scan)p->scan;
@@ -147,6 +162,19 @@ void subq_search_free(subq_search *s) {
     search_proj_free(s->proj);
     free(s);
 }
+
+subq_status subq_search_from_model(const subq_model *m, subq_search **out, subq_error *err) {
+    *out = NULL;
+    search_proj *proj;
+    subq_status s = search_proj_from_model(m, &proj, err);
+    if (s == SUBQ_ERR_RANGE) {
+        if (err) memset(err, 0, sizeof *err);
+        return SUBQ_OK;
+    }
+    return s ? s : wrap_search(proj, out, err);
+}
+
+int subq_search_top_k(const subq_search *s) { return s->proj->top_k; }
 
 int subq_search_d(const subq_search *s) { return s->proj->d_search; }
 

@@ -24,13 +24,16 @@ typedef struct sparse_stage {
     int metrics_on;
     sparse_metrics metrics;
     /* per-query metric buffers (measure_query), for documents of m_cap slots */
-    float *m_p, *m_pmax, *m_sc;
+    float *m_p, *m_pmax, *m_sc, *m_sel;
     int *m_idx;
     unsigned char *m_att;
     int32_t *m_exact;
     int m_cap;
     selector *shadow;           /* exact selector beside an ANN one (metrics) */
     attn_completion *comp;      /* NULL: selection only */
+    int per_head;               /* the selector picks one set per query head */
+    int32_t *hcand;             /* its sets: [n_head][top_k] */
+    int *hgot;                  /* [n_head] */
 } sparse_stage;
 
 static const char *sparse_name = "sparse";
@@ -67,12 +70,14 @@ static subq_status ensure_metric_buffers(sparse_stage *s, int n, subq_error *err
     if (pmax) s->m_pmax = pmax;
     float *sc = realloc(s->m_sc, (size_t)n * sizeof(float));
     if (sc) s->m_sc = sc;
+    float *sel = realloc(s->m_sel, (size_t)n * sizeof(float));
+    if (sel) s->m_sel = sel;
     int *idx = realloc(s->m_idx, (size_t)n * sizeof(int));
     if (idx) s->m_idx = idx;
     unsigned char *att = realloc(s->m_att, (size_t)n);
     if (att) s->m_att = att;
     if (!s->m_exact) s->m_exact = malloc((size_t)(s->p.top_k > 0 ? s->p.top_k : 1) * sizeof(int32_t));
-    if (!p || !pmax || !sc || !idx || !att || !s->m_exact)
+    if (!p || !pmax || !sc || !sel || !idx || !att || !s->m_exact)
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d keys)", n);
     s->m_cap = n;
     return SUBQ_OK;
@@ -89,6 +94,28 @@ static void top_by(int *idx, int n, int kk, const float *score) {
         idx[a] = idx[best];
         idx[best] = t;
     }
+}
+
+/* The k-th largest of a[0..n) (1 <= k <= n; a is reordered): quickselect,
+ * O(n) on average where top_by is O(k n). */
+static float kth_largest(float *a, int n, int k) {
+    int lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = a[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) { /* larger values to the front */
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) {
+                float t = a[i];
+                a[i++] = a[j], a[j--] = t;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;
+    }
+    return a[want];
 }
 
 /* 1 if x is one of set[0..n) */
@@ -109,12 +136,14 @@ static int hits(const int *idx, int kk, int doc0, const int32_t *cand, int got) 
  * over the document prefix: the mass on the attended slots and the recall of
  * the candidates, in today's and the seed's definitions, and the ANN recall
  * against the shadow exact selector. Every query is counted or the call
- * fails: a dropped query would skew the means. */
+ * fails: a dropped query would skew the means. The candidates are cand[0 ..
+ * got[0]), or with a per-head selector head h's cand[h*K .. h*K + got[h]). */
 static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc0, const float *q_s,
-                                 const float *q_native, const select_mask *m, const int32_t *cand, int got,
+                                 const float *q_native, const select_mask *m, const int32_t *cand, const int *got,
                                  subq_error *err) {
     const selector_env *env = &s->sel->env;
     const int n = slot + 1 - doc0, hd = env->head_dim, g = env->n_head / env->n_head_kv, topk = s->p.top_k;
+    const int nh = env->n_head;
     subq_status rc = ensure_metric_buffers(s, kv->n_ctx, err);
     if (rc) return rc;
     float *p = s->m_p, *pmax = s->m_pmax, *sc = s->m_sc;
@@ -122,11 +151,25 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
     unsigned char *attended = s->m_att;
     const float scale = 1.0f / sqrtf((float)hd);
     const kernels *K = kernels_get();
-    /* p_h(j) = softmax_j(scale q_h . k_j) over the document prefix;
-     * p = mean_h p_h (today's teacher), pmax = max_h p_h (the seed's) */
+    /* the retrieval-eligible keys, and what every query attends anyway: the
+     * sinks + tail (everything the mask excludes in this document) */
+    int n_elig = 0;
+    for (int j = 0; j < n; j++) {
+        int slot_j = doc0 + j;
+        attended[j] = (slot_j >= m->ex0_lo && slot_j < m->ex0_hi) || (slot_j >= m->ex1_lo && slot_j < m->ex1_hi);
+        if (select_mask_allows(m, slot_j)) idx[n_elig++] = j;
+    }
+    const int kk = topk < n_elig ? topk : n_elig, seed_q = topk > 0 && n_elig >= topk;
+    /* p_h(j) = softmax_j(scale q_h . k_j) over the document prefix (in sc);
+     * p = mean_h p_h (today's teacher), pmax = max_h p_h (the seed's).
+     * Per-head sets are measured head by head against p_h: the mass of p_h
+     * on head h's attended slots, the recall of its candidates against the
+     * top-K of p_h (the seed's per-head Quest protocol, quest_sweep.py), both
+     * averaged over heads. */
+    double mass_h = 0.0, recall_h = 0.0, mass_seed_h = 0.0;
     memset(p, 0, (size_t)n * sizeof(float));
     memset(pmax, 0, (size_t)n * sizeof(float));
-    for (int h = 0; h < env->n_head; h++) {
+    for (int h = 0; h < nh; h++) {
         float mx = -INFINITY;
         for (int j = 0; j < n; j++) {
             const void *key = kv_cache_key(kv, env->layer, h / g, doc0 + j);
@@ -137,52 +180,78 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
         double z = 0.0;
         for (int j = 0; j < n; j++) z += sc[j] = (float)exp((double)sc[j] - mx);
         for (int j = 0; j < n; j++) {
-            float ph = (float)(sc[j] / z);
-            p[j] += ph / (float)env->n_head;
-            pmax[j] = ph > pmax[j] ? ph : pmax[j];
+            sc[j] = (float)(sc[j] / z);
+            p[j] += sc[j] / (float)nh;
+            pmax[j] = sc[j] > pmax[j] ? sc[j] : pmax[j];
         }
+        if (!s->per_head) continue;
+        const int32_t *ch = cand + (size_t)h * topk;
+        double fixed = 0.0, on_cand = 0.0;
+        for (int j = 0; j < n; j++)
+            if (attended[j]) fixed += sc[j];
+        for (int i = 0; i < got[h]; i++) on_cand += sc[ch[i] - doc0];
+        mass_h += fixed + on_cand;
+        mass_seed_h += on_cand;
+        if (kk == 0) {
+            recall_h += 1.0;
+            continue;
+        }
+        /* the candidates (all eligible) at or above the K-th largest p_h
+         * among the eligible keys (ties counted at most K) */
+        for (int e = 0; e < n_elig; e++) s->m_sel[e] = sc[idx[e]];
+        const float thr = kth_largest(s->m_sel, n_elig, kk);
+        int hit = 0;
+        for (int i = 0; i < got[h]; i++) hit += sc[ch[i] - doc0] >= thr;
+        recall_h += (double)(hit < kk ? hit : kk) / kk;
     }
-    /* attended = sinks + tail (everything the mask excludes in this document) + candidates */
-    int n_elig = 0;
-    for (int j = 0; j < n; j++) {
-        int slot_j = doc0 + j;
-        attended[j] = (slot_j >= m->ex0_lo && slot_j < m->ex0_hi) || (slot_j >= m->ex1_lo && slot_j < m->ex1_hi);
-        if (select_mask_allows(m, slot_j)) idx[n_elig++] = j;
+    if (s->per_head) {
+        s->metrics.mass_sum += mass_h / nh;
+        s->metrics.recall_sum += recall_h / nh;
+        if (seed_q) { /* kk == topk: the recall above is the seed's too */
+            s->metrics.mass_seed_sum += mass_seed_h / nh;
+            s->metrics.recall_seed_sum += recall_h / nh;
+            s->metrics.n_seed++;
+        }
+        s->metrics.n_queries++;
+        for (int h = 0; h < nh; h++) {
+            s->metrics.n_requested += topk;
+            s->metrics.n_filler += topk - got[h];
+        }
+        return SUBQ_OK;
     }
-    for (int i = 0; i < got; i++) attended[cand[i] - doc0] = 1;
+    for (int i = 0; i < got[0]; i++) attended[cand[i] - doc0] = 1;
     double mass = 0.0;
     for (int j = 0; j < n; j++)
         if (attended[j]) mass += p[j];
     s->metrics.mass_sum += mass;
     /* recall: top-K of p among retrieval-eligible keys */
-    int kk = topk < n_elig ? topk : n_elig;
     if (kk > 0) {
         top_by(idx, n_elig, kk, p);
-        s->metrics.recall_sum += (double)hits(idx, kk, doc0, cand, got) / kk;
+        s->metrics.recall_sum += (double)hits(idx, kk, doc0, cand, got[0]) / kk;
     } else {
         s->metrics.recall_sum += 1.0;
     }
     /* the seed's: only queries with >= K eligible keys; the head mean of the
      * per-head masses on the K candidates (= the mass of p there, as every
      * head attends the same candidates); recall against the top-K of pmax */
-    if (topk > 0 && n_elig >= topk) {
+    if (seed_q) {
         double ms = 0.0;
-        for (int i = 0; i < got; i++) ms += p[cand[i] - doc0];
+        for (int i = 0; i < got[0]; i++) ms += p[cand[i] - doc0];
         top_by(idx, n_elig, topk, pmax);
         s->metrics.mass_seed_sum += ms;
-        s->metrics.recall_seed_sum += (double)hits(idx, topk, doc0, cand, got) / topk;
+        s->metrics.recall_seed_sum += (double)hits(idx, topk, doc0, cand, got[0]) / topk;
         s->metrics.n_seed++;
     }
     s->metrics.n_queries++;
     s->metrics.n_requested += topk;
-    s->metrics.n_filler += topk - got;
+    s->metrics.n_filler += topk - got[0];
     if (s->shadow && topk > 0) {
         int ne = selector_query(s->shadow, q_s, q_native, topk, m, s->m_exact);
         if (ne < 0) return subq_fail(err, SUBQ_ERR_NOMEM, "the exact selector beside %s failed (layer %d)",
                                      selector_kind_name(s->p.select.kind), env->layer);
         if (ne > 0) {
             int hit = 0;
-            for (int a = 0; a < ne; a++) hit += in_set(cand, got, s->m_exact[a]);
+            for (int a = 0; a < ne; a++) hit += in_set(cand, got[0], s->m_exact[a]);
             s->metrics.ann_recall_sum += (double)hit / ne;
             s->metrics.n_ann++;
         }
@@ -190,35 +259,80 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
     return SUBQ_OK;
 }
 
-/* Slots a query attends to: sinks (first n_sink slots of its document),
- * then the retrieved candidates, then the tail (the n_tail most recent
- * slots of its document up to itself); the selector never returns sinks or
- * tail, so the three sets are disjoint. *n_slots receives the count written
- * to `slots`; the candidates are slots[*cand_off .. *cand_off + *n_cand). */
-static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
-                                int32_t *cand, int *slots, int *n_slots, int *cand_off, int *n_cand, subq_error *err) {
+/* The query in `slot` attends the sinks [doc0, sink_hi) (first n_sink slots
+ * of its document), the tail [tail_lo, slot] (the n_tail most recent slots of
+ * its document up to itself) and the candidates a selector returns under m,
+ * which never returns sinks or tail, so the three sets are disjoint. */
+typedef struct query_window {
+    int doc0, sink_hi, tail_lo;
+    select_mask m;
+} query_window;
+
+static query_window window_of(const sparse_stage *s, const kv_cache *kv, int slot) {
     const int32_t seg = kv->seg[slot];
     int doc0 = slot; /* first slot of the query's document: segments are contiguous runs */
     while (doc0 > 0 && kv->seg[doc0 - 1] == seg) doc0--;
     int sink_hi = doc0 + s->p.n_sink < slot + 1 ? doc0 + s->p.n_sink : slot + 1;
     int tail_lo = slot + 1 - s->p.n_tail > sink_hi ? slot + 1 - s->p.n_tail : sink_hi;
     int visible = s->freeze_slot >= 0 && s->freeze_slot < slot + 1 ? s->freeze_slot : slot + 1;
-    select_mask m = {.n_slots = visible, .seg = kv->seg, .query_seg = seg,
-                     .ex0_lo = doc0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1};
-    int got = s->p.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.top_k, &m, cand) : 0;
+    query_window w = {.doc0 = doc0, .sink_hi = sink_hi, .tail_lo = tail_lo,
+                      .m = {.n_slots = visible, .seg = kv->seg, .query_seg = seg,
+                            .ex0_lo = doc0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1}};
+    return w;
+}
+
+/* sinks, cand[0 .. got), tail into slots; returns the count */
+static int assemble(const query_window *w, int slot, const int32_t *cand, int got, int *slots) {
+    int n = 0;
+    for (int j = w->doc0; j < w->sink_hi; j++) slots[n++] = j;
+    for (int i = 0; i < got; i++) slots[n++] = cand[i];
+    for (int j = w->tail_lo; j <= slot; j++) slots[n++] = j;
+    return n;
+}
+
+/* Slots a query attends to (see query_window), one set for every head.
+ * *n_slots receives the count written to `slots`; the candidates are
+ * slots[*cand_off .. *cand_off + *n_cand). */
+static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
+                                int32_t *cand, int *slots, int *n_slots, int *cand_off, int *n_cand, subq_error *err) {
+    const query_window w = window_of(s, kv, slot);
+    int got = s->p.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.top_k, &w.m, cand) : 0;
     if (got < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.kind), s->sel->env.layer);
-    subq_status rc = s->metrics_on ? measure_query(s, kv, slot, doc0, q_s, q_native, &m, cand, got, err) : SUBQ_OK;
+    subq_status rc = s->metrics_on ? measure_query(s, kv, slot, w.doc0, q_s, q_native, &w.m, cand, &got, err) : SUBQ_OK;
     if (rc) return rc;
     for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
-    int n = 0;
-    for (int j = doc0; j < sink_hi; j++) slots[n++] = j;
-    *cand_off = n;
+    *cand_off = w.sink_hi - w.doc0;
     *n_cand = got;
-    for (int i = 0; i < got; i++) slots[n++] = cand[i];
-    for (int j = tail_lo; j <= slot; j++) slots[n++] = j;
-    *n_slots = n;
+    *n_slots = assemble(&w, slot, cand, got, slots);
+    return SUBQ_OK;
+}
+
+/* Per-head selectors: each query head h attends the sinks, its own
+ * candidates and the tail (with the completion of the rest, when on). The
+ * record keeps head 0's candidates. */
+static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const kv_cache *kv, int t, int32_t *rec,
+                                   int *slots, float *scores, subq_error *err) {
+    const int slot = st->slot0 + t, K = s->p.top_k, hd = st->head_dim, g = st->n_head / st->n_head_kv;
+    const float *q = st->q + (size_t)t * st->n_head * hd;
+    const query_window w = window_of(s, kv, slot);
+    if (selector_query_heads(s->sel, q, K, &w.m, s->hcand, s->hgot) < 0)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
+                         selector_kind_name(s->p.select.kind), st->layer);
+    subq_status rc = s->metrics_on ? measure_query(s, kv, slot, w.doc0, NULL, q, &w.m, s->hcand, s->hgot, err) : SUBQ_OK;
+    if (rc) return rc;
+    for (int i = 0; i < K; i++) rec[i] = i < s->hgot[0] ? s->hcand[i] : -1;
+    for (int h = 0; h < st->n_head; h++) {
+        int ns = assemble(&w, slot, s->hcand + (size_t)h * K, s->hgot[h], slots);
+        if (s->comp)
+            completion_attend_head(s->comp, kv, slot, q, st->scale, h, slots, ns, w.sink_hi - w.doc0, s->hgot[h],
+                                   st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum,
+                                   &s->metrics.n_share);
+        else
+            attn_head_over_slots(kv, st->layer, h / g, q + (size_t)h * hd, st->scale, slots, ns, scores,
+                                 st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
+    }
     return SUBQ_OK;
 }
 
@@ -270,6 +384,10 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         rc = append_keys(s, s->d_search > 0 ? s->ks + (size_t)t * s->d_search : NULL, 1, slot, err);
         if (!rc && s->comp) rc = completion_advance(s->comp, kv, slot, err);
         if (rc) break;
+        if (s->per_head) {
+            rc = attend_per_head(s, st, kv, t, s->rec.cand + (size_t)t * s->p.top_k, slots, scores, err);
+            continue;
+        }
         const float *q = st->q + (size_t)t * st->n_head * hd;
         int ns = 0, cand_off = 0, n_cand = 0;
         rc = gather_slots(s, kv, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
@@ -307,11 +425,14 @@ static void sparse_free(attn_stage *self) {
     free(s->m_p);
     free(s->m_pmax);
     free(s->m_sc);
+    free(s->m_sel);
     free(s->m_idx);
     free(s->m_att);
     free(s->m_exact);
     free(s->qs);
     free(s->ks);
+    free(s->hcand);
+    free(s->hgot);
     free(s);
 }
 
@@ -358,6 +479,14 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     if (rc) {
         free(s);
         return rc;
+    }
+    if ((s->per_head = selector_per_head(s->sel))) {
+        s->hcand = malloc((size_t)env->n_head * (size_t)(p->top_k > 0 ? p->top_k : 1) * sizeof(int32_t));
+        s->hgot = malloc((size_t)env->n_head * sizeof(int));
+        if (!s->hcand || !s->hgot) {
+            sparse_free(&s->base);
+            return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        }
     }
     if (p->complete && phi_layer_params(p->complete, env->layer)) {
         const phi_dims *d = &p->complete->dims;
@@ -480,8 +609,10 @@ void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     uint64_t proj = hash_floats(hash_floats(0xcbf29ce484222325ull, s->wq_s, nw), s->wk_s, nw);
     snprintf(buf, cap,
              "sparse %s k=%d sink=%d tail=%d dense_prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
-             "page=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
+             "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
              selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, s->p.dense_prefill, s->d_search,
-             select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m, sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->seed, proj,
+             select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
+             sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
+             sp->seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
 }

@@ -2,6 +2,15 @@
 
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
+
+int fingerprint_skips_tensor(const char *name) {
+    if (strncmp(name, "blk.", 4)) return 0;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9') return 0;
+    while (*p >= '0' && *p <= '9') p++;
+    return !strncmp(p, ".indexer.", 9);
+}
 
 void fingerprint_hex(uint64_t fp, char *buf) { snprintf(buf, 17, "%016" PRIx64, fp); }
 

@@ -5,6 +5,12 @@
 
 #include <stdint.h>
 
+/* 1 for tensors a model file may carry that are not the model's weights:
+ * learned search projections merged in (blk.N.indexer.*, see
+ * search/search_merge.c). The fingerprint leaves them out, so merging
+ * projections into a model keeps its identity. */
+int fingerprint_skips_tensor(const char *name);
+
 /* "%016llx" of fp into buf (>= 17 bytes). */
 void fingerprint_hex(uint64_t fp, char *buf);
 /* The inverse: exactly 16 hex digits -> *fp; 0 on malformed input. */

@@ -125,37 +125,52 @@ subq_status completion_advance(attn_completion *c, const kv_cache *kv, int slot,
     return SUBQ_OK;
 }
 
+/* completion_attend for the query heads [h0, h1) of KV group g, which share
+ * the exact slots. */
+static void attend_group(attn_completion *c, const kv_cache *kv, int slot, const float *q, float scale, int g, int h0,
+                         int h1, const int *slots, int n_slots, int cand_off, int n_cand, float *out,
+                         double *share_sum, int64_t *n_share) {
+    const int D = c->head_dim, F = c->d_phi, nkv = c->n_head_kv;
+    const kernels *K = kernels_get();
+    const int has_mid = slot - c->n_tail >= c->doc0 + c->n_sink;
+    for (int j = 0; j < n_slots; j++) {
+        kv_cache_row_f32(kv, kv_cache_value(kv, c->layer, g, slots[j]), c->vals + (size_t)j * D);
+        c->vptr[j] = c->vals + (size_t)j * D;
+    }
+    /* the summary minus the retrieved tokens, shared by the heads */
+    for (int i = 0; i < n_cand; i++)
+        memcpy(c->lkr + (size_t)i * F, c->lk + ((size_t)slots[cand_off + i] * nkv + g) * F, (size_t)F * sizeof(float));
+    phi_residual_compute(&c->res[g], &c->cache[g], c->lkr, c->vptr + cand_off, n_cand, PHI_EPS_DEFAULT);
+    for (int h = h0; h < h1; h++) {
+        const float *qh = q + (size_t)h * D;
+        /* s_j = scale q_h . k_j over the exact set */
+        for (int j = 0; j < n_slots; j++) {
+            const void *key = kv_cache_key(kv, c->layer, g, slots[j]);
+            c->scores[j] = scale * (kv->type == SUBQ_KV_F16 ? K->dot_f16(qh, key, D) : K->dot_f32(qh, key, D));
+        }
+        phi_hybrid_info info;
+        if (c->heads[h]) phi_log_features(c->maps, c->layer, PHI_Q, h, qh, c->lq);
+        phi_complete_head(c->heads[h] ? &c->res[g] : NULL, D, c->lq, c->scores, c->vptr, n_slots,
+                          out + (size_t)h * D, &info);
+        if (has_mid && c->heads[h]) {
+            *share_sum += info.z_share;
+            (*n_share)++;
+        }
+    }
+}
+
 void completion_attend(attn_completion *c, const kv_cache *kv, int slot, const float *q, float scale,
                        const int *slots, int n_slots, int cand_off, int n_cand, float *out, double *share_sum,
                        int64_t *n_share) {
-    const int D = c->head_dim, F = c->d_phi, nkv = c->n_head_kv, g_size = c->n_head / nkv;
-    const kernels *K = kernels_get();
-    const int has_mid = slot - c->n_tail >= c->doc0 + c->n_sink;
-    for (int g = 0; g < nkv; g++) {
-        for (int j = 0; j < n_slots; j++) {
-            kv_cache_row_f32(kv, kv_cache_value(kv, c->layer, g, slots[j]), c->vals + (size_t)j * D);
-            c->vptr[j] = c->vals + (size_t)j * D;
-        }
-        /* the summary minus the retrieved tokens, shared by the group's query heads */
-        for (int i = 0; i < n_cand; i++)
-            memcpy(c->lkr + (size_t)i * F, c->lk + ((size_t)slots[cand_off + i] * nkv + g) * F, (size_t)F * sizeof(float));
-        phi_residual_compute(&c->res[g], &c->cache[g], c->lkr, c->vptr + cand_off, n_cand, PHI_EPS_DEFAULT);
-        for (int hi = 0; hi < g_size; hi++) {
-            const int h = g * g_size + hi;
-            const float *qh = q + (size_t)h * D;
-            /* s_j = scale q_h . k_j over the exact set */
-            for (int j = 0; j < n_slots; j++) {
-                const void *key = kv_cache_key(kv, c->layer, g, slots[j]);
-                c->scores[j] = scale * (kv->type == SUBQ_KV_F16 ? K->dot_f16(qh, key, D) : K->dot_f32(qh, key, D));
-            }
-            phi_hybrid_info info;
-            if (c->heads[h]) phi_log_features(c->maps, c->layer, PHI_Q, h, qh, c->lq);
-            phi_complete_head(c->heads[h] ? &c->res[g] : NULL, D, c->lq, c->scores, c->vptr, n_slots,
-                              out + (size_t)h * D, &info);
-            if (has_mid && c->heads[h]) {
-                *share_sum += info.z_share;
-                (*n_share)++;
-            }
-        }
-    }
+    const int g_size = c->n_head / c->n_head_kv;
+    for (int g = 0; g < c->n_head_kv; g++)
+        attend_group(c, kv, slot, q, scale, g, g * g_size, (g + 1) * g_size, slots, n_slots, cand_off, n_cand, out,
+                     share_sum, n_share);
+}
+
+void completion_attend_head(attn_completion *c, const kv_cache *kv, int slot, const float *q, float scale, int h,
+                            const int *slots, int n_slots, int cand_off, int n_cand, float *out, double *share_sum,
+                            int64_t *n_share) {
+    const int g = h / (c->n_head / c->n_head_kv);
+    attend_group(c, kv, slot, q, scale, g, h, h + 1, slots, n_slots, cand_off, n_cand, out, share_sum, n_share);
 }

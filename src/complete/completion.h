@@ -46,5 +46,10 @@ subq_status completion_advance(attn_completion *c, const kv_cache *kv, int slot,
 void completion_attend(attn_completion *c, const kv_cache *kv, int slot, const float *q, float scale,
                        const int *slots, int n_slots, int cand_off, int n_cand, float *out, double *share_sum,
                        int64_t *n_share);
+/* The same for query head h alone, over its own exact slots (selectors that
+ * pick per head); writes out + h*head_dim. */
+void completion_attend_head(attn_completion *c, const kv_cache *kv, int slot, const float *q, float scale, int h,
+                            const int *slots, int n_slots, int cand_off, int n_cand, float *out, double *share_sum,
+                            int64_t *n_share);
 
 #endif

@@ -152,6 +152,8 @@ subq_status gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char 
 /* Copy every metadata pair of an open file (any type, nested arrays
  * included), e.g. to rewrite a file with one key changed. */
 subq_status gguf_writer_copy_kvs(gguf_writer *w, const gguf_file *f);
+/* Copy metadata pair i of f (e.g. to copy some keys only). */
+subq_status gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, uint64_t i);
 /* Add a tensor: ne[0] is the row length. The data is NOT copied: it must stay
  * valid until gguf_writer_write returns; with `take_ownership` the writer
  * free()s it in gguf_writer_free. n_bytes must equal the size implied by

@@ -257,15 +257,21 @@ subq_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_
     return writer_set_value(w, key, &x);
 }
 
+subq_status gguf_writer_copy_kv(gguf_writer *w, const gguf_file *f, uint64_t i) {
+    if (i >= f->n_kv) return SUBQ_ERR_ARG;
+    const gguf_str *k = &f->kv[i].key;
+    char *key = malloc((size_t)k->len + 1);
+    if (!key) return SUBQ_ERR_NOMEM;
+    memcpy(key, k->data, (size_t)k->len);
+    key[k->len] = 0;
+    subq_status s = writer_set_value(w, key, &f->kv[i].value);
+    free(key);
+    return s;
+}
+
 subq_status gguf_writer_copy_kvs(gguf_writer *w, const gguf_file *f) {
     for (uint64_t i = 0; i < f->n_kv; i++) {
-        const gguf_str *k = &f->kv[i].key;
-        char *key = malloc((size_t)k->len + 1);
-        if (!key) return SUBQ_ERR_NOMEM;
-        memcpy(key, k->data, (size_t)k->len);
-        key[k->len] = 0;
-        subq_status s = writer_set_value(w, key, &f->kv[i].value);
-        free(key);
+        subq_status s = gguf_writer_copy_kv(w, f, i);
         if (s) return s;
     }
     return SUBQ_OK;

@@ -1,10 +1,12 @@
 /* A model fingerprint ties files derived from a model (search projections,
  * completion maps) to that model: FNV-1a over the architecture, the shape
  * hyper-parameters, every tensor's name, type and shape, and up to 4 KiB
- * from the start and end of each tensor's data. Cheap (no full read of a
+ * from the start and end of each tensor's data (search projections merged
+ * into the file are not the model's: fingerprint_skips_tensor). Cheap (no full read of a
  * multi-GB file) yet it changes with any re-quantisation or fine-tune. */
 #include <string.h>
 
+#include "base/fingerprint.h"
 #include "model/model.h"
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
@@ -25,6 +27,7 @@ uint64_t model_fingerprint(const subq_model *m) {
     const gguf_file *f = m->file;
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *t = &f->tensors[i];
+        if (fingerprint_skips_tensor(t->name)) continue;
         h = fnv1a(h, t->name, strlen(t->name));
         h = fnv1a(h, &t->type, sizeof t->type);
         h = fnv1a(h, t->ne, sizeof t->ne);

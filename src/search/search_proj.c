@@ -156,8 +156,11 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
     *out = NULL;
     subq_error e2 = {0};
     char arch[64], fps[32];
-    if (gguf_get_str(f, "general.architecture", arch, sizeof arch, &e2) || strcmp(arch, SEARCH_PROJ_ARCH) != 0)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s is not a search projection file (general.architecture is %s%s%s, expected \"%s\")",
+    int is_proj = !gguf_get_str(f, "general.architecture", arch, sizeof arch, &e2) && !strcmp(arch, SEARCH_PROJ_ARCH);
+    if (!is_proj && search_merged_present(f)) return search_merged_read(f, path, out, err);
+    if (!is_proj)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s is not a search projection file and carries no merged projections "
+                         "(general.architecture is %s%s%s, expected \"%s\" or a model with indexer tensors)",
                          path, e2.code ? "missing" : "\"", e2.code ? "" : arch, e2.code ? "" : "\"", SEARCH_PROJ_ARCH);
     uint32_t d_search, n_embd, n_layer;
     const gguf_value *arr;
@@ -234,6 +237,15 @@ subq_status search_proj_load(const char *path, const subq_model *m, search_proj 
     gguf_close(f);
     if (s) return s;
     uint64_t mine = model_fingerprint(m);
+    if (p->merged) { /* projections belong to the model they are merged into: that model's fingerprint */
+        subq_model *owner;
+        if ((s = subq_model_load(path, &owner, err))) {
+            search_proj_free(p);
+            return s;
+        }
+        p->model_fingerprint = model_fingerprint(owner);
+        subq_model_free(owner);
+    }
     char a[17], b[17];
     fingerprint_hex(p->model_fingerprint, a);
     fingerprint_hex(mine, b);

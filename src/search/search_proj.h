@@ -11,7 +11,11 @@
  * metadata: subq.search.d_search (u32), subq.search.layers (i32 array),
  * subq.search.model_fingerprint (16 hex digits of model_fingerprint()),
  * subq.search.model_n_embd, subq.search.model_n_layer (u32), plus whatever
- * the trainer adds (step, loss.*, config.*). */
+ * the trainer adds (step, loss.*, config.*).
+ *
+ * The same tensors merged into a model GGUF (any type subq dequantises), with the
+ * metadata of ann-sparseattention's llama.cpp runtime, are read from the
+ * model file itself (search_merge.c holds that layout). */
 #ifndef SUBQ_SEARCH_PROJ_H
 #define SUBQ_SEARCH_PROJ_H
 
@@ -32,6 +36,8 @@ typedef struct search_proj {
     int *layers;                 /* ... ascending: [n_sel] */
     float **wq, **wk;            /* [n_layer]: [d_search][n_embd] row-major, NULL where absent */
     float *data;                 /* one block holding every matrix */
+    int merged;                  /* read from a model file (model_fingerprint not stored) */
+    int top_k;                   /* the runtime's {arch}.attention.indexer.top_k; 0 when absent */
 } search_proj;
 
 /* Zero projections of width d_search for `layers` (n_sel distinct indices
@@ -49,14 +55,51 @@ void search_proj_init_normal(search_proj *p, float std, uint64_t *rng_state);
 subq_status search_proj_random(const subq_model *m, const int *layers, int n_sel, int d_search, uint64_t seed,
                                search_proj **out, subq_error *err);
 
-/* Load a projection file for model m. A file made for another model is
- * refused with SUBQ_ERR_MISMATCH; a malformed one with SUBQ_ERR_FORMAT /
- * SUBQ_ERR_SHAPE / SUBQ_ERR_UNSUPPORTED, naming the file. */
+/* Load a projection file, or the projections merged into a model file, for
+ * model m. A file made for another model (for a model file: whose weights
+ * are not m's) is refused with SUBQ_ERR_MISMATCH; a malformed one with
+ * SUBQ_ERR_FORMAT / SUBQ_ERR_SHAPE / SUBQ_ERR_UNSUPPORTED, naming the file. */
 subq_status search_proj_load(const char *path, const subq_model *m, search_proj **out, subq_error *err);
 
-/* Read the projections of an open file without checking them against a
- * model (the caller compares model_fingerprint itself). */
+/* Read the projections of an open file (a projection file or a model file
+ * with merged projections) without checking them against a model (the
+ * caller compares model_fingerprint itself; merged ones carry none). */
 subq_status search_proj_read(const gguf_file *f, const char *path, search_proj **out, subq_error *err);
+
+/* ---- merged into model files (search_merge.c) ------------------------ */
+
+/* 1 if f carries merged projections: the runtime's key length key or an
+ * indexer tensor. */
+int search_merged_present(const gguf_file *f);
+/* Read them (p->merged = 1, model_fingerprint 0); see search_merge.c. */
+subq_status search_merged_read(const gguf_file *f, const char *path, search_proj **out, subq_error *err);
+/* The projections merged into m's own file, with m's fingerprint;
+ * SUBQ_ERR_RANGE when it carries none. */
+subq_status search_proj_from_model(const subq_model *m, search_proj **out, subq_error *err);
+
+typedef struct search_merge_opts {
+    int top_k;         /* written as {arch}.attention.indexer.top_k (> 0) */
+    uint32_t type;     /* GGML_TYPE_F32, _F16 or _BF16 */
+    const char *source;        /* written as ann_sparse.checkpoint (may be NULL) */
+    const gguf_file *extra;    /* its subq.search.* keys are carried along (may be NULL) */
+} search_merge_opts;
+/* Write m's file (metadata and tensors unchanged, earlier merged projections
+ * dropped) with p's projections in the runtime's layout to path, atomically.
+ * p must belong to m. */
+subq_status search_merge_write(const subq_model *m, const search_proj *p, const search_merge_opts *o,
+                               const char *path, subq_error *err);
+/* Write the projections merged into m's file as a projection file (with
+ * m's fingerprint and the subq.search.* keys the merged file carries). */
+subq_status search_split_write(const subq_model *m, const char *path, subq_error *err);
+
+/* What a file carries, for display: SUBQ_ERR_RANGE when no projections. */
+typedef struct search_file_info {
+    int merged, d_search, n_layers, top_k;
+    uint32_t type;     /* of the matrices; GGML_TYPE_COUNT when they differ */
+    char layers[256];
+    char arch[32];     /* merged: the model's general.architecture */
+} search_file_info;
+subq_status search_file_info_read(const gguf_file *f, const char *path, search_file_info *out, subq_error *err);
 
 /* Add the tensors and the core subq.search.* metadata to a writer (tensor
  * data is referenced, not copied: keep p alive until the write). */

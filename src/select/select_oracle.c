@@ -1,10 +1,19 @@
-/* oracle: exact top-K of the head-mean native score
- *   s_j = (1/n_head) sum_h q_h . k_{j, kvh(h)}
- * over the eligible slots, read from the KV cache (the upper-bound baseline:
- * what a perfect retriever of the model's own attention logits would pick).
- * With grouped-query attention the heads of a group share a key, so
- *   s_j = sum_g qbar_g . k_{j,g},  qbar_g = (1/n_head) sum_{h in g} q_h,
- * which costs n_head_kv dots per slot instead of n_head. */
+/* oracle: the exact top-K of a native score over the eligible slots, read
+ * from the KV cache (the upper-bound baselines: what a perfect retriever of
+ * the model's own attention logits would pick). Three scores (oracle_kind):
+ *
+ *   headmean-dot     s_j = (1/n_head) sum_h q_h . k_{j, kvh(h)}, the mean of
+ *                    the heads' logits. With grouped-query attention the heads
+ *                    of a group share a key, so s_j = sum_g qbar_g . k_{j,g},
+ *                    qbar_g = (1/n_head) sum_{h in g} q_h: n_head_kv dots per slot.
+ *   headmean-cosine  s_j = cos(qm, km_j), qm = (1/n_head) sum_h q_h,
+ *                    km_j = (1/n_head_kv) sum_g k_{j,g}: ann-sparseattention's
+ *                    raw-QK oracle (compare_retrieval.py: head-mean q and k,
+ *                    L2-normalised, exact top-K). |qm| does not change the
+ *                    ranking, so s_j = qm . km_j / |km_j| (0 when km_j = 0).
+ *   per-head         each query head h its own top-K of q_h . k_{j, kvh(h)}
+ *                    (query_heads; its query op answers headmean-dot). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +23,21 @@
 typedef struct oracle_sel {
     selector base;
     int count;
-    float *qbar;        /* [n_head_kv][head_dim] */
+    float *qv;          /* the query per KV head: [n_head_kv][head_dim] */
+    float *row, *km;    /* one key decoded to f32, the head-mean key: [head_dim] */
     kernels_gather_dot_fn dot;
     select_scratch sc;
 } oracle_sel;
+
+static const char *oracle_names[ORACLE_KIND_COUNT] = {"headmean-dot", "headmean-cosine", "per-head"};
+
+int oracle_kind_parse(const char *name) {
+    for (int i = 0; name && i < ORACLE_KIND_COUNT; i++)
+        if (!strcmp(name, oracle_names[i])) return i;
+    return -1;
+}
+
+const char *oracle_kind_name(oracle_kind k) { return (int)k >= 0 && k < ORACLE_KIND_COUNT ? oracle_names[k] : "?"; }
 
 static subq_status oracle_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
     oracle_sel *o = (oracle_sel *)s;
@@ -30,23 +50,43 @@ static subq_status oracle_append(selector *s, const float *k_search, int n, int 
     return SUBQ_OK;
 }
 
-static int oracle_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
-                        int32_t *out) {
-    oracle_sel *o = (oracle_sel *)s;
-    const selector_env *env = &s->env;
+/* Scores of nb slots idx[] into acc: sum_{g in [g0, g1)} qv_g . k_{idx_i, g},
+ * or with `cosine` the cosine score above (qv_0 = qm). */
+static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g1, int cosine, float *acc,
+                        float *tmp) {
+    const selector_env *env = &o->base.env;
     const kv_cache *kv = env->kv;
-    const int hd = env->head_dim, nkv = env->n_head_kv, grp = env->n_head / env->n_head_kv;
-    if (!q_native || o->count == 0) return 0;
+    const int hd = env->head_dim, nkv = env->n_head_kv;
+    if (cosine) {
+        const kernels *K = kernels_get();
+        for (int i = 0; i < nb; i++) {
+            memset(o->km, 0, (size_t)hd * sizeof(float));
+            for (int g = 0; g < nkv; g++) {
+                kv_cache_row_f32(kv, kv_cache_key(kv, env->layer, g, idx[i]), o->row);
+                for (int c = 0; c < hd; c++) o->km[c] += o->row[c] / (float)nkv;
+            }
+            float norm = sqrtf(K->dot_f32(o->km, o->km, hd));
+            acc[i] = norm > 0.0f ? K->dot_f32(o->qv, o->km, hd) / norm : 0.0f;
+        }
+        return;
+    }
+    /* one contiguous key plane per KV head */
+    for (int i = 0; i < nb; i++) acc[i] = 0.0f;
+    for (int g = g0; g < g1; g++) {
+        o->dot(o->qv + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), (size_t)hd, hd, idx, nb, tmp);
+        for (int i = 0; i < nb; i++) acc[i] += tmp[i];
+    }
+}
+
+/* Exact top-k of the prepared query o->qv over the eligible slots (see
+ * score_block); returns the count, -1 when out of memory. */
+static int scan(oracle_sel *o, const select_mask *m, int k, int g0, int g1, int cosine, int32_t *out) {
+    selector *s = &o->base;
     const size_t blk = SELECT_BLOCK;
     if (!select_scratch_f(s, &o->sc, (size_t)k + 2 * blk) || !select_scratch_i(s, &o->sc, (size_t)k + blk)) return -1;
     select_heap best = {.score = o->sc.f, .slot = o->sc.i, .n = 0, .k = k};
     int32_t *idx = o->sc.i + k;
     float *acc = o->sc.f + k, *tmp = acc + blk;
-    /* qbar_g = (1/n_head) sum_{h in group g} q_h */
-    const float inv = 1.0f / (float)env->n_head;
-    memset(o->qbar, 0, (size_t)nkv * hd * sizeof(float));
-    for (int h = 0; h < env->n_head; h++)
-        for (int c = 0; c < hd; c++) o->qbar[(h / grp) * hd + c] += q_native[(size_t)h * hd + c] * inv;
     int lo[3], hi[3], nr = select_mask_ranges(m, o->count, lo, hi);
     int64_t scored = 0;
     for (int r = 0; r < nr; r++) {
@@ -54,18 +94,51 @@ static int oracle_query(selector *s, const float *q_search, const float *q_nativ
             int j1 = j0 + (int)blk < hi[r] ? j0 + (int)blk : hi[r], nb = 0;
             for (int j = j0; j < j1; j++)
                 if (!m->seg || m->seg[j] == m->query_seg) idx[nb++] = j;
-            /* acc_i = sum_g qbar_g . k_{idx_i, g}: one contiguous key plane per KV head */
-            for (int i = 0; i < nb; i++) acc[i] = 0.0f;
-            for (int g = 0; g < nkv; g++) {
-                o->dot(o->qbar + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), (size_t)hd, hd, idx, nb, tmp);
-                for (int i = 0; i < nb; i++) acc[i] += tmp[i];
-            }
+            score_block(o, idx, nb, g0, g1, cosine, acc, tmp);
             for (int i = 0; i < nb; i++) select_heap_push(&best, acc[i], idx[i]);
             scored += nb;
         }
     }
     s->stats.n_visited += scored;
     return select_heap_take(&best, out, NULL);
+}
+
+/* qv_g = w sum_{h in group g, h0 <= h < h1} q_h (groups with no such head
+ * are left as they are) */
+static void group_sum(oracle_sel *o, const float *q_native, int h0, int h1, float w) {
+    const selector_env *env = &o->base.env;
+    const int hd = env->head_dim, grp = env->n_head / env->n_head_kv;
+    memset(o->qv + (size_t)(h0 / grp) * hd, 0, (size_t)((h1 - 1) / grp + 1 - h0 / grp) * hd * sizeof(float));
+    for (int h = h0; h < h1; h++)
+        for (int c = 0; c < hd; c++) o->qv[(size_t)(h / grp) * hd + c] += q_native[(size_t)h * hd + c] * w;
+}
+
+static int oracle_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                        int32_t *out) {
+    oracle_sel *o = (oracle_sel *)s;
+    const selector_env *env = &s->env;
+    const int hd = env->head_dim;
+    if (!q_native || o->count == 0) return 0;
+    group_sum(o, q_native, 0, env->n_head, 1.0f / (float)env->n_head);
+    if (s->params.oracle != ORACLE_HEADMEAN_COSINE) return scan(o, m, k, 0, env->n_head_kv, 0, out);
+    /* qm = sum_g qbar_g, into qv_0 */
+    for (int g = 1; g < env->n_head_kv; g++)
+        for (int c = 0; c < hd; c++) o->qv[c] += o->qv[(size_t)g * hd + c];
+    return scan(o, m, k, 0, 1, 1, out);
+}
+
+static int oracle_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out,
+                              int *n_out) {
+    oracle_sel *o = (oracle_sel *)s;
+    const int grp = s->env.n_head / s->env.n_head_kv;
+    if (o->count == 0) return 0;
+    for (int h = 0; h < s->env.n_head; h++) {
+        group_sum(o, q_native, h, h + 1, 1.0f);
+        int got = scan(o, m, k, h / grp, h / grp + 1, 0, out + (size_t)h * k);
+        if (got < 0) return -1;
+        n_out[h] = got;
+    }
+    return 0;
 }
 
 static void oracle_reset(selector *s) { ((oracle_sel *)s)->count = 0; }
@@ -80,25 +153,33 @@ static subq_status oracle_truncate(selector *s, int n_keep, subq_error *err) {
 
 static void oracle_free(selector *s) {
     oracle_sel *o = (oracle_sel *)s;
-    free(o->qbar);
+    free(o->qv);
+    free(o->row);
+    free(o->km);
     select_scratch_free(&o->sc);
     free(o);
 }
 
 static const selector_ops oracle_ops = {oracle_append, oracle_query, oracle_reset, oracle_free,
-                                        oracle_truncate, NULL, NULL};
+                                        oracle_truncate, NULL, NULL, NULL};
+static const selector_ops oracle_head_ops = {oracle_append, oracle_query, oracle_reset, oracle_free,
+                                             oracle_truncate, NULL, NULL, oracle_query_heads};
 
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
+    if ((int)p->oracle < 0 || p->oracle >= ORACLE_KIND_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector oracle: unknown score %d", (int)p->oracle);
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
-    o->base.ops = &oracle_ops;
+    o->base.ops = p->oracle == ORACLE_PER_HEAD ? &oracle_head_ops : &oracle_ops;
     o->dot = env->kv->type == SUBQ_KV_F16 ? kernels_get()->gather_dot_f16 : kernels_get()->gather_dot_f32;
-    o->qbar = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
-    if (!o->qbar) {
+    o->qv = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
+    o->row = malloc((size_t)env->head_dim * sizeof(float));
+    o->km = malloc((size_t)env->head_dim * sizeof(float));
+    if (!o->qv || !o->row || !o->km) {
         oracle_free(&o->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
     }
-    o->base.stats.bytes = sizeof *o + (size_t)env->n_head_kv * env->head_dim * sizeof(float);
+    o->base.stats.bytes = sizeof *o + ((size_t)env->n_head_kv + 2) * env->head_dim * sizeof(float);
     *out = &o->base;
     return SUBQ_OK;
 }

@@ -2,20 +2,28 @@
  *
  * Slots are grouped in pages of P consecutive slots (the last page may be
  * partial). Per page and KV head g we keep the channel-wise max M_g[c] and
- * min m_g[c] of the keys as stored in the cache. For a query with heads q_h
- *   score(page) = (1/n_head) sum_h sum_c max(q_h[c] M_g(h)[c], q_h[c] m_g(h)[c])
- * which bounds the head-mean q.k of every key in the page from above
+ * min m_g[c] of the keys as stored in the cache. A query head h (reading KV
+ * head g = g(h)) bounds the score q_h . k of every key in a page by
+ *   score_h(page) = sum_c max(q_h[c] M_g[c], q_h[c] m_g[c])
  * (each term bounds q_h[c] k[c] since m <= k <= M). Writing q = q+ + q- (the
- * positive and negative parts), max(q M, q m) = q+ M + q- m, so with
- *   P_g = (1/n_head) sum_{h in g} q_h+,  N_g = (1/n_head) sum_{h in g} q_h-
- * the score is sum_g P_g . M_g + N_g . m_g: two dots per KV head per page.
+ * positive and negative parts), max(q M, q m) = q+ M + q- m: two dots per
+ * page.
+ *
+ * Per head (the default, as in the Quest paper and ann-sparseattention's
+ * quest_sweep.py): each query head takes its own best pages and attends its
+ * own slot set. Head-mean (quest_headmean): one set per query from the bound
+ * of the head-mean q.k,
+ *   score(page) = (1/n_head) sum_h score_h(page) = sum_g P_g . M_g + N_g . m_g,
+ *   P_g = (1/n_head) sum_{h in g} q_h+,  N_g = (1/n_head) sum_{h in g} q_h-.
+ * Both are the same computation over a range of KV heads: all of them with
+ * the group sums, or one with one head's parts.
  *
  * Pages holding at least one eligible slot are taken best score first and
  * their eligible slots emitted (best page first, slot order inside a page)
- * until K slots. When the last page taken has more eligible slots than are still
- * needed, its slots are ranked by the exact head-mean q.k (the quantity the
- * bound is about) and the best ones kept, so the result never depends on
- * slot order inside a page. */
+ * until K slots. When the last page taken has more eligible slots than are
+ * still needed, its slots are ranked by the exact score the bound is about
+ * (q_h . k, or the head-mean q.k) and the best ones kept, so the result never
+ * depends on slot order inside a page. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +36,7 @@ typedef struct quest_sel {
     int pages_cap;          /* pages allocated in mm */
     float *mm;              /* [page][n_head_kv][2][head_dim]: channel max, then channel min */
     float *qpos, *qneg;     /* P_g, N_g: [n_head_kv][head_dim] */
-    float *qbar;            /* P_g + N_g: head-mean query per KV head */
+    float *qbar;            /* P_g + N_g: the query the exact rank uses, per KV head */
     float *row;             /* one key decoded to f32 */
     int32_t *pcnt;          /* eligible slots per page (query scratch) */
     int pcnt_cap;
@@ -88,32 +96,32 @@ static subq_status quest_append(selector *s, const float *k_search, int n, int s
     return SUBQ_OK;
 }
 
-/* P_g, N_g and qbar_g = P_g + N_g of a query */
-static void prepare_query(quest_sel *q, const float *q_native) {
+/* P_g, N_g and qbar_g = P_g + N_g of query heads [h0, h1), each weighted w,
+ * into the slots of their KV heads (the others are left as they are). */
+static void prepare_query(quest_sel *q, const float *q_native, int h0, int h1, float w) {
     const selector_env *env = &q->base.env;
     const int hd = env->head_dim, grp = env->n_head / env->n_head_kv;
-    const float inv = 1.0f / (float)env->n_head;
-    const size_t qn = (size_t)env->n_head_kv * hd;
-    memset(q->qpos, 0, qn * sizeof(float));
-    memset(q->qneg, 0, qn * sizeof(float));
-    for (int h = 0; h < env->n_head; h++) {
+    const size_t g0 = (size_t)(h0 / grp) * hd, g1 = (size_t)((h1 - 1) / grp + 1) * hd;
+    memset(q->qpos + g0, 0, (g1 - g0) * sizeof(float));
+    memset(q->qneg + g0, 0, (g1 - g0) * sizeof(float));
+    for (int h = h0; h < h1; h++) {
         float *qp = q->qpos + (size_t)(h / grp) * hd, *qm = q->qneg + (size_t)(h / grp) * hd;
         for (int c = 0; c < hd; c++) {
-            float v = q_native[(size_t)h * hd + c] * inv;
+            float v = q_native[(size_t)h * hd + c] * w;
             if (v > 0.0f) qp[c] += v;
             else qm[c] += v;
         }
     }
-    for (size_t i = 0; i < qn; i++) q->qbar[i] = q->qpos[i] + q->qneg[i];
+    for (size_t i = g0; i < g1; i++) q->qbar[i] = q->qpos[i] + q->qneg[i];
 }
 
-/* score(page) = sum_g P_g . M_g + N_g . m_g */
-static float page_score(const quest_sel *q, int p) {
+/* score(page) = sum_{g in [g0, g1)} P_g . M_g + N_g . m_g */
+static float page_score(const quest_sel *q, int p, int g0, int g1) {
     const selector_env *env = &q->base.env;
     const int hd = env->head_dim;
-    const float *mx = q->mm + (size_t)p * page_floats(env);
+    const float *mx = q->mm + (size_t)p * page_floats(env) + (size_t)g0 * 2 * hd;
     float sc = 0.0f;
-    for (int g = 0; g < env->n_head_kv; g++, mx += 2 * hd)
+    for (int g = g0; g < g1; g++, mx += 2 * hd)
         sc += q->K->dot_f32(q->qpos + (size_t)g * hd, mx, hd) +
               q->K->dot_f32(q->qneg + (size_t)g * hd, mx + hd, hd);
     return sc;
@@ -122,15 +130,15 @@ static float page_score(const quest_sel *q, int p) {
 float select_quest_page_score(selector *s, const float *q_native, int page) {
     quest_sel *q = (quest_sel *)s;
     if (page < 0 || page * q->page >= q->count) return 0.0f;
-    prepare_query(q, q_native);
-    return page_score(q, page);
+    prepare_query(q, q_native, 0, s->env.n_head, 1.0f / (float)s->env.n_head);
+    return page_score(q, page, 0, s->env.n_head_kv);
 }
 
-/* Best `need` eligible slots of page p by exact head-mean q.k, best first
- * (-1: out of memory). */
-static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need, int32_t *out) {
+/* Best `need` eligible slots of page p by the exact sum_{g in [g0, g1)}
+ * qbar_g . k_g, best first (-1: out of memory). */
+static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need, int g0, int g1, int32_t *out) {
     const selector_env *env = &q->base.env;
-    const int hd = env->head_dim, nkv = env->n_head_kv, P = q->page;
+    const int hd = env->head_dim, P = q->page;
     if (!select_scratch_i(&q->base, &q->sl, 2 * (size_t)P) || !select_scratch_f(&q->base, &q->sl, 3 * (size_t)P))
         return -1;
     int32_t *idx = q->sl.i;
@@ -140,7 +148,7 @@ static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need,
     for (int j = p * P; j < p * P + P && j < n; j++)
         if (select_mask_allows(m, j)) idx[nb++] = j;
     for (int i = 0; i < nb; i++) acc[i] = 0.0f;
-    for (int g = 0; g < nkv; g++) {
+    for (int g = g0; g < g1; g++) {
         q->dot(q->qbar + (size_t)g * hd, kv_cache_key(env->kv, env->layer, g, 0), (size_t)hd, hd, idx, nb, tmp);
         for (int i = 0; i < nb; i++) acc[i] += tmp[i];
     }
@@ -149,38 +157,37 @@ static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need,
     return select_heap_take(&h, out, NULL);
 }
 
-static int quest_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
-                       int32_t *out) {
-    quest_sel *q = (quest_sel *)s;
-    const int P = q->page, n = q->count;
-    if (!q_native || n == 0) return 0;
-    const int n_pages = (n + P - 1) / P;
+/* Eligible slots per page into q->pcnt (0 when out of memory). */
+static int count_eligible(quest_sel *q, const select_mask *m) {
+    const int P = q->page, n = q->count, n_pages = (n + P - 1) / P;
     if (n_pages > q->pcnt_cap) {
-        int32_t *pc = select_query_realloc(s, q->pcnt, (size_t)n_pages * sizeof(int32_t));
-        if (!pc) return -1;
+        int32_t *pc = select_query_realloc(&q->base, q->pcnt, (size_t)n_pages * sizeof(int32_t));
+        if (!pc) return 0;
         q->pcnt = pc;
         q->pcnt_cap = n_pages;
     }
-    /* pages with a bounded heap of size k: each page taken holds >= 1 eligible
-     * slot, so at most k pages are ever needed */
-    int kp = k < n_pages ? k : n_pages;
-    if (!select_scratch_f(s, &q->pg, (size_t)kp) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp)) return -1;
-
-    prepare_query(q, q_native);
-
-    /* eligible slots per page */
     memset(q->pcnt, 0, (size_t)n_pages * sizeof(int32_t));
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     for (int r = 0; r < nr; r++)
         for (int j = lo[r]; j < hi[r]; j++)
             if (!m->seg || m->seg[j] == m->query_seg) q->pcnt[j / P]++;
+    return 1;
+}
 
-    /* score the pages that have an eligible slot; keep the best kp */
+/* Up to k slots of the best pages by the bound over KV heads [g0, g1) of the
+ * prepared query (q->pcnt counted); returns the count, -1 when out of memory. */
+static int pick(quest_sel *q, const select_mask *m, int k, int g0, int g1, int32_t *out) {
+    selector *s = &q->base;
+    const int P = q->page, n = q->count, n_pages = (n + P - 1) / P;
+    /* pages with a bounded heap of size k: each page taken holds >= 1 eligible
+     * slot, so at most k pages are ever needed */
+    int kp = k < n_pages ? k : n_pages;
+    if (!select_scratch_f(s, &q->pg, (size_t)kp) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp)) return -1;
     select_heap ph = {.score = q->pg.f, .slot = q->pg.i, .n = 0, .k = kp};
     int64_t scored = 0;
     for (int p = 0; p < n_pages; p++) {
         if (!q->pcnt[p]) continue;
-        select_heap_push(&ph, page_score(q, p), p);
+        select_heap_push(&ph, page_score(q, p, g0, g1), p);
         scored++;
     }
     s->stats.n_visited += scored;
@@ -192,15 +199,42 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
     for (int i = 0; i < np && got < k; i++) {
         int p = pages[i];
         if (q->pcnt[p] > k - got) {
-            const int r = rank_page(q, p, n, m, k - got, out + got);
-            got = r < 0 ? -1 : got + r;
-            break;
+            const int r = rank_page(q, p, n, m, k - got, g0, g1, out + got);
+            return r < 0 ? -1 : got + r;
         }
         for (int j = p * P; j < p * P + P && j < n; j++)
             if (select_mask_allows(m, j)) out[got++] = j;
     }
+    return got;
+}
+
+/* One set per query: the head-mean bound. */
+static int quest_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                       int32_t *out) {
+    quest_sel *q = (quest_sel *)s;
+    if (!q_native || q->count == 0) return 0;
+    if (!count_eligible(q, m)) return -1;
+    prepare_query(q, q_native, 0, s->env.n_head, 1.0f / (float)s->env.n_head);
+    int got = pick(q, m, k, 0, s->env.n_head_kv, out);
     update_bytes(q);
     return got;
+}
+
+/* One set per query head: head h's own bound over its KV head. */
+static int quest_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out,
+                             int *n_out) {
+    quest_sel *q = (quest_sel *)s;
+    const int grp = s->env.n_head / s->env.n_head_kv;
+    if (q->count == 0) return 0;
+    if (!count_eligible(q, m)) return -1;
+    for (int h = 0; h < s->env.n_head; h++) {
+        prepare_query(q, q_native, h, h + 1, 1.0f);
+        int got = pick(q, m, k, h / grp, h / grp + 1, out + (size_t)h * k);
+        if (got < 0) return -1;
+        n_out[h] = got;
+    }
+    update_bytes(q);
+    return 0;
 }
 
 static void quest_reset(selector *s) { ((quest_sel *)s)->count = 0; }
@@ -228,13 +262,15 @@ static void quest_free(selector *s) {
     free(q);
 }
 
-static const selector_ops quest_ops = {quest_append, quest_query, quest_reset, quest_free,
-                                       quest_truncate, NULL, NULL};
+static const selector_ops quest_headmean_ops = {quest_append, quest_query, quest_reset, quest_free,
+                                                quest_truncate, NULL, NULL, NULL};
+static const selector_ops quest_head_ops = {quest_append, quest_query, quest_reset, quest_free,
+                                            quest_truncate, NULL, NULL, quest_query_heads};
 
 subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     quest_sel *q = calloc(1, sizeof *q);
     if (!q) return subq_fail(err, SUBQ_ERR_NOMEM, "selector quest: out of memory");
-    q->base.ops = &quest_ops;
+    q->base.ops = p->quest_headmean ? &quest_headmean_ops : &quest_head_ops;
     q->page = p->quest_page;
     q->K = kernels_get();
     q->dot = env->kv->type == SUBQ_KV_F16 ? q->K->gather_dot_f16 : q->K->gather_dot_f32;

@@ -157,6 +157,24 @@ void selector_reset(selector *s) {
     s->ops->reset(s);
 }
 
+int selector_per_head(const selector *s) { return s->ops->query_heads != NULL; }
+
+int selector_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out, int *n_out) {
+    const int nh = s->env.n_head;
+    for (int h = 0; h < nh; h++) n_out[h] = 0;
+    if (k <= 0) return 0;
+    double t0 = time_now_s();
+    int rc = s->ops->query_heads(s, q_native, k, m, out, n_out);
+    s->stats.t_query_s += time_now_s() - t0;
+    if (rc < 0) return -1;
+    s->stats.n_queries++;
+    for (int h = 0; h < nh; h++) {
+        s->stats.n_returned += n_out[h];
+        s->stats.n_filler += k - n_out[h];
+    }
+    return 0;
+}
+
 subq_status selector_truncate(selector *s, int n_keep, subq_error *err) {
     if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", selector_kind_name(s->params.kind), n_keep);
     if (!s->ops->truncate)

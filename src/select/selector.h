@@ -6,7 +6,11 @@
  * learned search space, by cosine or inner product, optionally over
  * compressed keys), hnsw / faiss (ANN indexes over the same space),
  * quest (page min/max bounds on native keys), oracle (exact top-K of the
- * head-mean native q.k), window (nothing retrieved: sinks + tail only). */
+ * native q.k), window (nothing retrieved: sinks + tail only).
+ *
+ * Per-head kinds (quest by default, oracle per-head) pick one slot set per
+ * query head instead of one per query (selector_per_head); the attention
+ * then attends each head over its own set. */
 #ifndef SUBQ_SELECTOR_H
 #define SUBQ_SELECTOR_H
 
@@ -44,6 +48,17 @@ typedef enum select_scan {
 } select_scan;
 #define SELECT_RERANK 8
 
+/* What the oracle ranks (select_oracle.c):
+ *   HEADMEAN_DOT     the head-mean of the native logits, (1/H) sum_h q_h . k_{kvh(h)}
+ *   HEADMEAN_COSINE  the cosine of the head-mean q and the head-mean k
+ *                    (ann-sparseattention's raw-QK oracle, compare_retrieval.py)
+ *   PER_HEAD         each query head its own exact top-K of q_h . k_{kvh(h)} */
+typedef enum oracle_kind { ORACLE_HEADMEAN_DOT = 0, ORACLE_HEADMEAN_COSINE, ORACLE_PER_HEAD, ORACLE_KIND_COUNT } oracle_kind;
+
+/* "headmean-dot" -> ORACLE_HEADMEAN_DOT ...; -1 if unknown. */
+int oracle_kind_parse(const char *name);
+const char *oracle_kind_name(oracle_kind k);
+
 typedef struct selector_params {
     selector_kind kind;
     int d_search;              /* width of search vectors (exact/hnsw/faiss) */
@@ -56,6 +71,9 @@ typedef struct selector_params {
     int quest_page;            /* default 16 tokens */
     uint64_t seed;             /* for index randomness */
     int n_threads;             /* exact: threads for long scans (default 1) */
+    int quest_headmean;        /* quest: 1 = one page set per query from the head-mean
+                                  bound; 0 = each query head its own pages (default) */
+    oracle_kind oracle;        /* oracle: what it ranks (default HEADMEAN_DOT) */
 } selector_params;
 
 /* What a selector may read besides the vectors it is given: the layer's
@@ -124,6 +142,10 @@ typedef struct selector_ops {
      * rebuilds an index that answers as the original does. */
     subq_status (*get_keys)(const selector *s, int n, float *dst, subq_error *err);
     subq_status (*put_keys)(selector *s, const float *keys, int n, int slot0, subq_error *err);
+    /* Per-head kinds (NULL for the others): up to k eligible slots for each
+     * query head h, best first, into out[h*k ..], their count into n_out[h];
+     * returns 0, or -1 when out of memory. */
+    int (*query_heads)(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out, int *n_out);
 } selector_ops;
 
 struct selector {
@@ -146,6 +168,11 @@ subq_status selector_append(selector *s, const float *k_search, int n, int slot0
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out);
 void selector_reset(selector *s);
+/* 1 if s picks one slot set per query head (ops->query_heads); its query op
+ * still answers one set per query (the head-mean ranking). */
+int selector_per_head(const selector *s);
+/* ops->query_heads, timed and counted as selector_query (n_head sets). */
+int selector_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out, int *n_out);
 /* Truncate to n_keep slots; export / import the stored search keys (ops
  * above). For kinds without a search space get_keys writes nothing and
  * put_keys appends the slots (their native keys are already in env->kv). */

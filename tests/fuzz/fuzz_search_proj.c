@@ -1,5 +1,6 @@
 /* libFuzzer target for the search-projection reader: GGUF bytes ->
- * gguf_open_memory -> search_proj_read. A file that reads must describe
+ * gguf_open_memory -> search_proj_read (projection files and projections
+ * merged into model files). A file that reads must describe
  * itself consistently (layers ascending and in range, matrices where the
  * layers say) and every float of every matrix is touched, so ASan sees a
  * matrix that does not lie inside the allocation; a refused one gives one

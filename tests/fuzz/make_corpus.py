@@ -16,19 +16,19 @@ from gguf_edit import encode  # noqa: E402
 
 
 def gguf(kvs, tensors=(), alignment=32):
-    """kvs: [(key, kind, value)]; tensors: [(name, ne, raw f32 bytes)]."""
+    """kvs: [(key, kind, value)]; tensors: [(name, ne, raw bytes[, ggml type, default f32])]."""
     out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
     for key, kind, value in kvs:
         k = key.encode()
         out += struct.pack("<Q", len(k)) + k + encode(kind, value)
     off = 0
-    for name, ne, raw in tensors:
+    for name, ne, raw, *ty in tensors:
         n = name.encode()
         out += struct.pack("<Q", len(n)) + n + struct.pack("<I", len(ne)) + struct.pack("<%dQ" % len(ne), *ne)
-        out += struct.pack("<IQ", 0, off)
+        out += struct.pack("<IQ", ty[0] if ty else 0, off)
         off += (len(raw) + alignment - 1) // alignment * alignment
     out += b"\0" * ((-len(out)) % alignment)
-    for _, _, raw in tensors:
+    for _, _, raw, *_ in tensors:
         out += raw + b"\0" * ((-len(raw)) % alignment)
     return bytes(out)
 
@@ -49,6 +49,21 @@ def write(name, seeds):
 
 
 FP = "0123456789abcdef"
+
+
+def merged_file(d_search, n_embd, n_layer, layers, f16):
+    """A model file's keys with projections merged in (ann-sparseattention's
+    runtime layout, src/search/search_merge.c), f16 or f32 matrices."""
+    t = []
+    for l in layers:
+        for w in ("proj", "attn_k"):
+            raw = struct.pack("<%de" % (n_embd * d_search), *[((i * 31) % 13 - 6) / 8 for i in range(n_embd * d_search)])
+            t.append(("blk.%d.indexer.%s.weight" % (l, w), [n_embd, d_search]) +
+                     ((raw, 1) if f16 else (f32(n_embd * d_search),)))
+    return gguf([("general.architecture", "str", "qwen3"), ("qwen3.block_count", "u32", n_layer),
+                 ("qwen3.embedding_length", "u32", n_embd), ("qwen3.attention.indexer.head_count", "u32", 1),
+                 ("qwen3.attention.indexer.key_length", "u32", d_search),
+                 ("qwen3.attention.indexer.top_k", "u32", 4), ("ann_sparse.layers", "arr_i32", layers)], t)
 
 
 def search_file(d_search, n_embd, n_layer, layers):
@@ -126,7 +141,8 @@ def main():
         # no byte tokens at all, odd types, NaN score
         vocab_seed(4 | 8 | 128, 0, [("x", 0, 9), ("y", 1, 255), ("xy", 2, 6)], [], [255, 255, 0], "xyxy yx"),
     ])
-    write("fuzz_search_proj", [search_file(2, 4, 3, [1]), search_file(3, 8, 4, [0, 2, 3])])
+    write("fuzz_search_proj", [search_file(2, 4, 3, [1]), search_file(3, 8, 4, [0, 2, 3]),
+                               merged_file(2, 4, 3, [1, 2], True), merged_file(3, 8, 4, [0, 3], False)])
     write("fuzz_phi_maps", [phi_file(2, 2, 3, 2, 2, 1, 3, [1]), phi_file(2, 3, 2, 2, 4, 2, 4, [0, 3], h_mid=True)])
     write("fuzz_jsonl", [s.encode() for s in [
         '{"text": "hello world"}',

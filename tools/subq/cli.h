@@ -21,6 +21,8 @@ int cmd_train_search(int argc, char **argv);
 int cmd_train_phi(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_recall(int argc, char **argv);
+int cmd_merge(int argc, char **argv);
+int cmd_split(int argc, char **argv);
 
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);

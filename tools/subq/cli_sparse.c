@@ -40,6 +40,7 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         if (!(p->topk_layers = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--topk")) {
         target = &p->top_k, lo = 0;
+        o->topk_set = 1;
     } else if (!strcmp(a, "--sink")) {
         target = &p->n_sink, lo = 0;
     } else if (!strcmp(a, "--tail")) {
@@ -52,6 +53,24 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         target = &p->hnsw_ef_search, lo = 1;
     } else if (!strcmp(a, "--quest-page")) {
         target = &p->quest_page, lo = 1, hi = 1 << 16;
+    } else if (!strcmp(a, "--quest-mode")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        if (strcmp(v, "per-head") && strcmp(v, "headmean")) {
+            cli_error(cmd, "--quest-mode expects per-head or headmean, got '%s'", v);
+            return -1;
+        }
+        p->quest_headmean = !strcmp(v, "headmean");
+    } else if (!strcmp(a, "--oracle")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        int k = subq_oracle_parse(v);
+        if (k < 0) {
+            cli_error(cmd, "--oracle expects headmean-dot, headmean-cosine or per-head, got '%s'", v);
+            return -1;
+        }
+        p->oracle = (subq_oracle_kind)k;
+    } else if (!strcmp(a, "--no-search")) {
+        o->no_search = 1;
+        return 1;
     } else if (!strcmp(a, "--search-f16")) {
         p->search_f16 = 1;
     } else if (!strcmp(a, "--score")) {
@@ -121,6 +140,23 @@ static char *random_search_layers(const subq_attn_plan *p) {
     return list;
 }
 
+int cli_sparse_model_default(const char *cmd, cli_sparse_opts *o, const char *model_path) {
+    if (o->search_file || o->random_search || o->no_search || !model_path) return 1;
+    subq_search_info si;
+    subq_error err = {0};
+    subq_gguf *g;
+    if (subq_gguf_open(model_path, &g, &err)) return 1; /* the model loader says what is wrong */
+    subq_gguf_close(g);
+    subq_status s = subq_search_info_file(model_path, &si, &err);
+    if (s == SUBQ_ERR_RANGE || (!s && !si.merged)) return 1; /* none (or not a model: the loader will say) */
+    if (s) return !cli_error(cmd, "%s (give --no-search to run without them)", err.msg);
+    o->search_file = model_path;
+    o->model_search = 1;
+    o->enabled = 1;
+    if (!o->topk_set && si.top_k > 0) o->plan.top_k = si.top_k;
+    return 1;
+}
+
 int cli_sparse_load(const char *cmd, cli_sparse_opts *o, const subq_model *m) {
     subq_error err = {0};
     if (o->search_file && o->random_search) {
@@ -132,7 +168,9 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, const subq_model *m) {
         return 0;
     }
     subq_status s = SUBQ_OK;
-    if (o->search_file && !o->search) {
+    if (o->model_search && !o->search) {
+        s = subq_search_from_model(m, &o->search, &err);
+    } else if (o->search_file && !o->search) {
         s = subq_search_load(o->search_file, m, &o->search, &err);
     } else if (o->random_search && !o->search) {
         char *layers = random_search_layers(&o->plan);

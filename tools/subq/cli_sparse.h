@@ -7,7 +7,10 @@
 
 typedef struct cli_sparse_opts {
     int enabled;                 /* any sparse flag was given */
-    const char *search_file;     /* --search FILE */
+    const char *search_file;     /* --search FILE (or the model file when it carries projections) */
+    int model_search;            /* search_file is the model's own merged projections */
+    int no_search;               /* --no-search: ignore projections merged into the model */
+    int topk_set;                /* --topk given */
     int random_search;           /* --random-search D: random projections on layers 2..L-3 */
     const char *complete_file;   /* --complete FILE: completion maps from subq train-phi */
     const char *complete_heads;  /* --complete-heads entropy>=X */
@@ -18,7 +21,9 @@ typedef struct cli_sparse_opts {
 
 #define CLI_SPARSE_OPTS_HELP                                                                     \
     "sparse attention (retrieve-then-attend):\n"                                                 \
-    "  --search FILE        search projections from subq train-search\n"                       \
+    "  --search FILE        search projections from subq train-search (default: those\n"      \
+    "                       merged into the model file, if any; see subq merge)\n"           \
+    "  --no-search          ignore the projections merged into the model file\n"            \
     "  --random-search D    random projections of width D on layers 2..L-3 (speed work)\n"      \
     "  --select KIND        exact | hnsw | faiss | quest | oracle | window (default exact)\n"   \
     "  --sparse-layers L    layers to substitute: all, 1-4, 2--3 (default: layers with\n"      \
@@ -32,6 +37,9 @@ typedef struct cli_sparse_opts {
     "                       exactly the K retrieved keys)\n"                                  \
     "  --hnsw-m N, --hnsw-ef-construction N, --hnsw-ef-search N   (defaults 32, 40, 64)\n"     \
     "  --quest-page N       Quest page size in tokens (default 16)\n"                          \
+    "  --quest-mode M       per-head (each query head its own pages, default) | headmean\n"  \
+    "  --oracle S           headmean-dot (default) | headmean-cosine (the seed's raw-QK\n"   \
+    "                       oracle) | per-head (each query head its own exact top-K)\n"      \
     "  --search-f16         store search keys in f16 (exact, hnsw)\n"                         \
     "  --score cosine|dot   rank search keys by cosine (default) or raw inner product\n"       \
     "  --scan full|int8|int4  exact: scan the stored keys, or int8 / int4 codes of them\n"     \
@@ -44,6 +52,12 @@ typedef struct cli_sparse_opts {
 void cli_sparse_init(cli_sparse_opts *o);
 /* 1: consumed argv[*i] (and its value); 0: not a sparse flag; -1: error printed. */
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o);
+/* After the flags: with no --search, --random-search or --no-search, a
+ * model file that carries merged search projections (subq merge, or
+ * ann-sparseattention's merge script) runs sparse on them, with its top-K
+ * unless --topk is given. Prints the error and returns 0 when the model's
+ * projections are malformed. */
+int cli_sparse_model_default(const char *cmd, cli_sparse_opts *o, const char *model_path);
 /* Load or create the projections and load the completion maps into o.
  * Prints the error and returns 0 on failure, having freed what it loaded. */
 int cli_sparse_load(const char *cmd, cli_sparse_opts *o, const subq_model *m);

@@ -107,6 +107,7 @@ int cmd_bench(int argc, char **argv) {
             return cli_error(cmd, "unknown option '%s' (see subq bench --help)", a);
         }
     }
+    if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
     if (so.complete_file || so.complete_heads)
         return cli_error(cmd, "--complete is not supported here: the KV cache is filled synthetically, without the "
                          "completion's summary; measure completion quality with subq eval");

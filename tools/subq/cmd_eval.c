@@ -325,7 +325,8 @@ static void print_table(const subq_eval_params *cfg, const subq_eval_result *r, 
            " intervals: 95%% bootstrap over windows; mass: share of the head-mean softmax on sinks + tail +\n"
            " candidates; recall: candidates among the top-K of the head-mean softmax; seed mass / recall:\n"
            " per-head softmax mass on the K candidates and recall of the top-K of the max over heads, over\n"
-           " queries with >= K eligible keys; share: completion mass share Z_hat / (Z_E + Z_hat))\n");
+           " queries with >= K eligible keys; per-head selectors (quest, --oracle per-head): each head's\n"
+           " own softmax and top-K, averaged over heads; share: completion mass share Z_hat / (Z_E + Z_hat))\n");
     if (r->n_methods == 0) return;
     const subq_eval_method *last = &r->methods[r->n_methods - 1];
     print_layer_table("mass per layer at the largest K or budget:", r, l_mass, 1, last->k, last->budget_pct);
@@ -414,6 +415,7 @@ int cmd_eval(int argc, char **argv) {
         return cli_error(cmd, "no text given; use -f PATH or --eval-file PATH");
     if (cfg.n_budgets && !so.complete_file)
         return cli_error(cmd, "--budget compares selection only with the hybrid: give --complete FILE");
+    if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
     const int have_search = so.search_file || so.random_search;
     if (!selectors) selectors = have_search ? "exact,hnsw,quest,oracle,window" : "quest,oracle,window";
     {

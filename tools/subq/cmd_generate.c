@@ -107,7 +107,8 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c)) {
+    if (!cli_sparse_model_default(cmd, &so, mo.model) || !cli_load(cmd, &mo, &m, &c) ||
+        !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;
         goto done;
     }

@@ -89,12 +89,34 @@ int cmd_info(int argc, char **argv) {
     subq_gguf_get_header(g, &h);
     char rope[512];
     int has_rope = subq_gguf_describe_rope(g, rope, sizeof rope);
+    /* search projections the file carries (a projection file, or merged into a model) */
+    subq_search_info si;
+    subq_error serr = {0};
+    char search[600];
+    subq_status ss = subq_search_info_file(path, &si, &serr);
+    if (!ss)
+        snprintf(search, sizeof search, "%s, layers %s (%d), d_search %d, %s", si.merged ? "merged into the model "
+                 "(ann-sparseattention runtime layout; runs sparse with no --search)" : "projection file",
+                 si.layers, si.n_layers, si.d_search, si.type);
+    else if (ss != SUBQ_ERR_RANGE)
+        snprintf(search, sizeof search, "unusable: %.500s", serr.msg);
+    if (!ss && si.merged && si.top_k)
+        snprintf(search + strlen(search), sizeof search - strlen(search), ", top-k %d", si.top_k);
     if (json) {
         printf("{\"file\": ");
         cli_json_string(stdout, path, strlen(path));
         if (has_rope) {
             printf(", \"rope\": ");
             cli_json_string(stdout, rope, strlen(rope));
+        }
+        if (!ss) {
+            printf(", \"search\": {\"merged\": %s, \"layers\": ", si.merged ? "true" : "false");
+            cli_json_string(stdout, si.layers, strlen(si.layers));
+            printf(", \"n_layers\": %d, \"d_search\": %d, \"type\": \"%s\", \"top_k\": %d}", si.n_layers,
+                   si.d_search, si.type, si.top_k);
+        } else if (ss != SUBQ_ERR_RANGE) {
+            printf(", \"search_error\": ");
+            cli_json_string(stdout, serr.msg, strlen(serr.msg));
         }
         printf(", \"version\": %u, \"n_kv\": %" PRIu64 ", \"n_tensors\": %" PRIu64 ", \"alignment\": %" PRIu64
                ", \"tensor_bytes\": %" PRIu64 ",\n \"metadata\": {",
@@ -103,6 +125,7 @@ int cmd_info(int argc, char **argv) {
         printf("%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, %.2f MiB of tensor data\n", path, h.version,
                h.n_kv, h.n_tensors, h.tensor_bytes / 1048576.0);
         if (has_rope) printf("  rope in use: %s\n", rope);
+        if (ss != SUBQ_ERR_RANGE) printf("  search projections: %s\n", search);
     }
     for (uint64_t i = 0; i < h.n_kv; i++) {
         const char *key;

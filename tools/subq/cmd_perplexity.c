@@ -76,7 +76,8 @@ int cmd_perplexity(int argc, char **argv) {
     size_t n_toks = 0;
     int rc = 0;
     so.plan.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
-    if (!cli_load(cmd, &mo, &m, &c) || !cli_apply_sparse(cmd, &so, m, c)) {
+    if (!cli_sparse_model_default(cmd, &so, mo.model) || !cli_load(cmd, &mo, &m, &c) ||
+        !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;
         goto done;
     }

@@ -234,6 +234,7 @@ int cmd_recall(int argc, char **argv) {
     }
     if (!mo.model) return cli_error(cmd, "no model given; use -m FILE.gguf");
     if (n_hay == 0) return cli_error(cmd, "no haystack given; use --haystack FILE or DIR");
+    if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
     int have_search = so.search_file || so.random_search;
     method methods[MAX_METHODS];
     int n_methods = 0;

@@ -94,6 +94,7 @@ int cmd_serve(int argc, char **argv) {
     }
     if (!mo.model) return cli_error(cmd, "no model given; use -m FILE.gguf");
     if (hc.api_key && !*hc.api_key) return cli_error(cmd, "--api-key must not be empty");
+    if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
     /* the model's name as clients see it: the file name without .gguf, as llama-server does */
     const char *base = strrchr(mo.model, '/') ? strrchr(mo.model, '/') + 1 : mo.model;
     char name[256];

@@ -24,6 +24,8 @@ static const command commands[] = {
     {"train-search", cmd_train_search, "learn search projections by distillation from the model's attention"},
     {"train-phi", cmd_train_phi, "learn completion feature maps (top-K + linear-attention completion); --diagnose"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with a reusable prompt cache"},
+    {"merge", cmd_merge, "merge search projections into a model file (ann-sparseattention runtime layout)"},
+    {"split", cmd_split, "write the search projections merged into a model file as a projection file"},
 };
 
 static void usage(FILE *out) {

@@ -1,0 +1,70 @@
+/* Search projections inside model files through the public API: what a file
+ * carries, merging projections into a model file and splitting them out
+ * (the layout: search/search_merge.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/error.h"
+#include "gguf/gguf.h"
+#include "model/model.h"
+#include "quant/types.h"
+#include "search/search_proj.h"
+
+subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_error *err) {
+    memset(out, 0, sizeof *out);
+    gguf_file *f;
+    subq_status s = gguf_open(path, &f, err);
+    if (s) return s;
+    search_file_info si;
+    s = search_file_info_read(f, path, &si, err);
+    gguf_close(f);
+    if (s) return s;
+    out->merged = si.merged;
+    out->d_search = si.d_search;
+    out->n_layers = si.n_layers;
+    out->top_k = si.top_k;
+    memcpy(out->layers, si.layers, sizeof out->layers);
+    memcpy(out->arch, si.arch, sizeof out->arch);
+    const ggml_type_traits *tr = ggml_type_get(si.type);
+    snprintf(out->type, sizeof out->type, "%s", tr ? tr->name : "mixed");
+    return SUBQ_OK;
+}
+
+subq_merge_params subq_merge_default_params(void) {
+    subq_merge_params p = {.top_k = 128, .type = "f16"};
+    return p;
+}
+
+subq_status subq_search_merge(const char *model_path, const char *search_path, const subq_merge_params *p,
+                              const char *out_path, subq_error *err) {
+    search_merge_opts o = {.top_k = p->top_k, .source = search_path};
+    if (!p->type || !strcasecmp(p->type, "f16")) o.type = GGML_TYPE_F16;
+    else if (!strcasecmp(p->type, "f32")) o.type = GGML_TYPE_F32;
+    else if (!strcasecmp(p->type, "bf16")) o.type = GGML_TYPE_BF16;
+    else return subq_fail(err, SUBQ_ERR_ARG, "merged projections are f16, f32 or bf16, not '%s'", p->type);
+    subq_model *m;
+    subq_status s = subq_model_load(model_path, &m, err);
+    if (s) return s;
+    search_proj *proj = NULL;
+    gguf_file *extra = NULL;
+    s = search_proj_load(search_path, m, &proj, err);
+    if (!s) s = gguf_open(search_path, &extra, err);
+    o.extra = extra;
+    if (!s) s = search_merge_write(m, proj, &o, out_path, err);
+    gguf_close(extra);
+    search_proj_free(proj);
+    subq_model_free(m);
+    return s;
+}
+
+subq_status subq_search_split(const char *merged_path, const char *out_path, subq_error *err) {
+    subq_model *m;
+    subq_status s = subq_model_load(merged_path, &m, err);
+    if (s) return s;
+    s = search_split_write(m, out_path, err);
+    if (s == SUBQ_ERR_RANGE) s = subq_fail(err, s, "%s carries no merged search projections", merged_path);
+    subq_model_free(m);
+    return s;
+}
