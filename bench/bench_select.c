@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
                     }
             }
             double t_ins = (time_now_s() - t0) / n_l;
-            int64_t b0 = 0;
+            uint64_t b0 = 0;
             for (int l = 0; l < n_l; l++) b0 += sl[l]->stats.bytes_read;
             double hit = 0;
             for (int q = 0; q < n_q; q++) {
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
                 for (int i = 0; i < got; i++)
                     for (int j = 0; j < k; j++) hit += out[i] == ref[(size_t)q * k + j];
             }
-            int64_t b1 = 0;
+            uint64_t b1 = 0;
             for (int l = 0; l < n_l; l++) b1 += sl[l]->stats.bytes_read;
             qsort(t, (size_t)n_q, sizeof(double), cmp_double);
             printf("%8d %-10s %9.3f %11.1f %10.4f %9.2f %10.1f\n", n, cf->name, 1e3 * t[n_q / 2],

@@ -121,7 +121,23 @@ subq_status subq_token_to_piece(const subq_model *m, int32_t prev, int32_t tok, 
 
 typedef struct subq_context subq_context;
 
-typedef enum subq_kv_type { SUBQ_KV_F32 = 0, SUBQ_KV_F16 = 1 } subq_kv_type;
+/* KV cache element types. q8_0 and q4_0 are llama.cpp's cache types: per
+ * 32 values one fp16 scale and 8-bit / 4-bit integers (8.5 / 4.5 bits per
+ * value), for heads whose width is a multiple of 32; heads of 2, 4, 8 or 16
+ * values take one such block per head row (a finer block: 8 + 16/width and
+ * 4 + 16/width bits per value); other widths are SUBQ_ERR_UNSUPPORTED. */
+typedef enum subq_kv_type {
+    SUBQ_KV_F32 = 0,
+    SUBQ_KV_F16 = 1,
+    SUBQ_KV_Q8_0 = 2,
+    SUBQ_KV_Q4_0 = 3,
+    SUBQ_KV_TYPE_COUNT
+} subq_kv_type;
+
+/* "f32", "f16", "q8_0", "q4_0" -> the type; -1 when unknown. */
+int subq_kv_type_parse(const char *name);
+/* The type's name ("?" when out of range). */
+const char *subq_kv_type_name(subq_kv_type t);
 
 typedef struct subq_context_params {
     int n_ctx;          /* KV cache capacity in tokens (<= 0: model's training context) */
@@ -376,8 +392,19 @@ typedef struct subq_context_stats {
     double t_append_s;    /* selectors' index inserts */
     uint64_t kv_bytes;    /* KV cache size */
     uint64_t index_bytes; /* memory held by the selectors */
+    uint64_t select_bytes_read; /* bytes the selectors' queries read (exact: the search
+                                   keys scanned; hnsw/faiss: distances x vector bytes, an
+                                   estimate; quest/oracle: page bounds and native keys) */
 } subq_context_stats;
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st);
+
+/* Bytes of the KV cache one decode step reads when its query sees n_keys
+ * cached tokens (its own included), over all layers: keys and values of
+ * every KV head, all n_keys rows in a full-attention layer, the attended
+ * rows (sinks + tail + K, at most n_keys) in a sparse one. With the model's
+ * decode_bytes and the selectors' bytes read it gives the bytes a decode
+ * step must read, whose time at the memory bandwidth bounds its speed. */
+uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys);
 
 /* Fill an empty context with n_past synthetic tokens: random keys and values
  * in the KV cache, random search keys in every sparse layer's index. Decode

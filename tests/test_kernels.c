@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/rng.h"
 #include "kernels/kernels.h"
@@ -82,56 +83,149 @@ static void check_vectors(const char *name, const kernels *K) {
     printf("%s: dot %.2e, axpy %.2e, gathered dots %.2e\n", name, worst_dot, worst_axpy, worst_gather);
 }
 
-static void check_attention(const char *name, const kernels *K) {
+/* The value of element c of a KV row, read from the bytes as the layout
+ * comment in kernels.h describes them (blocks of B = min(hd, 32) values). */
+static double kv_ref_value(subq_kv_type t, const void *row, int hd, int c) {
+    const int B = hd < 32 ? hd : 32;
+    if (t == SUBQ_KV_F32) return ((const float *)row)[c];
+    if (t == SUBQ_KV_F16) return fp16_to_fp32(((const uint16_t *)row)[c]);
+    const size_t bsz = 2 + (size_t)(t == SUBQ_KV_Q8_0 ? B : B / 2);
+    const uint8_t *b = (const uint8_t *)row + (size_t)(c / B) * bsz;
+    const double d = fp16_to_fp32((uint16_t)(b[0] | b[1] << 8));
+    const int j = c % B;
+    if (t == SUBQ_KV_Q8_0) return d * (int8_t)b[2 + j];
+    return d * (j < B / 2 ? (b[2 + j] & 0xF) - 8 : (b[2 + j - B / 2] >> 4) - 8);
+}
+
+static double maxd(double a, double b) { return a > b ? a : b; }
+
+/* KV rows of every type: quantisation (bounded error; ggml's bytes for
+ * 32-value blocks), conversion, dot, axpy and gathered dots of single rows,
+ * and the decode scores / accumulation over contiguous rows for g query
+ * heads, all against double loops over the values the bytes hold. */
+static void check_kv_rows(const char *name, const kernels *K) {
     uint64_t rng = rng_seed(11);
-    const int hds[] = {8, 12, 64, 128}, gs[] = {1, 2, 3, 5, 7}, ns[] = {1, 3, 4, 31, 32, 33, 100};
-    double worst_s = 0, worst_a = 0;
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 5; b++)
-            for (int c = 0; c < 7; c++)
-                for (int f16 = 0; f16 < 2; f16++) {
-                    const int hd = hds[a], g = gs[b], n = ns[c], ld = n + 3;
-                    float *q = malloc((size_t)g * hd * sizeof(float)), *rows = malloc((size_t)n * hd * sizeof(float));
-                    uint16_t *rows16 = malloc((size_t)n * hd * sizeof(uint16_t));
-                    float *s = malloc((size_t)g * ld * sizeof(float)), *out = calloc((size_t)g * hd, sizeof(float));
-                    for (int i = 0; i < g * hd; i++) q[i] = rng_normal(&rng);
-                    for (int i = 0; i < n * hd; i++) {
-                        rows16[i] = fp32_to_fp16(rng_normal(&rng));
-                        rows[i] = f16 ? fp16_to_fp32(rows16[i]) : rng_normal(&rng);
+    const int hds[] = {2, 8, 12, 16, 32, 64, 128}, gs[] = {1, 2, 3, 5}, ns[] = {1, 3, 4, 5, 31, 32, 33, 100};
+    static const char *tn[] = {"f32", "f16", "q8_0", "q4_0"};
+    for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
+        const subq_kv_type type = (subq_kv_type)t;
+        const kernels_kv *ops = &K->kv[t];
+        double worst_q = 0, worst_conv = 0, worst_dot = 0, worst_axpy = 0, worst_gather = 0, worst_s = 0, worst_a = 0;
+        int bytes_ok = 1, n_hd = 0;
+        for (int a = 0; a < 7; a++) {
+            const int hd = hds[a];
+            const size_t rb = kernels_kv_row_bytes(type, hd);
+            if (t >= SUBQ_KV_Q8_0 && hd == 12) {
+                CHECK(rb == 0, "%s rows of 12 values must be refused", tn[t]);
+                continue;
+            }
+            CHECK(rb > 0, "%s rows of %d values", tn[t], hd);
+            n_hd++;
+            enum { NMAX = 100, GMAX = 5 };
+            float *x = malloc((size_t)NMAX * hd * sizeof(float)), *deq = malloc((size_t)NMAX * hd * sizeof(float));
+            float *conv = malloc((size_t)NMAX * hd * sizeof(float)), *q = malloc((size_t)GMAX * hd * sizeof(float));
+            float *s = malloc((size_t)GMAX * (NMAX + 3) * sizeof(float)), *out = malloc((size_t)GMAX * hd * sizeof(float));
+            unsigned char *rows = malloc((size_t)NMAX * rb), *ggml = malloc((size_t)NMAX * rb + 64);
+            /* rows of varied scale; one row of zeros (d = 0) */
+            for (int j = 0; j < NMAX; j++) {
+                const float sc = j == 7 ? 0.0f : 0.1f + (float)(j % 5);
+                for (int c = 0; c < hd; c++) x[(size_t)j * hd + c] = sc * rng_normal(&rng);
+                kernels_kv_from_f32(type, x + (size_t)j * hd, rows + (size_t)j * rb, hd);
+                for (int c = 0; c < hd; c++) deq[(size_t)j * hd + c] = (float)kv_ref_value(type, rows + (size_t)j * rb, hd, c);
+            }
+            /* quantisation error: half a step (f16: 2^-11 relative; q4_0's
+             * clamped top code: one step), plus the fp16 rounding of the
+             * scale times the largest code (127, 8) */
+            for (int j = 0; j < NMAX; j++) {
+                const int B = hd < 32 ? hd : 32;
+                for (int c0 = 0; c0 < hd; c0 += B) {
+                    double amax = 0;
+                    for (int c = c0; c < c0 + B; c++) amax = maxd(amax, fabs(x[(size_t)j * hd + c]));
+                    for (int c = c0; c < c0 + B; c++) {
+                        const double xv = x[(size_t)j * hd + c], e = fabs(deq[(size_t)j * hd + c] - xv);
+                        double lim = t == SUBQ_KV_F32   ? 0
+                                     : t == SUBQ_KV_F16 ? fabs(xv) * 4.9e-4 + 1e-7
+                                     : t == SUBQ_KV_Q8_0 ? amax / 127 * (0.5 + 127 / 2048.0) + 1e-7
+                                                         : amax / 8 * (1 + 8 / 2048.0) + 1e-7;
+                        worst_q = maxd(worst_q, e - lim);
                     }
-                    if (f16) K->scores_f16(q, g, rows16, n, hd, 0.25f, s, ld);
-                    else K->scores_f32(q, g, rows, n, hd, 0.25f, s, ld);
+                }
+            }
+            /* ggml's quantiser gives the same bytes for 32-value blocks */
+            if (t >= SUBQ_KV_F16 && hd % 32 == 0) {
+                const uint32_t gt = t == SUBQ_KV_F16 ? GGML_TYPE_F16 : t == SUBQ_KV_Q8_0 ? GGML_TYPE_Q8_0 : GGML_TYPE_Q4_0;
+                size_t nb = quantize_row(gt, x, ggml, (int64_t)NMAX * hd);
+                bytes_ok &= nb == (size_t)NMAX * rb && memcmp(ggml, rows, nb) == 0;
+            }
+            ops->to_f32(rows, NMAX, hd, conv);
+            for (int i = 0; i < NMAX * hd; i++) worst_conv = maxd(worst_conv, fabs(conv[i] - deq[i]));
+            /* single rows: dot, axpy; gathered dots over every third row */
+            for (int i = 0; i < hd; i++) q[i] = rng_normal(&rng);
+            int32_t idx[NMAX / 3];
+            float got[NMAX / 3];
+            for (int i = 0; i < NMAX / 3; i++) idx[i] = (int32_t)(rng_next_u64(&rng) % (NMAX / 3));
+            ops->gather_dot(q, rows, (size_t)3 * hd, hd, idx, NMAX / 3, got);
+            for (int j = 0; j < NMAX; j++) {
+                double want = 0, mag = 0;
+                for (int c = 0; c < hd; c++) {
+                    want += (double)q[c] * deq[(size_t)j * hd + c];
+                    mag += fabs((double)q[c] * deq[(size_t)j * hd + c]);
+                }
+                worst_dot = maxd(worst_dot, rel_err(ops->dot(q, rows + (size_t)j * rb, hd), want, mag));
+                for (int i = 0; i < NMAX / 3; i++)
+                    if (3 * idx[i] == j) worst_gather = maxd(worst_gather, rel_err(got[i], want, mag));
+                for (int c = 0; c < hd; c++) out[c] = q[c];
+                ops->axpy(out, -0.625f, rows + (size_t)j * rb, hd);
+                for (int c = 0; c < hd; c++) {
+                    const double w = q[c] - 0.625 * deq[(size_t)j * hd + c];
+                    worst_axpy = maxd(worst_axpy, rel_err(out[c], w, fabs(q[c]) + 0.625 * fabs(deq[(size_t)j * hd + c])));
+                }
+            }
+            /* decode scores and accumulation */
+            for (int b = 0; b < 4; b++)
+                for (int c = 0; c < 8; c++) {
+                    const int g = gs[b], n = ns[c], ld = n + 3;
+                    for (int i = 0; i < g * hd; i++) q[i] = rng_normal(&rng);
+                    ops->scores(q, g, rows, n, hd, 0.25f, s, ld);
                     for (int i = 0; i < g; i++)
                         for (int j = 0; j < n; j++) {
                             double want = 0, mag = 0;
                             for (int d = 0; d < hd; d++) {
-                                want += (double)q[i * hd + d] * rows[j * hd + d];
-                                mag += fabs((double)q[i * hd + d] * rows[j * hd + d]);
+                                want += (double)q[i * hd + d] * deq[(size_t)j * hd + d];
+                                mag += fabs((double)q[i * hd + d] * deq[(size_t)j * hd + d]);
                             }
-                            double e = fabs(s[i * ld + j] - 0.25 * want) / (0.25 * mag + 1e-30);
-                            worst_s = e > worst_s ? e : worst_s;
+                            worst_s = maxd(worst_s, fabs(s[i * ld + j] - 0.25 * want) / (0.25 * mag + 1e-30));
                         }
-                    /* weights p = s (any values), out_i = sum_j p_ij v_j */
-                    if (f16) K->accum_f16(s, g, ld, rows16, n, hd, out);
-                    else K->accum_f32(s, g, ld, rows, n, hd, out);
+                    /* weights p = s (any values), out_i = q_i + sum_j p_ij v_j */
+                    for (int i = 0; i < g * hd; i++) out[i] = q[i];
+                    ops->accum(s, g, ld, rows, n, hd, out);
                     for (int i = 0; i < g; i++)
                         for (int d = 0; d < hd; d++) {
-                            double want = 0, mag = 0;
+                            double want = q[i * hd + d], mag = fabs(want);
                             for (int j = 0; j < n; j++) {
-                                want += (double)s[i * ld + j] * rows[j * hd + d];
-                                mag += fabs((double)s[i * ld + j] * rows[j * hd + d]);
+                                want += (double)s[i * ld + j] * deq[(size_t)j * hd + d];
+                                mag += fabs((double)s[i * ld + j] * deq[(size_t)j * hd + d]);
                             }
-                            double e = fabs(out[i * hd + d] - want) / (mag + 1e-6);
-                            worst_a = e > worst_a ? e : worst_a;
+                            worst_a = maxd(worst_a, fabs(out[i * hd + d] - want) / (mag + 1e-6));
                         }
-                    free(q);
-                    free(rows);
-                    free(rows16);
-                    free(s);
-                    free(out);
                 }
-    CHECK(worst_s < 1e-5, "%s scores: worst error relative to sum |q k| %.2e", name, worst_s);
-    CHECK(worst_a < 1e-5, "%s accum: worst error relative to sum |p v| %.2e", name, worst_a);
+            free(x), free(deq), free(conv), free(q), free(s), free(out), free(rows), free(ggml);
+        }
+        CHECK(n_hd == (t >= SUBQ_KV_Q8_0 ? 6 : 7), "%s: row widths tested", tn[t]);
+        CHECK(worst_q <= 0, "%s %s: quantisation error exceeds half a step by %.2e", name, tn[t], worst_q);
+        CHECK(bytes_ok, "%s %s: rows of 32-value blocks differ from quantize_row's bytes", name, tn[t]);
+        CHECK(worst_conv == 0, "%s %s: conversion differs from the stored values by %.2e", name, tn[t], worst_conv);
+        CHECK(worst_dot < 1e-6, "%s %s dot: worst error relative to sum |q k| %.2e", name, tn[t], worst_dot);
+        CHECK(worst_gather < 1e-6, "%s %s gathered dots: worst error %.2e", name, tn[t], worst_gather);
+        CHECK(worst_axpy < 2e-7, "%s %s axpy: worst error relative to |y| + |w x| %.2e", name, tn[t], worst_axpy);
+        CHECK(worst_s < 1e-5, "%s %s scores: worst error relative to sum |q k| %.2e", name, tn[t], worst_s);
+        CHECK(worst_a < 1e-5, "%s %s accum: worst error relative to sum |p v| %.2e", name, tn[t], worst_a);
+        printf("%s %s rows: dot %.2e, gather %.2e, axpy %.2e, scores %.2e, accum %.2e\n", name, tn[t], worst_dot,
+               worst_gather, worst_axpy, worst_s, worst_a);
+    }
+}
+
+static void check_exp(const char *name, const kernels *K) {
     /* exp(x - mx) over [-87, 0] plus -inf */
     enum { N = 1003 };
     float x[N];
@@ -155,7 +249,7 @@ static void check_attention(const char *name, const kernels *K) {
     CHECK(worst_e < 5e-7, "%s exp: worst relative error %.2e", name, worst_e);
     CHECK(zero_ok, "%s exp: -inf (and below -87) must give 0", name);
     CHECK(fabs(sum - want_sum) / want_sum < 1e-6, "%s exp: sum %.9g, want %.9g", name, sum, want_sum);
-    printf("%s: scores %.2e, accum %.2e, exp %.2e\n", name, worst_s, worst_a, worst_e);
+    printf("%s: exp %.2e\n", name, worst_e);
 }
 
 /* Compressed-code row dots (formats in kernels.h) against a double loop over
@@ -228,7 +322,8 @@ int main(void) {
     for (int s = 0; s < 2; s++) {
         if (!sets[s]) continue;
         check_vectors(sets[s]->name, sets[s]);
-        check_attention(sets[s]->name, sets[s]);
+        check_kv_rows(sets[s]->name, sets[s]);
+        check_exp(sets[s]->name, sets[s]);
         check_codes(sets[s]->name, sets[s]);
     }
     return test_summary();

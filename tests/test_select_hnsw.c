@@ -131,7 +131,7 @@ static void run(selector_kind kind, int f16, select_score score, const float *ke
     CHECK(exact_small, "%s: small eligible sets must be exact", name);
 
     /* bytes_read: every vector scored at least */
-    CHECK(ann->stats.bytes_read >= ann->stats.n_visited * (int64_t)D * (f16 ? 2 : 4), "%s: bytes_read %lld for %lld "
+    CHECK(ann->stats.bytes_read >= (uint64_t)ann->stats.n_visited * D * (f16 ? 2 : 4), "%s: bytes_read %lld for %lld "
           "distances", name, (long long)ann->stats.bytes_read, (long long)ann->stats.n_visited);
 
     /* truncation rebuilds from the stored keys: the same answers as an index

@@ -105,17 +105,17 @@ static void test_truncate(int kind) {
     free(lb);
 }
 
-static void test_session(int kind) {
+static void test_session(int kind, subq_kv_type kvt) {
     const char *name = kind < 0 ? "full" : subq_selector_name((subq_selector_kind)kind);
     const int nv = info.n_vocab;
     float *la = malloc((size_t)nv * sizeof(float)), *lb = malloc((size_t)nv * sizeof(float));
     subq_error err;
     char path[600];
-    snprintf(path, sizeof path, "%s/test_session_%d_%d.bin", tmpdir, (int)getpid(), kind + 1);
-    subq_context *a = new_ctx(kind, 8, SUBQ_KV_F16, 256);
+    snprintf(path, sizeof path, "%s/test_session_%d_%d_%d.bin", tmpdir, (int)getpid(), kind + 1, (int)kvt);
+    subq_context *a = new_ctx(kind, 8, kvt, 256);
     CHECK(run(a, 0, NA, 1, la) && run(a, NA, NA + NB, 0, la), "%s: prefix", name);
     CHECK(subq_context_save(a, path, &err) == SUBQ_OK, "%s: save: %s", name, err.msg);
-    subq_context *b = new_ctx(kind, 8, SUBQ_KV_F16, 200);
+    subq_context *b = new_ctx(kind, 8, kvt, 200);
     CHECK(subq_context_load(b, path, &err) == SUBQ_OK, "%s: load: %s", name, err.msg);
     CHECK(subq_context_n_past(b) == NA + NB, "%s: loaded %d tokens", name, subq_context_n_past(b));
     CHECK(memcmp(subq_context_tokens(a), subq_context_tokens(b), (NA + NB) * sizeof(int32_t)) == 0,
@@ -132,7 +132,7 @@ static void test_session(int kind) {
     else CHECK(d == 0.0, "%s: logits after load differ by %g (want identical)", name, d);
     subq_context_free(b);
     /* refusals */
-    subq_context *other = new_ctx(kind < 0 ? SUBQ_SELECT_WINDOW : -1, 8, SUBQ_KV_F16, 256);
+    subq_context *other = new_ctx(kind < 0 ? SUBQ_SELECT_WINDOW : -1, 8, kvt, 256);
     CHECK(subq_context_load(other, path, &err) == SUBQ_ERR_MISMATCH, "%s: another plan: %s", name, err.msg);
     CHECK(subq_context_n_past(other) == 0, "%s: a refused load leaves the context empty", name);
     subq_context_free(other);
@@ -243,8 +243,11 @@ int main(void) {
     for (int kind = -1; kind < SUBQ_SELECT_COUNT; kind++) {
         if (kind >= 0 && !subq_selector_available((subq_selector_kind)kind)) continue;
         test_truncate(kind);
-        test_session(kind);
+        test_session(kind, SUBQ_KV_F16);
     }
+    /* quantised caches (stories260K's heads of 8: one block per row) round-trip too */
+    test_session(-1, SUBQ_KV_Q8_0);
+    test_session(-1, SUBQ_KV_Q4_0);
     test_other_model();
     test_special();
     subq_search_free(search);

@@ -18,6 +18,7 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     st->t_attn_s = c->t_attn_s;
     st->t_select_s = st->t_append_s = 0;
     st->index_bytes = 0;
+    st->select_bytes_read = 0;
     st->kv_bytes = kv_cache_bytes(kv->n_layer, kv->n_head_kv, kv->head_dim, kv->n_ctx, kv->type);
     for (int l = 0; l < c->model->hp.n_layer; l++) {
         const selector *s = attn_sparse_selector(c->stages[l]);
@@ -25,7 +26,15 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
         st->t_select_s += s->stats.t_query_s;
         st->t_append_s += s->stats.t_append_s;
         st->index_bytes += s->stats.bytes;
+        st->select_bytes_read += s->stats.bytes_read;
     }
+}
+
+uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys) {
+    const kv_cache *kv = &c->kv;
+    uint64_t rows = 0;
+    for (int l = 0; l < c->model->hp.n_layer; l++) rows += (uint64_t)attn_sparse_rows_attended(c->stages[l], n_keys);
+    return rows * 2 * (uint64_t)kv->n_head_kv * kv->row_bytes;
 }
 
 /* Random keys and values in [-0.5, 0.5) for slots 0 .. n_past-1 of every

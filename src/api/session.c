@@ -26,8 +26,6 @@ static char *plan_text(const subq_context *c) {
     return s;
 }
 
-static const char *kv_name(subq_kv_type t) { return t == SUBQ_KV_F16 ? "f16" : "f32"; }
-
 subq_status subq_context_save(const subq_context *c, const char *path, subq_error *err) {
     const kv_cache *kv = &c->kv;
     const model_hparams *hp = &c->model->hp;
@@ -49,7 +47,7 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
         gguf_writer_set_u64(w, "subq.session.model_fingerprint", model_fingerprint(c->model)) ||
         gguf_writer_set_u32(w, "subq.session.n_ctx", (uint32_t)kv->n_ctx) ||
         gguf_writer_set_u32(w, "subq.session.n_past", (uint32_t)n) ||
-        gguf_writer_set_str(w, "subq.session.kv_type", kv_name(kv->type)) ||
+        gguf_writer_set_str(w, "subq.session.kv_type", subq_kv_type_name(kv->type)) ||
         gguf_writer_set_str(w, "subq.session.plan", plan))
         s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     free(plan);
@@ -59,13 +57,13 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
     ne[0] = (uint64_t)hp->n_vocab;
     if (!s && lg) s = gguf_writer_add_tensor(w, "logits", GGML_TYPE_F32, 1, ne, lg, ne[0] * 4, 0, err);
     /* each KV head's first n rows are contiguous in the cache: written in place */
-    const uint32_t type = kv->type == SUBQ_KV_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
-    ne[0] = (uint64_t)kv->head_dim;
+    uint32_t type;
+    kv_cache_row_tensor(kv, &type, &ne[0]);
     ne[1] = (uint64_t)n;
     char name[64];
     for (int l = 0; l < kv->n_layer && !s; l++)
         for (int h = 0; h < kv->n_head_kv && !s; h++) {
-            uint64_t bytes = ne[0] * ne[1] * kv->elem_size;
+            uint64_t bytes = ne[1] * kv->row_bytes;
             snprintf(name, sizeof name, "kv.%d.%d.k", l, h);
             s = gguf_writer_add_tensor(w, name, type, 2, ne, kv_cache_key(kv, l, h, 0), bytes, 0, err);
             snprintf(name, sizeof name, "kv.%d.%d.v", l, h);
@@ -126,9 +124,9 @@ static subq_status check_header(const subq_context *c, const gguf_file *f, int *
                          ", this model %016" PRIx64 ")", fp->value.v.u64, mine);
     char kvt[8];
     if ((s = gguf_get_str(f, "subq.session.kv_type", kvt, sizeof kvt, err))) return s;
-    if (strcmp(kvt, kv_name(c->kv.type)))
+    if (strcmp(kvt, subq_kv_type_name(c->kv.type)))
         return subq_fail(err, SUBQ_ERR_MISMATCH, "session file has a %s KV cache, this context %s", kvt,
-                         kv_name(c->kv.type));
+                         subq_kv_type_name(c->kv.type));
     if ((s = gguf_get_u32(f, "subq.session.n_past", &n_past, err))) return s;
     if (n_past == 0 || n_past > (uint32_t)c->kv.n_ctx)
         return subq_fail(err, SUBQ_ERR_RANGE, "session file holds %u tokens, the context has room for %d", n_past,
@@ -171,13 +169,15 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
         if (c->tok[i] < 0 || c->tok[i] >= hp->n_vocab)
             return subq_fail(err, SUBQ_ERR_FORMAT, "session token %d (id %d) is outside the vocabulary", i,
                              (int)c->tok[i]);
-    const uint32_t type = kv->type == SUBQ_KV_F16 ? GGML_TYPE_F16 : GGML_TYPE_F32;
+    uint32_t type;
+    uint64_t ne0;
+    kv_cache_row_tensor(kv, &type, &ne0);
     char name[64];
     for (int l = 0; l < kv->n_layer; l++)
         for (int h = 0; h < kv->n_head_kv; h++)
             for (int v = 0; v < 2; v++) {
                 snprintf(name, sizeof name, "kv.%d.%d.%c", l, h, v ? 'v' : 'k');
-                if ((s = want_tensor(f, name, type, (uint64_t)kv->head_dim, (uint64_t)n, &t, err))) return s;
+                if ((s = want_tensor(f, name, type, ne0, (uint64_t)n, &t, err))) return s;
                 memcpy((void *)(v ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0)), t->data, t->n_bytes);
             }
     for (int i = 0; i < n; i++) kv->pos[i] = i, kv->seg[i] = 0;

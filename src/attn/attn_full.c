@@ -1,7 +1,9 @@
 /* Full (dense) causal attention: the reference every sparse stage is
- * measured against. Small batches (decode) stream each KV head's keys once
- * for all the query heads that share it (GQA); large batches (prefill) use
- * sgemm for Q K^T and P V per KV head. */
+ * measured against. Small batches (decode) stream each KV head's keys and
+ * values once for all the query heads that share it (GQA), in chunks of
+ * positions that every thread takes its share of, whatever the number of
+ * heads and tokens (flash-decoding: a softmax partial per chunk, merged at
+ * the end); large batches (prefill) use sgemm for Q K^T and P V per KV head. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,15 +17,10 @@
 #define GEMM_MIN_TOKENS 16
 /* Cap on the score block of the sgemm path, in floats (64 MiB). */
 #define SCORE_BLOCK_FLOATS (16 << 20)
-
-static float dot_key(const kernels *K, const kv_cache *kv, const void *key, const float *q) {
-    return kv->type == SUBQ_KV_F16 ? K->dot_f16(q, key, kv->head_dim) : K->dot_f32(q, key, kv->head_dim);
-}
-
-static void axpy_value(const kernels *K, const kv_cache *kv, const void *val, float w, float *out) {
-    if (kv->type == SUBQ_KV_F16) K->axpy_f16(out, w, val, kv->head_dim);
-    else K->axpy_f32(out, w, val, kv->head_dim);
-}
+/* Keys per decode work item: the g x CHUNK scores stay in L1 between the
+ * score, exp and accumulation passes, and a long context makes enough
+ * items for every thread to stream from its own part of the cache. */
+#define DECODE_CHUNK 1024
 
 /* p_j = exp(s_j - max) / sum exp(s - max) in place; -INFINITY entries get 0;
  * a row with nothing eligible becomes all zeros. */
@@ -40,57 +37,92 @@ static void softmax_inplace(float *s, int n) {
 
 void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
                           const int *slots, int n, float *scores, float *out) {
-    const kernels *K = kernels_get();
-    for (int j = 0; j < n; j++) scores[j] = scale * dot_key(K, kv, kv_cache_key(kv, layer, kv_head, slots[j]), q);
+    const kernels_kv *ops = kv_cache_ops(kv);
+    for (int j = 0; j < n; j++) scores[j] = scale * ops->dot(q, kv_cache_key(kv, layer, kv_head, slots[j]), kv->head_dim);
     softmax_inplace(scores, n);
     memset(out, 0, (size_t)kv->head_dim * sizeof(float));
     for (int j = 0; j < n; j++)
-        if (scores[j] != 0.0f) axpy_value(K, kv, kv_cache_value(kv, layer, kv_head, slots[j]), scores[j], out);
+        if (scores[j] != 0.0f) ops->axpy(out, scores[j], kv_cache_value(kv, layer, kv_head, slots[j]), kv->head_dim);
 }
 
-/* All g query heads of one KV head for one query over slots 0..n-1 (the KV
- * head's rows are contiguous): each key and value row is loaded once for the
- * g heads (q and out hold g adjacent heads, scores is [g][n] + g scratch).
+/* One decode work item: keys [j0, j1) of one KV head for the g query heads
+ * that share it (q and the partial hold g adjacent heads; scores is g x
+ * (j1 - j0) scratch). Each key and value row is loaded once for the g heads:
  *   s_ij = scale q_i.k_j (-inf outside the query's document)
- *   e_ij = exp(s_ij - max_j s_ij),  out_i = sum_j e_ij v_j / sum_j e_ij */
-static void attn_group_causal(const kernels *K, const kv_cache *kv, int layer, int kv_head, int g, const float *q,
-                              float scale, int n, int seg, float *scores, float *out) {
-    const int hd = kv->head_dim, f16 = kv->type == SUBQ_KV_F16;
-    const void *keys = kv_cache_key(kv, layer, kv_head, 0), *vals = kv_cache_value(kv, layer, kv_head, 0);
-    if (f16) K->scores_f16(q, g, keys, n, hd, scale, scores, n);
-    else K->scores_f32(q, g, keys, n, hd, scale, scores, n);
+ *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i),  o_i = sum_j e^(s_ij - m_i) v_j
+ * part = [o (g x hd) | m (g) | l (g)]. */
+static void chunk_partial(const kernels *K, const kv_cache *kv, int layer, int kh, int g, const float *q, float scale,
+                          int j0, int j1, int seg, float *scores, float *part) {
+    const int hd = kv->head_dim, n = j1 - j0;
+    const kernels_kv *ops = &K->kv[kv->type];
+    float *o = part, *m = part + (size_t)g * hd, *l = m + g;
+    ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
     for (int j = 0; j < n; j++)
-        if (kv->seg[j] != seg)
+        if (kv->seg[j0 + j] != seg)
             for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = -INFINITY;
-    float *inv = scores + (size_t)g * n;
     for (int i = 0; i < g; i++) {
         float *row = scores + (size_t)i * n, mx = -INFINITY;
         for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
-        if (mx == -INFINITY) { /* nothing eligible: zeros */
+        m[i] = mx;
+        if (mx == -INFINITY) { /* nothing eligible: no weight */
             memset(row, 0, (size_t)n * sizeof(float));
-            inv[i] = 0.0f;
+            l[i] = 0.0f;
         } else {
-            inv[i] = 1.0f / K->exp_shift_sum(row, n, mx);
+            l[i] = K->exp_shift_sum(row, n, mx);
         }
     }
-    memset(out, 0, (size_t)g * hd * sizeof(float));
-    if (f16) K->accum_f16(scores, g, n, vals, n, hd, out);
-    else K->accum_f32(scores, g, n, vals, n, hd, out);
-    for (int i = 0; i < g; i++)
-        for (int c = 0; c < hd; c++) out[(size_t)i * hd + c] *= inv[i];
+    memset(o, 0, (size_t)g * hd * sizeof(float));
+    ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
 }
 
+/* out_i = sum_c e^(m_ci - M_i) o_ci / sum_c e^(m_ci - M_i) l_ci over the
+ * nc partials of one (query, KV head), M_i = max_c m_ci (zeros when no key
+ * was eligible). */
+static void merge_partials(const float *parts, int nc, int g, int hd, float *out) {
+    const size_t stride = (size_t)g * (hd + 2);
+    for (int i = 0; i < g; i++) {
+        float M = -INFINITY, L = 0.0f, *oi = out + (size_t)i * hd;
+        for (int c = 0; c < nc; c++) {
+            const float mc = parts[c * stride + (size_t)g * hd + i];
+            M = mc > M ? mc : M;
+        }
+        memset(oi, 0, (size_t)hd * sizeof(float));
+        if (M == -INFINITY) continue;
+        for (int c = 0; c < nc; c++) {
+            const float *p = parts + c * stride, mc = p[(size_t)g * hd + i];
+            if (mc == -INFINITY) continue;
+            const float w = expf(mc - M);
+            L += w * p[(size_t)g * hd + g + i];
+            for (int d = 0; d < hd; d++) oi[d] += w * p[(size_t)i * hd + d];
+        }
+        const float inv = 1.0f / L;
+        for (int d = 0; d < hd; d++) oi[d] *= inv;
+    }
+}
+
+/* Work items (token t, KV head, chunk c) in that order; token t has
+ * nc[t] = ceil((slot0 + t + 1) / DECODE_CHUNK) chunks per KV head and its
+ * first item at first[t]. */
 static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, subq_error *err) {
-    const int g = st->n_head / st->n_head_kv, hd = st->head_dim;
-    const int n_max = st->slot0 + st->n_tokens;
-    const int n_items = st->n_tokens * st->n_head_kv;
+    enum { MAX_T = GEMM_MIN_TOKENS };
+    const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, H = st->n_head_kv;
     const kernels *K = kernels_get();
+    int nc[MAX_T], first[MAX_T + 1];
+    first[0] = 0;
+    for (int t = 0; t < T; t++) {
+        nc[t] = (st->slot0 + t + DECODE_CHUNK) / DECODE_CHUNK;
+        first[t + 1] = first[t] + H * nc[t];
+    }
+    const int n_items = first[T];
+    const size_t part_floats = (size_t)g * (hd + 2);
+    float *parts = malloc((size_t)n_items * part_floats * sizeof(float));
+    if (!parts) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for attention partials (%d items)", n_items);
     int failed = 0;
     /* threads only pay off once there is real work (items x keys x dims) */
-    int64_t work = (int64_t)n_items * g * n_max * hd;
+    int64_t work = (int64_t)H * T * g * (st->slot0 + T) * hd;
 #pragma omp parallel num_threads(st->n_threads) if (work >= (1 << 16))
     {
-        float *scores = malloc(((size_t)g * n_max + g) * sizeof(float));
+        float *scores = malloc((size_t)g * DECODE_CHUNK * sizeof(float));
         if (!scores) {
 #pragma omp atomic write
             failed = 1;
@@ -98,13 +130,23 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
 #pragma omp for schedule(dynamic, 1)
         for (int it = 0; it < n_items; it++) {
             if (!scores) continue;
-            int t = it / st->n_head_kv, kh = it % st->n_head_kv, slot = st->slot0 + t;
-            size_t off = (size_t)t * st->n_head * hd + (size_t)kh * g * hd;
-            attn_group_causal(K, kv, st->layer, kh, g, st->q + off, st->scale, slot + 1, kv->seg[slot], scores,
-                              st->out + off);
+            int t = 0;
+            while (it >= first[t + 1]) t++;
+            const int kh = (it - first[t]) / nc[t], c = (it - first[t]) % nc[t], slot = st->slot0 + t;
+            const int j0 = c * DECODE_CHUNK, j1 = j0 + DECODE_CHUNK < slot + 1 ? j0 + DECODE_CHUNK : slot + 1;
+            const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd;
+            chunk_partial(K, kv, st->layer, kh, g, q, st->scale, j0, j1, kv->seg[slot], scores,
+                          parts + (size_t)it * part_floats);
         }
         free(scores);
+#pragma omp for schedule(static)
+        for (int th = 0; th < T * H; th++) {
+            const int t = th / H, kh = th % H;
+            merge_partials(parts + ((size_t)first[t] + (size_t)kh * nc[t]) * part_floats, nc[t], g, hd,
+                           st->out + (size_t)t * st->n_head * hd + (size_t)kh * g * hd);
+        }
     }
+    free(parts);
     return failed ? subq_fail(err, SUBQ_ERR_NOMEM, "attention scratch allocation failed") : SUBQ_OK;
 }
 
@@ -112,7 +154,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
  * it is f32, else converted into `scratch`. */
 static const float *head_rows_f32(const kv_cache *kv, const void *base, int n, float *scratch) {
     if (kv->type == SUBQ_KV_F32) return base;
-    dequant_row(GGML_TYPE_F16, base, scratch, (int64_t)n * kv->head_dim);
+    kv_cache_ops(kv)->to_f32(base, n, kv->head_dim, scratch);
     return scratch;
 }
 

@@ -150,7 +150,7 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
     int *idx = s->m_idx;
     unsigned char *attended = s->m_att;
     const float scale = 1.0f / sqrtf((float)hd);
-    const kernels *K = kernels_get();
+    const kernels_kv *ops = kv_cache_ops(kv);
     /* the retrieval-eligible keys, and what every query attends anyway: the
      * sinks + tail (everything the mask excludes in this document) */
     int n_elig = 0;
@@ -174,7 +174,7 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
         for (int j = 0; j < n; j++) {
             const void *key = kv_cache_key(kv, env->layer, h / g, doc0 + j);
             const float *qh = q_native + (size_t)h * hd;
-            sc[j] = scale * (kv->type == SUBQ_KV_F16 ? K->dot_f16(qh, key, hd) : K->dot_f32(qh, key, hd));
+            sc[j] = scale * ops->dot(qh, key, hd);
             mx = sc[j] > mx ? sc[j] : mx;
         }
         double z = 0.0;
@@ -512,6 +512,13 @@ selector *attn_sparse_selector(attn_stage *st) {
 
 int attn_sparse_has_completion(const attn_stage *st) {
     return st && st->name == sparse_name && ((const sparse_stage *)st)->comp != NULL;
+}
+
+int attn_sparse_rows_attended(const attn_stage *st, int n_keys) {
+    if (!st || st->name != sparse_name || n_keys <= 0) return n_keys > 0 ? n_keys : 0;
+    const sparse_stage *s = (const sparse_stage *)st;
+    const int n = s->p.n_sink + s->p.n_tail + s->p.top_k;
+    return n < n_keys ? n : n_keys;
 }
 
 const sparse_record *attn_sparse_record(attn_stage *st) {

@@ -75,6 +75,10 @@ const sparse_record *attn_sparse_record(attn_stage *st);
 /* 1 if `st` is a sparse stage with the completion on. */
 int attn_sparse_has_completion(const attn_stage *st);
 
+/* Rows per KV head a query that sees n_keys cached tokens attends: sinks +
+ * tail + K (at most n_keys) in a sparse stage, all n_keys in any other. */
+int attn_sparse_rows_attended(const attn_stage *st, int n_keys);
+
 /* Turn metrics on (allocates the shadow exact selector for approximate
  * selectors: selector_params_approximate). */
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err);

@@ -5,7 +5,6 @@
 
 #include "base/error.h"
 #include "complete/phi_cache.h"
-#include "kernels/kernels.h"
 
 struct attn_completion {
     const phi_maps *maps;
@@ -131,7 +130,7 @@ static void attend_group(attn_completion *c, const kv_cache *kv, int slot, const
                          int h1, const int *slots, int n_slots, int cand_off, int n_cand, float *out,
                          double *share_sum, int64_t *n_share) {
     const int D = c->head_dim, F = c->d_phi, nkv = c->n_head_kv;
-    const kernels *K = kernels_get();
+    const kernels_kv *ops = kv_cache_ops(kv);
     const int has_mid = slot - c->n_tail >= c->doc0 + c->n_sink;
     for (int j = 0; j < n_slots; j++) {
         kv_cache_row_f32(kv, kv_cache_value(kv, c->layer, g, slots[j]), c->vals + (size_t)j * D);
@@ -146,7 +145,7 @@ static void attend_group(attn_completion *c, const kv_cache *kv, int slot, const
         /* s_j = scale q_h . k_j over the exact set */
         for (int j = 0; j < n_slots; j++) {
             const void *key = kv_cache_key(kv, c->layer, g, slots[j]);
-            c->scores[j] = scale * (kv->type == SUBQ_KV_F16 ? K->dot_f16(qh, key, D) : K->dot_f32(qh, key, D));
+            c->scores[j] = scale * ops->dot(qh, key, D);
         }
         phi_hybrid_info info;
         if (c->heads[h]) phi_log_features(c->maps, c->layer, PHI_Q, h, qh, c->lq);

@@ -21,6 +21,21 @@ const kernels *kernels_get(void) {
     return k ? k : &kernels_scalar_set;
 }
 
+size_t kernels_kv_row_bytes(subq_kv_type t, int hd) {
+    if (hd <= 0) return 0;
+    switch (t) {
+    case SUBQ_KV_F32: return (size_t)hd * sizeof(float);
+    case SUBQ_KV_F16: return (size_t)hd * sizeof(uint16_t);
+    case SUBQ_KV_Q8_0:
+    case SUBQ_KV_Q4_0: {
+        const int B = KV_QBLOCK(hd);
+        if (hd % B != 0 || B % 2 != 0 || 32 % B != 0) return 0; /* blocks of 2, 4, 8, 16 or 32 */
+        return (size_t)(hd / B) * (2 + (size_t)(t == SUBQ_KV_Q8_0 ? B : B / 2));
+    }
+    default: return 0;
+    }
+}
+
 void dequant_row(uint32_t type, const void *src, float *dst, int64_t n) {
     quant_dequant_fn f = type < GGML_TYPE_COUNT ? kernels_get()->dequant[type] : NULL;
     if (f) f(src, dst, n);

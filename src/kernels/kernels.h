@@ -5,8 +5,9 @@
  *   - stored weight rows (the quant formats): dequantisation and fused
  *     row . x dot products;
  *   - f32 / f16 vectors: dot, axpy;
- *   - decode attention over contiguous KV rows: scores, value accumulation,
- *     and the vector exp of the softmax;
+ *   - KV cache rows in each KV type (f32, f16, q8_0, q4_0): dot, axpy,
+ *     conversion, gathered dots, and decode attention over contiguous rows
+ *     (scores, value accumulation), with the vector exp of the softmax;
  *   - gathered row dots: the scans of the selectors, over f32 / f16 rows
  *     and over compressed int8 / int4 codes.
  * Callers that run many rows fetch the set once (kernels_get) and call
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "quant/quant.h"
+#include "subq.h"
 
 typedef float (*quant_dot_fn)(const void *row, const float *x, int64_t n);
 /* dot with xs[j] = sum of x[32j .. 32j + 32) precomputed (quant_xsums),
@@ -40,6 +42,44 @@ typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t s
 typedef void (*kernels_gather_dot_q_fn)(const int8_t *q, const void *codes, size_t row_bytes, int d,
                                         const int32_t *idx, int n, int32_t *out);
 
+/* Rows of a KV cache: hd values of one (layer, KV head, slot), in one of the
+ * KV types (subq_kv_type). f32 and f16 are plain arrays. q8_0 and q4_0 are
+ * ggml's blocks (fp16 scale d, then 32 signed bytes / 16 bytes of nibbles,
+ * value = d q or d (q - 8)) when hd is a multiple of 32; narrower heads
+ * (hd = 2, 4, 8 or 16) take one block of hd values per row, laid out the
+ * same way (q4_0: byte j holds value j in its low nibble and value j + hd/2
+ * in its high one). KV_QBLOCK(hd) values per block. */
+#define KV_QBLOCK(hd) ((hd) < 32 ? (hd) : 32)
+
+/* Bytes of one row of hd values in KV type t; 0 when t cannot hold rows of
+ * that width (quantised types: hd neither a multiple of 32 nor 2, 4, 8, 16). */
+size_t kernels_kv_row_bytes(subq_kv_type t, int hd);
+
+/* The row of hd values x in KV type t (f16: round to nearest even; q8_0 /
+ * q4_0: as ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref, block by
+ * block). One portable form: a cache row is written once per token. */
+void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd);
+
+/* Operations on KV rows of one type (row bytes as kernels_kv_row_bytes). */
+typedef struct kernels_kv {
+    /* q . row */
+    float (*dot)(const float *q, const void *row, int hd);
+    /* y += w * row */
+    void (*axpy)(float *y, float w, const void *row, int hd);
+    /* n contiguous rows -> dst[n][hd] */
+    void (*to_f32)(const void *rows, int n, int hd, float *dst);
+    /* Decode over n contiguous rows (one KV head), for g query heads at once
+     * so each row is loaded and converted once:
+     *   scores: s[i*ld + j] = scale * q_i . k_j            (i < g, j < n)
+     *   accum:  out_i[:] += sum_j p[i*ld + j] v_j          (out is [g][hd]) */
+    void (*scores)(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld);
+    void (*accum)(const float *p, int g, int ld, const void *vals, int n, int hd, float *out);
+    /* out[i] = q . row(idx[i]) for rows of d values `stride` values apart
+     * from base (stride a multiple of d: row r starts r * stride / d rows
+     * of this type in) */
+    kernels_gather_dot_fn gather_dot;
+} kernels_kv;
+
 typedef struct kernels {
     const char *name; /* "scalar", "avx2" */
     /* stored rows, per type id (NULL where the type is not supported) */
@@ -53,18 +93,12 @@ typedef struct kernels {
     /* y[i] += w * x[i] */
     void (*axpy_f32)(float *y, float w, const float *x, int n);
     void (*axpy_f16)(float *y, float w, const uint16_t *x, int n);
-    /* Decode over n contiguous cached rows of hd values (one KV head), for
-     * g query heads at once so each row is loaded and converted once:
-     *   scores: s[i*ld + j] = scale * q_i . k_j            (i < g, j < n)
-     *   accum:  out_i[:] += sum_j p[i*ld + j] v_j          (out is [g][hd]) */
-    void (*scores_f32)(const float *q, int g, const float *keys, int n, int hd, float scale, float *s, int ld);
-    void (*scores_f16)(const float *q, int g, const uint16_t *keys, int n, int hd, float scale, float *s, int ld);
-    void (*accum_f32)(const float *p, int g, int ld, const float *vals, int n, int hd, float *out);
-    void (*accum_f16)(const float *p, int g, int ld, const uint16_t *vals, int n, int hd, float *out);
     /* x[j] = exp(x[j] - mx) (exp(-inf) = 0), returns the sum */
     float (*exp_shift_sum)(float *x, int n, float mx);
     kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;
     kernels_gather_dot_q_fn gather_dot_i8, gather_dot_i4;
+    /* KV cache rows, per subq_kv_type */
+    kernels_kv kv[SUBQ_KV_TYPE_COUNT];
 } kernels;
 
 /* The fastest set this CPU supports (a load and a compare: call it freely). */

@@ -375,14 +375,20 @@ INLINE float load1(const void *rows, size_t at, int f16) {
     return f16 ? _cvtsh_ss(((const uint16_t *)rows)[at]) : ((const float *)rows)[at];
 }
 
-/* Ask for rows [j0, j1) of a KV head ahead of use: sequential rows of a few
- * hundred bytes each, read in short strides, otherwise leave the hardware
- * prefetcher behind and the loops wait on DRAM. */
-INLINE void prefetch_rows(const void *rows, int j0, int j1, int n, int hd, int f16) {
-    if (j1 > n) j1 = n;
-    const size_t esz = f16 ? 2 : 4;
-    const char *a = (const char *)rows + (size_t)j0 * hd * esz, *b = (const char *)rows + (size_t)j1 * hd * esz;
-    for (; a < b; a += 64) _mm_prefetch(a, _MM_HINT_T0);
+/* Decode attention streams each KV head's rows once. The hardware
+ * prefetcher alone leaves the loops waiting on DRAM (rows of a few hundred
+ * bytes, read in short strides): the kernels ask for the bytes PF_ROWS rows
+ * ahead as they go, a few cache lines per row. A prefetch never faults, so
+ * the rows past the end of a call's range are asked for too (the next chunk
+ * of the same KV head, usually); the address is formed as an integer, as
+ * it may lie outside the array. */
+#define PF_ROWS 64
+INLINE void prefetch_at(const void *base, size_t off) {
+    _mm_prefetch((const char *)((uintptr_t)base + off), _MM_HINT_T0);
+}
+/* the lines of bytes [off, off + len) from base */
+INLINE void prefetch_span(const void *base, size_t off, size_t len) {
+    for (size_t o = off & ~(size_t)63; o < off + len; o += 64) prefetch_at(base, o);
 }
 
 /* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
@@ -401,8 +407,9 @@ INLINE void scores_rows(const float *q, int g, const void *keys, int n, int hd, 
         const float *qa = q + (size_t)i0 * hd, *qb = two ? qa + hd : qa;
         float *sa = s + (size_t)i0 * ld, *sb = two ? sa + ld : NULL;
         int j = 0;
+        const size_t rb = (size_t)hd * (f16 ? 2 : 4);
         for (; j + 4 <= n; j += 4) {
-            prefetch_rows(keys, j + 32, j + 36, n, hd, f16);
+            prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 4 * rb);
             __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
             const size_t r = (size_t)j * hd;
             for (int c = 0; c < hd; c += 8) {
@@ -434,14 +441,17 @@ INLINE void scores_rows(const float *q, int g, const void *keys, int n, int hd, 
 /* m (1 or 2) heads, 32 columns [c, c + 32) of a key block: 4 x m
  * accumulators stay in registers while the block's rows stream past, each
  * row contributing one 64-byte span (one cache line in f16); m is a
- * constant in every call, so the unused head costs nothing. */
+ * constant in every call, so the unused head costs nothing. With pf, the
+ * same span PF_ROWS rows ahead is asked for. */
 INLINE void accum_cols32(const float *const *pp, int m, float *o, int hd, int c, const void *vals, int j0, int j1,
-                         int f16) {
+                         int f16, int pf) {
+    const size_t esz = f16 ? 2 : 4;
     __m256 acc[2][4];
     for (int i = 0; i < m; i++)
         for (int u = 0; u < 4; u++) acc[i][u] = _mm256_loadu_ps(o + (size_t)i * hd + c + 8 * u);
     for (int j = j0; j < j1; j++) {
         const size_t r = (size_t)j * hd + c;
+        if (pf) prefetch_span(vals, (r + (size_t)PF_ROWS * hd) * esz, 32 * esz);
         __m256 v0 = load8(vals, r, f16), v1 = load8(vals, r + 8, f16), v2 = load8(vals, r + 16, f16),
                v3 = load8(vals, r + 24, f16);
         for (int i = 0; i < m; i++) {
@@ -468,48 +478,206 @@ INLINE void accum_cols8(const float *const *pp, int m, float *o, int hd, int c, 
     for (int i = 0; i < m; i++) _mm256_storeu_ps(o + (size_t)i * hd + c, acc[i]);
 }
 
-/* Keys go in blocks small enough for L1, so the column passes re-read cache. */
+/* Keys go in blocks small enough for L1, so the column passes re-read
+ * cache; the first pair of heads prefetches as it goes (the 8-column tail
+ * of widths that are not a multiple of 32 is asked for with its row). */
 INLINE void accum_rows(const float *p, int g, int ld, const void *vals, int n, int hd, float *out, int f16) {
-    enum { BLOCK = 32 };
+    enum { BLOCK = 64 };
+    const size_t esz = f16 ? 2 : 4, c32 = (size_t)(hd & ~31);
     for (int j0 = 0; j0 < n; j0 += BLOCK) {
         const int j1 = j0 + BLOCK < n ? j0 + BLOCK : n;
-        prefetch_rows(vals, j0 + BLOCK, j0 + 2 * BLOCK, n, hd, f16);
+        if (c32 < (size_t)hd)
+            for (int j = j0; j < j1; j++) prefetch_span(vals, ((size_t)(j + PF_ROWS) * hd + c32) * esz, (hd - c32) * esz);
         for (int i0 = 0; i0 < g; i0 += 2) {
             const float *pp[2] = {p + (size_t)i0 * ld, p + (size_t)(i0 + 1) * ld};
             float *o = out + (size_t)i0 * hd;
             int c = 0;
             if (i0 + 1 < g) {
-                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 2, o, hd, c, vals, j0, j1, f16);
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 2, o, hd, c, vals, j0, j1, f16, i0 == 0);
                 for (; c < hd; c += 8) accum_cols8(pp, 2, o, hd, c, vals, j0, j1, f16);
             } else {
-                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 1, o, hd, c, vals, j0, j1, f16);
+                for (; c + 32 <= hd; c += 32) accum_cols32(pp, 1, o, hd, c, vals, j0, j1, f16, i0 == 0);
                 for (; c < hd; c += 8) accum_cols8(pp, 1, o, hd, c, vals, j0, j1, f16);
             }
         }
     }
 }
 
-/* Head widths that are not a multiple of 8 take the portable forms. */
-TARGET static void scores_f32(const float *q, int g, const float *keys, int n, int hd, float scale, float *s, int ld) {
-    if (hd % 8) kernels_scalar_set.scores_f32(q, g, keys, n, hd, scale, s, ld);
+/* ---- quantised KV rows (q8_0, q4_0) ----------------------------------------- */
+
+/* The 32 integers of a q8_0 / q4_0 block (q, or q - 8) as 4 x 8 floats */
+INLINE void qblock_vals(const uint8_t *blk, int q4, __m256 v[4]) {
+    if (q4) q4_0_vals((const block_q4_0 *)blk, v);
+    else q8_0_vals((const block_q8_0 *)blk, v);
+}
+
+/* Rows of hd values (a multiple of 32) in blocks of BS bytes. Scores: per
+ * key and head, each block's q . n (32 values) times the block's d, added
+ * to the head's total; four keys at a time share the hsum. */
+INLINE void scores_q(const float *q, int g, const uint8_t *keys, int n, int hd, float scale, float *s, int ld,
+                     int q4) {
+    const size_t bs = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = (size_t)(hd / 32) * bs;
+    const __m128 vs = _mm_set1_ps(scale);
+    for (int i0 = 0; i0 < g; i0 += 2) {
+        const int two = i0 + 1 < g;
+        const float *qa = q + (size_t)i0 * hd, *qb = two ? qa + hd : qa;
+        float *sa = s + (size_t)i0 * ld, *sb = two ? sa + ld : NULL;
+        int j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const uint8_t *r = keys + (size_t)j * rb;
+            prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 4 * rb);
+            __m256 ta[4], tb[4];
+            UNROLL for (int k = 0; k < 4; k++) ta[k] = tb[k] = _mm256_setzero_ps();
+            for (int c = 0; c < hd; c += 32) {
+                const uint8_t *blk = r + (size_t)(c / 32) * bs;
+                UNROLL for (int k = 0; k < 4; k++, blk += rb) {
+                    __m256 v[4];
+                    qblock_vals(blk, q4, v);
+                    const __m256 d = h2f8(blk);
+                    ta[k] = _mm256_fmadd_ps(d, qx32(v, qa + c), ta[k]);
+                    tb[k] = _mm256_fmadd_ps(d, qx32(v, qb + c), tb[k]);
+                }
+            }
+            _mm_storeu_ps(sa + j, _mm_mul_ps(vs, hsum4(ta[0], ta[1], ta[2], ta[3])));
+            if (sb) _mm_storeu_ps(sb + j, _mm_mul_ps(vs, hsum4(tb[0], tb[1], tb[2], tb[3])));
+        }
+        for (; j < n; j++) {
+            __m256 ta = _mm256_setzero_ps(), tb = ta;
+            for (int c = 0; c < hd; c += 32) {
+                const uint8_t *blk = keys + (size_t)j * rb + (size_t)(c / 32) * bs;
+                __m256 v[4];
+                qblock_vals(blk, q4, v);
+                const __m256 d = h2f8(blk);
+                ta = _mm256_fmadd_ps(d, qx32(v, qa + c), ta);
+                tb = _mm256_fmadd_ps(d, qx32(v, qb + c), tb);
+            }
+            __m128 t = hsum4(ta, tb, ta, tb);
+            sa[j] = scale * _mm_cvtss_f32(t);
+            if (sb) sb[j] = scale * _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1));
+        }
+    }
+}
+
+/* m (1 or 2) heads, block column [c, c + 32) over rows [j0, j1): out_i +=
+ * (p_ij d_j) n_j, the 4 x m accumulators in registers. */
+INLINE void accum_qcols(const float *const *pp, int m, float *o, int hd, int c, const uint8_t *vals, size_t rb,
+                        size_t bs, int j0, int j1, int q4, int pf) {
+    __m256 acc[2][4];
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) acc[i][u] = _mm256_loadu_ps(o + (size_t)i * hd + c + 8 * u);
+    for (int j = j0; j < j1; j++) {
+        const size_t at = (size_t)j * rb + (size_t)(c / 32) * bs;
+        const uint8_t *blk = vals + at;
+        if (pf) prefetch_span(vals, at + PF_ROWS * rb, bs);
+        __m256 v[4];
+        qblock_vals(blk, q4, v);
+        const float d = h2f(blk);
+        for (int i = 0; i < m; i++) {
+            const __m256 w = _mm256_set1_ps(pp[i][j] * d);
+            UNROLL for (int u = 0; u < 4; u++) acc[i][u] = _mm256_fmadd_ps(w, v[u], acc[i][u]);
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int u = 0; u < 4; u++) _mm256_storeu_ps(o + (size_t)i * hd + c + 8 * u, acc[i][u]);
+}
+
+/* As accum_rows: blocks of rows stay in L1 for the column passes. */
+INLINE void accum_q(const float *p, int g, int ld, const uint8_t *vals, int n, int hd, float *out, int q4) {
+    enum { BLOCK = 64 };
+    const size_t bs = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = (size_t)(hd / 32) * bs;
+    for (int j0 = 0; j0 < n; j0 += BLOCK) {
+        const int j1 = j0 + BLOCK < n ? j0 + BLOCK : n;
+        for (int i0 = 0; i0 < g; i0 += 2) {
+            const float *pp[2] = {p + (size_t)i0 * ld, p + (size_t)(i0 + 1) * ld};
+            float *o = out + (size_t)i0 * hd;
+            if (i0 + 1 < g)
+                for (int c = 0; c < hd; c += 32) accum_qcols(pp, 2, o, hd, c, vals, rb, bs, j0, j1, q4, i0 == 0);
+            else
+                for (int c = 0; c < hd; c += 32) accum_qcols(pp, 1, o, hd, c, vals, rb, bs, j0, j1, q4, i0 == 0);
+        }
+    }
+}
+
+/* y += (w d_b) n_b per block */
+INLINE void axpy_q(float *y, float w, const uint8_t *row, int hd, int q4) {
+    const size_t bs = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0);
+    for (int c = 0; c < hd; c += 32, row += bs) {
+        __m256 v[4];
+        qblock_vals(row, q4, v);
+        const __m256 wd = _mm256_set1_ps(w * h2f(row));
+        UNROLL for (int u = 0; u < 4; u++)
+            _mm256_storeu_ps(y + c + 8 * u, _mm256_fmadd_ps(wd, v[u], _mm256_loadu_ps(y + c + 8 * u)));
+    }
+}
+
+/* ---- the KV table: head widths the SIMD forms do not cover (f32 / f16 not
+ * a multiple of 8, q8_0 / q4_0 not a multiple of 32) take the portable ones */
+
+#define KV_SCALAR(T) (kernels_scalar_set.kv[T])
+
+TARGET static float kv_f32_dot(const float *q, const void *row, int hd) { return kernels_dot_f32_avx2(q, row, hd); }
+TARGET static float kv_f16_dot(const float *q, const void *row, int hd) { return dot_f16(q, row, hd); }
+TARGET static void kv_f32_axpy(float *y, float w, const void *row, int hd) { axpy_f32(y, w, row, hd); }
+TARGET static void kv_f16_axpy(float *y, float w, const void *row, int hd) { axpy_f16(y, w, row, hd); }
+static void kv_f32_to_f32(const void *rows, int n, int hd, float *dst) {
+    memcpy(dst, rows, (size_t)n * hd * sizeof(float));
+}
+TARGET static void kv_f16_to_f32(const void *rows, int n, int hd, float *dst) {
+    dequant_f16(rows, dst, (int64_t)n * hd);
+}
+
+TARGET static void kv_f32_scores(const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
+                                 int ld) {
+    if (hd % 8) KV_SCALAR(SUBQ_KV_F32).scores(q, g, keys, n, hd, scale, s, ld);
     else scores_rows(q, g, keys, n, hd, scale, s, ld, 0);
 }
 
-TARGET static void scores_f16(const float *q, int g, const uint16_t *keys, int n, int hd, float scale, float *s,
-                              int ld) {
-    if (hd % 8) kernels_scalar_set.scores_f16(q, g, keys, n, hd, scale, s, ld);
+TARGET static void kv_f16_scores(const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
+                                 int ld) {
+    if (hd % 8) KV_SCALAR(SUBQ_KV_F16).scores(q, g, keys, n, hd, scale, s, ld);
     else scores_rows(q, g, keys, n, hd, scale, s, ld, 1);
 }
 
-TARGET static void accum_f32(const float *p, int g, int ld, const float *vals, int n, int hd, float *out) {
-    if (hd % 8) kernels_scalar_set.accum_f32(p, g, ld, vals, n, hd, out);
+TARGET static void kv_f32_accum(const float *p, int g, int ld, const void *vals, int n, int hd, float *out) {
+    if (hd % 8) KV_SCALAR(SUBQ_KV_F32).accum(p, g, ld, vals, n, hd, out);
     else accum_rows(p, g, ld, vals, n, hd, out, 0);
 }
 
-TARGET static void accum_f16(const float *p, int g, int ld, const uint16_t *vals, int n, int hd, float *out) {
-    if (hd % 8) kernels_scalar_set.accum_f16(p, g, ld, vals, n, hd, out);
+TARGET static void kv_f16_accum(const float *p, int g, int ld, const void *vals, int n, int hd, float *out) {
+    if (hd % 8) KV_SCALAR(SUBQ_KV_F16).accum(p, g, ld, vals, n, hd, out);
     else accum_rows(p, g, ld, vals, n, hd, out, 1);
 }
+
+/* q8_0 / q4_0 entries: NAME = kv_q8_0 or kv_q4_0, Q4 = 0 or 1, T the KV type */
+#define KV_QUANT_OPS(NAME, Q4, T, GT)                                                                             \
+    TARGET static float NAME##_dot(const float *q, const void *row, int hd) {                                     \
+        return hd % 32 ? KV_SCALAR(T).dot(q, row, hd) : dot_##GT(row, q, hd);                                     \
+    }                                                                                                             \
+    TARGET static void NAME##_axpy(float *y, float w, const void *row, int hd) {                                  \
+        if (hd % 32) KV_SCALAR(T).axpy(y, w, row, hd);                                                            \
+        else axpy_q(y, w, row, hd, Q4);                                                                           \
+    }                                                                                                             \
+    TARGET static void NAME##_to_f32(const void *rows, int n, int hd, float *dst) {                               \
+        if (hd % 32) KV_SCALAR(T).to_f32(rows, n, hd, dst);                                                       \
+        else dequant_##GT(rows, dst, (int64_t)n * hd);                                                            \
+    }                                                                                                             \
+    TARGET static void NAME##_scores(const float *q, int g, const void *keys, int n, int hd, float scale,         \
+                                     float *s, int ld) {                                                          \
+        if (hd % 32) KV_SCALAR(T).scores(q, g, keys, n, hd, scale, s, ld);                                        \
+        else scores_q(q, g, keys, n, hd, scale, s, ld, Q4);                                                       \
+    }                                                                                                             \
+    TARGET static void NAME##_accum(const float *p, int g, int ld, const void *vals, int n, int hd, float *out) { \
+        if (hd % 32) KV_SCALAR(T).accum(p, g, ld, vals, n, hd, out);                                              \
+        else accum_q(p, g, ld, vals, n, hd, out, Q4);                                                             \
+    }                                                                                                             \
+    TARGET static void NAME##_gather_dot(const float *q, const void *base, size_t stride, int d,                  \
+                                         const int32_t *idx, int n, float *out) {                                 \
+        const size_t rb = kernels_kv_row_bytes(T, d) * (stride / (size_t)d);                                      \
+        for (int i = 0; i < n; i++) out[i] = NAME##_dot(q, (const char *)base + (size_t)idx[i] * rb, d);          \
+    }
+
+KV_QUANT_OPS(kv_q8_0, 0, SUBQ_KV_Q8_0, q8_0)
+KV_QUANT_OPS(kv_q4_0, 1, SUBQ_KV_Q4_0, q4_0)
 
 /* exp(x) for x <= 0 as in Cephes expf: x = n ln2 + r with |r| <= ln2/2,
  * exp(r) by a degree-6 polynomial (relative error ~1e-7), times 2^n built in
@@ -710,15 +878,22 @@ const kernels kernels_avx2_set = {
     .dot_f16f16 = dot_f16f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
-    .scores_f32 = scores_f32,
-    .scores_f16 = scores_f16,
-    .accum_f32 = accum_f32,
-    .accum_f16 = accum_f16,
     .exp_shift_sum = exp_shift_sum,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,
     .gather_dot_i8 = gather_dot_i8,
     .gather_dot_i4 = gather_dot_i4,
+    .kv =
+        {
+            [SUBQ_KV_F32] = {kv_f32_dot, kv_f32_axpy, kv_f32_to_f32, kv_f32_scores,
+                             kv_f32_accum, gather_dot_f32},
+            [SUBQ_KV_F16] = {kv_f16_dot, kv_f16_axpy, kv_f16_to_f32, kv_f16_scores,
+                             kv_f16_accum, gather_dot_f16},
+            [SUBQ_KV_Q8_0] = {kv_q8_0_dot, kv_q8_0_axpy, kv_q8_0_to_f32, kv_q8_0_scores,
+                              kv_q8_0_accum, kv_q8_0_gather_dot},
+            [SUBQ_KV_Q4_0] = {kv_q4_0_dot, kv_q4_0_axpy, kv_q4_0_to_f32, kv_q4_0_scores,
+                              kv_q4_0_accum, kv_q4_0_gather_dot},
+        },
 };
 
 #endif /* KERNELS_HAVE_AVX2 */

@@ -3,6 +3,7 @@
  * pass), the f32 / f16 vector kernels, decode attention and the gathered row
  * dots, in straight loops. */
 #include <math.h>
+#include <string.h>
 
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
@@ -147,7 +148,7 @@ static float dot_q6_K(const void *row, const float *x, int64_t n) {
     return sum;
 }
 
-/* ---- vectors, decode attention, gathered rows -------------------------- */
+/* ---- vectors, gathered rows ------------------------------------------------ */
 
 static void axpy_f32(float *y, float w, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += w * x[i];
@@ -155,28 +156,6 @@ static void axpy_f32(float *y, float w, const float *x, int n) {
 
 static void axpy_f16(float *y, float w, const uint16_t *x, int n) {
     for (int i = 0; i < n; i++) y[i] += w * fp16_to_fp32(x[i]);
-}
-
-static void scores_f32(const float *q, int g, const float *keys, int n, int hd, float scale, float *s, int ld) {
-    for (int i = 0; i < g; i++)
-        for (int j = 0; j < n; j++)
-            s[(size_t)i * ld + j] = scale * kernels_dot_f32_scalar(q + (size_t)i * hd, keys + (size_t)j * hd, hd);
-}
-
-static void scores_f16(const float *q, int g, const uint16_t *keys, int n, int hd, float scale, float *s, int ld) {
-    for (int i = 0; i < g; i++)
-        for (int j = 0; j < n; j++)
-            s[(size_t)i * ld + j] = scale * dot_f16(q + (size_t)i * hd, keys + (size_t)j * hd, hd);
-}
-
-static void accum_f32(const float *p, int g, int ld, const float *vals, int n, int hd, float *out) {
-    for (int i = 0; i < g; i++)
-        for (int j = 0; j < n; j++) axpy_f32(out + (size_t)i * hd, p[(size_t)i * ld + j], vals + (size_t)j * hd, hd);
-}
-
-static void accum_f16(const float *p, int g, int ld, const uint16_t *vals, int n, int hd, float *out) {
-    for (int i = 0; i < g; i++)
-        for (int j = 0; j < n; j++) axpy_f16(out + (size_t)i * hd, p[(size_t)i * ld + j], vals + (size_t)j * hd, hd);
 }
 
 static float exp_shift_sum(float *x, int n, float mx) {
@@ -219,6 +198,149 @@ static void gather_dot_i4(const int8_t *q, const void *codes, size_t row_bytes, 
     }
 }
 
+/* ---- KV cache rows --------------------------------------------------------- */
+
+/* Quantised rows (q8_0, q4_0) in blocks of B = KV_QBLOCK(hd) values: fp16 d,
+ * then B signed bytes (q8_0) or B/2 bytes of nibbles (q4_0, byte j: value j
+ * low, value j + B/2 high). */
+static size_t qblock_bytes(subq_kv_type t, int B) { return 2 + (size_t)(t == SUBQ_KV_Q8_0 ? B : B / 2); }
+
+/* Values [c0, c0 + nv) of a row as floats: c0 a multiple of KV_QBLOCK(hd),
+ * nv = min(KV_QBLOCK(hd), hd - c0) (the quantised types' dequantisation as
+ * ggml's: d * q, d * (q - 8)). */
+static void kv_block_f32(subq_kv_type t, const void *row, int hd, int c0, int nv, float *dst) {
+    const int B = KV_QBLOCK(hd);
+    const uint8_t *b = (const uint8_t *)row + (size_t)(c0 / B) * qblock_bytes(t, B);
+    switch (t) {
+    case SUBQ_KV_F32: memcpy(dst, (const float *)row + c0, (size_t)nv * sizeof(float)); break;
+    case SUBQ_KV_F16:
+        for (int j = 0; j < nv; j++) dst[j] = fp16_to_fp32(((const uint16_t *)row)[c0 + j]);
+        break;
+    case SUBQ_KV_Q8_0: {
+        const float d = fp16_to_fp32(quant_rd16(b));
+        for (int j = 0; j < B; j++) dst[j] = (float)(int8_t)b[2 + j] * d;
+        break;
+    }
+    default: { /* q4_0 */
+        const float d = fp16_to_fp32(quant_rd16(b));
+        for (int j = 0; j < B / 2; j++) {
+            dst[j] = (float)((b[2 + j] & 0xF) - 8) * d;
+            dst[j + B / 2] = (float)((b[2 + j] >> 4) - 8) * d;
+        }
+    }
+    }
+}
+
+/* Quantise x[0..hd) into a q8_0 / q4_0 row, block by block, as ggml's
+ * quantize_row_q8_0_ref (d = max|x| / 127, q = round(x / d)) and
+ * quantize_row_q4_0_ref (d = the value of largest magnitude / -8,
+ * q = min(15, trunc(x / d + 8.5))). */
+static void kv_quantize(subq_kv_type t, const float *x, void *row, int hd) {
+    const int B = KV_QBLOCK(hd);
+    uint8_t *b = row;
+    for (int c0 = 0; c0 < hd; c0 += B, b += qblock_bytes(t, B)) {
+        const float *xb = x + c0;
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < B; j++)
+            if (amax < fabsf(xb[j])) {
+                amax = fabsf(xb[j]);
+                max = xb[j];
+            }
+        if (t == SUBQ_KV_Q8_0) {
+            const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            quant_wr16(b, fp32_to_fp16(d));
+            for (int j = 0; j < B; j++) b[2 + j] = (uint8_t)(int8_t)roundf(xb[j] * id);
+        } else {
+            const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+            quant_wr16(b, fp32_to_fp16(d));
+            for (int j = 0; j < B / 2; j++) {
+                const int lo = (int8_t)(xb[j] * id + 8.5f), hi = (int8_t)(xb[j + B / 2] * id + 8.5f);
+                b[2 + j] = (uint8_t)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+            }
+        }
+    }
+}
+
+static float kv_dot(subq_kv_type t, const float *q, const void *row, int hd) {
+    if (t == SUBQ_KV_F32) return kernels_dot_f32_scalar(q, row, hd);
+    if (t == SUBQ_KV_F16) return dot_f16(q, row, hd);
+    const int B = KV_QBLOCK(hd);
+    float v[32], sum = 0.0f;
+    for (int c0 = 0; c0 < hd; c0 += B) {
+        kv_block_f32(t, row, hd, c0, B, v);
+        sum += kernels_dot_f32_scalar(q + c0, v, B);
+    }
+    return sum;
+}
+
+static void kv_axpy(subq_kv_type t, float *y, float w, const void *row, int hd) {
+    const int B = KV_QBLOCK(hd);
+    float v[32];
+    for (int c0 = 0; c0 < hd; c0 += B) {
+        const int nv = hd - c0 < B ? hd - c0 : B;
+        kv_block_f32(t, row, hd, c0, nv, v);
+        for (int j = 0; j < nv; j++) y[c0 + j] += w * v[j];
+    }
+}
+
+static void kv_to_f32(subq_kv_type t, const void *rows, int n, int hd, float *dst) {
+    const size_t rb = kernels_kv_row_bytes(t, hd);
+    const int B = KV_QBLOCK(hd);
+    for (int r = 0; r < n; r++)
+        for (int c0 = 0; c0 < hd; c0 += B)
+            kv_block_f32(t, (const char *)rows + r * rb, hd, c0, hd - c0 < B ? hd - c0 : B, dst + (size_t)r * hd + c0);
+}
+
+void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd) {
+    if (t == SUBQ_KV_F32) memcpy(row, x, (size_t)hd * sizeof(float));
+    else if (t == SUBQ_KV_F16)
+        for (int i = 0; i < hd; i++) ((uint16_t *)row)[i] = fp32_to_fp16(x[i]);
+    else kv_quantize(t, x, row, hd);
+}
+
+static void kv_scores(subq_kv_type t, const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
+                      int ld) {
+    const size_t rb = kernels_kv_row_bytes(t, hd);
+    for (int i = 0; i < g; i++)
+        for (int j = 0; j < n; j++)
+            s[(size_t)i * ld + j] = scale * kv_dot(t, q + (size_t)i * hd, (const char *)keys + j * rb, hd);
+}
+
+static void kv_accum(subq_kv_type t, const float *p, int g, int ld, const void *vals, int n, int hd, float *out) {
+    const size_t rb = kernels_kv_row_bytes(t, hd);
+    for (int i = 0; i < g; i++)
+        for (int j = 0; j < n; j++) kv_axpy(t, out + (size_t)i * hd, p[(size_t)i * ld + j], (const char *)vals + j * rb, hd);
+}
+
+static void kv_gather_dot(subq_kv_type t, const float *q, const void *base, size_t stride, int d, const int32_t *idx,
+                          int n, float *out) {
+    const size_t rb = kernels_kv_row_bytes(t, d) * (stride / (size_t)d);
+    for (int i = 0; i < n; i++) out[i] = kv_dot(t, q, (const char *)base + (size_t)idx[i] * rb, d);
+}
+
+/* The table's entries for KV type T (kv_TYPE_dot, ...). */
+#define KV_OPS(NAME, T)                                                                                            \
+    static float NAME##_dot(const float *q, const void *row, int hd) { return kv_dot(T, q, row, hd); }               \
+    static void NAME##_axpy(float *y, float w, const void *row, int hd) { kv_axpy(T, y, w, row, hd); }               \
+    static void NAME##_to_f32(const void *rows, int n, int hd, float *dst) { kv_to_f32(T, rows, n, hd, dst); }       \
+    static void NAME##_scores(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld) { \
+        kv_scores(T, q, g, keys, n, hd, scale, s, ld);                                                               \
+    }                                                                                                                \
+    static void NAME##_accum(const float *p, int g, int ld, const void *vals, int n, int hd, float *out) {          \
+        kv_accum(T, p, g, ld, vals, n, hd, out);                                                                     \
+    }                                                                                                                \
+    static void NAME##_gather_dot(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n, \
+                                  float *out) {                                                                      \
+        kv_gather_dot(T, q, base, stride, d, idx, n, out);                                                           \
+    }
+#define KV_ENTRY(NAME)                                                                                              \
+    { NAME##_dot, NAME##_axpy, NAME##_to_f32, NAME##_scores, NAME##_accum, NAME##_gather_dot }
+
+KV_OPS(kv_f32, SUBQ_KV_F32)
+KV_OPS(kv_f16, SUBQ_KV_F16)
+KV_OPS(kv_q8_0, SUBQ_KV_Q8_0)
+KV_OPS(kv_q4_0, SUBQ_KV_Q4_0)
+
 const kernels kernels_scalar_set = {
     .name = "scalar",
     .dequant = quant_dequant_ref,
@@ -238,13 +360,16 @@ const kernels kernels_scalar_set = {
     .dot_f16f16 = dot_f16f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
-    .scores_f32 = scores_f32,
-    .scores_f16 = scores_f16,
-    .accum_f32 = accum_f32,
-    .accum_f16 = accum_f16,
     .exp_shift_sum = exp_shift_sum,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,
     .gather_dot_i8 = gather_dot_i8,
     .gather_dot_i4 = gather_dot_i4,
+    .kv =
+        {
+            [SUBQ_KV_F32] = KV_ENTRY(kv_f32),
+            [SUBQ_KV_F16] = KV_ENTRY(kv_f16),
+            [SUBQ_KV_Q8_0] = KV_ENTRY(kv_q8_0),
+            [SUBQ_KV_Q4_0] = KV_ENTRY(kv_q4_0),
+        },
 };

@@ -12,10 +12,31 @@
 /* a * b, saturating at SIZE_MAX (absurd contexts must not wrap to small sizes) */
 static size_t mul_sat(size_t a, size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
 
+int subq_kv_type_parse(const char *name) {
+    for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++)
+        if (name && strcmp(name, subq_kv_type_name((subq_kv_type)t)) == 0) return t;
+    return -1;
+}
+
+const char *subq_kv_type_name(subq_kv_type t) {
+    static const char *const names[SUBQ_KV_TYPE_COUNT] = {"f32", "f16", "q8_0", "q4_0"};
+    return (unsigned)t < SUBQ_KV_TYPE_COUNT ? names[t] : "?";
+}
+
+subq_status kv_cache_check_type(subq_kv_type type, int head_dim, subq_error *err) {
+    if ((unsigned)type >= SUBQ_KV_TYPE_COUNT) return subq_fail(err, SUBQ_ERR_ARG, "unknown KV cache type %d", (int)type);
+    if (kernels_kv_row_bytes(type, head_dim) == 0)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
+                         "a %s KV cache needs a head width that is a multiple of 32 (or 2, 4, 8, 16); this model's "
+                         "heads have %d values",
+                         subq_kv_type_name(type), head_dim);
+    return SUBQ_OK;
+}
+
 size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type) {
-    size_t es = type == SUBQ_KV_F16 ? 2 : 4;
-    size_t kv = mul_sat(mul_sat(mul_sat(mul_sat(2 * (size_t)n_layer, (size_t)n_head_kv), (size_t)n_ctx),
-                                (size_t)head_dim), es);
+    size_t rb = (unsigned)type < SUBQ_KV_TYPE_COUNT ? kernels_kv_row_bytes(type, head_dim) : 0;
+    if (rb == 0) return SIZE_MAX;
+    size_t kv = mul_sat(mul_sat(mul_sat(2 * (size_t)n_layer, (size_t)n_head_kv), (size_t)n_ctx), rb);
     size_t meta = mul_sat((size_t)n_ctx, 2 * sizeof(int32_t));
     return kv > SIZE_MAX - meta ? SIZE_MAX : kv + meta;
 }
@@ -46,6 +67,8 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
     memset(kv, 0, sizeof *kv);
     if (n_ctx <= 0 || n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "invalid KV cache size (n_ctx %d)", n_ctx);
+    subq_status s = kv_cache_check_type(type, head_dim, err);
+    if (s) return s;
     /* refuse before allocating: malloc of more than the machine has may
      * succeed (overcommit) and the process be killed when it fills up */
     size_t need = kv_cache_bytes(n_layer, n_head_kv, head_dim, n_ctx, type);
@@ -56,14 +79,16 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
                          "the KV cache for %d tokens needs %zu bytes (%.2f GiB) but %llu bytes (%.2f GiB) are "
                          "available (%s); use a smaller context%s",
                          n_ctx, need, need / 1073741824.0, (unsigned long long)avail, avail / 1073741824.0, source,
-                         type == SUBQ_KV_F32 ? " or an f16 KV cache" : "");
+                         type == SUBQ_KV_F32   ? " or an f16 or q8_0 KV cache"
+                         : type == SUBQ_KV_F16 ? " or a q8_0 KV cache"
+                                               : "");
     kv->n_layer = n_layer;
     kv->n_head_kv = n_head_kv;
     kv->head_dim = head_dim;
     kv->n_ctx = n_ctx;
     kv->type = type;
-    kv->elem_size = type == SUBQ_KV_F16 ? 2 : 4;
-    size_t per_layer = (size_t)n_head_kv * (size_t)n_ctx * (size_t)head_dim * kv->elem_size;
+    kv->row_bytes = kernels_kv_row_bytes(type, head_dim);
+    size_t per_layer = (size_t)n_head_kv * (size_t)n_ctx * kv->row_bytes;
     kv->k = calloc((size_t)n_layer, sizeof(void *));
     kv->v = calloc((size_t)n_layer, sizeof(void *));
     kv->pos = malloc((size_t)n_ctx * sizeof(int32_t));
@@ -91,26 +116,24 @@ void kv_cache_free(kv_cache *kv) {
     memset(kv, 0, sizeof *kv);
 }
 
-static void store_row(const kv_cache *kv, void *dst, const float *src) {
-    if (kv->type == SUBQ_KV_F16) {
-        uint16_t *d = dst;
-        for (int i = 0; i < kv->head_dim; i++) d[i] = fp32_to_fp16(src[i]);
-    } else {
-        memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
-    }
-}
-
 void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v) {
     int row = kv->n_head_kv * kv->head_dim;
     for (int t = 0; t < n; t++) {
         for (int h = 0; h < kv->n_head_kv; h++) {
-            store_row(kv, (void *)kv_cache_key(kv, layer, h, slot0 + t), k + (size_t)t * row + h * kv->head_dim);
-            store_row(kv, (void *)kv_cache_value(kv, layer, h, slot0 + t), v + (size_t)t * row + h * kv->head_dim);
+            kernels_kv_from_f32(kv->type, k + (size_t)t * row + h * kv->head_dim,
+                                (void *)kv_cache_key(kv, layer, h, slot0 + t), kv->head_dim);
+            kernels_kv_from_f32(kv->type, v + (size_t)t * row + h * kv->head_dim,
+                                (void *)kv_cache_value(kv, layer, h, slot0 + t), kv->head_dim);
         }
     }
 }
 
-void kv_cache_row_f32(const kv_cache *kv, const void *row, float *dst) {
-    if (kv->type == SUBQ_KV_F32) memcpy(dst, row, (size_t)kv->head_dim * sizeof(float));
-    else dequant_row(GGML_TYPE_F16, row, dst, kv->head_dim);
+void kv_cache_row_tensor(const kv_cache *kv, uint32_t *type, uint64_t *ne0) {
+    static const uint32_t types[SUBQ_KV_TYPE_COUNT] = {GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+    *type = types[kv->type];
+    *ne0 = (uint64_t)kv->head_dim;
+    if (ggml_row_size(*type, *ne0) != kv->row_bytes) { /* narrow quantised heads: no ggml type */
+        *type = GGML_TYPE_I8;
+        *ne0 = kv->row_bytes;
+    }
 }

@@ -1,45 +1,62 @@
 /* KV cache: per layer and KV head, keys and values of every cached token
- * (post-RoPE keys), stored f32 or f16, plus each slot's position and
- * document (segment) id for causal and block-causal masks. */
+ * (post-RoPE keys), stored f32, f16, q8_0 or q4_0 (rows of head_dim values
+ * in the layouts of kernels/kernels.h, quantised when they are stored),
+ * plus each slot's position and document (segment) id for causal and
+ * block-causal masks. */
 #ifndef SUBQ_KV_CACHE_H
 #define SUBQ_KV_CACHE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/kernels.h"
 #include "subq.h"
 
 typedef struct kv_cache {
     int n_layer, n_head_kv, head_dim, n_ctx;
     int n_used;                 /* slots filled: 0 .. n_used-1 */
     subq_kv_type type;
-    size_t elem_size;
+    size_t row_bytes;           /* one row of head_dim values in `type` */
     void **k, **v;              /* [layer] -> [n_head_kv][n_ctx][head_dim] */
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx] */
 } kv_cache;
 
-/* Bytes the cache would take; used to refuse contexts larger than memory. */
+/* Bytes the cache would take; used to refuse contexts larger than memory
+ * (SIZE_MAX when the type cannot hold rows of head_dim values). */
 size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type);
+/* SUBQ_OK when `type` can hold rows of head_dim values, else a one-line
+ * SUBQ_ERR_UNSUPPORTED (quantised types: head_dim a multiple of 32, or 2,
+ * 4, 8, 16) or SUBQ_ERR_ARG (unknown type). */
+subq_status kv_cache_check_type(subq_kv_type type, int head_dim, subq_error *err);
 subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
                           subq_kv_type type, subq_error *err);
 void kv_cache_free(kv_cache *kv);
 
 /* Write n tokens' keys and values (rows [t][n_head_kv*head_dim]) of one layer
- * into slots slot0 .. slot0+n-1. */
+ * into slots slot0 .. slot0+n-1, converted to the cache's type. */
 void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v);
 
 /* Pointer to the key / value of (layer, kv head, slot) in the cache's type. */
 static inline const void *kv_cache_key(const kv_cache *kv, int layer, int h, int slot) {
-    return (const char *)kv->k[layer] +
-           ((size_t)h * (size_t)kv->n_ctx + (size_t)slot) * (size_t)kv->head_dim * kv->elem_size;
+    return (const char *)kv->k[layer] + ((size_t)h * (size_t)kv->n_ctx + (size_t)slot) * kv->row_bytes;
 }
 static inline const void *kv_cache_value(const kv_cache *kv, int layer, int h, int slot) {
-    return (const char *)kv->v[layer] +
-           ((size_t)h * (size_t)kv->n_ctx + (size_t)slot) * (size_t)kv->head_dim * kv->elem_size;
+    return (const char *)kv->v[layer] + ((size_t)h * (size_t)kv->n_ctx + (size_t)slot) * kv->row_bytes;
 }
 
+/* A KV head's first n rows as a 2-D GGUF tensor [ne0][n] (session files):
+ * the ggml type of the rows with ne0 = head_dim where ggml has one (f32,
+ * f16; q8_0 / q4_0 of 32-value blocks), else raw bytes (I8, ne0 = row_bytes). */
+void kv_cache_row_tensor(const kv_cache *kv, uint32_t *type, uint64_t *ne0);
+
+/* The kernels for the cache's rows (dot, axpy, conversion, decode scores
+ * and accumulation, gathered dots). */
+static inline const kernels_kv *kv_cache_ops(const kv_cache *kv) { return &kernels_get()->kv[kv->type]; }
+
 /* One cached key or value row (head_dim values, from kv_cache_key/value) as floats. */
-void kv_cache_row_f32(const kv_cache *kv, const void *row, float *dst);
+static inline void kv_cache_row_f32(const kv_cache *kv, const void *row, float *dst) {
+    kv_cache_ops(kv)->to_f32(row, 1, kv->head_dim, dst);
+}
 
 #endif

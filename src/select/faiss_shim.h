@@ -32,7 +32,7 @@ int faiss_shim_reset(faiss_shim *f, uint64_t seed);
  * of the link lists). Returns the count, or -1 on failure.
  * Not const: the search uses the index's visited table (one search at a time). */
 int faiss_shim_search(faiss_shim *f, const float *q, int k, int ef, select_filter_fn filter, void *ctx,
-                      int64_t *labels, float *sims, int64_t *n_dist, int64_t *n_bytes);
+                      int64_t *labels, float *sims, int64_t *n_dist, uint64_t *n_bytes);
 /* The stored vector of id 0 and the distance in floats between consecutive
  * ones (dim: the rows are contiguous; valid until the next add). */
 const float *faiss_shim_vectors(const faiss_shim *f, size_t *stride);

@@ -145,7 +145,7 @@ extern "C" size_t hnsw_shim_count(const hnsw_shim *h) {
 }
 
 extern "C" int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int ef, select_filter_fn filter, void *ctx,
-                                int64_t *labels, float *sims, int64_t *n_dist, int64_t *n_bytes) {
+                                int64_t *labels, float *sims, int64_t *n_dist, uint64_t *n_bytes) {
     try {
         const Hnsw *ix = h->index.get();
         if (ix->cur_element_count == 0 || k <= 0) return 0;
@@ -227,7 +227,7 @@ extern "C" int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int e
             top.pop();
         }
         if (n_dist) *n_dist += nd;
-        if (n_bytes) *n_bytes += nd * (int64_t)ix->data_size_ + nl * (int64_t)sizeof(hnswlib::tableint);
+        if (n_bytes) *n_bytes += (uint64_t)nd * ix->data_size_ + (uint64_t)nl * sizeof(hnswlib::tableint);
         return n;
     } catch (...) {
         return -1;

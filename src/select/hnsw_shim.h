@@ -45,7 +45,7 @@ size_t hnsw_shim_count(const hnsw_shim *h);
  * *n_dist and the bytes of vectors and link lists read to *n_bytes.
  * Returns the count, or -1 on failure. */
 int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int ef, select_filter_fn filter, void *ctx,
-                     int64_t *labels, float *sims, int64_t *n_dist, int64_t *n_bytes);
+                     int64_t *labels, float *sims, int64_t *n_dist, uint64_t *n_bytes);
 /* The stored vector of insertion index 0 and the distance in elements
  * between consecutive ones (valid until the next add). */
 const void *hnsw_shim_vectors(const hnsw_shim *h, size_t *stride);

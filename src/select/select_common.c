@@ -369,7 +369,7 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
 
 static void count_rows(selector *s, const select_rows *r, int64_t scored) {
     s->stats.n_visited += scored;
-    s->stats.bytes_read += scored * (int64_t)r->row_bytes;
+    s->stats.bytes_read += (uint64_t)scored * r->row_bytes;
 }
 
 int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,

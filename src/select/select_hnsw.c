@@ -35,7 +35,7 @@ static subq_status shim_error(int code, const char *msg, subq_error *err) {
 }
 
 static int search(void *ix, const float *q, int k, int ef, select_filter_fn filter, void *ctx, int64_t *labels,
-                  float *sims, int64_t *n_dist, int64_t *n_bytes) {
+                  float *sims, int64_t *n_dist, uint64_t *n_bytes) {
     return hnsw_shim_search(ix, q, k, ef, filter, ctx, labels, sims, n_dist, n_bytes);
 }
 

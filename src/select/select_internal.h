@@ -128,7 +128,7 @@ typedef struct select_ann {
     /* the shim's filtered search (count, or -1 on failure) and its stored
      * vectors (row i at base + i * stride) */
     int (*search)(void *ix, const float *q, int k, int ef, select_filter_fn filter, void *ctx, int64_t *labels,
-                  float *sims, int64_t *n_dist, int64_t *n_bytes);
+                  float *sims, int64_t *n_dist, uint64_t *n_bytes);
     const void *(*vectors)(const void *ix, size_t *stride);
     int d, count;           /* search width; keys in the index */
     select_score score;     /* cosine: the query is normalised */

@@ -100,6 +100,8 @@ static int scan(oracle_sel *o, const select_mask *m, int k, int g0, int g1, int 
         }
     }
     s->stats.n_visited += scored;
+    /* the cosine score reads every KV head's key, the others those of heads [g0, g1) */
+    s->stats.bytes_read += (uint64_t)scored * (uint64_t)(cosine ? s->env.n_head_kv : g1 - g0) * s->env.kv->row_bytes;
     return select_heap_take(&best, out, NULL);
 }
 
@@ -171,7 +173,7 @@ subq_status select_oracle_new(const selector_params *p, const selector_env *env,
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
     o->base.ops = p->oracle == ORACLE_PER_HEAD ? &oracle_head_ops : &oracle_ops;
-    o->dot = env->kv->type == SUBQ_KV_F16 ? kernels_get()->gather_dot_f16 : kernels_get()->gather_dot_f32;
+    o->dot = kv_cache_ops(env->kv)->gather_dot;
     o->qv = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     o->row = malloc((size_t)env->head_dim * sizeof(float));
     o->km = malloc((size_t)env->head_dim * sizeof(float));

@@ -154,6 +154,7 @@ static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need,
     }
     for (int i = 0; i < nb; i++) select_heap_push(&h, acc[i], idx[i]);
     q->base.stats.n_visited += nb;
+    q->base.stats.bytes_read += (uint64_t)nb * (uint64_t)(g1 - g0) * env->kv->row_bytes;
     return select_heap_take(&h, out, NULL);
 }
 
@@ -191,6 +192,7 @@ static int pick(quest_sel *q, const select_mask *m, int k, int g0, int g1, int32
         scored++;
     }
     s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)scored * (uint64_t)(g1 - g0) * 2 * (uint64_t)s->env.head_dim * sizeof(float);
     int32_t *pages = q->pg.i + kp;
     int np = select_heap_take(&ph, pages, NULL);
 
@@ -273,7 +275,7 @@ subq_status select_quest_new(const selector_params *p, const selector_env *env, 
     q->base.ops = p->quest_headmean ? &quest_headmean_ops : &quest_head_ops;
     q->page = p->quest_page;
     q->K = kernels_get();
-    q->dot = env->kv->type == SUBQ_KV_F16 ? q->K->gather_dot_f16 : q->K->gather_dot_f32;
+    q->dot = kv_cache_ops(env->kv)->gather_dot;
     size_t qn = (size_t)env->n_head_kv * env->head_dim;
     q->qpos = malloc(qn * sizeof(float));
     q->qneg = malloc(qn * sizeof(float));

@@ -109,7 +109,12 @@ typedef struct selector_stats {
     int64_t n_returned;        /* slots returned over all queries */
     int64_t n_filler;          /* requested - returned, summed */
     int64_t n_visited;         /* distance computations / nodes visited */
-    int64_t bytes_read;        /* bytes the queries read (keys or codes scored, graph links) */
+    uint64_t bytes_read;       /* bytes the queries read, summed (the selector's share of
+                                  a decode step's memory traffic): exact the search keys
+                                  or codes it scans and the rows it re-ranks; hnsw /
+                                  faiss the vectors scored and link lists read; quest
+                                  page bounds + keys of ranked pages; oracle the native
+                                  keys it scores */
     int64_t n_appended;
     double t_append_s, t_query_s;
     size_t bytes;              /* memory held by the selector */

@@ -148,10 +148,16 @@ expect_error("context larger than memory", ["generate", "-m", MODEL, "-c", "1000
              contains="available")
 
 
-def kv_bytes(n_layer, n_head_kv, head_dim, n_ctx, elem):
+def kv_row_bytes(head_dim, kv):
+    """One row of head_dim values: f32, f16, or ggml's q8_0 / q4_0 blocks of
+    32 values (a 2-byte scale + 32 bytes / 16 bytes of nibbles)."""
+    return {"f32": 4 * head_dim, "f16": 2 * head_dim, "q8_0": head_dim // 32 * 34, "q4_0": head_dim // 32 * 18}[kv]
+
+
+def kv_bytes(n_layer, n_head_kv, head_dim, n_ctx, kv):
     """K and V rows for every layer, KV head and slot, plus two int32 per
     slot (position, segment id)."""
-    return 2 * n_layer * n_head_kv * n_ctx * head_dim * elem + 2 * n_ctx * 4
+    return 2 * n_layer * n_head_kv * n_ctx * kv_row_bytes(head_dim, kv) + 2 * n_ctx * 4
 
 
 # -c too large fails before allocating, with the bytes needed and available:
@@ -164,15 +170,17 @@ if p.returncode != 0:
     failures.append(f"synth smollm2-135m: exit {p.returncode}, stderr {p.stderr[-300:]!r}")
 for name, path, dims, kv in (("stories260K", MODEL, (5, 4, 8), ["--kv", "f32"]),
                              ("smollm2-135m shape", big, (30, 3, 64), ["--kv", "f32"]),
-                             ("smollm2-135m shape, f16 KV", big, (30, 3, 64), ["--kv", "f16"])):
-    elem = 2 if kv[-1] == "f16" else 4
-    need = kv_bytes(*dims, 100000000, elem)
+                             ("smollm2-135m shape, f16 KV", big, (30, 3, 64), ["--kv", "f16"]),
+                             ("smollm2-135m shape, q8_0 KV", big, (30, 3, 64), ["--kv", "q8_0"]),
+                             ("smollm2-135m shape, q4_0 KV", big, (30, 3, 64), ["--kv", "q4_0"])):
+    need = kv_bytes(*dims, 100000000, kv[-1])
     for sub, extra in (("generate", ["-n", "4"]), ("logits", ["--tokens", "1 2", "-o", os.path.join(TMP, "l.bin")])):
         args = [sub, "-m", path, "-c", "100000000"] + kv + extra
         expect_error(f"{sub} -c 100000000 on {name}", args, contains=f"needs {need} bytes")
         expect_error(f"{sub} -c 100000000 on {name} says what is available", args, contains="are available")
 if os.path.exists(big):
     os.remove(big)
+expect_error("unknown KV type", ["generate", "-m", MODEL, "--kv", "q5_1"], contains="q8_0")
 expect_error("missing model", ["generate", "-m", os.path.join(TMP, "nope.gguf")])
 expect_error("no model", ["generate", "-p", "hi"])
 expect_error("unknown option", ["generate", "-m", MODEL, "--bogus"])

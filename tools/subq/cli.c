@@ -74,12 +74,12 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out
 }
 
 int cli_parse_kv_type(const char *cmd, const char *s, subq_kv_type *out) {
-    if (strcmp(s, "f32") == 0) *out = SUBQ_KV_F32;
-    else if (strcmp(s, "f16") == 0) *out = SUBQ_KV_F16;
-    else {
-        cli_error(cmd, "--kv expects f32 or f16, got '%s'", s);
+    int t = subq_kv_type_parse(s);
+    if (t < 0) {
+        cli_error(cmd, "--kv expects f32, f16, q8_0 or q4_0, got '%s'", s);
         return 0;
     }
+    *out = (subq_kv_type)t;
     return 1;
 }
 

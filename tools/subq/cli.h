@@ -64,7 +64,7 @@ subq_status cli_write_piece(FILE *f, const subq_model *m, int32_t prev, int32_t 
 void cli_json_string(FILE *f, const char *s, size_t len);
 void cli_json_num(FILE *f, double v);
 
-/* Parse "f32"/"f16" into a KV type. */
+/* Parse "f32", "f16", "q8_0", "q4_0" into a KV type. */
 int cli_parse_kv_type(const char *cmd, const char *s, subq_kv_type *out);
 
 
@@ -81,7 +81,7 @@ typedef struct cli_model_opts {
     "  -m, --model FILE     GGUF model (required)\n"                               \
     "  -t, --threads N      threads (default: all cores)\n"                        \
     "  -c, --ctx-size N     context size in tokens (default: model's)\n"          \
-    "  --kv f32|f16         KV cache element type (default f32)\n"
+    "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
 
 /* If argv[*i] is one of the shared options, parse it (advancing *i) and
  * return 1; return 0 if it is not one; -1 after printing an error. */

@@ -22,8 +22,8 @@ static const char *help =
     "  --attn LIST          attention kinds: full and any selector (default full)\n"
     "  --prefill N          prefill batch size in tokens (default 512; 0 = skip)\n"
     "  -n, --n-decode N     decode steps timed per context (default 16)\n"
-    "  --kv f32|f16         KV cache type (default f16, as llama-bench; the other commands\n"
-    "                       default to f32)\n"
+    "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f16, as llama-bench;\n"
+    "                       the other commands default to f32)\n"
     "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024)\n"
     "  -s, --seed N         seed of the synthetic KV fill and the token ids (default 7)\n"
     "  --json               print one JSON object on stdout\n\n" CLI_SPARSE_OPTS_HELP;
@@ -54,10 +54,21 @@ static int32_t random_token(uint64_t *state, int n_vocab) {
     return (int32_t)((x * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)n_vocab);
 }
 
+/* The bandwidth bound of a decode row: a step must read at least
+ *   bytes = weights (decode_bytes: every matrix and norm once, one embedding row)
+ *         + KV rows attended (subq_context_decode_kv_bytes: the whole cache of
+ *           each full-attention layer; sinks + tail + K rows of each sparse one;
+ *           keys and values, in the KV type)
+ *         + what the selectors read (exact: the search keys scanned; hnsw/faiss:
+ *           distances x vector bytes, an estimate; from their stats),
+ * averaged over the timed steps, so it cannot run faster than
+ * bound tok/s = read bandwidth (measured in the same run) / bytes;
+ * frac_bound = measured tok/s / bound tok/s. */
 typedef struct decode_result {
     int ctx, attn;            /* attn: -1 = full, else selector_kind */
     double tok_s, attn_ms, select_ms, insert_ms, fill_s;
     double kv_bytes, index_bytes;
+    double kv_read, select_read, step_bytes; /* bytes read per step (see above) */
 } decode_result;
 
 static const char *attn_name(int attn) { return attn < 0 ? "full" : subq_selector_name((subq_selector_kind)attn); }
@@ -169,6 +180,7 @@ int cmd_bench(int argc, char **argv) {
         prefill_gflops = flops / t_prefill / 1e9;
     }
 
+    const double wbytes = (double)info.decode_bytes;
     for (int ci = 0; ci < n_ctx_list; ci++) {
         for (int ai = 0; ai < n_attn; ai++) {
             decode_result *r = &res[n_res];
@@ -212,18 +224,21 @@ int cmd_bench(int argc, char **argv) {
             r->attn_ms = 1e3 * (st1.t_attn_s - st0.t_attn_s) / n_decode - r->select_ms - r->insert_ms;
             r->kv_bytes = (double)st1.kv_bytes;
             r->index_bytes = (double)st1.index_bytes;
+            /* timed step s sees the fill, the untimed step and s earlier steps, and itself */
+            for (int s = 0; s < n_decode; s++) r->kv_read += (double)subq_context_decode_kv_bytes(c, r->ctx + 2 + s);
+            r->kv_read /= n_decode;
+            r->select_read = (double)(st1.select_bytes_read - st0.select_bytes_read) / n_decode;
+            r->step_bytes = wbytes + r->kv_read + r->select_read;
             n_res++;
         }
     }
     subq_context_clear_plan(c);
 
-    double wbytes = (double)info.decode_bytes;
-    double kv_per_tok = n_res ? res[0].kv_bytes / subq_context_n_ctx(c) : 0; /* keys and values of every layer */
     if (json) {
         printf("{\"model\": ");
         cli_json_string(stdout, mo.model, strlen(mo.model));
         printf(", \"arch\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", \"kv_fill\": \"synthetic\",\n",
-               info.arch, nt, mo.kv_type == SUBQ_KV_F16 ? "f16" : "f32");
+               info.arch, nt, subq_kv_type_name(mo.kv_type));
         printf(" \"machine\": {\"read_bw_gbs\": %.3f, \"sgemm_gflops\": %.3f},\n", bw, sgemm);
         printf(" \"prefill\": {\"n_tokens\": %d, \"seconds\": %.4f, \"tok_s\": %.3f, \"gflops\": %.3f, "
                "\"frac_sgemm\": %.4f},\n",
@@ -237,35 +252,38 @@ int cmd_bench(int argc, char **argv) {
             double full_tok_s = 0;
             for (int j = 0; j < n_res; j++)
                 if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
-            double kvb = kv_per_tok * (r->ctx + 1);
+            const double bound = r->step_bytes > 0 ? bw * 1e9 / r->step_bytes : 0;
             printf("%s\n  {\"ctx\": %d, \"attn\": \"%s\", \"decode_tok_s\": %.3f, \"speedup_vs_full\": %.3f, "
                    "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
-                   "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"frac_bw_total\": %.4f, "
-                   "\"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
+                   "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
+                   "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
+                   "\"frac_bound\": %.4f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
                    i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0,
                    r->attn_ms, r->select_ms, r->insert_ms, r->fill_s, wbytes * r->tok_s / 1e9,
-                   bw > 0 ? wbytes * r->tok_s / 1e9 / bw : 0, bw > 0 ? (wbytes + kvb) * r->tok_s / 1e9 / bw : 0,
-                   r->kv_bytes, r->index_bytes);
+                   bw > 0 ? wbytes * r->tok_s / 1e9 / bw : 0, r->kv_read, r->select_read, r->step_bytes, bound,
+                   bound > 0 ? r->tok_s / bound : 0, r->kv_bytes, r->index_bytes);
         }
         printf("]}\n");
     } else {
-        printf("model %s (%s), %d threads, KV %s\n", mo.model, info.arch, nt,
-               mo.kv_type == SUBQ_KV_F16 ? "f16" : "f32");
+        printf("model %s (%s), %d threads, KV %s\n", mo.model, info.arch, nt, subq_kv_type_name(mo.kv_type));
         printf("machine: read bandwidth %.2f GB/s, sgemm %.1f GFLOP/s\n", bw, sgemm);
         if (n_prefill > 0)
             printf("prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm\n", n_prefill, t_prefill,
                    n_prefill / t_prefill, prefill_gflops, 100 * prefill_gflops / sgemm);
         printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", wbytes / 1e6);
-        printf("%8s %-7s %9s %8s %9s %9s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full", "attn ms",
-               "select ms", "insert ms", "% bw", "KV MiB", "index MiB");
+        printf("bound: read bandwidth / bytes a step reads (weights + KV rows attended + selector reads)\n");
+        printf("%8s %-7s %9s %8s %9s %9s %9s %9s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full", "attn ms",
+               "select ms", "insert ms", "MB/step", "bound", "% bound", "KV MiB", "index MiB");
         for (int i = 0; i < n_res; i++) {
             const decode_result *r = &res[i];
             double full_tok_s = 0;
             for (int j = 0; j < n_res; j++)
                 if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
-            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %7.0f%% %10.0f %10.1f\n", r->ctx, attn_name(r->attn),
-                   r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0, r->attn_ms, r->select_ms, r->insert_ms,
-                   100 * wbytes * r->tok_s / 1e9 / bw, r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
+            const double bound = r->step_bytes > 0 ? bw * 1e9 / r->step_bytes : 0;
+            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %9.2f %7.0f%% %10.0f %10.1f\n", r->ctx,
+                   attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0, r->attn_ms,
+                   r->select_ms, r->insert_ms, r->step_bytes / 1e6, bound, bound > 0 ? 100 * r->tok_s / bound : 0,
+                   r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
         }
     }
 done:

@@ -33,7 +33,7 @@ static const char *help =
     "  --max-new N          answer tokens decoded at most (default 16)\n"
     "  -s, --seed N         keys, filler offsets and distractor depths (default 1)\n"
     "  -t, --threads N      threads (default: all cores)\n"
-    "  --kv f32|f16         KV cache element type (default f32)\n"
+    "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
     "  -v, --verbose        print every answer on stderr\n"
     "  --json               print one JSON object on stdout\n"
     "  --svg-dir DIR        write one heat map per method (length x depth) into DIR\n\n" CLI_SPARSE_OPTS_HELP;

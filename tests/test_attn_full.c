@@ -1,0 +1,133 @@
+/* Dense attention (attn_full_stage) against a double-loop softmax over the
+ * values the KV cache holds, in every KV type:
+ *   - decode batches (1 and 3 tokens: the per-chunk partials merged across
+ *     threads) and a prefill batch (the sgemm path);
+ *   - contexts longer than one decode chunk, two documents (the second
+ *     starting inside a chunk), so partials with no eligible key occur;
+ *   - GQA groups of 1, 2 and 3 query heads, 1 and 2 threads.
+ * Reference: for query t at slot s and head h (KV head h / g),
+ *   out = sum_j e^(x_j - max x) v_j / sum_j e^(x_j - max x),
+ *   x_j = scale q.k_j over slots j <= s of s's document, in double. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn/attn.h"
+#include "base/rng.h"
+#include "test_util.h"
+
+static void reference(const kv_cache *kv, int layer, const attn_step *st, const float *kf, const float *vf,
+                      double *want) {
+    const int hd = st->head_dim, g = st->n_head / st->n_head_kv, n_ctx = kv->n_ctx;
+    double *x = malloc((size_t)n_ctx * sizeof(double));
+    for (int t = 0; t < st->n_tokens; t++) {
+        const int slot = st->slot0 + t;
+        for (int h = 0; h < st->n_head; h++) {
+            const int kh = h / g;
+            const float *q = st->q + ((size_t)t * st->n_head + h) * hd;
+            double mx = -INFINITY, z = 0;
+            for (int j = 0; j <= slot; j++) {
+                x[j] = -INFINITY;
+                if (kv->seg[j] != kv->seg[slot]) continue;
+                double d = 0;
+                for (int c = 0; c < hd; c++) d += (double)q[c] * kf[(((size_t)layer * st->n_head_kv + kh) * n_ctx + j) * hd + c];
+                x[j] = st->scale * d;
+                mx = x[j] > mx ? x[j] : mx;
+            }
+            double *o = want + ((size_t)t * st->n_head + h) * hd;
+            memset(o, 0, (size_t)hd * sizeof(double));
+            for (int j = 0; j <= slot; j++) {
+                if (x[j] == -INFINITY) continue;
+                const double e = exp(x[j] - mx);
+                z += e;
+                for (int c = 0; c < hd; c++) o[c] += e * vf[(((size_t)layer * st->n_head_kv + kh) * n_ctx + j) * hd + c];
+            }
+            for (int c = 0; c < hd; c++) o[c] /= z;
+        }
+    }
+    free(x);
+}
+
+/* One cache of n_ctx slots, two layers (the second is the one attended, so
+ * layer offsets are exercised), documents [0, doc1) and [doc1, n_ctx). */
+static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, int doc1) {
+    static const char *tn[] = {"f32", "f16", "q8_0", "q4_0"};
+    const int L = 2, layer = 1, n_head = n_head_kv * g, row = n_head_kv * hd;
+    subq_error err = {0};
+    kv_cache kv;
+    if (kv_cache_init(&kv, L, n_head_kv, hd, n_ctx, type, &err)) {
+        CHECK(0, "kv_cache_init %s hd %d: %s", tn[type], hd, err.msg);
+        return;
+    }
+    uint64_t rng = rng_seed(5 + (uint64_t)type * 131 + (uint64_t)hd);
+    float *k = malloc((size_t)n_ctx * row * sizeof(float)), *v = malloc((size_t)n_ctx * row * sizeof(float));
+    for (int l = 0; l < L; l++) {
+        /* keys of varied scale so some scores dominate */
+        for (size_t i = 0; i < (size_t)n_ctx * row; i++) {
+            k[i] = (float)(rng_normal(&rng) * (1.0 + (double)(i / hd % 7)));
+            v[i] = (float)rng_normal(&rng);
+        }
+        kv_cache_store(&kv, l, 0, n_ctx, k, v);
+    }
+    for (int j = 0; j < n_ctx; j++) {
+        kv.seg[j] = j < doc1 ? 0 : 1;
+        kv.pos[j] = j < doc1 ? j : j - doc1;
+    }
+    kv.n_used = n_ctx;
+    /* the values the cache holds, as floats: [layer][kv head][slot][hd] */
+    float *kf = malloc((size_t)L * n_head_kv * n_ctx * hd * sizeof(float));
+    float *vf = malloc((size_t)L * n_head_kv * n_ctx * hd * sizeof(float));
+    for (int l = 0; l < L; l++)
+        for (int h = 0; h < n_head_kv; h++)
+            for (int j = 0; j < n_ctx; j++) {
+                kv_cache_row_f32(&kv, kv_cache_key(&kv, l, h, j), kf + (((size_t)l * n_head_kv + h) * n_ctx + j) * hd);
+                kv_cache_row_f32(&kv, kv_cache_value(&kv, l, h, j), vf + (((size_t)l * n_head_kv + h) * n_ctx + j) * hd);
+            }
+    /* batches: decode of 1 and 3 tokens at the end, 1 token right after the
+     * second document starts, and a prefill batch of 20 */
+    const int batches[][2] = {{1, n_ctx - 1}, {3, n_ctx - 3}, {1, doc1}, {20, n_ctx - 20}};
+    double worst = 0;
+    for (int b = 0; b < 4; b++)
+        for (int nt = 1; nt <= 2; nt++) {
+            const int T = batches[b][0];
+            float *q = malloc((size_t)T * n_head * hd * sizeof(float)), *out = malloc((size_t)T * n_head * hd * sizeof(float));
+            double *want = malloc((size_t)T * n_head * hd * sizeof(double));
+            for (int i = 0; i < T * n_head * hd; i++) q[i] = (float)rng_normal(&rng);
+            attn_step st = {.layer = layer, .n_tokens = T, .slot0 = batches[b][1], .n_head = n_head, .n_head_kv = n_head_kv,
+                            .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = q, .out = out, .n_threads = nt};
+            attn_stage *full = attn_full_stage();
+            subq_status s = full->forward(full, &st, &kv, &err);
+            CHECK(!s, "%s forward: %s", tn[type], err.msg);
+            reference(&kv, layer, &st, kf, vf, want);
+            for (int i = 0; i < T * n_head; i++) {
+                double e = 0, mag = 0;
+                for (int c = 0; c < hd; c++) {
+                    e = fmax(e, fabs(out[(size_t)i * hd + c] - want[(size_t)i * hd + c]));
+                    mag = fmax(mag, fabs(want[(size_t)i * hd + c]));
+                }
+                worst = fmax(worst, e / (mag + 1e-6));
+            }
+            free(q), free(out), free(want);
+        }
+    CHECK(worst < 2e-5, "%s H_kv %d g %d hd %d ctx %d: worst error relative to max |out| %.2e", tn[type], n_head_kv, g,
+          hd, n_ctx, worst);
+    printf("%s H_kv %d g %d hd %d ctx %d (doc at %d): %.2e\n", tn[type], n_head_kv, g, hd, n_ctx, doc1, worst);
+    free(k), free(v), free(kf), free(vf);
+    kv_cache_free(&kv);
+}
+
+int main(void) {
+    for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
+        check((subq_kv_type)t, 2, 3, 64, 2600, 1500); /* 3 decode chunks, the second split by the document */
+        check((subq_kv_type)t, 1, 2, 8, 2100, 1024);  /* one KV head: the positions are split; doc at a chunk edge */
+        check((subq_kv_type)t, 3, 1, 32, 900, 300);   /* one chunk */
+    }
+    /* quantised rows need 32-value blocks, or one block per row of 2..16 */
+    subq_error err = {0};
+    kv_cache kv;
+    CHECK(kv_cache_init(&kv, 1, 1, 48, 16, SUBQ_KV_Q8_0, &err) == SUBQ_ERR_UNSUPPORTED, "q8_0 with heads of 48");
+    CHECK(strstr(err.msg, "multiple of 32") != NULL, "message: %s", err.msg);
+    CHECK(kv_cache_init(&kv, 1, 1, 12, 16, SUBQ_KV_Q4_0, &err) == SUBQ_ERR_UNSUPPORTED, "q4_0 with heads of 12");
+    CHECK(kv_cache_init(&kv, 1, 1, 64, 16, (subq_kv_type)7, &err) == SUBQ_ERR_ARG, "unknown KV type");
+    return test_summary();
+}
