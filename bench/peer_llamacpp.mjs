@@ -16,12 +16,10 @@
 // What is timed, for each length L (same for both unless noted):
 //   prefill L   llama.cpp: L random token ids into an empty sequence (batches of
 //               512, KV cache f16, flash attention off), wall time.
-//               subq: `subq bench --prefill`, which today runs ONE batch of up
-//               to 512 tokens, so only L = 512 has a subq figure.
+//               subq: `subq bench --prefill-ctx L --attn full` (batches of 512).
 //   decode @L   one-token steps after L tokens are in the KV cache (one untimed
-//               warm-up step, then --n-decode timed ones). llama.cpp: after its
-//               real prefill; subq bench: after filling the KV cache with
-//               synthetic values (decode speed does not depend on them).
+//               warm-up step for llama.cpp, then --n-decode timed ones), after
+//               the real prefill of L tokens, for both.
 // Second use, a correctness cross-check of subq's forward pass (RoPE scaling
 // included) against llama.cpp on small models:
 //   node bench/peer_llamacpp.mjs --greedy-check A.gguf [B.gguf ...] [--n-gen 100]
@@ -29,11 +27,6 @@
 // prompt + generation must put its argmax on every token llama.cpp chose
 // (printed: agreements, and subq's logit margin at each disagreement).
 //
-// Hook for long prefill: when `subq bench --prefill` accepts a list of lengths
-// (`--prefill 512,8192`: a real prefill of each length through the KV cache,
-// reported in the JSON "prefill" field as a list of {n_tokens, tok_s}), this
-// script passes --prefill with all lengths and prints every ratio; until then
-// subq rejects the list and the script falls back to `--prefill 512`.
 import {execFileSync, spawnSync} from "node:child_process";
 import {existsSync, readFileSync, writeFileSync} from "node:fs";
 import {tmpdir} from "node:os";
@@ -79,24 +72,23 @@ function parseArgs(argv) {
 
 const uptime = () => execFileSync("uptime", {encoding: "utf8"}).trim();
 
-/* subq bench --json, with the long-prefill hook described above */
+/* subq bench --prefill-ctx --json: a real prefill of each length, then decode at that real context */
 function runSubq(o) {
-    const base = ["bench", "-m", o.model, "-t", String(o.threads), "--kv", "f16", "--ctx", o.lengths.join(","),
-                  "-n", String(o.nDecode), "--bw-mib", "256", "--json"];
-    for (const prefill of [o.lengths.join(","), "512"]) {
-        const args = [...base, "--prefill", prefill];
-        console.error(`peer_llamacpp: ${subqBin} ${args.join(" ")}`);
-        const r = spawnSync(subqBin, args, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"]});
-        if (r.status === 0) return {args, out: JSON.parse(r.stdout)};
-        if (!/--prefill/.test(r.stderr) || prefill === "512") die(`subq bench failed: ${r.stderr.trim()}`);
-    }
+    const args = ["bench", "-m", o.model, "-t", String(o.threads), "--kv", "f16", "--prefill-ctx", o.lengths.join(","),
+                  "--attn", "full", "-n", String(o.nDecode), "--json"];
+    console.error(`peer_llamacpp: ${subqBin} ${args.join(" ")}`);
+    const r = spawnSync(subqBin, args, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"]});
+    if (r.status !== 0) die(`subq bench failed: ${r.stderr.trim()}`);
+    return {args, out: JSON.parse(r.stdout)};
 }
 
-/* {prefill: {L: tok/s}, decode: {L: tok/s}} from subq bench's JSON */
+/* {prefill: {L: tok/s}, decode: {L: tok/s}} from subq bench's JSON (full attention rows) */
 function subqFigures(j) {
     const prefill = {}, decode = {};
-    for (const p of [].concat(j.prefill || [])) if (p.n_tokens > 0) prefill[p.n_tokens] = p.tok_s;
-    for (const d of j.decode) if (d.attn === "full") decode[d.ctx] = d.decode_tok_s;
+    for (const p of j.prefill) if (p.attn === "full") {
+        prefill[p.n_tokens] = p.tok_s;
+        decode[p.n_tokens] = p.decode_tok_s;
+    }
     return {prefill, decode};
 }
 
@@ -222,8 +214,6 @@ console.log(`load after:  ${loadAfter}`);
 console.log(`${"tok/s".padEnd(14)} ${"subq".padStart(10)} ${"llama.cpp".padStart(10)} ${"subq/llama.cpp".padStart(15)}`);
 for (const r of rows)
     console.log(`${r.what.padEnd(14)} ${fmt(r.subq).padStart(10)} ${fmt(r.llamacpp).padStart(10)} ${ratio(r.subq, r.llamacpp).padStart(15)}`);
-if (rows.some((r) => r.subq === undefined))
-    console.log("n/a: subq bench prefills one batch of up to 512 tokens today (see the hook in this script's header)");
 if (o.json) {
     writeFileSync(o.json, JSON.stringify({model: o.model, threads: o.threads, kv_type: "f16", load_before: loadBefore,
         load_after: loadAfter, llamacpp_release: lc.release, subq_args: subq.args,

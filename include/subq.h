@@ -143,6 +143,8 @@ typedef struct subq_context_params {
     int n_ctx;          /* KV cache capacity in tokens (<= 0: model's training context) */
     int n_threads;      /* OpenMP threads (<= 0: all cores) */
     subq_kv_type kv_type;
+    int n_batch;        /* most tokens per forward step: longer inputs of subq_decode run in
+                           batches of this many (<= 0: 512; at most n_ctx) */
 } subq_context_params;
 
 subq_context_params subq_context_default_params(void);
@@ -158,6 +160,8 @@ int subq_context_n_ctx(const subq_context *c);
 /* The model a context runs. */
 const subq_model *subq_context_model(const subq_context *c);
 int subq_context_n_threads(const subq_context *c);
+/* Most tokens per forward step (subq_context_params.n_batch). */
+int subq_context_n_batch(const subq_context *c);
 
 /* Run n tokens through the model, appending them to the KV cache at
  * positions n_past .. n_past+n-1. When `logits` is not NULL it receives
@@ -251,6 +255,19 @@ const char *subq_score_name(subq_score s);
 int subq_scan_parse(const char *name);
 const char *subq_scan_name(subq_scan s);
 
+/* subq_attn_plan.sparse_prefill:
+ *   DENSE:     full attention; the prompt's keys are indexed for decode.
+ *   SPARSE:    each prompt token attends to the sinks, its local window (the
+ *              tokens of its batch up to itself, at least the tail) and K keys
+ *              retrieved from the batches before it: one index query per
+ *              token, so a prompt costs ~linear time (batches of
+ *              subq_context_params.n_batch tokens). With a completion
+ *              (subq_complete) or a per-head selector (Quest per-head,
+ *              the per-head oracle) it runs as TOKENWISE.
+ *   TOKENWISE: token by token, each retrieving among every earlier key, as
+ *              decode does (teacher forcing: what perplexity measures; slow). */
+typedef enum subq_prefill_mode { SUBQ_PREFILL_DENSE = 0, SUBQ_PREFILL_SPARSE = 1, SUBQ_PREFILL_TOKENWISE = 2 } subq_prefill_mode;
+
 /* What the oracle selector ranks:
  *   HEADMEAN_DOT     the head-mean of the heads' logits, (1/H) sum_h q_h . k
  *   HEADMEAN_COSINE  the cosine of the head-mean q and the head-mean k
@@ -284,8 +301,8 @@ typedef struct subq_attn_plan {
     int n_sink;                    /* first tokens of a document always attended (4) */
     int n_tail;                    /* most recent tokens always attended, the query included (16);
                                       sink 0 and tail 0: exactly the K retrieved keys */
-    int sparse_prefill;            /* 1: batches of several tokens retrieve too; 0: they
-                                      attend densely and only their keys are indexed (0) */
+    int sparse_prefill;            /* how a prompt (a batch of several tokens) attends; one-token
+                                      steps are sparse in every mode (SUBQ_PREFILL_DENSE) */
     int hnsw_m, hnsw_ef_construction, hnsw_ef_search; /* 32, 40, 64 */
     int quest_page;                /* tokens per Quest page (16) */
     int quest_headmean;            /* quest: 1 = one page set per query from the bound of the

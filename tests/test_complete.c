@@ -62,7 +62,7 @@ static int set_plan(subq_context *c, int k, const phi_maps *maps, const unsigned
     attn_plan_default(&plan);
     plan.sparse_layers = "1-4";
     plan.sparse.top_k = k;
-    plan.sparse.dense_prefill = 0;
+    plan.sparse.prefill = SPARSE_PREFILL_TOKEN;
     plan.sparse.complete = maps;
     plan.sparse.complete_heads = heads;
     selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);

@@ -306,7 +306,7 @@ static attn_plan plan_of(const eval_method *m, const char *layers) {
     p.sparse.top_k = m->k;
     p.sparse.n_sink = SINK;
     p.sparse.n_tail = TAIL;
-    p.sparse.dense_prefill = 0;
+    p.sparse.prefill = SPARSE_PREFILL_TOKEN;
     selector_params_default(&p.sparse.select, (selector_kind)m->select, 0);
     p.sparse.select.quest_headmean = 1; /* one candidate set per query: the record is what attention used */
     p.sparse.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : maps;

@@ -52,7 +52,7 @@ static subq_status sparse_forward_metrics(subq_context *c, const int32_t *tok, l
     selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
     plan.sparse_layers = "1-4";
     plan.sparse.top_k = 8;
-    plan.sparse.dense_prefill = 0;
+    plan.sparse.prefill = SPARSE_PREFILL_TOKEN;
     subq_context_reset(c);
     context_clear_plan(c);
     subq_status s = context_set_plan(c, &plan, NULL, err);

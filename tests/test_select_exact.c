@@ -83,6 +83,66 @@ static void test_ranges(void) {
     CHECK(bad == 0, "mask ranges disagree with select_mask_allows in %d places", bad);
 }
 
+typedef struct bad_counts {
+    int count, score, elig, order;
+} bad_counts;
+
+/* One query's answer (got slots in out) against brute force: every eligible
+ * slot's cosine, full sort. want, have: scratch of n doubles. */
+static void check_answer(const float *q, const float *keys, int d, int n, const select_mask *m, int k,
+                         const int32_t *out, int got, double tol, double *want, double *have, bad_counts *bad) {
+    int ne = 0;
+    for (int j = 0; j < n; j++)
+        if (select_mask_allows(m, j)) want[ne++] = cosine(q, keys + (size_t)j * d, d);
+    qsort(want, (size_t)ne, sizeof(double), cmp_desc);
+    bad->count += got != (k < ne ? k : ne);
+    for (int i = 0; i < got; i++) {
+        bad->elig += !select_mask_allows(m, out[i]) || out[i] >= n;
+        if (out[i] >= 0 && out[i] < n) have[i] = cosine(q, keys + (size_t)out[i] * d, d);
+    }
+    for (int i = 1; i < got; i++) bad->order += have[i] > have[i - 1] + tol;
+    /* the score multisets agree: sorted returned scores == top of the brute sort */
+    qsort(have, (size_t)got, sizeof(double), cmp_desc);
+    for (int i = 0; i < got && i < ne; i++) bad->score += fabs(have[i] - want[i]) > tol;
+}
+
+static void report(const char *what, int f16, int d, const bad_counts *bad) {
+    const char *t = f16 ? "f16" : "f32";
+    CHECK(bad->count == 0, "%s %s d=%d: %d queries returned the wrong count", what, t, d, bad->count);
+    CHECK(bad->elig == 0, "%s %s d=%d: %d ineligible slots returned", what, t, d, bad->elig);
+    CHECK(bad->score == 0, "%s %s d=%d: %d scores differ from brute force", what, t, d, bad->score);
+    CHECK(bad->order == 0, "%s %s d=%d: %d results out of order", what, t, d, bad->order);
+}
+
+/* selector_query_batch (a prefill batch: one scan as a GEMM for every
+ * query) against brute force, queries with masks of their own. */
+#define N_BATCH 45
+static void test_batch(selector *s, const float *keys, int d, int n, int f16, int threads, uint64_t *rng) {
+    int k = 1 + (int)(rng_next_u64(rng) % 200);
+    float *q = malloc((size_t)N_BATCH * d * sizeof(float));
+    int32_t *seg = malloc((size_t)N_BATCH * (n + 4) * sizeof(int32_t)), *out = malloc((size_t)N_BATCH * k * sizeof(int32_t));
+    double *want = malloc((size_t)n * sizeof(double)), *have = malloc((size_t)k * sizeof(double));
+    select_mask m[N_BATCH];
+    int got[N_BATCH];
+    for (int i = 0; i < N_BATCH; i++) {
+        random_mask(rng, n, seg + (size_t)i * (n + 4), &m[i]);
+        for (int c = 0; c < d; c++) q[(size_t)i * d + c] = rng_normal(rng) + 0.3f;
+    }
+    bad_counts bad = {0};
+    CHECK(selector_query_batch(s, N_BATCH, q, q, (size_t)d, k, m, out, got, threads) == 0, "query_batch failed");
+    for (int i = 0; i < N_BATCH; i++)
+        check_answer(q + (size_t)i * d, keys, d, n, &m[i], k, out + (size_t)i * k, got[i], f16 ? 2e-3 : 1e-5, want,
+                     have, &bad);
+    report("exact batch", f16, d, &bad);
+    free(q);
+    free(seg);
+    free(out);
+    free(want);
+    free(have);
+}
+
+static double cosine(const float *a, const float *b, int d) { return score_of(a, b, d, SELECT_SCORE_COSINE); }
+
 /* The exact selector against brute force (double precision, full sort) on
  * random masks and K. Full scans must return the brute-force top K (score
  * multisets equal within the storage's rounding); compressed scans must
@@ -163,6 +223,8 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
     if (scan != SELECT_SCAN_FULL && n >= 12000)
         CHECK((double)s->stats.bytes_read < 0.6 * 60.0 * n * d * (f16 ? 2 : 4), "%s: bytes_read %lld: not the codes",
               name, (long long)s->stats.bytes_read);
+    /* batches (a prefill's queries) scan the stored keys in full */
+    if (score == SELECT_SCORE_COSINE) test_batch(s, keys, d, n, f16, threads, &rng);
 
     /* reset forgets the keys; a new sequence starts at slot 0 */
     selector_reset(s);

@@ -250,7 +250,7 @@ static void test_stage(subq_kv_type type, int quest) {
     fill_cache(&kv, N, &rng);
     for (int j = 0; j < N; j++) kv.seg[j] = j < 70 ? 0 : 1, kv.pos[j] = j < 70 ? j : j - 70;
     kv.n_used = N;
-    sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .dense_prefill = 0};
+    sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .prefill = SPARSE_PREFILL_TOKEN};
     selector_params_default(&sp.select, quest ? SELECT_QUEST : SELECT_ORACLE, 0);
     sp.select.oracle = ORACLE_PER_HEAD;
     sp.select.quest_page = 4;
@@ -368,7 +368,7 @@ static void test_stage_complete(subq_kv_type type) {
     phi_maps *maps = NULL;
     CHECK(!phi_maps_new(&d, N_LAYER, layers, 1, 0, &maps, &err), "maps: %s", err.msg);
     phi_maps_init(maps, 0.5f, &rng);
-    sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .dense_prefill = 0, .complete = maps};
+    sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .prefill = SPARSE_PREFILL_TOKEN, .complete = maps};
     selector_params_default(&sp.select, SELECT_ORACLE, 0);
     sp.select.oracle = ORACLE_PER_HEAD;
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};

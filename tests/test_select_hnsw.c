@@ -4,8 +4,9 @@
  * prefill + decode; by cosine and by raw dot product, HNSW over f32 and f16
  * keys. Also: masked queries (sinks, tail, documents) stay eligible and keep
  * their recall, small eligible sets are exact, bytes_read covers the
- * vectors scored, and a truncated HNSW index answers as one built from the
- * kept keys.
+ * vectors scored, a truncated HNSW index answers as one built from the kept
+ * keys, and a batch of queries (selector_query_batch: in parallel for hnsw,
+ * one by one for faiss) answers as one query each.
  * Prints insert and query times (informational; the machine is shared). */
 #include <math.h>
 #include <stdio.h>
@@ -119,6 +120,20 @@ static void run(selector_kind kind, int f16, select_score score, const float *ke
      * keys): a known limit of graph indexes with --score dot */
     const double floor = score == SELECT_SCORE_DOT ? (kind == SELECT_HNSW ? 0.8 : 0.9) : 0.95;
     CHECK(rm >= floor, "%s masked recall@%d %.4f < %.2f", name, K, rm, floor);
+
+    /* a batch of the masked queries (prefill: in parallel) answers as one query each */
+    select_mask mb[N_QUERIES];
+    int got[N_QUERIES], same = 1;
+    int32_t *ab = malloc((size_t)N_QUERIES * K * sizeof(int32_t));
+    for (int i = 0; i < N_QUERIES; i++) mb[i] = m;
+    CHECK(ab && selector_query_batch(ann, N_QUERIES, queries, queries, D, K, mb, ab, got, 2) == 0, "%s: query_batch",
+          name);
+    for (int i = 0; ab && i < N_QUERIES; i++) {
+        int na = selector_query(ann, queries + (size_t)i * D, NULL, K, &m, a);
+        same &= na == got[i] && recall(ab + (size_t)i * K, got[i], a, na) == 1.0;
+    }
+    CHECK(same, "%s: batched queries differ from one query each", name);
+    free(ab);
 
     /* a small eligible set (short document): scored directly, so exact */
     select_mask small = {.n_slots = 200, .seg = NULL, .ex0_lo = 0, .ex0_hi = 4, .ex1_lo = 150, .ex1_hi = 200};

@@ -78,7 +78,7 @@ static void check_forward(void) {
     attn_plan_default(&plan);
     plan.sparse_layers = "1-4";
     plan.sparse.top_k = 8;
-    plan.sparse.dense_prefill = 1; /* the prompt runs no queries: the decode step's query is the first */
+    plan.sparse.prefill = SPARSE_PREFILL_DENSE; /* the prompt runs no queries: the decode step's query is the first */
     selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
     CHECK(!context_set_plan(c, &plan, NULL, &err), "plan: %s", err.msg);
     int32_t tok[40];

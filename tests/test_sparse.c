@@ -7,7 +7,13 @@
  *  - with no sinks and no tail, a query attends exactly the K retrieved keys
  *    (its own among the candidates), and with K >= n equals full attention;
  *  - per-layer top-K (topk_layers) layers are exact selections of their K
- *    whatever the plan's selector and layer list say. */
+ *    whatever the plan's selector and layer list say;
+ *  - batched sparse prefill (SPARSE_PREFILL_BATCH, batches of BATCH tokens):
+ *    with K >= every eligible key it equals full attention (sinks, window and
+ *    retrieved slots cover every key exactly once); with K = 8 its
+ *    candidates lie before their batch, in the query's document, outside the
+ *    sinks and the query's window, and the logits differ from full (Quest
+ *    with head-mean pages: per-head selectors prefill token by token). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +23,7 @@
 #include "test_util.h"
 
 #define N_TOK 160
+#define BATCH 32
 
 static subq_model *model;
 static int32_t toks[N_TOK], pos[N_TOK], seg[N_TOK];
@@ -31,7 +38,8 @@ static double max_rel(const float *a, const float *b, size_t n) {
 }
 
 /* All logits of the sequence (packed into two documents when `packed`). */
-static subq_status run(const attn_plan *plan, const search_proj *proj, int packed, int one_by_one, float *logits,
+/* step: tokens per forward call (1: decode mode; N_TOK: one batch). */
+static subq_status run(const attn_plan *plan, const search_proj *proj, int packed, int step, float *logits,
                        int32_t *cand_out, subq_error *err) {
     subq_context_params cp = subq_context_default_params();
     cp.n_ctx = N_TOK;
@@ -41,8 +49,8 @@ static subq_status run(const attn_plan *plan, const search_proj *proj, int packe
     if (s) return s;
     if (plan) s = context_set_plan(c, plan, proj, err);
     int V = model->hp.n_vocab;
-    for (int t = 0; !s && t < N_TOK; t += one_by_one ? 1 : N_TOK) {
-        int n = one_by_one ? 1 : N_TOK;
+    for (int t = 0; !s && t < N_TOK; t += step) {
+        int n = t + step < N_TOK ? step : N_TOK - t;
         s = context_forward(c, toks + t, n, packed ? pos + t : NULL, packed ? seg + t : NULL, logits + (size_t)t * V, 1,
                             err);
         if (!s && cand_out && plan) { /* record layer 2's candidates */
@@ -82,8 +90,8 @@ int main(void) {
         CHECK(0, "random projections: %s", err.msg);
         return test_summary();
     }
-    CHECK(!run(NULL, NULL, 0, 0, full, NULL, &err), "full: %s", err.msg);
-    CHECK(!run(NULL, NULL, 1, 0, full_packed, NULL, &err), "full packed: %s", err.msg);
+    CHECK(!run(NULL, NULL, 0, N_TOK, full, NULL, &err), "full: %s", err.msg);
+    CHECK(!run(NULL, NULL, 1, N_TOK, full_packed, NULL, &err), "full packed: %s", err.msg);
 
     /* 1. K >= eligible keys: every retrieving selector equals full attention */
     for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
@@ -98,7 +106,7 @@ int main(void) {
             selector_params_default(&plan.sparse.select, kind, 16);
             plan.sparse.top_k = N_TOK;
             plan.sparse_layers = "1-4";
-            subq_status s = run(&plan, proj, packed, 0, got, NULL, &err);
+            subq_status s = run(&plan, proj, packed, N_TOK, got, NULL, &err);
             double rel = s ? 1 : max_rel(got, packed ? full_packed : full, (size_t)N_TOK * V);
             CHECK(!s && rel < 1e-5, "%s K>=n %s: rel %.2e %s", name, packed ? "packed" : "", rel, s ? err.msg : "");
         }
@@ -112,7 +120,7 @@ int main(void) {
     plan.sparse_layers = "1-4";
     int32_t *cand_a = malloc((size_t)N_TOK * 8 * sizeof(int32_t)), *cand_b = malloc((size_t)N_TOK * 8 * sizeof(int32_t));
     float *dec = malloc((size_t)N_TOK * V * sizeof(float));
-    CHECK(!run(&plan, proj, 0, 0, got, cand_a, &err), "prefill mode: %s", err.msg);
+    CHECK(!run(&plan, proj, 0, N_TOK, got, cand_a, &err), "prefill mode: %s", err.msg);
     CHECK(!run(&plan, proj, 0, 1, dec, cand_b, &err), "decode mode: %s", err.msg);
     int same = memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) == 0;
     CHECK(same, "decode and prefill chose different candidates");
@@ -128,7 +136,7 @@ int main(void) {
         selector_params_default(&plan.sparse.select, selector_kind_parse(all_kinds[k]), 16);
         plan.sparse.top_k = 8;
         plan.sparse_layers = "1-4";
-        CHECK(!run(&plan, proj, 1, 0, got, cand_a, &err), "%s packed: %s", all_kinds[k], err.msg);
+        CHECK(!run(&plan, proj, 1, N_TOK, got, cand_a, &err), "%s packed: %s", all_kinds[k], err.msg);
         int bad = 0, filler = 0;
         for (int t = 0; t < N_TOK; t++) {
             int doc0 = t < 70 ? 0 : 70;
@@ -162,11 +170,11 @@ int main(void) {
         plan.sparse.n_sink = plan.sparse.n_tail = 0;
         plan.sparse_layers = "1-4";
         plan.sparse.top_k = N_TOK;
-        subq_status s = run(&plan, proj, 1, 0, got, NULL, &err);
+        subq_status s = run(&plan, proj, 1, N_TOK, got, NULL, &err);
         rel = s ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
         CHECK(!s && rel < 1e-5, "%s sink 0 tail 0 K>=n: rel %.2e %s", name, rel, s ? err.msg : "");
         plan.sparse.top_k = 8;
-        s = run(&plan, proj, 1, 0, got, cand_a, &err);
+        s = run(&plan, proj, 1, N_TOK, got, cand_a, &err);
         CHECK(!s, "%s sink 0 tail 0 K=8: %s", name, err.msg);
         int bad = 0, short_sets = 0;
         for (int t = 0; !s && t < N_TOK; t++) {
@@ -186,7 +194,7 @@ int main(void) {
     selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
     plan.sparse.top_k = plan.sparse.n_sink = plan.sparse.n_tail = 0;
     plan.sparse_layers = "1-4";
-    CHECK(run(&plan, proj, 0, 0, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "at least one key"),
+    CHECK(run(&plan, proj, 0, N_TOK, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "at least one key"),
           "K 0, sink 0, tail 0 must be refused: '%s'", err.msg);
 
     /* 5. per-layer top-K: "1-4:8" under another selector and no sparse
@@ -197,18 +205,18 @@ int main(void) {
     selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
     plan.sparse.top_k = 8;
     plan.sparse_layers = "1-4";
-    CHECK(!run(&plan, proj, 1, 0, dec, cand_b, &err), "exact K=8: %s", err.msg);
+    CHECK(!run(&plan, proj, 1, N_TOK, dec, cand_b, &err), "exact K=8: %s", err.msg);
     selector_params_default(&plan.sparse.select, SELECT_WINDOW, 16);
     plan.sparse_layers = "none";
     plan.topk_layers = "1-4:8";
-    CHECK(!run(&plan, proj, 1, 0, got, cand_a, &err), "topk_layers 1-4:8: %s", err.msg);
+    CHECK(!run(&plan, proj, 1, N_TOK, got, cand_a, &err), "topk_layers 1-4:8: %s", err.msg);
     CHECK(!memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) && max_rel(got, dec, (size_t)N_TOK * V) == 0,
           "topk_layers 1-4:8 differs from exact K=8 on layers 1-4");
     plan.topk_layers = "1-2:160,3:200,-1:500";
-    rel = run(&plan, proj, 1, 0, got, NULL, &err) ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
+    rel = run(&plan, proj, 1, N_TOK, got, NULL, &err) ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
     CHECK(rel < 1e-5, "topk_layers with K >= n: rel %.2e %s", rel, err.msg);
     plan.topk_layers = "0:8";
-    CHECK(run(&plan, proj, 1, 0, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "per-layer top-K"),
+    CHECK(run(&plan, proj, 1, N_TOK, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "per-layer top-K"),
           "a per-layer top-K on a layer without projections must be refused: '%s'", err.msg);
     int topk[5];
     CHECK(!attn_topk_layers_parse("0:2048,2-3:7,-1:1", 5, topk, &err) && topk[0] == 2048 && topk[1] == -1 &&
@@ -219,6 +227,51 @@ int main(void) {
         CHECK(attn_topk_layers_parse(bad_lists[i], 5, topk, &err) == SUBQ_ERR_ARG, "'%s' must be refused",
               bad_lists[i]);
 
+
+    /* 6. batched sparse prefill */
+    for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
+        if (!selector_kind_available(kind)) continue;
+        for (int packed = 0; packed < 2; packed++) {
+            attn_plan_default(&plan);
+            selector_params_default(&plan.sparse.select, kind, 16);
+            plan.sparse.top_k = N_TOK;
+            plan.sparse.prefill = SPARSE_PREFILL_BATCH;
+            plan.sparse_layers = "1-4";
+            subq_status s = run(&plan, proj, packed, BATCH, got, NULL, &err);
+            rel = s ? 1 : max_rel(got, packed ? full_packed : full, (size_t)N_TOK * V);
+            CHECK(!s && rel < 1e-5, "batch prefill %s K>=n %s: rel %.2e %s", selector_kind_name(kind),
+                  packed ? "packed" : "", rel, s ? err.msg : "");
+        }
+    }
+    for (int k = 0; k < 5; k++) {
+        attn_plan_default(&plan);
+        selector_params_default(&plan.sparse.select, selector_kind_parse(all_kinds[k]), 16);
+        plan.sparse.top_k = 8;
+        plan.sparse.prefill = SPARSE_PREFILL_BATCH;
+        plan.sparse.select.quest_headmean = 1; /* per-head Quest prefills token by token */
+        plan.sparse_layers = "1-4";
+        CHECK(!run(&plan, proj, 1, BATCH, got, cand_a, &err), "batch prefill %s packed: %s", all_kinds[k], err.msg);
+        int bad = 0, filler = 0, want = 0;
+        for (int t = 0; t < N_TOK; t++) {
+            /* the window: the batch's part of the document, at least the tail, never the sinks */
+            int doc0 = t < 70 ? 0 : 70, b0 = t / BATCH * BATCH, w = doc0 > b0 ? doc0 : b0;
+            if (t + 1 - 16 < w) w = t + 1 - 16;
+            if (w < doc0 + 4) w = doc0 + 4;
+            want += w - (doc0 + 4) > 0; /* some slot is left to retrieve */
+            for (int i = 0; i < 8; i++) {
+                int j = cand_a[t * 8 + i];
+                if (j < 0) {
+                    filler++;
+                    continue;
+                }
+                if (j >= b0 || seg[j] != seg[t] || j < doc0 + 4 || j >= w) bad++;
+            }
+        }
+        CHECK(bad == 0, "batch prefill %s returned %d ineligible candidates", all_kinds[k], bad);
+        CHECK(want > 0 && filler < N_TOK * 8, "batch prefill %s returned nothing", all_kinds[k]);
+        rel = max_rel(got, full_packed, (size_t)N_TOK * V);
+        CHECK(rel > 1e-4, "batch prefill %s K=8 should differ from full attention (rel %.2e)", all_kinds[k], rel);
+    }
     free(cand_a);
     free(cand_b);
     free(dec);

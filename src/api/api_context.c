@@ -11,6 +11,8 @@ int subq_context_n_ctx(const subq_context *c) { return c->kv.n_ctx; }
 
 int subq_context_n_threads(const subq_context *c) { return c->n_threads; }
 
+int subq_context_n_batch(const subq_context *c) { return c->n_batch; }
+
 const subq_model *subq_context_model(const subq_context *c) { return c->model; }
 
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {

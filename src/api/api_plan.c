@@ -9,6 +9,9 @@
 #include "base/layers.h"
 #include "model/context.h"
 
+_Static_assert((int)SUBQ_PREFILL_DENSE == (int)SPARSE_PREFILL_DENSE && (int)SUBQ_PREFILL_SPARSE == (int)SPARSE_PREFILL_BATCH &&
+                   (int)SUBQ_PREFILL_TOKENWISE == (int)SPARSE_PREFILL_TOKEN,
+               "public and internal prefill modes must agree");
 _Static_assert((int)SUBQ_SELECT_EXACT == (int)SELECT_EXACT && (int)SUBQ_SELECT_HNSW == (int)SELECT_HNSW &&
                    (int)SUBQ_SELECT_FAISS == (int)SELECT_FAISS && (int)SUBQ_SELECT_QUEST == (int)SELECT_QUEST &&
                    (int)SUBQ_SELECT_ORACLE == (int)SELECT_ORACLE && (int)SUBQ_SELECT_WINDOW == (int)SELECT_WINDOW,
@@ -56,7 +59,7 @@ subq_attn_plan subq_attn_plan_default(void) {
         .top_k = ip.sparse.top_k,
         .n_sink = ip.sparse.n_sink,
         .n_tail = ip.sparse.n_tail,
-        .sparse_prefill = 0,
+        .sparse_prefill = SUBQ_PREFILL_DENSE,
         .hnsw_m = sp->hnsw_m,
         .hnsw_ef_construction = sp->hnsw_ef_construction,
         .hnsw_ef_search = sp->hnsw_ef_search,
@@ -75,6 +78,9 @@ subq_attn_plan subq_attn_plan_default(void) {
 subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_error *err) {
     if ((int)p->selector < 0 || p->selector >= SUBQ_SELECT_COUNT)
         return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->selector);
+    if (p->sparse_prefill < SUBQ_PREFILL_DENSE || p->sparse_prefill > SUBQ_PREFILL_TOKENWISE)
+        return subq_fail(err, SUBQ_ERR_ARG, "unknown prefill mode %d (0 dense, 1 sparse, 2 token by token)",
+                         p->sparse_prefill);
     if ((int)p->oracle < 0 || p->oracle >= SUBQ_ORACLE_COUNT)
         return subq_fail(err, SUBQ_ERR_ARG, "unknown oracle kind %d", (int)p->oracle);
     attn_plan_default(out);
@@ -85,7 +91,7 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->top_k = p->top_k;
     sp->n_sink = p->n_sink;
     sp->n_tail = p->n_tail;
-    sp->dense_prefill = !p->sparse_prefill;
+    sp->prefill = (sparse_prefill)p->sparse_prefill;
     sp->select.hnsw_m = p->hnsw_m;
     sp->select.hnsw_ef_construction = p->hnsw_ef_construction;
     sp->select.hnsw_ef_search = p->hnsw_ef_search;

@@ -39,6 +39,17 @@ struct attn_stage {
  * singleton: never freed). */
 attn_stage *attn_full_stage(void);
 
+/* Attention of a batch (prefill) through sgemm, in blocks of queries per KV
+ * head: query t (cache slot slot0 + t) attends to the contiguous slots
+ * [lo[t], slot0 + t] (lo NULL: from the first slot of its document;
+ * segments are contiguous runs of slots) and, when n_extra > 0, to the slots
+ * extra[t * n_extra + x] that are >= 0 (each below lo[t], none twice), under
+ * one softmax. Full attention is lo = NULL, n_extra = 0; sparse prefill
+ * gives its local window and its sinks + retrieved slots. Scratch is bounded
+ * by the keys in [min lo, slot0 + n_tokens), never tokens x tokens. */
+subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
+                       subq_error *err);
+
 /* Attention for one (query, head) over an explicit list of cache slots:
  * out = sum_j softmax_j(scale * q.k_j) v_j. `scores` is scratch of n floats.
  * Shared by full and sparse stages so both compute the same maths. */

@@ -3,7 +3,9 @@
  * values once for all the query heads that share it (GQA), in chunks of
  * positions that every thread takes its share of, whatever the number of
  * heads and tokens (flash-decoding: a softmax partial per chunk, merged at
- * the end); large batches (prefill) use sgemm for Q K^T and P V per KV head. */
+ * the end); large batches (prefill) use sgemm for Q K^T and P V per KV head
+ * and block of queries, each block scoring only the keys up to its last
+ * query (attn_batch). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +17,10 @@
 
 /* Batches at least this large go through sgemm. */
 #define GEMM_MIN_TOKENS 16
-/* Cap on the score block of the sgemm path, in floats (64 MiB). */
-#define SCORE_BLOCK_FLOATS (16 << 20)
+/* Queries per block of the sgemm path (x the heads of a KV head: rows)... */
+#define QUERY_BLOCK 64
+/* ... fewer when a block's scores would pass this many floats (16 MiB). */
+#define SCORE_BLOCK_FLOATS (4 << 20)
 /* Keys per decode work item: the g x CHUNK scores stay in L1 between the
  * score, exp and accumulation passes, and a long context makes enough
  * items for every thread to stream from its own part of the cache. */
@@ -158,64 +162,120 @@ static const float *head_rows_f32(const kv_cache *kv, const void *base, int n, f
     return scratch;
 }
 
-/* Prefill: for each KV head, with Q_g the queries of its g heads stacked
- * (row r = i*T + t), S = scale Q_g K^T, mask ineligible keys, row softmax,
- * O = S V. Rows are processed in blocks so S stays bounded. */
-static subq_status full_forward_gemm(const attn_step *st, const kv_cache *kv, subq_error *err) {
-    const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens;
-    const int n_keys = st->slot0 + T, rows = g * T;
-    int block = SCORE_BLOCK_FLOATS / n_keys;
-    if (block < 1) block = 1;
-    if (block > rows) block = rows;
-    int need_conv = kv->type != SUBQ_KV_F32;
-    float *Q = malloc((size_t)rows * hd * sizeof(float));
-    float *O = malloc((size_t)rows * hd * sizeof(float));
-    float *S = malloc((size_t)block * n_keys * sizeof(float));
+/* First slot of the document of each query of the batch (segments are
+ * contiguous runs of slots). */
+static void doc_starts(const kv_cache *kv, int slot0, int n, int32_t *first) {
+    int d = slot0;
+    while (d > 0 && kv->seg[d - 1] == kv->seg[slot0]) d--;
+    for (int t = 0; t < n; t++) {
+        int slot = slot0 + t;
+        if (t > 0 && kv->seg[slot] != kv->seg[slot - 1]) d = slot;
+        first[t] = d;
+    }
+}
+
+/* One block of queries: tokens [t0, t1) of one KV head, rows r = (t - t0) g
+ * + i for its g query heads, keys [k_lo, slot0 + t1) (K, V: f32 rows from
+ * k_lo). S = scale Q K^T by sgemm, each row masked to its own slots, the
+ * extra slots scored beside it (E), one softmax over both, O = S V + E V_extra,
+ * scaled by 1 / sum at the end. */
+typedef struct batch_scratch {
+    float *q, *s, *o, *e, *inv;
+} batch_scratch;
+
+static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, int t1, int k_lo, const float *K,
+                       const float *V, const int32_t *first, const int32_t *extra, int n_extra, batch_scratch *w) {
+    const kernels_kv *ops = kv_cache_ops(kv);
+    const int g = st->n_head / st->n_head_kv, hd = st->head_dim, rows = (t1 - t0) * g;
+    const int n_keys = st->slot0 + t1 - k_lo;
+    for (int t = t0; t < t1; t++)
+        memcpy(w->q + (size_t)(t - t0) * g * hd, st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd,
+               (size_t)g * hd * sizeof(float));
+    blas_sgemm(1, 0, 1, rows, n_keys, hd, st->scale, w->q, hd, K, hd, 0.0f, w->s, n_keys);
+    for (int r = 0; r < rows; r++) {
+        const int t = t0 + r / g, a = first[t] - k_lo, b = st->slot0 + t - k_lo; /* valid: [a, b] */
+        float *row = w->s + (size_t)r * n_keys, *e = w->e + (size_t)r * n_extra, mx = -INFINITY;
+        const float *qr = w->q + (size_t)r * hd;
+        for (int x = 0; x < n_extra; x++) {
+            int32_t j = extra[(size_t)t * n_extra + x];
+            e[x] = j >= 0 ? st->scale * ops->dot(qr, kv_cache_key(kv, st->layer, kh, j), hd) : -INFINITY;
+            mx = e[x] > mx ? e[x] : mx;
+        }
+        for (int j = a; j <= b; j++) mx = row[j] > mx ? row[j] : mx;
+        memset(row, 0, (size_t)a * sizeof(float));
+        memset(row + b + 1, 0, (size_t)(n_keys - b - 1) * sizeof(float));
+        float sum = kernels_get()->exp_shift_sum(row + a, b - a + 1, mx);
+        if (n_extra) sum += kernels_get()->exp_shift_sum(e, n_extra, mx);
+        w->inv[r] = 1.0f / sum; /* sum >= 1: the query sees itself */
+    }
+    blas_sgemm(1, 0, 0, rows, hd, n_keys, 1.0f, w->s, n_keys, V, hd, 0.0f, w->o, hd);
+    for (int r = 0; r < rows; r++) {
+        const int t = t0 + r / g;
+        float *o = w->o + (size_t)r * hd, *out = st->out + (size_t)t * st->n_head * hd + (size_t)(kh * g + r % g) * hd;
+        for (int x = 0; x < n_extra; x++) {
+            int32_t j = extra[(size_t)t * n_extra + x];
+            if (j >= 0 && w->e[(size_t)r * n_extra + x] != 0.0f)
+                ops->axpy(o, w->e[(size_t)r * n_extra + x], kv_cache_value(kv, st->layer, kh, j), hd);
+        }
+        for (int c = 0; c < hd; c++) out[c] = o[c] * w->inv[r];
+    }
+}
+
+subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
+                       subq_error *err) {
+    const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, nt = st->n_threads;
+    int32_t *first = malloc((size_t)T * sizeof(int32_t));
+    if (!first) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for prefill attention");
+    if (lo) memcpy(first, lo, (size_t)T * sizeof(int32_t));
+    else doc_starts(kv, st->slot0, T, first);
+    int k_lo = st->slot0;
+    for (int t = 0; t < T; t++) k_lo = first[t] < k_lo ? first[t] : k_lo;
+    const int n_keys = st->slot0 + T - k_lo;
+    /* query blocks: enough of them for every thread, score blocks bounded */
+    int tb = QUERY_BLOCK, per_thread = (T + nt - 1) / nt;
+    if (tb > per_thread) tb = per_thread;
+    while (tb > 1 && (int64_t)g * tb * n_keys > SCORE_BLOCK_FLOATS) tb /= 2;
+    const int n_blocks = (T + tb - 1) / tb, need_conv = kv->type != SUBQ_KV_F32;
     float *Kf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     float *Vf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
-    subq_status s = SUBQ_OK;
-    if (!Q || !O || !S || (need_conv && (!Kf || !Vf))) {
-        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for prefill attention (%d x %d scores)", block, n_keys);
-        goto done;
-    }
-    for (int kh = 0; kh < st->n_head_kv; kh++) {
-        const float *K = head_rows_f32(kv, kv_cache_key(kv, st->layer, kh, 0), n_keys, Kf);
-        const float *V = head_rows_f32(kv, kv_cache_value(kv, st->layer, kh, 0), n_keys, Vf);
-        for (int i = 0; i < g; i++)
-            for (int t = 0; t < T; t++)
-                memcpy(Q + ((size_t)i * T + t) * hd, st->q + (size_t)t * st->n_head * hd + (size_t)(kh * g + i) * hd,
-                       (size_t)hd * sizeof(float));
-        for (int r0 = 0; r0 < rows; r0 += block) {
-            int nr = rows - r0 < block ? rows - r0 : block;
-            blas_sgemm(st->n_threads, 0, 1, nr, n_keys, hd, st->scale, Q + (size_t)r0 * hd, hd, K, hd, 0.0f, S,
-                       n_keys);
-#pragma omp parallel for num_threads(st->n_threads) schedule(static)
-            for (int r = 0; r < nr; r++) {
-                int t = (r0 + r) % T, slot = st->slot0 + t, seg = kv->seg[slot];
-                float *row = S + (size_t)r * n_keys;
-                for (int j = 0; j < n_keys; j++)
-                    if (j > slot || kv->seg[j] != seg) row[j] = -INFINITY;
-                softmax_inplace(row, n_keys);
+    int failed = need_conv && (!Kf || !Vf);
+    for (int kh = 0; kh < st->n_head_kv && !failed; kh++) {
+        const float *K = head_rows_f32(kv, kv_cache_key(kv, st->layer, kh, k_lo), n_keys, Kf);
+        const float *V = head_rows_f32(kv, kv_cache_value(kv, st->layer, kh, k_lo), n_keys, Vf);
+#pragma omp parallel num_threads(nt)
+        {
+            const size_t rows = (size_t)g * tb;
+            batch_scratch w = {
+                .q = malloc(rows * hd * sizeof(float)), .s = malloc(rows * n_keys * sizeof(float)),
+                .o = malloc(rows * hd * sizeof(float)), .e = malloc((rows * n_extra + 1) * sizeof(float)),
+                .inv = malloc(rows * sizeof(float)),
+            };
+            if (!w.q || !w.s || !w.o || !w.e || !w.inv) {
+#pragma omp atomic write
+                failed = 1;
             }
-            blas_sgemm(st->n_threads, 0, 0, nr, hd, n_keys, 1.0f, S, n_keys, V, hd, 0.0f, O + (size_t)r0 * hd, hd);
+#pragma omp for schedule(dynamic, 1)
+            for (int b = 0; b < n_blocks; b++) {
+                int t0 = b * tb, t1 = t0 + tb < T ? t0 + tb : T;
+                if (w.q && w.s && w.o && w.e && w.inv) attn_block(st, kv, kh, t0, t1, k_lo, K, V, first, extra, n_extra, &w);
+            }
+            free(w.q);
+            free(w.s);
+            free(w.o);
+            free(w.e);
+            free(w.inv);
         }
-        for (int i = 0; i < g; i++)
-            for (int t = 0; t < T; t++)
-                memcpy(st->out + (size_t)t * st->n_head * hd + (size_t)(kh * g + i) * hd, O + ((size_t)i * T + t) * hd,
-                       (size_t)hd * sizeof(float));
     }
-done:
-    free(Q);
-    free(O);
-    free(S);
+    free(first);
     free(Kf);
     free(Vf);
-    return s;
+    return failed ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for prefill attention (%d x %d scores)", g * tb, n_keys)
+                  : SUBQ_OK;
 }
 
 static subq_status full_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     (void)self;
-    if (st->n_tokens >= GEMM_MIN_TOKENS) return full_forward_gemm(st, kv, err);
+    if (st->n_tokens >= GEMM_MIN_TOKENS) return attn_batch(st, kv, NULL, NULL, 0, err);
     return full_forward_rows(st, kv, err);
 }
 

@@ -11,6 +11,7 @@ void attn_plan_default(attn_plan *p) {
     p->sparse.top_k = 64;
     p->sparse.n_sink = 4;
     p->sparse.n_tail = 16;
+    p->sparse.prefill = SPARSE_PREFILL_TOKEN;
     selector_params_default(&p->sparse.select, SELECT_EXACT, 0);
 }
 

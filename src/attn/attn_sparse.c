@@ -348,6 +348,61 @@ static subq_status append_keys(sparse_stage *s, const float *ks, int n, int slot
     return rc;
 }
 
+/* SPARSE_PREFILL_BATCH (attn_sparse.h): one batched index query per token
+ * over the slots before the batch, then sinks + candidates as the extra
+ * slots and the local window as the contiguous range of attn_batch; the
+ * batch's keys are indexed afterwards. */
+static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, subq_error *err) {
+    const int n = st->n_tokens, K = s->p.top_k, n_extra = s->p.n_sink + K;
+    int visible = st->slot0;
+    if (s->freeze_slot >= 0 && s->freeze_slot < visible) visible = s->freeze_slot;
+    int32_t *lo = malloc((size_t)n * sizeof(int32_t));
+    int32_t *extra = malloc(((size_t)n * n_extra + 1) * sizeof(int32_t));
+    int *doc0 = malloc((size_t)n * sizeof(int)), *got = malloc((size_t)n * sizeof(int));
+    select_mask *m = malloc((size_t)n * sizeof(select_mask));
+    subq_status rc = !lo || !extra || !doc0 || !got || !m ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse prefill")
+                                                          : SUBQ_OK;
+    for (int t = 0; !rc && t < n; t++) {
+        const int slot = st->slot0 + t;
+        const int32_t seg = kv->seg[slot];
+        int d = t > 0 && kv->seg[slot - 1] == seg ? doc0[t - 1] : slot; /* segments are contiguous runs */
+        while (t == 0 && d > 0 && kv->seg[d - 1] == seg) d--;
+        doc0[t] = d;
+        const int sink_hi = d + s->p.n_sink < slot + 1 ? d + s->p.n_sink : slot + 1;
+        int w = d > st->slot0 ? d : st->slot0; /* the batch's part of the document ... */
+        if (slot + 1 - s->p.n_tail < w) w = slot + 1 - s->p.n_tail; /* ... or the tail, whichever reaches further */
+        lo[t] = w > sink_hi ? w : sink_hi;
+        m[t] = (select_mask){.n_slots = visible, .seg = kv->seg, .query_seg = seg,
+                             .ex0_lo = d, .ex0_hi = sink_hi, .ex1_lo = lo[t], .ex1_hi = slot + 1};
+    }
+    int32_t *cand = s->rec.cand;
+    if (!rc && K > 0 &&
+        selector_query_batch(s->sel, n, s->d_search > 0 ? s->qs : NULL, st->q, (size_t)st->n_head * st->head_dim, K, m,
+                             cand, got, st->n_threads) < 0)
+        rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
+                       selector_kind_name(s->p.select.kind), s->sel->env.layer);
+    for (int t = 0; !rc && t < n; t++) {
+        const int slot = st->slot0 + t, k_got = K > 0 ? got[t] : 0;
+        int32_t *c = cand + (size_t)t * K, *x = extra + (size_t)t * n_extra;
+        if (s->metrics_on)
+            rc = measure_query(s, kv, slot, doc0[t], s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL,
+                               st->q + (size_t)t * st->n_head * st->head_dim, &m[t], c, &k_got, err);
+        for (int i = k_got; i < K; i++) c[i] = -1; /* filler: masked out */
+        int e = 0;
+        for (int j = doc0[t]; j < m[t].ex0_hi; j++) x[e++] = j;
+        for (int i = 0; i < K; i++) x[e++] = c[i];
+        while (e < n_extra) x[e++] = -1;
+    }
+    if (!rc) rc = attn_batch(st, kv, lo, extra, n_extra, err);
+    if (!rc) rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
+    free(lo);
+    free(extra);
+    free(doc0);
+    free(got);
+    free(m);
+    return rc;
+}
+
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     sparse_stage *s = (sparse_stage *)self;
     const int n = st->n_tokens, hd = st->head_dim, g = st->n_head / st->n_head_kv;
@@ -361,13 +416,15 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     }
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
-    if (n > 1 && s->p.dense_prefill) {
+    if (n > 1 && s->p.prefill == SPARSE_PREFILL_DENSE) {
         if ((rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err))) return rc;
         for (int t = 0; t < n && s->comp && !rc; t++) rc = completion_advance(s->comp, kv, st->slot0 + t, err);
         if (rc) return rc;
         for (int i = 0; i < n * s->p.top_k; i++) s->rec.cand[i] = -1;
         return attn_full_stage()->forward(attn_full_stage(), st, kv, err);
     }
+    if (n > 1 && s->p.prefill == SPARSE_PREFILL_BATCH && !s->comp && !s->per_head)
+        return sparse_forward_batch(s, st, kv, err);
     /* Teacher forcing: query t sees exactly the keys of slots <= its own.
      * Appending key t right before query t keeps that true for ANN indexes
      * too, so queries run in slot order. */
@@ -615,9 +672,9 @@ void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     size_t nw = (size_t)s->d_search * s->n_embd;
     uint64_t proj = hash_floats(hash_floats(0xcbf29ce484222325ull, s->wq_s, nw), s->wk_s, nw);
     snprintf(buf, cap,
-             "sparse %s k=%d sink=%d tail=%d dense_prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
+             "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
              "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
-             selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, s->p.dense_prefill, s->d_search,
+             selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
              select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
              sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
              sp->seed, proj,

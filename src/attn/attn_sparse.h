@@ -9,13 +9,37 @@
 #include "complete/phi_maps.h"
 #include "select/selector.h"
 
+/* How the queries of a batch of several tokens (a prompt) attend; a
+ * one-token step (decode) is the same in every mode: sinks + tail + K
+ * retrieved from every earlier slot of its document.
+ *   DENSE: full attention; the batch's search keys are indexed after it.
+ *   BATCH: query t (slot s = slot0 + t) attends to
+ *            - the sinks: the first n_sink slots of its document;
+ *            - its local window: every slot of its document from the batch's
+ *              first slot up to s, reaching further back so that it holds
+ *              at least the n_tail most recent slots (never into the sinks);
+ *            - K retrieved by the selector among the slots before the batch
+ *              (the index holds the earlier batches; each batch's keys are
+ *              indexed after its queries), outside the sinks and the window;
+ *          under one exact softmax. Every token costs one index query and a
+ *          window of at most batch + tail keys, so a prompt costs ~linear
+ *          time; the batch's attention runs as dense blocks (attn_batch).
+ *   TOKEN: teacher forcing, token by token: each key is indexed just before
+ *          its query, which sees sinks + tail + K retrieved from every
+ *          earlier slot, as decode would (eval, perplexity; with a
+ *          completion or a per-head selector, BATCH runs this way too). */
+typedef enum sparse_prefill {
+    SPARSE_PREFILL_DENSE = 0,
+    SPARSE_PREFILL_BATCH = 1,
+    SPARSE_PREFILL_TOKEN = 2,
+} sparse_prefill;
+
 typedef struct sparse_params {
     int top_k;          /* K candidates retrieved per query */
     int n_sink;         /* first tokens of the document, always kept (default 4) */
     int n_tail;         /* most recent tokens incl. the query, always kept (default 16);
                            with 0 the query's own key is retrieved like any other */
-    int dense_prefill;  /* batches of more than one token use full attention
-                           (their search keys are still appended) */
+    sparse_prefill prefill; /* batches of several tokens (default TOKEN) */
     selector_params select;
     /* completion of the unretrieved mid region (complete/completion.h) on the
      * layers these maps cover; NULL: selection only */

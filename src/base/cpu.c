@@ -16,16 +16,36 @@ static int detect_avx2(void) {
 #endif
 }
 
+static int detect_avx512vnni(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    /* libgcc sets the AVX-512 bits only when XCR0 enables the ZMM state */
+    return detect_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+           __builtin_cpu_supports("avx512vnni");
+#else
+    return 0;
+#endif
+}
+
 /* cpuid traps to the hypervisor in a VM (about 2.5 us here) and kernel
- * lookups sit on per-row paths, so the answer is read once. The cache is
- * the one write-once global: every thread computes the same value, so a
- * race only repeats the detection. */
-int cpu_has_avx2(void) {
-    static atomic_int cached = -1;
-    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+ * lookups sit on per-row paths, so each answer is read once. The caches are
+ * write-once globals: every thread computes the same value, so a race only
+ * repeats the detection. */
+static int cached(atomic_int *c, int (*detect)(void)) {
+    int v = atomic_load_explicit(c, memory_order_relaxed);
     if (v < 0) {
-        v = detect_avx2();
-        atomic_store_explicit(&cached, v, memory_order_relaxed);
+        v = detect();
+        atomic_store_explicit(c, v, memory_order_relaxed);
     }
     return v;
+}
+
+int cpu_has_avx2(void) {
+    static atomic_int c = -1;
+    return cached(&c, detect_avx2);
+}
+
+int cpu_has_avx512vnni(void) {
+    static atomic_int c = -1;
+    return cached(&c, detect_avx512vnni);
 }

@@ -224,7 +224,7 @@ static attn_plan method_plan(const eval_config *cfg, const eval_method *m, const
     p.sparse.top_k = m->k;
     p.sparse.n_sink = cfg->n_sink;
     p.sparse.n_tail = cfg->n_tail;
-    p.sparse.dense_prefill = 0; /* teacher forcing: every query retrieves */
+    p.sparse.prefill = SPARSE_PREFILL_TOKEN; /* teacher forcing: every query retrieves */
     p.sparse.select = cfg->select;
     p.sparse.select.kind = (selector_kind)m->select;
     p.sparse.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : cfg->maps;

@@ -41,6 +41,19 @@ typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t s
  *       stored as value + 8 (values in [-7, 7]). */
 typedef void (*kernels_gather_dot_q_fn)(const int8_t *q, const void *codes, size_t row_bytes, int d,
                                         const int32_t *idx, int n, int32_t *out);
+/* Prefill on quantised weights runs on integer dot products, as llama.cpp's
+ * does: each activation row of n values (n a multiple of 32) is quantised to
+ * q8 blocks of 32, d_b = max|x| / 127 over block b and q = x / d_b rounded
+ * to nearest (ties to even; computed as x * (1 / d_b)), so |q| <= 127:
+ *   quantize_q8: q[0..n), d[0..n/32) of one row;
+ *   gemm_q8:     y[t * ldy + r] = sum_b dw(r, b) d(t, b) sum_{j<32} qw(r, 32b + j) q(t, 32b + j)
+ *                for r < n_rows, t < T, with the stored rows of w row_bytes
+ *                apart (the type's blocks: w = dw * qw) and activation row t
+ *                at xq + t * n, xd + t * (n / 32). Each product of blocks is
+ *                an exact integer sum; only the scaling rounds. */
+typedef void (*quantize_q8_fn)(const float *x, int64_t n, int8_t *q, float *d);
+typedef void (*gemm_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd, int T,
+                           int64_t n, float *y, int64_t ldy);
 
 /* Rows of a KV cache: hd values of one (layer, KV head, slot), in one of the
  * KV types (subq_kv_type). f32 and f16 are plain arrays. q8_0 and q4_0 are
@@ -86,6 +99,10 @@ typedef struct kernels {
     const quant_dequant_fn *dequant;         /* [GGML_TYPE_COUNT] */
     quant_dot_fn dot[GGML_TYPE_COUNT];       /* row . x */
     quant_dot_xs_fn dot_xs[GGML_TYPE_COUNT]; /* NULL: dot is as fast */
+    /* integer GEMM on q8 activations, per weight type (NULL: the type
+     * prefills through sgemm on dequantised rows) */
+    quantize_q8_fn quantize_q8;
+    gemm_q8_fn gemm_q8[GGML_TYPE_COUNT];
     /* sum_i a[i] * b[i] */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
@@ -110,6 +127,14 @@ const kernels *kernels_avx2(void);
 
 /* The sets themselves (the AVX2 one only where KERNELS_HAVE_AVX2). */
 extern const kernels kernels_scalar_set, kernels_avx2_set;
+
+/* The fastest integer GEMM (gemm_q8) for weight type `type` on this CPU:
+ * AVX-512 VNNI tiles where the CPU has them, else the set's; NULL when the
+ * type has none (it prefills through sgemm). */
+gemm_q8_fn kernels_gemm_q8(uint32_t type);
+/* The AVX-512 VNNI integer GEMMs per weight type, or NULL when the CPU (or
+ * the build) lacks them. */
+const gemm_q8_fn *kernels_gemm_q8_avx512(void);
 
 /* dst[0..n) = dequantised src row. n must be a multiple of the block size
  * and the type must have can_dequant (callers check at load time). */

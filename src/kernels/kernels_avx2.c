@@ -348,6 +348,128 @@ TARGET static float dot_q6_K(const void *row, const float *x, int64_t n) {
     return kernels_hsum8(_mm256_add_ps(a0, a1));
 }
 
+/* ---- integer GEMM on q8 activations (prefill) ------------------------------ */
+
+/* One row as the scalar set does it: the same float operations (amax, d =
+ * amax / 127, 1 / d, x * (1 / d)) and rounding (cvtps_epi32 rounds to
+ * nearest even), so both sets give the same q and d. */
+TARGET static void quantize_q8(const float *x, int64_t n, int8_t *q, float *d) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        __m256 v[4], m = _mm256_setzero_ps();
+        UNROLL for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float db = _mm_cvtss_f32(h) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i[4];
+        UNROLL for (int k = 0; k < 4; k++) i[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));
+        /* pack 4 x 8 int32 to 32 int8; the packs work per 128-bit lane, the permute restores element order */
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        _mm256_storeu_si256((__m256i *)(q + 32 * b),
+                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+}
+
+/* The 32 values of a weight block as signed bytes in element order. */
+INLINE __m256i q8_0_bytes(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+INLINE __m256i q4_0_bytes(const block_q4_0 *b) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t); /* high nibbles -> elements 16..31 */
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
+}
+
+/* sum_j w_j x_j of one block pair in 8 int32 lanes: maddubs multiplies
+ * unsigned by signed bytes, so it gets |w| and x with w's sign (|w| <= 128,
+ * |x| <= 127: the 16-bit pair sums cannot saturate), then madd adds pairs. */
+INLINE __m256i q8_pair_sums(__m256i w_abs, __m256i w, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w_abs, _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+/* The loop nest of the AVX2 integer GEMM: tiles of R weight rows x C tokens
+ * (full), with 1-row / 1-token / 1x1 tiles at the edges, each over every
+ * block. Tokens go in chunks whose quantised rows stay in L2 while each group
+ * of R weight rows streams past them once per chunk. */
+typedef void (*gemm_tile_fn)(const char *w, size_t row_bytes, const int8_t *xq, const float *xd, int64_t n, float *y,
+                             int64_t ldy);
+typedef struct gemm_tiles {
+    int R, C;
+    gemm_tile_fn full, row1, tok1, one;
+} gemm_tiles;
+
+static void gemm_tiled(const gemm_tiles *k, const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq,
+                       const float *xd, int n_tok, int64_t n, float *y, int64_t ldy) {
+    enum { CHUNK_BYTES = 1 << 19 }; /* half of a 1 MiB L2 */
+    const int64_t nb = n / 32;
+    int chunk = (int)(CHUNK_BYTES / n) / k->C * k->C;
+    if (chunk < k->C) chunk = k->C;
+    for (int t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t r = 0; r < n_rows;) {
+            const char *wr = (const char *)w + (size_t)r * row_bytes;
+            const int rows = r + k->R <= n_rows;
+            for (int t = t0; t < t1;) {
+                const int toks = t + k->C <= t1;
+                gemm_tile_fn f = rows ? (toks ? k->full : k->tok1) : (toks ? k->row1 : k->one);
+                f(wr, row_bytes, xq + (size_t)t * n, xd + (size_t)t * nb, n, y + (size_t)t * ldy + r, ldy);
+                t += toks ? k->C : 1;
+            }
+            r += rows ? k->R : 1;
+        }
+    }
+}
+
+/* A tile of R weight rows x C tokens over all blocks: R*C accumulators of 8
+ * lanes stay in registers, each weight block is loaded once for C tokens and
+ * each activation block once for R rows. acc += (dw dx) * lane sums. */
+#define GEMM_Q8_TILE(T, R, C)                                                                                    \
+    TARGET static void gemm_##T##_##R##x##C(const char *w, size_t rb, const int8_t *xq, const float *xd,        \
+                                            int64_t n, float *y, int64_t ldy) {                                  \
+        const int64_t nb = n / 32;                                                                               \
+        __m256 acc[R][C];                                                                                        \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm256_setzero_ps();   \
+        for (int64_t b = 0; b < nb; b++) {                                                                       \
+            __m256i wv[R], wa[R];                                                                                \
+            float dw[R];                                                                                         \
+            UNROLL for (int r = 0; r < R; r++) {                                                                 \
+                const block_##T *blk = (const block_##T *)(w + (size_t)r * rb) + b;                              \
+                wv[r] = T##_bytes(blk);                                                                          \
+                wa[r] = _mm256_sign_epi8(wv[r], wv[r]);                                                          \
+                dw[r] = h2f(blk->d);                                                                             \
+            }                                                                                                    \
+            UNROLL for (int c = 0; c < C; c++) {                                                                 \
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)c * n + 32 * b));          \
+                const float dx = xd[(size_t)c * nb + b];                                                         \
+                UNROLL for (int r = 0; r < R; r++) {                                                             \
+                    const __m256 f = _mm256_cvtepi32_ps(q8_pair_sums(wa[r], wv[r], xv));                         \
+                    acc[r][c] = _mm256_fmadd_ps(f, _mm256_set1_ps(dw[r] * dx), acc[r][c]);                       \
+                }                                                                                                \
+            }                                                                                                    \
+        }                                                                                                        \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++)                                    \
+            y[(size_t)c * ldy + r] = kernels_hsum8(acc[r][c]);                                                   \
+    }
+
+#define GEMM_Q8(T)                                                                                               \
+    GEMM_Q8_TILE(T, 2, 4)                                                                                        \
+    GEMM_Q8_TILE(T, 1, 4)                                                                                        \
+    GEMM_Q8_TILE(T, 2, 1)                                                                                        \
+    GEMM_Q8_TILE(T, 1, 1)                                                                                        \
+    static void gemm_q8_##T(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd,        \
+                            int n_tok, int64_t n, float *y, int64_t ldy) {                                       \
+        static const gemm_tiles k = {2, 4, gemm_##T##_2x4, gemm_##T##_1x4, gemm_##T##_2x1, gemm_##T##_1x1};      \
+        gemm_tiled(&k, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);                                         \
+    }
+
+GEMM_Q8(q8_0)
+GEMM_Q8(q4_0)
+
 /* ---- vectors and decode attention ---------------------------------------- */
 
 TARGET static void axpy_f32(float *y, float w, const float *x, int n) {
@@ -872,6 +994,12 @@ const kernels kernels_avx2_set = {
         {
             [GGML_TYPE_Q4_K] = dot_xs_q4_K,
             [GGML_TYPE_Q5_K] = dot_xs_q5_K,
+        },
+    .quantize_q8 = quantize_q8,
+    .gemm_q8 =
+        {
+            [GGML_TYPE_Q8_0] = gemm_q8_q8_0,
+            [GGML_TYPE_Q4_0] = gemm_q8_q4_0,
         },
     .dot_f32 = kernels_dot_f32_avx2,
     .dot_f16 = dot_f16,

@@ -148,6 +148,45 @@ static float dot_q6_K(const void *row, const float *x, int64_t n) {
     return sum;
 }
 
+/* ---- integer GEMM on q8 activations (prefill) ---------------------------- */
+
+static void quantize_q8(const float *x, int64_t n, int8_t *q, float *d) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        d[b] = db;
+        for (int j = 0; j < 32; j++) q[32 * b + j] = (int8_t)nearbyintf(xb[j] * id);
+    }
+}
+
+/* value j of a block as a signed integer (w = d * value) */
+static int q8_0_val(const block_q8_0 *b, int j) { return b->qs[j]; }
+static int q4_0_val(const block_q4_0 *b, int j) { return (j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4) - 8; }
+
+/* per (token, row): sum over blocks of dw dx (exact integer block sum) */
+#define GEMM_Q8_SCALAR(T)                                                                                      \
+    static void gemm_q8_##T(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd, \
+                            int n_tok, int64_t n, float *y, int64_t ldy) {                                       \
+        const int64_t nb = n / 32;                                                                             \
+        for (int t = 0; t < n_tok; t++)                                                                        \
+            for (int64_t r = 0; r < n_rows; r++) {                                                             \
+                const block_##T *blk = (const block_##T *)((const char *)w + (size_t)r * row_bytes);           \
+                float sum = 0.0f;                                                                              \
+                for (int64_t b = 0; b < nb; b++) {                                                             \
+                    const int8_t *qx = xq + (size_t)t * n + 32 * b;                                            \
+                    int32_t isum = 0;                                                                          \
+                    for (int j = 0; j < 32; j++) isum += T##_val(blk + b, j) * qx[j];                          \
+                    sum += fp16_to_fp32(quant_rd16(blk[b].d)) * xd[(size_t)t * nb + b] * (float)isum;          \
+                }                                                                                              \
+                y[(size_t)t * ldy + r] = sum;                                                                  \
+            }                                                                                                  \
+    }
+
+GEMM_Q8_SCALAR(q8_0)
+GEMM_Q8_SCALAR(q4_0)
+
 /* ---- vectors, gathered rows ------------------------------------------------ */
 
 static void axpy_f32(float *y, float w, const float *x, int n) {
@@ -354,6 +393,12 @@ const kernels kernels_scalar_set = {
             [GGML_TYPE_Q4_K] = dot_q4_K,
             [GGML_TYPE_Q5_K] = dot_q5_K,
             [GGML_TYPE_Q6_K] = dot_q6_K,
+        },
+    .quantize_q8 = quantize_q8,
+    .gemm_q8 =
+        {
+            [GGML_TYPE_Q8_0] = gemm_q8_q8_0,
+            [GGML_TYPE_Q4_0] = gemm_q8_q4_0,
         },
     .dot_f32 = kernels_dot_f32_scalar,
     .dot_f16 = dot_f16,

@@ -6,11 +6,9 @@
 #include "model/context.h"
 
 #define DEFAULT_N_BATCH 512
-/* Dequantised weight tile: 4 MiB of floats keeps it in L2/L3 while sgemm reads it. */
-#define TILE_FLOATS (1 << 20)
 
 subq_context_params subq_context_default_params(void) {
-    subq_context_params p = {.n_ctx = 0, .n_threads = 0, .kv_type = SUBQ_KV_F32};
+    subq_context_params p = {.n_ctx = 0, .n_threads = 0, .kv_type = SUBQ_KV_F32, .n_batch = DEFAULT_N_BATCH};
     return p;
 }
 
@@ -32,7 +30,7 @@ void subq_context_free(subq_context *c) {
     free(c->gate);
     free(c->up);
     free(c->posbuf);
-    free(c->tile);
+    matmul_scratch_free(&c->mm);
     free(c->tok);
     free(c->logits_last);
     free(c);
@@ -49,7 +47,8 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->model = m;
     c->n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (c->n_threads < 1) c->n_threads = 1;
-    c->n_batch = n_ctx < DEFAULT_N_BATCH ? n_ctx : DEFAULT_N_BATCH;
+    int n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
+    c->n_batch = n_ctx < n_batch ? n_ctx : n_batch;
     subq_status s = kv_cache_init(&c->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, err);
     if (s) {
         free(c);
@@ -59,7 +58,6 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     size_t dq = (size_t)hp->n_head * hp->head_dim, dkv = (size_t)hp->n_head_kv * hp->head_dim;
     size_t widest = (size_t)hp->n_embd > (size_t)hp->n_ff ? (size_t)hp->n_embd : (size_t)hp->n_ff;
     if (dq > widest) widest = dq;
-    c->tile_floats = TILE_FLOATS > (int64_t)widest ? TILE_FLOATS : (int64_t)widest;
     c->x = malloc(B * hp->n_embd * sizeof(float));
     c->xn = malloc(B * hp->n_embd * sizeof(float));
     c->q = malloc(B * dq * sizeof(float));
@@ -70,13 +68,13 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->gate = malloc(B * hp->n_ff * sizeof(float));
     c->up = malloc(B * hp->n_ff * sizeof(float));
     c->posbuf = malloc(B * sizeof(int32_t));
-    c->tile = malloc((size_t)c->tile_floats * sizeof(float));
+    int mm_ok = matmul_scratch_init(&c->mm, c->n_batch, (int64_t)widest);
     c->stages = calloc((size_t)hp->n_layer, sizeof(attn_stage *));
     c->tok = malloc((size_t)n_ctx * sizeof(int32_t));
     c->logits_last = malloc((size_t)hp->n_vocab * sizeof(float));
     c->logits_at = -1;
     if (!c->tok || !c->logits_last || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->posbuf ||
-        !c->tile || !c->stages) {
+        !mm_ok || !c->stages) {
         subq_context_free(c);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating work buffers");
     }

@@ -4,6 +4,7 @@
 
 #include "attn/attn.h"
 #include "kv/kv_cache.h"
+#include "model/matmul.h"
 #include "model/model.h"
 
 /* Called at the attention seam of every layer after RoPE (training capture):
@@ -24,8 +25,7 @@ struct subq_context {
     /* work buffers, n_batch rows each */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     int32_t *posbuf;             /* positions of the current chunk */
-    float *tile;                 /* dequantised weight tile */
-    int64_t tile_floats;
+    matmul_scratch mm;           /* batched products */
     int32_t *tok;                /* [n_ctx]: token id of each cache slot (-1: synthetic) */
     float *logits_last;          /* [n_vocab]: logits of the last cached token ... */
     int logits_at;               /* ... when logits_at == kv.n_used (else unknown, -1) */

@@ -81,9 +81,9 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         rmsnorm(c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
-        matmul(c->q, c->xn, &L->wq, n, c->tile, c->tile_floats, nt);
-        matmul(c->k, c->xn, &L->wk, n, c->tile, c->tile_floats, nt);
-        matmul(c->v, c->xn, &L->wv, n, c->tile, c->tile_floats, nt);
+        matmul(c->q, c->xn, &L->wq, n, &c->mm, nt);
+        matmul(c->k, c->xn, &L->wk, n, &c->mm, nt);
+        matmul(c->v, c->xn, &L->wv, n, &c->mm, nt);
         if (L->bq) {
             add_bias(c->q, L->bq, n, hp->n_head * hp->head_dim);
             add_bias(c->k, L->bk, n, hp->n_head_kv * hp->head_dim);
@@ -110,14 +110,14 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         c->t_attn_s += time_now_s() - t0;
         if (s) return s;
 
-        matmul(c->proj, c->att, &L->wo, n, c->tile, c->tile_floats, nt);
+        matmul(c->proj, c->att, &L->wo, n, &c->mm, nt);
         add_inplace(c->x, c->proj, (size_t)n * d);
 
         rmsnorm(c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
-        matmul(c->gate, c->xn, &L->w_gate, n, c->tile, c->tile_floats, nt);
-        matmul(c->up, c->xn, &L->w_up, n, c->tile, c->tile_floats, nt);
+        matmul(c->gate, c->xn, &L->w_gate, n, &c->mm, nt);
+        matmul(c->up, c->xn, &L->w_up, n, &c->mm, nt);
         swiglu(c->gate, c->up, (size_t)n * hp->n_ff);
-        matmul(c->proj, c->gate, &L->w_down, n, c->tile, c->tile_floats, nt);
+        matmul(c->proj, c->gate, &L->w_down, n, &c->mm, nt);
         add_inplace(c->x, c->proj, (size_t)n * d);
     }
     kv->n_used += n;
@@ -126,7 +126,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         /* only the rows whose logits are wanted go through the output matrix */
         int first = all_logits ? 0 : n - 1, rows = n - first;
         rmsnorm(c->xn, c->x + (size_t)first * d, m->output_norm, rows, d, hp->norm_eps);
-        matmul(logits, c->xn, &m->output, rows, c->tile, c->tile_floats, nt);
+        matmul(logits, c->xn, &m->output, rows, &c->mm, nt);
     }
     return SUBQ_OK;
 }

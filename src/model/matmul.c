@@ -1,17 +1,55 @@
 #include "model/matmul.h"
 
 #include <omp.h>
+#include <stdlib.h>
 
 #include "base/blas.h"
 #include "kernels/kernels.h"
 
-/* Below this many rows a batch is cheaper as repeated GEMV than as dequantise + sgemm. */
+/* Below this many rows a batch is cheaper as repeated GEMV than as a GEMM. */
 #define GEMM_MIN_ROWS 4
 /* Waking threads costs microseconds: small products run on the calling thread. */
 #define PARALLEL_MIN_ELEMS (1 << 16)
+/* Dequantised weight tile: 4 MiB of floats keeps it in L2/L3 while sgemm reads it. */
+#define TILE_FLOATS (1 << 20)
 
-void matmul(float *Y, const float *X, const matrix *W, int T, float *tile, int64_t tile_floats,
-            int n_threads) {
+int matmul_scratch_init(matmul_scratch *s, int n_batch, int64_t cols) {
+    s->tile_floats = TILE_FLOATS > cols ? TILE_FLOATS : cols;
+    s->tile = malloc((size_t)s->tile_floats * sizeof(float));
+    s->xq = malloc((size_t)n_batch * (size_t)cols);
+    s->xd = malloc(((size_t)n_batch * (size_t)(cols / 32) + 1) * sizeof(float));
+    return s->tile && s->xq && s->xd;
+}
+
+void matmul_scratch_free(matmul_scratch *s) {
+    free(s->tile);
+    free(s->xq);
+    free(s->xd);
+    s->tile = NULL;
+    s->xq = NULL;
+    s->xd = NULL;
+}
+
+/* Integer GEMM: quantise the T activation rows, then each thread takes a
+ * contiguous slice of W's rows (a multiple of 4 rows: the kernels' tile
+ * height) for all T tokens. */
+static void matmul_q8(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads,
+                      gemm_q8_fn gemm) {
+    const int64_t rows = W->rows, cols = W->cols, nb = cols / 32;
+    const quantize_q8_fn quantize = kernels_get()->quantize_q8;
+#pragma omp parallel num_threads(n_threads)
+    {
+#pragma omp for schedule(static)
+        for (int t = 0; t < T; t++) quantize(X + (size_t)t * cols, cols, s->xq + (size_t)t * cols, s->xd + (size_t)t * nb);
+        const int64_t ith = omp_get_thread_num(), nth = omp_get_num_threads();
+        const int64_t o0 = rows * ith / nth / 4 * 4, o1 = ith + 1 == nth ? rows : rows * (ith + 1) / nth / 4 * 4;
+        if (o1 > o0)
+            gemm((const char *)W->data + (size_t)o0 * W->row_bytes, W->row_bytes, o1 - o0, s->xq, s->xd, T, cols,
+                 Y + o0, rows);
+    }
+}
+
+void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads) {
     const int64_t rows = W->rows, cols = W->cols;
     const char *wdata = W->data;
     if (T == 1) {
@@ -35,13 +73,19 @@ void matmul(float *Y, const float *X, const matrix *W, int T, float *tile, int64
         }
         return;
     }
+    gemm_q8_fn gemm = kernels_gemm_q8(W->type);
+    if (gemm) {
+        matmul_q8(Y, X, W, T, s, rows * cols * T >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemm);
+        return;
+    }
     if (W->type == GGML_TYPE_F32) {
         blas_sgemm(n_threads, 0, 1, T, (int)rows, (int)cols, 1.0f, X, (int)cols, (const float *)wdata, (int)cols, 0.0f,
                    Y, (int)rows);
         return;
     }
     /* dequantise a tile of R rows, then Y[:, o0:o0+R] = X tile^T */
-    int64_t R = tile_floats / cols;
+    float *tile = s->tile;
+    int64_t R = s->tile_floats / cols;
     if (R > rows) R = rows;
     for (int64_t o0 = 0; o0 < rows; o0 += R) {
         int64_t r = rows - o0 < R ? rows - o0 : R;

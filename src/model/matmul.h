@@ -1,14 +1,27 @@
 /* Y = X W^T for a stored weight matrix W (rows x cols) of any supported type:
- * one-token rows go through row dot products (GEMV, memory bound), batches
- * through OpenBLAS sgemm, on dequantised tiles of W when W is not f32. */
+ * one-token rows go through row dot products (GEMV, memory bound); batches of
+ * quantised weights through integer GEMM on activations quantised to 8 bits
+ * (kernels.h: gemm_q8), other batches through OpenBLAS sgemm, on dequantised
+ * tiles of W when W is not f32. */
 #ifndef SUBQ_MATMUL_H
 #define SUBQ_MATMUL_H
 
 #include "model/model.h"
 
-/* Y[t][o] = sum_i X[t][i] * W[o][i] for t < T. `tile` is scratch of
- * tile_floats floats (>= W->cols) used to dequantise rows of W. */
-void matmul(float *Y, const float *X, const matrix *W, int T, float *tile, int64_t tile_floats,
-            int n_threads);
+/* Work memory of batched products, sized for batches of up to n_batch rows
+ * of up to `cols` values (the widest input of any weight matrix). */
+typedef struct matmul_scratch {
+    float *tile;        /* dequantised rows of W, tile_floats >= cols */
+    int64_t tile_floats;
+    int8_t *xq;         /* q8 activations [n_batch][cols] */
+    float *xd;          /* and their block scales [n_batch][cols / 32] */
+} matmul_scratch;
+
+/* 0 when out of memory (then matmul_scratch_free). */
+int matmul_scratch_init(matmul_scratch *s, int n_batch, int64_t cols);
+void matmul_scratch_free(matmul_scratch *s);
+
+/* Y[t][o] = sum_i X[t][i] * W[o][i] for t < T (T <= the scratch's n_batch). */
+void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/blas.h"
 #include "base/error.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
@@ -428,6 +429,57 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
     return n_out;
 }
 
+/* Keys per sgemm block of the batched scan: n x 1024 scores. */
+#define BATCH_KEYS 1024
+
+int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
+                           int count, const select_mask *m, int k, int32_t *out, int *got, int n_threads) {
+    int top = 0; /* keys any query may see */
+    for (int i = 0; i < n; i++) {
+        int v = m[i].n_slots < count ? m[i].n_slots : count;
+        top = v > top ? v : top;
+    }
+    float *S = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(float));
+    float *kf = f16 ? select_query_realloc(s, NULL, (size_t)BATCH_KEYS * d * sizeof(float)) : NULL;
+    float *hs = select_query_realloc(s, NULL, (size_t)n * k * sizeof(float));
+    int32_t *hj = select_query_realloc(s, NULL, (size_t)n * k * sizeof(int32_t));
+    select_heap *h = select_query_realloc(s, NULL, (size_t)n * sizeof(select_heap));
+    int rc = !S || (f16 && !kf) || !hs || !hj || !h ? -1 : 0;
+    int64_t scored = 0;
+    for (int i = 0; !rc && i < n; i++) h[i] = (select_heap){.score = hs + (size_t)i * k, .slot = hj + (size_t)i * k, .k = k};
+    for (int j0 = 0; !rc && j0 < top; j0 += BATCH_KEYS) {
+        const int j1 = j0 + BATCH_KEYS < top ? j0 + BATCH_KEYS : top, nb = j1 - j0;
+        const float *K = (const float *)base + (size_t)j0 * stride;
+        if (f16) { /* f16 rows are packed (stride == d) */
+            dequant_row(GGML_TYPE_F16, (const uint16_t *)base + (size_t)j0 * stride, kf, (int64_t)nb * d);
+            K = kf;
+        }
+        blas_sgemm(n_threads, 0, 1, n, nb, d, 1.0f, qn, d, K, f16 ? d : (int)stride, 0.0f, S, nb);
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : scored) if (n * nb >= 1 << 16)
+        for (int i = 0; i < n; i++) {
+            int lo[3], hi[3], nr = select_mask_ranges(&m[i], count, lo, hi);
+            const float *row = S + (size_t)i * nb - j0;
+            for (int r = 0; r < nr; r++) {
+                int a = lo[r] > j0 ? lo[r] : j0, b = hi[r] < j1 ? hi[r] : j1;
+                for (int j = a; j < b; j++)
+                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) {
+                        select_heap_push(&h[i], row[j], j);
+                        scored++;
+                    }
+            }
+        }
+    }
+    for (int i = 0; !rc && i < n; i++) got[i] = select_heap_take(&h[i], out + (size_t)i * k, NULL);
+    s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)top * (uint64_t)d * (f16 ? 2 : 4); /* each key row read once per batch */
+    free(S);
+    free(kf);
+    free(hs);
+    free(hj);
+    free(h);
+    return rc;
+}
+
 /* ---- graph indexes (hnsw, faiss) -------------------------------------------- */
 
 /* Score the eligible slots directly when there are at most this many times
@@ -483,4 +535,41 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     for (int i = 0; i < got; i++)
         if (select_mask_allows(m, (int)a->labels[i])) out[n++] = (int32_t)a->labels[i];
     return n;
+}
+
+int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_search, int k, const select_mask *m,
+                           int32_t *out, int *got, int n_threads) {
+    int failed = 0;
+    int64_t visited = 0;
+    uint64_t bytes = 0;
+#pragma omp parallel num_threads(n_threads) reduction(+ : visited, bytes)
+    {
+        selector view = *s; /* the base only: its parameters, test hook and counters of its own */
+        memset(&view.stats, 0, sizeof view.stats);
+        select_ann mine = *a; /* the same index; scratch of its own */
+        mine.labels = NULL;
+        mine.sims = NULL;
+        mine.res_cap = 0;
+        memset(&mine.sc, 0, sizeof mine.sc);
+        mine.qn = select_query_realloc(s, NULL, (size_t)a->d * sizeof(float));
+#pragma omp for schedule(dynamic, 8)
+        for (int i = 0; i < n; i++) {
+            got[i] = mine.qn && q_search ? select_ann_query(&view, &mine, q_search + (size_t)i * a->d, k, &m[i],
+                                                            out + (size_t)i * k)
+                                         : (q_search ? -1 : 0);
+            if (got[i] < 0) {
+#pragma omp atomic write
+                failed = 1;
+            }
+        }
+        visited += view.stats.n_visited;
+        bytes += view.stats.bytes_read;
+        free(mine.qn);
+        free(mine.labels);
+        free(mine.sims);
+        select_scratch_free(&mine.sc);
+    }
+    s->stats.n_visited += visited;
+    s->stats.bytes_read += bytes;
+    return failed ? -1 : 0;
 }

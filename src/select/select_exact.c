@@ -176,6 +176,23 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
 
+static int exact_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                             const select_mask *m, int32_t *out, int *got, int n_threads) {
+    exact_sel *e = (exact_sel *)s;
+    if (!q_search || e->count == 0) {
+        for (int i = 0; i < n; i++) got[i] = 0;
+        return 0;
+    }
+    float *qn = select_query_realloc(s, NULL, (size_t)n * e->d * sizeof(float));
+    if (!qn) return -1;
+    /* the stored keys in full (compressed scans too: a batch's scan is one GEMM) */
+    for (int i = 0; i < n; i++)
+        select_prepare(qn + (size_t)i * e->d, q_search + (size_t)i * e->d, e->d, s->params.score);
+    int rc = select_scan_topk_batch(s, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m, k, out, got, n_threads);
+    free(qn);
+    return rc;
+}
+
 static void exact_reset(selector *s) {
     exact_sel *e = (exact_sel *)s;
     e->count = 0; /* keep the allocation: the next sequence reuses it */
@@ -196,7 +213,7 @@ static void exact_free(selector *s) {
 }
 
 static const selector_ops exact_ops = {exact_append, exact_query, exact_reset, exact_free,
-                                       exact_truncate, exact_get_keys, exact_put_keys, NULL};
+                                       exact_truncate, exact_get_keys, exact_put_keys, NULL, exact_query_batch};
 
 subq_status select_exact_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     exact_sel *e = calloc(1, sizeof *e);

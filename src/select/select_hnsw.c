@@ -106,6 +106,11 @@ static int hnsw_query(selector *s, const float *q_search, const float *q_native,
     return select_ann_query(s, &((hnsw_sel *)s)->ann, q_search, k, m, out);
 }
 
+static int hnsw_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                            const select_mask *m, int32_t *out, int *got, int n_threads) {
+    return select_ann_query_batch(s, &((hnsw_sel *)s)->ann, n, q_search, k, m, out, got, n_threads);
+}
+
 static void hnsw_reset(selector *s) {
     hnsw_sel *h = (hnsw_sel *)s;
     hnsw_shim_free(h->ann.ix); /* a new sequence starts a new index */
@@ -130,7 +135,7 @@ static subq_status hnsw_truncate(selector *s, int n_keep, subq_error *err) {
 }
 
 static const selector_ops hnsw_ops = {hnsw_append, hnsw_query, hnsw_reset, hnsw_free,
-                                      hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL};
+                                      hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL, hnsw_query_batch};
 
 subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     hnsw_sel *h = calloc(1, sizeof *h);

@@ -117,6 +117,15 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
 int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots, int n, int k, select_scratch *sc,
                       int32_t *out);
 
+/* select_scan_topk for n queries at once (unit rows qn [n][d]) over rows
+ * stored f32 or f16 (`f16`): the scores of a block of keys for every query
+ * come from one sgemm, then each query offers the eligible slots of the
+ * block to its own heap (memory: n x a block of keys, never n x count).
+ * Writes up to k slots per query to out + i * k and the counts to got;
+ * returns 0, or -1 when out of memory. */
+int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
+                           int count, const select_mask *m, int k, int32_t *out, int *got, int n_threads);
+
 /* The query side of the graph-index selectors (hnsw, faiss), over an index
  * behind two functions: the query is normalised for cosine; when few slots
  * are eligible they are scored directly (select_scan_topk over the index's
@@ -144,6 +153,10 @@ typedef struct select_ann {
 int select_ann_init(select_ann *a, const selector_params *p);
 void select_ann_free(select_ann *a); /* not the index: its owner frees it */
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
+/* n of those in parallel (the index's search only reads it; each thread
+ * queries with its own scratch and counters); as ops->query_batch. */
+int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_search, int k, const select_mask *m,
+                           int32_t *out, int *got, int n_threads);
 
 /* Beam width of a filtered ANN search: ef when every indexed slot is
  * eligible, widened by n / n_elig (at most 8x) otherwise. Accepted nodes are

@@ -153,6 +153,33 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
     return got;
 }
 
+int selector_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                         const select_mask *m, int32_t *out, int *got, int n_threads) {
+    if (k <= 0) {
+        for (int i = 0; i < n; i++) got[i] = 0;
+        return 0;
+    }
+    int rc = 0;
+    if (s->ops->query_batch) {
+        double t0 = time_now_s();
+        rc = s->ops->query_batch(s, n, q_search, q_native, q_stride, k, m, out, got, n_threads);
+        s->stats.t_query_s += time_now_s() - t0;
+        for (int i = 0; !rc && i < n; i++) {
+            s->stats.n_queries++;
+            s->stats.n_returned += got[i];
+            s->stats.n_filler += k - got[i];
+        }
+        return rc;
+    }
+    const int d = s->params.d_search;
+    for (int i = 0; i < n && !rc; i++) {
+        got[i] = selector_query(s, q_search ? q_search + (size_t)i * d : NULL, q_native + (size_t)i * q_stride, k, &m[i],
+                                out + (size_t)i * k);
+        rc = got[i] < 0 ? -1 : 0;
+    }
+    return rc;
+}
+
 void selector_reset(selector *s) {
     s->ops->reset(s);
 }

@@ -151,6 +151,14 @@ typedef struct selector_ops {
      * query head h, best first, into out[h*k ..], their count into n_out[h];
      * returns 0, or -1 when out of memory. */
     int (*query_heads)(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out, int *n_out);
+    /* Optional (NULL: one query call each): n queries at once (a prefill
+     * batch), answered as n calls of query would answer them up to float
+     * rounding: query i has search vector q_search + i * d_search (NULL when
+     * unused), native q q_native + i * q_stride and mask m[i]; up to k slots
+     * go to out + i * k and their count to got[i]. May use n_threads
+     * threads. Returns 0, or -1 when out of memory. */
+    int (*query_batch)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                       const select_mask *m, int32_t *out, int *got, int n_threads);
 } selector_ops;
 
 struct selector {
@@ -172,6 +180,10 @@ void selector_free(selector *s);
 subq_status selector_append(selector *s, const float *k_search, int n, int slot0, subq_error *err);
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out);
+/* n queries at once (ops->query_batch above, or one query call each);
+ * counted and timed as n queries. Returns 0, or -1 when out of memory. */
+int selector_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                         const select_mask *m, int32_t *out, int *got, int n_threads);
 void selector_reset(selector *s);
 /* 1 if s picks one slot set per query head (ops->query_heads); its query op
  * still answers one set per query (the head-mean ranking). */

@@ -200,6 +200,13 @@ expect_error("complete-heads without complete", ["generate", "-m", MODEL, "--sel
 expect_error("eval budget without complete", ["eval", "-m", MODEL, "--eval-file", os.path.join(SHARED, "data/text"),
                                               "--budget", "5%"], contains="--complete")
 expect_error("bench with completion", ["bench", "-m", MODEL, "--complete", MODEL], contains="not supported")
+expect_error("bench prompt longer than -c", ["bench", "-m", MODEL, "--prefill-ctx", "600", "-c", "512"],
+             contains="-c is 512")
+expect_error("bench prefill text without lengths", ["bench", "-m", MODEL, "--prefill-text", MODEL],
+             contains="--prefill-ctx")
+expect_error("bench prefill text missing", ["bench", "-m", MODEL, "--prefill-ctx", "16", "--prefill-text",
+                                            os.path.join(TMP, "no_such_text.txt")])
+expect_error("bench bad prefill lengths", ["bench", "-m", MODEL, "--prefill-ctx", "16,0"])
 expect_error("eval bad budget", ["eval", "-m", MODEL, "-f", MODEL, "--budget", "5%,x"])
 expect_error("eval bad compare", ["eval", "-m", MODEL, "-f", MODEL, "--compare", "exact@8"], contains="--compare")
 

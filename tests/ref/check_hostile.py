@@ -179,6 +179,19 @@ def main():
                                     "-t", "1", "--json"])
     check_json(ck, "bench --json with NaN weights", ["bench", "-m", nan_path, "--ctx", "64", "--prefill", "16", "-n",
                                                      "2", "--bw-mib", "16", "-t", "1", "--json"], may_fail=True)
+    pf = check_json(ck, "bench --prefill-ctx --json", ["bench", "-m", model, "--prefill-ctx", "24,48", "--attn",
+                                                        "full,window", "--prefill-text", text_path, "-b", "16", "-n",
+                                                        "2", "-t", "1", "--json"])
+    if pf is not None:
+        rows = pf.get("prefill", [])
+        ck.check("bench --prefill-ctx: a row per length and kind, exponents",
+                 [(r["n_tokens"], r["attn"]) for r in rows] == [(24, "full"), (48, "full"), (24, "window"),
+                                                                (48, "window")] and
+                 all(r["seconds"] > 0 and r["decode_tok_s"] > 0 for r in rows) and
+                 rows[0]["exponent_vs_prev"] is None and isinstance(rows[1]["exponent_vs_prev"], float) and
+                 set(pf.get("exponent", {})) == {"full", "window"} and pf.get("batch") == 16, repr(pf)[:300])
+    check_json(ck, "bench --prefill-ctx --json with NaN weights", ["bench", "-m", nan_path, "--prefill-ctx", "16",
+                                                                   "-n", "2", "-t", "1", "--json"], may_fail=True)
     for label, m in (("", model), (" with NaN weights", nan_path)):
         check_json(ck, "eval --json" + label, ["eval", "-m", m, "--eval-file", text_path, "-c", "64", "--windows", "2",
                                                "--selectors", "window", "--k-sweep", "8", "-t", "1", "--json"],

@@ -285,6 +285,26 @@ def llama3_rope_factors(base, dim, factor, low_freq_factor, high_freq_factor, ol
 # Llama forward
 # =========================================================================
 
+# Weight types whose batches subq multiplies on activations quantised to
+# 8 bits (src/kernels/kernels.h, gemm_q8): Q4_0, Q8_0.
+Q8_ACT_TYPES = (2, 8)
+# subq takes that path for forward calls of at least this many rows (src/model/matmul.c).
+Q8_ACT_MIN_ROWS = 4
+
+
+def q8_roundtrip(x):
+    """x (T, n) after subq's 8-bit activation quantisation, in float32 as
+    subq computes it: per block of 32, d = max|x| / 127, q = rint(x * (1/d))
+    (ties to even), value d q."""
+    T, n = x.shape
+    xf = x.astype(np.float32).reshape(T, n // 32, 32)
+    d = (np.abs(xf).max(axis=-1, keepdims=True) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    q = np.rint((xf * inv).astype(np.float32))
+    return (q.astype(np.float64) * d.astype(np.float64)).reshape(T, n)
+
+
 class LlamaRef:
     def __init__(self, path):
         g = GGUFFile(path)
@@ -330,12 +350,15 @@ class LlamaRef:
         def w(name):
             return g.tensor(name).astype(np.float64)
 
+        self.wtype = {n: g.tensor_infos[n].type for n in g.tensor_names()}
+
         # token_embd: ne = [d, n_vocab] -> numpy (n_vocab, d): row t = embedding of t
         self.tok_embd = w("token_embd.weight")
         self.n_vocab = self.tok_embd.shape[0]
         self.output_norm = w("output_norm.weight")
         # output: (n_vocab, d); tied to the embedding when absent
         self.output = w("output.weight") if g.has_tensor("output.weight") else self.tok_embd
+        self.output_type = self.wtype["output.weight" if g.has_tensor("output.weight") else "token_embd.weight"]
 
         self.layers = []
         for i in range(self.n_layer):
@@ -351,6 +374,9 @@ class LlamaRef:
                 "w_up": w(p + "ffn_up.weight"),            # (n_ff, d)
                 "w_down": w(p + "ffn_down.weight"),        # (d, n_ff)
             }
+            L["type"] = {k: self.wtype[p + n + ".weight"] for k, n in (
+                ("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v"), ("wo", "attn_output"),
+                ("w_gate", "ffn_gate"), ("w_up", "ffn_up"), ("w_down", "ffn_down"))}
             for opt in ("attn_q.bias", "attn_k.bias", "attn_v.bias",     # qwen2
                         "attn_q_norm.weight", "attn_k_norm.weight"):     # qwen3, (hd,)
                 if g.has_tensor(p + opt):
@@ -386,10 +412,18 @@ class LlamaRef:
         out[:, :, i1] = x0 * sin + x1 * cos
         return out
 
+    def mm(self, x, W, wtype, q8_rows):
+        """x W^T, with the rows flagged in q8_rows (None: none) quantised to
+        8 bits first when subq's integer GEMM takes weights of this type."""
+        if q8_rows is not None and wtype in Q8_ACT_TYPES and q8_rows.any():
+            x = np.where(q8_rows[:, None], q8_roundtrip(x), x)
+        return x @ W.T
+
     # ---- forward -----------------------------------------------------------
-    def forward(self, tokens):
+    def forward(self, tokens, q8_rows=None):
         """Logits (float64, shape [T, n_vocab]) for tokens at positions 0..T-1
-        with causal attention."""
+        with causal attention. q8_rows (bool [T], optional): the tokens subq
+        runs in batches through its integer GEMM (see mm)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         T = len(tokens)
         if T == 0:
@@ -409,9 +443,10 @@ class LlamaRef:
         for L in self.layers:
             # ---- attention block
             h = self.rmsnorm(x, L["attn_norm"])
-            q = h @ L["wq"].T                                       # q = h Wq^T (+ bq)
-            k = h @ L["wk"].T
-            v = h @ L["wv"].T
+            ty = L["type"]
+            q = self.mm(h, L["wq"], ty["wq"], q8_rows)              # q = h Wq^T (+ bq)
+            k = self.mm(h, L["wk"], ty["wk"], q8_rows)
+            v = self.mm(h, L["wv"], ty["wv"], q8_rows)
             if "attn_q.bias" in L:
                 q = q + L["attn_q.bias"]
                 k = k + L["attn_k.bias"]
@@ -433,16 +468,16 @@ class LlamaRef:
                 p = np.exp(s)
                 p = p / p.sum(axis=1, keepdims=True)
                 heads[:, hq, :] = p @ v[:, kvh, :]
-            attn = heads.reshape(T, nh * hd) @ L["wo"].T            # output projection
+            attn = self.mm(heads.reshape(T, nh * hd), L["wo"], ty["wo"], q8_rows)   # output projection
             x = x + attn                                            # residual
             # ---- feed-forward block (SwiGLU)
             h = self.rmsnorm(x, L["ffn_norm"])
-            gate = h @ L["w_gate"].T
-            up = h @ L["w_up"].T
+            gate = self.mm(h, L["w_gate"], ty["w_gate"], q8_rows)
+            up = self.mm(h, L["w_up"], ty["w_up"], q8_rows)
             silu = gate / (1.0 + np.exp(-gate))                     # silu(z) = z * sigmoid(z)
-            x = x + (silu * up) @ L["w_down"].T                     # residual
+            x = x + self.mm(silu * up, L["w_down"], ty["w_down"], q8_rows)   # residual
         x = self.rmsnorm(x, self.output_norm)
-        return x @ self.output.T                                    # (T, n_vocab)
+        return self.mm(x, self.output, self.output_type, q8_rows)  # (T, n_vocab)
 
     # ---- high level ----------------------------------------------------------
     def generate(self, prompt, n):

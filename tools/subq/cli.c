@@ -187,6 +187,8 @@ int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_mode
         if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 1, 1024, &o->n_threads)) return -1;
     } else if (strcmp(a, "-c") == 0 || strcmp(a, "--ctx-size") == 0) {
         if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 1, 1 << 30, &o->n_ctx)) return -1;
+    } else if (strcmp(a, "-b") == 0 || strcmp(a, "--batch-size") == 0) {
+        if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 1, 1 << 20, &o->n_batch)) return -1;
     } else if (strcmp(a, "--kv") == 0) {
         if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_kv_type(cmd, v, &o->kv_type)) return -1;
     } else {
@@ -211,6 +213,7 @@ int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_cont
     p.n_ctx = o->n_ctx;
     p.n_threads = o->n_threads;
     p.kv_type = o->kv_type;
+    if (o->n_batch > 0) p.n_batch = o->n_batch;
     if (subq_context_new(*m, &p, c, &err)) {
         cli_error(cmd, "%s", err.msg);
         subq_model_free(*m);

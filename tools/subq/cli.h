@@ -74,6 +74,7 @@ typedef struct cli_model_opts {
     const char *model;
     int n_threads;
     int n_ctx;
+    int n_batch;
     subq_kv_type kv_type;
 } cli_model_opts;
 
@@ -81,6 +82,7 @@ typedef struct cli_model_opts {
     "  -m, --model FILE     GGUF model (required)\n"                               \
     "  -t, --threads N      threads (default: all cores)\n"                        \
     "  -c, --ctx-size N     context size in tokens (default: model's)\n"          \
+    "  -b, --batch-size N   tokens per forward step; longer prompts run in batches (default 512)\n" \
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
 
 /* If argv[*i] is one of the shared options, parse it (advancing *i) and

@@ -94,7 +94,7 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
     } else if (!strcmp(a, "--complete-heads")) {
         if (!(o->complete_heads = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--sparse-prefill")) {
-        p->sparse_prefill = 1;
+        p->sparse_prefill = SUBQ_PREFILL_SPARSE;
     } else {
         return 0;
     }

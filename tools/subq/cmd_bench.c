@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "bench_prefill.h"
 #include "cli.h"
 #include "cli_sparse.h"
 
@@ -26,7 +27,13 @@ static const char *help =
     "                       the other commands default to f32)\n"
     "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024)\n"
     "  -s, --seed N         seed of the synthetic KV fill and the token ids (default 7)\n"
-    "  --json               print one JSON object on stdout\n\n" CLI_SPARSE_OPTS_HELP;
+    "  --json               print one JSON object on stdout\n"
+    "  --prefill-ctx LIST   instead: real prefill of prompts of these lengths (dense, and with\n"
+    "                       each sparse kind of --attn its batched sparse prefill), where the\n"
+    "                       time goes, the growth exponent a (time ~ N^a), then -n decode\n"
+    "                       steps at that real context; -b sets the batch\n"
+    "  --prefill-text FILE  prompt tokens for --prefill-ctx from this text (repeated when\n"
+    "                       short; default: random ids)\n\n" CLI_SPARSE_OPTS_HELP;
 
 #define MAX_LIST 16
 
@@ -80,6 +87,8 @@ int cmd_bench(int argc, char **argv) {
     cli_sparse_init(&so);
     int ctx[MAX_LIST] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;
     int attn[MAX_LIST] = {-1}, n_attn = 1;
+    int prefill_ctx[MAX_LIST], n_prefill_ctx = 0;
+    const char *prefill_text = NULL;
     uint64_t seed = 7;
     const char *v;
     for (int i = 1; i < argc; i++) {
@@ -114,6 +123,11 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 16, 1 << 16, &bw_mib)) return 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--prefill-ctx")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_int_list(cmd, a, v, prefill_ctx, &n_prefill_ctx))
+                return 1;
+        } else if (!strcmp(a, "--prefill-text")) {
+            if (!(prefill_text = cli_value(cmd, argc, argv, &i))) return 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq bench --help)", a);
         }
@@ -127,6 +141,14 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_attn; i++)
         if (attn[i] >= 0 && !subq_selector_available((subq_selector_kind)attn[i]))
             return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", attn_name(attn[i]));
+    if (prefill_text && !n_prefill_ctx) return cli_error(cmd, "--prefill-text needs --prefill-ctx");
+    if (n_prefill_ctx) {
+        bench_prefill_opts po = {.lengths = prefill_ctx, .n_len = n_prefill_ctx, .attn = attn, .n_attn = n_attn,
+                                 .text_file = prefill_text, .n_decode = n_decode, .seed = seed, .json = json};
+        int prc = bench_prefill_run(cmd, &po, &mo, &so);
+        cli_sparse_free(&so);
+        return prc;
+    }
     int max_ctx = n_prefill;
     for (int i = 0; i < n_ctx_list; i++)
         if (ctx[i] > max_ctx) max_ctx = ctx[i];
@@ -154,7 +176,7 @@ int cmd_bench(int argc, char **argv) {
         rc = 1;
         goto done;
     }
-    so.plan.sparse_prefill = 1;
+    so.plan.sparse_prefill = SUBQ_PREFILL_SPARSE;
 
     /* machine limits, measured now so the ratios below compare like with like */
     if (!json) fprintf(stderr, "subq bench: measuring memory bandwidth and sgemm (%d threads)...\n", nt);

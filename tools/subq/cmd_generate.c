@@ -17,7 +17,9 @@ static const char *help =
     "  --top-p P            nucleus sampling; 1 = off (default 0.95)\n"
     "  -s, --seed N         sampling seed (default 42)\n"
     "  --ignore-eos         keep generating after end-of-sequence\n"
-    "  --sparse-prefill     run the prompt sparse too (default: dense prompt, sparse decode)\n"
+    "  --sparse-prefill     run the prompt sparse too, in batches of -b: each prompt token attends to\n"
+    "                       the sinks, its batch up to itself (at least the tail) and --topk keys\n"
+    "                       retrieved from the earlier batches (default: dense prompt, sparse decode)\n"
     "  --prompt-cache FILE  session file: load the KV cache and indexes of an earlier run and reuse\n"
     "                       the prompt prefix they share; save the prompt's state there after it\n"
     "\n" CLI_SPARSE_OPTS_HELP;

@@ -75,7 +75,7 @@ int cmd_perplexity(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n_toks = 0;
     int rc = 0;
-    so.plan.sparse_prefill = 1; /* perplexity is teacher forcing: every position retrieves */
+    so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE; /* teacher forcing: every position retrieves as in decode */
     if (!cli_sparse_model_default(cmd, &so, mo.model) || !cli_load(cmd, &mo, &m, &c) ||
         !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;

@@ -25,7 +25,8 @@ static const char *help =
     "                       mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3\n"
     "  --max-body BYTES     largest request body (default 16777216)\n"
     "  --max-connections N  connections served at once (default 64)\n"
-    "  --sparse-prefill     run prompts sparse too (default: dense prompt, sparse decode)\n"
+    "  --sparse-prefill     run prompts sparse too, as subq generate --sparse-prefill (default: dense\n"
+    "                       prompt, sparse decode)\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
 /* The chat template: --chat-template NAME, else the model's, recognised;
@@ -104,6 +105,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.ctx.n_ctx = mo.n_ctx;
     cfg.ctx.n_threads = mo.n_threads;
     cfg.ctx.kv_type = mo.kv_type;
+    if (mo.n_batch > 0) cfg.ctx.n_batch = mo.n_batch;
     cfg.sparse = so.enabled;
 
     /* signals go to sigwait below, not to the threads started from here on */

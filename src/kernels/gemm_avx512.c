@@ -1,0 +1,179 @@
+/* The integer GEMM of prefill (kernels.h: gemm_q8) with AVX-512 VNNI, for
+ * CPUs that have it (kernels_gemm_q8 picks it over the AVX2 set's).
+ *
+ * vpdpbusd multiplies unsigned by signed bytes and adds groups of four into
+ * 32-bit lanes without saturating, 64 bytes (two blocks) per instruction.
+ * The activations are signed, so they go in offset: q ^ 0x80 = q + 128
+ * (unsigned), and
+ *   sum_j (q_j + 128) w_j = sum_j q_j w_j + 128 sum_j w_j,
+ * where the second term depends on the weights alone. The weight side of a
+ * group of rows is prepared once per chunk of tokens (bytes, lanes starting
+ * at -128 sum w, scales spread over their lanes), so a block pair of a
+ * (row, token) costs one vpdpbusd, one convert and one multiply-add. Results
+ * are the exact integer block sums, as in the other sets; only the float
+ * scaling rounds. */
+#include "kernels/kernels.h"
+
+#include "base/cpu.h"
+#include "kernels/dot.h"
+
+#ifdef KERNELS_HAVE_AVX2
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define INLINE512 AVX512 static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* Weight rows per tile, tokens per tile, block pairs per prepared group. */
+enum { TILE_R = 4, TILE_C = 4, PAIRS = 64 };
+
+/* One row's blocks 2p, 2p + 1, ready for vpdpbusd. */
+typedef struct wpair {
+    __m512i w;     /* the 64 values as signed bytes (zeros past the last block) */
+    __m512i start; /* per lane: -128 x the sum of its 4 weights */
+    __m512 dw;     /* lanes 0..7: scale of block 2p, lanes 8..15: of 2p + 1 (0 past the end) */
+} wpair;
+
+/* lanes 0..7 = a, lanes 8..15 = b */
+INLINE512 __m512 spread2(__m128 ab) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(ab));
+}
+
+INLINE512 __m256i q8_0_bytes(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+INLINE512 __m256i q4_0_bytes(const block_q4_0 *b) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t); /* high nibbles -> elements 16..31 */
+    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
+}
+
+/* Pairs [p0, p1) of `rows` rows into out[(p - p0) * rows + r]. */
+#define PREP(T)                                                                                               \
+    AVX512 static void T##_prep(const char *w, size_t rb, int rows, int64_t nb, int64_t p0, int64_t p1,      \
+                                wpair *out) {                                                                 \
+        for (int64_t p = p0; p < p1; p++)                                                                     \
+            for (int r = 0; r < rows; r++) {                                                                  \
+                const block_##T *b = (const block_##T *)(w + (size_t)r * rb) + 2 * p;                         \
+                const int two = 2 * p + 1 < nb;                                                               \
+                const __m256i hi = two ? T##_bytes(b + 1) : _mm256_setzero_si256();                           \
+                wpair *o = out + (p - p0) * rows + r;                                                         \
+                o->w = _mm512_inserti64x4(_mm512_castsi256_si512(T##_bytes(b)), hi, 1);                      \
+                o->start = _mm512_sub_epi32(_mm512_setzero_si512(),                                           \
+                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(),                       \
+                                                                _mm512_set1_epi8((char)0x80), o->w));         \
+                const int d = quant_rd16(b[0].d) | (two ? quant_rd16(b[1].d) : 0) << 16;                      \
+                o->dw = spread2(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));                                          \
+            }                                                                                                 \
+    }
+
+PREP(q8_0)
+PREP(q4_0)
+
+/* Activation side of one block pair of one token: offset bytes and scales
+ * (`two` = 0: the row's last block alone; its upper half meets zero weights). */
+INLINE512 void acts(const int8_t *xq, const float *xd, int two, __m512i *x, __m512 *dx) {
+    const __m512i off = _mm512_set1_epi8((char)0x80);
+    if (two) {
+        *x = _mm512_xor_si512(_mm512_loadu_si512(xq), off);
+        *dx = spread2(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)xd))); /* two floats; unaligned-safe */
+    } else {
+        *x = _mm512_xor_si512(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq)), off);
+        *dx = spread2(_mm_load_ss(xd));
+    }
+}
+
+/* One block pair p for R rows x C tokens: the tokens' bytes and scales are
+ * loaded once for all rows, each row's prepared pair once for all tokens. */
+#define PAIR_STEP(R, C, two)                                                                                  \
+    do {                                                                                                      \
+        __m512i x[C];                                                                                         \
+        __m512 dx[C];                                                                                         \
+        UNROLL for (int c = 0; c < C; c++) acts(xq + (size_t)c * n + 64 * p, xd + (size_t)c * nb + 2 * p, two, &x[c], &dx[c]); \
+        const wpair *pw = wp + (p - p0) * R;                                                                  \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) {                               \
+            const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(pw[r].start, x[c], pw[r].w));            \
+            acc[r][c] = _mm512_fmadd_ps(f, _mm512_mul_ps(pw[r].dw, dx[c]), acc[r][c]);                        \
+        }                                                                                                     \
+    } while (0)
+
+/* R rows x C tokens over pairs [p0, p1) of the prepared weights wp (R rows
+ * per pair); adds to y when `add`, else stores. Only the row's last pair
+ * can be a single block. */
+#define TILE(R, C)                                                                                            \
+    AVX512 static void tile_##R##x##C(const wpair *wp, int64_t p0, int64_t p1, int64_t nb, const int8_t *xq,  \
+                                      const float *xd, int64_t n, float *y, int64_t ldy, int add) {          \
+        __m512 acc[R][C];                                                                                     \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps(); \
+        const int64_t full = 2 * p1 <= nb ? p1 : p1 - 1;                                                      \
+        int64_t p = p0;                                                                                       \
+        for (; p < full; p++) PAIR_STEP(R, C, 1);                                                             \
+        if (p < p1) PAIR_STEP(R, C, 0);                                                                       \
+        UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) {                               \
+            float v = _mm512_reduce_add_ps(acc[r][c]);                                                        \
+            y[(size_t)c * ldy + r] = add ? y[(size_t)c * ldy + r] + v : v;                                    \
+        }                                                                                                     \
+    }
+
+TILE(4, 4)
+TILE(1, 4)
+TILE(4, 1)
+TILE(1, 1)
+
+/* Tokens go in chunks whose quantised rows stay in L2; for each group of 4
+ * weight rows and each range of PAIRS block pairs, the prepared weights
+ * (48 KiB) stay in L1/L2 while every token of the chunk passes them. */
+typedef void (*prep_fn)(const char *w, size_t rb, int rows, int64_t nb, int64_t p0, int64_t p1, wpair *out);
+
+AVX512 static void gemm_512(prep_fn prep, const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd,
+                            int n_tok, int64_t n, float *y, int64_t ldy) {
+    enum { CHUNK_BYTES = 1 << 19 };
+    const int64_t nb = n / 32, np = (nb + 1) / 2;
+    wpair wp[TILE_R * PAIRS];
+    int chunk = (int)(CHUNK_BYTES / n) / TILE_C * TILE_C;
+    if (chunk < TILE_C) chunk = TILE_C;
+    for (int t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t r = 0; r < n_rows;) {
+            const int R = r + TILE_R <= n_rows ? TILE_R : 1;
+            const char *wr = (const char *)w + (size_t)r * rb;
+            for (int64_t p0 = 0; p0 < np; p0 += PAIRS) {
+                const int64_t p1 = p0 + PAIRS < np ? p0 + PAIRS : np;
+                prep(wr, rb, R, nb, p0, p1, wp);
+                for (int t = t0; t < t1;) {
+                    const int C = t + TILE_C <= t1 ? TILE_C : 1;
+                    const int8_t *xt = xq + (size_t)t * n;
+                    const float *dt = xd + (size_t)t * nb;
+                    float *yt = y + (size_t)t * ldy + r;
+                    if (R == TILE_R && C == TILE_C) tile_4x4(wp, p0, p1, nb, xt, dt, n, yt, ldy, p0 > 0);
+                    else if (R == TILE_R) tile_4x1(wp, p0, p1, nb, xt, dt, n, yt, ldy, p0 > 0);
+                    else if (C == TILE_C) tile_1x4(wp, p0, p1, nb, xt, dt, n, yt, ldy, p0 > 0);
+                    else tile_1x1(wp, p0, p1, nb, xt, dt, n, yt, ldy, p0 > 0);
+                    t += C;
+                }
+            }
+            r += R;
+        }
+    }
+}
+
+static void gemm_q8_0(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
+                      int64_t n, float *y, int64_t ldy) {
+    gemm_512(q8_0_prep, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
+}
+
+static void gemm_q4_0(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
+                      int64_t n, float *y, int64_t ldy) {
+    gemm_512(q4_0_prep, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
+}
+
+static const gemm_q8_fn gemm_avx512[GGML_TYPE_COUNT] = {
+    [GGML_TYPE_Q8_0] = gemm_q8_0,
+    [GGML_TYPE_Q4_0] = gemm_q4_0,
+};
+
+const gemm_q8_fn *kernels_gemm_q8_avx512(void) { return cpu_has_avx512vnni() ? gemm_avx512 : NULL; }
+
+#else
+
+const gemm_q8_fn *kernels_gemm_q8_avx512(void) { return NULL; }
+
+#endif
