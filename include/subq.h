@@ -240,6 +240,21 @@ int subq_selector_available(subq_selector_kind k);
 /* 1 if it ranks in the learned search space (needs search projections). */
 int subq_selector_needs_search(subq_selector_kind k);
 
+/* What the search-space selectors rank keys by: cosine (keys and queries
+ * L2-normalised; what training optimises) or the raw inner product q.k (as
+ * the llama.cpp runtime ranks). */
+typedef enum subq_score { SUBQ_SCORE_COSINE = 0, SUBQ_SCORE_DOT, SUBQ_SCORE_COUNT } subq_score;
+/* What the exact selector's scan reads per key: the stored keys (f32, or
+ * f16 with search_f16), or int8 / int4 codes of them with one scale per key
+ * (a quarter / an eighth of the f32 bytes), whose best 8 K slots are
+ * re-ranked on the stored keys. */
+typedef enum subq_scan { SUBQ_SCAN_FULL = 0, SUBQ_SCAN_INT8, SUBQ_SCAN_INT4, SUBQ_SCAN_COUNT } subq_scan;
+/* "cosine" / "dot", "full" / "int8" / "int4" -> the value; -1 when unknown. */
+int subq_score_parse(const char *name);
+const char *subq_score_name(subq_score s);
+int subq_scan_parse(const char *name);
+const char *subq_scan_name(subq_scan s);
+
 /* subq_attn_plan.sparse_prefill:
  *   DENSE:     full attention; the prompt's keys are indexed for decode.
  *   SPARSE:    each prompt token attends to the sinks, its local window (the
@@ -275,10 +290,17 @@ typedef struct subq_attn_plan {
      * end), comma lists; NULL: the layers that have search projections, or
      * every layer for selectors without a search space */
     const char *layers;
+    /* per-layer top-K by exact selection, "L:K,..." (L a layer or range as in
+     * `layers`): those layers retrieve K keys with the exact selector
+     * whatever `selector` is, and are sparse even when `layers` omits them,
+     * e.g. a large K for layers otherwise kept dense, so that no layer reads
+     * the whole cache; NULL: none */
+    const char *topk_layers;
     subq_selector_kind selector;   /* exact */
     int top_k;                     /* keys retrieved per query (64) */
     int n_sink;                    /* first tokens of a document always attended (4) */
-    int n_tail;                    /* most recent tokens always attended, the query included (16) */
+    int n_tail;                    /* most recent tokens always attended, the query included (16);
+                                      sink 0 and tail 0: exactly the K retrieved keys */
     int sparse_prefill;            /* how a prompt (a batch of several tokens) attends; one-token
                                       steps are sparse in every mode (SUBQ_PREFILL_DENSE) */
     int hnsw_m, hnsw_ef_construction, hnsw_ef_search; /* 32, 40, 64 */
@@ -286,7 +308,9 @@ typedef struct subq_attn_plan {
     int quest_headmean;            /* quest: 1 = one page set per query from the bound of the
                                       head-mean q.k; 0 = each query head its own pages (0) */
     subq_oracle_kind oracle;       /* oracle: what it ranks (SUBQ_ORACLE_HEADMEAN_DOT) */
-    int search_f16;                /* exact: keep search keys in f16 (0) */
+    int search_f16;                /* exact, hnsw: keep search keys in f16 (0) */
+    subq_score score;              /* exact, hnsw, faiss: ranking (cosine) */
+    subq_scan scan;                /* exact: what the scan reads (full) */
     uint64_t seed;                 /* index randomness (1) */
     /* with completion maps: complete only query heads whose mid-region
      * entropy, stored in the maps file, is at least this; < 0: every head (-1) */

@@ -1,8 +1,9 @@
-/* exact selector == brute force (double-precision cosine, full sort) on
- * random keys, chunked appends and random masks (segments, exclusions,
- * n_slots beyond the appended keys), with f32 and f16 key storage, one query
- * at a time and in batches (selector_query_batch); plus the
- * mask-range helper against select_mask_allows. */
+/* exact selector == brute force (double-precision cosine or dot product,
+ * full sort) on random keys, chunked appends and random masks (segments,
+ * exclusions, n_slots beyond the appended keys), with f32 and f16 key
+ * storage; the compressed int8 / int4 scans with recall@K >= 0.99 against
+ * the same brute force, and unchanged by a get_keys + put_keys round trip;
+ * plus the mask-range helper against select_mask_allows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +18,15 @@ static int cmp_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static double cosine(const float *a, const float *b, int d) {
+/* the ranking score in double precision: cosine, or the raw dot product */
+static double score_of(const float *a, const float *b, int d, select_score score) {
     double ab = 0, aa = 0, bb = 0;
     for (int c = 0; c < d; c++) {
         ab += (double)a[c] * b[c];
         aa += (double)a[c] * a[c];
         bb += (double)b[c] * b[c];
     }
+    if (score == SELECT_SCORE_DOT) return ab;
     return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
 }
 
@@ -138,19 +141,33 @@ static void test_batch(selector *s, const float *keys, int d, int n, int f16, in
     free(have);
 }
 
-static void test_exact(int f16, int d, int n, uint64_t seed, int threads) {
+static double cosine(const float *a, const float *b, int d) { return score_of(a, b, d, SELECT_SCORE_COSINE); }
+
+/* The exact selector against brute force (double precision, full sort) on
+ * random masks and K. Full scans must return the brute-force top K (score
+ * multisets equal within the storage's rounding); compressed scans must
+ * return eligible slots, the right count, best first, and recall@K >= 0.99
+ * of the brute-force top K over all queries (a slot counts if its score
+ * reaches the K-th best within the rounding). */
+static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select_score score, select_scan scan) {
     uint64_t rng = rng_seed(seed);
     float *keys = malloc((size_t)n * d * sizeof(float)), *q = malloc((size_t)d * sizeof(float));
     int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc(512 * sizeof(int32_t));
     double *want = malloc((size_t)n * sizeof(double)), *have = malloc(512 * sizeof(double));
-    /* keys with a shared offset so cosines spread over a useful range */
+    /* keys with a shared offset so cosines spread over a useful range, and
+     * norms that differ so the dot product ranks otherwise */
     for (int j = 0; j < n; j++)
         for (int c = 0; c < d; c++) keys[(size_t)j * d + c] = rng_normal(&rng) * (1.0f + 3.0f * (j % 5)) + 0.3f;
 
     selector_params p;
     selector_params_default(&p, SELECT_EXACT, d);
     p.f16_keys = f16;
+    p.score = score;
+    p.scan = scan;
     p.n_threads = threads; /* >= 8192 keys and 2 threads: the split scan */
+    char name[96];
+    snprintf(name, sizeof name, "exact %s %s %s d=%d n=%d", f16 ? "f16" : "f32", select_score_name(score),
+             select_scan_name(scan), d, n);
     selector *s;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
@@ -161,21 +178,53 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads) {
     }
     CHECK(selector_append(s, keys, 1, 5, &err) == SUBQ_ERR_ARG, "out-of-order append must fail");
 
-    const double tol = f16 ? 2e-3 : 1e-5;
-    bad_counts bad = {0};
+    /* rounding of the stored keys, relative to the score's scale */
+    const double tol = (f16 ? 2e-3 : 1e-5) * (score == SELECT_SCORE_DOT ? 13.0 * d : 1.0);
+    int bad_count = 0, bad_score = 0, bad_elig = 0, bad_order = 0;
+    double hits = 0, wanted = 0;
     for (int it = 0; it < 60; it++) {
         select_mask m;
         random_mask(&rng, n, seg, &m);
         int k = 1 + (int)(rng_next_u64(&rng) % 300);
         for (int c = 0; c < d; c++) q[c] = rng_normal(&rng) + 0.3f;
-        int got = selector_query(s, q, NULL, k, &m, out);
-        check_answer(q, keys, d, n, &m, k, out, got, tol, want, have, &bad);
+        /* brute force: every eligible slot's score, full sort */
+        int ne = 0;
+        for (int j = 0; j < n; j++)
+            if (select_mask_allows(&m, j)) want[ne++] = score_of(q, keys + (size_t)j * d, d, score);
+        qsort(want, (size_t)ne, sizeof(double), cmp_desc);
+        int got = selector_query(s, q, NULL, k, &m, out), kk = k < ne ? k : ne;
+        bad_count += got != kk;
+        for (int i = 0; i < got; i++) {
+            bad_elig += !select_mask_allows(&m, out[i]) || out[i] >= n;
+            if (out[i] >= 0 && out[i] < n) have[i] = score_of(q, keys + (size_t)out[i] * d, d, score);
+        }
+        for (int i = 1; i < got; i++) bad_order += have[i] > have[i - 1] + tol;
+        for (int i = 0; i < got && kk > 0; i++) hits += have[i] >= want[kk - 1] - tol;
+        wanted += kk;
+        /* full scans: the score multisets agree: sorted returned scores == top of the brute sort */
+        qsort(have, (size_t)got, sizeof(double), cmp_desc);
+        for (int i = 0; scan == SELECT_SCAN_FULL && i < got && i < ne; i++) bad_score += fabs(have[i] - want[i]) > tol;
     }
-    report("exact", f16, d, &bad);
+    const double recall = wanted > 0 ? hits / wanted : 1.0;
+    CHECK(bad_count == 0, "%s: %d queries returned the wrong count", name, bad_count);
+    CHECK(bad_elig == 0, "%s: %d ineligible slots returned", name, bad_elig);
+    CHECK(bad_score == 0, "%s: %d scores differ from brute force", name, bad_score);
+    CHECK(bad_order == 0, "%s: %d results out of order", name, bad_order);
+    CHECK(recall >= (scan == SELECT_SCAN_FULL ? 1.0 : 0.99), "%s: recall@K %.4f vs brute force", name, recall);
+    if (scan != SELECT_SCAN_FULL) printf("%s: recall@K %.4f vs brute force (f64)\n", name, recall);
     CHECK(s->stats.n_queries == 60 && s->stats.n_appended == n, "stats: %lld queries, %lld appended",
           (long long)s->stats.n_queries, (long long)s->stats.n_appended);
     CHECK(s->stats.bytes >= (size_t)n * d * (f16 ? 2 : 4), "stats.bytes %zu too small", s->stats.bytes);
-    test_batch(s, keys, d, n, f16, threads, &rng);
+    /* bytes_read: at least every eligible row's codes, at most all rows' stored keys and codes */
+    const double row_max = (double)d * (f16 ? 2 : 4) + ((d + 63) / 64 * 64 + 4); /* codes: at most 1 byte per padded element */
+    CHECK(s->stats.bytes_read > 0 && (double)s->stats.bytes_read <= 60.0 * n * row_max, "%s: bytes_read %lld",
+          name, (long long)s->stats.bytes_read);
+    /* long compressed scans read the codes, not the stored keys */
+    if (scan != SELECT_SCAN_FULL && n >= 12000)
+        CHECK((double)s->stats.bytes_read < 0.6 * 60.0 * n * d * (f16 ? 2 : 4), "%s: bytes_read %lld: not the codes",
+              name, (long long)s->stats.bytes_read);
+    /* batches (a prefill's queries) scan the stored keys in full */
+    if (score == SELECT_SCORE_COSINE) test_batch(s, keys, d, n, f16, threads, &rng);
 
     /* reset forgets the keys; a new sequence starts at slot 0 */
     selector_reset(s);
@@ -190,6 +239,41 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads) {
     free(out);
     free(want);
     free(have);
+}
+
+/* A compressed scan over keys exported (get_keys) and put back (put_keys)
+ * into a fresh selector answers as the original: the codes are a function
+ * of the stored keys. */
+static void test_put_keys(select_scan scan, int f16) {
+    enum { N = 5000, D = 48, K = 20 };
+    uint64_t rng = rng_seed(21);
+    float *keys = malloc((size_t)N * D * sizeof(float)), *back = malloc((size_t)N * D * sizeof(float)), q[D];
+    for (int i = 0; i < N * D; i++) keys[i] = rng_normal(&rng);
+    selector_params p;
+    selector_params_default(&p, SELECT_EXACT, D);
+    p.scan = scan;
+    p.f16_keys = f16;
+    selector *a, *b;
+    subq_error err = {0};
+    CHECK(selector_new(&p, NULL, &a, &err) == SUBQ_OK && selector_new(&p, NULL, &b, &err) == SUBQ_OK, "new: %s",
+          err.msg);
+    CHECK(selector_append(a, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+    CHECK(selector_get_keys(a, N, back, &err) == SUBQ_OK, "get_keys: %s", err.msg);
+    CHECK(selector_put_keys(b, back, N, 0, &err) == SUBQ_OK, "put_keys: %s", err.msg);
+    select_mask all = {.n_slots = N};
+    int32_t oa[K], ob[K];
+    int differ = 0;
+    for (int it = 0; it < 20; it++) {
+        for (int c = 0; c < D; c++) q[c] = rng_normal(&rng);
+        int na = selector_query(a, q, NULL, K, &all, oa), nb = selector_query(b, q, NULL, K, &all, ob);
+        differ += na != nb || memcmp(oa, ob, sizeof oa);
+    }
+    CHECK(differ == 0, "scan %s f16 %d: %d queries differ after get_keys + put_keys", select_scan_name(scan), f16,
+          differ);
+    selector_free(a);
+    selector_free(b);
+    free(keys);
+    free(back);
 }
 
 static void test_names(void) {
@@ -219,12 +303,17 @@ static void test_names(void) {
 int main(void) {
     test_ranges();
     test_names();
-    test_exact(0, 64, 3000, 1, 1);
-    test_exact(1, 64, 3000, 2, 1);
-    test_exact(0, 37, 1000, 3, 1);
-    test_exact(1, 37, 1000, 4, 1);
-    test_exact(0, 5, 500, 5, 1);
-    test_exact(0, 64, 20000, 6, 2);
-    test_exact(1, 32, 12000, 7, 2);
+    const select_score cos = SELECT_SCORE_COSINE, dot = SELECT_SCORE_DOT;
+    for (select_scan scan = SELECT_SCAN_FULL; scan < SELECT_SCAN_COUNT; scan++) {
+        test_exact(0, 64, 3000, 1, 1, cos, scan);
+        test_exact(1, 64, 3000, 2, 1, cos, scan);
+        test_exact(0, 37, 1000, 3, 1, cos, scan);
+        test_exact(1, 37, 1000, 4, 1, dot, scan);
+        test_exact(0, 5, 500, 5, 1, cos, scan);
+        test_exact(0, 64, 20000, 6, 2, cos, scan);
+        test_exact(1, 32, 12000, 7, 2, cos, scan);
+        test_exact(0, 128, 20000, 8, 2, dot, scan);
+        test_put_keys(scan, scan == SELECT_SCAN_INT4);
+    }
     return test_summary();
 }

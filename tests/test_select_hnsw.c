@@ -1,10 +1,12 @@
 /* HNSW (and FAISS, if built) recall@K against the exact selector on
  * clustered synthetic search vectors at default settings (M 32,
  * efConstruction 40, efSearch 64), the index grown by chunked appends as in
- * prefill + decode. Also: masked queries (sinks, tail, documents) stay
- * eligible and keep their recall, small eligible sets are exact, and a batch
- * of queries (selector_query_batch: in parallel for hnsw, one by one for
- * faiss) answers as one query each.
+ * prefill + decode; by cosine and by raw dot product, HNSW over f32 and f16
+ * keys. Also: masked queries (sinks, tail, documents) stay eligible and keep
+ * their recall, small eligible sets are exact, bytes_read covers the
+ * vectors scored, a truncated HNSW index answers as one built from the kept
+ * keys, and a batch of queries (selector_query_batch: in parallel for hnsw,
+ * one by one for faiss) answers as one query each.
  * Prints insert and query times (informational; the machine is shared). */
 #include <math.h>
 #include <stdio.h>
@@ -42,12 +44,16 @@ static double recall(const int32_t *a, int na, const int32_t *b, int nb) {
     return nb ? (double)hit / nb : 1.0;
 }
 
-static void run(selector_kind kind, const float *keys, const float *queries, int32_t *seg) {
-    const char *name = selector_kind_name(kind);
+static void run(selector_kind kind, int f16, select_score score, const float *keys, const float *queries,
+                int32_t *seg) {
+    char name[64];
+    snprintf(name, sizeof name, "%s %s %s", selector_kind_name(kind), f16 ? "f16" : "f32", select_score_name(score));
     subq_error err = {0};
     selector_params pe, pa;
     selector_params_default(&pe, SELECT_EXACT, D);
     selector_params_default(&pa, kind, D);
+    pe.score = pa.score = score;
+    pa.f16_keys = f16;
     selector *ex, *ann;
     CHECK(selector_new(&pe, NULL, &ex, &err) == SUBQ_OK, "exact: %s", err.msg);
     CHECK(selector_new(&pa, NULL, &ann, &err) == SUBQ_OK, "%s: %s", name, err.msg);
@@ -108,7 +114,12 @@ static void run(selector_kind kind, const float *keys, const float *queries, int
     printf("%s: masked (one document of %d, sinks + tail excluded) recall@K %.4f | %.0f distances/query\n", name,
            N_KEYS - doc0, rm, (double)(ann->stats.n_visited - vis0) / N_QUERIES);
     CHECK(bad == 0, "%s: %d ineligible slots returned", name, bad);
-    CHECK(rm >= 0.95, "%s masked recall@%d %.4f < 0.95", name, K, rm);
+    /* graphs under the raw inner product are poorly navigable within a
+     * masked part (hnswlib: measured 0.84 here at any efSearch up to 512,
+     * 1.0 at 2000; FAISS 0.99, and 0.95 with the sanitizer build's 6000
+     * keys): a known limit of graph indexes with --score dot */
+    const double floor = score == SELECT_SCORE_DOT ? (kind == SELECT_HNSW ? 0.8 : 0.9) : 0.95;
+    CHECK(rm >= floor, "%s masked recall@%d %.4f < %.2f", name, K, rm, floor);
 
     /* a batch of the masked queries (prefill: in parallel) answers as one query each */
     select_mask mb[N_QUERIES];
@@ -133,6 +144,29 @@ static void run(selector_kind kind, const float *keys, const float *queries, int
         exact_small &= na == nb && recall(a, na, b, nb) == 1.0;
     }
     CHECK(exact_small, "%s: small eligible sets must be exact", name);
+
+    /* bytes_read: every vector scored at least */
+    CHECK(ann->stats.bytes_read >= (uint64_t)ann->stats.n_visited * D * (f16 ? 2 : 4), "%s: bytes_read %lld for %lld "
+          "distances", name, (long long)ann->stats.bytes_read, (long long)ann->stats.n_visited);
+
+    /* truncation rebuilds from the stored keys: the same answers as an index
+     * given only the kept keys */
+    if (kind == SELECT_HNSW) {
+        const int keep = N_KEYS / 2;
+        selector *fresh;
+        CHECK(selector_new(&pa, NULL, &fresh, &err) == SUBQ_OK, "%s: %s", name, err.msg);
+        CHECK(selector_append(fresh, keys, keep, 0, &err) == SUBQ_OK, "%s: %s", name, err.msg);
+        CHECK(selector_truncate(ann, keep, &err) == SUBQ_OK, "%s truncate: %s", name, err.msg);
+        select_mask half = {.n_slots = keep};
+        int differ = 0;
+        for (int i = 0; i < 20; i++) {
+            int na = selector_query(ann, queries + (size_t)i * D, NULL, K, &half, a);
+            int nb = selector_query(fresh, queries + (size_t)i * D, NULL, K, &half, b);
+            differ += na != nb || memcmp(a, b, (size_t)na * sizeof(int32_t));
+        }
+        CHECK(differ == 0, "%s: %d queries differ between the truncated and the fresh index", name, differ);
+        selector_free(fresh);
+    }
 
     /* reset: a new sequence, new index */
     selector_reset(ann);
@@ -163,9 +197,15 @@ int main(void) {
     for (int i = 0; i < N_QUERIES; i++)
         near(queries + (size_t)i * D, centres + (size_t)(i % N_CENTRES) * D, 0.3f, &rng);
 
-    run(SELECT_HNSW, keys, queries, seg);
-    if (selector_kind_available(SELECT_FAISS)) run(SELECT_FAISS, keys, queries, seg);
-    else printf("faiss: not in this build\n");
+    run(SELECT_HNSW, 0, SELECT_SCORE_COSINE, keys, queries, seg);
+    run(SELECT_HNSW, 1, SELECT_SCORE_COSINE, keys, queries, seg);
+    run(SELECT_HNSW, 0, SELECT_SCORE_DOT, keys, queries, seg);
+    if (selector_kind_available(SELECT_FAISS)) {
+        run(SELECT_FAISS, 0, SELECT_SCORE_COSINE, keys, queries, seg);
+        run(SELECT_FAISS, 0, SELECT_SCORE_DOT, keys, queries, seg);
+    } else {
+        printf("faiss: not in this build\n");
+    }
 
     free(centres);
     free(keys);

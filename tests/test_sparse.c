@@ -4,6 +4,10 @@
  *    mode (teacher forcing) when the candidate sets are the same;
  *  - candidates never include a future key, another document's key, a sink
  *    or a tail slot (block-causal packing with restarting positions);
+ *  - with no sinks and no tail, a query attends exactly the K retrieved keys
+ *    (its own among the candidates), and with K >= n equals full attention;
+ *  - per-layer top-K (topk_layers) layers are exact selections of their K
+ *    whatever the plan's selector and layer list say;
  *  - batched sparse prefill (SPARSE_PREFILL_BATCH, batches of BATCH tokens):
  *    with K >= every eligible key it equals full attention (sinks, window and
  *    retrieved slots cover every key exactly once); with K = 8 its
@@ -148,8 +152,83 @@ int main(void) {
         CHECK(bad == 0, "%s returned %d ineligible candidates", all_kinds[k], bad);
         CHECK(filler < N_TOK * 8, "%s returned nothing", all_kinds[k]);
     }
+    /* 4. --sink 0 --tail 0: exactly the K retrieved keys, the query's own
+     * key retrievable like any other. With K >= n every selector equals full
+     * attention (so does exact by dot product and over int8 / int4 codes);
+     * with K = 8 each query gets min(8, keys of its document so far), all
+     * eligible; K = 0 without sinks or tail leaves nothing to attend and is
+     * refused. */
+    for (int kind = 0; kind < SELECT_KIND_COUNT + 3; kind++) {
+        attn_plan_default(&plan);
+        selector_params_default(&plan.sparse.select, kind < SELECT_KIND_COUNT ? kind : SELECT_EXACT, 16);
+        const char *name = kind < SELECT_KIND_COUNT ? selector_kind_name(kind) : "exact (dot, int8, int4)";
+        if (kind >= SELECT_KIND_COUNT) {
+            plan.sparse.select.score = SELECT_SCORE_DOT;
+            plan.sparse.select.scan = (select_scan)(kind - SELECT_KIND_COUNT);
+        }
+        if (!selector_kind_available(plan.sparse.select.kind)) continue;
+        plan.sparse.n_sink = plan.sparse.n_tail = 0;
+        plan.sparse_layers = "1-4";
+        plan.sparse.top_k = N_TOK;
+        subq_status s = run(&plan, proj, 1, N_TOK, got, NULL, &err);
+        rel = s ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
+        CHECK(!s && rel < 1e-5, "%s sink 0 tail 0 K>=n: rel %.2e %s", name, rel, s ? err.msg : "");
+        plan.sparse.top_k = 8;
+        s = run(&plan, proj, 1, N_TOK, got, cand_a, &err);
+        CHECK(!s, "%s sink 0 tail 0 K=8: %s", name, err.msg);
+        int bad = 0, short_sets = 0;
+        for (int t = 0; !s && t < N_TOK; t++) {
+            int doc0 = t < 70 ? 0 : 70, want = t - doc0 + 1 < 8 ? t - doc0 + 1 : 8, have = 0;
+            for (int i = 0; i < 8; i++) {
+                int j = cand_a[t * 8 + i];
+                if (j < 0) continue;
+                have++;
+                bad += j > t || j < doc0;
+            }
+            short_sets += have != want;
+        }
+        CHECK(bad == 0 && short_sets == 0, "%s sink 0 tail 0 K=8: %d ineligible, %d queries without min(K, n) keys",
+              name, bad, short_sets);
+    }
+    attn_plan_default(&plan);
+    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
+    plan.sparse.top_k = plan.sparse.n_sink = plan.sparse.n_tail = 0;
+    plan.sparse_layers = "1-4";
+    CHECK(run(&plan, proj, 0, N_TOK, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "at least one key"),
+          "K 0, sink 0, tail 0 must be refused: '%s'", err.msg);
 
-    /* 4. batched sparse prefill */
+    /* 5. per-layer top-K: "1-4:8" under another selector and no sparse
+     * layers is the exact selector at K = 8 on layers 1-4 (same candidates,
+     * same logits); a K >= n there is full attention; lists are parsed as
+     * written and a layer without projections is refused. */
+    attn_plan_default(&plan);
+    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
+    plan.sparse.top_k = 8;
+    plan.sparse_layers = "1-4";
+    CHECK(!run(&plan, proj, 1, N_TOK, dec, cand_b, &err), "exact K=8: %s", err.msg);
+    selector_params_default(&plan.sparse.select, SELECT_WINDOW, 16);
+    plan.sparse_layers = "none";
+    plan.topk_layers = "1-4:8";
+    CHECK(!run(&plan, proj, 1, N_TOK, got, cand_a, &err), "topk_layers 1-4:8: %s", err.msg);
+    CHECK(!memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) && max_rel(got, dec, (size_t)N_TOK * V) == 0,
+          "topk_layers 1-4:8 differs from exact K=8 on layers 1-4");
+    plan.topk_layers = "1-2:160,3:200,-1:500";
+    rel = run(&plan, proj, 1, N_TOK, got, NULL, &err) ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
+    CHECK(rel < 1e-5, "topk_layers with K >= n: rel %.2e %s", rel, err.msg);
+    plan.topk_layers = "0:8";
+    CHECK(run(&plan, proj, 1, N_TOK, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "per-layer top-K"),
+          "a per-layer top-K on a layer without projections must be refused: '%s'", err.msg);
+    int topk[5];
+    CHECK(!attn_topk_layers_parse("0:2048,2-3:7,-1:1", 5, topk, &err) && topk[0] == 2048 && topk[1] == -1 &&
+              topk[2] == 7 && topk[3] == 7 && topk[4] == 1,
+          "topk_layers parse: %d %d %d %d %d %s", topk[0], topk[1], topk[2], topk[3], topk[4], err.msg);
+    const char *bad_lists[] = {"0", "0:", "0:x", ":8", "0:-1", "0:8,", "9:8", "0:8;1:8", "0:8:9"};
+    for (int i = 0; i < (int)(sizeof bad_lists / sizeof bad_lists[0]); i++)
+        CHECK(attn_topk_layers_parse(bad_lists[i], 5, topk, &err) == SUBQ_ERR_ARG, "'%s' must be refused",
+              bad_lists[i]);
+
+
+    /* 6. batched sparse prefill */
     for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
         if (!selector_kind_available(kind)) continue;
         for (int packed = 0; packed < 2; packed++) {

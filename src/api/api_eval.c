@@ -45,7 +45,7 @@ subq_status subq_eval_run(subq_context *c, const subq_eval_params *p, subq_eval_
         .selectors = kinds, .n_selectors = p->n_selectors, .ks = p->ks, .n_k = p->n_k,
         .budgets = p->budgets, .n_budgets = p->n_budgets,
         .n_sink = ip.sparse.n_sink, .n_tail = ip.sparse.n_tail, .select = ip.sparse.select,
-        .sparse_layers = ip.sparse_layers,
+        .sparse_layers = ip.sparse_layers, .topk_layers = ip.topk_layers,
         .proj = p->search ? p->search->proj : NULL, .maps = p->complete ? p->complete->maps : NULL,
         .complete_heads = flags,
         .static_split = p->static_split, .per_layer = p->per_layer, .n_resamples = p->n_resamples, .seed = p->seed,

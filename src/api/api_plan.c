@@ -17,12 +17,22 @@ _Static_assert((int)SUBQ_SELECT_EXACT == (int)SELECT_EXACT && (int)SUBQ_SELECT_H
                    (int)SUBQ_SELECT_ORACLE == (int)SELECT_ORACLE && (int)SUBQ_SELECT_WINDOW == (int)SELECT_WINDOW,
                "public and internal selector kinds must agree");
 
+_Static_assert((int)SUBQ_SCORE_COSINE == (int)SELECT_SCORE_COSINE && (int)SUBQ_SCORE_DOT == (int)SELECT_SCORE_DOT &&
+                   (int)SUBQ_SCORE_COUNT == (int)SELECT_SCORE_COUNT && (int)SUBQ_SCAN_FULL == (int)SELECT_SCAN_FULL &&
+                   (int)SUBQ_SCAN_INT8 == (int)SELECT_SCAN_INT8 && (int)SUBQ_SCAN_INT4 == (int)SELECT_SCAN_INT4 &&
+                   (int)SUBQ_SCAN_COUNT == (int)SELECT_SCAN_COUNT,
+               "public and internal scores and scans must agree");
+
 _Static_assert((int)SUBQ_ORACLE_HEADMEAN_DOT == (int)ORACLE_HEADMEAN_DOT &&
                    (int)SUBQ_ORACLE_HEADMEAN_COSINE == (int)ORACLE_HEADMEAN_COSINE &&
                    (int)SUBQ_ORACLE_PER_HEAD == (int)ORACLE_PER_HEAD && (int)SUBQ_ORACLE_COUNT == (int)ORACLE_KIND_COUNT,
                "public and internal oracle kinds must agree");
 
 int subq_selector_parse(const char *name) { return selector_kind_parse(name); }
+int subq_score_parse(const char *name) { return select_score_parse(name); }
+const char *subq_score_name(subq_score s) { return select_score_name((select_score)s); }
+int subq_scan_parse(const char *name) { return select_scan_parse(name); }
+const char *subq_scan_name(subq_scan s) { return select_scan_name((select_scan)s); }
 
 int subq_oracle_parse(const char *name) { return oracle_kind_parse(name); }
 
@@ -44,6 +54,7 @@ subq_attn_plan subq_attn_plan_default(void) {
     const selector_params *sp = &ip.sparse.select;
     subq_attn_plan p = {
         .layers = NULL,
+        .topk_layers = NULL,
         .selector = (subq_selector_kind)sp->kind,
         .top_k = ip.sparse.top_k,
         .n_sink = ip.sparse.n_sink,
@@ -56,6 +67,8 @@ subq_attn_plan subq_attn_plan_default(void) {
         .quest_headmean = sp->quest_headmean,
         .oracle = (subq_oracle_kind)sp->oracle,
         .search_f16 = sp->f16_keys,
+        .score = (subq_score)sp->score,
+        .scan = (subq_scan)sp->scan,
         .seed = sp->seed,
         .complete_min_entropy = -1.0f,
     };
@@ -72,6 +85,7 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
         return subq_fail(err, SUBQ_ERR_ARG, "unknown oracle kind %d", (int)p->oracle);
     attn_plan_default(out);
     out->sparse_layers = p->layers;
+    out->topk_layers = p->topk_layers;
     sparse_params *sp = &out->sparse;
     selector_params_default(&sp->select, (selector_kind)p->selector, 0);
     sp->top_k = p->top_k;
@@ -85,6 +99,8 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.quest_headmean = p->quest_headmean != 0;
     sp->select.oracle = (oracle_kind)p->oracle;
     sp->select.f16_keys = p->search_f16;
+    sp->select.score = (select_score)p->score;
+    sp->select.scan = (select_scan)p->scan;
     sp->select.seed = p->seed;
     return SUBQ_OK;
 }

@@ -15,6 +15,34 @@ void attn_plan_default(attn_plan *p) {
     selector_params_default(&p->sparse.select, SELECT_EXACT, 0);
 }
 
+subq_status attn_topk_layers_parse(const char *s, int n_layer, int *topk, subq_error *err) {
+    for (int l = 0; l < n_layer; l++) topk[l] = -1;
+    unsigned char *mask = malloc((size_t)n_layer);
+    char item[64];
+    subq_status rc = mask ? SUBQ_OK : subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (const char *p = s; !rc;) {
+        /* one "LAYERS:K" item, K decimal digits */
+        size_t n = strcspn(p, ",");
+        const char *colon = memchr(p, ':', n);
+        char *end = NULL;
+        long k = colon && colon[1] >= '0' && colon[1] <= '9' ? strtol(colon + 1, &end, 10) : -1;
+        if (!colon || colon == p || (size_t)(colon - p) >= sizeof item || end != p + n || k < 0 || k > (1 << 24)) {
+            rc = subq_fail(err, SUBQ_ERR_ARG, "bad per-layer top-K list '%s': expected e.g. '0:2048,1:1024' or "
+                           "'0-1:2048,-1:512'", s);
+            break;
+        }
+        memcpy(item, p, (size_t)(colon - p));
+        item[colon - p] = '\0';
+        if ((rc = layers_parse(item, n_layer, mask, err))) break;
+        for (int l = 0; l < n_layer; l++)
+            if (mask[l]) topk[l] = (int)k;
+        if (!p[n]) break;
+        p += n + 1;
+    }
+    free(mask);
+    return rc;
+}
+
 void context_clear_plan(subq_context *c) {
     for (int l = 0; l < c->model->hp.n_layer; l++) {
         if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);
@@ -35,33 +63,47 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     if (c->kv.n_used != 0)
         return subq_fail(err, SUBQ_ERR_ARG, "attention plans are set on an empty context (reset it first)");
     unsigned char *mask = calloc((size_t)hp->n_layer, 1);
-    if (!mask) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    int *topk = malloc((size_t)hp->n_layer * sizeof(int));
+    if (!mask || !topk) {
+        free(mask);
+        free(topk);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
     subq_status s = SUBQ_OK;
     if (plan->sparse_layers) {
         s = layers_parse(plan->sparse_layers, hp->n_layer, mask, err);
     } else {
         for (int l = 0; l < hp->n_layer; l++) mask[l] = needs_search ? proj->wq[l] != NULL : 1;
     }
+    if (!s && plan->topk_layers) s = attn_topk_layers_parse(plan->topk_layers, hp->n_layer, topk, err);
+    else
+        for (int l = 0; l < hp->n_layer; l++) topk[l] = -1;
     for (int l = 0; l < hp->n_layer && !s; l++) {
-        if (!mask[l]) continue;
-        if (needs_search && !proj->wq[l]) {
-            s = subq_fail(err, SUBQ_ERR_ARG, "layer %d is planned sparse but the search projections have none "
-                          "for it", l);
+        if (!mask[l] && topk[l] < 0) continue;
+        sparse_params sp = plan->sparse;
+        if (topk[l] >= 0) { /* a large-K exact selection */
+            sp.top_k = topk[l];
+            sp.select.kind = SELECT_EXACT;
+        }
+        const int search = selector_kind_needs_search(sp.select.kind);
+        if (search && (!proj || !proj->wq[l])) {
+            s = subq_fail(err, SUBQ_ERR_ARG, "layer %d is planned sparse%s but the search projections have none "
+                          "for it", l, topk[l] >= 0 ? " (a per-layer top-K)" : "");
             break;
         }
-        sparse_params sp = plan->sparse;
-        if (needs_search) sp.select.d_search = proj->d_search;
+        if (search) sp.select.d_search = proj->d_search;
         sp.select.n_threads = c->n_threads;
         selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                             .head_dim = hp->head_dim};
         attn_stage *st;
-        s = attn_sparse_new(&sp, needs_search ? proj->wq[l] : NULL, needs_search ? proj->wk[l] : NULL, hp->n_embd,
-                            &env, &st, err);
+        s = attn_sparse_new(&sp, search ? proj->wq[l] : NULL, search ? proj->wk[l] : NULL, hp->n_embd, &env, &st,
+                            err);
         if (s) break;
         if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);
         c->stages[l] = st;
     }
     free(mask);
+    free(topk);
     if (s) context_clear_plan(c);
     return s;
 }

@@ -11,10 +11,20 @@ typedef struct attn_plan {
     /* layer list ("all", "1-4", "2--3", ...); NULL = the layers that have
      * search projections, or all layers for selectors without a search space */
     const char *sparse_layers;
+    /* "L:K,...": layers (or ranges, as in layer lists) whose attention
+     * retrieves K keys by exact selection whatever the selector kind, e.g.
+     * a large K for the layers kept dense otherwise, so that no layer reads
+     * the whole cache; they are sparse whether or not sparse_layers lists
+     * them. NULL: none. */
+    const char *topk_layers;
     sparse_params sparse;
 } attn_plan;
 
 void attn_plan_default(attn_plan *p);
+
+/* topk[l] = the K topk_layers gives layer l, -1 for layers it does not
+ * name; SUBQ_ERR_ARG naming the list when it is malformed. */
+subq_status attn_topk_layers_parse(const char *s, int n_layer, int *topk, subq_error *err);
 
 /* Replace the attention stage of every planned layer of c by a sparse stage
  * (proj may be NULL for quest/oracle/window). The projections must outlive c.

@@ -510,9 +510,9 @@ static subq_status sparse_truncate(attn_stage *st, const kv_cache *kv, int n_kee
 subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, int n_embd,
                             const selector_env *env, attn_stage **out, subq_error *err) {
     *out = NULL;
-    if (p->top_k < 0 || p->n_sink < 0 || p->n_tail < 1)
-        return subq_fail(err, SUBQ_ERR_ARG, "invalid sparse attention plan (topk %d, sink %d, tail %d; tail must be >= 1)",
-                         p->top_k, p->n_sink, p->n_tail);
+    if (p->top_k < 0 || p->n_sink < 0 || p->n_tail < 0 || p->top_k + p->n_sink + p->n_tail < 1)
+        return subq_fail(err, SUBQ_ERR_ARG, "invalid sparse attention plan (topk %d, sink %d, tail %d; none may be "
+                         "negative, and a query must attend at least one key)", p->top_k, p->n_sink, p->n_tail);
     int needs_search = selector_kind_needs_search(p->select.kind);
     if (needs_search && (!wq_s || !wk_s || p->select.d_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections for layer %d",
@@ -586,9 +586,11 @@ subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
     if (!st || st->name != sparse_name) return SUBQ_OK;
     sparse_stage *s = (sparse_stage *)st;
     s->metrics_on = 1;
-    if (!s->shadow && selector_kind_is_ann(s->p.select.kind)) {
+    if (!s->shadow && selector_params_approximate(&s->p.select)) {
+        /* the reference: a full f32 scan by the same score */
         selector_params ep;
         selector_params_default(&ep, SELECT_EXACT, s->d_search);
+        ep.score = s->p.select.score;
         return selector_new(&ep, &s->sel->env, &s->shadow, err);
     }
     return SUBQ_OK;
@@ -670,10 +672,11 @@ void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     size_t nw = (size_t)s->d_search * s->n_embd;
     uint64_t proj = hash_floats(hash_floats(0xcbf29ce484222325ull, s->wq_s, nw), s->wk_s, nw);
     snprintf(buf, cap,
-             "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d f16=%d m=%d efc=%d efs=%d page=%d qhm=%d "
-             "oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
+             "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
+             "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
              selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
-             sp->f16_keys, sp->hnsw_m, sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page,
-             sp->quest_headmean, (int)sp->oracle, sp->seed, proj,
+             select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
+             sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
+             sp->seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
 }

@@ -37,7 +37,8 @@ typedef enum sparse_prefill {
 typedef struct sparse_params {
     int top_k;          /* K candidates retrieved per query */
     int n_sink;         /* first tokens of the document, always kept (default 4) */
-    int n_tail;         /* most recent tokens incl. the query, always kept (default 16) */
+    int n_tail;         /* most recent tokens incl. the query, always kept (default 16);
+                           with 0 the query's own key is retrieved like any other */
     sparse_prefill prefill; /* batches of several tokens (default TOKEN) */
     selector_params select;
     /* completion of the unretrieved mid region (complete/completion.h) on the
@@ -60,7 +61,8 @@ typedef struct sparse_record {
  *   recall = |candidates ∩ top-K keys of p among the retrieval-eligible
  *            keys| / min(K, #retrieval-eligible);
  *   ann    = |candidates ∩ exact top-K in the search space| / |exact| for
- *            hnsw/faiss (a shadow exact selector sees the same keys).
+ *            hnsw/faiss and the exact selector's f16 and compressed scans
+ *            (a shadow f32 exact selector sees the same keys).
  * The seed's definitions (ann-sparseattention's eval.py), over the n_seed
  * queries with at least K retrieval-eligible keys only:
  *   mass_seed   = mean over heads of the per-head mass p_h on the K
@@ -101,7 +103,8 @@ int attn_sparse_has_completion(const attn_stage *st);
  * tail + K (at most n_keys) in a sparse stage, all n_keys in any other. */
 int attn_sparse_rows_attended(const attn_stage *st, int n_keys);
 
-/* Turn metrics on (allocates the shadow exact selector for ANN kinds). */
+/* Turn metrics on (allocates the shadow exact selector for approximate
+ * selectors: selector_params_approximate). */
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err);
 const sparse_metrics *attn_sparse_get_metrics(attn_stage *st);
 void attn_sparse_clear_metrics(attn_stage *st);

@@ -220,6 +220,7 @@ static attn_plan method_plan(const eval_config *cfg, const eval_method *m, const
     attn_plan p;
     attn_plan_default(&p);
     p.sparse_layers = layers;
+    p.topk_layers = cfg->topk_layers;
     p.sparse.top_k = m->k;
     p.sparse.n_sink = cfg->n_sink;
     p.sparse.n_tail = cfg->n_tail;

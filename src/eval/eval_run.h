@@ -45,6 +45,7 @@ typedef struct eval_config {
     int n_sink, n_tail;
     selector_params select;       /* selector parameters (the kind is set per method) */
     const char *sparse_layers;    /* NULL: the projections' layers, all without projections; same for every method */
+    const char *topk_layers;      /* per-layer top-K by exact selection (attn_plan.topk_layers); NULL: none */
     const search_proj *proj;      /* NULL: only selectors without a search space */
     const phi_maps *maps;         /* completion maps; NULL: selection only */
     const unsigned char *complete_heads; /* [n_layer][n_head] completion flags; NULL: every head */

@@ -8,7 +8,8 @@
  *   - KV cache rows in each KV type (f32, f16, q8_0, q4_0): dot, axpy,
  *     conversion, gathered dots, and decode attention over contiguous rows
  *     (scores, value accumulation), with the vector exp of the softmax;
- *   - gathered row dots: the scans of the selectors.
+ *   - gathered row dots: the scans of the selectors, over f32 / f16 rows
+ *     and over compressed int8 / int4 codes.
  * Callers that run many rows fetch the set once (kernels_get) and call
  * through it. Every set gives the same dequantised bits; dot products agree
  * up to float rounding. */
@@ -29,6 +30,17 @@ typedef float (*quant_dot_xs_fn)(const void *row, const float *x, const float *x
  * from base (f32 or f16 storage) */
 typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx,
                                       int n, float *out);
+/* out[i] = sum_c q[c] * code_c(row idx[i]) in exact integer arithmetic, for
+ * rows of compressed search keys `row_bytes` apart from codes (the compressed
+ * scans of the exact selector). q and the codes lie in [-127, 127]; callers
+ * pad rows and query with zeros to a d that is a multiple of 32 (i8) or 64
+ * (i4). Formats:
+ *   i8: d signed bytes, element c in byte c;
+ *   i4: d/2 bytes; in each 32-byte group g, byte j holds element 64g + j in
+ *       its low nibble and element 64g + 32 + j in its high nibble, each
+ *       stored as value + 8 (values in [-7, 7]). */
+typedef void (*kernels_gather_dot_q_fn)(const int8_t *q, const void *codes, size_t row_bytes, int d,
+                                        const int32_t *idx, int n, int32_t *out);
 /* Prefill on quantised weights runs on integer dot products, as llama.cpp's
  * does: each activation row of n values (n a multiple of 32) is quantised to
  * q8 blocks of 32, d_b = max|x| / 127 over block b and q = x / d_b rounded
@@ -94,12 +106,14 @@ typedef struct kernels {
     /* sum_i a[i] * b[i] */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
+    float (*dot_f16f16)(const uint16_t *a, const uint16_t *b, int64_t n);
     /* y[i] += w * x[i] */
     void (*axpy_f32)(float *y, float w, const float *x, int n);
     void (*axpy_f16)(float *y, float w, const uint16_t *x, int n);
     /* x[j] = exp(x[j] - mx) (exp(-inf) = 0), returns the sum */
     float (*exp_shift_sum)(float *x, int n, float mx);
     kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;
+    kernels_gather_dot_q_fn gather_dot_i8, gather_dot_i4;
     /* KV cache rows, per subq_kv_type */
     kernels_kv kv[SUBQ_KV_TYPE_COUNT];
 } kernels;

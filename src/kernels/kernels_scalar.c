@@ -28,6 +28,17 @@ static float dot_f16(const float *x, const uint16_t *w, int64_t n) {
     return s0 + s1;
 }
 
+static float dot_f16f16(const uint16_t *a, const uint16_t *b, int64_t n) {
+    float s0 = 0, s1 = 0;
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        s0 += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);
+        s1 += fp16_to_fp32(a[i + 1]) * fp16_to_fp32(b[i + 1]);
+    }
+    for (; i < n; i++) s0 += fp16_to_fp32(a[i]) * fp16_to_fp32(b[i]);
+    return s0 + s1;
+}
+
 static float dot_bf16(const float *x, const uint16_t *w, int64_t n) {
     float s0 = 0, s1 = 0;
     int64_t i = 0;
@@ -202,6 +213,30 @@ static void gather_dot_f16(const float *q, const void *base, size_t stride, int 
     for (int i = 0; i < n; i++) out[i] = dot_f16(q, (const uint16_t *)base + (size_t)idx[i] * stride, d);
 }
 
+static void gather_dot_i8(const int8_t *q, const void *codes, size_t row_bytes, int d, const int32_t *idx, int n,
+                          int32_t *out) {
+    for (int i = 0; i < n; i++) {
+        const int8_t *r = (const int8_t *)((const char *)codes + (size_t)idx[i] * row_bytes);
+        int32_t s = 0;
+        for (int c = 0; c < d; c++) s += (int32_t)q[c] * r[c];
+        out[i] = s;
+    }
+}
+
+static void gather_dot_i4(const int8_t *q, const void *codes, size_t row_bytes, int d, const int32_t *idx, int n,
+                          int32_t *out) {
+    for (int i = 0; i < n; i++) {
+        const uint8_t *r = (const uint8_t *)codes + (size_t)idx[i] * row_bytes;
+        int32_t s = 0;
+        for (int g = 0; g < d / 64; g++)
+            for (int j = 0; j < 32; j++) {
+                const int b = r[32 * g + j];
+                s += (int32_t)q[64 * g + j] * ((b & 15) - 8) + (int32_t)q[64 * g + 32 + j] * ((b >> 4) - 8);
+            }
+        out[i] = s;
+    }
+}
+
 /* ---- KV cache rows --------------------------------------------------------- */
 
 /* Quantised rows (q8_0, q4_0) in blocks of B = KV_QBLOCK(hd) values: fp16 d,
@@ -367,11 +402,14 @@ const kernels kernels_scalar_set = {
         },
     .dot_f32 = kernels_dot_f32_scalar,
     .dot_f16 = dot_f16,
+    .dot_f16f16 = dot_f16f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,
+    .gather_dot_i8 = gather_dot_i8,
+    .gather_dot_i4 = gather_dot_i4,
     .kv =
         {
             [SUBQ_KV_F32] = KV_ENTRY(kv_f32),

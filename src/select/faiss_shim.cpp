@@ -154,7 +154,7 @@ extern "C" int faiss_shim_reset(faiss_shim *f, uint64_t seed) {
 }
 
 extern "C" int faiss_shim_search(faiss_shim *f, const float *q, int k, int ef, select_filter_fn filter,
-                                 void *ctx, int64_t *labels, float *sims, int64_t *n_dist) {
+                                 void *ctx, int64_t *labels, float *sims, int64_t *n_dist, uint64_t *n_bytes) {
     try {
         if (f->index.ntotal == 0 || k <= 0) return 0;
         faiss::IndexHNSWFlat &ix = f->index;
@@ -172,7 +172,9 @@ extern "C" int faiss_shim_search(faiss_shim *f, const float *q, int k, int ef, s
         faiss::HNSWStats st = ix.hnsw.search(dis, k, ids.data(), d.data(), f->vt, &p);
         faiss::maxheap_reorder(k, d.data(), ids.data());
         // FAISS 1.7.3 counts the bottom-layer distance computations in n3
-        if (n_dist) *n_dist += (int64_t)(st.n3 + st.ndis);
+        const int64_t nd = (int64_t)(st.n3 + st.ndis);
+        if (n_dist) *n_dist += nd;
+        if (n_bytes) *n_bytes += (uint64_t)nd * (ix.d * sizeof(float) + sizeof(faiss::HNSW::storage_idx_t));
         // best first; missing ones are -1
         int n = 0;
         for (int i = 0; i < k; i++) {

@@ -1,13 +1,16 @@
 // C shim over hnswlib (Debian bookworm ships 0.6.2): an incrementally grown
-// HierarchicalNSW<float> over unit vectors with inner-product distance, plus a
-// filtered bottom-layer search (0.6.2 has no filter argument of its own).
+// HierarchicalNSW<float> over vectors stored f32 or f16 with inner-product
+// distance, plus a filtered bottom-layer search (0.6.2 has no filter argument
+// of its own).
 //
-// NO_MANUAL_VECTORIZATION: hnswlib's own SSE/AVX code is chosen at compile
-// time and its prefetches read one link past the end of full upper-layer
-// lists (an out-of-bounds read ASan reports). We supply our own distance
-// function instead: subq's f32 dot (src/kernels/dot.h), inlined, its AVX2 form
-// chosen at run time like the rest of subq.
-#define NO_MANUAL_VECTORIZATION
+// Distances are the caller's kernels (src/kernels, AVX2 chosen at run time
+// like the rest of subq): hnswlib's own SIMD distances are chosen at compile
+// time (SSE only in a portable build) and know f32 only. hnswlib's prefetches
+// (USE_SSE) stay on for graph construction; they read one link past the end
+// of a full upper-layer list, which AddressSanitizer reports, so this file is
+// built without it (CMakeLists.txt). The search below is our own: each
+// expanded node's unvisited neighbours are gathered, their vectors
+// prefetched, and scored by one gathered dot call.
 #include <hnswlib/hnswlib.h>
 
 #include <algorithm>
@@ -20,31 +23,30 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/dot.h"
 #include "select/hnsw_shim.h"
 
 namespace {
 
+struct DotParam {
+    int dim;
+    hnsw_dot_fn dot;
+};
+
 // distance = 1 - a.b
-float ip_dist_scalar(const void *a, const void *b, const void *param) {
-    return 1.0f - kernels_dot_f32_scalar(static_cast<const float *>(a), static_cast<const float *>(b),
-                                         *static_cast<const size_t *>(param));
+float ip_dist(const void *a, const void *b, const void *param) {
+    const DotParam *p = static_cast<const DotParam *>(param);
+    return 1.0f - p->dot(a, b, p->dim);
 }
 
-KERNELS_AVX2 float ip_dist_avx2(const void *a, const void *b, const void *param) {
-    return 1.0f - kernels_dot_f32_avx2(static_cast<const float *>(a), static_cast<const float *>(b),
-                                       *static_cast<const size_t *>(param));
-}
-
-class UnitIpSpace : public hnswlib::SpaceInterface<float> {
-    size_t dim_;
-    hnswlib::DISTFUNC<float> f_;
+class IpSpace : public hnswlib::SpaceInterface<float> {
+    DotParam param_;
+    size_t bytes_;
 
   public:
-    UnitIpSpace(size_t dim, bool avx2) : dim_(dim), f_(avx2 ? ip_dist_avx2 : ip_dist_scalar) {}
-    size_t get_data_size() override { return dim_ * sizeof(float); }
-    hnswlib::DISTFUNC<float> get_dist_func() override { return f_; }
-    void *get_dist_func_param() override { return &dim_; }
+    IpSpace(int dim, int elem_bytes, hnsw_dot_fn dot) : param_{dim, dot}, bytes_((size_t)dim * elem_bytes) {}
+    size_t get_data_size() override { return bytes_; }
+    hnswlib::DISTFUNC<float> get_dist_func() override { return ip_dist; }
+    void *get_dist_func_param() override { return &param_; }
 };
 
 typedef hnswlib::HierarchicalNSW<float> Hnsw;
@@ -60,17 +62,43 @@ int fail(char *msg, size_t cap, int code, const char *what) {
 }  // namespace
 
 struct hnsw_shim {
-    UnitIpSpace space;            // outlives the index, which points at its dim
+    IpSpace space;                // outlives the index, which points at its parameters
     std::unique_ptr<Hnsw> index;
+    hnsw_gather_fn gather;
+    int dim, elem_bytes;
     size_t upper_bytes = 0;       // link lists of the upper layers
-    hnsw_shim(size_t dim, bool avx2) : space(dim, avx2) {}
+    hnsw_shim(int d, int eb, hnsw_dot_fn dot, hnsw_gather_fn g) : space(d, eb, dot), gather(g), dim(d), elem_bytes(eb) {}
+
+    // q . x for the n ids of a link list, into ids/sims: with `visited`, only
+    // those not visited yet (they are marked now); their vectors are
+    // prefetched, then scored by one gathered dot. Returns the count.
+    int score(const float *q, const hnswlib::tableint *nb, int n, hnswlib::vl_type *visited, hnswlib::vl_type tag,
+              int32_t *ids, float *sims) const {
+        const Hnsw *ix = index.get();
+        int m = 0;
+        for (int i = 0; i < n; i++) {
+            if (visited) {
+                if (visited[nb[i]] == tag) continue;
+                visited[nb[i]] = tag;
+            }
+            ids[m++] = (int32_t)nb[i];
+        }
+        for (int i = 0; i < m; i++) {
+            const char *v = ix->getDataByInternalId((hnswlib::tableint)ids[i]);
+            for (size_t off = 0; off < ix->data_size_; off += 64) __builtin_prefetch(v + off);
+        }
+        gather(q, ix->data_level0_memory_ + ix->offsetData_, ix->size_data_per_element_ / (size_t)elem_bytes, dim,
+               ids, m, sims);
+        return m;
+    }
 };
 
-extern "C" int hnsw_shim_new(int dim, int m, int ef_construction, uint64_t seed, size_t capacity, int use_avx2,
-                             hnsw_shim **out, char *msg, size_t msg_cap) {
+extern "C" int hnsw_shim_new(int dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gather_fn gather, int m,
+                             int ef_construction, uint64_t seed, size_t capacity, hnsw_shim **out, char *msg,
+                             size_t msg_cap) {
     *out = nullptr;
     try {
-        std::unique_ptr<hnsw_shim> h(new hnsw_shim((size_t)dim, use_avx2 != 0));
+        std::unique_ptr<hnsw_shim> h(new hnsw_shim(dim, elem_bytes, dot, gather));
         h->index.reset(new Hnsw(&h->space, std::max<size_t>(capacity, 1), (size_t)m, (size_t)ef_construction,
                                 (size_t)seed));
         // 0.6.2 leaves its search counters uninitialised
@@ -91,13 +119,13 @@ extern "C" void hnsw_shim_free(hnsw_shim *h) {
     delete h;
 }
 
-extern "C" int hnsw_shim_add(hnsw_shim *h, const float *x, int n, int64_t label0, char *msg, size_t msg_cap) {
+extern "C" int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0, char *msg, size_t msg_cap) {
     try {
         Hnsw *ix = h->index.get();
         for (int t = 0; t < n; t++) {
             // grow geometrically: resizeIndex reallocates storage, the graph is kept
             if (ix->cur_element_count >= ix->max_elements_) ix->resizeIndex(2 * ix->max_elements_);
-            hnswlib::tableint id = ix->addPoint(x + (size_t)t * (ix->data_size_ / sizeof(float)),
+            hnswlib::tableint id = ix->addPoint(static_cast<const char *>(x) + (size_t)t * ix->data_size_,
                                                 (hnswlib::labeltype)(label0 + t), -1);
             int level = ix->element_levels_[id];
             if (level > 0) h->upper_bytes += ix->size_links_per_element_ * (size_t)level + 1;
@@ -117,35 +145,35 @@ extern "C" size_t hnsw_shim_count(const hnsw_shim *h) {
 }
 
 extern "C" int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int ef, select_filter_fn filter, void *ctx,
-                                int64_t *labels, float *sims, int64_t *n_dist) {
+                                int64_t *labels, float *sims, int64_t *n_dist, uint64_t *n_bytes) {
     try {
         const Hnsw *ix = h->index.get();
         if (ix->cur_element_count == 0 || k <= 0) return 0;
         const size_t width = (size_t)std::max(ef, k);
-        auto dist = [&](hnswlib::tableint id) {
-            return ix->fstdistfunc_(q, ix->getDataByInternalId(id), ix->dist_func_param_);
-        };
         auto allowed = [&](hnswlib::tableint id) {
             return !filter || filter(ctx, (int64_t)ix->getExternalLabel(id));
         };
-        int64_t nd = 0;
+        std::vector<int32_t> ids(std::max(ix->maxM0_, ix->maxM_) + 1);
+        std::vector<float> sim(ids.size());
+        int64_t nd = 0, nl = 0; // distances, link-list entries read
 
         // greedy descent through the upper layers (as HierarchicalNSW::searchKnn)
         hnswlib::tableint cur = ix->enterpoint_node_;
-        float cur_d = dist(cur);
+        h->score(q, &cur, 1, nullptr, 0, ids.data(), sim.data());
+        float cur_d = 1.0f - sim[0];
         nd++;
         for (int level = ix->maxlevel_; level > 0; level--) {
             for (bool changed = true; changed;) {
                 changed = false;
                 unsigned *ll = ix->get_linklist(cur, level);
                 int size = ix->getListCount(ll);
-                const hnswlib::tableint *nb = ll + 1;
-                for (int i = 0; i < size; i++) {
-                    float d = dist(nb[i]);
-                    nd++;
-                    if (d < cur_d) {
-                        cur_d = d;
-                        cur = nb[i];
+                int m = h->score(q, ll + 1, size, nullptr, 0, ids.data(), sim.data());
+                nd += m;
+                nl += 1 + size;
+                for (int i = 0; i < m; i++) {
+                    if (1.0f - sim[i] < cur_d) {
+                        cur_d = 1.0f - sim[i];
+                        cur = (hnswlib::tableint)ids[i];
                         changed = true;
                     }
                 }
@@ -172,14 +200,13 @@ extern "C" int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int e
             if (-c.first > bound && top.size() == width) break;
             cand.pop();
             unsigned *ll = ix->get_linklist0(c.second);
-            size_t size = ix->getListCount(ll);
-            const hnswlib::tableint *nb = ll + 1;
-            for (size_t i = 0; i < size; i++) {
-                hnswlib::tableint id = nb[i];
-                if (visited[id] == tag) continue;
-                visited[id] = tag;
-                float d = dist(id);
-                nd++;
+            int size = ix->getListCount(ll);
+            int m = h->score(q, ll + 1, size, visited, tag, ids.data(), sim.data());
+            nd += m;
+            nl += 1 + size;
+            for (int i = 0; i < m; i++) {
+                float d = 1.0f - sim[i];
+                hnswlib::tableint id = (hnswlib::tableint)ids[i];
                 if (top.size() < width || d < bound) {
                     cand.emplace(-d, id);
                     if (allowed(id)) {
@@ -200,16 +227,17 @@ extern "C" int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int e
             top.pop();
         }
         if (n_dist) *n_dist += nd;
+        if (n_bytes) *n_bytes += (uint64_t)nd * ix->data_size_ + (uint64_t)nl * sizeof(hnswlib::tableint);
         return n;
     } catch (...) {
         return -1;
     }
 }
 
-extern "C" const float *hnsw_shim_vectors(const hnsw_shim *h, size_t *stride) {
+extern "C" const void *hnsw_shim_vectors(const hnsw_shim *h, size_t *stride) {
     const Hnsw *ix = h->index.get();
-    *stride = ix->size_data_per_element_ / sizeof(float);
-    return reinterpret_cast<const float *>(ix->data_level0_memory_ + ix->offsetData_);
+    *stride = ix->size_data_per_element_ / (size_t)h->elem_bytes;
+    return ix->data_level0_memory_ + ix->offsetData_;
 }
 
 extern "C" size_t hnsw_shim_bytes(const hnsw_shim *h) {

@@ -1,7 +1,10 @@
 /* Thin C interface over hnswlib's HierarchicalNSW<float> (header-only C++,
- * Debian libhnswlib-dev), used by the hnsw selector. Vectors are expected to
- * be L2-normalised: the space is inner product, distance = 1 - a.b.
- * Labels are the caller's cache slots, which equal the insertion order.
+ * Debian libhnswlib-dev), used by the hnsw selector. The space is inner
+ * product, distance = 1 - a.b (L2-normalised vectors make it cosine), over
+ * vectors stored as f32 or f16, with the caller's kernels: `dist` between
+ * two stored vectors (graph construction), `gather` from an f32 query to
+ * stored vectors (searches). Labels are the caller's cache slots, which
+ * equal the insertion order.
  * No C++ exception crosses this interface: every call catches everything
  * and returns a status (0 ok, 1 out of memory, 2 other failure) with a
  * message in msg. */
@@ -19,24 +22,33 @@ typedef struct hnsw_shim hnsw_shim;
 
 /* Filter for searches: nonzero if `label` may be returned. */
 typedef int (*select_filter_fn)(void *ctx, int64_t label);
+/* a.b of two stored vectors of dim elements */
+typedef float (*hnsw_dot_fn)(const void *a, const void *b, int dim);
+/* out[i] = q . row(idx[i]) for stored rows `stride` elements apart from
+ * base (kernels_gather_dot_fn of src/kernels) */
+typedef void (*hnsw_gather_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
+                               float *out);
 
-int hnsw_shim_new(int dim, int m, int ef_construction, uint64_t seed, size_t capacity, int use_avx2,
-                  hnsw_shim **out, char *msg, size_t msg_cap);
+/* elem_bytes: 4 (f32) or 2 (f16) per stored element. */
+int hnsw_shim_new(int dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gather_fn gather, int m, int ef_construction,
+                  uint64_t seed, size_t capacity, hnsw_shim **out, char *msg, size_t msg_cap);
 void hnsw_shim_free(hnsw_shim *h);
-/* Insert rows x[0..n) with labels label0 .. label0+n-1 (grows the capacity
- * geometrically; the graph is never rebuilt). */
-int hnsw_shim_add(hnsw_shim *h, const float *x, int n, int64_t label0, char *msg, size_t msg_cap);
+/* Insert rows x[0..n) (stored form: dim elements of elem_bytes each) with
+ * labels label0 .. label0+n-1 (grows the capacity geometrically; the graph
+ * is never rebuilt). */
+int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0, char *msg, size_t msg_cap);
 size_t hnsw_shim_count(const hnsw_shim *h);
 /* Up to k labels (best first) with similarity a.b, among those the filter
  * accepts (all if filter is NULL), by a beam search of width max(ef, k) on
  * the bottom layer in which rejected nodes are traversed but never returned
  * (hnswlib >= 0.7's filter semantics). Adds the distance computations to
- * *n_dist. Returns the count, or -1 on failure. */
+ * *n_dist and the bytes of vectors and link lists read to *n_bytes.
+ * Returns the count, or -1 on failure. */
 int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int ef, select_filter_fn filter, void *ctx,
-                     int64_t *labels, float *sims, int64_t *n_dist);
-/* The stored vector of insertion index 0 and the distance in floats between
- * consecutive ones (valid until the next add). */
-const float *hnsw_shim_vectors(const hnsw_shim *h, size_t *stride);
+                     int64_t *labels, float *sims, int64_t *n_dist, uint64_t *n_bytes);
+/* The stored vector of insertion index 0 and the distance in elements
+ * between consecutive ones (valid until the next add). */
+const void *hnsw_shim_vectors(const hnsw_shim *h, size_t *stride);
 /* Memory held by the index (vectors, graph, label map, visited lists). */
 size_t hnsw_shim_bytes(const hnsw_shim *h);
 

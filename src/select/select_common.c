@@ -1,11 +1,12 @@
 /* Helpers shared by the selectors: mask ranges, top-k heap, normalisation,
- * and the exact masked scan. */
+ * and the exact masked scans. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/blas.h"
 #include "base/error.h"
+#include "quant/quant.h"
 #include "select/select_internal.h"
 
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err) {
@@ -42,12 +43,20 @@ subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_err
     return rc;
 }
 
-subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
+subq_status select_copy_keys(const selector *s, int count, const void *base, size_t stride, int d, int f16, int n,
                              float *dst, subq_error *err) {
     if (n < 0 || n > count)
         return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): asked for %d keys, it holds %d", selector_kind_name(s->params.kind),
                          s->env.layer, n, count);
-    for (int t = 0; t < n; t++) memcpy(dst + (size_t)t * d, base + (size_t)t * stride, (size_t)d * sizeof(float));
+    for (int t = 0; t < n; t++) {
+        float *y = dst + (size_t)t * d;
+        if (f16) {
+            const uint16_t *x = (const uint16_t *)base + (size_t)t * stride;
+            for (int i = 0; i < d; i++) y[i] = fp16_to_fp32(x[i]);
+        } else {
+            memcpy(y, (const float *)base + (size_t)t * stride, (size_t)d * sizeof(float));
+        }
+    }
     return SUBQ_OK;
 }
 
@@ -171,12 +180,23 @@ int select_scratch_i(const selector *s, select_scratch *sc, size_t n) {
     return 1;
 }
 
+int select_scratch_u(const selector *s, select_scratch *sc, size_t n) {
+    if (n <= sc->cap_u) return 1;
+    uint64_t *p = select_query_realloc(s, sc->u, n * sizeof(uint64_t));
+    if (!p) return 0;
+    sc->u = p;
+    sc->cap_u = n;
+    return 1;
+}
+
 void select_scratch_free(select_scratch *sc) {
     free(sc->f);
     free(sc->i);
+    free(sc->u);
     sc->f = NULL;
     sc->i = NULL;
-    sc->cap_f = sc->cap_i = 0;
+    sc->u = NULL;
+    sc->cap_f = sc->cap_i = sc->cap_u = 0;
 }
 
 void select_normalize(float *dst, const float *src, int d) {
@@ -187,48 +207,192 @@ void select_normalize(float *dst, const float *src, int d) {
     for (int i = 0; i < d; i++) dst[i] = src[i] * inv;
 }
 
-/* ---- exact masked scan ---------------------------------------------------------- */
+void select_prepare(float *dst, const float *src, int d, select_score score) {
+    if (score == SELECT_SCORE_COSINE) select_normalize(dst, src, d);
+    else if (dst != src) memcpy(dst, src, (size_t)d * sizeof(float));
+}
 
-/* Scan the eligible slots in [from, to) into a size-k heap; returns the
- * count, best first, with their scores when `scores` is not NULL. */
-static int scan_range(const selector *s, const float *q, const void *base, size_t stride, int d,
-                      kernels_gather_dot_fn dot, int n, int from, int to, const select_mask *m, int k,
-                      select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+/* ---- exact masked scans ------------------------------------------------------ */
+
+/* dots[i] = score of row idx[i], i < nb <= SELECT_BLOCK (idots: scratch) */
+static void score_block(const select_rows *r, const int32_t *idx, int nb, float *dots, int32_t *idots) {
+    if (r->qdot) {
+        r->qdot(r->q8, r->base, r->stride, r->d, idx, nb, idots);
+        for (int i = 0; i < nb; i++) dots[i] = (float)idots[i] * r->scale[idx[i]];
+    } else {
+        r->dot(r->q, r->base, r->stride, r->d, idx, nb, dots);
+    }
+}
+
+/* The k best (score, slot) pairs offered to a scan, in a buffer of 2k
+ * pairs: a pair enters only if it beats the worst pair kept at the last
+ * cut, and a full buffer is cut to its k best by quickselect. Amortised
+ * O(1) per pair, where a size-k heap pays O(log k) per pair that enters: the
+ * compressed scans keep SELECT_RERANK * K pairs, and on Gaussian keys a heap
+ * of 1024 took four times as long as the int8 dot products. A pair is held
+ * as one integer key that orders as the heap does (higher score first,
+ * equal scores -> lower slot first), so the cut compares and swaps single
+ * words without branches. */
+typedef struct topk_buf {
+    uint64_t *key;
+    int n, k;
+    uint64_t thr;     /* the worst key kept at the last cut (0 before) */
+} topk_buf;
+
+/* Floats map to unsigned integers in their order: the sign bit set for
+ * positives, every bit inverted for negatives. */
+static uint64_t pair_key(float score, int32_t slot) {
+    uint32_t u;
+    memcpy(&u, &score, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;
+    return (uint64_t)u << 32 | (uint32_t)~(uint32_t)slot;
+}
+
+static int32_t key_slot(uint64_t key) { return (int32_t)~(uint32_t)key; }
+
+static float key_score(uint64_t key) {
+    uint32_t u = (uint32_t)(key >> 32);
+    u = u & 0x80000000u ? u & 0x7FFFFFFFu : ~u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Keep the k largest of the n keys held, in any order: quickselect with
+ * the middle key as pivot and a branch-free partition (keys are distinct:
+ * every slot is offered once). */
+static void topk_cut(topk_buf *t, int k) {
+    uint64_t *a = t->key;
+    int lo = 0, hi = t->n - 1;
+    while (k < t->n && lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const uint64_t p = a[mid];
+        a[mid] = a[hi];
+        a[hi] = p;
+        int at = lo; /* keys above the pivot go to [lo, at) */
+        for (int i = lo; i < hi; i++) {
+            const uint64_t x = a[i], y = a[at];
+            const int gt = x > p;
+            a[at] = gt ? x : y;
+            a[i] = gt ? y : x;
+            at += gt;
+        }
+        a[hi] = a[at];
+        a[at] = p;
+        if (at == k - 1 || at == k) break;
+        if (at > k) hi = at - 1;
+        else lo = at + 1;
+    }
+    if (t->n > k) t->n = k;
+}
+
+static void topk_push(topk_buf *t, float score, int32_t slot) {
+    const uint64_t key = pair_key(score, slot);
+    if (key <= t->thr) return;
+    t->key[t->n] = key;
+    if (++t->n < 2 * t->k) return;
+    topk_cut(t, t->k);
+    uint64_t w = t->key[0];
+    for (int i = 1; i < t->n; i++) w = t->key[i] < w ? t->key[i] : w;
+    t->thr = w;
+}
+
+static int key_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The k best pairs into out (and scores, if not NULL), best first when
+ * sorted; returns the count. */
+static int topk_take(topk_buf *t, int sorted, int32_t *out, float *scores) {
+    topk_cut(t, t->k);
+    if (sorted) qsort(t->key, (size_t)t->n, sizeof(uint64_t), key_desc);
+    for (int i = 0; i < t->n; i++) {
+        out[i] = key_slot(t->key[i]);
+        if (scores) scores[i] = key_score(t->key[i]);
+    }
+    return t->n;
+}
+
+/* A top-k buffer over scratch sc (2k keys, SELECT_BLOCK floats, 2
+ * SELECT_BLOCK int32): the keys, then one block of slots, scores and
+ * integer scores. */
+typedef struct scan_buf {
+    topk_buf t;
+    int32_t *idx, *idots;
+    float *dots;
+} scan_buf;
+
+static int scan_buf_init(const selector *s, select_scratch *sc, int k, scan_buf *b) {
+    if (!select_scratch_u(s, sc, 2 * (size_t)k) || !select_scratch_f(s, sc, SELECT_BLOCK) ||
+        !select_scratch_i(s, sc, 2 * SELECT_BLOCK))
+        return 0;
+    b->t = (topk_buf){.key = sc->u, .k = k};
+    b->idx = sc->i;
+    b->idots = sc->i + SELECT_BLOCK;
+    b->dots = sc->f;
+    return 1;
+}
+
+/* score rows idx[0..nb) (b->idx may be idx) and offer them */
+static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, int nb) {
+    score_block(r, idx, nb, b->dots, b->idots);
+    for (int i = 0; i < nb; i++) topk_push(&b->t, b->dots[i], idx[i]);
+}
+
+/* Scan the eligible slots in [from, to) for the k best; returns the count,
+ * (best first when sorted), with their scores when `scores` is not NULL. */
+static int scan_range(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
+                      int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+    scan_buf b;
     if (k <= 0) return 0;
-    if (!select_scratch_f(s, sc, (size_t)k + SELECT_BLOCK) || !select_scratch_i(s, sc, (size_t)k + SELECT_BLOCK))
-        return -1;
-    select_heap h = {.score = sc->f, .slot = sc->i, .n = 0, .k = k};
-    int32_t *idx = sc->i + k;
-    float *dots = sc->f + k;
+    if (!scan_buf_init(s, sc, k, &b)) return -1;
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     int64_t scored = 0;
-    /* per block: gather the eligible slots, score them, offer them to the heap */
-    for (int r = 0; r < nr; r++) {
-        int a = lo[r] > from ? lo[r] : from, b = hi[r] < to ? hi[r] : to;
-        for (int j0 = a; j0 < b; j0 += SELECT_BLOCK) {
-            int j1 = j0 + SELECT_BLOCK < b ? j0 + SELECT_BLOCK : b, nb = 0;
+    /* per block: gather the eligible slots, score them, offer them */
+    for (int q = 0; q < nr; q++) {
+        int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
+        for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
+            int j1 = j0 + SELECT_BLOCK < e ? j0 + SELECT_BLOCK : e, nb = 0;
             if (m->seg) {
                 for (int j = j0; j < j1; j++)
-                    if (m->seg[j] == m->query_seg) idx[nb++] = j;
+                    if (m->seg[j] == m->query_seg) b.idx[nb++] = j;
             } else {
-                for (int j = j0; j < j1; j++) idx[nb++] = j;
+                for (int j = j0; j < j1; j++) b.idx[nb++] = j;
             }
-            dot(q, base, stride, d, idx, nb, dots);
-            for (int i = 0; i < nb; i++) select_heap_push(&h, dots[i], idx[i]);
+            scan_block(r, &b, b.idx, nb);
             scored += nb;
         }
     }
     *n_scored += scored;
-    return select_heap_take(&h, out, scores);
+    return topk_take(&b.t, sorted, out, scores);
 }
 
-int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
-                     int n, const select_mask *m, int k, select_scratch *sc, int32_t *out) {
-    return scan_range(s, q, base, stride, d, dot, n, 0, n, m, k, sc, out, NULL, &s->stats.n_visited);
+static void count_rows(selector *s, const select_rows *r, int64_t scored) {
+    s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)scored * r->row_bytes;
 }
 
-int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
-                              kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out) {
+int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                     select_scratch *sc, int32_t *out) {
+    int64_t scored = 0;
+    int got = scan_range(s, rows, n, 0, n, m, k, sorted, sc, out, NULL, &scored);
+    count_rows(s, rows, scored);
+    return got;
+}
+
+int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots, int n, int k, select_scratch *sc,
+                      int32_t *out) {
+    scan_buf b;
+    if (k <= 0) return 0;
+    if (!scan_buf_init(s, sc, k, &b)) return -1;
+    for (int i0 = 0; i0 < n; i0 += SELECT_BLOCK) scan_block(rows, &b, slots + i0, n - i0 < SELECT_BLOCK ? n - i0 : SELECT_BLOCK);
+    count_rows(s, rows, n);
+    return topk_take(&b.t, 1, out, NULL);
+}
+
+int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                              int32_t *out) {
     if (k <= 0) return 0;
     const int n_threads = s->params.n_threads;
     float *best = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(float));
@@ -237,28 +401,28 @@ int select_scan_topk_parallel(selector *s, const float *q, const void *base, siz
     int n_out = -1;
     int64_t scored = 0;
     if (best && slots && got) {
-        /* each thread: its own contiguous part of the slots and its own heap */
+        /* each thread: its own contiguous part of the slots and its own buffer */
 #pragma omp parallel for num_threads(n_threads) schedule(static, 1) reduction(+ : scored)
         for (int t = 0; t < n_threads; t++) {
             select_scratch sc = {0};
             int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
-            got[t] = scan_range(s, q, base, stride, d, dot, n, from, to, m, k, &sc, slots + (size_t)t * k,
-                                best + (size_t)t * k, &scored);
+            got[t] = scan_range(s, rows, n, from, to, m, k, 0, &sc, slots + (size_t)t * k, best + (size_t)t * k,
+                                &scored);
             select_scratch_free(&sc);
         }
-        /* merge the parts' results through one more size-k heap */
+        /* merge the parts' results through one more buffer */
         select_scratch sc = {0};
+        scan_buf b;
         int failed = 0;
         for (int t = 0; t < n_threads; t++) failed |= got[t] < 0;
-        if (!failed && select_scratch_f(s, &sc, (size_t)k) && select_scratch_i(s, &sc, (size_t)k)) {
-            select_heap h = {.score = sc.f, .slot = sc.i, .n = 0, .k = k};
+        if (!failed && scan_buf_init(s, &sc, k, &b)) {
             for (int t = 0; t < n_threads; t++)
-                for (int i = 0; i < got[t]; i++) select_heap_push(&h, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
-            n_out = select_heap_take(&h, out, NULL);
+                for (int i = 0; i < got[t]; i++) topk_push(&b.t, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
+            n_out = topk_take(&b.t, sorted, out, NULL);
         }
         select_scratch_free(&sc);
     }
-    s->stats.n_visited += scored;
+    count_rows(s, rows, scored);
     free(best);
     free(slots);
     free(got);
@@ -323,10 +487,11 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
  * slot (measured at M = 32), each dearer than a sequential scan's. */
 #define ANN_BRUTE_FACTOR 4
 
-int select_ann_init(select_ann *a, int d) {
-    a->d = d;
-    a->dot = kernels_get()->gather_dot_f32;
-    return (a->qn = malloc((size_t)d * sizeof(float))) != NULL;
+int select_ann_init(select_ann *a, const selector_params *p) {
+    a->d = p->d_search;
+    a->score = p->score;
+    a->f16 = p->f16_keys != 0;
+    return (a->qn = malloc((size_t)a->d * sizeof(float))) != NULL;
 }
 
 void select_ann_free(select_ann *a) {
@@ -338,16 +503,18 @@ void select_ann_free(select_ann *a) {
 
 static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
 
-static int ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
     if (!q_search || !a->ix || a->count == 0) return 0;
     int n_elig = select_mask_count(m, a->count);
     if (n_elig == 0) return 0;
-    select_normalize(a->qn, q_search, a->d);
+    select_prepare(a->qn, q_search, a->d, a->score);
     const int efw = select_filtered_ef(s->params.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= ANN_BRUTE_FACTOR * width) {
-        size_t stride;
-        const float *base = a->vectors(a->ix, &stride);
-        return select_scan_topk(s, a->qn, base, stride, a->d, a->dot, a->count, m, k, &a->sc, out);
+        const kernels *K = kernels_get();
+        select_rows rows = {.d = a->d, .q = a->qn, .dot = a->f16 ? K->gather_dot_f16 : K->gather_dot_f32,
+                            .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float))};
+        rows.base = a->vectors(a->ix, &rows.stride);
+        return select_scan_topk(s, &rows, a->count, m, k, 1, &a->sc, out);
     }
     if (k > a->res_cap) {
         int64_t *l = select_query_realloc(s, a->labels, (size_t)k * sizeof(int64_t));
@@ -357,23 +524,17 @@ static int ann_query(selector *s, select_ann *a, const float *q_search, int k, c
         if (!l || !f) return -1;
         a->res_cap = k;
     }
-    int got = a->search(a->ix, a->qn, k, efw, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited);
+    int got = a->search(a->ix, a->qn, k, efw, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited,
+                        &s->stats.bytes_read);
     /* a poorly connected eligible region can still starve the beam: one wider retry */
     if (got >= 0 && got < k && got < n_elig)
-        got = a->search(a->ix, a->qn, k, 4 * width, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited);
+        got = a->search(a->ix, a->qn, k, 4 * width, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited,
+                        &s->stats.bytes_read);
     if (got < 0) return -1; /* the index ran out of memory */
     int n = 0;
     for (int i = 0; i < got; i++)
         if (select_mask_allows(m, (int)a->labels[i])) out[n++] = (int32_t)a->labels[i];
     return n;
-}
-
-int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
-    const int64_t v0 = s->stats.n_visited;
-    const int got = ann_query(s, a, q_search, k, m, out);
-    /* each distance reads one stored f32 vector (the graph's links are not counted) */
-    s->stats.bytes_read += (uint64_t)(s->stats.n_visited - v0) * (uint64_t)a->d * sizeof(float);
-    return got;
 }
 
 int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_search, int k, const select_mask *m,

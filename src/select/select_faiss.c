@@ -1,5 +1,6 @@
 /* faiss: the hnsw selector's algorithm over FAISS's IndexHNSWFlat (inner
- * product on L2-normalised vectors), for comparison with hnswlib. Optional at
+ * product, on L2-normalised vectors for cosine), for comparison with
+ * hnswlib; vectors are stored f32 (f16_keys is not used here). Optional at
  * build time (SUBQ_HAVE_FAISS). One index per layer per sequence, grown by
  * add() and never rebuilt; FAISS ids are insertion indices = cache slots.
  * Eligibility goes through an IDSelector in FAISS's search and is checked
@@ -25,11 +26,11 @@ static subq_status shim_error(int code, const char *msg, subq_error *err) {
 }
 
 static int search(void *ix, const float *q, int k, int ef, select_filter_fn filter, void *ctx, int64_t *labels,
-                  float *sims, int64_t *n_dist) {
-    return faiss_shim_search(ix, q, k, ef, filter, ctx, labels, sims, n_dist);
+                  float *sims, int64_t *n_dist, uint64_t *n_bytes) {
+    return faiss_shim_search(ix, q, k, ef, filter, ctx, labels, sims, n_dist, n_bytes);
 }
 
-static const float *vectors(const void *ix, size_t *stride) { return faiss_shim_vectors(ix, stride); }
+static const void *vectors(const void *ix, size_t *stride) { return faiss_shim_vectors(ix, stride); }
 
 /* Add n keys, normalised first unless they already are in stored form. */
 static subq_status faiss_insert(selector *s, const float *k_search, int n, int slot0, int normalize,
@@ -46,7 +47,7 @@ static subq_status faiss_insert(selector *s, const float *k_search, int n, int s
         f->rows_cap = n;
     }
     for (int t = 0; normalize && t < n; t++)
-        select_normalize(f->rows + (size_t)t * a->d, k_search + (size_t)t * a->d, a->d);
+        select_prepare(f->rows + (size_t)t * a->d, k_search + (size_t)t * a->d, a->d, a->score);
     char msg[256];
     int c = faiss_shim_add(a->ix, normalize ? f->rows : k_search, n, msg, sizeof msg);
     a->count = (int)faiss_shim_count(a->ix);
@@ -67,7 +68,7 @@ static subq_status faiss_get_keys(const selector *s, int n, float *dst, subq_err
     const faiss_sel *f = (const faiss_sel *)s;
     size_t stride = 0;
     const float *base = faiss_shim_vectors(f->ann.ix, &stride);
-    return select_copy_keys(s, f->ann.count, base, stride, f->ann.d, n, dst, err);
+    return select_copy_keys(s, f->ann.count, base, stride, f->ann.d, 0, n, dst, err);
 }
 
 static int faiss_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
@@ -109,10 +110,11 @@ subq_status select_faiss_new(const selector_params *p, const selector_env *env, 
     char msg[256] = "out of memory";
     const int avx2 = kernels_get() == kernels_avx2(); /* the shim inlines the same dot */
     faiss_shim *ix = NULL;
-    int c = select_ann_init(&f->ann, p->d_search)
+    int c = select_ann_init(&f->ann, p)
                 ? faiss_shim_new(p->d_search, p->hnsw_m, p->hnsw_ef_construction, p->seed, avx2, &ix, msg, sizeof msg)
                 : 1;
     f->ann.ix = ix;
+    f->ann.f16 = 0;
     if (c) {
         faiss_free(&f->base);
         return shim_error(c, msg, err);

@@ -1,5 +1,6 @@
-/* hnsw: approximate top-K by cosine in the learned search space through
- * hnswlib (HNSW graph, inner product on L2-normalised vectors). One index per
+/* hnsw: approximate top-K in the learned search space through hnswlib (HNSW
+ * graph, inner product: on L2-normalised vectors for cosine, on the vectors
+ * as given for dot), vectors stored f32 or f16 (f16_keys). One index per
  * substituted layer per sequence, grown by insertion as tokens are appended
  * (prefill and decode) and never rebuilt; labels are cache slots.
  *
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 
 #include "base/error.h"
+#include "quant/quant.h"
 #include "select/hnsw_shim.h"
 #include "select/select_internal.h"
 
@@ -24,8 +26,8 @@
 typedef struct hnsw_sel {
     selector base;
     select_ann ann;         /* ann.ix: the hnsw_shim, NULL until the first key of a sequence */
-    int avx2;
-    float *row;             /* one normalised key */
+    float *row;             /* one key in stored form */
+    uint16_t *row16;        /* the same in f16 */
 } hnsw_sel;
 
 static subq_status shim_error(int code, const char *msg, subq_error *err) {
@@ -33,14 +35,18 @@ static subq_status shim_error(int code, const char *msg, subq_error *err) {
 }
 
 static int search(void *ix, const float *q, int k, int ef, select_filter_fn filter, void *ctx, int64_t *labels,
-                  float *sims, int64_t *n_dist) {
-    return hnsw_shim_search(ix, q, k, ef, filter, ctx, labels, sims, n_dist);
+                  float *sims, int64_t *n_dist, uint64_t *n_bytes) {
+    return hnsw_shim_search(ix, q, k, ef, filter, ctx, labels, sims, n_dist, n_bytes);
 }
 
-static const float *vectors(const void *ix, size_t *stride) { return hnsw_shim_vectors(ix, stride); }
+static const void *vectors(const void *ix, size_t *stride) { return hnsw_shim_vectors(ix, stride); }
 
-/* Insert n keys one at a time (normalised first unless they already are in
- * stored form): single inserts in slot order make the graph a function of
+/* a.b of two stored vectors (graph construction) */
+static float dot_f32(const void *a, const void *b, int d) { return kernels_get()->dot_f32(a, b, d); }
+static float dot_f16(const void *a, const void *b, int d) { return kernels_get()->dot_f16f16(a, b, d); }
+
+/* Insert n keys one at a time (put in stored form first unless they already
+ * are): single inserts in slot order make the graph a function of
  * the keys and the seed alone, so a rebuild from stored keys equals it. */
 static subq_status hnsw_insert(selector *s, const float *k_search, int n, int slot0, int normalize,
                                subq_error *err) {
@@ -53,23 +59,30 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
     int c;
     if (!a->ix && n > 0) {
         size_t cap = n > HNSW_CAPACITY0 ? (size_t)n : HNSW_CAPACITY0;
+        const kernels *K = kernels_get();
         hnsw_shim *ix;
-        if ((c = hnsw_shim_new(a->d, s->params.hnsw_m, s->params.hnsw_ef_construction, s->params.seed, cap, h->avx2,
-                               &ix, msg, sizeof msg)))
+        if ((c = hnsw_shim_new(a->d, a->f16 ? 2 : 4, a->f16 ? dot_f16 : dot_f32,
+                               a->f16 ? K->gather_dot_f16 : K->gather_dot_f32, s->params.hnsw_m,
+                               s->params.hnsw_ef_construction, s->params.seed, cap, &ix, msg, sizeof msg)))
             return shim_error(c, msg, err);
         a->ix = ix;
     }
     for (int t = 0; t < n; t++) {
         const float *row = k_search + (size_t)t * a->d;
-        if (normalize) select_normalize(h->row, row, a->d);
-        if ((c = hnsw_shim_add(a->ix, normalize ? h->row : row, 1, slot0 + t, msg, sizeof msg))) {
+        if (normalize) select_prepare(h->row, row, a->d, a->score);
+        const void *x = normalize ? h->row : row;
+        if (a->f16) {
+            for (int i = 0; i < a->d; i++) h->row16[i] = fp32_to_fp16(((const float *)x)[i]);
+            x = h->row16;
+        }
+        if ((c = hnsw_shim_add(a->ix, x, 1, slot0 + t, msg, sizeof msg))) {
             /* the failed key is not in the index: keep count in step with it */
             a->count = (int)hnsw_shim_count(a->ix);
             return shim_error(c, msg, err);
         }
     }
     a->count += n;
-    if (a->ix) s->stats.bytes = sizeof *h + hnsw_shim_bytes(a->ix) + 2 * (size_t)a->d * sizeof(float);
+    if (a->ix) s->stats.bytes = sizeof *h + hnsw_shim_bytes(a->ix) + 3 * (size_t)a->d * sizeof(float);
     return SUBQ_OK;
 }
 
@@ -84,8 +97,8 @@ static subq_status hnsw_put_keys(selector *s, const float *keys, int n, int slot
 static subq_status hnsw_get_keys(const selector *s, int n, float *dst, subq_error *err) {
     const hnsw_sel *h = (const hnsw_sel *)s;
     size_t stride = 0;
-    const float *base = h->ann.ix ? hnsw_shim_vectors(h->ann.ix, &stride) : NULL;
-    return select_copy_keys(s, h->ann.count, base, stride, h->ann.d, n, dst, err);
+    const void *base = h->ann.ix ? hnsw_shim_vectors(h->ann.ix, &stride) : NULL;
+    return select_copy_keys(s, h->ann.count, base, stride, h->ann.d, h->ann.f16, n, dst, err);
 }
 
 static int hnsw_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
@@ -110,6 +123,7 @@ static void hnsw_free(selector *s) {
     hnsw_shim_free(h->ann.ix);
     select_ann_free(&h->ann);
     free(h->row);
+    free(h->row16);
     free(h);
 }
 
@@ -129,13 +143,13 @@ subq_status select_hnsw_new(const selector_params *p, const selector_env *env, s
     h->base.ops = &hnsw_ops;
     h->ann.search = search;
     h->ann.vectors = vectors;
-    h->avx2 = kernels_get() == kernels_avx2(); /* the shim inlines the same dot */
     h->row = malloc((size_t)p->d_search * sizeof(float));
-    if (!select_ann_init(&h->ann, p->d_search) || !h->row) {
+    h->row16 = malloc((size_t)p->d_search * sizeof(uint16_t));
+    if (!select_ann_init(&h->ann, p) || !h->row || !h->row16) {
         hnsw_free(&h->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory");
     }
-    h->base.stats.bytes = sizeof *h + 2 * (size_t)p->d_search * sizeof(float);
+    h->base.stats.bytes = sizeof *h + 3 * (size_t)p->d_search * sizeof(float);
     *out = &h->base;
     return SUBQ_OK;
 }

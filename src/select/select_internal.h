@@ -1,5 +1,5 @@
 /* Shared pieces of the selectors: constructors of each kind, eligible-slot
- * ranges, a bounded top-k heap, L2 normalisation and the exact scan used
+ * ranges, a bounded top-k heap, L2 normalisation and the exact scans used
  * by exact (and by the ANN selectors' small-set fallback).
  * Internal to src/select. */
 #ifndef SUBQ_SELECT_INTERNAL_H
@@ -30,9 +30,10 @@ subq_status select_check_truncate(const selector *s, int count, int n_keep, subq
 /* Truncation by rebuilding (index kinds without deletion): the kept
  * stored keys through ops->get_keys, ops->reset, ops->put_keys. */
 subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_error *err);
-/* Copy n stored search keys (unit rows of d floats `stride` apart) into
- * dst [n][d], after checking n against the `count` held. */
-subq_status select_copy_keys(const selector *s, int count, const float *base, size_t stride, int d, int n,
+/* Copy n stored search keys (rows of d f32, or f16 when f16, `stride`
+ * elements apart) into dst [n][d] as f32, after checking n against the
+ * `count` held. */
+subq_status select_copy_keys(const selector *s, int count, const void *base, size_t stride, int d, int f16, int n,
                              float *dst, subq_error *err);
 
 /* [0, min(n, m->n_slots)) minus the two excluded ranges of m, as at most 3
@@ -66,30 +67,55 @@ void *select_query_realloc(const selector *s, void *p, size_t bytes);
 typedef struct select_scratch {
     float *f;
     int32_t *i;
-    size_t cap_f, cap_i;
+    uint64_t *u;
+    size_t cap_f, cap_i, cap_u;
 } select_scratch;
 
 int select_scratch_f(const selector *s, select_scratch *sc, size_t n); /* 0 on failure */
 int select_scratch_i(const selector *s, select_scratch *sc, size_t n);
+int select_scratch_u(const selector *s, select_scratch *sc, size_t n);
 void select_scratch_free(select_scratch *sc);
 
 /* dst = src / ||src|| (zero vectors stay zero). */
 void select_normalize(float *dst, const float *src, int d);
+/* The stored form of a search vector: normalised for cosine, copied for dot. */
+void select_prepare(float *dst, const float *src, int d, select_score score);
 
-/* Exact top-k over the eligible slots below n of a row store (the exact
- * selector, and the ANN selectors when few slots are eligible) for a query
- * of selector s. Writes up to k slots best-first and returns the count (-1
- * when out of memory); adds the rows scored to s->stats.n_visited. Uses
- * scratch (needs k floats, k + SELECT_BLOCK int32 and SELECT_BLOCK floats). */
+/* The rows a scan scores, with the query: float rows (dot: q . row over rows
+ * of d f32 / f16 values `stride` elements apart from base), or compressed
+ * codes (qdot set: the integer dot of q8 with code rows `stride` bytes apart,
+ * times scale[row]; d padded as kernels.h requires). row_bytes is what
+ * scoring one row reads (stats.bytes_read). */
+typedef struct select_rows {
+    const void *base;
+    size_t stride;
+    int d;
+    const float *q;
+    kernels_gather_dot_fn dot;
+    const int8_t *q8;
+    const float *scale;
+    kernels_gather_dot_q_fn qdot;
+    size_t row_bytes;
+} select_rows;
+
+/* Exact top-k over the eligible slots below n (the exact selector, and the
+ * ANN selectors when few slots are eligible). Writes up to k slots, best
+ * first when sorted (else in any order: a pool to re-rank), and returns the
+ * count (-1 when out of memory); adds the rows scored to
+ * s->stats.n_visited and their bytes to bytes_read. */
 #define SELECT_BLOCK 256
-int select_scan_topk(selector *s, const float *q, const void *base, size_t stride, int d, kernels_gather_dot_fn dot,
-                     int n, const select_mask *m, int k, select_scratch *sc, int32_t *out);
+int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                     select_scratch *sc, int32_t *out);
 
 /* select_scan_topk over s->params.n_threads contiguous parts of the slots,
- * each with its own heap, merged at the end (same result as one scan up to
- * ties). */
-int select_scan_topk_parallel(selector *s, const float *q, const void *base, size_t stride, int d,
-                              kernels_gather_dot_fn dot, int n, const select_mask *m, int k, int32_t *out);
+ * each with its own buffer, merged at the end (the same result). */
+int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                              int32_t *out);
+
+/* The top k of the n given slots (a re-rank: they are eligible already), as
+ * select_scan_topk. */
+int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots, int n, int k, select_scratch *sc,
+                      int32_t *out);
 
 /* select_scan_topk for n queries at once (unit rows qn [n][d]) over rows
  * stored f32 or f16 (`f16`): the scores of a block of keys for every query
@@ -101,8 +127,8 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
                            int count, const select_mask *m, int k, int32_t *out, int *got, int n_threads);
 
 /* The query side of the graph-index selectors (hnsw, faiss), over an index
- * behind two functions: the query is normalised; when few slots are
- * eligible they are scored directly (select_scan_topk over the index's
+ * behind two functions: the query is normalised for cosine; when few slots
+ * are eligible they are scored directly (select_scan_topk over the index's
  * stored vectors), else a filtered graph search of width select_filtered_ef
  * runs, with one wider retry when it comes back short, and every returned
  * slot is checked again. */
@@ -111,19 +137,20 @@ typedef struct select_ann {
     /* the shim's filtered search (count, or -1 on failure) and its stored
      * vectors (row i at base + i * stride) */
     int (*search)(void *ix, const float *q, int k, int ef, select_filter_fn filter, void *ctx, int64_t *labels,
-                  float *sims, int64_t *n_dist);
-    const float *(*vectors)(const void *ix, size_t *stride);
+                  float *sims, int64_t *n_dist, uint64_t *n_bytes);
+    const void *(*vectors)(const void *ix, size_t *stride);
     int d, count;           /* search width; keys in the index */
-    float *qn;              /* the normalised query */
+    select_score score;     /* cosine: the query is normalised */
+    int f16;                /* the index stores f16 rows */
+    float *qn;              /* the query in stored form */
     int64_t *labels;        /* search results */
     float *sims;
     int res_cap;
     select_scratch sc;
-    kernels_gather_dot_fn dot;
 } select_ann;
 
 /* 0 when out of memory (then select_ann_free). */
-int select_ann_init(select_ann *a, int d);
+int select_ann_init(select_ann *a, const selector_params *p);
 void select_ann_free(select_ann *a); /* not the index: its owner frees it */
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
 /* n of those in parallel (the index's search only reads it; each thread

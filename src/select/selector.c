@@ -41,15 +41,35 @@ int selector_kind_parse(const char *name) {
     return -1;
 }
 
+static const char *const score_names[SELECT_SCORE_COUNT] = {"cosine", "dot"};
+static const char *const scan_names[SELECT_SCAN_COUNT] = {"full", "int8", "int4"};
+
+static int parse_name(const char *const *names, int n, const char *name) {
+    for (int i = 0; name && i < n; i++)
+        if (!strcmp(name, names[i])) return i;
+    return -1;
+}
+
+int select_score_parse(const char *name) { return parse_name(score_names, SELECT_SCORE_COUNT, name); }
+int select_scan_parse(const char *name) { return parse_name(scan_names, SELECT_SCAN_COUNT, name); }
+const char *select_score_name(select_score s) { return (int)s >= 0 && s < SELECT_SCORE_COUNT ? score_names[s] : "?"; }
+const char *select_scan_name(select_scan s) { return (int)s >= 0 && s < SELECT_SCAN_COUNT ? scan_names[s] : "?"; }
+
 const char *selector_kind_name(selector_kind k) { return kind_info(k) ? kinds[k].name : "?"; }
 int selector_kind_available(selector_kind k) { return kind_info(k) && kinds[k].create; }
 int selector_kind_needs_search(selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
 int selector_kind_is_ann(selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
+int selector_params_approximate(const selector_params *p) {
+    return selector_kind_is_ann(p->kind) || (p->kind == SELECT_EXACT && (p->scan != SELECT_SCAN_FULL || p->f16_keys));
+}
+
 void selector_params_default(selector_params *p, selector_kind kind, int d_search) {
     memset(p, 0, sizeof *p);
     p->kind = kind;
     p->d_search = d_search;
+    p->score = SELECT_SCORE_COSINE;
+    p->scan = SELECT_SCAN_FULL;
     p->f16_keys = 0;
     p->hnsw_m = 32;
     p->hnsw_ef_construction = 40;
@@ -87,6 +107,9 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
     if (!ki->create)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s is not in this build (install %s and rebuild)",
                          name, ki->package);
+    if ((int)p->score < 0 || p->score >= SELECT_SCORE_COUNT || (int)p->scan < 0 || p->scan >= SELECT_SCAN_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s: unknown score %d or scan %d", name, (int)p->score,
+                         (int)p->scan);
     if (ki->needs_search && p->d_search <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs search vectors (d_search %d)", name, p->d_search);
     if (ki->ann && (p->hnsw_m < 2 || p->hnsw_m > 1024 || p->hnsw_ef_construction <= 0 || p->hnsw_ef_search <= 0))

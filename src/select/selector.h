@@ -2,8 +2,9 @@
  * substituted layer. One selector per layer per sequence; it grows as keys
  * are appended (prefill and decode) and is never rebuilt.
  *
- * Attention code never knows which selector it has: exact (cosine scan in the
- * learned search space), hnsw / faiss (ANN indexes over the same space),
+ * Attention code never knows which selector it has: exact (a scan in the
+ * learned search space, by cosine or inner product, optionally over
+ * compressed keys), hnsw / faiss (ANN indexes over the same space),
  * quest (page min/max bounds on native keys), oracle (exact top-K of the
  * native q.k), window (nothing retrieved: sinks + tail only).
  *
@@ -28,6 +29,25 @@ typedef enum selector_kind {
     SELECT_KIND_COUNT
 } selector_kind;
 
+/* What the search-space selectors (exact, hnsw, faiss) rank keys by. */
+typedef enum select_score {
+    SELECT_SCORE_COSINE = 0, /* cosine: keys and queries L2-normalised (what training optimises) */
+    SELECT_SCORE_DOT,        /* the raw inner product q.k (as the llama.cpp runtime ranks) */
+    SELECT_SCORE_COUNT
+} select_score;
+
+/* What the exact selector's scan reads per key. The compressed scans keep
+ * the stored keys too: they pick the best SELECT_RERANK * K slots by the
+ * codes and re-rank those on the stored keys, so with every true top-K slot
+ * in that pool the result is the full scan's. */
+typedef enum select_scan {
+    SELECT_SCAN_FULL = 0, /* the stored keys (f32, or f16 with f16_keys) */
+    SELECT_SCAN_INT8,     /* int8 codes with one scale per key (a quarter of f32) */
+    SELECT_SCAN_INT4,     /* int4 codes with one scale per key (an eighth of f32) */
+    SELECT_SCAN_COUNT
+} select_scan;
+#define SELECT_RERANK 8
+
 /* What the oracle ranks (select_oracle.c):
  *   HEADMEAN_DOT     the head-mean of the native logits, (1/H) sum_h q_h . k_{kvh(h)}
  *   HEADMEAN_COSINE  the cosine of the head-mean q and the head-mean k
@@ -42,7 +62,9 @@ const char *oracle_kind_name(oracle_kind k);
 typedef struct selector_params {
     selector_kind kind;
     int d_search;              /* width of search vectors (exact/hnsw/faiss) */
-    int f16_keys;              /* exact: store search keys as f16 (else f32) */
+    select_score score;        /* exact/hnsw/faiss: cosine (default) or dot */
+    select_scan scan;          /* exact: what the scan reads (default SELECT_SCAN_FULL) */
+    int f16_keys;              /* exact, hnsw: store search keys as f16 (else f32) */
     int hnsw_m;                /* default 32 */
     int hnsw_ef_construction;  /* default 40 */
     int hnsw_ef_search;        /* default 64 */
@@ -88,10 +110,11 @@ typedef struct selector_stats {
     int64_t n_filler;          /* requested - returned, summed */
     int64_t n_visited;         /* distance computations / nodes visited */
     uint64_t bytes_read;       /* bytes the queries read, summed (the selector's share of
-                                  a decode step's memory traffic): exact the stored search
-                                  keys it scans; hnsw / faiss an estimate, distances x
-                                  vector bytes; quest page bounds + keys of ranked pages;
-                                  oracle the native keys it scores */
+                                  a decode step's memory traffic): exact the search keys
+                                  or codes it scans and the rows it re-ranks; hnsw /
+                                  faiss the vectors scored and link lists read; quest
+                                  page bounds + keys of ranked pages; oracle the native
+                                  keys it scores */
     int64_t n_appended;
     double t_append_s, t_query_s;
     size_t bytes;              /* memory held by the selector */
@@ -117,9 +140,10 @@ typedef struct selector_ops {
      * Native-key kinds read the kept slots' keys back from env->kv. */
     subq_status (*truncate)(selector *s, int n_keep, subq_error *err);
     /* Search-space kinds (NULL for the others): the stored form of the
-     * search keys of slots 0 .. n-1 as f32 rows [n][d_search] (unit vectors;
-     * f16 storage widens exactly), and appending keys in that stored form
-     * as they are (no normalisation), so that get_keys + reset + put_keys
+     * search keys of slots 0 .. n-1 as f32 rows [n][d_search] (unit vectors
+     * for cosine, as given for dot; f16 storage widens exactly), and
+     * appending keys in that stored form as they are (no normalisation), so
+     * that get_keys + reset + put_keys
      * rebuilds an index that answers as the original does. */
     subq_status (*get_keys)(const selector *s, int n, float *dst, subq_error *err);
     subq_status (*put_keys)(selector *s, const float *keys, int n, int slot0, subq_error *err);
@@ -173,6 +197,12 @@ subq_status selector_truncate(selector *s, int n_keep, subq_error *err);
 subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *err);
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err);
 
+/* "cosine" / "dot", "full" / "int8" / "int4"; -1 if unknown. */
+int select_score_parse(const char *name);
+const char *select_score_name(select_score s);
+int select_scan_parse(const char *name);
+const char *select_scan_name(select_scan s);
+
 /* "exact" -> SELECT_EXACT ...; -1 if unknown. */
 int selector_kind_parse(const char *name);
 const char *selector_kind_name(selector_kind k);
@@ -184,6 +214,10 @@ int selector_kind_needs_search(selector_kind k);
 /* 1 if the kind is an approximate index over the search space (hnsw,
  * faiss), whose recall is measured against exact. */
 int selector_kind_is_ann(selector_kind k);
+/* 1 if a selector of these parameters may answer otherwise than the full
+ * f32 scan by the same score (its recall is measured against that): the
+ * ANN kinds, and exact over f16 keys or compressed codes. */
+int selector_params_approximate(const selector_params *p);
 void selector_params_default(selector_params *p, selector_kind kind, int d_search);
 
 #endif

@@ -36,13 +36,15 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         p->selector = (subq_selector_kind)k;
     } else if (!strcmp(a, "--sparse-layers")) {
         if (!(p->layers = cli_value(cmd, argc, argv, i))) return -1;
+    } else if (!strcmp(a, "--topk-layers")) {
+        if (!(p->topk_layers = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--topk")) {
         target = &p->top_k, lo = 0;
         o->topk_set = 1;
     } else if (!strcmp(a, "--sink")) {
         target = &p->n_sink, lo = 0;
     } else if (!strcmp(a, "--tail")) {
-        target = &p->n_tail, lo = 1;
+        target = &p->n_tail, lo = 0;
     } else if (!strcmp(a, "--hnsw-m")) {
         target = &p->hnsw_m, lo = 2, hi = 1024;
     } else if (!strcmp(a, "--hnsw-ef-construction")) {
@@ -71,6 +73,22 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         return 1;
     } else if (!strcmp(a, "--search-f16")) {
         p->search_f16 = 1;
+    } else if (!strcmp(a, "--score")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        int x = subq_score_parse(v);
+        if (x < 0) {
+            cli_error(cmd, "--score expects cosine or dot, got '%s'", v);
+            return -1;
+        }
+        p->score = (subq_score)x;
+    } else if (!strcmp(a, "--scan")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        int x = subq_scan_parse(v);
+        if (x < 0) {
+            cli_error(cmd, "--scan expects full, int8 or int4, got '%s'", v);
+            return -1;
+        }
+        p->scan = (subq_scan)x;
     } else if (!strcmp(a, "--complete")) {
         if (!(o->complete_file = cli_value(cmd, argc, argv, i))) return -1;
     } else if (!strcmp(a, "--complete-heads")) {
@@ -104,6 +122,24 @@ static int entropy_threshold(const char *cmd, cli_sparse_opts *o) {
     return 1;
 }
 
+/* Layers of --random-search projections: the --sparse-layers, else 2 .. L-3
+ * (first and last layers stay dense, as is usual), and the layers of
+ * --topk-layers ("L:K" items, L a layer or range) as a malloc'd list;
+ * NULL without --topk-layers. */
+static char *random_search_layers(const subq_attn_plan *p) {
+    if (!p->topk_layers) return NULL;
+    const char *base = p->layers ? p->layers : "2--3";
+    char *list = malloc(strlen(base) + strlen(p->topk_layers) + 2), *w = list;
+    if (!list) return NULL;
+    w += sprintf(w, "%s", base);
+    for (const char *q = p->topk_layers; *q;) {
+        size_t n = strcspn(q, ","), l = strcspn(q, ":,"); /* the L of "L:K" */
+        w += sprintf(w, ",%.*s", (int)l, q);
+        q += n + (q[n] == ',');
+    }
+    return list;
+}
+
 int cli_sparse_model_default(const char *cmd, cli_sparse_opts *o, const char *model_path) {
     if (o->search_file || o->random_search || o->no_search || !model_path) return 1;
     subq_search_info si;
@@ -132,10 +168,19 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, const subq_model *m) {
         return 0;
     }
     subq_status s = SUBQ_OK;
-    if (o->model_search && !o->search) s = subq_search_from_model(m, &o->search, &err);
-    else if (o->search_file && !o->search) s = subq_search_load(o->search_file, m, &o->search, &err);
-    /* the --sparse-layers, else layers 2 .. L-3 (first and last layers stay dense, as is usual) */
-    else if (o->random_search && !o->search) s = subq_search_random(m, o->plan.layers, o->random_search, 1, &o->search, &err);
+    if (o->model_search && !o->search) {
+        s = subq_search_from_model(m, &o->search, &err);
+    } else if (o->search_file && !o->search) {
+        s = subq_search_load(o->search_file, m, &o->search, &err);
+    } else if (o->random_search && !o->search) {
+        char *layers = random_search_layers(&o->plan);
+        if (o->plan.topk_layers && !layers) {
+            cli_error(cmd, "out of memory");
+            return 0;
+        }
+        s = subq_search_random(m, layers ? layers : o->plan.layers, o->random_search, 1, &o->search, &err);
+        free(layers);
+    }
     if (!s && o->complete_file && !o->complete) s = subq_complete_load(o->complete_file, m, &o->complete, &err);
     if (s) {
         cli_error(cmd, "%s", err.msg);

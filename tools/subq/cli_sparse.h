@@ -29,14 +29,21 @@ typedef struct cli_sparse_opts {
     "  --sparse-layers L    layers to substitute: all, 1-4, 2--3 (default: layers with\n"      \
     "                       projections; all layers for quest/oracle/window)\n"                \
     "  --topk K             candidates retrieved per query (default 64)\n"                     \
+    "  --topk-layers L:K,...  these layers (or ranges) retrieve K keys by exact selection\n"  \
+    "                       whatever --select says, e.g. 0-1:2048,-2--1:2048 for layers\n"   \
+    "                       otherwise dense\n"                                                \
     "  --sink N             first tokens always kept (default 4)\n"                            \
-    "  --tail N             most recent tokens always kept (default 16)\n"                     \
+    "  --tail N             most recent tokens always kept (default 16; --sink 0 --tail 0:\n" \
+    "                       exactly the K retrieved keys)\n"                                  \
     "  --hnsw-m N, --hnsw-ef-construction N, --hnsw-ef-search N   (defaults 32, 40, 64)\n"     \
     "  --quest-page N       Quest page size in tokens (default 16)\n"                          \
     "  --quest-mode M       per-head (each query head its own pages, default) | headmean\n"  \
     "  --oracle S           headmean-dot (default) | headmean-cosine (the seed's raw-QK\n"   \
     "                       oracle) | per-head (each query head its own exact top-K)\n"      \
-    "  --search-f16         store exact-selector search keys in f16\n"                        \
+    "  --search-f16         store search keys in f16 (exact, hnsw)\n"                         \
+    "  --score cosine|dot   rank search keys by cosine (default) or raw inner product\n"       \
+    "  --scan full|int8|int4  exact: scan the stored keys, or int8 / int4 codes of them\n"     \
+    "                       with the best 8K re-ranked on the stored keys (default full)\n"   \
     "  --complete FILE      add the linear-attention completion of the unretrieved tokens\n" \
     "                       (maps from subq train-phi) on the layers the file covers\n"       \
     "  --complete-heads entropy>=X   complete only heads whose mid-region entropy (measured\n" \

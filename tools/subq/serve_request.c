@@ -171,7 +171,7 @@ static int parse_sparse(json_t *o, serve_sparse *s, char *msg, size_t cap) {
     if (rc) s->top_k = (int)v;
     if ((rc = get_int(x, "sink", 0, 1 << 20, &v, msg, cap)) < 0) return -1;
     if (rc) s->n_sink = (int)v;
-    if ((rc = get_int(x, "tail", 1, 1 << 20, &v, msg, cap)) < 0) return -1;
+    if ((rc = get_int(x, "tail", 0, 1 << 20, &v, msg, cap)) < 0) return -1;
     if (rc) s->n_tail = (int)v;
     json_t *layers = json_object_get(x, "sparse_layers");
     if (layers && !json_is_null(layers)) {
