@@ -83,6 +83,8 @@ static void test_ranges(void) {
     CHECK(bad == 0, "mask ranges disagree with select_mask_allows in %d places", bad);
 }
 
+static double cosine(const float *a, const float *b, int d) { return score_of(a, b, d, SELECT_SCORE_COSINE); }
+
 typedef struct bad_counts {
     int count, score, elig, order;
 } bad_counts;
@@ -140,8 +142,6 @@ static void test_batch(selector *s, const float *keys, int d, int n, int f16, in
     free(want);
     free(have);
 }
-
-static double cosine(const float *a, const float *b, int d) { return score_of(a, b, d, SELECT_SCORE_COSINE); }
 
 /* The exact selector against brute force (double precision, full sort) on
  * random masks and K. Full scans must return the brute-force top K (score
