@@ -5,7 +5,8 @@
 //
 // llama.cpp runs through the npm package node-llama-cpp (pinned in
 // bench/package.json; its prebuilt CPU build, no compiler, works offline once
-// installed). Once:    npm --prefix bench ci        (bench/node_modules is git-ignored)
+// installed). Once:    npm --prefix bench install   (bench/node_modules is git-ignored;
+//                      `npm ci` refuses: the lock holds only this platform's prebuilt)
 // Then:                node bench/peer_llamacpp.mjs [--model FILE] [--threads 2]
 //                          [--lengths 512,8192] [--n-decode 16] [--json OUT.json]
 // Default model: $TMPDIR/subq-qwen3-0.6b-q8_0.gguf, written by
@@ -97,7 +98,7 @@ async function loadLlama(o) {
     try {
         lib = await import("node-llama-cpp");
     } catch (e) {
-        die(`node-llama-cpp is not installed (${e.code || e.message}); run: npm --prefix bench ci`);
+        die(`node-llama-cpp is not installed (${e.code || e.message}); run: npm --prefix bench install`);
     }
     const {getLlama, LlamaLogLevel} = lib;
     return getLlama({gpu: false, build: "never", maxThreads: o.threads, logLevel: LlamaLogLevel.error});
