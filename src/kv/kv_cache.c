@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/sysinfo.h>
 
+#include "base/bigmem.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
 
@@ -95,8 +96,8 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
     kv->seg = malloc((size_t)n_ctx * sizeof(int32_t));
     if (!kv->k || !kv->v || !kv->pos || !kv->seg) goto nomem;
     for (int l = 0; l < n_layer; l++) {
-        kv->k[l] = malloc(per_layer);
-        kv->v[l] = malloc(per_layer);
+        kv->k[l] = bigmem_alloc(per_layer);
+        kv->v[l] = bigmem_alloc(per_layer);
         if (!kv->k[l] || !kv->v[l]) goto nomem;
     }
     return SUBQ_OK;

@@ -1,0 +1,17 @@
+/* Large buffers that are streamed every decode step (the KV cache, search
+ * keys, the bandwidth probe) asked to be backed by 2 MiB pages. With 4 KiB
+ * pages a stream of a few GB misses the TLB on every page, and two cores
+ * read ~30% slower than from huge pages on the machines we measure (kernels
+ * with transparent huge pages in "madvise" mode, the Debian default, give
+ * them only to regions that ask). The advice is best-effort: where the
+ * kernel has no huge pages the memory is ordinary. */
+#ifndef SUBQ_BASE_BIGMEM_H
+#define SUBQ_BASE_BIGMEM_H
+
+#include <stddef.h>
+
+/* `bytes` of uninitialised memory (NULL when out of memory); buffers of
+ * 2 MiB or more are 2 MiB-aligned and advised MADV_HUGEPAGE. Free with free(). */
+void *bigmem_alloc(size_t bytes);
+
+#endif
