@@ -1,5 +1,7 @@
 #include "bench/bench.h"
 
+#include "base/bigmem.h"
+
 #include <cblas.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -40,7 +42,7 @@ static uint64_t sum_scalar(const uint64_t *p, size_t n) {
 
 double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
     size_t n = bytes / sizeof(uint64_t);
-    uint64_t *buf = aligned_alloc(64, n * sizeof(uint64_t));
+    uint64_t *buf = bigmem_alloc(n * sizeof(uint64_t)); /* huge pages, as the KV cache */
     if (!buf) return 0.0;
     int avx2 = __builtin_cpu_supports("avx2");
     /* first touch by the threads that will read, so pages are placed near them */

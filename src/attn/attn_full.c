@@ -55,10 +55,9 @@ void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const floa
  *   s_ij = scale q_i.k_j (-inf outside the query's document)
  *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i),  o_i = sum_j e^(s_ij - m_i) v_j
  * part = [o (g x hd) | m (g) | l (g)]. */
-static void chunk_partial(const kernels *K, const kv_cache *kv, int layer, int kh, int g, const float *q, float scale,
-                          int j0, int j1, int seg, float *scores, float *part) {
+static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh, int g,
+                          const float *q, float scale, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
-    const kernels_kv *ops = &K->kv[kv->type];
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
     ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
     for (int j = 0; j < n; j++)
@@ -111,6 +110,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
     enum { MAX_T = GEMM_MIN_TOKENS };
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, H = st->n_head_kv;
     const kernels *K = kernels_get();
+    const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
     int nc[MAX_T], first[MAX_T + 1];
     first[0] = 0;
     for (int t = 0; t < T; t++) {
@@ -139,7 +139,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
             const int kh = (it - first[t]) / nc[t], c = (it - first[t]) % nc[t], slot = st->slot0 + t;
             const int j0 = c * DECODE_CHUNK, j1 = j0 + DECODE_CHUNK < slot + 1 ? j0 + DECODE_CHUNK : slot + 1;
             const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd;
-            chunk_partial(K, kv, st->layer, kh, g, q, st->scale, j0, j1, kv->seg[slot], scores,
+            chunk_partial(K, &ops, kv, st->layer, kh, g, q, st->scale, j0, j1, kv->seg[slot], scores,
                           parts + (size_t)it * part_floats);
         }
         free(scores);

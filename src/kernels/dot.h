@@ -61,6 +61,28 @@ KERNELS_AVX2_INLINE float kernels_hsum8(__m256 v) {
 
 KERNELS_DOT_DENSE(kernels_dot_f32_avx2, float, _mm256_loadu_ps, )
 
+/* Decode attention streams each KV head's rows once. The hardware
+ * prefetcher alone leaves the loops waiting on DRAM (rows of a few hundred
+ * bytes, read in short strides): the kernels ask for the bytes PF_ROWS rows
+ * ahead as they go, a few cache lines per row. A prefetch never faults, so
+ * the rows past the end of a call's range are asked for too (the next chunk
+ * of the same KV head, usually); the address is formed as an integer, as
+ * it may lie outside the array. */
+#define PF_ROWS 64
+KERNELS_AVX2_INLINE void prefetch_at(const void *base, size_t off) {
+    _mm_prefetch((const char *)((uintptr_t)base + off), _MM_HINT_T0);
+}
+/* the lines of bytes [off, off + len) from base */
+KERNELS_AVX2_INLINE void prefetch_span(const void *base, size_t off, size_t len) {
+    for (size_t o = off & ~(size_t)63; o < off + len; o += 64) prefetch_at(base, o);
+}
+
+/* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
+KERNELS_AVX2_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
 #endif
 
 #endif
