@@ -1,7 +1,5 @@
 #include "bench/bench.h"
 
-#include "base/bigmem.h"
-
 #include <cblas.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -41,9 +39,15 @@ static uint64_t sum_scalar(const uint64_t *p, size_t n) {
 }
 
 double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
-    size_t n = bytes / sizeof(uint64_t);
-    uint64_t *buf = bigmem_alloc(n * sizeof(uint64_t)); /* huge pages, as the KV cache */
+    uint64_t *buf = aligned_alloc(64, bytes / sizeof(uint64_t) * sizeof(uint64_t));
     if (!buf) return 0.0;
+    double bw = bench_read_bandwidth_in(buf, bytes, n_threads, reps);
+    free(buf);
+    return bw;
+}
+
+double bench_read_bandwidth_in(uint64_t *buf, size_t bytes, int n_threads, int reps) {
+    size_t n = bytes / sizeof(uint64_t);
     int avx2 = __builtin_cpu_supports("avx2");
     /* first touch by the threads that will read, so pages are placed near them */
 #pragma omp parallel for num_threads(n_threads) schedule(static)
@@ -65,7 +69,6 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
         double gbs = (double)n * sizeof(uint64_t) / el / 1e9;
         if (gbs > best) best = gbs;
     }
-    free(buf);
     /* the sum of 0..n-1 per pass proves every word was read */
     return check == (uint64_t)reps * ((uint64_t)n * (uint64_t)(n - 1) / 2) ? best : 0.0;
 }
