@@ -2,7 +2,9 @@
  * take their dot_f32 from here, and the C++ index shims (hnsw_shim.cpp,
  * faiss_shim.cpp in src/select) inline it into the distance functions of
  * their graph searches, which call it once per node visited. With it, the
- * AVX2 pieces every dense dot product of kernels_avx2.c is built from. */
+ * AVX2 pieces every dense dot product of kernels_avx2.c is built from, and
+ * the prefetch and horizontal sums that the decode attention kernels of
+ * kernels_avx2.c and kv_avx512.c share. */
 #ifndef SUBQ_KERNELS_DOT_H
 #define SUBQ_KERNELS_DOT_H
 

@@ -11,7 +11,9 @@
  *   - gathered row dots: the scans of the selectors, over f32 / f16 rows
  *     and over compressed int8 / int4 codes.
  * Callers that run many rows fetch the set once (kernels_get) and call
- * through it. Every set gives the same dequantised bits; dot products agree
+ * through it. Two hot paths have AVX-512 forms outside the sets, chosen per
+ * call where the CPU has them: the prefill integer GEMM (kernels_gemm_q8)
+ * and decode attention over KV rows (kernels_kv_decode_get). Every set gives the same dequantised bits; dot products agree
  * up to float rounding. */
 #ifndef SUBQ_KERNELS_H
 #define SUBQ_KERNELS_H
