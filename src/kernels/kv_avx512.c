@@ -180,8 +180,8 @@ INLINE512 void key_pair(const uint8_t *r, size_t bs, int p, int two, int q4, __m
     const uint8_t *b0 = r + (size_t)(2 * p) * bs, *b1 = b0 + bs;
     const __m256i hi = two ? ublock(b1, q4) : _mm256_setzero_si256();
     *k = _mm512_inserti64x4(_mm512_castsi256_si512(ublock(b0, q4)), hi, 1);
-    const int d = quant_rd16(b0) | (two ? quant_rd16(b1) : 0) << 16;
-    *dk = spread2(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));
+    const uint32_t d = quant_rd16(b0) | (uint32_t)(two ? quant_rd16(b1) : 0) << 16;
+    *dk = spread2(_mm_cvtph_ps(_mm_cvtsi32_si128((int)d)));
 }
 
 /* Two heads (qa, qb), keys in rows of hd / 32 blocks of bs bytes; four keys
