@@ -27,6 +27,12 @@ gemm_q8_fn kernels_gemm_q8(uint32_t type) {
     return wide && wide[type] ? wide[type] : kernels_get()->gemm_q8[type];
 }
 
+gemv_q8_fn kernels_gemv_q8(uint32_t type) {
+    if (type >= GGML_TYPE_COUNT) return NULL;
+    const gemv_q8_fn *wide = kernels_gemv_q8_avx512();
+    return wide && wide[type] ? wide[type] : kernels_get()->gemv_q8[type];
+}
+
 size_t kernels_kv_row_bytes(subq_kv_type t, int hd) {
     if (hd <= 0) return 0;
     switch (t) {

@@ -54,6 +54,11 @@ typedef void (*kernels_gather_dot_q_fn)(const int8_t *q, const void *codes, size
 typedef void (*quantize_q8_fn)(const float *x, int64_t n, int8_t *q, float *d);
 typedef void (*gemm_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd, int T,
                            int64_t n, float *y, int64_t ldy);
+/* Decode takes the same maths for one activation row (GEMV), as a kernel
+ * that streams each weight row once:
+ *   gemv_q8: y[r] = sum_b dw(r, b) d(b) sum_{j<32} qw(r, 32b + j) q(32b + j)   for r < n_rows. */
+typedef void (*gemv_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd,
+                           int64_t n, float *y);
 
 /* Rows of a KV cache: hd values of one (layer, KV head, slot), in one of the
  * KV types (subq_kv_type). f32 and f16 are plain arrays. q8_0 and q4_0 are
@@ -103,6 +108,7 @@ typedef struct kernels {
      * prefills through sgemm on dequantised rows) */
     quantize_q8_fn quantize_q8;
     gemm_q8_fn gemm_q8[GGML_TYPE_COUNT];
+    gemv_q8_fn gemv_q8[GGML_TYPE_COUNT]; /* the same types */
     /* sum_i a[i] * b[i] */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
@@ -135,6 +141,9 @@ gemm_q8_fn kernels_gemm_q8(uint32_t type);
 /* The AVX-512 VNNI integer GEMMs per weight type, or NULL when the CPU (or
  * the build) lacks them. */
 const gemm_q8_fn *kernels_gemm_q8_avx512(void);
+/* The same for the decode GEMV (gemv_q8). */
+gemv_q8_fn kernels_gemv_q8(uint32_t type);
+const gemv_q8_fn *kernels_gemv_q8_avx512(void);
 
 /* dst[0..n) = dequantised src row. n must be a multiple of the block size
  * and the type must have can_dequant (callers check at load time). */
