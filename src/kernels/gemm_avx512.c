@@ -1,17 +1,19 @@
-/* The integer GEMM of prefill (kernels.h: gemm_q8) with AVX-512 VNNI, for
- * CPUs that have it (kernels_gemm_q8 picks it over the AVX2 set's).
+/* The integer GEMM of prefill (kernels.h: gemm_q8) and GEMV of decode
+ * (gemv_q8) with AVX-512 VNNI, for CPUs that have it (kernels_gemm_q8 and
+ * kernels_gemv_q8 pick them over the AVX2 set's).
  *
  * vpdpbusd multiplies unsigned by signed bytes and adds groups of four into
  * 32-bit lanes without saturating, 64 bytes (two blocks) per instruction.
- * The activations are signed, so they go in offset: q ^ 0x80 = q + 128
- * (unsigned), and
+ * In the GEMM the activations, reused by every weight row, go in offset:
+ * q ^ 0x80 = q + 128 (unsigned), and
  *   sum_j (q_j + 128) w_j = sum_j q_j w_j + 128 sum_j w_j,
- * where the second term depends on the weights alone. The weight side of a
+ * where the second term depends on the weights alone: the weight side of a
  * group of rows is prepared once per chunk of tokens (bytes, lanes starting
  * at -128 sum w, scales spread over their lanes), so a block pair of a
- * (row, token) costs one vpdpbusd, one convert and one multiply-add. Results
- * are the exact integer block sums, as in the other sets; only the float
- * scaling rounds. */
+ * (row, token) costs one vpdpbusd, one convert and one multiply-add. The
+ * GEMV reads each weight once and puts the offset on the weights instead
+ * (below). Results are the exact integer block sums, as in the other sets;
+ * only the float scaling rounds. */
 #include "kernels/kernels.h"
 
 #include "base/cpu.h"

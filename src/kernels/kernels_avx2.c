@@ -1,8 +1,9 @@
 /* The AVX2 + FMA + F16C kernel set, compiled into a portable build through
  * target attributes and chosen at run time (kernels_get).
  *
- * Dot products keep the activations in f32 (no int8 quantisation of x): they
- * must equal the dot product of the dequantised row up to float rounding.
+ * Row dot products (dot, dot_xs) keep the activations in f32 (no int8
+ * quantisation of x): they must equal the dot product of the dequantised row
+ * up to float rounding. The integer GEMM / GEMV take x quantised to q8.
  * Dequantisers reproduce the reference ones (quant/dequant.c) bit for bit,
  * so they use separate mul and sub (never FMA) in the reference's order; the
  * library is built as ISO C, where GCC does not contract a*b-c into an FMA
