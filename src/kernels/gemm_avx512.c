@@ -48,10 +48,10 @@ INLINE512 __m256i q4_0_bytes(const block_q4_0 *b) {
     return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
 }
 
-/* -128 x the sum of each lane's 4 bytes */
-INLINE512 __m512i start_lanes(__m512i v) {
+/* -off x the sum of each lane's 4 bytes (off = 128: the offset of signed bytes) */
+INLINE512 __m512i start_lanes(__m512i v, char off) {
     return _mm512_sub_epi32(_mm512_setzero_si512(),
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), v));
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), v));
 }
 
 /* A weight row's blocks 2p, 2p + 1 at b (`two` = 0: the row's last block
@@ -62,10 +62,11 @@ INLINE512 __m512i start_lanes(__m512i v) {
         const __m256i hi = two ? T##_bytes(b + 1) : _mm256_setzero_si256();                                   \
         return _mm512_inserti64x4(_mm512_castsi256_si512(T##_bytes(b)), hi, 1);                              \
     }                                                                                                         \
-    INLINE512 __m512 T##_pair_dw(const block_##T *b, int two) {                                               \
+    INLINE512 __m128 T##_pair_d(const block_##T *b, int two) {                                                \
         const int d = quant_rd16(b[0].d) | (two ? quant_rd16(b[1].d) : 0) << 16;                              \
-        return spread2(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));                                                   \
-    }
+        return _mm_cvtph_ps(_mm_cvtsi32_si128(d));                                                            \
+    }                                                                                                         \
+    INLINE512 __m512 T##_pair_dw(const block_##T *b, int two) { return spread2(T##_pair_d(b, two)); }
 
 PAIR(q8_0)
 PAIR(q4_0)
@@ -80,7 +81,7 @@ PAIR(q4_0)
                 const int two = 2 * p + 1 < nb;                                                               \
                 wpair *o = out + (p - p0) * rows + r;                                                         \
                 o->w = T##_pair_bytes(b, two);                                                                \
-                o->start = start_lanes(o->w);                                                                 \
+                o->start = start_lanes(o->w, (char)0x80);                                                                 \
                 o->dw = T##_pair_dw(b, two);                                                                  \
             }                                                                                                 \
     }
@@ -190,25 +191,45 @@ static void gemm_q4_0(const void *w, size_t rb, int64_t n_rows, const int8_t *xq
 /* ---- GEMV (decode: one activation row) ----------------------------------
  *
  * Here the weights are read once, so they take the offset instead: with
- * w ^ 0x80 = w + 128 (unsigned) and each lane started at -128 x the sum of
+ * u = w + off as unsigned bytes and each lane started at -off x the sum of
  * its 4 activation bytes,
- *   sum_j (w_j + 128) x_j - 128 sum_j x_j = sum_j w_j x_j,
- * the activation side (bytes, start lanes, scales spread over their lanes)
- * is prepared once per call and a block pair of a row costs one xor, one
- * vpdpbusd, one convert and one multiply-add by dw dx. Four rows go side by
- * side (independent accumulators, one horizontal sum for the four). */
+ *   sum_j (w_j + off) x_j - off sum_j x_j = sum_j w_j x_j.
+ * The activation side (bytes, start lanes, scales spread over their lanes)
+ * is prepared once per call, in the order the weight bytes come in:
+ *   Q8_0: u = w ^ 0x80 (off 128), element order: blocks 2p, 2p + 1 in
+ *         lanes 0..7, 8..15;
+ *   Q4_0: the stored nibbles, u = w + 8 (off 8): low nibbles of both
+ *         blocks, then high nibbles, so the 128-bit quarters hold elements
+ *         [2p: 0..15, 2p + 1: 0..15, 2p: 16..31, 2p + 1: 16..31] and the
+ *         scales lanes 0..3, 8..11 (block 2p) and 4..7, 12..15 (2p + 1).
+ * A block pair of a row then costs its unpacking, one vpdpbusd, one convert
+ * and one multiply-add by dw dx. */
 typedef struct xpair {
     __m512i x, start; /* bytes of blocks 2p, 2p + 1 (zeros past the last block), start lanes */
-    __m512 dx;        /* lanes 0..7: d of block 2p, 8..15: of 2p + 1 (0 past the end) */
+    __m512 dx;        /* the two scales over their lanes (0 past the end) */
 } xpair;
 
-AVX512 static void xprep(const int8_t *xq, const float *xd, int64_t nb, int64_t p0, int64_t p1, xpair *out) {
-    for (int64_t p = p0; p < p1; p++) {
-        xpair *o = out + (p - p0);
-        acts(xq + 64 * p, xd + 2 * p, 2 * p + 1 < nb, &o->x, &o->dx);
-        o->start = start_lanes(o->x);
-    }
+INLINE512 __m512i q8_0_ubytes(const block_q8_0 *b, int two) {
+    return _mm512_xor_si512(q8_0_pair_bytes(b, two), _mm512_set1_epi8((char)0x80));
 }
+INLINE512 __m512i q8_0_xorder(__m512i x) { return x; }
+INLINE512 __m512 q8_0_spread(__m128 ab) { return spread2(ab); }
+enum { q8_0_OFF = 128 };
+
+INLINE512 __m512i q4_0_ubytes(const block_q4_0 *b, int two) {
+    const __m128i b0 = _mm_loadu_si128((const __m128i *)b[0].qs);
+    const __m256i v = two ? _mm256_inserti128_si256(_mm256_castsi128_si256(b0), _mm_loadu_si128((const __m128i *)b[1].qs), 1)
+                          : _mm256_zextsi128_si256(b0);
+    const __m256i m = _mm256_set1_epi8(0xF);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m)),
+                              _mm256_and_si256(_mm256_srli_epi16(v, 4), m), 1);
+}
+INLINE512 __m512i q4_0_xorder(__m512i x) { return _mm512_shuffle_i64x2(x, x, _MM_SHUFFLE(3, 1, 2, 0)); }
+INLINE512 __m512 q4_0_spread(__m128 ab) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(ab));
+}
+enum { q4_0_OFF = 8 };
 
 /* lanes 0..7 + lanes 8..15 */
 INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
@@ -220,9 +241,8 @@ INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256
  * float kernels did (see dot_rows). */
 #define GEMV_ROW(T)                                                                                           \
     INLINE512 __m512 T##_pair_fma(const block_##T *b, const xpair *a, int two, __m512 acc) {                  \
-        const __m512i wu = _mm512_xor_si512(T##_pair_bytes(b, two), _mm512_set1_epi8((char)0x80));           \
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a->start, wu, a->x));                        \
-        return _mm512_fmadd_ps(f, _mm512_mul_ps(T##_pair_dw(b, two), a->dx), acc);                            \
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a->start, T##_ubytes(b, two), a->x));        \
+        return _mm512_fmadd_ps(f, _mm512_mul_ps(T##_spread(T##_pair_d(b, two)), a->dx), acc);                 \
     }                                                                                                         \
     INLINE512 __m512 T##_gemv_row(const block_##T *b, const xpair *a, int64_t p0, int64_t p1, int64_t nb) {   \
         const int64_t full = (2 * p1 <= nb ? p1 : p1 - 1) - p0;                                               \
@@ -242,6 +262,20 @@ INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256
  * sum; y is stored by the first range, added to by the others. */
 #define GEMV(T)                                                                                               \
     GEMV_ROW(T)                                                                                               \
+    AVX512 static void T##_xprep(const int8_t *xq, const float *xd, int64_t nb, int64_t p0, int64_t p1,      \
+                                 xpair *out) {                                                                \
+        for (int64_t p = p0; p < p1; p++) {                                                                   \
+            xpair *o = out + (p - p0);                                                                        \
+            const int two = 2 * p + 1 < nb;                                                                   \
+            const __m512i x = two ? _mm512_loadu_si512(xq + 64 * p)                                           \
+                                  : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xq + 64 * p))); \
+            const __m128 d = two ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(xd + 2 * p)))         \
+                                 : _mm_load_ss(xd + 2 * p);                                                   \
+            o->x = T##_xorder(x);                                                                             \
+            o->start = start_lanes(o->x, (char)T##_OFF);                                                      \
+            o->dx = T##_spread(d);                                                                            \
+        }                                                                                                     \
+    }                                                                                                         \
     AVX512 static void gemv_q8_##T(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, \
                                    int64_t n, float *y) {                                                     \
         enum { XPAIRS = 64 };                                                                                 \
@@ -249,7 +283,7 @@ INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256
         xpair xp[XPAIRS];                                                                                     \
         for (int64_t p0 = 0; p0 < np; p0 += XPAIRS) {                                                         \
             const int64_t p1 = p0 + XPAIRS < np ? p0 + XPAIRS : np;                                           \
-            xprep(xq, xd, nb, p0, p1, xp);                                                                    \
+            T##_xprep(xq, xd, nb, p0, p1, xp);                                                                \
             const block_##T *row = (const block_##T *)w + 2 * p0;                                             \
             int64_t r = 0;                                                                                    \
             for (; r + 4 <= n_rows; r += 4) {                                                                 \
