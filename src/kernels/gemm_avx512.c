@@ -288,7 +288,7 @@ INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256
             int64_t r = 0;                                                                                    \
             for (; r + 4 <= n_rows; r += 4) {                                                                 \
                 __m256 acc[4];                                                                                \
-                UNROLL for (int k = 0; k < 4; k++)                                                            \
+                for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */               \
                     acc[k] = fold256(T##_gemv_row((const block_##T *)((const char *)row + (r + k) * rb), xp, p0, p1, nb)); \
                 const __m128 s = kernels_hsum8x4(acc);                                                        \
                 _mm_storeu_ps(y + r, p0 ? _mm_add_ps(_mm_loadu_ps(y + r), s) : s);                           \

@@ -496,7 +496,7 @@ static void gemm_tiled(const gemm_tiles *k, const void *w, size_t row_bytes, int
         int64_t r = 0;                                                                                           \
         for (; r + 4 <= n_rows; r += 4) {                                                                        \
             __m256 acc[4];                                                                                       \
-            UNROLL for (int k = 0; k < 4; k++)                                                                   \
+            for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */               \
                 acc[k] = T##_gemv_row((const block_##T *)((const char *)w + (size_t)(r + k) * rb), xq, xd, nb);  \
             _mm_storeu_ps(y + r, kernels_hsum8x4(acc));                                                          \
         }                                                                                                        \
