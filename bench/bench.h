@@ -4,16 +4,12 @@
 #define SUBQ_BENCH_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "subq.h"
 
 /* Read bandwidth in GB/s: n_threads threads summing a buffer of `bytes`
  * (>> last-level cache), best of `reps` passes. */
 double bench_read_bandwidth(size_t bytes, int n_threads, int reps);
-/* The same over the caller's buffer of `bytes` (64-byte aligned), so a
- * caller can probe the kind of memory it streams (bench_attn: huge pages). */
-double bench_read_bandwidth_in(uint64_t *buf, size_t bytes, int n_threads, int reps);
 
 /* OpenBLAS sgemm rate in GFLOP/s for C[m][n] = A[m][k] B[n][k]^T (the
  * prefill shape), best of `reps`. */

@@ -6,8 +6,8 @@
  * layer is far larger than the last-level cache at long contexts, so every
  * step streams its keys and values from DRAM. Reports the KV bytes read
  * per second and the fraction of the read bandwidth measured between the
- * passes (best of each: other processes share the cores), over a buffer
- * of 2 MiB pages like the cache's (base/bigmem).
+ * passes (best of each: other processes share the cores), over 2 MiB
+ * pages like the cache's (bench.c).
  *
  * Build by hand after `make build` (not part of the CMake build):
  *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_attn.c bench/bench.c \
@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "attn/attn.h"
-#include "base/bigmem.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "bench/bench.h"
@@ -53,13 +52,6 @@ int main(int argc, char **argv) {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 1;
         }
-    }
-    /* the probe reads memory of the KV cache's kind (2 MiB pages) */
-    enum { PROBE_BYTES = 1 << 30 };
-    uint64_t *probe = bw_on ? bigmem_alloc(PROBE_BYTES) : NULL;
-    if (bw_on && !probe) {
-        fprintf(stderr, "out of memory for the bandwidth probe\n");
-        return 1;
     }
     printf("%d threads, %d KV heads x %d query heads, head width %d, best of %d passes\n", n_threads, H, g, hd, passes);
     printf("%8s %6s %10s %9s %9s %9s %7s\n", "ctx", "kv", "MiB", "ms", "GB/s", "bw GB/s", "of bw");
@@ -98,7 +90,7 @@ int main(int argc, char **argv) {
             attn_stage *full = attn_full_stage();
             double best_t = 1e30, best_bw = 0;
             for (int p = 0; p < passes; p++) {
-                double bw = bw_on ? bench_read_bandwidth_in(probe, PROBE_BYTES, n_threads, 1) : 1;
+                double bw = bw_on ? bench_read_bandwidth((size_t)1 << 30, n_threads, 1) : 1;
                 best_bw = bw > best_bw ? bw : best_bw;
                 double t0 = time_now_s();
                 if (full->forward(full, &st, &kv, &err)) {
@@ -114,6 +106,5 @@ int main(int argc, char **argv) {
             free(k), free(v), free(q), free(out);
             kv_cache_free(&kv);
         }
-    free(probe);
     return 0;
 }

@@ -9,6 +9,7 @@
 //                      `npm ci` refuses: the lock holds only this platform's prebuilt)
 // Then:                node bench/peer_llamacpp.mjs [--model FILE] [--threads 2]
 //                          [--lengths 512,8192] [--n-decode 16] [--json OUT.json]
+//                          [--subq-decode full,exact]
 // Default model: $TMPDIR/subq-qwen3-0.6b-q8_0.gguf, written by
 // `subq synth --shape qwen3-0.6b --type q8_0` when missing (the file
 // bench/sparse_speed.sh uses). Run on an otherwise idle machine; the load
@@ -21,6 +22,13 @@
 //   decode @L   one-token steps after L tokens are in the KV cache (one untimed
 //               warm-up step for llama.cpp, then --n-decode timed ones), after
 //               the real prefill of L tokens, for both.
+// With --subq-decode KINDS (e.g. full,exact,hnsw) subq runs no prefill: its
+// decode rows come from `subq bench --ctx L --attn KINDS` (KV cache and
+// indexes filled synthetically, random d_search = 128 projections, K = 128,
+// sink 4, tail 16, search keys f16: the sparse decode table of
+// BENCHMARKS.md), beside llama.cpp's decode after its real prefill of L
+// tokens. Decode speed does not depend on the cached values; a real 32K
+// prefill in subq takes 6-20 minutes here.
 // Second use, a correctness cross-check of subq's forward pass (RoPE scaling
 // included) against llama.cpp on small models:
 //   node bench/peer_llamacpp.mjs --greedy-check A.gguf [B.gguf ...] [--n-gen 100]
@@ -45,7 +53,7 @@ function die(msg) {
 function parseArgs(argv) {
     const o = {
         model: join(process.env.TMPDIR || tmpdir(), "subq-qwen3-0.6b-q8_0.gguf"),
-        threads: 2, lengths: [512, 8192], nDecode: 16, json: null, greedy: null, nGen: 100,
+        threads: 2, lengths: [512, 8192], nDecode: 16, json: null, greedy: null, nGen: 100, subqDecode: null,
     };
     for (let i = 0; i < argv.length; i++) {
         const a = argv[i], v = argv[i + 1];
@@ -57,6 +65,7 @@ function parseArgs(argv) {
         else if (a === "--n-decode" || a === "-n") o.nDecode = posInt(need());
         else if (a === "--json") o.json = need();
         else if (a === "--n-gen") o.nGen = posInt(need());
+        else if (a === "--subq-decode") o.subqDecode = need().split(",");
         else if (a === "--greedy-check") {
             o.greedy = [];
             while (argv[i + 1] !== undefined && !argv[i + 1].startsWith("--")) o.greedy.push(argv[++i]);
@@ -64,7 +73,7 @@ function parseArgs(argv) {
         }
         else if (a === "--help" || a === "-h") {
             console.log("usage: node bench/peer_llamacpp.mjs [--model FILE] [--threads N] [--lengths 512,8192] " +
-                        "[--n-decode N] [--json OUT]\n(see the header of this file)");
+                        "[--n-decode N] [--json OUT] [--subq-decode full,exact]\n(see the header of this file)");
             process.exit(0);
         } else die(`unknown option '${a}'`);
     }
@@ -75,17 +84,26 @@ const uptime = () => execFileSync("uptime", {encoding: "utf8"}).trim();
 
 /* subq bench --prefill-ctx --json: a real prefill of each length, then decode at that real context */
 function runSubq(o) {
-    const args = ["bench", "-m", o.model, "-t", String(o.threads), "--kv", "f16", "--prefill-ctx", o.lengths.join(","),
-                  "--attn", "full", "-n", String(o.nDecode), "--json"];
+    const args = o.subqDecode
+        ? ["bench", "-m", o.model, "-t", String(o.threads), "--kv", "f16", "--prefill", "0", "--ctx", o.lengths.join(","),
+           "--attn", o.subqDecode.join(","), "--random-search", "128", "--topk", "128", "--search-f16",
+           "-n", String(o.nDecode), "--json"]
+        : ["bench", "-m", o.model, "-t", String(o.threads), "--kv", "f16", "--prefill-ctx", o.lengths.join(","),
+           "--attn", "full", "-n", String(o.nDecode), "--json"];
     console.error(`peer_llamacpp: ${subqBin} ${args.join(" ")}`);
     const r = spawnSync(subqBin, args, {encoding: "utf8", stdio: ["ignore", "pipe", "pipe"]});
     if (r.status !== 0) die(`subq bench failed: ${r.stderr.trim()}`);
     return {args, out: JSON.parse(r.stdout)};
 }
 
-/* {prefill: {L: tok/s}, decode: {L: tok/s}} from subq bench's JSON (full attention rows) */
+/* {prefill: {L: tok/s}, decode: {L: tok/s}} from subq bench's JSON (full
+ * attention rows); with --subq-decode, decode rows {"L attn": tok/s} only */
 function subqFigures(j) {
     const prefill = {}, decode = {};
+    if (!Array.isArray(j.prefill)) {  // subq bench --ctx: decode rows only
+        for (const d of j.decode) decode[`${d.ctx} ${d.attn}`] = d.decode_tok_s;
+        return {prefill, decode};
+    }
     for (const p of j.prefill) if (p.attn === "full") {
         prefill[p.n_tokens] = p.tok_s;
         decode[p.n_tokens] = p.decode_tok_s;
@@ -204,7 +222,9 @@ const ratio = (a, b) => (a === undefined || b === undefined ? "n/a" : (a / b).to
 const rows = [];
 for (const L of o.lengths) {
     rows.push({what: `prefill ${L}`, L, subq: sq.prefill[L], llamacpp: lc.prefill[L]});
-    rows.push({what: `decode @${L}`, L, subq: sq.decode[L], llamacpp: lc.decode[L]});
+    if (!o.subqDecode) rows.push({what: `decode @${L}`, L, subq: sq.decode[L], llamacpp: lc.decode[L]});
+    else for (const k of o.subqDecode)  // llama.cpp: dense decode after its real prefill
+        rows.push({what: `decode @${L} ${k}`, L, attn: k, subq: sq.decode[`${L} ${k}`], llamacpp: lc.decode[L]});
 }
 console.log(`model ${o.model} (${subq.out.arch}, rope: ${info.rope}), ${o.threads} threads, KV f16`);
 const nlcVersion = JSON.parse(readFileSync(join(repo, "bench", "node_modules", "node-llama-cpp", "package.json"))).version;
@@ -212,9 +232,9 @@ console.log(`llama.cpp: node-llama-cpp ${nlcVersion} prebuilt CPU build (llama.c
 console.log(`subq: ${subqBin} ${subq.args.join(" ")}`);
 console.log(`load before: ${loadBefore}`);
 console.log(`load after:  ${loadAfter}`);
-console.log(`${"tok/s".padEnd(14)} ${"subq".padStart(10)} ${"llama.cpp".padStart(10)} ${"subq/llama.cpp".padStart(15)}`);
+console.log(`${"tok/s".padEnd(20)} ${"subq".padStart(10)} ${"llama.cpp".padStart(10)} ${"subq/llama.cpp".padStart(15)}`);
 for (const r of rows)
-    console.log(`${r.what.padEnd(14)} ${fmt(r.subq).padStart(10)} ${fmt(r.llamacpp).padStart(10)} ${ratio(r.subq, r.llamacpp).padStart(15)}`);
+    console.log(`${r.what.padEnd(20)} ${fmt(r.subq).padStart(10)} ${fmt(r.llamacpp).padStart(10)} ${ratio(r.subq, r.llamacpp).padStart(15)}`);
 if (o.json) {
     writeFileSync(o.json, JSON.stringify({model: o.model, threads: o.threads, kv_type: "f16", load_before: loadBefore,
         load_after: loadAfter, llamacpp_release: lc.release, subq_args: subq.args,

@@ -60,6 +60,25 @@ void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const floa
         if (scores[j] != 0.0f) ops->axpy(out, scores[j], kv_cache_value(kv, layer, kv_head, slots[j]), kv->head_dim);
 }
 
+/* the cache lines of one row, into L2: a gathered set of K (or V) rows of
+ * a few hundred rows fits there, not in L1 */
+static void prefetch_row(const void *row, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o, 0, 2);
+}
+
+void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
+                           const int *slots, int n, float *scores, float *out) {
+    const kernels_kv *ops = kv_cache_ops(kv);
+    const int hd = kv->head_dim;
+    for (int j = 0; j < n; j++) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j]), kv->row_bytes);
+    /* s_ij = scale q_i . k_j: one row at a time through the g-head kernel (ld = n) */
+    for (int j = 0; j < n; j++) ops->scores(q, g, kv_cache_key(kv, layer, kv_head, slots[j]), 1, hd, scale, scores + j, n);
+    for (int j = 0; j < n; j++) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j]), kv->row_bytes);
+    for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
+    memset(out, 0, (size_t)g * hd * sizeof(float));
+    for (int j = 0; j < n; j++) ops->accum(scores + j, g, n, kv_cache_value(kv, layer, kv_head, slots[j]), 1, hd, out);
+}
+
 /* One decode work item: keys [j0, j1) of one KV head for the g query heads
  * that share it (q and the partial hold g adjacent heads; scores is g x
  * (j1 - j0) scratch). Each key and value row is loaded once for the g heads:

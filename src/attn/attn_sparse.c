@@ -430,7 +430,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
      * too, so queries run in slot order. */
     int max_slots = s->p.n_sink + s->p.top_k + s->p.n_tail;
     int *slots = malloc((size_t)max_slots * sizeof(int));
-    float *scores = malloc((size_t)max_slots * sizeof(float));
+    float *scores = malloc((size_t)max_slots * st->n_head * sizeof(float)); /* per query head */
     if (!slots || !scores) {
         free(slots);
         free(scores);
@@ -455,10 +455,14 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
                               st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum, &s->metrics.n_share);
             continue;
         }
-        /* exact softmax of the native q, k, v over the chosen slots, per head */
-        for (int h = 0; h < st->n_head; h++)
-            attn_head_over_slots(kv, st->layer, h / g, q + (size_t)h * hd, st->scale, slots, ns, scores,
-                                 st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
+        /* exact softmax of the native q, k, v over the chosen slots, per KV
+         * head for its g query heads; the heads' gathers run in parallel so
+         * both cores have misses in flight (threads pay off from ~100 rows) */
+        const int n_kv = st->n_head_kv;
+#pragma omp parallel for num_threads(st->n_threads) schedule(static) if (ns * n_kv >= 512)
+        for (int kh = 0; kh < n_kv; kh++)
+            attn_group_over_slots(kv, st->layer, kh, g, q + (size_t)kh * g * hd, st->scale, slots, ns,
+                                  scores + (size_t)kh * g * ns, st->out + (size_t)t * st->n_head * hd + (size_t)kh * g * hd);
     }
     free(slots);
     free(scores);

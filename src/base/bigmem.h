@@ -14,4 +14,8 @@
  * 2 MiB or more are 2 MiB-aligned and advised MADV_HUGEPAGE. Free with free(). */
 void *bigmem_alloc(size_t bytes);
 
+/* The same advice for a buffer that grows by realloc (the search keys of a
+ * selector): the whole 2 MiB pages inside [p, p + bytes). */
+void bigmem_advise(void *p, size_t bytes);
+
 #endif

@@ -1,17 +1,19 @@
-/* The integer GEMM of prefill (kernels.h: gemm_q8) with AVX-512 VNNI, for
- * CPUs that have it (kernels_gemm_q8 picks it over the AVX2 set's).
+/* The integer GEMM of prefill (kernels.h: gemm_q8) and GEMV of decode
+ * (gemv_q8) with AVX-512 VNNI, for CPUs that have it (kernels_gemm_q8 and
+ * kernels_gemv_q8 pick them over the AVX2 set's).
  *
  * vpdpbusd multiplies unsigned by signed bytes and adds groups of four into
  * 32-bit lanes without saturating, 64 bytes (two blocks) per instruction.
- * The activations are signed, so they go in offset: q ^ 0x80 = q + 128
- * (unsigned), and
+ * In the GEMM the activations, reused by every weight row, go in offset:
+ * q ^ 0x80 = q + 128 (unsigned), and
  *   sum_j (q_j + 128) w_j = sum_j q_j w_j + 128 sum_j w_j,
- * where the second term depends on the weights alone. The weight side of a
+ * where the second term depends on the weights alone: the weight side of a
  * group of rows is prepared once per chunk of tokens (bytes, lanes starting
  * at -128 sum w, scales spread over their lanes), so a block pair of a
- * (row, token) costs one vpdpbusd, one convert and one multiply-add. Results
- * are the exact integer block sums, as in the other sets; only the float
- * scaling rounds. */
+ * (row, token) costs one vpdpbusd, one convert and one multiply-add. The
+ * GEMV reads each weight once and puts the offset on the weights instead
+ * (below). Results are the exact integer block sums, as in the other sets;
+ * only the float scaling rounds. */
 #include "kernels/kernels.h"
 
 #include "base/cpu.h"
@@ -46,6 +48,29 @@ INLINE512 __m256i q4_0_bytes(const block_q4_0 *b) {
     return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
 }
 
+/* -off x the sum of each lane's 4 bytes (off = 128: the offset of signed bytes) */
+INLINE512 __m512i start_lanes(__m512i v, char off) {
+    return _mm512_sub_epi32(_mm512_setzero_si512(),
+                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), v));
+}
+
+/* A weight row's blocks 2p, 2p + 1 at b (`two` = 0: the row's last block
+ * alone): the 64 values as signed bytes (zeros past the last block), and
+ * the scales spread over their lanes (0 past the end). */
+#define PAIR(T)                                                                                               \
+    INLINE512 __m512i T##_pair_bytes(const block_##T *b, int two) {                                           \
+        const __m256i hi = two ? T##_bytes(b + 1) : _mm256_setzero_si256();                                   \
+        return _mm512_inserti64x4(_mm512_castsi256_si512(T##_bytes(b)), hi, 1);                              \
+    }                                                                                                         \
+    INLINE512 __m128 T##_pair_d(const block_##T *b, int two) {                                                \
+        const int d = quant_rd16(b[0].d) | (two ? quant_rd16(b[1].d) : 0) << 16;                              \
+        return _mm_cvtph_ps(_mm_cvtsi32_si128(d));                                                            \
+    }                                                                                                         \
+    INLINE512 __m512 T##_pair_dw(const block_##T *b, int two) { return spread2(T##_pair_d(b, two)); }
+
+PAIR(q8_0)
+PAIR(q4_0)
+
 /* Pairs [p0, p1) of `rows` rows into out[(p - p0) * rows + r]. */
 #define PREP(T)                                                                                               \
     AVX512 static void T##_prep(const char *w, size_t rb, int rows, int64_t nb, int64_t p0, int64_t p1,      \
@@ -54,29 +79,24 @@ INLINE512 __m256i q4_0_bytes(const block_q4_0 *b) {
             for (int r = 0; r < rows; r++) {                                                                  \
                 const block_##T *b = (const block_##T *)(w + (size_t)r * rb) + 2 * p;                         \
                 const int two = 2 * p + 1 < nb;                                                               \
-                const __m256i hi = two ? T##_bytes(b + 1) : _mm256_setzero_si256();                           \
                 wpair *o = out + (p - p0) * rows + r;                                                         \
-                o->w = _mm512_inserti64x4(_mm512_castsi256_si512(T##_bytes(b)), hi, 1);                      \
-                o->start = _mm512_sub_epi32(_mm512_setzero_si512(),                                           \
-                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(),                       \
-                                                                _mm512_set1_epi8((char)0x80), o->w));         \
-                const int d = quant_rd16(b[0].d) | (two ? quant_rd16(b[1].d) : 0) << 16;                      \
-                o->dw = spread2(_mm_cvtph_ps(_mm_cvtsi32_si128(d)));                                          \
+                o->w = T##_pair_bytes(b, two);                                                                \
+                o->start = start_lanes(o->w, (char)0x80);                                                                 \
+                o->dw = T##_pair_dw(b, two);                                                                  \
             }                                                                                                 \
     }
 
 PREP(q8_0)
 PREP(q4_0)
 
-/* Activation side of one block pair of one token: offset bytes and scales
- * (`two` = 0: the row's last block alone; its upper half meets zero weights). */
+/* Activation side of one block pair of one token: bytes and scales
+ * (`two` = 0: the row's last block alone; its upper half is zeros). */
 INLINE512 void acts(const int8_t *xq, const float *xd, int two, __m512i *x, __m512 *dx) {
-    const __m512i off = _mm512_set1_epi8((char)0x80);
     if (two) {
-        *x = _mm512_xor_si512(_mm512_loadu_si512(xq), off);
+        *x = _mm512_loadu_si512(xq);
         *dx = spread2(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)xd))); /* two floats; unaligned-safe */
     } else {
-        *x = _mm512_xor_si512(_mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq)), off);
+        *x = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)xq));
         *dx = spread2(_mm_load_ss(xd));
     }
 }
@@ -87,7 +107,10 @@ INLINE512 void acts(const int8_t *xq, const float *xd, int two, __m512i *x, __m5
     do {                                                                                                      \
         __m512i x[C];                                                                                         \
         __m512 dx[C];                                                                                         \
-        UNROLL for (int c = 0; c < C; c++) acts(xq + (size_t)c * n + 64 * p, xd + (size_t)c * nb + 2 * p, two, &x[c], &dx[c]); \
+        UNROLL for (int c = 0; c < C; c++) {                                                                  \
+            acts(xq + (size_t)c * n + 64 * p, xd + (size_t)c * nb + 2 * p, two, &x[c], &dx[c]);               \
+            x[c] = _mm512_xor_si512(x[c], _mm512_set1_epi8((char)0x80)); /* offset: unsigned */               \
+        }                                                                                                     \
         const wpair *pw = wp + (p - p0) * R;                                                                  \
         UNROLL for (int r = 0; r < R; r++) UNROLL for (int c = 0; c < C; c++) {                               \
             const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(pw[r].start, x[c], pw[r].w));            \
@@ -165,6 +188,128 @@ static void gemm_q4_0(const void *w, size_t rb, int64_t n_rows, const int8_t *xq
     gemm_512(q4_0_prep, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
 }
 
+/* ---- GEMV (decode: one activation row) ----------------------------------
+ *
+ * Here the weights are read once, so they take the offset instead: with
+ * u = w + off as unsigned bytes and each lane started at -off x the sum of
+ * its 4 activation bytes,
+ *   sum_j (w_j + off) x_j - off sum_j x_j = sum_j w_j x_j.
+ * The activation side (bytes, start lanes, scales spread over their lanes)
+ * is prepared once per call, in the order the weight bytes come in:
+ *   Q8_0: u = w ^ 0x80 (off 128), element order: blocks 2p, 2p + 1 in
+ *         lanes 0..7, 8..15;
+ *   Q4_0: the stored nibbles, u = w + 8 (off 8): low nibbles of both
+ *         blocks, then high nibbles, so the 128-bit quarters hold elements
+ *         [2p: 0..15, 2p + 1: 0..15, 2p: 16..31, 2p + 1: 16..31] and the
+ *         scales lanes 0..3, 8..11 (block 2p) and 4..7, 12..15 (2p + 1).
+ * A block pair of a row then costs its unpacking, one vpdpbusd, one convert
+ * and one multiply-add by dw dx. */
+typedef struct xpair {
+    __m512i x, start; /* bytes of blocks 2p, 2p + 1 (zeros past the last block), start lanes */
+    __m512 dx;        /* the two scales over their lanes (0 past the end) */
+} xpair;
+
+INLINE512 __m512i q8_0_ubytes(const block_q8_0 *b, int two) {
+    return _mm512_xor_si512(q8_0_pair_bytes(b, two), _mm512_set1_epi8((char)0x80));
+}
+INLINE512 __m512i q8_0_xorder(__m512i x) { return x; }
+INLINE512 __m512 q8_0_spread(__m128 ab) { return spread2(ab); }
+enum { q8_0_OFF = 128 };
+
+INLINE512 __m512i q4_0_ubytes(const block_q4_0 *b, int two) {
+    const __m128i b0 = _mm_loadu_si128((const __m128i *)b[0].qs);
+    const __m256i v = two ? _mm256_inserti128_si256(_mm256_castsi128_si256(b0), _mm_loadu_si128((const __m128i *)b[1].qs), 1)
+                          : _mm256_zextsi128_si256(b0);
+    const __m256i m = _mm256_set1_epi8(0xF);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m)),
+                              _mm256_and_si256(_mm256_srli_epi16(v, 4), m), 1);
+}
+INLINE512 __m512i q4_0_xorder(__m512i x) { return _mm512_shuffle_i64x2(x, x, _MM_SHUFFLE(3, 1, 2, 0)); }
+INLINE512 __m512 q4_0_spread(__m128 ab) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
+                                 _mm512_castps128_ps512(ab));
+}
+enum { q4_0_OFF = 8 };
+
+/* lanes 0..7 + lanes 8..15 */
+INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
+
+/* One row's blocks from pair p0 on (b = its block 2 p0) against the prepared
+ * pairs a[0 .. p1 - p0), in 16 lanes: two accumulators (even and odd pairs)
+ * hide the multiply-add latency. The rows go one after another: rows read
+ * side by side (four streams 1 row apart) measured 1.5-2x slower here, as the
+ * float kernels did (see dot_rows). */
+#define GEMV_ROW(T)                                                                                           \
+    INLINE512 __m512 T##_pair_fma(const block_##T *b, const xpair *a, int two, __m512 acc) {                  \
+        const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a->start, T##_ubytes(b, two), a->x));        \
+        return _mm512_fmadd_ps(f, _mm512_mul_ps(T##_spread(T##_pair_d(b, two)), a->dx), acc);                 \
+    }                                                                                                         \
+    INLINE512 __m512 T##_gemv_row(const block_##T *b, const xpair *a, int64_t p0, int64_t p1, int64_t nb) {   \
+        const int64_t full = (2 * p1 <= nb ? p1 : p1 - 1) - p0;                                               \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0;                                                             \
+        int64_t i = 0;                                                                                        \
+        for (; i + 2 <= full; i += 2) {                                                                       \
+            a0 = T##_pair_fma(b + 2 * i, a + i, 1, a0);                                                       \
+            a1 = T##_pair_fma(b + 2 * i + 2, a + i + 1, 1, a1);                                               \
+        }                                                                                                     \
+        if (i < full) a0 = T##_pair_fma(b + 2 * i, a + i, 1, a0), i++;                                        \
+        if (i < p1 - p0) a1 = T##_pair_fma(b + 2 * i, a + i, 0, a1);                                          \
+        return _mm512_add_ps(a0, a1);                                                                         \
+    }
+
+/* The activations go in ranges of XPAIRS pairs (12 KiB prepared, in L1):
+ * one pass over the rows for n <= 4096. Rows in fours share one horizontal
+ * sum; y is stored by the first range, added to by the others. */
+#define GEMV(T)                                                                                               \
+    GEMV_ROW(T)                                                                                               \
+    AVX512 static void T##_xprep(const int8_t *xq, const float *xd, int64_t nb, int64_t p0, int64_t p1,      \
+                                 xpair *out) {                                                                \
+        for (int64_t p = p0; p < p1; p++) {                                                                   \
+            xpair *o = out + (p - p0);                                                                        \
+            const int two = 2 * p + 1 < nb;                                                                   \
+            const __m512i x = two ? _mm512_loadu_si512(xq + 64 * p)                                           \
+                                  : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xq + 64 * p))); \
+            const __m128 d = two ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(xd + 2 * p)))         \
+                                 : _mm_load_ss(xd + 2 * p);                                                   \
+            o->x = T##_xorder(x);                                                                             \
+            o->start = start_lanes(o->x, (char)T##_OFF);                                                      \
+            o->dx = T##_spread(d);                                                                            \
+        }                                                                                                     \
+    }                                                                                                         \
+    AVX512 static void gemv_q8_##T(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, \
+                                   int64_t n, float *y) {                                                     \
+        enum { XPAIRS = 64 };                                                                                 \
+        const int64_t nb = n / 32, np = (nb + 1) / 2;                                                         \
+        xpair xp[XPAIRS];                                                                                     \
+        for (int64_t p0 = 0; p0 < np; p0 += XPAIRS) {                                                         \
+            const int64_t p1 = p0 + XPAIRS < np ? p0 + XPAIRS : np;                                           \
+            T##_xprep(xq, xd, nb, p0, p1, xp);                                                                \
+            const block_##T *row = (const block_##T *)w + 2 * p0;                                             \
+            int64_t r = 0;                                                                                    \
+            for (; r + 4 <= n_rows; r += 4) {                                                                 \
+                __m256 acc[4];                                                                                \
+                for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */               \
+                    acc[k] = fold256(T##_gemv_row((const block_##T *)((const char *)row + (r + k) * rb), xp, p0, p1, nb)); \
+                const __m128 s = kernels_hsum8x4(acc);                                                        \
+                _mm_storeu_ps(y + r, p0 ? _mm_add_ps(_mm_loadu_ps(y + r), s) : s);                           \
+            }                                                                                                 \
+            for (; r < n_rows; r++) {                                                                         \
+                const float s = _mm512_reduce_add_ps(T##_gemv_row((const block_##T *)((const char *)row + r * rb), xp, p0, p1, nb)); \
+                y[r] = p0 ? y[r] + s : s;                                                                     \
+            }                                                                                                 \
+        }                                                                                                     \
+    }
+
+GEMV(q8_0)
+GEMV(q4_0)
+
+static const gemv_q8_fn gemv_avx512[GGML_TYPE_COUNT] = {
+    [GGML_TYPE_Q8_0] = gemv_q8_q8_0,
+    [GGML_TYPE_Q4_0] = gemv_q8_q4_0,
+};
+
+const gemv_q8_fn *kernels_gemv_q8_avx512(void) { return cpu_has_avx512vnni() ? gemv_avx512 : NULL; }
+
 static const gemm_q8_fn gemm_avx512[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q8_0] = gemm_q8_0,
     [GGML_TYPE_Q4_0] = gemm_q4_0,
@@ -175,5 +320,6 @@ const gemm_q8_fn *kernels_gemm_q8_avx512(void) { return cpu_has_avx512vnni() ? g
 #else
 
 const gemm_q8_fn *kernels_gemm_q8_avx512(void) { return NULL; }
+const gemv_q8_fn *kernels_gemv_q8_avx512(void) { return NULL; }
 
 #endif

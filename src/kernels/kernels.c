@@ -34,6 +34,12 @@ kernels_kv_decode kernels_kv_decode_get(subq_kv_type t) {
     return (kernels_kv_decode){k->scores, k->accum};
 }
 
+gemv_q8_fn kernels_gemv_q8(uint32_t type) {
+    if (type >= GGML_TYPE_COUNT) return NULL;
+    const gemv_q8_fn *wide = kernels_gemv_q8_avx512();
+    return wide && wide[type] ? wide[type] : kernels_get()->gemv_q8[type];
+}
+
 size_t kernels_kv_row_bytes(subq_kv_type t, int hd) {
     if (hd <= 0) return 0;
     switch (t) {

@@ -11,10 +11,11 @@
  *   - gathered row dots: the scans of the selectors, over f32 / f16 rows
  *     and over compressed int8 / int4 codes.
  * Callers that run many rows fetch the set once (kernels_get) and call
- * through it. Two hot paths have AVX-512 forms outside the sets, chosen per
- * call where the CPU has them: the prefill integer GEMM (kernels_gemm_q8)
- * and decode attention over KV rows (kernels_kv_decode_get). Every set gives the same dequantised bits; dot products agree
- * up to float rounding. */
+ * through it. Hot paths with AVX-512 forms outside the sets, chosen per
+ * call where the CPU has them: the integer GEMM / GEMV on quantised
+ * weights (kernels_gemm_q8, kernels_gemv_q8) and decode attention over KV
+ * rows (kernels_kv_decode_get). Every set gives the same dequantised bits;
+ * dot products agree up to float rounding. */
 #ifndef SUBQ_KERNELS_H
 #define SUBQ_KERNELS_H
 
@@ -56,6 +57,11 @@ typedef void (*kernels_gather_dot_q_fn)(const int8_t *q, const void *codes, size
 typedef void (*quantize_q8_fn)(const float *x, int64_t n, int8_t *q, float *d);
 typedef void (*gemm_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd, int T,
                            int64_t n, float *y, int64_t ldy);
+/* Decode takes the same maths for one activation row (GEMV), as a kernel
+ * that streams each weight row once:
+ *   gemv_q8: y[r] = sum_b dw(r, b) d(b) sum_{j<32} qw(r, 32b + j) q(32b + j)   for r < n_rows. */
+typedef void (*gemv_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd,
+                           int64_t n, float *y);
 
 /* Rows of a KV cache: hd values of one (layer, KV head, slot), in one of the
  * KV types (subq_kv_type). f32 and f16 are plain arrays. q8_0 and q4_0 are
@@ -116,6 +122,7 @@ typedef struct kernels {
      * prefills through sgemm on dequantised rows) */
     quantize_q8_fn quantize_q8;
     gemm_q8_fn gemm_q8[GGML_TYPE_COUNT];
+    gemv_q8_fn gemv_q8[GGML_TYPE_COUNT]; /* the same types */
     /* sum_i a[i] * b[i] */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
@@ -148,6 +155,9 @@ gemm_q8_fn kernels_gemm_q8(uint32_t type);
 /* The AVX-512 VNNI integer GEMMs per weight type, or NULL when the CPU (or
  * the build) lacks them. */
 const gemm_q8_fn *kernels_gemm_q8_avx512(void);
+/* The same for the decode GEMV (gemv_q8). */
+gemv_q8_fn kernels_gemv_q8(uint32_t type);
+const gemv_q8_fn *kernels_gemv_q8_avx512(void);
 
 /* The decode kernels of one KV type (kernels_kv's scores and accum). */
 typedef struct kernels_kv_decode {

@@ -168,7 +168,8 @@ static void quantize_q8(const float *x, int64_t n, int8_t *q, float *d) { quanti
 static int q8_0_val(const block_q8_0 *b, int j) { return b->qs[j]; }
 static int q4_0_val(const block_q4_0 *b, int j) { return (j < 16 ? b->qs[j] & 0xF : b->qs[j - 16] >> 4) - 8; }
 
-/* per (token, row): sum over blocks of dw dx (exact integer block sum) */
+/* per (token, row): sum over blocks of dw dx (exact integer block sum); the
+ * GEMV is the one-token case */
 #define GEMM_Q8_SCALAR(T)                                                                                      \
     static void gemm_q8_##T(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd, \
                             int n_tok, int64_t n, float *y, int64_t ldy) {                                       \
@@ -185,6 +186,10 @@ static int q4_0_val(const block_q4_0 *b, int j) { return (j < 16 ? b->qs[j] & 0x
                 }                                                                                              \
                 y[(size_t)t * ldy + r] = sum;                                                                  \
             }                                                                                                  \
+    }                                                                                                          \
+    static void gemv_q8_##T(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd, \
+                            int64_t n, float *y) {                                                             \
+        gemm_q8_##T(w, row_bytes, n_rows, xq, xd, 1, n, y, n_rows);                                            \
     }
 
 GEMM_Q8_SCALAR(q8_0)
@@ -434,6 +439,11 @@ const kernels kernels_scalar_set = {
         {
             [GGML_TYPE_Q8_0] = gemm_q8_q8_0,
             [GGML_TYPE_Q4_0] = gemm_q8_q4_0,
+        },
+    .gemv_q8 =
+        {
+            [GGML_TYPE_Q8_0] = gemv_q8_q8_0,
+            [GGML_TYPE_Q4_0] = gemv_q8_q4_0,
         },
     .dot_f32 = kernels_dot_f32_scalar,
     .dot_f16 = dot_f16,

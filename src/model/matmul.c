@@ -49,9 +49,39 @@ static void matmul_q8(float *Y, const float *X, const matrix *W, int T, matmul_s
     }
 }
 
+/* Integer GEMV for T < GEMM_MIN_ROWS tokens: quantise them, then each thread
+ * streams one contiguous slice of W's rows (a single sequential stream the
+ * hardware prefetcher keeps busy); with T > 1 in chunks that stay in L2
+ * while every token passes them, so W is read from memory once. */
+static void matmul_gemv_q8(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads,
+                           gemv_q8_fn gemv) {
+    enum { CHUNK_BYTES = 1 << 18 };
+    const int64_t rows = W->rows, cols = W->cols, nb = cols / 32;
+    const quantize_q8_fn quantize = kernels_get()->quantize_q8;
+    for (int t = 0; t < T; t++) quantize(X + (size_t)t * cols, cols, s->xq + (size_t)t * cols, s->xd + (size_t)t * nb);
+#pragma omp parallel num_threads(n_threads)
+    {
+        const int64_t ith = omp_get_thread_num(), nth = omp_get_num_threads();
+        const int64_t o0 = rows * ith / nth, o1 = rows * (ith + 1) / nth;
+        int64_t chunk = T == 1 ? o1 - o0 : (int64_t)(CHUNK_BYTES / W->row_bytes);
+        if (chunk < 1) chunk = 1;
+        for (int64_t c = o0; c < o1; c += chunk) {
+            const int64_t r = o1 - c < chunk ? o1 - c : chunk;
+            for (int t = 0; t < T; t++)
+                gemv((const char *)W->data + (size_t)c * W->row_bytes, W->row_bytes, r, s->xq + (size_t)t * cols,
+                     s->xd + (size_t)t * nb, cols, Y + (size_t)t * rows + c);
+        }
+    }
+}
+
 void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads) {
     const int64_t rows = W->rows, cols = W->cols;
     const char *wdata = W->data;
+    gemv_q8_fn gemv = T < GEMM_MIN_ROWS ? kernels_gemv_q8(W->type) : NULL;
+    if (gemv) {
+        matmul_gemv_q8(Y, X, W, T, s, rows * cols * T >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemv);
+        return;
+    }
     if (T == 1) {
         /* y[o] = w_o . x: each thread reads one contiguous slice of rows, a
          * single sequential stream the hardware prefetcher keeps busy */

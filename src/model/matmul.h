@@ -1,8 +1,10 @@
 /* Y = X W^T for a stored weight matrix W (rows x cols) of any supported type:
- * one-token rows go through row dot products (GEMV, memory bound); batches of
- * quantised weights through integer GEMM on activations quantised to 8 bits
- * (kernels.h: gemm_q8), other batches through OpenBLAS sgemm, on dequantised
- * tiles of W when W is not f32. */
+ * on the quantised types the integer kernels have (Q8_0, Q4_0), activations
+ * are quantised to 8 bits and products run on integer dot products, GEMV
+ * for one to three tokens (kernels.h: gemv_q8, memory bound), GEMM for
+ * batches (gemm_q8); other types take float row dot products for one-token
+ * rows, and OpenBLAS sgemm for batches, on dequantised tiles of W when W is
+ * not f32. */
 #ifndef SUBQ_MATMUL_H
 #define SUBQ_MATMUL_H
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bigmem.h"
 #include "base/error.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
@@ -76,9 +77,11 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
         while (cap < e->count + n) cap *= 2;
         void *k = realloc(e->keys, (size_t)cap * e->d * elem(e));
         if (k) e->keys = k;
+        if (k) bigmem_advise(k, (size_t)cap * e->d * elem(e)); /* scanned every step */
         if (k && e->bits) {
             uint8_t *c = realloc(e->codes, (size_t)cap * e->code_bytes);
             if (c) e->codes = c;
+            if (c) bigmem_advise(c, (size_t)cap * e->code_bytes);
             float *s = realloc(e->scale, (size_t)cap * sizeof(float));
             if (s) e->scale = s;
             if (!c || !s) k = NULL;

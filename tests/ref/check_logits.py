@@ -10,9 +10,9 @@ random token ids (fixed seed, first one BOS) and compare
     --decode-from 7 --kv f16     (half-precision KV cache)    rel err < 1e-2
 against the float64 reference forward on the dequantised weights, where
     rel err = max|subq - ref| / max|ref|.
-Batches on q8_0 / q4_0 weights multiply 8-bit activations (integer GEMM):
-there the reference quantises the same activations the same way, and the
-tolerances grow by 1e-2 (see TOL_Q8_ACT).
+Products on q8_0 / q4_0 weights multiply 8-bit activations (integer GEMM
+and GEMV, every token): there the reference quantises the same activations
+the same way, and the tolerances grow by 1e-2 (see TOL_Q8_ACT).
 Then the same three on the real stories260K model with a 64-token sequence
 of the model's own greedy tokens.
 
@@ -38,7 +38,7 @@ rc.require_numpy()
 import numpy as np  # noqa: E402
 from bpe_ref import write_gguf  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
-from llama_ref import Q8_ACT_MIN_ROWS, Q8_ACT_TYPES, LlamaRef, llama3_rope_factors  # noqa: E402
+from llama_ref import Q8_ACT_TYPES, LlamaRef, llama3_rope_factors  # noqa: E402
 
 SHAPES = ["tiny", "tiny-qwen2", "tiny-qwen3"]   # llama, qwen2 (biases), qwen3 (QK-norm)
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"]
@@ -48,7 +48,7 @@ N_TOKENS = 40
 DECODE_FROM = 7
 TOL_F32_KV = 1e-4
 TOL_F16_KV = 1e-2
-# Batches on Q8_0/Q4_0 weights run on 8-bit activations (the reference does
+# Products on Q8_0/Q4_0 weights run on 8-bit activations (the reference does
 # the same), but float rounding moves a value across a rounding boundary of
 # the quantiser now and then, and these random-weight models (sharp
 # attention) amplify one step of d like an f16 KV rounding: same tolerance.
@@ -98,39 +98,27 @@ def read_logits(path, n_tokens, n_vocab):
     return a.reshape(n_tokens, n_vocab).astype(np.float64)
 
 
-def batch_rows(n_tokens, first_call, n_batch=512):
-    """The tokens subq runs through its batched products when the first
-    forward call takes first_call tokens (in chunks of n_batch, -b) and the
-    rest go one by one."""
-    rows = np.zeros(n_tokens, dtype=bool)
-    for c0 in range(0, first_call, n_batch):
-        c1 = min(c0 + n_batch, first_call)
-        rows[c0:c1] = c1 - c0 >= Q8_ACT_MIN_ROWS
-    return rows
-
-
 def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None):
     """subq logits (one batch; a 7-token batch then one by one, f32 and f16
     KV) against ref_logits. With `ref` given and weights of Q8_ACT_TYPES, the
-    reference of each run quantises the activations of its batched tokens as
-    subq does, and the run's tolerance grows by TOL_Q8_ACT."""
+    reference quantises the activations of every token as subq does, and the
+    run's tolerance grows by TOL_Q8_ACT."""
     n_tokens, n_vocab = ref_logits.shape
     tok_arg = " ".join(str(t) for t in tokens)
     denom = np.max(np.abs(ref_logits))
     q8 = ref is not None and any(t in Q8_ACT_TYPES for t in ref.wtype.values())
     runs = [
-        ("prefill", [], TOL_F32_KV, n_tokens),
-        ("prefill -b 3", ["-b", 3], TOL_F32_KV, n_tokens),
-        ("prefill -b 16", ["-b", 16], TOL_F32_KV, n_tokens),
-        ("decode-from %d" % DECODE_FROM, ["--decode-from", DECODE_FROM], TOL_F32_KV, DECODE_FROM),
-        ("decode-from %d kv f16" % DECODE_FROM, ["--decode-from", DECODE_FROM, "--kv", "f16"],
-         TOL_F16_KV, DECODE_FROM),
+        ("prefill", [], TOL_F32_KV),
+        ("prefill -b 3", ["-b", 3], TOL_F32_KV),
+        ("prefill -b 16", ["-b", 16], TOL_F32_KV),
+        ("decode-from %d" % DECODE_FROM, ["--decode-from", DECODE_FROM], TOL_F32_KV),
+        ("decode-from %d kv f16" % DECODE_FROM, ["--decode-from", DECODE_FROM, "--kv", "f16"], TOL_F16_KV),
     ]
-    for i, (name, extra, tol, first_call) in enumerate(runs):
+    want_q8 = ref.forward(tokens, q8_rows=np.ones(n_tokens, dtype=bool)) if q8 else None
+    for i, (name, extra, tol) in enumerate(runs):
         want = ref_logits
         if q8:
-            n_batch = extra[extra.index("-b") + 1] if "-b" in extra else 512
-            want = ref.forward(tokens, q8_rows=batch_rows(n_tokens, first_call, n_batch))
+            want = want_q8
             tol += TOL_Q8_ACT
         out_path = os.path.join(rc.tmp_dir(), "logits_%s_%d.f32" % (tag, i))
         if os.path.exists(out_path):

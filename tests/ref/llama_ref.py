@@ -285,11 +285,10 @@ def llama3_rope_factors(base, dim, factor, low_freq_factor, high_freq_factor, ol
 # Llama forward
 # =========================================================================
 
-# Weight types whose batches subq multiplies on activations quantised to
-# 8 bits (src/kernels/kernels.h, gemm_q8): Q4_0, Q8_0.
+# Weight types subq multiplies on activations quantised to 8 bits, in every
+# forward call (src/kernels/kernels.h: gemm_q8 for batches, gemv_q8 for one
+# to three tokens): Q4_0, Q8_0.
 Q8_ACT_TYPES = (2, 8)
-# subq takes that path for forward calls of at least this many rows (src/model/matmul.c).
-Q8_ACT_MIN_ROWS = 4
 
 
 def q8_roundtrip(x):
@@ -414,7 +413,7 @@ class LlamaRef:
 
     def mm(self, x, W, wtype, q8_rows):
         """x W^T, with the rows flagged in q8_rows (None: none) quantised to
-        8 bits first when subq's integer GEMM takes weights of this type."""
+        8 bits first when subq's integer products take weights of this type."""
         if q8_rows is not None and wtype in Q8_ACT_TYPES and q8_rows.any():
             x = np.where(q8_rows[:, None], q8_roundtrip(x), x)
         return x @ W.T
@@ -422,8 +421,8 @@ class LlamaRef:
     # ---- forward -----------------------------------------------------------
     def forward(self, tokens, q8_rows=None):
         """Logits (float64, shape [T, n_vocab]) for tokens at positions 0..T-1
-        with causal attention. q8_rows (bool [T], optional): the tokens subq
-        runs in batches through its integer GEMM (see mm)."""
+        with causal attention. q8_rows (bool [T], optional): the tokens whose
+        activations are quantised to 8 bits (see mm)."""
         tokens = np.asarray(tokens, dtype=np.int64)
         T = len(tokens)
         if T == 0:

@@ -25,7 +25,9 @@ static const char *help =
     "  -n, --n-decode N     decode steps timed per context (default 16)\n"
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f16, as llama-bench;\n"
     "                       the other commands default to f32)\n"
-    "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024)\n"
+    "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024); it runs\n"
+    "                       at the start and before and after each decode row, whose\n"
+    "                       bound uses the larger of its two\n"
     "  -s, --seed N         seed of the synthetic KV fill and the token ids (default 7)\n"
     "  --json               print one JSON object on stdout\n"
     "  --prefill-ctx LIST   instead: real prefill of prompts of these lengths (dense, and with\n"
@@ -69,13 +71,17 @@ static int32_t random_token(uint64_t *state, int n_vocab) {
  *         + what the selectors read (exact: the search keys scanned; hnsw/faiss:
  *           distances x vector bytes, an estimate; from their stats),
  * averaged over the timed steps, so it cannot run faster than
- * bound tok/s = read bandwidth (measured in the same run) / bytes;
+ * bound tok/s = read bandwidth / bytes, the bandwidth measured right before
+ * and right after the row (the larger: the host's other tenants move it by
+ * up to 2x within minutes, so one probe at the start does not describe a
+ * row run ten minutes later);
  * frac_bound = measured tok/s / bound tok/s. */
 typedef struct decode_result {
     int ctx, attn;            /* attn: -1 = full, else selector_kind */
     double tok_s, attn_ms, select_ms, insert_ms, fill_s;
     double kv_bytes, index_bytes;
     double kv_read, select_read, step_bytes; /* bytes read per step (see above) */
+    double bw;                                /* read bandwidth around the row, GB/s */
 } decode_result;
 
 static const char *attn_name(int attn) { return attn < 0 ? "full" : subq_selector_name((subq_selector_kind)attn); }
@@ -217,6 +223,7 @@ int cmd_bench(int argc, char **argv) {
                 goto done;
             }
             double t0 = cli_now_s();
+            const double bw_before = bench_read_bandwidth((size_t)bw_mib << 20, nt, 3);
             if (subq_context_fill_synthetic(c, r->ctx, seed, &err)) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
@@ -251,6 +258,8 @@ int cmd_bench(int argc, char **argv) {
             r->kv_read /= n_decode;
             r->select_read = (double)(st1.select_bytes_read - st0.select_bytes_read) / n_decode;
             r->step_bytes = wbytes + r->kv_read + r->select_read;
+            const double bw_after = bench_read_bandwidth((size_t)bw_mib << 20, nt, 3);
+            r->bw = bw_before > bw_after ? bw_before : bw_after;
             n_res++;
         }
     }
@@ -274,16 +283,16 @@ int cmd_bench(int argc, char **argv) {
             double full_tok_s = 0;
             for (int j = 0; j < n_res; j++)
                 if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
-            const double bound = r->step_bytes > 0 ? bw * 1e9 / r->step_bytes : 0;
+            const double bound = r->step_bytes > 0 ? r->bw * 1e9 / r->step_bytes : 0;
             printf("%s\n  {\"ctx\": %d, \"attn\": \"%s\", \"decode_tok_s\": %.3f, \"speedup_vs_full\": %.3f, "
                    "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
                    "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
                    "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
-                   "\"frac_bound\": %.4f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
+                   "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
                    i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0,
                    r->attn_ms, r->select_ms, r->insert_ms, r->fill_s, wbytes * r->tok_s / 1e9,
-                   bw > 0 ? wbytes * r->tok_s / 1e9 / bw : 0, r->kv_read, r->select_read, r->step_bytes, bound,
-                   bound > 0 ? r->tok_s / bound : 0, r->kv_bytes, r->index_bytes);
+                   r->bw > 0 ? wbytes * r->tok_s / 1e9 / r->bw : 0, r->kv_read, r->select_read, r->step_bytes, bound,
+                   bound > 0 ? r->tok_s / bound : 0, r->bw, r->kv_bytes, r->index_bytes);
         }
         printf("]}\n");
     } else {
@@ -293,18 +302,19 @@ int cmd_bench(int argc, char **argv) {
             printf("prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm\n", n_prefill, t_prefill,
                    n_prefill / t_prefill, prefill_gflops, 100 * prefill_gflops / sgemm);
         printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", wbytes / 1e6);
-        printf("bound: read bandwidth / bytes a step reads (weights + KV rows attended + selector reads)\n");
-        printf("%8s %-7s %9s %8s %9s %9s %9s %9s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full", "attn ms",
-               "select ms", "insert ms", "MB/step", "bound", "% bound", "KV MiB", "index MiB");
+        printf("bound: read bandwidth around the row (bw) / bytes a step reads (weights + KV rows attended + selector "
+               "reads)\n");
+        printf("%8s %-7s %9s %8s %9s %9s %9s %9s %8s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full", "attn ms",
+               "select ms", "insert ms", "MB/step", "bw GB/s", "bound", "% bound", "KV MiB", "index MiB");
         for (int i = 0; i < n_res; i++) {
             const decode_result *r = &res[i];
             double full_tok_s = 0;
             for (int j = 0; j < n_res; j++)
                 if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
-            const double bound = r->step_bytes > 0 ? bw * 1e9 / r->step_bytes : 0;
-            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %9.2f %7.0f%% %10.0f %10.1f\n", r->ctx,
+            const double bound = r->step_bytes > 0 ? r->bw * 1e9 / r->step_bytes : 0;
+            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %10.0f %10.1f\n", r->ctx,
                    attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0, r->attn_ms,
-                   r->select_ms, r->insert_ms, r->step_bytes / 1e6, bound, bound > 0 ? 100 * r->tok_s / bound : 0,
+                   r->select_ms, r->insert_ms, r->step_bytes / 1e6, r->bw, bound, bound > 0 ? 100 * r->tok_s / bound : 0,
                    r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
         }
     }

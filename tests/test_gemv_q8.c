@@ -1,0 +1,230 @@
+/* The integer GEMV of decode (kernels.h: gemv_q8) in every variant this
+ * machine runs (portable C, AVX2, AVX-512 VNNI when present), for Q8_0 and
+ * Q4_0 weights:
+ *   - against a reference written here from the definition: x quantised
+ *     block by block (d = max|x| / 127, q = x * (1 / d) rounded to nearest
+ *     even), exact integer sums per block, then the scales, in double; the
+ *     kernels may differ only by the float rounding of the scaling. Shapes:
+ *     row counts around the kernels' groups of 4 (1, 3, 4, 5, 7, 13, 33), n
+ *     from one block to past the AVX-512 kernel's 64-pair activation range
+ *     (odd block counts, a range ending in a single block), a weight -128,
+ *     an all-zero activation block; weights and activations in buffers of
+ *     their exact size, so the sanitizer build sees any read past the end;
+ *   - matmul() for 1, 2 and 3 tokens (the decode path, threads splitting
+ *     the rows, rows in chunks for 2 and 3 tokens) against the same
+ *     reference, against the batched path (gemm_q8, 4 tokens) token by token,
+ *     and against the f32 product on unquantised activations within the
+ *     bound 8-bit activations imply: |sum_j w_j (x_j - d q_j)| <=
+ *     sum_j |w_j| d / 2. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "kernels/kernels.h"
+#include "model/matmul.h"
+#include "quant/quant.h"
+#include "test_util.h"
+
+/* A random row of n weights of `type` (scales around 0.02). */
+static void random_row(uint64_t *rng, uint32_t type, int64_t n, void *row) {
+    if (type == GGML_TYPE_Q8_0) {
+        block_q8_0 *b = row;
+        for (int64_t i = 0; i < n / 32; i++) {
+            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
+            for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)(rng_next_u64(rng) % 255 - 127);
+        }
+        b[n / 32 - 1].qs[31] = -128; /* not made by ggml's quantiser, but a valid byte: must still be exact */
+    } else {
+        block_q4_0 *b = row;
+        for (int64_t i = 0; i < n / 32; i++) {
+            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
+            for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)rng_next_u64(rng);
+        }
+    }
+}
+
+/* value j of block b of a stored row, as the integer q (w = d q), and d */
+static int wq(uint32_t type, const void *row, int64_t b, int j) {
+    if (type == GGML_TYPE_Q8_0) return ((const block_q8_0 *)row)[b].qs[j];
+    const block_q4_0 *k = (const block_q4_0 *)row + b;
+    return (j < 16 ? k->qs[j] & 0xF : k->qs[j - 16] >> 4) - 8;
+}
+static double wd(uint32_t type, const void *row, int64_t b) {
+    const uint8_t *d = type == GGML_TYPE_Q8_0 ? ((const block_q8_0 *)row)[b].d : ((const block_q4_0 *)row)[b].d;
+    return fp16_to_fp32(quant_rd16(d));
+}
+
+/* x's q8 blocks by the definition */
+static void ref_quantize(const float *x, int64_t n, int8_t *q, float *d) {
+    for (int64_t b = 0; b < n / 32; b++) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(x[32 * b + j]));
+        d[b] = amax / 127.0f;
+        const float id = d[b] != 0.0f ? 1.0f / d[b] : 0.0f;
+        for (int j = 0; j < 32; j++) q[32 * b + j] = (int8_t)nearbyintf(x[32 * b + j] * id);
+    }
+}
+
+/* want[r] = sum_b dw dx (exact integer block sum), mag[r] = sum_b |dw dx| sum_j |qw qx| */
+static void ref_gemv(uint32_t type, const char *w, size_t rb, int64_t rows, const int8_t *q, const float *d,
+                     int64_t n, double *want, double *mag) {
+    for (int64_t r = 0; r < rows; r++) {
+        const char *row = w + (size_t)r * rb;
+        double s = 0, m = 0;
+        for (int64_t b = 0; b < n / 32; b++) {
+            long isum = 0, iabs = 0;
+            for (int j = 0; j < 32; j++) {
+                const long p = (long)wq(type, row, b, j) * q[32 * b + j];
+                isum += p;
+                iabs += labs(p);
+            }
+            const double scale = wd(type, row, b) * d[b];
+            s += scale * (double)isum;
+            m += fabs(scale) * (double)iabs;
+        }
+        want[r] = s;
+        mag[r] = m;
+    }
+}
+
+/* float rounding of a sum of n / 32 scaled block sums (16 lanes each, in
+ * several accumulators) relative to the sum of their magnitudes */
+static double float_tol(int64_t n) { return (double)(n / 32 + 32) * 1.2e-7; }
+
+typedef struct variant {
+    const char *name;
+    quantize_q8_fn quantize;
+    gemv_q8_fn gemv[GGML_TYPE_COUNT];
+} variant;
+
+int main(void) {
+    variant vs[3];
+    int nv = 0;
+    const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
+    for (int i = 0; i < 2; i++) {
+        if (!sets[i]) continue;
+        vs[nv].name = sets[i]->name;
+        vs[nv].quantize = sets[i]->quantize_q8;
+        memcpy(vs[nv].gemv, sets[i]->gemv_q8, sizeof vs[nv].gemv);
+        nv++;
+    }
+    const gemv_q8_fn *wide = kernels_gemv_q8_avx512();
+    if (wide) {
+        vs[nv].name = "avx512-vnni";
+        vs[nv].quantize = kernels_get()->quantize_q8;
+        memcpy(vs[nv].gemv, wide, sizeof vs[nv].gemv);
+        nv++;
+    }
+    printf("variants:");
+    for (int i = 0; i < nv; i++) printf(" %s", vs[i].name);
+    printf("\n");
+
+    uint64_t rng = rng_seed(23);
+    const uint32_t types[2] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
+
+    /* ---- each variant's gemv_q8 against the reference */
+    const int row_counts[] = {1, 3, 4, 5, 7, 13, 33};
+    const int64_t ns[] = {32, 64, 96, 352, 4096, 4128, 8288};
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t type = types[ti];
+        const char *tn = ggml_type_get(type)->name;
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const int64_t n = ns[ni], nb = n / 32;
+            float *x = malloc((size_t)n * sizeof(float)), *xd = malloc((size_t)nb * sizeof(float));
+            float *xd_got = malloc((size_t)nb * sizeof(float));
+            int8_t *xq = malloc((size_t)n), *xq_got = malloc((size_t)n);
+            for (int64_t i = 0; i < n; i++) x[i] = rng_normal(&rng) * (i % 97 == 0 ? 20.0f : 1.0f);
+            if (nb > 1)
+                for (int j = 0; j < 32; j++) x[32 + j] = 0.0f; /* an all-zero block: d = 0, q = 0 */
+            ref_quantize(x, n, xq, xd);
+            for (int i = 0; i < nv; i++) {
+                vs[i].quantize(x, n, xq_got, xd_got);
+                CHECK(!memcmp(xq_got, xq, (size_t)n) && !memcmp(xd_got, xd, (size_t)nb * sizeof(float)),
+                      "quantize_q8 %s n=%lld differs from the definition", vs[i].name, (long long)n);
+            }
+            for (size_t ri = 0; ri < sizeof row_counts / sizeof row_counts[0]; ri++) {
+                const int64_t rows = row_counts[ri];
+                const size_t rb = (size_t)ggml_row_size(type, (uint64_t)n);
+                char *w = malloc(rb * (size_t)rows);
+                float *y = malloc((size_t)rows * sizeof(float));
+                double *want = malloc((size_t)rows * sizeof(double)), *mag = malloc((size_t)rows * sizeof(double));
+                for (int64_t r = 0; r < rows; r++) random_row(&rng, type, n, w + (size_t)r * rb);
+                ref_gemv(type, w, rb, rows, xq, xd, n, want, mag);
+                for (int i = 0; i < nv; i++) {
+                    if (!vs[i].gemv[type]) {
+                        CHECK(0, "%s has no gemv_q8 for %s", vs[i].name, tn);
+                        continue;
+                    }
+                    for (int64_t r = 0; r < rows; r++) y[r] = NAN;
+                    vs[i].gemv[type](w, rb, rows, xq, xd, n, y);
+                    double worst = 0;
+                    for (int64_t r = 0; r < rows; r++) {
+                        const double e = fabs(y[r] - want[r]) / (mag[r] + 1e-30);
+                        worst = isnan(e) ? INFINITY : fmax(worst, e);
+                    }
+                    CHECK(worst <= float_tol(n), "gemv_q8 %s %s %lld x %lld: worst error %.2e of sum |terms| (tol %.2e)",
+                          vs[i].name, tn, (long long)rows, (long long)n, worst, float_tol(n));
+                }
+                free(w), free(y), free(want), free(mag);
+            }
+            free(x), free(xd), free(xd_got), free(xq), free(xq_got);
+        }
+    }
+
+    /* ---- matmul() on 1..3 tokens: the decode path end to end */
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t type = types[ti];
+        const char *tn = ggml_type_get(type)->name;
+        /* 517 x 1024: the rows split across 2 threads, and into several
+         * chunks per thread for 2 and 3 tokens */
+        const int64_t rows = 517, n = 1024, nb = n / 32;
+        const int TB = 4;
+        const size_t rb = (size_t)ggml_row_size(type, (uint64_t)n);
+        char *w = malloc(rb * (size_t)rows);
+        float *wf = malloc((size_t)rows * (size_t)n * sizeof(float)), *x = malloc((size_t)TB * n * sizeof(float));
+        float *y = malloc((size_t)TB * rows * sizeof(float)), *yb = malloc((size_t)TB * rows * sizeof(float));
+        float *xd = malloc((size_t)nb * sizeof(float));
+        int8_t *xq = malloc((size_t)n);
+        double *want = malloc((size_t)rows * sizeof(double)), *mag = malloc((size_t)rows * sizeof(double));
+        for (int64_t r = 0; r < rows; r++) random_row(&rng, type, n, w + (size_t)r * rb);
+        for (int64_t r = 0; r < rows; r++) quant_dequant_ref[type](w + (size_t)r * rb, wf + (size_t)r * n, n);
+        for (int64_t i = 0; i < TB * n; i++) x[i] = rng_normal(&rng);
+        const matrix W = {.type = type, .rows = rows, .cols = n, .row_bytes = rb, .data = w};
+        matmul_scratch sc;
+        CHECK(matmul_scratch_init(&sc, TB, n), "matmul scratch");
+        matmul(yb, x, &W, TB, &sc, 2); /* the batched (prefill) path */
+        for (int T = 1; T < TB; T++) {
+            matmul(y, x, &W, T, &sc, 2);
+            double worst_q = 0, worst_b = 0, worst_f = 0;
+            int over_bound = 0;
+            for (int t = 0; t < T; t++) {
+                ref_quantize(x + (size_t)t * n, n, xq, xd);
+                ref_gemv(type, w, rb, rows, xq, xd, n, want, mag);
+                for (int64_t r = 0; r < rows; r++) {
+                    const float got = y[(size_t)t * rows + r];
+                    worst_q = fmax(worst_q, fabs(got - want[r]) / mag[r]);
+                    worst_b = fmax(worst_b, fabs(got - yb[(size_t)t * rows + r]) / mag[r]);
+                    /* f32 activations, and the bound on what quantising them moves */
+                    double sf = 0, bound = 0;
+                    for (int64_t i = 0; i < n; i++) {
+                        sf += (double)wf[(size_t)r * n + i] * x[(size_t)t * n + i];
+                        bound += fabs(wf[(size_t)r * n + i]) * xd[i / 32] / 2;
+                    }
+                    worst_f = fmax(worst_f, fabs(got - sf) / bound);
+                    over_bound += fabs(got - sf) > bound * 1.001 + mag[r] * float_tol(n);
+                }
+            }
+            CHECK(worst_q <= float_tol(n), "matmul %s %d tokens vs the reference: %.2e", tn, T, worst_q);
+            CHECK(worst_b <= 2 * float_tol(n), "matmul %s %d tokens vs the batched path: %.2e", tn, T, worst_b);
+            CHECK(over_bound == 0, "matmul %s %d tokens: %d outputs move from f32 by more than sum |w| d / 2", tn, T,
+                  over_bound);
+            printf("matmul %s %d token(s): %.1e from the reference, %.1e from the batch, f32 distance %.2f of its bound\n",
+                   tn, T, worst_q, worst_b, worst_f);
+        }
+        matmul_scratch_free(&sc);
+        free(w), free(wf), free(x), free(y), free(yb), free(xd), free(xq), free(want), free(mag);
+    }
+    return test_summary();
+}
