@@ -1,9 +1,10 @@
 /* Decode attention over contiguous KV rows (kernels_kv's scores and accum)
  * with AVX-512, for CPUs that have F/BW/VL/DQ + VNNI (kernels_kv_decode_get
  * picks these over the set's). Same loop nests as the AVX2 forms, wider:
- *   - f32 / f16 rows: 16 values per convert and FMA; the value pass keeps up
- *     to 128 columns of two heads in registers (16 of the 32 ZMM), so a row
- *     is read once per pair of heads instead of once per 32 columns;
+ *   - f32 / f16 rows: 16 values per convert and FMA (f32 scores excepted,
+ *     below); the value pass keeps up to 128 columns of two heads in
+ *     registers (16 of the 32 ZMM), so a row is read once per pair of heads
+ *     instead of once per 32 columns;
  *   - q8_0 / q4_0 keys: vpdpbusd on two blocks (64 codes) per instruction.
  *     It multiplies unsigned by signed bytes, so the key codes go in
  *     unsigned (q8_0: k ^ 0x80 = k + 128; q4_0: the stored nibbles, k + 8)
@@ -323,8 +324,21 @@ INLINE512 void accum_q(const float *p, int g, int ld, const uint8_t *vals, int n
         else accum_q(p, g, ld, vals, n, hd, out, Q4);                                                               \
     }
 
-KV_DENSE(kv_f32, SUBQ_KV_F32, 0)
 KV_DENSE(kv_f16, SUBQ_KV_F16, 1)
+
+/* f32 rows score with the AVX2 kernel: f32 is the reference KV type, and
+ * its scores keep the AVX2 summation order, so the checks against the
+ * float64 forward (whose q8 activation rounding a last-bit change in a
+ * score can flip) see the same numbers on every x86 CPU. The value pass
+ * rounds alike in both (one FMA chain per column, rows in order). */
+AVX512 static void kv_f32_scores(const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
+                                 int ld) {
+    KV_AVX2(SUBQ_KV_F32).scores(q, g, keys, n, hd, scale, s, ld);
+}
+AVX512 static void kv_f32_accum(const float *p, int g, int ld, const void *vals, int n, int hd, float *out) {
+    if (hd % 16) KV_AVX2(SUBQ_KV_F32).accum(p, g, ld, vals, n, hd, out);
+    else accum_rows(p, g, ld, vals, n, hd, out, 0);
+}
 KV_QUANT(kv_q8_0, SUBQ_KV_Q8_0, 0)
 KV_QUANT(kv_q4_0, SUBQ_KV_Q4_0, 1)
 
