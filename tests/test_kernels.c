@@ -105,18 +105,24 @@ static double maxd(double a, double b) { return a > b ? a : b; }
  * heads, all against double loops over the values the bytes hold. */
 static void check_kv_rows(const char *name, const kernels *K) {
     uint64_t rng = rng_seed(11);
-    const int hds[] = {2, 8, 12, 16, 32, 64, 128}, gs[] = {1, 2, 3, 5}, ns[] = {1, 3, 4, 5, 31, 32, 33, 100};
+    /* widths around the 8 / 16 / 32-value vectors, the 128-column value
+     * pass and odd block counts (96, 160) */
+    const int hds[] = {2, 8, 12, 16, 32, 48, 64, 96, 128, 160}, gs[] = {1, 2, 3, 5},
+              ns[] = {1, 3, 4, 5, 31, 32, 33, 100};
+    enum { N_HD = sizeof hds / sizeof hds[0] };
     static const char *tn[] = {"f32", "f16", "q8_0", "q4_0"};
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
         const subq_kv_type type = (subq_kv_type)t;
         const kernels_kv *ops = &K->kv[t];
         double worst_q = 0, worst_conv = 0, worst_dot = 0, worst_axpy = 0, worst_gather = 0, worst_s = 0, worst_a = 0;
+        double worst_qq = 0; /* quantised keys: score change by the query's quantisation / its bound */
         int bytes_ok = 1, n_hd = 0;
-        for (int a = 0; a < 7; a++) {
+        const int quant = t >= SUBQ_KV_Q8_0;
+        for (int a = 0; a < N_HD; a++) {
             const int hd = hds[a];
             const size_t rb = kernels_kv_row_bytes(type, hd);
-            if (t >= SUBQ_KV_Q8_0 && hd == 12) {
-                CHECK(rb == 0, "%s rows of 12 values must be refused", tn[t]);
+            if (quant && (hd == 12 || hd == 48)) {
+                CHECK(rb == 0, "%s rows of %d values must be refused", tn[t], hd);
                 continue;
             }
             CHECK(rb > 0, "%s rows of %d values", tn[t], hd);
@@ -139,9 +145,10 @@ static void check_kv_rows(const char *name, const kernels *K) {
             for (int j = 0; j < NMAX; j++) {
                 const int B = hd < 32 ? hd : 32;
                 for (int c0 = 0; c0 < hd; c0 += B) {
+                    const int c1 = c0 + B < hd ? c0 + B : hd; /* f32 / f16 rows of 48 */
                     double amax = 0;
-                    for (int c = c0; c < c0 + B; c++) amax = maxd(amax, fabs(x[(size_t)j * hd + c]));
-                    for (int c = c0; c < c0 + B; c++) {
+                    for (int c = c0; c < c1; c++) amax = maxd(amax, fabs(x[(size_t)j * hd + c]));
+                    for (int c = c0; c < c1; c++) {
                         const double xv = x[(size_t)j * hd + c], e = fabs(deq[(size_t)j * hd + c] - xv);
                         double lim = t == SUBQ_KV_F32   ? 0
                                      : t == SUBQ_KV_F16 ? fabs(xv) * 4.9e-4 + 1e-7
@@ -181,21 +188,32 @@ static void check_kv_rows(const char *name, const kernels *K) {
                     worst_axpy = maxd(worst_axpy, rel_err(out[c], w, fabs(q[c]) + 0.625 * fabs(deq[(size_t)j * hd + c])));
                 }
             }
-            /* decode scores and accumulation */
+            /* decode scores (quantised keys: against the quantised query,
+             * and within the bound of its rounding of the exact score) and
+             * accumulation */
+            double *qv = malloc((size_t)hd * sizeof(double)), *qe = malloc((size_t)hd * sizeof(double));
             for (int b = 0; b < 4; b++)
                 for (int c = 0; c < 8; c++) {
                     const int g = gs[b], n = ns[c], ld = n + 3;
                     for (int i = 0; i < g * hd; i++) q[i] = rng_normal(&rng);
+                    if (c == 0) memset(q, 0, (size_t)KV_QBLOCK(hd) * sizeof(float)); /* a zero block: d = 0 */
                     ops->scores(q, g, rows, n, hd, 0.25f, s, ld);
-                    for (int i = 0; i < g; i++)
+                    for (int i = 0; i < g; i++) {
+                        for (int d = 0; d < hd; d++) qv[d] = q[i * hd + d], qe[d] = 0;
+                        if (quant) test_quantised_query(q + i * hd, hd, KV_QBLOCK(hd), qv, qe);
                         for (int j = 0; j < n; j++) {
-                            double want = 0, mag = 0;
+                            double want = 0, mag = 0, exact = 0, bound = 0;
                             for (int d = 0; d < hd; d++) {
-                                want += (double)q[i * hd + d] * deq[(size_t)j * hd + d];
-                                mag += fabs((double)q[i * hd + d] * deq[(size_t)j * hd + d]);
+                                const double k = deq[(size_t)j * hd + d];
+                                want += qv[d] * k, mag += fabs(qv[d] * k);
+                                exact += (double)q[i * hd + d] * k, bound += qe[d] * fabs(k);
                             }
                             worst_s = maxd(worst_s, fabs(s[i * ld + j] - 0.25 * want) / (0.25 * mag + 1e-30));
+                            if (quant)
+                                worst_qq = maxd(worst_qq, fabs(s[i * ld + j] - 0.25 * exact) /
+                                                              (0.25 * (bound + 1e-5 * mag) + 1e-30));
                         }
+                    }
                     /* weights p = s (any values), out_i = q_i + sum_j p_ij v_j */
                     for (int i = 0; i < g * hd; i++) out[i] = q[i];
                     ops->accum(s, g, ld, rows, n, hd, out);
@@ -209,9 +227,11 @@ static void check_kv_rows(const char *name, const kernels *K) {
                             worst_a = maxd(worst_a, fabs(out[i * hd + d] - want) / (mag + 1e-6));
                         }
                 }
-            free(x), free(deq), free(conv), free(q), free(s), free(out), free(rows), free(ggml);
+            free(x), free(deq), free(conv), free(q), free(s), free(out), free(rows), free(ggml), free(qv), free(qe);
         }
-        CHECK(n_hd == (t >= SUBQ_KV_Q8_0 ? 6 : 7), "%s: row widths tested", tn[t]);
+        CHECK(n_hd == (quant ? N_HD - 2 : N_HD), "%s: row widths tested", tn[t]);
+        CHECK(worst_qq <= 1, "%s %s scores: the query's quantisation moved a score %.2f x its bound", name, tn[t],
+              worst_qq);
         CHECK(worst_q <= 0, "%s %s: quantisation error exceeds half a step by %.2e", name, tn[t], worst_q);
         CHECK(bytes_ok, "%s %s: rows of 32-value blocks differ from quantize_row's bytes", name, tn[t]);
         CHECK(worst_conv == 0, "%s %s: conversion differs from the stored values by %.2e", name, tn[t], worst_conv);
@@ -220,8 +240,9 @@ static void check_kv_rows(const char *name, const kernels *K) {
         CHECK(worst_axpy < 2e-7, "%s %s axpy: worst error relative to |y| + |w x| %.2e", name, tn[t], worst_axpy);
         CHECK(worst_s < 1e-5, "%s %s scores: worst error relative to sum |q k| %.2e", name, tn[t], worst_s);
         CHECK(worst_a < 1e-5, "%s %s accum: worst error relative to sum |p v| %.2e", name, tn[t], worst_a);
-        printf("%s %s rows: dot %.2e, gather %.2e, axpy %.2e, scores %.2e, accum %.2e\n", name, tn[t], worst_dot,
-               worst_gather, worst_axpy, worst_s, worst_a);
+        printf("%s %s rows: dot %.2e, gather %.2e, axpy %.2e, scores %.2e (query rounding %.2f of its bound), "
+               "accum %.2e\n",
+               name, tn[t], worst_dot, worst_gather, worst_axpy, worst_s, worst_qq, worst_a);
     }
 }
 
@@ -325,6 +346,19 @@ int main(void) {
         check_kv_rows(sets[s]->name, sets[s]);
         check_exp(sets[s]->name, sets[s]);
         check_codes(sets[s]->name, sets[s]);
+    }
+    /* the AVX-512 decode kernels, in a copy of the AVX2 set */
+    const kernels_kv_decode *wide = kernels_kv_decode_avx512();
+    if (wide) {
+        kernels k512 = *sets[1];
+        for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
+            k512.kv[t].scores = wide[t].scores;
+            k512.kv[t].accum = wide[t].accum;
+            CHECK(kernels_kv_decode_get((subq_kv_type)t).scores == wide[t].scores, "the AVX-512 decode kernels are chosen");
+        }
+        check_kv_rows("avx512 decode", &k512);
+    } else {
+        printf("note: this CPU lacks AVX-512 VNNI; the AVX-512 decode kernels are not tested\n");
     }
     return test_summary();
 }

@@ -3,6 +3,7 @@
 #ifndef SUBQ_TEST_UTIL_H
 #define SUBQ_TEST_UTIL_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -36,6 +37,21 @@ static inline const char *test_shared_path(const char *rel, char *buf, size_t ca
     }
     snprintf(buf, cap, "%s/%s", dir, rel);
     return buf;
+}
+
+/* The query as the quantised-key scores see it (kernels.h): per block of B
+ * values, d = max |x| / 127 and codes x * (1 / d) rounded to nearest even,
+ * in float as specified; qv = d * code, and half a step per value in err. */
+static inline void test_quantised_query(const float *x, int hd, int B, double *qv, double *err) {
+    for (int c0 = 0; c0 < hd; c0 += B) {
+        float amax = 0.0f;
+        for (int c = c0; c < c0 + B; c++) amax = fmaxf(amax, fabsf(x[c]));
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int c = c0; c < c0 + B; c++) {
+            qv[c] = (double)d * nearbyintf(x[c] * id);
+            err[c] = d / 2.0;
+        }
+    }
 }
 
 #endif

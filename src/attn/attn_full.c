@@ -26,11 +26,22 @@
  * items for every thread to stream from its own part of the cache. */
 #define DECODE_CHUNK 1024
 
+/* max of x[0..n) (-inf for n = 0); eight running maxima, not one chain of
+ * dependent compares (a visible share of a decode step otherwise) */
+static float max_of(const float *x, int n) {
+    float m[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    int j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int u = 0; u < 8; u++) m[u] = x[j + u] > m[u] ? x[j + u] : m[u];
+    for (; j < n; j++) m[0] = x[j] > m[0] ? x[j] : m[0];
+    for (int u = 1; u < 8; u++) m[0] = m[u] > m[0] ? m[u] : m[0];
+    return m[0];
+}
+
 /* p_j = exp(s_j - max) / sum exp(s - max) in place; -INFINITY entries get 0;
  * a row with nothing eligible becomes all zeros. */
 static void softmax_inplace(float *s, int n) {
-    float mx = -INFINITY;
-    for (int j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    const float mx = max_of(s, n);
     if (mx == -INFINITY) {
         memset(s, 0, (size_t)n * sizeof(float));
         return;
@@ -74,18 +85,16 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
  *   s_ij = scale q_i.k_j (-inf outside the query's document)
  *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i),  o_i = sum_j e^(s_ij - m_i) v_j
  * part = [o (g x hd) | m (g) | l (g)]. */
-static void chunk_partial(const kernels *K, const kv_cache *kv, int layer, int kh, int g, const float *q, float scale,
-                          int j0, int j1, int seg, float *scores, float *part) {
+static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh, int g,
+                          const float *q, float scale, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
-    const kernels_kv *ops = &K->kv[kv->type];
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
     ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
     for (int j = 0; j < n; j++)
         if (kv->seg[j0 + j] != seg)
             for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = -INFINITY;
     for (int i = 0; i < g; i++) {
-        float *row = scores + (size_t)i * n, mx = -INFINITY;
-        for (int j = 0; j < n; j++) mx = row[j] > mx ? row[j] : mx;
+        float *row = scores + (size_t)i * n, mx = max_of(row, n);
         m[i] = mx;
         if (mx == -INFINITY) { /* nothing eligible: no weight */
             memset(row, 0, (size_t)n * sizeof(float));
@@ -130,6 +139,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
     enum { MAX_T = GEMM_MIN_TOKENS };
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, H = st->n_head_kv;
     const kernels *K = kernels_get();
+    const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
     int nc[MAX_T], first[MAX_T + 1];
     first[0] = 0;
     for (int t = 0; t < T; t++) {
@@ -158,7 +168,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
             const int kh = (it - first[t]) / nc[t], c = (it - first[t]) % nc[t], slot = st->slot0 + t;
             const int j0 = c * DECODE_CHUNK, j1 = j0 + DECODE_CHUNK < slot + 1 ? j0 + DECODE_CHUNK : slot + 1;
             const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd;
-            chunk_partial(K, kv, st->layer, kh, g, q, st->scale, j0, j1, kv->seg[slot], scores,
+            chunk_partial(K, &ops, kv, st->layer, kh, g, q, st->scale, j0, j1, kv->seg[slot], scores,
                           parts + (size_t)it * part_floats);
         }
         free(scores);

@@ -2,7 +2,9 @@
  * take their dot_f32 from here, and the C++ index shims (hnsw_shim.cpp,
  * faiss_shim.cpp in src/select) inline it into the distance functions of
  * their graph searches, which call it once per node visited. With it, the
- * AVX2 pieces every dense dot product of kernels_avx2.c is built from. */
+ * AVX2 pieces every dense dot product of kernels_avx2.c is built from, and
+ * the prefetch and horizontal sums that the decode attention kernels of
+ * kernels_avx2.c and kv_avx512.c share. */
 #ifndef SUBQ_KERNELS_DOT_H
 #define SUBQ_KERNELS_DOT_H
 
@@ -66,6 +68,28 @@ KERNELS_AVX2_INLINE __m128 kernels_hsum8x4(const __m256 a[4]) {
     }
 
 KERNELS_DOT_DENSE(kernels_dot_f32_avx2, float, _mm256_loadu_ps, )
+
+/* Decode attention streams each KV head's rows once. The hardware
+ * prefetcher alone leaves the loops waiting on DRAM (rows of a few hundred
+ * bytes, read in short strides): the kernels ask for the bytes PF_ROWS rows
+ * ahead as they go, a few cache lines per row. A prefetch never faults, so
+ * the rows past the end of a call's range are asked for too (the next chunk
+ * of the same KV head, usually); the address is formed as an integer, as
+ * it may lie outside the array. */
+#define PF_ROWS 64
+KERNELS_AVX2_INLINE void prefetch_at(const void *base, size_t off) {
+    _mm_prefetch((const char *)((uintptr_t)base + off), _MM_HINT_T0);
+}
+/* the lines of bytes [off, off + len) from base */
+KERNELS_AVX2_INLINE void prefetch_span(const void *base, size_t off, size_t len) {
+    for (size_t o = off & ~(size_t)63; o < off + len; o += 64) prefetch_at(base, o);
+}
+
+/* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
+KERNELS_AVX2_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
 
 #endif
 

@@ -27,6 +27,13 @@ gemm_q8_fn kernels_gemm_q8(uint32_t type) {
     return wide && wide[type] ? wide[type] : kernels_get()->gemm_q8[type];
 }
 
+kernels_kv_decode kernels_kv_decode_get(subq_kv_type t) {
+    const kernels_kv_decode *wide = kernels_kv_decode_avx512();
+    if (wide) return wide[t];
+    const kernels_kv *k = &kernels_get()->kv[t];
+    return (kernels_kv_decode){k->scores, k->accum};
+}
+
 gemv_q8_fn kernels_gemv_q8(uint32_t type) {
     if (type >= GGML_TYPE_COUNT) return NULL;
     const gemv_q8_fn *wide = kernels_gemv_q8_avx512();

@@ -11,8 +11,11 @@
  *   - gathered row dots: the scans of the selectors, over f32 / f16 rows
  *     and over compressed int8 / int4 codes.
  * Callers that run many rows fetch the set once (kernels_get) and call
- * through it. Every set gives the same dequantised bits; dot products agree
- * up to float rounding. */
+ * through it. Hot paths with AVX-512 forms outside the sets, chosen per
+ * call where the CPU has them: the integer GEMM / GEMV on quantised
+ * weights (kernels_gemm_q8, kernels_gemv_q8) and decode attention over KV
+ * rows (kernels_kv_decode_get). Every set gives the same dequantised bits;
+ * dot products agree up to float rounding. */
 #ifndef SUBQ_KERNELS_H
 #define SUBQ_KERNELS_H
 
@@ -78,6 +81,10 @@ size_t kernels_kv_row_bytes(subq_kv_type t, int hd);
  * block). One portable form: a cache row is written once per token. */
 void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd);
 
+typedef void (*kernels_kv_scores_fn)(const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
+                                     int ld);
+typedef void (*kernels_kv_accum_fn)(const float *p, int g, int ld, const void *vals, int n, int hd, float *out);
+
 /* Operations on KV rows of one type (row bytes as kernels_kv_row_bytes). */
 typedef struct kernels_kv {
     /* q . row */
@@ -89,9 +96,16 @@ typedef struct kernels_kv {
     /* Decode over n contiguous rows (one KV head), for g query heads at once
      * so each row is loaded and converted once:
      *   scores: s[i*ld + j] = scale * q_i . k_j            (i < g, j < n)
-     *   accum:  out_i[:] += sum_j p[i*ld + j] v_j          (out is [g][hd]) */
-    void (*scores)(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld);
-    void (*accum)(const float *p, int g, int ld, const void *vals, int n, int hd, float *out);
+     *   accum:  out_i[:] += sum_j p[i*ld + j] v_j          (out is [g][hd])
+     * For q8_0 / q4_0 keys the scores run on integer block products, as
+     * llama.cpp's flash-attention path does: q_i is quantised per key block
+     * of B = KV_QBLOCK(hd) values like quantize_q8 (d_q = max|q_b| / 127,
+     * codes rounded to nearest even, d_q kept in f32), and
+     *   s_ij = scale sum_b d_k(j, b) d_q(i, b) sum_{c in b} code_k(j, c) code_q(i, c)
+     * with each inner sum exact. Every set quantises identically; the query
+     * rounding moves a score by at most scale sum_b d_q(i, b) / 2 sum_{c in b} |k_jc|. */
+    kernels_kv_scores_fn scores;
+    kernels_kv_accum_fn accum;
     /* out[i] = q . row(idx[i]) for rows of d values `stride` values apart
      * from base (stride a multiple of d: row r starts r * stride / d rows
      * of this type in) */
@@ -144,6 +158,19 @@ const gemm_q8_fn *kernels_gemm_q8_avx512(void);
 /* The same for the decode GEMV (gemv_q8). */
 gemv_q8_fn kernels_gemv_q8(uint32_t type);
 const gemv_q8_fn *kernels_gemv_q8_avx512(void);
+
+/* The decode kernels of one KV type (kernels_kv's scores and accum). */
+typedef struct kernels_kv_decode {
+    kernels_kv_scores_fn scores;
+    kernels_kv_accum_fn accum;
+} kernels_kv_decode;
+/* The fastest decode kernels for KV type t on this CPU: the AVX-512 forms
+ * where the CPU has AVX-512 F/BW/VL/DQ + VNNI, else the set's. */
+kernels_kv_decode kernels_kv_decode_get(subq_kv_type t);
+/* The AVX-512 decode kernels per KV type, or NULL when the CPU (or the
+ * build) lacks them. They give the set's results up to float rounding
+ * (quantised keys: the same quantised query). */
+const kernels_kv_decode *kernels_kv_decode_avx512(void);
 
 /* dst[0..n) = dequantised src row. n must be a multiple of the block size
  * and the type must have can_dequant (callers check at load time). */

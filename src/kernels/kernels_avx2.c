@@ -535,28 +535,6 @@ INLINE float load1(const void *rows, size_t at, int f16) {
     return f16 ? _cvtsh_ss(((const uint16_t *)rows)[at]) : ((const float *)rows)[at];
 }
 
-/* Decode attention streams each KV head's rows once. The hardware
- * prefetcher alone leaves the loops waiting on DRAM (rows of a few hundred
- * bytes, read in short strides): the kernels ask for the bytes PF_ROWS rows
- * ahead as they go, a few cache lines per row. A prefetch never faults, so
- * the rows past the end of a call's range are asked for too (the next chunk
- * of the same KV head, usually); the address is formed as an integer, as
- * it may lie outside the array. */
-#define PF_ROWS 64
-INLINE void prefetch_at(const void *base, size_t off) {
-    _mm_prefetch((const char *)((uintptr_t)base + off), _MM_HINT_T0);
-}
-/* the lines of bytes [off, off + len) from base */
-INLINE void prefetch_span(const void *base, size_t off, size_t len) {
-    for (size_t o = off & ~(size_t)63; o < off + len; o += 64) prefetch_at(base, o);
-}
-
-/* [sum a, sum b, sum c, sum d] of four 8-lane vectors */
-INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
 /* Two query heads (qa, qb; qb == qa when there is one) against four keys at
  * a time: 8 accumulators, each key chunk converted once for both heads. */
 INLINE void scores_rows(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld,
@@ -671,31 +649,76 @@ INLINE void qblock_vals(const uint8_t *blk, int q4, __m256 v[4]) {
     else q8_0_vals((const block_q8_0 *)blk, v);
 }
 
-/* Rows of hd values (a multiple of 32) in blocks of BS bytes. Scores: per
- * key and head, each block's q . n (32 values) times the block's d, added
- * to the head's total; four keys at a time share the hsum. */
+/* Query heads quantised for integer scores (kernels.h), QMAX values at most
+ * per head (wider heads take the portable form, which quantises alike). */
+enum { QMAX = 1024 };
+typedef struct kv_qquery {
+    int8_t q[2][QMAX];       /* codes of heads a, b */
+    float d[2][QMAX / 32];   /* their block scales */
+    int32_t corr[2][QMAX / 32]; /* q4_0: -8 x the block's code sum (its keys are stored as code + 8) */
+} kv_qquery;
+
+/* heads qa, qb (hd values each) into w */
+INLINE void kv_quantize_query(const float *qa, const float *qb, int hd, int q4, kv_qquery *w) {
+    const float *src[2] = {qa, qb};
+    for (int h = 0; h < 2; h++) {
+        quantize_q8(src[h], hd, w->q[h], w->d[h]);
+        for (int b = 0; q4 && b < hd / 32; b++) {
+            int sum = 0;
+            for (int c = 0; c < 32; c++) sum += w->q[h][32 * b + c];
+            w->corr[h][b] = -8 * sum;
+        }
+    }
+}
+
+/* The 32 stored nibbles of a q4_0 block as unsigned bytes in element order */
+INLINE __m256i q4_0_nibbles(const uint8_t *blk) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)(blk + 2));
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+}
+
+/* sum_c code_k(c) code_q(c) of one key block in 8 int32 lanes (q8_0:
+ * maddubs on |k| and q with k's sign; q4_0: the unsigned nibbles against q,
+ * plus the -8 sum q correction in lane 0). */
+INLINE __m256i kv_block_isum(const uint8_t *blk, __m256i kq, int32_t corr, int q4) {
+    if (q4)
+        return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(q4_0_nibbles(blk), kq), _mm256_set1_epi16(1)),
+                                _mm256_castsi128_si256(_mm_cvtsi32_si128(corr)));
+    const __m256i k = q8_0_bytes((const block_q8_0 *)blk);
+    return q8_pair_sums(_mm256_abs_epi8(k), k, kq);
+}
+
+/* Rows of hd values (a multiple of 32, at most QMAX) in blocks of bs bytes;
+ * two query heads at a time, quantised once per call; four keys at a time
+ * share the hsum. Per key block and head: an exact integer block sum, times
+ * d_k d_q, added into 8 lanes. */
 INLINE void scores_q(const float *q, int g, const uint8_t *keys, int n, int hd, float scale, float *s, int ld,
                      int q4) {
     const size_t bs = q4 ? sizeof(block_q4_0) : sizeof(block_q8_0), rb = (size_t)(hd / 32) * bs;
     const __m128 vs = _mm_set1_ps(scale);
+    kv_qquery w;
     for (int i0 = 0; i0 < g; i0 += 2) {
         const int two = i0 + 1 < g;
-        const float *qa = q + (size_t)i0 * hd, *qb = two ? qa + hd : qa;
+        const float *qa = q + (size_t)i0 * hd;
         float *sa = s + (size_t)i0 * ld, *sb = two ? sa + ld : NULL;
+        kv_quantize_query(qa, two ? qa + hd : qa, hd, q4, &w);
         int j = 0;
         for (; j + 4 <= n; j += 4) {
             const uint8_t *r = keys + (size_t)j * rb;
             prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 4 * rb);
             __m256 ta[4], tb[4];
             UNROLL for (int k = 0; k < 4; k++) ta[k] = tb[k] = _mm256_setzero_ps();
-            for (int c = 0; c < hd; c += 32) {
-                const uint8_t *blk = r + (size_t)(c / 32) * bs;
+            for (int b = 0; b < hd / 32; b++) {
+                const __m256i xa = _mm256_loadu_si256((const __m256i *)(w.q[0] + 32 * b)),
+                              xb = _mm256_loadu_si256((const __m256i *)(w.q[1] + 32 * b));
+                const __m256 da = _mm256_set1_ps(w.d[0][b]), db = _mm256_set1_ps(w.d[1][b]);
+                const uint8_t *blk = r + (size_t)b * bs;
                 UNROLL for (int k = 0; k < 4; k++, blk += rb) {
-                    __m256 v[4];
-                    qblock_vals(blk, q4, v);
-                    const __m256 d = h2f8(blk);
-                    ta[k] = _mm256_fmadd_ps(d, qx32(v, qa + c), ta[k]);
-                    tb[k] = _mm256_fmadd_ps(d, qx32(v, qb + c), tb[k]);
+                    const __m256 dk = h2f8(blk);
+                    const __m256 ia = _mm256_cvtepi32_ps(kv_block_isum(blk, xa, w.corr[0][b], q4));
+                    const __m256 ib = _mm256_cvtepi32_ps(kv_block_isum(blk, xb, w.corr[1][b], q4));
+                    ta[k] = _mm256_fmadd_ps(ia, _mm256_mul_ps(dk, da), ta[k]);
+                    tb[k] = _mm256_fmadd_ps(ib, _mm256_mul_ps(dk, db), tb[k]);
                 }
             }
             _mm_storeu_ps(sa + j, _mm_mul_ps(vs, hsum4(ta[0], ta[1], ta[2], ta[3])));
@@ -703,13 +726,15 @@ INLINE void scores_q(const float *q, int g, const uint8_t *keys, int n, int hd, 
         }
         for (; j < n; j++) {
             __m256 ta = _mm256_setzero_ps(), tb = ta;
-            for (int c = 0; c < hd; c += 32) {
-                const uint8_t *blk = keys + (size_t)j * rb + (size_t)(c / 32) * bs;
-                __m256 v[4];
-                qblock_vals(blk, q4, v);
-                const __m256 d = h2f8(blk);
-                ta = _mm256_fmadd_ps(d, qx32(v, qa + c), ta);
-                tb = _mm256_fmadd_ps(d, qx32(v, qb + c), tb);
+            for (int b = 0; b < hd / 32; b++) {
+                const uint8_t *blk = keys + (size_t)j * rb + (size_t)b * bs;
+                const __m256 dk = h2f8(blk);
+                const __m256i xa = _mm256_loadu_si256((const __m256i *)(w.q[0] + 32 * b)),
+                              xb = _mm256_loadu_si256((const __m256i *)(w.q[1] + 32 * b));
+                ta = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kv_block_isum(blk, xa, w.corr[0][b], q4)),
+                                     _mm256_mul_ps(dk, _mm256_set1_ps(w.d[0][b])), ta);
+                tb = _mm256_fmadd_ps(_mm256_cvtepi32_ps(kv_block_isum(blk, xb, w.corr[1][b], q4)),
+                                     _mm256_mul_ps(dk, _mm256_set1_ps(w.d[1][b])), tb);
             }
             __m128 t = hsum4(ta, tb, ta, tb);
             sa[j] = scale * _mm_cvtss_f32(t);
@@ -823,7 +848,7 @@ TARGET static void kv_f16_accum(const float *p, int g, int ld, const void *vals,
     }                                                                                                             \
     TARGET static void NAME##_scores(const float *q, int g, const void *keys, int n, int hd, float scale,         \
                                      float *s, int ld) {                                                          \
-        if (hd % 32) KV_SCALAR(T).scores(q, g, keys, n, hd, scale, s, ld);                                        \
+        if (hd % 32 || hd > QMAX) KV_SCALAR(T).scores(q, g, keys, n, hd, scale, s, ld);                          \
         else scores_q(q, g, keys, n, hd, scale, s, ld, Q4);                                                       \
     }                                                                                                             \
     TARGET static void NAME##_accum(const float *p, int g, int ld, const void *vals, int n, int hd, float *out) { \

@@ -150,16 +150,19 @@ static float dot_q6_K(const void *row, const float *x, int64_t n) {
 
 /* ---- integer GEMM on q8 activations (prefill) ---------------------------- */
 
-static void quantize_q8(const float *x, int64_t n, int8_t *q, float *d) {
-    for (int64_t b = 0; b < n / 32; b++) {
-        const float *xb = x + 32 * b;
+/* blocks of B values (the KV scores quantise queries in blocks of narrow heads too) */
+static void quantize_q8_blocks(const float *x, int64_t n, int B, int8_t *q, float *d) {
+    for (int64_t b = 0; b < n / B; b++) {
+        const float *xb = x + B * b;
         float amax = 0.0f;
-        for (int j = 0; j < 32; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < B; j++) amax = fmaxf(amax, fabsf(xb[j]));
         const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
         d[b] = db;
-        for (int j = 0; j < 32; j++) q[32 * b + j] = (int8_t)nearbyintf(xb[j] * id);
+        for (int j = 0; j < B; j++) q[B * b + j] = (int8_t)nearbyintf(xb[j] * id);
     }
 }
+
+static void quantize_q8(const float *x, int64_t n, int8_t *q, float *d) { quantize_q8_blocks(x, n, 32, q, d); }
 
 /* value j of a block as a signed integer (w = d * value) */
 static int q8_0_val(const block_q8_0 *b, int j) { return b->qs[j]; }
@@ -249,29 +252,31 @@ static void gather_dot_i4(const int8_t *q, const void *codes, size_t row_bytes, 
  * low, value j + B/2 high). */
 static size_t qblock_bytes(subq_kv_type t, int B) { return 2 + (size_t)(t == SUBQ_KV_Q8_0 ? B : B / 2); }
 
+/* The B codes of a q8_0 / q4_0 block at b (value = d * code: q, or q - 8). */
+static void kv_block_codes(subq_kv_type t, const uint8_t *b, int B, int *v) {
+    if (t == SUBQ_KV_Q8_0)
+        for (int j = 0; j < B; j++) v[j] = (int8_t)b[2 + j];
+    else
+        for (int j = 0; j < B / 2; j++) {
+            v[j] = (b[2 + j] & 0xF) - 8;
+            v[j + B / 2] = (b[2 + j] >> 4) - 8;
+        }
+}
+
 /* Values [c0, c0 + nv) of a row as floats: c0 a multiple of KV_QBLOCK(hd),
  * nv = min(KV_QBLOCK(hd), hd - c0) (the quantised types' dequantisation as
  * ggml's: d * q, d * (q - 8)). */
 static void kv_block_f32(subq_kv_type t, const void *row, int hd, int c0, int nv, float *dst) {
     const int B = KV_QBLOCK(hd);
     const uint8_t *b = (const uint8_t *)row + (size_t)(c0 / B) * qblock_bytes(t, B);
-    switch (t) {
-    case SUBQ_KV_F32: memcpy(dst, (const float *)row + c0, (size_t)nv * sizeof(float)); break;
-    case SUBQ_KV_F16:
+    if (t == SUBQ_KV_F32) memcpy(dst, (const float *)row + c0, (size_t)nv * sizeof(float));
+    else if (t == SUBQ_KV_F16)
         for (int j = 0; j < nv; j++) dst[j] = fp16_to_fp32(((const uint16_t *)row)[c0 + j]);
-        break;
-    case SUBQ_KV_Q8_0: {
+    else {
+        int v[32];
+        kv_block_codes(t, b, B, v);
         const float d = fp16_to_fp32(quant_rd16(b));
-        for (int j = 0; j < B; j++) dst[j] = (float)(int8_t)b[2 + j] * d;
-        break;
-    }
-    default: { /* q4_0 */
-        const float d = fp16_to_fp32(quant_rd16(b));
-        for (int j = 0; j < B / 2; j++) {
-            dst[j] = (float)((b[2 + j] & 0xF) - 8) * d;
-            dst[j + B / 2] = (float)((b[2 + j] >> 4) - 8) * d;
-        }
-    }
+        for (int j = 0; j < B; j++) dst[j] = (float)v[j] * d;
     }
 }
 
@@ -342,8 +347,38 @@ void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd) {
     else kv_quantize(t, x, row, hd);
 }
 
+/* Quantised keys (kernels.h): each block of B values of the query as q8
+ * codes (quantize_q8's rounding), each block product an exact integer sum. */
+static void kv_scores_quant(subq_kv_type t, const float *q, int g, const uint8_t *keys, int n, int hd, float scale,
+                            float *s, int ld) {
+    const int B = KV_QBLOCK(hd);
+    const size_t rb = kernels_kv_row_bytes(t, hd), bb = qblock_bytes(t, B);
+    for (int i = 0; i < g; i++) {
+        float *si = s + (size_t)i * ld;
+        for (int j = 0; j < n; j++) si[j] = 0.0f;
+        for (int c0 = 0; c0 < hd; c0 += B) {
+            int8_t qq[32];
+            int v[32];
+            float dq;
+            quantize_q8_blocks(q + (size_t)i * hd + c0, B, B, qq, &dq);
+            for (int j = 0; j < n; j++) {
+                const uint8_t *b = keys + (size_t)j * rb + (size_t)(c0 / B) * bb;
+                kv_block_codes(t, b, B, v);
+                int dot = 0;
+                for (int c = 0; c < B; c++) dot += v[c] * qq[c];
+                si[j] += (fp16_to_fp32(quant_rd16(b)) * dq) * (float)dot;
+            }
+        }
+        for (int j = 0; j < n; j++) si[j] *= scale;
+    }
+}
+
 static void kv_scores(subq_kv_type t, const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
                       int ld) {
+    if (t == SUBQ_KV_Q8_0 || t == SUBQ_KV_Q4_0) {
+        kv_scores_quant(t, q, g, keys, n, hd, scale, s, ld);
+        return;
+    }
     const size_t rb = kernels_kv_row_bytes(t, hd);
     for (int i = 0; i < g; i++)
         for (int j = 0; j < n; j++)
