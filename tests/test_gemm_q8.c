@@ -20,25 +20,8 @@
 #include "kernels/kernels.h"
 #include "model/matmul.h"
 #include "quant/quant.h"
+#include "q8_variants.h"
 #include "test_util.h"
-
-/* A random row of n weights of `type` (scales around 0.02). */
-static void random_row(uint64_t *rng, uint32_t type, int64_t n, void *row) {
-    if (type == GGML_TYPE_Q8_0) {
-        block_q8_0 *b = row;
-        for (int64_t i = 0; i < n / 32; i++) {
-            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
-            for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)(rng_next_u64(rng) % 255 - 127);
-        }
-        b[0].qs[3] = -128; /* not made by ggml's quantiser, but a valid byte: must still be exact */
-    } else {
-        block_q4_0 *b = row;
-        for (int64_t i = 0; i < n / 32; i++) {
-            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
-            for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)rng_next_u64(rng);
-        }
-    }
-}
 
 /* worst |got - want| / (sum |terms| + tiny) over a T x rows product */
 static double worst_err(const float *got, int64_t ldy, const double *want, const double *mag, int T, int64_t rows) {
@@ -51,33 +34,9 @@ static double worst_err(const float *got, int64_t ldy, const double *want, const
     return worst;
 }
 
-typedef struct variant {
-    const char *name;
-    quantize_q8_fn quantize;
-    gemm_q8_fn gemm[GGML_TYPE_COUNT];
-} variant;
-
 int main(void) {
-    variant vs[3];
-    int nv = 0;
-    const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
-    for (int i = 0; i < 2; i++) {
-        if (!sets[i]) continue;
-        vs[nv].name = sets[i]->name;
-        vs[nv].quantize = sets[i]->quantize_q8;
-        memcpy(vs[nv].gemm, sets[i]->gemm_q8, sizeof vs[nv].gemm);
-        nv++;
-    }
-    const gemm_q8_fn *wide = kernels_gemm_q8_avx512();
-    if (wide) {
-        vs[nv].name = "avx512-vnni";
-        vs[nv].quantize = kernels_get()->quantize_q8;
-        memcpy(vs[nv].gemm, wide, sizeof vs[nv].gemm);
-        nv++;
-    }
-    printf("variants:");
-    for (int i = 0; i < nv; i++) printf(" %s", vs[i].name);
-    printf("\n");
+    q8_variant vs[3];
+    const int nv = q8_variants(vs);
 
     uint64_t rng = rng_seed(11);
     enum { NMAX = 352, TMAX = 13, RMAX = 23 };
@@ -117,7 +76,7 @@ int main(void) {
         for (int si = 0; si < 6; si++) {
             const int rows = shapes[si][0], cols = shapes[si][1], T = shapes[si][2];
             const size_t rb = (size_t)ggml_row_size(type, cols);
-            for (int r = 0; r < rows; r++) random_row(&rng, type, cols, w + (size_t)r * rb);
+            for (int r = 0; r < rows; r++) q8_random_row(&rng, type, cols, w + (size_t)r * rb);
             for (int r = 0; r < rows; r++) quant_dequant_ref[type](w + (size_t)r * rb, wf + (size_t)r * cols, cols);
             vs[0].quantize(x, (int64_t)T * cols, q_ref, d_ref); /* T rows of `cols` values */
             for (int t = 0; t < T; t++)
@@ -154,7 +113,7 @@ int main(void) {
     {
         const int rows = 23, cols = 352, T = 13;
         const size_t rb = (size_t)ggml_row_size(GGML_TYPE_Q8_0, cols);
-        for (int r = 0; r < rows; r++) random_row(&rng, GGML_TYPE_Q8_0, cols, w + (size_t)r * rb);
+        for (int r = 0; r < rows; r++) q8_random_row(&rng, GGML_TYPE_Q8_0, cols, w + (size_t)r * rb);
         for (int r = 0; r < rows; r++) quant_dequant_ref[GGML_TYPE_Q8_0](w + (size_t)r * rb, wf + (size_t)r * cols, cols);
         matrix W = {.type = GGML_TYPE_Q8_0, .rows = rows, .cols = cols, .row_bytes = rb, .data = w};
         matmul_scratch sc;

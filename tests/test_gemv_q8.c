@@ -25,25 +25,8 @@
 #include "kernels/kernels.h"
 #include "model/matmul.h"
 #include "quant/quant.h"
+#include "q8_variants.h"
 #include "test_util.h"
-
-/* A random row of n weights of `type` (scales around 0.02). */
-static void random_row(uint64_t *rng, uint32_t type, int64_t n, void *row) {
-    if (type == GGML_TYPE_Q8_0) {
-        block_q8_0 *b = row;
-        for (int64_t i = 0; i < n / 32; i++) {
-            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
-            for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)(rng_next_u64(rng) % 255 - 127);
-        }
-        b[n / 32 - 1].qs[31] = -128; /* not made by ggml's quantiser, but a valid byte: must still be exact */
-    } else {
-        block_q4_0 *b = row;
-        for (int64_t i = 0; i < n / 32; i++) {
-            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
-            for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)rng_next_u64(rng);
-        }
-    }
-}
 
 /* value j of block b of a stored row, as the integer q (w = d q), and d */
 static int wq(uint32_t type, const void *row, int64_t b, int j) {
@@ -93,33 +76,9 @@ static void ref_gemv(uint32_t type, const char *w, size_t rb, int64_t rows, cons
  * several accumulators) relative to the sum of their magnitudes */
 static double float_tol(int64_t n) { return (double)(n / 32 + 32) * 1.2e-7; }
 
-typedef struct variant {
-    const char *name;
-    quantize_q8_fn quantize;
-    gemv_q8_fn gemv[GGML_TYPE_COUNT];
-} variant;
-
 int main(void) {
-    variant vs[3];
-    int nv = 0;
-    const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
-    for (int i = 0; i < 2; i++) {
-        if (!sets[i]) continue;
-        vs[nv].name = sets[i]->name;
-        vs[nv].quantize = sets[i]->quantize_q8;
-        memcpy(vs[nv].gemv, sets[i]->gemv_q8, sizeof vs[nv].gemv);
-        nv++;
-    }
-    const gemv_q8_fn *wide = kernels_gemv_q8_avx512();
-    if (wide) {
-        vs[nv].name = "avx512-vnni";
-        vs[nv].quantize = kernels_get()->quantize_q8;
-        memcpy(vs[nv].gemv, wide, sizeof vs[nv].gemv);
-        nv++;
-    }
-    printf("variants:");
-    for (int i = 0; i < nv; i++) printf(" %s", vs[i].name);
-    printf("\n");
+    q8_variant vs[3];
+    const int nv = q8_variants(vs);
 
     uint64_t rng = rng_seed(23);
     const uint32_t types[2] = {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0};
@@ -150,7 +109,7 @@ int main(void) {
                 char *w = malloc(rb * (size_t)rows);
                 float *y = malloc((size_t)rows * sizeof(float));
                 double *want = malloc((size_t)rows * sizeof(double)), *mag = malloc((size_t)rows * sizeof(double));
-                for (int64_t r = 0; r < rows; r++) random_row(&rng, type, n, w + (size_t)r * rb);
+                for (int64_t r = 0; r < rows; r++) q8_random_row(&rng, type, n, w + (size_t)r * rb);
                 ref_gemv(type, w, rb, rows, xq, xd, n, want, mag);
                 for (int i = 0; i < nv; i++) {
                     if (!vs[i].gemv[type]) {
@@ -188,7 +147,7 @@ int main(void) {
         float *xd = malloc((size_t)nb * sizeof(float));
         int8_t *xq = malloc((size_t)n);
         double *want = malloc((size_t)rows * sizeof(double)), *mag = malloc((size_t)rows * sizeof(double));
-        for (int64_t r = 0; r < rows; r++) random_row(&rng, type, n, w + (size_t)r * rb);
+        for (int64_t r = 0; r < rows; r++) q8_random_row(&rng, type, n, w + (size_t)r * rb);
         for (int64_t r = 0; r < rows; r++) quant_dequant_ref[type](w + (size_t)r * rb, wf + (size_t)r * n, n);
         for (int64_t i = 0; i < TB * n; i++) x[i] = rng_normal(&rng);
         const matrix W = {.type = type, .rows = rows, .cols = n, .row_bytes = rb, .data = w};

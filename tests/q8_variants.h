@@ -1,0 +1,68 @@
+/* Shared by the tests of the integer products on q8 activations
+ * (test_gemm_q8.c, test_gemv_q8.c): every variant this machine runs
+ * (portable C, AVX2, AVX-512 VNNI when present), and random weight rows. */
+#ifndef SUBQ_TEST_Q8_VARIANTS_H
+#define SUBQ_TEST_Q8_VARIANTS_H
+
+#include <stdio.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "kernels/kernels.h"
+#include "quant/quant.h"
+
+typedef struct q8_variant {
+    const char *name;
+    quantize_q8_fn quantize;
+    gemm_q8_fn gemm[GGML_TYPE_COUNT];
+    gemv_q8_fn gemv[GGML_TYPE_COUNT];
+} q8_variant;
+
+/* Fills vs[0..3) and prints their names; returns how many. */
+static inline int q8_variants(q8_variant vs[3]) {
+    int nv = 0;
+    const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
+    for (int i = 0; i < 2; i++) {
+        if (!sets[i]) continue;
+        vs[nv].name = sets[i]->name;
+        vs[nv].quantize = sets[i]->quantize_q8;
+        memcpy(vs[nv].gemm, sets[i]->gemm_q8, sizeof vs[nv].gemm);
+        memcpy(vs[nv].gemv, sets[i]->gemv_q8, sizeof vs[nv].gemv);
+        nv++;
+    }
+    const gemm_q8_fn *gemm = kernels_gemm_q8_avx512();
+    const gemv_q8_fn *gemv = kernels_gemv_q8_avx512();
+    if (gemm && gemv) {
+        vs[nv].name = "avx512-vnni";
+        vs[nv].quantize = kernels_get()->quantize_q8;
+        memcpy(vs[nv].gemm, gemm, sizeof vs[nv].gemm);
+        memcpy(vs[nv].gemv, gemv, sizeof vs[nv].gemv);
+        nv++;
+    }
+    printf("variants:");
+    for (int i = 0; i < nv; i++) printf(" %s", vs[i].name);
+    printf("\n");
+    return nv;
+}
+
+/* A random row of n weights of `type` (Q8_0 or Q4_0, scales around 0.02). */
+static inline void q8_random_row(uint64_t *rng, uint32_t type, int64_t n, void *row) {
+    if (type == GGML_TYPE_Q8_0) {
+        block_q8_0 *b = row;
+        for (int64_t i = 0; i < n / 32; i++) {
+            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
+            for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)(rng_next_u64(rng) % 255 - 127);
+        }
+        /* not made by ggml's quantiser, but valid bytes: must still be exact */
+        b[0].qs[3] = -128;
+        b[n / 32 - 1].qs[31] = -128;
+    } else {
+        block_q4_0 *b = row;
+        for (int64_t i = 0; i < n / 32; i++) {
+            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
+            for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)rng_next_u64(rng);
+        }
+    }
+}
+
+#endif
