@@ -45,7 +45,7 @@ subq_status subq_search_merge(const char *model_path, const char *search_path, c
     else if (!strcasecmp(p->type, "bf16")) o.type = GGML_TYPE_BF16;
     else return subq_fail(err, SUBQ_ERR_ARG, "merged projections are f16, f32 or bf16, not '%s'", p->type);
     subq_model *m;
-    subq_status s = subq_model_load(model_path, &m, err);
+    subq_status s = subq_model_load_ex(model_path, SUBQ_LOAD_MMAP, &m, err);
     if (s) return s;
     search_proj *proj = NULL;
     gguf_file *extra = NULL;
@@ -61,7 +61,7 @@ subq_status subq_search_merge(const char *model_path, const char *search_path, c
 
 subq_status subq_search_split(const char *merged_path, const char *out_path, subq_error *err) {
     subq_model *m;
-    subq_status s = subq_model_load(merged_path, &m, err);
+    subq_status s = subq_model_load_ex(merged_path, SUBQ_LOAD_MMAP, &m, err);
     if (s) return s;
     s = search_split_write(m, out_path, err);
     if (s == SUBQ_ERR_RANGE) s = subq_fail(err, s, "%s carries no merged search projections", merged_path);

@@ -2,8 +2,10 @@
 #include "base/bigmem.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/sysinfo.h>
 
 #define HUGE_PAGE ((size_t)2 << 20)
 
@@ -28,3 +30,23 @@ void bigmem_advise(void *p, size_t bytes) {
     (void)bytes;
 #endif
 }
+
+uint64_t bigmem_available(const char **source) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kib;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
+                fclose(f);
+                *source = "MemAvailable in /proc/meminfo";
+                return (uint64_t)kib * 1024;
+            }
+        fclose(f);
+    }
+    struct sysinfo si;
+    *source = "free RAM from sysinfo";
+    if (sysinfo(&si) == 0) return ((uint64_t)si.freeram + si.bufferram) * si.mem_unit;
+    return UINT64_MAX; /* unknown: let the allocation decide */
+}
+

@@ -9,6 +9,7 @@
 #define SUBQ_BASE_BIGMEM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* `bytes` of uninitialised memory (NULL when out of memory); buffers of
  * 2 MiB or more are 2 MiB-aligned and advised MADV_HUGEPAGE. Free with free(). */
@@ -17,5 +18,10 @@ void *bigmem_alloc(size_t bytes);
 /* The same advice for a buffer that grows by realloc (the search keys of a
  * selector): the whole 2 MiB pages inside [p, p + bytes). */
 void bigmem_advise(void *p, size_t bytes);
+
+/* Memory the kernel could give this process now without swapping:
+ * MemAvailable from /proc/meminfo, else free + buffer RAM from sysinfo;
+ * UINT64_MAX when unknown. *source names which. */
+uint64_t bigmem_available(const char **source);
 
 #endif

@@ -5,6 +5,7 @@
  * read here, only bounds-checked. */
 #include "gguf/gguf.h"
 
+#include "base/bigmem.h"
 #include "base/error.h"
 #include "quant/types.h"
 
@@ -634,7 +635,29 @@ subq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, sub
     return parse(data, size, "<memory>", out, err);
 }
 
-subq_status gguf_open(const char *path, gguf_file **out, subq_error *err) {
+/* The whole file into a new buffer *out. */
+static subq_status read_whole(int fd, size_t size, const char *nm, void **out, subq_error *err) {
+    uint8_t *buf = bigmem_alloc(size);
+    if (!buf) return subq_fail(err, SUBQ_ERR_NOMEM, "%s: out of memory reading %zu bytes", nm, size);
+    for (size_t at = 0; at < size;) {
+        const size_t want = size - at < ((size_t)1 << 30) ? size - at : (size_t)1 << 30;
+        ssize_t got = pread(fd, buf + at, want, (off_t)at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int e = errno;
+            free(buf);
+            return subq_fail(err, SUBQ_ERR_IO, "%s: read failed at byte %zu: %s", nm, at,
+                             got < 0 ? strerror(e) : "unexpected end of file");
+        }
+        at += (size_t)got;
+    }
+    *out = buf;
+    return SUBQ_OK;
+}
+
+subq_status gguf_open(const char *path, gguf_file **out, subq_error *err) { return gguf_open_ex(path, 0, out, err); }
+
+subq_status gguf_open_ex(const char *path, int read_in, gguf_file **out, subq_error *err) {
     struct stat st;
     void *map;
     int fd;
@@ -673,6 +696,19 @@ subq_status gguf_open(const char *path, gguf_file **out, subq_error *err) {
         close(fd);
         return subq_fail(err, SUBQ_ERR_IO, "%s: file too large to map", nm);
     }
+    if (read_in) {
+        void *buf = NULL;
+        s = read_whole(fd, (size_t)st.st_size, nm, &buf, err);
+        close(fd);
+        if (s != SUBQ_OK) return s;
+        s = parse(buf, (size_t)st.st_size, path, out, err);
+        if (s != SUBQ_OK) {
+            free(buf);
+            return s;
+        }
+        (*out)->owns_buffer = 1;
+        return SUBQ_OK;
+    }
     map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
         int e = errno;
@@ -694,6 +730,7 @@ subq_status gguf_open(const char *path, gguf_file **out, subq_error *err) {
 void gguf_close(gguf_file *f) {
     if (!f) return;
     if (f->owns_mapping && f->base) munmap((void *)f->base, f->size);
+    if (f->owns_buffer) free((void *)f->base);
     free_file(f);
 }
 

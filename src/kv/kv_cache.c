@@ -42,27 +42,6 @@ size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_
     return kv > SIZE_MAX - meta ? SIZE_MAX : kv + meta;
 }
 
-/* Memory the kernel could give this process now without swapping:
- * MemAvailable from /proc/meminfo, else free + buffer RAM from sysinfo. */
-static uint64_t mem_available_bytes(const char **source) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kib;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) {
-                fclose(f);
-                *source = "MemAvailable in /proc/meminfo";
-                return (uint64_t)kib * 1024;
-            }
-        fclose(f);
-    }
-    struct sysinfo si;
-    *source = "free RAM from sysinfo";
-    if (sysinfo(&si) == 0) return ((uint64_t)si.freeram + si.bufferram) * si.mem_unit;
-    return UINT64_MAX; /* unknown: let the allocation decide */
-}
-
 subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
                           subq_kv_type type, subq_error *err) {
     memset(kv, 0, sizeof *kv);
@@ -74,7 +53,7 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
      * succeed (overcommit) and the process be killed when it fills up */
     size_t need = kv_cache_bytes(n_layer, n_head_kv, head_dim, n_ctx, type);
     const char *source;
-    uint64_t avail = mem_available_bytes(&source);
+    uint64_t avail = bigmem_available(&source);
     if ((uint64_t)need > avail)
         return subq_fail(err, SUBQ_ERR_NOMEM,
                          "the KV cache for %d tokens needs %zu bytes (%.2f GiB) but %llu bytes (%.2f GiB) are "

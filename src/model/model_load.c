@@ -2,7 +2,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "base/bigmem.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -180,10 +182,25 @@ void subq_model_free(subq_model *m) {
 }
 
 subq_status subq_model_load(const char *path, subq_model **out, subq_error *err) {
+    return subq_model_load_ex(path, SUBQ_LOAD_AUTO, out, err);
+}
+
+/* AUTO reads the file in when it takes at most half of the memory available
+ * (the copy must never push the machine into swapping) */
+static int read_in(const char *path, subq_load_mode mode) {
+    if (mode != SUBQ_LOAD_AUTO) return mode == SUBQ_LOAD_READ;
+    struct stat st;
+    const char *source;
+    return stat(path, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= bigmem_available(&source) / 2;
+}
+
+subq_status subq_model_load_ex(const char *path, subq_load_mode mode, subq_model **out, subq_error *err) {
     *out = NULL;
+    if (mode != SUBQ_LOAD_AUTO && mode != SUBQ_LOAD_MMAP && mode != SUBQ_LOAD_READ)
+        return subq_fail(err, SUBQ_ERR_ARG, "invalid load mode %d", (int)mode);
     subq_model *m = calloc(1, sizeof *m);
     if (!m) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    subq_status s = gguf_open(path, &m->file, err);
+    subq_status s = gguf_open_ex(path, read_in(path, mode), &m->file, err);
     if (!s) s = model_hparams_load(m->file, &m->hp, err);
     if (!s) s = tokenizer_from_gguf(m->file, &m->tok, err);
     if (!s) {

@@ -239,7 +239,7 @@ subq_status search_proj_load(const char *path, const subq_model *m, search_proj 
     uint64_t mine = model_fingerprint(m);
     if (p->merged) { /* projections belong to the model they are merged into: that model's fingerprint */
         subq_model *owner;
-        if ((s = subq_model_load(path, &owner, err))) {
+        if ((s = subq_model_load_ex(path, SUBQ_LOAD_MMAP, &owner, err))) {
             search_proj_free(p);
             return s;
         }

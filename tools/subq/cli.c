@@ -191,6 +191,10 @@ int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_mode
         if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, 1, 1 << 20, &o->n_batch)) return -1;
     } else if (strcmp(a, "--kv") == 0) {
         if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_kv_type(cmd, v, &o->kv_type)) return -1;
+    } else if (strcmp(a, "--mmap") == 0) {
+        o->load_mode = SUBQ_LOAD_MMAP;
+    } else if (strcmp(a, "--no-mmap") == 0) {
+        o->load_mode = SUBQ_LOAD_READ;
     } else {
         return 0;
     }
@@ -205,7 +209,7 @@ int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_cont
         cli_error(cmd, "no model given; use -m FILE.gguf");
         return 0;
     }
-    if (subq_model_load(o->model, m, &err)) {
+    if (subq_model_load_ex(o->model, o->load_mode, m, &err)) {
         cli_error(cmd, "%s", err.msg);
         return 0;
     }

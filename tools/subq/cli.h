@@ -76,6 +76,7 @@ typedef struct cli_model_opts {
     int n_ctx;
     int n_batch;
     subq_kv_type kv_type;
+    subq_load_mode load_mode;
 } cli_model_opts;
 
 #define CLI_MODEL_OPTS_HELP                                                        \
@@ -83,7 +84,10 @@ typedef struct cli_model_opts {
     "  -t, --threads N      threads (default: all cores)\n"                        \
     "  -c, --ctx-size N     context size in tokens (default: model's)\n"          \
     "  -b, --batch-size N   tokens per forward step; longer prompts run in batches (default 512)\n" \
-    "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
+    "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"            \
+    "  --mmap, --no-mmap    map the model file, or read it into memory in 2 MiB pages\n" \
+    "                       (faster decode); default: read in when it takes at most\n"   \
+    "                       half the available memory\n"
 
 /* If argv[*i] is one of the shared options, parse it (advancing *i) and
  * return 1; return 0 if it is not one; -1 after printing an error. */

@@ -23,6 +23,8 @@ static const char *help =
     "  --attn LIST          attention kinds: full and any selector (default full)\n"
     "  --prefill N          prefill batch size in tokens (default 512; 0 = skip)\n"
     "  -n, --n-decode N     decode steps timed per context (default 16)\n"
+    "  --mmap, --no-mmap    map the model file / read it into 2 MiB pages (default: read in\n"
+    "                       when it takes at most half the available memory)\n"
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f16, as llama-bench;\n"
     "                       the other commands default to f32)\n"
     "  --bw-mib N           buffer for the bandwidth test in MiB (default 1024); it runs\n"

@@ -264,7 +264,7 @@ int cmd_recall(int argc, char **argv) {
     /* the context holds the longest prompt and its answer */
     {
         subq_error err = {0};
-        if (subq_model_load(mo.model, &m, &err)) {
+        if (subq_model_load_ex(mo.model, mo.load_mode, &m, &err)) {
             free(hay);
             return cli_error(cmd, "%s", err.msg);
         }

@@ -122,7 +122,7 @@ int cmd_serve(int argc, char **argv) {
     serve_engine *e = NULL;
     serve_http *h = NULL;
     int rc = 1, port = 0;
-    if (subq_model_load(mo.model, &m, &err)) {
+    if (subq_model_load_ex(mo.model, mo.load_mode, &m, &err)) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
