@@ -1184,6 +1184,37 @@ static void test_files(const uint8_t *stories, size_t size) {
     CHECK(gguf_open(NULL, &f, &e) == SUBQ_ERR_ARG, "NULL path");
 }
 
+/* Read into memory (gguf_open_ex): the same file as the mapping gives, byte
+ * for byte, and the same errors. */
+static void test_read_in(const char *spath, const uint8_t *stories, size_t size) {
+    const char *dir = tmp_dir();
+    char path[512];
+    gguf_file *f = NULL, *g = NULL;
+    subq_error e = {0};
+    snprintf(path, sizeof path, "%s/definitely-missing.gguf", dir);
+    unlink(path);
+    CHECK(gguf_open_ex(path, 1, &f, &e) == SUBQ_ERR_IO && f == NULL && strstr(e.msg, path), "read-in missing: '%s'",
+          e.msg);
+    snprintf(path, sizeof path, "%s/stories-truncated-read.gguf", dir);
+    write_file(path, stories, 300000);
+    CHECK(gguf_open_ex(path, 1, &f, &e) == SUBQ_ERR_FORMAT && f == NULL && strstr(e.msg, "truncated: tensor"),
+          "read-in truncated: '%s'", e.msg);
+    unlink(path);
+    CHECK(gguf_open_ex(spath, 1, &f, &e) == SUBQ_OK && f->owns_buffer && !f->owns_mapping, "read in: %s", e.msg);
+    CHECK(gguf_open_ex(spath, 0, &g, &e) == SUBQ_OK && g->owns_mapping && !g->owns_buffer, "mapped: %s", e.msg);
+    if (f && g) {
+        CHECK(f->size == size && g->size == size && memcmp(f->base, stories, size) == 0, "read-in bytes = file bytes");
+        int same = f->n_tensors == g->n_tensors && f->n_kv == g->n_kv;
+        for (uint64_t i = 0; same && i < f->n_tensors; i++)
+            same = !strcmp(f->tensors[i].name, g->tensors[i].name) && f->tensors[i].n_bytes == g->tensors[i].n_bytes &&
+                   memcmp(f->tensors[i].data, g->tensors[i].data, f->tensors[i].n_bytes) == 0 &&
+                   (const uint8_t *)f->tensors[i].data - f->base == (const uint8_t *)g->tensors[i].data - g->base;
+        CHECK(same, "read-in and mapped files hold the same tensors at the same offsets");
+    }
+    gguf_close(f);
+    gguf_close(g);
+}
+
 /* ---- 6. temporary files of killed writers ------------------------------ */
 
 static void write_small(const char *path, subq_status want, const char *label) {
@@ -1271,6 +1302,7 @@ int main(void) {
     test_corruptions();
     test_mutations(stories, ssize);
     test_files(stories, ssize);
+    if (stories) test_read_in(spath, stories, ssize);
     test_stale_temps();
     free(stories);
 

@@ -199,6 +199,32 @@ static void test_other_model(void) {
     unlink(mpath);
 }
 
+/* The model read into memory and the model mapped compute the same logits;
+ * an unknown load mode is refused. */
+static void test_load_modes(const char *path) {
+    subq_error err;
+    subq_model *ms[2] = {NULL, NULL};
+    float *logits[2] = {malloc((size_t)info.n_vocab * sizeof(float)), malloc((size_t)info.n_vocab * sizeof(float))};
+    const subq_load_mode modes[2] = {SUBQ_LOAD_READ, SUBQ_LOAD_MMAP};
+    for (int i = 0; i < 2; i++) {
+        CHECK(subq_model_load_ex(path, modes[i], &ms[i], &err) == SUBQ_OK, "load mode %d: %s", (int)modes[i], err.msg);
+        subq_context_params p = subq_context_default_params();
+        p.n_ctx = 64;
+        subq_context *c = NULL;
+        if (!ms[i] || subq_context_new(ms[i], &p, &c, &err)) continue;
+        int32_t t[5] = {1, 403, 200, 31, 9};
+        CHECK(subq_decode(c, t, 5, logits[i], 0, &err) == SUBQ_OK, "decode: %s", err.msg);
+        subq_context_free(c);
+    }
+    CHECK(!memcmp(logits[0], logits[1], (size_t)info.n_vocab * sizeof(float)), "read-in and mapped logits are equal");
+    subq_model *bad = NULL;
+    CHECK(subq_model_load_ex(path, (subq_load_mode)7, &bad, &err) == SUBQ_ERR_ARG && !bad, "bad mode: %s", err.msg);
+    for (int i = 0; i < 2; i++) {
+        subq_model_free(ms[i]);
+        free(logits[i]);
+    }
+}
+
 static void test_special(void) {
     subq_error err;
     int32_t a[64], b[64];
@@ -236,6 +262,7 @@ int main(void) {
         return 1;
     }
     subq_model_get_info(model, &info);
+    test_load_modes(path);
     if (subq_search_random(model, "all", 16, 7, &search, &err)) {
         fprintf(stderr, "FAIL: %s\n", err.msg);
         return 1;

@@ -60,23 +60,38 @@ void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const floa
         if (scores[j] != 0.0f) ops->axpy(out, scores[j], kv_cache_value(kv, layer, kv_head, slots[j]), kv->head_dim);
 }
 
-/* the cache lines of one row, into L2: a gathered set of K (or V) rows of
- * a few hundred rows fits there, not in L1 */
+/* Rows of a retrieved set are asked for this many rows ahead of their use:
+ * enough misses in flight to cover DRAM latency, few enough that a K = 2048
+ * set does not evict its own rows before they are read. */
+#define GATHER_AHEAD 16
+
+/* the cache lines of one row */
 static void prefetch_row(const void *row, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o, 0, 2);
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o, 0, 3);
 }
 
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
                            const int *slots, int n, float *scores, float *out) {
     const kernels_kv *ops = kv_cache_ops(kv);
     const int hd = kv->head_dim;
-    for (int j = 0; j < n; j++) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j]), kv->row_bytes);
-    /* s_ij = scale q_i . k_j: one row at a time through the g-head kernel (ld = n) */
-    for (int j = 0; j < n; j++) ops->scores(q, g, kv_cache_key(kv, layer, kv_head, slots[j]), 1, hd, scale, scores + j, n);
-    for (int j = 0; j < n; j++) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j]), kv->row_bytes);
+    const size_t rb = kv->row_bytes;
+    /* s_ij = scale q_i . k_j, each key row read from memory once for the g heads */
+    for (int j = 0; j < n && j < GATHER_AHEAD; j++) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j]), rb);
+    for (int j = 0; j < n; j++) {
+        if (j + GATHER_AHEAD < n) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j + GATHER_AHEAD]), rb);
+        const void *k = kv_cache_key(kv, layer, kv_head, slots[j]);
+        for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = scale * ops->dot(q + (size_t)i * hd, k, hd);
+    }
     for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
+    /* out_i = sum_j p_ij v_j, each value row read once */
     memset(out, 0, (size_t)g * hd * sizeof(float));
-    for (int j = 0; j < n; j++) ops->accum(scores + j, g, n, kv_cache_value(kv, layer, kv_head, slots[j]), 1, hd, out);
+    for (int j = 0; j < n && j < GATHER_AHEAD; j++) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j]), rb);
+    for (int j = 0; j < n; j++) {
+        if (j + GATHER_AHEAD < n) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j + GATHER_AHEAD]), rb);
+        const void *v = kv_cache_value(kv, layer, kv_head, slots[j]);
+        for (int i = 0; i < g; i++)
+            if (scores[(size_t)i * n + j] != 0.0f) ops->axpy(out + (size_t)i * hd, scores[(size_t)i * n + j], v, hd);
+    }
 }
 
 /* One decode work item: keys [j0, j1) of one KV head for the g query heads
