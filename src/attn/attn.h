@@ -59,8 +59,8 @@ void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const floa
 /* The same for the g query heads of KV head kv_head (q and out: g adjacent
  * heads of hd values; scores: g * n floats of scratch), each key and value
  * row loaded once for the g heads. The rows of a retrieved set lie anywhere
- * in the cache, so they are all asked for before the first is used: the
- * misses overlap instead of each waiting for DRAM in turn. */
+ * in the cache, so each is asked for a few rows before its use: the misses
+ * overlap instead of each waiting for DRAM in turn. */
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
                            const int *slots, int n, float *scores, float *out);
 

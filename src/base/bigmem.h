@@ -1,5 +1,5 @@
 /* Large buffers that are streamed every decode step (the KV cache, search
- * keys, the bandwidth probe) asked to be backed by 2 MiB pages. With 4 KiB
+ * keys, model weights read into memory) asked to be backed by 2 MiB pages. With 4 KiB
  * pages a stream of a few GB misses the TLB on every page, and two cores
  * read ~30% slower than from huge pages on the machines we measure (kernels
  * with transparent huge pages in "madvise" mode, the Debian default, give
