@@ -50,15 +50,11 @@ attn_stage *attn_full_stage(void);
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
                        subq_error *err);
 
-/* Attention for one (query, head) over an explicit list of cache slots:
- * out = sum_j softmax_j(scale * q.k_j) v_j. `scores` is scratch of n floats.
- * Shared by full and sparse stages so both compute the same maths. */
-void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
-                          const int *slots, int n, float *scores, float *out);
-
-/* The same for the g query heads of KV head kv_head (q and out: g adjacent
- * heads of hd values; scores: g * n floats of scratch), each key and value
- * row loaded once for the g heads. The rows of a retrieved set lie anywhere
+/* Attention over an explicit list of cache slots for g query heads of KV
+ * head kv_head (q and out: g adjacent heads of hd values; scores: g * n
+ * floats of scratch; g = 1 for one head with its own slots):
+ *   out_i = sum_j softmax_j(scale * q_i.k_j) v_j,
+ * each key and value row loaded once for the g heads. The rows of a retrieved set lie anywhere
  * in the cache, so each is asked for a few rows before its use: the misses
  * overlap instead of each waiting for DRAM in turn. */
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,

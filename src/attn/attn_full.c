@@ -50,16 +50,6 @@ static void softmax_inplace(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
-void attn_head_over_slots(const kv_cache *kv, int layer, int kv_head, const float *q, float scale,
-                          const int *slots, int n, float *scores, float *out) {
-    const kernels_kv *ops = kv_cache_ops(kv);
-    for (int j = 0; j < n; j++) scores[j] = scale * ops->dot(q, kv_cache_key(kv, layer, kv_head, slots[j]), kv->head_dim);
-    softmax_inplace(scores, n);
-    memset(out, 0, (size_t)kv->head_dim * sizeof(float));
-    for (int j = 0; j < n; j++)
-        if (scores[j] != 0.0f) ops->axpy(out, scores[j], kv_cache_value(kv, layer, kv_head, slots[j]), kv->head_dim);
-}
-
 /* Rows of a retrieved set are asked for this many rows ahead of their use:
  * enough misses in flight to cover DRAM latency, few enough that a K = 2048
  * set does not evict its own rows before they are read. */

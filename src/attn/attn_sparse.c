@@ -330,8 +330,8 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
                                    st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum,
                                    &s->metrics.n_share);
         else
-            attn_head_over_slots(kv, st->layer, h / g, q + (size_t)h * hd, st->scale, slots, ns, scores,
-                                 st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
+            attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, slots, ns, scores,
+                                  st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
     }
     return SUBQ_OK;
 }
