@@ -21,10 +21,16 @@
 #define QUERY_BLOCK 64
 /* ... fewer when a block's scores would pass this many floats (16 MiB). */
 #define SCORE_BLOCK_FLOATS (4 << 20)
-/* Keys per decode work item: the g x CHUNK scores stay in L1 between the
- * score, exp and accumulation passes, and a long context makes enough
- * items for every thread to stream from its own part of the cache. */
-#define DECODE_CHUNK 1024
+/* Keys per decode work item, between these bounds: long runs of rows are
+ * what lets a core read near the bandwidth limit (each new run restarts
+ * the prefetchers: 1024-key items read 20-30% slower than 8192-key ones at
+ * 32K-128K, bench/bench_attn.c), while every thread still gets several
+ * items to balance (decode_chunk). The g x chunk scores stay in L2 between
+ * the score, exp and accumulation passes. */
+#define DECODE_CHUNK_MIN 1024
+#define DECODE_CHUNK_MAX 8192
+/* work items per thread the chunk size aims at */
+#define ITEMS_PER_THREAD 4
 
 /* max of x[0..n) (-inf for n = 0); eight running maxima, not one chain of
  * dependent compares (a visible share of a decode step otherwise) */
@@ -137,18 +143,28 @@ static void merge_partials(const float *parts, int nc, int g, int hd, float *out
     }
 }
 
+/* Keys per work item for n keys of H KV heads over nt threads: the largest
+ * multiple of DECODE_CHUNK_MIN that leaves ITEMS_PER_THREAD items to each
+ * thread, within the bounds. */
+static int decode_chunk(int n, int H, int nt) {
+    nt = nt < 1 ? 1 : nt;
+    int64_t c = (int64_t)n * H / ((int64_t)nt * ITEMS_PER_THREAD) / DECODE_CHUNK_MIN * DECODE_CHUNK_MIN;
+    return c < DECODE_CHUNK_MIN ? DECODE_CHUNK_MIN : c > DECODE_CHUNK_MAX ? DECODE_CHUNK_MAX : (int)c;
+}
+
 /* Work items (token t, KV head, chunk c) in that order; token t has
- * nc[t] = ceil((slot0 + t + 1) / DECODE_CHUNK) chunks per KV head and its
- * first item at first[t]. */
+ * nc[t] = ceil((slot0 + t + 1) / chunk) chunks per KV head and its first
+ * item at first[t]. */
 static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, subq_error *err) {
     enum { MAX_T = GEMM_MIN_TOKENS };
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, H = st->n_head_kv;
     const kernels *K = kernels_get();
     const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
+    const int chunk = decode_chunk(st->slot0 + T, H, st->n_threads);
     int nc[MAX_T], first[MAX_T + 1];
     first[0] = 0;
     for (int t = 0; t < T; t++) {
-        nc[t] = (st->slot0 + t + DECODE_CHUNK) / DECODE_CHUNK;
+        nc[t] = (st->slot0 + t + chunk) / chunk;
         first[t + 1] = first[t] + H * nc[t];
     }
     const int n_items = first[T];
@@ -160,7 +176,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
     int64_t work = (int64_t)H * T * g * (st->slot0 + T) * hd;
 #pragma omp parallel num_threads(st->n_threads) if (work >= (1 << 16))
     {
-        float *scores = malloc((size_t)g * DECODE_CHUNK * sizeof(float));
+        float *scores = malloc((size_t)g * chunk * sizeof(float));
         if (!scores) {
 #pragma omp atomic write
             failed = 1;
@@ -171,7 +187,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
             int t = 0;
             while (it >= first[t + 1]) t++;
             const int kh = (it - first[t]) / nc[t], c = (it - first[t]) % nc[t], slot = st->slot0 + t;
-            const int j0 = c * DECODE_CHUNK, j1 = j0 + DECODE_CHUNK < slot + 1 ? j0 + DECODE_CHUNK : slot + 1;
+            const int j0 = c * chunk, j1 = j0 + chunk < slot + 1 ? j0 + chunk : slot + 1;
             const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd;
             chunk_partial(K, &ops, kv, st->layer, kh, g, q, st->scale, j0, j1, kv->seg[slot], scores,
                           parts + (size_t)it * part_floats);

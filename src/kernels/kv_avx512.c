@@ -42,9 +42,37 @@ INLINE512 __m256 fold8(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v
 /* [sum a, sum b, sum c, sum d] */
 INLINE512 __m128 hsum4x16(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold8(a), fold8(b), fold8(c), fold8(d)); }
 
+/* One head against eight keys (a search-key scan), 8 accumulators. */
+INLINE512 void scores_rows1(const float *q, const void *keys, int n, int hd, float scale, float *s, int f16) {
+    const __m128 vs = _mm_set1_ps(scale);
+    const size_t rb = (size_t)hd * (f16 ? 2 : 4);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+        prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 8 * rb);
+        __m512 a[8];
+        UNROLL for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_ps();
+        const size_t r = (size_t)j * hd;
+        for (int c = 0; c < hd; c += 16) {
+            const __m512 x = _mm512_loadu_ps(q + c);
+            UNROLL for (int k = 0; k < 8; k++) a[k] = _mm512_fmadd_ps(x, load16(keys, r + (size_t)k * hd + c, f16), a[k]);
+        }
+        _mm_storeu_ps(s + j, _mm_mul_ps(vs, hsum4x16(a[0], a[1], a[2], a[3])));
+        _mm_storeu_ps(s + j + 4, _mm_mul_ps(vs, hsum4x16(a[4], a[5], a[6], a[7])));
+    }
+    for (; j < n; j++) {
+        __m512 a = _mm512_setzero_ps();
+        for (int c = 0; c < hd; c += 16) a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), load16(keys, (size_t)j * hd + c, f16), a);
+        s[j] = scale * _mm_cvtss_f32(hsum4x16(a, a, a, a));
+    }
+}
+
 /* As the AVX2 scores_rows: two heads against four keys, 8 accumulators. */
 INLINE512 void scores_rows(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld,
                            int f16) {
+    if (g == 1) {
+        scores_rows1(q, keys, n, hd, scale, s, f16);
+        return;
+    }
     const __m128 vs = _mm_set1_ps(scale);
     const size_t rb = (size_t)hd * (f16 ? 2 : 4);
     for (int i0 = 0; i0 < g; i0 += 2) {

@@ -81,9 +81,8 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
         rmsnorm(c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
-        matmul(c->q, c->xn, &L->wq, n, &c->mm, nt);
-        matmul(c->k, c->xn, &L->wk, n, &c->mm, nt);
-        matmul(c->v, c->xn, &L->wv, n, &c->mm, nt);
+        matmul_shared_input((float *const[]){c->q, c->k, c->v}, (const matrix *const[]){&L->wq, &L->wk, &L->wv}, 3,
+                            c->xn, n, &c->mm, nt);
         if (L->bq) {
             add_bias(c->q, L->bq, n, hp->n_head * hp->head_dim);
             add_bias(c->k, L->bk, n, hp->n_head_kv * hp->head_dim);
@@ -114,8 +113,8 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         add_inplace(c->x, c->proj, (size_t)n * d);
 
         rmsnorm(c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
-        matmul(c->gate, c->xn, &L->w_gate, n, &c->mm, nt);
-        matmul(c->up, c->xn, &L->w_up, n, &c->mm, nt);
+        matmul_shared_input((float *const[]){c->gate, c->up}, (const matrix *const[]){&L->w_gate, &L->w_up}, 2,
+                            c->xn, n, &c->mm, nt);
         swiglu(c->gate, c->up, (size_t)n * hp->n_ff);
         matmul(c->proj, c->gate, &L->w_down, n, &c->mm, nt);
         add_inplace(c->x, c->proj, (size_t)n * d);

@@ -49,27 +49,36 @@ static void matmul_q8(float *Y, const float *X, const matrix *W, int T, matmul_s
     }
 }
 
-/* Integer GEMV for T < GEMM_MIN_ROWS tokens: quantise them, then each thread
- * streams one contiguous slice of W's rows (a single sequential stream the
- * hardware prefetcher keeps busy); with T > 1 in chunks that stay in L2
- * while every token passes them, so W is read from memory once. */
-static void matmul_gemv_q8(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads,
-                           gemv_q8_fn gemv) {
+/* Integer GEMV for T < GEMM_MIN_ROWS tokens over n matrices that share
+ * their input (same type and width): quantise the tokens once, then each
+ * thread streams one contiguous slice of the matrices' rows taken end to end
+ * (a single sequential stream the hardware prefetcher keeps busy, and one
+ * parallel region for q, k and v or gate and up instead of one each); with
+ * T > 1 in chunks that stay in L2 while every token passes them, so W is
+ * read from memory once. */
+static void matmul_gemv_q8(float *const *Y, const matrix *const *W, int n, const float *X, int T, matmul_scratch *s,
+                           int n_threads, gemv_q8_fn gemv) {
     enum { CHUNK_BYTES = 1 << 18 };
-    const int64_t rows = W->rows, cols = W->cols, nb = cols / 32;
+    const int64_t cols = W[0]->cols, nb = cols / 32;
     const quantize_q8_fn quantize = kernels_get()->quantize_q8;
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += W[i]->rows;
     for (int t = 0; t < T; t++) quantize(X + (size_t)t * cols, cols, s->xq + (size_t)t * cols, s->xd + (size_t)t * nb);
 #pragma omp parallel num_threads(n_threads)
     {
         const int64_t ith = omp_get_thread_num(), nth = omp_get_num_threads();
-        const int64_t o0 = rows * ith / nth, o1 = rows * (ith + 1) / nth;
-        int64_t chunk = T == 1 ? o1 - o0 : (int64_t)(CHUNK_BYTES / W->row_bytes);
-        if (chunk < 1) chunk = 1;
-        for (int64_t c = o0; c < o1; c += chunk) {
-            const int64_t r = o1 - c < chunk ? o1 - c : chunk;
-            for (int t = 0; t < T; t++)
-                gemv((const char *)W->data + (size_t)c * W->row_bytes, W->row_bytes, r, s->xq + (size_t)t * cols,
-                     s->xd + (size_t)t * nb, cols, Y + (size_t)t * rows + c);
+        const int64_t g0 = total * ith / nth, g1 = total * (ith + 1) / nth; /* rows of all the matrices */
+        int64_t at = 0;                                                    /* first row of W[i] in that count */
+        for (int i = 0; i < n; at += W[i]->rows, i++) {
+            const int64_t rows = W[i]->rows, o0 = g0 > at ? g0 - at : 0, o1 = g1 - at < rows ? g1 - at : rows;
+            int64_t chunk = T == 1 ? o1 - o0 : (int64_t)(CHUNK_BYTES / W[i]->row_bytes);
+            if (chunk < 1) chunk = 1;
+            for (int64_t c = o0; c < o1; c += chunk) {
+                const int64_t r = o1 - c < chunk ? o1 - c : chunk;
+                for (int t = 0; t < T; t++)
+                    gemv((const char *)W[i]->data + (size_t)c * W[i]->row_bytes, W[i]->row_bytes, r,
+                         s->xq + (size_t)t * cols, s->xd + (size_t)t * nb, cols, Y[i] + (size_t)t * rows + c);
+            }
         }
     }
 }
@@ -79,7 +88,7 @@ void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s,
     const char *wdata = W->data;
     gemv_q8_fn gemv = T < GEMM_MIN_ROWS ? kernels_gemv_q8(W->type) : NULL;
     if (gemv) {
-        matmul_gemv_q8(Y, X, W, T, s, rows * cols * T >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemv);
+        matmul_gemv_q8(&Y, &W, 1, X, T, s, rows * cols * T >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemv);
         return;
     }
     if (T == 1) {
@@ -124,4 +133,19 @@ void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s,
         blas_sgemm(n_threads, 0, 1, T, (int)r, (int)cols, 1.0f, X, (int)cols, tile, (int)cols, 0.0f, Y + o0,
                    (int)rows);
     }
+}
+
+void matmul_shared_input(float *const *Y, const matrix *const *W, int n, const float *X, int T, matmul_scratch *s,
+                         int n_threads) {
+    gemv_q8_fn gemv = T < GEMM_MIN_ROWS ? kernels_gemv_q8(W[0]->type) : NULL;
+    int64_t elems = 0;
+    for (int i = 0; i < n; i++) {
+        if (W[i]->type != W[0]->type || W[i]->cols != W[0]->cols) gemv = NULL;
+        elems += W[i]->rows * W[i]->cols * T;
+    }
+    if (!gemv) {
+        for (int i = 0; i < n; i++) matmul(Y[i], X, W[i], T, s, n_threads);
+        return;
+    }
+    matmul_gemv_q8(Y, W, n, X, T, s, elems >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemv);
 }

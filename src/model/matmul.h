@@ -26,4 +26,10 @@ void matmul_scratch_free(matmul_scratch *s);
 /* Y[t][o] = sum_i X[t][i] * W[o][i] for t < T (T <= the scratch's n_batch). */
 void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads);
 
+/* Y[i] = X W[i]^T for n matrices that share their input X (q, k, v; gate,
+ * up): as n calls of matmul, in one parallel pass when they take the
+ * integer GEMV (same type and width). */
+void matmul_shared_input(float *const *Y, const matrix *const *W, int n, const float *X, int T, matmul_scratch *s,
+                         int n_threads);
+
 #endif

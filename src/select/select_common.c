@@ -354,6 +354,17 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
         int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
         for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
             int j1 = j0 + SELECT_BLOCK < e ? j0 + SELECT_BLOCK : e, nb = 0;
+            if (r->scores) { /* consecutive rows: no slot list, several rows per sum */
+                r->scores(r->q, 1, (const char *)r->base + (size_t)j0 * r->row_bytes, j1 - j0, r->d, 1.0f, b.dots,
+                          j1 - j0);
+                for (int j = j0; j < j1; j++)
+                    if (!m->seg || m->seg[j] == m->query_seg) {
+                        topk_push(&b.t, b.dots[j - j0], j);
+                        nb++;
+                    }
+                scored += nb;
+                continue;
+            }
             if (m->seg) {
                 for (int j = j0; j < j1; j++)
                     if (m->seg[j] == m->query_seg) b.idx[nb++] = j;

@@ -27,6 +27,7 @@ typedef struct exact_sel {
     int count, cap;     /* slots appended / rows allocated */
     void *keys;         /* [cap][d] stored keys, f32 or f16 */
     kernels_gather_dot_fn dot;
+    kernels_kv_scores_fn scores; /* the same over consecutive rows */
     float *qn, *row;    /* the query and one key in stored form */
     select_scratch sc;
     /* compressed scan (bits 8 or 4; 0: none) */
@@ -162,7 +163,7 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     if (!q_search || e->count == 0) return 0;
     select_prepare(e->qn, q_search, e->d, s->params.score);
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = e->qn, .dot = e->dot,
-                              .row_bytes = (size_t)e->d * elem(e)};
+                              .scores = e->scores, .row_bytes = (size_t)e->d * elem(e)};
     const int pool = k > e->count / SELECT_RERANK ? e->count : SELECT_RERANK * k;
     if (!e->bits || pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
     /* the codes' best `pool` slots, re-ranked on the stored keys */
@@ -226,6 +227,7 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->d = p->d_search;
     e->f16 = p->f16_keys != 0;
     e->dot = e->f16 ? K->gather_dot_f16 : K->gather_dot_f32;
+    e->scores = kernels_kv_decode_get(e->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
     e->bits = p->scan == SELECT_SCAN_INT8 ? 8 : p->scan == SELECT_SCAN_INT4 ? 4 : 0;
     const int pad = e->bits == 8 ? 32 : 64; /* what the kernels take */
     e->dp = (e->d + pad - 1) / pad * pad;

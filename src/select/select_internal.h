@@ -85,13 +85,17 @@ void select_prepare(float *dst, const float *src, int d, select_score score);
  * of d f32 / f16 values `stride` elements apart from base), or compressed
  * codes (qdot set: the integer dot of q8 with code rows `stride` bytes apart,
  * times scale[row]; d padded as kernels.h requires). row_bytes is what
- * scoring one row reads (stats.bytes_read). */
+ * scoring one row reads (stats.bytes_read). Float rows packed one after
+ * the other (stride == d) may also carry `scores`, the decode kernel for
+ * contiguous rows (kernels_kv_decode_get): whole scans of consecutive slots
+ * take it, several rows per horizontal sum and no slot list. */
 typedef struct select_rows {
     const void *base;
     size_t stride;
     int d;
     const float *q;
     kernels_gather_dot_fn dot;
+    kernels_kv_scores_fn scores;
     const int8_t *q8;
     const float *scale;
     kernels_gather_dot_q_fn qdot;
