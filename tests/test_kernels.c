@@ -273,52 +273,9 @@ static void check_exp(const char *name, const kernels *K) {
     printf("%s: exp %.2e\n", name, worst_e);
 }
 
-/* Compressed-code row dots (formats in kernels.h) against a double loop over
- * the decoded values: integer arithmetic, so equal exactly. Values span the
- * whole range, the extremes included; widths 32-320, counts around the
- * 4-row block, rows gathered out of order. Also the f16 x f16 dot. */
-static void check_codes(const char *name, const kernels *K) {
+/* The f16 x f16 dot against a double loop. */
+static void check_f16f16(const char *name, const kernels *K) {
     uint64_t rng = rng_seed(17);
-    enum { ROWS = 23, DMAX = 320 };
-    static int8_t q[DMAX], val[ROWS][DMAX];
-    static uint8_t codes[ROWS * (DMAX + 16)]; /* rows 16 bytes apart beyond their codes */
-    int32_t idx[ROWS], out[ROWS];
-    int bad = 0;
-    const int ds[] = {32, 96, 64, 128, 320}, counts[] = {1, 3, 4, 5, 9, 23};
-    for (int bits = 8; bits >= 4; bits -= 4) {
-        const int lim = bits == 8 ? 127 : 7;
-        for (int c = bits == 8 ? 0 : 2; c < 5; c++) { /* widths: multiples of 32 (i8), 64 (i4) */
-            const int d = ds[c];
-            const size_t row_bytes = (size_t)d * bits / 8 + 16; /* rows need not be contiguous */
-            for (int i = 0; i < d; i++) q[i] = (int8_t)((int)(rng_next_u64(&rng) % 255) - 127);
-            q[0] = 127, q[1] = -127;
-            for (int r = 0; r < ROWS; r++) {
-                uint8_t *row = codes + r * row_bytes;
-                for (int i = 0; i < d; i++) val[r][i] = (int8_t)((int)(rng_next_u64(&rng) % (2 * lim + 1)) - lim);
-                val[r][0] = (int8_t)lim, val[r][1] = (int8_t)-lim;
-                for (int i = 0; i < d; i++) {
-                    if (bits == 8) {
-                        row[i] = (uint8_t)val[r][i];
-                    } else if (i % 64 < 32) { /* byte 32g + j: low nibble 64g + j, high 64g + 32 + j */
-                        const int g = i / 64, j = i % 64;
-                        row[32 * g + j] = (uint8_t)((val[r][i] + 8) | ((val[r][i + 32] + 8) << 4));
-                    }
-                }
-            }
-            for (int k = 0; k < 6; k++) {
-                const int n = counts[k];
-                for (int i = 0; i < n; i++) idx[i] = (int32_t)(rng_next_u64(&rng) % ROWS);
-                (bits == 8 ? K->gather_dot_i8 : K->gather_dot_i4)(q, codes, row_bytes, d, idx, n, out);
-                for (int i = 0; i < n; i++) {
-                    double want = 0;
-                    for (int j = 0; j < d; j++) want += (double)q[j] * val[idx[i]][j];
-                    bad += (double)out[i] != want;
-                }
-            }
-        }
-    }
-    CHECK(bad == 0, "%s int8/int4 code dots: %d differ from the double loop", name, bad);
-    /* f16 x f16 */
     static uint16_t a16[1000], b16[1000];
     double worst = 0;
     const int ns[] = {1, 7, 8, 15, 16, 17, 100, 1000};
@@ -334,7 +291,7 @@ static void check_codes(const char *name, const kernels *K) {
         worst = e > worst ? e : worst;
     }
     CHECK(worst < 1e-6, "%s f16 x f16 dot: worst error relative to sum |a b| %.2e", name, worst);
-    printf("%s: code dots exact, f16 x f16 dot %.2e\n", name, worst);
+    printf("%s: f16 x f16 dot %.2e\n", name, worst);
 }
 
 int main(void) {
@@ -345,7 +302,7 @@ int main(void) {
         check_vectors(sets[s]->name, sets[s]);
         check_kv_rows(sets[s]->name, sets[s]);
         check_exp(sets[s]->name, sets[s]);
-        check_codes(sets[s]->name, sets[s]);
+        check_f16f16(sets[s]->name, sets[s]);
     }
     /* the AVX-512 decode kernels, in a copy of the AVX2 set */
     const kernels_kv_decode *wide = kernels_kv_decode_avx512();

@@ -33,17 +33,6 @@ typedef float (*quant_dot_xs_fn)(const void *row, const float *x, const float *x
  * from base (f32 or f16 storage) */
 typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx,
                                       int n, float *out);
-/* out[i] = sum_c q[c] * code_c(row idx[i]) in exact integer arithmetic, for
- * rows of compressed search keys `row_bytes` apart from codes (the compressed
- * scans of the exact selector). q and the codes lie in [-127, 127]; callers
- * pad rows and query with zeros to a d that is a multiple of 32 (i8) or 64
- * (i4). Formats:
- *   i8: d signed bytes, element c in byte c;
- *   i4: d/2 bytes; in each 32-byte group g, byte j holds element 64g + j in
- *       its low nibble and element 64g + 32 + j in its high nibble, each
- *       stored as value + 8 (values in [-7, 7]). */
-typedef void (*kernels_gather_dot_q_fn)(const int8_t *q, const void *codes, size_t row_bytes, int d,
-                                        const int32_t *idx, int n, int32_t *out);
 /* Prefill on quantised weights runs on integer dot products, as llama.cpp's
  * does: each activation row of n values (n a multiple of 32) is quantised to
  * q8 blocks of 32, d_b = max|x| / 127 over block b and q = x / d_b rounded
@@ -133,7 +122,6 @@ typedef struct kernels {
     /* x[j] = exp(x[j] - mx) (exp(-inf) = 0), returns the sum */
     float (*exp_shift_sum)(float *x, int n, float mx);
     kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;
-    kernels_gather_dot_q_fn gather_dot_i8, gather_dot_i4;
     /* KV cache rows, per subq_kv_type */
     kernels_kv kv[SUBQ_KV_TYPE_COUNT];
 } kernels;

@@ -948,88 +948,6 @@ TARGET static void gather_dot_f16(const float *q, const void *base, size_t strid
     gather_dot(q, base, stride, d, idx, n, out, 1);
 }
 
-/* Compressed rows (formats in kernels.h). Products of signed bytes go
- * through maddubs (unsigned x signed -> pairs summed to int16) and madd with
- * ones (-> int32): for i8, |k| x (q with k's sign), at most 2 * 127 * 127 per
- * pair; for i4, the stored nibbles (0..15) x q, at most 2 * 15 * 127, minus
- * 8 * sum(q) at the end. Four rows at a time share the query loads. */
-INLINE int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* int32 pair sums of 32 signed byte products q x k */
-INLINE __m256i i8_dot32(__m256i q, __m256i k) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(k, k), _mm256_sign_epi8(q, k)),
-                             _mm256_set1_epi16(1));
-}
-
-/* the same for 64 elements of an i4 row (32 bytes v) against q[0..32), q[32..64) */
-INLINE __m256i i4_dot64(__m256i qlo, __m256i qhi, __m256i v) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, qlo), _mm256_maddubs_epi16(hi, qhi));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-INLINE __m256i ld256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-TARGET static void gather_dot_i8(const int8_t *q, const void *codes, size_t row_bytes, int d, const int32_t *idx,
-                                 int n, int32_t *out) {
-    const char *b = codes;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const char *r0 = b + (size_t)idx[i] * row_bytes, *r1 = b + (size_t)idx[i + 1] * row_bytes;
-        const char *r2 = b + (size_t)idx[i + 2] * row_bytes, *r3 = b + (size_t)idx[i + 3] * row_bytes;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (int c = 0; c < d; c += 32) {
-            const __m256i qv = ld256(q + c);
-            a0 = _mm256_add_epi32(a0, i8_dot32(qv, ld256(r0 + c)));
-            a1 = _mm256_add_epi32(a1, i8_dot32(qv, ld256(r1 + c)));
-            a2 = _mm256_add_epi32(a2, i8_dot32(qv, ld256(r2 + c)));
-            a3 = _mm256_add_epi32(a3, i8_dot32(qv, ld256(r3 + c)));
-        }
-        out[i] = hsum_i32(a0), out[i + 1] = hsum_i32(a1), out[i + 2] = hsum_i32(a2), out[i + 3] = hsum_i32(a3);
-    }
-    for (; i < n; i++) {
-        const char *r = b + (size_t)idx[i] * row_bytes;
-        __m256i a = _mm256_setzero_si256();
-        for (int c = 0; c < d; c += 32) a = _mm256_add_epi32(a, i8_dot32(ld256(q + c), ld256(r + c)));
-        out[i] = hsum_i32(a);
-    }
-}
-
-TARGET static void gather_dot_i4(const int8_t *q, const void *codes, size_t row_bytes, int d, const int32_t *idx,
-                                 int n, int32_t *out) {
-    const char *b = codes;
-    int32_t qsum = 0;
-    for (int c = 0; c < d; c++) qsum += q[c];
-    const int32_t bias = 8 * qsum;
-    int i = 0;
-    for (; i + 4 <= n; i += 4) {
-        const char *r0 = b + (size_t)idx[i] * row_bytes, *r1 = b + (size_t)idx[i + 1] * row_bytes;
-        const char *r2 = b + (size_t)idx[i + 2] * row_bytes, *r3 = b + (size_t)idx[i + 3] * row_bytes;
-        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-        for (int c = 0; c < d; c += 64) {
-            const __m256i ql = ld256(q + c), qh = ld256(q + c + 32);
-            a0 = _mm256_add_epi32(a0, i4_dot64(ql, qh, ld256(r0 + c / 2)));
-            a1 = _mm256_add_epi32(a1, i4_dot64(ql, qh, ld256(r1 + c / 2)));
-            a2 = _mm256_add_epi32(a2, i4_dot64(ql, qh, ld256(r2 + c / 2)));
-            a3 = _mm256_add_epi32(a3, i4_dot64(ql, qh, ld256(r3 + c / 2)));
-        }
-        out[i] = hsum_i32(a0) - bias, out[i + 1] = hsum_i32(a1) - bias;
-        out[i + 2] = hsum_i32(a2) - bias, out[i + 3] = hsum_i32(a3) - bias;
-    }
-    for (; i < n; i++) {
-        const char *r = b + (size_t)idx[i] * row_bytes;
-        __m256i a = _mm256_setzero_si256();
-        for (int c = 0; c < d; c += 64) a = _mm256_add_epi32(a, i4_dot64(ld256(q + c), ld256(q + c + 32), ld256(r + c / 2)));
-        out[i] = hsum_i32(a) - bias;
-    }
-}
-
 /* f32 dequantisation is a copy; the reference one is as fast as it gets. */
 static void dequant_f32(const void *src, float *dst, int64_t n) { memcpy(dst, src, (size_t)n * sizeof(float)); }
 
@@ -1077,8 +995,6 @@ const kernels kernels_avx2_set = {
     .exp_shift_sum = exp_shift_sum,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,
-    .gather_dot_i8 = gather_dot_i8,
-    .gather_dot_i4 = gather_dot_i4,
     .kv =
         {
             [SUBQ_KV_F32] = {kv_f32_dot, kv_f32_axpy, kv_f32_to_f32, kv_f32_scores,

@@ -221,29 +221,6 @@ static void gather_dot_f16(const float *q, const void *base, size_t stride, int 
     for (int i = 0; i < n; i++) out[i] = dot_f16(q, (const uint16_t *)base + (size_t)idx[i] * stride, d);
 }
 
-static void gather_dot_i8(const int8_t *q, const void *codes, size_t row_bytes, int d, const int32_t *idx, int n,
-                          int32_t *out) {
-    for (int i = 0; i < n; i++) {
-        const int8_t *r = (const int8_t *)((const char *)codes + (size_t)idx[i] * row_bytes);
-        int32_t s = 0;
-        for (int c = 0; c < d; c++) s += (int32_t)q[c] * r[c];
-        out[i] = s;
-    }
-}
-
-static void gather_dot_i4(const int8_t *q, const void *codes, size_t row_bytes, int d, const int32_t *idx, int n,
-                          int32_t *out) {
-    for (int i = 0; i < n; i++) {
-        const uint8_t *r = (const uint8_t *)codes + (size_t)idx[i] * row_bytes;
-        int32_t s = 0;
-        for (int g = 0; g < d / 64; g++)
-            for (int j = 0; j < 32; j++) {
-                const int b = r[32 * g + j];
-                s += (int32_t)q[64 * g + j] * ((b & 15) - 8) + (int32_t)q[64 * g + 32 + j] * ((b >> 4) - 8);
-            }
-        out[i] = s;
-    }
-}
 
 /* ---- KV cache rows --------------------------------------------------------- */
 
@@ -453,8 +430,6 @@ const kernels kernels_scalar_set = {
     .exp_shift_sum = exp_shift_sum,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,
-    .gather_dot_i8 = gather_dot_i8,
-    .gather_dot_i4 = gather_dot_i4,
     .kv =
         {
             [SUBQ_KV_F32] = KV_ENTRY(kv_f32),

@@ -214,16 +214,6 @@ void select_prepare(float *dst, const float *src, int d, select_score score) {
 
 /* ---- exact masked scans ------------------------------------------------------ */
 
-/* dots[i] = score of row idx[i], i < nb <= SELECT_BLOCK (idots: scratch) */
-static void score_block(const select_rows *r, const int32_t *idx, int nb, float *dots, int32_t *idots) {
-    if (r->qdot) {
-        r->qdot(r->q8, r->base, r->stride, r->d, idx, nb, idots);
-        for (int i = 0; i < nb; i++) dots[i] = (float)idots[i] * r->scale[idx[i]];
-    } else {
-        r->dot(r->q, r->base, r->stride, r->d, idx, nb, dots);
-    }
-}
-
 /* The k best (score, slot) pairs offered to a scan, in a buffer of 2k
  * pairs: a pair enters only if it beats the worst pair kept at the last
  * cut, and a full buffer is cut to its k best by quickselect. Amortised
@@ -314,29 +304,27 @@ static int topk_take(topk_buf *t, int sorted, int32_t *out, float *scores) {
     return t->n;
 }
 
-/* A top-k buffer over scratch sc (2k keys, SELECT_BLOCK floats, 2
- * SELECT_BLOCK int32): the keys, then one block of slots, scores and
- * integer scores. */
+/* A top-k buffer over scratch sc (2k keys, SELECT_BLOCK floats and
+ * int32): the keys, then one block of slots and scores. */
 typedef struct scan_buf {
     topk_buf t;
-    int32_t *idx, *idots;
+    int32_t *idx;
     float *dots;
 } scan_buf;
 
 static int scan_buf_init(const selector *s, select_scratch *sc, int k, scan_buf *b) {
     if (!select_scratch_u(s, sc, 2 * (size_t)k) || !select_scratch_f(s, sc, SELECT_BLOCK) ||
-        !select_scratch_i(s, sc, 2 * SELECT_BLOCK))
+        !select_scratch_i(s, sc, SELECT_BLOCK))
         return 0;
     b->t = (topk_buf){.key = sc->u, .k = k};
     b->idx = sc->i;
-    b->idots = sc->i + SELECT_BLOCK;
     b->dots = sc->f;
     return 1;
 }
 
 /* score rows idx[0..nb) (b->idx may be idx) and offer them */
 static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, int nb) {
-    score_block(r, idx, nb, b->dots, b->idots);
+    r->dot(r->q, r->base, r->stride, r->d, idx, nb, b->dots);
     for (int i = 0; i < nb; i++) topk_push(&b->t, b->dots[i], idx[i]);
 }
 
@@ -357,9 +345,11 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
             if (r->scores) { /* consecutive rows: no slot list, several rows per sum */
                 r->scores(r->q, 1, (const char *)r->base + (size_t)j0 * r->row_bytes, j1 - j0, r->d, 1.0f, b.dots,
                           j1 - j0);
+                /* most scores lose to the worst kept at the last cut: one compare */
+                const float worst = b.t.thr ? key_score(b.t.thr) : -INFINITY;
                 for (int j = j0; j < j1; j++)
                     if (!m->seg || m->seg[j] == m->query_seg) {
-                        topk_push(&b.t, b.dots[j - j0], j);
+                        if (b.dots[j - j0] >= worst) topk_push(&b.t, b.dots[j - j0], j);
                         nb++;
                     }
                 scored += nb;

@@ -2,15 +2,16 @@
  * by cosine (keys normalised on append, the query too, so cosine = inner
  * product: the training metric) or by the raw inner product. Keys are stored
  * f32 or f16; the scan is a SIMD dot over the eligible slots feeding a
- * size-K heap (no sort of the n scores).
+ * size-K buffer (no sort of the n scores).
  *
- * Compressed scans (SELECT_SCAN_INT8 / INT4) keep beside each stored key its
- * codes, round(x / s) with s = max|x| / 127 (or / 7), and scan those with
- * the query rounded to int8 the same way (its scale is common to every key
- * and dropped): 1/4 or 1/8 of the f32 bytes. The best SELECT_RERANK * K
- * slots of that scan are re-ranked on the stored keys, so the result is the
- * full scan's whenever they include its top K (measured: recall@128 1.0 on
- * 128K Gaussian keys, d 128; tests/test_select_exact.c checks >= 0.99).
+ * Compressed scans (SELECT_SCAN_INT8 / INT4) keep beside each stored key a
+ * copy in the KV cache's q8_0 / q4_0 rows (blocks of 32 values with one f16
+ * scale each, rows padded with zeros to a multiple of 32) and scan those
+ * with the KV cache's decode kernels (integer dots against the query
+ * rounded to q8 blocks): 34/128 or 18/128 of the f32 bytes. The best
+ * SELECT_RERANK * K slots of that scan are re-ranked on the stored keys, so
+ * the result is the full scan's whenever they include its top K (measured
+ * in bench/bench_select.c; tests/test_select_exact.c checks recall@K >= 0.99).
  * Sequences that fit in the re-rank pool are scanned in full. */
 #include <math.h>
 #include <stdlib.h>
@@ -31,43 +32,22 @@ typedef struct exact_sel {
     float *qn, *row;    /* the query and one key in stored form */
     select_scratch sc;
     /* compressed scan (bits 8 or 4; 0: none) */
-    int bits, dp;       /* code width; d padded for the kernels */
+    int bits, dp;       /* code width; d padded to whole blocks */
+    subq_kv_type code_type; /* q8_0 or q4_0 */
     size_t code_bytes;  /* bytes per row of codes */
     uint8_t *codes;     /* [cap][code_bytes] */
-    float *scale;       /* [cap] */
-    int8_t *q8, *cbuf;  /* [dp] the query's codes, one key's (zeros past d) */
+    float *qpad, *rpad; /* [dp] the query, one key (zeros past d) */
     int32_t *pool;      /* the slots to re-rank */
     int pool_cap;
-    kernels_gather_dot_q_fn qdot;
+    kernels_kv_scores_fn code_scores;
 } exact_sel;
 
 static size_t elem(const exact_sel *e) { return e->f16 ? sizeof(uint16_t) : sizeof(float); }
 
-/* round(x / s) in [-lim, lim] for s = max|x| / lim (codes of 0 for a zero row);
- * returns s */
-static float quantize(const float *x, int d, int lim, int8_t *c) {
-    float mx = 0.0f;
-    for (int i = 0; i < d; i++) mx = fabsf(x[i]) > mx ? fabsf(x[i]) : mx;
-    const float inv = mx > 0.0f ? (float)lim / mx : 0.0f;
-    for (int i = 0; i < d; i++) {
-        long v = lroundf(x[i] * inv);
-        c[i] = (int8_t)(v > lim ? lim : v < -lim ? -lim : v);
-    }
-    return mx > 0.0f ? mx / (float)lim : 0.0f;
-}
-
-/* Codes and scale of stored row `slot` (layouts in kernels/kernels.h). */
+/* Codes of stored row `slot`: the row padded with zeros to dp values. */
 static void encode_row(exact_sel *e, int slot, const float *x) {
-    uint8_t *dst = e->codes + (size_t)slot * e->code_bytes;
-    const int8_t *c = e->cbuf; /* zeros past d */
-    e->scale[slot] = quantize(x, e->d, e->bits == 8 ? 127 : 7, e->cbuf);
-    if (e->bits == 8) {
-        memcpy(dst, c, (size_t)e->dp);
-        return;
-    }
-    for (int g = 0; g < e->dp / 64; g++) /* the i4 layout of kernels.h */
-        for (int j = 0; j < 32; j++)
-            dst[32 * g + j] = (uint8_t)((c[64 * g + j] + 8) | ((c[64 * g + 32 + j] + 8) << 4));
+    memcpy(e->rpad, x, (size_t)e->d * sizeof(float));
+    kernels_kv_from_f32(e->code_type, e->rpad, e->codes + (size_t)slot * e->code_bytes, e->dp);
 }
 
 /* Room for n more keys. */
@@ -83,9 +63,7 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
             uint8_t *c = realloc(e->codes, (size_t)cap * e->code_bytes);
             if (c) e->codes = c;
             if (c) bigmem_advise(c, (size_t)cap * e->code_bytes);
-            float *s = realloc(e->scale, (size_t)cap * sizeof(float));
-            if (s) e->scale = s;
-            if (!c || !s) k = NULL;
+            if (!c) k = NULL;
         }
         if (!k) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for %d search keys", cap);
         e->cap = cap;
@@ -94,8 +72,8 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
 }
 
 static void update_bytes(exact_sel *e) {
-    e->base.stats.bytes = sizeof *e + (size_t)e->cap * (e->d * elem(e) + (e->bits ? e->code_bytes + sizeof(float) : 0)) +
-                          2 * (size_t)e->d * sizeof(float) + 2 * (size_t)e->dp + (size_t)e->pool_cap * sizeof(int32_t) +
+    e->base.stats.bytes = sizeof *e + (size_t)e->cap * (e->d * elem(e) + (e->bits ? e->code_bytes : 0)) +
+                          2 * (size_t)(e->d + e->dp) * sizeof(float) + (size_t)e->pool_cap * sizeof(int32_t) +
                           e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t) + e->sc.cap_u * sizeof(uint64_t);
 }
 
@@ -173,9 +151,9 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
         e->pool = p;
         e->pool_cap = pool;
     }
-    quantize(e->qn, e->d, 127, e->q8);
-    const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->dp, .q8 = e->q8,
-                               .scale = e->scale, .qdot = e->qdot, .row_bytes = e->code_bytes + sizeof(float)};
+    memcpy(e->qpad, e->qn, (size_t)e->d * sizeof(float));
+    const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->dp, .q = e->qpad,
+                               .scores = e->code_scores, .row_bytes = e->code_bytes};
     int got = scan(s, &codes, e->count, m, pool, 0, e->pool);
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
@@ -206,9 +184,8 @@ static void exact_free(selector *s) {
     exact_sel *e = (exact_sel *)s;
     free(e->keys);
     free(e->codes);
-    free(e->scale);
-    free(e->q8);
-    free(e->cbuf);
+    free(e->qpad);
+    free(e->rpad);
     free(e->pool);
     free(e->qn);
     free(e->row);
@@ -229,15 +206,15 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->dot = e->f16 ? K->gather_dot_f16 : K->gather_dot_f32;
     e->scores = kernels_kv_decode_get(e->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
     e->bits = p->scan == SELECT_SCAN_INT8 ? 8 : p->scan == SELECT_SCAN_INT4 ? 4 : 0;
-    const int pad = e->bits == 8 ? 32 : 64; /* what the kernels take */
-    e->dp = (e->d + pad - 1) / pad * pad;
-    e->code_bytes = (size_t)e->dp * (size_t)e->bits / 8;
-    e->qdot = e->bits == 8 ? K->gather_dot_i8 : K->gather_dot_i4;
+    e->code_type = e->bits == 8 ? SUBQ_KV_Q8_0 : SUBQ_KV_Q4_0;
+    e->dp = (e->d + 31) / 32 * 32;
+    e->code_bytes = kernels_kv_row_bytes(e->code_type, e->dp);
+    e->code_scores = kernels_kv_decode_get(e->code_type).scores;
     e->qn = malloc((size_t)e->d * sizeof(float));
     e->row = malloc((size_t)e->d * sizeof(float));
-    e->q8 = calloc((size_t)e->dp, 1);
-    e->cbuf = calloc((size_t)e->dp, 1);
-    if (!e->qn || !e->row || !e->q8 || !e->cbuf) {
+    e->qpad = calloc((size_t)e->dp, sizeof(float));
+    e->rpad = calloc((size_t)e->dp, sizeof(float));
+    if (!e->qn || !e->row || !e->qpad || !e->rpad) {
         exact_free(&e->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory");
     }

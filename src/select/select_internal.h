@@ -82,13 +82,13 @@ void select_normalize(float *dst, const float *src, int d);
 void select_prepare(float *dst, const float *src, int d, select_score score);
 
 /* The rows a scan scores, with the query: float rows (dot: q . row over rows
- * of d f32 / f16 values `stride` elements apart from base), or compressed
- * codes (qdot set: the integer dot of q8 with code rows `stride` bytes apart,
- * times scale[row]; d padded as kernels.h requires). row_bytes is what
- * scoring one row reads (stats.bytes_read). Float rows packed one after
- * the other (stride == d) may also carry `scores`, the decode kernel for
- * contiguous rows (kernels_kv_decode_get): whole scans of consecutive slots
- * take it, several rows per horizontal sum and no slot list. */
+ * of d f32 / f16 values `stride` elements apart from base), packed one after
+ * the other (stride == d), or the exact selector's compressed codes (q8_0 /
+ * q4_0 rows, row_bytes apart). `scores`, the decode kernel for contiguous
+ * rows (kernels_kv_decode_get), scores a whole scan of consecutive slots:
+ * several rows per horizontal sum and no slot list; `dot` scores the slots
+ * of a list (re-ranks; required for float rows). row_bytes is what scoring
+ * one row reads (stats.bytes_read). */
 typedef struct select_rows {
     const void *base;
     size_t stride;
@@ -96,9 +96,6 @@ typedef struct select_rows {
     const float *q;
     kernels_gather_dot_fn dot;
     kernels_kv_scores_fn scores;
-    const int8_t *q8;
-    const float *scale;
-    kernels_gather_dot_q_fn qdot;
     size_t row_bytes;
 } select_rows;
 

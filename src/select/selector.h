@@ -42,8 +42,8 @@ typedef enum select_score {
  * in that pool the result is the full scan's. */
 typedef enum select_scan {
     SELECT_SCAN_FULL = 0, /* the stored keys (f32, or f16 with f16_keys) */
-    SELECT_SCAN_INT8,     /* int8 codes with one scale per key (a quarter of f32) */
-    SELECT_SCAN_INT4,     /* int4 codes with one scale per key (an eighth of f32) */
+    SELECT_SCAN_INT8,     /* q8_0 rows: int8 codes, an f16 scale per 32 (34/128 of f32) */
+    SELECT_SCAN_INT4,     /* q4_0 rows: int4 codes, an f16 scale per 32 (18/128 of f32) */
     SELECT_SCAN_COUNT
 } select_scan;
 #define SELECT_RERANK 8
