@@ -42,12 +42,6 @@ KERNELS_AVX2_INLINE float kernels_hsum8(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* the four sums of a[0..3]'s lanes */
-KERNELS_AVX2_INLINE __m128 kernels_hsum8x4(const __m256 a[4]) {
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
 /* NAME(x, w, n) = sum_i x_i w_i for w of element type T, read 8 at a time
  * as floats by LOAD and one at a time by SCALAR; four accumulators (FMA
  * latency 4, two per cycle). */

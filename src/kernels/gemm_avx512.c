@@ -290,7 +290,7 @@ INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256
                 __m256 acc[4];                                                                                \
                 for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */               \
                     acc[k] = fold256(T##_gemv_row((const block_##T *)((const char *)row + (r + k) * rb), xp, p0, p1, nb)); \
-                const __m128 s = kernels_hsum8x4(acc);                                                        \
+                const __m128 s = hsum4(acc[0], acc[1], acc[2], acc[3]);                                       \
                 _mm_storeu_ps(y + r, p0 ? _mm_add_ps(_mm_loadu_ps(y + r), s) : s);                           \
             }                                                                                                 \
             for (; r < n_rows; r++) {                                                                         \

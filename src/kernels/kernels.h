@@ -8,8 +8,8 @@
  *   - KV cache rows in each KV type (f32, f16, q8_0, q4_0): dot, axpy,
  *     conversion, gathered dots, and decode attention over contiguous rows
  *     (scores, value accumulation), with the vector exp of the softmax;
- *   - gathered row dots: the scans of the selectors, over f32 / f16 rows
- *     and over compressed int8 / int4 codes.
+ *   - gathered row dots: the selectors' re-ranks and scans of listed slots,
+ *     over f32 / f16 rows.
  * Callers that run many rows fetch the set once (kernels_get) and call
  * through it. Hot paths with AVX-512 forms outside the sets, chosen per
  * call where the CPU has them: the integer GEMM / GEMV on quantised

@@ -498,7 +498,7 @@ static void gemm_tiled(const gemm_tiles *k, const void *w, size_t row_bytes, int
             __m256 acc[4];                                                                                       \
             for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */               \
                 acc[k] = T##_gemv_row((const block_##T *)((const char *)w + (size_t)(r + k) * rb), xq, xd, nb);  \
-            _mm_storeu_ps(y + r, kernels_hsum8x4(acc));                                                          \
+            _mm_storeu_ps(y + r, hsum4(acc[0], acc[1], acc[2], acc[3]));                                         \
         }                                                                                                        \
         for (; r < n_rows; r++) y[r] = kernels_hsum8(T##_gemv_row((const block_##T *)((const char *)w + (size_t)r * rb), xq, xd, nb)); \
     }

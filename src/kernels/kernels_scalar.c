@@ -221,7 +221,6 @@ static void gather_dot_f16(const float *q, const void *base, size_t stride, int 
     for (int i = 0; i < n; i++) out[i] = dot_f16(q, (const uint16_t *)base + (size_t)idx[i] * stride, d);
 }
 
-
 /* ---- KV cache rows --------------------------------------------------------- */
 
 /* Quantised rows (q8_0, q4_0) in blocks of B = KV_QBLOCK(hd) values: fp16 d,

@@ -224,8 +224,8 @@ int cmd_bench(int argc, char **argv) {
                 rc = 1;
                 goto done;
             }
-            double t0 = cli_now_s();
             const double bw_before = bench_read_bandwidth((size_t)bw_mib << 20, nt, 3);
+            double t0 = cli_now_s();
             if (subq_context_fill_synthetic(c, r->ctx, seed, &err)) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
