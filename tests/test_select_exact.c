@@ -3,7 +3,10 @@
  * exclusions, n_slots beyond the appended keys), with f32 and f16 key
  * storage; the compressed int8 / int4 scans with recall@K >= 0.99 against
  * the same brute force, and unchanged by a get_keys + put_keys round trip;
- * plus the mask-range helper against select_mask_allows. */
+ * keys whose scores peak at evenly spaced slots (where a long scan samples
+ * its starting threshold, so that it starts too high and must scan again)
+ * against brute force; plus the mask-range helper against
+ * select_mask_allows. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,6 +279,44 @@ static void test_put_keys(select_scan scan, int f16) {
     free(back);
 }
 
+/* Scores that peak at 32 evenly spaced slots and fall with the distance to
+ * the nearest peak (key j: a unit vector at an angle to the query growing
+ * with that distance), so that the rows a long scan samples are about the
+ * best there are and its first threshold comes out above the K-th score:
+ * the answer must still be the brute force's. */
+static void test_peaks(select_scan scan) {
+    enum { N = 40000, D = 32, K = 64, PEAKS = 32 };
+    float *keys = malloc((size_t)N * D * sizeof(float)), q[D] = {1.0f};
+    double *want = malloc(N * sizeof(double)), *have = malloc(N * sizeof(double));
+    const double step = (double)N / PEAKS;
+    for (int j = 0; j < N; j++) {
+        double t = fmod(j, step) - 0.5 * step; /* signed distance to the peak of its period */
+        const double a = 1.5 * fabs(t) / step + 1e-6 * j; /* distinct scores */
+        float *x = keys + (size_t)j * D;
+        memset(x, 0, D * sizeof(float));
+        x[0] = (float)cos(a);
+        x[1 + j % (D - 1)] = (float)sin(a);
+    }
+    selector_params p;
+    selector_params_default(&p, SELECT_EXACT, D);
+    p.scan = scan;
+    p.n_threads = 2;
+    selector *s;
+    subq_error err = {0};
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "new: %s", err.msg);
+    CHECK(selector_append(s, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+    select_mask all = {.n_slots = N};
+    int32_t out[K];
+    int got = selector_query(s, q, NULL, K, &all, out);
+    bad_counts bad = {0};
+    check_answer(q, keys, D, N, &all, K, out, got, scan == SELECT_SCAN_FULL ? 1e-6 : 1e-4, want, have, &bad);
+    report(select_scan_name(scan), 0, D, &bad);
+    selector_free(s);
+    free(keys);
+    free(want);
+    free(have);
+}
+
 static void test_names(void) {
     for (int k = 0; k < SELECT_KIND_COUNT; k++)
         CHECK(selector_kind_parse(selector_kind_name((selector_kind)k)) == k, "kind %d name round trip", k);
@@ -288,6 +329,14 @@ static void test_names(void) {
     subq_error err = {0};
     p.d_search = 0;
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s, "hnsw without d_search must fail");
+    selector_params_default(&p, SELECT_EXACT, SCAN_CODES_MAX_D + 1);
+    p.scan = SELECT_SCAN_INT8;
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s && strstr(err.msg, "at most"),
+          "int8 codes of more than %d values must fail: %s", SCAN_CODES_MAX_D, err.msg);
+    p.scan = SELECT_SCAN_FULL;
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "a full scan of any width: %s", err.msg);
+    selector_free(s);
+    s = NULL;
     selector_params_default(&p, SELECT_QUEST, 0);
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s, "quest without a KV cache must fail");
     selector_params_default(&p, SELECT_FAISS, 16);
@@ -314,6 +363,7 @@ int main(void) {
         test_exact(1, 32, 12000, 7, 2, cos, scan);
         test_exact(0, 128, 20000, 8, 2, dot, scan);
         test_put_keys(scan, scan == SELECT_SCAN_INT4);
+        test_peaks(scan);
     }
     return test_summary();
 }

@@ -328,13 +328,23 @@ static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, in
     for (int i = 0; i < nb; i++) topk_push(&b->t, b->dots[i], idx[i]);
 }
 
+/* Scores of the n consecutive rows from slot j0 (rows with a contiguous
+ * kernel only). */
+static void score_run(const select_rows *r, int j0, int n, float *out) {
+    if (r->code_scores)
+        r->code_scores(r->cq, (const uint8_t *)r->base + (size_t)j0 * r->stride, r->code_scale + j0, n, out);
+    else
+        r->scores(r->q, 1, (const char *)r->base + (size_t)j0 * r->row_bytes, n, r->d, 1.0f, out, n);
+}
+
 /* Scan the eligible slots in [from, to) for the k best; returns the count,
  * (best first when sorted), with their scores when `scores` is not NULL. */
 static int scan_range(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
-                      int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+                      uint64_t thr0, int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
     scan_buf b;
     if (k <= 0) return 0;
     if (!scan_buf_init(s, sc, k, &b)) return -1;
+    b.t.thr = thr0;
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     int64_t scored = 0;
     /* per block: gather the eligible slots, score them, offer them */
@@ -342,16 +352,21 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
         int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
         for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
             int j1 = j0 + SELECT_BLOCK < e ? j0 + SELECT_BLOCK : e, nb = 0;
-            if (r->scores) { /* consecutive rows: no slot list, several rows per sum */
-                r->scores(r->q, 1, (const char *)r->base + (size_t)j0 * r->row_bytes, j1 - j0, r->d, 1.0f, b.dots,
-                          j1 - j0);
-                /* most scores lose to the worst kept at the last cut: one compare */
+            if (r->scores || r->code_scores) { /* consecutive rows: no slot list, several rows per sum */
+                score_run(r, j0, j1 - j0, b.dots);
+                /* most scores lose to the worst kept at the last cut: the
+                 * others are listed without branches, then offered */
                 const float worst = b.t.thr ? key_score(b.t.thr) : -INFINITY;
-                for (int j = j0; j < j1; j++)
-                    if (!m->seg || m->seg[j] == m->query_seg) {
-                        if (b.dots[j - j0] >= worst) topk_push(&b.t, b.dots[j - j0], j);
-                        nb++;
-                    }
+                int nc = 0;
+                for (int i = 0; i < j1 - j0; i++) {
+                    b.idx[nc] = i;
+                    nc += b.dots[i] >= worst;
+                }
+                for (int c = 0; c < nc; c++) {
+                    const int j = j0 + b.idx[c];
+                    if (!m->seg || m->seg[j] == m->query_seg) topk_push(&b.t, b.dots[b.idx[c]], j);
+                }
+                nb = j1 - j0; /* every row of the run is read and scored */
                 scored += nb;
                 continue;
             }
@@ -369,6 +384,67 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
     return topk_take(&b.t, sorted, out, scores);
 }
 
+/* A scan's buffer admits a row only above the worst kept, but from an
+ * empty buffer that is about 2k + k ln(n / 2k) admissions and a cut per k
+ * of them (128K Gaussian keys, a re-rank pool of 1024: 20K admissions and
+ * 30 cuts per query, more time than the int4 scores). So a long scan
+ * first scores a sample, SAMPLE_RUNS runs of consecutive rows spread over
+ * its slots, 1/SAMPLE_FRACTION of them, and starts the buffer's threshold
+ * at the r-th best sampled score, r chosen so that about 4k rows of the
+ * whole should beat it. A scan that keeps fewer than k rows (the estimate
+ * came out too high) runs again from no threshold: the result is the same
+ * either way. 0: no threshold (short scans, rows without a contiguous
+ * kernel, too few eligible rows in the sample). */
+enum { SAMPLE_RUNS = 16, SAMPLE_FRACTION = 32, SAMPLE_MAX = 4096 };
+
+static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, const select_mask *m, int k,
+                                 int64_t *n_scored) {
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    int64_t span = 0; /* slots of [from, to) in the ranges */
+    for (int q = 0; q < nr; q++) {
+        const int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
+        span += e > a ? e - a : 0;
+    }
+    const int run = (int)(span / ((int64_t)SAMPLE_FRACTION * SAMPLE_RUNS));
+    if ((!r->scores && !r->code_scores) || run < 16 || k <= 0) return 0;
+    const int len = run * SAMPLE_RUNS > SAMPLE_MAX ? SAMPLE_MAX / SAMPLE_RUNS : run;
+    float dots[SAMPLE_MAX / SAMPLE_RUNS];
+    uint64_t key[SAMPLE_MAX];
+    int n_key = 0, n_seen = 0;
+    for (int c = 0; c < SAMPLE_RUNS; c++) {
+        int p = from + (int)((int64_t)(to - from) * (2 * c + 1) / (2 * SAMPLE_RUNS)) - len / 2;
+        p = p < from ? from : p + len > to ? to - len : p;
+        for (int q = 0; q < nr; q++) {
+            const int a = lo[q] > p ? lo[q] : p, e = hi[q] < p + len ? hi[q] : p + len;
+            if (e <= a) continue;
+            score_run(r, a, e - a, dots);
+            n_seen += e - a;
+            for (int j = a; j < e; j++)
+                if (!m->seg || m->seg[j] == m->query_seg) key[n_key++] = pair_key(dots[j - a], j);
+        }
+    }
+    *n_scored += n_seen;
+    /* r / n_seen of the sample beat the threshold, so about r * span / n_seen rows of the whole */
+    const int64_t want = ((int64_t)4 * k * n_seen + span - 1) / span;
+    if (n_seen == 0 || want < 1 || 2 * want > n_key) return 0;
+    topk_buf t = {.key = key, .n = n_key, .k = (int)want};
+    topk_cut(&t, (int)want);
+    uint64_t w = key[0];
+    for (int i = 1; i < t.n; i++) w = key[i] < w ? key[i] : w;
+    /* every pair with the r-th best sampled score, or higher, is admitted */
+    return pair_key(key_score(w), INT32_MAX);
+}
+
+/* scan_range from a sampled threshold, again from none when it kept fewer
+ * than k */
+static int scan_part(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
+                     int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+    const uint64_t thr0 = sample_threshold(r, n, from, to, m, k, n_scored);
+    int got = scan_range(s, r, n, from, to, m, k, thr0, sorted, sc, out, scores, n_scored);
+    if (thr0 && got >= 0 && got < k) got = scan_range(s, r, n, from, to, m, k, 0, sorted, sc, out, scores, n_scored);
+    return got;
+}
+
 static void count_rows(selector *s, const select_rows *r, int64_t scored) {
     s->stats.n_visited += scored;
     s->stats.bytes_read += (uint64_t)scored * r->row_bytes;
@@ -377,7 +453,7 @@ static void count_rows(selector *s, const select_rows *r, int64_t scored) {
 int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                      select_scratch *sc, int32_t *out) {
     int64_t scored = 0;
-    int got = scan_range(s, rows, n, 0, n, m, k, sorted, sc, out, NULL, &scored);
+    int got = scan_part(s, rows, n, 0, n, m, k, sorted, sc, out, NULL, &scored);
     count_rows(s, rows, scored);
     return got;
 }
@@ -407,8 +483,8 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
         for (int t = 0; t < n_threads; t++) {
             select_scratch sc = {0};
             int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
-            got[t] = scan_range(s, rows, n, from, to, m, k, 0, &sc, slots + (size_t)t * k, best + (size_t)t * k,
-                                &scored);
+            got[t] = scan_part(s, rows, n, from, to, m, k, 0, &sc, slots + (size_t)t * k, best + (size_t)t * k,
+                               &scored);
             select_scratch_free(&sc);
         }
         /* merge the parts' results through one more buffer */

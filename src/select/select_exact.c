@@ -4,11 +4,10 @@
  * f32 or f16; the scan is a SIMD dot over the eligible slots feeding a
  * size-K buffer (no sort of the n scores).
  *
- * Compressed scans (SELECT_SCAN_INT8 / INT4) keep beside each stored key a
- * copy in the KV cache's q8_0 / q4_0 rows (blocks of 32 values with one f16
- * scale each, rows padded with zeros to a multiple of 32) and scan those
- * with the KV cache's decode kernels (integer dots against the query
- * rounded to q8 blocks): 34/128 or 18/128 of the f32 bytes. The best
+ * Compressed scans (SELECT_SCAN_INT8 / INT4) keep beside each stored key
+ * its row-scaled int8 / int4 codes (kernels/scan_codes.h) and scan those
+ * against the query coded as int8: (d + 4) / 4d or (d / 2 + 4) / 4d of the
+ * f32 bytes. The best
  * SELECT_RERANK * K slots of that scan are re-ranked on the stored keys, so
  * the result is the full scan's whenever they include its top K (measured
  * in bench/bench_select.c; tests/test_select_exact.c checks recall@K >= 0.99).
@@ -19,6 +18,7 @@
 
 #include "base/bigmem.h"
 #include "base/error.h"
+#include "kernels/scan_codes.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
 
@@ -32,23 +32,17 @@ typedef struct exact_sel {
     float *qn, *row;    /* the query and one key in stored form */
     select_scratch sc;
     /* compressed scan (bits 8 or 4; 0: none) */
-    int bits, dp;       /* code width; d padded to whole blocks */
-    subq_kv_type code_type; /* q8_0 or q4_0 */
+    int bits;
     size_t code_bytes;  /* bytes per row of codes */
     uint8_t *codes;     /* [cap][code_bytes] */
-    float *qpad, *rpad; /* [dp] the query, one key (zeros past d) */
+    float *code_scale;  /* [cap] each row's scale */
+    scan_query cq;      /* the query coded */
     int32_t *pool;      /* the slots to re-rank */
     int pool_cap;
-    kernels_kv_scores_fn code_scores;
+    scan_codes_fn code_scores;
 } exact_sel;
 
 static size_t elem(const exact_sel *e) { return e->f16 ? sizeof(uint16_t) : sizeof(float); }
-
-/* Codes of stored row `slot`: the row padded with zeros to dp values. */
-static void encode_row(exact_sel *e, int slot, const float *x) {
-    memcpy(e->rpad, x, (size_t)e->d * sizeof(float));
-    kernels_kv_from_f32(e->code_type, e->rpad, e->codes + (size_t)slot * e->code_bytes, e->dp);
-}
 
 /* Room for n more keys. */
 static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
@@ -63,7 +57,9 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
             uint8_t *c = realloc(e->codes, (size_t)cap * e->code_bytes);
             if (c) e->codes = c;
             if (c) bigmem_advise(c, (size_t)cap * e->code_bytes);
-            if (!c) k = NULL;
+            float *cs = c ? realloc(e->code_scale, (size_t)cap * sizeof(float)) : NULL;
+            if (cs) e->code_scale = cs;
+            if (!cs) k = NULL;
         }
         if (!k) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for %d search keys", cap);
         e->cap = cap;
@@ -72,8 +68,8 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
 }
 
 static void update_bytes(exact_sel *e) {
-    e->base.stats.bytes = sizeof *e + (size_t)e->cap * (e->d * elem(e) + (e->bits ? e->code_bytes : 0)) +
-                          2 * (size_t)(e->d + e->dp) * sizeof(float) + (size_t)e->pool_cap * sizeof(int32_t) +
+    e->base.stats.bytes = sizeof *e + (size_t)e->cap * (e->d * elem(e) + (e->bits ? e->code_bytes + sizeof(float) : 0)) +
+                          2 * (size_t)e->d * sizeof(float) + (size_t)e->pool_cap * sizeof(int32_t) +
                           e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t) + e->sc.cap_u * sizeof(uint64_t);
 }
 
@@ -97,7 +93,7 @@ static subq_status exact_store(selector *s, const float *k_search, int n, int sl
         } else {
             memcpy((float *)e->keys + (size_t)slot * e->d, row, (size_t)e->d * sizeof(float));
         }
-        if (e->bits) encode_row(e, slot, row);
+        if (e->bits) e->code_scale[slot] = scan_codes_encode(e->bits, row, e->d, e->codes + (size_t)slot * e->code_bytes);
     }
     e->count += n;
     update_bytes(e);
@@ -151,9 +147,10 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
         e->pool = p;
         e->pool_cap = pool;
     }
-    memcpy(e->qpad, e->qn, (size_t)e->d * sizeof(float));
-    const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->dp, .q = e->qpad,
-                               .scores = e->code_scores, .row_bytes = e->code_bytes};
+    scan_codes_query(e->bits, e->qn, e->d, &e->cq);
+    const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = &e->cq,
+                               .code_scale = e->code_scale, .code_scores = e->code_scores,
+                               .row_bytes = e->code_bytes + sizeof(float)};
     int got = scan(s, &codes, e->count, m, pool, 0, e->pool);
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
@@ -184,8 +181,7 @@ static void exact_free(selector *s) {
     exact_sel *e = (exact_sel *)s;
     free(e->keys);
     free(e->codes);
-    free(e->qpad);
-    free(e->rpad);
+    free(e->code_scale);
     free(e->pool);
     free(e->qn);
     free(e->row);
@@ -206,15 +202,11 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->dot = e->f16 ? K->gather_dot_f16 : K->gather_dot_f32;
     e->scores = kernels_kv_decode_get(e->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
     e->bits = p->scan == SELECT_SCAN_INT8 ? 8 : p->scan == SELECT_SCAN_INT4 ? 4 : 0;
-    e->code_type = e->bits == 8 ? SUBQ_KV_Q8_0 : SUBQ_KV_Q4_0;
-    e->dp = (e->d + 31) / 32 * 32;
-    e->code_bytes = kernels_kv_row_bytes(e->code_type, e->dp);
-    e->code_scores = kernels_kv_decode_get(e->code_type).scores;
+    e->code_bytes = e->bits ? scan_codes_row_bytes(e->bits, e->d) : 0;
+    e->code_scores = scan_codes_scores();
     e->qn = malloc((size_t)e->d * sizeof(float));
     e->row = malloc((size_t)e->d * sizeof(float));
-    e->qpad = calloc((size_t)e->dp, sizeof(float));
-    e->rpad = calloc((size_t)e->dp, sizeof(float));
-    if (!e->qn || !e->row || !e->qpad || !e->rpad) {
+    if (!e->qn || !e->row) {
         exact_free(&e->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory");
     }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kernels/scan_codes.h"
 #include "select/hnsw_shim.h" /* select_filter_fn */
 #include "select/selector.h"
 
@@ -83,12 +84,13 @@ void select_prepare(float *dst, const float *src, int d, select_score score);
 
 /* The rows a scan scores, with the query: float rows (dot: q . row over rows
  * of d f32 / f16 values `stride` elements apart from base), packed one after
- * the other (stride == d), or the exact selector's compressed codes (q8_0 /
- * q4_0 rows, row_bytes apart). `scores`, the decode kernel for contiguous
- * rows (kernels_kv_decode_get), scores a whole scan of consecutive slots:
- * several rows per horizontal sum and no slot list; `dot` scores the slots
- * of a list (re-ranks; required for float rows). row_bytes is what scoring
- * one row reads (stats.bytes_read). */
+ * the other (stride == d), or the exact selector's compressed codes
+ * (code_scores: rows of codes `stride` bytes apart, their scales in
+ * code_scale, the query coded in cq). `scores`, the decode kernel for
+ * contiguous rows (kernels_kv_decode_get), scores a whole scan of
+ * consecutive float rows: several rows per horizontal sum and no slot list;
+ * `dot` scores the slots of a list (re-ranks; required for float rows).
+ * row_bytes is what scoring one row reads (stats.bytes_read). */
 typedef struct select_rows {
     const void *base;
     size_t stride;
@@ -96,6 +98,9 @@ typedef struct select_rows {
     const float *q;
     kernels_gather_dot_fn dot;
     kernels_kv_scores_fn scores;
+    const scan_query *cq;
+    const float *code_scale;
+    scan_codes_fn code_scores;
     size_t row_bytes;
 } select_rows;
 

@@ -42,11 +42,11 @@ typedef enum select_score {
  * in that pool the result is the full scan's. */
 typedef enum select_scan {
     SELECT_SCAN_FULL = 0, /* the stored keys (f32, or f16 with f16_keys) */
-    SELECT_SCAN_INT8,     /* q8_0 rows: int8 codes, an f16 scale per 32 (34/128 of f32) */
-    SELECT_SCAN_INT4,     /* q4_0 rows: int4 codes, an f16 scale per 32 (18/128 of f32) */
+    SELECT_SCAN_INT8,     /* int8 codes, an f32 scale per row (kernels/scan_codes.h) */
+    SELECT_SCAN_INT4,     /* int4 codes, an f32 scale per row */
     SELECT_SCAN_COUNT
 } select_scan;
-#define SELECT_RERANK 8
+#define SELECT_RERANK 4
 
 /* What the oracle ranks (select_oracle.c):
  *   HEADMEAN_DOT     the head-mean of the native logits, (1/H) sum_h q_h . k_{kvh(h)}
