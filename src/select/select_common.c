@@ -366,8 +366,7 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
                     const int j = j0 + b.idx[c];
                     if (!m->seg || m->seg[j] == m->query_seg) topk_push(&b.t, b.dots[b.idx[c]], j);
                 }
-                nb = j1 - j0; /* every row of the run is read and scored */
-                scored += nb;
+                scored += j1 - j0; /* every row of the run is read and scored */
                 continue;
             }
             if (m->seg) {
