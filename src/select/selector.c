@@ -114,7 +114,7 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
     if (ki->needs_search && p->d_search <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs search vectors (d_search %d)", name, p->d_search);
     if (p->kind == SELECT_EXACT && p->scan != SELECT_SCAN_FULL && p->d_search > SCAN_CODES_MAX_D)
-        return subq_fail(err, SUBQ_ERR_ARG, "selector exact: --scan %s takes search vectors of at most %d values (got %d)",
+        return subq_fail(err, SUBQ_ERR_ARG, "selector exact: an %s scan takes search vectors of at most %d values (got %d)",
                          select_scan_name(p->scan), SCAN_CODES_MAX_D, p->d_search);
     if (ki->ann && (p->hnsw_m < 2 || p->hnsw_m > 1024 || p->hnsw_ef_construction <= 0 || p->hnsw_ef_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG,
