@@ -56,11 +56,6 @@ static void softmax_inplace(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
-/* Rows of a retrieved set are asked for this many rows ahead of their use:
- * enough misses in flight to cover DRAM latency, few enough that a K = 2048
- * set does not evict its own rows before they are read. */
-#define GATHER_AHEAD 16
-
 /* the cache lines of one row */
 static void prefetch_row(const void *row, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o, 0, 3);
@@ -72,18 +67,18 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
     const int hd = kv->head_dim;
     const size_t rb = kv->row_bytes;
     /* s_ij = scale q_i . k_j, each key row read from memory once for the g heads */
-    for (int j = 0; j < n && j < GATHER_AHEAD; j++) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j]), rb);
+    for (int j = 0; j < n && j < KERNELS_GATHER_AHEAD; j++) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j]), rb);
     for (int j = 0; j < n; j++) {
-        if (j + GATHER_AHEAD < n) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j + GATHER_AHEAD]), rb);
+        if (j + KERNELS_GATHER_AHEAD < n) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j + KERNELS_GATHER_AHEAD]), rb);
         const void *k = kv_cache_key(kv, layer, kv_head, slots[j]);
         for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = scale * ops->dot(q + (size_t)i * hd, k, hd);
     }
     for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
     /* out_i = sum_j p_ij v_j, each value row read once */
     memset(out, 0, (size_t)g * hd * sizeof(float));
-    for (int j = 0; j < n && j < GATHER_AHEAD; j++) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j]), rb);
+    for (int j = 0; j < n && j < KERNELS_GATHER_AHEAD; j++) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j]), rb);
     for (int j = 0; j < n; j++) {
-        if (j + GATHER_AHEAD < n) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j + GATHER_AHEAD]), rb);
+        if (j + KERNELS_GATHER_AHEAD < n) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j + KERNELS_GATHER_AHEAD]), rb);
         const void *v = kv_cache_value(kv, layer, kv_head, slots[j]);
         for (int i = 0; i < g; i++)
             if (scores[(size_t)i * n + j] != 0.0f) ops->axpy(out + (size_t)i * hd, scores[(size_t)i * n + j], v, hd);

@@ -33,6 +33,10 @@ static inline float kernels_dot_f32_scalar(const float *a, const float *b, int64
 
 #define KERNELS_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KERNELS_AVX2_INLINE KERNELS_AVX2 static inline __attribute__((always_inline))
+/* The AVX-512 kernels (gemm_avx512.c, kv_avx512.c, scan_codes.c): the
+ * features cpu_has_avx512vnni checks */
+#define KERNELS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define KERNELS_AVX512_INLINE KERNELS_AVX512 static inline __attribute__((always_inline))
 
 /* sum of the 8 lanes */
 KERNELS_AVX2_INLINE float kernels_hsum8(__m256 v) {

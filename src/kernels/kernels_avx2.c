@@ -900,11 +900,8 @@ TARGET static float exp_shift_sum(float *x, int n, float mx) {
 /* ---- gathered rows -------------------------------------------------------- */
 
 /* Four rows at a time: each q chunk is loaded once for four FMAs and the four
- * horizontal sums share one hadd tree. Listed rows are scattered (re-ranks
- * of a few hundred slots out of the whole cache): each is asked for
- * GATHER_AHEAD rows before its turn, so that many misses are in flight
- * instead of one row's. */
-enum { GATHER_AHEAD = 16 };
+ * horizontal sums share one hadd tree; each row is asked for
+ * KERNELS_GATHER_AHEAD rows before its turn. */
 INLINE void gather_dot(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n, float *out,
                        int f16) {
     const size_t row_bytes = stride * (f16 ? sizeof(uint16_t) : sizeof(float));
@@ -914,7 +911,7 @@ INLINE void gather_dot(const float *q, const void *base, size_t stride, int d, c
     for (; i + 4 <= n; i += 4) {
         const char *r0 = b + (size_t)idx[i] * row_bytes, *r1 = b + (size_t)idx[i + 1] * row_bytes;
         const char *r2 = b + (size_t)idx[i + 2] * row_bytes, *r3 = b + (size_t)idx[i + 3] * row_bytes;
-        for (int u = i + GATHER_AHEAD; u < i + GATHER_AHEAD + 4 && u < n; u++)
+        for (int u = i + KERNELS_GATHER_AHEAD; u < i + KERNELS_GATHER_AHEAD + 4 && u < n; u++)
             prefetch_span(b, (size_t)idx[u] * row_bytes, (size_t)d * (f16 ? sizeof(uint16_t) : sizeof(float)));
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         for (int c = 0; c < d8; c += 8) {

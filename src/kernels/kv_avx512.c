@@ -22,8 +22,8 @@
 
 #ifdef KERNELS_HAVE_AVX2
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define INLINE512 AVX512 static inline __attribute__((always_inline))
+#define AVX512 KERNELS_AVX512
+#define INLINE512 KERNELS_AVX512_INLINE
 #define UNROLL _Pragma("GCC unroll 16")
 
 #define KV_AVX2(T) (kernels_avx2_set.kv[T])

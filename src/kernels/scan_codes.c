@@ -132,8 +132,8 @@ KERNELS_AVX2 static void scores_avx2(const scan_query *q, const uint8_t *rows, c
 
 /* ---- AVX-512 VNNI ------------------------------------------------------------ */
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define INLINE512 AVX512 static inline __attribute__((always_inline))
+#define AVX512 KERNELS_AVX512
+#define INLINE512 KERNELS_AVX512_INLINE
 #define UNROLL _Pragma("GCC unroll 16")
 
 /* Rows are read in pieces of 64 bytes (the last one may be 32). */

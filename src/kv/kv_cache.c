@@ -1,10 +1,8 @@
 #include "kv/kv_cache.h"
 
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/sysinfo.h>
 
 #include "base/bigmem.h"
 #include "base/error.h"
