@@ -15,9 +15,13 @@
  * 2 MiB or more are 2 MiB-aligned and advised MADV_HUGEPAGE. Free with free(). */
 void *bigmem_alloc(size_t bytes);
 
-/* The same advice for a buffer that grows by realloc (the search keys of a
- * selector): the whole 2 MiB pages inside [p, p + bytes). */
-void bigmem_advise(void *p, size_t bytes);
+/* Grow a bigmem_alloc buffer (or NULL) to `bytes`: a new buffer with the
+ * first `used` bytes copied, the old one freed; NULL (the old one kept) when
+ * out of memory. Not realloc: that moves large blocks by mremap to addresses
+ * that split their 2 MiB pages, or copies small ones into the 4 KiB-paged
+ * heap, and the rows gathered at random every step (a selector's re-rank)
+ * then miss the TLB on each one. */
+void *bigmem_grow(void *p, size_t used, size_t bytes);
 
 /* Memory the kernel could give this process now without swapping:
  * MemAvailable from /proc/meminfo, else free + buffer RAM from sysinfo;

@@ -44,26 +44,27 @@ typedef struct exact_sel {
 
 static size_t elem(const exact_sel *e) { return e->f16 ? sizeof(uint16_t) : sizeof(float); }
 
-/* Room for n more keys. */
+/* Room for n more keys. The first allocation takes the whole cache's
+ * slots when the selector knows its cache (pages are only touched as keys
+ * arrive), so decode never copies the index; past that, or without a
+ * cache, it doubles. */
 static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
-    if (e->count + n > e->cap) {
-        /* geometric growth: appends one token at a time in decode */
-        int cap = e->cap ? e->cap : 256;
-        while (cap < e->count + n) cap *= 2;
-        void *k = realloc(e->keys, (size_t)cap * e->d * elem(e));
-        if (k) e->keys = k;
-        if (k) bigmem_advise(k, (size_t)cap * e->d * elem(e)); /* scanned every step */
-        if (k && e->bits) {
-            uint8_t *c = realloc(e->codes, (size_t)cap * e->code_bytes);
-            if (c) e->codes = c;
-            if (c) bigmem_advise(c, (size_t)cap * e->code_bytes);
-            float *cs = c ? realloc(e->code_scale, (size_t)cap * sizeof(float)) : NULL;
-            if (cs) e->code_scale = cs;
-            if (!cs) k = NULL;
-        }
-        if (!k) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for %d search keys", cap);
-        e->cap = cap;
+    if (e->count + n <= e->cap) return SUBQ_OK;
+    const kv_cache *kv = e->base.env.kv;
+    int cap = e->cap ? e->cap : kv && kv->n_ctx > 256 ? kv->n_ctx : 256;
+    while (cap < e->count + n) cap = cap > INT32_MAX / 2 ? INT32_MAX : cap * 2;
+    const size_t rows = (size_t)cap, used = (size_t)e->count;
+    void *k = bigmem_grow(e->keys, used * e->d * elem(e), rows * e->d * elem(e));
+    if (k) e->keys = k;
+    if (k && e->bits) {
+        uint8_t *c = bigmem_grow(e->codes, used * e->code_bytes, rows * e->code_bytes);
+        if (c) e->codes = c;
+        float *cs = c ? bigmem_grow(e->code_scale, used * sizeof(float), rows * sizeof(float)) : NULL;
+        if (cs) e->code_scale = cs;
+        if (!cs) k = NULL;
     }
+    if (!k) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for %d search keys", cap);
+    e->cap = cap;
     return SUBQ_OK;
 }
 
