@@ -57,6 +57,25 @@ static subq_context *new_ctx(int kind, int top_k, subq_kv_type kv, int n_ctx) {
     return c;
 }
 
+/* A synthetic fill longer than its random block (4096 slots, repeated)
+ * leaves a context that decodes, and its KV cache reads at a positive rate. */
+static void test_synthetic_fill(void) {
+    subq_context *c = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F16, 5000);
+    subq_error err;
+    CHECK(subq_context_kv_read_gbs(c, 1) == 0.0, "an empty cache reads nothing");
+    CHECK(subq_context_fill_synthetic(c, 4500, 3, &err) == SUBQ_OK, "fill 4500 slots");
+    CHECK(subq_context_kv_read_gbs(c, 1) > 0.0, "the filled cache reads at a positive rate");
+    CHECK(subq_context_fill_synthetic(c, 10, 3, &err) == SUBQ_ERR_ARG, "a second fill is refused");
+    float *logits = malloc((size_t)info.n_vocab * sizeof(float));
+    int32_t tok = token(1);
+    CHECK(logits && subq_decode(c, &tok, 1, logits, 0, &err) == SUBQ_OK, "decode after the fill");
+    int finite = 1;
+    for (int i = 0; logits && i < info.n_vocab; i++) finite &= isfinite(logits[i]) != 0;
+    CHECK(finite, "finite logits after the fill");
+    free(logits);
+    subq_context_free(c);
+}
+
 /* Decode tokens [from, to) one at a time (batch: all at once); logits of the last. */
 static int run(subq_context *c, int from, int to, int batch, float *logits) {
     subq_error err;
@@ -277,6 +296,7 @@ int main(void) {
     test_session(-1, SUBQ_KV_Q4_0);
     test_other_model();
     test_special();
+    test_synthetic_fill();
     subq_search_free(search);
     subq_model_free(model);
     return test_summary();

@@ -1,10 +1,12 @@
 /* Public context queries for benchmarks: sizes, where time went, and a
  * synthetic fill that stands in for a long prefill. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "attn/attn_sparse.h"
 #include "base/error.h"
 #include "base/rng.h"
+#include "base/timer.h"
 #include "model/context.h"
 
 int subq_context_n_ctx(const subq_context *c) { return c->kv.n_ctx; }
@@ -39,10 +41,47 @@ uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys) {
     return rows * 2 * (uint64_t)kv->n_head_kv * kv->row_bytes;
 }
 
+/* sum of the n 64-bit words at p: eight independent sums keep it bound by
+ * the loads */
+static uint64_t sum_words(const uint64_t *p, size_t n) {
+    uint64_t a[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; u++) a[u] += p[i + u];
+    for (; i < n; i++) a[0] += p[i];
+    return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+double subq_context_kv_read_gbs(const subq_context *c, int reps) {
+    const kv_cache *kv = &c->kv;
+    const int n_items = kv->n_layer * 2 * kv->n_head_kv; /* (layer, keys or values, KV head) */
+    const size_t words = (size_t)kv->n_used * kv->row_bytes / sizeof(uint64_t);
+    if (words == 0 || kv->row_bytes % sizeof(uint64_t)) return 0.0;
+    double best = 0.0;
+    for (int r = 0; r < reps; r++) {
+        uint64_t total = 0;
+        const double t0 = time_now_s();
+#pragma omp parallel for num_threads(c->n_threads) schedule(static) reduction(+ : total)
+        for (int it = 0; it < n_items; it++) {
+            const int l = it / (2 * kv->n_head_kv), h = it % kv->n_head_kv, values = it / kv->n_head_kv % 2;
+            total += sum_words(values ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0), words);
+        }
+        const double el = time_now_s() - t0, gbs = (double)n_items * words * sizeof(uint64_t) / el / 1e9;
+        volatile uint64_t sink = total; /* the sums are used: they cannot be dropped */
+        (void)sink;
+        best = gbs > best ? gbs : best;
+    }
+    return best;
+}
+
 /* Random keys and values in [-0.5, 0.5) for slots 0 .. n_past-1 of every
- * layer, positions 0 .. n_past-1, one document. */
+ * layer, positions 0 .. n_past-1, one document: FILL_BLOCK random slots per
+ * layer, repeated by copying their stored rows (converting 15 GB of random
+ * floats one row at a time took two minutes at 128K; speed does not depend
+ * on the values). */
+#define FILL_BLOCK 4096
 static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *err) {
-    int row = kv->n_head_kv * kv->head_dim;
+    int row = kv->n_head_kv * kv->head_dim, n_rand = n_past < FILL_BLOCK ? n_past : FILL_BLOCK;
     float *k = malloc((size_t)row * sizeof(float)), *v = malloc((size_t)row * sizeof(float));
     if (!k || !v) {
         free(k);
@@ -51,12 +90,19 @@ static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *
     }
     uint64_t rng = rng_seed(seed);
     for (int l = 0; l < kv->n_layer; l++) {
-        for (int t = 0; t < n_past; t++) {
+        for (int t = 0; t < n_rand; t++) {
             for (int i = 0; i < row; i++) {
                 k[i] = rng_uniform(&rng) - 0.5f;
                 v[i] = rng_uniform(&rng) - 0.5f;
             }
             kv_cache_store(kv, l, t, 1, k, v);
+        }
+        for (int t0 = n_rand; t0 < n_past; t0 += n_rand) {
+            const int n = n_past - t0 < n_rand ? n_past - t0 : n_rand;
+            for (int h = 0; h < kv->n_head_kv; h++) {
+                memcpy((void *)kv_cache_key(kv, l, h, t0), kv_cache_key(kv, l, h, 0), (size_t)n * kv->row_bytes);
+                memcpy((void *)kv_cache_value(kv, l, h, t0), kv_cache_value(kv, l, h, 0), (size_t)n * kv->row_bytes);
+            }
         }
     }
     for (int t = 0; t < n_past; t++) {

@@ -21,6 +21,17 @@ void *bigmem_alloc(size_t bytes) {
     return p;
 }
 
+void bigmem_advise(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    const uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(HUGE_PAGE - 1);
+    if (p && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 void *bigmem_grow(void *p, size_t used, size_t bytes) {
     void *q = bigmem_alloc(bytes);
     if (!q) return NULL;

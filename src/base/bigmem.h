@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* `bytes` of uninitialised memory (NULL when out of memory); buffers of
  * 2 MiB or more are 2 MiB-aligned and advised MADV_HUGEPAGE. Free with free(). */
 void *bigmem_alloc(size_t bytes);
@@ -23,9 +27,17 @@ void *bigmem_alloc(size_t bytes);
  * then miss the TLB on each one. */
 void *bigmem_grow(void *p, size_t used, size_t bytes);
 
+/* The same advice for a large buffer another library allocated (hnswlib's
+ * vectors and links): the whole 2 MiB pages inside [p, p + bytes). */
+void bigmem_advise(void *p, size_t bytes);
+
 /* Memory the kernel could give this process now without swapping:
  * MemAvailable from /proc/meminfo, else free + buffer RAM from sysinfo;
  * UINT64_MAX when unknown. *source names which. */
 uint64_t bigmem_available(const char **source);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -33,10 +33,9 @@ typedef float (*quant_dot_xs_fn)(const void *row, const float *x, const float *x
  * from base (f32 or f16 storage) */
 typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx,
                                       int n, float *out);
-/* Listed rows lie anywhere in memory (re-ranks, a retrieved set of KV
- * rows): gathers ask for each row this many rows ahead of its use, enough
- * misses in flight to cover DRAM latency, few enough that a K = 2048 set
- * does not evict its own rows before they are read. */
+/* Listed rows lie anywhere in memory (a selector's re-rank): gathers ask
+ * for each row this many rows ahead of its use (64 measured no faster in
+ * decode; attention's own gathers ask further ahead, attn_full.c). */
 #define KERNELS_GATHER_AHEAD 16
 /* Prefill on quantised weights runs on integer dot products, as llama.cpp's
  * does: each activation row of n values (n a multiple of 32) is quantised to

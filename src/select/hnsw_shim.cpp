@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/bigmem.h"
 #include "select/hnsw_shim.h"
 
 namespace {
@@ -50,6 +51,14 @@ class IpSpace : public hnswlib::SpaceInterface<float> {
 };
 
 typedef hnswlib::HierarchicalNSW<float> Hnsw;
+
+// Vectors and level-0 links on 2 MiB pages where the kernel gives them: a
+// search visits rows anywhere in them, and with 4 KiB pages each visit
+// also misses the TLB (the rows of the exact selector's re-rank took 3x
+// longer so, select_exact.c).
+void advise(Hnsw *ix) {
+    bigmem_advise(ix->data_level0_memory_, ix->max_elements_ * ix->size_data_per_element_);
+}
 
 int fail(char *msg, size_t cap, int code, const char *what) {
     if (msg && cap) {
@@ -101,6 +110,7 @@ extern "C" int hnsw_shim_new(int dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gath
         std::unique_ptr<hnsw_shim> h(new hnsw_shim(dim, elem_bytes, dot, gather));
         h->index.reset(new Hnsw(&h->space, std::max<size_t>(capacity, 1), (size_t)m, (size_t)ef_construction,
                                 (size_t)seed));
+        advise(h->index.get());
         // 0.6.2 leaves its search counters uninitialised
         h->index->metric_distance_computations = 0;
         h->index->metric_hops = 0;
@@ -124,7 +134,10 @@ extern "C" int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0,
         Hnsw *ix = h->index.get();
         for (int t = 0; t < n; t++) {
             // grow geometrically: resizeIndex reallocates storage, the graph is kept
-            if (ix->cur_element_count >= ix->max_elements_) ix->resizeIndex(2 * ix->max_elements_);
+            if (ix->cur_element_count >= ix->max_elements_) {
+                ix->resizeIndex(2 * ix->max_elements_);
+                advise(ix);
+            }
             hnswlib::tableint id = ix->addPoint(static_cast<const char *>(x) + (size_t)t * ix->data_size_,
                                                 (hnswlib::labeltype)(label0 + t), -1);
             int level = ix->element_levels_[id];

@@ -58,7 +58,10 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
     char msg[256];
     int c;
     if (!a->ix && n > 0) {
-        size_t cap = n > HNSW_CAPACITY0 ? (size_t)n : HNSW_CAPACITY0;
+        /* the whole cache's slots when known: growing copies the index */
+        const kv_cache *kv = s->env.kv;
+        size_t cap = kv && kv->n_ctx > HNSW_CAPACITY0 ? (size_t)kv->n_ctx : HNSW_CAPACITY0;
+        if ((size_t)n > cap) cap = (size_t)n;
         const kernels *K = kernels_get();
         hnsw_shim *ix;
         if ((c = hnsw_shim_new(a->d, a->f16 ? 2 : 4, a->f16 ? dot_f16 : dot_f32,

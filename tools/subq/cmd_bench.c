@@ -77,10 +77,14 @@ static int32_t random_token(uint64_t *state, int n_vocab) {
  * and right after the row (the larger: the host's other tenants move it by
  * up to 2x within minutes, so one probe at the start does not describe a
  * row run ten minutes later);
- * frac_bound = measured tok/s / bound tok/s. */
+ * frac_bound = measured tok/s / bound tok/s. The same against the rate the
+ * filled KV cache itself reads at (subq_context_kv_read_gbs, also before and
+ * after): bandwidth depends on where pages lie, and the cache is most of the
+ * bytes at long contexts (bound_cache_tok_s, frac_bound_cache). */
 typedef struct decode_result {
     int ctx, attn;            /* attn: -1 = full, else selector_kind */
     double tok_s, attn_ms, select_ms, insert_ms, fill_s;
+    double cache_bw;          /* the filled KV cache's own read rate, GB/s */
     double kv_bytes, index_bytes;
     double kv_read, select_read, step_bytes; /* bytes read per step (see above) */
     double bw;                                /* read bandwidth around the row, GB/s */
@@ -231,6 +235,7 @@ int cmd_bench(int argc, char **argv) {
                 goto done;
             }
             r->fill_s = cli_now_s() - t0;
+            const double cache_bw_before = subq_context_kv_read_gbs(c, 2);
             int32_t tok = toks[0];
             /* one untimed step warms caches and thread pools */
             if (subq_decode(c, &tok, 1, logits, 0, &err)) {
@@ -262,6 +267,8 @@ int cmd_bench(int argc, char **argv) {
             r->step_bytes = wbytes + r->kv_read + r->select_read;
             const double bw_after = bench_read_bandwidth((size_t)bw_mib << 20, nt, 3);
             r->bw = bw_before > bw_after ? bw_before : bw_after;
+            const double cache_bw_after = subq_context_kv_read_gbs(c, 2);
+            r->cache_bw = cache_bw_before > cache_bw_after ? cache_bw_before : cache_bw_after;
             n_res++;
         }
     }
@@ -286,15 +293,18 @@ int cmd_bench(int argc, char **argv) {
             for (int j = 0; j < n_res; j++)
                 if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
             const double bound = r->step_bytes > 0 ? r->bw * 1e9 / r->step_bytes : 0;
+            const double cbound = r->step_bytes > 0 ? r->cache_bw * 1e9 / r->step_bytes : 0;
             printf("%s\n  {\"ctx\": %d, \"attn\": \"%s\", \"decode_tok_s\": %.3f, \"speedup_vs_full\": %.3f, "
                    "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
                    "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
                    "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
-                   "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
+                   "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"cache_bw_gbs\": %.3f, \"bound_cache_tok_s\": %.3f, "
+                   "\"frac_bound_cache\": %.4f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
                    i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0,
                    r->attn_ms, r->select_ms, r->insert_ms, r->fill_s, wbytes * r->tok_s / 1e9,
                    r->bw > 0 ? wbytes * r->tok_s / 1e9 / r->bw : 0, r->kv_read, r->select_read, r->step_bytes, bound,
-                   bound > 0 ? r->tok_s / bound : 0, r->bw, r->kv_bytes, r->index_bytes);
+                   bound > 0 ? r->tok_s / bound : 0, r->bw, r->cache_bw, cbound, cbound > 0 ? r->tok_s / cbound : 0,
+                   r->kv_bytes, r->index_bytes);
         }
         printf("]}\n");
     } else {
@@ -306,18 +316,21 @@ int cmd_bench(int argc, char **argv) {
         printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", wbytes / 1e6);
         printf("bound: read bandwidth around the row (bw) / bytes a step reads (weights + KV rows attended + selector "
                "reads)\n");
-        printf("%8s %-7s %9s %8s %9s %9s %9s %9s %8s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full", "attn ms",
-               "select ms", "insert ms", "MB/step", "bw GB/s", "bound", "% bound", "KV MiB", "index MiB");
+        printf("%8s %-7s %9s %8s %9s %9s %9s %9s %8s %9s %8s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full",
+               "attn ms", "select ms", "insert ms", "MB/step", "bw GB/s", "bound", "% bound", "cache bw", "% cache",
+               "KV MiB", "index MiB");
         for (int i = 0; i < n_res; i++) {
             const decode_result *r = &res[i];
             double full_tok_s = 0;
             for (int j = 0; j < n_res; j++)
                 if (res[j].ctx == r->ctx && res[j].attn < 0) full_tok_s = res[j].tok_s;
             const double bound = r->step_bytes > 0 ? r->bw * 1e9 / r->step_bytes : 0;
-            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %10.0f %10.1f\n", r->ctx,
-                   attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0, r->attn_ms,
+            const double cbound = r->step_bytes > 0 ? r->cache_bw * 1e9 / r->step_bytes : 0;
+            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9.1f %7.0f%% %10.0f %10.1f\n",
+                   r->ctx, attn_name(r->attn), r->tok_s, full_tok_s > 0 ? r->tok_s / full_tok_s : 0.0, r->attn_ms,
                    r->select_ms, r->insert_ms, r->step_bytes / 1e6, r->bw, bound, bound > 0 ? 100 * r->tok_s / bound : 0,
-                   r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
+                   r->cache_bw, cbound > 0 ? 100 * r->tok_s / cbound : 0, r->kv_bytes / 1048576.0,
+                   r->index_bytes / 1048576.0);
         }
     }
 done:
