@@ -13,7 +13,8 @@
 static const char *help =
     "usage: subq bench -m MODEL [--ctx 512,4096] [--attn full,exact,hnsw] [options]\n"
     "Prefill tok/s (one batch) and decode tok/s at each context, with the machine's\n"
-    "measured read bandwidth and sgemm rate in the same run and the fractions achieved;\n"
+    "measured read bandwidth (a fresh buffer, and the filled KV cache itself) and sgemm\n"
+    "rate in the same run and the fractions of the bounds they give;\n"
     "with --attn, decode with each attention kind side by side (speed-up vs full).\n"
     "Decode contexts (KV cache and search indexes) are filled with synthetic values:\n"
     "speed does not depend on them, and a real prefill of 100K tokens takes hours here.\n\n"
