@@ -54,9 +54,10 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
  * head kv_head (q and out: g adjacent heads of hd values; scores: g * n
  * floats of scratch; g = 1 for one head with its own slots):
  *   out_i = sum_j softmax_j(scale * q_i.k_j) v_j,
- * each key and value row loaded once for the g heads. The rows of a retrieved set lie anywhere
- * in the cache, so each is asked for a few rows before its use: the misses
- * overlap instead of each waiting for DRAM in turn. */
+ * each key and value row loaded once for the g heads. The rows of a
+ * retrieved set lie anywhere in the cache, so a usual set is asked for
+ * whole before its first row is used (a window of rows for larger sets):
+ * the misses overlap instead of each waiting for DRAM in turn. */
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
                            const int *slots, int n, float *scores, float *out);
 

@@ -32,8 +32,9 @@
 /* work items per thread the chunk size aims at */
 #define ITEMS_PER_THREAD 4
 /* Rows of a gathered set asked for ahead of their use (attn_group_over_slots):
- * a usual set (sinks + K + tail) whole; 256 f16 rows of 128 are 64 KiB,
- * well inside L2. */
+ * a usual set (sinks + K + tail) whole; a bounded window, so that a
+ * K = 2048 set does not evict its own rows (256 f16 rows of 128 are 64 KiB,
+ * well inside L2). */
 #define GATHER_WINDOW 256
 
 /* max of x[0..n) (-inf for n = 0); eight running maxima, not one chain of

@@ -7,10 +7,10 @@
  * Compressed scans (SELECT_SCAN_INT8 / INT4) keep beside each stored key
  * its row-scaled int8 / int4 codes (kernels/scan_codes.h) and scan those
  * against the query coded as int8: (d + 4) / 4d or (d / 2 + 4) / 4d of the
- * f32 bytes. The best
- * SELECT_RERANK * K slots of that scan are re-ranked on the stored keys, so
- * the result is the full scan's whenever they include its top K (measured
- * in bench/bench_select.c; tests/test_select_exact.c checks recall@K >= 0.99).
+ * f32 bytes. The best SELECT_RERANK * K slots of that scan are re-ranked on
+ * the stored keys, so the result is the full scan's whenever they include
+ * its top K (measured in bench/bench_select.c; tests/test_select_exact.c
+ * checks recall@K >= 0.99).
  * Sequences that fit in the re-rank pool are scanned in full. */
 #include <math.h>
 #include <stdlib.h>
