@@ -4,7 +4,10 @@
  *     threads) and a prefill batch (the sgemm path);
  *   - contexts longer than one decode chunk, two documents (the second
  *     starting inside a chunk), so partials with no eligible key occur;
- *   - GQA groups of 1, 2 and 3 query heads, 1 and 2 threads.
+ *   - GQA groups of 1, 2 and 3 query heads, 1 and 2 threads;
+ *   - attention over an explicit set of slots (attn_group_over_slots, the
+ *     sparse path): sets of a few rows and of more rows than one copied
+ *     block or one prefetch window, in scattered order.
  * Reference: for query t at slot s and head h (KV head h / g),
  *   out = sum_j e^(x_j - max x) v_j / sum_j e^(x_j - max x),
  *   x_j = scale q.k_j over slots j <= s of s's document, in double, with q
@@ -52,6 +55,49 @@ static void reference(const kv_cache *kv, int layer, const attn_step *st, const 
         }
     }
     free(x), free(q), free(qerr);
+}
+
+/* attn_group_over_slots over n scattered slots of KV head kh against the
+ * same double-loop softmax restricted to those slots; the worst error
+ * relative to max |out|. */
+static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, const float *kf, const float *vf, int n,
+                          uint64_t *rng) {
+    int *slots = malloc((size_t)n * sizeof(int));
+    float *q = malloc((size_t)g * hd * sizeof(float)), *out = malloc((size_t)g * hd * sizeof(float));
+    float *scores = malloc((size_t)g * n * sizeof(float));
+    double *qd = malloc((size_t)hd * sizeof(double)), *qerr = malloc((size_t)hd * sizeof(double));
+    double *x = malloc((size_t)n * sizeof(double)), *o = malloc((size_t)hd * sizeof(double));
+    for (int j = 0; j < n; j++) slots[j] = (int)((uint64_t)j * 7919 % (uint64_t)kv->n_ctx); /* distinct: 7919 is a prime above n_ctx */
+    for (int i = 0; i < g * hd; i++) q[i] = (float)rng_normal(rng);
+    const float scale = 1.0f / sqrtf((float)hd);
+    attn_group_over_slots(kv, layer, kh, g, q, scale, slots, n, scores, out);
+    double worst = 0;
+    for (int i = 0; i < g; i++) {
+        for (int c = 0; c < hd; c++) qd[c] = q[(size_t)i * hd + c];
+        if (kv->type >= SUBQ_KV_Q8_0) test_quantised_query(q + (size_t)i * hd, hd, KV_QBLOCK(hd), qd, qerr);
+        double mx = -INFINITY, z = 0, e = 0, mag = 0;
+        for (int j = 0; j < n; j++) {
+            const float *k = kf + (((size_t)layer * kv->n_head_kv + kh) * kv->n_ctx + slots[j]) * hd;
+            double d = 0;
+            for (int c = 0; c < hd; c++) d += qd[c] * k[c];
+            x[j] = scale * d;
+            mx = x[j] > mx ? x[j] : mx;
+        }
+        memset(o, 0, (size_t)hd * sizeof(double));
+        for (int j = 0; j < n; j++) {
+            const float *v = vf + (((size_t)layer * kv->n_head_kv + kh) * kv->n_ctx + slots[j]) * hd;
+            const double w = exp(x[j] - mx);
+            z += w;
+            for (int c = 0; c < hd; c++) o[c] += w * v[c];
+        }
+        for (int c = 0; c < hd; c++) {
+            e = fmax(e, fabs(out[(size_t)i * hd + c] - o[c] / z));
+            mag = fmax(mag, fabs(o[c] / z));
+        }
+        worst = fmax(worst, e / (mag + 1e-6));
+    }
+    free(slots), free(q), free(out), free(scores), free(qd), free(qerr), free(x), free(o);
+    return worst;
 }
 
 /* One cache of n_ctx slots, two layers (the second is the one attended, so
@@ -119,6 +165,14 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
     CHECK(worst < 2e-5, "%s H_kv %d g %d hd %d ctx %d: worst error relative to max |out| %.2e", tn[type], n_head_kv, g,
           hd, n_ctx, worst);
     printf("%s H_kv %d g %d hd %d ctx %d (doc at %d): %.2e\n", tn[type], n_head_kv, g, hd, n_ctx, doc1, worst);
+    /* slot sets of 5 rows and of 700 (more than a 32 KiB block of f32 rows of 64 and the 256-row window) */
+    double worst_set = 0;
+    for (int n = 5; n <= 700; n += 695)
+        for (int kh = 0; kh < n_head_kv; kh++)
+            worst_set = fmax(worst_set, check_slots(&kv, layer, kh, g, hd, kf, vf, n < n_ctx ? n : n_ctx, &rng));
+    CHECK(worst_set < 2e-5, "%s H_kv %d g %d hd %d: slot sets, worst error relative to max |out| %.2e", tn[type],
+          n_head_kv, g, hd, worst_set);
+    printf("%s H_kv %d g %d hd %d: slot sets %.2e\n", tn[type], n_head_kv, g, hd, worst_set);
     free(k), free(v), free(kf), free(vf);
     kv_cache_free(&kv);
 }
@@ -136,5 +190,8 @@ int main(void) {
     CHECK(strstr(err.msg, "multiple of 32") != NULL, "message: %s", err.msg);
     CHECK(kv_cache_init(&kv, 1, 1, 12, 16, SUBQ_KV_Q4_0, &err) == SUBQ_ERR_UNSUPPORTED, "q4_0 with heads of 12");
     CHECK(kv_cache_init(&kv, 1, 1, 64, 16, (subq_kv_type)7, &err) == SUBQ_ERR_ARG, "unknown KV type");
+    CHECK(kv_cache_init(&kv, 1, 1, KV_MAX_HEAD_DIM + 32, 16, SUBQ_KV_F16, &err) == SUBQ_ERR_UNSUPPORTED,
+          "heads wider than KV_MAX_HEAD_DIM");
+    CHECK(strstr(err.msg, "at most") != NULL, "message: %s", err.msg);
     return test_summary();
 }

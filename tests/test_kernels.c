@@ -7,8 +7,9 @@
  * contiguous rows for head widths that are and are not multiples of 8, group
  * sizes 1-7 and row counts around the 4-key and 32-key blocks; the vector
  * exp against exp() over [-87, 0], with -inf giving exactly 0; the int8 /
- * int4 code dots of the compressed selector scans (exactly) and the
- * f16 x f16 dot. */
+ * int4 code dots of the compressed selector scans (exactly), the
+ * f16 x f16 dot, and f32 -> f16 rows bit for bit against fp32_to_fp16
+ * (itself checked against F16C in test_quant.c). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -294,6 +295,30 @@ static void check_f16f16(const char *name, const kernels *K) {
     printf("%s: f16 x f16 dot %.2e\n", name, worst);
 }
 
+/* f32 -> f16 rows: every non-NaN input as fp32_to_fp16 rounds it, at lengths around the 8-value block */
+static void check_f32_to_f16(const char *name, const kernels *K) {
+    uint64_t rng = rng_seed(23);
+    static float x[1003];
+    static uint16_t got[1003];
+    int bad = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        const int n = 1 + rep % 17 + (rep % 3 == 0 ? 986 : 0);
+        for (int i = 0; i < n; i++) {
+            uint32_t u = (uint32_t)rng_next_u64(&rng);
+            memcpy(&x[i], &u, 4);
+            if (i % 2) { /* half-way between two adjacent halves: the ties */
+                const uint16_t h = (uint16_t)(u % 0x7BFF);
+                x[i] = (float)(((double)fp16_to_fp32(h) + fp16_to_fp32((uint16_t)(h + 1))) / 2) * (u >> 31 ? -1 : 1);
+            }
+            if (isnan(x[i])) x[i] = 0.5f;
+        }
+        K->f32_to_f16(x, got, n);
+        for (int i = 0; i < n; i++) bad += got[i] != fp32_to_fp16(x[i]);
+    }
+    CHECK(bad == 0, "%s f32 -> f16: %d values differ from fp32_to_fp16", name, bad);
+    printf("%s: f32 -> f16 rows, %d mismatches\n", name, bad);
+}
+
 int main(void) {
     const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
     if (!sets[1]) printf("note: this CPU lacks AVX2+FMA+F16C; only the scalar kernels are tested\n");
@@ -303,6 +328,7 @@ int main(void) {
         check_kv_rows(sets[s]->name, sets[s]);
         check_exp(sets[s]->name, sets[s]);
         check_f16f16(sets[s]->name, sets[s]);
+        check_f32_to_f16(sets[s]->name, sets[s]);
     }
     /* the AVX-512 decode kernels, in a copy of the AVX2 set */
     const kernels_kv_decode *wide = kernels_kv_decode_avx512();

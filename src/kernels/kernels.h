@@ -69,9 +69,10 @@ typedef void (*gemv_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, cons
  * that width (quantised types: hd neither a multiple of 32 nor 2, 4, 8, 16). */
 size_t kernels_kv_row_bytes(subq_kv_type t, int hd);
 
-/* The row of hd values x in KV type t (f16: round to nearest even; q8_0 /
- * q4_0: as ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref, block by
- * block). One portable form: a cache row is written once per token. */
+/* The row of hd values x in KV type t (f16: round to nearest even, through
+ * the fastest set's f32_to_f16; q8_0 / q4_0: as ggml's
+ * quantize_row_q8_0_ref / quantize_row_q4_0_ref, block by block, in one
+ * portable form). */
 void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd);
 
 typedef void (*kernels_kv_scores_fn)(const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
@@ -120,6 +121,8 @@ typedef struct kernels {
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);
     float (*dot_f16f16)(const uint16_t *a, const uint16_t *b, int64_t n);
+    /* dst[i] = x[i] in f16, rounded to nearest even (fp32_to_fp16) */
+    void (*f32_to_f16)(const float *x, uint16_t *dst, int n);
     /* y[i] += w * x[i] */
     void (*axpy_f32)(float *y, float w, const float *x, int n);
     void (*axpy_f16)(float *y, float w, const uint16_t *x, int n);

@@ -510,6 +510,14 @@ GEMV_Q8(q4_0)
 
 /* ---- vectors and decode attention ---------------------------------------- */
 
+/* F16C rounds to nearest even as fp32_to_fp16 does (NaNs keep their payload) */
+TARGET static void f32_to_f16(const float *x, uint16_t *dst, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) dst[i] = fp32_to_fp16(x[i]);
+}
+
 TARGET static void axpy_f32(float *y, float w, const float *x, int n) {
     __m256 vw = _mm256_set1_ps(w);
     int i = 0;
@@ -993,6 +1001,7 @@ const kernels kernels_avx2_set = {
     .dot_f32 = kernels_dot_f32_avx2,
     .dot_f16 = dot_f16,
     .dot_f16f16 = dot_f16f16,
+    .f32_to_f16 = f32_to_f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,

@@ -197,6 +197,10 @@ GEMM_Q8_SCALAR(q4_0)
 
 /* ---- vectors, gathered rows ------------------------------------------------ */
 
+static void f32_to_f16(const float *x, uint16_t *dst, int n) {
+    for (int i = 0; i < n; i++) dst[i] = fp32_to_fp16(x[i]);
+}
+
 static void axpy_f32(float *y, float w, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += w * x[i];
 }
@@ -318,8 +322,7 @@ static void kv_to_f32(subq_kv_type t, const void *rows, int n, int hd, float *ds
 
 void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd) {
     if (t == SUBQ_KV_F32) memcpy(row, x, (size_t)hd * sizeof(float));
-    else if (t == SUBQ_KV_F16)
-        for (int i = 0; i < hd; i++) ((uint16_t *)row)[i] = fp32_to_fp16(x[i]);
+    else if (t == SUBQ_KV_F16) kernels_get()->f32_to_f16(x, row, hd);
     else kv_quantize(t, x, row, hd);
 }
 
@@ -424,6 +427,7 @@ const kernels kernels_scalar_set = {
     .dot_f32 = kernels_dot_f32_scalar,
     .dot_f16 = dot_f16,
     .dot_f16f16 = dot_f16f16,
+    .f32_to_f16 = f32_to_f16,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,

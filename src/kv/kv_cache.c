@@ -24,6 +24,9 @@ const char *subq_kv_type_name(subq_kv_type t) {
 
 subq_status kv_cache_check_type(subq_kv_type type, int head_dim, subq_error *err) {
     if ((unsigned)type >= SUBQ_KV_TYPE_COUNT) return subq_fail(err, SUBQ_ERR_ARG, "unknown KV cache type %d", (int)type);
+    if (head_dim > KV_MAX_HEAD_DIM)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "this model's heads have %d values; the KV cache takes at most %d",
+                         head_dim, KV_MAX_HEAD_DIM);
     if (kernels_kv_row_bytes(type, head_dim) == 0)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
                          "a %s KV cache needs a head width that is a multiple of 32 (or 2, 4, 8, 16); this model's "

@@ -12,6 +12,10 @@
 #include "kernels/kernels.h"
 #include "subq.h"
 
+/* Widest head a cache takes (real models: 64-256): gathered rows are
+ * copied through fixed scratch (attn_group_over_slots). */
+#define KV_MAX_HEAD_DIM 4096
+
 typedef struct kv_cache {
     int n_layer, n_head_kv, head_dim, n_ctx;
     int n_used;                 /* slots filled: 0 .. n_used-1 */
@@ -26,8 +30,8 @@ typedef struct kv_cache {
  * (SIZE_MAX when the type cannot hold rows of head_dim values). */
 size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type);
 /* SUBQ_OK when `type` can hold rows of head_dim values, else a one-line
- * SUBQ_ERR_UNSUPPORTED (quantised types: head_dim a multiple of 32, or 2,
- * 4, 8, 16) or SUBQ_ERR_ARG (unknown type). */
+ * SUBQ_ERR_UNSUPPORTED (head_dim at most KV_MAX_HEAD_DIM; quantised types:
+ * a multiple of 32, or 2, 4, 8, 16) or SUBQ_ERR_ARG (unknown type). */
 subq_status kv_cache_check_type(subq_kv_type type, int head_dim, subq_error *err);
 subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
                           subq_kv_type type, subq_error *err);
