@@ -57,7 +57,9 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
  * each key and value row loaded once for the g heads. The rows of a
  * retrieved set lie anywhere in the cache, so a usual set is asked for
  * whole before its first row is used (a window of rows for larger sets):
- * the misses overlap instead of each waiting for DRAM in turn. */
+ * the misses overlap instead of each waiting for DRAM in turn. Rows are
+ * then copied side by side in blocks and scored and summed by the dense
+ * decode kernels (q8_0 / q4_0 keys: the quantised query, as dense decode). */
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
                            const int *slots, int n, float *scores, float *out);
 
