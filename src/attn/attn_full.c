@@ -73,13 +73,34 @@ static void prefetch_row(const void *row, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o, 0, 3);
 }
 
+/* The key (values = 0) or value row of a slot */
+static const void *row_of(const kv_cache *kv, int layer, int kv_head, int values, int slot) {
+    return values ? kv_cache_value(kv, layer, kv_head, slot) : kv_cache_key(kv, layer, kv_head, slot);
+}
+
+/* Rows slots[j0 .. j0 + nb) of n side by side into dst, each asking for the
+ * row GATHER_WINDOW further on (the first window: gather_start) */
+static void gather_block(const kv_cache *kv, int layer, int kv_head, int values, const int *slots, int j0, int nb,
+                         int n, unsigned char *dst) {
+    const size_t rb = kv->row_bytes;
+    for (int j = j0; j < j0 + nb; j++) {
+        if (j + GATHER_WINDOW < n) prefetch_row(row_of(kv, layer, kv_head, values, slots[j + GATHER_WINDOW]), rb);
+        memcpy(dst + (size_t)(j - j0) * rb, row_of(kv, layer, kv_head, values, slots[j]), rb);
+    }
+}
+
+/* asks for the first GATHER_WINDOW rows of a set */
+static void gather_start(const kv_cache *kv, int layer, int kv_head, int values, const int *slots, int n) {
+    for (int j = 0; j < n && j < GATHER_WINDOW; j++)
+        prefetch_row(row_of(kv, layer, kv_head, values, slots[j]), kv->row_bytes);
+}
+
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
                            const int *slots, int n, float *scores, float *out) {
     const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
     const int hd = kv->head_dim;
-    const size_t rb = kv->row_bytes;
     gather_rows rows;
-    const int block = (int)(sizeof rows.bytes / rb);
+    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
     /* Each key row is asked for GATHER_WINDOW rows before its use, so for
      * a usual set all of them before the first, and the value rows likewise
      * before the softmax: scattered rows wait on DRAM and often a page walk,
@@ -88,26 +109,20 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
      * Blocks of rows are then copied side by side for the decode kernels,
      * which convert each row once for the g heads in wide registers (one
      * dot and one axpy call per row and head measured 1 ms a step more). */
-    for (int j = 0; j < n && j < GATHER_WINDOW; j++) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j]), rb);
+    gather_start(kv, layer, kv_head, 0, slots, n);
     /* s_ij = scale q_i . k_j */
     for (int j0 = 0; j0 < n; j0 += block) {
         const int nb = n - j0 < block ? n - j0 : block;
-        for (int j = j0; j < j0 + nb; j++) {
-            if (j + GATHER_WINDOW < n) prefetch_row(kv_cache_key(kv, layer, kv_head, slots[j + GATHER_WINDOW]), rb);
-            memcpy(rows.bytes + (size_t)(j - j0) * rb, kv_cache_key(kv, layer, kv_head, slots[j]), rb);
-        }
+        gather_block(kv, layer, kv_head, 0, slots, j0, nb, n, rows.bytes);
         ops.scores(q, g, rows.bytes, nb, hd, scale, scores + j0, n);
     }
-    for (int j = 0; j < n && j < GATHER_WINDOW; j++) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j]), rb);
+    gather_start(kv, layer, kv_head, 1, slots, n);
     for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
     /* out_i = sum_j p_ij v_j */
     memset(out, 0, (size_t)g * hd * sizeof(float));
     for (int j0 = 0; j0 < n; j0 += block) {
         const int nb = n - j0 < block ? n - j0 : block;
-        for (int j = j0; j < j0 + nb; j++) {
-            if (j + GATHER_WINDOW < n) prefetch_row(kv_cache_value(kv, layer, kv_head, slots[j + GATHER_WINDOW]), rb);
-            memcpy(rows.bytes + (size_t)(j - j0) * rb, kv_cache_value(kv, layer, kv_head, slots[j]), rb);
-        }
+        gather_block(kv, layer, kv_head, 1, slots, j0, nb, n, rows.bytes);
         ops.accum(scores + j0, g, n, rows.bytes, nb, hd, out);
     }
 }

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/blas.h"
 #include "base/error.h"
 #include "complete/completion.h"
 #include "kernels/kernels.h"
+#include "model/matmul.h"
 
 typedef struct sparse_stage {
     attn_stage base;            /* first member: the stage is cast back from it */
@@ -38,28 +38,19 @@ typedef struct sparse_stage {
 
 static const char *sparse_name = "sparse";
 
-/* Batches at least this large project through sgemm. */
-#define PROJECT_GEMM_MIN 4
-
 /* The batch's search keys and queries: ks[t] = W_Ks h_t, qs[t] = W_Qs h_t
- * (W [d_search][n_embd]). A decode step's few tokens take the 2 d_search
- * rows as dot products split across the threads in one parallel region:
- * sgemm on one row first packs W on one thread (2.7 ms of a 45 ms step
- * at 32K over 24 layers, for 0.4 ms of reads). */
+ * (W [d_search][n_embd], f32). Through matmul: a decode step's few tokens
+ * as row dot products across the threads, batches through sgemm (which on
+ * one row first packs W on one thread: 2.7 ms of a 45 ms step at 32K over
+ * 24 layers, for 0.4 ms of reads). */
 static void project(sparse_stage *s, const float *H, int n, int n_threads) {
-    const int d = s->d_search, e = s->n_embd;
-    if (n >= PROJECT_GEMM_MIN) {
-        blas_sgemm(n_threads, 0, 1, n, d, e, 1.0f, H, e, s->wk_s, e, 0.0f, s->ks, d);
-        blas_sgemm(n_threads, 0, 1, n, d, e, 1.0f, H, e, s->wq_s, e, 0.0f, s->qs, d);
-        return;
-    }
-    const kernels *K = kernels_get();
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int o = 0; o < 2 * d; o++) {
-        const float *w = o < d ? s->wk_s + (size_t)o * e : s->wq_s + (size_t)(o - d) * e;
-        float *y = o < d ? s->ks + o : s->qs + (o - d);
-        for (int t = 0; t < n; t++) y[(size_t)t * d] = K->dot_f32(H + (size_t)t * e, w, e);
-    }
+    matrix wk = {.type = GGML_TYPE_F32, .rows = s->d_search, .cols = s->n_embd,
+                 .row_bytes = (size_t)s->n_embd * sizeof(float)};
+    matrix wq = wk;
+    wk.data = s->wk_s;
+    wq.data = s->wq_s;
+    matmul(s->ks, H, &wk, n, NULL, n_threads);
+    matmul(s->qs, H, &wq, n, NULL, n_threads);
 }
 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {

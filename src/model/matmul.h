@@ -23,7 +23,8 @@ typedef struct matmul_scratch {
 int matmul_scratch_init(matmul_scratch *s, int n_batch, int64_t cols);
 void matmul_scratch_free(matmul_scratch *s);
 
-/* Y[t][o] = sum_i X[t][i] * W[o][i] for t < T (T <= the scratch's n_batch). */
+/* Y[t][o] = sum_i X[t][i] * W[o][i] for t < T (T <= the scratch's n_batch).
+ * f32 W uses no scratch: s may then be NULL. */
 void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads);
 
 /* Y[i] = X W[i]^T for n matrices that share their input X (q, k, v; gate,
