@@ -91,10 +91,9 @@ int main(int argc, char **argv) {
     uint64_t rng = rng_seed(3);
     float *centres = malloc((size_t)256 * d * sizeof(float));
     float *keys = malloc((size_t)n_max * d * sizeof(float)), *qs = malloc((size_t)n_q * d * sizeof(float));
-    int32_t *seg = calloc((size_t)n_max + 1, sizeof(int32_t));
     int32_t *ref = malloc((size_t)n_q * k * sizeof(int32_t)), *out = malloc((size_t)k * sizeof(int32_t));
     double *t = malloc((size_t)n_q * sizeof(double));
-    if (!centres || !keys || !qs || !seg || !ref || !out || !t) return 1;
+    if (!centres || !keys || !qs || !ref || !out || !t) return 1;
     for (int i = 0; i < 256 * d; i++) centres[i] = rng_normal(&rng);
     make_rows(keys, n_max, d, clustered, centres, &rng);
     make_rows(qs, n_q, d, clustered, centres, &rng);
@@ -103,8 +102,8 @@ int main(int argc, char **argv) {
     printf("%8s %-10s %9s %11s %10s %9s %10s\n", "n", "selector", "ms/query", "KB read/q", "recall@K", "insert us", "MiB");
     for (int ni = 0; ni < n_n; ni++) {
         const int n = ns[ni];
-        select_mask mask = {.n_slots = n, .seg = seg, .query_seg = 0, .ex0_lo = 0, .ex0_hi = 4, .ex1_lo = n - 16,
-                            .ex1_hi = n};
+        /* ranges alone, as decode's masks (documents are runs of slots) */
+        select_mask mask = {.n_slots = n, .ex0_lo = 0, .ex0_hi = 4, .ex1_lo = n - 16, .ex1_hi = n};
         for (int ci = 0; ci < N_CONFIGS; ci++) {
             const config *cf = &configs[ci];
             if (ci > 0 && !in_list(only, cf->name)) continue; /* exact-f32 always: the reference */
@@ -155,7 +154,6 @@ int main(int argc, char **argv) {
     free(centres);
     free(keys);
     free(qs);
-    free(seg);
     free(ref);
     free(out);
     free(t);

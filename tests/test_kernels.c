@@ -319,6 +319,33 @@ static void check_f32_to_f16(const char *name, const kernels *K) {
     printf("%s: f32 -> f16 rows, %d mismatches\n", name, bad);
 }
 
+/* candidate lists: every index whose value is >= t, in order, against a
+ * plain loop (NaNs never pass; t = -inf passes the rest) */
+static void check_index_at_least(const char *name, const kernels *K) {
+    uint64_t rng = rng_seed(29);
+    static float x[700];
+    static int32_t got[700];
+    int bad = 0;
+    for (int rep = 0; rep < 300; rep++) {
+        const int n = rep % 23 + (rep % 4 == 0 ? 650 : 0);
+        for (int i = 0; i < n; i++) x[i] = (float)rng_normal(&rng);
+        if (n > 3) x[rep % n] = NAN;
+        const float t = rep % 5 == 0   ? -INFINITY
+                        : rep % 5 == 1 ? x[(7 * rep + 1) % (n ? n : 1)] /* ties */
+                                       : (float)(rep % 7) * 0.4f - 1.0f;
+        const int c = K->index_at_least(x, n, t, got);
+        int want = 0;
+        for (int i = 0; i < n; i++)
+            if (x[i] >= t) {
+                bad += want >= c || got[want] != i;
+                want++;
+            }
+        bad += c != want;
+    }
+    CHECK(bad == 0, "%s index_at_least: %d wrong entries", name, bad);
+    printf("%s: index_at_least, %d wrong entries\n", name, bad);
+}
+
 int main(void) {
     const kernels *sets[2] = {kernels_scalar(), kernels_avx2()};
     if (!sets[1]) printf("note: this CPU lacks AVX2+FMA+F16C; only the scalar kernels are tested\n");
@@ -329,6 +356,7 @@ int main(void) {
         check_exp(sets[s]->name, sets[s]);
         check_f16f16(sets[s]->name, sets[s]);
         check_f32_to_f16(sets[s]->name, sets[s]);
+        check_index_at_least(sets[s]->name, sets[s]);
     }
     /* the AVX-512 decode kernels, in a copy of the AVX2 set */
     const kernels_kv_decode *wide = kernels_kv_decode_avx512();

@@ -272,6 +272,23 @@ int main(void) {
         rel = max_rel(got, full_packed, (size_t)N_TOK * V);
         CHECK(rel > 1e-4, "batch prefill %s K=8 should differ from full attention (rel %.2e)", all_kinds[k], rel);
     }
+    /* documents are runs of slots: a segment id lower than the one before
+     * (in the batch, or the cache's last slot) is refused, nothing cached */
+    {
+        subq_context_params cp = subq_context_default_params();
+        cp.n_ctx = 8;
+        subq_context *c;
+        CHECK(!subq_context_new(model, &cp, &c, &err), "context: %s", err.msg);
+        const int32_t down[2] = {1, 0}, one = 1, zero = 0;
+        CHECK(context_forward(c, toks, 2, NULL, down, NULL, 0, &err) == SUBQ_ERR_ARG && strstr(err.msg, "segment") &&
+                  c->kv.n_used == 0,
+              "decreasing segment ids in a batch must be refused (%s)", err.msg);
+        CHECK(!context_forward(c, toks, 1, NULL, &one, NULL, 0, &err), "segment 1: %s", err.msg);
+        CHECK(context_forward(c, toks, 1, NULL, &zero, NULL, 0, &err) == SUBQ_ERR_ARG && c->kv.n_used == 1,
+              "a segment id below the cache's last must be refused");
+        CHECK(!context_forward(c, toks, 1, NULL, &one, NULL, 0, &err) && c->kv.n_used == 2, "same segment: %s", err.msg);
+        subq_context_free(c);
+    }
     free(cand_a);
     free(cand_b);
     free(dec);

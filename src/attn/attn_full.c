@@ -138,9 +138,12 @@ static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const 
     const int hd = kv->head_dim, n = j1 - j0;
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
     ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
-    for (int j = 0; j < n; j++)
-        if (kv->seg[j0 + j] != seg)
-            for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = -INFINITY;
+    /* documents are runs of slots: keys that start and end in the query's
+     * lie wholly in it */
+    if (kv->seg[j0] != seg || kv->seg[j1 - 1] != seg)
+        for (int j = 0; j < n; j++)
+            if (kv->seg[j0 + j] != seg)
+                for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = -INFINITY;
     for (int i = 0; i < g; i++) {
         float *row = scores + (size_t)i * n, mx = max_of(row, n);
         m[i] = mx;

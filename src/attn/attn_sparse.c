@@ -272,7 +272,10 @@ static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, 
 /* The query in `slot` attends the sinks [doc0, sink_hi) (first n_sink slots
  * of its document), the tail [tail_lo, slot] (the n_tail most recent slots of
  * its document up to itself) and the candidates a selector returns under m,
- * which never returns sinks or tail, so the three sets are disjoint. */
+ * which never returns sinks or tail, so the three sets are disjoint.
+ * Documents are contiguous runs of slots (context_forward refuses segment
+ * ids that go down), so m is ranges alone: everything before sink_hi is
+ * excluded, and a scan never reads segment ids. */
 typedef struct query_window {
     int doc0, sink_hi, tail_lo;
     select_mask m;
@@ -286,8 +289,7 @@ static query_window window_of(const sparse_stage *s, const kv_cache *kv, int slo
     int tail_lo = slot + 1 - s->p.n_tail > sink_hi ? slot + 1 - s->p.n_tail : sink_hi;
     int visible = s->freeze_slot >= 0 && s->freeze_slot < slot + 1 ? s->freeze_slot : slot + 1;
     query_window w = {.doc0 = doc0, .sink_hi = sink_hi, .tail_lo = tail_lo,
-                      .m = {.n_slots = visible, .seg = kv->seg, .query_seg = seg,
-                            .ex0_lo = doc0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1}};
+                      .m = {.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1}};
     return w;
 }
 
@@ -382,8 +384,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         int w = d > st->slot0 ? d : st->slot0; /* the batch's part of the document ... */
         if (slot + 1 - s->p.n_tail < w) w = slot + 1 - s->p.n_tail; /* ... or the tail, whichever reaches further */
         lo[t] = w > sink_hi ? w : sink_hi;
-        m[t] = (select_mask){.n_slots = visible, .seg = kv->seg, .query_seg = seg,
-                             .ex0_lo = d, .ex0_hi = sink_hi, .ex1_lo = lo[t], .ex1_hi = slot + 1};
+        m[t] = (select_mask){.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = lo[t], .ex1_hi = slot + 1};
     }
     int32_t *cand = s->rec.cand;
     if (!rc && K > 0 &&

@@ -126,6 +126,9 @@ typedef struct kernels {
     /* y[i] += w * x[i] */
     void (*axpy_f32)(float *y, float w, const float *x, int n);
     void (*axpy_f16)(float *y, float w, const uint16_t *x, int n);
+    /* idx[0..c) = the i < n with x[i] >= t, in order; returns c (a scan's
+     * candidates: most scores lose, so whole vectors are passed over) */
+    int (*index_at_least)(const float *x, int n, float t, int32_t *idx);
     /* x[j] = exp(x[j] - mx) (exp(-inf) = 0), returns the sum */
     float (*exp_shift_sum)(float *x, int n, float mx);
     kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;

@@ -518,6 +518,19 @@ TARGET static void f32_to_f16(const float *x, uint16_t *dst, int n) {
     for (; i < n; i++) dst[i] = fp32_to_fp16(x[i]);
 }
 
+/* eight compares per instruction; only vectors with a pass list them */
+TARGET static int index_at_least(const float *x, int n, float t, int32_t *idx) {
+    const __m256 vt = _mm256_set1_ps(t);
+    int c = 0, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned pass = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vt, _CMP_GE_OQ));
+        for (; pass; pass &= pass - 1) idx[c++] = i + __builtin_ctz(pass);
+    }
+    for (; i < n; i++)
+        if (x[i] >= t) idx[c++] = i;
+    return c;
+}
+
 TARGET static void axpy_f32(float *y, float w, const float *x, int n) {
     __m256 vw = _mm256_set1_ps(w);
     int i = 0;
@@ -1002,6 +1015,7 @@ const kernels kernels_avx2_set = {
     .dot_f16 = dot_f16,
     .dot_f16f16 = dot_f16f16,
     .f32_to_f16 = f32_to_f16,
+    .index_at_least = index_at_least,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,

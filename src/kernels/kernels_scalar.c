@@ -201,6 +201,16 @@ static void f32_to_f16(const float *x, uint16_t *dst, int n) {
     for (int i = 0; i < n; i++) dst[i] = fp32_to_fp16(x[i]);
 }
 
+/* branch-free: every index is written, the count moves on the passes */
+static int index_at_least(const float *x, int n, float t, int32_t *idx) {
+    int c = 0;
+    for (int i = 0; i < n; i++) {
+        idx[c] = i;
+        c += x[i] >= t;
+    }
+    return c;
+}
+
 static void axpy_f32(float *y, float w, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += w * x[i];
 }
@@ -428,6 +438,7 @@ const kernels kernels_scalar_set = {
     .dot_f16 = dot_f16,
     .dot_f16f16 = dot_f16f16,
     .f32_to_f16 = f32_to_f16,
+    .index_at_least = index_at_least,
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,

@@ -33,7 +33,8 @@ struct subq_context {
 
 /* Forward n tokens with explicit positions and segment (document) ids
  * (either may be NULL: positions continue from the cache, segment 0).
- * Positions drive RoPE; segments make attention block-causal. */
+ * Positions drive RoPE; segments make attention block-causal. Segment ids
+ * may not decrease, from the cache's last slot on (SUBQ_ERR_ARG). */
 subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const int32_t *pos,
                             const int32_t *seg, float *logits, int all_logits, subq_error *err);
 

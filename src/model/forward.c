@@ -141,6 +141,14 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
         if (tokens[t] < 0 || tokens[t] >= hp->n_vocab)
             return subq_fail(err, SUBQ_ERR_RANGE, "token id %d at index %d is outside the vocabulary (0..%d)",
                              tokens[t], t, hp->n_vocab - 1);
+    /* documents are contiguous runs of slots, which attention relies on
+     * (a query's document is the run that ends at it) */
+    for (int t = 0; seg && t < n; t++) {
+        const int32_t prev = t > 0 ? seg[t - 1] : c->kv.n_used > 0 ? c->kv.seg[c->kv.n_used - 1] : INT32_MIN;
+        if (seg[t] < prev)
+            return subq_fail(err, SUBQ_ERR_ARG, "segment id %d at index %d follows %d: segment ids must not decrease",
+                             (int)seg[t], t, (int)prev);
+    }
     memcpy(c->tok + c->kv.n_used, tokens, (size_t)n * sizeof(int32_t));
     c->logits_at = -1;
     for (int done = 0; done < n;) {

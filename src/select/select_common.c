@@ -344,6 +344,7 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
     scan_buf b;
     if (k <= 0) return 0;
     if (!scan_buf_init(s, sc, k, &b)) return -1;
+    const kernels *K = kernels_get();
     b.t.thr = thr0;
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     int64_t scored = 0;
@@ -355,13 +356,9 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
             if (r->scores || r->code_scores) { /* consecutive rows: no slot list, several rows per sum */
                 score_run(r, j0, j1 - j0, b.dots);
                 /* most scores lose to the worst kept at the last cut: the
-                 * others are listed without branches, then offered */
+                 * others are listed, then offered */
                 const float worst = b.t.thr ? key_score(b.t.thr) : -INFINITY;
-                int nc = 0;
-                for (int i = 0; i < j1 - j0; i++) {
-                    b.idx[nc] = i;
-                    nc += b.dots[i] >= worst;
-                }
+                const int nc = K->index_at_least(b.dots, j1 - j0, worst, b.idx);
                 for (int c = 0; c < nc; c++) {
                     const int j = j0 + b.idx[c];
                     if (!m->seg || m->seg[j] == m->query_seg) topk_push(&b.t, b.dots[b.idx[c]], j);
