@@ -193,5 +193,24 @@ int main(void) {
     CHECK(kv_cache_init(&kv, 1, 1, KV_MAX_HEAD_DIM + 32, 16, SUBQ_KV_F16, &err) == SUBQ_ERR_UNSUPPORTED,
           "heads wider than KV_MAX_HEAD_DIM");
     CHECK(strstr(err.msg, "at most") != NULL, "message: %s", err.msg);
+    /* a slot's document start by bisection, against walking back over
+     * random runs of segment ids (one-slot runs and gaps in the ids too) */
+    CHECK(!kv_cache_init(&kv, 1, 1, 8, 3000, SUBQ_KV_F32, &err), "cache: %s", err.msg);
+    uint64_t rng = rng_seed(31);
+    int wrong = 0;
+    for (int rep = 0; rep < 20; rep++) {
+        int32_t id = (int32_t)(rng_next_u64(&rng) % 3) - 1;
+        for (int j = 0; j < kv.n_ctx; j++) {
+            if (rng_next_u64(&rng) % (rep % 4 == 0 ? 2 : 300) == 0) id += 1 + (int32_t)(rng_next_u64(&rng) % 3);
+            kv.seg[j] = id;
+        }
+        for (int j = 0; j < kv.n_ctx; j++) {
+            int d = j;
+            while (d > 0 && kv.seg[d - 1] == kv.seg[j]) d--;
+            wrong += kv_cache_doc_start(&kv, j) != d;
+        }
+    }
+    CHECK(wrong == 0, "kv_cache_doc_start: %d slots wrong", wrong);
+    kv_cache_free(&kv);
     return test_summary();
 }

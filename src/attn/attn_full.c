@@ -255,8 +255,7 @@ static const float *head_rows_f32(const kv_cache *kv, const void *base, int n, f
 /* First slot of the document of each query of the batch (segments are
  * contiguous runs of slots). */
 static void doc_starts(const kv_cache *kv, int slot0, int n, int32_t *first) {
-    int d = slot0;
-    while (d > 0 && kv->seg[d - 1] == kv->seg[slot0]) d--;
+    int d = kv_cache_doc_start(kv, slot0);
     for (int t = 0; t < n; t++) {
         int slot = slot0 + t;
         if (t > 0 && kv->seg[slot] != kv->seg[slot - 1]) d = slot;

@@ -282,9 +282,7 @@ typedef struct query_window {
 } query_window;
 
 static query_window window_of(const sparse_stage *s, const kv_cache *kv, int slot) {
-    const int32_t seg = kv->seg[slot];
-    int doc0 = slot; /* first slot of the query's document: segments are contiguous runs */
-    while (doc0 > 0 && kv->seg[doc0 - 1] == seg) doc0--;
+    const int doc0 = kv_cache_doc_start(kv, slot);
     int sink_hi = doc0 + s->p.n_sink < slot + 1 ? doc0 + s->p.n_sink : slot + 1;
     int tail_lo = slot + 1 - s->p.n_tail > sink_hi ? slot + 1 - s->p.n_tail : sink_hi;
     int visible = s->freeze_slot >= 0 && s->freeze_slot < slot + 1 ? s->freeze_slot : slot + 1;
@@ -377,8 +375,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     for (int t = 0; !rc && t < n; t++) {
         const int slot = st->slot0 + t;
         const int32_t seg = kv->seg[slot];
-        int d = t > 0 && kv->seg[slot - 1] == seg ? doc0[t - 1] : slot; /* segments are contiguous runs */
-        while (t == 0 && d > 0 && kv->seg[d - 1] == seg) d--;
+        const int d = t > 0 && kv->seg[slot - 1] == seg ? doc0[t - 1] : kv_cache_doc_start(kv, slot);
         doc0[t] = d;
         const int sink_hi = d + s->p.n_sink < slot + 1 ? d + s->p.n_sink : slot + 1;
         int w = d > st->slot0 ? d : st->slot0; /* the batch's part of the document ... */

@@ -97,6 +97,17 @@ void kv_cache_free(kv_cache *kv) {
     memset(kv, 0, sizeof *kv);
 }
 
+int kv_cache_doc_start(const kv_cache *kv, int slot) {
+    const int32_t seg = kv->seg[slot];
+    int lo = 0, hi = slot; /* the first slot with seg[] >= seg lies in [lo, hi] */
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (kv->seg[mid] < seg) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v) {
     int row = kv->n_head_kv * kv->head_dim;
     for (int t = 0; t < n; t++) {

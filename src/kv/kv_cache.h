@@ -37,6 +37,11 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
                           subq_kv_type type, subq_error *err);
 void kv_cache_free(kv_cache *kv);
 
+/* First slot of the document (segment) that `slot` lies in. Segment ids
+ * never go down along the cache (context_forward refuses that), so each
+ * document is a run of slots, found by bisection. */
+int kv_cache_doc_start(const kv_cache *kv, int slot);
+
 /* Write n tokens' keys and values (rows [t][n_head_kv*head_dim]) of one layer
  * into slots slot0 .. slot0+n-1, converted to the cache's type. */
 void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v);
