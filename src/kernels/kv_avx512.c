@@ -66,14 +66,14 @@ INLINE512 void scores_rows1(const float *q, const void *keys, int n, int hd, flo
     }
 }
 
-/* Two heads (qa, qb) of NB x 16 values (NB <= 8, a constant), held in
- * registers, against four keys at a time, each key's row read front to
- * back. Streaming from DRAM, one core scores rows read so at ~0.9 of a
- * plain sum's rate and rows read as scores_rows does below (the four rows'
- * columns in turn) at ~0.8; from L2 ~10% slower (one FMA chain per row and
- * head). */
-INLINE512 void scores_pair_held(const float *qa, const float *qb, const void *keys, int n, int NB, float scale, float *sa,
-                              float *sb, int f16) {
+/* Two heads (qa, qb) of NB x 16 values (NB even, <= 8, a constant) held in
+ * registers, against two keys at a time, each key's row read front to back
+ * (two FMA chains per key and head). Streaming from DRAM, one core scores
+ * rows read so at ~0.9 of a plain sum's rate, and at ~0.8 rows read as
+ * scores_rows does below, the columns of four rows in turn
+ * (bench/bench_kv_stream.c). */
+INLINE512 void scores_pair_held(const float *qa, const float *qb, const void *keys, int n, int NB, float scale,
+                                float *sa, float *sb, int f16) {
     const int hd = 16 * NB;
     const size_t rb = (size_t)hd * (f16 ? 2 : 4);
     const __m128 vs = _mm_set1_ps(scale);
@@ -83,20 +83,30 @@ INLINE512 void scores_pair_held(const float *qa, const float *qb, const void *ke
         y[c] = _mm512_loadu_ps(qb + 16 * c);
     }
     int j = 0;
-    for (; j + 4 <= n; j += 4) {
-        prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 4 * rb);
-        __m512 a[4], b[4];
+    for (; j + 2 <= n; j += 2) {
+        prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 2 * rb);
+        __m512 a[2], b[2];
         const size_t r = (size_t)j * hd;
-        UNROLL for (int k = 0; k < 4; k++) {
-            a[k] = b[k] = _mm512_setzero_ps();
-            UNROLL for (int c = 0; c < NB; c++) {
-                const __m512 kk = load16(keys, r + (size_t)k * hd + 16 * c, f16);
-                a[k] = _mm512_fmadd_ps(x[c], kk, a[k]);
-                b[k] = _mm512_fmadd_ps(y[c], kk, b[k]);
+        UNROLL for (int k = 0; k < 2; k++) {
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+            UNROLL for (int c = 0; c < NB; c += 2) {
+                const __m512 k0 = load16(keys, r + (size_t)k * hd + 16 * c, f16);
+                const __m512 k1 = load16(keys, r + (size_t)k * hd + 16 * c + 16, f16);
+                a0 = _mm512_fmadd_ps(x[c], k0, a0);
+                b0 = _mm512_fmadd_ps(y[c], k0, b0);
+                a1 = _mm512_fmadd_ps(x[c + 1], k1, a1);
+                b1 = _mm512_fmadd_ps(y[c + 1], k1, b1);
             }
+            a[k] = _mm512_add_ps(a0, a1);
+            b[k] = _mm512_add_ps(b0, b1);
         }
-        _mm_storeu_ps(sa + j, _mm_mul_ps(vs, hsum4x16(a[0], a[1], a[2], a[3])));
-        if (sb) _mm_storeu_ps(sb + j, _mm_mul_ps(vs, hsum4x16(b[0], b[1], b[2], b[3])));
+        const __m128 t = _mm_mul_ps(vs, hsum4x16(a[0], a[1], b[0], b[1]));
+        sa[j] = _mm_cvtss_f32(t);
+        sa[j + 1] = _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1));
+        if (sb) {
+            sb[j] = _mm_cvtss_f32(_mm_shuffle_ps(t, t, 2));
+            sb[j + 1] = _mm_cvtss_f32(_mm_shuffle_ps(t, t, 3));
+        }
     }
     for (; j < n; j++) {
         __m512 a = _mm512_setzero_ps(), b = a;
