@@ -386,14 +386,11 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
  * 30 cuts per query, more time than the int4 scores). So a long scan
  * first scores a sample, SAMPLE_RUNS runs of consecutive rows spread over
  * its slots, 1/SAMPLE_FRACTION of them, and starts the buffer's threshold
- * at the r-th best sampled score, r chosen so that about 2k rows of the
- * whole should beat it (about one cut per scan; 4k was ~10% slower per
- * query at 32K-128K in bench/bench_select.c). A scan that keeps fewer
- * than k rows (the estimate came out too high: with r = 32 of a 64K-row
- * part's 2K samples, half the rows expected is ~3 sigma) runs again from
- * no threshold: the result is the same either way. 0: no threshold (short
- * scans, rows without a contiguous kernel, too few eligible rows in the
- * sample). */
+ * at the r-th best sampled score, r chosen so that about 4k rows of the
+ * whole should beat it. A scan that keeps fewer than k rows (the estimate
+ * came out too high) runs again from no threshold: the result is the same
+ * either way. 0: no threshold (short scans, rows without a contiguous
+ * kernel, too few eligible rows in the sample). */
 enum { SAMPLE_RUNS = 16, SAMPLE_FRACTION = 32, SAMPLE_MAX = 4096 };
 
 static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, const select_mask *m, int k,
@@ -424,7 +421,7 @@ static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, 
     }
     *n_scored += n_seen;
     /* r / n_seen of the sample beat the threshold, so about r * span / n_seen rows of the whole */
-    const int64_t want = ((int64_t)2 * k * n_seen + span - 1) / span;
+    const int64_t want = ((int64_t)4 * k * n_seen + span - 1) / span;
     if (n_seen == 0 || want < 1 || 2 * want > n_key) return 0;
     topk_buf t = {.key = key, .n = n_key, .k = (int)want};
     topk_cut(&t, (int)want);
