@@ -155,8 +155,8 @@ static void test_batch(selector *s, const float *keys, int d, int n, int f16, in
 static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select_score score, select_scan scan) {
     uint64_t rng = rng_seed(seed);
     float *keys = malloc((size_t)n * d * sizeof(float)), *q = malloc((size_t)d * sizeof(float));
-    int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc(512 * sizeof(int32_t));
-    double *want = malloc((size_t)n * sizeof(double)), *have = malloc(512 * sizeof(double));
+    int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc(2048 * sizeof(int32_t));
+    double *want = malloc((size_t)n * sizeof(double)), *have = malloc(2048 * sizeof(double));
     /* keys with a shared offset so cosines spread over a useful range, and
      * norms that differ so the dot product ranks otherwise */
     for (int j = 0; j < n; j++)
@@ -189,6 +189,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
         select_mask m;
         random_mask(&rng, n, seg, &m);
         int k = 1 + (int)(rng_next_u64(&rng) % 300);
+        if (n >= 12000 && it % 5 == 0) k = 600 + (int)(rng_next_u64(&rng) % 1400); /* a re-rank pool of K + 1536 */
         for (int c = 0; c < d; c++) q[c] = rng_normal(&rng) + 0.3f;
         /* brute force: every eligible slot's score, full sort */
         int ne = 0;

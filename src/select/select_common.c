@@ -218,7 +218,7 @@ void select_prepare(float *dst, const float *src, int d, select_score score) {
  * pairs: a pair enters only if it beats the worst pair kept at the last
  * cut, and a full buffer is cut to its k best by quickselect. Amortised
  * O(1) per pair, where a size-k heap pays O(log k) per pair that enters: the
- * compressed scans keep SELECT_RERANK * K pairs, and on Gaussian keys a heap
+ * compressed scans keep select_rerank_pool(K) pairs, and on Gaussian keys a heap
  * of 1024 took four times as long as the int8 dot products. A pair is held
  * as one integer key that orders as the heap does (higher score first,
  * equal scores -> lower slot first), so the cut compares and swaps single

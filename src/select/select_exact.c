@@ -7,7 +7,7 @@
  * Compressed scans (SELECT_SCAN_INT8 / INT4) keep beside each stored key
  * its row-scaled int8 / int4 codes (kernels/scan_codes.h) and scan those
  * against the query coded as int8: (d + 4) / 4d or (d / 2 + 4) / 4d of the
- * f32 bytes. The best SELECT_RERANK * K slots of that scan are re-ranked on
+ * f32 bytes. The best select_rerank_pool(K) slots of that scan are re-ranked on
  * the stored keys, so the result is the full scan's whenever they include
  * its top K (measured in bench/bench_select.c; tests/test_select_exact.c
  * checks recall@K >= 0.99).
@@ -139,7 +139,8 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     select_prepare(e->qn, q_search, e->d, s->params.score);
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = e->qn, .dot = e->dot,
                               .scores = e->scores, .row_bytes = (size_t)e->d * elem(e)};
-    const int pool = k > e->count / SELECT_RERANK ? e->count : SELECT_RERANK * k;
+    const int64_t want = select_rerank_pool(k);
+    const int pool = want < e->count ? (int)want : e->count;
     if (!e->bits || pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
     /* the codes' best `pool` slots, re-ranked on the stored keys */
     if (pool > e->pool_cap) {
