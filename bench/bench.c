@@ -39,6 +39,10 @@ static uint64_t sum_scalar(const uint64_t *p, size_t n) {
     return s;
 }
 
+uint64_t bench_sum_words(const uint64_t *p, size_t n) {
+    return __builtin_cpu_supports("avx2") ? sum_avx2(p, n) : sum_scalar(p, n);
+}
+
 double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
     /* 2 MiB pages, as the KV cache has (src/base/bigmem.c): with 4 KiB pages
      * two cores read up to 30% less, and whether a plain buffer got huge
@@ -51,7 +55,6 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
 #ifdef MADV_HUGEPAGE
     (void)madvise(buf, bytes, MADV_HUGEPAGE);
 #endif
-    int avx2 = __builtin_cpu_supports("avx2");
     /* first touch by the threads that will read, so pages are placed near them */
 #pragma omp parallel for num_threads(n_threads) schedule(static)
     for (size_t i = 0; i < n; i++) buf[i] = i;
@@ -65,7 +68,7 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
         {
             int nt = omp_get_num_threads(), id = omp_get_thread_num();
             size_t per = (n / (size_t)nt) & ~(size_t)15, lo = per * (size_t)id, hi = id == nt - 1 ? n : lo + per;
-            total += avx2 ? sum_avx2(buf + lo, hi - lo) : sum_scalar(buf + lo, hi - lo);
+            total += bench_sum_words(buf + lo, hi - lo);
         }
         double el = now_s() - t0;
         check += total;

@@ -4,8 +4,13 @@
 #define SUBQ_BENCH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "subq.h"
+
+/* The sum of the n 64-bit words at p (32-byte aligned), by the loop the
+ * bandwidth probe times: load-bound, so its rate is the read bandwidth. */
+uint64_t bench_sum_words(const uint64_t *p, size_t n);
 
 /* Read bandwidth in GB/s: n_threads threads summing a buffer of `bytes`
  * (>> last-level cache), best of `reps` passes. */

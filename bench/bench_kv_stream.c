@@ -10,33 +10,20 @@
  * up in the ratio, not in these.
  *
  * Build by hand after `make build` (not part of the CMake build):
- *   gcc -O2 -std=c11 -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_kv_stream.c \
- *       build/libsubq_internal.a -lm -o /tmp/bench_kv_stream
+ *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_kv_stream.c bench/bench.c \
+ *       build/libsubq_internal.a -lopenblas -lm -o /tmp/bench_kv_stream
  *   /tmp/bench_kv_stream
  */
-#include <immintrin.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 
 #include "base/timer.h"
+#include "bench/bench.h"
 #include "kernels/kernels.h"
 
 enum { HD = 128, G = 2, ITEM = 8192, PASSES = 15, L2_ROWS = 1024 };
-
-/* sum of 64-bit words (the read-bandwidth probe's loop, bench.c) */
-__attribute__((target("avx2"))) static uint64_t sum_words(const uint64_t *p, size_t n) {
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    return (uint64_t)_mm256_extract_epi64(a0, 0) + (uint64_t)_mm256_extract_epi64(a0, 3);
-}
 
 static int by_value(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -49,10 +36,6 @@ static double median(double *x, int n) {
 }
 
 int main(void) {
-    if (!__builtin_cpu_supports("avx2")) {
-        printf("this CPU lacks AVX2\n");
-        return 1;
-    }
     const size_t rows = (size_t)1 << 20, bytes = rows * HD * sizeof(uint16_t);
     uint16_t *kv = aligned_alloc((size_t)2 << 20, bytes);
     float *s = malloc(sizeof(float) * G * ITEM), q[G * HD], out[G * HD] = {0};
@@ -67,16 +50,16 @@ int main(void) {
     for (int r = 0; r < PASSES; r++) {
         double t[6];
         t[0] = time_now_s();
-        check += sum_words((const uint64_t *)kv, bytes / 8);
+        check += bench_sum_words((const uint64_t *)kv, bytes / 8);
         t[1] = time_now_s();
         for (size_t j = 0; j < rows; j += ITEM) ops.scores(q, G, kv + j * HD, ITEM, HD, 0.1f, s, ITEM);
         t[2] = time_now_s();
-        check += sum_words((const uint64_t *)kv, bytes / 8);
+        check += bench_sum_words((const uint64_t *)kv, bytes / 8);
         t[3] = time_now_s();
         for (int i = 0; i < G * ITEM; i++) s[i] = 1e-4f;
         for (size_t j = 0; j < rows; j += ITEM) ops.accum(s, G, ITEM, kv + j * HD, ITEM, HD, out);
         t[4] = time_now_s();
-        check += sum_words((const uint64_t *)kv, bytes / 8);
+        check += bench_sum_words((const uint64_t *)kv, bytes / 8);
         t[5] = time_now_s();
         /* each pass against the mean rate of the sums either side of it */
         scores_ratio[r] = ((t[1] - t[0]) + (t[3] - t[2])) / 2 / (t[2] - t[1]);

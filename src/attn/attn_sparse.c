@@ -374,8 +374,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
                                                           : SUBQ_OK;
     for (int t = 0; !rc && t < n; t++) {
         const int slot = st->slot0 + t;
-        const int32_t seg = kv->seg[slot];
-        const int d = t > 0 && kv->seg[slot - 1] == seg ? doc0[t - 1] : kv_cache_doc_start(kv, slot);
+        const int d = kv_cache_doc_start(kv, slot);
         doc0[t] = d;
         const int sink_hi = d + s->p.n_sink < slot + 1 ? d + s->p.n_sink : slot + 1;
         int w = d > st->slot0 ? d : st->slot0; /* the batch's part of the document ... */
