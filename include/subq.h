@@ -258,8 +258,8 @@ int subq_selector_needs_search(subq_selector_kind k);
 typedef enum subq_score { SUBQ_SCORE_COSINE = 0, SUBQ_SCORE_DOT, SUBQ_SCORE_COUNT } subq_score;
 /* What the exact selector's scan reads per key: the stored keys (f32, or
  * f16 with search_f16), or int8 / int4 codes of them with one f32 scale per
- * key (132 / 68 bytes per 512 f32 bytes at d_search 128), whose best 4 K
- * slots are re-ranked on the stored keys. */
+ * key (132 / 68 bytes per 512 f32 bytes at d_search 128), whose best
+ * K + min(3K, 1536) slots are re-ranked on the stored keys. */
 typedef enum subq_scan { SUBQ_SCAN_FULL = 0, SUBQ_SCAN_INT8, SUBQ_SCAN_INT4, SUBQ_SCAN_COUNT } subq_scan;
 /* "cosine" / "dot", "full" / "int8" / "int4" -> the value; -1 when unknown. */
 int subq_score_parse(const char *name);

@@ -43,7 +43,8 @@ typedef struct cli_sparse_opts {
     "  --search-f16         store search keys in f16 (exact, hnsw)\n"                         \
     "  --score cosine|dot   rank search keys by cosine (default) or raw inner product\n"       \
     "  --scan full|int8|int4  exact: scan the stored keys, or int8 / int4 codes of them\n"     \
-    "                       with the best 8K re-ranked on the stored keys (default full)\n"   \
+    "                       with their best K + min(3K, 1536) re-ranked on the stored\n"    \
+    "                       keys (default full)\n"                                          \
     "  --complete FILE      add the linear-attention completion of the unretrieved tokens\n" \
     "                       (maps from subq train-phi) on the layers the file covers\n"       \
     "  --complete-heads entropy>=X   complete only heads whose mid-region entropy (measured\n" \
