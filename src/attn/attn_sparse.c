@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn/sparse_metrics.h"
 #include "base/error.h"
 #include "complete/completion.h"
 #include "kernels/kernels.h"
@@ -23,11 +24,13 @@ typedef struct sparse_stage {
     int freeze_slot;            /* static-index mode, -1 = off */
     int metrics_on;
     sparse_metrics metrics;
-    /* per-query metric buffers (measure_query), for documents of m_cap slots */
-    float *m_p, *m_pmax, *m_sc, *m_sel;
-    int *m_idx;
-    unsigned char *m_att;
-    int32_t *m_exact;
+    /* metrics (subq eval): each query's document start, mask and, for
+     * per-head selectors, every head's candidates, for batches of up to
+     * m_cap tokens, measured once the batch is attended (sparse_metrics.c) */
+    int *m_doc0;
+    select_mask *m_mask;
+    int32_t *m_hcand;           /* [m_cap][n_head][top_k] */
+    int32_t *m_exact;           /* the shadow exact selector's set */
     int m_cap;
     selector *shadow;           /* exact selector beside an ANN one (metrics) */
     attn_completion *comp;      /* NULL: selection only */
@@ -70,62 +73,21 @@ static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
     return SUBQ_OK;
 }
 
-/* Per-query metric buffers for documents of up to n slots (allocated once,
- * for the whole cache, when n is its capacity). */
-static subq_status ensure_metric_buffers(sparse_stage *s, int n, subq_error *err) {
+/* Metric buffers for batches of up to n tokens. */
+static subq_status ensure_metric_buffers(sparse_stage *s, int n, int n_head, subq_error *err) {
     if (n <= s->m_cap) return SUBQ_OK;
-    float *p = realloc(s->m_p, (size_t)n * sizeof(float));
-    if (p) s->m_p = p;
-    float *pmax = realloc(s->m_pmax, (size_t)n * sizeof(float));
-    if (pmax) s->m_pmax = pmax;
-    float *sc = realloc(s->m_sc, (size_t)n * sizeof(float));
-    if (sc) s->m_sc = sc;
-    float *sel = realloc(s->m_sel, (size_t)n * sizeof(float));
-    if (sel) s->m_sel = sel;
-    int *idx = realloc(s->m_idx, (size_t)n * sizeof(int));
-    if (idx) s->m_idx = idx;
-    unsigned char *att = realloc(s->m_att, (size_t)n);
-    if (att) s->m_att = att;
-    if (!s->m_exact) s->m_exact = malloc((size_t)(s->p.top_k > 0 ? s->p.top_k : 1) * sizeof(int32_t));
-    if (!p || !pmax || !sc || !sel || !idx || !att || !s->m_exact)
-        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d keys)", n);
+    const size_t k = (size_t)(s->p.top_k > 0 ? s->p.top_k : 1);
+    int *doc0 = realloc(s->m_doc0, (size_t)n * sizeof(int));
+    if (doc0) s->m_doc0 = doc0;
+    select_mask *mask = realloc(s->m_mask, (size_t)n * sizeof(select_mask));
+    if (mask) s->m_mask = mask;
+    int32_t *hcand = s->per_head ? realloc(s->m_hcand, (size_t)n * n_head * k * sizeof(int32_t)) : NULL;
+    if (hcand) s->m_hcand = hcand;
+    if (!s->m_exact) s->m_exact = malloc(k * sizeof(int32_t));
+    if (!doc0 || !mask || (s->per_head && !hcand) || !s->m_exact)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d queries)", n);
     s->m_cap = n;
     return SUBQ_OK;
-}
-
-/* Move the kk largest score[idx[.]] of idx[0..n) to the front, best first
- * (selection sort: K is small next to the document). */
-static void top_by(int *idx, int n, int kk, const float *score) {
-    for (int a = 0; a < kk; a++) {
-        int best = a;
-        for (int b = a + 1; b < n; b++)
-            if (score[idx[b]] > score[idx[best]]) best = b;
-        int t = idx[a];
-        idx[a] = idx[best];
-        idx[best] = t;
-    }
-}
-
-/* The k-th largest of a[0..n) (1 <= k <= n; a is reordered): quickselect,
- * O(n) on average where top_by is O(k n). */
-static float kth_largest(float *a, int n, int k) {
-    int lo = 0, hi = n - 1, want = k - 1;
-    while (lo < hi) {
-        float pivot = a[lo + (hi - lo) / 2];
-        int i = lo, j = hi;
-        while (i <= j) { /* larger values to the front */
-            while (a[i] > pivot) i++;
-            while (a[j] < pivot) j--;
-            if (i <= j) {
-                float t = a[i];
-                a[i++] = a[j], a[j--] = t;
-            }
-        }
-        if (want <= j) hi = j;
-        else if (want >= i) lo = i;
-        else break;
-    }
-    return a[want];
 }
 
 /* 1 if x is one of set[0..n) */
@@ -135,138 +97,39 @@ static int in_set(const int32_t *set, int n, int32_t x) {
     return 0;
 }
 
-/* |{doc0 + idx[0..kk)} ∩ cand[0..got)| */
-static int hits(const int *idx, int kk, int doc0, const int32_t *cand, int got) {
-    int hit = 0;
-    for (int a = 0; a < kk; a++) hit += in_set(cand, got, doc0 + idx[a]);
-    return hit;
-}
-
-/* Metrics of one query (see sparse_metrics) from the full per-head softmax
- * over the document prefix: the mass on the attended slots and the recall of
- * the candidates, in today's and the seed's definitions, and the ANN recall
- * against the shadow exact selector. Every query is counted or the call
- * fails: a dropped query would skew the means. The candidates are cand[0 ..
- * got[0]), or with a per-head selector head h's cand[h*K .. h*K + got[h]). */
-static subq_status measure_query(sparse_stage *s, const kv_cache *kv, int slot, int doc0, const float *q_s,
-                                 const float *q_native, const select_mask *m, const int32_t *cand, const int *got,
-                                 subq_error *err) {
-    const selector_env *env = &s->sel->env;
-    const int n = slot + 1 - doc0, hd = env->head_dim, g = env->n_head / env->n_head_kv, topk = s->p.top_k;
-    const int nh = env->n_head;
-    subq_status rc = ensure_metric_buffers(s, kv->n_ctx, err);
-    if (rc) return rc;
-    float *p = s->m_p, *pmax = s->m_pmax, *sc = s->m_sc;
-    int *idx = s->m_idx;
-    unsigned char *attended = s->m_att;
-    const float scale = 1.0f / sqrtf((float)hd);
-    const kernels_kv *ops = kv_cache_ops(kv);
-    /* the retrieval-eligible keys, and what every query attends anyway: the
-     * sinks + tail (everything the mask excludes in this document) */
-    int n_elig = 0;
-    for (int j = 0; j < n; j++) {
-        int slot_j = doc0 + j;
-        attended[j] = (slot_j >= m->ex0_lo && slot_j < m->ex0_hi) || (slot_j >= m->ex1_lo && slot_j < m->ex1_hi);
-        if (select_mask_allows(m, slot_j)) idx[n_elig++] = j;
-    }
-    const int kk = topk < n_elig ? topk : n_elig, seed_q = topk > 0 && n_elig >= topk;
-    /* p_h(j) = softmax_j(scale q_h . k_j) over the document prefix (in sc);
-     * p = mean_h p_h (today's teacher), pmax = max_h p_h (the seed's).
-     * Per-head sets are measured head by head against p_h: the mass of p_h
-     * on head h's attended slots, the recall of its candidates against the
-     * top-K of p_h (the seed's per-head Quest protocol, quest_sweep.py), both
-     * averaged over heads. */
-    double mass_h = 0.0, recall_h = 0.0, mass_seed_h = 0.0;
-    memset(p, 0, (size_t)n * sizeof(float));
-    memset(pmax, 0, (size_t)n * sizeof(float));
-    for (int h = 0; h < nh; h++) {
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            const void *key = kv_cache_key(kv, env->layer, h / g, doc0 + j);
-            const float *qh = q_native + (size_t)h * hd;
-            sc[j] = scale * ops->dot(qh, key, hd);
-            mx = sc[j] > mx ? sc[j] : mx;
-        }
-        double z = 0.0;
-        for (int j = 0; j < n; j++) z += sc[j] = (float)exp((double)sc[j] - mx);
-        for (int j = 0; j < n; j++) {
-            sc[j] = (float)(sc[j] / z);
-            p[j] += sc[j] / (float)nh;
-            pmax[j] = sc[j] > pmax[j] ? sc[j] : pmax[j];
-        }
-        if (!s->per_head) continue;
-        const int32_t *ch = cand + (size_t)h * topk;
-        double fixed = 0.0, on_cand = 0.0;
-        for (int j = 0; j < n; j++)
-            if (attended[j]) fixed += sc[j];
-        for (int i = 0; i < got[h]; i++) on_cand += sc[ch[i] - doc0];
-        mass_h += fixed + on_cand;
-        mass_seed_h += on_cand;
-        if (kk == 0) {
-            recall_h += 1.0;
-            continue;
-        }
-        /* the candidates (all eligible) at or above the K-th largest p_h
-         * among the eligible keys (ties counted at most K) */
-        for (int e = 0; e < n_elig; e++) s->m_sel[e] = sc[idx[e]];
-        const float thr = kth_largest(s->m_sel, n_elig, kk);
-        int hit = 0;
-        for (int i = 0; i < got[h]; i++) hit += sc[ch[i] - doc0] >= thr;
-        recall_h += (double)(hit < kk ? hit : kk) / kk;
-    }
-    if (s->per_head) {
-        s->metrics.mass_sum += mass_h / nh;
-        s->metrics.recall_sum += recall_h / nh;
-        if (seed_q) { /* kk == topk: the recall above is the seed's too */
-            s->metrics.mass_seed_sum += mass_seed_h / nh;
-            s->metrics.recall_seed_sum += recall_h / nh;
-            s->metrics.n_seed++;
-        }
-        s->metrics.n_queries++;
-        for (int h = 0; h < nh; h++) {
-            s->metrics.n_requested += topk;
-            s->metrics.n_filler += topk - got[h];
-        }
-        return SUBQ_OK;
-    }
-    for (int i = 0; i < got[0]; i++) attended[cand[i] - doc0] = 1;
-    double mass = 0.0;
-    for (int j = 0; j < n; j++)
-        if (attended[j]) mass += p[j];
-    s->metrics.mass_sum += mass;
-    /* recall: top-K of p among retrieval-eligible keys */
-    if (kk > 0) {
-        top_by(idx, n_elig, kk, p);
-        s->metrics.recall_sum += (double)hits(idx, kk, doc0, cand, got[0]) / kk;
-    } else {
-        s->metrics.recall_sum += 1.0;
-    }
-    /* the seed's: only queries with >= K eligible keys; the head mean of the
-     * per-head masses on the K candidates (= the mass of p there, as every
-     * head attends the same candidates); recall against the top-K of pmax */
-    if (seed_q) {
-        double ms = 0.0;
-        for (int i = 0; i < got[0]; i++) ms += p[cand[i] - doc0];
-        top_by(idx, n_elig, topk, pmax);
-        s->metrics.mass_seed_sum += ms;
-        s->metrics.recall_seed_sum += (double)hits(idx, topk, doc0, cand, got[0]) / topk;
-        s->metrics.n_seed++;
-    }
-    s->metrics.n_queries++;
+/* Metrics counted per query as it is attended: filler (requested - found)
+ * and, beside an ANN selector, the recall of its candidates against the
+ * shadow exact selector under the same mask. The teacher's figures are
+ * measured per batch (measure_batch). */
+static subq_status count_query(sparse_stage *s, const float *q_s, const float *q_native, const select_mask *m,
+                               const int32_t *cand, int got, subq_error *err) {
+    const int topk = s->p.top_k;
     s->metrics.n_requested += topk;
-    s->metrics.n_filler += topk - got[0];
-    if (s->shadow && topk > 0) {
-        int ne = selector_query(s->shadow, q_s, q_native, topk, m, s->m_exact);
-        if (ne < 0) return subq_fail(err, SUBQ_ERR_NOMEM, "the exact selector beside %s failed (layer %d)",
-                                     selector_kind_name(s->p.select.kind), env->layer);
-        if (ne > 0) {
-            int hit = 0;
-            for (int a = 0; a < ne; a++) hit += in_set(cand, got[0], s->m_exact[a]);
-            s->metrics.ann_recall_sum += (double)hit / ne;
-            s->metrics.n_ann++;
-        }
+    s->metrics.n_filler += topk - got;
+    if (!s->shadow || topk == 0) return SUBQ_OK;
+    int ne = selector_query(s->shadow, q_s, q_native, topk, m, s->m_exact);
+    if (ne < 0)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "the exact selector beside %s failed (layer %d)",
+                         selector_kind_name(s->p.select.kind), s->sel->env.layer);
+    if (ne > 0) {
+        int hit = 0;
+        for (int a = 0; a < ne; a++) hit += in_set(cand, got, s->m_exact[a]);
+        s->metrics.ann_recall_sum += (double)hit / ne;
+        s->metrics.n_ann++;
     }
     return SUBQ_OK;
+}
+
+/* The teacher's figures of the batch's queries (sparse_metrics.c), from the
+ * documents, masks and candidates noted while they were attended. */
+static subq_status measure_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, const int *doc0,
+                                 const select_mask *mask, const int32_t *cand, subq_error *err) {
+    const sparse_measure b = {
+        .layer = st->layer, .n_tokens = st->n_tokens, .slot0 = st->slot0, .n_head = st->n_head,
+        .n_head_kv = st->n_head_kv, .head_dim = st->head_dim, .top_k = s->p.top_k, .per_head = s->per_head,
+        .q = st->q, .doc0 = doc0, .mask = mask, .cand = cand, .n_threads = st->n_threads,
+    };
+    return sparse_metrics_measure(&b, kv, &s->metrics, err);
 }
 
 /* The query in `slot` attends the sinks [doc0, sink_hi) (first n_sink slots
@@ -303,15 +166,19 @@ static int assemble(const query_window *w, int slot, const int32_t *cand, int go
 /* Slots a query attends to (see query_window), one set for every head.
  * *n_slots receives the count written to `slots`; the candidates are
  * slots[*cand_off .. *cand_off + *n_cand). */
-static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int slot, const float *q_s, const float *q_native,
-                                int32_t *cand, int *slots, int *n_slots, int *cand_off, int *n_cand, subq_error *err) {
+static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int t, int slot, const float *q_s,
+                                const float *q_native, int32_t *cand, int *slots, int *n_slots, int *cand_off,
+                                int *n_cand, subq_error *err) {
     const query_window w = window_of(s, kv, slot);
     int got = s->p.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.top_k, &w.m, cand) : 0;
     if (got < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.kind), s->sel->env.layer);
-    subq_status rc = s->metrics_on ? measure_query(s, kv, slot, w.doc0, q_s, q_native, &w.m, cand, &got, err) : SUBQ_OK;
-    if (rc) return rc;
+    if (s->metrics_on) {
+        s->m_doc0[t] = w.doc0, s->m_mask[t] = w.m;
+        subq_status rc = count_query(s, q_s, q_native, &w.m, cand, got, err);
+        if (rc) return rc;
+    }
     for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
     *cand_off = w.sink_hi - w.doc0;
     *n_cand = got;
@@ -330,9 +197,16 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
     if (selector_query_heads(s->sel, q, K, &w.m, s->hcand, s->hgot) < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.kind), st->layer);
-    subq_status rc = s->metrics_on ? measure_query(s, kv, slot, w.doc0, NULL, q, &w.m, s->hcand, s->hgot, err) : SUBQ_OK;
-    if (rc) return rc;
     for (int i = 0; i < K; i++) rec[i] = i < s->hgot[0] ? s->hcand[i] : -1;
+    if (s->metrics_on) {
+        s->m_doc0[t] = w.doc0, s->m_mask[t] = w.m;
+        for (int h = 0; h < st->n_head; h++) {
+            int32_t *dst = s->m_hcand + ((size_t)t * st->n_head + h) * K;
+            for (int i = 0; i < K; i++) dst[i] = i < s->hgot[h] ? s->hcand[(size_t)h * K + i] : -1;
+            s->metrics.n_requested += K;
+            s->metrics.n_filler += K - s->hgot[h];
+        }
+    }
     for (int h = 0; h < st->n_head; h++) {
         int ns = assemble(&w, slot, s->hcand + (size_t)h * K, s->hgot[h], slots);
         if (s->comp)
@@ -389,17 +263,18 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
                        selector_kind_name(s->p.select.kind), s->sel->env.layer);
     for (int t = 0; !rc && t < n; t++) {
-        const int slot = st->slot0 + t, k_got = K > 0 ? got[t] : 0;
+        const int k_got = K > 0 ? got[t] : 0;
         int32_t *c = cand + (size_t)t * K, *x = extra + (size_t)t * n_extra;
         if (s->metrics_on)
-            rc = measure_query(s, kv, slot, doc0[t], s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL,
-                               st->q + (size_t)t * st->n_head * st->head_dim, &m[t], c, &k_got, err);
+            rc = count_query(s, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL,
+                             st->q + (size_t)t * st->n_head * st->head_dim, &m[t], c, k_got, err);
         for (int i = k_got; i < K; i++) c[i] = -1; /* filler: masked out */
         int e = 0;
         for (int j = doc0[t]; j < m[t].ex0_hi; j++) x[e++] = j;
         for (int i = 0; i < K; i++) x[e++] = c[i];
         while (e < n_extra) x[e++] = -1;
     }
+    if (!rc && s->metrics_on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
     if (!rc) rc = attn_batch(st, kv, lo, extra, n_extra, err);
     if (!rc) rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
     free(lo);
@@ -414,6 +289,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     sparse_stage *s = (sparse_stage *)self;
     const int n = st->n_tokens, hd = st->head_dim, g = st->n_head / st->n_head_kv;
     subq_status rc = ensure_buffers(s, n, err);
+    if (!rc && s->metrics_on) rc = ensure_metric_buffers(s, n, st->n_head, err);
     if (rc) return rc;
     s->rec.n_tokens = n;
     s->rec.top_k = s->p.top_k;
@@ -453,7 +329,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         }
         const float *q = st->q + (size_t)t * st->n_head * hd;
         int ns = 0, cand_off = 0, n_cand = 0;
-        rc = gather_slots(s, kv, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
+        rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
                           s->rec.cand + (size_t)t * s->p.top_k, slots, &ns, &cand_off, &n_cand, err);
         if (rc) break;
         if (s->comp) {
@@ -472,6 +348,8 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     }
     free(slots);
     free(scores);
+    if (!rc && s->metrics_on)
+        rc = measure_batch(s, st, kv, s->m_doc0, s->m_mask, s->per_head ? s->m_hcand : s->rec.cand, err);
     return rc;
 }
 
@@ -489,12 +367,9 @@ static void sparse_free(attn_stage *self) {
     selector_free(s->shadow);
     completion_free(s->comp);
     free(s->rec.cand);
-    free(s->m_p);
-    free(s->m_pmax);
-    free(s->m_sc);
-    free(s->m_sel);
-    free(s->m_idx);
-    free(s->m_att);
+    free(s->m_doc0);
+    free(s->m_mask);
+    free(s->m_hcand);
     free(s->m_exact);
     free(s->qs);
     free(s->ks);

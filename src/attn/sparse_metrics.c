@@ -1,0 +1,249 @@
+#include "attn/sparse_metrics.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/blas.h"
+#include "base/error.h"
+#include "kernels/kernels.h"
+
+/* Queries per block: x the heads of a KV head are the rows of one sgemm ... */
+#define MEASURE_BLOCK 32
+/* ... fewer when a block's scores would pass this many floats (16 MiB). */
+#define MEASURE_SCORE_FLOATS (4 << 20)
+
+/* One query's figures, summed over the batch in token order at the end. */
+typedef struct query_sums {
+    double mass, recall, mass_seed, recall_seed;
+    int seed;                   /* counted in the seed's figures (>= K eligible keys) */
+} query_sums;
+
+typedef struct measure_scratch {
+    float *q;                   /* [rows][head_dim]: the block's queries of one KV head */
+    float *s;                   /* [rows][keys]: their scores, then softmax rows */
+    float *p, *pmax;            /* [tokens][keys]: mean and max over heads (one shared set) */
+    float *sel;                 /* [keys]: eligible scores for the K-th largest */
+    unsigned char *mark;        /* [keys]: candidate slots */
+} measure_scratch;
+
+/* The k-th largest of a[0..n) (1 <= k <= n; a is reordered): quickselect. */
+static float kth_largest(float *a, int n, int k) {
+    int lo = 0, hi = n - 1, want = k - 1;
+    while (lo < hi) {
+        float pivot = a[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) { /* larger values to the front */
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) {
+                float t = a[i];
+                a[i++] = a[j], a[j--] = t;
+            }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;
+    }
+    return a[want];
+}
+
+/* score[j - kb] of the eligible slots j of the query's document into sel;
+ * returns their count. */
+static int eligible_scores(const float *score, const select_mask *m, int doc0, int slot, int kb, float *sel) {
+    int n = 0;
+    for (int j = doc0; j <= slot; j++)
+        if (select_mask_allows(m, j)) sel[n++] = score[j - kb];
+    return n;
+}
+
+/* Share of the teacher's top-kk eligible keys among the candidates: the
+ * candidates at or above the kk-th largest eligible score (ties counted at
+ * most kk), / kk; 1 when nothing is eligible. sel holds the n_elig eligible
+ * scores (reordered). */
+static double recall_of(const float *score, float *sel, int n_elig, int kk, const int32_t *cand, int k, int kb) {
+    if (kk == 0) return 1.0;
+    const float thr = kth_largest(sel, n_elig, kk);
+    int hit = 0;
+    for (int i = 0; i < k; i++) hit += cand[i] >= 0 && score[cand[i] - kb] >= thr;
+    return (double)(hit < kk ? hit : kk) / kk;
+}
+
+/* Σ score over what every query attends anyway: the slots of its document
+ * the mask keeps out of retrieval (sinks and tail). */
+static double fixed_mass(const float *score, const select_mask *m, int doc0, int slot, int kb) {
+    double s = 0.0;
+    for (int j = doc0; j <= slot; j++)
+        if ((j >= m->ex0_lo && j < m->ex0_hi) || (j >= m->ex1_lo && j < m->ex1_hi)) s += score[j - kb];
+    return s;
+}
+
+/* Head h of token t, one set per head: the mass of p_h on the head's
+ * attended slots and the recall of its candidates against the top-K of p_h,
+ * added to the query's sums (averaged over heads by the caller). */
+static void head_figures(const sparse_measure *b, int t, int h, const float *row, int kb, measure_scratch *w,
+                         query_sums *q) {
+    const int slot = b->slot0 + t, K = b->top_k;
+    const int32_t *cand = b->cand + ((size_t)t * b->n_head + h) * K;
+    double on_cand = 0.0;
+    for (int i = 0; i < K; i++)
+        if (cand[i] >= 0) on_cand += row[cand[i] - kb];
+    q->mass += fixed_mass(row, &b->mask[t], b->doc0[t], slot, kb) + on_cand;
+    q->mass_seed += on_cand;
+    const int n_elig = eligible_scores(row, &b->mask[t], b->doc0[t], slot, kb, w->sel);
+    const int kk = K < n_elig ? K : n_elig;
+    q->recall += recall_of(row, w->sel, n_elig, kk, cand, K, kb);
+    q->seed = K > 0 && n_elig >= K;
+}
+
+/* Token t, one set for every head: the head-mean teacher p (today's
+ * definition) for mass and recall; the seed's definition over queries with
+ * >= K eligible keys: the mass of p on the K candidates (the head mean of the
+ * per-head masses, as every head attends them) and the recall of the top-K
+ * of pmax, the max over heads. */
+static void query_figures(const sparse_measure *b, int t, const float *p, const float *pmax, int kb,
+                          measure_scratch *w, query_sums *q) {
+    const int slot = b->slot0 + t, K = b->top_k, doc0 = b->doc0[t];
+    const int32_t *cand = b->cand + (size_t)t * K;
+    const select_mask *m = &b->mask[t];
+    double on_cand = 0.0;
+    for (int i = 0; i < K; i++) { /* each slot once, should a selector repeat one */
+        if (cand[i] < 0 || w->mark[cand[i] - kb]) continue;
+        w->mark[cand[i] - kb] = 1;
+        on_cand += p[cand[i] - kb];
+    }
+    for (int i = 0; i < K; i++)
+        if (cand[i] >= 0) w->mark[cand[i] - kb] = 0;
+    q->mass = fixed_mass(p, m, doc0, slot, kb) + on_cand;
+    const int n_elig = eligible_scores(p, m, doc0, slot, kb, w->sel);
+    const int kk = K < n_elig ? K : n_elig;
+    q->recall = recall_of(p, w->sel, n_elig, kk, cand, K, kb);
+    q->seed = K > 0 && n_elig >= K;
+    if (!q->seed) return;
+    q->mass_seed = on_cand;
+    eligible_scores(pmax, m, doc0, slot, kb, w->sel);
+    q->recall_seed = recall_of(pmax, w->sel, n_elig, K, cand, K, kb);
+}
+
+/* Tokens [t0, t1): per KV head, S = scale Q K^T over the block's keys
+ * [kb, slot0 + t1) by sgemm; each row's softmax over its document prefix
+ *   p_h(j) = exp(s_j - max) / Σ_{j' in [doc0, slot]} exp(s_j' - max);
+ * then per head (per-head sets) or from p = mean_h p_h, pmax = max_h p_h. */
+static void measure_block(const sparse_measure *b, const float **keys, int k_lo, int t0, int t1,
+                          measure_scratch *w, query_sums *qs) {
+    const kernels *kern = kernels_get();
+    const int g = b->n_head / b->n_head_kv, hd = b->head_dim, nh = b->n_head, nt = t1 - t0, rows = nt * g;
+    int kb = b->doc0[t0];
+    for (int t = t0; t < t1; t++) kb = b->doc0[t] < kb ? b->doc0[t] : kb;
+    const int nk = b->slot0 + t1 - kb;
+    const float scale = 1.0f / sqrtf((float)hd);
+    if (!b->per_head) {
+        memset(w->p, 0, (size_t)nt * nk * sizeof(float));
+        memset(w->pmax, 0, (size_t)nt * nk * sizeof(float));
+    }
+    for (int kh = 0; kh < b->n_head_kv; kh++) {
+        for (int t = t0; t < t1; t++)
+            memcpy(w->q + (size_t)(t - t0) * g * hd, b->q + ((size_t)t * nh + (size_t)kh * g) * hd,
+                   (size_t)g * hd * sizeof(float));
+        blas_sgemm(1, 0, 1, rows, nk, hd, scale, w->q, hd, keys[kh] + (size_t)(kb - k_lo) * hd, hd, 0.0f, w->s, nk);
+        for (int r = 0; r < rows; r++) {
+            const int t = t0 + r / g, h = kh * g + r % g, a = b->doc0[t] - kb, e = b->slot0 + t - kb;
+            float *row = w->s + (size_t)r * nk, mx = -INFINITY;
+            for (int j = a; j <= e; j++) mx = row[j] > mx ? row[j] : mx;
+            const float inv = 1.0f / kern->exp_shift_sum(row + a, e - a + 1, mx); /* sum >= 1 */
+            for (int j = a; j <= e; j++) row[j] *= inv;
+            if (b->per_head) {
+                head_figures(b, t, h, row, kb, w, &qs[t]);
+                continue;
+            }
+            float *p = w->p + (size_t)(t - t0) * nk, *pm = w->pmax + (size_t)(t - t0) * nk;
+            for (int j = a; j <= e; j++) {
+                p[j] += row[j] / (float)nh;
+                pm[j] = row[j] > pm[j] ? row[j] : pm[j];
+            }
+        }
+    }
+    for (int t = t0; t < t1; t++) {
+        if (b->per_head) {
+            query_sums *q = &qs[t];
+            q->mass /= nh, q->recall /= nh, q->mass_seed /= nh;
+            q->recall_seed = q->recall;
+            continue;
+        }
+        query_figures(b, t, w->p + (size_t)(t - t0) * nk, w->pmax + (size_t)(t - t0) * nk, kb, w, &qs[t]);
+    }
+}
+
+subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, sparse_metrics *acc,
+                                   subq_error *err) {
+    const int n = b->n_tokens, hd = b->head_dim, g = b->n_head / b->n_head_kv, nkv = b->n_head_kv;
+    if (n <= 0) return SUBQ_OK;
+    int k_lo = b->slot0;
+    for (int t = 0; t < n; t++) k_lo = b->doc0[t] < k_lo ? b->doc0[t] : k_lo;
+    const int n_keys = b->slot0 + n - k_lo;
+    const float **keys = malloc((size_t)nkv * sizeof *keys);
+    float *conv = kv->type != SUBQ_KV_F32 ? malloc((size_t)nkv * n_keys * hd * sizeof(float)) : NULL;
+    if (!keys || (kv->type != SUBQ_KV_F32 && !conv)) {
+        free(keys);
+        free(conv);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the metrics' keys (%d x %d)", nkv, n_keys);
+    }
+    for (int kh = 0; kh < nkv; kh++) {
+        const void *rows = kv_cache_key(kv, b->layer, kh, k_lo);
+        if (!conv) {
+            keys[kh] = rows;
+            continue;
+        }
+        float *dst = conv + (size_t)kh * n_keys * hd;
+        kv_cache_ops(kv)->to_f32(rows, n_keys, hd, dst);
+        keys[kh] = dst;
+    }
+    query_sums *qs = calloc((size_t)n, sizeof(query_sums));
+    int tb = MEASURE_BLOCK, failed = !qs;
+    const int per_thread = (n + b->n_threads - 1) / b->n_threads;
+    if (tb > per_thread) tb = per_thread;
+    while (tb > 1 && (int64_t)g * tb * n_keys > MEASURE_SCORE_FLOATS) tb /= 2;
+    const int n_blocks = (n + tb - 1) / tb;
+#pragma omp parallel num_threads(b->n_threads) if (!failed)
+    {
+        const size_t rows = (size_t)g * tb, shared = b->per_head ? 0 : (size_t)tb * n_keys;
+        measure_scratch w = {
+            .q = malloc(rows * hd * sizeof(float)), .s = malloc(rows * n_keys * sizeof(float)),
+            .p = malloc((shared + 1) * sizeof(float)), .pmax = malloc((shared + 1) * sizeof(float)),
+            .sel = malloc((size_t)n_keys * sizeof(float)), .mark = calloc((size_t)n_keys, 1),
+        };
+        const int ok = w.q && w.s && w.p && w.pmax && w.sel && w.mark;
+        if (!ok) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int bi = 0; bi < n_blocks; bi++) {
+            const int t0 = bi * tb, t1 = t0 + tb < n ? t0 + tb : n;
+            if (ok && !failed) measure_block(b, keys, k_lo, t0, t1, &w, qs);
+        }
+        free(w.q);
+        free(w.s);
+        free(w.p);
+        free(w.pmax);
+        free(w.sel);
+        free(w.mark);
+    }
+    free(conv);
+    free(keys);
+    if (failed) {
+        free(qs);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the metrics of %d queries over %d keys", n, n_keys);
+    }
+    for (int t = 0; t < n; t++) {
+        acc->mass_sum += qs[t].mass;
+        acc->recall_sum += qs[t].recall;
+        acc->n_queries++;
+        if (!qs[t].seed) continue;
+        acc->mass_seed_sum += qs[t].mass_seed;
+        acc->recall_seed_sum += qs[t].recall_seed;
+        acc->n_seed++;
+    }
+    free(qs);
+    return SUBQ_OK;
+}

@@ -1,0 +1,39 @@
+/* Retrieval metrics of a sparse stage (subq eval): how much of full
+ * attention's softmax mass the attended keys hold, and how many of the
+ * teacher's top-K keys the selector found. Measured for a whole batch of
+ * queries at once after the stage has attended them, with the teacher's
+ * scores as sgemm blocks (Q K^T per KV head and block of queries), so that
+ * measuring costs about a dense prefill rather than one dot product per
+ * query, head and key. */
+#ifndef SUBQ_ATTN_SPARSE_METRICS_H
+#define SUBQ_ATTN_SPARSE_METRICS_H
+
+#include <stdint.h>
+
+#include "attn/attn_sparse.h"
+#include "kv/kv_cache.h"
+#include "select/selector.h"
+
+/* A batch of queries to measure: token t is cache slot slot0 + t, whose
+ * document starts at doc0[t]; it attended the slots mask[t] excludes from
+ * retrieval inside its document (sinks, tail) plus its candidates, and the
+ * keys mask[t] allows are the retrieval-eligible ones. Candidates: n_sets =
+ * n_head sets of top_k per token (per-head selectors) or one, -1 = filler. */
+typedef struct sparse_measure {
+    int layer, n_tokens, slot0;
+    int n_head, n_head_kv, head_dim, top_k;
+    int per_head;
+    const float *q;             /* [n_tokens][n_head][head_dim], post-RoPE */
+    const int *doc0;            /* [n_tokens] */
+    const select_mask *mask;    /* [n_tokens] */
+    const int32_t *cand;        /* [n_tokens][n_sets][top_k] */
+    int n_threads;
+} sparse_measure;
+
+/* Adds the batch's mass, recall, seed mass and recall and query counts to
+ * acc (see sparse_metrics; filler and ANN recall are counted by the stage).
+ * The sums run in token order, whatever the thread count. */
+subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, sparse_metrics *acc,
+                                   subq_error *err);
+
+#endif
