@@ -206,6 +206,16 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
  * keys, so decoding continues as it would have in the saved context. On
  * failure c is empty. */
 subq_status subq_context_load(subq_context *c, const char *path, subq_error *err);
+/* Replace what dst holds by src's cached tokens, KV rows and last logits,
+ * with dst's own attention plan: its indexes are rebuilt over those rows,
+ * search keys taken from src's layer of the same projections, score and
+ * key storage (a sparse layer of dst with a search space needs one:
+ * SUBQ_ERR_MISMATCH). One
+ * dense prefill then serves several plans: what dst holds after the copy is
+ * what a dense prefill of the same tokens under its plan leaves (HNSW
+ * graphs up to insertion order). Same model and KV type, and room for the
+ * tokens (SUBQ_ERR_MISMATCH, SUBQ_ERR_RANGE). On failure dst is empty. */
+subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_error *err);
 
 /* ---- sampling --------------------------------------------------------- */
 
@@ -898,6 +908,14 @@ double subq_recall_score(const subq_recall_prompt *pr, const char *text, size_t 
  * The generated text is copied to `answer` (NUL-terminated, cap bytes). */
 subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer,
                                size_t cap, double *score, subq_error *err);
+/* The same from a context that already holds exactly the prompt and its
+ * last logits (after subq_decode of it, or subq_context_copy from one that
+ * did): one dense prefill answered under several plans. */
+subq_status subq_recall_continue(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer,
+                                 size_t cap, double *score, subq_error *err);
+/* 1 when two answers state the same numbers (maximal digit runs) in the
+ * same order: agreement between a method's answer and full attention's. */
+int subq_recall_same_numbers(const char *a, const char *b);
 
 /* ---- GGUF files: inspection ----------------------------------------- */
 

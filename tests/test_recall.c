@@ -166,6 +166,17 @@ static void check_scoring(void) {
     const char *t = "are 1234567, 71432 and 9999999";
     CHECK(subq_recall_score(&pr, t, strlen(t)) == 0.5, "multi-value partial score %g, want 0.5",
           subq_recall_score(&pr, t, strlen(t)));
+    /* agreement: the same digit runs in the same order, whatever else */
+    struct {
+        const char *a, *b;
+        int want;
+    } pairs[] = {{" 71432. Remember", "71432", 1}, {"", "no number", 1}, {"12 34", "12, 34.", 1},
+                 {"12 34", "34 12", 0},           {"123", "1234", 0},   {"1234", "123", 0},
+                 {"12", "12 3", 0},               {"", "5", 0}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        CHECK(subq_recall_same_numbers(pairs[i].a, pairs[i].b) == pairs[i].want &&
+                  subq_recall_same_numbers(pairs[i].b, pairs[i].a) == pairs[i].want,
+              "same_numbers('%s', '%s') != %d", pairs[i].a, pairs[i].b, pairs[i].want);
 }
 
 int main(void) {

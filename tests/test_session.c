@@ -10,6 +10,11 @@
  *   - refusals: another plan, KV type or model is SUBQ_ERR_MISMATCH, too
  *     small a context SUBQ_ERR_RANGE, a damaged file a format error; the
  *     context is left empty;
+ *   - copies: A + B prefilled densely under the exact plan, copied into a
+ *     context of every selector's plan, then C decoded: logits equal those
+ *     of a context that prefilled A + B itself under that plan (HNSW and
+ *     faiss graphs are built in another order: a tolerance); a source
+ *     without the projections is SUBQ_ERR_MISMATCH and leaves dst empty;
  *   - special tokens: "<s>" in text becomes BOS with subq_tokenize_special
  *     and not with subq_tokenize. */
 #include <math.h>
@@ -120,6 +125,36 @@ static void test_truncate(int kind) {
     CHECK(tk[NA + KB - 1] == token(NA + KB - 1) && tk[NA + KB] == cbuf[0], "%s: token record", name);
     subq_context_free(ref);
     subq_context_free(c);
+    free(la);
+    free(lb);
+}
+
+static void test_copy(int kind) {
+    const char *name = kind < 0 ? "full" : subq_selector_name((subq_selector_kind)kind);
+    const int nv = info.n_vocab;
+    float *la = malloc((size_t)nv * sizeof(float)), *lb = malloc((size_t)nv * sizeof(float));
+    subq_error err;
+    subq_context *ref = new_ctx(kind, 8, SUBQ_KV_F32, 256), *src = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F32, 256);
+    subq_context *dst = new_ctx(kind, 8, SUBQ_KV_F32, 256), *bare = new_ctx(-1, 8, SUBQ_KV_F32, 256);
+    CHECK(run(ref, 0, NA + NB, 1, la) && run(src, 0, NA + NB, 1, lb), "%s: prefills", name);
+    CHECK(subq_context_copy(dst, src, &err) == SUBQ_OK, "%s: copy: %s", name, err.msg);
+    CHECK(subq_context_n_past(dst) == NA + NB && subq_context_last_logits(dst) &&
+              max_diff(subq_context_last_logits(dst), la, nv) == 0.0,
+          "%s: copied tokens and last logits", name);
+    run(ref, NA + NB, NA + NB + NC, 0, la);
+    run(dst, NA + NB, NA + NB + NC, 0, lb);
+    double d = max_diff(la, lb, nv);
+    if (kind == SUBQ_SELECT_HNSW || kind == SUBQ_SELECT_FAISS) CHECK(d < 1e-2, "%s: logits after copy differ by %g", name, d);
+    else CHECK(d == 0.0, "%s: logits after copy differ by %g (want identical)", name, d);
+    run(bare, 0, NA, 1, la);
+    const int needs = kind == SUBQ_SELECT_EXACT || kind == SUBQ_SELECT_HNSW || kind == SUBQ_SELECT_FAISS;
+    CHECK(subq_context_copy(dst, bare, &err) == (needs ? SUBQ_ERR_MISMATCH : SUBQ_OK) &&
+              subq_context_n_past(dst) == (needs ? 0 : NA),
+          "%s: copy from a context without projections", name);
+    subq_context_free(ref);
+    subq_context_free(src);
+    subq_context_free(dst);
+    subq_context_free(bare);
     free(la);
     free(lb);
 }
@@ -289,6 +324,7 @@ int main(void) {
     for (int kind = -1; kind < SUBQ_SELECT_COUNT; kind++) {
         if (kind >= 0 && !subq_selector_available((subq_selector_kind)kind)) continue;
         test_truncate(kind);
+        test_copy(kind);
         test_session(kind, SUBQ_KV_F16);
     }
     /* quantised caches (stories260K's heads of 8: one block per row) round-trip too */

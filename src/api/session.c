@@ -232,3 +232,52 @@ subq_status subq_context_load(subq_context *c, const char *path, subq_error *err
     }
     return s;
 }
+
+subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_error *err) {
+    const kv_cache *skv = &src->kv;
+    kv_cache *kv = &dst->kv;
+    const int n = skv->n_used, n_layer = dst->model->hp.n_layer;
+    subq_context_reset(dst);
+    if (dst == src) return subq_fail(err, SUBQ_ERR_ARG, "a context cannot be copied into itself");
+    if (dst->model != src->model || skv->type != kv->type)
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "contexts of different models or KV types");
+    if (n > kv->n_ctx) return subq_fail(err, SUBQ_ERR_RANGE, "%d cached tokens, room for %d", n, kv->n_ctx);
+    float *keys = NULL;
+    subq_status s = SUBQ_OK;
+    for (int l = 0; l < n_layer && !s; l++) {
+        const int d = attn_sparse_search_width(dst->stages[l]);
+        if (d > 0 && !attn_sparse_same_search(dst->stages[l], src->stages[l]))
+            s = subq_fail(err, SUBQ_ERR_MISMATCH, "layer %d: the source context has no search keys of the same "
+                          "projections", l);
+        if (d > 0 && !s && !keys && !(keys = malloc((size_t)n * d * sizeof(float) + 1)))
+            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d search keys", n);
+    }
+    if (s) {
+        free(keys);
+        return s;
+    }
+    memcpy(dst->tok, src->tok, (size_t)n * sizeof(int32_t));
+    memcpy(kv->pos, skv->pos, (size_t)n * sizeof(int32_t));
+    memcpy(kv->seg, skv->seg, (size_t)n * sizeof(int32_t));
+    for (int l = 0; l < kv->n_layer; l++)
+        for (int h = 0; h < kv->n_head_kv; h++) {
+            memcpy((void *)kv_cache_key(kv, l, h, 0), kv_cache_key(skv, l, h, 0), (size_t)n * kv->row_bytes);
+            memcpy((void *)kv_cache_value(kv, l, h, 0), kv_cache_value(skv, l, h, 0), (size_t)n * kv->row_bytes);
+        }
+    for (int l = 0; l < n_layer && !s; l++) {
+        const int d = attn_sparse_search_width(dst->stages[l]);
+        if (d > 0) s = attn_sparse_get_keys(src->stages[l], n, keys, err);
+        if (!s) s = attn_sparse_restore(dst->stages[l], kv, d > 0 ? keys : NULL, n, err);
+    }
+    free(keys);
+    if (s) {
+        subq_context_reset(dst);
+        return s;
+    }
+    kv->n_used = n;
+    if (src->logits_at == n && n > 0) {
+        memcpy(dst->logits_last, src->logits_last, (size_t)dst->model->hp.n_vocab * sizeof(float));
+        dst->logits_at = n;
+    }
+    return SUBQ_OK;
+}

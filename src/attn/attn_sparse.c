@@ -536,6 +536,15 @@ int attn_sparse_search_width(const attn_stage *st) {
     return s ? s->d_search : 0;
 }
 
+int attn_sparse_same_search(const attn_stage *a, const attn_stage *b) {
+    const sparse_stage *x = as_sparse(a), *y = as_sparse(b);
+    if (!x || !y || x->d_search <= 0 || x->d_search != y->d_search || x->n_embd != y->n_embd) return 0;
+    /* the stored form (get_keys) depends on these */
+    if (x->p.select.score != y->p.select.score || x->p.select.f16_keys != y->p.select.f16_keys) return 0;
+    const size_t bytes = (size_t)x->d_search * x->n_embd * sizeof(float);
+    return !memcmp(x->wq_s, y->wq_s, bytes) && !memcmp(x->wk_s, y->wk_s, bytes);
+}
+
 subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err) {
     const sparse_stage *s = as_sparse(st);
     return s && s->d_search > 0 ? selector_get_keys(s->sel, n, dst, err) : SUBQ_OK;

@@ -123,6 +123,10 @@ void attn_sparse_freeze(attn_stage *st, int freeze_slot);
  *   hashes of the projections and completion maps), empty for other stages. */
 subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err);
 int attn_sparse_search_width(const attn_stage *st);
+/* 1 when a and b are sparse stages whose search keys are the same function
+ * of the hidden state (equal projections of equal width), so that a's
+ * stored keys can restore b. */
+int attn_sparse_same_search(const attn_stage *a, const attn_stage *b);
 subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err);
 void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap);
 

@@ -291,15 +291,33 @@ double subq_recall_score(const subq_recall_prompt *pr, const char *text, size_t 
 
 subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer, size_t cap,
                                double *score, subq_error *err) {
-    subq_model_info mi;
     *score = 0.0;
     if (cap) answer[0] = '\0';
     if (subq_context_n_past(c) != 0) return subq_fail(err, SUBQ_ERR_ARG, "recall needs an empty context");
+    subq_model_info mi;
+    subq_model_get_info(subq_context_model(c), &mi);
+    float *logits = malloc((size_t)mi.n_vocab * sizeof(float)); /* kept by the context as its last logits */
+    if (!logits) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    subq_status s = subq_decode(c, pr->tokens, pr->n_tokens, logits, 0, err);
+    free(logits);
+    return s ? s : subq_recall_continue(c, pr, max_new, answer, cap, score, err);
+}
+
+subq_status subq_recall_continue(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer, size_t cap,
+                                 double *score, subq_error *err) {
+    subq_model_info mi;
+    *score = 0.0;
+    if (cap) answer[0] = '\0';
+    const int n = pr->n_tokens;
+    const float *last = subq_context_last_logits(c);
+    if (subq_context_n_past(c) != n || memcmp(subq_context_tokens(c), pr->tokens, (size_t)n * sizeof(int32_t)) || !last)
+        return subq_fail(err, SUBQ_ERR_ARG, "the context does not hold the prompt and its last logits");
     const subq_model *m = subq_context_model(c);
     subq_model_get_info(m, &mi);
     float *logits = malloc((size_t)mi.n_vocab * sizeof(float));
     if (!logits) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    subq_status s = subq_decode(c, pr->tokens, pr->n_tokens, logits, 0, err);
+    memcpy(logits, last, (size_t)mi.n_vocab * sizeof(float));
+    subq_status s = SUBQ_OK;
     size_t n_text = 0;
     int32_t prev = pr->tokens[pr->n_tokens - 1];
     for (int i = 0; !s && i < max_new; i++) {
@@ -330,4 +348,18 @@ subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, in
     if (cap) answer[n_text < cap ? n_text : cap - 1] = '\0';
     if (!s) *score = subq_recall_score(pr, answer, strlen(answer));
     return s;
+}
+
+/* The maximal digit runs of text, in order, compared whole. */
+int subq_recall_same_numbers(const char *a, const char *b) {
+    for (;;) {
+        while (*a && (*a < '0' || *a > '9')) a++;
+        while (*b && (*b < '0' || *b > '9')) b++;
+        if (!*a || !*b) return !*a && !*b;
+        size_t la = 0, lb = 0;
+        while (a[la] >= '0' && a[la] <= '9') la++;
+        while (b[lb] >= '0' && b[lb] <= '9') lb++;
+        if (la != lb || memcmp(a, b, la)) return 0;
+        a += la, b += lb;
+    }
 }

@@ -18,7 +18,10 @@ static const char *help =
     "Needle-in-a-haystack recall: a fact stated once inside filler text, then a question;\n"
     "the answer is decoded greedily and must contain the exact number. Every method\n"
     "answers the same prompts. Prompts run the way `subq generate` runs them: dense\n"
-    "prefill (sparse decode of the answer), or sparse prefill with --sparse-prefill.\n\n"
+    "prefill (sparse decode of the answer), or sparse prefill with --sparse-prefill.\n"
+    "With full among the methods, agreement is the share of prompts whose answer states\n"
+    "the same numbers as full attention's. A dense prefill is run once per prompt and\n"
+    "copied into every method's context (its index rebuilt from the copied rows).\n\n"
     "  -m, --model FILE     GGUF model (required)\n"
     "  --haystack PATH      filler text: a file or a directory of files (repeatable)\n"
     "  --task NAME          passkey | niah-multikey | niah-multivalue (default passkey)\n"
@@ -36,7 +39,8 @@ static const char *help =
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
     "  -v, --verbose        print every answer on stderr\n"
     "  --json               print one JSON object on stdout\n"
-    "  --svg-dir DIR        write one heat map per method (length x depth) into DIR\n\n" CLI_SPARSE_OPTS_HELP;
+    "  --svg-dir DIR        write one heat map per method (length x depth) into DIR, and\n"
+    "                       one of its agreement with full attention\n\n" CLI_SPARSE_OPTS_HELP;
 
 #define MAX_LIST 32
 #define MAX_METHODS 16
@@ -48,6 +52,7 @@ typedef struct method {
     int k, complete;
     double *score;             /* [n_len][n_depth], sums over trials */
     int *exact;                /* trials with every value recalled */
+    int *agree;                /* trials whose answer states full attention's numbers */
 } method;
 
 static int parse_ints(const char *cmd, const char *flag, const char *s, int *out, int *n) {
@@ -156,9 +161,10 @@ static int add_haystack(const char *cmd, const char *path, char **buf, size_t *l
     return 1;
 }
 
-static void print_table(const method *me, const int *lengths, int n_len, const double *depths, int n_dep, int trials) {
-    printf("\n%s: share of the answer values recalled (1 = every value exact)\n%-10s", me->name,
-           "length");
+/* One grid of per-cell sums over trials (score or count), as shares. */
+static void print_grid(const char *title, const char *name, const double *sum, const int *count,
+                       const int *lengths, int n_len, const double *depths, int n_dep, int trials) {
+    printf("\n%s: %s\n%-10s", name, title, "length");
     for (int d = 0; d < n_dep; d++) printf(" %6.2f", depths[d]);
     printf(" %7s\n", "all");
     double col[MAX_LIST] = {0}, total = 0;
@@ -166,7 +172,7 @@ static void print_table(const method *me, const int *lengths, int n_len, const d
         printf("%-10d", lengths[l]);
         double row = 0;
         for (int d = 0; d < n_dep; d++) {
-            double a = me->score[l * n_dep + d] / trials;
+            double a = (sum ? sum[l * n_dep + d] : count[l * n_dep + d]) / trials;
             printf(" %6.2f", a);
             row += a, col[d] += a;
         }
@@ -176,6 +182,18 @@ static void print_table(const method *me, const int *lengths, int n_len, const d
     printf("%-10s", "all");
     for (int d = 0; d < n_dep; d++) printf(" %6.2f", col[d] / n_len);
     printf(" %7.3f\n", total / (n_len * n_dep));
+}
+
+/* {"name": [[...], ...]} rows of per-cell shares */
+static void json_grid(const char *key, const double *sum, const int *count, int n_len, int n_dep, int trials) {
+    printf(", \"%s\": [", key);
+    for (int l = 0; l < n_len; l++) {
+        printf("%s[", l ? ", " : "");
+        for (int d = 0; d < n_dep; d++)
+            printf("%s%.4f", d ? ", " : "", (sum ? sum[l * n_dep + d] : count[l * n_dep + d]) / (double)trials);
+        printf("]");
+    }
+    printf("]");
 }
 
 int cmd_recall(int argc, char **argv) {
@@ -259,7 +277,9 @@ int cmd_recall(int argc, char **argv) {
 
     subq_model *m = NULL;
     subq_context *c = NULL;
+    subq_context *c_pre = NULL; /* the shared dense prefill */
     subq_recall *rec = NULL;
+    float *logits = NULL;
     int rc = 0;
     /* the context holds the longest prompt and its answer */
     {
@@ -293,12 +313,44 @@ int cmd_recall(int argc, char **argv) {
     for (int i = 0; i < n_methods; i++) {
         methods[i].score = calloc((size_t)n_len * n_dep, sizeof(double));
         methods[i].exact = calloc((size_t)n_len * n_dep, sizeof(int));
-        if (!methods[i].score || !methods[i].exact) {
+        methods[i].agree = calloc((size_t)n_len * n_dep, sizeof(int));
+        if (!methods[i].score || !methods[i].exact || !methods[i].agree) {
             rc = cli_error(cmd, "out of memory");
             goto done;
         }
     }
+    /* full attention answers first, so the others can be compared with it */
+    int full_at = -1;
+    for (int i = 0; i < n_methods && full_at < 0; i++)
+        if (methods[i].full) full_at = i;
+    int order[MAX_METHODS], n_order = 0;
+    if (full_at >= 0) order[n_order++] = full_at;
+    for (int i = 0; i < n_methods; i++)
+        if (i != full_at) order[n_order++] = i;
+    /* dense prefill: once per prompt, in a context whose plan computes the
+     * search keys every method needs (the first method with projections) */
+    if (!so.plan.sparse_prefill) {
+        int donor = -1;
+        for (int i = 0; i < n_methods && donor < 0; i++)
+            if (!methods[i].full && subq_selector_needs_search(methods[i].kind)) donor = i;
+        subq_context_params cp = subq_context_default_params();
+        cp.n_ctx = mo.n_ctx, cp.n_threads = mo.n_threads, cp.kv_type = mo.kv_type;
+        if (mo.n_batch > 0) cp.n_batch = mo.n_batch;
+        subq_error e = {0};
+        if (subq_context_new(m, &cp, &c_pre, &e)) {
+            rc = cli_error(cmd, "%s", e.msg);
+            goto done;
+        }
+        if (donor >= 0 && !cli_set_plan(cmd, &so, c_pre, methods[donor].kind, methods[donor].k, 0)) {
+            rc = 1;
+            goto done;
+        }
+    }
     subq_error err = {0};
+    if (!(logits = malloc((size_t)info.n_vocab * sizeof(float)))) {
+        rc = cli_error(cmd, "out of memory");
+        goto done;
+    }
     if (subq_recall_new(m, &rp, &rec, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
@@ -314,20 +366,35 @@ int cmd_recall(int argc, char **argv) {
                     rc = cli_error(cmd, "%s", err.msg);
                     break;
                 }
-                for (int mi = 0; mi < n_methods && !rc; mi++) {
-                    method *me = &methods[mi];
+                if (c_pre) {
+                    subq_context_reset(c_pre);
+                    if (subq_decode(c_pre, pr.tokens, pr.n_tokens, logits, 0, &err)) {
+                        rc = cli_error(cmd, "%s", err.msg);
+                        subq_recall_prompt_free(&pr);
+                        break;
+                    }
+                }
+                char full_answer[1024] = "";
+                for (int oi = 0; oi < n_methods && !rc; oi++) {
+                    method *me = &methods[order[oi]];
                     subq_context_clear_plan(c);
                     subq_context_reset(c);
                     if (!me->full && !cli_set_plan(cmd, &so, c, me->kind, me->k, me->complete)) {
                         rc = 1;
                         break;
                     }
-                    char answer[256];
+                    char answer[1024];
                     double score;
-                    if (subq_recall_answer(c, &pr, max_new, answer, sizeof answer, &score, &err)) {
+                    subq_status st = c_pre ? subq_context_copy(c, c_pre, &err) : SUBQ_OK;
+                    if (!st)
+                        st = c_pre ? subq_recall_continue(c, &pr, max_new, answer, sizeof answer, &score, &err)
+                                   : subq_recall_answer(c, &pr, max_new, answer, sizeof answer, &score, &err);
+                    if (st) {
                         rc = cli_error(cmd, "%s: %s", me->name, err.msg);
                         break;
                     }
+                    if (order[oi] == full_at) snprintf(full_answer, sizeof full_answer, "%s", answer);
+                    if (full_at >= 0) me->agree[li * n_dep + di] += subq_recall_same_numbers(answer, full_answer);
                     if (verbose) {
                         fprintf(stderr, "%s length %d depth %g trial %d: want", me->name, lengths[li], depths[di], t);
                         for (int vi = 0; vi < pr.n_values; vi++) fprintf(stderr, " %s", pr.values[vi]);
@@ -356,6 +423,16 @@ int cmd_recall(int argc, char **argv) {
             if (cli_svg_heatmap(path, title, "needle depth", "prompt length (tokens)", lengths, n_len, depths, n_dep,
                                 grid, &err))
                 rc = cli_error(cmd, "%s", err.msg);
+            if (rc || full_at < 0 || i == full_at) continue;
+            for (int j = 0; j < n_len * n_dep; j++) grid[j] = (double)methods[i].agree[j] / trials;
+            snprintf(path, sizeof path, "%s/agree_%s.svg", svg_dir, methods[i].name);
+            for (char *p = path + strlen(svg_dir) + 1; *p; p++)
+                if (*p == '@' || *p == '+') *p = '_';
+            snprintf(title, sizeof title, "%.48s: agreement with full, %s, %s prefill, %d trials per cell",
+                     methods[i].name, subq_recall_task_name(rp.task), prefill, trials);
+            if (cli_svg_heatmap(path, title, "needle depth", "prompt length (tokens)", lengths, n_len, depths, n_dep,
+                                grid, &err))
+                rc = cli_error(cmd, "%s", err.msg);
         }
         if (rc) goto done;
     }
@@ -375,36 +452,43 @@ int cmd_recall(int argc, char **argv) {
             double total = 0;
             printf("%s\n  {\"method\": ", i ? "," : "");
             cli_json_string(stdout, me->name, strlen(me->name));
-            printf(", \"accuracy\": [");
-            for (int l = 0; l < n_len; l++) {
-                printf("%s[", l ? ", " : "");
-                for (int d = 0; d < n_dep; d++) {
-                    printf("%s%.4f", d ? ", " : "", me->score[l * n_dep + d] / trials);
-                    total += me->score[l * n_dep + d];
-                }
-                printf("]");
-            }
-            printf("], \"exact\": [");
+            json_grid("accuracy", me->score, NULL, n_len, n_dep, trials);
+            int agree = 0;
+            for (int j = 0; j < n_len * n_dep; j++) total += me->score[j], agree += me->agree[j];
+            if (full_at >= 0) json_grid("agreement", NULL, me->agree, n_len, n_dep, trials);
+            printf(", \"exact\": [");
             for (int l = 0; l < n_len; l++) {
                 printf("%s[", l ? ", " : "");
                 for (int d = 0; d < n_dep; d++) printf("%s%d", d ? ", " : "", me->exact[l * n_dep + d]);
                 printf("]");
             }
-            printf("], \"overall\": %.4f}", total / ((double)n_len * n_dep * trials));
+            printf("], \"overall\": %.4f", total / ((double)n_len * n_dep * trials));
+            if (full_at >= 0) printf(", \"overall_agreement\": %.4f", agree / ((double)n_len * n_dep * trials));
+            printf("}");
         }
         printf("]}\n");
     } else {
         printf("%s recall, %d trials per cell, %s prefill, sink %d, tail %d\n", subq_recall_task_name(rp.task), trials,
                prefill, so.plan.n_sink, so.plan.n_tail);
-        for (int i = 0; i < n_methods; i++) print_table(&methods[i], lengths, n_len, depths, n_dep, trials);
+        for (int i = 0; i < n_methods; i++) {
+            const method *me = &methods[i];
+            print_grid("share of the answer values recalled (1 = every value exact)", me->name, me->score, NULL,
+                       lengths, n_len, depths, n_dep, trials);
+            if (full_at >= 0 && i != full_at)
+                print_grid("share of prompts answered with full attention's numbers", me->name, NULL, me->agree,
+                           lengths, n_len, depths, n_dep, trials);
+        }
     }
 done:
     subq_recall_free(rec);
     for (int i = 0; i < n_methods; i++) {
         free(methods[i].score);
         free(methods[i].exact);
+        free(methods[i].agree);
     }
     free(hay);
+    free(logits);
+    subq_context_free(c_pre);
     subq_context_free(c);
     cli_sparse_free(&so);
     subq_model_free(m);
