@@ -1,12 +1,14 @@
-/* mass@K / recall@K of the learned space, the raw-QK oracle and the recency window. Each query
- * row is scored independently (parallel over rows) into per-row results that
- * are then summed in row order, so figures do not depend on thread count. */
+/* mass@K / recall@K of the learned space, the raw-QK oracle and the recency window. Blocks of
+ * query rows (parallel over blocks) get their teacher rows, learned scores and oracle scores
+ * as sgemm products; each row's results are summed in row order at the end, so figures do
+ * not depend on thread count. */
 #include "train/search/search_eval.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/blas.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "train/search/topk.h"
@@ -20,6 +22,69 @@ void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
 
 /* per row and K: mass/recall for learned and oracle */
 enum { R_ML, R_MO, R_MW, R_RL, R_RO, R_RW, R_N };
+
+/* query rows per block */
+#define EVAL_ROWS 32
+
+typedef struct eval_scratch {
+    float *teacher, *P, *L, *O, *qsum;
+    int *top_t, *top_l, *top_o;
+    unsigned char *mark;
+} eval_scratch;
+
+/* Rows [b0, b1) into res / counted: teacher P, learned scores L = cos(q_s(t), k_s(j)) up to
+ * the row's common |q_s(t)|, oracle O = (1/n_head) sum_h q_h(t) . k(j) (the query heads folded
+ * per KV head first), each [row][j - kb]. */
+static void eval_rows(const search_layer_data *x, const float *Qs, const float *Ks, const float *inv_nk,
+                      const float *kt, const int *start, int ds, teacher_agg agg, int n_sink, int n_tail,
+                      const search_eval_acc *acc, int kmax, int b0, int b1, eval_scratch *w, double *res,
+                      unsigned char *counted) {
+    const attn_shape *sh = &x->shape;
+    const int T = x->T, kb = start[b0], nkb = b1 - kb, B = b1 - b0, nk = acc->n_k;
+    const int hd = sh->head_dim, g = sh->n_head / sh->n_head_kv, dk = sh->n_head_kv * hd, dq = sh->n_head * hd;
+    teacher_block(x->q, x->k, kt, T, sh, start, b0, b1, n_sink, n_tail, agg, w->teacher, w->P, nkb);
+    blas_sgemm(1, 0, 1, B, nkb, ds, 1.0f, Qs + (size_t)b0 * ds, ds, Ks + (size_t)kb * ds, ds, 0.0f, w->L, nkb);
+    /* sum_h q_h . k_g = sum_g (sum_{h in group g} q_h) . k_g */
+    memset(w->qsum, 0, (size_t)B * dk * sizeof(float));
+    for (int t = b0; t < b1; t++)
+        for (int h = 0; h < sh->n_head; h++)
+            for (int c = 0; c < hd; c++)
+                w->qsum[(size_t)(t - b0) * dk + (h / g) * hd + c] += x->q[(size_t)t * dq + (size_t)h * hd + c];
+    blas_sgemm(1, 0, 1, B, nkb, dk, 1.0f / (float)sh->n_head, w->qsum, dk, x->k + (size_t)kb * dk, dk, 0.0f, w->O,
+               nkb);
+    for (int t = b0; t < b1; t++) {
+        /* eligible keys s0 .. s0 + n - 1 = [start + n_sink, t - n_tail] (all causal keys when both are 0) */
+        const int s0 = start[t] + n_sink, n = t - n_tail - s0 + 1;
+        if (n < 2) continue;
+        const size_t off = (size_t)(t - b0) * nkb + (s0 - kb);
+        const float *p = w->P + off, *o = w->O + off;
+        float *l = w->L + off;
+        for (int i = 0; i < n; i++) l[i] *= inv_nk[s0 + i];
+        int kk = kmax < n ? kmax : n;
+        topk_indices(p, n, kk, w->top_t);
+        topk_indices(l, n, kk, w->top_l);
+        topk_indices(o, n, kk, w->top_o);
+        for (int ki = 0; ki < nk; ki++) {
+            const int K = acc->k[ki];
+            if (n <= K) continue;
+            double *r = res + ((size_t)t * nk + ki) * R_N;
+            counted[(size_t)t * nk + ki] = 1;
+            for (int i = 0; i < K; i++) w->mark[w->top_t[i]] = 1;
+            for (int i = 0; i < K; i++) {
+                r[R_ML] += p[w->top_l[i]];
+                r[R_MO] += p[w->top_o[i]];
+                r[R_MW] += p[n - 1 - i]; /* the i-th most recent eligible key */
+                r[R_RL] += w->mark[w->top_l[i]];
+                r[R_RO] += w->mark[w->top_o[i]];
+                r[R_RW] += w->mark[n - 1 - i];
+            }
+            r[R_RL] /= K;
+            r[R_RO] /= K;
+            r[R_RW] /= K;
+            for (int i = 0; i < K; i++) w->mark[w->top_t[i]] = 0;
+        }
+    }
+}
 
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
                               teacher_agg agg, int n_sink, int n_tail, search_eval_acc *acc, int n_threads,
@@ -52,60 +117,36 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
     for (int j = 0; j < T; j++)
         inv_nk[j] = 1.0f / sqrtf(kern->dot_f32(Ks + (size_t)j * ds, Ks + (size_t)j * ds, ds) + 1e-12f);
     int oom = 0;
+    const int n_blocks = (T + EVAL_ROWS - 1) / EVAL_ROWS;
 #pragma omp parallel num_threads(n_threads)
     {
-        float *p = malloc((size_t)T * sizeof(float)), *sc = malloc((size_t)T * sizeof(float));
-        float *tmp = malloc((size_t)(T > dkv ? T : dkv) * sizeof(float));
-        int *top_t = malloc((size_t)kmax * sizeof(int)), *top_l = malloc((size_t)kmax * sizeof(int));
-        int *top_o = malloc((size_t)kmax * sizeof(int));
-        unsigned char *mark = calloc((size_t)T, 1);
-        int ok = p && sc && tmp && top_t && top_l && top_o && mark;
+        const size_t cells = (size_t)EVAL_ROWS * T;
+        eval_scratch w = {
+            .teacher = malloc(teacher_block_scratch(EVAL_ROWS, T, &x->shape) * sizeof(float)),
+            .P = malloc(cells * sizeof(float)), .L = malloc(cells * sizeof(float)), .O = malloc(cells * sizeof(float)),
+            .qsum = malloc((size_t)EVAL_ROWS * dkv * sizeof(float)),
+            .top_t = malloc((size_t)kmax * sizeof(int)), .top_l = malloc((size_t)kmax * sizeof(int)),
+            .top_o = malloc((size_t)kmax * sizeof(int)), .mark = calloc((size_t)T, 1),
+        };
+        int ok = w.teacher && w.P && w.L && w.O && w.qsum && w.top_t && w.top_l && w.top_o && w.mark;
         if (!ok) {
 #pragma omp atomic write
             oom = 1;
         }
-#pragma omp for schedule(static, 1) /* row cost grows with t */
-        for (int t = 0; t < T; t++) {
-            /* eligible keys s0 .. s0 + n - 1 = [start + n_sink, t - n_tail] (all causal keys when both are 0) */
-            const int s0 = start[t] + n_sink, n = t - n_tail - s0 + 1;
-            if (!ok || n < 2) continue;
-            const float *qn = x->q + (size_t)t * x->shape.n_head * x->shape.head_dim;
-            teacher_row_mid(qn, kt, T, &x->shape, start[t], t, s0, s0 + n - 1, agg, tmp, p);
-            int kk = kmax < n ? kmax : n;
-            topk_indices(p, n, kk, top_t);
-            /* learned scores cos(q_s(t), k_s(j)) (|q_s(t)| is common to the row) */
-            const float *qt = Qs + (size_t)t * ds;
-            for (int i = 0; i < n; i++) sc[i] = kern->dot_f32(qt, Ks + (size_t)(s0 + i) * ds, ds) * inv_nk[s0 + i];
-            topk_indices(sc, n, kk, top_l);
-            oracle_scores(qn, kt, T, &x->shape, s0, s0 + n - 1, tmp, sc);
-            topk_indices(sc, n, kk, top_o);
-            for (int ki = 0; ki < nk; ki++) {
-                const int K = acc->k[ki];
-                if (n <= K) continue;
-                double *r = res + ((size_t)t * nk + ki) * R_N;
-                counted[(size_t)t * nk + ki] = 1;
-                for (int i = 0; i < K; i++) mark[top_t[i]] = 1;
-                for (int i = 0; i < K; i++) {
-                    r[R_ML] += p[top_l[i]];
-                    r[R_MO] += p[top_o[i]];
-                    r[R_MW] += p[n - 1 - i]; /* the i-th most recent eligible key */
-                    r[R_RL] += mark[top_l[i]];
-                    r[R_RO] += mark[top_o[i]];
-                    r[R_RW] += mark[n - 1 - i];
-                }
-                r[R_RL] /= K;
-                r[R_RO] /= K;
-                r[R_RW] /= K;
-                for (int i = 0; i < K; i++) mark[top_t[i]] = 0;
-            }
+#pragma omp for schedule(dynamic, 1)
+        for (int b = 0; b < n_blocks; b++) {
+            const int b0 = b * EVAL_ROWS, b1 = b0 + EVAL_ROWS < T ? b0 + EVAL_ROWS : T;
+            if (ok) eval_rows(x, Qs, Ks, inv_nk, kt, start, ds, agg, n_sink, n_tail, acc, kmax, b0, b1, &w, res, counted);
         }
-        free(p);
-        free(sc);
-        free(tmp);
-        free(top_t);
-        free(top_l);
-        free(top_o);
-        free(mark);
+        free(w.teacher);
+        free(w.P);
+        free(w.L);
+        free(w.O);
+        free(w.qsum);
+        free(w.top_t);
+        free(w.top_l);
+        free(w.top_o);
+        free(w.mark);
     }
     if (oom) {
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search evaluation scratch (T = %d)", T);

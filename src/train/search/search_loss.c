@@ -1,24 +1,31 @@
 /* InfoNCE + KL distillation losses and their gradients (see search_loss.h).
  *
  * Per layer and sequence:
- *   1. q_s, k_s for all rows and their smooth norms.
- *   2. For each chunk of query rows, pass 1 (parallel over queries t):
- *      teacher row, student dots d_tj = q_s(t).k_s(j), the two losses, and
+ *   1. q_s, k_s for all rows (sgemm) and their smooth norms.
+ *   2. For each chunk of query rows, pass 1 (parallel over blocks of rows):
+ *      the block's teacher rows (teacher_block: per KV head one sgemm of
+ *      its query heads against the block's keys), the student dots
+ *      d_tj = q_s(t).k_s(j) (one sgemm), per row the two losses and
  *        D_tj = ga dL/dc_tj / (|q_t||k_j|) + gb dK/dd_tj     (coefficient on d_tj)
  *        E_tj = ga dL/dc_tj c_tj                              (norm correction)
  *      with ga = alpha*grad_scale, gb = beta*grad_scale, c = cosine. Since
  *        dc/dq = k/(|q||k|) - c q/|q|^2  and  dd/dq = k,
- *        dq_s(t) = sum_j D_tj k_s(j) - (sum_j E_tj) q_s(t)/|q_t|^2.
- *      Pass 2 (parallel over keys j) sums the symmetric key side,
+ *        dq_s(t) = sum_j D_tj k_s(j) - (sum_j E_tj) q_s(t)/|q_t|^2
+ *      (the block's rows of D times K_s: one sgemm).
+ *      Pass 2 (parallel over blocks of keys) sums the symmetric key side,
  *        dk_s(j) += sum_t D_tj q_s(t) - (sum_t E_tj) k_s(j)/|k_j|^2,
- *      so no two threads ever add into the same element.
- *   3. dW_Qs += dQ_s^T H, dW_Ks += dK_s^T H. */
+ *      (D^T Q_s over the chunk: one sgemm per key block), so no two threads
+ *      ever add into the same element.
+ *   3. dW_Qs += dQ_s^T H, dW_Ks += dK_s^T H (sgemm per block of columns).
+ * Blocks have fixed sizes and every sgemm runs on one thread, so results do
+ * not depend on the thread count. */
 #include "train/search/search_loss.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/blas.h"
 #include "base/error.h"
 #include "kernels/kernels.h"
 #include "train/search/topk.h"
@@ -36,15 +43,20 @@ int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail) 
     return n;
 }
 
+/* Query rows per block of pass 1, keys per block of pass 2, columns of W
+ * per block of the weight gradient; rows per block of the projections. */
+#define LOSS_ROWS 32
+#define LOSS_KEYS 256
+#define GRAD_COLS 64
+#define PROJ_ROWS 64
+
 void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads) {
-    const kernels *K = kernels_get();
+    const int nb = (T + PROJ_ROWS - 1) / PROJ_ROWS;
+    /* Y[t0..t1) = X[t0..t1) W^T */
 #pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *x = X + (size_t)t * d;
-        for (int a = 0; a < ds; a++) {
-            const float *w = W + (size_t)a * d;
-            Y[(size_t)t * ds + a] = K->dot_f32(w, x, d);
-        }
+    for (int b = 0; b < nb; b++) {
+        const int t0 = b * PROJ_ROWS, n = T - t0 < PROJ_ROWS ? T - t0 : PROJ_ROWS;
+        blas_sgemm(1, 0, 1, n, ds, d, 1.0f, X + (size_t)t0 * d, d, W, d, 0.0f, Y + (size_t)t0 * ds, ds);
     }
 }
 
@@ -55,43 +67,110 @@ static float softmax_lse(const float *v, const int *idx, int n, float *prob) {
     for (int i = 0; i < n; i++) {
         float x = v[idx ? idx[i] : i];
         if (x > mx) mx = x;
+        prob[i] = x;
     }
-    float sum = 0.0f;
-    for (int i = 0; i < n; i++) {
-        prob[i] = expf(v[idx ? idx[i] : i] - mx);
-        sum += prob[i];
-    }
+    const float sum = kernels_get()->exp_shift_sum(prob, n, mx);
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) prob[i] *= inv;
     return mx + logf(sum);
 }
 
-/* per-thread scratch of pass 1 */
+/* per-thread scratch of pass 1: the block's teacher and student rows, one
+ * row's softmaxes */
 typedef struct row_scratch {
-    float *p, *z, *y, *sz, *r, *spos, *tmp;
+    float *teacher, *P, *dots, *z, *y, *sz, *r, *spos;
     int *pos;
 } row_scratch;
+
+/* What pass 1 reads and writes; D and E are [R][T] rows of the chunk
+ * starting at row c0 (NULL without gradients). */
+typedef struct loss_pass {
+    const search_layer_data *x;
+    const search_loss_params *lp;
+    int ds, c0;
+    const int *start;
+    const float *Qs, *Ks, *nq, *nk, *kt;
+    float kl_scale, inv_tau, ga, gb;
+    double *row_nce, *row_kl;
+    unsigned char *row_ok;
+    float *D, *E, *dQ;
+} loss_pass;
+
+/* Pass 1 over query rows [b0, b1). */
+static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
+    const search_layer_data *x = lp_->x;
+    const search_loss_params *lp = lp_->lp;
+    const int T = x->T, ds = lp_->ds, *start = lp_->start, n_sink = lp->n_sink, n_tail = lp->n_tail;
+    const int kb = start[b0], nkb = b1 - kb, want_grad = lp_->D != NULL;
+    const float *Qs = lp_->Qs, *Ks = lp_->Ks, *nq = lp_->nq, *nk = lp_->nk;
+    teacher_block(x->q, x->k, lp_->kt, T, &x->shape, start, b0, b1, n_sink, n_tail, lp->agg, s->teacher, s->P, nkb);
+    /* dots[t - b0][j - kb] = q_s(t) . k_s(j) */
+    blas_sgemm(1, 0, 1, b1 - b0, nkb, ds, 1.0f, Qs + (size_t)b0 * ds, ds, Ks + (size_t)kb * ds, ds, 0.0f, s->dots, nkb);
+    for (int t = b0; t < b1; t++) {
+        /* E_t = [s0, s0 + n - 1] = [start + n_sink, t - n_tail]: the retrieval-eligible keys */
+        const int s0 = start[t] + n_sink, n = t - n_tail - s0 + 1;
+        if (n < 2) continue;
+        lp_->row_ok[t] = 1;
+        const float *p = s->P + (size_t)(t - b0) * nkb + (s0 - kb), *dot = s->dots + (size_t)(t - b0) * nkb + (s0 - kb);
+        /* z_j = d_j / (|q||k_j|) / tau;  y_j = d_j / sqrt(ds) / tau_kl */
+        const float zq = lp_->inv_tau / nq[t];
+        for (int i = 0; i < n; i++) {
+            s->z[i] = dot[i] * zq / nk[s0 + i];
+            s->y[i] = dot[i] * lp_->kl_scale;
+        }
+        /* InfoNCE = LSE_E(z) - LSE_P(z); zero when every key is a positive */
+        int npos = topk_indices(p, n, lp->k_pos, s->pos);
+        float lse_e = softmax_lse(s->z, NULL, n, s->sz);
+        float lse_p = npos < n ? softmax_lse(s->z, s->pos, npos, s->spos) : lse_e;
+        lp_->row_nce[t] = npos < n ? (double)lse_e - (double)lse_p : 0.0;
+        /* KL(p || r) = sum_j p_j (log p_j - log r_j), log r_j = y_j - LSE(y) */
+        float lse_y = softmax_lse(s->y, NULL, n, s->r);
+        double kl = 0.0;
+        for (int i = 0; i < n; i++)
+            if (p[i] > 0.0f) kl += (double)p[i] * ((double)logf(p[i]) - ((double)s->y[i] - lse_y));
+        lp_->row_kl[t] = kl;
+        if (!want_grad) continue;
+
+        /* dL/dc_j = (softmax_E(z)_j - [j in P] softmax_P(z)_j) / tau;  dK/dd_j = (r_j - p_j) kl_scale */
+        if (npos == n) /* every key positive: the InfoNCE term is identically 0 */
+            for (int i = 0; i < n; i++) s->sz[i] = 0.0f;
+        else
+            for (int i = 0; i < npos; i++) s->sz[s->pos[i]] -= s->spos[i];
+        float *Drow = lp_->D + (size_t)(t - lp_->c0) * T, *Erow = lp_->E + (size_t)(t - lp_->c0) * T;
+        float esum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            float g1 = s->sz[i] * lp_->inv_tau;
+            float g2 = (s->r[i] - p[i]) * lp_->kl_scale;
+            float c = s->z[i] * lp->tau; /* the cosine */
+            Drow[s0 + i] = lp_->ga * g1 / (nq[t] * nk[s0 + i]) + lp_->gb * g2;
+            Erow[s0 + i] = lp_->ga * g1 * c;
+            esum += Erow[s0 + i];
+        }
+        /* the norm part of dq_s(t) = sum_j D_tj k_s(j) - (sum_j E_tj) q_s(t) / |q_t|^2 */
+        float corr = esum / (nq[t] * nq[t]), *dq = lp_->dQ + (size_t)t * ds;
+        const float *qt = Qs + (size_t)t * ds;
+        for (int c = 0; c < ds; c++) dq[c] = -corr * qt[c];
+    }
+    /* the block's sum_j D_tj k_s(j), added to dq (D is zero outside each E_t) */
+    if (want_grad)
+        blas_sgemm(1, 0, 0, b1 - b0, ds, nkb, 1.0f, lp_->D + (size_t)(b0 - lp_->c0) * T + kb, T, Ks + (size_t)kb * ds,
+                   ds, 1.0f, lp_->dQ + (size_t)b0 * ds, ds);
+}
 
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
                               const search_loss_params *lp, float grad_scale, float *dwq, float *dwk,
                               search_loss_sums *out, int chunk_rows, int n_threads, subq_error *err) {
     const int T = x->T, d = x->d_model;
     const int want_grad = dwq || dwk;
-    const kernels *K = kernels_get();
     out->nce = out->kl = 0.0;
     out->n_queries = 0;
     if (T <= 0) return SUBQ_OK;
     if (n_threads < 1) n_threads = 1;
     if (lp->k_pos < 1 || lp->tau <= 0 || lp->tau_kl <= 0 || lp->n_sink < 0 || lp->n_tail < 0)
         return subq_fail(err, SUBQ_ERR_ARG, "search loss: k_pos must be >= 1, temperatures > 0, n_sink and n_tail >= 0");
-    const int n_sink = lp->n_sink, n_tail = lp->n_tail;
     int R = chunk_rows > 0 ? chunk_rows : (int)((1 << 20) / T);
     if (R < 16) R = 16;
     if (R > T) R = T;
-
-    const float kl_scale = 1.0f / (sqrtf((float)ds) * lp->tau_kl);
-    const float inv_tau = 1.0f / lp->tau;
-    const float ga = lp->alpha * grad_scale, gb = lp->beta * grad_scale;
 
     int *start = malloc((size_t)T * sizeof(int));
     float *Qs = malloc((size_t)T * ds * sizeof(float));
@@ -129,84 +208,50 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         nk[t] = sqrtf(b + NORM_EPS);
     }
 
+    loss_pass pass = {
+        .x = x, .lp = lp, .ds = ds, .start = start, .Qs = Qs, .Ks = Ks, .nq = nq, .nk = nk, .kt = kt,
+        .kl_scale = 1.0f / (sqrtf((float)ds) * lp->tau_kl), .inv_tau = 1.0f / lp->tau,
+        .ga = lp->alpha * grad_scale, .gb = lp->beta * grad_scale,
+        .row_nce = row_nce, .row_kl = row_kl, .row_ok = row_ok, .D = D, .E = E, .dQ = dQ,
+    };
+    const int rows_block = R < LOSS_ROWS ? R : LOSS_ROWS;
     int oom = 0;
-    for (int t0 = 0; t0 < T; t0 += R) {
-        const int t1 = t0 + R < T ? t0 + R : T;
-        /* ---- pass 1: one query row per iteration ---- */
+    for (int c0 = 0; c0 < T; c0 += R) {
+        const int c1 = c0 + R < T ? c0 + R : T, kc = start[c0], n_blocks = (c1 - c0 + rows_block - 1) / rows_block;
+        pass.c0 = c0;
+        /* D and E are zero outside each row's eligible keys */
+        for (int r = 0; want_grad && r < c1 - c0; r++) {
+            memset(D + (size_t)r * T + kc, 0, (size_t)(c1 - kc) * sizeof(float));
+            memset(E + (size_t)r * T + kc, 0, (size_t)(c1 - kc) * sizeof(float));
+        }
+        /* ---- pass 1: blocks of query rows ---- */
 #pragma omp parallel num_threads(n_threads)
         {
-            row_scratch s;
-            s.p = malloc((size_t)T * sizeof(float));
-            s.z = malloc((size_t)T * sizeof(float));
-            s.y = malloc((size_t)T * sizeof(float));
-            s.sz = malloc((size_t)T * sizeof(float));
-            s.r = malloc((size_t)T * sizeof(float));
-            s.tmp = malloc((size_t)T * sizeof(float));
-            s.spos = malloc((size_t)lp->k_pos * sizeof(float));
-            s.pos = malloc((size_t)lp->k_pos * sizeof(int));
-            int ok = s.p && s.z && s.y && s.sz && s.r && s.tmp && s.spos && s.pos;
+            const size_t cells = (size_t)rows_block * (c1 - kc);
+            row_scratch s = {
+                .teacher = malloc(teacher_block_scratch(rows_block, c1 - kc, &x->shape) * sizeof(float)),
+                .P = malloc(cells * sizeof(float)), .dots = malloc(cells * sizeof(float)),
+                .z = malloc((size_t)T * sizeof(float)), .y = malloc((size_t)T * sizeof(float)),
+                .sz = malloc((size_t)T * sizeof(float)), .r = malloc((size_t)T * sizeof(float)),
+                .spos = malloc((size_t)lp->k_pos * sizeof(float)), .pos = malloc((size_t)lp->k_pos * sizeof(int)),
+            };
+            int ok = s.teacher && s.P && s.dots && s.z && s.y && s.sz && s.r && s.spos && s.pos;
             if (!ok) {
 #pragma omp atomic write
                 oom = 1;
             }
-#pragma omp for schedule(static, 1) /* row cost grows with t: deal rows round-robin */
-            for (int t = t0; t < t1; t++) {
-                /* E_t = [s0, s0 + n - 1] = [start + n_sink, t - n_tail]: the retrieval-eligible keys */
-                const int s0 = start[t] + n_sink, n = t - n_tail - s0 + 1;
-                if (!ok || n < 2) continue;
-                row_ok[t] = 1;
-                const float *qt = Qs + (size_t)t * ds;
-                teacher_row_mid(x->q + (size_t)t * x->shape.n_head * x->shape.head_dim, kt, T, &x->shape, start[t], t,
-                                s0, s0 + n - 1, lp->agg, s.tmp, s.p);
-                /* d_j = q_s(t).k_s(j);  z_j = d_j / (|q||k_j|) / tau;  y_j = d_j / sqrt(ds) / tau_kl */
-                for (int i = 0; i < n; i++) {
-                    float dot = K->dot_f32(qt, Ks + (size_t)(s0 + i) * ds, ds);
-                    s.z[i] = dot / (nq[t] * nk[s0 + i]) * inv_tau;
-                    s.y[i] = dot * kl_scale;
-                }
-                /* InfoNCE = LSE_E(z) - LSE_P(z); zero when every key is a positive */
-                int npos = topk_indices(s.p, n, lp->k_pos, s.pos);
-                float lse_e = softmax_lse(s.z, NULL, n, s.sz);
-                float lse_p = npos < n ? softmax_lse(s.z, s.pos, npos, s.spos) : lse_e;
-                row_nce[t] = npos < n ? (double)lse_e - (double)lse_p : 0.0;
-                /* KL(p || r) = sum_j p_j (log p_j - log r_j), log r_j = y_j - LSE(y) */
-                float lse_y = softmax_lse(s.y, NULL, n, s.r);
-                double kl = 0.0;
-                for (int i = 0; i < n; i++)
-                    if (s.p[i] > 0.0f) kl += (double)s.p[i] * ((double)logf(s.p[i]) - ((double)s.y[i] - lse_y));
-                row_kl[t] = kl;
-                if (!want_grad) continue;
-
-                /* dL/dc_j = (softmax_E(z)_j - [j in P] softmax_P(z)_j) / tau;  dK/dd_j = (r_j - p_j) kl_scale */
-                if (npos == n) /* every key positive: the InfoNCE term is identically 0 */
-                    for (int i = 0; i < n; i++) s.sz[i] = 0.0f;
-                else
-                    for (int i = 0; i < npos; i++) s.sz[s.pos[i]] -= s.spos[i];
-                float *Drow = D + (size_t)(t - t0) * T, *Erow = E + (size_t)(t - t0) * T;
-                float esum = 0.0f;
-                for (int i = 0; i < n; i++) {
-                    float g1 = s.sz[i] * inv_tau;
-                    float g2 = (s.r[i] - s.p[i]) * kl_scale;
-                    float c = s.z[i] * lp->tau; /* the cosine */
-                    Drow[s0 + i] = ga * g1 / (nq[t] * nk[s0 + i]) + gb * g2;
-                    Erow[s0 + i] = ga * g1 * c;
-                    esum += Erow[s0 + i];
-                }
-                /* dq_s(t) = sum_j D_tj k_s(j) - (sum_j E_tj) q_s(t) / |q_t|^2 */
-                float *dq = dQ + (size_t)t * ds;
-                for (int i = 0; i < n; i++) {
-                    const float *kj = Ks + (size_t)(s0 + i) * ds;
-                    for (int c = 0; c < ds; c++) dq[c] += Drow[s0 + i] * kj[c];
-                }
-                float corr = esum / (nq[t] * nq[t]);
-                for (int c = 0; c < ds; c++) dq[c] -= corr * qt[c];
+#pragma omp for schedule(dynamic, 1)
+            for (int b = 0; b < n_blocks; b++) {
+                const int b0 = c0 + b * rows_block, b1 = b0 + rows_block < c1 ? b0 + rows_block : c1;
+                if (ok) loss_rows(&pass, b0, b1, &s);
             }
-            free(s.p);
+            free(s.teacher);
+            free(s.P);
+            free(s.dots);
             free(s.z);
             free(s.y);
             free(s.sz);
             free(s.r);
-            free(s.tmp);
             free(s.spos);
             free(s.pos);
         }
@@ -215,25 +260,26 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
             goto done;
         }
         if (!want_grad) continue;
-        /* ---- pass 2: one key per iteration, over this chunk's rows ---- */
-        const int j0 = start[t0];
-#pragma omp parallel for num_threads(n_threads) schedule(static, 1)
-        for (int j = j0; j < t1; j++) {
-            float *dk = dK + (size_t)j * ds;
-            float esum = 0.0f;
-            /* key j is in E_t iff start[t] + n_sink <= j <= t - n_tail (so t >= j + n_tail) */
-            for (int t = j + n_tail > t0 ? j + n_tail : t0; t < t1; t++) {
-                if (!row_ok[t] || start[t] + n_sink > j) continue;
-                float w = D[(size_t)(t - t0) * T + j];
-                const float *qt = Qs + (size_t)t * ds;
-                /* dk_s(j) += D_tj q_s(t) */
-                for (int c = 0; c < ds; c++) dk[c] += w * qt[c];
-                esum += E[(size_t)(t - t0) * T + j];
-            }
+        /* ---- pass 2: blocks of keys j in [kc, c1), over this chunk's rows ---- */
+        const int n_kblocks = (c1 - kc + LOSS_KEYS - 1) / LOSS_KEYS;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
+        for (int b = 0; b < n_kblocks; b++) {
+            const int j0 = kc + b * LOSS_KEYS, nj = c1 - j0 < LOSS_KEYS ? c1 - j0 : LOSS_KEYS;
+            /* dk_s(j) += sum_t D_tj q_s(t) */
+            blas_sgemm(1, 1, 0, nj, ds, c1 - c0, 1.0f, D + j0, T, Qs + (size_t)c0 * ds, ds, 1.0f, dK + (size_t)j0 * ds,
+                       ds);
             /* dk_s(j) -= (sum_t E_tj) k_s(j) / |k_j|^2 */
-            float corr = esum / (nk[j] * nk[j]);
-            const float *kj = Ks + (size_t)j * ds;
-            for (int c = 0; c < ds; c++) dk[c] -= corr * kj[c];
+            float esum[LOSS_KEYS] = {0};
+            for (int r = 0; r < c1 - c0; r++) {
+                const float *e = E + (size_t)r * T + j0;
+                for (int i = 0; i < nj; i++) esum[i] += e[i];
+            }
+            for (int i = 0; i < nj; i++) {
+                const int j = j0 + i;
+                const float corr = esum[i] / (nk[j] * nk[j]), *kj = Ks + (size_t)j * ds;
+                float *dk = dK + (size_t)j * ds;
+                for (int c = 0; c < ds; c++) dk[c] -= corr * kj[c];
+            }
         }
     }
 
@@ -246,20 +292,15 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     }
 
     if (want_grad) {
-        /* dW[a][i] += sum_t dY[t][a] H[t][i]  for W_Qs (dY = dQ) and W_Ks (dY = dK) */
+        /* dW[a][i] += sum_t dY[t][a] H[t][i]  for W_Qs (dY = dQ) and W_Ks (dY = dK), per block of columns i */
+        const int n_cblocks = (d + GRAD_COLS - 1) / GRAD_COLS;
 #pragma omp parallel for num_threads(n_threads) schedule(static)
-        for (int a = 0; a < 2 * ds; a++) {
-            const int is_k = a >= ds, r = is_k ? a - ds : a;
+        for (int b = 0; b < 2 * n_cblocks; b++) {
+            const int is_k = b >= n_cblocks, i0 = (is_k ? b - n_cblocks : b) * GRAD_COLS;
+            const int ni = d - i0 < GRAD_COLS ? d - i0 : GRAD_COLS;
             float *dw = is_k ? dwk : dwq;
             if (!dw) continue;
-            const float *dY = is_k ? dK : dQ;
-            float *row = dw + (size_t)r * d;
-            for (int t = 0; t < T; t++) {
-                float g = dY[(size_t)t * ds + r];
-                if (g == 0.0f) continue;
-                const float *ht = x->h + (size_t)t * d;
-                for (int i = 0; i < d; i++) row[i] += g * ht[i];
-            }
+            blas_sgemm(1, 1, 0, ds, ni, T, 1.0f, is_k ? dK : dQ, ds, x->h + i0, d, 1.0f, dw + i0, d);
         }
     }
 done:

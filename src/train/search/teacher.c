@@ -4,7 +4,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/blas.h"
 #include "base/error.h"
+#include "kernels/kernels.h"
 
 const char *teacher_agg_name(teacher_agg a) { return a == SUBQ_TEACHER_AGG_MEAN ? "mean" : "max"; }
 
@@ -124,6 +126,56 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
         }
         float inv = 1.0f / sum;
         for (int i = 0; i < m; i++) p[i] *= inv;
+    }
+}
+
+size_t teacher_block_scratch(int n_rows, int n_keys, const attn_shape *sh) {
+    const size_t g = (size_t)(sh->n_head / sh->n_head_kv);
+    return (size_t)n_rows * g * sh->head_dim + (size_t)n_rows * g * n_keys;
+}
+
+void teacher_block(const float *q, const float *k, const float *kt, int T, const attn_shape *sh, const int *start,
+                   int t0, int t1, int n_sink, int n_tail, teacher_agg agg, float *scratch, float *P, int ldp) {
+    const kernels *kern = kernels_get();
+    const int nh = sh->n_head, g = nh / sh->n_head_kv, hd = sh->head_dim, dq = nh * hd, dk = sh->n_head_kv * hd;
+    const int B = t1 - t0, kb = start[t0], nk = t1 - kb, rows = B * g;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *Qb = scratch, *S = scratch + (size_t)rows * hd;
+    for (int r = 0; r < B; r++) memset(P + (size_t)r * ldp, 0, (size_t)nk * sizeof(float));
+    for (int kh = 0; kh < sh->n_head_kv; kh++) {
+        for (int r = 0; r < B; r++)
+            memcpy(Qb + (size_t)r * g * hd, q + (size_t)(t0 + r) * dq + (size_t)kh * g * hd, (size_t)g * hd * sizeof(float));
+        /* S[r][j - kb] = q_h(t) . k_kh(j) / sqrt(hd), rows r = (t - t0) g + i for h = kh g + i */
+        blas_sgemm(1, 0, 1, rows, nk, hd, scale, Qb, hd, k + (size_t)kb * dk + (size_t)kh * hd, dk, 0.0f, S, nk);
+        for (int r = 0; r < rows; r++) {
+            const int t = t0 + r / g, s = start[t] - kb, e = t - kb, lo = s + n_sink, hi = e - n_tail;
+            if (lo > hi) continue;
+            float *row = S + (size_t)r * nk, *p = P + (size_t)(t - t0) * ldp, mx = -INFINITY;
+            /* head h's softmax over all of its keys s..e, then its share of the mid keys lo..hi */
+            for (int j = s; j <= e; j++) mx = row[j] > mx ? row[j] : mx;
+            const float inv = 1.0f / kern->exp_shift_sum(row + s, e - s + 1, mx);
+            if (agg == SUBQ_TEACHER_AGG_MEAN) {
+                const float w = inv / (float)nh;
+                for (int j = lo; j <= hi; j++) p[j] += row[j] * w;
+            } else {
+                for (int j = lo; j <= hi; j++) {
+                    const float v = row[j] * inv;
+                    p[j] = v > p[j] ? v : p[j];
+                }
+            }
+        }
+    }
+    for (int t = t0; t < t1; t++) {
+        const int lo = start[t] + n_sink - kb, hi = t - n_tail - kb;
+        if (lo > hi || (agg == SUBQ_TEACHER_AGG_MEAN && lo == start[t] - kb && hi == t - kb)) continue;
+        float *p = P + (size_t)(t - t0) * ldp, sum = 0.0f;
+        for (int j = lo; j <= hi; j++) sum += p[j];
+        if (!(sum >= FLT_MIN)) { /* every mid key underflowed: the row again, in the log domain */
+            teacher_row_mid(q + (size_t)t * dq, kt, T, sh, start[t], t, lo + kb, hi + kb, agg, S, p + lo);
+            continue;
+        }
+        const float inv = 1.0f / sum;
+        for (int j = lo; j <= hi; j++) p[j] *= inv;
     }
 }
 

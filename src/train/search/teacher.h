@@ -66,6 +66,20 @@ void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh,
 void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, int lo, int hi,
                      teacher_agg agg, float *scratch, float *p);
 
+/* teacher_row_mid for a block of queries t0 .. t1-1 at once (start[] as
+ * from segment_starts, so kb = start[t0] is the block's first key): query
+ * t's row over its retrieval-eligible keys j in [start[t] + n_sink,
+ * t - n_tail] into P[(t - t0) * ldp + j - kb]; its other entries in
+ * [kb, t1) and rows with no such key are zero. Per KV head one sgemm gives
+ * the logits of the block's g query heads against keys kb .. t1-1 (q, k:
+ * the captured rows, [T][n_head*head_dim] and [T][n_head_kv*head_dim]); kt
+ * (teacher_keys_transpose) serves the rare log-domain rows. Equal to
+ * teacher_row_mid row by row up to float rounding. scratch holds
+ * teacher_block_scratch(t1 - t0, t1 - kb, sh) floats. */
+size_t teacher_block_scratch(int n_rows, int n_keys, const attn_shape *sh);
+void teacher_block(const float *q, const float *k, const float *kt, int T, const attn_shape *sh, const int *start,
+                   int t0, int t1, int n_sink, int n_tail, teacher_agg agg, float *scratch, float *P, int ldp);
+
 /* Raw-QK oracle scores: o(j) = (1/n_head) sum_h q_h(t) . k_{h/g}(j) for
  * j = lo..hi, written to o[j - lo] (head-mean native scores; the
  * exact-top-K baseline; any key range, e.g. a query's eligible keys or its
