@@ -983,6 +983,18 @@ const char *subq_synth_shapes(void); /* "tiny, tiny-qwen2, ..." */
 subq_status subq_dequantize(const char *type, const void *src, size_t n_bytes, int portable, float *dst,
                             size_t cap, size_t *n_out, subq_error *err);
 
+/* Read a whole file into a malloc'd, NUL-terminated buffer (*len excludes
+ * the NUL): a regular file by its size, which must be at most `limit` bytes
+ * (0: half the memory available now); a stream (pipe, FIFO, character
+ * device) up to min(limit, SUBQ_READ_STREAM_MAX) bytes, waiting at most
+ * SUBQ_READ_IDLE_S seconds (the environment variable of that name, when
+ * set) for each piece of data, so a FIFO nobody writes to is an error
+ * rather than a hang. Larger inputs are SUBQ_ERR_RANGE, a
+ * directory SUBQ_ERR_ARG, read errors SUBQ_ERR_IO; all name the path. */
+#define SUBQ_READ_STREAM_MAX ((size_t)1 << 30)
+#define SUBQ_READ_IDLE_S 60
+subq_status subq_read_file(const char *path, size_t limit, char **out, size_t *len, subq_error *err);
+
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop
 #endif

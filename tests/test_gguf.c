@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -531,11 +532,11 @@ static void test_writer_errors(void) {
     CHECK(gguf_writer_write(w, path, &e) == SUBQ_ERR_IO && strstr(e.msg, path) && one_line(&e),
           "write into a missing directory -> IO naming the path: '%s'", e.msg);
 
-    /* rename over a directory fails after the temp file was written: it must be removed. */
+    /* a directory is refused before anything is written: no temporary file is left */
     snprintf(path, sizeof path, "%s/gguf_is_a_dir", dir);
     mkdir(path, 0755);
-    CHECK(gguf_writer_write(w, path, &e) == SUBQ_ERR_IO && strstr(e.msg, path),
-          "write over a directory -> IO: '%s'", e.msg);
+    CHECK(gguf_writer_write(w, path, &e) == SUBQ_ERR_ARG && strstr(e.msg, path),
+          "write over a directory -> ARG: '%s'", e.msg);
     snprintf(tp, sizeof tp, "gguf_is_a_dir.subq-tmp.");
     CHECK(count_prefix(dir, tp) == 0, "temp file not removed after a failed rename");
     rmdir(path);
@@ -1281,6 +1282,46 @@ static void test_stale_temps(void) {
     unlink(path);
 }
 
+/* Outputs replace regular files only: a FIFO, a character device (made
+ * here, with /dev/full's numbers) and a directory are refused and stay what
+ * they were; a symlink to a regular file has its target replaced and stays a
+ * link; a dangling link is refused. */
+static void test_special_outputs(void) {
+    const char *dir = tmp_dir();
+    char fifo[512], dev[512], sub[512], link[512], target[512];
+    struct stat st;
+    snprintf(fifo, sizeof fifo, "%s/out_fifo", dir);
+    snprintf(dev, sizeof dev, "%s/out_full", dir);
+    snprintf(sub, sizeof sub, "%s/out_dir", dir);
+    snprintf(link, sizeof link, "%s/out_link", dir);
+    snprintf(target, sizeof target, "%s/out_target.gguf", dir);
+    unlink(fifo), unlink(dev), rmdir(sub), unlink(link), unlink(target);
+    CHECK(mkfifo(fifo, 0644) == 0, "mkfifo: %s", strerror(errno));
+    CHECK(mknod(dev, S_IFCHR | 0644, makedev(1, 7)) == 0, "mknod (root, CAP_MKNOD): %s", strerror(errno));
+    CHECK(mkdir(sub, 0755) == 0, "mkdir: %s", strerror(errno));
+    write_small(fifo, SUBQ_ERR_ARG, "a FIFO is refused");
+    write_small(dev, SUBQ_ERR_ARG, "a character device is refused");
+    write_small(sub, SUBQ_ERR_ARG, "a directory is refused");
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO is still a FIFO");
+    CHECK(lstat(dev, &st) == 0 && S_ISCHR(st.st_mode), "the device is still a device");
+    CHECK(lstat(sub, &st) == 0 && S_ISDIR(st.st_mode), "the directory is still a directory");
+    /* a link to a regular file: the file is replaced, the link kept */
+    write_file(target, "old", 3);
+    CHECK(symlink(target, link) == 0, "symlink: %s", strerror(errno));
+    write_small(link, SUBQ_OK, "a symlink's target is written");
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link is still a link");
+    CHECK(stat(target, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 3, "the target holds the new file");
+    /* links to a device or to nothing */
+    unlink(link);
+    CHECK(symlink(dev, link) == 0, "symlink: %s", strerror(errno));
+    write_small(link, SUBQ_ERR_ARG, "a symlink to a device is refused");
+    unlink(link);
+    CHECK(symlink("no/such/file", link) == 0, "symlink: %s", strerror(errno));
+    write_small(link, SUBQ_ERR_ARG, "a dangling symlink is refused");
+    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the dangling link is kept");
+    unlink(fifo), unlink(dev), rmdir(sub), unlink(link), unlink(target);
+}
+
 int main(void) {
     char spath[1024];
     uint8_t *stories = NULL;
@@ -1304,6 +1345,7 @@ int main(void) {
     test_files(stories, ssize);
     if (stories) test_read_in(spath, stories, ssize);
     test_stale_temps();
+    test_special_outputs();
     free(stories);
 
     printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -54,9 +54,45 @@ static void remove_stale(const char *dir, const char *base) {
     closedir(d);
 }
 
-subq_status atomic_file_open(atomic_file *af, const char *path, subq_error *err) {
+static subq_status atomic_file_open_target(atomic_file *af, const char *path, subq_error *err);
+
+/* The file to replace for `path`: path itself when it names a regular file
+ * or nothing; the file a symlink leads to (so the link stays a link); NULL
+ * with an error for anything else (a device, a FIFO, a directory, a link
+ * to one of those or to nothing), which a rename would destroy. malloc'd. */
+static char *replace_target(const char *path, subq_error *err) {
+    struct stat ls, st;
+    if (lstat(path, &ls) != 0) {
+        if (errno == ENOENT) return strdup(path);
+        subq_fail(err, SUBQ_ERR_IO, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    if (S_ISREG(ls.st_mode)) return strdup(path);
+    if (S_ISLNK(ls.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (real && stat(real, &st) == 0 && S_ISREG(st.st_mode)) return real;
+        free(real);
+        subq_fail(err, SUBQ_ERR_ARG, "%s is a symbolic link to something other than a regular file: not replaced",
+                  path);
+        return NULL;
+    }
+    subq_fail(err, SUBQ_ERR_ARG, "%s is not a regular file (%s): outputs replace regular files only", path,
+              S_ISDIR(ls.st_mode) ? "a directory" : S_ISFIFO(ls.st_mode) ? "a FIFO" :
+              S_ISCHR(ls.st_mode) || S_ISBLK(ls.st_mode) ? "a device" : "a socket or other special file");
+    return NULL;
+}
+
+subq_status atomic_file_open(atomic_file *af, const char *path_arg, subq_error *err) {
     memset(af, 0, sizeof *af);
-    if (!path || !path[0]) return subq_fail(err, SUBQ_ERR_ARG, "atomic write: no path");
+    if (!path_arg || !path_arg[0]) return subq_fail(err, SUBQ_ERR_ARG, "atomic write: no path");
+    char *path = replace_target(path_arg, err);
+    if (!path) return SUBQ_ERR_ARG;
+    subq_status rc = atomic_file_open_target(af, path, err);
+    free(path);
+    return rc;
+}
+
+static subq_status atomic_file_open_target(atomic_file *af, const char *path, subq_error *err) {
     const char *base;
     char *dir = dir_of(path, &base);
     size_t n = strlen(path) + strlen(TMP_TAG) + strlen(TMP_RAND) + 1;

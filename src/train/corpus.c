@@ -104,36 +104,6 @@ subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *te
     return s;
 }
 
-static subq_status read_file(const char *path, char **out, size_t *len, subq_error *err) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return subq_fail(err, SUBQ_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = realloc(buf, cap * 2 + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (!buf) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory reading %s", path);
-    if (bad) {
-        free(buf);
-        return subq_fail(err, SUBQ_ERR_IO, "error reading %s", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return SUBQ_OK;
-}
 
 static int ends_with(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
@@ -177,7 +147,7 @@ static subq_status add_path_rec(train_corpus *c, const subq_model *m, const char
     if (S_ISREG(st.st_mode)) {
         char *buf;
         size_t len;
-        subq_status s = read_file(path, &buf, &len, err);
+        subq_status s = subq_read_file(path, 0, &buf, &len, err);
         if (s) return s;
         if (ends_with(path, ".jsonl")) s = add_jsonl(c, m, path, buf, len, is_eval, err);
         else s = corpus_add_text(c, m, buf, len, is_eval, path, err);

@@ -12,15 +12,22 @@
    the path, and on a model whose weights are NaN.
 3. A killed writer's temporary file (unlocked) is removed by the next write
    of the same destination; a live writer's (locked) is left alone.
+4. Outputs that are not regular files are refused and left as they were (a
+   FIFO, a character device, a directory); a symlink's target is replaced
+   and the link kept. Inputs are bounded: /dev/zero as text or as a GGUF
+   file ends in one clean error, a FIFO with no writer times out, a FIFO
+   whose writer comes late is read.
 
 With SUBQ_SANITIZED=1 (the ASan+UBSan build runs it too) any sanitizer
 report fails the run."""
 import fcntl
 import json
 import os
+import stat
 import struct
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import refcommon as rc  # noqa: E402
@@ -227,6 +234,48 @@ def main():
     ck.check("the written model opens", code == 0, err[-200:])
     for p in (other, out_path):
         os.unlink(p)
+
+    # ---- 4. special files as outputs and inputs -------------------------
+    fifo, dev, sub = (os.path.join(tmp, n) for n in ("hostile_fifo", "hostile_full", "hostile_dir"))
+    link, target = os.path.join(tmp, "hostile_link"), os.path.join(tmp, "hostile_target.gguf")
+    for p in (fifo, dev, link, target):
+        if os.path.lexists(p):
+            os.unlink(p)
+    if os.path.isdir(sub):
+        os.rmdir(sub)
+    os.mkfifo(fifo)
+    os.mknod(dev, 0o644 | stat.S_IFCHR, os.makedev(1, 7))  # /dev/full's numbers
+    os.mkdir(sub)
+    for label, path, kind in (("a FIFO", fifo, stat.S_ISFIFO), ("a character device", dev, stat.S_ISCHR),
+                              ("a directory", sub, stat.S_ISDIR)):
+        code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "-o", path], timeout=60)
+        clean = code == 1 and err.count("\n") == 1 and "not a regular file" in err
+        ck.check("synth -o %s is refused" % label, clean and kind(os.lstat(path).st_mode), err[-200:])
+    with open(target, "wb") as f:
+        f.write(b"old")
+    os.symlink(target, link)
+    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "-o", link])
+    ck.check("synth -o a symlink writes its target, the link stays", code == 0 and os.path.islink(link) and
+             os.path.getsize(target) > 3, err[-200:])
+    for args in (["perplexity", "-m", model, "-f", "/dev/zero"], ["tokenize", "-m", model, "-f", "/dev/zero"],
+                 ["dequant", "--type", "q8_0", "-i", "/dev/zero", "-o", os.path.join(tmp, "hostile_deq.bin")]):
+        code, out, err = run(args, timeout=120)
+        ck.check(" ".join(args[:1] + args[-2:]) + ": one clean error", code == 1 and err.count("\n") == 1 and
+                 "the most this reader takes" in err, err[-200:])
+    env = rc.subq_env()
+    env["SUBQ_READ_IDLE_S"] = "1"
+    p = subprocess.run([rc.subq_bin(), "tokenize", "-m", model, "-f", fifo], capture_output=True, timeout=60, env=env)
+    ck.check("a FIFO nobody writes to times out", p.returncode == 1 and b"no data for 1 s" in p.stderr, p.stderr[-200:].decode("utf-8", "replace"))
+    proc = subprocess.Popen([rc.subq_bin(), "tokenize", "-m", model, "-f", fifo], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=rc.subq_env())
+    time.sleep(0.5)
+    with open(fifo, "w") as f:
+        f.write("Once upon a time")
+    out, err = proc.communicate(timeout=60)
+    ck.check("a FIFO whose writer comes late is read", proc.returncode == 0 and len(out.split()) >= 4, err[-200:].decode("utf-8", "replace"))
+    for p in (fifo, dev, link, target):
+        os.unlink(p)
+    os.rmdir(sub)
     ck.finish()
 
 

@@ -31,7 +31,7 @@ static int prompt_tokens(const char *cmd, const subq_model *m, const char *path,
     subq_error err = {0};
     char *text = NULL;
     size_t len = 0, got = 0;
-    if (cli_read_file(path, &text, &len, &err)) return !cli_error(cmd, "%s", err.msg);
+    if (subq_read_file(path, 0, &text, &len, &err)) return !cli_error(cmd, "%s", err.msg);
     /* count first: a text longer than needed gives its first n tokens */
     subq_status s = subq_tokenize(m, text, len, 1, NULL, 0, &got, &err);
     int32_t *all = s == SUBQ_ERR_RANGE ? malloc((got > 0 ? got : 1) * sizeof(int32_t)) : NULL;

@@ -83,46 +83,6 @@ int cli_parse_kv_type(const char *cmd, const char *s, subq_kv_type *out) {
     return 1;
 }
 
-subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error *err) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err->msg, sizeof err->msg, "cannot open %s: %s", path, strerror(errno));
-        return err->code = SUBQ_ERR_IO;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *nb = realloc(buf, cap * 2 + 1);
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            break;
-        }
-        buf = nb;
-        cap *= 2;
-    }
-    int rd_err = ferror(f);
-    fclose(f);
-    if (!buf) {
-        snprintf(err->msg, sizeof err->msg, "out of memory reading %s", path);
-        return err->code = SUBQ_ERR_NOMEM;
-    }
-    if (rd_err) {
-        free(buf);
-        snprintf(err->msg, sizeof err->msg, "error reading %s", path);
-        return err->code = SUBQ_ERR_IO;
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return SUBQ_OK;
-}
-
 double cli_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -42,10 +42,6 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_is_help(const char *a);
 
-/* Read a whole file into a malloc'd buffer (NUL-terminated, *len excludes
- * the NUL). Errors go to err. */
-subq_status cli_read_file(const char *path, char **out, size_t *len, subq_error *err);
-
 /* Tokenise text into a malloc'd array of exactly the right size (*toks, *n);
  * `special`: the text of special tokens becomes them (subq_tokenize_special). */
 subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int special, int32_t **toks,

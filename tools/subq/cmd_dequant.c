@@ -42,7 +42,7 @@ int cmd_dequant(int argc, char **argv) {
     subq_error err = {0};
     char *buf = NULL;
     size_t len = 0, n = 0;
-    if (cli_read_file(in, &buf, &len, &err)) return cli_error(cmd, "%s", err.msg);
+    if (subq_read_file(in, 0, &buf, &len, &err)) return cli_error(cmd, "%s", err.msg);
     /* every supported type stores at least 4 bits per element */
     size_t cap = 2 * len + 1;
     float *y = malloc(cap * sizeof(float));

@@ -94,7 +94,7 @@ int cmd_generate(int argc, char **argv) {
     char *file_text = NULL;
     size_t prompt_len = strlen(prompt);
     if (prompt_file) {
-        if (cli_read_file(prompt_file, &file_text, &prompt_len, &err)) return cli_error(cmd, "%s", err.msg);
+        if (subq_read_file(prompt_file, 0, &file_text, &prompt_len, &err)) return cli_error(cmd, "%s", err.msg);
         prompt = file_text;
     }
     subq_model *m = NULL;

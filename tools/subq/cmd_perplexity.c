@@ -65,7 +65,7 @@ int cmd_perplexity(int argc, char **argv) {
     subq_error err = {0};
     char *text;
     size_t len;
-    if (cli_read_file(file, &text, &len, &err)) return cli_error(cmd, "%s", err.msg);
+    if (subq_read_file(file, 0, &text, &len, &err)) return cli_error(cmd, "%s", err.msg);
     if (len == 0) {
         free(text);
         return cli_error(cmd, "%s is empty; perplexity needs text", file);

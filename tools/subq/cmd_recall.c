@@ -143,7 +143,7 @@ static int add_haystack(const char *cmd, const char *path, char **buf, size_t *l
     subq_error err = {0};
     char *text;
     size_t n;
-    if (cli_read_file(path, &text, &n, &err)) return cli_error(cmd, "%s", err.msg), 0;
+    if (subq_read_file(path, 0, &text, &n, &err)) return cli_error(cmd, "%s", err.msg), 0;
     char *grown = realloc(*buf, *len + n + 3);
     if (!grown) {
         free(text);

@@ -43,7 +43,7 @@ int cmd_tokenize(int argc, char **argv) {
     char *buf = NULL;
     size_t len = text ? strlen(text) : 0;
     if (file) {
-        if (cli_read_file(file, &buf, &len, &err)) return cli_error(cmd, "%s", err.msg);
+        if (subq_read_file(file, 0, &buf, &len, &err)) return cli_error(cmd, "%s", err.msg);
         text = buf;
     }
     subq_model *m = NULL;

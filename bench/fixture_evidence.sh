@@ -1,0 +1,101 @@
+#!/bin/bash
+# The method's evidence on the 4K-context fixture model (issue 30): learned
+# search projections and completion maps trained on the fixture's own
+# training text, then fidelity (subq eval) and needle recall (subq recall)
+# on WikiText-2 test, which the fixture never saw.
+# Usage: bench/fixture_evidence.sh DIR STAGE...
+#   STAGE: data | search | phi | eval | recall | all (in that order)
+#   data    rebuilds the fixture's training text into DIR/corpus.jsonl (~1 min)
+#   search  train-search, reserve 0 (layers 1-7) and reserve 0,-1 (layers 1-6)
+#   phi     train-phi on layers 1-7
+#   eval    subq eval at 4096-token windows, K 64/128/256, every selector,
+#           selection only and with completion, per layer at K 64
+#   recall  passkey, niah-multikey, niah-multivalue grids, dense and sparse prefill
+# Environment: SUBQ (binary, default ./build/subq), SHARED (default ../shared),
+# THREADS (default 2), WINDOWS (eval windows, default 16). Outputs (JSON, logs,
+# SVG charts) go under DIR; BENCHMARKS.md quotes them.
+set -euo pipefail
+D=${1:?usage: bench/fixture_evidence.sh DIR STAGE...}
+shift
+B=${SUBQ:-./build/subq}
+S=$(cd "${SHARED:-../shared}" && pwd)
+T=${THREADS:-2}
+NW=${WINDOWS:-16}
+M=$S/models/fixture-4k-29m-q8_0.gguf
+W=$S/data/text/wikitext-2-raw.test.txt
+mkdir -p "$D"
+export OMP_WAIT_POLICY=passive
+timed() { # timed NAME CMD...: the command, its wall time on stderr
+    local name=$1
+    shift
+    echo "== $name: $*" >&2
+    /usr/bin/time -f "$name: %e s" "$@"
+}
+
+stage_data() {
+    [ -f "$D/corpus.jsonl" ] || bash "$S/fixture/make-fixture.sh" "$D" data
+}
+
+# 2M tokens: 512 steps of one 4096-token sequence; the held-out split is 5% of
+# the corpus' pieces, 32K tokens of it per evaluation.
+stage_search() {
+    local reserve
+    for reserve in 0 0,-1; do
+        local out=$D/search_r${reserve/,-1/m1}.gguf
+        timed "train-search reserve $reserve" "$B" train-search -m "$M" -f "$D/corpus.jsonl" --reserve "$reserve" \
+            --d-search 64 --seq 4096 --steps 512 --warmup 50 --lr 3e-3 --eval-every 128 --eval-tokens 32768 \
+            --save-every 64 -t "$T" -o "$out" > "$out.out" 2>&1
+    done
+}
+
+stage_phi() {
+    timed train-phi "$B" train-phi -m "$M" -f "$D/corpus.jsonl" --layers 1-7 --seq 1024 --steps 600 --lr 3e-3 \
+        --warmup 50 --l-kl 0.9 --eval-every 200 --eval-tokens 16384 --save-every 100 -t "$T" -o "$D/phi.gguf" \
+        > "$D/phi.out" 2>&1
+}
+
+# eval NAME PROJ LAYERS ARGS...
+run_eval() {
+    local name=$1 proj=$2 layers=$3
+    shift 3
+    mkdir -p "$D/eval_$name"
+    timed "eval $name" "$B" eval -m "$M" --eval-file "$W" -c 4096 --windows "$NW" --search "$proj" \
+        --sparse-layers "$layers" -t "$T" --svg-dir "$D/eval_$name" --json "$@" > "$D/eval_$name.json"
+}
+
+stage_eval() {
+    local p=$D/search_r0.gguf
+    run_eval r0 "$p" 1-7 --selectors exact,hnsw,quest,oracle,window --k-sweep 64,128,256 --complete "$D/phi.gguf" \
+        --compare exact@64,quest@64
+    run_eval r0_questhm "$p" 1-7 --selectors quest --quest-mode headmean --k-sweep 64,128,256 \
+        --complete "$D/phi.gguf" --static-split 0
+    run_eval r0_perlayer "$p" 1-7 --selectors exact,quest,oracle,window --k-sweep 64 --per-layer --windows 8 \
+        --static-split 0
+    run_eval r0m1 "$D/search_r0m1.gguf" 1-6 --selectors exact,quest,oracle,window --k-sweep 64,128,256 \
+        --static-split 0
+}
+
+stage_recall() {
+    local task prefill
+    for task in passkey niah-multikey niah-multivalue; do
+        local max_new=16
+        [ "$task" = niah-multivalue ] && max_new=40 # four 7-digit numbers, one token per digit
+        for prefill in dense sparse; do
+            local name=recall_${task}_$prefill extra=()
+            [ "$prefill" = sparse ] && extra=(--sparse-prefill)
+            mkdir -p "$D/$name"
+            timed "$name" "$B" recall -m "$M" --haystack "$W" --task "$task" --lengths 1024,2048,4096 --trials 4 \
+                --max-new "$max_new" --methods full,exact@64,exact@128,hnsw@64,quest@64,window@64,exact@64+phi \
+                --search "$D/search_r0.gguf" --complete "$D/phi.gguf" --sparse-layers 1-7 -t "$T" \
+                --svg-dir "$D/$name" "${extra[@]}" --json > "$D/$name.json"
+        done
+    done
+}
+
+for stage in "$@"; do
+    case $stage in
+    data | search | phi | eval | recall) "stage_$stage" ;;
+    all) stage_data && stage_search && stage_phi && stage_eval && stage_recall ;;
+    *) echo "unknown stage $stage (data, search, phi, eval, recall, all)" >&2 && exit 2 ;;
+    esac
+done
