@@ -298,7 +298,7 @@ phi_path = os.path.join(TMP, "phi_small.gguf")
 n_cases += 1
 p = subprocess.run([BIN, "train-phi", "-m", MODEL, small, "--seq", "64", "--steps", "1", "--layers", "2",
                     "--d-phi", "8", "--d-emb", "8", "--d-hidden", "8", "--eval-every", "0", "--save-every", "0",
-                    "-t", "1", "-o", phi_path], capture_output=True, timeout=300, env=ENV)
+                    "-t", "1", "--force", "-o", phi_path], capture_output=True, timeout=300, env=ENV)
 if p.returncode != 0:
     failures.append(f"train-phi for the completion checks: exit {p.returncode}: {p.stderr[-300:]!r}")
 else:

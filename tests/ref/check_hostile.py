@@ -145,7 +145,7 @@ def main():
     ck.check("serve exits cleanly", code == 0, log[-300:])
 
     code, out, err = run(["train-search", "-m", nos, text_path, "--seq", "64", "--steps", "1", "--eval-every", "0",
-                          "--d-search", "8", "--layers", "2", "--reserve", "none", "-t", "1",
+                          "--d-search", "8", "--layers", "2", "--reserve", "none", "-t", "1", "--force",
                           "-o", os.path.join(tmp, "no_u2581_search.gguf")])
     ck.check("train-search tokenizes the corpus", code == 0, err[-300:])
 
@@ -175,6 +175,16 @@ def main():
                  r["file"].endswith("bad\ufffd name.gguf"),
                  repr((meta.get("test.bad_utf8"), r["file"])))
     check_json(ck, "info --features --json", ["info", "--features", "--json"])
+    # the text table escapes control characters: a crafted file cannot drive the terminal
+    t = GGUFEdit(open(model, "rb").read())
+    t.set("test.esc", "str", b"\x1b]0;owned\x07\x1b[2J \xc2\x9b31m tail")
+    t.kvs.append([b"test.key.\x1b[31m", encode("u32", 1)])
+    esc_path = os.path.join(tmp, "hostile_escape.gguf")
+    t.write(esc_path.encode())
+    code, out, err = run(["info", "-m", esc_path])
+    ck.check("info escapes control characters of keys and values",
+             code == 0 and b"\x1b" not in out and b"\x07" not in out and b"\xc2\x9b" not in out and
+             b"\\x1b]0;owned\\x07\\x1b[2J \\u009b31m tail" in out and b"test.key.\\x1b[31m" in out, err[-200:])
 
     nan_model = GGUFEdit(open(model, "rb").read())
     nan_model.patch_tensor("output_norm.weight", struct.pack("<64f", *([float("nan")] * 64)))
@@ -205,11 +215,11 @@ def main():
                    may_fail=True)
         check_json(ck, "train-search --json" + label, ["train-search", "-m", m, text_path, "--seq", "64", "--steps",
                                                        "2", "--eval-every", "1", "--d-search", "8", "--layers", "2",
-                                                       "--reserve", "none", "-t", "1", "--json", "-o",
+                                                       "--reserve", "none", "-t", "1", "--json", "--force", "-o",
                                                        os.path.join(tmp, "hostile_search.gguf")], may_fail=True)
         check_json(ck, "train-phi --json" + label, ["train-phi", "-m", m, text_path, "--seq", "64", "--steps", "2",
                                                     "--layers", "2", "--d-phi", "8", "--d-emb", "8", "--d-hidden", "8",
-                                                    "--eval-every", "1", "-t", "1", "--json", "-o",
+                                                    "--eval-every", "1", "-t", "1", "--json", "--force", "-o",
                                                     os.path.join(tmp, "hostile_phi.gguf")], may_fail=True)
 
     # ---- 3. stale temporary files ---------------------------------------

@@ -151,7 +151,7 @@ def main():
 
     base = ["train-phi", "-m", model, data, "--seq", "128", "--batch", "2", "--steps", "7", "--warmup", "2",
             "--lr", "0.01", "--d-phi", "16", "--d-emb", "16", "--d-hidden", "24", "--save-every", "3",
-            "--eval-every", "3", "--eval-tokens", "256", "-t", THREADS]
+            "--eval-every", "3", "--eval-tokens", "256", "--force", "-t", THREADS]
 
     def out(name):
         return os.path.join(tmp, name + ".gguf")
@@ -236,7 +236,7 @@ def main():
     # ---- Ctrl-C -----------------------------------------------------------------
     sig = ["train-phi", "-m", model, data, "--seq", "64", "--steps", "200", "--lr", "0.01", "--d-phi", "8",
            "--d-emb", "8", "--d-hidden", "8", "--n-tail", "8", "--eval-every", "0", "--save-every", "0",
-           "--layers", "2", "-t", THREADS]
+           "--layers", "2", "-t", THREADS, "--force"]
     d, e = out("d"), out("e")
     for stale in (e, e + ".ckpt", e + ".log.jsonl"):  # a previous run's log would end the wait at once
         if os.path.exists(stale):

@@ -260,6 +260,12 @@ def main():
     one_line_error(checks, "bad --layers", base + ["-o", out("x"), "--layers", "7"], "--layers")
     one_line_error(checks, "no layer left", base + ["-o", out("x"), "--layers", "0"], "no layer")
     one_line_error(checks, "no output", base, "-o")
+    a_bytes = open(a, "rb").read()
+    one_line_error(checks, "an existing output without --resume or --force", base + ["-o", a], "--force")
+    checks.check("the refused run left the output as it was", open(a, "rb").read() == a_bytes)
+    rcode, _, err = run_cli(base + ["-o", a, "--resume"])
+    checks.check("resuming a finished run says there is nothing to train", rcode == 0 and "nothing to train" in err
+                 and "0 tok/s" not in err, err[-300:])
     one_line_error(checks, "missing data file", ["train-search", "-m", model, "/nonexistent.txt", "-o", out("x")],
                    "/nonexistent.txt")
     empty = os.path.join(tmp, "empty.txt")

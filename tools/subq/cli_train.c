@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "progress.h"
 #include "cli.h"
@@ -82,6 +83,7 @@ int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--no-pack")) return o->corpus.pack = 0, 1;
     if (!strcmp(a, "--resume")) return c->resume = 1, 1;
     if (!strcmp(a, "--json")) return o->json = 1, 1;
+    if (!strcmp(a, "--force")) return o->force = 1, 1;
     if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
         const char *v = cli_value(cmd, argc, argv, i);
         return v && cli_parse_u64(cmd, a, v, &c->seed) ? 1 : -1;
@@ -117,6 +119,13 @@ int cli_train_check(cli_train *o, int need_out, int need_data) {
     const subq_train_params *c = o->cfg;
     if (!o->model) return !cli_error(cmd, "no model given; use -m FILE.gguf");
     if (need_out && !o->out) return !cli_error(cmd, "no output given; use -o FILE.gguf");
+    if (need_out && !c->resume && !o->force) { /* a finished or interrupted run is never lost by accident */
+        char ckpt[4096];
+        snprintf(ckpt, sizeof ckpt, "%s.ckpt", o->out);
+        const char *there = access(o->out, F_OK) == 0 ? o->out : access(ckpt, F_OK) == 0 ? ckpt : NULL;
+        if (there)
+            return !cli_error(cmd, "%s exists: continue that run with --resume, or start over with --force", there);
+    }
     if (need_data && o->n_data == 0)
         return !cli_error(cmd, "no training data given; pass text files, directories or .jsonl files");
     if (!(c->lr >= 0) || !(c->weight_decay >= 0)) return !cli_error(cmd, "--lr and --wd must be >= 0");
@@ -220,6 +229,8 @@ void cli_train_help_output(const subq_train_params *d) {
            "  -o, --output FILE    the weights (GGUF, required); the checkpoint is FILE.ckpt\n"
            "  --save-every N       write FILE and FILE.ckpt every N steps (default %d; always at the end)\n"
            "  --resume             continue from FILE.ckpt (same options and data required)\n"
+           "  --force              replace an existing FILE and FILE.ckpt (without it, a run whose\n"
+           "                       output exists is refused unless it is resumed)\n"
            "  --stop-after N       stop after step N with a checkpoint, as if interrupted (the\n"
            "                       learning-rate schedule still spans --steps)\n"
            "  --log FILE           JSON-lines log of train and eval metrics (default FILE.log.jsonl;\n"
@@ -361,6 +372,9 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
     if (res.interrupted || res.stopped_early)
         fprintf(stderr, "subq %s: %s at step %lld of %lld; checkpoint %s.ckpt (continue with --resume)\n", cmd,
                 res.interrupted ? "interrupted" : "stopped", (long long)res.step, (long long)c->steps, o->out);
+    else if (res.train_tokens == 0)
+        fprintf(stderr, "subq %s: %s was already at step %lld of %lld: nothing to train\n", cmd, o->out,
+                (long long)res.step, (long long)c->steps);
     else
         fprintf(stderr, "subq %s: %lld steps, %.0f tok/s; wrote %s\n", cmd, (long long)res.step, res.tok_per_s, o->out);
     if (o->json) {

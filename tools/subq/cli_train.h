@@ -20,6 +20,7 @@ typedef struct cli_train {
     const char *data[CLI_TRAIN_MAX_PATHS], *eval_data[CLI_TRAIN_MAX_PATHS];
     int n_data, n_eval;
     int json;
+    int force;                  /* --force: replace an existing output and checkpoint */
     subq_corpus_params corpus;       /* --seq, --no-pack, --eval-frac (seed: the run's) */
     /* filled by cli_train_load */
     subq_model *m;

@@ -12,6 +12,27 @@ static const char *help =
     "  --json               machine-readable output\n"
     "  --features           list the optional features this build has\n";
 
+/* Text from the file, at most max bytes of it, for a terminal: control
+ * characters (C0, DEL and the UTF-8 forms of C1, which a crafted file could
+ * use to drive the terminal) as \xNN / \u00NN; padded with spaces to
+ * width columns. */
+static void print_text(const char *s, size_t n, size_t max, int width) {
+    int cols = 0;
+    for (size_t i = 0; i < n && i < max; i++) {
+        const unsigned char b = (unsigned char)s[i];
+        if (b < 0x20 || b == 0x7f) {
+            cols += printf("\\x%02x", b);
+        } else if (b == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f) {
+            cols += printf("\\u00%02x", (unsigned char)s[++i]);
+        } else {
+            putchar(b);
+            cols += (b & 0xc0) != 0x80; /* one column per character */
+        }
+    }
+    if (n > max) cols += printf("...");
+    for (; cols < width; cols++) putchar(' ');
+}
+
 static void print_scalar(const subq_value *v, int json) {
     switch (v->kind) {
     case SUBQ_VALUE_UINT: printf("%" PRIu64, v->u); break;
@@ -23,7 +44,11 @@ static void print_scalar(const subq_value *v, int json) {
     case SUBQ_VALUE_BOOL: fputs(v->u ? "true" : "false", stdout); break;
     case SUBQ_VALUE_STRING:
         if (json) cli_json_string(stdout, v->str, v->str_len);
-        else printf("\"%.*s\"%s", (int)(v->str_len > 60 ? 60 : v->str_len), v->str, v->str_len > 60 ? "..." : "");
+        else {
+            putchar('"');
+            print_text(v->str, v->str_len, 60, 0);
+            putchar('"');
+        }
         break;
     default: /* an array inside an array: its type and count only */
         if (json) printf("{\"array\": \"%s\", \"n\": %" PRIu64 ", \"head\": []}", v->elem_type, v->n);
@@ -137,7 +162,9 @@ int cmd_info(int argc, char **argv) {
             cli_json_string(stdout, key, key_len);
             printf(": ");
         } else {
-            printf("  %-44.*s ", (int)key_len, key);
+            printf("  ");
+            print_text(key, key_len, key_len, 44);
+            putchar(' ');
         }
         print_value(g, i, &v, json);
         if (!json) printf("\n");
@@ -158,7 +185,9 @@ int cmd_info(int argc, char **argv) {
             size_t o = 0;
             for (uint32_t d = 0; d < t.n_dims && o < sizeof shape; d++)
                 o += (size_t)snprintf(shape + o, sizeof shape - o, "%s%" PRIu64, d ? " x " : "", t.ne[d]);
-            printf("  %-36s %-6s %-24s %12" PRIu64 "\n", t.name, t.type_name, shape, t.n_bytes);
+            printf("  ");
+            print_text(t.name, strlen(t.name), strlen(t.name), 36);
+            printf(" %-6s %-24s %12" PRIu64 "\n", t.type_name, shape, t.n_bytes);
         }
     }
     if (json) printf("]}\n");
