@@ -4,23 +4,27 @@ MODEL  ?= $(SHARED)/models/stories260K.gguf
 JOBS   ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps build build-san test test-unit demo fuzz clean
+.PHONY: all deps deps-test build build-san test test-unit demo fuzz clean
 
 all: build
 
+# Build dependencies only (make demo needs nothing more); the tests' too.
 deps:
 	@bash scripts/install-deps.sh
+
+deps-test:
+	@bash scripts/install-deps.sh --test
 
 build: deps
 	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build -j $(JOBS)
 
 # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
-build-san: deps
+build-san: deps-test
 	@cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSUBQ_SANITIZE=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build-san -j $(JOBS)
 
-test: build build-san
+test: deps-test build build-san
 	@echo "== unit tests under ASan+UBSan =="
 	@cd build-san && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit -j $(JOBS)
 	@echo "== all tests (release build) =="
@@ -32,7 +36,7 @@ demo: build
 # Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each, from its seed
 # corpus tests/fuzz/corpus/NAME (read-only; new inputs go to build-fuzz/corpus/NAME).
 FUZZERS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
-fuzz: deps
+fuzz: deps-test
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSUBQ_FUZZ=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
 	@for f in $(FUZZERS); do \

@@ -448,7 +448,9 @@ uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys);
 /* The rate, in GB/s (best of `reps` passes over the context's threads), at
  * which this machine reads the context's KV cache as filled: the keys and
  * values of slots 0 .. n_used-1 of every layer, summed as 64-bit words; 0
- * when the cache is empty or its rows are not whole words (narrow q4_0).
+ * when the cache is empty, its rows are not whole words (narrow q4_0) or
+ * it is too small (under 64 MiB) for a pass to time memory rather than the
+ * threads' start-up and the CPU's caches.
  * Memory bandwidth depends on where pages lie (on the virtual machines we
  * measure, fresh 1 GiB buffers read at 33 to 68 GB/s depending on the
  * process's footprint), so a decode step's bandwidth bound is best taken on

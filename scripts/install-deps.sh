@@ -4,6 +4,9 @@
 # otherwise, because a fresh machine's package lists may be empty or stale.
 set -euo pipefail
 
+# Usage: install-deps.sh          what building subq needs (make build, make demo)
+#        install-deps.sh --test   also what its tests need (make test): numpy,
+#                                 curl, clang, Node with the test driver's npm packages
 pkgs=(
   build-essential cmake pkg-config
   libopenblas-openmp-dev # sgemm for prefill (OpenMP build: one thread pool with ours)
@@ -13,10 +16,16 @@ pkgs=(
   libfaiss-dev           # optional FAISS selector
   libmicrohttpd-dev      # HTTP server of subq serve
   libjansson-dev         # JSON of subq serve
-  python3-numpy          # test oracles (run with /usr/bin/python3)
-  curl                   # subq serve tests
-  clang libclang-rt-14-dev  # sanitizers and libFuzzer targets
 )
+test_deps=0
+[ "${1:-}" = --test ] && test_deps=1
+if [ $test_deps = 1 ]; then
+  pkgs+=(
+    python3-numpy          # test oracles (run with /usr/bin/python3)
+    curl                   # subq serve tests
+    clang libclang-rt-14-dev  # sanitizers and libFuzzer targets
+  )
+fi
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -26,12 +35,13 @@ for p in "${pkgs[@]}"; do
 done
 # Node drives the official openai client in the subq serve tests; any node
 # with npm will do (Debian's, or one installed otherwise).
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+if [ $test_deps = 1 ] && { ! command -v node >/dev/null || ! command -v npm >/dev/null; }; then
   missing+=(nodejs npm)
 fi
 
 # The test driver's npm packages, pinned by tests/node/package-lock.json.
 node_modules() {
+  [ $test_deps = 1 ] || return 0
   local dir
   dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/node"
   if [ ! -d "$dir/node_modules" ]; then

@@ -1,6 +1,7 @@
 /* subq bench: prefill and decode speed of a model, measured side by side
  * with the machine's memory read bandwidth and OpenBLAS sgemm rate, and
  * decode with full vs sparse attention at long contexts. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -302,14 +303,20 @@ int cmd_bench(int argc, char **argv) {
                    "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
                    "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
                    "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
-                   "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"cache_bw_gbs\": %.3f, \"bound_cache_tok_s\": %.3f, "
-                   "\"frac_bound_cache\": %.4f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f}",
+                   "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f",
                    i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, r->vs_full,
                    r->attn_ms, r->select_ms, r->insert_ms, r->fill_s, wbytes * r->tok_s / 1e9,
                    r->bw > 0 ? wbytes * r->tok_s / 1e9 / r->bw : 0, r->kv_read, r->select_read, r->step_bytes, r->bound,
-                   r->bound > 0 ? r->tok_s / r->bound : 0, r->bw, r->cache_bw, r->cache_bound,
-                   r->cache_bound > 0 ? r->tok_s / r->cache_bound : 0,
-                   r->kv_bytes, r->index_bytes);
+                   r->bound > 0 ? r->tok_s / r->bound : 0, r->bw, r->kv_bytes, r->index_bytes);
+            /* null where the cache was too small to time (subq_context_kv_read_gbs) */
+            const int timed = r->cache_bound > 0;
+            printf(", \"cache_bw_gbs\": ");
+            cli_json_num(stdout, timed ? r->cache_bw : NAN);
+            printf(", \"bound_cache_tok_s\": ");
+            cli_json_num(stdout, timed ? r->cache_bound : NAN);
+            printf(", \"frac_bound_cache\": ");
+            cli_json_num(stdout, timed ? r->tok_s / r->cache_bound : NAN);
+            printf("}");
         }
         printf("]}\n");
     } else {
@@ -326,11 +333,15 @@ int cmd_bench(int argc, char **argv) {
                "KV MiB", "index MiB");
         for (int i = 0; i < n_res; i++) {
             const decode_result *r = &res[i];
-            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9.1f %7.0f%% %10.0f %10.1f\n",
+            char cache_bw[16] = "-", cache_pct[16] = "-"; /* small caches: not measured */
+            if (r->cache_bound > 0) {
+                snprintf(cache_bw, sizeof cache_bw, "%.1f", r->cache_bw);
+                snprintf(cache_pct, sizeof cache_pct, "%.0f%%", 100 * r->tok_s / r->cache_bound);
+            }
+            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9s %8s %10.0f %10.1f\n",
                    r->ctx, attn_name(r->attn), r->tok_s, r->vs_full, r->attn_ms, r->select_ms, r->insert_ms,
-                   r->step_bytes / 1e6, r->bw, r->bound, r->bound > 0 ? 100 * r->tok_s / r->bound : 0, r->cache_bw,
-                   r->cache_bound > 0 ? 100 * r->tok_s / r->cache_bound : 0, r->kv_bytes / 1048576.0,
-                   r->index_bytes / 1048576.0);
+                   r->step_bytes / 1e6, r->bw, r->bound, r->bound > 0 ? 100 * r->tok_s / r->bound : 0, cache_bw,
+                   cache_pct, r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
         }
     }
 done:
