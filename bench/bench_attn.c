@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "attn/attn.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -53,6 +54,9 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
+    pool *attn_pool = NULL; /* the decode path's threads */
+    subq_error pool_err;
+    if (pool_new(n_threads, &attn_pool, &pool_err)) return fprintf(stderr, "%s\n", pool_err.msg), 1;
     printf("%d threads, %d KV heads x %d query heads, head width %d, best of %d passes\n", n_threads, H, g, hd, passes);
     printf("%8s %6s %10s %9s %9s %9s %7s\n", "ctx", "kv", "MiB", "ms", "GB/s", "bw GB/s", "of bw");
     for (int ci = 0; ci < n_ctx; ci++)
@@ -86,7 +90,7 @@ int main(int argc, char **argv) {
             kv.n_used = n;
             for (int i = 0; i < H * g * hd; i++) q[i] = 0.1f * rng_normal(&rng);
             attn_step st = {.layer = 0, .n_tokens = 1, .slot0 = n - 1, .n_head = H * g, .n_head_kv = H,
-                            .head_dim = hd, .scale = 0.0884f, .q = q, .out = out, .n_threads = n_threads};
+                            .head_dim = hd, .scale = 0.0884f, .q = q, .out = out, .n_threads = n_threads, .pool = attn_pool};
             attn_stage *full = attn_full_stage();
             double best_t = 1e30, best_bw = 0;
             for (int p = 0; p < passes; p++) {

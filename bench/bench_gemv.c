@@ -32,6 +32,7 @@
 
 #include "base/bigmem.h"
 #include "kernels/kernels.h"
+#include "base/pool.h"
 #include "model/matmul.h"
 
 static double now(void) {
@@ -103,6 +104,9 @@ int main(int argc, char **argv) {
     int8_t *xq = malloc((size_t)cols);
     float *xd = malloc(((size_t)cols / 32 + 1) * sizeof(float));
     matmul_scratch sc;
+    pool *mm_pool = NULL; /* matmul's threads */
+    subq_error pool_err;
+    if (pool_new(threads, &mm_pool, &pool_err)) return fprintf(stderr, "%s\n", pool_err.msg), 1;
     if (!x || !y || !xq || !xd || !matmul_scratch_init(&sc, 1, cols)) {
         printf("out of memory\n");
         return 1;
@@ -156,7 +160,7 @@ int main(int argc, char **argv) {
                         }
                     } else if (mode == 2) {
                         const matrix W = {.type = type, .rows = rows, .cols = cols, .row_bytes = rb, .data = m};
-                        matmul(y, x, &W, 1, &sc, threads);
+                        matmul(y, x, &W, 1, &sc, mm_pool);
                     } else {
                         avx2->quantize_q8(x, cols, xq, xd);
 #pragma omp parallel num_threads(threads)

@@ -18,6 +18,7 @@
 
 #include "base/rng.h"
 #include "kernels/kernels.h"
+#include "base/pool.h"
 #include "model/matmul.h"
 #include "quant/quant.h"
 #include "q8_variants.h"
@@ -35,6 +36,12 @@ static double worst_err(const float *got, int64_t ldy, const double *want, const
 }
 
 int main(void) {
+    pool *mm_pool = NULL; /* two threads: matmul splits rows into chunks across them */
+    subq_error pool_err;
+    if (pool_new(2, &mm_pool, &pool_err)) {
+        fprintf(stderr, "FAIL: %s\n", pool_err.msg);
+        return 1;
+    }
     q8_variant vs[3];
     const int nv = q8_variants(vs);
 
@@ -118,7 +125,7 @@ int main(void) {
         matrix W = {.type = GGML_TYPE_Q8_0, .rows = rows, .cols = cols, .row_bytes = rb, .data = w};
         matmul_scratch sc;
         CHECK(matmul_scratch_init(&sc, T, cols), "matmul scratch");
-        matmul(y, x, &W, T, &sc, 2);
+        matmul(y, x, &W, T, &sc, mm_pool);
         kernels_get()->quantize_q8(x, (int64_t)T * cols, q_ref, d_ref);
         double worst_q = 0, worst_f = 0;
         for (int t = 0; t < T; t++)
@@ -138,5 +145,6 @@ int main(void) {
         printf("matmul q8_0 13 tokens: %.2e from the q8 double loop, %.2e from f32 activations\n", worst_q, worst_f);
         matmul_scratch_free(&sc);
     }
+    pool_free(mm_pool);
     return test_summary();
 }

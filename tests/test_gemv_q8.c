@@ -23,6 +23,7 @@
 
 #include "base/rng.h"
 #include "kernels/kernels.h"
+#include "base/pool.h"
 #include "model/matmul.h"
 #include "quant/quant.h"
 #include "q8_variants.h"
@@ -77,6 +78,12 @@ static void ref_gemv(uint32_t type, const char *w, size_t rb, int64_t rows, cons
 static double float_tol(int64_t n) { return (double)(n / 32 + 32) * 1.2e-7; }
 
 int main(void) {
+    pool *mm_pool = NULL; /* two threads: matmul splits rows into chunks across them */
+    subq_error pool_err;
+    if (pool_new(2, &mm_pool, &pool_err)) {
+        fprintf(stderr, "FAIL: %s\n", pool_err.msg);
+        return 1;
+    }
     q8_variant vs[3];
     const int nv = q8_variants(vs);
 
@@ -153,9 +160,9 @@ int main(void) {
         const matrix W = {.type = type, .rows = rows, .cols = n, .row_bytes = rb, .data = w};
         matmul_scratch sc;
         CHECK(matmul_scratch_init(&sc, TB, n), "matmul scratch");
-        matmul(yb, x, &W, TB, &sc, 2); /* the batched (prefill) path */
+        matmul(yb, x, &W, TB, &sc, mm_pool); /* the batched (prefill) path */
         for (int T = 1; T < TB; T++) {
-            matmul(y, x, &W, T, &sc, 2);
+            matmul(y, x, &W, T, &sc, mm_pool);
             double worst_q = 0, worst_b = 0, worst_f = 0;
             int over_bound = 0;
             for (int t = 0; t < T; t++) {
@@ -185,5 +192,6 @@ int main(void) {
         matmul_scratch_free(&sc);
         free(w), free(wf), free(x), free(y), free(yb), free(xd), free(xq), free(want), free(mag);
     }
+    pool_free(mm_pool);
     return test_summary();
 }

@@ -173,7 +173,11 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
              select_scan_name(scan), d, n);
     selector *s;
     subq_error err = {0};
-    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
+    /* the split scan's parts run on a pool of that many threads */
+    pool *scan_pool = NULL;
+    CHECK(pool_new(threads, &scan_pool, &err) == SUBQ_OK, "pool_new: %s", err.msg);
+    const selector_env env = {.pool = scan_pool};
+    CHECK(selector_new(&p, &env, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
     /* chunked appends: 1, then growing chunks */
     for (int at = 0, c = 1; at < n; at += c, c = c * 3 + 1) {
         if (at + c > n) c = n - at;
@@ -237,6 +241,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
     CHECK(selector_append(s, keys, 3, 0, &err) == SUBQ_OK, "append after reset: %s", err.msg);
     CHECK(selector_query(s, q, NULL, 10, &all, out) == 3, "3 keys after reset");
     selector_free(s);
+    pool_free(scan_pool);
     free(keys);
     free(q);
     free(seg);

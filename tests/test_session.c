@@ -63,13 +63,18 @@ static subq_context *new_ctx(int kind, int top_k, subq_kv_type kv, int n_ctx) {
 }
 
 /* A synthetic fill longer than its random block (4096 slots, repeated)
- * leaves a context that decodes, and its KV cache reads at a positive rate. */
+ * leaves a context that decodes; a KV cache of 64 MiB or more reads at a
+ * positive rate, a smaller one is not timed. */
 static void test_synthetic_fill(void) {
     subq_context *c = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F16, 5000);
     subq_error err;
     CHECK(subq_context_kv_read_gbs(c, 1) == 0.0, "an empty cache reads nothing");
     CHECK(subq_context_fill_synthetic(c, 4500, 3, &err) == SUBQ_OK, "fill 4500 slots");
-    CHECK(subq_context_kv_read_gbs(c, 1) > 0.0, "the filled cache reads at a positive rate");
+    CHECK(subq_context_kv_read_gbs(c, 1) == 0.0, "a cache under 64 MiB is not timed");
+    subq_context *big = new_ctx(-1, 8, SUBQ_KV_F32, 60000); /* 60000 x 1280 bytes: 73 MiB */
+    CHECK(subq_context_fill_synthetic(big, 60000, 3, &err) == SUBQ_OK, "fill 60000 slots");
+    CHECK(subq_context_kv_read_gbs(big, 1) > 0.0, "the filled 73 MiB cache reads at a positive rate");
+    subq_context_free(big);
     CHECK(subq_context_fill_synthetic(c, 10, 3, &err) == SUBQ_ERR_ARG, "a second fill is refused");
     float *logits = malloc((size_t)info.n_vocab * sizeof(float));
     int32_t tok = token(1);

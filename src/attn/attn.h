@@ -5,6 +5,7 @@
 #ifndef SUBQ_ATTN_H
 #define SUBQ_ATTN_H
 
+#include "base/pool.h"
 #include "kv/kv_cache.h"
 #include "subq.h"
 
@@ -21,6 +22,7 @@ typedef struct attn_step {
     int n_embd;
     float *out;                  /* [n_tokens][n_head*head_dim] */
     int n_threads;
+    pool *pool;                  /* n_threads threads (decode paths), or NULL */
 } attn_step;
 
 typedef struct attn_stage attn_stage;

@@ -7,6 +7,7 @@
  * and block of queries, each block scoring only the keys up to its last
  * query (attn_batch). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,54 +195,69 @@ static int decode_chunk(int n, int H, int nt) {
 
 /* Work items (token t, KV head, chunk c) in that order; token t has
  * nc[t] = ceil((slot0 + t + 1) / chunk) chunks per KV head and its first
- * item at first[t]. */
+ * item at first[t]. Pool chunks take runs of items, then (token, KV head)
+ * merges. */
+typedef struct rows_job {
+    const attn_step *st;
+    const kv_cache *kv;
+    const kernels *K;
+    kernels_kv_decode ops;
+    int chunk, n_items, n_runs, H, g;
+    const int *nc, *first;
+    float *parts;
+    size_t part_floats;
+    _Atomic int failed;
+} rows_job;
+
+static void rows_items(void *ctx, int run) {
+    rows_job *j = ctx;
+    const attn_step *st = j->st;
+    const int hd = st->head_dim, i0 = j->n_items * run / j->n_runs, i1 = j->n_items * (run + 1) / j->n_runs;
+    float *scores = malloc((size_t)j->g * j->chunk * sizeof(float));
+    if (!scores) {
+        j->failed = 1;
+        return;
+    }
+    for (int it = i0, t = 0; it < i1; it++) {
+        while (it >= j->first[t + 1]) t++;
+        const int kh = (it - j->first[t]) / j->nc[t], c = (it - j->first[t]) % j->nc[t], slot = st->slot0 + t;
+        const int j0 = c * j->chunk, j1 = j0 + j->chunk < slot + 1 ? j0 + j->chunk : slot + 1;
+        const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * j->g * hd;
+        chunk_partial(j->K, &j->ops, j->kv, st->layer, kh, j->g, q, st->scale, j0, j1, j->kv->seg[slot], scores,
+                      j->parts + (size_t)it * j->part_floats);
+    }
+    free(scores);
+}
+
+static void rows_merge(void *ctx, int th) {
+    rows_job *j = ctx;
+    const attn_step *st = j->st;
+    const int t = th / j->H, kh = th % j->H, hd = st->head_dim;
+    merge_partials(j->parts + ((size_t)j->first[t] + (size_t)kh * j->nc[t]) * j->part_floats, j->nc[t], j->g, hd,
+                   st->out + (size_t)t * st->n_head * hd + (size_t)kh * j->g * hd);
+}
+
 static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, subq_error *err) {
     enum { MAX_T = GEMM_MIN_TOKENS };
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, H = st->n_head_kv;
-    const kernels *K = kernels_get();
-    const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
-    const int chunk = decode_chunk(st->slot0 + T, H, st->n_threads);
+    const int nt = pool_threads(st->pool), chunk = decode_chunk(st->slot0 + T, H, nt);
     int nc[MAX_T], first[MAX_T + 1];
     first[0] = 0;
     for (int t = 0; t < T; t++) {
         nc[t] = (st->slot0 + t + chunk) / chunk;
         first[t + 1] = first[t] + H * nc[t];
     }
-    const int n_items = first[T];
-    const size_t part_floats = (size_t)g * (hd + 2);
-    float *parts = malloc((size_t)n_items * part_floats * sizeof(float));
-    if (!parts) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for attention partials (%d items)", n_items);
-    int failed = 0;
+    rows_job j = {.st = st, .kv = kv, .K = kernels_get(), .ops = kernels_kv_decode_get(kv->type), .chunk = chunk,
+                  .n_items = first[T], .H = H, .g = g, .nc = nc, .first = first, .part_floats = (size_t)g * (hd + 2)};
+    j.parts = malloc((size_t)j.n_items * j.part_floats * sizeof(float));
+    if (!j.parts) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for attention partials (%d items)", j.n_items);
     /* threads only pay off once there is real work (items x keys x dims) */
-    int64_t work = (int64_t)H * T * g * (st->slot0 + T) * hd;
-#pragma omp parallel num_threads(st->n_threads) if (work >= (1 << 16))
-    {
-        float *scores = malloc((size_t)g * chunk * sizeof(float));
-        if (!scores) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int it = 0; it < n_items; it++) {
-            if (!scores) continue;
-            int t = 0;
-            while (it >= first[t + 1]) t++;
-            const int kh = (it - first[t]) / nc[t], c = (it - first[t]) % nc[t], slot = st->slot0 + t;
-            const int j0 = c * chunk, j1 = j0 + chunk < slot + 1 ? j0 + chunk : slot + 1;
-            const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd;
-            chunk_partial(K, &ops, kv, st->layer, kh, g, q, st->scale, j0, j1, kv->seg[slot], scores,
-                          parts + (size_t)it * part_floats);
-        }
-        free(scores);
-#pragma omp for schedule(static)
-        for (int th = 0; th < T * H; th++) {
-            const int t = th / H, kh = th % H;
-            merge_partials(parts + ((size_t)first[t] + (size_t)kh * nc[t]) * part_floats, nc[t], g, hd,
-                           st->out + (size_t)t * st->n_head * hd + (size_t)kh * g * hd);
-        }
-    }
-    free(parts);
-    return failed ? subq_fail(err, SUBQ_ERR_NOMEM, "attention scratch allocation failed") : SUBQ_OK;
+    const int64_t work = (int64_t)H * T * g * (st->slot0 + T) * hd;
+    j.n_runs = work >= (1 << 16) ? j.n_items : 1;
+    pool_run(st->pool, j.n_runs, rows_items, &j);
+    pool_run(work >= (1 << 16) ? st->pool : NULL, T * H, rows_merge, &j);
+    free(j.parts);
+    return j.failed ? subq_fail(err, SUBQ_ERR_NOMEM, "attention scratch allocation failed") : SUBQ_OK;
 }
 
 /* Keys (or values) 0..n-1 of one KV head as f32 rows: the cache itself when

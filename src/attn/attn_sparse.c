@@ -46,14 +46,14 @@ static const char *sparse_name = "sparse";
  * as row dot products across the threads, batches through sgemm (which on
  * one row first packs W on one thread: 2.7 ms of a 45 ms step at 32K over
  * 24 layers, for 0.4 ms of reads). */
-static void project(sparse_stage *s, const float *H, int n, int n_threads) {
+static void project(sparse_stage *s, const float *H, int n, pool *p) {
     matrix wk = {.type = GGML_TYPE_F32, .rows = s->d_search, .cols = s->n_embd,
                  .row_bytes = (size_t)s->n_embd * sizeof(float)};
     matrix wq = wk;
     wk.data = s->wk_s;
     wq.data = s->wq_s;
-    matmul(s->ks, H, &wk, n, NULL, n_threads);
-    matmul(s->qs, H, &wq, n, NULL, n_threads);
+    matmul(s->ks, H, &wk, n, NULL, p);
+    matmul(s->qs, H, &wq, n, NULL, p);
 }
 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
@@ -285,6 +285,24 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     return rc;
 }
 
+/* One query's exact softmax over its slots for KV head kh's g query heads
+ * (a pool chunk: the heads' gathers in parallel). */
+typedef struct group_job {
+    const attn_step *st;
+    const kv_cache *kv;
+    int g, ns;
+    const float *q;
+    const int *slots;
+    float *scores, *out;
+} group_job;
+
+static void attend_group(void *ctx, int kh) {
+    const group_job *j = ctx;
+    const int hd = j->st->head_dim;
+    attn_group_over_slots(j->kv, j->st->layer, kh, j->g, j->q + (size_t)kh * j->g * hd, j->st->scale, j->slots, j->ns,
+                          j->scores + (size_t)kh * j->g * j->ns, j->out + (size_t)kh * j->g * hd);
+}
+
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     sparse_stage *s = (sparse_stage *)self;
     const int n = st->n_tokens, hd = st->head_dim, g = st->n_head / st->n_head_kv;
@@ -294,7 +312,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     s->rec.n_tokens = n;
     s->rec.top_k = s->p.top_k;
     if (s->d_search > 0) {
-        project(s, st->h_norm, n, st->n_threads);
+        project(s, st->h_norm, n, st->pool);
     }
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
@@ -340,11 +358,9 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         /* exact softmax of the native q, k, v over the chosen slots, per KV
          * head for its g query heads; the heads' gathers run in parallel so
          * both cores have misses in flight (threads pay off from ~100 rows) */
-        const int n_kv = st->n_head_kv;
-#pragma omp parallel for num_threads(st->n_threads) schedule(static) if (ns * n_kv >= 512)
-        for (int kh = 0; kh < n_kv; kh++)
-            attn_group_over_slots(kv, st->layer, kh, g, q + (size_t)kh * g * hd, st->scale, slots, ns,
-                                  scores + (size_t)kh * g * ns, st->out + (size_t)t * st->n_head * hd + (size_t)kh * g * hd);
+        group_job gj = {.st = st, .kv = kv, .g = g, .q = q, .slots = slots, .ns = ns, .scores = scores,
+                        .out = st->out + (size_t)t * st->n_head * hd};
+        pool_run(ns * st->n_head_kv >= 512 ? st->pool : NULL, st->n_head_kv, attend_group, &gj);
     }
     free(slots);
     free(scores);

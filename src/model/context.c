@@ -20,6 +20,7 @@ void subq_context_free(subq_context *c) {
         free(c->stages);
     }
     kv_cache_free(&c->kv);
+    pool_free(c->pool);
     free(c->x);
     free(c->xn);
     free(c->q);
@@ -51,6 +52,11 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->n_batch = n_ctx < n_batch ? n_ctx : n_batch;
     subq_status s = kv_cache_init(&c->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, err);
     if (s) {
+        free(c);
+        return s;
+    }
+    if ((s = pool_new(c->n_threads, &c->pool, err))) {
+        kv_cache_free(&c->kv);
         free(c);
         return s;
     }

@@ -17,6 +17,7 @@ struct subq_context {
     subq_model *model;
     kv_cache kv;
     int n_threads;
+    pool *pool;                  /* n_threads threads for the products and attention */
     int n_batch;                 /* max tokens per forward step */
     attn_stage **stages;         /* [n_layer]; full attention by default */
     double t_attn_s;             /* time spent in attention stages (benchmarks) */

@@ -82,7 +82,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         const layer_weights *L = &m->layers[l];
         rmsnorm(c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->q, c->k, c->v}, (const matrix *const[]){&L->wq, &L->wk, &L->wv}, 3,
-                            c->xn, n, &c->mm, nt);
+                            c->xn, n, &c->mm, c->pool);
         if (L->bq) {
             add_bias(c->q, L->bq, n, hp->n_head * hp->head_dim);
             add_bias(c->k, L->bk, n, hp->n_head_kv * hp->head_dim);
@@ -101,7 +101,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
             .layer = l, .n_tokens = n, .slot0 = slot0,
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
             .scale = 1.0f / sqrtf((float)hp->head_dim),
-            .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt,
+            .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt, .pool = c->pool,
         };
         attn_stage *st = c->stages[l];
         double t0 = time_now_s();
@@ -109,14 +109,14 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         c->t_attn_s += time_now_s() - t0;
         if (s) return s;
 
-        matmul(c->proj, c->att, &L->wo, n, &c->mm, nt);
+        matmul(c->proj, c->att, &L->wo, n, &c->mm, c->pool);
         add_inplace(c->x, c->proj, (size_t)n * d);
 
         rmsnorm(c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->gate, c->up}, (const matrix *const[]){&L->w_gate, &L->w_up}, 2,
-                            c->xn, n, &c->mm, nt);
+                            c->xn, n, &c->mm, c->pool);
         swiglu(c->gate, c->up, (size_t)n * hp->n_ff);
-        matmul(c->proj, c->gate, &L->w_down, n, &c->mm, nt);
+        matmul(c->proj, c->gate, &L->w_down, n, &c->mm, c->pool);
         add_inplace(c->x, c->proj, (size_t)n * d);
     }
     kv->n_used += n;
@@ -125,7 +125,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         /* only the rows whose logits are wanted go through the output matrix */
         int first = all_logits ? 0 : n - 1, rows = n - first;
         rmsnorm(c->xn, c->x + (size_t)first * d, m->output_norm, rows, d, hp->norm_eps);
-        matmul(logits, c->xn, &m->output, rows, &c->mm, nt);
+        matmul(logits, c->xn, &m->output, rows, &c->mm, c->pool);
     }
     return SUBQ_OK;
 }

@@ -1,6 +1,5 @@
 #include "model/matmul.h"
 
-#include <omp.h>
 #include <stdlib.h>
 
 #include "base/blas.h"
@@ -30,91 +29,126 @@ void matmul_scratch_free(matmul_scratch *s) {
     s->xd = NULL;
 }
 
-/* Integer GEMM: quantise the T activation rows, then each thread takes a
- * contiguous slice of W's rows (a multiple of 4 rows: the kernels' tile
- * height) for all T tokens. */
-static void matmul_q8(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads,
-                      gemm_q8_fn gemm) {
-    const int64_t rows = W->rows, cols = W->cols, nb = cols / 32;
-    const quantize_q8_fn quantize = kernels_get()->quantize_q8;
-#pragma omp parallel num_threads(n_threads)
-    {
-#pragma omp for schedule(static)
-        for (int t = 0; t < T; t++) quantize(X + (size_t)t * cols, cols, s->xq + (size_t)t * cols, s->xd + (size_t)t * nb);
-        const int64_t ith = omp_get_thread_num(), nth = omp_get_num_threads();
-        const int64_t o0 = rows * ith / nth / 4 * 4, o1 = ith + 1 == nth ? rows : rows * (ith + 1) / nth / 4 * 4;
-        if (o1 > o0)
-            gemm((const char *)W->data + (size_t)o0 * W->row_bytes, W->row_bytes, o1 - o0, s->xq, s->xd, T, cols,
-                 Y + o0, rows);
-    }
+/* Work of one product split into pool chunks (pool.h): chunk i takes rows
+ * [r0, r1) of the n matrices taken end to end (r0 and r1 multiples of 4,
+ * the integer kernels' tile height, but for the last). */
+typedef struct mm_job {
+    float *const *Y;
+    const matrix *const *W;
+    int n, T, n_chunks;
+    int64_t total;            /* rows of all the matrices */
+    const float *X;
+    const matmul_scratch *s;
+    gemv_q8_fn gemv;
+    gemm_q8_fn gemm;
+} mm_job;
+
+static void chunk_rows(const mm_job *j, int i, int64_t *r0, int64_t *r1) {
+    *r0 = j->total * i / j->n_chunks / 4 * 4;
+    *r1 = i + 1 == j->n_chunks ? j->total : j->total * (i + 1) / j->n_chunks / 4 * 4;
 }
 
-/* Integer GEMV for T < GEMM_MIN_ROWS tokens over n matrices that share
- * their input (same type and width): quantise the tokens once, then each
- * thread streams one contiguous slice of the matrices' rows taken end to end
- * (a single sequential stream the hardware prefetcher keeps busy, and one
- * parallel region for q, k and v or gate and up instead of one each); with
- * T > 1 in chunks that stay in L2 while every token passes them, so W is
- * read from memory once. */
-static void matmul_gemv_q8(float *const *Y, const matrix *const *W, int n, const float *X, int T, matmul_scratch *s,
-                           int n_threads, gemv_q8_fn gemv) {
+/* Integer GEMM: each chunk is a slice of W's rows for all T tokens (the
+ * activations were quantised before). */
+static void gemm_chunk(void *ctx, int i) {
+    const mm_job *j = ctx;
+    const matrix *W = j->W[0];
+    int64_t o0, o1;
+    chunk_rows(j, i, &o0, &o1);
+    if (o1 > o0)
+        j->gemm((const char *)W->data + (size_t)o0 * W->row_bytes, W->row_bytes, o1 - o0, j->s->xq, j->s->xd, j->T,
+                W->cols, j->Y[0] + o0, W->rows);
+}
+
+/* Integer GEMV for T < GEMM_MIN_ROWS tokens over the n matrices: each chunk
+ * streams one contiguous slice of their rows taken end to end (a single
+ * sequential stream the hardware prefetcher keeps busy, and one call for
+ * q, k and v or gate and up instead of one each); with T > 1 in pieces that
+ * stay in L2 while every token passes them, so W is read from memory once. */
+static void gemv_chunk(void *ctx, int ci) {
     enum { CHUNK_BYTES = 1 << 18 };
-    const int64_t cols = W[0]->cols, nb = cols / 32;
-    const quantize_q8_fn quantize = kernels_get()->quantize_q8;
-    int64_t total = 0;
-    for (int i = 0; i < n; i++) total += W[i]->rows;
-    for (int t = 0; t < T; t++) quantize(X + (size_t)t * cols, cols, s->xq + (size_t)t * cols, s->xd + (size_t)t * nb);
-#pragma omp parallel num_threads(n_threads)
-    {
-        const int64_t ith = omp_get_thread_num(), nth = omp_get_num_threads();
-        const int64_t g0 = total * ith / nth, g1 = total * (ith + 1) / nth; /* rows of all the matrices */
-        int64_t at = 0;                                                    /* first row of W[i] in that count */
-        for (int i = 0; i < n; at += W[i]->rows, i++) {
-            const int64_t rows = W[i]->rows, o0 = g0 > at ? g0 - at : 0, o1 = g1 - at < rows ? g1 - at : rows;
-            int64_t chunk = T == 1 ? o1 - o0 : (int64_t)(CHUNK_BYTES / W[i]->row_bytes);
-            if (chunk < 1) chunk = 1;
-            for (int64_t c = o0; c < o1; c += chunk) {
-                const int64_t r = o1 - c < chunk ? o1 - c : chunk;
-                for (int t = 0; t < T; t++)
-                    gemv((const char *)W[i]->data + (size_t)c * W[i]->row_bytes, W[i]->row_bytes, r,
-                         s->xq + (size_t)t * cols, s->xd + (size_t)t * nb, cols, Y[i] + (size_t)t * rows + c);
-            }
+    const mm_job *j = ctx;
+    const int64_t cols = j->W[0]->cols, nb = cols / 32;
+    int64_t g0, g1, at = 0; /* at: first row of W[i] in the count */
+    chunk_rows(j, ci, &g0, &g1);
+    for (int i = 0; i < j->n; at += j->W[i]->rows, i++) {
+        const matrix *W = j->W[i];
+        const int64_t rows = W->rows, o0 = g0 > at ? g0 - at : 0, o1 = g1 - at < rows ? g1 - at : rows;
+        int64_t piece = j->T == 1 ? o1 - o0 : (int64_t)(CHUNK_BYTES / W->row_bytes);
+        if (piece < 1) piece = 1;
+        for (int64_t c = o0; c < o1; c += piece) {
+            const int64_t r = o1 - c < piece ? o1 - c : piece;
+            for (int t = 0; t < j->T; t++)
+                j->gemv((const char *)W->data + (size_t)c * W->row_bytes, W->row_bytes, r, j->s->xq + (size_t)t * cols,
+                        j->s->xd + (size_t)t * nb, cols, j->Y[i] + (size_t)t * rows + c);
         }
     }
 }
 
-void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads) {
+/* Float rows for T < GEMM_MIN_ROWS tokens: y[t][o] = w_o . x_t over a slice of rows. */
+static void dot_chunk(void *ctx, int i) {
+    const mm_job *j = ctx;
+    const matrix *W = j->W[0];
+    const int64_t cols = W->cols;
+    int64_t o0, o1;
+    chunk_rows(j, i, &o0, &o1);
+    if (j->T == 1) { /* one contiguous run of rows */
+        dot_rows(W->type, (const char *)W->data + (size_t)o0 * W->row_bytes, W->row_bytes, o1 - o0, j->X, cols,
+                 j->Y[0] + o0);
+        return;
+    }
+    for (int64_t o = o0; o < o1; o++) {
+        const void *wrow = (const char *)W->data + (size_t)o * W->row_bytes;
+        for (int t = 0; t < j->T; t++) j->Y[0][(size_t)t * W->rows + o] = dot_row(W->type, wrow, j->X + (size_t)t * cols, cols);
+    }
+}
+
+/* Chunks for rows x cols x T multiply-adds: none below PARALLEL_MIN_ELEMS. */
+static int mm_chunks(pool *p, int64_t total_rows, int64_t cols, int T) {
+    const int64_t row_work = cols * T > 0 ? cols * T : 1;
+    int n = pool_chunks(p, total_rows * row_work, PARALLEL_MIN_ELEMS);
+    return n > total_rows / 4 ? (int)(total_rows / 4 > 0 ? total_rows / 4 : 1) : n;
+}
+
+/* q8 activations of the T rows of X into the scratch (xq, xd), rows split across the pool */
+typedef struct quant_job {
+    const float *X;
+    int T, n_chunks;
+    int64_t cols;
+    const matmul_scratch *s;
+} quant_job;
+
+static void quant_chunk(void *ctx, int i) {
+    const quant_job *q = ctx;
+    const quantize_q8_fn quantize = kernels_get()->quantize_q8;
+    const int t0 = q->T * i / q->n_chunks, t1 = q->T * (i + 1) / q->n_chunks;
+    for (int t = t0; t < t1; t++)
+        quantize(q->X + (size_t)t * q->cols, q->cols, q->s->xq + (size_t)t * q->cols,
+                 q->s->xd + (size_t)t * (q->cols / 32));
+}
+
+static void quantize_rows(const float *X, int T, int64_t cols, const matmul_scratch *s, pool *p) {
+    quant_job q = {.X = X, .T = T, .cols = cols, .s = s, .n_chunks = pool_chunks(p, (int64_t)T * cols, 1 << 15)};
+    if (q.n_chunks > T) q.n_chunks = T;
+    pool_run(p, q.n_chunks, quant_chunk, &q);
+}
+
+void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, pool *p) {
     const int64_t rows = W->rows, cols = W->cols;
     const char *wdata = W->data;
-    gemv_q8_fn gemv = T < GEMM_MIN_ROWS ? kernels_gemv_q8(W->type) : NULL;
-    if (gemv) {
-        matmul_gemv_q8(&Y, &W, 1, X, T, s, rows * cols * T >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemv);
+    const int n_threads = pool_threads(p);
+    mm_job j = {.Y = &Y, .W = &W, .n = 1, .T = T, .total = rows, .X = X, .s = s};
+    j.gemv = T < GEMM_MIN_ROWS ? kernels_gemv_q8(W->type) : NULL;
+    if (j.gemv || T < GEMM_MIN_ROWS) {
+        if (j.gemv) quantize_rows(X, T, cols, s, p);
+        j.n_chunks = mm_chunks(p, rows, cols, T);
+        pool_run(p, j.n_chunks, j.gemv ? gemv_chunk : dot_chunk, &j);
         return;
     }
-    if (T == 1) {
-        /* y[o] = w_o . x: each thread reads one contiguous slice of rows, a
-         * single sequential stream the hardware prefetcher keeps busy */
-        const int nt = rows * cols >= PARALLEL_MIN_ELEMS ? n_threads : 1;
-#pragma omp parallel num_threads(nt)
-        {
-            const int64_t ith = omp_get_thread_num(), nth = omp_get_num_threads();
-            const int64_t o0 = rows * ith / nth, o1 = rows * (ith + 1) / nth;
-            dot_rows(W->type, wdata + (size_t)o0 * W->row_bytes, W->row_bytes, o1 - o0, X, cols, Y + o0);
-        }
-        return;
-    }
-    if (T < GEMM_MIN_ROWS) {
-        /* y[t][o] = w_o . x_t, rows split across threads */
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (rows * cols * T >= PARALLEL_MIN_ELEMS)
-        for (int64_t o = 0; o < rows; o++) {
-            const void *wrow = wdata + (size_t)o * W->row_bytes;
-            for (int t = 0; t < T; t++) Y[(size_t)t * rows + o] = dot_row(W->type, wrow, X + (size_t)t * cols, cols);
-        }
-        return;
-    }
-    gemm_q8_fn gemm = kernels_gemm_q8(W->type);
-    if (gemm) {
-        matmul_q8(Y, X, W, T, s, rows * cols * T >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemm);
+    if ((j.gemm = kernels_gemm_q8(W->type))) {
+        quantize_rows(X, T, cols, s, p);
+        j.n_chunks = mm_chunks(p, rows, cols, T);
+        pool_run(p, j.n_chunks, gemm_chunk, &j);
         return;
     }
     if (W->type == GGML_TYPE_F32) {
@@ -136,16 +170,19 @@ void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s,
 }
 
 void matmul_shared_input(float *const *Y, const matrix *const *W, int n, const float *X, int T, matmul_scratch *s,
-                         int n_threads) {
+                         pool *p) {
     gemv_q8_fn gemv = T < GEMM_MIN_ROWS ? kernels_gemv_q8(W[0]->type) : NULL;
-    int64_t elems = 0;
+    int64_t total = 0;
     for (int i = 0; i < n; i++) {
         if (W[i]->type != W[0]->type || W[i]->cols != W[0]->cols) gemv = NULL;
-        elems += W[i]->rows * W[i]->cols * T;
+        total += W[i]->rows;
     }
     if (!gemv) {
-        for (int i = 0; i < n; i++) matmul(Y[i], X, W[i], T, s, n_threads);
+        for (int i = 0; i < n; i++) matmul(Y[i], X, W[i], T, s, p);
         return;
     }
-    matmul_gemv_q8(Y, W, n, X, T, s, elems >= PARALLEL_MIN_ELEMS ? n_threads : 1, gemv);
+    quantize_rows(X, T, W[0]->cols, s, p);
+    mm_job j = {.Y = Y, .W = W, .n = n, .T = T, .total = total, .X = X, .s = s, .gemv = gemv};
+    j.n_chunks = mm_chunks(p, total, W[0]->cols, T);
+    pool_run(p, j.n_chunks, gemv_chunk, &j);
 }

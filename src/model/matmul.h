@@ -8,6 +8,7 @@
 #ifndef SUBQ_MATMUL_H
 #define SUBQ_MATMUL_H
 
+#include "base/pool.h"
 #include "model/model.h"
 
 /* Work memory of batched products, sized for batches of up to n_batch rows
@@ -23,14 +24,15 @@ typedef struct matmul_scratch {
 int matmul_scratch_init(matmul_scratch *s, int n_batch, int64_t cols);
 void matmul_scratch_free(matmul_scratch *s);
 
-/* Y[t][o] = sum_i X[t][i] * W[o][i] for t < T (T <= the scratch's n_batch).
- * f32 W uses no scratch: s may then be NULL. */
-void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, int n_threads);
+/* Y[t][o] = sum_i X[t][i] * W[o][i] for t < T (T <= the scratch's n_batch),
+ * split across the pool's threads (NULL: the calling thread; sgemm runs on
+ * as many OpenBLAS threads). f32 W uses no scratch: s may then be NULL. */
+void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, pool *p);
 
 /* Y[i] = X W[i]^T for n matrices that share their input X (q, k, v; gate,
  * up): as n calls of matmul, in one parallel pass when they take the
  * integer GEMV (same type and width). */
 void matmul_shared_input(float *const *Y, const matrix *const *W, int n, const float *X, int T, matmul_scratch *s,
-                         int n_threads);
+                         pool *p);
 
 #endif

@@ -464,41 +464,60 @@ int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots
     return topk_take(&b.t, 1, out, NULL);
 }
 
+/* One part of a parallel scan: a contiguous range of the slots into its own buffer. */
+typedef struct scan_job {
+    selector *s;
+    const select_rows *rows;
+    const select_mask *m;
+    int n, k, n_parts, failed;
+    float *best;
+    int32_t *slots;
+    int *got;
+    int64_t *scored;
+} scan_job;
+
+static void scan_part_chunk(void *ctx, int t) {
+    scan_job *j = ctx;
+    select_scratch sc = {0};
+    const int from = (int)((int64_t)j->n * t / j->n_parts), to = (int)((int64_t)j->n * (t + 1) / j->n_parts);
+    j->scored[t] = 0;
+    j->got[t] = scan_part(j->s, j->rows, j->n, from, to, j->m, j->k, 0, &sc, j->slots + (size_t)t * j->k,
+                          j->best + (size_t)t * j->k, &j->scored[t]);
+    select_scratch_free(&sc);
+}
+
 int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                               int32_t *out) {
     if (k <= 0) return 0;
-    const int n_threads = s->params.n_threads;
-    float *best = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(float));
-    int32_t *slots = select_query_realloc(s, NULL, (size_t)n_threads * k * sizeof(int32_t));
-    int *got = select_query_realloc(s, NULL, (size_t)n_threads * sizeof(int));
+    /* two parts per thread: a thread another process holds up leaves one for the others */
+    const int n_parts = 2 * pool_threads(s->env.pool);
+    float *best = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(float));
+    int32_t *slots = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(int32_t));
+    int *got = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int));
+    int64_t *scored = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int64_t));
     int n_out = -1;
-    int64_t scored = 0;
-    if (best && slots && got) {
-        /* each thread: its own contiguous part of the slots and its own buffer */
-#pragma omp parallel for num_threads(n_threads) schedule(static, 1) reduction(+ : scored)
-        for (int t = 0; t < n_threads; t++) {
-            select_scratch sc = {0};
-            int from = (int)((int64_t)n * t / n_threads), to = (int)((int64_t)n * (t + 1) / n_threads);
-            got[t] = scan_part(s, rows, n, from, to, m, k, 0, &sc, slots + (size_t)t * k, best + (size_t)t * k,
-                               &scored);
-            select_scratch_free(&sc);
-        }
+    int64_t total = 0;
+    if (best && slots && got && scored) {
+        scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .n_parts = n_parts, .best = best, .slots = slots,
+                      .got = got, .scored = scored};
+        pool_run(s->env.pool, n_parts, scan_part_chunk, &j);
         /* merge the parts' results through one more buffer */
         select_scratch sc = {0};
         scan_buf b;
         int failed = 0;
-        for (int t = 0; t < n_threads; t++) failed |= got[t] < 0;
+        for (int t = 0; t < n_parts; t++) failed |= got[t] < 0, total += scored[t];
         if (!failed && scan_buf_init(s, &sc, k, &b)) {
-            for (int t = 0; t < n_threads; t++)
+            for (int t = 0; t < n_parts; t++)
                 for (int i = 0; i < got[t]; i++) topk_push(&b.t, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
             n_out = topk_take(&b.t, sorted, out, NULL);
         }
         select_scratch_free(&sc);
     }
-    count_rows(s, rows, scored);
+    count_rows(s, rows, total);
     free(best);
     free(slots);
     free(got);
+    free(scored);
     return n_out;
 }
 

@@ -140,20 +140,20 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = e->qn, .dot = e->dot,
                               .scores = e->scores, .row_bytes = (size_t)e->d * elem(e)};
     const int64_t want = select_rerank_pool(k);
-    const int pool = want < e->count ? (int)want : e->count;
-    if (!e->bits || pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
+    const int n_pool = want < e->count ? (int)want : e->count;
+    if (!e->bits || n_pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
     /* the codes' best `pool` slots, re-ranked on the stored keys */
-    if (pool > e->pool_cap) {
-        int32_t *p = select_query_realloc(s, e->pool, (size_t)pool * sizeof(int32_t));
+    if (n_pool > e->pool_cap) {
+        int32_t *p = select_query_realloc(s, e->pool, (size_t)n_pool * sizeof(int32_t));
         if (!p) return -1;
         e->pool = p;
-        e->pool_cap = pool;
+        e->pool_cap = n_pool;
     }
     scan_codes_query(e->bits, e->qn, e->d, &e->cq);
     const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = &e->cq,
                                .code_scale = e->code_scale, .code_scores = e->code_scores,
                                .row_bytes = e->code_bytes + sizeof(float)};
-    int got = scan(s, &codes, e->count, m, pool, 0, e->pool);
+    int got = scan(s, &codes, e->count, m, n_pool, 0, e->pool);
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
 

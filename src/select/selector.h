@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "base/pool.h"
 #include "kv/kv_cache.h"
 #include "subq.h"
 
@@ -90,6 +91,7 @@ typedef struct selector_env {
     const kv_cache *kv;
     int layer;
     int n_head, n_head_kv, head_dim;
+    pool *pool;                /* the context's decode threads (long scans), or NULL */
 } selector_env;
 
 /* Eligibility of cache slots for one query: slot j may be returned iff
