@@ -4,6 +4,8 @@
 #include <immintrin.h>
 #include <omp.h>
 #include <stdint.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -99,4 +101,40 @@ double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps) {
     free(B);
     free(C);
     return best;
+}
+
+struct bench_contend {
+    int n;
+    atomic_int stop;
+    pthread_t *threads;
+};
+
+static void *spin_main(void *arg) {
+    bench_contend *c = arg;
+    volatile uint64_t x = 1;
+    while (!atomic_load_explicit(&c->stop, memory_order_relaxed))
+        for (int i = 0; i < 100000; i++) x = x * 6364136223846793005ull + 1;
+    return NULL;
+}
+
+bench_contend *bench_contend_start(int n) {
+    bench_contend *c = calloc(1, sizeof *c);
+    if (!c || !(c->threads = calloc((size_t)(n > 0 ? n : 1), sizeof(pthread_t)))) {
+        free(c);
+        return NULL;
+    }
+    for (; c->n < n; c->n++)
+        if (pthread_create(&c->threads[c->n], NULL, spin_main, c) != 0) {
+            bench_contend_stop(c);
+            return NULL;
+        }
+    return c;
+}
+
+void bench_contend_stop(bench_contend *c) {
+    if (!c) return;
+    atomic_store(&c->stop, 1);
+    for (int i = 0; i < c->n; i++) pthread_join(c->threads[i], NULL);
+    free(c->threads);
+    free(c);
 }

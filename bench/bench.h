@@ -20,4 +20,11 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps);
  * prefill shape), best of `reps`. */
 double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps);
 
+/* A competing load: n threads that spin on the CPU (each as busy as an
+ * unrelated process on that core) until bench_contend_stop. NULL when a
+ * thread cannot start. */
+typedef struct bench_contend bench_contend;
+bench_contend *bench_contend_start(int n);
+void bench_contend_stop(bench_contend *c);
+
 #endif

@@ -192,12 +192,16 @@ def main():
     check_json(ck, "perplexity --json with NaN weights: a clean error", ["perplexity", "-m", nan_path, "-f",
                                                                           text_path, "-c", "64", "--json"],
                may_fail=True)
-    bj = check_json(ck, "bench --json", ["bench", "-m", model, "--ctx", "64", "--prefill", "16", "-n", "2", "--bw-mib",
-                                         "16", "-t", "1", "--json"])
+    bj = check_json(ck, "bench --json --contend", ["bench", "-m", model, "--ctx", "64", "--prefill", "16", "-n", "2",
+                                                   "--bw-mib", "16", "-t", "1", "--contend", "1", "--json"])
     if bj is not None:  # a cache of a few KB times the CPU's caches, not memory: no figure
         row = bj["decode"][0]
         ck.check("bench: no cache bandwidth for a tiny cache", row["cache_bw_gbs"] is None and
                  row["frac_bound_cache"] is None, repr(row)[:300])
+        con = bj.get("contended", {})
+        ck.check("bench --contend: the same rows beside a busy thread", con.get("busy_threads") == 1 and
+                 len(con.get("decode", [])) == len(bj["decode"]) and con["prefill"]["tok_s"] > 0 and
+                 con["decode"][0]["decode_tok_s"] > 0, repr(con)[:300])
     check_json(ck, "bench --json with NaN weights", ["bench", "-m", nan_path, "--ctx", "64", "--prefill", "16", "-n",
                                                      "2", "--bw-mib", "16", "-t", "1", "--json"], may_fail=True)
     pf = check_json(ck, "bench --prefill-ctx --json", ["bench", "-m", model, "--prefill-ctx", "24,48", "--attn",

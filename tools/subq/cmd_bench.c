@@ -34,6 +34,9 @@ static const char *help =
     "                       bound uses the larger of its two\n"
     "  -s, --seed N         seed of the synthetic KV fill and the token ids (default 7)\n"
     "  --json               print one JSON object on stdout\n"
+    "  --contend N          measure everything again beside N busy threads (a competing load:\n"
+    "                       one per core is what a laptop or shared server often has), and\n"
+    "                       print both with each figure's slowdown (JSON: \"contended\")\n"
     "  --prefill-ctx LIST   instead: real prefill of prompts of these lengths (dense, and with\n"
     "                       each sparse kind of --attn its batched sparse prefill), where the\n"
     "                       time goes, the growth exponent a (time ~ N^a), then -n decode\n"
@@ -95,12 +98,175 @@ typedef struct decode_result {
 
 static const char *attn_name(int attn) { return attn < 0 ? "full" : subq_selector_name((subq_selector_kind)attn); }
 
+/* What one pass of measurements needs, and what it gives under one load. */
+typedef struct bench_state {
+    const char *cmd;
+    cli_sparse_opts *so;
+    subq_context *c;
+    subq_model_info info;
+    int nt, n_prefill, n_decode, bw_mib, json;
+    const int *ctx, *attn;
+    int n_ctx, n_attn;
+    uint64_t seed, rng;
+    float *logits;
+    int32_t *toks;
+    double wbytes;            /* weight bytes a decode step reads */
+} bench_state;
+
+typedef struct load_result {
+    int busy;                 /* competing threads running beside the measurements */
+    double t_prefill, prefill_gflops;
+    decode_result res[MAX_LIST * MAX_LIST];
+    int n_res;
+} load_result;
+
+/* Prefill (full attention): flops = 2 * layer matrix params * T + attention
+ * 2 * 2 * (T^2/2) * n_head * head_dim * L + the last token's output matrix;
+ * then every decode row. 0, or the exit status after a one-line error. */
+static int measure(bench_state *b, load_result *L) {
+    subq_context *c = b->c;
+    const subq_model_info *info = &b->info;
+    subq_error err = {0};
+    if (b->n_prefill > 0) {
+        if (!b->json) fprintf(stderr, "subq bench: prefill %d tokens...\n", b->n_prefill);
+        subq_context_reset(c);
+        subq_context_clear_plan(c);
+        double t0 = cli_now_s();
+        if (subq_decode(c, b->toks, b->n_prefill, b->logits, 0, &err)) return cli_error(b->cmd, "%s", err.msg);
+        L->t_prefill = cli_now_s() - t0;
+        /* every token goes through the layer matrices; only the last through the output matrix */
+        double T = b->n_prefill, out_params = (double)info->n_vocab * info->n_embd;
+        double flops = 2.0 * ((double)info->matmul_params - out_params) * T +
+                       2.0 * T * T * info->n_head * info->head_dim * info->n_layer + 2.0 * out_params;
+        L->prefill_gflops = flops / L->t_prefill / 1e9;
+    }
+    L->n_res = 0;
+    for (int ci = 0; ci < b->n_ctx; ci++) {
+        for (int ai = 0; ai < b->n_attn; ai++) {
+            decode_result *r = &L->res[L->n_res];
+            memset(r, 0, sizeof *r);
+            r->ctx = b->ctx[ci];
+            r->attn = b->attn[ai];
+            if (!b->json) fprintf(stderr, "subq bench: decode at context %d, %s attention...\n", r->ctx, attn_name(r->attn));
+            subq_context_reset(c);
+            subq_context_clear_plan(c);
+            if (r->attn >= 0 && !cli_set_plan(b->cmd, b->so, c, (subq_selector_kind)r->attn, b->so->plan.top_k, 0))
+                return 1;
+            const double bw_before = bench_read_bandwidth((size_t)b->bw_mib << 20, b->nt, 3);
+            double t0 = cli_now_s();
+            if (subq_context_fill_synthetic(c, r->ctx, b->seed, &err)) return cli_error(b->cmd, "%s", err.msg);
+            r->fill_s = cli_now_s() - t0;
+            const double cache_bw_before = subq_context_kv_read_gbs(c, 2);
+            int32_t tok = b->toks[0];
+            /* one untimed step warms caches and thread pools */
+            if (subq_decode(c, &tok, 1, b->logits, 0, &err)) return cli_error(b->cmd, "%s", err.msg);
+            subq_context_stats st0, st1;
+            subq_context_get_stats(c, &st0);
+            t0 = cli_now_s();
+            for (int step = 0; step < b->n_decode; step++) {
+                tok = random_token(&b->rng, info->n_vocab);
+                if (subq_decode(c, &tok, 1, b->logits, 0, &err)) return cli_error(b->cmd, "%s", err.msg);
+            }
+            double el = cli_now_s() - t0;
+            subq_context_get_stats(c, &st1);
+            const int n = b->n_decode;
+            r->tok_s = n / el;
+            r->select_ms = 1e3 * (st1.t_select_s - st0.t_select_s) / n;
+            r->insert_ms = 1e3 * (st1.t_append_s - st0.t_append_s) / n;
+            r->attn_ms = 1e3 * (st1.t_attn_s - st0.t_attn_s) / n - r->select_ms - r->insert_ms;
+            r->kv_bytes = (double)st1.kv_bytes;
+            r->index_bytes = (double)st1.index_bytes;
+            /* timed step s sees the fill, the untimed step and s earlier steps, and itself */
+            for (int step = 0; step < n; step++) r->kv_read += (double)subq_context_decode_kv_bytes(c, r->ctx + 2 + step);
+            r->kv_read /= n;
+            r->select_read = (double)(st1.select_bytes_read - st0.select_bytes_read) / n;
+            r->step_bytes = b->wbytes + r->kv_read + r->select_read;
+            const double bw_after = bench_read_bandwidth((size_t)b->bw_mib << 20, b->nt, 3);
+            r->bw = bw_before > bw_after ? bw_before : bw_after;
+            const double cache_bw_after = subq_context_kv_read_gbs(c, 2);
+            r->cache_bw = cache_bw_before > cache_bw_after ? cache_bw_before : cache_bw_after;
+            L->n_res++;
+        }
+    }
+    subq_context_clear_plan(c);
+    for (int i = 0; i < L->n_res; i++) {
+        decode_result *r = &L->res[i];
+        for (int j = 0; j < L->n_res; j++)
+            if (L->res[j].ctx == r->ctx && L->res[j].attn < 0 && L->res[j].tok_s > 0)
+                r->vs_full = r->tok_s / L->res[j].tok_s;
+        r->bound = r->step_bytes > 0 ? r->bw * 1e9 / r->step_bytes : 0;
+        r->cache_bound = r->step_bytes > 0 ? r->cache_bw * 1e9 / r->step_bytes : 0;
+    }
+    return 0;
+}
+
+/* "prefill": {...}, "decode": [...] of one load */
+static void print_json_load(const bench_state *b, const load_result *L, double sgemm) {
+    const int np = b->n_prefill;
+    printf(" \"prefill\": {\"n_tokens\": %d, \"seconds\": %.4f, \"tok_s\": %.3f, \"gflops\": %.3f, \"frac_sgemm\": %.4f},\n",
+           np, L->t_prefill, np > 0 ? np / L->t_prefill : 0.0, L->prefill_gflops,
+           sgemm > 0 ? L->prefill_gflops / sgemm : 0.0);
+    printf(" \"decode\": [");
+    for (int i = 0; i < L->n_res; i++) {
+        const decode_result *r = &L->res[i];
+        const double w = b->wbytes;
+        printf("%s\n  {\"ctx\": %d, \"attn\": \"%s\", \"decode_tok_s\": %.3f, \"speedup_vs_full\": %.3f, "
+               "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
+               "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
+               "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
+               "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f",
+               i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, r->vs_full, r->attn_ms, r->select_ms, r->insert_ms,
+               r->fill_s, w * r->tok_s / 1e9, r->bw > 0 ? w * r->tok_s / 1e9 / r->bw : 0, r->kv_read, r->select_read,
+               r->step_bytes, r->bound, r->bound > 0 ? r->tok_s / r->bound : 0, r->bw, r->kv_bytes, r->index_bytes);
+        /* null where the cache was too small to time (subq_context_kv_read_gbs) */
+        const int timed = r->cache_bound > 0;
+        printf(", \"cache_bw_gbs\": ");
+        cli_json_num(stdout, timed ? r->cache_bw : NAN);
+        printf(", \"bound_cache_tok_s\": ");
+        cli_json_num(stdout, timed ? r->cache_bound : NAN);
+        printf(", \"frac_bound_cache\": ");
+        cli_json_num(stdout, timed ? r->tok_s / r->cache_bound : NAN);
+        printf("}");
+    }
+    printf("]");
+}
+
+/* The prefill line and the decode table of one load; beside a quiet run
+ * (quiet != NULL), each figure's slowdown against it. */
+static void print_text_load(const bench_state *b, const load_result *L, double sgemm, const load_result *quiet) {
+    if (b->n_prefill > 0) {
+        printf("prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm", b->n_prefill, L->t_prefill,
+               b->n_prefill / L->t_prefill, L->prefill_gflops, 100 * L->prefill_gflops / sgemm);
+        if (quiet && L != quiet) printf(", %.2fx the quiet time", L->t_prefill / quiet->t_prefill);
+        printf("\n");
+    }
+    printf("%8s %-7s %9s %8s %9s %9s %9s %9s %8s %9s %8s %9s %8s %10s %10s%s\n", "ctx", "attn", "tok/s", "vs full",
+           "attn ms", "select ms", "insert ms", "MB/step", "bw GB/s", "bound", "% bound", "cache bw", "% cache",
+           "KV MiB", "index MiB", quiet && L != quiet ? "  vs quiet" : "");
+    for (int i = 0; i < L->n_res; i++) {
+        const decode_result *r = &L->res[i];
+        char cache_bw[16] = "-", cache_pct[16] = "-"; /* small caches: not measured */
+        if (r->cache_bound > 0) {
+            snprintf(cache_bw, sizeof cache_bw, "%.1f", r->cache_bw);
+            snprintf(cache_pct, sizeof cache_pct, "%.0f%%", 100 * r->tok_s / r->cache_bound);
+        }
+        printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9s %8s %10.0f %10.1f", r->ctx,
+               attn_name(r->attn), r->tok_s, r->vs_full, r->attn_ms, r->select_ms, r->insert_ms, r->step_bytes / 1e6,
+               r->bw, r->bound, r->bound > 0 ? 100 * r->tok_s / r->bound : 0, cache_bw, cache_pct,
+               r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
+        if (quiet && L != quiet && i < quiet->n_res && r->tok_s > 0)
+            printf("  %7.2fx", quiet->res[i].tok_s / r->tok_s);
+        printf("\n");
+    }
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     cli_model_opts mo = {.kv_type = SUBQ_KV_F16};
     cli_sparse_opts so;
     cli_sparse_init(&so);
     int ctx[MAX_LIST] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;
+    int contend = 0;
     int attn[MAX_LIST] = {-1}, n_attn = 1;
     int prefill_ctx[MAX_LIST], n_prefill_ctx = 0;
     const char *prefill_text = NULL;
@@ -138,6 +304,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 16, 1 << 16, &bw_mib)) return 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--contend")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 1024, &contend)) return 1;
         } else if (!strcmp(a, "--prefill-ctx")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_int_list(cmd, a, v, prefill_ctx, &n_prefill_ctx))
                 return 1;
@@ -174,9 +342,6 @@ int cmd_bench(int argc, char **argv) {
     subq_model_info info;
     subq_model_get_info(m, &info);
     int nt = subq_context_n_threads(c), rc = 0;
-    subq_error err = {0};
-    decode_result res[MAX_LIST * MAX_LIST];
-    int n_res = 0;
     float *logits = malloc((size_t)info.n_vocab * sizeof(float));
     int32_t *toks = malloc((size_t)(n_prefill > 0 ? n_prefill : 1) * sizeof(int32_t));
     if (!logits || !toks) {
@@ -197,92 +362,25 @@ int cmd_bench(int argc, char **argv) {
     if (!json) fprintf(stderr, "subq bench: measuring memory bandwidth and sgemm (%d threads)...\n", nt);
     double bw = bench_read_bandwidth((size_t)bw_mib << 20, nt, 5);
     double sgemm = bench_sgemm_gflops(512, info.n_ff, info.n_embd, nt, 3);
-
-    /* prefill (full attention): flops = 2 * layer matrix params * T + attention
-     * 2 * 2 * (T^2/2) * n_head * head_dim * L + the last token's output matrix */
-    double t_prefill = 0, prefill_gflops = 0;
-    if (n_prefill > 0) {
-        if (!json) fprintf(stderr, "subq bench: prefill %d tokens...\n", n_prefill);
-        subq_context_reset(c);
-        double t0 = cli_now_s();
-        if (subq_decode(c, toks, n_prefill, logits, 0, &err)) {
-            rc = cli_error(cmd, "%s", err.msg);
-            goto done;
+    bench_state b = {.cmd = cmd, .so = &so, .c = c, .info = info, .nt = nt, .n_prefill = n_prefill,
+                     .n_decode = n_decode, .bw_mib = bw_mib, .json = json, .ctx = ctx, .n_ctx = n_ctx_list,
+                     .attn = attn, .n_attn = n_attn, .seed = seed, .rng = rng, .logits = logits, .toks = toks,
+                     .wbytes = (double)info.decode_bytes};
+    load_result loads[2] = {{.busy = 0}, {.busy = contend}};
+    const int n_loads = contend > 0 ? 2 : 1;
+    for (int li = 0; li < n_loads && !rc; li++) {
+        bench_contend *load = NULL;
+        if (loads[li].busy > 0) {
+            if (!json) fprintf(stderr, "subq bench: again beside %d busy threads...\n", loads[li].busy);
+            if (!(load = bench_contend_start(loads[li].busy))) {
+                rc = cli_error(cmd, "cannot start %d busy threads", loads[li].busy);
+                break;
+            }
         }
-        t_prefill = cli_now_s() - t0;
-        /* every token goes through the layer matrices; only the last through the output matrix */
-        double T = n_prefill, out_params = (double)info.n_vocab * info.n_embd;
-        double flops = 2.0 * ((double)info.matmul_params - out_params) * T +
-                       2.0 * T * T * info.n_head * info.head_dim * info.n_layer + 2.0 * out_params;
-        prefill_gflops = flops / t_prefill / 1e9;
+        rc = measure(&b, &loads[li]);
+        bench_contend_stop(load);
     }
-
-    const double wbytes = (double)info.decode_bytes;
-    for (int ci = 0; ci < n_ctx_list; ci++) {
-        for (int ai = 0; ai < n_attn; ai++) {
-            decode_result *r = &res[n_res];
-            memset(r, 0, sizeof *r);
-            r->ctx = ctx[ci];
-            r->attn = attn[ai];
-            if (!json) fprintf(stderr, "subq bench: decode at context %d, %s attention...\n", r->ctx, attn_name(r->attn));
-            subq_context_reset(c);
-            subq_context_clear_plan(c);
-            if (r->attn >= 0 && !cli_set_plan(cmd, &so, c, (subq_selector_kind)r->attn, so.plan.top_k, 0)) {
-                rc = 1;
-                goto done;
-            }
-            const double bw_before = bench_read_bandwidth((size_t)bw_mib << 20, nt, 3);
-            double t0 = cli_now_s();
-            if (subq_context_fill_synthetic(c, r->ctx, seed, &err)) {
-                rc = cli_error(cmd, "%s", err.msg);
-                goto done;
-            }
-            r->fill_s = cli_now_s() - t0;
-            const double cache_bw_before = subq_context_kv_read_gbs(c, 2);
-            int32_t tok = toks[0];
-            /* one untimed step warms caches and thread pools */
-            if (subq_decode(c, &tok, 1, logits, 0, &err)) {
-                rc = cli_error(cmd, "%s", err.msg);
-                goto done;
-            }
-            subq_context_stats st0, st1;
-            subq_context_get_stats(c, &st0);
-            t0 = cli_now_s();
-            for (int s = 0; s < n_decode; s++) {
-                tok = random_token(&rng, info.n_vocab);
-                if (subq_decode(c, &tok, 1, logits, 0, &err)) {
-                    rc = cli_error(cmd, "%s", err.msg);
-                    goto done;
-                }
-            }
-            double el = cli_now_s() - t0;
-            subq_context_get_stats(c, &st1);
-            r->tok_s = n_decode / el;
-            r->select_ms = 1e3 * (st1.t_select_s - st0.t_select_s) / n_decode;
-            r->insert_ms = 1e3 * (st1.t_append_s - st0.t_append_s) / n_decode;
-            r->attn_ms = 1e3 * (st1.t_attn_s - st0.t_attn_s) / n_decode - r->select_ms - r->insert_ms;
-            r->kv_bytes = (double)st1.kv_bytes;
-            r->index_bytes = (double)st1.index_bytes;
-            /* timed step s sees the fill, the untimed step and s earlier steps, and itself */
-            for (int s = 0; s < n_decode; s++) r->kv_read += (double)subq_context_decode_kv_bytes(c, r->ctx + 2 + s);
-            r->kv_read /= n_decode;
-            r->select_read = (double)(st1.select_bytes_read - st0.select_bytes_read) / n_decode;
-            r->step_bytes = wbytes + r->kv_read + r->select_read;
-            const double bw_after = bench_read_bandwidth((size_t)bw_mib << 20, nt, 3);
-            r->bw = bw_before > bw_after ? bw_before : bw_after;
-            const double cache_bw_after = subq_context_kv_read_gbs(c, 2);
-            r->cache_bw = cache_bw_before > cache_bw_after ? cache_bw_before : cache_bw_after;
-            n_res++;
-        }
-    }
-    subq_context_clear_plan(c);
-    for (int i = 0; i < n_res; i++) {
-        decode_result *r = &res[i];
-        for (int j = 0; j < n_res; j++)
-            if (res[j].ctx == r->ctx && res[j].attn < 0 && res[j].tok_s > 0) r->vs_full = r->tok_s / res[j].tok_s;
-        r->bound = r->step_bytes > 0 ? r->bw * 1e9 / r->step_bytes : 0;
-        r->cache_bound = r->step_bytes > 0 ? r->cache_bw * 1e9 / r->step_bytes : 0;
-    }
+    if (rc) goto done;
 
     if (json) {
         printf("{\"model\": ");
@@ -290,58 +388,26 @@ int cmd_bench(int argc, char **argv) {
         printf(", \"arch\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", \"kv_fill\": \"synthetic\",\n",
                info.arch, nt, subq_kv_type_name(mo.kv_type));
         printf(" \"machine\": {\"read_bw_gbs\": %.3f, \"sgemm_gflops\": %.3f},\n", bw, sgemm);
-        printf(" \"prefill\": {\"n_tokens\": %d, \"seconds\": %.4f, \"tok_s\": %.3f, \"gflops\": %.3f, "
-               "\"frac_sgemm\": %.4f},\n",
-               n_prefill, t_prefill, n_prefill > 0 ? n_prefill / t_prefill : 0.0, prefill_gflops,
-               sgemm > 0 ? prefill_gflops / sgemm : 0.0);
-        printf(" \"topk\": %d, \"sink\": %d, \"tail\": %d,\n", so.plan.top_k, so.plan.n_sink,
-               so.plan.n_tail);
-        printf(" \"decode_weight_bytes\": %.0f,\n \"decode\": [", wbytes);
-        for (int i = 0; i < n_res; i++) {
-            const decode_result *r = &res[i];
-            printf("%s\n  {\"ctx\": %d, \"attn\": \"%s\", \"decode_tok_s\": %.3f, \"speedup_vs_full\": %.3f, "
-                   "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
-                   "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
-                   "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
-                   "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f",
-                   i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, r->vs_full,
-                   r->attn_ms, r->select_ms, r->insert_ms, r->fill_s, wbytes * r->tok_s / 1e9,
-                   r->bw > 0 ? wbytes * r->tok_s / 1e9 / r->bw : 0, r->kv_read, r->select_read, r->step_bytes, r->bound,
-                   r->bound > 0 ? r->tok_s / r->bound : 0, r->bw, r->kv_bytes, r->index_bytes);
-            /* null where the cache was too small to time (subq_context_kv_read_gbs) */
-            const int timed = r->cache_bound > 0;
-            printf(", \"cache_bw_gbs\": ");
-            cli_json_num(stdout, timed ? r->cache_bw : NAN);
-            printf(", \"bound_cache_tok_s\": ");
-            cli_json_num(stdout, timed ? r->cache_bound : NAN);
-            printf(", \"frac_bound_cache\": ");
-            cli_json_num(stdout, timed ? r->tok_s / r->cache_bound : NAN);
+        printf(" \"topk\": %d, \"sink\": %d, \"tail\": %d,\n", so.plan.top_k, so.plan.n_sink, so.plan.n_tail);
+        printf(" \"decode_weight_bytes\": %.0f,\n", b.wbytes);
+        print_json_load(&b, &loads[0], sgemm);
+        if (n_loads > 1) {
+            printf(",\n \"contended\": {\"busy_threads\": %d,\n", contend);
+            print_json_load(&b, &loads[1], sgemm);
             printf("}");
         }
-        printf("]}\n");
+        printf("}\n");
     } else {
         printf("model %s (%s), %d threads, KV %s\n", mo.model, info.arch, nt, subq_kv_type_name(mo.kv_type));
         printf("machine: read bandwidth %.2f GB/s, sgemm %.1f GFLOP/s\n", bw, sgemm);
-        if (n_prefill > 0)
-            printf("prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm\n", n_prefill, t_prefill,
-                   n_prefill / t_prefill, prefill_gflops, 100 * prefill_gflops / sgemm);
-        printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", wbytes / 1e6);
+        printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", b.wbytes / 1e6);
         printf("bound: read bandwidth around the row (bw) / bytes a step reads (weights + KV rows attended + selector "
                "reads); %% cache: the same with the filled KV cache's own read rate\n");
-        printf("%8s %-7s %9s %8s %9s %9s %9s %9s %8s %9s %8s %9s %8s %10s %10s\n", "ctx", "attn", "tok/s", "vs full",
-               "attn ms", "select ms", "insert ms", "MB/step", "bw GB/s", "bound", "% bound", "cache bw", "% cache",
-               "KV MiB", "index MiB");
-        for (int i = 0; i < n_res; i++) {
-            const decode_result *r = &res[i];
-            char cache_bw[16] = "-", cache_pct[16] = "-"; /* small caches: not measured */
-            if (r->cache_bound > 0) {
-                snprintf(cache_bw, sizeof cache_bw, "%.1f", r->cache_bw);
-                snprintf(cache_pct, sizeof cache_pct, "%.0f%%", 100 * r->tok_s / r->cache_bound);
-            }
-            printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9s %8s %10.0f %10.1f\n",
-                   r->ctx, attn_name(r->attn), r->tok_s, r->vs_full, r->attn_ms, r->select_ms, r->insert_ms,
-                   r->step_bytes / 1e6, r->bw, r->bound, r->bound > 0 ? 100 * r->tok_s / r->bound : 0, cache_bw,
-                   cache_pct, r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
+        for (int li = 0; li < n_loads; li++) {
+            if (n_loads > 1)
+                printf("\n%s\n", li == 0 ? "quiet machine:" : "beside the competing load:");
+            if (li == 1) printf("(%d busy threads, as many processes on the cores as subq's own threads)\n", contend);
+            print_text_load(&b, &loads[li], sgemm, n_loads > 1 ? &loads[0] : NULL);
         }
     }
 done:
