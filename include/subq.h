@@ -660,6 +660,8 @@ typedef struct subq_train_step_stats {
     double grad_norm;           /* before clipping */
     int64_t tokens, queries;    /* in this step */
     double tok_per_s;           /* training throughput of this run so far */
+    double gflop_per_s;         /* counted work of this run so far (the frozen forward, and what the
+                                   task counts: 0 when it counts nothing) / its time, in GFLOP/s */
     double elapsed_s;
 } subq_train_step_stats;
 
@@ -708,6 +710,7 @@ typedef struct subq_train_result {
     int interrupted;            /* stopped by hooks->stop */
     int stopped_early;          /* stopped by stop_after */
     double tok_per_s;           /* training throughput (teacher + losses + update) */
+    double gflop_per_s;         /* counted work / time (subq_train_step_stats) */
     int64_t train_tokens;       /* tokens trained on in this run */
 } subq_train_result;
 

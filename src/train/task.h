@@ -32,6 +32,7 @@ typedef struct trainer trainer;
 typedef struct train_sums {
     double loss, part[SUBQ_TRAIN_MAX_PARTS];
     int64_t n_queries;          /* loss terms: the objective divides by their count */
+    double flops;               /* the task's counted work (0: not counted) */
 } train_sums;
 
 /* An option recorded in the output and checked on resume. */

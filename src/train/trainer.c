@@ -139,6 +139,21 @@ static double finish_gradient(trainer *t, double scale) {
     return gnorm;
 }
 
+/* Work of the frozen forward over the captured sequence: 2 per weight and
+ * token through every layer's matrices, and per layer, query head and
+ * causal key a dot and an accumulation of head_dim (4 head_dim). */
+static double forward_flops(const trainer *t) {
+    const model_hparams *hp = &t->ctx->model->hp;
+    const double d = hp->n_embd, dq = (double)hp->n_head * hp->head_dim, dkv = (double)hp->n_head_kv * hp->head_dim;
+    const double layer_params = d * dq * 2 + d * dkv * 2 + 3.0 * d * hp->n_ff;
+    double causal = 0;
+    for (int i = 0, start = 0; i < t->n; i++) {
+        if (i > 0 && t->seg[i] != t->seg[i - 1]) start = i;
+        causal += i - start + 1;
+    }
+    return hp->n_layer * (2.0 * layer_params * t->n + 4.0 * dq * causal);
+}
+
 /* One optimiser step over batch x grad_accum sequences; fills the stats. */
 static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err) {
     const train_config *cfg = t->cfg;
@@ -149,11 +164,13 @@ static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err)
     memset(t->sums, 0, (size_t)t->n_sel * sizeof(train_sums));
     const int64_t n_seq = (int64_t)cfg->batch * cfg->grad_accum;
     int64_t n_tok = 0;
+    double flops = 0;
     for (int64_t b = 0; b < n_seq; b++) {
         subq_status s = trainer_capture_train(t, t->cursor, err);
         t->cursor++;
         if (s || (s = ops->loss(t->task.self, t, 1, t->sums, err))) return s;
         n_tok += t->n;
+        flops += forward_flops(t);
     }
     /* objective = sum over layers and queries of the loss terms / their count */
     train_sums tot = {0};
@@ -161,6 +178,7 @@ static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err)
         tot.loss += t->sums[i].loss;
         for (int k = 0; k < ops->n_parts; k++) tot.part[k] += t->sums[i].part[k];
         tot.n_queries += t->sums[i].n_queries;
+        flops += t->sums[i].flops;
     }
     const double inv = 1.0 / (double)(tot.n_queries > 0 ? tot.n_queries : 1);
     const double gnorm = finish_gradient(t, inv);
@@ -177,6 +195,7 @@ static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err)
     ss->grad_norm = gnorm;
     ss->tokens = n_tok;
     ss->queries = tot.n_queries;
+    ss->gflop_per_s = flops; /* this step's count; the caller makes it a rate */
     t->train_loss = ss->loss;
     memcpy(t->train_part, ss->part, sizeof ss->part);
     return SUBQ_OK;
@@ -260,7 +279,7 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
     }
     if (!cfg->resume && cfg->eval_every > 0 && (s = eval_and_report(&t, hooks, err))) goto done;
 
-    double train_time = 0.0;
+    double train_time = 0.0, train_flops = 0.0;
     int64_t evaluated_at = -1;
     while (t.step < cfg->steps) {
         if (cfg->stop_after > 0 && t.step >= cfg->stop_after) {
@@ -276,8 +295,10 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
         if ((s = train_step(&t, &ss, err))) goto done;
         train_time += time_now_s() - t0;
         res->train_tokens += ss.tokens;
+        train_flops += ss.gflop_per_s;
         ss.elapsed_s = train_time;
         ss.tok_per_s = res->train_tokens / (train_time > 0 ? train_time : 1e-9);
+        ss.gflop_per_s = train_flops / 1e9 / (train_time > 0 ? train_time : 1e-9);
         if (hooks && hooks->on_step) hooks->on_step(hooks->user, &ss);
         if (cfg->eval_every > 0 && t.step % cfg->eval_every == 0) {
             if ((s = eval_and_report(&t, hooks, err))) goto done;
@@ -292,6 +313,7 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
     s = save(&t, hooks, err);
     res->step = t.step;
     res->tok_per_s = res->train_tokens / (train_time > 0 ? train_time : 1e-9);
+    res->gflop_per_s = train_flops / 1e9 / (train_time > 0 ? train_time : 1e-9);
 done:
     trainer_free(&t);
     return s;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/bench.h"
 #include "progress.h"
 #include "cli.h"
 
@@ -257,6 +258,7 @@ typedef struct run_state {
     int bar_started;
     int n_parts;
     const char *const *part_names;
+    double sgemm;               /* the machine's sgemm rate, GFLOP/s: the bound of the counted work */
     /* copy of the last evaluation, for --json */
     int have_eval;
     subq_train_eval_stats ev;
@@ -274,15 +276,21 @@ static int on_start(void *user, const subq_train_start_info *info) {
     }
     u->n_parts = info->n_parts;
     u->part_names = info->part_names;
+    subq_model_info mi;
+    subq_model_get_info(u->o->m, &mi);
+    u->sgemm = bench_sgemm_gflops(512, mi.n_ff, mi.n_embd, info->n_threads, 2); /* the prefill shape, ~1 s */
     fprintf(stderr, "subq %s: %s step %lld of %lld; %zu parameters; %d train sequences (%lld tokens), "
                     "%d held-out (%lld tokens), %d threads\n",
             cmd, info->resumed ? "resuming at" : "starting at", (long long)info->start_step,
             (long long)u->o->cfg->steps, info->n_params, info->n_train_seq, (long long)info->train_tokens,
             info->n_eval_seq, (long long)info->eval_tokens, info->n_threads);
+    fprintf(stderr, "subq %s: sgemm runs at %.1f GFLOP/s here (%d threads): the bound of the GFLOP/s below\n", cmd,
+            u->sgemm, info->n_threads);
     fprintf(u->log, "{\"type\": \"start\", \"step\": %lld, \"resumed\": %s, \"n_params\": %zu, \"n_train_seq\": %d, "
-                    "\"train_tokens\": %lld, \"n_eval_seq\": %d, \"eval_tokens\": %lld, \"threads\": %d%s%s}\n",
+                    "\"train_tokens\": %lld, \"n_eval_seq\": %d, \"eval_tokens\": %lld, \"threads\": %d, "
+                    "\"sgemm_gflops\": %.2f%s%s}\n",
             (long long)info->start_step, info->resumed ? "true" : "false", info->n_params, info->n_train_seq,
-            (long long)info->train_tokens, info->n_eval_seq, (long long)info->eval_tokens, info->n_threads,
+            (long long)info->train_tokens, info->n_eval_seq, (long long)info->eval_tokens, info->n_threads, u->sgemm,
             u->ui->extra_json[0] ? ", " : "", u->ui->extra_json);
     fflush(u->log);
     if (u->ui->start_note) fprintf(stderr, "subq %s: %s\n", cmd, u->ui->start_note);
@@ -296,7 +304,10 @@ static void on_step(void *user, const subq_train_step_stats *s) {
     const int64_t steps = u->o->cfg->steps;
     char text[192], extra[256];
     u->ui->step_text(text, sizeof text, s);
-    snprintf(extra, sizeof extra, "%.0f tok/s %s lr %.2e", s->tok_per_s, text, (double)s->lr);
+    char rate[64] = "";
+    if (s->gflop_per_s > 0 && u->sgemm > 0)
+        snprintf(rate, sizeof rate, " (%.1f GFLOP/s, %.0f%% of sgemm)", s->gflop_per_s, 100 * s->gflop_per_s / u->sgemm);
+    snprintf(extra, sizeof extra, "%.0f tok/s%s %s lr %.2e", s->tok_per_s, rate, text, (double)s->lr);
     progress_update(&u->bar, s->step, extra);
     /* no terminal, no bar: a status line every ~5% of the run instead */
     const int64_t every = steps / 20 > 0 ? steps / 20 : 1;
@@ -305,8 +316,9 @@ static void on_step(void *user, const subq_train_step_stats *s) {
     fprintf(u->log, "{\"type\": \"train\", \"step\": %lld, \"lr\": %.6e, \"loss\": %.6f", (long long)s->step,
             (double)s->lr, s->loss);
     for (int k = 0; k < u->n_parts; k++) fprintf(u->log, ", \"%s\": %.6f", u->part_names[k], s->part[k]);
-    fprintf(u->log, ", \"grad_norm\": %.6f, \"tokens\": %lld, \"queries\": %lld, \"tok_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
-            s->grad_norm, (long long)s->tokens, (long long)s->queries, s->tok_per_s, s->elapsed_s);
+    fprintf(u->log, ", \"grad_norm\": %.6f, \"tokens\": %lld, \"queries\": %lld, \"tok_per_s\": %.1f, "
+                    "\"gflop_per_s\": %.2f, \"elapsed_s\": %.3f}\n",
+            s->grad_norm, (long long)s->tokens, (long long)s->queries, s->tok_per_s, s->gflop_per_s, s->elapsed_s);
     fflush(u->log);
 }
 
@@ -376,7 +388,9 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
         fprintf(stderr, "subq %s: %s was already at step %lld of %lld: nothing to train\n", cmd, o->out,
                 (long long)res.step, (long long)c->steps);
     else
-        fprintf(stderr, "subq %s: %lld steps, %.0f tok/s; wrote %s\n", cmd, (long long)res.step, res.tok_per_s, o->out);
+        fprintf(stderr, "subq %s: %lld steps, %.0f tok/s (%.1f GFLOP/s, %.0f%% of sgemm); wrote %s\n", cmd,
+                (long long)res.step, res.tok_per_s, res.gflop_per_s, u.sgemm > 0 ? 100 * res.gflop_per_s / u.sgemm : 0,
+                o->out);
     if (o->json) {
         printf("{\"output\": ");
         cli_json_string(stdout, o->out, strlen(o->out));

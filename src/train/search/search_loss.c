@@ -284,12 +284,22 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     }
 
     /* loss sums in a fixed order */
+    double causal = 0, eligible = 0;
     for (int t = 0; t < T; t++) {
+        causal += t - start[t] + 1;
         if (!row_ok[t]) continue;
         out->nce += row_nce[t];
         out->kl += row_kl[t];
         out->n_queries++;
+        eligible += t - lp->n_tail - (start[t] + lp->n_sink) + 1;
     }
+    /* per query head and causal key: a dot of head_dim and the softmax (~6);
+     * per eligible key: the student's dot of ds, ~20 for z, y, softmaxes, KL,
+     * D and E, and with gradients two more dots (dq, dk); projections and
+     * dW: 2 T d ds each */
+    const attn_shape *sh = &x->shape;
+    out->flops = causal * sh->n_head * (2.0 * sh->head_dim + 6) + eligible * (2.0 * ds + 20) +
+                 4.0 * T * d * ds + (want_grad ? eligible * 4.0 * ds + 4.0 * T * d * ds : 0);
 
     if (want_grad) {
         /* dW[a][i] += sum_t dY[t][a] H[t][i]  for W_Qs (dY = dQ) and W_Ks (dY = dK), per block of columns i */

@@ -44,6 +44,10 @@ typedef struct search_layer_data {
 typedef struct search_loss_sums {
     double nce, kl;          /* sums over queries (not averaged) */
     int64_t n_queries;       /* non-skipped queries */
+    double flops;            /* floating-point operations of this call, counted (not timed):
+                                projections, the teacher's logits and softmax over each query's
+                                causal keys, the student's scores, losses and (with gradients)
+                                dq, dk and dW, as 2 per multiply-add and ~1 per other step */
 } search_loss_sums;
 
 /* Y[t][a] = sum_i W[a][i] X[t][i] for T rows of X (T x d) and W (ds x d):

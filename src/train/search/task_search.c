@@ -94,6 +94,7 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
         sums[i].part[0] += ls.nce;
         sums[i].part[1] += ls.kl;
         sums[i].n_queries += ls.n_queries;
+        sums[i].flops += ls.flops;
     }
     return SUBQ_OK;
 }
