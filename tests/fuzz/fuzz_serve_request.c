@@ -11,8 +11,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int chat = 0; chat < 2; chat++) {
         serve_request r;
-        char msg[512] = "";
-        if (serve_parse_request((const char *)data, size, chat, &r, msg, sizeof msg)) {
+        char msg[512] = "", param[64];
+        if (serve_parse_request((const char *)data, size, chat, &r, msg, sizeof msg, param, sizeof param)) {
             if (!msg[0]) abort();
             continue;
         }

@@ -106,6 +106,14 @@ def check_node(ck, srv):
     if not ck.check("openai client ran", out.returncode == 0, out.stderr.decode()[-2000:]):
         return
     res = json.loads(out.stdout)
+    ck.check("openai models.list and models.retrieve agree", res["model"] == res["retrieved"] == "stories260K",
+             "%r %r" % (res["model"], res["retrieved"]))
+    want_errors = [{"status": 404, "param": "model", "code": "model_not_found", "type": "not_found_error"},
+                   {"status": 400, "param": "model", "code": "model_not_found", "type": "invalid_request_error"},
+                   {"status": 400, "param": "logit_bias", "code": None, "type": "invalid_request_error"},
+                   {"status": 400, "param": "tools", "code": None, "type": "invalid_request_error"}]
+    ck.check("openai client: an unknown model and unimplemented fields are refused, naming the field",
+             res["errors"] == want_errors, json.dumps(res["errors"]))
     want = gen("Tom and his dog", 30, 1.0, 7, 20, 0.9)
     c = res["completions"][0]
     same(ck, "openai completions == generate", c["text"], want)

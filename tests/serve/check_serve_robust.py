@@ -1,9 +1,13 @@
 #!/usr/bin/python3
 """ctest (label unit: also the ASan+UBSan build, where LeakSanitizer checks
 the exit): `subq serve` answers hostile and odd requests with proper HTTP
-errors and keeps serving; a client that disconnects mid-stream cancels its
-generation; concurrent requests are all served; SIGTERM exits 0 with no
-sanitizer report. stories260K, Python's http.client and raw sockets.
+errors in OpenAI's shape (the field at fault in `param`) and keeps serving;
+fields and roles it does not implement and models it does not run are
+refused, never ignored; /v1/models/{id} answers; a client that disconnects
+mid-stream cancels its generation; concurrent requests are all served;
+SIGTERM ends a running stream with an error event that says the server is
+shutting down, and exits 0 with no sanitizer report. stories260K, Python's
+http.client and raw sockets.
 """
 
 import json
@@ -26,6 +30,81 @@ def is_error(resp, status):
     return st == status and isinstance(body, dict) and isinstance(body.get("error", {}).get("message"), str)
 
 
+def closed_within(s, seconds):
+    """Seconds until the server closed s (reads return nothing or fail), or None."""
+    t0 = time.time()
+    s.settimeout(0.2)
+    while time.time() - t0 < seconds:
+        try:
+            if s.recv(4096) == b"":
+                return time.time() - t0
+        except socket.timeout:
+            continue
+        except OSError:
+            return time.time() - t0
+    return None
+
+
+def slow_clients(ck, model):
+    """--timeout 2 --max-per-client 3 --max-connections 4: a trickling or
+    stalled request is cut 2 s after its start; one address keeps at most 3
+    partial connections; over 4 live connections requests get 503 while
+    /health is answered; none of it hangs."""
+    srv = su.Server(["-m", model, "-c", 128, "-t", 1, "--timeout", 2, "--max-per-client", 3, "--max-connections", 4],
+                    "slow")
+    # a client sending one byte every 0.4 s: cut after ~2 s although bytes keep coming
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    req = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n" + b"{" * 50
+    t0, cut = time.time(), None
+    for b in req:
+        try:
+            s.send(bytes([b]))
+        except OSError:
+            cut = time.time() - t0
+            break
+        if closed_within(s, 0.4) is not None:
+            cut = time.time() - t0
+            break
+    s.close()
+    ck.check("a trickling request is cut at its deadline", cut is not None and 1.5 < cut < 4, "cut after %s s" % cut)
+    # an address opening ten partial connections keeps three
+    held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(10)]
+    for h in held:
+        h.sendall(b"GET /v1/models HTTP/1.1\r\n")
+    t0 = time.time()
+    st = srv.request("GET", "/health", timeout=5)[0]
+    ck.check("/health answers beside ten partial connections", st == 200 and time.time() - t0 < 2,
+             "status %s after %.2f s" % (st, time.time() - t0))
+    time.sleep(1.2)
+    open_ = sum(closed_within(h, 0.05) is None for h in held)
+    ck.check("one address keeps at most --max-per-client partial connections", open_ <= 3, "%d open" % open_)
+    gone = [closed_within(h, 3) for h in held]
+    ck.check("every partial connection is closed by its deadline", all(g is not None for g in gone), str(gone))
+    for h in held:
+        h.close()
+    # five addresses, one partial connection each: over the cap of 4, requests get 503, /health 200
+    others = []
+    for i in range(5):
+        o = socket.socket()
+        o.bind(("127.0.0.%d" % (i + 2), 0))
+        o.connect(("127.0.0.1", srv.port))
+        o.sendall(b"GET /v1/models HTTP/1.1\r\n")
+        others.append(o)
+    time.sleep(0.3)
+    st, body = srv.request("POST", "/v1/completions", {"prompt": "a", "max_tokens": 1}, timeout=5)
+    ck.check("over --max-connections: 503 in OpenAI's shape", st == 503 and
+             body.get("error", {}).get("type") == "server_error", str(body)[:200])
+    ck.check("over --max-connections: /health still answered", srv.request("GET", "/health", timeout=5)[0] == 200)
+    for o in others:
+        o.close()
+    time.sleep(0.3)
+    st, _ = srv.request("POST", "/v1/completions", {"prompt": "a", "max_tokens": 1}, timeout=10)
+    ck.check("served again once they are gone", st == 200, "status %s" % st)
+    code, err = srv.stop()
+    ck.check("slow-client server: SIGTERM exit 0, no sanitizer report", code == 0 and "Sanitizer" not in err and
+             "runtime error" not in err, err[-1000:])
+
+
 def main():
     ck = rc.Checks("check_serve_robust")
     model = rc.shared_file("models", "stories260K.gguf")
@@ -42,6 +121,43 @@ def main():
     st, body = srv.request("GET", "/v1/models", None, auth)
     ck.check("models", st == 200 and body["data"][0]["id"] == "stories260K", str(body))
     ck.check("unknown path: 404", is_error(srv.request("GET", "/v2/nothing", None, auth), 404))
+    st, body = srv.request("GET", "/v1/models/stories260K", None, auth)
+    ck.check("GET /v1/models/{id}", st == 200 and body.get("id") == "stories260K", str(body))
+    st, body = srv.request("GET", "/v1/models/gpt-4o", None, auth)
+    ck.check("GET /v1/models/{unknown id}: 404 model_not_found", st == 404 and
+             body["error"].get("code") == "model_not_found" and body["error"].get("param") == "model", str(body))
+
+    # ---- what the server does not implement is refused, naming the field
+    refused = [
+        ("unknown field", {"prompt": "a", "frobnicate": 1}, "/v1/completions", "frobnicate"),
+        ("logit_bias", {"prompt": "a", "logit_bias": {"5": 10}}, "/v1/completions", "logit_bias"),
+        ("presence_penalty", {"prompt": "a", "presence_penalty": 0.5}, "/v1/completions", "presence_penalty"),
+        ("echo", {"prompt": "a", "echo": True}, "/v1/completions", "echo"),
+        ("messages on completions", {"prompt": "a", "messages": []}, "/v1/completions", "messages"),
+        ("response_format json", {"messages": [{"role": "user", "content": "a"}],
+                                  "response_format": {"type": "json_object"}}, "/v1/chat/completions",
+         "response_format"),
+        ("tools", {"messages": [{"role": "user", "content": "a"}], "tools": [{"type": "function"}]},
+         "/v1/chat/completions", "tools"),
+        ("an unknown role", {"messages": [{"role": "wizard", "content": "a"}]}, "/v1/chat/completions",
+         "messages[0].role"),
+        ("a tool message", {"messages": [{"role": "tool", "content": "a"}]}, "/v1/chat/completions",
+         "messages[0].role"),
+        ("a message field", {"messages": [{"role": "user", "content": "a", "name": "x"}]}, "/v1/chat/completions",
+         "messages[0].name"),
+        ("a model not served", {"prompt": "a", "model": "gpt-4o"}, "/v1/completions", "model"),
+        ("n = 2", {"prompt": "a", "n": 2}, "/v1/completions", "n"),
+    ]
+    for name, body, path, param in refused:
+        st, b = R(body, path)
+        ck.check("refused, naming the field: " + name, is_error((st, b), 400) and b["error"].get("param") == param and
+                 b["error"].get("type") == "invalid_request_error", str(b)[:300])
+    neutral = {"prompt": "Tom", "max_tokens": 2, "model": "stories260K", "logit_bias": {}, "presence_penalty": 0,
+               "echo": False, "best_of": 1, "user": "u1"}
+    ck.check("neutral values of unimplemented fields are accepted", R(neutral)[0] == 200)
+    st, b = R({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+               "max_tokens": 2, "response_format": {"type": "text"}}, "/v1/chat/completions")
+    ck.check("a developer message and the text response format are accepted", st == 200, str(b)[:200])
     ck.check("GET on completions: 405", is_error(srv.request("GET", "/v1/completions", None, auth), 405))
 
     # ---- malformed bodies and wrong types
@@ -123,8 +239,29 @@ def main():
         s.close()
     ck.check("still healthy after garbage", srv.request("GET", "/health")[0] == 200)
 
+    # ---- SIGTERM during a stream: the client is told the server is stopping
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 100000, "stream": True, "temperature": 1,
+                       "seed": 5, "subq": {"dense": True}})
+    s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+               "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (KEY, len(body), body)).encode())
+    got = s.recv(4096)
+    srv.proc.send_signal(15)
+    try:
+        while True:
+            piece = s.recv(65536)
+            if not piece:
+                break
+            got += piece
+    except OSError:
+        pass
+    s.close()
+    text = got.decode("latin-1")
+    ck.check("a stream cut by shutdown says so", "shutting down" in text and '"server_error"' in text and
+             "closed the connection" not in text, text[-400:])
     code, err = srv.stop()
     ck.check("SIGTERM: exit 0", code == 0, "exit %s" % code)
+    slow_clients(ck, model)
     ck.check("no sanitizer report", "Sanitizer" not in err and "runtime error" not in err, err[-2000:])
     ck.finish()
 

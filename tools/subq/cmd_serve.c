@@ -24,7 +24,11 @@ static const char *help =
     "                       chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,\n"
     "                       mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3\n"
     "  --max-body BYTES     largest request body (default 16777216)\n"
-    "  --max-connections N  connections served at once (default 64)\n"
+    "  --max-connections N  connections served at once; requests beyond get 503, /health\n"
+    "                       is always answered (default 64)\n"
+    "  --max-per-client N   connections one client address may hold (default 16)\n"
+    "  --timeout N          seconds a request has to arrive whole, from its first byte (a\n"
+    "                       slow or stalled client is disconnected; default 30)\n"
     "  --sparse-prefill     run prompts sparse too, as subq generate --sparse-prefill (default: dense\n"
     "                       prompt, sparse decode)\n"
     "\n" CLI_SPARSE_OPTS_HELP;
@@ -60,7 +64,8 @@ int cmd_serve(int argc, char **argv) {
     cli_model_opts mo = {0};
     cli_sparse_opts so;
     cli_sparse_init(&so);
-    serve_http_config hc = {.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20, .max_connections = 64};
+    serve_http_config hc = {.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20, .max_connections = 64,
+                            .max_per_client = 16, .read_timeout_s = 30};
     const char *template_name = NULL;
     int n_slots = 1;
     for (int i = 1; i < argc; i++) {
@@ -86,6 +91,12 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--max-body")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1024, 1 << 30, &bytes)) return 1;
             hc.max_body = (size_t)bytes;
+        } else if (!strcmp(a, "--max-per-client")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 4096, &hc.max_per_client))
+                return 1;
+        } else if (!strcmp(a, "--timeout")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 86400, &hc.read_timeout_s))
+                return 1;
         } else if (!strcmp(a, "--max-connections")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 4096, &hc.max_connections))
                 return 1;

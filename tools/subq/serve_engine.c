@@ -75,6 +75,7 @@ void serve_job_cancel(serve_job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
+
 /* Mark the job done (with an error when status != 0); caller holds j->mu. */
 static void finish_locked(serve_job *j, int status, const char *msg) {
     if (status && !j->http_status) {
@@ -90,6 +91,19 @@ static void finish(serve_job *j, int status, const char *msg) {
     pthread_mutex_lock(&j->mu);
     finish_locked(j, status, msg);
     pthread_mutex_unlock(&j->mu);
+}
+
+/* Cancelled because the server stops: the client is told so (503). */
+static void job_shutdown(serve_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->cancelled = j->shutdown = 1;
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* The error of a job cancelled before it finished. */
+static void finish_cancelled_locked(serve_job *j) {
+    if (j->shutdown) finish_locked(j, 503, "the server is shutting down: the request was not completed");
+    else finish_locked(j, 499, "the client closed the connection");
 }
 
 /* ---- UTF-8 and stop strings ------------------------------------------------ */
@@ -241,7 +255,12 @@ static int cancelled(serve_job *j) {
 static void run_job(serve_engine *e, serve_job *j) {
     subq_error err = {0};
     const int nv = e->info.n_vocab;
-    if (cancelled(j)) return finish(j, 499, "the client closed the connection");
+    if (cancelled(j)) {
+        pthread_mutex_lock(&j->mu);
+        finish_cancelled_locked(j);
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
     pthread_mutex_lock(&j->mu);
     j->t_start = now_s();
     pthread_mutex_unlock(&j->mu);
@@ -321,7 +340,7 @@ static void run_job(serve_engine *e, serve_job *j) {
     if (!oom && !emit(j, j->raw_len)) oom = 1; /* what was held back for a stop string */
     j->finish = reason;
     if (oom) finish_locked(j, 500, "out of memory");
-    else if (!reason) finish_locked(j, 499, "the client closed the connection");
+    else if (!reason) finish_cancelled_locked(j);
     else finish_locked(j, 0, NULL);
     pthread_mutex_unlock(&j->mu);
 }
@@ -351,7 +370,7 @@ static void *worker(void *arg) {
         e->q_head = (e->q_head + 1) % e->q_cap;
         e->q_len--;
         e->running = j;
-        if (e->stopping) serve_job_cancel(j);
+        if (e->stopping) job_shutdown(j);
         pthread_mutex_unlock(&e->mu);
         run_job(e, j);
         log_job(j);
@@ -553,8 +572,8 @@ subq_status serve_engine_new(subq_model *m, const serve_config *cfg, serve_engin
 void serve_engine_stop(serve_engine *e) {
     pthread_mutex_lock(&e->mu);
     e->stopping = 1;
-    for (int i = 0; i < e->q_len; i++) serve_job_cancel(e->queue[(e->q_head + i) % e->q_cap]);
-    if (e->running) serve_job_cancel(e->running);
+    for (int i = 0; i < e->q_len; i++) job_shutdown(e->queue[(e->q_head + i) % e->q_cap]);
+    if (e->running) job_shutdown(e->running);
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     if (e->worker_started) pthread_join(e->worker, NULL);

@@ -3,26 +3,61 @@
  * JSON. Responses follow OpenAI's API: JSON objects, or server-sent events
  * ("data: {...}\n\n" chunks, then "data: [DONE]") when stream is true.
  * A client that goes away is noticed while its request waits or streams
- * (the socket reads as closed): its job is cancelled and the slot freed. */
+ * (the socket reads as closed): its job is cancelled and the slot freed.
+ *
+ * Slow and greedy clients: a watchdog thread closes every connection whose
+ * request has not arrived whole within read_timeout_s of its start (the
+ * first byte, or the end of the previous response on a kept-alive
+ * connection), however steadily its bytes trickle in, and the partial
+ * connections of an address that holds more than max_per_client. Beyond
+ * max_connections live connections requests get 503 (libmicrohttpd's own
+ * limit sits higher, so that the refusal can be sent at all: at its limit
+ * it stops accepting and clients hang); /health is always answered. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "serve.h"
 #include "strbuf.h"
+
+/* A live connection, as the watchdog sees it. */
+typedef struct conn_track {
+    int fd;
+    char addr[INET6_ADDRSTRLEN];
+    double t_request;          /* when its current request began */
+    double t_open;
+    int busy;                  /* its request arrived whole: being answered */
+    int closed;                /* shut down by the watchdog */
+    struct conn_track *prev, *next;
+} conn_track;
 
 struct serve_http {
     struct MHD_Daemon *d;
     serve_engine *e;
     serve_http_config cfg;
+    _Atomic int streams;       /* streamed responses not yet finished */
+    pthread_mutex_t mu;        /* conns, n_conns */
+    conn_track *conns;
+    int n_conns;
+    pthread_t watchdog;
+    int watchdog_started;
+    _Atomic int stopping;
 };
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 typedef struct conn_state {
     strbuf body;
@@ -108,14 +143,24 @@ static json_t *jstr(const char *s, size_t n) {
     return v;
 }
 
-static json_t *error_object(int status, const char *msg) {
+/* OpenAI's error shape: {"error": {"message", "type", "param", "code"}};
+ * param names the request field at fault, code a machine-readable reason
+ * (either may be NULL: null). */
+static json_t *error_object(int status, const char *msg, const char *param, const char *code) {
     const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
                      : status >= 500 ? "server_error" : "invalid_request_error";
-    return json_pack("{s:{s:o,s:s,s:n}}", "error", "message", jstr(msg, strlen(msg)), "type", type, "code");
+    return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", jstr(msg, strlen(msg)), "type", type, "param",
+                     param && param[0] ? jstr(param, strlen(param)) : json_null(), "code",
+                     code ? json_string(code) : json_null());
 }
 
 static enum MHD_Result send_error(struct MHD_Connection *c, int status, const char *msg) {
-    return send_json(c, (unsigned)status, error_object(status, msg));
+    return send_json(c, (unsigned)status, error_object(status, msg, NULL, NULL));
+}
+
+static enum MHD_Result send_error_param(struct MHD_Connection *c, int status, const char *msg, const char *param,
+                                        const char *code) {
+    return send_json(c, (unsigned)status, error_object(status, msg, param, code));
 }
 
 /* ---- responses ------------------------------------------------------------------ */
@@ -160,6 +205,7 @@ static enum MHD_Result answer_whole(struct MHD_Connection *c, serve_engine *e, s
 /* ---- streaming -------------------------------------------------------------------- */
 
 typedef struct stream {
+    serve_http *h;
     serve_engine *e;
     serve_job *j;
     int fd;
@@ -214,7 +260,7 @@ static int next_events(stream *s) {
     }
     if (j->state == JOB_DONE) {
         if (j->http_status) {
-            add_event(s, error_object(j->http_status, j->error));
+            add_event(s, error_object(j->http_status, j->error, NULL, NULL));
         } else {
             add_event(s, chunk(s, j->req.chat ? NULL : json_string(""), j->finish));
             if (j->req.include_usage) {
@@ -249,16 +295,19 @@ static void stream_free(void *cls) {
     serve_job_cancel(s->j);
     serve_job_release(s->j);
     sb_free(&s->out);
+    atomic_fetch_sub(&s->h->streams, 1);
     free(s);
 }
 
-static enum MHD_Result answer_stream(struct MHD_Connection *c, serve_engine *e, serve_job *j, int fd) {
+static enum MHD_Result answer_stream(struct MHD_Connection *c, serve_http *h, serve_job *j, int fd) {
     stream *s = calloc(1, sizeof *s);
     if (!s) {
         serve_job_release(j);
         return send_error(c, 500, "out of memory");
     }
-    s->e = e;
+    atomic_fetch_add(&h->streams, 1);
+    s->h = h;
+    s->e = h->e;
     s->j = j;
     s->fd = fd;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
@@ -276,10 +325,17 @@ static enum MHD_Result answer_stream(struct MHD_Connection *c, serve_engine *e, 
 /* ---- routes ------------------------------------------------------------------------- */
 
 static enum MHD_Result completions(struct MHD_Connection *c, serve_http *h, const conn_state *cs, int chat) {
-    char msg[512];
+    char msg[512], param[64];
     serve_request req;
-    if (serve_parse_request(cs->body.p ? cs->body.p : "", cs->body.n, chat, &req, msg, sizeof msg))
-        return send_error(c, 400, msg);
+    if (serve_parse_request(cs->body.p ? cs->body.p : "", cs->body.n, chat, &req, msg, sizeof msg, param, sizeof param))
+        return send_error_param(c, 400, msg, param, NULL);
+    const char *served = serve_engine_model_name(h->e);
+    if (req.model && strcmp(req.model, served)) {
+        snprintf(msg, sizeof msg, "the model '%.200s' is not served here (this server runs '%.200s')", req.model,
+                 served);
+        serve_request_free(&req);
+        return send_error_param(c, 400, msg, "model", "model_not_found");
+    }
     int status = 0, fd = conn_fd(c), stream_it = req.stream;
     serve_job *j = serve_submit(h->e, &req, &status, msg, sizeof msg);
     if (!j) return send_error(c, status, msg);
@@ -296,17 +352,28 @@ static enum MHD_Result completions(struct MHD_Connection *c, serve_http *h, cons
         serve_job_release(j);
         return failed == 499 ? MHD_NO : send_error(c, failed, msg);
     }
-    if (stream_it) return answer_stream(c, h->e, j, fd);
+    if (stream_it) return answer_stream(c, h, j, fd);
     enum MHD_Result ret = answer_whole(c, h->e, j);
     serve_job_release(j);
     return ret;
 }
 
+static json_t *model_object(serve_http *h) {
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", serve_engine_model_name(h->e), "object", "model", "created",
+                     (json_int_t)0, "owned_by", "subq");
+}
+
 static enum MHD_Result models(struct MHD_Connection *c, serve_http *h) {
-    return send_json(c, MHD_HTTP_OK,
-                     json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id",
-                               serve_engine_model_name(h->e), "object", "model", "created", (json_int_t)0,
-                               "owned_by", "subq"));
+    return send_json(c, MHD_HTTP_OK, json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(h)));
+}
+
+/* GET /v1/models/{id} (the client's models.retrieve) */
+static enum MHD_Result model_by_id(struct MHD_Connection *c, serve_http *h, const char *id) {
+    if (!strcmp(id, serve_engine_model_name(h->e))) return send_json(c, MHD_HTTP_OK, model_object(h));
+    char msg[512];
+    snprintf(msg, sizeof msg, "the model '%.200s' does not exist here (this server runs '%.200s')", id,
+             serve_engine_model_name(h->e));
+    return send_error_param(c, 404, msg, "model", "model_not_found");
 }
 
 /* Constant-time comparison of the bearer token. */
@@ -321,16 +388,31 @@ static int authorized(struct MHD_Connection *c, const char *key) {
     return diff == 0;
 }
 
+static conn_track *track_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
 static enum MHD_Result route(struct MHD_Connection *c, serve_http *h, const char *url, const char *method,
                              const conn_state *cs) {
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     if (!strcmp(url, "/health")) return get ? send_json(c, 200, json_pack("{s:s}", "status", "ok"))
                                             : send_error(c, 405, "use GET");
+    pthread_mutex_lock(&h->mu);
+    const int n_conns = h->n_conns;
+    pthread_mutex_unlock(&h->mu);
+    if (n_conns > h->cfg.max_connections) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the server holds %d connections, more than its limit of %d: retry later", n_conns,
+                 h->cfg.max_connections);
+        return send_error(c, 503, msg);
+    }
     int chat = !strcmp(url, "/v1/chat/completions"), cmpl = !strcmp(url, "/v1/completions");
-    int list = !strcmp(url, "/v1/models");
-    if (!chat && !cmpl && !list) return send_error(c, 404, "no such endpoint");
+    int list = !strcmp(url, "/v1/models"), one = !strncmp(url, "/v1/models/", 11) && url[11];
+    if (!chat && !cmpl && !list && !one) return send_error(c, 404, "no such endpoint");
     if (!authorized(c, h->cfg.api_key)) return send_error(c, 401, "invalid or missing API key (Authorization: Bearer KEY)");
     if (list) return get ? models(c, h) : send_error(c, 405, "use GET");
+    if (one) return get ? model_by_id(c, h, url + 11) : send_error(c, 405, "use GET");
     if (!post) return send_error(c, 405, "use POST");
     if (cs->too_large) {
         char msg[128];
@@ -356,15 +438,93 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return MHD_YES;
     }
     if (cs->body.oom) return send_error(c, 500, "out of memory");
+    conn_track *t = track_of(c);
+    if (t) { /* the whole request is here: the read deadline no longer applies */
+        pthread_mutex_lock(&h->mu);
+        t->busy = 1;
+        pthread_mutex_unlock(&h->mu);
+    }
     return route(c, h, url, method, cs);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    serve_http *h = cls;
+    conn_track *t = track_of(c);
+    if (t) { /* a kept-alive connection's next request starts now */
+        pthread_mutex_lock(&h->mu);
+        t->busy = 0;
+        t->t_request = mono_s();
+        pthread_mutex_unlock(&h->mu);
+    }
     conn_state *cs = *con_cls;
     if (!cs) return;
     sb_free(&cs->body);
     free(cs);
     *con_cls = NULL;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: every connection is tracked from its start. */
+static void connection_event(void *cls, struct MHD_Connection *c, void **socket_context,
+                             enum MHD_ConnectionNotificationCode toe) {
+    serve_http *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        conn_track *t = calloc(1, sizeof *t);
+        if (!t) return; /* untracked: the watchdog leaves it alone */
+        t->fd = conn_fd(c);
+        t->t_open = t->t_request = mono_s();
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+        if (sa && sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, t->addr, sizeof t->addr);
+        else if (sa && sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, t->addr, sizeof t->addr);
+        pthread_mutex_lock(&h->mu);
+        t->next = h->conns;
+        if (h->conns) h->conns->prev = t;
+        h->conns = t;
+        h->n_conns++;
+        pthread_mutex_unlock(&h->mu);
+        *socket_context = t;
+    } else if (toe == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+        conn_track *t = *socket_context;
+        pthread_mutex_lock(&h->mu);
+        if (t->prev) t->prev->next = t->next;
+        else h->conns = t->next;
+        if (t->next) t->next->prev = t->prev;
+        h->n_conns--;
+        pthread_mutex_unlock(&h->mu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+/* Shut a connection's socket: its thread sees the close and ends it. */
+static void close_track(conn_track *t) {
+    if (t->fd >= 0) shutdown(t->fd, SHUT_RDWR);
+    t->closed = 1;
+}
+
+/* Ten times a second: requests past their deadline, and the partial
+ * connections an address holds beyond max_per_client (the newest first;
+ * those under half a second old are left to finish arriving). */
+static void *watchdog_main(void *arg) {
+    serve_http *h = arg;
+    while (!atomic_load(&h->stopping)) {
+        struct timespec ts = {0, 100 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        const double now = mono_s();
+        pthread_mutex_lock(&h->mu);
+        for (conn_track *t = h->conns; t; t = t->next)
+            if (!t->busy && !t->closed && now - t->t_request > h->cfg.read_timeout_s) close_track(t);
+        for (conn_track *t = h->conns; t; t = t->next) { /* the list is newest first */
+            if (t->closed || t->busy || now - t->t_open < 0.5) continue;
+            int held = 0;
+            for (conn_track *u = h->conns; u; u = u->next) held += !u->closed && !strcmp(u->addr, t->addr);
+            if (held > h->cfg.max_per_client) close_track(t);
+        }
+        pthread_mutex_unlock(&h->mu);
+    }
+    return NULL;
 }
 
 subq_status serve_http_start(serve_engine *e, const serve_http_config *cfg, serve_http **out, int *port,
@@ -391,11 +551,20 @@ subq_status serve_http_start(serve_engine *e, const serve_http_config *cfg, serv
     if (!h) return err->code = SUBQ_ERR_NOMEM;
     h->e = e;
     h->cfg = *cfg;
+    pthread_mutex_init(&h->mu, NULL);
+    /* room above the cap for the 503s (and /health) */
+    const unsigned mhd_limit = (unsigned)cfg->max_connections + (unsigned)(cfg->max_connections > 16 ? cfg->max_connections : 16);
     h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, h, MHD_OPTION_SOCK_ADDR, addr,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->max_connections,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_NOTIFY_COMPLETED, completed,
-                            NULL, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_NOTIFY_CONNECTION,
+                            connection_event, h, MHD_OPTION_END);
+    if (h->d && pthread_create(&h->watchdog, NULL, watchdog_main, h) == 0) h->watchdog_started = 1;
+    else if (h->d) {
+        MHD_stop_daemon(h->d);
+        h->d = NULL;
+    }
     if (!h->d) {
+        pthread_mutex_destroy(&h->mu);
         free(h);
         snprintf(err->msg, sizeof err->msg, "cannot listen on %s port %d (in use, or not an address of this machine)",
                  cfg->host, cfg->port);
@@ -409,6 +578,17 @@ subq_status serve_http_start(serve_engine *e, const serve_http_config *cfg, serv
 
 void serve_http_stop(serve_http *h) {
     if (!h) return;
+    /* streams whose jobs have ended get up to two seconds to send their last
+     * events (a shutdown's error event among them) before the sockets close */
+    MHD_socket listen = MHD_quiesce_daemon(h->d);
+    for (int i = 0; i < 200 && atomic_load(&h->streams) > 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    atomic_store(&h->stopping, 1);
+    if (h->watchdog_started) pthread_join(h->watchdog, NULL);
     MHD_stop_daemon(h->d);
+    if (listen != MHD_INVALID_SOCKET) close(listen);
+    pthread_mutex_destroy(&h->mu);
     free(h);
 }

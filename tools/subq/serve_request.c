@@ -1,7 +1,11 @@
 /* Request bodies: OpenAI's completions and chat completions fields, read
- * with jansson and checked for type and range. Unknown fields are ignored,
- * as OpenAI clients send more than a server needs; fields whose meaning
- * subq would silently change (n > 1, logprobs) are refused. */
+ * with jansson and checked for type and range. Every field is honoured or
+ * refused with a 400 naming it: unknown fields, features this server does
+ * not implement (logit_bias, response_format other than text, tools,
+ * penalties, n > 1, logprobs, ...) unless they carry their neutral value,
+ * and message roles other than system, developer (a system message), user
+ * and assistant. Nothing is silently ignored but `user`, OpenAI's end-user
+ * id, which changes no output. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -17,6 +21,81 @@ static int fail(char *msg, size_t cap, const char *fmt, ...) {
     vsnprintf(msg, cap, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+/* The request's fields: honoured (parsed below), or accepted only with the
+ * value that asks for nothing this server lacks. */
+typedef enum { FIELD_HONOURED, FIELD_NEUTRAL } field_kind;
+typedef struct field {
+    const char *name;
+    field_kind kind;
+    int chat;                 /* 0: both endpoints, 1: chat only, -1: completions only */
+} field;
+
+static const field fields[] = {
+    {"model", FIELD_HONOURED, 0}, {"prompt", FIELD_HONOURED, -1}, {"messages", FIELD_HONOURED, 1},
+    {"max_tokens", FIELD_HONOURED, 0}, {"max_completion_tokens", FIELD_HONOURED, 0}, {"temperature", FIELD_HONOURED, 0},
+    {"top_p", FIELD_HONOURED, 0}, {"top_k", FIELD_HONOURED, 0}, {"seed", FIELD_HONOURED, 0},
+    {"stream", FIELD_HONOURED, 0}, {"stream_options", FIELD_HONOURED, 0}, {"stop", FIELD_HONOURED, 0},
+    {"n", FIELD_HONOURED, 0}, {"cache_prompt", FIELD_HONOURED, 0}, {"subq", FIELD_HONOURED, 0},
+    {"user", FIELD_HONOURED, 0}, {"logprobs", FIELD_NEUTRAL, 0}, {"top_logprobs", FIELD_NEUTRAL, 1},
+    {"echo", FIELD_NEUTRAL, -1}, {"best_of", FIELD_NEUTRAL, -1}, {"suffix", FIELD_NEUTRAL, -1},
+    {"presence_penalty", FIELD_NEUTRAL, 0}, {"frequency_penalty", FIELD_NEUTRAL, 0},
+    {"logit_bias", FIELD_NEUTRAL, 0}, {"response_format", FIELD_NEUTRAL, 1}, {"tools", FIELD_NEUTRAL, 1},
+    {"tool_choice", FIELD_NEUTRAL, 1}, {"parallel_tool_calls", FIELD_NEUTRAL, 1}, {"functions", FIELD_NEUTRAL, 1},
+    {"function_call", FIELD_NEUTRAL, 1}, {"store", FIELD_NEUTRAL, 1}, {"metadata", FIELD_NEUTRAL, 1},
+    {"service_tier", FIELD_NEUTRAL, 0}, {"modalities", FIELD_NEUTRAL, 1}, {"reasoning_effort", FIELD_NEUTRAL, 1},
+    {"prediction", FIELD_NEUTRAL, 1}, {"audio", FIELD_NEUTRAL, 1},
+};
+
+/* A value that asks for nothing: null, false, 0 (1 for best_of), an empty
+ * string, array or object, the text response format, tool_choice "none",
+ * service_tier "auto" / "default", modalities ["text"]. */
+static int neutral(const char *key, json_t *v) {
+    if (!v || json_is_null(v) || json_is_false(v)) return 1;
+    if (json_is_integer(v) || json_is_real(v))
+        return json_number_value(v) == (!strcmp(key, "best_of") || !strcmp(key, "n") ? 1.0 : 0.0);
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        return !s[0] || (!strcmp(key, "tool_choice") && !strcmp(s, "none")) ||
+               (!strcmp(key, "service_tier") && (!strcmp(s, "auto") || !strcmp(s, "default")));
+    }
+    if (json_is_array(v)) {
+        if (!strcmp(key, "modalities") && json_array_size(v) == 1) {
+            json_t *m = json_array_get(v, 0);
+            return json_is_string(m) && !strcmp(json_string_value(m), "text");
+        }
+        return json_array_size(v) == 0;
+    }
+    if (json_is_object(v)) {
+        if (!strcmp(key, "response_format")) {
+            json_t *t = json_object_get(v, "type");
+            return json_object_size(v) == 1 && json_is_string(t) && !strcmp(json_string_value(t), "text");
+        }
+        return json_object_size(v) == 0;
+    }
+    return 0;
+}
+
+/* Every key of o is a field of this endpoint, and those this server does not
+ * implement ask for nothing. */
+static int check_fields(json_t *o, int chat, char *msg, size_t cap, char *param, size_t pcap) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v) {
+        const field *f = NULL;
+        for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !f; i++)
+            if (!strcmp(fields[i].name, key) && (fields[i].chat == 0 || (fields[i].chat == 1) == (chat != 0)))
+                f = &fields[i];
+        if (!f || (f->kind == FIELD_NEUTRAL && !neutral(key, v))) {
+            snprintf(param, pcap, "%.*s", (int)(pcap > 0 ? pcap - 1 : 0), key);
+            return fail(msg, cap, f ? "'%.100s' is not supported by this server (only its default, which asks for "
+                                      "nothing, is accepted)"
+                                    : "unknown field '%.100s' for %s", key,
+                        chat ? "/v1/chat/completions" : "/v1/completions");
+        }
+    }
+    return 0;
 }
 
 static char *dup_str(const json_t *s) {
@@ -124,7 +203,7 @@ static char *message_content(json_t *c, char *msg, size_t cap) {
     return p;
 }
 
-static int parse_messages(json_t *o, serve_request *r, char *msg, size_t cap) {
+static int parse_messages(json_t *o, serve_request *r, char *msg, size_t cap, char *param, size_t pcap) {
     json_t *ms = json_object_get(o, "messages");
     if (!json_is_array(ms) || json_array_size(ms) == 0)
         return fail(msg, cap, "'messages' must be a non-empty array");
@@ -137,11 +216,23 @@ static int parse_messages(json_t *o, serve_request *r, char *msg, size_t cap) {
         json_t *role = json_object_get(m, "role");
         if (!json_is_object(m) || !plain_string(role) || json_string_length(role) == 0 ||
             json_string_length(role) > 64)
-            return fail(msg, cap, "message %zu needs a 'role' string", i);
+            return snprintf(param, pcap, "messages[%zu].role", i), fail(msg, cap, "message %zu needs a 'role' string", i);
+        const char *rs = json_string_value(role);
+        if (strcmp(rs, "system") && strcmp(rs, "developer") && strcmp(rs, "user") && strcmp(rs, "assistant"))
+            return snprintf(param, pcap, "messages[%zu].role", i),
+                   fail(msg, cap, "message %zu: role '%.64s' is not supported (system, developer, user, assistant)", i, rs);
+        const char *mkey;
+        json_t *mv;
+        json_object_foreach(m, mkey, mv) {
+            if (strcmp(mkey, "role") && strcmp(mkey, "content"))
+                return snprintf(param, pcap, "messages[%zu].%.40s", i, mkey),
+                       fail(msg, cap, "message %zu: field '%.64s' is not supported (role and content only)", i, mkey);
+        }
         json_t *content = json_object_get(m, "content");
-        if (!content) return fail(msg, cap, "message %zu needs a 'content'", i);
+        if (!content) return snprintf(param, pcap, "messages[%zu].content", i), fail(msg, cap, "message %zu needs a 'content'", i);
         chat_msg *cm = &r->msgs[r->n_msgs++];
-        if (!(cm->role = dup_str(role))) return fail(msg, cap, "out of memory");
+        /* developer messages are OpenAI's newer name for system messages */
+        if (!(cm->role = strdup(strcmp(rs, "developer") ? rs : "system"))) return fail(msg, cap, "out of memory");
         if (json_is_null(content)) content = json_string("");
         else json_incref(content);
         cm->content = message_content(content, msg, cap);
@@ -182,14 +273,24 @@ static int parse_sparse(json_t *o, serve_sparse *s, char *msg, size_t cap) {
     return 0;
 }
 
-static int parse_object(json_t *o, int chat, serve_request *r, char *msg, size_t cap) {
+static int parse_object(json_t *o, int chat, serve_request *r, char *msg, size_t cap, char *param, size_t pcap) {
     if (!json_is_object(o)) return fail(msg, cap, "the request body must be a JSON object");
+    if (check_fields(o, chat, msg, cap, param, pcap)) return -1;
+    json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model)) {
+        if (!plain_string(model) || json_string_length(model) > 256)
+            return snprintf(param, pcap, "model"), fail(msg, cap, "'model' must be a string");
+        if (!(r->model = dup_str(model))) return fail(msg, cap, "out of memory");
+    }
+    json_t *user = json_object_get(o, "user");
+    if (user && !json_is_null(user) && !json_is_string(user))
+        return snprintf(param, pcap, "user"), fail(msg, cap, "'user' must be a string");
     if (chat) {
-        if (parse_messages(o, r, msg, cap)) return -1;
+        if (parse_messages(o, r, msg, cap, param, pcap)) return -1;
     } else {
         json_t *p = json_object_get(o, "prompt");
         if (json_is_array(p) && json_array_size(p) == 1) p = json_array_get(p, 0); /* ["text"] */
-        if (!plain_string(p)) return fail(msg, cap, "'prompt' must be a string");
+        if (!plain_string(p)) return snprintf(param, pcap, "prompt"), fail(msg, cap, "'prompt' must be a string");
         if (!(r->prompt = dup_str(p))) return fail(msg, cap, "out of memory");
     }
     double x = 0;
@@ -218,15 +319,17 @@ static int parse_object(json_t *o, int chat, serve_request *r, char *msg, size_t
         if (!json_is_object(so)) return fail(msg, cap, "'stream_options' must be an object");
         if (get_bool(so, "include_usage", &r->include_usage, msg, cap) < 0) return -1;
     }
-    if ((rc = get_int(o, "n", 1, 1, &v, msg, cap)) < 0) return fail(msg, cap, "only 'n': 1 is supported");
+    if ((rc = get_int(o, "n", 1, 1, &v, msg, cap)) < 0) return snprintf(param, pcap, "n"), fail(msg, cap, "only 'n': 1 is supported");
     json_t *lp = json_object_get(o, "logprobs");
     if (lp && !json_is_null(lp) && !json_is_false(lp)) return fail(msg, cap, "'logprobs' is not supported");
     if (parse_stop(o, r, msg, cap)) return -1;
     return parse_sparse(o, &r->sparse, msg, cap);
 }
 
-int serve_parse_request(const char *body, size_t len, int chat, serve_request *r, char *msg, size_t cap) {
+int serve_parse_request(const char *body, size_t len, int chat, serve_request *r, char *msg, size_t cap, char *param,
+                        size_t pcap) {
     memset(r, 0, sizeof *r);
+    if (pcap) param[0] = '\0';
     r->chat = chat;
     r->max_tokens = -1;
     r->cache_prompt = 1;
@@ -234,7 +337,10 @@ int serve_parse_request(const char *body, size_t len, int chat, serve_request *r
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!o) return fail(msg, cap, "invalid JSON at line %d, column %d: %s", je.line, je.column, je.text);
-    int rc = parse_object(o, chat, r, msg, cap);
+    int rc = parse_object(o, chat, r, msg, cap, param, pcap);
+    /* the field checks name their field first: "'temperature' must be ..." */
+    const char *q = rc && pcap && !param[0] && msg[0] == '\'' ? strchr(msg + 1, '\'') : NULL;
+    if (q) snprintf(param, pcap, "%.*s", (int)(q - msg - 1), msg + 1);
     json_decref(o);
     if (rc) serve_request_free(r);
     return rc;
@@ -242,6 +348,7 @@ int serve_parse_request(const char *body, size_t len, int chat, serve_request *r
 
 void serve_request_free(serve_request *r) {
     free(r->prompt);
+    free(r->model);
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].role);
         free(r->msgs[i].content);
