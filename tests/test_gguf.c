@@ -1349,5 +1349,5 @@ int main(void) {
     free(stories);
 
     printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return g_fail || g_pass == 0 ? 1 : 0; /* nothing checked: a failure */
 }

@@ -21,9 +21,11 @@ static int test_passed, test_failed;
         }                                                             \
     } while (0)
 
+/* A program that checked nothing fails: it cannot pass vacuously. */
 static inline int test_summary(void) {
     printf("%d passed, %d failed\n", test_passed, test_failed);
-    return test_failed ? 1 : 0;
+    if (test_passed + test_failed == 0) fprintf(stderr, "FAIL: no checks ran\n");
+    return test_failed || test_passed == 0 ? 1 : 0;
 }
 
 /* Path of a file under $SUBQ_SHARED; exits with a failure message when the

@@ -129,6 +129,8 @@ class Checks:
 
     def finish(self):
         dt = time.time() - self.t0
+        if not self.failures and self.n_pass == 0:  # a check that checked nothing cannot pass
+            self.failures.append("no checks ran")
         if self.failures:
             print("%s: %d passed, %d FAILED (%s) in %.1f s"
                   % (self.script, self.n_pass, len(self.failures), ", ".join(self.failures), dt),
