@@ -620,6 +620,25 @@ subq_status subq_parse_layers(const char *s, int n_layer, unsigned char *mask, s
 #define SUBQ_SEARCH_EVAL_MAX_K 16
 #define SUBQ_PHI_DIAG_MAX_K 16
 
+/* Data-parallel training (over MPI, say): `size` processes run the same
+ * training call with the same options, model and data; rank r trains on
+ * sequences r, r + size, ... of every step (the step still averages over
+ * batch x grad_accum sequences, so any number of ranks follows the same
+ * trajectory as one, up to float rounding) and evaluates its share of the
+ * held-out sequences; gradients and loss sums are summed over the ranks.
+ * Only rank 0 writes the output and checkpoints. A checkpoint resumes with
+ * any number of ranks. Ranks whose options, model or data differ from rank
+ * 0's fail at the start naming the difference. */
+typedef struct subq_train_comm {
+    int rank, size;
+    void *user;
+    /* x[0..n) summed over the ranks in place, the same result on every rank;
+     * 0, or nonzero when a rank cannot be reached (the run then fails) */
+    int (*sum)(void *user, double *x, size_t n);
+    /* rank 0's `bytes` bytes at buf copied into every rank's buf; 0 or nonzero as sum */
+    int (*bcast)(void *user, void *buf, size_t bytes);
+} subq_train_comm;
+
 typedef struct subq_train_params {
     const int *layers;          /* target layers (distinct, any order) */
     int n_layers;
@@ -639,6 +658,7 @@ typedef struct subq_train_params {
     const char *out_path;       /* the weights; the checkpoint is out_path + ".ckpt" */
     int resume;                 /* continue from the checkpoint */
     int n_threads;              /* <= 0: all cores */
+    const subq_train_comm *comm; /* data-parallel ranks; NULL: this process alone */
 } subq_train_params;
 
 typedef struct subq_train_start_info {
@@ -711,6 +731,7 @@ typedef struct subq_train_result {
     int stopped_early;          /* stopped by stop_after */
     double tok_per_s;           /* training throughput (teacher + losses + update) */
     double gflop_per_s;         /* counted work / time (subq_train_step_stats) */
+    double train_s, comm_s;     /* training time, and the part of it spent summing over ranks */
     int64_t train_tokens;       /* tokens trained on in this run */
 } subq_train_result;
 

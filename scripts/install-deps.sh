@@ -16,6 +16,7 @@ pkgs=(
   libfaiss-dev           # optional FAISS selector
   libmicrohttpd-dev      # HTTP server of subq serve
   libjansson-dev         # JSON of subq serve
+  libopenmpi-dev openmpi-bin  # data-parallel train-search / train-phi under mpirun (optional to the build)
 )
 test_deps=0
 [ "${1:-}" = --test ] && test_deps=1

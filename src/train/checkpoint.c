@@ -46,6 +46,36 @@ static subq_status set_losses(gguf_writer *w, const char *prefix, const char *wh
     return s;
 }
 
+/* The shortest %g form of f that reads back as f. */
+static void shortest_float(float f, char *buf, size_t cap) {
+    for (int digits = 6; digits <= 9; digits++) {
+        snprintf(buf, cap, "%.*g", digits, f);
+        if (strtof(buf, NULL) == f) return;
+    }
+}
+
+size_t train_describe(const trainer *t, char *buf, size_t cap) {
+    train_option o[TRAIN_MAX_OPTIONS];
+    const int n = options(t, o);
+    char fp[17];
+    size_t len = 0;
+    fingerprint_hex(model_fingerprint(t->model), fp);
+    len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "model fingerprint=%s\n", fp);
+    fingerprint_hex(t->data->fingerprint, fp);
+    len += (size_t)snprintf(buf + len, len < cap ? cap - len : 0, "data fingerprint=%s\n", fp);
+    for (int i = 0; i < n; i++) {
+        const size_t room = len < cap ? cap - len : 0;
+        if (o[i].type == TRAIN_OPT_STR) len += (size_t)snprintf(buf + len, room, "%s=%s\n", o[i].key, o[i].s);
+        else if (o[i].type == TRAIN_OPT_F32) {
+            char f[32];
+            shortest_float(o[i].f, f, sizeof f);
+            len += (size_t)snprintf(buf + len, room, "%s=%s\n", o[i].key, f);
+        }
+        else len += (size_t)snprintf(buf + len, room, "%s=%llu\n", o[i].key, (unsigned long long)o[i].u);
+    }
+    return len;
+}
+
 static subq_status write_one(const trainer *t, const char *path, int ckpt, subq_error *err) {
     const train_task_ops *ops = t->task.ops;
     const char *prefix = ops->prefix;

@@ -91,6 +91,10 @@ typedef struct train_task_ops {
     subq_status (*loss)(void *self, trainer *t, int train, train_sums *sums, subq_error *err);
     /* Evaluation starts: zero the task's metrics and point es at them (may be NULL). */
     void (*eval_begin)(void *self, trainer *t, train_eval_stats *es);
+    /* Its metrics as sums to add over data-parallel ranks: pack (to_buf = 1)
+     * or unpack the first cap of them; returns how many there are (may be
+     * NULL: none). */
+    size_t (*eval_sums)(void *self, double *buf, size_t cap, int to_buf);
     /* The task's options (written after the driver's); returns how many. */
     int (*options)(const void *self, train_option *opt);
     /* Weight blocks for the Adam moments, in file order. */
@@ -134,6 +138,9 @@ struct trainer {
     double *gd;                 /* the task's double gradient sums (grad_f64) */
     int64_t step;
     uint64_t cursor, rng;
+    int rank, n_ranks;          /* data-parallel (cfg->comm): this process, and all */
+    double comm_s;              /* seconds in sums over the ranks (waits for the slowest included) */
+    double *reduce;             /* scratch of the sums over ranks */
     train_sums *sums;           /* [n_sel] */
     train_eval_layer *ev;       /* [n_sel] */
     /* latest figures, recorded in the output */
@@ -162,6 +169,10 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
 
 /* Write cfg->out_path, and the checkpoint when `ckpt`. */
 subq_status train_save(const trainer *t, int ckpt, subq_error *err);
+/* "key=value" lines of what shapes the run: the model's and the data's
+ * fingerprints, then every option (as recorded in the output); returns the
+ * length it needed (as snprintf). */
+size_t train_describe(const trainer *t, char *buf, size_t cap);
 /* Restore the weights, moments, step, cursor and rng from `path`. */
 subq_status train_load(trainer *t, const char *path, subq_error *err);
 /* SUBQ_ERR_MISMATCH (naming both fingerprints) unless the file at `path`

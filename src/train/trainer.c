@@ -58,6 +58,7 @@ void trainer_free(trainer *t) {
     free(t->gd);
     free(t->sums);
     free(t->ev);
+    free(t->reduce);
     memset(t, 0, sizeof *t);
 }
 
@@ -68,8 +69,12 @@ subq_status trainer_init(trainer *t, subq_model *m, const train_corpus *data, co
     t->data = data;
     t->cfg = cfg;
     t->task = *task;
+    t->rank = cfg->comm ? cfg->comm->rank : 0;
+    t->n_ranks = cfg->comm ? cfg->comm->size : 1;
     subq_status s = check_config(m, data, cfg, err);
     if (s) return s;
+    if (t->n_ranks < 1 || t->rank < 0 || t->rank >= t->n_ranks || (t->n_ranks > 1 && (!cfg->comm->sum || !cfg->comm->bcast)))
+        return subq_fail(err, SUBQ_ERR_ARG, "data-parallel rank %d of %d is not a valid rank", t->rank, t->n_ranks);
     const int seq = data->p.seq;
     subq_context_params cp = subq_context_default_params();
     cp.n_ctx = seq;
@@ -139,6 +144,104 @@ static double finish_gradient(trainer *t, double scale) {
     return gnorm;
 }
 
+/* ---- data-parallel ranks (subq_train_comm) ------------------------------ */
+
+/* x[0..n) summed over the ranks (nothing to do alone). */
+static subq_status comm_sum(trainer *t, double *x, size_t n, subq_error *err) {
+    if (t->n_ranks <= 1 || n == 0) return SUBQ_OK;
+    const subq_train_comm *c = t->cfg->comm;
+    const double t0 = time_now_s();
+    const int failed = c->sum(c->user, x, n);
+    t->comm_s += time_now_s() - t0;
+    if (failed)
+        return subq_fail(err, SUBQ_ERR_IO, "rank %d: the other training processes cannot be reached (one of them "
+                         "ended or stopped answering)", t->rank);
+    return SUBQ_OK;
+}
+
+/* A scratch of n doubles for the sums. */
+static double *reduce_buf(trainer *t, size_t n, subq_error *err) {
+    double *b = realloc(t->reduce, (n ? n : 1) * sizeof(double));
+    if (!b) subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the sums over ranks");
+    else t->reduce = b;
+    return b;
+}
+
+/* Every rank's options, model and data equal rank 0's: rank 0's
+ * description goes to all, each compares it line by line with its own;
+ * then the first rank that differs tells every rank how (its line as
+ * bytes in a sum the others add zeros to), so the error names it
+ * everywhere. */
+static subq_status comm_agree(trainer *t, subq_error *err) {
+    if (t->n_ranks <= 1) return SUBQ_OK;
+    enum { DESC = 16384, LINE = 384 };
+    char *mine = calloc(1, DESC), *theirs = calloc(1, DESC);
+    double *bad = reduce_buf(t, (size_t)t->n_ranks + LINE, err);
+    subq_status s = mine && theirs && bad ? SUBQ_OK : subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    if (!s) {
+        train_describe(t, mine, DESC);
+        memcpy(theirs, mine, DESC);
+        if (t->cfg->comm->bcast(t->cfg->comm->user, theirs, DESC))
+            s = subq_fail(err, SUBQ_ERR_IO, "rank %d: the other training processes cannot be reached", t->rank);
+    }
+    char diff[LINE] = "";
+    for (const char *a = mine, *b = theirs; !s && !diff[0] && *a;) { /* the first line that differs */
+        const char *ea = strchr(a, '\n'), *eb = strchr(b, '\n');
+        if (!ea || !eb || ea - a != eb - b || memcmp(a, b, (size_t)(ea - a)))
+            snprintf(diff, sizeof diff, "rank %d's %.*s, rank 0's %.*s", t->rank, (int)(ea ? ea - a : 0), a,
+                     (int)(eb ? eb - b : 0), b);
+        a = ea ? ea + 1 : a + strlen(a), b = eb ? eb + 1 : b + strlen(b);
+    }
+    int first = -1; /* the first rank that differs */
+    if (!s) {
+        for (int r = 0; r < t->n_ranks; r++) bad[r] = r == t->rank && diff[0];
+        s = comm_sum(t, bad, (size_t)t->n_ranks, err);
+        for (int r = 0; !s && r < t->n_ranks && first < 0; r++)
+            if (bad[r] > 0) first = r;
+    }
+    if (!s && first >= 0) {
+        double *line = bad + t->n_ranks;
+        for (int i = 0; i < LINE; i++) line[i] = t->rank == first ? (double)(unsigned char)diff[i] : 0.0;
+        s = comm_sum(t, line, LINE, err);
+        for (int i = 0; !s && i < LINE; i++) diff[i] = (char)(int)line[i];
+        diff[LINE - 1] = '\0';
+        if (!s) s = subq_fail(err, SUBQ_ERR_MISMATCH, "ranks disagree: %s", diff);
+    }
+    free(mine);
+    free(theirs);
+    return s;
+}
+
+/* Sum over the ranks the step's gradient, loss sums, tokens, counted work
+ * and stop requests. */
+static subq_status comm_sum_step(trainer *t, int64_t *n_tok, double *flops, int *stop, subq_error *err) {
+    if (t->n_ranks <= 1) return SUBQ_OK;
+    const int per = SUBQ_TRAIN_MAX_PARTS + 3, nl = t->n_sel;
+    const size_t n = t->n_params + (size_t)nl * per + 3;
+    double *b = reduce_buf(t, n, err);
+    if (!b) return SUBQ_ERR_NOMEM;
+    for (size_t i = 0; i < t->n_params; i++) b[i] = t->gd ? t->gd[i] : (double)t->grad[i];
+    double *x = b + t->n_params;
+    for (int l = 0; l < nl; l++, x += per) {
+        x[0] = t->sums[l].loss, x[1] = (double)t->sums[l].n_queries, x[2] = t->sums[l].flops;
+        memcpy(x + 3, t->sums[l].part, sizeof t->sums[l].part);
+    }
+    x[0] = (double)*n_tok, x[1] = *flops, x[2] = *stop;
+    subq_status s = comm_sum(t, b, n, err);
+    if (s) return s;
+    for (size_t i = 0; i < t->n_params; i++) {
+        if (t->gd) t->gd[i] = b[i];
+        else t->grad[i] = (float)b[i];
+    }
+    x = b + t->n_params;
+    for (int l = 0; l < nl; l++, x += per) {
+        t->sums[l].loss = x[0], t->sums[l].n_queries = (int64_t)x[1], t->sums[l].flops = x[2];
+        memcpy(t->sums[l].part, x + 3, sizeof t->sums[l].part);
+    }
+    *n_tok = (int64_t)x[0], *flops = x[1], *stop = x[2] > 0;
+    return SUBQ_OK;
+}
+
 /* Work of the frozen forward over the captured sequence: 2 per weight and
  * token through every layer's matrices, and per layer, query head and
  * causal key a dot and an accumulation of head_dim (4 head_dim). */
@@ -154,8 +257,10 @@ static double forward_flops(const trainer *t) {
     return hp->n_layer * (2.0 * layer_params * t->n + 4.0 * dq * causal);
 }
 
-/* One optimiser step over batch x grad_accum sequences; fills the stats. */
-static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err) {
+/* One optimiser step over batch x grad_accum sequences (this rank's share
+ * of them); fills the stats. *stop: in, this rank was asked to stop; out,
+ * some rank was (every rank then stops after the same step). */
+static subq_status train_step(trainer *t, train_step_stats *ss, int *stop, subq_error *err) {
     const train_config *cfg = t->cfg;
     const train_task_ops *ops = t->task.ops;
     if (ops->sync) ops->sync(t->task.self, t);
@@ -165,13 +270,15 @@ static subq_status train_step(trainer *t, train_step_stats *ss, subq_error *err)
     const int64_t n_seq = (int64_t)cfg->batch * cfg->grad_accum;
     int64_t n_tok = 0;
     double flops = 0;
-    for (int64_t b = 0; b < n_seq; b++) {
-        subq_status s = trainer_capture_train(t, t->cursor, err);
-        t->cursor++;
+    for (int64_t b = t->rank; b < n_seq; b += t->n_ranks) {
+        subq_status s = trainer_capture_train(t, t->cursor + (uint64_t)b, err);
         if (s || (s = ops->loss(t->task.self, t, 1, t->sums, err))) return s;
         n_tok += t->n;
         flops += forward_flops(t);
     }
+    t->cursor += (uint64_t)n_seq;
+    subq_status rs = comm_sum_step(t, &n_tok, &flops, stop, err);
+    if (rs) return rs;
     /* objective = sum over layers and queries of the loss terms / their count */
     train_sums tot = {0};
     for (int i = 0; i < t->n_sel; i++) {
@@ -210,12 +317,37 @@ static subq_status evaluate(trainer *t, train_eval_stats *es, subq_error *err) {
     if (ops->sync) ops->sync(t->task.self, t);
     if (ops->eval_begin) ops->eval_begin(t->task.self, t, es);
     memset(t->sums, 0, (size_t)t->n_sel * sizeof(train_sums));
-    for (int si = 0; si < sp->n_seq; si++) {
-        if (t->cfg->eval_tokens > 0 && es->n_tokens >= t->cfg->eval_tokens) break;
+    /* the sequences within the token budget, then this rank's share of them */
+    int n_use = 0;
+    for (int64_t tokens = 0; n_use < sp->n_seq && !(t->cfg->eval_tokens > 0 && tokens >= t->cfg->eval_tokens); n_use++)
+        for (int p = sp->first[n_use]; p < sp->first[n_use + 1]; p++) tokens += t->data->piece_len[sp->order[p]];
+    for (int si = t->rank; si < n_use; si += t->n_ranks) {
         subq_status s = trainer_capture(t, sp, si, err);
         if (s || (s = ops->loss(t->task.self, t, 0, t->sums, err))) return s;
         es->n_tokens += t->n;
         es->n_seq++;
+    }
+    if (t->n_ranks > 1) { /* losses, counts and the task's metrics summed over the ranks */
+        const int per = SUBQ_TRAIN_MAX_PARTS + 2;
+        const size_t n_task = ops->eval_sums ? ops->eval_sums(t->task.self, NULL, 0, 1) : 0;
+        size_t n = (size_t)t->n_sel * per + 2;
+        double *b = reduce_buf(t, n + n_task, err);
+        if (!b) return SUBQ_ERR_NOMEM;
+        for (int l = 0; l < t->n_sel; l++) {
+            b[l * per] = t->sums[l].loss, b[l * per + 1] = (double)t->sums[l].n_queries;
+            memcpy(b + l * per + 2, t->sums[l].part, sizeof t->sums[l].part);
+        }
+        b[n - 2] = (double)es->n_tokens, b[n - 1] = es->n_seq;
+        if (ops->eval_sums) n += ops->eval_sums(t->task.self, b + n, n_task, 1);
+        subq_status s = comm_sum(t, b, n, err);
+        if (s) return s;
+        for (int l = 0; l < t->n_sel; l++) {
+            t->sums[l].loss = b[l * per], t->sums[l].n_queries = (int64_t)b[l * per + 1];
+            memcpy(t->sums[l].part, b + l * per + 2, sizeof t->sums[l].part);
+        }
+        const size_t base = (size_t)t->n_sel * per + 2;
+        es->n_tokens = (int64_t)b[base - 2], es->n_seq = (int)b[base - 1];
+        if (ops->eval_sums) ops->eval_sums(t->task.self, b + base, n_task, 0);
     }
     for (int i = 0; i < t->n_sel; i++) {
         train_eval_layer *L = &t->ev[i];
@@ -247,7 +379,9 @@ static subq_status eval_and_report(trainer *t, const train_hooks *hooks, subq_er
     return s;
 }
 
+/* Only rank 0 writes: every rank holds the same weights. */
 static subq_status save(trainer *t, const train_hooks *hooks, subq_error *err) {
+    if (t->rank != 0) return SUBQ_OK;
     subq_status s = train_save(t, 1, err);
     if (!s && hooks && hooks->on_save) hooks->on_save(hooks->user, t->step, t->ckpt_path);
     return s;
@@ -259,9 +393,13 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
     trainer t;
     subq_status s = trainer_init(&t, m, data, cfg, task, err);
     if (s) goto done;
+    const volatile sig_atomic_t *stop_req = hooks ? hooks->stop : NULL; /* every rank's own Ctrl-C */
+    if (t.rank != 0) hooks = NULL;                                      /* rank 0 reports for all */
+    if ((s = comm_agree(&t, err))) goto done;
     if (cfg->resume) {
         if (access(t.ckpt_path, F_OK) != 0) {
-            s = subq_fail(err, SUBQ_ERR_IO, "cannot resume: %s does not exist", t.ckpt_path);
+            s = subq_fail(err, SUBQ_ERR_IO, "cannot resume: %s does not exist%s", t.ckpt_path,
+                          t.n_ranks > 1 ? " (every rank reads it: put it where all of them see it)" : "");
             goto done;
         }
         if ((s = train_load(&t, t.ckpt_path, err))) goto done;
@@ -286,13 +424,16 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
             res->stopped_early = 1;
             break;
         }
-        if (hooks && hooks->stop && *hooks->stop) {
+        /* a stop request reaches every rank: they stop after the same step */
+        int stop = stop_req && *stop_req;
+        if (stop && t.n_ranks == 1) {
             res->interrupted = 1;
             break;
         }
         train_step_stats ss;
         const double t0 = time_now_s();
-        if ((s = train_step(&t, &ss, err))) goto done;
+        if ((s = train_step(&t, &ss, &stop, err))) goto done;
+        if (stop) res->interrupted = 1;
         train_time += time_now_s() - t0;
         res->train_tokens += ss.tokens;
         train_flops += ss.gflop_per_s;
@@ -306,6 +447,7 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
         }
         if (cfg->save_every > 0 && t.step % cfg->save_every == 0 && t.step < cfg->steps && (s = save(&t, hooks, err)))
             goto done;
+        if (res->interrupted) break;
     }
     /* a finished run ends with an evaluation of the final weights */
     if (!res->interrupted && !res->stopped_early && evaluated_at != t.step && (s = eval_and_report(&t, hooks, err)))
@@ -314,6 +456,8 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
     res->step = t.step;
     res->tok_per_s = res->train_tokens / (train_time > 0 ? train_time : 1e-9);
     res->gflop_per_s = train_flops / 1e9 / (train_time > 0 ? train_time : 1e-9);
+    res->train_s = train_time;
+    res->comm_s = t.comm_s;
 done:
     trainer_free(&t);
     return s;

@@ -10,6 +10,7 @@
 #include "bench/bench.h"
 #include "progress.h"
 #include "cli.h"
+#include "cli_mpi.h"
 
 void cli_train_init(cli_train *o, const char *cmd, subq_train_params *cfg, const char *layers) {
     memset(o, 0, sizeof *o);
@@ -85,6 +86,10 @@ int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
     if (!strcmp(a, "--resume")) return c->resume = 1, 1;
     if (!strcmp(a, "--json")) return o->json = 1, 1;
     if (!strcmp(a, "--force")) return o->force = 1, 1;
+    if (!strcmp(a, "--mpi-timeout")) {
+        const char *v = cli_value(cmd, argc, argv, i);
+        return v && cli_parse_int(cmd, a, v, 1, 1 << 20, &o->mpi_timeout) ? 1 : -1;
+    }
     if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
         const char *v = cli_value(cmd, argc, argv, i);
         return v && cli_parse_u64(cmd, a, v, &c->seed) ? 1 : -1;
@@ -236,7 +241,18 @@ void cli_train_help_output(const subq_train_params *d) {
            "                       learning-rate schedule still spans --steps)\n"
            "  --log FILE           JSON-lines log of train and eval metrics (default FILE.log.jsonl;\n"
            "                       appended to on --resume; written once the run has started)\n"
-           "  --json               print a JSON summary on stdout at the end\n",
+           "  --json               print a JSON summary on stdout at the end\n"
+           "data-parallel (mpirun, in a build with Open MPI):\n"
+           "  mpirun -np N subq COMMAND ...  N processes, on this machine or several (--hostfile),\n"
+           "                       train together: each takes its share of every step's --batch x\n"
+           "                       --grad-accum sequences and of the held-out ones and the gradients\n"
+           "                       are summed, so any N follows one process's trajectory; rank 0\n"
+           "                       alone writes FILE, the checkpoint and the log. Every rank reads the\n"
+           "                       model, the data and (--resume, with any N) the checkpoint itself:\n"
+           "                       put them where all see them. Ranks with other options or files fail\n"
+           "                       at the start\n"
+           "  --mpi-timeout N      seconds a rank waits for the others in one exchange before the run\n"
+           "                       ends with an error (default 600)\n",
            d->save_every);
 }
 
@@ -355,6 +371,9 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
         snprintf(default_log, sizeof default_log, "%s.log.jsonl", o->out);
         o->log_path = default_log;
     }
+    cli_mpi mpi;
+    if (!cli_mpi_join(cmd, &mpi, o->mpi_timeout > 0 ? o->mpi_timeout : 600)) return 1;
+    if (mpi.size > 1) o->cfg->comm = &mpi.comm;
     run_state u = {.o = o, .ui = ui};
     u.ev_layers = calloc((size_t)c->n_layers, sizeof *u.ev_layers);
     u.ev_acc = calloc((size_t)c->n_layers, sizeof *u.ev_acc);
@@ -377,6 +396,7 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
                           : cli_error(cmd, "%s", err.msg);
         goto done;
     }
+    if (mpi.rank != 0) goto done; /* rank 0 reports for every rank */
     fprintf(u.log, "{\"type\": \"end\", \"step\": %lld, \"interrupted\": %s, \"stopped_early\": %s, \"tok_per_s\": %.1f, "
                    "\"train_tokens\": %lld}\n",
             (long long)res.step, res.interrupted ? "true" : "false", res.stopped_early ? "true" : "false", res.tok_per_s,
@@ -391,6 +411,10 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
         fprintf(stderr, "subq %s: %lld steps, %.0f tok/s (%.1f GFLOP/s, %.0f%% of sgemm); wrote %s\n", cmd,
                 (long long)res.step, res.tok_per_s, res.gflop_per_s, u.sgemm > 0 ? 100 * res.gflop_per_s / u.sgemm : 0,
                 o->out);
+    if (mpi.size > 1)
+        fprintf(stderr, "subq %s: %d ranks; rank 0 spent %.2f s of %.2f s of training (%.1f%%) in the sums over "
+                        "ranks, waits for the slowest rank included\n",
+                cmd, mpi.size, res.comm_s, res.train_s, res.train_s > 0 ? 100 * res.comm_s / res.train_s : 0);
     if (o->json) {
         printf("{\"output\": ");
         cli_json_string(stdout, o->out, strlen(o->out));
@@ -406,6 +430,7 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
         printf("}\n");
     }
 done:
+    cli_mpi_leave(&mpi, rc != 0);
     if (u.log) fclose(u.log);
     free(u.ev_layers);
     free(u.ev_acc);

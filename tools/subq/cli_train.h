@@ -21,6 +21,7 @@ typedef struct cli_train {
     int n_data, n_eval;
     int json;
     int force;                  /* --force: replace an existing output and checkpoint */
+    int mpi_timeout;            /* --mpi-timeout: seconds a rank waits for the others */
     subq_corpus_params corpus;       /* --seq, --no-pack, --eval-frac (seed: the run's) */
     /* filled by cli_train_load */
     subq_model *m;

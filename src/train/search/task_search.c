@@ -105,6 +105,30 @@ static void eval_begin(void *self, trainer *t, train_eval_stats *es) {
     es->retrieval = k->acc;
 }
 
+/* The retrieval sums of every layer and K, in and out of a flat array. */
+static size_t eval_sums(void *self, double *buf, size_t cap, int to_buf) {
+    search_task *k = self;
+    size_t n = 0;
+    for (int i = 0; i < k->proj->n_sel; i++) {
+        search_eval_acc *a = &k->acc[i];
+        for (int j = 0; j < a->n_k; j++) {
+            double *f[] = {&a->mass_learned[j], &a->mass_oracle[j], &a->recall_learned[j], &a->recall_oracle[j],
+                           &a->mass_window[j], &a->recall_window[j]};
+            for (size_t x = 0; x < sizeof f / sizeof f[0]; x++, n++) {
+                if (n >= cap) continue;
+                if (to_buf) buf[n] = *f[x];
+                else *f[x] = buf[n];
+            }
+            if (n < cap) {
+                if (to_buf) buf[n] = (double)a->n_queries[j];
+                else a->n_queries[j] = (int64_t)buf[n];
+            }
+            n++;
+        }
+    }
+    return n;
+}
+
 static int options(const void *self, train_option *o) {
     const search_task *k = self;
     const search_loss_params *l = &k->cfg->loss;
@@ -171,6 +195,7 @@ static const train_task_ops search_ops = {
     .init = init,
     .loss = loss,
     .eval_begin = eval_begin,
+    .eval_sums = eval_sums,
     .options = options,
     .n_blocks = n_blocks,
     .block = block,
