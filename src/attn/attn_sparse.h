@@ -27,7 +27,12 @@
  *   TOKEN: teacher forcing, token by token: each key is indexed just before
  *          its query, which sees sinks + tail + K retrieved from every
  *          earlier slot, as decode would (eval, perplexity; with a
- *          completion or a per-head selector, BATCH runs this way too). */
+ *          completion or a per-head selector, BATCH runs this way too).
+ *          Selectors whose answer under a mask ignores the keys past it
+ *          (exact over full keys, the head-mean oracle, window) give the
+ *          same sets when the batch's keys are indexed first and every
+ *          query retrieves among slots <= its own: they run so, in one
+ *          batched query and one attn_batch, at GEMM speed. */
 typedef enum sparse_prefill {
     SPARSE_PREFILL_DENSE = 0,
     SPARSE_PREFILL_BATCH = 1,
