@@ -217,3 +217,19 @@ void cli_json_num(FILE *f, double v) {
     if (isfinite(v)) fprintf(f, "%.10g", v);
     else fputs("null", f);
 }
+
+int cli_parse_int_list(const char *cmd, const char *flag, const char *s, long lo, long hi, int cap, int *out, int *n) {
+    *n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < lo || v > hi || *n >= cap || (*end && *end != ',')) {
+            cli_error(cmd, "%s expects up to %d comma-separated integers in [%ld, %ld], got '%s'", flag, cap, lo, hi, s);
+            return 0;
+        }
+        out[(*n)++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (*n == 0) cli_error(cmd, "%s expects a list of integers, got '%s'", flag, s);
+    return *n > 0;
+}

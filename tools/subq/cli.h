@@ -88,6 +88,9 @@ typedef struct cli_model_opts {
 /* If argv[*i] is one of the shared options, parse it (advancing *i) and
  * return 1; return 0 if it is not one; -1 after printing an error. */
 int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts *o);
+/* "8,16,32": up to cap integers in [lo, hi] into out, their count into *n
+ * (at least one); 0 after a one-line error naming flag. */
+int cli_parse_int_list(const char *cmd, const char *flag, const char *s, long lo, long hi, int cap, int *out, int *n);
 /* Load the model and create a context; prints the error and returns 0 on failure. */
 int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_context **c);
 #endif

@@ -223,3 +223,14 @@ void cli_sparse_free(cli_sparse_opts *o) {
     o->search = NULL;
     o->complete = NULL;
 }
+
+int cli_common_opt(const char *cmd, const char *help, int argc, char **argv, int *i, cli_model_opts *mo,
+                   cli_sparse_opts *so) {
+    int r = cli_parse_model_opt(cmd, argc, argv, i, mo);
+    if (r == 0 && so) r = cli_parse_sparse_opt(cmd, argc, argv, i, so);
+    if (r < 0) return CLI_OPT_ERROR;
+    if (r > 0) return CLI_OPT_TAKEN;
+    if (!cli_is_help(argv[*i])) return CLI_OPT_NONE;
+    fputs(help, stdout);
+    return CLI_OPT_HELP;
+}

@@ -3,6 +3,7 @@
 #ifndef SUBQ_CLI_SPARSE_H
 #define SUBQ_CLI_SPARSE_H
 
+#include "cli.h"
 #include "subq.h"
 
 typedef struct cli_sparse_opts {
@@ -53,6 +54,16 @@ typedef struct cli_sparse_opts {
 void cli_sparse_init(cli_sparse_opts *o);
 /* 1: consumed argv[*i] (and its value); 0: not a sparse flag; -1: error printed. */
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o);
+/* The options every model command shares: the model's (cli_parse_model_opt),
+ * the sparse plan's (when so is not NULL) and -h / --help (help printed).
+ * In a command's option loop:
+ *     const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
+ *     if (r == CLI_OPT_TAKEN) continue;
+ *     if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
+ * then the command's own options. */
+enum { CLI_OPT_NONE, CLI_OPT_TAKEN, CLI_OPT_HELP, CLI_OPT_ERROR };
+int cli_common_opt(const char *cmd, const char *help, int argc, char **argv, int *i, cli_model_opts *mo,
+                   cli_sparse_opts *so);
 /* After the flags: with no --search, --random-search or --no-search, a
  * model file that carries merged search projections (subq merge, or
  * ann-sparseattention's merge script) runs sparse on them, with its top-K

@@ -41,23 +41,7 @@ int cli_flag_int_list(const char *cmd, const char *flag, long lo, int cap, int a
                       int *n) {
     if (strcmp(argv[*i], flag)) return 0;
     const char *s = cli_value(cmd, argc, argv, i);
-    if (!s) return -1;
-    *n = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < lo || v > (1 << 24) || *n >= cap || (*end && *end != ',')) {
-            cli_error(cmd, "%s expects up to %d comma-separated integers >= %ld, got '%s'", flag, cap, lo, s);
-            return -1;
-        }
-        out[(*n)++] = (int)v;
-        p = *end ? end + 1 : end;
-    }
-    if (*n == 0) {
-        cli_error(cmd, "%s expects a list of integers >= %ld", flag, lo);
-        return -1;
-    }
-    return 1;
+    return s && cli_parse_int_list(cmd, flag, s, lo, 1 << 24, cap, out, n) ? 1 : -1;
 }
 
 /* --steps, --stop-after, --eval-tokens: int64 fields */

@@ -46,22 +46,6 @@ static const char *help =
 
 #define MAX_LIST 16
 
-/* Comma-separated positive integers. */
-static int parse_int_list(const char *cmd, const char *flag, const char *s, int *out, int *n) {
-    *n = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 30) || *n >= MAX_LIST || (*end && *end != ',')) {
-            cli_error(cmd, "%s expects up to %d comma-separated positive integers, got '%s'", flag, MAX_LIST, s);
-            return 0;
-        }
-        out[(*n)++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return *n > 0;
-}
-
 /* Token ids for timing: speed does not depend on them (xorshift64*). */
 static int32_t random_token(uint64_t *state, int n_vocab) {
     uint64_t x = *state;
@@ -274,15 +258,11 @@ int cmd_bench(int argc, char **argv) {
     const char *v;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "--ctx")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_int_list(cmd, a, v, ctx, &n_ctx_list)) return 1;
+        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
+        if (!strcmp(a, "--ctx")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int_list(cmd, a, v, 1, 1 << 30, MAX_LIST, ctx, &n_ctx_list)) return 1;
         } else if (!strcmp(a, "--attn")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return 1;
             n_attn = 0;
@@ -307,7 +287,7 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--contend")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 1024, &contend)) return 1;
         } else if (!strcmp(a, "--prefill-ctx")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_int_list(cmd, a, v, prefill_ctx, &n_prefill_ctx))
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int_list(cmd, a, v, 1, 1 << 30, MAX_LIST, prefill_ctx, &n_prefill_ctx))
                 return 1;
         } else if (!strcmp(a, "--prefill-text")) {
             if (!(prefill_text = cli_value(cmd, argc, argv, &i))) return 1;

@@ -66,21 +66,6 @@ static int parse_budgets(const char *cmd, const char *s, double *out, int *n) {
     return *n > 0;
 }
 
-static int parse_list(const char *cmd, const char *flag, const char *s, int *out, int *n) {
-    *n = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || v > (1 << 20) || *n >= MAX_LIST || (*end && *end != ',')) {
-            cli_error(cmd, "%s expects comma-separated integers, got '%s'", flag, s);
-            return 0;
-        }
-        out[(*n)++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return *n > 0;
-}
-
 static void json_num(double v) { cli_json_num(stdout, v); }
 
 /* {"mean": .., "lo": .., "hi": ..} */
@@ -365,14 +350,10 @@ int cmd_eval(int argc, char **argv) {
     mo.n_ctx = cfg.ctx;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
+        if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return 1;
             if (cfg.n_files == 64) return cli_error(cmd, "too many -f (max 64)");
             files[cfg.n_files++] = v;
@@ -391,7 +372,7 @@ int cmd_eval(int argc, char **argv) {
         } else if (!strcmp(a, "--selectors")) {
             if (!(selectors = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--k-sweep")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_list(cmd, a, v, ks, &cfg.n_k)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int_list(cmd, a, v, 0, 1 << 20, MAX_LIST, ks, &cfg.n_k)) return 1;
         } else if (!strcmp(a, "--budget")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_budgets(cmd, v, budgets, &cfg.n_budgets)) return 1;
         } else if (!strcmp(a, "--per-layer")) {

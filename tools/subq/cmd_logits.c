@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cli_sparse.h"
 
 static const char *help =
     "usage: subq logits -m MODEL --tokens \"ID ID ...\" -o OUT [--decode-from P]\n"
@@ -21,13 +22,10 @@ int cmd_logits(int argc, char **argv) {
     int decode_from = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "--tokens")) {
+        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, NULL);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
+        if (!strcmp(a, "--tokens")) {
             if (!(list = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--decode-from")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &decode_from)) return 1;

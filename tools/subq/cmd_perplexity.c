@@ -44,14 +44,10 @@ int cmd_perplexity(int argc, char **argv) {
     mo.n_ctx = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
+        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
+        if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(file = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--chunks")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &max_chunks)) return 1;

@@ -55,21 +55,6 @@ typedef struct method {
     int *agree;                /* trials whose answer states full attention's numbers */
 } method;
 
-static int parse_ints(const char *cmd, const char *flag, const char *s, int *out, int *n) {
-    *n = 0;
-    for (const char *p = s; *p;) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 1 || v > (1 << 24) || *n >= MAX_LIST || (*end && *end != ',')) {
-            cli_error(cmd, "%s expects up to %d comma-separated positive integers, got '%s'", flag, MAX_LIST, s);
-            return 0;
-        }
-        out[(*n)++] = (int)v;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return *n > 0;
-}
-
 static int parse_depths(const char *cmd, const char *s, double *out, int *n) {
     *n = 0;
     for (const char *p = s; *p;) {
@@ -208,14 +193,10 @@ int cmd_recall(int argc, char **argv) {
     for (int d = 0; d < n_dep; d++) depths[d] = d / 10.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
-        if (r < 0) return 1;
-        if (r > 0) continue;
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "--haystack")) {
+        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
+        if (!strcmp(a, "--haystack")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return 1;
             if (n_hay == 64) return cli_error(cmd, "too many --haystack (max 64)");
             haystacks[n_hay++] = v;
@@ -225,7 +206,7 @@ int cmd_recall(int argc, char **argv) {
             if (t < 0) return cli_error(cmd, "unknown task '%s' (passkey, niah-multikey, niah-multivalue)", v);
             rp.task = (subq_recall_task)t;
         } else if (!strcmp(a, "--lengths")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_ints(cmd, a, v, lengths, &n_len)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int_list(cmd, a, v, 1, 1 << 24, MAX_LIST, lengths, &n_len)) return 1;
         } else if (!strcmp(a, "--depths")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !parse_depths(cmd, v, depths, &n_dep)) return 1;
         } else if (!strcmp(a, "--trials")) {

@@ -70,15 +70,11 @@ int cmd_serve(int argc, char **argv) {
     int n_slots = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int r = cli_parse_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_parse_sparse_opt(cmd, argc, argv, &i, &so);
-        if (r < 0) return 1;
-        if (r > 0) continue;
+        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
         int bytes = 0;
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "--host")) {
+        if (!strcmp(a, "--host")) {
             if (!(hc.host = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--port")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 65535, &hc.port)) return 1;
