@@ -232,22 +232,33 @@ static subq_status append_keys(sparse_stage *s, const float *ks, int n, int slot
     return rc;
 }
 
-/* SPARSE_PREFILL_BATCH (attn_sparse.h): one batched index query per token
- * over the slots before the batch, then sinks + candidates as the extra
- * slots and the local window as the contiguous range of attn_batch; the
- * batch's keys are indexed afterwards. */
-static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, subq_error *err) {
+/* A batch at once: one batched index query, then sinks + candidates as the
+ * extra slots and a contiguous range of attn_batch for each query.
+ *   SPARSE_PREFILL_BATCH (attn_sparse.h): queries retrieve among the slots
+ *     before the batch; the range is the batch's part of the document (or
+ *     the tail, if longer); the batch's keys are indexed afterwards.
+ *   teacher: TOKEN mode for the selectors teacher_batchable admits: the
+ *     batch's keys are indexed first, every query retrieves among the slots
+ *     up to its own, and the range is its tail. */
+static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, int teacher,
+                                        subq_error *err) {
     const int n = st->n_tokens, K = s->p.top_k, n_extra = s->p.n_sink + K;
+    subq_status rc = teacher ? append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err) : SUBQ_OK;
+    if (rc) return rc;
     int visible = st->slot0;
     if (s->freeze_slot >= 0 && s->freeze_slot < visible) visible = s->freeze_slot;
     int32_t *lo = malloc((size_t)n * sizeof(int32_t));
     int32_t *extra = malloc(((size_t)n * n_extra + 1) * sizeof(int32_t));
     int *doc0 = malloc((size_t)n * sizeof(int)), *got = malloc((size_t)n * sizeof(int));
     select_mask *m = malloc((size_t)n * sizeof(select_mask));
-    subq_status rc = !lo || !extra || !doc0 || !got || !m ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse prefill")
-                                                          : SUBQ_OK;
+    if (!lo || !extra || !doc0 || !got || !m) rc = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse attention");
     for (int t = 0; !rc && t < n; t++) {
         const int slot = st->slot0 + t;
+        if (teacher) {
+            const query_window w = window_of(s, kv, slot);
+            doc0[t] = w.doc0, m[t] = w.m, lo[t] = w.tail_lo;
+            continue;
+        }
         const int d = kv_cache_doc_start(kv, slot);
         doc0[t] = d;
         const int sink_hi = d + s->p.n_sink < slot + 1 ? d + s->p.n_sink : slot + 1;
@@ -276,7 +287,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     }
     if (!rc && s->metrics_on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
     if (!rc) rc = attn_batch(st, kv, lo, extra, n_extra, err);
-    if (!rc) rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
+    if (!rc && !teacher) rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
     free(lo);
     free(extra);
     free(doc0);
@@ -312,51 +323,6 @@ static int teacher_batchable(const sparse_stage *s) {
             sp->kind == SELECT_WINDOW);
 }
 
-/* Teacher forcing for a batch at once: the batch's keys are indexed, every
- * query retrieves among the slots up to its own (sinks and tail excluded)
- * in one batched query, then attends sinks + candidates (extra slots) and
- * its tail (the contiguous range) through attn_batch. */
-static subq_status sparse_forward_teacher(sparse_stage *s, const attn_step *st, const kv_cache *kv, subq_error *err) {
-    const int n = st->n_tokens, K = s->p.top_k, n_extra = s->p.n_sink + K;
-    subq_status rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
-    if (rc) return rc;
-    int32_t *lo = malloc((size_t)n * sizeof(int32_t));
-    int32_t *extra = malloc(((size_t)n * n_extra + 1) * sizeof(int32_t));
-    int *doc0 = malloc((size_t)n * sizeof(int)), *got = malloc((size_t)n * sizeof(int));
-    select_mask *m = malloc((size_t)n * sizeof(select_mask));
-    if (!lo || !extra || !doc0 || !got || !m) rc = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse attention");
-    for (int t = 0; !rc && t < n; t++) {
-        const query_window w = window_of(s, kv, st->slot0 + t);
-        doc0[t] = w.doc0, m[t] = w.m, lo[t] = w.tail_lo;
-    }
-    int32_t *cand = s->rec.cand;
-    if (!rc && K > 0 &&
-        selector_query_batch(s->sel, n, s->d_search > 0 ? s->qs : NULL, st->q, (size_t)st->n_head * st->head_dim, K, m,
-                             cand, got, st->n_threads) < 0)
-        rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
-                       selector_kind_name(s->p.select.kind), s->sel->env.layer);
-    for (int t = 0; !rc && t < n; t++) {
-        const int k_got = K > 0 ? got[t] : 0;
-        int32_t *c = cand + (size_t)t * K, *x = extra + (size_t)t * n_extra;
-        if (s->metrics_on)
-            rc = count_query(s, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL,
-                             st->q + (size_t)t * st->n_head * st->head_dim, &m[t], c, k_got, err);
-        for (int i = k_got; i < K; i++) c[i] = -1; /* filler: masked out */
-        int e = 0;
-        for (int j = doc0[t]; j < m[t].ex0_hi; j++) x[e++] = j;
-        for (int i = 0; i < K; i++) x[e++] = c[i];
-        while (e < n_extra) x[e++] = -1;
-    }
-    if (!rc && s->metrics_on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
-    if (!rc) rc = attn_batch(st, kv, lo, extra, n_extra, err);
-    free(lo);
-    free(extra);
-    free(doc0);
-    free(got);
-    free(m);
-    return rc;
-}
-
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     sparse_stage *s = (sparse_stage *)self;
     const int n = st->n_tokens, hd = st->head_dim, g = st->n_head / st->n_head_kv;
@@ -378,9 +344,9 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         return attn_full_stage()->forward(attn_full_stage(), st, kv, err);
     }
     if (n > 1 && s->p.prefill == SPARSE_PREFILL_BATCH && !s->comp && !s->per_head)
-        return sparse_forward_batch(s, st, kv, err);
+        return sparse_forward_batch(s, st, kv, 0, err);
     if (n > 1 && s->p.prefill == SPARSE_PREFILL_TOKEN && teacher_batchable(s))
-        return sparse_forward_teacher(s, st, kv, err);
+        return sparse_forward_batch(s, st, kv, 1, err);
     /* Teacher forcing: query t sees exactly the keys of slots <= its own.
      * Appending key t right before query t keeps that true for ANN indexes
      * too, so queries run in slot order. */
