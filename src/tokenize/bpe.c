@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "tokenize/merge_heap.h"
 #include "tokenize/tokenizer.h"
 #include "tokenize/utf8.h"
 
@@ -599,11 +600,6 @@ typedef struct bpe_sym {
     int32_t prev, next;
 } bpe_sym;
 
-typedef struct bpe_cand {
-    int32_t rank; /* merge rank */
-    int32_t left; /* symbol index of the left side */
-} bpe_cand;
-
 /* Memo of short words -> ids for one encode call: open addressing over
  * entries whose bytes and ids live in two growing pools. */
 typedef struct bpe_centry {
@@ -628,8 +624,7 @@ typedef struct bpe_work {
     pcre2_match_context *mctx;
     bpe_sym *sym;
     size_t sym_cap;
-    bpe_cand *heap;
-    size_t heap_n, heap_cap;
+    merge_heap heap;         /* candidate merges: score = -rank */
     char *mapped;          /* word in the byte alphabet (whole-word lookup) */
     size_t mapped_cap;
     int32_t *out;
@@ -642,51 +637,14 @@ static inline void emit(bpe_work *w, int32_t id) {
     w->count++;
 }
 
-static inline bool cand_before(const bpe_cand *x, const bpe_cand *y) {
-    return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
-}
-
-static bool heap_push(bpe_work *w, bpe_cand c) {
-    if (w->heap_n == w->heap_cap) {
-        size_t cap = w->heap_cap ? w->heap_cap * 2 : 256;
-        bpe_cand *a = realloc(w->heap, cap * sizeof *a);
-        if (!a) return false;
-        w->heap = a, w->heap_cap = cap;
-    }
-    size_t i = w->heap_n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!cand_before(&c, &w->heap[p])) break;
-        w->heap[i] = w->heap[p];
-        i = p;
-    }
-    w->heap[i] = c;
-    return true;
-}
-
-static bpe_cand heap_pop(bpe_work *w) {
-    bpe_cand top = w->heap[0];
-    bpe_cand last = w->heap[--w->heap_n];
-    size_t i = 0, n = w->heap_n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && cand_before(&w->heap[c + 1], &w->heap[c])) c++;
-        if (!cand_before(&w->heap[c], &last)) break;
-        w->heap[i] = w->heap[c];
-        i = c;
-    }
-    if (n) w->heap[i] = last;
-    return top;
-}
-
 static bool try_pair(bpe_work *w, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return true;
     int32_t lt = w->sym[left].tok, rt = w->sym[right].tok, res;
     if (lt < 0 || rt < 0) return true;
-    bpe_cand c = {0, left};
-    if (!pair_find(w->b, lt, rt, &c.rank, &res)) return true;
-    return heap_push(w, c);
+    int32_t rank;
+    if (!pair_find(w->b, lt, rt, &rank, &res)) return true;
+    merge_cand c = {.score = -(float)rank, .left = left, .size = rank};
+    return merge_heap_push(&w->heap, c);
 }
 
 static subq_status emit_byte(bpe_work *w, uint8_t c, subq_error *err) {
@@ -734,16 +692,16 @@ static subq_status bpe_merge_word(bpe_work *w, const uint8_t *s, size_t n, subq_
         sym[i].prev = (int32_t)i - 1;
         sym[i].next = i + 1 < n ? (int32_t)i + 1 : -1;
     }
-    w->heap_n = 0;
+    w->heap.n = 0;
     for (size_t i = 1; i < n; i++)
         if (!try_pair(w, (int32_t)i - 1, (int32_t)i)) goto nomem;
-    while (w->heap_n > 0) {
-        bpe_cand c = heap_pop(w);
+    while (w->heap.n > 0) {
+        merge_cand c = merge_heap_pop(&w->heap);
         bpe_sym *l = &sym[c.left];
         int32_t rank, res;
         if (l->tok < 0 || l->next < 0) continue; /* merged away, or nothing to its right now */
         bpe_sym *r = &sym[l->next];
-        if (r->tok < 0 || !pair_find(b, l->tok, r->tok, &rank, &res) || rank != c.rank)
+        if (r->tok < 0 || !pair_find(b, l->tok, r->tok, &rank, &res) || rank != c.size)
             continue; /* stale: a side changed since the entry was queued */
         l->tok = res;
         l->next = r->next;
@@ -968,7 +926,7 @@ subq_status bpe_encode(const bpe_vocab *b, const char *text, size_t len, int32_t
     pcre2_match_context_free(w.mctx);
     cache_free(&w.cache);
     free(w.sym);
-    free(w.heap);
+    merge_heap_free(&w.heap);
     free(w.mapped);
     if (st == SUBQ_OK) *count = w.count;
     return st;

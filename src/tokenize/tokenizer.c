@@ -28,6 +28,7 @@
 
 #include "base/error.h"
 #include "tokenize/bpe.h"
+#include "tokenize/merge_heap.h"
 #include "tokenize/utf8.h"
 
 /* Vocabularies beyond this are certainly hostile (real ones are <= 256K);
@@ -411,73 +412,23 @@ typedef struct spm_sym {
     int32_t next; /* -1: none */
 } spm_sym;
 
-typedef struct spm_bigram {
-    float score;
-    int32_t left, right;
-    int32_t size; /* left.n + right.n when pushed: detects stale entries */
-} spm_bigram;
-
-typedef struct spm_heap {
-    spm_bigram *a;
-    size_t n, cap;
-} spm_heap;
-
-/* Max-heap order: higher score first, then smaller left index (leftmost). */
-static inline bool bigram_before(const spm_bigram *x, const spm_bigram *y) {
-    return x->score > y->score || (x->score == y->score && x->left < y->left);
-}
-
-static bool heap_push(spm_heap *h, spm_bigram b) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 1024;
-        spm_bigram *a = realloc(h->a, cap * sizeof *a);
-        if (!a) return false;
-        h->a = a, h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bigram_before(&b, &h->a[p])) break;
-        h->a[i] = h->a[p];
-        i = p;
-    }
-    h->a[i] = b;
-    return true;
-}
-
-static spm_bigram heap_pop(spm_heap *h) {
-    spm_bigram top = h->a[0];
-    spm_bigram last = h->a[--h->n];
-    size_t i = 0, n = h->n;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && bigram_before(&h->a[c + 1], &h->a[c])) c++;
-        if (!bigram_before(&h->a[c], &last)) break;
-        h->a[i] = h->a[c];
-        i = c;
-    }
-    if (n) h->a[i] = last;
-    return top;
-}
-
 /* Queue the pair (left, right) if its concatenation is a token encode may produce. */
-static bool try_add_bigram(const tokenizer *t, const char *buf, const spm_sym *sym, spm_heap *h,
+static bool try_add_bigram(const tokenizer *t, const char *buf, const spm_sym *sym, merge_heap *h,
                            int32_t left, int32_t right) {
     if (left < 0 || right < 0) return true;
     size_t len = (size_t)sym[left].n + (size_t)sym[right].n;
     if (len > t->max_merge_len) return true;
     int32_t id = tok_lookup(t, buf + sym[left].off, len);
     if (id < 0 || !t->mergeable[id]) return true;
-    spm_bigram b = {t->score[id], left, right, (int32_t)len};
-    return heap_push(h, b);
+    merge_cand b = {t->score[id], left, right, (int32_t)len};
+    return merge_heap_push(h, b);
 }
 
 /* Scratch buffers reused across the segments of one encode call. */
 typedef struct spm_work {
     spm_sym *sym;
     size_t sym_cap;
-    spm_heap heap;
+    merge_heap heap;
 } spm_work;
 
 /* Whether a merge could join a symbol ending in byte a to one starting with b:
@@ -511,13 +462,13 @@ static subq_status spm_segment(const tokenizer *t, const char *buf, size_t a, si
         i += l;
     }
 
-    spm_heap *h = &w->heap;
+    merge_heap *h = &w->heap;
     h->n = 0;
     for (int32_t i = 1; i < ns; i++) {
         if (!try_add_bigram(t, buf, sym, h, i - 1, i)) goto nomem;
     }
     while (h->n > 0) {
-        spm_bigram bg = heap_pop(h);
+        merge_cand bg = merge_heap_pop(h);
         spm_sym *l = &sym[bg.left], *r = &sym[bg.right];
         /* Stale: one side was merged away or grew since the pair was queued
          * (symbols only grow, and a pair whose sides are both alive is still
@@ -600,7 +551,7 @@ static subq_status encode_append(const tokenizer *t, const char *text, size_t le
         st = spm_segment(t, buf, seg, i, &w, out, cap, count, err);
         seg = i;
     }
-    free(w.heap.a);
+    merge_heap_free(&w.heap);
     free(w.sym);
     free(buf);
     return st;
