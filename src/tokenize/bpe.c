@@ -35,6 +35,7 @@
 #include "tokenize/merge_heap.h"
 #include "tokenize/tokenizer.h"
 #include "tokenize/utf8.h"
+#include "tokenize/vocab_gguf.h"
 
 /* Same bounds as the SentencePiece loader (see tokenizer.c). */
 #define BPE_MAX_VOCAB (1 << 24)
@@ -139,18 +140,6 @@ struct bpe_vocab {
     pcre2_code *re_main, *re_isolate;
 };
 
-static uint64_t hash_bytes(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a mix so the low bits spread */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
-
 static inline uint64_t mix64(uint64_t x) {
     x ^= x >> 31;
     x *= 0x7fb5d329728ea185ull;
@@ -165,7 +154,7 @@ static inline size_t tok_len(const bpe_vocab *b, int32_t id) {
 }
 
 static int32_t lookup(const bpe_vocab *b, const char *s, size_t n) {
-    size_t i = (size_t)hash_bytes(s, n) & b->map_mask;
+    size_t i = (size_t)vocab_hash(s, n) & b->map_mask;
     for (;;) {
         int32_t id = b->map[i];
         if (id < 0) return -1;
@@ -178,7 +167,7 @@ static int32_t lookup(const bpe_vocab *b, const char *s, size_t n) {
 static void map_insert(bpe_vocab *b, int32_t id) {
     const char *s = b->text + b->text_off[id];
     size_t n = tok_len(b, id);
-    size_t i = (size_t)hash_bytes(s, n) & b->map_mask;
+    size_t i = (size_t)vocab_hash(s, n) & b->map_mask;
     for (;;) {
         int32_t cur = b->map[i];
         if (cur < 0 || (tok_len(b, cur) == n && memcmp(b->text + b->text_off[cur], s, n) == 0)) {
@@ -236,38 +225,6 @@ static const char *printable(const char *s, size_t n, char buf[64]) {
     if (n > m) memcpy(buf + m, "...", 3), m += 3;
     buf[m] = '\0';
     return buf;
-}
-
-/* Absent, 0xFFFFFFFF or -1: none; other values outside the vocabulary are
- * format errors (the same rule as the SentencePiece loader). */
-static subq_status special_id(const gguf_file *f, const char *key, int n_vocab, int *out,
-                              subq_error *err) {
-    *out = -1;
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) return SUBQ_OK;
-    gguf_type ty = kv->value.type;
-    if ((ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_INT32 ||
-         ty == GGUF_TYPE_INT64) &&
-        kv->value.v.i64 < 0) {
-        if (kv->value.v.i64 == -1) return SUBQ_OK;
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %lld is not a valid token id", key,
-                         (long long)kv->value.v.i64);
-    }
-    uint32_t v = 0;
-    subq_status st = gguf_get_u32(f, key, &v, err);
-    if (st != SUBQ_OK) return st;
-    if (v == 0xFFFFFFFFu) return SUBQ_OK;
-    if (v >= (uint32_t)n_vocab)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u is out of range (vocabulary has %d tokens)",
-                         key, v, n_vocab);
-    *out = (int)v;
-    return SUBQ_OK;
-}
-
-static bool is_int_type(gguf_type ty) {
-    return ty == GGUF_TYPE_UINT8 || ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_UINT16 ||
-           ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_UINT32 || ty == GGUF_TYPE_INT32 ||
-           ty == GGUF_TYPE_UINT64 || ty == GGUF_TYPE_INT64;
 }
 
 static subq_status compile_re(const char *pattern, pcre2_code **out, subq_error *err) {
@@ -360,7 +317,7 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     const gguf_kv *tkv = gguf_find_kv(f, "tokenizer.ggml.token_type");
     const gguf_value *types = NULL;
     if (tkv) {
-        if (tkv->value.type != GGUF_TYPE_ARRAY || !is_int_type(tkv->value.v.arr.elem_type))
+        if (tkv->value.type != GGUF_TYPE_ARRAY || !vocab_is_int_type(tkv->value.v.arr.elem_type))
             return subq_fail(err, SUBQ_ERR_FORMAT,
                              "tokenizer.ggml.token_type must be an array of int32");
         types = &tkv->value;
@@ -383,10 +340,10 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     int n_merges = (int)merges->v.arr.n;
 
     int bos, eos, unk, pad;
-    if ((st = special_id(f, "tokenizer.ggml.bos_token_id", n, &bos, err)) != SUBQ_OK) return st;
-    if ((st = special_id(f, "tokenizer.ggml.eos_token_id", n, &eos, err)) != SUBQ_OK) return st;
-    if ((st = special_id(f, "tokenizer.ggml.unknown_token_id", n, &unk, err)) != SUBQ_OK) return st;
-    if ((st = special_id(f, "tokenizer.ggml.padding_token_id", n, &pad, err)) != SUBQ_OK) return st;
+    if ((st = vocab_special_id(f, "tokenizer.ggml.bos_token_id", n, &bos, err)) != SUBQ_OK) return st;
+    if ((st = vocab_special_id(f, "tokenizer.ggml.eos_token_id", n, &eos, err)) != SUBQ_OK) return st;
+    if ((st = vocab_special_id(f, "tokenizer.ggml.unknown_token_id", n, &unk, err)) != SUBQ_OK) return st;
+    if ((st = vocab_special_id(f, "tokenizer.ggml.padding_token_id", n, &pad, err)) != SUBQ_OK) return st;
     bool add_bos = pre->add_bos;
     if ((st = gguf_get_bool_or(f, "tokenizer.ggml.add_bos_token", pre->add_bos, &add_bos, err)) !=
         SUBQ_OK)
@@ -759,7 +716,7 @@ static void cache_put(bpe_cache *c, const char *s, size_t n, uint64_t h, const i
         if (!slot) return;
         for (size_t e = 0; e < c->n; e++) { /* rehash */
             const bpe_centry *en = &c->ent[e];
-            size_t i = (size_t)hash_bytes(c->words + en->word_off, en->word_len) & (cap - 1);
+            size_t i = (size_t)vocab_hash(c->words + en->word_off, en->word_len) & (cap - 1);
             while (slot[i]) i = (i + 1) & (cap - 1);
             slot[i] = (uint32_t)e + 1;
         }
@@ -791,7 +748,7 @@ static void cache_free(bpe_cache *c) {
 static subq_status bpe_word(bpe_work *w, const char *s, size_t n, subq_error *err) {
     if (n == 0) return SUBQ_OK;
     if (n == 1 || n > BPE_CACHE_WORD_MAX) return bpe_merge_word(w, (const uint8_t *)s, n, err);
-    uint64_t h = hash_bytes(s, n);
+    uint64_t h = vocab_hash(s, n);
     size_t n_ids = 0;
     const int32_t *ids = cache_get(&w->cache, s, n, h, &n_ids);
     if (ids) {

@@ -22,6 +22,7 @@
 #include "base/error.h"
 #include "tokenize/bpe.h"
 #include "tokenize/tokenizer.h"
+#include "tokenize/vocab_gguf.h"
 
 #define SYN_MAX_FILL_LEN 24 /* fill merges make tokens of at most this many bytes */
 #define SYN_MAX_WORD 64     /* longest word syn_bpe segments */
@@ -40,20 +41,8 @@ typedef struct syn {
     bool oom;
 } syn;
 
-static uint64_t syn_hash(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
-
 static int32_t syn_find(const syn *v, const char *s, size_t n) {
-    for (size_t i = (size_t)syn_hash(s, n) & v->mask;; i = (i + 1) & v->mask) {
+    for (size_t i = (size_t)vocab_hash(s, n) & v->mask;; i = (i + 1) & v->mask) {
         int32_t id = v->map[i];
         if (id < 0) return -1;
         if (strlen(v->tok[id]) == n && memcmp(v->tok[id], s, n) == 0) return id;
@@ -71,7 +60,7 @@ static int32_t syn_add(syn *v, const char *s, size_t n, int32_t type) {
     int32_t id = v->n++;
     v->tok[id] = c;
     v->type[id] = type;
-    size_t i = (size_t)syn_hash(s, n) & v->mask;
+    size_t i = (size_t)vocab_hash(s, n) & v->mask;
     while (v->map[i] >= 0) i = (i + 1) & v->mask;
     v->map[i] = id;
     return id;

@@ -30,6 +30,7 @@
 #include "tokenize/bpe.h"
 #include "tokenize/merge_heap.h"
 #include "tokenize/utf8.h"
+#include "tokenize/vocab_gguf.h"
 
 /* Vocabularies beyond this are certainly hostile (real ones are <= 256K);
  * the bound also keeps every id and offset inside int32 / size_t math. */
@@ -66,20 +67,8 @@ struct tokenizer {
 
 /* ---- piece -> id hash map ------------------------------------------------ */
 
-static uint64_t tok_hash(const char *s, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, then a final mix so the low bits spread */
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 0x100000001b3ull;
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
-
 static int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
-    size_t i = (size_t)tok_hash(s, n) & t->map_mask;
+    size_t i = (size_t)vocab_hash(s, n) & t->map_mask;
     for (;;) {
         int32_t id = t->map[i];
         if (id < 0) return -1;
@@ -93,7 +82,7 @@ static int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
 static void tok_insert(tokenizer *t, int32_t id) {
     const char *s = t->text + t->text_off[id];
     size_t n = t->text_off[id + 1] - t->text_off[id];
-    size_t i = (size_t)tok_hash(s, n) & t->map_mask;
+    size_t i = (size_t)vocab_hash(s, n) & t->map_mask;
     for (;;) {
         int32_t cur = t->map[i];
         if (cur < 0) {
@@ -124,38 +113,6 @@ static int parse_byte_token(const char *s, size_t n) {
     int hi = hex_val(s[3]), lo = hex_val(s[4]);
     if (hi < 0 || lo < 0) return -1;
     return hi * 16 + lo;
-}
-
-/* Special token id: absent or 0xFFFFFFFF (or a negative signed value) means
- * none; any other value outside the vocabulary is a format error. */
-static subq_status get_special_id(const gguf_file *f, const char *key, int n_vocab, int *out,
-                                  subq_error *err) {
-    *out = -1;
-    const gguf_kv *kv = gguf_find_kv(f, key);
-    if (!kv) return SUBQ_OK;
-    gguf_type ty = kv->value.type;
-    if ((ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_INT32 ||
-         ty == GGUF_TYPE_INT64) &&
-        kv->value.v.i64 < 0) {
-        if (kv->value.v.i64 == -1) return SUBQ_OK;
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %lld is not a valid token id", key,
-                         (long long)kv->value.v.i64);
-    }
-    uint32_t v = 0;
-    subq_status st = gguf_get_u32(f, key, &v, err);
-    if (st != SUBQ_OK) return st;
-    if (v == 0xFFFFFFFFu) return SUBQ_OK;
-    if (v >= (uint32_t)n_vocab)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u is out of range (vocabulary has %d tokens)",
-                         key, v, n_vocab);
-    *out = (int)v;
-    return SUBQ_OK;
-}
-
-static bool is_int_type(gguf_type ty) {
-    return ty == GGUF_TYPE_UINT8 || ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_UINT16 ||
-           ty == GGUF_TYPE_INT16 || ty == GGUF_TYPE_UINT32 || ty == GGUF_TYPE_INT32 ||
-           ty == GGUF_TYPE_UINT64 || ty == GGUF_TYPE_INT64;
 }
 
 subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error *err) {
@@ -234,7 +191,7 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
     const gguf_kv *tkv = gguf_find_kv(f, "tokenizer.ggml.token_type");
     const gguf_value *types = NULL;
     if (tkv) {
-        if (tkv->value.type != GGUF_TYPE_ARRAY || !is_int_type(tkv->value.v.arr.elem_type))
+        if (tkv->value.type != GGUF_TYPE_ARRAY || !vocab_is_int_type(tkv->value.v.arr.elem_type))
             return subq_fail(err, SUBQ_ERR_FORMAT,
                              "tokenizer.ggml.token_type must be an array of int32");
         types = &tkv->value;
@@ -245,9 +202,9 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
     }
 
     int bos, eos, unk;
-    if ((st = get_special_id(f, "tokenizer.ggml.bos_token_id", n, &bos, err)) != SUBQ_OK) return st;
-    if ((st = get_special_id(f, "tokenizer.ggml.eos_token_id", n, &eos, err)) != SUBQ_OK) return st;
-    if ((st = get_special_id(f, "tokenizer.ggml.unknown_token_id", n, &unk, err)) != SUBQ_OK)
+    if ((st = vocab_special_id(f, "tokenizer.ggml.bos_token_id", n, &bos, err)) != SUBQ_OK) return st;
+    if ((st = vocab_special_id(f, "tokenizer.ggml.eos_token_id", n, &eos, err)) != SUBQ_OK) return st;
+    if ((st = vocab_special_id(f, "tokenizer.ggml.unknown_token_id", n, &unk, err)) != SUBQ_OK)
         return st;
     bool add_space_prefix = true, add_bos = true;
     if ((st = gguf_get_bool_or(f, "tokenizer.ggml.add_space_prefix", true, &add_space_prefix,
