@@ -14,11 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "base/rng.h"
 #include "train/search/search_loss.h"
 #include "train/search/teacher.h"
 #include "train/search/topk.h"
 #include "test_util.h"
+
+static pool *pools[4]; /* pools[n]: n threads (the losses run on a pool) */
 
 typedef struct problem {
     int T, d, ds, nh, nkv, hd;
@@ -164,7 +167,7 @@ static void grad_check(const char *name, const problem *P, const search_loss_par
     float *gq = calloc((size_t)n, sizeof(float)), *gk = calloc((size_t)n, sizeof(float));
     search_loss_sums sums;
     subq_error err = {0};
-    subq_status s = search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, gq, gk, &sums, 0, 2, &err);
+    subq_status s = search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, gq, gk, &sums, 0, pools[2], &err);
     CHECK(s == SUBQ_OK, "%s: search_loss_layer failed: %s", name, err.msg);
 
     double *wq = malloc(n * sizeof(double)), *wk = malloc(n * sizeof(double));
@@ -234,7 +237,7 @@ static void determinism_check(const problem *P, const search_loss_params *lp) {
     for (int r = 0; r < 3; r++) {
         g[r][0] = calloc((size_t)n, sizeof(float));
         g[r][1] = calloc((size_t)n, sizeof(float));
-        CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 0.5f, g[r][0], g[r][1], &sums[r], cfg[r][0], cfg[r][1],
+        CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 0.5f, g[r][0], g[r][1], &sums[r], cfg[r][0], pools[cfg[r][1]],
                                  &err),
               "loss failed: %s", err.msg);
     }
@@ -247,7 +250,7 @@ static void determinism_check(const problem *P, const search_loss_params *lp) {
     CHECK(worst < 1e-4 && fabs(sums[0].nce - sums[2].nce) < 1e-9, "chunked rows change the result (rel %.3e)", worst);
     /* no-gradient path gives the same sums */
     search_loss_sums s2;
-    CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, NULL, NULL, &s2, 0, 2, &err) &&
+    CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, NULL, NULL, &s2, 0, pools[2], &err) &&
               s2.nce == sums[0].nce && s2.kl == sums[0].kl,
           "loss without gradients differs");
     for (int r = 0; r < 3; r++) {
@@ -348,6 +351,13 @@ static void test_teacher_mid(void) {
 }
 
 int main(void) {
+    for (int n = 1; n <= 3; n++) {
+        subq_error perr;
+        if (pool_new(n, &pools[n], &perr)) {
+            fprintf(stderr, "FAIL: %s\n", perr.msg);
+            return 1;
+        }
+    }
     test_topk();
     test_teacher_mid();
     test_segments();
@@ -394,5 +404,6 @@ int main(void) {
         CHECK(fabsf(s - 1.0f) < 1e-5f, "teacher row sums to %f", s);
     }
     problem_free(&P);
+    for (int n = 1; n <= 3; n++) pool_free(pools[n]);
     return test_summary();
 }

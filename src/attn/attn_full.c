@@ -209,7 +209,7 @@ typedef struct rows_job {
     _Atomic int failed;
 } rows_job;
 
-static void rows_items(void *ctx, int run) {
+static void rows_items(void *ctx, int run, int thread) {
     rows_job *j = ctx;
     const attn_step *st = j->st;
     const int hd = st->head_dim, i0 = j->n_items * run / j->n_runs, i1 = j->n_items * (run + 1) / j->n_runs;
@@ -229,7 +229,7 @@ static void rows_items(void *ctx, int run) {
     free(scores);
 }
 
-static void rows_merge(void *ctx, int th) {
+static void rows_merge(void *ctx, int th, int thread) {
     rows_job *j = ctx;
     const attn_step *st = j->st;
     const int t = th / j->H, kh = th % j->H, hd = st->head_dim;
@@ -326,9 +326,25 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
     }
 }
 
+/* One KV head's query blocks as pool chunks, each thread with its own scratch. */
+typedef struct batch_job {
+    const attn_step *st;
+    const kv_cache *kv;
+    int kh, tb, T, k_lo, n_extra;
+    const float *K, *V;
+    const int32_t *first, *extra;
+    batch_scratch *w;         /* [threads] */
+} batch_job;
+
+static void batch_block(void *ctx, int b, int thread) {
+    const batch_job *j = ctx;
+    const int t0 = b * j->tb, t1 = t0 + j->tb < j->T ? t0 + j->tb : j->T;
+    attn_block(j->st, j->kv, j->kh, t0, t1, j->k_lo, j->K, j->V, j->first, j->extra, j->n_extra, &j->w[thread]);
+}
+
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
                        subq_error *err) {
-    const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, nt = st->n_threads;
+    const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, nt = pool_threads(st->pool);
     int32_t *first = malloc((size_t)T * sizeof(int32_t));
     if (!first) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for prefill attention");
     if (lo) memcpy(first, lo, (size_t)T * sizeof(int32_t));
@@ -343,34 +359,32 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     const int n_blocks = (T + tb - 1) / tb, need_conv = kv->type != SUBQ_KV_F32;
     float *Kf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     float *Vf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
-    int failed = need_conv && (!Kf || !Vf);
-    for (int kh = 0; kh < st->n_head_kv && !failed; kh++) {
-        const float *K = head_rows_f32(kv, kv_cache_key(kv, st->layer, kh, k_lo), n_keys, Kf);
-        const float *V = head_rows_f32(kv, kv_cache_value(kv, st->layer, kh, k_lo), n_keys, Vf);
-#pragma omp parallel num_threads(nt)
-        {
-            const size_t rows = (size_t)g * tb;
-            batch_scratch w = {
-                .q = malloc(rows * hd * sizeof(float)), .s = malloc(rows * n_keys * sizeof(float)),
-                .o = malloc(rows * hd * sizeof(float)), .e = malloc((rows * n_extra + 1) * sizeof(float)),
-                .inv = malloc(rows * sizeof(float)),
-            };
-            if (!w.q || !w.s || !w.o || !w.e || !w.inv) {
-#pragma omp atomic write
-                failed = 1;
-            }
-#pragma omp for schedule(dynamic, 1)
-            for (int b = 0; b < n_blocks; b++) {
-                int t0 = b * tb, t1 = t0 + tb < T ? t0 + tb : T;
-                if (w.q && w.s && w.o && w.e && w.inv) attn_block(st, kv, kh, t0, t1, k_lo, K, V, first, extra, n_extra, &w);
-            }
-            free(w.q);
-            free(w.s);
-            free(w.o);
-            free(w.e);
-            free(w.inv);
-        }
+    batch_scratch *w = calloc((size_t)nt, sizeof *w);
+    int failed = (need_conv && (!Kf || !Vf)) || !w;
+    const size_t rows = (size_t)g * tb;
+    for (int i = 0; !failed && i < nt; i++) {
+        w[i] = (batch_scratch){
+            .q = malloc(rows * hd * sizeof(float)), .s = malloc(rows * n_keys * sizeof(float)),
+            .o = malloc(rows * hd * sizeof(float)), .e = malloc((rows * n_extra + 1) * sizeof(float)),
+            .inv = malloc(rows * sizeof(float)),
+        };
+        failed = !w[i].q || !w[i].s || !w[i].o || !w[i].e || !w[i].inv;
     }
+    for (int kh = 0; kh < st->n_head_kv && !failed; kh++) {
+        batch_job j = {.st = st, .kv = kv, .kh = kh, .tb = tb, .T = T, .k_lo = k_lo, .n_extra = n_extra,
+                       .first = first, .extra = extra, .w = w};
+        j.K = head_rows_f32(kv, kv_cache_key(kv, st->layer, kh, k_lo), n_keys, Kf);
+        j.V = head_rows_f32(kv, kv_cache_value(kv, st->layer, kh, k_lo), n_keys, Vf);
+        pool_run(st->pool, n_blocks, batch_block, &j);
+    }
+    for (int i = 0; w && i < nt; i++) {
+        free(w[i].q);
+        free(w[i].s);
+        free(w[i].o);
+        free(w[i].e);
+        free(w[i].inv);
+    }
+    free(w);
     free(first);
     free(Kf);
     free(Vf);

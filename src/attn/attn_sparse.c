@@ -127,7 +127,7 @@ static subq_status measure_batch(sparse_stage *s, const attn_step *st, const kv_
     const sparse_measure b = {
         .layer = st->layer, .n_tokens = st->n_tokens, .slot0 = st->slot0, .n_head = st->n_head,
         .n_head_kv = st->n_head_kv, .head_dim = st->head_dim, .top_k = s->p.top_k, .per_head = s->per_head,
-        .q = st->q, .doc0 = doc0, .mask = mask, .cand = cand, .n_threads = st->n_threads,
+        .q = st->q, .doc0 = doc0, .mask = mask, .cand = cand, .pool = st->pool,
     };
     return sparse_metrics_measure(&b, kv, &s->metrics, err);
 }
@@ -307,7 +307,7 @@ typedef struct group_job {
     float *scores, *out;
 } group_job;
 
-static void attend_group(void *ctx, int kh) {
+static void attend_group(void *ctx, int kh, int thread) {
     const group_job *j = ctx;
     const int hd = j->st->head_dim;
     attn_group_over_slots(j->kv, j->st->layer, kh, j->g, j->q + (size_t)kh * j->g * hd, j->st->scale, j->slots, j->ns,

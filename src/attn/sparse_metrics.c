@@ -174,6 +174,21 @@ static void measure_block(const sparse_measure *b, const float **keys, int k_lo,
     }
 }
 
+/* measure_block over one block of tokens (pool chunk), with the thread's scratch */
+typedef struct measure_job {
+    const sparse_measure *b;
+    const float **keys;
+    int k_lo, tb;
+    measure_scratch *w;
+    query_sums *qs;
+} measure_job;
+
+static void measure_chunk(void *ctx, int bi, int thread) {
+    const measure_job *j = ctx;
+    const int t0 = bi * j->tb, t1 = t0 + j->tb < j->b->n_tokens ? t0 + j->tb : j->b->n_tokens;
+    measure_block(j->b, j->keys, j->k_lo, t0, t1, &j->w[thread], j->qs);
+}
+
 subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, sparse_metrics *acc,
                                    subq_error *err) {
     const int n = b->n_tokens, hd = b->head_dim, g = b->n_head / b->n_head_kv, nkv = b->n_head_kv;
@@ -199,36 +214,33 @@ subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, 
         keys[kh] = dst;
     }
     query_sums *qs = calloc((size_t)n, sizeof(query_sums));
-    int tb = MEASURE_BLOCK, failed = !qs;
-    const int per_thread = (n + b->n_threads - 1) / b->n_threads;
+    const int nt = pool_threads(b->pool);
+    int tb = MEASURE_BLOCK;
+    const int per_thread = (n + nt - 1) / nt;
     if (tb > per_thread) tb = per_thread;
     while (tb > 1 && (int64_t)g * tb * n_keys > MEASURE_SCORE_FLOATS) tb /= 2;
-    const int n_blocks = (n + tb - 1) / tb;
-#pragma omp parallel num_threads(b->n_threads) if (!failed)
-    {
-        const size_t rows = (size_t)g * tb, shared = b->per_head ? 0 : (size_t)tb * n_keys;
-        measure_scratch w = {
+    const size_t rows = (size_t)g * tb, shared = b->per_head ? 0 : (size_t)tb * n_keys;
+    measure_scratch *w = calloc((size_t)nt, sizeof *w);
+    int failed = !qs || !w;
+    for (int i = 0; !failed && i < nt; i++) {
+        w[i] = (measure_scratch){
             .q = malloc(rows * hd * sizeof(float)), .s = malloc(rows * n_keys * sizeof(float)),
             .p = malloc((shared + 1) * sizeof(float)), .pmax = malloc((shared + 1) * sizeof(float)),
             .sel = malloc((size_t)n_keys * sizeof(float)), .mark = calloc((size_t)n_keys, 1),
         };
-        const int ok = w.q && w.s && w.p && w.pmax && w.sel && w.mark;
-        if (!ok) {
-#pragma omp atomic write
-            failed = 1;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int bi = 0; bi < n_blocks; bi++) {
-            const int t0 = bi * tb, t1 = t0 + tb < n ? t0 + tb : n;
-            if (ok && !failed) measure_block(b, keys, k_lo, t0, t1, &w, qs);
-        }
-        free(w.q);
-        free(w.s);
-        free(w.p);
-        free(w.pmax);
-        free(w.sel);
-        free(w.mark);
+        failed = !w[i].q || !w[i].s || !w[i].p || !w[i].pmax || !w[i].sel || !w[i].mark;
     }
+    measure_job job = {.b = b, .keys = keys, .k_lo = k_lo, .tb = tb, .w = w, .qs = qs};
+    if (!failed) pool_run(b->pool, (n + tb - 1) / tb, measure_chunk, &job);
+    for (int i = 0; w && i < nt; i++) {
+        free(w[i].q);
+        free(w[i].s);
+        free(w[i].p);
+        free(w[i].pmax);
+        free(w[i].sel);
+        free(w[i].mark);
+    }
+    free(w);
     free(conv);
     free(keys);
     if (failed) {

@@ -27,7 +27,7 @@ typedef struct sparse_measure {
     const int *doc0;            /* [n_tokens] */
     const select_mask *mask;    /* [n_tokens] */
     const int32_t *cand;        /* [n_tokens][n_sets][top_k] */
-    int n_threads;
+    pool *pool;                 /* the threads (NULL: the caller's) */
 } sparse_measure;
 
 /* Adds the batch's mass, recall, seed mass and recall and query counts to

@@ -28,9 +28,16 @@ static inline void cpu_relax(void) {}
 #define CLAIM_MASK ((1u << CLAIM_BITS) - 1)
 #define GEN_MASK 0xffffffu
 
+/* A worker's pool and its thread number. */
+struct worker_arg {
+    struct pool *p;
+    int thread;
+};
+
 struct pool {
     int n_threads;
     pthread_t *workers;
+    struct worker_arg *args;
     int n_started;
     _Atomic uint64_t claim;
     _Atomic uint32_t gen;            /* futex word of idle workers: one more per call */
@@ -58,20 +65,21 @@ static uint64_t claim_word(uint32_t gen, uint32_t n, uint32_t next) {
 
 /* Claim and run chunks of call `gen` until none is left. Holding chunk i of
  * the call keeps the call open (done < n), so fn and ctx stay its own. */
-static void run_chunks(pool *p, uint32_t gen) {
+static void run_chunks(pool *p, uint32_t gen, int thread) {
     uint64_t c = atomic_load(&p->claim);
     for (;;) {
         const uint32_t n = (uint32_t)(c >> CLAIM_BITS) & CLAIM_MASK, next = (uint32_t)c & CLAIM_MASK;
         if ((uint32_t)(c >> (2 * CLAIM_BITS)) != (gen & GEN_MASK) || next >= n) return;
         if (!atomic_compare_exchange_weak(&p->claim, &c, c + 1)) continue; /* c reloaded */
-        p->fn(p->ctx, (int)next);
+        p->fn(p->ctx, (int)next, thread);
         if (atomic_fetch_add(&p->done, 1) + 1 == n && atomic_load(&p->caller_waiting)) futex_wake(&p->done, 1);
         c = atomic_load(&p->claim);
     }
 }
 
 static void *worker_main(void *arg) {
-    pool *p = arg;
+    pool *p = ((struct worker_arg *)arg)->p;
+    const int thread = ((struct worker_arg *)arg)->thread;
     uint32_t seen = 0;
     for (;;) {
         uint32_t g;
@@ -89,7 +97,7 @@ static void *worker_main(void *arg) {
         }
         seen = g;
         if (atomic_load(&p->stop)) return NULL;
-        run_chunks(p, g);
+        run_chunks(p, g, thread);
     }
 }
 
@@ -99,12 +107,15 @@ subq_status pool_new(int n_threads, pool **out, subq_error *err) {
     pool *p = calloc(1, sizeof *p);
     if (!p) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     p->n_threads = n_threads;
-    if (n_threads > 1 && !(p->workers = calloc((size_t)n_threads - 1, sizeof(pthread_t)))) {
+    if (n_threads > 1 && (!(p->workers = calloc((size_t)n_threads - 1, sizeof(pthread_t))) ||
+                          !(p->args = calloc((size_t)n_threads - 1, sizeof *p->args)))) {
+        free(p->workers);
         free(p);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
     for (int i = 0; i < n_threads - 1; i++) {
-        if (pthread_create(&p->workers[i], NULL, worker_main, p) != 0) {
+        p->args[i] = (struct worker_arg){.p = p, .thread = i + 1};
+        if (pthread_create(&p->workers[i], NULL, worker_main, &p->args[i]) != 0) {
             pool_free(p);
             return subq_fail(err, SUBQ_ERR_NOMEM, "cannot start thread %d of %d", i + 2, n_threads);
         }
@@ -121,6 +132,7 @@ void pool_free(pool *p) {
     futex_wake(&p->gen, INT_MAX);
     for (int i = 0; i < p->n_started; i++) pthread_join(p->workers[i], NULL);
     free(p->workers);
+    free(p->args);
     free(p);
 }
 
@@ -128,7 +140,7 @@ int pool_threads(const pool *p) { return p ? p->n_threads : 1; }
 
 void pool_run(pool *p, int n_chunks, pool_fn fn, void *ctx) {
     if (!p || p->n_threads <= 1 || n_chunks <= 1 || (uint32_t)n_chunks > CLAIM_MASK) {
-        for (int i = 0; i < n_chunks; i++) fn(ctx, i);
+        for (int i = 0; i < n_chunks; i++) fn(ctx, i, 0);
         return;
     }
     p->fn = fn;
@@ -138,7 +150,7 @@ void pool_run(pool *p, int n_chunks, pool_fn fn, void *ctx) {
     atomic_store(&p->claim, claim_word(g, (uint32_t)n_chunks, 0));
     atomic_store(&p->gen, g);
     if (atomic_load(&p->sleepers)) futex_wake(&p->gen, INT_MAX);
-    run_chunks(p, g);
+    run_chunks(p, g, 0);
     /* chunks other threads hold: spin briefly, then sleep until the last is done */
     for (int spins = 0; atomic_load(&p->done) < (uint32_t)n_chunks;) {
         if (++spins < SPIN_PAUSES) {

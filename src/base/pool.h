@@ -21,12 +21,13 @@ subq_status pool_new(int n_threads, pool **out, subq_error *err);
 void pool_free(pool *p);
 int pool_threads(const pool *p);
 
-/* fn(ctx, i) once for every chunk i in [0, n_chunks), each on one of the
- * threads; returns once all have returned. p NULL, one thread or more than
- * 2^20 - 1 chunks (pool_chunks never asks for more): every chunk on the
- * calling thread, in order. Not reentrant: one call at a
- * time per pool (a context and its pool serve one thread). */
-typedef void (*pool_fn)(void *ctx, int chunk);
+/* fn(ctx, i, thread) once for every chunk i in [0, n_chunks), each on one
+ * of the threads; `thread` in [0, pool_threads) names the thread running it
+ * (0: the caller), for per-thread scratch. Returns once all have returned.
+ * p NULL, one thread or more than 2^20 - 1 chunks (pool_chunks never asks
+ * for more): every chunk on the calling thread, in order. Not reentrant:
+ * one call at a time per pool (a context and its pool serve one thread). */
+typedef void (*pool_fn)(void *ctx, int chunk, int thread);
 void pool_run(pool *p, int n_chunks, pool_fn fn, void *ctx);
 
 /* Chunks for `work` units split across the pool: enough that threads can

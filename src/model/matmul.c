@@ -50,7 +50,7 @@ static void chunk_rows(const mm_job *j, int i, int64_t *r0, int64_t *r1) {
 
 /* Integer GEMM: each chunk is a slice of W's rows for all T tokens (the
  * activations were quantised before). */
-static void gemm_chunk(void *ctx, int i) {
+static void gemm_chunk(void *ctx, int i, int thread) {
     const mm_job *j = ctx;
     const matrix *W = j->W[0];
     int64_t o0, o1;
@@ -65,7 +65,7 @@ static void gemm_chunk(void *ctx, int i) {
  * sequential stream the hardware prefetcher keeps busy, and one call for
  * q, k and v or gate and up instead of one each); with T > 1 in pieces that
  * stay in L2 while every token passes them, so W is read from memory once. */
-static void gemv_chunk(void *ctx, int ci) {
+static void gemv_chunk(void *ctx, int ci, int thread) {
     enum { CHUNK_BYTES = 1 << 18 };
     const mm_job *j = ctx;
     const int64_t cols = j->W[0]->cols, nb = cols / 32;
@@ -86,7 +86,7 @@ static void gemv_chunk(void *ctx, int ci) {
 }
 
 /* Float rows for T < GEMM_MIN_ROWS tokens: y[t][o] = w_o . x_t over a slice of rows. */
-static void dot_chunk(void *ctx, int i) {
+static void dot_chunk(void *ctx, int i, int thread) {
     const mm_job *j = ctx;
     const matrix *W = j->W[0];
     const int64_t cols = W->cols;
@@ -100,6 +100,29 @@ static void dot_chunk(void *ctx, int i) {
     for (int64_t o = o0; o < o1; o++) {
         const void *wrow = (const char *)W->data + (size_t)o * W->row_bytes;
         for (int t = 0; t < j->T; t++) j->Y[0][(size_t)t * W->rows + o] = dot_row(W->type, wrow, j->X + (size_t)t * cols, cols);
+    }
+}
+
+/* Float rows: Y[:, r0:r1) = X W[r0:r1)^T by one-thread sgemm, W's rows
+ * dequantised first (into the chunk's own piece of the tile) unless f32. */
+static void sgemm_chunk(void *ctx, int i, int thread) {
+    const mm_job *j = ctx;
+    const matrix *W = j->W[0];
+    const int64_t cols = W->cols;
+    int64_t o0, o1;
+    chunk_rows(j, i, &o0, &o1);
+    for (int64_t r0 = o0; r0 < o1;) {
+        const float *w = (const float *)((const char *)W->data + (size_t)r0 * W->row_bytes);
+        int64_t r = o1 - r0;
+        if (W->type != GGML_TYPE_F32) { /* a piece of this chunk's share of the tile */
+            const int64_t room = j->s->tile_floats / j->n_chunks / cols;
+            if (r > room) r = room > 0 ? room : 1;
+            float *tile = j->s->tile + (size_t)i * (j->s->tile_floats / j->n_chunks);
+            for (int64_t k = 0; k < r; k++) dequant_row(W->type, (const char *)W->data + (size_t)(r0 + k) * W->row_bytes, tile + k * cols, cols);
+            w = tile;
+        }
+        blas_sgemm(1, 0, 1, j->T, (int)r, (int)cols, 1.0f, j->X, (int)cols, w, (int)cols, 0.0f, j->Y[0] + r0, (int)W->rows);
+        r0 += r;
     }
 }
 
@@ -118,7 +141,7 @@ typedef struct quant_job {
     const matmul_scratch *s;
 } quant_job;
 
-static void quant_chunk(void *ctx, int i) {
+static void quant_chunk(void *ctx, int i, int thread) {
     const quant_job *q = ctx;
     const quantize_q8_fn quantize = kernels_get()->quantize_q8;
     const int t0 = q->T * i / q->n_chunks, t1 = q->T * (i + 1) / q->n_chunks;
@@ -135,8 +158,6 @@ static void quantize_rows(const float *X, int T, int64_t cols, const matmul_scra
 
 void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s, pool *p) {
     const int64_t rows = W->rows, cols = W->cols;
-    const char *wdata = W->data;
-    const int n_threads = pool_threads(p);
     mm_job j = {.Y = &Y, .W = &W, .n = 1, .T = T, .total = rows, .X = X, .s = s};
     j.gemv = T < GEMM_MIN_ROWS ? kernels_gemv_q8(W->type) : NULL;
     if (j.gemv || T < GEMM_MIN_ROWS) {
@@ -151,22 +172,14 @@ void matmul(float *Y, const float *X, const matrix *W, int T, matmul_scratch *s,
         pool_run(p, j.n_chunks, gemm_chunk, &j);
         return;
     }
-    if (W->type == GGML_TYPE_F32) {
-        blas_sgemm(n_threads, 0, 1, T, (int)rows, (int)cols, 1.0f, X, (int)cols, (const float *)wdata, (int)cols, 0.0f,
-                   Y, (int)rows);
-        return;
-    }
-    /* dequantise a tile of R rows, then Y[:, o0:o0+R] = X tile^T */
-    float *tile = s->tile;
-    int64_t R = s->tile_floats / cols;
-    if (R > rows) R = rows;
-    for (int64_t o0 = 0; o0 < rows; o0 += R) {
-        int64_t r = rows - o0 < R ? rows - o0 : R;
-#pragma omp parallel for num_threads(n_threads) schedule(static) if (r * cols >= PARALLEL_MIN_ELEMS)
-        for (int64_t i = 0; i < r; i++) dequant_row(W->type, wdata + (size_t)(o0 + i) * W->row_bytes, tile + i * cols, cols);
-        blas_sgemm(n_threads, 0, 1, T, (int)r, (int)cols, 1.0f, X, (int)cols, tile, (int)cols, 0.0f, Y + o0,
-                   (int)rows);
-    }
+    /* float rows (f32, or other types dequantised a block at a time) through
+     * one-thread sgemm per chunk of W's rows: the pool's threads, not
+     * OpenBLAS's OpenMP team, whose barrier stalls when another process
+     * holds a core */
+    j.n_chunks = mm_chunks(p, rows, cols, T);
+    if (W->type != GGML_TYPE_F32 && j.n_chunks > s->tile_floats / cols) /* each chunk's tile holds a row */
+        j.n_chunks = (int)(s->tile_floats / cols);
+    pool_run(p, j.n_chunks, sgemm_chunk, &j);
 }
 
 void matmul_shared_input(float *const *Y, const matrix *const *W, int n, const float *X, int T, matmul_scratch *s,

@@ -476,7 +476,7 @@ typedef struct scan_job {
     int64_t *scored;
 } scan_job;
 
-static void scan_part_chunk(void *ctx, int t) {
+static void scan_part_chunk(void *ctx, int t, int thread) {
     scan_job *j = ctx;
     select_scratch sc = {0};
     const int from = (int)((int64_t)j->n * t / j->n_parts), to = (int)((int64_t)j->n * (t + 1) / j->n_parts);

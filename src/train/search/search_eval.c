@@ -86,15 +86,35 @@ static void eval_rows(const search_layer_data *x, const float *Qs, const float *
     }
 }
 
+/* eval_rows over one block of rows (pool chunk), with the thread's scratch */
+typedef struct eval_job {
+    const search_layer_data *x;
+    const float *Qs, *Ks, *inv_nk, *kt;
+    const int *start;
+    int ds, n_sink, n_tail, kmax;
+    teacher_agg agg;
+    const search_eval_acc *acc;
+    eval_scratch *w;
+    double *res;
+    unsigned char *counted;
+} eval_job;
+
+static void eval_block(void *ctx, int b, int thread) {
+    const eval_job *j = ctx;
+    const int b0 = b * EVAL_ROWS, b1 = b0 + EVAL_ROWS < j->x->T ? b0 + EVAL_ROWS : j->x->T;
+    eval_rows(j->x, j->Qs, j->Ks, j->inv_nk, j->kt, j->start, j->ds, j->agg, j->n_sink, j->n_tail, j->acc, j->kmax,
+              b0, b1, &j->w[thread], j->res, j->counted);
+}
+
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
-                              teacher_agg agg, int n_sink, int n_tail, search_eval_acc *acc, int n_threads,
+                              teacher_agg agg, int n_sink, int n_tail, search_eval_acc *acc, pool *p,
                               subq_error *err) {
     const int T = x->T, d = x->d_model, nk = acc->n_k;
     const kernels *kern = kernels_get();
     if (n_sink < 0 || n_tail < 0)
         return subq_fail(err, SUBQ_ERR_ARG, "search evaluation: n_sink and n_tail must be >= 0");
     if (T <= 0 || nk == 0) return SUBQ_OK;
-    if (n_threads < 1) n_threads = 1;
+    const int n_threads = pool_threads(p);
     int kmax = 0;
     for (int i = 0; i < nk; i++)
         if (acc->k[i] > kmax) kmax = acc->k[i];
@@ -111,43 +131,41 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
     }
     if ((st = segment_starts(x->seg, T, start, err))) goto done;
     teacher_keys_transpose(x->k, T, &x->shape, kt);
-    search_project(Qs, x->h, wq, T, d, ds, n_threads);
-    search_project(Ks, x->h, wk, T, d, ds, n_threads);
+    search_project(Qs, x->h, wq, T, d, ds, p);
+    search_project(Ks, x->h, wk, T, d, ds, p);
     /* 1 / |k_s(j)| with the training loss's smooth norm */
     for (int j = 0; j < T; j++)
         inv_nk[j] = 1.0f / sqrtf(kern->dot_f32(Ks + (size_t)j * ds, Ks + (size_t)j * ds, ds) + 1e-12f);
-    int oom = 0;
-    const int n_blocks = (T + EVAL_ROWS - 1) / EVAL_ROWS;
-#pragma omp parallel num_threads(n_threads)
-    {
+    eval_scratch *w = calloc((size_t)n_threads, sizeof *w);
+    int oom = !w;
+    for (int i = 0; !oom && i < n_threads; i++) {
         const size_t cells = (size_t)EVAL_ROWS * T;
-        eval_scratch w = {
+        w[i] = (eval_scratch){
             .teacher = malloc(teacher_block_scratch(EVAL_ROWS, T, &x->shape) * sizeof(float)),
             .P = malloc(cells * sizeof(float)), .L = malloc(cells * sizeof(float)), .O = malloc(cells * sizeof(float)),
             .qsum = malloc((size_t)EVAL_ROWS * dkv * sizeof(float)),
             .top_t = malloc((size_t)kmax * sizeof(int)), .top_l = malloc((size_t)kmax * sizeof(int)),
             .top_o = malloc((size_t)kmax * sizeof(int)), .mark = calloc((size_t)T, 1),
         };
-        int ok = w.teacher && w.P && w.L && w.O && w.qsum && w.top_t && w.top_l && w.top_o && w.mark;
-        if (!ok) {
-#pragma omp atomic write
-            oom = 1;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (int b = 0; b < n_blocks; b++) {
-            const int b0 = b * EVAL_ROWS, b1 = b0 + EVAL_ROWS < T ? b0 + EVAL_ROWS : T;
-            if (ok) eval_rows(x, Qs, Ks, inv_nk, kt, start, ds, agg, n_sink, n_tail, acc, kmax, b0, b1, &w, res, counted);
-        }
-        free(w.teacher);
-        free(w.P);
-        free(w.L);
-        free(w.O);
-        free(w.qsum);
-        free(w.top_t);
-        free(w.top_l);
-        free(w.top_o);
-        free(w.mark);
+        oom = !w[i].teacher || !w[i].P || !w[i].L || !w[i].O || !w[i].qsum || !w[i].top_t || !w[i].top_l ||
+              !w[i].top_o || !w[i].mark;
     }
+    eval_job job = {.x = x, .Qs = Qs, .Ks = Ks, .inv_nk = inv_nk, .kt = kt, .start = start, .ds = ds, .agg = agg,
+                    .n_sink = n_sink, .n_tail = n_tail, .acc = acc, .kmax = kmax, .w = w, .res = res,
+                    .counted = counted};
+    if (!oom) pool_run(p, (T + EVAL_ROWS - 1) / EVAL_ROWS, eval_block, &job);
+    for (int i = 0; w && i < n_threads; i++) {
+        free(w[i].teacher);
+        free(w[i].P);
+        free(w[i].L);
+        free(w[i].O);
+        free(w[i].qsum);
+        free(w[i].top_t);
+        free(w[i].top_l);
+        free(w[i].top_o);
+        free(w[i].mark);
+    }
+    free(w);
     if (oom) {
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search evaluation scratch (T = %d)", T);
         goto done;

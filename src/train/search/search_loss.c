@@ -50,14 +50,23 @@ int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail) 
 #define GRAD_COLS 64
 #define PROJ_ROWS 64
 
-void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads) {
-    const int nb = (T + PROJ_ROWS - 1) / PROJ_ROWS;
-    /* Y[t0..t1) = X[t0..t1) W^T */
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-    for (int b = 0; b < nb; b++) {
-        const int t0 = b * PROJ_ROWS, n = T - t0 < PROJ_ROWS ? T - t0 : PROJ_ROWS;
-        blas_sgemm(1, 0, 1, n, ds, d, 1.0f, X + (size_t)t0 * d, d, W, d, 0.0f, Y + (size_t)t0 * ds, ds);
-    }
+/* Y[t0..t1) = X[t0..t1) W^T for one block of rows */
+typedef struct project_job {
+    float *Y;
+    const float *X, *W;
+    int T, d, ds;
+} project_job;
+
+static void project_block(void *ctx, int b, int thread) {
+    const project_job *j = ctx;
+    const int t0 = b * PROJ_ROWS, n = j->T - t0 < PROJ_ROWS ? j->T - t0 : PROJ_ROWS;
+    blas_sgemm(1, 0, 1, n, j->ds, j->d, 1.0f, j->X + (size_t)t0 * j->d, j->d, j->W, j->d, 0.0f,
+               j->Y + (size_t)t0 * j->ds, j->ds);
+}
+
+void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, pool *p) {
+    project_job j = {.Y = Y, .X = X, .W = W, .T = T, .d = d, .ds = ds};
+    pool_run(p, (T + PROJ_ROWS - 1) / PROJ_ROWS, project_block, &j);
 }
 
 /* Over the entries x_i = v[idx ? idx[i] : i], i < n: writes prob[i] =
@@ -93,7 +102,9 @@ typedef struct loss_pass {
     float kl_scale, inv_tau, ga, gb;
     double *row_nce, *row_kl;
     unsigned char *row_ok;
-    float *D, *E, *dQ;
+    float *D, *E, *dQ, *dK;
+    row_scratch *scratch;       /* [threads] */
+    int rows_block, c1, kc;     /* the current chunk's blocks */
 } loss_pass;
 
 /* Pass 1 over query rows [b0, b1). */
@@ -157,15 +168,60 @@ static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
                    ds, 1.0f, lp_->dQ + (size_t)b0 * ds, ds);
 }
 
+/* pass 1, one block of query rows (pool chunk) */
+static void loss_block(void *ctx, int b, int thread) {
+    loss_pass *lp = ctx;
+    const int b0 = lp->c0 + b * lp->rows_block, b1 = b0 + lp->rows_block < lp->c1 ? b0 + lp->rows_block : lp->c1;
+    loss_rows(lp, b0, b1, &lp->scratch[thread]);
+}
+
+/* pass 2, one block of keys j in [kc, c1) (pool chunk) */
+static void key_block(void *ctx, int b, int thread) {
+    const loss_pass *lp = ctx;
+    const int T = lp->x->T, ds = lp->ds, c0 = lp->c0, c1 = lp->c1;
+    const int j0 = lp->kc + b * LOSS_KEYS, nj = c1 - j0 < LOSS_KEYS ? c1 - j0 : LOSS_KEYS;
+    /* dk_s(j) += sum_t D_tj q_s(t) */
+    blas_sgemm(1, 1, 0, nj, ds, c1 - c0, 1.0f, lp->D + j0, T, lp->Qs + (size_t)c0 * ds, ds, 1.0f,
+               lp->dK + (size_t)j0 * ds, ds);
+    /* dk_s(j) -= (sum_t E_tj) k_s(j) / |k_j|^2 */
+    float esum[LOSS_KEYS] = {0};
+    for (int r = 0; r < c1 - c0; r++) {
+        const float *e = lp->E + (size_t)r * T + j0;
+        for (int i = 0; i < nj; i++) esum[i] += e[i];
+    }
+    for (int i = 0; i < nj; i++) {
+        const int j = j0 + i;
+        const float corr = esum[i] / (lp->nk[j] * lp->nk[j]), *kj = lp->Ks + (size_t)j * ds;
+        float *dk = lp->dK + (size_t)j * ds;
+        for (int c = 0; c < ds; c++) dk[c] -= corr * kj[c];
+    }
+}
+
+/* dW[a][i] += sum_t dY[t][a] H[t][i] for W_Qs (dY = dQ) and W_Ks (dY = dK), one block of columns i */
+typedef struct grad_job {
+    const search_layer_data *x;
+    const float *dQ, *dK;
+    float *dwq, *dwk;
+    int ds, n_cblocks;
+} grad_job;
+
+static void grad_block(void *ctx, int b, int thread) {
+    const grad_job *g = ctx;
+    const int d = g->x->d_model, is_k = b >= g->n_cblocks, i0 = (is_k ? b - g->n_cblocks : b) * GRAD_COLS;
+    const int ni = d - i0 < GRAD_COLS ? d - i0 : GRAD_COLS;
+    float *dw = is_k ? g->dwk : g->dwq;
+    if (dw) blas_sgemm(1, 1, 0, g->ds, ni, g->x->T, 1.0f, is_k ? g->dK : g->dQ, g->ds, g->x->h + i0, d, 1.0f, dw + i0, d);
+}
+
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
                               const search_loss_params *lp, float grad_scale, float *dwq, float *dwk,
-                              search_loss_sums *out, int chunk_rows, int n_threads, subq_error *err) {
+                              search_loss_sums *out, int chunk_rows, pool *p, subq_error *err) {
     const int T = x->T, d = x->d_model;
     const int want_grad = dwq || dwk;
     out->nce = out->kl = 0.0;
     out->n_queries = 0;
     if (T <= 0) return SUBQ_OK;
-    if (n_threads < 1) n_threads = 1;
+    const int n_threads = pool_threads(p);
     if (lp->k_pos < 1 || lp->tau <= 0 || lp->tau_kl <= 0 || lp->n_sink < 0 || lp->n_tail < 0)
         return subq_fail(err, SUBQ_ERR_ARG, "search loss: k_pos must be >= 1, temperatures > 0, n_sink and n_tail >= 0");
     int R = chunk_rows > 0 ? chunk_rows : (int)((1 << 20) / T);
@@ -180,6 +236,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     double *row_nce = calloc((size_t)T, sizeof(double)), *row_kl = calloc((size_t)T, sizeof(double));
     unsigned char *row_ok = calloc((size_t)T, 1);
     float *dQ = NULL, *dK = NULL, *D = NULL, *E = NULL;
+    row_scratch *scr = NULL; /* per thread, pass 1 */
     if (want_grad) {
         dQ = calloc((size_t)T * ds, sizeof(float));
         dK = calloc((size_t)T * ds, sizeof(float));
@@ -195,8 +252,8 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     if ((st = segment_starts(x->seg, T, start, err))) goto done;
     teacher_keys_transpose(x->k, T, &x->shape, kt);
 
-    search_project(Qs, x->h, wq, T, d, ds, n_threads);
-    search_project(Ks, x->h, wk, T, d, ds, n_threads);
+    search_project(Qs, x->h, wq, T, d, ds, p);
+    search_project(Ks, x->h, wk, T, d, ds, p);
     /* smooth norms |x| = sqrt(x.x + eps) */
     for (int t = 0; t < T; t++) {
         float a = 0.0f, b = 0.0f;
@@ -212,10 +269,27 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         .x = x, .lp = lp, .ds = ds, .start = start, .Qs = Qs, .Ks = Ks, .nq = nq, .nk = nk, .kt = kt,
         .kl_scale = 1.0f / (sqrtf((float)ds) * lp->tau_kl), .inv_tau = 1.0f / lp->tau,
         .ga = lp->alpha * grad_scale, .gb = lp->beta * grad_scale,
-        .row_nce = row_nce, .row_kl = row_kl, .row_ok = row_ok, .D = D, .E = E, .dQ = dQ,
+        .row_nce = row_nce, .row_kl = row_kl, .row_ok = row_ok, .D = D, .E = E, .dQ = dQ, .dK = dK,
     };
     const int rows_block = R < LOSS_ROWS ? R : LOSS_ROWS;
-    int oom = 0;
+    /* per-thread scratch of pass 1, for the widest chunk of keys */
+    scr = calloc((size_t)n_threads, sizeof *scr);
+    int oom = !scr;
+    for (int i = 0; !oom && i < n_threads; i++) {
+        const size_t cells = (size_t)rows_block * T;
+        row_scratch *sc = &scr[i];
+        sc->teacher = malloc(teacher_block_scratch(rows_block, T, &x->shape) * sizeof(float));
+        sc->P = malloc(cells * sizeof(float)), sc->dots = malloc(cells * sizeof(float));
+        sc->z = malloc((size_t)T * sizeof(float)), sc->y = malloc((size_t)T * sizeof(float));
+        sc->sz = malloc((size_t)T * sizeof(float)), sc->r = malloc((size_t)T * sizeof(float));
+        sc->spos = malloc((size_t)lp->k_pos * sizeof(float)), sc->pos = malloc((size_t)lp->k_pos * sizeof(int));
+        oom = !sc->teacher || !sc->P || !sc->dots || !sc->z || !sc->y || !sc->sz || !sc->r || !sc->spos || !sc->pos;
+    }
+    pass.scratch = scr;
+    if (oom) {
+        st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search loss scratch (T = %d)", T);
+        goto done;
+    }
     for (int c0 = 0; c0 < T; c0 += R) {
         const int c1 = c0 + R < T ? c0 + R : T, kc = start[c0], n_blocks = (c1 - c0 + rows_block - 1) / rows_block;
         pass.c0 = c0;
@@ -225,62 +299,12 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
             memset(E + (size_t)r * T + kc, 0, (size_t)(c1 - kc) * sizeof(float));
         }
         /* ---- pass 1: blocks of query rows ---- */
-#pragma omp parallel num_threads(n_threads)
-        {
-            const size_t cells = (size_t)rows_block * (c1 - kc);
-            row_scratch s = {
-                .teacher = malloc(teacher_block_scratch(rows_block, c1 - kc, &x->shape) * sizeof(float)),
-                .P = malloc(cells * sizeof(float)), .dots = malloc(cells * sizeof(float)),
-                .z = malloc((size_t)T * sizeof(float)), .y = malloc((size_t)T * sizeof(float)),
-                .sz = malloc((size_t)T * sizeof(float)), .r = malloc((size_t)T * sizeof(float)),
-                .spos = malloc((size_t)lp->k_pos * sizeof(float)), .pos = malloc((size_t)lp->k_pos * sizeof(int)),
-            };
-            int ok = s.teacher && s.P && s.dots && s.z && s.y && s.sz && s.r && s.spos && s.pos;
-            if (!ok) {
-#pragma omp atomic write
-                oom = 1;
-            }
-#pragma omp for schedule(dynamic, 1)
-            for (int b = 0; b < n_blocks; b++) {
-                const int b0 = c0 + b * rows_block, b1 = b0 + rows_block < c1 ? b0 + rows_block : c1;
-                if (ok) loss_rows(&pass, b0, b1, &s);
-            }
-            free(s.teacher);
-            free(s.P);
-            free(s.dots);
-            free(s.z);
-            free(s.y);
-            free(s.sz);
-            free(s.r);
-            free(s.spos);
-            free(s.pos);
-        }
-        if (oom) {
-            st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search loss scratch (T = %d)", T);
-            goto done;
-        }
+        pass.rows_block = rows_block, pass.c1 = c1;
+        pool_run(p, n_blocks, loss_block, &pass);
         if (!want_grad) continue;
         /* ---- pass 2: blocks of keys j in [kc, c1), over this chunk's rows ---- */
-        const int n_kblocks = (c1 - kc + LOSS_KEYS - 1) / LOSS_KEYS;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1)
-        for (int b = 0; b < n_kblocks; b++) {
-            const int j0 = kc + b * LOSS_KEYS, nj = c1 - j0 < LOSS_KEYS ? c1 - j0 : LOSS_KEYS;
-            /* dk_s(j) += sum_t D_tj q_s(t) */
-            blas_sgemm(1, 1, 0, nj, ds, c1 - c0, 1.0f, D + j0, T, Qs + (size_t)c0 * ds, ds, 1.0f, dK + (size_t)j0 * ds,
-                       ds);
-            /* dk_s(j) -= (sum_t E_tj) k_s(j) / |k_j|^2 */
-            float esum[LOSS_KEYS] = {0};
-            for (int r = 0; r < c1 - c0; r++) {
-                const float *e = E + (size_t)r * T + j0;
-                for (int i = 0; i < nj; i++) esum[i] += e[i];
-            }
-            for (int i = 0; i < nj; i++) {
-                const int j = j0 + i;
-                const float corr = esum[i] / (nk[j] * nk[j]), *kj = Ks + (size_t)j * ds;
-                float *dk = dK + (size_t)j * ds;
-                for (int c = 0; c < ds; c++) dk[c] -= corr * kj[c];
-            }
-        }
+        pass.kc = kc;
+        pool_run(p, (c1 - kc + LOSS_KEYS - 1) / LOSS_KEYS, key_block, &pass);
     }
 
     /* loss sums in a fixed order */
@@ -303,17 +327,23 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
 
     if (want_grad) {
         /* dW[a][i] += sum_t dY[t][a] H[t][i]  for W_Qs (dY = dQ) and W_Ks (dY = dK), per block of columns i */
-        const int n_cblocks = (d + GRAD_COLS - 1) / GRAD_COLS;
-#pragma omp parallel for num_threads(n_threads) schedule(static)
-        for (int b = 0; b < 2 * n_cblocks; b++) {
-            const int is_k = b >= n_cblocks, i0 = (is_k ? b - n_cblocks : b) * GRAD_COLS;
-            const int ni = d - i0 < GRAD_COLS ? d - i0 : GRAD_COLS;
-            float *dw = is_k ? dwk : dwq;
-            if (!dw) continue;
-            blas_sgemm(1, 1, 0, ds, ni, T, 1.0f, is_k ? dK : dQ, ds, x->h + i0, d, 1.0f, dw + i0, d);
-        }
+        grad_job g = {.x = x, .dQ = dQ, .dK = dK, .dwq = dwq, .dwk = dwk, .ds = ds,
+                      .n_cblocks = (d + GRAD_COLS - 1) / GRAD_COLS};
+        pool_run(p, 2 * g.n_cblocks, grad_block, &g);
     }
 done:
+    for (int i = 0; scr && i < n_threads; i++) {
+        free(scr[i].teacher);
+        free(scr[i].P);
+        free(scr[i].dots);
+        free(scr[i].z);
+        free(scr[i].y);
+        free(scr[i].sz);
+        free(scr[i].r);
+        free(scr[i].spos);
+        free(scr[i].pos);
+    }
+    free(scr);
     free(start);
     free(Qs);
     free(Ks);

@@ -26,6 +26,7 @@
 
 #include <stdint.h>
 
+#include "base/pool.h"
 #include "train/search/teacher.h"
 #include "subq.h"
 
@@ -52,7 +53,7 @@ typedef struct search_loss_sums {
 
 /* Y[t][a] = sum_i W[a][i] X[t][i] for T rows of X (T x d) and W (ds x d):
  * the projection q_s = W_Qs h used by training and evaluation alike. */
-void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, int n_threads);
+void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, pool *p);
 
 /* Number of non-skipped queries (those with >= 2 eligible keys, i.e. at
  * position >= n_sink + n_tail + 1 within their document). */
@@ -62,10 +63,10 @@ int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail);
  * When dwq / dwk are not NULL, adds
  *   grad_scale * d( alpha sum_t L_t + beta sum_t K_t ) / dW
  * into them. `chunk_rows` <= 0 picks a default (about 2^20 / T rows).
- * Deterministic, and independent of n_threads: every gradient element is
+ * Deterministic, and independent of the pool's threads: every gradient element is
  * summed by one thread in a fixed order. */
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int d_search,
                               const search_loss_params *p, float grad_scale, float *dwq, float *dwk,
-                              search_loss_sums *out, int chunk_rows, int n_threads, subq_error *err);
+                              search_loss_sums *out, int chunk_rows, pool *threads, subq_error *err);
 
 #endif

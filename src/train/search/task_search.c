@@ -85,10 +85,10 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
         search_loss_sums ls;
         subq_status s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &c->loss, 1.0f,
                                           train ? t->grad + block_offset(p, 2 * i) : NULL,
-                                          train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, 0, t->n_threads, err);
+                                          train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, 0, t->ctx->pool, err);
         if (!s && !train)
             s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, c->loss.agg, c->loss.n_sink, c->loss.n_tail,
-                                  &k->acc[i], t->n_threads, err);
+                                  &k->acc[i], t->ctx->pool, err);
         if (s) return s;
         sums[i].loss += c->loss.alpha * ls.nce + c->loss.beta * ls.kl;
         sums[i].part[0] += ls.nce;
@@ -275,9 +275,9 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
         search_eval_acc acc;
         search_eval_init(&acc, cfg->eval_k, cfg->n_eval_k);
         if ((s = search_loss_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, &cfg->loss, 1.0f, NULL, NULL, &sums,
-                                   0, tr.n_threads, err)) ||
+                                   0, tr.ctx->pool, err)) ||
             (s = search_eval_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, cfg->loss.agg, cfg->loss.n_sink,
-                                   cfg->loss.n_tail, &acc, tr.n_threads, err)))
+                                   cfg->loss.n_tail, &acc, tr.ctx->pool, err)))
             break;
         char key[128];
         double ml[SUBQ_SEARCH_EVAL_MAX_K], mo[SUBQ_SEARCH_EVAL_MAX_K], rl[SUBQ_SEARCH_EVAL_MAX_K], ro[SUBQ_SEARCH_EVAL_MAX_K];
