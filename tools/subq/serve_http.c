@@ -246,6 +246,11 @@ static int next_events(stream *s) {
         }
     }
     pthread_mutex_lock(&j->mu);
+    if (j->state != JOB_DONE && client_gone(s->fd)) { /* checked while text flows too: stop generating at once */
+        j->cancelled = 1;
+        pthread_mutex_unlock(&j->mu);
+        return -1;
+    }
     while (j->text_len == s->text_sent && j->state != JOB_DONE) {
         wait_a_little(j);
         if (j->text_len == s->text_sent && j->state != JOB_DONE && client_gone(s->fd)) {
