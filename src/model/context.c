@@ -79,6 +79,7 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->tok = malloc((size_t)n_ctx * sizeof(int32_t));
     c->logits_last = malloc((size_t)hp->n_vocab * sizeof(float));
     c->logits_at = -1;
+    c->capture_last = -1;
     if (!c->tok || !c->logits_last || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->posbuf ||
         !mm_ok || !c->stages) {
         subq_context_free(c);

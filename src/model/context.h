@@ -23,6 +23,8 @@ struct subq_context {
     double t_attn_s;             /* time spent in attention stages (benchmarks) */
     capture_fn capture;
     void *capture_user;
+    int capture_last;            /* with a capture: stop each forward after capturing this layer
+                                    (nothing past it is needed; -1: run every layer) */
     /* work buffers, n_batch rows each */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     int32_t *posbuf;             /* positions of the current chunk */

@@ -96,6 +96,10 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         rope(c->k, n, hp->n_head_kv, hp->head_dim, posbuf, hp);
         kv_cache_store(kv, l, slot0, n, c->k, c->v);
         if (c->capture) c->capture(c->capture_user, l, n, slot0, c->xn, c->q, c->k);
+        if (c->capture && l == c->capture_last) { /* a capture that needs nothing further */
+            kv->n_used += n;
+            return SUBQ_OK;
+        }
 
         attn_step step = {
             .layer = l, .n_tokens = n, .slot0 = slot0,

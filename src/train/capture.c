@@ -78,9 +78,14 @@ subq_status train_capture_run(train_capture *cap, subq_context *ctx, const int32
     void *prev_user = ctx->capture_user;
     ctx->capture = capture_hook;
     ctx->capture_user = cap;
+    int last = -1; /* the forward stops after the last target layer */
+    for (int l = 0; l < ctx->model->hp.n_layer; l++)
+        if (cap->sel_of_layer[l] >= 0) last = l;
+    ctx->capture_last = last;
     subq_status s = context_forward(ctx, tok, n, pos, seg, NULL, 0, err);
     ctx->capture = prev;
     ctx->capture_user = prev_user;
+    ctx->capture_last = -1;
     cap->n_rows = s ? 0 : n;
     return s;
 }
