@@ -242,19 +242,22 @@ static subq_status comm_sum_step(trainer *t, int64_t *n_tok, double *flops, int 
     return SUBQ_OK;
 }
 
-/* Work of the frozen forward over the captured sequence: 2 per weight and
- * token through every layer's matrices, and per layer, query head and
- * causal key a dot and an accumulation of head_dim (4 head_dim). */
+/* Work of the frozen forward over the captured sequence, which stops once
+ * the last target layer is captured: per full layer 2 per weight and token
+ * through its matrices and, per query head and causal key, a dot and an
+ * accumulation of head_dim (4 head_dim); the last layer's q, k, v only. */
 static double forward_flops(const trainer *t) {
     const model_hparams *hp = &t->ctx->model->hp;
     const double d = hp->n_embd, dq = (double)hp->n_head * hp->head_dim, dkv = (double)hp->n_head_kv * hp->head_dim;
-    const double layer_params = d * dq * 2 + d * dkv * 2 + 3.0 * d * hp->n_ff;
+    const double qkv = d * (dq + 2 * dkv), layer_params = qkv + dq * d + 3.0 * d * hp->n_ff;
     double causal = 0;
     for (int i = 0, start = 0; i < t->n; i++) {
         if (i > 0 && t->seg[i] != t->seg[i - 1]) start = i;
         causal += i - start + 1;
     }
-    return hp->n_layer * (2.0 * layer_params * t->n + 4.0 * dq * causal);
+    int last = 0;
+    for (int i = 0; i < t->n_sel; i++) last = t->layers[i] > last ? t->layers[i] : last;
+    return last * (2.0 * layer_params * t->n + 4.0 * dq * causal) + 2.0 * qkv * t->n;
 }
 
 /* One optimiser step over batch x grad_accum sequences (this rank's share
