@@ -12,7 +12,7 @@
 # All: the 200 held-out samples (512-token windows), layers 1-4, sink 4,
 # tail 16, K 8-64, selection only.
 # Usage: bench/eval_baselines.sh DIR
-#   DIR holds gen_eval.jsonl and ds32_st.gguf (BENCHMARKS.md says how they
+#   DIR holds gen_eval.jsonl and ds32_st.gguf (bench/notes/2026-11-history.md says how they
 #   were made). Environment: SUBQ (binary, default ./build/subq), SHARED
 #   (default ../shared), THREADS (default 2). Writes DIR/baselines_{1,2,3}.json (kept as bench/results/eval_baselines_{1,2,3}.json).
 set -euo pipefail

@@ -10,7 +10,7 @@
 #      text the model cannot model well (all 223 / 235 windows), selection only.
 # Usage: bench/eval_fidelity.sh DIR
 #   DIR holds gen_eval.jsonl (held-out samples), ds32_st.gguf (projections) and
-#   phi.gguf (completion maps); BENCHMARKS.md says how they were made.
+#   phi.gguf (completion maps); bench/notes/2026-11-history.md says how they were made.
 # Environment: SUBQ (binary, default ./build/subq), SHARED (default ../shared),
 # THREADS (default 2). Writes DIR/eval_{indomain,perlayer,pride,ulysses}.json and SVG
 # charts under DIR/{indomain,perlayer,pride,ulysses}/.
