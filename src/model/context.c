@@ -99,6 +99,14 @@ void subq_context_reset(subq_context *c) {
 
 int subq_context_n_past(const subq_context *c) { return c->kv.n_used; }
 
+int subq_context_n_ctx(const subq_context *c) { return c->kv.n_ctx; }
+
+int subq_context_n_threads(const subq_context *c) { return c->n_threads; }
+
+int subq_context_n_batch(const subq_context *c) { return c->n_batch; }
+
+const subq_model *subq_context_model(const subq_context *c) { return c->model; }
+
 const int32_t *subq_context_tokens(const subq_context *c) { return c->tok; }
 
 const float *subq_context_last_logits(const subq_context *c) {

@@ -1,9 +1,12 @@
 #!/usr/bin/python3
-"""ctest check: no file in src/ includes a module above it.
+"""ctest check: no file in src/ includes or calls a module above it.
 
-Reads the layer table of docs/ARCHITECTURE.md (section "Layers") and every
-`#include "dir/file.h"` in src/: an include must name the file's own module
-or a module of a lower layer. Every directory of src/ must be in the table.
+Reads the layer table of docs/ARCHITECTURE.md (section "Layers"), every
+`#include "dir/file.h"` in src/ and every call of a function another file of
+src/ defines: an include or a call must reach the file's own module or a
+module of a lower layer (a public subq_* function implemented in api/ is
+not callable from eval/, say, even though subq.h declares it below every
+layer). Every directory of src/ must be in the table.
 """
 
 import os
@@ -63,6 +66,41 @@ def main():
                         bad.append("%s (%s, layer %d) includes %s (%s, layer %d)"
                                    % (rel, mod, layer, inc, imod, ilayer))
     ck.check("%d includes, none upward or across a layer" % n, not bad, "; ".join(bad))
+
+    # calls: the functions each file defines (non-static, at column 0), then every call of them elsewhere
+    defn = re.compile(r"^(?!typedef\b)([A-Za-z_][\w \t*]*?)\b([a-z_][a-z0-9_]*)\s*\([^;{}]*\)\s*\{", re.M)
+    sources = {}
+    for d in dirs:
+        for root, _, files in os.walk(os.path.join(src, d)):
+            for f in sorted(files):
+                if f.endswith(".c"):
+                    rel = os.path.relpath(os.path.join(root, f), src)
+                    sources[rel] = open(os.path.join(src, rel), encoding="utf-8").read()
+    home, local = {}, {}
+    for rel, text in sources.items():
+        local[rel] = set()
+        for prefix, name in defn.findall(text):
+            local[rel].add(name)
+            if not re.search(r"\bstatic\b", prefix):
+                home.setdefault(name, rel)
+    calls, n_calls = [], 0
+    strip = re.compile(r"/\*.*?\*/|//[^\n]*|\"(?:\\.|[^\"\\])*\"", re.S)
+    for rel, text in sources.items():
+        mod, layer = place(table, rel)
+        code = strip.sub(" ", text)
+        for name in set(re.findall(r"\b([a-z_][a-z0-9_]*)\s*\(", code)):
+            where = home.get(name)
+            if not where or where == rel or name in local[rel] or layer is None:
+                continue
+            imod, ilayer = place(table, where)
+            if ilayer is None:
+                continue
+            n_calls += 1
+            same_dir = where.split("/")[0] == rel.split("/")[0]
+            if ilayer > layer or (ilayer == layer and not same_dir):
+                calls.append("%s (%s, layer %d) calls %s of %s (%s, layer %d)" % (rel, mod, layer, name, where, imod,
+                                                                                   ilayer))
+    ck.check("%d calls across files, none upward or across a layer" % n_calls, not calls, "; ".join(sorted(calls)))
     ck.finish()
 
 

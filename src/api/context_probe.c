@@ -9,14 +9,6 @@
 #include "base/timer.h"
 #include "model/context.h"
 
-int subq_context_n_ctx(const subq_context *c) { return c->kv.n_ctx; }
-
-int subq_context_n_threads(const subq_context *c) { return c->n_threads; }
-
-int subq_context_n_batch(const subq_context *c) { return c->n_batch; }
-
-const subq_model *subq_context_model(const subq_context *c) { return c->model; }
-
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     const kv_cache *kv = &c->kv;
     st->t_attn_s = c->t_attn_s;
