@@ -236,6 +236,48 @@ void subq_sampler_free(subq_sampler *s);
 /* Pick a token from logits (n_vocab floats; may be modified in place). */
 int32_t subq_sampler_sample(subq_sampler *s, float *logits, int n_vocab);
 
+/* ---- generation ------------------------------------------------------ */
+
+/* Why subq_generate stopped. */
+typedef enum subq_finish {
+    SUBQ_FINISH_LENGTH,       /* n_predict tokens generated */
+    SUBQ_FINISH_END_TOKEN,    /* an end token was sampled (it is not passed on) */
+    SUBQ_FINISH_CALLER,       /* a callback returned nonzero */
+    SUBQ_FINISH_CONTEXT_FULL  /* the KV cache has no room for the next token */
+} subq_finish;
+
+typedef struct subq_generate_params {
+    int n_predict;                 /* most tokens to generate (>= 0) */
+    subq_sampler_params sampler;
+    int32_t end_tokens[2];         /* sampled ids that end the text (-1: none) */
+    /* Called once the prompt is in the cache (n_reused of its tokens were
+     * already there); may be NULL. Nonzero stops before the first token. */
+    int (*on_prompt)(void *user, int n_reused);
+    /* Called with each generated token and its bytes as subq_token_to_piece
+     * gives them (a piece may end inside a UTF-8 character); may be NULL.
+     * Nonzero stops after this token. */
+    int (*on_token)(void *user, int32_t tok, const char *piece, size_t len);
+    void *user;
+} subq_generate_params;
+
+typedef struct subq_generate_result {
+    int n_reused;       /* prompt tokens the cache already held */
+    int n_generated;    /* tokens passed to on_token */
+    subq_finish finish;
+} subq_generate_result;
+
+/* The defaults of subq_sampler_default_params, 128 tokens, no end token. */
+subq_generate_params subq_generate_default_params(void);
+/* Continue a prompt: keep the longest prefix the context's cache shares
+ * with it (all of it, with the logits, when the cache holds exactly this
+ * prompt), decode the rest, then sample, pass on and decode one token at a
+ * time. A full context ends the text (SUBQ_FINISH_CONTEXT_FULL), not an
+ * error. The prompt must fit the context (SUBQ_ERR_RANGE) and not be empty
+ * (SUBQ_ERR_ARG); on any error the context is emptied. The cache then holds
+ * the prompt and every generated token but the last. */
+subq_status subq_generate(subq_context *c, const int32_t *prompt, int n_prompt, const subq_generate_params *p,
+                          subq_generate_result *res, subq_error *err);
+
 /* ---- sparse attention: attention plans ------------------------------ */
 
 /* How a sparse layer picks the keys each query attends to besides the

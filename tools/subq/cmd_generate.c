@@ -24,31 +24,34 @@ static const char *help =
     "                       the prompt prefix they share; save the prompt's state there after it\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
-/* --prompt-cache: when the file exists, load it and keep the prefix it
- * shares with the prompt (*n_keep tokens; all of them, with the logits,
- * when it holds exactly this prompt). Prints the error and returns 0 on
- * failure. */
-static int load_prompt_cache(const char *path, subq_context *c, const int32_t *toks, int n_prompt, int n_vocab,
-                             float *logits, int *n_keep) {
-    subq_error err = {0};
-    *n_keep = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return 1; /* made after this run's prompt */
-    fclose(f);
-    if (subq_context_load(c, path, &err)) return !cli_error("generate", "%s", err.msg);
-    const int32_t *cached = subq_context_tokens(c);
-    int n_past = subq_context_n_past(c), n = 0;
-    while (n < n_past && n < n_prompt && cached[n] == toks[n]) n++;
-    const float *known = subq_context_last_logits(c);
-    if (n == n_prompt && n_past == n_prompt && known) {
-        memcpy(logits, known, (size_t)n_vocab * sizeof(float));
-    } else {
-        if (n >= n_prompt) n = n_prompt - 1; /* decode the last prompt token again for its logits */
-        if (subq_context_truncate(c, n, &err)) return !cli_error("generate", "%s", err.msg);
+/* What the generation callbacks need: the prompt cache to save once the
+ * prompt is in, the clock, and the model for the pieces. */
+typedef struct gen_state {
+    subq_context *c;
+    const char *prompt_cache;
+    int n_prompt;
+    double t_prompt;
+    subq_status save_status;
+    subq_error err;
+} gen_state;
+
+/* The prompt is in the cache: save it there when it was not all reused. */
+static int on_prompt(void *user, int n_reused) {
+    gen_state *g = user;
+    g->t_prompt = cli_now_s();
+    if (g->prompt_cache) {
+        fprintf(stderr, "subq generate: prompt cache %s: %d of %d prompt tokens reused\n", g->prompt_cache, n_reused,
+                g->n_prompt);
+        if (n_reused < g->n_prompt) g->save_status = subq_context_save(g->c, g->prompt_cache, &g->err);
     }
-    *n_keep = n;
-    fprintf(stderr, "subq generate: prompt cache %s: %d of %d prompt tokens reused\n", path, n, n_prompt);
-    return 1;
+    return g->save_status != SUBQ_OK;
+}
+
+static int on_token(void *user, int32_t tok, const char *piece, size_t len) {
+    (void)user, (void)tok;
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
+    return 0;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -57,8 +60,9 @@ int cmd_generate(int argc, char **argv) {
     cli_sparse_opts so;
     cli_sparse_init(&so);
     const char *prompt = "", *prompt_file = NULL, *prompt_cache = NULL, *v;
-    int n_predict = 128, ignore_eos = 0;
-    subq_sampler_params sp = subq_sampler_default_params();
+    int ignore_eos = 0;
+    subq_generate_params gp = subq_generate_default_params();
+    subq_sampler_params *sp = &gp.sampler;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
@@ -69,15 +73,15 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(prompt_file = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &n_predict)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &gp.n_predict)) return 1;
         } else if (!strcmp(a, "--temp")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp.temp)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp->temp)) return 1;
         } else if (!strcmp(a, "--top-k")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &sp.top_k)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &sp->top_k)) return 1;
         } else if (!strcmp(a, "--top-p")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp.top_p)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp->top_p)) return 1;
         } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_u64(cmd, a, v, &sp.seed)) return 1;
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_u64(cmd, a, v, &sp->seed)) return 1;
         } else if (!strcmp(a, "--prompt-cache")) {
             if (!(prompt_cache = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -98,10 +102,9 @@ int cmd_generate(int argc, char **argv) {
     subq_sampler *smp = NULL;
     int32_t *toks = NULL;
     size_t n_prompt = 0;
-    float *logits = NULL;
     int rc = 0;
     /* the sampler first: bad --temp/--top-p fail before anything is loaded or printed */
-    if (subq_sampler_new(&sp, &smp, &err)) {
+    if (subq_sampler_new(sp, &smp, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
@@ -112,11 +115,6 @@ int cmd_generate(int argc, char **argv) {
     }
     subq_model_info info;
     subq_model_get_info(m, &info);
-    logits = malloc((size_t)info.n_vocab * sizeof(float));
-    if (!logits) {
-        rc = cli_error(cmd, "out of memory");
-        goto done;
-    }
     if (cli_tokenize(m, prompt, prompt_len, info.add_bos, 0, &toks, &n_prompt, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
@@ -138,54 +136,41 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     fflush(stdout);
+    /* --prompt-cache: an existing file holds the prefix to reuse; one made
+     * after this run's prompt otherwise */
+    FILE *f = prompt_cache ? fopen(prompt_cache, "rb") : NULL;
+    if (f) {
+        fclose(f);
+        if (subq_context_load(c, prompt_cache, &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+    }
+    gen_state g = {.c = c, .prompt_cache = prompt_cache, .n_prompt = (int)n_prompt};
+    if (!ignore_eos) gp.end_tokens[0] = info.eos_id;
+    gp.on_prompt = on_prompt;
+    gp.on_token = on_token;
+    gp.user = &g;
+    subq_generate_result res;
     double t0 = cli_now_s();
-    int n_keep = 0;
-    if (prompt_cache && !load_prompt_cache(prompt_cache, c, toks, (int)n_prompt, info.n_vocab, logits, &n_keep)) {
-        rc = 1;
+    if (subq_generate(c, toks, (int)n_prompt, &gp, &res, &err)) {
+        rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if (n_keep < (int)n_prompt) {
-        if (subq_decode(c, toks + n_keep, (int)n_prompt - n_keep, logits, 0, &err)) {
-            rc = cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-        if (prompt_cache && subq_context_save(c, prompt_cache, &err)) {
-            rc = cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
+    if (g.save_status) {
+        rc = cli_error(cmd, "%s", g.err.msg);
+        goto done;
     }
-    double t1 = cli_now_s();
-    int32_t prev = toks[n_prompt - 1];
-    int n_gen = 0;
-    while (n_gen < n_predict) {
-        int32_t tok = subq_sampler_sample(smp, logits, info.n_vocab);
-        if (tok == info.eos_id && !ignore_eos) break;
-        if (cli_write_piece(stdout, m, prev, tok, &err)) {
-            rc = cli_error(cmd, "%s", err.msg);
-            goto done;
-        }
-        fflush(stdout);
-        prev = tok;
-        if (++n_gen == n_predict) break;
-        if (subq_decode(c, &tok, 1, logits, 0, &err)) {
-            if (err.code != SUBQ_ERR_RANGE) {
-                rc = cli_error(cmd, "%s", err.msg);
-                goto done;
-            }
-            /* context full: stop, as llama.cpp does */
-            fprintf(stderr, "\nsubq generate: context of %d tokens is full; stopping\n", subq_context_n_past(c));
-            break;
-        }
-    }
-    double t2 = cli_now_s();
+    double t1 = g.t_prompt, t2 = cli_now_s();
+    if (res.finish == SUBQ_FINISH_CONTEXT_FULL) /* stop, as llama.cpp does */
+        fprintf(stderr, "\nsubq generate: context of %d tokens is full; stopping\n", subq_context_n_past(c));
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr, "subq generate: prompt %zu tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n",
-            n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), n_gen, t2 - t1,
-            (double)n_gen / (t2 - t1 + 1e-12));
+            n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), res.n_generated, t2 - t1,
+            (double)res.n_generated / (t2 - t1 + 1e-12));
 done:
     subq_sampler_free(smp);
-    free(logits);
     free(toks);
     free(file_text);
     subq_context_free(c);

@@ -3,14 +3,13 @@
  * Model weights are shared read-only; each slot owns a context (its KV cache
  * and indexes) and remembers the tokens in it. One worker thread computes
  * one request at a time (the machine has 2 cores and every decode already
- * uses them all through OpenMP): requests wait in a FIFO queue. A request
+ * uses them all through the thread pool): requests wait in a FIFO queue. A request
  * takes the slot under the same attention plan whose cached tokens share
  * the longest prefix with its prompt, else the least recently used slot;
- * the slot is truncated to that prefix (at most prompt - 1 tokens, so the
- * last prompt token is decoded for its logits) and only the rest of the
- * prompt is prefilled. The text each request generates equals `subq
- * generate` with the same prompt, seed and sampling settings: the same
- * tokenisation, sampler and stopping rule. */
+ * subq_generate, the loop under `subq generate` too, keeps that prefix and
+ * prefills only the rest of the prompt. The text each request generates
+ * equals `subq generate` with the same prompt, seed and sampling settings:
+ * the same tokenisation, sampler and stopping rule. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,7 +31,6 @@ struct serve_engine {
     serve_config cfg;
     char model_name[256];
     slot *slots;
-    float *logits;
     pthread_t worker;
     int worker_started;
     pthread_mutex_t mu;   /* queue, stopping, clock */
@@ -208,9 +206,9 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
     return n;
 }
 
-/* The slot for a job, and the prefix of the prompt it holds: same plan and
- * the longest shared prefix, else the least recently used (empty first). */
-static slot *pick_slot(serve_engine *e, const serve_job *j, int *prefix) {
+/* The slot for a job: same plan and the longest prefix shared with the
+ * prompt, else the least recently used (empty first). */
+static slot *pick_slot(serve_engine *e, const serve_job *j) {
     slot *best = NULL, *lru = NULL;
     int best_n = 0;
     for (int i = 0; i < e->cfg.n_slots; i++) {
@@ -224,11 +222,7 @@ static slot *pick_slot(serve_engine *e, const serve_job *j, int *prefix) {
      * that may hold another document: then the least recently used one
      * (llama-server's similarity threshold, 0.5, plays the same role) */
     if (best && 2 * best_n < j->n_prompt) best = NULL;
-    slot *s = best ? best : lru;
-    *prefix = j->req.cache_prompt && !strcmp(s->plan_key, j->plan_key)
-                  ? common_prefix(subq_context_tokens(s->ctx), subq_context_n_past(s->ctx), j->toks, j->n_prompt)
-                  : 0;
-    return s;
+    return best ? best : lru;
 }
 
 /* Put the slot under the job's plan (an empty context) when it runs another. */
@@ -252,9 +246,38 @@ static int cancelled(serve_job *j) {
     return c;
 }
 
+/* The generation callbacks' view of a job. */
+typedef struct job_run {
+    serve_job *j;
+    int oom, stopped; /* out of memory; a stop string ended the text */
+} job_run;
+
+static int job_prompt_done(void *user, int n_reused) {
+    serve_job *j = ((job_run *)user)->j;
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = n_reused;
+    j->n_decoded = j->n_prompt - n_reused;
+    j->t_first = now_s();
+    j->state = JOB_RUNNING;
+    pthread_cond_broadcast(&j->cv);
+    int stop = j->cancelled;
+    pthread_mutex_unlock(&j->mu);
+    return stop;
+}
+
+static int job_token(void *user, int32_t tok, const char *piece, size_t len) {
+    job_run *r = user;
+    serve_job *j = r->j;
+    (void)tok;
+    pthread_mutex_lock(&j->mu);
+    j->n_gen++;
+    pthread_mutex_unlock(&j->mu);
+    r->stopped = len > 0 && append_piece(j, piece, len, &r->oom);
+    return r->stopped || r->oom || cancelled(j);
+}
+
 static void run_job(serve_engine *e, serve_job *j) {
     subq_error err = {0};
-    const int nv = e->info.n_vocab;
     if (cancelled(j)) {
         pthread_mutex_lock(&j->mu);
         finish_cancelled_locked(j);
@@ -264,82 +287,31 @@ static void run_job(serve_engine *e, serve_job *j) {
     pthread_mutex_lock(&j->mu);
     j->t_start = now_s();
     pthread_mutex_unlock(&j->mu);
-    int prefix = 0;
-    slot *s = pick_slot(e, j, &prefix);
+    slot *s = pick_slot(e, j);
     s->last_used = ++e->clock;
     if (set_plan(e, s, j, &err)) return finish(j, 400, err.msg);
-    /* reuse the shared prefix; the last prompt token is decoded again for its
-     * logits unless the cache is exactly the prompt and knows them */
-    int n_past = subq_context_n_past(s->ctx), keep = prefix;
-    const float *known = subq_context_last_logits(s->ctx);
-    int reuse_all = prefix == j->n_prompt && n_past == j->n_prompt && known;
-    if (!reuse_all && keep >= j->n_prompt) keep = j->n_prompt - 1;
-    if (keep < n_past && subq_context_truncate(s->ctx, keep, &err)) {
-        s->plan_key[0] = '\0'; /* the slot is reset: set the plan again next time */
-        return finish(j, 500, err.msg);
+    if (!j->req.cache_prompt) subq_context_reset(s->ctx); /* subq_generate reuses what the slot holds */
+    job_run r = {.j = j};
+    subq_generate_params gp = subq_generate_default_params();
+    gp.n_predict = j->max_tokens;
+    gp.sampler = j->req.sp;
+    gp.end_tokens[0] = j->stop_tok[0];
+    gp.end_tokens[1] = j->stop_tok[1];
+    gp.on_prompt = job_prompt_done;
+    gp.on_token = job_token;
+    gp.user = &r;
+    subq_generate_result res;
+    if (subq_generate(s->ctx, j->toks, j->n_prompt, &gp, &res, &err)) {
+        s->plan_key[0] = '\0'; /* the slot is empty: set the plan again next time */
+        return finish(j, err.code == SUBQ_ERR_RANGE || err.code == SUBQ_ERR_ARG ? 400 : 500, err.msg);
     }
-    if (reuse_all) {
-        memcpy(e->logits, known, (size_t)nv * sizeof(float));
-    } else if (subq_decode(s->ctx, j->toks + keep, j->n_prompt - keep, e->logits, 0, &err)) {
-        subq_context_reset(s->ctx);
-        return finish(j, err.code == SUBQ_ERR_RANGE ? 400 : 500, err.msg);
-    }
-    subq_sampler_params sp = j->req.sp;
-    subq_sampler *smp = NULL;
-    if (subq_sampler_new(&sp, &smp, &err)) return finish(j, 400, err.msg);
+    const char *reason = res.finish == SUBQ_FINISH_END_TOKEN || r.stopped ? "stop"
+                         : res.finish == SUBQ_FINISH_CALLER && !r.oom ? NULL /* cancelled */
+                                                                      : "length";
     pthread_mutex_lock(&j->mu);
-    j->n_cached = keep;
-    j->n_decoded = j->n_prompt - keep;
-    j->t_first = now_s();
-    j->state = JOB_RUNNING;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    /* generate's loop: sample, stop at an end token, print, decode */
-    int32_t prev = j->toks[j->n_prompt - 1];
-    const char *reason = "length";
-    char piece[256];
-    int oom = 0, n_gen = 0;
-    while (n_gen < j->max_tokens) {
-        if (cancelled(j)) {
-            reason = NULL;
-            break;
-        }
-        int32_t tok = subq_sampler_sample(smp, e->logits, nv);
-        if (tok == j->stop_tok[0] || tok == j->stop_tok[1]) {
-            reason = "stop";
-            break;
-        }
-        char *heap;
-        size_t len = 0;
-        const char *text = cli_piece(e->model, prev, tok, piece, sizeof piece, &heap, &len, &err);
-        if (!text) len = 0; /* only out of memory: tok is a sampled id */
-        prev = tok;
-        n_gen++;
-        pthread_mutex_lock(&j->mu);
-        j->n_gen = n_gen;
-        pthread_mutex_unlock(&j->mu);
-        int stop = len > 0 && append_piece(j, text, len, &oom);
-        free(heap);
-        if (stop) {
-            reason = "stop";
-            break;
-        }
-        if (oom) break;
-        if (n_gen == j->max_tokens) break;
-        if (subq_decode(s->ctx, &tok, 1, e->logits, 0, &err)) {
-            if (err.code != SUBQ_ERR_RANGE) {
-                subq_sampler_free(smp);
-                subq_context_reset(s->ctx);
-                return finish(j, 500, err.msg);
-            }
-            break; /* context full: stop, as generate does */
-        }
-    }
-    subq_sampler_free(smp);
-    pthread_mutex_lock(&j->mu);
-    if (!oom && !emit(j, j->raw_len)) oom = 1; /* what was held back for a stop string */
+    if (!r.oom && !emit(j, j->raw_len)) r.oom = 1; /* what was held back for a stop string */
     j->finish = reason;
-    if (oom) finish_locked(j, 500, "out of memory");
+    if (r.oom) finish_locked(j, 500, "out of memory");
     else if (!reason) finish_cancelled_locked(j);
     else finish_locked(j, 0, NULL);
     pthread_mutex_unlock(&j->mu);
@@ -541,9 +513,8 @@ subq_status serve_engine_new(subq_model *m, const serve_config *cfg, serve_engin
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     snprintf(e->model_name, sizeof e->model_name, "%s", cfg->model_name ? cfg->model_name : e->info.arch);
-    e->logits = malloc((size_t)e->info.n_vocab * sizeof(float));
     e->slots = calloc((size_t)cfg->n_slots, sizeof *e->slots);
-    subq_status s = !e->logits || !e->slots ? SUBQ_ERR_NOMEM : SUBQ_OK;
+    subq_status s = !e->slots ? SUBQ_ERR_NOMEM : SUBQ_OK;
     if (s) snprintf(err->msg, sizeof err->msg, "out of memory"), err->code = s;
     for (int i = 0; i < cfg->n_slots && !s; i++) {
         slot *sl = &e->slots[i];
@@ -586,7 +557,6 @@ void serve_engine_free(serve_engine *e) {
     for (int i = 0; e->slots && i < e->cfg.n_slots; i++) subq_context_free(e->slots[i].ctx);
     free(e->slots);
     free(e->queue);
-    free(e->logits);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
