@@ -174,6 +174,8 @@ const subq_model *subq_context_model(const subq_context *c);
 int subq_context_n_threads(const subq_context *c);
 /* Most tokens per forward step (subq_context_params.n_batch). */
 int subq_context_n_batch(const subq_context *c);
+/* The type its KV cache stores. */
+subq_kv_type subq_context_kv_type(const subq_context *c);
 
 /* Run n tokens through the model, appending them to the KV cache at
  * positions n_past .. n_past+n-1. When `logits` is not NULL it receives
@@ -985,6 +987,57 @@ subq_status subq_recall_continue(subq_context *c, const subq_recall_prompt *pr, 
  * same order: agreement between a method's answer and full attention's. */
 int subq_recall_same_numbers(const char *a, const char *b);
 
+/* A grid of recall prompts (lengths x depths x trials) answered by several
+ * methods side by side, every method on the same prompts. */
+typedef struct subq_recall_method {
+    char name[48];            /* "full", "exact@64", "hnsw@32+phi" */
+    int full;                 /* 1: full attention (the fields below unused) */
+    subq_attn_plan plan;      /* its sparse_prefill is the grid's */
+    const subq_search *search;
+    const subq_complete *complete;
+} subq_recall_method;
+
+/* "full" or SELECTOR@K[+phi] -> out->name, full, plan.selector, plan.top_k
+ * and *complete (1 for +phi); the rest of out is left as it was.
+ * SUBQ_ERR_ARG for anything else, SUBQ_ERR_UNSUPPORTED for a selector this
+ * build lacks. */
+subq_status subq_recall_method_parse(const char *name, subq_recall_method *out, int *complete, subq_error *err);
+
+typedef struct subq_recall_grid_params {
+    const int *lengths;       /* prompt lengths in tokens */
+    int n_lengths;
+    const double *depths;     /* needle depths in [0, 1] */
+    int n_depths;
+    int trials;               /* prompts per cell */
+    int max_new;              /* answer tokens at most */
+    int sparse_prefill;       /* 1: each method prefills each prompt under its plan;
+                                 0: one dense prefill per prompt, copied into every method's context */
+    const subq_recall_method *methods;
+    int n_methods;
+    /* called after each answer (progress, logs); may be NULL */
+    void (*on_answer)(void *user, int method, int length_i, int depth_i, int trial, const subq_recall_prompt *pr,
+                      const char *answer, double score);
+    void *user;
+} subq_recall_grid_params;
+
+/* Per method and cell (length-major: cell = length_i * n_depths + depth_i),
+ * sums over the trials. */
+typedef struct subq_recall_grid {
+    int n_methods, n_cells;
+    int full_method;          /* index of full attention among the methods; -1: none */
+    double *score;            /* [n_methods * n_cells] scores (subq_recall_score) */
+    int *exact;               /* trials with every value recalled */
+    int *agree;               /* trials answered with full attention's numbers (NULL without full) */
+} subq_recall_grid;
+
+/* Run the grid in context c (its plan is replaced for each method; it must
+ * hold the longest prompt and max_new more tokens; its threads, batch and KV
+ * type serve the dense prefill too). Full attention answers each prompt
+ * first, so every other method's answer can be compared with it. */
+subq_status subq_recall_run_grid(subq_context *c, const subq_recall *r, const subq_recall_grid_params *p,
+                                 subq_recall_grid *out, subq_error *err);
+void subq_recall_grid_free(subq_recall_grid *g);
+
 /* ---- GGUF files: inspection ----------------------------------------- */
 
 /* Any GGUF file (model, search projections, completion maps), read-only. */
@@ -1062,6 +1115,10 @@ subq_status subq_dequantize(const char *type, const void *src, size_t n_bytes, i
 #define SUBQ_READ_STREAM_MAX ((size_t)1 << 30)
 #define SUBQ_READ_IDLE_S 60
 subq_status subq_read_file(const char *path, size_t limit, char **out, size_t *len, subq_error *err);
+/* Read a file, or every file under a directory (name order, hidden names
+ * skipped, 16 levels at most), as subq_read_file does, into one text with
+ * the files apart by a blank line (a recall haystack, say). */
+subq_status subq_read_texts(const char *path, char **out, size_t *len, subq_error *err);
 
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop

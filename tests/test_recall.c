@@ -179,12 +179,135 @@ static void check_scoring(void) {
               "same_numbers('%s', '%s') != %d", pairs[i].a, pairs[i].b, pairs[i].want);
 }
 
+/* The grid against the calls it is made of: every method's answer to each
+ * prompt equals subq_recall_answer's (sparse prefill) or, after a dense
+ * prefill copied over, subq_recall_continue's, in a context of that plan;
+ * the scores add up; full attention agrees with itself; method names parse
+ * or are refused. */
+typedef struct grid_answers {
+    char want[2][4][2][64]; /* [method][cell][trial] */
+    int n_seen, n_differ;
+} grid_answers;
+
+static void on_grid_answer(void *user, int method, int li, int di, int trial, const subq_recall_prompt *pr,
+                           const char *answer, double score) {
+    grid_answers *g = user;
+    (void)pr, (void)score;
+    g->n_seen++;
+    if (strncmp(g->want[method][li * 2 + di][trial], answer, 63)) g->n_differ++;
+}
+
+static void check_grid(const char *path) {
+    subq_error err = {0};
+    subq_recall_method me;
+    int phi;
+    struct { const char *name; int ok, full, k, phi; } names[] = {
+        {"full", 1, 1, 0, 0}, {"exact@64", 1, 0, 64, 0}, {"window@8+phi", 1, 0, 8, 1}, {"exact", 0, 0, 0, 0},
+        {"exact@", 0, 0, 0, 0}, {"nope@4", 0, 0, 0, 0}, {"exact@4+psi", 0, 0, 0, 0}, {"@4", 0, 0, 0, 0}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        memset(&me, 0, sizeof me);
+        subq_status s = subq_recall_method_parse(names[i].name, &me, &phi, &err);
+        CHECK((s == SUBQ_OK) == names[i].ok, "parse '%s': %d", names[i].name, s);
+        if (!s && names[i].ok)
+            CHECK(me.full == names[i].full && (me.full || me.plan.top_k == names[i].k) && phi == names[i].phi,
+                  "parse '%s': full %d k %d phi %d", names[i].name, me.full, me.plan.top_k, phi);
+    }
+    subq_model *m = NULL;
+    subq_context *c = NULL, *ref = NULL, *dense = NULL;
+    subq_recall *r = NULL;
+    subq_context_params cp = subq_context_default_params();
+    cp.n_ctx = 320;
+    cp.n_threads = 1;
+    subq_recall_params rp = subq_recall_default_params();
+    rp.haystack = hay_text;
+    rp.haystack_len = strlen(hay_text);
+    float *logits = malloc(sizeof(float) * 512); /* stories260K's vocabulary */
+    if (!logits || subq_model_load(path, &m, &err) || subq_context_new(m, &cp, &c, &err) ||
+        subq_context_new(m, &cp, &ref, &err) || subq_context_new(m, &cp, &dense, &err) ||
+        subq_recall_new(m, &rp, &r, &err)) {
+        printf("FAIL: grid setup: %s\n", err.msg);
+        failures++;
+        goto done;
+    }
+    subq_recall_method methods[2];
+    memset(methods, 0, sizeof methods);
+    subq_recall_method_parse("window@8", &methods[0], &phi, &err);
+    methods[0].plan = subq_attn_plan_default();
+    methods[0].plan.selector = SUBQ_SELECT_WINDOW;
+    methods[0].plan.top_k = 8;
+    methods[0].plan.n_tail = 4;
+    methods[0].plan.layers = "all";
+    subq_recall_method_parse("full", &methods[1], &phi, &err);
+    const int lengths[2] = {128, 300};
+    const double depths[2] = {0.2, 0.8};
+    for (int sparse = 0; sparse < 2; sparse++) {
+        grid_answers ga = {0};
+        double want_score[2][4] = {{0}};
+        for (int mi = 0; mi < 2; mi++)
+            for (int cell = 0; cell < 4; cell++)
+                for (int t = 0; t < 2; t++) {
+                    subq_recall_prompt pr;
+                    double score = 0;
+                    subq_attn_plan plan = methods[mi].plan;
+                    plan.sparse_prefill = sparse;
+                    subq_context_clear_plan(ref);
+                    subq_context_reset(ref);
+                    subq_context_reset(dense);
+                    char *answer = ga.want[mi][cell][t];
+                    subq_status s = methods[mi].full ? SUBQ_OK : subq_context_set_plan(ref, &plan, NULL, NULL, &err);
+                    if (!s) s = subq_recall_make_prompt(r, lengths[cell / 2], depths[cell % 2], t, &pr, &err);
+                    if (s) {
+                        printf("FAIL: reference: %s\n", err.msg);
+                        failures++;
+                        continue;
+                    }
+                    if (!sparse && !methods[mi].full) /* the grid's dense prefill, copied */
+                        s = subq_decode(dense, pr.tokens, pr.n_tokens, logits, 0, &err) ||
+                            subq_context_copy(ref, dense, &err) ||
+                            subq_recall_continue(ref, &pr, 8, answer, 64, &score, &err);
+                    else
+                        s = subq_recall_answer(ref, &pr, 8, answer, 64, &score, &err);
+                    CHECK(!s, "reference answer: %s", err.msg);
+                    want_score[mi][cell] += score;
+                    subq_recall_prompt_free(&pr);
+                }
+        subq_recall_grid_params gp = {.lengths = lengths, .n_lengths = 2, .depths = depths, .n_depths = 2,
+                                      .trials = 2, .max_new = 8, .sparse_prefill = sparse, .methods = methods,
+                                      .n_methods = 2, .on_answer = on_grid_answer, .user = &ga};
+        subq_recall_grid g;
+        if (subq_recall_run_grid(c, r, &gp, &g, &err)) {
+            printf("FAIL: grid (sparse prefill %d): %s\n", sparse, err.msg);
+            failures++;
+            continue;
+        }
+        int n_text = 0;
+        for (int i = 0; i < 16; i++) n_text += ga.want[i / 8][i / 2 % 4][i % 2][0] != '\0';
+        CHECK(n_text > 8, "only %d of 16 answers have text: the comparison would be vacuous", n_text);
+        CHECK(g.full_method == 1 && g.n_cells == 4 && g.agree, "grid shape");
+        CHECK(ga.n_seen == 16 && ga.n_differ == 0, "sparse prefill %d: %d of %d answers differ from the calls'",
+              sparse, ga.n_differ, ga.n_seen);
+        for (int mi = 0; mi < 2; mi++)
+            for (int cell = 0; cell < 4; cell++)
+                CHECK(g.score[mi * 4 + cell] == want_score[mi][cell], "score of method %d cell %d", mi, cell);
+        for (int cell = 0; cell < 4; cell++) CHECK(g.agree[4 + cell] == 2, "full disagrees with itself");
+        subq_recall_grid_free(&g);
+    }
+done:
+    free(logits);
+    subq_recall_free(r);
+    subq_context_free(dense);
+    subq_context_free(ref);
+    subq_context_free(c);
+    subq_model_free(m);
+}
+
 int main(void) {
     const char *shared = getenv("SUBQ_SHARED"), *tmp = getenv("SUBQ_TMP");
     char path[4096], bpe[4096];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared ? shared : "../shared");
     check_scoring();
     check_model(path, "stories260K");
+    check_grid(path);
     /* a byte-level BPE vocabulary (no SentencePiece space prefix) */
     snprintf(bpe, sizeof bpe, "%s/test_recall_qwen2.gguf", tmp ? tmp : "/tmp");
     subq_error err = {0};

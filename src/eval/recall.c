@@ -289,65 +289,60 @@ double subq_recall_score(const subq_recall_prompt *pr, const char *text, size_t 
     return (double)found / pr->n_values;
 }
 
-subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer, size_t cap,
-                               double *score, subq_error *err) {
-    *score = 0.0;
-    if (cap) answer[0] = '\0';
-    if (subq_context_n_past(c) != 0) return subq_fail(err, SUBQ_ERR_ARG, "recall needs an empty context");
-    subq_model_info mi;
-    subq_model_get_info(subq_context_model(c), &mi);
-    float *logits = malloc((size_t)mi.n_vocab * sizeof(float)); /* kept by the context as its last logits */
-    if (!logits) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    subq_status s = subq_decode(c, pr->tokens, pr->n_tokens, logits, 0, err);
-    free(logits);
-    return s ? s : subq_recall_continue(c, pr, max_new, answer, cap, score, err);
+/* The answer as it streams: up to the first newline after some text. */
+typedef struct answer_text {
+    char *buf;
+    size_t cap, n;
+} answer_text;
+
+static int on_piece(void *user, int32_t tok, const char *piece, size_t len) {
+    answer_text *a = user;
+    (void)tok;
+    for (size_t b = 0; b < len; b++) {
+        if (piece[b] == '\n' && a->n > 0) return 1;
+        if (a->n + 1 < a->cap) a->buf[a->n] = piece[b];
+        a->n++;
+    }
+    return 0;
 }
 
-subq_status subq_recall_continue(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer, size_t cap,
-                                 double *score, subq_error *err) {
+/* Greedy answer of at most max_new tokens, ended by end-of-sequence or a
+ * newline; subq_generate prefills what the context lacks of the prompt. */
+static subq_status answer(subq_context *c, const subq_recall_prompt *pr, int max_new, char *text, size_t cap,
+                          double *score, subq_error *err) {
     subq_model_info mi;
-    *score = 0.0;
-    if (cap) answer[0] = '\0';
-    const int n = pr->n_tokens;
-    const float *last = subq_context_last_logits(c);
-    if (subq_context_n_past(c) != n || memcmp(subq_context_tokens(c), pr->tokens, (size_t)n * sizeof(int32_t)) || !last)
-        return subq_fail(err, SUBQ_ERR_ARG, "the context does not hold the prompt and its last logits");
-    const subq_model *m = subq_context_model(c);
-    subq_model_get_info(m, &mi);
-    float *logits = malloc((size_t)mi.n_vocab * sizeof(float));
-    if (!logits) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    memcpy(logits, last, (size_t)mi.n_vocab * sizeof(float));
-    subq_status s = SUBQ_OK;
-    size_t n_text = 0;
-    int32_t prev = pr->tokens[pr->n_tokens - 1];
-    for (int i = 0; !s && i < max_new; i++) {
-        int32_t best = 0; /* greedy */
-        for (int j = 1; j < mi.n_vocab; j++)
-            if (logits[j] > logits[best]) best = j;
-        if (best == mi.eos_id) break;
-        char piece[128];
-        int len = tokenizer_token_to_piece(m->tok, prev, best, piece, sizeof piece);
-        if (len > (int)sizeof piece) len = (int)sizeof piece;
-        int newline = 0;
-        for (int b = 0; b < len; b++) {
-            if (piece[b] == '\n' && n_text > 0) {
-                newline = 1;
-                break;
-            }
-            if (n_text + 1 < cap) answer[n_text] = piece[b];
-            n_text++;
-        }
-        if (newline) break;
-        prev = best;
-        if (i + 1 < max_new && subq_context_n_past(c) < subq_context_n_ctx(c))
-            s = subq_decode(c, &best, 1, logits, 0, err);
-        else
-            break;
-    }
-    free(logits);
-    if (cap) answer[n_text < cap ? n_text : cap - 1] = '\0';
-    if (!s) *score = subq_recall_score(pr, answer, strlen(answer));
+    subq_model_get_info(subq_context_model(c), &mi);
+    answer_text a = {text, cap, 0};
+    subq_generate_params gp = subq_generate_default_params();
+    gp.n_predict = max_new;
+    gp.sampler.temp = 0;
+    gp.end_tokens[0] = mi.eos_id;
+    gp.on_token = on_piece;
+    gp.user = &a;
+    subq_generate_result res;
+    subq_status s = subq_generate(c, pr->tokens, pr->n_tokens, &gp, &res, err);
+    if (cap) text[a.n < cap ? a.n : cap - 1] = '\0';
+    if (!s) *score = subq_recall_score(pr, text, strlen(text));
     return s;
+}
+
+subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, int max_new, char *text, size_t cap,
+                               double *score, subq_error *err) {
+    *score = 0.0;
+    if (cap) text[0] = '\0';
+    if (subq_context_n_past(c) != 0) return subq_fail(err, SUBQ_ERR_ARG, "recall needs an empty context");
+    return answer(c, pr, max_new, text, cap, score, err);
+}
+
+subq_status subq_recall_continue(subq_context *c, const subq_recall_prompt *pr, int max_new, char *text, size_t cap,
+                                 double *score, subq_error *err) {
+    *score = 0.0;
+    if (cap) text[0] = '\0';
+    const int n = pr->n_tokens;
+    if (subq_context_n_past(c) != n || memcmp(subq_context_tokens(c), pr->tokens, (size_t)n * sizeof(int32_t)) ||
+        !subq_context_last_logits(c))
+        return subq_fail(err, SUBQ_ERR_ARG, "the context does not hold the prompt and its last logits");
+    return answer(c, pr, max_new, text, cap, score, err);
 }
 
 /* The maximal digit runs of text, in order, compared whole. */

@@ -105,6 +105,8 @@ int subq_context_n_threads(const subq_context *c) { return c->n_threads; }
 
 int subq_context_n_batch(const subq_context *c) { return c->n_batch; }
 
+subq_kv_type subq_context_kv_type(const subq_context *c) { return c->kv.type; }
+
 const subq_model *subq_context_model(const subq_context *c) { return c->model; }
 
 const int32_t *subq_context_tokens(const subq_context *c) { return c->tok; }

@@ -2,20 +2,17 @@
 #define _POSIX_C_SOURCE 200809L
 #include "train/corpus.h"
 
-#include <dirent.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/error.h"
 #include "base/rng.h"
+#include "base/walk_files.h"
 #include "model/model.h"
 #include "train/jsonl.h"
 
 #define SPLIT_SEED 0x5EEDC0DEull /* fixed: the held-out set does not move with --seed */
-#define MAX_DIR_DEPTH 16
 
 subq_status corpus_new(const subq_model *m, const corpus_params *p, train_corpus **out, subq_error *err) {
     *out = NULL;
@@ -138,58 +135,29 @@ static subq_status add_jsonl(train_corpus *c, const subq_model *m, const char *p
     return SUBQ_OK;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+typedef struct path_ctx {
+    train_corpus *c;
+    const subq_model *m;
+    int is_eval;
+} path_ctx;
 
-static subq_status add_path_rec(train_corpus *c, const subq_model *m, const char *path, int is_eval, int depth,
-                                subq_error *err) {
-    struct stat st;
-    if (stat(path, &st) != 0) return subq_fail(err, SUBQ_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    if (S_ISREG(st.st_mode)) {
-        char *buf;
-        size_t len;
-        subq_status s = subq_read_file(path, 0, &buf, &len, err);
-        if (s) return s;
-        if (ends_with(path, ".jsonl")) s = add_jsonl(c, m, path, buf, len, is_eval, err);
-        else s = corpus_add_text(c, m, buf, len, is_eval, path, err);
-        free(buf);
-        return s;
-    }
-    if (!S_ISDIR(st.st_mode)) return subq_fail(err, SUBQ_ERR_IO, "%s is neither a file nor a directory", path);
-    if (depth >= MAX_DIR_DEPTH) return subq_fail(err, SUBQ_ERR_IO, "%s: directories nested deeper than %d", path, MAX_DIR_DEPTH);
-    DIR *d = opendir(path);
-    if (!d) return subq_fail(err, SUBQ_ERR_IO, "cannot open directory %s: %s", path, strerror(errno));
-    char **names = NULL;
-    size_t n = 0, cap = 0;
-    subq_status s = SUBQ_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.') continue;
-        if (!grow((void **)&names, &cap, n + 1, sizeof(char *)) || !(names[n] = strdup(e->d_name))) {
-            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory listing %s", path);
-            break;
-        }
-        n++;
-    }
-    closedir(d);
-    if (!s) qsort(names, n, sizeof(char *), cmp_str);
-    for (size_t i = 0; i < n && !s; i++) {
-        size_t L = strlen(path) + strlen(names[i]) + 2;
-        char *full = malloc(L);
-        if (!full) {
-            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-            break;
-        }
-        snprintf(full, L, "%s/%s", path, names[i]);
-        s = add_path_rec(c, m, full, is_eval, depth + 1, err);
-        free(full);
-    }
-    for (size_t i = 0; i < n; i++) free(names[i]);
-    free(names);
+/* One file of a corpus path: JSON lines by their "text" members, anything
+ * else as one text. */
+static subq_status add_file(void *user, const char *path, subq_error *err) {
+    const path_ctx *pc = user;
+    char *buf;
+    size_t len;
+    subq_status s = subq_read_file(path, 0, &buf, &len, err);
+    if (s) return s;
+    if (ends_with(path, ".jsonl")) s = add_jsonl(pc->c, pc->m, path, buf, len, pc->is_eval, err);
+    else s = corpus_add_text(pc->c, pc->m, buf, len, pc->is_eval, path, err);
+    free(buf);
     return s;
 }
 
 subq_status corpus_add_path(train_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err) {
-    return add_path_rec(c, m, path, is_eval, 0, err);
+    path_ctx pc = {c, m, is_eval};
+    return walk_files(path, add_file, &pc, err);
 }
 
 /* Fisher-Yates shuffle of v[0..n) */

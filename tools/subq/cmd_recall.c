@@ -1,12 +1,9 @@
 /* subq recall: pass-key / needle-in-a-haystack accuracy over a grid of
  * prompt lengths x needle depths x trials, for full attention and sparse
  * methods side by side on the same prompts. Table, --json, SVG heat maps. */
-#include <dirent.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "progress.h"
 #include "cli.h"
@@ -45,16 +42,6 @@ static const char *help =
 #define MAX_LIST 32
 #define MAX_METHODS 16
 
-typedef struct method {
-    char name[48];
-    int full;                  /* full attention */
-    subq_selector_kind kind;
-    int k, complete;
-    double *score;             /* [n_len][n_depth], sums over trials */
-    int *exact;                /* trials with every value recalled */
-    int *agree;                /* trials whose answer states full attention's numbers */
-} method;
-
 static int parse_depths(const char *cmd, const char *s, double *out, int *n) {
     *n = 0;
     for (const char *p = s; *p;) {
@@ -70,80 +57,32 @@ static int parse_depths(const char *cmd, const char *s, double *out, int *n) {
     return *n > 0;
 }
 
-/* "full", "exact@64", "hnsw@32+phi" */
-static int parse_methods(const char *cmd, const char *s, method *out, int *n) {
+/* "full,exact@64,hnsw@32+phi" -> methods with their plans from the sparse
+ * options; with_phi[i] says whether method i takes the completion maps. */
+static int parse_methods(const char *cmd, const char *s, const cli_sparse_opts *so, subq_recall_method *out,
+                         int *with_phi, int *n) {
     char buf[512];
+    if (strlen(s) >= sizeof buf) return cli_error(cmd, "--methods: the list is too long"), 0;
     snprintf(buf, sizeof buf, "%s", s);
     *n = 0;
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
         if (*n == MAX_METHODS) return cli_error(cmd, "--methods: at most %d methods", MAX_METHODS), 0;
-        method *me = &out[(*n)++];
+        subq_recall_method *me = &out[(*n)++];
         memset(me, 0, sizeof *me);
-        snprintf(me->name, sizeof me->name, "%s", t);
-        if (!strcmp(t, "full")) {
-            me->full = 1;
-            continue;
-        }
-        char *at = strchr(t, '@'), *end = NULL;
-        if (at) *at = '\0';
-        int kind = subq_selector_parse(t);
-        long k = at ? strtol(at + 1, &end, 10) : -1;
-        me->complete = end && !strcmp(end, "+phi");
-        if (kind < 0 || !at || end == at + 1 || k < 0 || k > (1 << 20) || (*end && !me->complete)) {
-            cli_error(cmd, "--methods: '%s' is not full or SELECTOR@K[+phi] (selectors: exact, hnsw, faiss, quest, "
-                      "oracle, window)", me->name);
-            return 0;
-        }
-        if (!subq_selector_available((subq_selector_kind)kind))
-            return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", t), 0;
-        me->kind = (subq_selector_kind)kind;
-        me->k = (int)k;
+        subq_error err = {0};
+        int complete;
+        if (subq_recall_method_parse(t, me, &complete, &err)) return cli_error(cmd, "--methods: %s", err.msg), 0;
+        with_phi[*n - 1] = complete;
+        if (me->full) continue;
+        me->plan = cli_plan_with(so, me->plan.selector, me->plan.top_k);
+        if (!complete) me->plan.complete_min_entropy = -1;
+        if (subq_selector_needs_search(me->plan.selector) && !so->search_file && !so->random_search)
+            return cli_error(cmd, "method %s needs search projections: give --search FILE (or --random-search D)",
+                             me->name), 0;
+        if (complete && !so->complete_file)
+            return cli_error(cmd, "method %s needs completion maps: give --complete FILE", me->name), 0;
     }
     return *n > 0;
-}
-
-/* Append a file, or every regular file under a directory (name order,
- * hidden names skipped), to the haystack buffer. */
-static int add_haystack(const char *cmd, const char *path, char **buf, size_t *len, int depth) {
-    struct stat st;
-    if (stat(path, &st) != 0) return cli_error(cmd, "cannot read haystack %s", path), 0;
-    if (S_ISDIR(st.st_mode)) {
-        if (depth > 16) return cli_error(cmd, "haystack %s: directories nested too deep", path), 0;
-        struct dirent **names;
-        int n = scandir(path, &names, NULL, alphasort);
-        if (n < 0) return cli_error(cmd, "cannot list haystack directory %s", path), 0;
-        int ok = 1;
-        for (int i = 0; i < n; i++) {
-            if (ok && names[i]->d_name[0] != '.') {
-                char sub[4096];
-                snprintf(sub, sizeof sub, "%s/%s", path, names[i]->d_name);
-                ok = add_haystack(cmd, sub, buf, len, depth + 1);
-            }
-            free(names[i]);
-        }
-        free(names);
-        return ok;
-    }
-    if (!S_ISREG(st.st_mode)) return 1;
-    subq_error err = {0};
-    char *text;
-    size_t n;
-    if (subq_read_file(path, 0, &text, &n, &err)) return cli_error(cmd, "%s", err.msg), 0;
-    char *grown = realloc(*buf, *len + n + 3);
-    if (!grown) {
-        free(text);
-        return cli_error(cmd, "out of memory reading %s", path), 0;
-    }
-    *buf = grown;
-    if (*len && n) { /* documents apart */
-        memcpy(*buf + *len, "\n\n", 2);
-        *len += 2;
-    }
-    memcpy(*buf + *len, text, n);
-    *len += n;
-    (*buf)[*len] = '\0';
-    free(text);
-    return 1;
 }
 
 /* One grid of per-cell sums over trials (score or count), as shares. */
@@ -179,6 +118,36 @@ static void json_grid(const char *key, const double *sum, const int *count, int 
         printf("]");
     }
     printf("]");
+}
+
+/* DIR/PREFIX_NAME.svg with '@' and '+' of the method's name as '_'. */
+static void svg_path(char *path, size_t cap, const char *dir, const char *prefix, const char *name) {
+    int n = snprintf(path, cap, "%s/%s_", dir, prefix);
+    snprintf(path + n, cap - (size_t)n, "%s.svg", name);
+    for (char *p = path + n; *p; p++)
+        if (*p == '@' || *p == '+') *p = '_';
+}
+
+/* Progress and, with -v, every answer on stderr. */
+typedef struct answer_log {
+    progress *bar;
+    int64_t done;
+    int verbose;
+    const subq_recall_method *methods;
+    const int *lengths;
+    const double *depths;
+} answer_log;
+
+static void on_answer(void *user, int method, int length_i, int depth_i, int trial, const subq_recall_prompt *pr,
+                      const char *answer, double score) {
+    answer_log *log = user;
+    if (log->verbose) {
+        fprintf(stderr, "%s length %d depth %g trial %d: want", log->methods[method].name, log->lengths[length_i],
+                log->depths[depth_i], trial);
+        for (int vi = 0; vi < pr->n_values; vi++) fprintf(stderr, " %s", pr->values[vi]);
+        fprintf(stderr, ", got \"%s\" (%.2f)\n", answer, score);
+    }
+    progress_update(log->bar, ++log->done, NULL);
 }
 
 int cmd_recall(int argc, char **argv) {
@@ -234,41 +203,45 @@ int cmd_recall(int argc, char **argv) {
     if (!mo.model) return cli_error(cmd, "no model given; use -m FILE.gguf");
     if (n_hay == 0) return cli_error(cmd, "no haystack given; use --haystack FILE or DIR");
     if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
-    int have_search = so.search_file || so.random_search;
-    method methods[MAX_METHODS];
-    int n_methods = 0;
-    if (!parse_methods(cmd, methods_arg ? methods_arg : have_search ? "full,exact@64" : "full", methods, &n_methods))
+    subq_recall_method methods[MAX_METHODS];
+    int with_phi[MAX_METHODS], n_methods = 0;
+    if (!parse_methods(cmd, methods_arg ? methods_arg : so.search_file || so.random_search ? "full,exact@64" : "full",
+                       &so, methods, with_phi, &n_methods))
         return 1;
-    for (int i = 0; i < n_methods; i++) {
-        if (!methods[i].full && subq_selector_needs_search(methods[i].kind) && !have_search)
-            return cli_error(cmd, "method %s needs search projections: give --search FILE (or --random-search D)",
-                             methods[i].name);
-        if (methods[i].complete && !so.complete_file)
-            return cli_error(cmd, "method %s needs completion maps: give --complete FILE", methods[i].name);
-    }
+    subq_error err = {0};
     char *hay = NULL;
     size_t hay_len = 0;
-    for (int i = 0; i < n_hay; i++)
-        if (!add_haystack(cmd, haystacks[i], &hay, &hay_len, 0)) {
+    for (int i = 0; i < n_hay; i++) {
+        char *text;
+        size_t len;
+        if (subq_read_texts(haystacks[i], &text, &len, &err)) {
             free(hay);
-            return 1;
+            return cli_error(cmd, "%s", err.msg);
         }
+        char *grown = realloc(hay, hay_len + len + 3);
+        if (!grown) {
+            free(text);
+            free(hay);
+            return cli_error(cmd, "out of memory reading %s", haystacks[i]);
+        }
+        hay = grown;
+        if (hay_len && len) memcpy(hay + hay_len, "\n\n", 2), hay_len += 2; /* documents apart */
+        memcpy(hay + hay_len, text, len + 1);
+        hay_len += len;
+        free(text);
+    }
     rp.haystack = hay;
     rp.haystack_len = hay_len;
 
     subq_model *m = NULL;
     subq_context *c = NULL;
-    subq_context *c_pre = NULL; /* the shared dense prefill */
     subq_recall *rec = NULL;
-    float *logits = NULL;
+    subq_recall_grid grid = {0};
     int rc = 0;
     /* the context holds the longest prompt and its answer */
-    {
-        subq_error err = {0};
-        if (subq_model_load_ex(mo.model, mo.load_mode, &m, &err)) {
-            free(hay);
-            return cli_error(cmd, "%s", err.msg);
-        }
+    if (subq_model_load_ex(mo.model, mo.load_mode, &m, &err)) {
+        free(hay);
+        return cli_error(cmd, "%s", err.msg);
     }
     subq_model_info info;
     subq_model_get_info(m, &info);
@@ -292,45 +265,8 @@ int cmd_recall(int argc, char **argv) {
         goto done;
     }
     for (int i = 0; i < n_methods; i++) {
-        methods[i].score = calloc((size_t)n_len * n_dep, sizeof(double));
-        methods[i].exact = calloc((size_t)n_len * n_dep, sizeof(int));
-        methods[i].agree = calloc((size_t)n_len * n_dep, sizeof(int));
-        if (!methods[i].score || !methods[i].exact || !methods[i].agree) {
-            rc = cli_error(cmd, "out of memory");
-            goto done;
-        }
-    }
-    /* full attention answers first, so the others can be compared with it */
-    int full_at = -1;
-    for (int i = 0; i < n_methods && full_at < 0; i++)
-        if (methods[i].full) full_at = i;
-    int order[MAX_METHODS], n_order = 0;
-    if (full_at >= 0) order[n_order++] = full_at;
-    for (int i = 0; i < n_methods; i++)
-        if (i != full_at) order[n_order++] = i;
-    /* dense prefill: once per prompt, in a context whose plan computes the
-     * search keys every method needs (the first method with projections) */
-    if (!so.plan.sparse_prefill) {
-        int donor = -1;
-        for (int i = 0; i < n_methods && donor < 0; i++)
-            if (!methods[i].full && subq_selector_needs_search(methods[i].kind)) donor = i;
-        subq_context_params cp = subq_context_default_params();
-        cp.n_ctx = mo.n_ctx, cp.n_threads = mo.n_threads, cp.kv_type = mo.kv_type;
-        if (mo.n_batch > 0) cp.n_batch = mo.n_batch;
-        subq_error e = {0};
-        if (subq_context_new(m, &cp, &c_pre, &e)) {
-            rc = cli_error(cmd, "%s", e.msg);
-            goto done;
-        }
-        if (donor >= 0 && !cli_set_plan(cmd, &so, c_pre, methods[donor].kind, methods[donor].k, 0)) {
-            rc = 1;
-            goto done;
-        }
-    }
-    subq_error err = {0};
-    if (!(logits = malloc((size_t)info.n_vocab * sizeof(float)))) {
-        rc = cli_error(cmd, "out of memory");
-        goto done;
+        methods[i].search = so.search;
+        methods[i].complete = with_phi[i] ? so.complete : NULL;
     }
     if (subq_recall_new(m, &rp, &rec, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
@@ -338,85 +274,44 @@ int cmd_recall(int argc, char **argv) {
     }
     progress bar;
     progress_begin(&bar, "recall", (int64_t)n_len * n_dep * trials * n_methods);
-    int64_t done_n = 0;
-    for (int li = 0; li < n_len && !rc; li++)
-        for (int di = 0; di < n_dep && !rc; di++)
-            for (int t = 0; t < trials && !rc; t++) {
-                subq_recall_prompt pr;
-                if (subq_recall_make_prompt(rec, lengths[li], depths[di], t, &pr, &err)) {
-                    rc = cli_error(cmd, "%s", err.msg);
-                    break;
-                }
-                if (c_pre) {
-                    subq_context_reset(c_pre);
-                    if (subq_decode(c_pre, pr.tokens, pr.n_tokens, logits, 0, &err)) {
-                        rc = cli_error(cmd, "%s", err.msg);
-                        subq_recall_prompt_free(&pr);
-                        break;
-                    }
-                }
-                char full_answer[1024] = "";
-                for (int oi = 0; oi < n_methods && !rc; oi++) {
-                    method *me = &methods[order[oi]];
-                    subq_context_clear_plan(c);
-                    subq_context_reset(c);
-                    if (!me->full && !cli_set_plan(cmd, &so, c, me->kind, me->k, me->complete)) {
-                        rc = 1;
-                        break;
-                    }
-                    char answer[1024];
-                    double score;
-                    subq_status st = c_pre ? subq_context_copy(c, c_pre, &err) : SUBQ_OK;
-                    if (!st)
-                        st = c_pre ? subq_recall_continue(c, &pr, max_new, answer, sizeof answer, &score, &err)
-                                   : subq_recall_answer(c, &pr, max_new, answer, sizeof answer, &score, &err);
-                    if (st) {
-                        rc = cli_error(cmd, "%s: %s", me->name, err.msg);
-                        break;
-                    }
-                    if (order[oi] == full_at) snprintf(full_answer, sizeof full_answer, "%s", answer);
-                    if (full_at >= 0) me->agree[li * n_dep + di] += subq_recall_same_numbers(answer, full_answer);
-                    if (verbose) {
-                        fprintf(stderr, "%s length %d depth %g trial %d: want", me->name, lengths[li], depths[di], t);
-                        for (int vi = 0; vi < pr.n_values; vi++) fprintf(stderr, " %s", pr.values[vi]);
-                        fprintf(stderr, ", got \"%s\" (%.2f)\n", answer, score);
-                    }
-                    me->score[li * n_dep + di] += score;
-                    me->exact[li * n_dep + di] += score == 1.0;
-                    progress_update(&bar, ++done_n, NULL);
-                }
-                subq_recall_prompt_free(&pr);
-            }
+    answer_log log = {&bar, 0, verbose, methods, lengths, depths};
+    subq_recall_grid_params gp = {
+        .lengths = lengths, .n_lengths = n_len, .depths = depths, .n_depths = n_dep, .trials = trials,
+        .max_new = max_new, .sparse_prefill = so.plan.sparse_prefill, .methods = methods, .n_methods = n_methods,
+        .on_answer = on_answer, .user = &log,
+    };
+    subq_status st = subq_recall_run_grid(c, rec, &gp, &grid, &err);
     progress_end(&bar);
-    if (rc) goto done;
+    if (st) {
+        rc = cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    const int full_at = grid.full_method;
+    const int nc = grid.n_cells;
 
     const char *prefill = so.plan.sparse_prefill ? "sparse" : "dense";
-    if (svg_dir) {
-        for (int i = 0; i < n_methods && !rc; i++) {
-            char path[4096], title[256];
-            double grid[MAX_LIST * MAX_LIST];
-            for (int j = 0; j < n_len * n_dep; j++) grid[j] = methods[i].score[j] / trials;
-            snprintf(path, sizeof path, "%s/recall_%s.svg", svg_dir, methods[i].name);
-            for (char *p = path + strlen(svg_dir) + 1; *p; p++)
-                if (*p == '@' || *p == '+') *p = '_';
-            snprintf(title, sizeof title, "%.48s: %s recall, %s prefill, %d trials per cell", methods[i].name,
-                     subq_recall_task_name(rp.task), prefill, trials);
-            if (cli_svg_heatmap(path, title, "needle depth", "prompt length (tokens)", lengths, n_len, depths, n_dep,
-                                grid, &err))
-                rc = cli_error(cmd, "%s", err.msg);
-            if (rc || full_at < 0 || i == full_at) continue;
-            for (int j = 0; j < n_len * n_dep; j++) grid[j] = (double)methods[i].agree[j] / trials;
-            snprintf(path, sizeof path, "%s/agree_%s.svg", svg_dir, methods[i].name);
-            for (char *p = path + strlen(svg_dir) + 1; *p; p++)
-                if (*p == '@' || *p == '+') *p = '_';
-            snprintf(title, sizeof title, "%.48s: agreement with full, %s, %s prefill, %d trials per cell",
-                     methods[i].name, subq_recall_task_name(rp.task), prefill, trials);
-            if (cli_svg_heatmap(path, title, "needle depth", "prompt length (tokens)", lengths, n_len, depths, n_dep,
-                                grid, &err))
-                rc = cli_error(cmd, "%s", err.msg);
-        }
-        if (rc) goto done;
+    for (int i = 0; svg_dir && i < n_methods && !rc; i++) {
+        const double *score = grid.score + (size_t)i * nc;
+        const int *agree = grid.agree ? grid.agree + (size_t)i * nc : NULL;
+        char path[4096], title[256];
+        double cells[MAX_LIST * MAX_LIST];
+        for (int j = 0; j < nc; j++) cells[j] = score[j] / trials;
+        svg_path(path, sizeof path, svg_dir, "recall", methods[i].name);
+        snprintf(title, sizeof title, "%.48s: %s recall, %s prefill, %d trials per cell", methods[i].name,
+                 subq_recall_task_name(rp.task), prefill, trials);
+        if (cli_svg_heatmap(path, title, "needle depth", "prompt length (tokens)", lengths, n_len, depths, n_dep,
+                            cells, &err))
+            rc = cli_error(cmd, "%s", err.msg);
+        if (rc || !agree || i == full_at) continue;
+        for (int j = 0; j < nc; j++) cells[j] = (double)agree[j] / trials;
+        svg_path(path, sizeof path, svg_dir, "agree", methods[i].name);
+        snprintf(title, sizeof title, "%.48s: agreement with full, %s, %s prefill, %d trials per cell",
+                 methods[i].name, subq_recall_task_name(rp.task), prefill, trials);
+        if (cli_svg_heatmap(path, title, "needle depth", "prompt length (tokens)", lengths, n_len, depths, n_dep,
+                            cells, &err))
+            rc = cli_error(cmd, "%s", err.msg);
     }
+    if (rc) goto done;
     if (json) {
         printf("{\"model\": ");
         cli_json_string(stdout, mo.model, strlen(mo.model));
@@ -429,22 +324,23 @@ int cmd_recall(int argc, char **argv) {
         for (int d = 0; d < n_dep; d++) printf("%s%g", d ? ", " : "", depths[d]);
         printf("],\n \"methods\": [");
         for (int i = 0; i < n_methods; i++) {
-            const method *me = &methods[i];
+            const double *score = grid.score + (size_t)i * nc;
+            const int *exact = grid.exact + (size_t)i * nc, *agree = grid.agree ? grid.agree + (size_t)i * nc : NULL;
             double total = 0;
+            int n_agree = 0;
             printf("%s\n  {\"method\": ", i ? "," : "");
-            cli_json_string(stdout, me->name, strlen(me->name));
-            json_grid("accuracy", me->score, NULL, n_len, n_dep, trials);
-            int agree = 0;
-            for (int j = 0; j < n_len * n_dep; j++) total += me->score[j], agree += me->agree[j];
-            if (full_at >= 0) json_grid("agreement", NULL, me->agree, n_len, n_dep, trials);
+            cli_json_string(stdout, methods[i].name, strlen(methods[i].name));
+            json_grid("accuracy", score, NULL, n_len, n_dep, trials);
+            for (int j = 0; j < nc; j++) total += score[j], n_agree += agree ? agree[j] : 0;
+            if (agree) json_grid("agreement", NULL, agree, n_len, n_dep, trials);
             printf(", \"exact\": [");
             for (int l = 0; l < n_len; l++) {
                 printf("%s[", l ? ", " : "");
-                for (int d = 0; d < n_dep; d++) printf("%s%d", d ? ", " : "", me->exact[l * n_dep + d]);
+                for (int d = 0; d < n_dep; d++) printf("%s%d", d ? ", " : "", exact[l * n_dep + d]);
                 printf("]");
             }
-            printf("], \"overall\": %.4f", total / ((double)n_len * n_dep * trials));
-            if (full_at >= 0) printf(", \"overall_agreement\": %.4f", agree / ((double)n_len * n_dep * trials));
+            printf("], \"overall\": %.4f", total / ((double)nc * trials));
+            if (agree) printf(", \"overall_agreement\": %.4f", n_agree / ((double)nc * trials));
             printf("}");
         }
         printf("]}\n");
@@ -452,24 +348,17 @@ int cmd_recall(int argc, char **argv) {
         printf("%s recall, %d trials per cell, %s prefill, sink %d, tail %d\n", subq_recall_task_name(rp.task), trials,
                prefill, so.plan.n_sink, so.plan.n_tail);
         for (int i = 0; i < n_methods; i++) {
-            const method *me = &methods[i];
-            print_grid("share of the answer values recalled (1 = every value exact)", me->name, me->score, NULL,
-                       lengths, n_len, depths, n_dep, trials);
-            if (full_at >= 0 && i != full_at)
-                print_grid("share of prompts answered with full attention's numbers", me->name, NULL, me->agree,
-                           lengths, n_len, depths, n_dep, trials);
+            print_grid("share of the answer values recalled (1 = every value exact)", methods[i].name,
+                       grid.score + (size_t)i * nc, NULL, lengths, n_len, depths, n_dep, trials);
+            if (grid.agree && i != full_at)
+                print_grid("share of prompts answered with full attention's numbers", methods[i].name, NULL,
+                           grid.agree + (size_t)i * nc, lengths, n_len, depths, n_dep, trials);
         }
     }
 done:
+    subq_recall_grid_free(&grid);
     subq_recall_free(rec);
-    for (int i = 0; i < n_methods; i++) {
-        free(methods[i].score);
-        free(methods[i].exact);
-        free(methods[i].agree);
-    }
     free(hay);
-    free(logits);
-    subq_context_free(c_pre);
     subq_context_free(c);
     cli_sparse_free(&so);
     subq_model_free(m);
