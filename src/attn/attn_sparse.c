@@ -22,17 +22,7 @@ typedef struct sparse_stage {
     int rec_cap;                /* tokens the record can hold */
     float *qs, *ks;             /* search vectors of the current batch */
     int freeze_slot;            /* static-index mode, -1 = off */
-    int metrics_on;
-    sparse_metrics metrics;
-    /* metrics (subq eval): each query's document start, mask and, for
-     * per-head selectors, every head's candidates, for batches of up to
-     * m_cap tokens, measured once the batch is attended (sparse_metrics.c) */
-    int *m_doc0;
-    select_mask *m_mask;
-    int32_t *m_hcand;           /* [m_cap][n_head][top_k] */
-    int32_t *m_exact;           /* the shadow exact selector's set */
-    int m_cap;
-    selector *shadow;           /* exact selector beside an ANN one (metrics) */
+    sparse_probe probe;         /* the retrieval metrics of subq eval (sparse_metrics.c) */
     attn_completion *comp;      /* NULL: selection only */
     int per_head;               /* the selector picks one set per query head */
     int32_t *hcand;             /* its sets: [n_head][top_k] */
@@ -74,52 +64,6 @@ static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
 }
 
 /* Metric buffers for batches of up to n tokens. */
-static subq_status ensure_metric_buffers(sparse_stage *s, int n, int n_head, subq_error *err) {
-    if (n <= s->m_cap) return SUBQ_OK;
-    const size_t k = (size_t)(s->p.top_k > 0 ? s->p.top_k : 1);
-    int *doc0 = realloc(s->m_doc0, (size_t)n * sizeof(int));
-    if (doc0) s->m_doc0 = doc0;
-    select_mask *mask = realloc(s->m_mask, (size_t)n * sizeof(select_mask));
-    if (mask) s->m_mask = mask;
-    int32_t *hcand = s->per_head ? realloc(s->m_hcand, (size_t)n * n_head * k * sizeof(int32_t)) : NULL;
-    if (hcand) s->m_hcand = hcand;
-    if (!s->m_exact) s->m_exact = malloc(k * sizeof(int32_t));
-    if (!doc0 || !mask || (s->per_head && !hcand) || !s->m_exact)
-        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d queries)", n);
-    s->m_cap = n;
-    return SUBQ_OK;
-}
-
-/* 1 if x is one of set[0..n) */
-static int in_set(const int32_t *set, int n, int32_t x) {
-    for (int i = 0; i < n; i++)
-        if (set[i] == x) return 1;
-    return 0;
-}
-
-/* Metrics counted per query as it is attended: filler (requested - found)
- * and, beside an ANN selector, the recall of its candidates against the
- * shadow exact selector under the same mask. The teacher's figures are
- * measured per batch (measure_batch). */
-static subq_status count_query(sparse_stage *s, const float *q_s, const float *q_native, const select_mask *m,
-                               const int32_t *cand, int got, subq_error *err) {
-    const int topk = s->p.top_k;
-    s->metrics.n_requested += topk;
-    s->metrics.n_filler += topk - got;
-    if (!s->shadow || topk == 0) return SUBQ_OK;
-    int ne = selector_query(s->shadow, q_s, q_native, topk, m, s->m_exact);
-    if (ne < 0)
-        return subq_fail(err, SUBQ_ERR_NOMEM, "the exact selector beside %s failed (layer %d)",
-                         selector_kind_name(s->p.select.kind), s->sel->env.layer);
-    if (ne > 0) {
-        int hit = 0;
-        for (int a = 0; a < ne; a++) hit += in_set(cand, got, s->m_exact[a]);
-        s->metrics.ann_recall_sum += (double)hit / ne;
-        s->metrics.n_ann++;
-    }
-    return SUBQ_OK;
-}
-
 /* The teacher's figures of the batch's queries (sparse_metrics.c), from the
  * documents, masks and candidates noted while they were attended. */
 static subq_status measure_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, const int *doc0,
@@ -129,7 +73,7 @@ static subq_status measure_batch(sparse_stage *s, const attn_step *st, const kv_
         .n_head_kv = st->n_head_kv, .head_dim = st->head_dim, .top_k = s->p.top_k, .per_head = s->per_head,
         .q = st->q, .doc0 = doc0, .mask = mask, .cand = cand, .pool = st->pool,
     };
-    return sparse_metrics_measure(&b, kv, &s->metrics, err);
+    return sparse_metrics_measure(&b, kv, &s->probe.totals, err);
 }
 
 /* The query in `slot` attends the sinks [doc0, sink_hi) (first n_sink slots
@@ -174,9 +118,9 @@ static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int t, int 
     if (got < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.kind), s->sel->env.layer);
-    if (s->metrics_on) {
-        s->m_doc0[t] = w.doc0, s->m_mask[t] = w.m;
-        subq_status rc = count_query(s, q_s, q_native, &w.m, cand, got, err);
+    if (s->probe.on) {
+        s->probe.doc0[t] = w.doc0, s->probe.mask[t] = w.m;
+        subq_status rc = sparse_probe_count(&s->probe, q_s, q_native, &w.m, s->p.top_k, cand, got, s->sel->env.layer, err);
         if (rc) return rc;
     }
     for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
@@ -198,21 +142,16 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.kind), st->layer);
     for (int i = 0; i < K; i++) rec[i] = i < s->hgot[0] ? s->hcand[i] : -1;
-    if (s->metrics_on) {
-        s->m_doc0[t] = w.doc0, s->m_mask[t] = w.m;
-        for (int h = 0; h < st->n_head; h++) {
-            int32_t *dst = s->m_hcand + ((size_t)t * st->n_head + h) * K;
-            for (int i = 0; i < K; i++) dst[i] = i < s->hgot[h] ? s->hcand[(size_t)h * K + i] : -1;
-            s->metrics.n_requested += K;
-            s->metrics.n_filler += K - s->hgot[h];
-        }
+    if (s->probe.on) {
+        s->probe.doc0[t] = w.doc0, s->probe.mask[t] = w.m;
+        sparse_probe_heads(&s->probe, t, st->n_head, K, s->hcand, s->hgot);
     }
     for (int h = 0; h < st->n_head; h++) {
         int ns = assemble(&w, slot, s->hcand + (size_t)h * K, s->hgot[h], slots);
         if (s->comp)
             completion_attend_head(s->comp, kv, slot, q, st->scale, h, slots, ns, w.sink_hi - w.doc0, s->hgot[h],
-                                   st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum,
-                                   &s->metrics.n_share);
+                                   st->out + (size_t)t * st->n_head * hd, &s->probe.totals.share_sum,
+                                   &s->probe.totals.n_share);
         else
             attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, slots, ns, scores,
                                   st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
@@ -228,7 +167,7 @@ static subq_status append_keys(sparse_stage *s, const float *ks, int n, int slot
         if (slot0 + n > s->freeze_slot) n = s->freeze_slot - slot0;
     }
     subq_status rc = selector_append(s->sel, ks, n, slot0, err);
-    if (!rc && s->shadow) rc = selector_append(s->shadow, ks, n, slot0, err);
+    if (!rc && s->probe.shadow) rc = selector_append(s->probe.shadow, ks, n, slot0, err);
     return rc;
 }
 
@@ -276,16 +215,16 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     for (int t = 0; !rc && t < n; t++) {
         const int k_got = K > 0 ? got[t] : 0;
         int32_t *c = cand + (size_t)t * K, *x = extra + (size_t)t * n_extra;
-        if (s->metrics_on)
-            rc = count_query(s, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL,
-                             st->q + (size_t)t * st->n_head * st->head_dim, &m[t], c, k_got, err);
+        if (s->probe.on)
+            rc = sparse_probe_count(&s->probe, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL,
+                                    st->q + (size_t)t * st->n_head * st->head_dim, &m[t], K, c, k_got, st->layer, err);
         for (int i = k_got; i < K; i++) c[i] = -1; /* filler: masked out */
         int e = 0;
         for (int j = doc0[t]; j < m[t].ex0_hi; j++) x[e++] = j;
         for (int i = 0; i < K; i++) x[e++] = c[i];
         while (e < n_extra) x[e++] = -1;
     }
-    if (!rc && s->metrics_on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
+    if (!rc && s->probe.on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
     if (!rc) rc = attn_batch(st, kv, lo, extra, n_extra, err);
     if (!rc && !teacher) rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
     free(lo);
@@ -327,7 +266,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     sparse_stage *s = (sparse_stage *)self;
     const int n = st->n_tokens, hd = st->head_dim, g = st->n_head / st->n_head_kv;
     subq_status rc = ensure_buffers(s, n, err);
-    if (!rc && s->metrics_on) rc = ensure_metric_buffers(s, n, st->n_head, err);
+    if (!rc && s->probe.on) rc = sparse_probe_reserve(&s->probe, n, st->n_head, s->p.top_k, s->per_head, err);
     if (rc) return rc;
     s->rec.n_tokens = n;
     s->rec.top_k = s->p.top_k;
@@ -374,7 +313,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         if (rc) break;
         if (s->comp) {
             completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand,
-                              st->out + (size_t)t * st->n_head * hd, &s->metrics.share_sum, &s->metrics.n_share);
+                              st->out + (size_t)t * st->n_head * hd, &s->probe.totals.share_sum, &s->probe.totals.n_share);
             continue;
         }
         /* exact softmax of the native q, k, v over the chosen slots, per KV
@@ -386,15 +325,15 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     }
     free(slots);
     free(scores);
-    if (!rc && s->metrics_on)
-        rc = measure_batch(s, st, kv, s->m_doc0, s->m_mask, s->per_head ? s->m_hcand : s->rec.cand, err);
+    if (!rc && s->probe.on)
+        rc = measure_batch(s, st, kv, s->probe.doc0, s->probe.mask, s->per_head ? s->probe.hcand : s->rec.cand, err);
     return rc;
 }
 
 static void sparse_reset(attn_stage *self) {
     sparse_stage *s = (sparse_stage *)self;
     selector_reset(s->sel);
-    if (s->shadow) selector_reset(s->shadow);
+    if (s->probe.shadow) selector_reset(s->probe.shadow);
     if (s->comp) completion_reset(s->comp);
     s->rec.n_tokens = 0;
 }
@@ -402,13 +341,9 @@ static void sparse_reset(attn_stage *self) {
 static void sparse_free(attn_stage *self) {
     sparse_stage *s = (sparse_stage *)self;
     selector_free(s->sel);
-    selector_free(s->shadow);
+    sparse_probe_free(&s->probe);
     completion_free(s->comp);
     free(s->rec.cand);
-    free(s->m_doc0);
-    free(s->m_mask);
-    free(s->m_hcand);
-    free(s->m_exact);
     free(s->qs);
     free(s->ks);
     free(s->hcand);
@@ -424,7 +359,7 @@ static subq_status sparse_truncate(attn_stage *st, const kv_cache *kv, int n_kee
     sparse_stage *s = (sparse_stage *)st;
     int keys = s->freeze_slot >= 0 && s->freeze_slot < n_keep ? s->freeze_slot : n_keep;
     subq_status rc = selector_truncate(s->sel, keys, err);
-    if (!rc && s->shadow) rc = selector_truncate(s->shadow, keys, err);
+    if (!rc && s->probe.shadow) rc = selector_truncate(s->probe.shadow, keys, err);
     if (!rc) rc = completion_replay(s, kv, n_keep, err);
     s->rec.n_tokens = 0;
     return rc;
@@ -508,38 +443,15 @@ const sparse_record *attn_sparse_record(attn_stage *st) {
 subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
     if (!st || st->name != sparse_name) return SUBQ_OK;
     sparse_stage *s = (sparse_stage *)st;
-    s->metrics_on = 1;
-    if (!s->shadow && selector_params_approximate(&s->p.select)) {
-        /* the reference: a full f32 scan by the same score */
-        selector_params ep;
-        selector_params_default(&ep, SELECT_EXACT, s->d_search);
-        ep.score = s->p.select.score;
-        return selector_new(&ep, &s->sel->env, &s->shadow, err);
-    }
-    return SUBQ_OK;
+    return sparse_probe_enable(&s->probe, &s->p.select, &s->sel->env, s->d_search, err);
 }
 
 const sparse_metrics *attn_sparse_get_metrics(attn_stage *st) {
-    return st && st->name == sparse_name ? &((sparse_stage *)st)->metrics : NULL;
-}
-
-void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src) {
-    dst->mass_sum += src->mass_sum;
-    dst->recall_sum += src->recall_sum;
-    dst->ann_recall_sum += src->ann_recall_sum;
-    dst->n_queries += src->n_queries;
-    dst->n_ann += src->n_ann;
-    dst->n_requested += src->n_requested;
-    dst->n_filler += src->n_filler;
-    dst->mass_seed_sum += src->mass_seed_sum;
-    dst->recall_seed_sum += src->recall_seed_sum;
-    dst->n_seed += src->n_seed;
-    dst->share_sum += src->share_sum;
-    dst->n_share += src->n_share;
+    return st && st->name == sparse_name ? &((sparse_stage *)st)->probe.totals : NULL;
 }
 
 void attn_sparse_clear_metrics(attn_stage *st) {
-    if (st && st->name == sparse_name) memset(&((sparse_stage *)st)->metrics, 0, sizeof(sparse_metrics));
+    if (st && st->name == sparse_name) memset(&((sparse_stage *)st)->probe.totals, 0, sizeof(sparse_metrics));
 }
 
 void attn_sparse_freeze(attn_stage *st, int freeze_slot) {
@@ -565,7 +477,7 @@ subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float 
     if (!s) return SUBQ_OK;
     if (s->d_search > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "restoring a sparse layer needs its search keys");
     subq_status rc = selector_put_keys(s->sel, s->d_search > 0 ? keys : NULL, n, 0, err);
-    if (!rc && s->shadow) rc = selector_put_keys(s->shadow, keys, n, 0, err);
+    if (!rc && s->probe.shadow) rc = selector_put_keys(s->probe.shadow, keys, n, 0, err);
     return rc ? rc : completion_replay(s, kv, n, err);
 }
 

@@ -259,3 +259,88 @@ subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, 
     free(qs);
     return SUBQ_OK;
 }
+
+/* ---- the stage's probe ------------------------------------------------------- */
+
+subq_status sparse_probe_enable(sparse_probe *p, const selector_params *sel, const selector_env *env, int d_search,
+                                subq_error *err) {
+    p->on = 1;
+    if (p->shadow || !selector_params_approximate(sel)) return SUBQ_OK;
+    /* the reference: a full f32 scan by the same score */
+    selector_params ep;
+    selector_params_default(&ep, SELECT_EXACT, d_search);
+    ep.score = sel->score;
+    return selector_new(&ep, env, &p->shadow, err);
+}
+
+subq_status sparse_probe_reserve(sparse_probe *p, int n, int n_head, int top_k, int per_head, subq_error *err) {
+    if (n <= p->cap) return SUBQ_OK;
+    const size_t k = (size_t)(top_k > 0 ? top_k : 1);
+    int *doc0 = realloc(p->doc0, (size_t)n * sizeof(int));
+    if (doc0) p->doc0 = doc0;
+    select_mask *mask = realloc(p->mask, (size_t)n * sizeof(select_mask));
+    if (mask) p->mask = mask;
+    int32_t *hcand = per_head ? realloc(p->hcand, (size_t)n * n_head * k * sizeof(int32_t)) : NULL;
+    if (hcand) p->hcand = hcand;
+    if (!p->exact) p->exact = malloc(k * sizeof(int32_t));
+    if (!doc0 || !mask || (per_head && !hcand) || !p->exact)
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d queries)", n);
+    p->cap = n;
+    return SUBQ_OK;
+}
+
+/* 1 if x is one of set[0..n) */
+static int in_set(const int32_t *set, int n, int32_t x) {
+    for (int i = 0; i < n; i++)
+        if (set[i] == x) return 1;
+    return 0;
+}
+
+subq_status sparse_probe_count(sparse_probe *p, const float *q_s, const float *q_native, const select_mask *m,
+                               int top_k, const int32_t *cand, int got, int layer, subq_error *err) {
+    p->totals.n_requested += top_k;
+    p->totals.n_filler += top_k - got;
+    if (!p->shadow || top_k == 0) return SUBQ_OK;
+    int ne = selector_query(p->shadow, q_s, q_native, top_k, m, p->exact);
+    if (ne < 0) return subq_fail(err, SUBQ_ERR_NOMEM, "the exact selector beside the ANN one failed (layer %d)", layer);
+    if (ne > 0) {
+        int hit = 0;
+        for (int a = 0; a < ne; a++) hit += in_set(cand, got, p->exact[a]);
+        p->totals.ann_recall_sum += (double)hit / ne;
+        p->totals.n_ann++;
+    }
+    return SUBQ_OK;
+}
+
+void sparse_probe_heads(sparse_probe *p, int t, int n_head, int top_k, const int32_t *hcand, const int *hgot) {
+    for (int h = 0; h < n_head; h++) {
+        int32_t *dst = p->hcand + ((size_t)t * n_head + h) * top_k;
+        for (int i = 0; i < top_k; i++) dst[i] = i < hgot[h] ? hcand[(size_t)h * top_k + i] : -1;
+        p->totals.n_requested += top_k;
+        p->totals.n_filler += top_k - hgot[h];
+    }
+}
+
+void sparse_probe_free(sparse_probe *p) {
+    selector_free(p->shadow);
+    free(p->doc0);
+    free(p->mask);
+    free(p->hcand);
+    free(p->exact);
+    memset(p, 0, sizeof *p);
+}
+
+void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src) {
+    dst->mass_sum += src->mass_sum;
+    dst->recall_sum += src->recall_sum;
+    dst->ann_recall_sum += src->ann_recall_sum;
+    dst->n_queries += src->n_queries;
+    dst->n_ann += src->n_ann;
+    dst->n_requested += src->n_requested;
+    dst->n_filler += src->n_filler;
+    dst->mass_seed_sum += src->mass_seed_sum;
+    dst->recall_seed_sum += src->recall_seed_sum;
+    dst->n_seed += src->n_seed;
+    dst->share_sum += src->share_sum;
+    dst->n_share += src->n_share;
+}

@@ -36,4 +36,34 @@ typedef struct sparse_measure {
 subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, sparse_metrics *acc,
                                    subq_error *err);
 
+/* The metrics side of a sparse stage, off until attn_sparse_enable_metrics:
+ * the totals, and for the batch being attended each query's document start,
+ * mask and (per-head selectors) every head's candidates, measured once the
+ * batch is attended. Beside an ANN selector, a shadow exact selector over
+ * the same keys gives the ANN recall. */
+typedef struct sparse_probe {
+    int on;
+    sparse_metrics totals;
+    int *doc0;                  /* [cap] */
+    select_mask *mask;          /* [cap] */
+    int32_t *hcand;             /* [cap][n_head][top_k] (per-head selectors) */
+    int32_t *exact;             /* the shadow's set for one query */
+    int cap;
+    selector *shadow;           /* NULL unless the selector is approximate */
+} sparse_probe;
+
+/* Turn the probe on; sel/env are the stage's selector's (a shadow exact
+ * selector by the same score is made when sel is approximate). */
+subq_status sparse_probe_enable(sparse_probe *p, const selector_params *sel, const selector_env *env, int d_search,
+                                subq_error *err);
+/* Room to note a batch of n queries. */
+subq_status sparse_probe_reserve(sparse_probe *p, int n, int n_head, int top_k, int per_head, subq_error *err);
+/* One query as attended: the filler (top_k - got) and, with a shadow, the
+ * recall of cand[0..got) against the exact set under the same mask. */
+subq_status sparse_probe_count(sparse_probe *p, const float *q_s, const float *q_native, const select_mask *m,
+                               int top_k, const int32_t *cand, int got, int layer, subq_error *err);
+/* Per-head selectors: query t's heads' candidates, -1 filled, and filler. */
+void sparse_probe_heads(sparse_probe *p, int t, int n_head, int top_k, const int32_t *hcand, const int *hgot);
+void sparse_probe_free(sparse_probe *p);
+
 #endif
