@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 #include "kernels/scan_codes.h"
@@ -59,6 +60,48 @@ void select_heap_push(select_heap *h, float score, int32_t slot);
 /* Heap-sort the kept pairs best-first into out (and scores, if not NULL);
  * returns the count. The heap is empty afterwards. */
 int select_heap_take(select_heap *h, int32_t *out, float *scores);
+
+/* The k best (score, slot) pairs offered to a scan, in a buffer of 2k
+ * pairs: a pair enters only if it beats the worst pair kept at the last
+ * cut, and a full buffer is cut to its k best by quickselect. Amortised
+ * O(1) per pair, where a size-k heap pays O(log k) per pair that enters: the
+ * compressed scans keep select_rerank_pool(K) pairs, and on Gaussian keys a heap
+ * of 1024 took four times as long as the int8 dot products. A pair is held
+ * as one integer key that orders as the heap does (higher score first,
+ * equal scores -> lower slot first), so the cut compares and swaps single
+ * words without branches. */
+typedef struct topk_buf {
+    uint64_t *key;
+    int n, k;
+    uint64_t thr;     /* the worst key kept at the last cut (0 before) */
+} topk_buf;
+/* Keep t's k best keys (quickselect, select_topk.c). */
+void select_topk_cut(topk_buf *t, int k);
+float select_key_score(uint64_t key);
+/* Inline below: the scans offer every eligible slot to them. */
+/* Floats map to unsigned integers in their order: the sign bit set for
+ * positives, every bit inverted for negatives. */
+static inline uint64_t select_pair_key(float score, int32_t slot) {
+    uint32_t u;
+    memcpy(&u, &score, sizeof u);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;
+    return (uint64_t)u << 32 | (uint32_t)~(uint32_t)slot;
+}
+
+/* Offer a pair; a full buffer is cut to its k best and the threshold raised. */
+static inline void select_topk_push(topk_buf *t, float score, int32_t slot) {
+    const uint64_t key = select_pair_key(score, slot);
+    if (key <= t->thr) return;
+    t->key[t->n] = key;
+    if (++t->n < 2 * t->k) return;
+    select_topk_cut(t, t->k);
+    uint64_t w = t->key[0];
+    for (int i = 1; i < t->n; i++) w = t->key[i] < w ? t->key[i] : w;
+    t->thr = w;
+}
+
+/* The kept slots (best first when sorted) and scores; returns the count. */
+int select_topk_take(topk_buf *t, int sorted, int32_t *out, float *scores);
 
 /* Every allocation a query makes goes through here: realloc, or NULL while
  * the selector's test hook s->fail_alloc is set. */

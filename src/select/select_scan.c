@@ -1,0 +1,278 @@
+/* The exact masked scans over stored keys: serial, split across threads,
+ * and batched through sgemm. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "base/blas.h"
+#include "select/select_internal.h"
+
+/* A top-k buffer over scratch sc (2k keys, SELECT_BLOCK floats and
+ * int32): the keys, then one block of slots and scores. */
+typedef struct scan_buf {
+    topk_buf t;
+    int32_t *idx;
+    float *dots;
+} scan_buf;
+
+static int scan_buf_init(const selector *s, select_scratch *sc, int k, scan_buf *b) {
+    if (!select_scratch_u(s, sc, 2 * (size_t)k) || !select_scratch_f(s, sc, SELECT_BLOCK) ||
+        !select_scratch_i(s, sc, SELECT_BLOCK))
+        return 0;
+    b->t = (topk_buf){.key = sc->u, .k = k};
+    b->idx = sc->i;
+    b->dots = sc->f;
+    return 1;
+}
+
+/* score rows idx[0..nb) (b->idx may be idx) and offer them */
+static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, int nb) {
+    r->dot(r->q, r->base, r->stride, r->d, idx, nb, b->dots);
+    for (int i = 0; i < nb; i++) select_topk_push(&b->t, b->dots[i], idx[i]);
+}
+
+/* Scores of the n consecutive rows from slot j0 (rows with a contiguous
+ * kernel only). */
+static void score_run(const select_rows *r, int j0, int n, float *out) {
+    if (r->code_scores)
+        r->code_scores(r->cq, (const uint8_t *)r->base + (size_t)j0 * r->stride, r->code_scale + j0, n, out);
+    else
+        r->scores(r->q, 1, (const char *)r->base + (size_t)j0 * r->row_bytes, n, r->d, 1.0f, out, n);
+}
+
+/* Scan the eligible slots in [from, to) for the k best; returns the count,
+ * (best first when sorted), with their scores when `scores` is not NULL. */
+static int scan_range(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
+                      uint64_t thr0, int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+    scan_buf b;
+    if (k <= 0) return 0;
+    if (!scan_buf_init(s, sc, k, &b)) return -1;
+    const kernels *K = kernels_get();
+    b.t.thr = thr0;
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    int64_t scored = 0;
+    /* per block: gather the eligible slots, score them, offer them */
+    for (int q = 0; q < nr; q++) {
+        int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
+        for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
+            int j1 = j0 + SELECT_BLOCK < e ? j0 + SELECT_BLOCK : e, nb = 0;
+            if (r->scores || r->code_scores) { /* consecutive rows: no slot list, several rows per sum */
+                score_run(r, j0, j1 - j0, b.dots);
+                /* most scores lose to the worst kept at the last cut: the
+                 * others are listed, then offered */
+                const float worst = b.t.thr ? select_key_score(b.t.thr) : -INFINITY;
+                const int nc = K->index_at_least(b.dots, j1 - j0, worst, b.idx);
+                for (int c = 0; c < nc; c++) {
+                    const int j = j0 + b.idx[c];
+                    if (!m->seg || m->seg[j] == m->query_seg) select_topk_push(&b.t, b.dots[b.idx[c]], j);
+                }
+                scored += j1 - j0; /* every row of the run is read and scored */
+                continue;
+            }
+            if (m->seg) {
+                for (int j = j0; j < j1; j++)
+                    if (m->seg[j] == m->query_seg) b.idx[nb++] = j;
+            } else {
+                for (int j = j0; j < j1; j++) b.idx[nb++] = j;
+            }
+            scan_block(r, &b, b.idx, nb);
+            scored += nb;
+        }
+    }
+    *n_scored += scored;
+    return select_topk_take(&b.t, sorted, out, scores);
+}
+
+/* A scan's buffer admits a row only above the worst kept, but from an
+ * empty buffer that is about 2k + k ln(n / 2k) admissions and a cut per k
+ * of them (128K Gaussian keys, a re-rank pool of 1024: 20K admissions and
+ * 30 cuts per query, more time than the int4 scores). So a long scan
+ * first scores a sample, SAMPLE_RUNS runs of consecutive rows spread over
+ * its slots, 1/SAMPLE_FRACTION of them, and starts the buffer's threshold
+ * at the r-th best sampled score, r chosen so that about 4k rows of the
+ * whole should beat it. A scan that keeps fewer than k rows (the estimate
+ * came out too high) runs again from no threshold: the result is the same
+ * either way. 0: no threshold (short scans, rows without a contiguous
+ * kernel, too few eligible rows in the sample). */
+enum { SAMPLE_RUNS = 16, SAMPLE_FRACTION = 32, SAMPLE_MAX = 4096 };
+
+static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, const select_mask *m, int k,
+                                 int64_t *n_scored) {
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    int64_t span = 0; /* slots of [from, to) in the ranges */
+    for (int q = 0; q < nr; q++) {
+        const int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
+        span += e > a ? e - a : 0;
+    }
+    const int run = (int)(span / ((int64_t)SAMPLE_FRACTION * SAMPLE_RUNS));
+    if ((!r->scores && !r->code_scores) || run < 16 || k <= 0) return 0;
+    const int len = run * SAMPLE_RUNS > SAMPLE_MAX ? SAMPLE_MAX / SAMPLE_RUNS : run;
+    float dots[SAMPLE_MAX / SAMPLE_RUNS];
+    uint64_t key[SAMPLE_MAX];
+    int n_key = 0, n_seen = 0;
+    for (int c = 0; c < SAMPLE_RUNS; c++) {
+        int p = from + (int)((int64_t)(to - from) * (2 * c + 1) / (2 * SAMPLE_RUNS)) - len / 2;
+        p = p < from ? from : p + len > to ? to - len : p;
+        for (int q = 0; q < nr; q++) {
+            const int a = lo[q] > p ? lo[q] : p, e = hi[q] < p + len ? hi[q] : p + len;
+            if (e <= a) continue;
+            score_run(r, a, e - a, dots);
+            n_seen += e - a;
+            for (int j = a; j < e; j++)
+                if (!m->seg || m->seg[j] == m->query_seg) key[n_key++] = select_pair_key(dots[j - a], j);
+        }
+    }
+    *n_scored += n_seen;
+    /* r / n_seen of the sample beat the threshold, so about r * span / n_seen rows of the whole */
+    const int64_t want = ((int64_t)4 * k * n_seen + span - 1) / span;
+    if (n_seen == 0 || want < 1 || 2 * want > n_key) return 0;
+    topk_buf t = {.key = key, .n = n_key, .k = (int)want};
+    select_topk_cut(&t, (int)want);
+    uint64_t w = key[0];
+    for (int i = 1; i < t.n; i++) w = key[i] < w ? key[i] : w;
+    /* every pair with the r-th best sampled score, or higher, is admitted */
+    return select_pair_key(select_key_score(w), INT32_MAX);
+}
+
+/* scan_range from a sampled threshold, again from none when it kept fewer
+ * than k */
+static int scan_part(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
+                     int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
+    const uint64_t thr0 = sample_threshold(r, n, from, to, m, k, n_scored);
+    int got = scan_range(s, r, n, from, to, m, k, thr0, sorted, sc, out, scores, n_scored);
+    if (thr0 && got >= 0 && got < k) got = scan_range(s, r, n, from, to, m, k, 0, sorted, sc, out, scores, n_scored);
+    return got;
+}
+
+static void count_rows(selector *s, const select_rows *r, int64_t scored) {
+    s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)scored * r->row_bytes;
+}
+
+int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                     select_scratch *sc, int32_t *out) {
+    int64_t scored = 0;
+    int got = scan_part(s, rows, n, 0, n, m, k, sorted, sc, out, NULL, &scored);
+    count_rows(s, rows, scored);
+    return got;
+}
+
+int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots, int n, int k, select_scratch *sc,
+                      int32_t *out) {
+    scan_buf b;
+    if (k <= 0) return 0;
+    if (!scan_buf_init(s, sc, k, &b)) return -1;
+    for (int i0 = 0; i0 < n; i0 += SELECT_BLOCK) scan_block(rows, &b, slots + i0, n - i0 < SELECT_BLOCK ? n - i0 : SELECT_BLOCK);
+    count_rows(s, rows, n);
+    return select_topk_take(&b.t, 1, out, NULL);
+}
+
+/* One part of a parallel scan: a contiguous range of the slots into its own buffer. */
+typedef struct scan_job {
+    selector *s;
+    const select_rows *rows;
+    const select_mask *m;
+    int n, k, n_parts, failed;
+    float *best;
+    int32_t *slots;
+    int *got;
+    int64_t *scored;
+} scan_job;
+
+static void scan_part_chunk(void *ctx, int t, int thread) {
+    scan_job *j = ctx;
+    select_scratch sc = {0};
+    const int from = (int)((int64_t)j->n * t / j->n_parts), to = (int)((int64_t)j->n * (t + 1) / j->n_parts);
+    j->scored[t] = 0;
+    j->got[t] = scan_part(j->s, j->rows, j->n, from, to, j->m, j->k, 0, &sc, j->slots + (size_t)t * j->k,
+                          j->best + (size_t)t * j->k, &j->scored[t]);
+    select_scratch_free(&sc);
+}
+
+int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
+                              int32_t *out) {
+    if (k <= 0) return 0;
+    /* two parts per thread: a thread another process holds up leaves one for the others */
+    const int n_parts = 2 * pool_threads(s->env.pool);
+    float *best = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(float));
+    int32_t *slots = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(int32_t));
+    int *got = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int));
+    int64_t *scored = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int64_t));
+    int n_out = -1;
+    int64_t total = 0;
+    if (best && slots && got && scored) {
+        scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .n_parts = n_parts, .best = best, .slots = slots,
+                      .got = got, .scored = scored};
+        pool_run(s->env.pool, n_parts, scan_part_chunk, &j);
+        /* merge the parts' results through one more buffer */
+        select_scratch sc = {0};
+        scan_buf b;
+        int failed = 0;
+        for (int t = 0; t < n_parts; t++) failed |= got[t] < 0, total += scored[t];
+        if (!failed && scan_buf_init(s, &sc, k, &b)) {
+            for (int t = 0; t < n_parts; t++)
+                for (int i = 0; i < got[t]; i++) select_topk_push(&b.t, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
+            n_out = select_topk_take(&b.t, sorted, out, NULL);
+        }
+        select_scratch_free(&sc);
+    }
+    count_rows(s, rows, total);
+    free(best);
+    free(slots);
+    free(got);
+    free(scored);
+    return n_out;
+}
+
+/* Keys per sgemm block of the batched scan: n x 1024 scores. */
+#define BATCH_KEYS 1024
+
+int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
+                           int count, const select_mask *m, int k, int32_t *out, int *got, int n_threads) {
+    int top = 0; /* keys any query may see */
+    for (int i = 0; i < n; i++) {
+        int v = m[i].n_slots < count ? m[i].n_slots : count;
+        top = v > top ? v : top;
+    }
+    float *S = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(float));
+    float *kf = f16 ? select_query_realloc(s, NULL, (size_t)BATCH_KEYS * d * sizeof(float)) : NULL;
+    float *hs = select_query_realloc(s, NULL, (size_t)n * k * sizeof(float));
+    int32_t *hj = select_query_realloc(s, NULL, (size_t)n * k * sizeof(int32_t));
+    select_heap *h = select_query_realloc(s, NULL, (size_t)n * sizeof(select_heap));
+    int rc = !S || (f16 && !kf) || !hs || !hj || !h ? -1 : 0;
+    int64_t scored = 0;
+    for (int i = 0; !rc && i < n; i++) h[i] = (select_heap){.score = hs + (size_t)i * k, .slot = hj + (size_t)i * k, .k = k};
+    for (int j0 = 0; !rc && j0 < top; j0 += BATCH_KEYS) {
+        const int j1 = j0 + BATCH_KEYS < top ? j0 + BATCH_KEYS : top, nb = j1 - j0;
+        const float *K = (const float *)base + (size_t)j0 * stride;
+        if (f16) { /* f16 rows are packed (stride == d) */
+            dequant_row(GGML_TYPE_F16, (const uint16_t *)base + (size_t)j0 * stride, kf, (int64_t)nb * d);
+            K = kf;
+        }
+        blas_sgemm(n_threads, 0, 1, n, nb, d, 1.0f, qn, d, K, f16 ? d : (int)stride, 0.0f, S, nb);
+#pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : scored) if (n * nb >= 1 << 16)
+        for (int i = 0; i < n; i++) {
+            int lo[3], hi[3], nr = select_mask_ranges(&m[i], count, lo, hi);
+            const float *row = S + (size_t)i * nb - j0;
+            for (int r = 0; r < nr; r++) {
+                int a = lo[r] > j0 ? lo[r] : j0, b = hi[r] < j1 ? hi[r] : j1;
+                for (int j = a; j < b; j++)
+                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) {
+                        select_heap_push(&h[i], row[j], j);
+                        scored++;
+                    }
+            }
+        }
+    }
+    for (int i = 0; !rc && i < n; i++) got[i] = select_heap_take(&h[i], out + (size_t)i * k, NULL);
+    s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)top * (uint64_t)d * (f16 ? 2 : 4); /* each key row read once per batch */
+    free(S);
+    free(kf);
+    free(hs);
+    free(hj);
+    free(h);
+    return rc;
+}
+
+/* ---- graph indexes (hnsw, faiss) -------------------------------------------- */
+

@@ -1,0 +1,125 @@
+/* The two top-k structures of the selectors: a bounded heap (few pairs,
+ * per-query batches) and a 2k buffer cut by quickselect (long scans). */
+#include <stdlib.h>
+
+#include "select/select_internal.h"
+
+/* ---- bounded top-k heap -------------------------------------------------- */
+
+/* pair a is worse than pair b: lower score, or equal score and higher slot */
+static int worse(float sa, int32_t ja, float sb, int32_t jb) { return sa < sb || (sa == sb && ja > jb); }
+
+static void heap_swap(select_heap *h, int a, int b) {
+    float s = h->score[a];
+    int32_t j = h->slot[a];
+    h->score[a] = h->score[b];
+    h->slot[a] = h->slot[b];
+    h->score[b] = s;
+    h->slot[b] = j;
+}
+
+/* restore "root = worst" below position i of heap[0..n) */
+static void heap_down(select_heap *h, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && worse(h->score[l], h->slot[l], h->score[w], h->slot[w])) w = l;
+        if (r < n && worse(h->score[r], h->slot[r], h->score[w], h->slot[w])) w = r;
+        if (w == i) return;
+        heap_swap(h, i, w);
+        i = w;
+    }
+}
+
+void select_heap_push(select_heap *h, float score, int32_t slot) {
+    if (h->k <= 0) return;
+    if (h->n < h->k) {
+        /* append and sift up while worse than the parent */
+        int i = h->n++;
+        h->score[i] = score;
+        h->slot[i] = slot;
+        while (i > 0) {
+            int p = (i - 1) / 2;
+            if (!worse(h->score[i], h->slot[i], h->score[p], h->slot[p])) break;
+            heap_swap(h, i, p);
+            i = p;
+        }
+        return;
+    }
+    if (!worse(h->score[0], h->slot[0], score, slot)) return;
+    h->score[0] = score;
+    h->slot[0] = slot;
+    heap_down(h, h->n, 0);
+}
+
+int select_heap_take(select_heap *h, int32_t *out, float *scores) {
+    int n = h->n;
+    /* heap sort: move the worst to the end each time -> best-first order */
+    for (int end = n - 1; end > 0; end--) {
+        heap_swap(h, 0, end);
+        heap_down(h, end, 0);
+    }
+    for (int i = 0; i < n; i++) {
+        out[i] = h->slot[i];
+        if (scores) scores[i] = h->score[i];
+    }
+    h->n = 0;
+    return n;
+}
+
+
+
+static int32_t key_slot(uint64_t key) { return (int32_t)~(uint32_t)key; }
+
+float select_key_score(uint64_t key) {
+    uint32_t u = (uint32_t)(key >> 32);
+    u = u & 0x80000000u ? u & 0x7FFFFFFFu : ~u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Keep the k largest of the n keys held, in any order: quickselect with
+ * the middle key as pivot and a branch-free partition (keys are distinct:
+ * every slot is offered once). */
+void select_topk_cut(topk_buf *t, int k) {
+    uint64_t *a = t->key;
+    int lo = 0, hi = t->n - 1;
+    while (k < t->n && lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        const uint64_t p = a[mid];
+        a[mid] = a[hi];
+        a[hi] = p;
+        int at = lo; /* keys above the pivot go to [lo, at) */
+        for (int i = lo; i < hi; i++) {
+            const uint64_t x = a[i], y = a[at];
+            const int gt = x > p;
+            a[at] = gt ? x : y;
+            a[i] = gt ? y : x;
+            at += gt;
+        }
+        a[hi] = a[at];
+        a[at] = p;
+        if (at == k - 1 || at == k) break;
+        if (at > k) hi = at - 1;
+        else lo = at + 1;
+    }
+    if (t->n > k) t->n = k;
+}
+
+static int key_desc(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The k best pairs into out (and scores, if not NULL), best first when
+ * sorted; returns the count. */
+int select_topk_take(topk_buf *t, int sorted, int32_t *out, float *scores) {
+    select_topk_cut(t, t->k);
+    if (sorted) qsort(t->key, (size_t)t->n, sizeof(uint64_t), key_desc);
+    for (int i = 0; i < t->n; i++) {
+        out[i] = key_slot(t->key[i]);
+        if (scores) scores[i] = select_key_score(t->key[i]);
+    }
+    return t->n;
+}
+
