@@ -172,7 +172,7 @@ static int is_cand(const int32_t *cand, int k, int j) {
 }
 
 /* Retrieval metrics of layer l for every query of the window, from scratch. */
-static void brute_metrics(const win *w, subq_context *c, const capture_buf *cb, int l, const eval_method *m,
+static void brute_metrics(const win *w, subq_context *c, const capture_buf *cb, int l, const subq_eval_method *m,
                           expect *e) {
     const model_hparams *hp = &model->hp;
     const int H = hp->n_head, D = hp->head_dim, g = H / hp->n_head_kv, K = m->k, ds = proj->d_search;
@@ -299,7 +299,7 @@ static void brute_share(const win *w, subq_context *c, const capture_buf *cb, in
 static subq_context *ctx;
 static capture_buf cap;
 
-static attn_plan plan_of(const eval_method *m, const char *layers) {
+static attn_plan plan_of(const subq_eval_method *m, const char *layers) {
     attn_plan p;
     attn_plan_default(&p);
     p.sparse_layers = layers;
@@ -333,8 +333,8 @@ static int forward(const win *w, const attn_plan *plan, int freeze, float *logit
 static int close_to(double a, double b, double tol) { return fabs(a - b) <= tol * (1 + fabs(b)); }
 
 /* Recompute everything eval reported for method m of r and compare. */
-static void check_method(const eval_result *r, int mi, const win *ws, int n_win, float *lf, float *lm) {
-    const eval_method *m = &r->methods[mi];
+static void check_method(const subq_eval_result *r, int mi, const win *ws, int n_win, float *lf, float *lm) {
+    const subq_eval_method *m = &r->methods[mi];
     char name[64];
     eval_method_name(m, name, sizeof name);
     expect e;
@@ -460,13 +460,13 @@ static void test_budgets(const char *text_path) {
     cfg.eval_files = files, cfg.n_eval_files = 1, cfg.ctx = CTX, cfg.max_windows = 1;
     cfg.selectors = kinds, cfg.n_selectors = 2, cfg.budgets = budgets, cfg.n_budgets = 3;
     cfg.n_sink = SINK, cfg.n_tail = TAIL, cfg.maps = maps, cfg.sparse_layers = "1,3";
-    eval_result *r;
+    subq_eval_result *r;
     if (eval_run(ctx, &cfg, NULL, NULL, &r, &err)) {
         CHECK(0, "budget run: %s", err.msg);
         return;
     }
     /* n = ceil(f N); selection K = n - 6; worst K = floor(n - 16); amortised K = floor(n - 6 - 10/100) */
-    struct { double b; eval_completion c; int k; } want[] = {
+    struct { double b; subq_eval_completion c; int k; } want[] = {
         {7, SUBQ_EVAL_SELECTION, 1},  {7, SUBQ_EVAL_HYBRID_AMORTISED, 0},  {10, SUBQ_EVAL_SELECTION, 4},
         {10, SUBQ_EVAL_HYBRID_AMORTISED, 3}, {25, SUBQ_EVAL_SELECTION, 19}, {25, SUBQ_EVAL_HYBRID_WORST, 9},
         {25, SUBQ_EVAL_HYBRID_AMORTISED, 18},
@@ -474,7 +474,7 @@ static void test_budgets(const char *text_path) {
     const int nw = sizeof want / sizeof want[0];
     CHECK(r->n_methods == 2 * nw, "%d methods planned, want %d", r->n_methods, 2 * nw);
     for (int i = 0; i < r->n_methods && i < 2 * nw; i++) {
-        const eval_method *m = &r->methods[i];
+        const subq_eval_method *m = &r->methods[i];
         CHECK(m->select == kinds[i / nw] && m->budget_pct == want[i % nw].b && m->completion == want[i % nw].c &&
                   m->k == want[i % nw].k,
               "method %d: %s@%d budget %g completion %d, want budget %g completion %d K %d", i,
@@ -543,15 +543,15 @@ int main(void) {
     cfg.selectors = kinds, cfg.n_selectors = 5, cfg.ks = ks, cfg.n_k = 2;
     cfg.n_sink = SINK, cfg.n_tail = TAIL, cfg.proj = proj, cfg.maps = maps, cfg.per_layer = 1;
     cfg.select.quest_headmean = 1; /* as plan_of (per-head Quest: tests/test_select_heads.c) */
-    eval_result *r;
+    subq_eval_result *r;
     if (eval_run(ctx, &cfg, NULL, NULL, &r, &err)) {
         CHECK(0, "eval: %s", err.msg);
         return test_summary();
     }
     /* the windows, as the corpus cuts them */
     win ws[2];
-    train_corpus *corpus;
-    corpus_params kp = {.seq = CTX, .pack = 1, .eval_frac = 0.05f, .seed = 1, .eval_only = 1};
+    subq_corpus *corpus;
+    subq_corpus_params kp = {.seq = CTX, .pack = 1, .eval_frac = 0.05f, .seed = 1, .eval_only = 1};
     CHECK(!corpus_new(model, &kp, &corpus, &err) && !corpus_add_path(corpus, model, text_path, 1, &err) &&
               !corpus_finish(corpus, &err),
           "corpus: %s", err.msg);

@@ -98,10 +98,10 @@ static void test_forward(subq_context *c) {
     CHECK(n_fail > 0, "no allocation happened inside the forward pass");
 }
 
-static int same_result(const eval_result *a, const eval_result *b) {
+static int same_result(const subq_eval_result *a, const subq_eval_result *b) {
     if (a->n_methods != b->n_methods || a->n_scored != b->n_scored || a->full_ppl != b->full_ppl) return 0;
     for (int i = 0; i < a->n_methods; i++) {
-        const eval_method *x = &a->methods[i], *y = &b->methods[i];
+        const subq_eval_method *x = &a->methods[i], *y = &b->methods[i];
         if (x->ppl != y->ppl || x->kl != y->kl || x->kl_lo != y->kl_lo || x->kl_hi != y->kl_hi ||
             x->nll_diff_lo != y->nll_diff_lo || x->nll_diff_hi != y->nll_diff_hi || x->top1 != y->top1 ||
             x->mass != y->mass || x->recall != y->recall || x->mass_seed != y->mass_seed)
@@ -121,7 +121,7 @@ static void test_eval_run(subq_context *c, const char *text_path) {
     cfg.selectors = kinds, cfg.n_selectors = 1, cfg.ks = ks, cfg.n_k = 1;
     cfg.n_sink = 2, cfg.n_tail = 4, cfg.sparse_layers = "2,3", cfg.per_layer = 1, cfg.n_resamples = 50;
     subq_error err = {0};
-    eval_result *ref = NULL, *r = NULL;
+    subq_eval_result *ref = NULL, *r = NULL;
     const long a0 = n_allocs;
     if (eval_run(c, &cfg, NULL, NULL, &ref, &err)) {
         CHECK(0, "reference eval: %s", err.msg);

@@ -61,7 +61,7 @@ static void set_alpha(problem *P, double a) {
         for (int h = 0; h < phi_n_maps(&P->d, w); h++) P->L[phi_param_offset(&P->d, w, PHI_ALPHA, h)] = a;
 }
 
-static double objective(problem *P, const phi_loss_params *lp, double *grad, phi_loss_sums *sums_out, int threads) {
+static double objective(problem *P, const subq_phi_loss_params *lp, double *grad, phi_loss_sums *sums_out, int threads) {
     phi_loss_sums sums = {0};
     subq_error err = {0};
     subq_status s = phi_loss_layer(&P->d, P->L, P->q, P->k, P->seg, P->T, lp, grad, &sums, threads, &err);
@@ -75,7 +75,7 @@ static double objective(problem *P, const phi_loss_params *lp, double *grad, phi
 
 /* Relative error ||analytic - numeric|| / ||numeric|| over the entries of
  * every (group, tensor), all heads; reports the worst. */
-static void check_grads(problem *P, const phi_loss_params *lp, const char *what) {
+static void check_grads(problem *P, const subq_phi_loss_params *lp, const char *what) {
     double *g = calloc(P->n_params, sizeof(double));
     phi_loss_sums sums;
     objective(P, lp, g, &sums, 2);
@@ -118,7 +118,7 @@ static void check_query_loss(void) {
         sh[j] = s[j] + 2.5 * rng_normal(&rng) + 1.0; /* overestimates: L_Z active */
     }
     for (int term = 0; term < 5; term++) {
-        phi_loss_params p = phi_loss_default_params();
+        subq_phi_loss_params p = phi_loss_default_params();
         if (term < 4) {
             p.l_kl = term == 0 ? 1.0 : 0.0;
             p.l_top = term == 1;
@@ -187,7 +187,7 @@ static void check_threads(void) {
     problem P;
     problem_init(&P, 3.0, 5);
     set_alpha(&P, 0.5);
-    phi_loss_params lp = phi_loss_default_params();
+    subq_phi_loss_params lp = phi_loss_default_params();
     lp.n_sink = 1;
     lp.n_tail = 2;
     double *g1 = calloc(P.n_params, sizeof(double)), *g2 = calloc(P.n_params, sizeof(double));
@@ -214,7 +214,7 @@ int main(void) {
             problem P;
             problem_init(&P, 3.0, 100 + term);
             set_alpha(&P, alpha_case ? 0.7 : 0.0);
-            phi_loss_params lp = phi_loss_default_params();
+            subq_phi_loss_params lp = phi_loss_default_params();
             lp.n_sink = 1;
             lp.n_tail = 2;
             if (term < 4) {
@@ -249,7 +249,7 @@ int main(void) {
                 size_t o = phi_param_offset(&P.d, w, PHI_BO, h);
                 for (int f = 0; f < 3; f++) P.L[o + f] = w == PHI_Q ? boq[f] : bok[f];
             }
-        phi_loss_params lp = phi_loss_default_params();
+        subq_phi_loss_params lp = phi_loss_default_params();
         lp.n_sink = 1;
         lp.n_tail = 2;
         phi_loss_sums s;

@@ -48,7 +48,7 @@ static void problem_free(problem *P) {
 /* teacher p[j - lo] for j in [lo, hi] (double): each head's softmax over all
  * of the causal block [s, t], aggregated, then restricted to [lo, hi] and
  * renormalised there (lo = s, hi = t: the plain teacher) */
-static void ref_teacher(const problem *P, int t, int s, int lo, int hi, teacher_agg agg, double *out) {
+static void ref_teacher(const problem *P, int t, int s, int lo, int hi, subq_teacher_agg agg, double *out) {
     int n = t - s + 1, g = P->nh / P->nkv;
     double sc[64], p[64];
     for (int j = 0; j < n; j++) p[j] = 0;
@@ -75,7 +75,7 @@ static void ref_teacher(const problem *P, int t, int s, int lo, int hi, teacher_
 }
 
 /* alpha * sum_t InfoNCE_t + beta * sum_t KL_t with W given in double */
-static double ref_objective(const problem *P, const double *wq, const double *wk, const search_loss_params *lp,
+static double ref_objective(const problem *P, const double *wq, const double *wk, const subq_search_loss_params *lp,
                             double *nce_out, double *kl_out) {
     int T = P->T, d = P->d, ds = P->ds;
     double qs[64][16], ks[64][16];
@@ -161,7 +161,7 @@ static search_layer_data layer_of(const problem *P) {
 }
 
 /* one gradient check; returns the worst element error */
-static void grad_check(const char *name, const problem *P, const search_loss_params *lp) {
+static void grad_check(const char *name, const problem *P, const subq_search_loss_params *lp) {
     const int n = P->ds * P->d;
     search_layer_data x = layer_of(P);
     float *gq = calloc((size_t)n, sizeof(float)), *gk = calloc((size_t)n, sizeof(float));
@@ -227,7 +227,7 @@ static void grad_check(const char *name, const problem *P, const search_loss_par
 }
 
 /* same sums and gradients for 1 vs 3 threads (bitwise) and for chunked rows (close) */
-static void determinism_check(const problem *P, const search_loss_params *lp) {
+static void determinism_check(const problem *P, const subq_search_loss_params *lp) {
     const int n = P->ds * P->d;
     search_layer_data x = layer_of(P);
     float *g[3][2];
@@ -329,8 +329,8 @@ static void test_teacher_mid(void) {
         }
         teacher_keys_transpose(P.k, 20, &sh, kt);
         for (int agg = 0; agg < 2; agg++) {
-            teacher_row_mid(P.q + t * P.nh * P.hd, kt, 20, &sh, 0, t, lo, hi, (teacher_agg)agg, tmp, p);
-            ref_teacher(&P, t, 0, lo, hi, (teacher_agg)agg, want);
+            teacher_row_mid(P.q + t * P.nh * P.hd, kt, 20, &sh, 0, t, lo, hi, (subq_teacher_agg)agg, tmp, p);
+            ref_teacher(&P, t, 0, lo, hi, (subq_teacher_agg)agg, want);
             double sum = 0, worst = 0;
             for (int i = 0; i <= hi - lo; i++) {
                 sum += p[i];
@@ -343,8 +343,8 @@ static void test_teacher_mid(void) {
     /* lo = s, hi = t is the plain teacher, bit for bit */
     float p2[20];
     for (int agg = 0; agg < 2; agg++) {
-        teacher_row(P.q + 7 * P.nh * P.hd, kt, 20, &sh, 2, 7, (teacher_agg)agg, tmp, p);
-        teacher_row_mid(P.q + 7 * P.nh * P.hd, kt, 20, &sh, 2, 7, 2, 7, (teacher_agg)agg, tmp, p2);
+        teacher_row(P.q + 7 * P.nh * P.hd, kt, 20, &sh, 2, 7, (subq_teacher_agg)agg, tmp, p);
+        teacher_row_mid(P.q + 7 * P.nh * P.hd, kt, 20, &sh, 2, 7, 2, 7, (subq_teacher_agg)agg, tmp, p2);
         CHECK(!memcmp(p, p2, 6 * sizeof(float)), "teacher_row_mid over the whole range differs from teacher_row");
     }
     problem_free(&P);
@@ -366,7 +366,7 @@ int main(void) {
         int T, b1, b2;
         float tau, alpha, beta;
         int k_pos;
-        teacher_agg agg;
+        subq_teacher_agg agg;
         int n_sink, n_tail;
     } cases[] = {
         {"2 segs, max, nce+kl, tau .07", 12, 5, 99, 0.07f, 1, 1, 3, SUBQ_TEACHER_AGG_MAX, 0, 0},
@@ -384,7 +384,7 @@ int main(void) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         problem P;
         make_problem(&P, cases[c].T, cases[c].b1, cases[c].b2, 100 + c);
-        search_loss_params lp = {.tau = cases[c].tau, .tau_kl = 1.0f, .alpha = cases[c].alpha, .beta = cases[c].beta,
+        subq_search_loss_params lp = {.tau = cases[c].tau, .tau_kl = 1.0f, .alpha = cases[c].alpha, .beta = cases[c].beta,
                                  .k_pos = cases[c].k_pos, .agg = cases[c].agg, .n_sink = cases[c].n_sink,
                                  .n_tail = cases[c].n_tail};
         grad_check(cases[c].name, &P, &lp);
@@ -398,7 +398,7 @@ int main(void) {
     float p[12], tmp[12], kt[12 * 2 * 3];
     teacher_keys_transpose(P.k, 12, &sh, kt);
     for (int agg = 0; agg < 2; agg++) {
-        teacher_row(P.q + 11 * P.nh * P.hd, kt, 12, &sh, 5, 11, (teacher_agg)agg, tmp, p);
+        teacher_row(P.q + 11 * P.nh * P.hd, kt, 12, &sh, 5, 11, (subq_teacher_agg)agg, tmp, p);
         float s = 0;
         for (int i = 0; i < 7; i++) s += p[i];
         CHECK(fabsf(s - 1.0f) < 1e-5f, "teacher row sums to %f", s);

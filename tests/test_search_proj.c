@@ -55,16 +55,16 @@ static void train_small(subq_model *m, const char *out) {
         "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
         "One day, she saw a big red ball. She ran to the ball and kicked it very hard. The ball went up high "
         "and came down in a tree. Lily was sad. Her friend Tom came and helped her get the ball back.";
-    train_corpus *c = NULL;
+    subq_corpus *c = NULL;
     subq_error err = {0};
-    corpus_params cp = {.seq = 48, .pack = 1, .eval_frac = 0.0f, .seed = 1};
+    subq_corpus_params cp = {.seq = 48, .pack = 1, .eval_frac = 0.0f, .seed = 1};
     CHECK(!corpus_new(m, &cp, &c, &err), "corpus_new: %s", err.msg);
     for (int i = 0; i < 4; i++) {
         snprintf(text_path, sizeof text_path, "doc %d", i);
         CHECK(!corpus_add_text(c, m, text + 20 * i, strlen(text) - 20 * i, 0, text_path, &err), "add_text: %s", err.msg);
     }
     CHECK(!corpus_finish(c, &err), "finish: %s", err.msg);
-    train_search_config cfg = train_search_default_config();
+    subq_train_search_params cfg = train_search_default_config();
     int layers[] = {1, 3};
     cfg.train.layers = layers;
     cfg.train.n_layers = 2;
@@ -75,7 +75,7 @@ static void train_small(subq_model *m, const char *out) {
     cfg.train.eval_every = 0;
     cfg.train.out_path = out;
     cfg.train.n_threads = 2;
-    train_result res;
+    subq_train_result res;
     CHECK(!train_search_run(m, c, &cfg, NULL, &res, &err), "train_search_run: %s", err.msg);
     CHECK(res.step == 3, "trained %lld steps", (long long)res.step);
     corpus_free(c);

@@ -73,7 +73,7 @@ static void write_file(const char *path, const char *text) {
 
 /* every sequence: positions restart at each segment change, BOS at every
  * piece start, segment ids 0,1,2,... */
-static int check_sequences(const train_corpus *c, const corpus_split *sp, int bos) {
+static int check_sequences(const subq_corpus *c, const corpus_split *sp, int bos) {
     int32_t tok[4096], pos[4096], seg[4096];
     int64_t total = 0;
     for (int i = 0; i < sp->n_seq; i++) {
@@ -117,9 +117,9 @@ static void test_corpus(const subq_model *m) {
 
     const int bos = tokenizer_bos(m->tok);
     for (int pack = 0; pack < 2; pack++) {
-        train_corpus *c = NULL;
+        subq_corpus *c = NULL;
         subq_error err = {0};
-        corpus_params p = {.seq = 64, .pack = pack, .eval_frac = 0.2f, .seed = 5};
+        subq_corpus_params p = {.seq = 64, .pack = pack, .eval_frac = 0.2f, .seed = 5};
         CHECK(!corpus_new(m, &p, &c, &err), "corpus_new: %s", err.msg);
         CHECK(!corpus_add_path(c, m, dir, 0, &err), "add dir: %s", err.msg);
         CHECK(!corpus_finish(c, &err), "finish: %s", err.msg);
@@ -137,7 +137,7 @@ static void test_corpus(const subq_model *m) {
         CHECK(check_sequences(c, &c->train, bos) && check_sequences(c, &c->eval, bos), "sequence layout (pack %d)", pack);
         if (pack) {
             /* short documents only: next-fit packing must share sequences */
-            train_corpus *cs = NULL;
+            subq_corpus *cs = NULL;
             CHECK(!corpus_new(m, &p, &cs, &err) && !corpus_add_path(cs, m, sub, 0, &err) && !corpus_finish(cs, &err),
                   "short corpus: %s", err.msg);
             int multi = 0;
@@ -154,14 +154,14 @@ static void test_corpus(const subq_model *m) {
             CHECK(c->train.n_seq == c->train.first[c->train.n_seq], "unpacked: one piece per sequence");
         }
         /* the split does not depend on the training seed; the fingerprint does (order) */
-        train_corpus *c2 = NULL;
-        corpus_params p2 = p;
+        subq_corpus *c2 = NULL;
+        subq_corpus_params p2 = p;
         p2.seed = 6;
         CHECK(!corpus_new(m, &p2, &c2, &err) && !corpus_add_path(c2, m, dir, 0, &err) && !corpus_finish(c2, &err),
               "second corpus: %s", err.msg);
         CHECK(c2->eval.n_seq == c->eval.n_seq && !memcmp(c2->eval.order, c->eval.order, (size_t)n_eval_pieces * sizeof(int)),
               "held-out split independent of --seed");
-        train_corpus *c3 = NULL;
+        subq_corpus *c3 = NULL;
         CHECK(!corpus_new(m, &p, &c3, &err) && !corpus_add_path(c3, m, dir, 0, &err) && !corpus_finish(c3, &err),
               "third corpus: %s", err.msg);
         CHECK(c3->fingerprint == c->fingerprint, "same inputs, same fingerprint");
@@ -187,9 +187,9 @@ static void test_corpus(const subq_model *m) {
     }
 
     /* explicit eval files replace the random split */
-    train_corpus *c = NULL;
+    subq_corpus *c = NULL;
     subq_error err = {0};
-    corpus_params p = {.seq = 64, .pack = 1, .eval_frac = 0.5f, .seed = 1};
+    subq_corpus_params p = {.seq = 64, .pack = 1, .eval_frac = 0.5f, .seed = 1};
     snprintf(path, sizeof path, "%s/b.txt", dir);
     CHECK(!corpus_new(m, &p, &c, &err) && !corpus_add_path(c, m, sub, 0, &err) && !corpus_add_path(c, m, path, 1, &err) &&
               !corpus_finish(c, &err),

@@ -241,7 +241,7 @@ subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const 
     return s;
 }
 
-void phi_diag_mean(const phi_diag_records *r, int layer, int head, double hmid_lo, double hmid_hi, phi_diag_cell *out) {
+void phi_diag_mean(const phi_diag_records *r, int layer, int head, double hmid_lo, double hmid_hi, subq_complete_diag_cell *out) {
     memset(out, 0, sizeof *out);
     const int nk = r->n_k, nsk = r->n_sel_k;
     for (int64_t i = 0; i < r->n; i++) {
@@ -292,22 +292,22 @@ void phi_diag_quartiles(const phi_diag_records *r, double q[5]) {
 
 /* ---- the whole measurement ------------------------------------------------- */
 
-void phi_diag_report_free(phi_diag_report *r) {
+void phi_diag_report_free(subq_complete_diag_report *r) {
     free(r->layers);
     free(r->heads);
     memset(r, 0, sizeof *r);
 }
 
-static void stage(const phi_diag_hooks *h, const char *name, int64_t total) {
+static void stage(const subq_complete_diag_hooks *h, const char *name, int64_t total) {
     if (h && h->on_stage) h->on_stage(h->user, name, total);
 }
-static void progress(const phi_diag_hooks *h, int64_t done) {
+static void progress(const subq_complete_diag_hooks *h, int64_t done) {
     if (h && h->on_progress) h->on_progress(h->user, done);
 }
 
 /* Perplexity over the first n_windows held-out sequences: every next token
  * in the same document is scored (*n_scored of them). */
-static subq_status window_ppl(subq_context *c, const train_corpus *corpus, int n_windows, int32_t *tok, int32_t *pos,
+static subq_status window_ppl(subq_context *c, const subq_corpus *corpus, int n_windows, int32_t *tok, int32_t *pos,
                               int32_t *seg, float *logits, double *ppl, int64_t *n_scored, subq_error *err) {
     const int n_vocab = c->model->hp.n_vocab;
     double nll = 0;
@@ -331,9 +331,9 @@ static subq_status window_ppl(subq_context *c, const train_corpus *corpus, int n
 /* Perplexity of full attention, then per K of selection-only (mode 0),
  * hybrid (1) and selection-only at K + fetch_k (2), oracle top-K on the
  * maps' layers. */
-static subq_status perplexities(subq_context *c, const train_corpus *corpus, const phi_maps *maps,
-                                const phi_diag_options *o, const phi_diag_hooks *hooks, int32_t *tok, int32_t *pos,
-                                int32_t *seg, float *logits, phi_diag_report *r, subq_error *err) {
+static subq_status perplexities(subq_context *c, const subq_corpus *corpus, const phi_maps *maps,
+                                const subq_complete_diag_options *o, const subq_complete_diag_hooks *hooks, int32_t *tok, int32_t *pos,
+                                int32_t *seg, float *logits, subq_complete_diag_report *r, subq_error *err) {
     stage(hooks, "perplexity", 1 + 3 * (int64_t)o->n_k);
     subq_status s = window_ppl(c, corpus, r->n_windows, tok, pos, seg, logits, &r->ppl_full, &r->n_scored, err);
     if (s) return s;
@@ -378,8 +378,8 @@ static subq_status perplexities(subq_context *c, const train_corpus *corpus, con
 
 /* Means over all records, by H_mid quartile and per (layer, head); the
  * selection-only K matching the hybrid; the entropies into the maps file. */
-static subq_status summarise(const phi_diag_records *rec, const phi_maps *maps, const phi_diag_options *o,
-                             phi_diag_report *r, subq_error *err) {
+static subq_status summarise(const phi_diag_records *rec, const phi_maps *maps, const subq_complete_diag_options *o,
+                             subq_complete_diag_report *r, subq_error *err) {
     const int n_h = maps->n_sel * maps->dims.n_head;
     if (!(r->heads = calloc((size_t)n_h, sizeof *r->heads))) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     phi_diag_mean(rec, -1, -1, -INFINITY, INFINITY, &r->all);
@@ -404,8 +404,8 @@ static subq_status summarise(const phi_diag_records *rec, const phi_maps *maps, 
     return s;
 }
 
-subq_status phi_diag_run(subq_model *m, const train_corpus *corpus, const phi_diag_options *o,
-                         const phi_diag_hooks *hooks, phi_diag_report *r, subq_error *err) {
+subq_status phi_diag_run(subq_model *m, const subq_corpus *corpus, const subq_complete_diag_options *o,
+                         const subq_complete_diag_hooks *hooks, subq_complete_diag_report *r, subq_error *err) {
     memset(r, 0, sizeof *r);
     phi_maps *maps = NULL;
     subq_context *c = NULL;

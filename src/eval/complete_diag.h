@@ -23,7 +23,6 @@
 #include "model/context.h"
 #include "train/corpus.h"
 
-
 typedef struct phi_diag_config {
     int n_sink, n_tail;          /* 4, 16 */
     int ks[SUBQ_PHI_DIAG_MAX_K];      /* hybrid vs selection-only at these K */
@@ -53,30 +52,21 @@ void phi_diag_records_free(phi_diag_records *r);
 subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const phi_maps *maps, const float *const *q,
                             const int32_t *seg, int T, const phi_diag_config *cfg, subq_error *err);
 
-/* Summaries over the records. */
-typedef subq_complete_diag_cell phi_diag_cell;
-
-/* Means over the records of `layer` and `head` (< 0: any) with
+/* Summaries over the records. Means over the records of `layer` and `head` (< 0: any) with
  * hmid_lo <= H_mid < hmid_hi. */
-void phi_diag_mean(const phi_diag_records *r, int layer, int head, double hmid_lo, double hmid_hi, phi_diag_cell *out);
+void phi_diag_mean(const phi_diag_records *r, int layer, int head, double hmid_lo, double hmid_hi, subq_complete_diag_cell *out);
 /* Quartile bins of H_mid over all records: bin i is [q[i], q[i+1]) with
  * q[0] = -inf, q[1..3] the quartiles, q[4] = +inf. */
 void phi_diag_quartiles(const phi_diag_records *r, double q[5]);
 
 /* ---- the whole measurement (behind `subq train-phi --diagnose`) ---------- */
 
-typedef subq_complete_diag_options phi_diag_options;
-
-typedef subq_complete_diag_report phi_diag_report;
-
-typedef subq_complete_diag_hooks phi_diag_hooks;
-
 /* Measure the maps of o->maps_path on the held-out sequences of `corpus`
  * (windows of corpus->p.seq tokens, teacher-forced full attention, oracle
  * top-K); with o->ppl also perplexities; with o->annotate store the
  * per-head entropies in the maps file. hooks may be NULL. */
-subq_status phi_diag_run(subq_model *m, const train_corpus *corpus, const phi_diag_options *o,
-                         const phi_diag_hooks *hooks, phi_diag_report *out, subq_error *err);
-void phi_diag_report_free(phi_diag_report *r);
+subq_status phi_diag_run(subq_model *m, const subq_corpus *corpus, const subq_complete_diag_options *o,
+                         const subq_complete_diag_hooks *hooks, subq_complete_diag_report *out, subq_error *err);
+void phi_diag_report_free(subq_complete_diag_report *r);
 
 #endif

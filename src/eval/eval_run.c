@@ -30,16 +30,15 @@ void eval_config_default(eval_config *c) {
 
 static const char *completion_suffix[] = {"", "+phi", "+phi1", "+phiA"};
 
-const char *eval_method_name(const eval_method *m, char *buf, size_t cap) {
+const char *eval_method_name(const subq_eval_method *m, char *buf, size_t cap) {
     snprintf(buf, cap, "%s@%d%s", selector_kind_name((selector_kind)m->select), m->k, completion_suffix[m->completion]);
     return buf;
 }
 
-
 /* ---- method planning ---------------------------------------------------- */
 
-static eval_method *add_method(eval_result *r, int kind, int k, eval_completion comp, double budget, double reads) {
-    eval_method *m = &r->methods[r->n_methods++];
+static subq_eval_method *add_method(subq_eval_result *r, int kind, int k, subq_eval_completion comp, double budget, double reads) {
+    subq_eval_method *m = &r->methods[r->n_methods++];
     m->select = kind, m->k = k, m->completion = comp, m->budget_pct = budget, m->reads = reads;
     return m;
 }
@@ -50,11 +49,11 @@ static eval_method *add_method(eval_result *r, int kind, int k, eval_completion 
  * K = n - sink - tail; the hybrid also pays the completion cache's fetch,
  * every step (worst case, one generated token per prefill) or amortised over
  * the window. Budgets the fixed reads alone exceed are recorded as skipped. */
-static subq_status plan_methods(const eval_config *cfg, int head_dim, eval_result *r, subq_error *err) {
+static subq_status plan_methods(const eval_config *cfg, int head_dim, subq_eval_result *r, subq_error *err) {
     const int n_per = cfg->n_budgets ? 3 : 2, n_pts = cfg->n_budgets ? cfg->n_budgets : cfg->n_k;
     const size_t cap = (size_t)cfg->n_selectors * n_pts * n_per;
-    r->methods = calloc(cap ? cap : 1, sizeof(eval_method));
-    r->skipped = calloc((size_t)(n_pts ? n_pts : 1) * n_per, sizeof(eval_skip));
+    r->methods = calloc(cap ? cap : 1, sizeof(subq_eval_method));
+    r->skipped = calloc((size_t)(n_pts ? n_pts : 1) * n_per, sizeof(subq_eval_skip));
     if (!r->methods || !r->skipped) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     const int fixed = cfg->n_sink + cfg->n_tail, d_phi = cfg->maps ? cfg->maps->dims.d_phi : 0;
     const double fetch = phi_budget_tokens(0, 0, 0, d_phi, head_dim, 1.0);
@@ -72,13 +71,13 @@ static subq_status plan_methods(const eval_config *cfg, int head_dim, eval_resul
             /* 1e-9: a budget that is a whole number of tokens is not rounded up past it */
             const double n = ceil(cfg->budgets[i] / 100.0 * cfg->ctx - 1e-9);
             const double cost[3] = {0, fetch, fetch / cfg->ctx};
-            const eval_completion comp[3] = {SUBQ_EVAL_SELECTION, SUBQ_EVAL_HYBRID_WORST, SUBQ_EVAL_HYBRID_AMORTISED};
+            const subq_eval_completion comp[3] = {SUBQ_EVAL_SELECTION, SUBQ_EVAL_HYBRID_WORST, SUBQ_EVAL_HYBRID_AMORTISED};
             for (int j = 0; j < 3; j++) {
                 const int k = (int)floor(n - fixed - cost[j] + 1e-9);
                 if (k >= 0) {
                     add_method(r, kind, k, comp[j], cfg->budgets[i], fixed + k + cost[j]);
                 } else if (si == 0) {
-                    eval_skip *s = &r->skipped[r->n_skipped++];
+                    subq_eval_skip *s = &r->skipped[r->n_skipped++];
                     s->budget_pct = cfg->budgets[i], s->budget_reads = n, s->completion = comp[j], s->fixed_reads = fixed + cost[j];
                 }
             }
@@ -204,10 +203,10 @@ typedef struct method_acc {
 typedef struct run_state {
     subq_context *c;
     const eval_config *cfg;
-    eval_result *r;
+    subq_eval_result *r;
     char layers[4096];        /* the sparse layers as a list */
     float *logits;            /* [ctx][n_vocab] of the method being run */
-    eval_progress_fn progress;
+    subq_eval_progress_fn progress;
     void *user;
     int64_t done, total;
     /* suffix tokens (static vs dynamic): count, full attention's NLL, the
@@ -216,7 +215,7 @@ typedef struct run_state {
     double sfx_full_nll, sfx_static_nll, sfx_static_kl;
 } run_state;
 
-static attn_plan method_plan(const eval_config *cfg, const eval_method *m, const char *layers) {
+static attn_plan method_plan(const eval_config *cfg, const subq_eval_method *m, const char *layers) {
     attn_plan p;
     attn_plan_default(&p);
     p.sparse_layers = layers;
@@ -259,7 +258,7 @@ static subq_status run_window(run_state *st, const window *w, const attn_plan *p
  * index, on window wi. */
 static subq_status eval_window(run_state *st, int wi, window *w, method_acc *acc, subq_error *err) {
     const eval_config *cfg = st->cfg;
-    eval_result *r = st->r;
+    subq_eval_result *r = st->r;
     const int n_vocab = st->c->model->hp.n_vocab;
     subq_status s = run_window(st, w, NULL, -1, NULL, err);
     if (s) return s;
@@ -273,7 +272,7 @@ static subq_status eval_window(run_state *st, int wi, window *w, method_acc *acc
     st->sfx_full_nll += sc.nll_suffix;
     st->sfx_n += sc.n_suffix;
     for (int mi = 0; mi < r->n_methods; mi++) {
-        eval_method *m = &r->methods[mi];
+        subq_eval_method *m = &r->methods[mi];
         method_acc *a = &acc[mi];
         attn_plan plan = method_plan(cfg, m, st->layers);
         if ((s = run_window(st, w, &plan, -1, a->layer, err))) return s;
@@ -310,7 +309,7 @@ static double ratio(double num, double den) { return den > 0 ? num / den : NAN; 
 
 /* Per-layer means of the retrieval metrics, and their means over the layers
  * that measured them (filler and share: pooled over layers). */
-static void aggregate_metrics(eval_method *m, const sparse_metrics *acc, int n_layer) {
+static void aggregate_metrics(subq_eval_method *m, const sparse_metrics *acc, int n_layer) {
     double mass = 0, recall = 0, ms = 0, rs = 0, ann = 0, req = 0, fill = 0, share = 0;
     int nl = 0, ns = 0, na = 0;
     int64_t n_share = 0;
@@ -337,7 +336,7 @@ static void aggregate_metrics(eval_method *m, const sparse_metrics *acc, int n_l
 
 static subq_status aggregate(const run_state *st, method_acc *acc, subq_error *err) {
     const eval_config *cfg = st->cfg;
-    eval_result *r = st->r;
+    subq_eval_result *r = st->r;
     const int nw = r->n_windows;
     double *diff = malloc((size_t)nw * sizeof(double));
     if (!diff) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
@@ -347,7 +346,7 @@ static subq_status aggregate(const run_state *st, method_acc *acc, subq_error *e
     r->full_ppl = exp(ratio(full_nll, (double)r->n_scored));
     subq_status s = SUBQ_OK;
     for (int mi = 0; mi < r->n_methods && !s; mi++) {
-        eval_method *m = &r->methods[mi];
+        subq_eval_method *m = &r->methods[mi];
         method_acc *a = &acc[mi];
         double nll = 0;
         for (int w = 0; w < nw; w++) nll += m->win_nll[w], diff[w] = m->win_nll[w] - r->full_win_nll[w];
@@ -383,7 +382,7 @@ static subq_status aggregate(const run_state *st, method_acc *acc, subq_error *e
 
 /* ---- entry point --------------------------------------------------------------- */
 
-static subq_status alloc_method(eval_method *m, method_acc *a, int n_layer, int n_windows, int per_layer) {
+static subq_status alloc_method(subq_eval_method *m, method_acc *a, int n_layer, int n_windows, int per_layer) {
     const size_t L = (size_t)n_layer, W = (size_t)n_windows;
     double **arrays[] = {&m->layer_mass, &m->layer_recall, &m->layer_mass_seed, &m->layer_recall_seed,
                          &m->layer_kl,   &m->layer_kl_lo,  &m->layer_kl_hi,     &m->layer_top1};
@@ -408,26 +407,26 @@ static void free_acc(method_acc *a) {
 
 /* The static vs dynamic comparison runs the first selector's selection-only
  * method with the largest K of this run (with budgets: the largest budget's). */
-static int static_method(const eval_result *r) {
+static int static_method(const subq_eval_result *r) {
     int best = -1;
     for (int i = 0; i < r->n_methods; i++) {
-        const eval_method *m = &r->methods[i];
+        const subq_eval_method *m = &r->methods[i];
         if (m->select != r->methods[0].select || m->completion != SUBQ_EVAL_SELECTION) continue;
         if (best < 0 || m->k > r->methods[best].k) best = i;
     }
     return best;
 }
 
-subq_status eval_run(subq_context *c, const eval_config *cfg, eval_progress_fn progress, void *user,
-                     eval_result **out, subq_error *err) {
+subq_status eval_run(subq_context *c, const eval_config *cfg, subq_eval_progress_fn progress, void *user,
+                     subq_eval_result **out, subq_error *err) {
     *out = NULL;
     subq_status s = check_config(c, cfg, err);
     if (s) return s;
     const model_hparams *hp = &c->model->hp;
     const double t0 = time_now_s();
-    eval_result *r = calloc(1, sizeof *r);
+    subq_eval_result *r = calloc(1, sizeof *r);
     run_state *st = calloc(1, sizeof *st);
-    train_corpus *corpus = NULL;
+    subq_corpus *corpus = NULL;
     method_acc *acc = NULL;
     window w = {0};
     if (!r || !st) {
@@ -445,7 +444,7 @@ subq_status eval_run(subq_context *c, const eval_config *cfg, eval_progress_fn p
     }
     if ((s = sparse_layers(cfg, hp->n_layer, r->sparse_layers, st->layers, sizeof st->layers, err))) goto done;
     /* the held-out windows */
-    corpus_params cp = {.seq = cfg->ctx, .pack = cfg->pack, .eval_frac = cfg->eval_frac, .seed = 1, .eval_only = 1};
+    subq_corpus_params cp = {.seq = cfg->ctx, .pack = cfg->pack, .eval_frac = cfg->eval_frac, .seed = 1, .eval_only = 1};
     if ((s = corpus_new(c->model, &cp, &corpus, err))) goto done;
     for (int i = 0; i < cfg->n_files && !s; i++) s = corpus_add_path(corpus, c->model, cfg->files[i], 0, err);
     for (int i = 0; i < cfg->n_eval_files && !s; i++) s = corpus_add_path(corpus, c->model, cfg->eval_files[i], 1, err);
@@ -506,10 +505,10 @@ done:
     return s;
 }
 
-void eval_result_free(eval_result *r) {
+void eval_result_free(subq_eval_result *r) {
     if (!r) return;
     for (int i = 0; r->methods && i < r->n_methods; i++) {
-        eval_method *m = &r->methods[i];
+        subq_eval_method *m = &r->methods[i];
         free(m->layer_mass);
         free(m->layer_recall);
         free(m->layer_mass_seed);
@@ -528,7 +527,7 @@ void eval_result_free(eval_result *r) {
     free(r);
 }
 
-subq_status eval_compare(const eval_result *r, int a, int b, int n_resamples, uint64_t seed, double *mean, double *lo,
+subq_status eval_compare(const subq_eval_result *r, int a, int b, int n_resamples, uint64_t seed, double *mean, double *lo,
                          double *hi, subq_error *err) {
     if (a < -1 || b < -1 || a >= r->n_methods || b >= r->n_methods)
         return subq_fail(err, SUBQ_ERR_ARG, "no method %d or %d in this evaluation", a, b);

@@ -21,8 +21,6 @@
 #include "select/selector.h"
 #include "subq.h"
 
-typedef subq_eval_completion eval_completion;
-
 typedef struct eval_config {
     /* held-out text: the held-out split (eval_frac of the pieces) of files,
      * plus every piece of eval_files; windows of ctx tokens, pieces packed
@@ -59,27 +57,20 @@ typedef struct eval_config {
  * static split 0.5, 1000 resamples; no text and no methods. */
 void eval_config_default(eval_config *c);
 
-typedef subq_eval_method eval_method;
-typedef subq_eval_skip eval_skip;
-typedef subq_eval_static eval_static;
-typedef subq_eval_result eval_result;
-
-typedef subq_eval_progress_fn eval_progress_fn;
-
 /* Run the evaluation on context c (its KV cache holds at least cfg->ctx
  * tokens; its attention plan is cleared on return). *out is freed with
  * eval_result_free. */
-subq_status eval_run(subq_context *c, const eval_config *cfg, eval_progress_fn progress, void *user,
-                     eval_result **out, subq_error *err);
-void eval_result_free(eval_result *r);
+subq_status eval_run(subq_context *c, const eval_config *cfg, subq_eval_progress_fn progress, void *user,
+                     subq_eval_result **out, subq_error *err);
+void eval_result_free(subq_eval_result *r);
 
 /* "exact@64", "quest@32+phi", "exact@41+phiA" (amortised budget),
  * "exact@21+phi1" (worst-case budget). */
-const char *eval_method_name(const eval_method *m, char *buf, size_t cap);
+const char *eval_method_name(const subq_eval_method *m, char *buf, size_t cap);
 
 /* Mean per-token NLL difference of methods a and b (-1: full attention)
  * and its 95% block-bootstrap interval. */
-subq_status eval_compare(const eval_result *r, int a, int b, int n_resamples, uint64_t seed, double *mean, double *lo,
+subq_status eval_compare(const subq_eval_result *r, int a, int b, int n_resamples, uint64_t seed, double *mean, double *lo,
                          double *hi, subq_error *err);
 
 #endif

@@ -14,8 +14,8 @@
 
 /* Options that shape the result, the driver's then the task's. */
 static int options(const trainer *t, train_option *o) {
-    const train_config *c = t->cfg;
-    const corpus_params *d = &t->data->p;
+    const subq_train_params *c = t->cfg;
+    const subq_corpus_params *d = &t->data->p;
     int n = 0;
     o[n++] = train_opt_u64("seq", (uint64_t)d->seq);
     o[n++] = train_opt_u64("pack", (uint64_t)d->pack);

@@ -14,12 +14,12 @@
 
 #define SPLIT_SEED 0x5EEDC0DEull /* fixed: the held-out set does not move with --seed */
 
-subq_status corpus_new(const subq_model *m, const corpus_params *p, train_corpus **out, subq_error *err) {
+subq_status corpus_new(const subq_model *m, const subq_corpus_params *p, subq_corpus **out, subq_error *err) {
     *out = NULL;
     if (p->seq < 2) return subq_fail(err, SUBQ_ERR_ARG, "sequence length %d is too short (need >= 2)", p->seq);
     if (!(p->eval_frac >= 0.0f && p->eval_frac < 1.0f))
         return subq_fail(err, SUBQ_ERR_ARG, "eval fraction %g must be in [0, 1)", (double)p->eval_frac);
-    train_corpus *c = calloc(1, sizeof *c);
+    subq_corpus *c = calloc(1, sizeof *c);
     if (!c) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     c->p = *p;
     c->bos = tokenizer_add_bos(m->tok) ? tokenizer_bos(m->tok) : -1;
@@ -32,7 +32,7 @@ static void split_free(corpus_split *s) {
     free(s->order);
 }
 
-void corpus_free(train_corpus *c) {
+void corpus_free(subq_corpus *c) {
     if (!c) return;
     free(c->tok);
     free(c->piece_off);
@@ -55,7 +55,7 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
 }
 
 /* Append one piece: optional BOS + toks[0..n). */
-static subq_status add_piece(train_corpus *c, const int32_t *toks, int n, int is_eval, subq_error *err) {
+static subq_status add_piece(subq_corpus *c, const int32_t *toks, int n, int is_eval, subq_error *err) {
     int len = n + (c->bos >= 0);
     if (len < 2) return SUBQ_OK; /* no query with an earlier key: nothing to learn */
     if (!grow((void **)&c->tok, &c->cap_tok, c->n_tok + (size_t)len, sizeof(int32_t)))
@@ -81,7 +81,7 @@ static subq_status add_piece(train_corpus *c, const int32_t *toks, int n, int is
     return SUBQ_OK;
 }
 
-subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
+subq_status corpus_add_text(subq_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
                             const char *where, subq_error *err) {
     int32_t *toks = NULL;
     size_t n = 0;
@@ -101,13 +101,12 @@ subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *te
     return s;
 }
 
-
 static int ends_with(const char *s, const char *suf) {
     size_t a = strlen(s), b = strlen(suf);
     return a >= b && !strcmp(s + a - b, suf);
 }
 
-static subq_status add_jsonl(train_corpus *c, const subq_model *m, const char *path, const char *buf, size_t len,
+static subq_status add_jsonl(subq_corpus *c, const subq_model *m, const char *path, const char *buf, size_t len,
                              int is_eval, subq_error *err) {
     size_t line_no = 0;
     for (size_t i = 0; i < len;) {
@@ -136,7 +135,7 @@ static subq_status add_jsonl(train_corpus *c, const subq_model *m, const char *p
 }
 
 typedef struct path_ctx {
-    train_corpus *c;
+    subq_corpus *c;
     const subq_model *m;
     int is_eval;
 } path_ctx;
@@ -155,7 +154,7 @@ static subq_status add_file(void *user, const char *path, subq_error *err) {
     return s;
 }
 
-subq_status corpus_add_path(train_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err) {
+subq_status corpus_add_path(subq_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err) {
     path_ctx pc = {c, m, is_eval};
     return walk_files(path, add_file, &pc, err);
 }
@@ -171,7 +170,7 @@ static void shuffle(int *v, int n, uint64_t *rng) {
 }
 
 /* Sequences over pieces ids[0..n): greedy packing in order, or one each. */
-static subq_status build_split(train_corpus *c, corpus_split *sp, const int *ids, int n, subq_error *err) {
+static subq_status build_split(subq_corpus *c, corpus_split *sp, const int *ids, int n, subq_error *err) {
     sp->order = malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
     sp->first = malloc((size_t)(n + 1) * sizeof(int));
     if (!sp->order || !sp->first) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
@@ -204,7 +203,7 @@ static uint64_t fnv(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
-subq_status corpus_finish(train_corpus *c, subq_error *err) {
+subq_status corpus_finish(subq_corpus *c, subq_error *err) {
     if (c->n_pieces == 0)
         return subq_fail(err, SUBQ_ERR_ARG, "the training data hold no text (every document is empty)");
     int *tr = malloc((size_t)c->n_pieces * sizeof(int)), *ev = malloc((size_t)c->n_pieces * sizeof(int));
@@ -277,7 +276,7 @@ subq_status corpus_finish(train_corpus *c, subq_error *err) {
     return SUBQ_OK;
 }
 
-int corpus_get(const train_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg) {
+int corpus_get(const subq_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg) {
     int n = 0;
     for (int k = sp->first[i]; k < sp->first[i + 1]; k++) {
         int pc = sp->order[k];
@@ -292,7 +291,7 @@ int corpus_get(const train_corpus *c, const corpus_split *sp, int i, int32_t *to
     return n;
 }
 
-int corpus_train_index(const train_corpus *c, uint64_t cursor, uint64_t seed, int *perm, uint64_t *perm_epoch) {
+int corpus_train_index(const subq_corpus *c, uint64_t cursor, uint64_t seed, int *perm, uint64_t *perm_epoch) {
     const int n = c->train.n_seq;
     uint64_t epoch = cursor / (uint64_t)n;
     if (*perm_epoch != epoch) {
@@ -304,9 +303,9 @@ int corpus_train_index(const train_corpus *c, uint64_t cursor, uint64_t seed, in
     return perm[cursor % (uint64_t)n];
 }
 
-subq_status corpus_load(const subq_model *m, const corpus_params *p, const char *const *paths, int n_paths,
-                        const char *const *eval_paths, int n_eval, train_corpus **out, subq_error *err) {
-    train_corpus *c;
+subq_status corpus_load(const subq_model *m, const subq_corpus_params *p, const char *const *paths, int n_paths,
+                        const char *const *eval_paths, int n_eval, subq_corpus **out, subq_error *err) {
+    subq_corpus *c;
     subq_status s = corpus_new(m, p, &c, err);
     for (int i = 0; i < n_paths + n_eval && !s; i++)
         s = i < n_paths ? corpus_add_path(c, m, paths[i], 0, err) : corpus_add_path(c, m, eval_paths[i - n_paths], 1, err);

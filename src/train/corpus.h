@@ -22,8 +22,6 @@
 
 #include "subq.h"
 
-typedef subq_corpus_params corpus_params;
-
 /* A list of sequences, each a run of pieces. */
 typedef struct corpus_split {
     int n_seq;
@@ -33,9 +31,8 @@ typedef struct corpus_split {
     int max_len;        /* longest sequence */
 } corpus_split;
 
-typedef struct subq_corpus train_corpus;
 struct subq_corpus {
-    corpus_params p;
+    subq_corpus_params p;
     int bos;            /* BOS id prepended to every piece, -1 for none */
     int32_t *tok;       /* all pieces' tokens back to back */
     size_t n_tok, cap_tok;
@@ -48,36 +45,36 @@ struct subq_corpus {
     uint64_t fingerprint; /* of tokens, split and packing: resume checks it */
 };
 
-subq_status corpus_new(const subq_model *m, const corpus_params *p, train_corpus **out, subq_error *err);
-void corpus_free(train_corpus *c);
+subq_status corpus_new(const subq_model *m, const subq_corpus_params *p, subq_corpus **out, subq_error *err);
+void corpus_free(subq_corpus *c);
 
 /* Add a file (".jsonl": one document per non-blank line, else the whole file
  * is one document) or a directory (every regular file under it, recursively,
  * in name order, hidden names skipped). is_eval: the documents go to the
  * held-out split. */
-subq_status corpus_add_path(train_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err);
+subq_status corpus_add_path(subq_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err);
 /* Add one document from memory. `where` names it in error messages. */
-subq_status corpus_add_text(train_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
+subq_status corpus_add_text(subq_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
                             const char *where, subq_error *err);
 
 /* Split and pack; call once after adding everything. SUBQ_ERR_ARG when there
  * is nothing to train on. */
-subq_status corpus_finish(train_corpus *c, subq_error *err);
+subq_status corpus_finish(subq_corpus *c, subq_error *err);
 
 /* All of the above: corpus_new, corpus_add_path for every training path
  * then every held-out path, corpus_finish. On failure *out is NULL. */
-subq_status corpus_load(const subq_model *m, const corpus_params *p, const char *const *paths, int n_paths,
-                        const char *const *eval_paths, int n_eval, train_corpus **out, subq_error *err);
+subq_status corpus_load(const subq_model *m, const subq_corpus_params *p, const char *const *paths, int n_paths,
+                        const char *const *eval_paths, int n_eval, subq_corpus **out, subq_error *err);
 
 /* Materialise sequence i of a split: tokens, positions (restarting at 0 per
  * piece) and segment ids (0, 1, ... per piece). Buffers hold p.seq entries.
  * Returns the length. */
-int corpus_get(const train_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg);
+int corpus_get(const subq_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg);
 
 /* Index into c->train of the sequence at data cursor `cursor` (sequences
  * consumed so far): epoch e = cursor / n_seq visits the sequences in a
  * permutation drawn from (seed, e). `perm` caches the permutation of epoch
  * *perm_epoch (n_seq ints; set *perm_epoch = UINT64_MAX initially). */
-int corpus_train_index(const train_corpus *c, uint64_t cursor, uint64_t seed, int *perm, uint64_t *perm_epoch);
+int corpus_train_index(const subq_corpus *c, uint64_t cursor, uint64_t seed, int *perm, uint64_t *perm_epoch);
 
 #endif

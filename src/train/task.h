@@ -90,7 +90,7 @@ typedef struct train_task_ops {
      * task's own metrics. */
     subq_status (*loss)(void *self, trainer *t, int train, train_sums *sums, subq_error *err);
     /* Evaluation starts: zero the task's metrics and point es at them (may be NULL). */
-    void (*eval_begin)(void *self, trainer *t, train_eval_stats *es);
+    void (*eval_begin)(void *self, trainer *t, subq_train_eval_stats *es);
     /* Its metrics as sums to add over data-parallel ranks: pack (to_buf = 1)
      * or unpack the first cap of them; returns how many there are (may be
      * NULL: none). */
@@ -115,8 +115,8 @@ typedef struct train_task {
 
 struct trainer {
     subq_model *model;
-    const train_corpus *data;
-    const train_config *cfg;
+    const subq_corpus *data;
+    const subq_train_params *cfg;
     train_task task;
     subq_context *ctx;
     train_capture *cap;
@@ -142,7 +142,7 @@ struct trainer {
     double comm_s;              /* seconds in sums over the ranks (waits for the slowest included) */
     double *reduce;             /* scratch of the sums over ranks */
     train_sums *sums;           /* [n_sel] */
-    train_eval_layer *ev;       /* [n_sel] */
+    subq_train_eval_layer *ev;       /* [n_sel] */
     /* latest figures, recorded in the output */
     double train_loss, train_part[SUBQ_TRAIN_MAX_PARTS];
     int have_eval;
@@ -151,7 +151,7 @@ struct trainer {
 
 /* Set up a run (no resume): context, the task's weights and their initial
  * values, capture, optimiser state. trainer_free also frees the task. */
-subq_status trainer_init(trainer *t, subq_model *m, const train_corpus *data, const train_config *cfg,
+subq_status trainer_init(trainer *t, subq_model *m, const subq_corpus *data, const subq_train_params *cfg,
                          const train_task *task, subq_error *err);
 void trainer_free(trainer *t);
 
@@ -162,8 +162,8 @@ subq_status trainer_capture(trainer *t, const corpus_split *sp, int i, subq_erro
 subq_status trainer_capture_train(trainer *t, uint64_t cursor, subq_error *err);
 
 /* The whole run: init, resume, steps, evaluations, checkpoints, hooks. */
-subq_status trainer_run(subq_model *m, const train_corpus *data, const train_config *cfg, const train_task *task,
-                        const train_hooks *hooks, train_result *res, subq_error *err);
+subq_status trainer_run(subq_model *m, const subq_corpus *data, const subq_train_params *cfg, const train_task *task,
+                        const subq_train_hooks *hooks, subq_train_result *res, subq_error *err);
 
 /* ---- checkpoints (checkpoint.c) ------------------------------------------- */
 

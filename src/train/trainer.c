@@ -11,8 +11,8 @@
 #include "train/adamw.h"
 #include "train/task.h"
 
-train_config train_default_config(void) {
-    train_config c = {
+subq_train_params train_default_config(void) {
+    subq_train_params c = {
         .batch = 1,
         .grad_accum = 1,
         .beta1 = 0.9f,
@@ -24,7 +24,7 @@ train_config train_default_config(void) {
     return c;
 }
 
-static subq_status check_config(const subq_model *m, const train_corpus *data, const train_config *c,
+static subq_status check_config(const subq_model *m, const subq_corpus *data, const subq_train_params *c,
                                 subq_error *err) {
     if (c->n_layers <= 0) return subq_fail(err, SUBQ_ERR_ARG, "no layers to train");
     for (int i = 0; i < c->n_layers; i++)
@@ -62,7 +62,7 @@ void trainer_free(trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-subq_status trainer_init(trainer *t, subq_model *m, const train_corpus *data, const train_config *cfg,
+subq_status trainer_init(trainer *t, subq_model *m, const subq_corpus *data, const subq_train_params *cfg,
                          const train_task *task, subq_error *err) {
     memset(t, 0, sizeof *t);
     t->model = m;
@@ -95,7 +95,7 @@ subq_status trainer_init(trainer *t, subq_model *m, const train_corpus *data, co
     t->grad = calloc(t->n_params, sizeof(float));
     t->gd = task->ops->grad_f64 ? calloc(t->n_params, sizeof(double)) : NULL;
     t->sums = calloc((size_t)t->n_sel, sizeof(train_sums));
-    t->ev = calloc((size_t)t->n_sel, sizeof(train_eval_layer));
+    t->ev = calloc((size_t)t->n_sel, sizeof(subq_train_eval_layer));
     if (!t->ckpt_path || !t->tok || !t->pos || !t->seg || !t->perm || !t->m || !t->v || !t->grad ||
         (task->ops->grad_f64 && !t->gd) || !t->sums || !t->ev)
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the trainer");
@@ -263,8 +263,8 @@ static double forward_flops(const trainer *t) {
 /* One optimiser step over batch x grad_accum sequences (this rank's share
  * of them); fills the stats. *stop: in, this rank was asked to stop; out,
  * some rank was (every rank then stops after the same step). */
-static subq_status train_step(trainer *t, train_step_stats *ss, int *stop, subq_error *err) {
-    const train_config *cfg = t->cfg;
+static subq_status train_step(trainer *t, subq_train_step_stats *ss, int *stop, subq_error *err) {
+    const subq_train_params *cfg = t->cfg;
     const train_task_ops *ops = t->task.ops;
     if (ops->sync) ops->sync(t->task.self, t);
     if (t->gd) memset(t->gd, 0, t->n_params * sizeof(double));
@@ -312,7 +312,7 @@ static subq_status train_step(trainer *t, train_step_stats *ss, int *stop, subq_
 }
 
 /* Losses (and the task's metrics) on the held-out split, up to eval_tokens. */
-static subq_status evaluate(trainer *t, train_eval_stats *es, subq_error *err) {
+static subq_status evaluate(trainer *t, subq_train_eval_stats *es, subq_error *err) {
     const train_task_ops *ops = t->task.ops;
     const corpus_split *sp = &t->data->eval;
     const double t0 = time_now_s();
@@ -353,7 +353,7 @@ static subq_status evaluate(trainer *t, train_eval_stats *es, subq_error *err) {
         if (ops->eval_sums) ops->eval_sums(t->task.self, b + base, n_task, 0);
     }
     for (int i = 0; i < t->n_sel; i++) {
-        train_eval_layer *L = &t->ev[i];
+        subq_train_eval_layer *L = &t->ev[i];
         const double nq = t->sums[i].n_queries > 0 ? (double)t->sums[i].n_queries : 1.0;
         L->layer = t->layers[i];
         L->n_queries = t->sums[i].n_queries;
@@ -374,24 +374,24 @@ static subq_status evaluate(trainer *t, train_eval_stats *es, subq_error *err) {
     return SUBQ_OK;
 }
 
-static subq_status eval_and_report(trainer *t, const train_hooks *hooks, subq_error *err) {
+static subq_status eval_and_report(trainer *t, const subq_train_hooks *hooks, subq_error *err) {
     if (t->data->eval.n_seq == 0) return SUBQ_OK;
-    train_eval_stats es;
+    subq_train_eval_stats es;
     subq_status s = evaluate(t, &es, err);
     if (!s && hooks && hooks->on_eval) hooks->on_eval(hooks->user, &es);
     return s;
 }
 
 /* Only rank 0 writes: every rank holds the same weights. */
-static subq_status save(trainer *t, const train_hooks *hooks, subq_error *err) {
+static subq_status save(trainer *t, const subq_train_hooks *hooks, subq_error *err) {
     if (t->rank != 0) return SUBQ_OK;
     subq_status s = train_save(t, 1, err);
     if (!s && hooks && hooks->on_save) hooks->on_save(hooks->user, t->step, t->ckpt_path);
     return s;
 }
 
-subq_status trainer_run(subq_model *m, const train_corpus *data, const train_config *cfg, const train_task *task,
-                        const train_hooks *hooks, train_result *res, subq_error *err) {
+subq_status trainer_run(subq_model *m, const subq_corpus *data, const subq_train_params *cfg, const train_task *task,
+                        const subq_train_hooks *hooks, subq_train_result *res, subq_error *err) {
     memset(res, 0, sizeof *res);
     trainer t;
     subq_status s = trainer_init(&t, m, data, cfg, task, err);
@@ -408,7 +408,7 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
         if ((s = train_load(&t, t.ckpt_path, err))) goto done;
     }
     if (hooks && hooks->on_start) {
-        train_start_info info = {.start_step = t.step, .resumed = cfg->resume, .n_train_seq = data->train.n_seq,
+        subq_train_start_info info = {.start_step = t.step, .resumed = cfg->resume, .n_train_seq = data->train.n_seq,
                                  .n_eval_seq = data->eval.n_seq, .train_tokens = data->train.n_tokens,
                                  .eval_tokens = data->eval.n_tokens, .n_threads = t.n_threads,
                                  .n_params = t.n_params, .n_parts = task->ops->n_parts,
@@ -433,7 +433,7 @@ subq_status trainer_run(subq_model *m, const train_corpus *data, const train_con
             res->interrupted = 1;
             break;
         }
-        train_step_stats ss;
+        subq_train_step_stats ss;
         const double t0 = time_now_s();
         if ((s = train_step(&t, &ss, &stop, err))) goto done;
         if (stop) res->interrupted = 1;

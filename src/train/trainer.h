@@ -26,24 +26,8 @@
 
 #include "subq.h"
 
-
-typedef subq_train_params train_config;
-
-typedef subq_train_start_info train_start_info;
-
-typedef subq_train_step_stats train_step_stats;
-
-typedef subq_train_eval_layer train_eval_layer;
-
-
-typedef subq_train_eval_stats train_eval_stats;
-
-typedef subq_train_hooks train_hooks;
-
-typedef subq_train_result train_result;
-
 /* Defaults shared by the tasks (layers, lr, weight decay, warm-up, steps,
  * evaluation and output left for the task to set). */
-train_config train_default_config(void);
+subq_train_params train_default_config(void);
 
 #endif

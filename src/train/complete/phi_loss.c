@@ -21,8 +21,8 @@
 /* Score rows per chunk: chunk x T doubles per matrix stay around 1 MiB. */
 #define CHUNK_ELEMS (1 << 17)
 
-phi_loss_params phi_loss_default_params(void) {
-    phi_loss_params p = {.n_sink = 4, .n_tail = 16, .tau = 1.0, .l_kl = 0.99, .l_top = 1.0, .l_fp = 2.0, .l_z = 4.0,
+subq_phi_loss_params phi_loss_default_params(void) {
+    subq_phi_loss_params p = {.n_sink = 4, .n_tail = 16, .tau = 1.0, .l_kl = 0.99, .l_top = 1.0, .l_fp = 2.0, .l_z = 4.0,
                          .band = 8.0, .huber = 1.0};
     return p;
 }
@@ -89,7 +89,7 @@ static double huber_grad(double x, double delta) {
 }
 
 /* L_t with scratch er, eh [n] (see phi_query_loss). */
-static double query_loss(const double *s, const double *sh, int n, const phi_loss_params *p, double *grad, double *part,
+static double query_loss(const double *s, const double *sh, int n, const subq_phi_loss_params *p, double *grad, double *part,
                          double *er, double *eh) {
     const double tau = p->tau, itau = 1.0 / p->tau, band = p->band, dl = p->huber, w = 1.0 - p->l_kl;
     double smax = -INFINITY, rhmax = -INFINITY;
@@ -167,7 +167,7 @@ static double query_loss(const double *s, const double *sh, int n, const phi_los
     return p->l_kl * kl + w * (p->l_top * top + p->l_fp * fp + p->l_z * zterm);
 }
 
-double phi_query_loss(const double *s, const double *sh, int n, const phi_loss_params *p, double *grad, double *part) {
+double phi_query_loss(const double *s, const double *sh, int n, const subq_phi_loss_params *p, double *grad, double *part) {
     double *work = malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof(double));
     if (!work) return NAN;
     double L = query_loss(s, sh, n, p, grad, part, work, work + n);
@@ -202,7 +202,7 @@ static void layer_buf_free(layer_buf *b) {
 /* Loss sums of query head h over all its queries and, when dlq / dlk are
  * not NULL, dL/dlq [T][F] (set) and its dL/dlk [T][F] (set). 0 when out of
  * memory. */
-static int pair_head(const phi_dims *d, const phi_loss_params *p, int T, const int *lo, const int *hi, const double *Xq,
+static int pair_head(const phi_dims *d, const subq_phi_loss_params *p, int T, const int *lo, const int *hi, const double *Xq,
                      const double *Xk, const double *lq, const double *lk, const double *eq, const double *mq,
                      const double *ek, const double *mk, double *dlq, double *dlk, phi_loss_sums *sums) {
     const int D = d->head_dim, F = d->d_phi;
@@ -300,7 +300,7 @@ static int pair_head(const phi_dims *d, const phi_loss_params *p, int T, const i
 }
 
 subq_status phi_loss_layer(const phi_dims *d, const double *L, const float *q, const float *k, const int32_t *seg, int T,
-                           const phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err) {
+                           const subq_phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err) {
     const int D = d->head_dim, F = d->d_phi, nh = d->n_head, nkv = d->n_head_kv, grp = nh / nkv;
     const int n_maps = nh + nkv;
     if (T < 1) return SUBQ_OK;

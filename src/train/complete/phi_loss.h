@@ -28,9 +28,7 @@
 #include "complete/phi_maps.h"
 #include "subq.h"
 
-typedef subq_phi_loss_params phi_loss_params;
-
-phi_loss_params phi_loss_default_params(void);
+subq_phi_loss_params phi_loss_default_params(void);
 
 /* Parts of one query's loss (unweighted) and the absolute log-partition
  * error |LSE(rh) - LSE(r)|. */
@@ -56,13 +54,13 @@ double phi_teacher_level(const phi_dims *d, const float *q, const float *k, cons
 /* L_t of one query over n >= 1 mid keys from teacher logits s[n] and student
  * logits sh[n]; writes dL_t/dsh into grad (when not NULL) and the parts into
  * part[SUBQ_PHI_N_PARTS] (when not NULL). */
-double phi_query_loss(const double *s, const double *sh, int n, const phi_loss_params *p, double *grad, double *part);
+double phi_query_loss(const double *s, const double *sh, int n, const subq_phi_loss_params *p, double *grad, double *part);
 
 /* One layer of one sequence: q [T][n_head*head_dim] and k [T][n_head_kv*head_dim]
  * post-RoPE (as captured), segment ids seg [T], layer parameters L (double,
  * phi_maps layout). Adds the loss sums into *sums and, when grad is not NULL,
  * d(sum_{h,t} L_t)/dL into grad. Deterministic and independent of n_threads. */
 subq_status phi_loss_layer(const phi_dims *d, const double *L, const float *q, const float *k, const int32_t *seg, int T,
-                           const phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err);
+                           const subq_phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err);
 
 #endif

@@ -19,12 +19,10 @@
 #include "train/corpus.h"
 #include "train/trainer.h"
 
-typedef subq_train_phi_params phi_train_config;
+subq_train_phi_params phi_train_default_config(void);
 
-phi_train_config phi_train_default_config(void);
-
-subq_status phi_train_run(subq_model *m, const train_corpus *data, const phi_train_config *cfg,
-                          const train_hooks *hooks, train_result *res, subq_error *err);
+subq_status phi_train_run(subq_model *m, const subq_corpus *data, const subq_train_phi_params *cfg,
+                          const subq_train_hooks *hooks, subq_train_result *res, subq_error *err);
 
 /* Testing aid (tests/ref/check_phi_train.py): for the first training
  * sequence and the initial maps, write to `path` the maps (as in OUT), the
@@ -33,7 +31,7 @@ subq_status phi_train_run(subq_model *m, const train_corpus *data, const phi_tra
  * (feat.{l}.q [T][n_head][d_phi], feat.{l}.k), the double loss sums
  * (metadata subq.phi.dump.{l}.sums: f64 [loss, kl, top, fp, z, lse, n]) and
  * the gradient of the summed loss (grad.{l}, flat, phi_maps layout). */
-subq_status phi_train_dump(subq_model *m, const train_corpus *data, const phi_train_config *cfg, const char *path,
+subq_status phi_train_dump(subq_model *m, const subq_corpus *data, const subq_train_phi_params *cfg, const char *path,
                            subq_error *err);
 
 #endif

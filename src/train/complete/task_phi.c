@@ -10,8 +10,8 @@
 #include "quant/types.h"
 #include "train/task.h"
 
-phi_train_config phi_train_default_config(void) {
-    phi_train_config c = {
+subq_train_phi_params phi_train_default_config(void) {
+    subq_train_phi_params c = {
         .train = train_default_config(),
         .d_emb = 32,
         .d_hidden = 64,
@@ -30,7 +30,7 @@ phi_train_config phi_train_default_config(void) {
 }
 
 typedef struct phi_task {
-    const phi_train_config *cfg;
+    const subq_train_phi_params *cfg;
     phi_maps *maps;
     double *wd;                 /* double mirror of the weights, for the loss */
 } phi_task;
@@ -39,8 +39,8 @@ static const char *const part_names[SUBQ_PHI_N_PARTS] = {"kl", "top", "fp", "z",
 
 static subq_status create(void *self, trainer *t, subq_error *err) {
     phi_task *k = self;
-    const phi_train_config *c = k->cfg;
-    const phi_loss_params *l = &c->loss;
+    const subq_train_phi_params *c = k->cfg;
+    const subq_phi_loss_params *l = &c->loss;
     if (l->n_sink < 0 || l->n_tail < 1)
         return subq_fail(err, SUBQ_ERR_ARG, "n_sink must be >= 0 and n_tail >= 1 (got %d, %d)", l->n_sink, l->n_tail);
     if (!(l->tau > 0) || !(l->band > 0) || !(l->huber > 0) || !(l->l_kl >= 0 && l->l_kl <= 1) || !(l->l_top >= 0) ||
@@ -67,7 +67,7 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
 /* Mean over (head, query) of LSE_{j in M_t}(log z(q_t, k_j)) - log |M_t|
  * for the current maps of `layer` (float features, double sums). */
 static subq_status student_level(const phi_maps *p, int layer, const float *q, const float *k, const int32_t *seg, int T,
-                                 const phi_loss_params *lp, double *out, subq_error *err) {
+                                 const subq_phi_loss_params *lp, double *out, subq_error *err) {
     const phi_dims *d = &p->dims;
     const int D = d->head_dim, F = d->d_phi, nh = d->n_head, nkv = d->n_head_kv, grp = nh / nkv;
     float *lk = malloc((size_t)T * nkv * F * sizeof(float)), *lq = malloc((size_t)F * sizeof(float));
@@ -114,7 +114,7 @@ static subq_status student_level(const phi_maps *p, int layer, const float *q, c
 
 static subq_status init(void *self, trainer *t, subq_error *err) {
     phi_task *k = self;
-    const phi_train_config *c = k->cfg;
+    const subq_train_phi_params *c = k->cfg;
     phi_maps *p = k->maps;
     phi_maps_init(p, c->wo_std, &t->rng);
     /* Output biases at the teacher's level: on the first training sequence
@@ -163,7 +163,7 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
 
 static int options(const void *self, train_option *o) {
     const phi_task *k = self;
-    const phi_loss_params *l = &k->cfg->loss;
+    const subq_phi_loss_params *l = &k->cfg->loss;
     int n = 0;
     o[n++] = train_opt_u64("n_sink", (uint64_t)l->n_sink);
     o[n++] = train_opt_u64("n_tail", (uint64_t)l->n_tail);
@@ -237,8 +237,8 @@ static const train_task_ops phi_ops = {
     .free = task_free,
 };
 
-subq_status phi_train_run(subq_model *m, const train_corpus *data, const phi_train_config *cfg,
-                          const train_hooks *hooks, train_result *res, subq_error *err) {
+subq_status phi_train_run(subq_model *m, const subq_corpus *data, const subq_train_phi_params *cfg,
+                          const subq_train_hooks *hooks, subq_train_result *res, subq_error *err) {
     phi_task k = {.cfg = cfg};
     const train_task task = {&phi_ops, &k};
     return trainer_run(m, data, &cfg->train, &task, hooks, res, err);
@@ -259,7 +259,7 @@ static subq_status add_f32(gguf_writer *w, subq_status s, const char *name, floa
     return gguf_writer_add_tensor(w, name, GGML_TYPE_F32, nd, ne, data, n0 * n1 * n2 * sizeof(float), 1, err);
 }
 
-subq_status phi_train_dump(subq_model *m, const train_corpus *data, const phi_train_config *cfg, const char *path,
+subq_status phi_train_dump(subq_model *m, const subq_corpus *data, const subq_train_phi_params *cfg, const char *path,
                            subq_error *err) {
     phi_task pt = {.cfg = cfg};
     const train_task task = {&phi_ops, &pt};

@@ -13,7 +13,7 @@
 #include "kernels/kernels.h"
 #include "train/search/topk.h"
 
-void search_eval_init(search_eval_acc *acc, const int *ks, int n_k) {
+void search_eval_init(subq_retrieval_eval *acc, const int *ks, int n_k) {
     memset(acc, 0, sizeof *acc);
     if (n_k > SUBQ_SEARCH_EVAL_MAX_K) n_k = SUBQ_SEARCH_EVAL_MAX_K;
     acc->n_k = n_k;
@@ -36,8 +36,8 @@ typedef struct eval_scratch {
  * the row's common |q_s(t)|, oracle O = (1/n_head) sum_h q_h(t) . k(j) (the query heads folded
  * per KV head first), each [row][j - kb]. */
 static void eval_rows(const search_layer_data *x, const float *Qs, const float *Ks, const float *inv_nk,
-                      const float *kt, const int *start, int ds, teacher_agg agg, int n_sink, int n_tail,
-                      const search_eval_acc *acc, int kmax, int b0, int b1, eval_scratch *w, double *res,
+                      const float *kt, const int *start, int ds, subq_teacher_agg agg, int n_sink, int n_tail,
+                      const subq_retrieval_eval *acc, int kmax, int b0, int b1, eval_scratch *w, double *res,
                       unsigned char *counted) {
     const attn_shape *sh = &x->shape;
     const int T = x->T, kb = start[b0], nkb = b1 - kb, B = b1 - b0, nk = acc->n_k;
@@ -92,8 +92,8 @@ typedef struct eval_job {
     const float *Qs, *Ks, *inv_nk, *kt;
     const int *start;
     int ds, n_sink, n_tail, kmax;
-    teacher_agg agg;
-    const search_eval_acc *acc;
+    subq_teacher_agg agg;
+    const subq_retrieval_eval *acc;
     eval_scratch *w;
     double *res;
     unsigned char *counted;
@@ -107,7 +107,7 @@ static void eval_block(void *ctx, int b, int thread) {
 }
 
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
-                              teacher_agg agg, int n_sink, int n_tail, search_eval_acc *acc, pool *p,
+                              subq_teacher_agg agg, int n_sink, int n_tail, subq_retrieval_eval *acc, pool *p,
                               subq_error *err) {
     const int T = x->T, d = x->d_model, nk = acc->n_k;
     const kernels *kern = kernels_get();

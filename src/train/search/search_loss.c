@@ -95,7 +95,7 @@ typedef struct row_scratch {
  * starting at row c0 (NULL without gradients). */
 typedef struct loss_pass {
     const search_layer_data *x;
-    const search_loss_params *lp;
+    const subq_search_loss_params *lp;
     int ds, c0;
     const int *start;
     const float *Qs, *Ks, *nq, *nk, *kt;
@@ -110,7 +110,7 @@ typedef struct loss_pass {
 /* Pass 1 over query rows [b0, b1). */
 static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
     const search_layer_data *x = lp_->x;
-    const search_loss_params *lp = lp_->lp;
+    const subq_search_loss_params *lp = lp_->lp;
     const int T = x->T, ds = lp_->ds, *start = lp_->start, n_sink = lp->n_sink, n_tail = lp->n_tail;
     const int kb = start[b0], nkb = b1 - kb, want_grad = lp_->D != NULL;
     const float *Qs = lp_->Qs, *Ks = lp_->Ks, *nq = lp_->nq, *nk = lp_->nk;
@@ -214,7 +214,7 @@ static void grad_block(void *ctx, int b, int thread) {
 }
 
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
-                              const search_loss_params *lp, float grad_scale, float *dwq, float *dwk,
+                              const subq_search_loss_params *lp, float grad_scale, float *dwq, float *dwk,
                               search_loss_sums *out, int chunk_rows, pool *p, subq_error *err) {
     const int T = x->T, d = x->d_model;
     const int want_grad = dwq || dwk;

@@ -30,8 +30,6 @@
 #include "train/search/teacher.h"
 #include "subq.h"
 
-typedef subq_search_loss_params search_loss_params;
-
 /* One layer of one sequence, as captured at the attention seam. */
 typedef struct search_layer_data {
     int T;
@@ -66,7 +64,7 @@ int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail);
  * Deterministic, and independent of the pool's threads: every gradient element is
  * summed by one thread in a fixed order. */
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int d_search,
-                              const search_loss_params *p, float grad_scale, float *dwq, float *dwk,
+                              const subq_search_loss_params *p, float grad_scale, float *dwq, float *dwk,
                               search_loss_sums *out, int chunk_rows, pool *threads, subq_error *err);
 
 #endif

@@ -9,8 +9,8 @@
 #include "quant/types.h"
 #include "train/task.h"
 
-train_search_config train_search_default_config(void) {
-    train_search_config c = {
+subq_train_search_params train_search_default_config(void) {
+    subq_train_search_params c = {
         .train = train_default_config(),
         .d_search = 32,
         /* sink / tail: the sparse runtime's defaults (attn_plan_default), so the
@@ -32,17 +32,17 @@ train_search_config train_search_default_config(void) {
 }
 
 typedef struct search_task {
-    const train_search_config *cfg;
+    const subq_train_search_params *cfg;
     search_proj *proj;
-    search_eval_acc *acc;       /* [n_sel]: retrieval metrics of the evaluation */
+    subq_retrieval_eval *acc;       /* [n_sel]: retrieval metrics of the evaluation */
 } search_task;
 
 static const char *const part_names[] = {"nce", "kl"};
 
 static subq_status create(void *self, trainer *t, subq_error *err) {
     search_task *k = self;
-    const train_search_config *c = k->cfg;
-    const search_loss_params *l = &c->loss;
+    const subq_train_search_params *c = k->cfg;
+    const subq_search_loss_params *l = &c->loss;
     if (c->d_search < 1 || c->d_search > SEARCH_PROJ_MAX_D) return subq_fail(err, SUBQ_ERR_ARG, "bad d_search %d", c->d_search);
     if (!(l->tau > 0) || !(l->tau_kl > 0) || l->k_pos < 1)
         return subq_fail(err, SUBQ_ERR_ARG, "temperatures must be > 0 and k_pos >= 1");
@@ -77,7 +77,7 @@ static size_t block_offset(const search_proj *p, int b) { return (size_t)b * p->
 
 static subq_status loss(void *self, trainer *t, int train, train_sums *sums, subq_error *err) {
     search_task *k = self;
-    const train_search_config *c = k->cfg;
+    const subq_train_search_params *c = k->cfg;
     const search_proj *p = k->proj;
     for (int i = 0; i < p->n_sel; i++) {
         const search_layer_data x = train_capture_layer(t->cap, i, t->seg);
@@ -99,7 +99,7 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
     return SUBQ_OK;
 }
 
-static void eval_begin(void *self, trainer *t, train_eval_stats *es) {
+static void eval_begin(void *self, trainer *t, subq_train_eval_stats *es) {
     search_task *k = self;
     for (int i = 0; i < k->proj->n_sel; i++) search_eval_init(&k->acc[i], k->cfg->eval_k, k->cfg->n_eval_k);
     es->retrieval = k->acc;
@@ -110,7 +110,7 @@ static size_t eval_sums(void *self, double *buf, size_t cap, int to_buf) {
     search_task *k = self;
     size_t n = 0;
     for (int i = 0; i < k->proj->n_sel; i++) {
-        search_eval_acc *a = &k->acc[i];
+        subq_retrieval_eval *a = &k->acc[i];
         for (int j = 0; j < a->n_k; j++) {
             double *f[] = {&a->mass_learned[j], &a->mass_oracle[j], &a->recall_learned[j], &a->recall_oracle[j],
                            &a->mass_window[j], &a->recall_window[j]};
@@ -131,7 +131,7 @@ static size_t eval_sums(void *self, double *buf, size_t cap, int to_buf) {
 
 static int options(const void *self, train_option *o) {
     const search_task *k = self;
-    const search_loss_params *l = &k->cfg->loss;
+    const subq_search_loss_params *l = &k->cfg->loss;
     int n = 0;
     o[n++] = train_opt_u64("k_pos", (uint64_t)l->k_pos);
     o[n++] = train_opt_str("head_agg", teacher_agg_name(l->agg));
@@ -204,8 +204,8 @@ static const train_task_ops search_ops = {
     .free = task_free,
 };
 
-subq_status train_search_run(subq_model *m, const train_corpus *data, const train_search_config *cfg,
-                             const train_hooks *hooks, train_result *res, subq_error *err) {
+subq_status train_search_run(subq_model *m, const subq_corpus *data, const subq_train_search_params *cfg,
+                             const subq_train_hooks *hooks, subq_train_result *res, subq_error *err) {
     search_task k = {.cfg = cfg};
     const train_task task = {&search_ops, &k};
     return trainer_run(m, data, &cfg->train, &task, hooks, res, err);
@@ -213,7 +213,7 @@ subq_status train_search_run(subq_model *m, const train_corpus *data, const trai
 
 /* ---- testing aid ----------------------------------------------------------- */
 
-subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, const train_search_config *cfg,
+subq_status train_search_dump_teacher(subq_model *m, const subq_corpus *data, const subq_train_search_params *cfg,
                                       const char *path, subq_error *err) {
     search_task st = {.cfg = cfg};
     const train_task task = {&search_ops, &st};
@@ -272,7 +272,7 @@ subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, c
         free(scratch);
         free(kt);
         search_loss_sums sums;
-        search_eval_acc acc;
+        subq_retrieval_eval acc;
         search_eval_init(&acc, cfg->eval_k, cfg->n_eval_k);
         if ((s = search_loss_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, &cfg->loss, 1.0f, NULL, NULL, &sums,
                                    0, tr.ctx->pool, err)) ||

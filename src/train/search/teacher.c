@@ -8,7 +8,7 @@
 #include "base/error.h"
 #include "kernels/kernels.h"
 
-const char *teacher_agg_name(teacher_agg a) { return a == SUBQ_TEACHER_AGG_MEAN ? "mean" : "max"; }
+const char *teacher_agg_name(subq_teacher_agg a) { return a == SUBQ_TEACHER_AGG_MEAN ? "mean" : "max"; }
 
 int teacher_agg_parse(const char *s) {
     if (!strcmp(s, "max")) return SUBQ_TEACHER_AGG_MAX;
@@ -54,7 +54,7 @@ static void head_logits(const float *q_t, const float *kt, int T, const attn_sha
  * exp(0) = 1 and the renormalised row is exact up to rounding. Two passes
  * over the heads (G first), recomputing the logits: no extra scratch. */
 static void teacher_row_mid_logdomain(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t,
-                                      int lo, int hi, teacher_agg agg, float *scratch, float *p) {
+                                      int lo, int hi, subq_teacher_agg agg, float *scratch, float *p) {
     const int n = t - s + 1, m = hi - lo + 1, off = lo - s;
     float G = -INFINITY;
     for (int pass = 0; pass < 2; pass++) {
@@ -88,7 +88,7 @@ static void teacher_row_mid_logdomain(const float *q_t, const float *kt, int T, 
 }
 
 void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, int lo, int hi,
-                     teacher_agg agg, float *scratch, float *p) {
+                     subq_teacher_agg agg, float *scratch, float *p) {
     const int n = t - s + 1, m = hi - lo + 1, off = lo - s;
     const int restricted = lo > s || hi < t;
     for (int i = 0; i < m; i++) p[i] = 0.0f;
@@ -135,7 +135,7 @@ size_t teacher_block_scratch(int n_rows, int n_keys, const attn_shape *sh) {
 }
 
 void teacher_block(const float *q, const float *k, const float *kt, int T, const attn_shape *sh, const int *start,
-                   int t0, int t1, int n_sink, int n_tail, teacher_agg agg, float *scratch, float *P, int ldp) {
+                   int t0, int t1, int n_sink, int n_tail, subq_teacher_agg agg, float *scratch, float *P, int ldp) {
     const kernels *kern = kernels_get();
     const int nh = sh->n_head, g = nh / sh->n_head_kv, hd = sh->head_dim, dq = nh * hd, dk = sh->n_head_kv * hd;
     const int B = t1 - t0, kb = start[t0], nk = t1 - kb, rows = B * g;
@@ -179,7 +179,7 @@ void teacher_block(const float *q, const float *k, const float *kt, int T, const
     }
 }
 
-void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, teacher_agg agg,
+void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, subq_teacher_agg agg,
                  float *scratch, float *p) {
     teacher_row_mid(q_t, kt, T, sh, s, t, s, t, agg, scratch, p);
 }

@@ -23,10 +23,8 @@
 
 #include "subq.h"
 
-typedef subq_teacher_agg teacher_agg;
-
 /* "max" / "mean"; parse returns -1 for anything else. */
-const char *teacher_agg_name(teacher_agg a);
+const char *teacher_agg_name(subq_teacher_agg a);
 int teacher_agg_parse(const char *s);
 
 /* Native attention geometry of one layer (GQA: query head h reads kv head
@@ -51,7 +49,7 @@ void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *
  * q_t: the query's row; kt: the sequence's keys from teacher_keys_transpose
  * (T columns). Writes p[j - s] for the t - s + 1 keys; `scratch` holds
  * t - s + 1 floats. */
-void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, teacher_agg agg,
+void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, subq_teacher_agg agg,
                  float *scratch, float *p);
 
 /* The same teacher restricted to the keys j = lo..hi (s <= lo <= hi <= t)
@@ -64,7 +62,7 @@ void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh,
  * underflow), the row is recomputed in the log domain, so the result is
  * always a distribution. */
 void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape *sh, int s, int t, int lo, int hi,
-                     teacher_agg agg, float *scratch, float *p);
+                     subq_teacher_agg agg, float *scratch, float *p);
 
 /* teacher_row_mid for a block of queries t0 .. t1-1 at once (start[] as
  * from segment_starts, so kb = start[t0] is the block's first key): query
@@ -78,7 +76,7 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
  * teacher_block_scratch(t1 - t0, t1 - kb, sh) floats. */
 size_t teacher_block_scratch(int n_rows, int n_keys, const attn_shape *sh);
 void teacher_block(const float *q, const float *k, const float *kt, int T, const attn_shape *sh, const int *start,
-                   int t0, int t1, int n_sink, int n_tail, teacher_agg agg, float *scratch, float *P, int ldp);
+                   int t0, int t1, int n_sink, int n_tail, subq_teacher_agg agg, float *scratch, float *P, int ldp);
 
 /* Raw-QK oracle scores: o(j) = (1/n_head) sum_h q_h(t) . k_{h/g}(j) for
  * j = lo..hi, written to o[j - lo] (head-mean native scores; the

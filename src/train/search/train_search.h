@@ -28,20 +28,18 @@
 #include "train/search/search_loss.h"
 #include "train/trainer.h"
 
-typedef subq_train_search_params train_search_config;
-
 /* The defaults listed above; 1000 steps (layers and out_path left empty). */
-train_search_config train_search_default_config(void);
+subq_train_search_params train_search_default_config(void);
 
-subq_status train_search_run(subq_model *m, const train_corpus *data, const train_search_config *cfg,
-                             const train_hooks *hooks, train_result *res, subq_error *err);
+subq_status train_search_run(subq_model *m, const subq_corpus *data, const subq_train_search_params *cfg,
+                             const subq_train_hooks *hooks, subq_train_result *res, subq_error *err);
 
 /* Testing aid: the teacher forward on the first training sequence, written
  * as a GGUF for the numpy reference (tests/ref/check_train_teacher.py):
  * tokens/pos/seg, per target layer h, q, k, the dense teacher matrix
  * [T][T], the initial W_Qs / W_Ks, and the losses and retrieval metrics
  * the library computes for them. */
-subq_status train_search_dump_teacher(subq_model *m, const train_corpus *data, const train_search_config *cfg,
+subq_status train_search_dump_teacher(subq_model *m, const subq_corpus *data, const subq_train_search_params *cfg,
                                       const char *path, subq_error *err);
 
 #endif
