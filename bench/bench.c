@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-static double now_s(void) {
+double bench_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -64,7 +64,7 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
     uint64_t check = 0;
     for (int r = 0; r < reps; r++) {
         uint64_t total = 0;
-        double t0 = now_s();
+        double t0 = bench_now_s();
         /* each thread sums one contiguous slice (multiple of 16 words) */
 #pragma omp parallel num_threads(n_threads) reduction(+ : total)
         {
@@ -72,7 +72,7 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps) {
             size_t per = (n / (size_t)nt) & ~(size_t)15, lo = per * (size_t)id, hi = id == nt - 1 ? n : lo + per;
             total += bench_sum_words(buf + lo, hi - lo);
         }
-        double el = now_s() - t0;
+        double el = bench_now_s() - t0;
         check += total;
         double gbs = (double)n * sizeof(uint64_t) / el / 1e9;
         if (gbs > best) best = gbs;
@@ -91,9 +91,9 @@ double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps) {
         for (size_t i = 0; i < (size_t)n * k; i++) B[i] = (float)(i % 5) * 0.1f;
         omp_set_num_threads(n_threads); /* OpenBLAS (OpenMP build) uses the caller's thread count */
         for (int r = 0; r < reps + 1; r++) { /* first run warms up the thread pool */
-            double t0 = now_s();
+            double t0 = bench_now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
-            double el = now_s() - t0, gf = 2.0 * m * n * k / el / 1e9;
+            double el = bench_now_s() - t0, gf = 2.0 * m * n * k / el / 1e9;
             if (r > 0 && gf > best) best = gf;
         }
     }

@@ -8,6 +8,9 @@
 
 #include "subq.h"
 
+/* Monotonic wall-clock seconds. */
+double bench_now_s(void);
+
 /* The sum of the n 64-bit words at p (32-byte aligned), by the loop the
  * bandwidth probe times: load-bound, so its rate is the read bandwidth. */
 uint64_t bench_sum_words(const uint64_t *p, size_t n);
@@ -26,5 +29,46 @@ double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps);
 typedef struct bench_contend bench_contend;
 bench_contend *bench_contend_start(int n);
 void bench_contend_stop(bench_contend *c);
+
+/* ---- model speed (bench_model.c) ------------------------------------------ */
+
+/* Token ids for timing: speed does not depend on them (xorshift64*; the
+ * state must not be 0). */
+int32_t bench_random_token(uint64_t *state, int n_vocab);
+
+/* Where a timed run's time went, from the context's counters: attention
+ * (softmax, Q K^T, P V), index queries, index inserts. */
+typedef struct bench_split {
+    double seconds, attn_s, select_s, insert_s;
+} bench_split;
+
+/* Prefill: n tokens decoded into c (empty, under its plan), timed. */
+subq_status bench_prefill(subq_context *c, const int32_t *toks, int n, float *logits, bench_split *out,
+                          subq_error *err);
+/* The floating-point work of a dense prefill of T tokens: every token
+ * through the layer matrices, the last through the output matrix, and
+ * causal attention 2 * 2 * (T^2/2) * n_head * head_dim per layer. */
+double bench_prefill_flops(const subq_model_info *info, int T);
+
+/* Decode: one untimed step (warm caches and threads), then n_steps timed
+ * steps of random tokens. tok_s and the split per step; st0/st1 the
+ * context's counters around the timed steps. */
+subq_status bench_decode_steps(subq_context *c, int n_steps, uint64_t *rng, float *logits, double *tok_s,
+                               bench_split *per_step, subq_context_stats *st0, subq_context_stats *st1,
+                               subq_error *err);
+
+/* One decode row at a synthetic context: c (under its plan) filled with
+ * ctx tokens of synthetic KV, then bench_decode_steps; what a step reads
+ * (KV rows attended, selector reads) and the filled cache's own read rate,
+ * the better of before and after the steps (GB/s, NAN when too small to
+ * time). */
+typedef struct bench_decode_row {
+    double tok_s, attn_ms, select_ms, insert_ms, fill_s;
+    double cache_bw;
+    double kv_bytes, index_bytes;   /* the cache and the indexes, bytes */
+    double kv_read, select_read;    /* bytes read per step */
+} bench_decode_row;
+subq_status bench_decode_at(subq_context *c, int ctx, int n_steps, uint64_t seed, uint64_t *rng, float *logits,
+                            bench_decode_row *out, subq_error *err);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench.h"
 #include "bench_prefill.h"
 #include "cli.h"
 
@@ -21,11 +22,8 @@ typedef struct prefill_row {
 static int prompt_tokens(const char *cmd, const subq_model *m, const char *path, int n_vocab, uint64_t seed,
                          int32_t *out, int n) {
     if (!path) {
-        uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1; /* xorshift64*, never 0 */
-        for (int i = 0; i < n; i++) {
-            x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-            out[i] = (int32_t)((x * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)n_vocab);
-        }
+        uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1; /* never 0 */
+        for (int i = 0; i < n; i++) out[i] = bench_random_token(&x, n_vocab);
         return 1;
     }
     subq_error err = {0};
@@ -89,7 +87,7 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
         goto done;
     }
     so->plan.sparse_prefill = SUBQ_PREFILL_SPARSE;
-    uint64_t rng = o->seed + 1;
+    uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 1; /* never 0 */
     for (int ai = 0; ai < o->n_attn; ai++) {
         for (int li = 0; li < o->n_len; li++) {
             prefill_row *r = &rows[n_rows];
@@ -104,29 +102,18 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
                 rc = 1;
                 goto done;
             }
-            subq_context_stats s0, s1;
-            subq_context_get_stats(c, &s0);
-            double t0 = cli_now_s();
-            if (subq_decode(c, toks, r->n, logits, 0, &err)) {
+            bench_split sp, per;
+            subq_context_stats st0, st1;
+            if (bench_prefill(c, toks, r->n, logits, &sp, &err) ||
+                (o->n_decode > 0 &&
+                 bench_decode_steps(c, o->n_decode, &rng, logits, &r->decode_tok_s, &per, &st0, &st1, &err))) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
             }
-            r->seconds = cli_now_s() - t0;
-            subq_context_get_stats(c, &s1);
-            r->select_s = s1.t_select_s - s0.t_select_s;
-            r->insert_s = s1.t_append_s - s0.t_append_s;
-            r->attn_s = s1.t_attn_s - s0.t_attn_s - r->select_s - r->insert_s;
-            /* one untimed step (warm caches), then n_decode timed ones */
-            for (int s = 0; s <= o->n_decode; s++) {
-                if (s == 1) t0 = cli_now_s();
-                int32_t tok = (int32_t)((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 33) %
-                              info.n_vocab;
-                if (subq_decode(c, &tok, 1, logits, 0, &err)) {
-                    rc = cli_error(cmd, "%s", err.msg);
-                    goto done;
-                }
-            }
-            r->decode_tok_s = o->n_decode > 0 ? o->n_decode / (cli_now_s() - t0) : 0.0;
+            r->seconds = sp.seconds;
+            r->attn_s = sp.attn_s;
+            r->select_s = sp.select_s;
+            r->insert_s = sp.insert_s;
             n_rows++;
         }
     }

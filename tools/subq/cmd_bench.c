@@ -46,14 +46,6 @@ static const char *help =
 
 #define MAX_LIST 16
 
-/* Token ids for timing: speed does not depend on them (xorshift64*). */
-static int32_t random_token(uint64_t *state, int n_vocab) {
-    uint64_t x = *state;
-    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
-    *state = x;
-    return (int32_t)((x * 0x2545F4914F6CDD1Dull >> 33) % (uint64_t)n_vocab);
-}
-
 /* The bandwidth bound of a decode row: a step must read at least
  *   bytes = weights (decode_bytes: every matrix and norm once, one embedding row)
  *         + KV rows attended (subq_context_decode_kv_bytes: the whole cache of
@@ -72,11 +64,9 @@ static int32_t random_token(uint64_t *state, int n_vocab) {
  * bytes at long contexts (bound_cache_tok_s, frac_bound_cache). */
 typedef struct decode_result {
     int ctx, attn;            /* attn: -1 = full, else selector_kind */
-    double tok_s, attn_ms, select_ms, insert_ms, fill_s;
-    double cache_bw;          /* the filled KV cache's own read rate, GB/s */
-    double kv_bytes, index_bytes;
-    double kv_read, select_read, step_bytes; /* bytes read per step (see above) */
-    double bw;                                /* read bandwidth around the row, GB/s */
+    bench_decode_row m;       /* the measurement (bench_model.c) */
+    double step_bytes;        /* bytes read per step (see above) */
+    double bw;                /* read bandwidth around the row, GB/s */
     double vs_full, bound, cache_bound;       /* tok/s over full's at this context; bounds in tok/s */
 } decode_result;
 
@@ -104,25 +94,19 @@ typedef struct load_result {
     int n_res;
 } load_result;
 
-/* Prefill (full attention): flops = 2 * layer matrix params * T + attention
- * 2 * 2 * (T^2/2) * n_head * head_dim * L + the last token's output matrix;
- * then every decode row. 0, or the exit status after a one-line error. */
+/* Prefill (full attention), then every decode row. 0, or the exit status
+ * after a one-line error. */
 static int measure(bench_state *b, load_result *L) {
     subq_context *c = b->c;
-    const subq_model_info *info = &b->info;
     subq_error err = {0};
     if (b->n_prefill > 0) {
         if (!b->json) fprintf(stderr, "subq bench: prefill %d tokens...\n", b->n_prefill);
         subq_context_reset(c);
         subq_context_clear_plan(c);
-        double t0 = cli_now_s();
-        if (subq_decode(c, b->toks, b->n_prefill, b->logits, 0, &err)) return cli_error(b->cmd, "%s", err.msg);
-        L->t_prefill = cli_now_s() - t0;
-        /* every token goes through the layer matrices; only the last through the output matrix */
-        double T = b->n_prefill, out_params = (double)info->n_vocab * info->n_embd;
-        double flops = 2.0 * ((double)info->matmul_params - out_params) * T +
-                       2.0 * T * T * info->n_head * info->head_dim * info->n_layer + 2.0 * out_params;
-        L->prefill_gflops = flops / L->t_prefill / 1e9;
+        bench_split sp;
+        if (bench_prefill(c, b->toks, b->n_prefill, b->logits, &sp, &err)) return cli_error(b->cmd, "%s", err.msg);
+        L->t_prefill = sp.seconds;
+        L->prefill_gflops = bench_prefill_flops(&b->info, b->n_prefill) / L->t_prefill / 1e9;
     }
     L->n_res = 0;
     for (int ci = 0; ci < b->n_ctx; ci++) {
@@ -137,38 +121,11 @@ static int measure(bench_state *b, load_result *L) {
             if (r->attn >= 0 && !cli_set_plan(b->cmd, b->so, c, (subq_selector_kind)r->attn, b->so->plan.top_k, 0))
                 return 1;
             const double bw_before = bench_read_bandwidth((size_t)b->bw_mib << 20, b->nt, 3);
-            double t0 = cli_now_s();
-            if (subq_context_fill_synthetic(c, r->ctx, b->seed, &err)) return cli_error(b->cmd, "%s", err.msg);
-            r->fill_s = cli_now_s() - t0;
-            const double cache_bw_before = subq_context_kv_read_gbs(c, 2);
-            int32_t tok = b->toks[0];
-            /* one untimed step warms caches and thread pools */
-            if (subq_decode(c, &tok, 1, b->logits, 0, &err)) return cli_error(b->cmd, "%s", err.msg);
-            subq_context_stats st0, st1;
-            subq_context_get_stats(c, &st0);
-            t0 = cli_now_s();
-            for (int step = 0; step < b->n_decode; step++) {
-                tok = random_token(&b->rng, info->n_vocab);
-                if (subq_decode(c, &tok, 1, b->logits, 0, &err)) return cli_error(b->cmd, "%s", err.msg);
-            }
-            double el = cli_now_s() - t0;
-            subq_context_get_stats(c, &st1);
-            const int n = b->n_decode;
-            r->tok_s = n / el;
-            r->select_ms = 1e3 * (st1.t_select_s - st0.t_select_s) / n;
-            r->insert_ms = 1e3 * (st1.t_append_s - st0.t_append_s) / n;
-            r->attn_ms = 1e3 * (st1.t_attn_s - st0.t_attn_s) / n - r->select_ms - r->insert_ms;
-            r->kv_bytes = (double)st1.kv_bytes;
-            r->index_bytes = (double)st1.index_bytes;
-            /* timed step s sees the fill, the untimed step and s earlier steps, and itself */
-            for (int step = 0; step < n; step++) r->kv_read += (double)subq_context_decode_kv_bytes(c, r->ctx + 2 + step);
-            r->kv_read /= n;
-            r->select_read = (double)(st1.select_bytes_read - st0.select_bytes_read) / n;
-            r->step_bytes = b->wbytes + r->kv_read + r->select_read;
+            if (bench_decode_at(c, r->ctx, b->n_decode, b->seed, &b->rng, b->logits, &r->m, &err))
+                return cli_error(b->cmd, "%s", err.msg);
+            r->step_bytes = b->wbytes + r->m.kv_read + r->m.select_read;
             const double bw_after = bench_read_bandwidth((size_t)b->bw_mib << 20, b->nt, 3);
             r->bw = bw_before > bw_after ? bw_before : bw_after;
-            const double cache_bw_after = subq_context_kv_read_gbs(c, 2);
-            r->cache_bw = cache_bw_before > cache_bw_after ? cache_bw_before : cache_bw_after;
             L->n_res++;
         }
     }
@@ -176,10 +133,10 @@ static int measure(bench_state *b, load_result *L) {
     for (int i = 0; i < L->n_res; i++) {
         decode_result *r = &L->res[i];
         for (int j = 0; j < L->n_res; j++)
-            if (L->res[j].ctx == r->ctx && L->res[j].attn < 0 && L->res[j].tok_s > 0)
-                r->vs_full = r->tok_s / L->res[j].tok_s;
+            if (L->res[j].ctx == r->ctx && L->res[j].attn < 0 && L->res[j].m.tok_s > 0)
+                r->vs_full = r->m.tok_s / L->res[j].m.tok_s;
         r->bound = r->step_bytes > 0 ? r->bw * 1e9 / r->step_bytes : 0;
-        r->cache_bound = r->step_bytes > 0 ? r->cache_bw * 1e9 / r->step_bytes : 0;
+        r->cache_bound = r->step_bytes > 0 && r->m.cache_bw > 0 ? r->m.cache_bw * 1e9 / r->step_bytes : 0;
     }
     return 0;
 }
@@ -199,17 +156,17 @@ static void print_json_load(const bench_state *b, const load_result *L, double s
                "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
                "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
                "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f",
-               i ? "," : "", r->ctx, attn_name(r->attn), r->tok_s, r->vs_full, r->attn_ms, r->select_ms, r->insert_ms,
-               r->fill_s, w * r->tok_s / 1e9, r->bw > 0 ? w * r->tok_s / 1e9 / r->bw : 0, r->kv_read, r->select_read,
-               r->step_bytes, r->bound, r->bound > 0 ? r->tok_s / r->bound : 0, r->bw, r->kv_bytes, r->index_bytes);
+               i ? "," : "", r->ctx, attn_name(r->attn), r->m.tok_s, r->vs_full, r->m.attn_ms, r->m.select_ms, r->m.insert_ms,
+               r->m.fill_s, w * r->m.tok_s / 1e9, r->bw > 0 ? w * r->m.tok_s / 1e9 / r->bw : 0, r->m.kv_read, r->m.select_read,
+               r->step_bytes, r->bound, r->bound > 0 ? r->m.tok_s / r->bound : 0, r->bw, r->m.kv_bytes, r->m.index_bytes);
         /* null where the cache was too small to time (subq_context_kv_read_gbs) */
         const int timed = r->cache_bound > 0;
         printf(", \"cache_bw_gbs\": ");
-        cli_json_num(stdout, timed ? r->cache_bw : NAN);
+        cli_json_num(stdout, timed ? r->m.cache_bw : NAN);
         printf(", \"bound_cache_tok_s\": ");
         cli_json_num(stdout, timed ? r->cache_bound : NAN);
         printf(", \"frac_bound_cache\": ");
-        cli_json_num(stdout, timed ? r->tok_s / r->cache_bound : NAN);
+        cli_json_num(stdout, timed ? r->m.tok_s / r->cache_bound : NAN);
         printf("}");
     }
     printf("]");
@@ -231,15 +188,15 @@ static void print_text_load(const bench_state *b, const load_result *L, double s
         const decode_result *r = &L->res[i];
         char cache_bw[16] = "-", cache_pct[16] = "-"; /* small caches: not measured */
         if (r->cache_bound > 0) {
-            snprintf(cache_bw, sizeof cache_bw, "%.1f", r->cache_bw);
-            snprintf(cache_pct, sizeof cache_pct, "%.0f%%", 100 * r->tok_s / r->cache_bound);
+            snprintf(cache_bw, sizeof cache_bw, "%.1f", r->m.cache_bw);
+            snprintf(cache_pct, sizeof cache_pct, "%.0f%%", 100 * r->m.tok_s / r->cache_bound);
         }
         printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9s %8s %10.0f %10.1f", r->ctx,
-               attn_name(r->attn), r->tok_s, r->vs_full, r->attn_ms, r->select_ms, r->insert_ms, r->step_bytes / 1e6,
-               r->bw, r->bound, r->bound > 0 ? 100 * r->tok_s / r->bound : 0, cache_bw, cache_pct,
-               r->kv_bytes / 1048576.0, r->index_bytes / 1048576.0);
-        if (quiet && L != quiet && i < quiet->n_res && r->tok_s > 0)
-            printf("  %7.2fx", quiet->res[i].tok_s / r->tok_s);
+               attn_name(r->attn), r->m.tok_s, r->vs_full, r->m.attn_ms, r->m.select_ms, r->m.insert_ms, r->step_bytes / 1e6,
+               r->bw, r->bound, r->bound > 0 ? 100 * r->m.tok_s / r->bound : 0, cache_bw, cache_pct,
+               r->m.kv_bytes / 1048576.0, r->m.index_bytes / 1048576.0);
+        if (quiet && L != quiet && i < quiet->n_res && r->m.tok_s > 0)
+            printf("  %7.2fx", quiet->res[i].m.tok_s / r->m.tok_s);
         printf("\n");
     }
 }
@@ -329,7 +286,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     uint64_t rng = seed * 0x9E3779B97F4A7C15ull + 1; /* never 0 */
-    for (int i = 0; i < (n_prefill > 0 ? n_prefill : 1); i++) toks[i] = random_token(&rng, info.n_vocab);
+    for (int i = 0; i < (n_prefill > 0 ? n_prefill : 1); i++) toks[i] = bench_random_token(&rng, info.n_vocab);
 
     /* search projections once, for every sparse kind (a plan per kind below) */
     if (any_sparse && !cli_sparse_load(cmd, &so, m)) {
