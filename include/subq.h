@@ -157,6 +157,12 @@ typedef struct subq_context_params {
     subq_kv_type kv_type;
     int n_batch;        /* most tokens per forward step: longer inputs of subq_decode run in
                            batches of this many (<= 0: 512; at most n_ctx) */
+    const char *kv_file; /* NULL: the KV cache in memory. Else keys, values, token ids and the
+                           sparse layers' search keys live in this file, mapped into memory and
+                           read from disk where queries attend, so the context may exceed RAM;
+                           created at its full size (n_ctx <= 0: the model's training context),
+                           or an existing file of this model and KV type (n_ctx <= 0: its own)
+                           whose committed tokens subq_context_resume continues from */
 } subq_context_params;
 
 subq_context_params subq_context_default_params(void);
@@ -167,6 +173,17 @@ void subq_context_free(subq_context *c);
 void subq_context_reset(subq_context *c);
 /* Number of tokens in the KV cache. */
 int subq_context_n_past(const subq_context *c);
+/* With a KV file: take up the tokens it has committed, as the last run
+ * left them (KV rows in place, indexes rebuilt from the stored search keys,
+ * last logits when stored). Set the attention plan the file was written
+ * with first (another is SUBQ_ERR_MISMATCH). A context without a file, or
+ * a new file, resumes nothing. */
+subq_status subq_context_resume(subq_context *c, subq_error *err);
+/* With a KV file: commit now (rows flushed to disk, then the header that
+ * counts them). A context commits by itself after decodes, at most once a
+ * second, and when freed; a process killed between commits loses only the
+ * tokens after the last one. No-op without a file. */
+subq_status subq_context_sync(subq_context *c, subq_error *err);
 /* KV cache capacity in tokens, and the threads the context computes with. */
 int subq_context_n_ctx(const subq_context *c);
 /* The model a context runs. */

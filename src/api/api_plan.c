@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "attn/attn_sparse.h"
 #include "base/error.h"
 #include "base/layers.h"
 #include "model/context.h"
@@ -213,6 +214,31 @@ void subq_complete_free(subq_complete *c) {
 
 /* ---- plans on a context ----------------------------------------------- */
 
+/* With a KV file: it stores the search keys of the plan's layers. Tokens it
+ * already holds from other search keys refuse the plan (the plan stays
+ * unset): resume needs the keys they were made with. */
+static subq_status file_plan(subq_context *c, subq_error *err) {
+    if (!c->kv.file) return SUBQ_OK;
+    const int n_layer = c->model->hp.n_layer;
+    int *d = calloc((size_t)n_layer, sizeof(int));
+    uint64_t *by = calloc((size_t)n_layer, sizeof(uint64_t));
+    subq_status s = d && by ? SUBQ_OK : subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (int l = 0; !s && l < n_layer; l++) {
+        d[l] = attn_sparse_search_width(c->stages[l]);
+        by[l] = attn_sparse_search_made_by(c->stages[l]);
+    }
+    if (!s) s = context_file_plan(c, d, by, err);
+    free(d);
+    free(by);
+    if (!s && !c->file_writable) {
+        s = subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file holds %d tokens made with the search keys of another "
+                      "attention plan: give the same --search and --sparse-layers (with exact, hnsw or faiss), or delete the file",
+                      kv_file_committed(c->kv.file));
+        context_clear_plan(c);
+    }
+    return s;
+}
+
 subq_status subq_context_set_plan(subq_context *c, const subq_attn_plan *plan, const subq_search *search,
                                   const subq_complete *complete, subq_error *err) {
     attn_plan ip;
@@ -230,7 +256,12 @@ subq_status subq_context_set_plan(subq_context *c, const subq_attn_plan *plan, c
     }
     s = context_set_plan(c, &ip, search ? search->proj : NULL, err);
     free(flags); /* the stages keep their own copy */
+    if (!s) s = file_plan(c, err);
     return s;
 }
 
-void subq_context_clear_plan(subq_context *c) { context_clear_plan(c); }
+void subq_context_clear_plan(subq_context *c) {
+    subq_error ignored; /* a file of another plan's tokens: the next decode says so */
+    context_clear_plan(c);
+    file_plan(c, &ignored);
+}

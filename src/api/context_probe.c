@@ -127,7 +127,7 @@ static subq_status fill_selectors(subq_context *c, int n_past, uint64_t seed, su
         for (int t0 = 0; t0 < n_past && !bad; t0 += CHUNK) {
             int n = n_past - t0 < CHUNK ? n_past - t0 : CHUNK;
             for (int i = 0; i < n * d; i++) ks[i] = rng_normal(&rng);
-            bad = selector_append(sel, ks, n, t0, &lerr) != SUBQ_OK;
+            bad = attn_sparse_append(c->stages[l], &c->kv, ks, n, t0, &lerr) != SUBQ_OK;
         }
         free(ks);
         if (bad) {
@@ -147,7 +147,14 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
         if (attn_sparse_has_completion(c->stages[l]))
             return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "a synthetic fill cannot build the completion's summary; "
                              "fill a context without completion maps");
+    if (c->kv.file && !c->file_writable)
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file holds tokens of another attention plan: reset the "
+                         "context first");
+    subq_status s = c->kv.file ? kv_file_will_write(c->kv.file, 0, err) : SUBQ_OK;
+    if (s) return s;
     for (int t = 0; t < n_past; t++) c->tok[t] = -1; /* no token ids: a session file refuses them */
-    subq_status s = fill_kv(&c->kv, n_past, seed, err);
-    return s ? s : fill_selectors(c, n_past, seed + 2, err);
+    s = fill_kv(&c->kv, n_past, seed, err);
+    if (!s) s = fill_selectors(c, n_past, seed + 2, err);
+    c->file_dirty = c->kv.file != NULL;
+    return s;
 }

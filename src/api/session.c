@@ -204,6 +204,7 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
         return s;
     }
     kv->n_used = n;
+    c->file_dirty = kv->file != NULL;
     const gguf_tensor *lg = gguf_find_tensor(f, "logits");
     if (lg) {
         if ((s = want_tensor(f, "logits", GGML_TYPE_F32, (uint64_t)hp->n_vocab, 1, &lg, err))) {
@@ -231,6 +232,40 @@ subq_status subq_context_load(subq_context *c, const char *path, subq_error *err
         snprintf(err->msg, sizeof err->msg, "%.200s: %.300s", path, msg);
     }
     return s;
+}
+
+subq_status subq_context_resume(subq_context *c, subq_error *err) {
+    kv_cache *kv = &c->kv;
+    if (!kv->file) return SUBQ_OK;
+    const int n = kv_file_committed(kv->file), n_vocab = c->model->hp.n_vocab;
+    context_forget(c);
+    if (n == 0) return SUBQ_OK;
+    if (!c->file_writable)
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file's %d tokens were made with the search keys of another "
+                         "attention plan: give the same --search and --sparse-layers", n);
+    /* what the header counts is trusted only as far as it checks out */
+    for (int t = 0; t < n; t++)
+        if (c->tok[t] < -1 || c->tok[t] >= n_vocab || kv->pos[t] < 0 || (t > 0 && kv->seg[t] < kv->seg[t - 1]))
+            return subq_fail(err, SUBQ_ERR_FORMAT, "the KV file's slot %d is damaged (token %d, position %d)", t,
+                             (int)c->tok[t], (int)kv->pos[t]);
+    subq_status s = SUBQ_OK;
+    for (int l = 0; l < c->model->hp.n_layer && !s; l++) {
+        int d = 0;
+        const float *keys = kv_file_search_rows(kv->file, l, &d);
+        if (attn_sparse_search_width(c->stages[l]) > 0 && !keys)
+            s = subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file has no search keys for layer %d", l);
+        if (!s) s = attn_sparse_restore(c->stages[l], kv, keys, n, err);
+    }
+    if (s) {
+        context_forget(c);
+        return s;
+    }
+    kv->n_used = n;
+    if (kv_file_has_logits(kv->file)) {
+        memcpy(c->logits_last, kv_file_logits(kv->file), (size_t)n_vocab * sizeof(float));
+        c->logits_at = n;
+    }
+    return SUBQ_OK;
 }
 
 subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_error *err) {
@@ -275,6 +310,7 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
         return s;
     }
     kv->n_used = n;
+    dst->file_dirty = kv->file != NULL;
     if (src->logits_at == n && n > 0) {
         memcpy(dst->logits_last, src->logits_last, (size_t)dst->model->hp.n_vocab * sizeof(float));
         dst->logits_at = n;

@@ -160,8 +160,13 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
 }
 
 /* Add search keys of slots slot0.. to the index (and the shadow), except in
- * static-index mode past the freeze point. */
-static subq_status append_keys(sparse_stage *s, const float *ks, int n, int slot0, subq_error *err) {
+ * static-index mode past the freeze point; and to the KV file, if any. */
+static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float *ks, int n, int slot0,
+                               subq_error *err) {
+    int d_file = 0;
+    float *rows = kv->file && ks ? kv_file_search_rows(kv->file, s->sel->env.layer, &d_file) : NULL;
+    for (int i = 0; rows && d_file == s->d_search && i < n; i++) /* the file is the session: keys in stored form */
+        selector_stored_form(s->sel, ks + (size_t)i * d_file, rows + (size_t)(slot0 + i) * d_file);
     if (s->freeze_slot >= 0) {
         if (slot0 >= s->freeze_slot) return SUBQ_OK;
         if (slot0 + n > s->freeze_slot) n = s->freeze_slot - slot0;
@@ -182,7 +187,7 @@ static subq_status append_keys(sparse_stage *s, const float *ks, int n, int slot
 static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, int teacher,
                                         subq_error *err) {
     const int n = st->n_tokens, K = s->p.top_k, n_extra = s->p.n_sink + K;
-    subq_status rc = teacher ? append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err) : SUBQ_OK;
+    subq_status rc = teacher ? append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err) : SUBQ_OK;
     if (rc) return rc;
     int visible = st->slot0;
     if (s->freeze_slot >= 0 && s->freeze_slot < visible) visible = s->freeze_slot;
@@ -226,7 +231,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     }
     if (!rc && s->probe.on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
     if (!rc) rc = attn_batch(st, kv, lo, extra, n_extra, err);
-    if (!rc && !teacher) rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
+    if (!rc && !teacher) rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
     free(lo);
     free(extra);
     free(doc0);
@@ -276,7 +281,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
     if (n > 1 && s->p.prefill == SPARSE_PREFILL_DENSE) {
-        if ((rc = append_keys(s, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err))) return rc;
+        if ((rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err))) return rc;
         for (int t = 0; t < n && s->comp && !rc; t++) rc = completion_advance(s->comp, kv, st->slot0 + t, err);
         if (rc) return rc;
         for (int i = 0; i < n * s->p.top_k; i++) s->rec.cand[i] = -1;
@@ -299,7 +304,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     }
     for (int t = 0; t < n && !rc; t++) {
         int slot = st->slot0 + t;
-        rc = append_keys(s, s->d_search > 0 ? s->ks + (size_t)t * s->d_search : NULL, 1, slot, err);
+        rc = append_keys(s, kv, s->d_search > 0 ? s->ks + (size_t)t * s->d_search : NULL, 1, slot, err);
         if (!rc && s->comp) rc = completion_advance(s->comp, kv, slot, err);
         if (rc) break;
         if (s->per_head) {
@@ -472,6 +477,12 @@ static subq_status completion_replay(sparse_stage *s, const kv_cache *kv, int n,
 }
 
 
+subq_status attn_sparse_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
+                               subq_error *err) {
+    sparse_stage *s = as_sparse(st);
+    return s ? append_keys(s, kv, s->d_search > 0 ? ks : NULL, n, slot0, err) : SUBQ_OK;
+}
+
 subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err) {
     sparse_stage *s = as_sparse(st);
     if (!s) return SUBQ_OK;
@@ -505,6 +516,14 @@ static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
     const unsigned char *b = (const unsigned char *)x;
     for (size_t i = 0; x && i < n * sizeof(float); i++) h = (h ^ b[i]) * 0x100000001b3ull;
     return h;
+}
+
+uint64_t attn_sparse_search_made_by(const attn_stage *st) {
+    const sparse_stage *s = as_sparse(st);
+    if (!s || s->d_search <= 0) return 0;
+    size_t nw = (size_t)s->d_search * s->n_embd;
+    uint64_t h = hash_floats(hash_floats(0xcbf29ce484222325ull, s->wq_s, nw), s->wk_s, nw);
+    return (h ^ (uint64_t)s->p.select.score) * 0x100000001b3ull;
 }
 
 void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {

@@ -118,6 +118,16 @@ void attn_sparse_clear_metrics(attn_stage *st);
  * and are never retrieved (they are still seen through the tail); -1 = off. */
 void attn_sparse_freeze(attn_stage *st, int freeze_slot);
 
+/* What makes a sparse layer's stored search keys (its projections and
+ * score), as a hash; 0 for layers without a search space. */
+uint64_t attn_sparse_search_made_by(const attn_stage *st);
+
+/* Append search keys (the form a forward computes) of slots slot0 .. as a
+ * forward would: to the index and, with a KV file, to its search region
+ * (synthetic fills). No-op on other stages. */
+subq_status attn_sparse_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
+                               subq_error *err);
+
 /* Session files (no-ops on other stages; truncation is the stage's own op):
  * restore: an empty stage takes slots 0 .. n-1, whose native keys are in kv,
  *   with their search keys in stored form (selector_get_keys; NULL for kinds

@@ -87,13 +87,41 @@ nomem:
                      need, need / 1073741824.0);
 }
 
+subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
+    const kv_file_geometry *g = kv_file_geom(f);
+    memset(kv, 0, sizeof *kv);
+    kv->n_layer = (int)g->n_layer;
+    kv->n_head_kv = (int)g->n_head_kv;
+    kv->head_dim = (int)g->head_dim;
+    kv->n_ctx = (int)g->n_ctx;
+    kv->type = (subq_kv_type)g->kv_type;
+    kv->row_bytes = (size_t)g->row_bytes;
+    kv->file = f;
+    kv->k = calloc((size_t)kv->n_layer, sizeof(void *));
+    kv->v = calloc((size_t)kv->n_layer, sizeof(void *));
+    for (int l = 0; kv->k && kv->v && l < kv->n_layer; l++) {
+        kv->k[l] = kv_file_keys(f, l);
+        kv->v[l] = kv_file_values(f, l);
+    }
+    kv->pos = kv_file_pos(f);
+    kv->seg = kv_file_seg(f);
+    if (!kv->k || !kv->v) {
+        kv_cache_free(kv);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    return SUBQ_OK;
+}
+
 void kv_cache_free(kv_cache *kv) {
-    for (int l = 0; kv->k && l < kv->n_layer; l++) free(kv->k[l]);
-    for (int l = 0; kv->v && l < kv->n_layer; l++) free(kv->v[l]);
+    if (!kv->file) {
+        for (int l = 0; kv->k && l < kv->n_layer; l++) free(kv->k[l]);
+        for (int l = 0; kv->v && l < kv->n_layer; l++) free(kv->v[l]);
+        free(kv->pos);
+        free(kv->seg);
+    }
     free(kv->k);
     free(kv->v);
-    free(kv->pos);
-    free(kv->seg);
+    kv_file_close(kv->file);
     memset(kv, 0, sizeof *kv);
 }
 

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "kernels/kernels.h"
+#include "kv/kv_file.h"
 #include "subq.h"
 
 /* Widest head a cache takes (real models: 64-256): gathered rows are
@@ -24,6 +25,7 @@ typedef struct kv_cache {
     void **k, **v;              /* [layer] -> [n_head_kv][n_ctx][head_dim] */
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx] */
+    kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
 } kv_cache;
 
 /* Bytes the cache would take; used to refuse contexts larger than memory
@@ -35,6 +37,9 @@ size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_
 subq_status kv_cache_check_type(subq_kv_type type, int head_dim, subq_error *err);
 subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
                           subq_kv_type type, subq_error *err);
+/* The same over a KV file's mapping (kv_file.h); the cache owns f (closed
+ * on failure too). */
+subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err);
 void kv_cache_free(kv_cache *kv);
 
 /* First slot of the document (segment) that `slot` lies in. Segment ids

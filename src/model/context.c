@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/timer.h"
 #include "model/context.h"
 
 #define DEFAULT_N_BATCH 512
@@ -14,12 +15,13 @@ subq_context_params subq_context_default_params(void) {
 
 void subq_context_free(subq_context *c) {
     if (!c) return;
+    subq_error ignored;
+    if (c->kv.file && c->stages) context_commit(c, 1, &ignored); /* what a last commit cannot save is lost */
     if (c->stages) {
         for (int l = 0; l < c->model->hp.n_layer; l++)
             if (c->stages[l] && c->stages[l]->free) c->stages[l]->free(c->stages[l]);
         free(c->stages);
     }
-    kv_cache_free(&c->kv);
     pool_free(c->pool);
     free(c->x);
     free(c->xn);
@@ -32,10 +34,59 @@ void subq_context_free(subq_context *c) {
     free(c->up);
     free(c->posbuf);
     matmul_scratch_free(&c->mm);
-    free(c->tok);
+    if (!c->kv.file) free(c->tok); /* else the file's token region */
+    kv_cache_free(&c->kv);
     free(c->logits_last);
     free(c);
 }
+
+/* The KV cache in p->kv_file: a new file of n_ctx slots (the model's
+ * training context when not given), or an existing one of this model. */
+static subq_status open_kv_file(subq_context *c, const subq_context_params *p, subq_error *err) {
+    const model_hparams *hp = &c->model->hp;
+    subq_status s = kv_cache_check_type(p->kv_type, hp->head_dim, err);
+    if (s) return s;
+    kv_file_geometry g = {
+        .model_fingerprint = model_fingerprint(c->model), .kv_type = (uint32_t)p->kv_type,
+        .n_layer = (uint32_t)hp->n_layer, .n_head_kv = (uint32_t)hp->n_head_kv, .head_dim = (uint32_t)hp->head_dim,
+        .n_vocab = (uint32_t)hp->n_vocab, .row_bytes = kernels_kv_row_bytes(p->kv_type, hp->head_dim),
+    };
+    g.n_ctx = p->n_ctx > 0 ? (uint32_t)p->n_ctx : access(p->kv_file, F_OK) == 0 ? 0 : (uint32_t)hp->n_ctx_train;
+    kv_file *f;
+    if ((s = kv_file_open(p->kv_file, &g, &f, err)) || (s = kv_cache_init_file(&c->kv, f, err))) return s;
+    /* the context starts under full attention: it may write unless the
+     * file's tokens carry search keys (set their plan, or reset, first) */
+    if ((s = context_file_plan(c, NULL, NULL, err))) kv_cache_free(&c->kv);
+    return s;
+}
+
+subq_status context_file_plan(subq_context *c, const int *d, const uint64_t *made_by, subq_error *err) {
+    if (!c->kv.file) return SUBQ_OK;
+    const int n_layer = c->model->hp.n_layer;
+    int *zd = d ? NULL : calloc((size_t)n_layer, sizeof(int));
+    uint64_t *zb = made_by ? NULL : calloc((size_t)n_layer, sizeof(uint64_t));
+    int ok = 0;
+    subq_status s = (d || zd) && (made_by || zb) ? kv_file_set_search(c->kv.file, d ? d : zd, made_by ? made_by : zb, &ok, err)
+                                                  : subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    free(zd);
+    free(zb);
+    c->file_writable = !s && ok;
+    return s;
+}
+
+subq_status context_commit(subq_context *c, int force, subq_error *err) {
+    kv_file *f = c->kv.file;
+    if (!f) return SUBQ_OK;
+    const int n = c->kv.n_used, has_logits = n > 0 && c->logits_at == n;
+    const double now = time_now_s();
+    if (!c->file_dirty || (!force && now - c->commit_at < 1.0)) return SUBQ_OK;
+    if (has_logits) memcpy(kv_file_logits(f), c->logits_last, (size_t)c->model->hp.n_vocab * sizeof(float));
+    c->commit_at = now;
+    c->file_dirty = 0;
+    return kv_file_commit(f, n, has_logits, err);
+}
+
+subq_status subq_context_sync(subq_context *c, subq_error *err) { return context_commit(c, 1, err); }
 
 subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_context **out, subq_error *err) {
     *out = NULL;
@@ -49,12 +100,14 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (c->n_threads < 1) c->n_threads = 1;
     int n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
-    c->n_batch = n_ctx < n_batch ? n_ctx : n_batch;
-    subq_status s = kv_cache_init(&c->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, err);
+    subq_status s = p->kv_file ? open_kv_file(c, p, err)
+                               : kv_cache_init(&c->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, err);
     if (s) {
         free(c);
         return s;
     }
+    n_ctx = c->kv.n_ctx;
+    c->n_batch = n_ctx < n_batch ? n_ctx : n_batch;
     if ((s = pool_new(c->n_threads, &c->pool, err))) {
         kv_cache_free(&c->kv);
         free(c);
@@ -76,7 +129,7 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->posbuf = malloc(B * sizeof(int32_t));
     int mm_ok = matmul_scratch_init(&c->mm, c->n_batch, (int64_t)widest);
     c->stages = calloc((size_t)hp->n_layer, sizeof(attn_stage *));
-    c->tok = malloc((size_t)n_ctx * sizeof(int32_t));
+    c->tok = c->kv.file ? kv_file_tok(c->kv.file) : malloc((size_t)n_ctx * sizeof(int32_t));
     c->logits_last = malloc((size_t)hp->n_vocab * sizeof(float));
     c->logits_at = -1;
     c->capture_last = -1;
@@ -90,11 +143,22 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     return SUBQ_OK;
 }
 
-void subq_context_reset(subq_context *c) {
+void context_forget(subq_context *c) {
     c->kv.n_used = 0;
     c->logits_at = -1;
     for (int l = 0; l < c->model->hp.n_layer; l++)
         if (c->stages[l]->reset) c->stages[l]->reset(c->stages[l]);
+}
+
+void subq_context_reset(subq_context *c) {
+    subq_error ignored; /* a header that cannot be lowered: the next write fails the same way */
+    if (c->kv.file) {
+        kv_file_will_write(c->kv.file, 0, &ignored); /* the file forgets them too */
+        int all_full = 1; /* under full attention the file's table can now be emptied */
+        for (int l = 0; l < c->model->hp.n_layer; l++) all_full &= c->stages[l] == attn_full_stage();
+        if (!c->file_writable && all_full) context_file_plan(c, NULL, NULL, &ignored);
+    }
+    context_forget(c);
 }
 
 int subq_context_n_past(const subq_context *c) { return c->kv.n_used; }
@@ -130,5 +194,6 @@ subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err) 
         }
     }
     c->kv.n_used = n_keep;
+    c->file_dirty = c->kv.file != NULL;
     return SUBQ_OK;
 }

@@ -32,7 +32,23 @@ struct subq_context {
     int32_t *tok;                /* [n_ctx]: token id of each cache slot (-1: synthetic) */
     float *logits_last;          /* [n_vocab]: logits of the last cached token ... */
     int logits_at;               /* ... when logits_at == kv.n_used (else unknown, -1) */
+    double commit_at;            /* with a KV file: when it last committed */
+    int file_dirty;              /* with a KV file: rows or the token count changed since */
+    int file_writable;           /* with a KV file: its search-key table is the plan's (else its
+                                    committed tokens were made under another plan: no writes) */
 };
+
+/* With a KV file: commit when something changed (file_dirty) and it is
+ * forced or a second has passed since the last commit. A context that
+ * only read the file (or was reset without writing) leaves it as it was. */
+subq_status context_commit(subq_context *c, int force, subq_error *err);
+/* Empty the context (tokens, indexes) without touching a KV file's header
+ * (subq_context_reset also makes the file forget its tokens). */
+void context_forget(subq_context *c);
+/* With a KV file: the search keys the context's plan stores (d[layer],
+ * made_by[layer]; NULL for none): file_writable says whether the file now
+ * takes them (see kv_file_set_search). */
+subq_status context_file_plan(subq_context *c, const int *d, const uint64_t *made_by, subq_error *err);
 
 /* Forward n tokens with explicit positions and segment (document) ids
  * (either may be NULL: positions continue from the cache, segment 0).

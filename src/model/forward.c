@@ -153,6 +153,14 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
             return subq_fail(err, SUBQ_ERR_ARG, "segment id %d at index %d follows %d: segment ids must not decrease",
                              (int)seg[t], t, (int)prev);
     }
+    if (c->kv.file && !c->file_writable)
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file holds %d tokens made with the search keys of another "
+                         "attention plan: set that plan and resume them, or reset the context to drop them",
+                         kv_file_committed(c->kv.file));
+    /* a KV file stops counting the rows about to be overwritten first */
+    subq_status ws = c->kv.file ? kv_file_will_write(c->kv.file, c->kv.n_used, err) : SUBQ_OK;
+    if (ws) return ws;
+    c->file_dirty = c->kv.file != NULL;
     memcpy(c->tok + c->kv.n_used, tokens, (size_t)n * sizeof(int32_t));
     c->logits_at = -1;
     for (int done = 0; done < n;) {
@@ -163,6 +171,7 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
         else if (logits && last) lg = logits;
         subq_status s = forward_chunk(c, tokens + done, chunk, pos ? pos + done : NULL, seg ? seg + done : NULL,
                                       lg, all_logits, err);
+        if (!s && !last) s = context_commit(c, 0, err); /* a long prompt's progress survives a crash */
         if (s) return s;
         done += chunk;
     }
@@ -177,5 +186,5 @@ subq_status subq_decode(subq_context *c, const int32_t *tokens, int n, float *lo
         memcpy(c->logits_last, logits + (all_logits ? (size_t)(n - 1) * nv : 0), (size_t)nv * sizeof(float));
         c->logits_at = c->kv.n_used;
     }
-    return s;
+    return s ? s : context_commit(c, 0, err);
 }

@@ -220,6 +220,10 @@ subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *
     return s->ops->get_keys ? s->ops->get_keys(s, n, dst, err) : SUBQ_OK;
 }
 
+void selector_stored_form(const selector *s, const float *src, float *dst) {
+    select_prepare(dst, src, s->params.d_search, s->params.score);
+}
+
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
     double t0 = time_now_s();
     subq_status rc = s->ops->put_keys ? s->ops->put_keys(s, keys, n, slot0, err) : s->ops->append(s, NULL, n, slot0, err);

@@ -205,6 +205,9 @@ int selector_query_heads(selector *s, const float *q_native, int k, const select
  * put_keys appends the slots (their native keys are already in env->kv). */
 subq_status selector_truncate(selector *s, int n_keep, subq_error *err);
 subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *err);
+/* A search key in the stored form get_keys gives and put_keys takes
+ * (normalised for cosine; f32), from the form append takes. */
+void selector_stored_form(const selector *s, const float *src, float *dst);
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err);
 
 /* "cosine" / "dot", "full" / "int8" / "int4"; -1 if unknown. */

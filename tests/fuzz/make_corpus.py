@@ -111,6 +111,32 @@ def vocab_seed(flags, pre, tokens, merges, ids, text):
     return bytes(out)
 
 
+def fnv(b):
+    h = 0xCBF29CE484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def kv_header(n_ctx, search, committed):
+    """A KV file header slot (src/kv/kv_file.c's disk_header) for fuzz_kv_file's
+    geometry: 2 layers, 1 KV head of 8 f32 values, 16-token vocabulary."""
+    page = 4096
+    rnd = lambda x: (x + page - 1) // page * page  # noqa: E731
+    per_layer, stride = rnd(n_ctx * 32), rnd(n_ctx * 4)
+    fixed = 2 * page + 4 * per_layer + 3 * stride + rnd(16 * 4)
+    table, end = b"", fixed
+    for layer, d in search:
+        table += struct.pack("<IIQQ", layer, d, end, 0x1234 + layer)
+        end += rnd(n_ctx * d * 4)
+    table += b"\0" * (128 * 24 - len(table))
+    h = b"SUBQKVF\0" + struct.pack("<IIQQ", 1, len(search), 1, 0x5EEDF00DCAFEF00D)
+    h += struct.pack("<6I", 0, 2, 1, 8, n_ctx, 16) + struct.pack("<QQQQQ", 32, fixed, end, committed, 0)
+    h += struct.pack("<II", committed > 0, 0) + table
+    h += struct.pack("<Q", fnv(h))
+    return h + b"\0" * (page - len(h))
+
+
 def main():
     write("fuzz_gguf", [
         gguf([("general.architecture", "str", "llama"), ("a.u32", "u32", 7), ("a.f32", "f32", 0.5),
@@ -172,6 +198,7 @@ def main():
                             "--prompt-cache", path] + plan, check=True, capture_output=True)
             seeds.append(open(path, "rb").read())
     write("fuzz_session", seeds)
+    write("fuzz_kv_file", [kv_header(64, [], 0), kv_header(100, [(1, 4)], 7), kv_header(9, [(0, 2), (1, 16)], 9)])
 
 
 if __name__ == "__main__":

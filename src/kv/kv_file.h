@@ -1,0 +1,95 @@
+/* A KV cache in a file (subq_context_params.kv_file): the keys and values
+ * of every layer, the slots' positions, segments and token ids, the last
+ * logits and the sparse layers' search keys live in one file mapped into
+ * memory, so that a context larger than RAM reads from disk only the rows
+ * its queries attend. The file is also the session: its header says how
+ * many tokens are committed, and a context reopened on it continues from
+ * them.
+ *
+ * Layout (offsets page-aligned, little-endian):
+ *   0, 4096        two header slots; the valid one with the higher sequence
+ *                  number is current (a torn header write leaves the other)
+ *   8192           layer l: keys [n_head_kv][n_ctx][row_bytes], then values
+ *   ...            pos, seg, tok: int32 [n_ctx] each; logits: f32 [n_vocab]
+ *   fixed_bytes    search keys of sparse layers: f32 [n_ctx][d] each, in the
+ *                  stored form of the selectors (unit vectors for cosine)
+ *
+ * Commit protocol: rows past n_committed are written freely; a commit
+ * flushes the data (fdatasync), then writes the next header slot and
+ * flushes again, so the header never counts rows that are not on disk.
+ * Before a row below n_committed is overwritten (after a truncate or a
+ * reset), the header is lowered to that row first. */
+#ifndef SUBQ_KV_FILE_H
+#define SUBQ_KV_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "subq.h"
+
+#define KV_FILE_MAX_SEARCH 128 /* sparse layers with search keys */
+
+/* What the file must match: the model and the cache's shape. */
+typedef struct kv_file_geometry {
+    uint64_t model_fingerprint;
+    uint32_t kv_type, n_layer, n_head_kv, head_dim, n_ctx, n_vocab;
+    uint64_t row_bytes;
+} kv_file_geometry;
+
+/* A sparse layer's search keys: width, where they lie, and a hash of what
+ * made them (the projections and the score), so that a context resumes
+ * only with keys its own projections would have computed. */
+typedef struct kv_file_search {
+    uint32_t layer, d;
+    uint64_t offset;
+    uint64_t made_by;
+} kv_file_search;
+
+typedef struct kv_file kv_file;
+
+/* Open `path` (created, with its full size reserved on disk, when it does
+ * not exist). An existing file must have the same geometry
+ * (SUBQ_ERR_MISMATCH naming the difference); a damaged one is
+ * SUBQ_ERR_FORMAT. n_ctx 0 in g: the file's own. */
+subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **out, subq_error *err);
+/* Commit what is pending and close. */
+void kv_file_close(kv_file *f);
+
+const kv_file_geometry *kv_file_geom(const kv_file *f);
+/* Tokens the header counts; whether it holds the last one's logits. */
+int kv_file_committed(const kv_file *f);
+int kv_file_has_logits(const kv_file *f);
+
+/* Regions in the mapping. */
+void *kv_file_keys(kv_file *f, int layer);
+void *kv_file_values(kv_file *f, int layer);
+int32_t *kv_file_pos(kv_file *f);
+int32_t *kv_file_seg(kv_file *f);
+int32_t *kv_file_tok(kv_file *f);
+float *kv_file_logits(kv_file *f);
+/* Search keys of `layer` (NULL when it has none), [n_ctx][d]. */
+float *kv_file_search_rows(kv_file *f, int layer, int *d);
+
+/* The search keys a plan stores (d[layer], 0 for none, and made_by[layer]):
+ * 1 when the file's table is this one already or could be made so (it
+ * counts no tokens: the regions are laid out again after the fixed part),
+ * 0 when its committed tokens were made with other search keys (the file
+ * is left as it is). */
+subq_status kv_file_set_search(kv_file *f, const int *d, const uint64_t *made_by, int *ok, subq_error *err);
+
+/* About to write slots from `slot` on: a header counting rows at or past it
+ * is lowered to `slot` first (durably). */
+subq_status kv_file_will_write(kv_file *f, int slot, subq_error *err);
+/* Commit n tokens (with the last logits when has_logits): flush the rows,
+ * then the header. */
+subq_status kv_file_commit(kv_file *f, int n, int has_logits, subq_error *err);
+
+/* Header validation on its own (the fuzz target): a header slot's bytes
+ * against a geometry and a file size; and the checksum a slot of at least
+ * KV_FILE_HEADER_BYTES bytes needs, written into it (tests). */
+#define KV_FILE_HEADER_BYTES 4096
+void kv_file_seal_header(void *slot);
+subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geometry *g, uint64_t file_bytes,
+                                 subq_error *err);
+
+#endif

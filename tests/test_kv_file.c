@@ -1,0 +1,279 @@
+/* The KV cache in a file (subq_context_params.kv_file), through the public
+ * API on stories260K, against a context whose cache is in memory:
+ *   - the same tokens give bit-identical logits (full attention and exact
+ *     retrieval over random projections);
+ *   - the file is the session: freed after A, reopened, resumed, then C
+ *     decoded gives the logits of an uninterrupted A + C in memory; the
+ *     resumed tokens and last logits are A's; another selector over the
+ *     same projections resumes too;
+ *   - refusals: another model's file, another KV type, another context
+ *     size, other projections (set_plan and decoding both say so), damaged
+ *     and truncated headers; a reset drops the tokens (file included);
+ *   - crashes: a child that decodes and commits over and over (truncating
+ *     back each round), killed with SIGKILL at a random moment, leaves a
+ *     file whose committed tokens resume and continue exactly as the
+ *     in-memory reference does from the same prefix;
+ *   - a truncate below the committed tokens lowers the header before the
+ *     rows are overwritten. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "subq.h"
+#include "test_util.h"
+
+enum { NA = 150, NC = 20, N_CTX = 512 };
+
+static subq_model *model;
+static subq_model_info info;
+static subq_search *search, *other_search;
+static char dir[600];
+
+static int32_t token(int i) { return (int32_t)(1 + (i * 7919 + 13) % (info.n_vocab - 1)); }
+
+static subq_context *open_ctx(const char *file, int kind, const subq_search *s, subq_kv_type kv, int n_ctx,
+                              subq_status *st, subq_error *err) {
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = n_ctx;
+    p.n_threads = 1;
+    p.kv_type = kv;
+    p.kv_file = file;
+    subq_context *c = NULL;
+    *st = subq_context_new(model, &p, &c, err);
+    if (*st || kind < 0) return c;
+    subq_attn_plan plan = subq_attn_plan_default();
+    plan.selector = (subq_selector_kind)kind;
+    plan.layers = "all";
+    plan.top_k = 8;
+    plan.n_sink = 2;
+    plan.n_tail = 4;
+    if ((*st = subq_context_set_plan(c, &plan, s, NULL, err))) {
+        subq_context_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static subq_context *must_open(const char *file, int kind, const subq_search *s) {
+    subq_status st;
+    subq_error err;
+    subq_context *c = open_ctx(file, kind, s, SUBQ_KV_F16, N_CTX, &st, &err);
+    if (!c) {
+        fprintf(stderr, "FAIL open %s: %s\n", file ? file : "(memory)", err.msg);
+        exit(1);
+    }
+    return c;
+}
+
+/* Decode tokens [from, to): a batch, then one by one; logits of the last. */
+static int run(subq_context *c, int from, int to, float *logits) {
+    subq_error err;
+    int32_t buf[N_CTX];
+    for (int i = from; i < to; i++) buf[i - from] = token(i);
+    int half = from + (to - from) / 2;
+    if (subq_decode(c, buf, half - from, logits, 0, &err)) return 0;
+    for (int i = half; i < to; i++)
+        if (subq_decode(c, &buf[i - from], 1, logits, 0, &err)) return 0;
+    return 1;
+}
+
+static int same(const float *a, const float *b) { return !memcmp(a, b, (size_t)info.n_vocab * sizeof(float)); }
+
+static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", dir, name); }
+
+static void test_same_logits_and_resume(int kind) {
+    const char *name = kind < 0 ? "full" : subq_selector_name((subq_selector_kind)kind);
+    char file[700];
+    path_of(file, sizeof file, kind < 0 ? "full.kv" : "sparse.kv");
+    unlink(file);
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    subq_context *mem = must_open(NULL, kind, search), *fc = must_open(file, kind, search);
+    CHECK(run(mem, 0, NA, la) && run(fc, 0, NA, lb) && same(la, lb), "%s: a file-backed cache gives other logits",
+          name);
+    subq_context_free(fc); /* commits */
+    subq_error err;
+    /* reopened: resume A, then C */
+    fc = must_open(file, kind, search);
+    CHECK(subq_context_n_past(fc) == 0, "%s: a reopened context is empty until it resumes", name);
+    CHECK(subq_context_resume(fc, &err) == SUBQ_OK, "%s: resume: %s", name, err.msg);
+    CHECK(subq_context_n_past(fc) == NA, "%s: resumed %d tokens, want %d", name, subq_context_n_past(fc), NA);
+    const int32_t *tk = subq_context_tokens(fc);
+    int tok_ok = 1;
+    for (int i = 0; i < NA; i++) tok_ok &= tk[i] == token(i);
+    CHECK(tok_ok, "%s: resumed token ids", name);
+    const float *last = subq_context_last_logits(fc);
+    CHECK(last && same(last, la), "%s: resumed last logits", name);
+    CHECK(run(mem, NA, NA + NC, la) && run(fc, NA, NA + NC, lb) && same(la, lb),
+          "%s: C after resume differs from C after A in memory", name);
+    subq_context_free(fc);
+    if (kind == SUBQ_SELECT_EXACT) { /* the same projections under another selector resume too */
+        subq_context *h = must_open(file, SUBQ_SELECT_HNSW, search);
+        CHECK(subq_context_resume(h, &err) == SUBQ_OK && subq_context_n_past(h) == NA + NC,
+              "hnsw over exact's file: %s (%d tokens)", err.msg, subq_context_n_past(h));
+        subq_context_free(h);
+    }
+    subq_context_free(mem);
+    free(la);
+    free(lb);
+}
+
+static void test_refusals(void) {
+    char file[700], tmp[4000];
+    path_of(file, sizeof file, "sparse.kv"); /* from the test above: exact over `search` */
+    subq_error err;
+    subq_status st;
+    subq_context *c = open_ctx(file, -1, NULL, SUBQ_KV_F32, N_CTX, &st, &err);
+    CHECK(!c && st == SUBQ_ERR_MISMATCH && strstr(err.msg, "f16"), "another KV type: %d %s", st, err.msg);
+    c = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX * 2, &st, &err);
+    CHECK(!c && st == SUBQ_ERR_MISMATCH && strstr(err.msg, "-c 512"), "another context size: %d %s", st, err.msg);
+    c = open_ctx(file, SUBQ_SELECT_EXACT, other_search, SUBQ_KV_F16, N_CTX, &st, &err);
+    CHECK(!c && st == SUBQ_ERR_MISMATCH && strstr(err.msg, "search keys"), "other projections: %d %s", st, err.msg);
+    /* under full attention the context may not write over the sparse tokens */
+    c = open_ctx(file, -1, NULL, SUBQ_KV_F16, 0, &st, &err);
+    CHECK(c && subq_context_n_ctx(c) == N_CTX, "reopened with the file's own size: %s", err.msg);
+    int32_t t = token(0);
+    CHECK(c && subq_decode(c, &t, 1, NULL, 0, &err) == SUBQ_ERR_MISMATCH, "full attention over sparse tokens");
+    CHECK(c && subq_context_resume(c, &err) == SUBQ_ERR_MISMATCH, "full attention resumes sparse tokens");
+    subq_context_free(c);
+    /* another model: a synthesised one of another shape */
+    char other[700];
+    path_of(other, sizeof other, "other.gguf");
+    subq_model *m2 = NULL;
+    if (subq_synth_model("tiny-qwen2", "f32", 1, other, &err) || subq_model_load(other, &m2, &err)) {
+        CHECK(0, "synth: %s", err.msg);
+    } else {
+        subq_context_params p = subq_context_default_params();
+        p.kv_file = file;
+        p.kv_type = SUBQ_KV_F16;
+        subq_context *c2 = NULL;
+        st = subq_context_new(m2, &p, &c2, &err);
+        CHECK(st == SUBQ_ERR_MISMATCH && strstr(err.msg, "another model"), "another model: %d %s", st, err.msg);
+        subq_context_free(c2);
+        subq_model_free(m2);
+    }
+    unlink(other);
+    /* damaged: both header slots with a flipped byte; then truncated */
+    snprintf(tmp, sizeof tmp, "cp %s %s.bad && printf '\\x01' | dd of=%s.bad bs=1 seek=100 conv=notrunc 2>/dev/null && "
+             "printf '\\x01' | dd of=%s.bad bs=1 seek=4196 conv=notrunc 2>/dev/null", file, file, file, file);
+    CHECK(system(tmp) == 0, "damaging a copy");
+    snprintf(tmp, sizeof tmp, "%s.bad", file);
+    c = open_ctx(tmp, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+    CHECK(!c && st == SUBQ_ERR_FORMAT && strstr(err.msg, "checksum"), "damaged header: %d %s", st, err.msg);
+    snprintf(tmp, sizeof tmp, "cp %s %s.short && truncate -s 100000 %s.short", file, file, file);
+    CHECK(system(tmp) == 0, "truncating a copy");
+    snprintf(tmp, sizeof tmp, "%s.short", file);
+    c = open_ctx(tmp, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+    CHECK(!c && st == SUBQ_ERR_FORMAT && strstr(err.msg, "truncated"), "truncated file: %d %s", st, err.msg);
+    snprintf(tmp, sizeof tmp, "%s.bad", file);
+    unlink(tmp);
+    snprintf(tmp, sizeof tmp, "%s.short", file);
+    unlink(tmp);
+    /* a reset drops the tokens, in the file too */
+    c = must_open(file, SUBQ_SELECT_EXACT, search);
+    subq_context_reset(c);
+    subq_context_free(c);
+    c = must_open(file, SUBQ_SELECT_EXACT, search);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK && subq_context_n_past(c) == 0, "after a reset: %d tokens",
+          subq_context_n_past(c));
+    subq_context_free(c);
+}
+
+/* See the top: killed while decoding, the file resumes what it counts. */
+static void test_kill(void) {
+    char file[700];
+    path_of(file, sizeof file, "killed.kv");
+    unlink(file);
+    int pipefd[2];
+    CHECK(pipe(pipefd) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pipefd[0]);
+        subq_context *c = must_open(file, SUBQ_SELECT_EXACT, search);
+        float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+        subq_error err;
+        run(c, 0, NA, lg);
+        subq_context_sync(c, &err);
+        if (write(pipefd[1], "x", 1) != 1) _exit(3);
+        for (;;) { /* the same tokens again and again, committing every 10, until killed */
+            for (int i = NA; i < N_CTX - 1; i++) {
+                int32_t t = token(i);
+                subq_decode(c, &t, 1, lg, 0, &err);
+                if (i % 10 == 0) subq_context_sync(c, &err);
+            }
+            subq_context_truncate(c, NA, &err);
+        }
+    }
+    close(pipefd[1]);
+    char x;
+    CHECK(read(pipefd[0], &x, 1) == 1, "the child synced");
+    usleep(1000 * (50 + rand() % 200));
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    close(pipefd[0]);
+    subq_error err;
+    subq_context *c = must_open(file, SUBQ_SELECT_EXACT, search);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK, "resume after kill: %s", err.msg);
+    const int n = subq_context_n_past(c);
+    CHECK(n >= NA && n < N_CTX, "after the kill: %d tokens committed (synced %d)", n, NA);
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    subq_context *mem = must_open(NULL, SUBQ_SELECT_EXACT, search);
+    const int end = n + 8 < N_CTX ? n + 8 : N_CTX;
+    int ok = run(mem, 0, NA, la); /* the child's steps: A as run() splits it, then one token at a time */
+    for (int i = NA; ok && i < n; i++) {
+        int32_t t = token(i);
+        ok = subq_decode(mem, &t, 1, la, 0, &err) == SUBQ_OK;
+    }
+    CHECK(ok && run(mem, n, end, la) && run(c, n, end, lb) && same(la, lb),
+          "continuing after the kill (%d tokens) differs from the reference", n);
+    /* a truncate below the commit, then a kill before the next commit: the header was lowered first */
+    CHECK(subq_context_truncate(c, NA / 2, &err) == SUBQ_OK, "truncate");
+    int32_t t = token(7);
+    CHECK(subq_decode(c, &t, 1, lb, 0, &err) == SUBQ_OK, "decode after truncate");
+    pid = fork();
+    if (pid == 0) raise(SIGKILL); /* the parent's state as a process killed right now would leave it */
+    waitpid(pid, &status, 0);
+    subq_context *c2 = must_open(file, SUBQ_SELECT_EXACT, search);
+    CHECK(subq_context_resume(c2, &err) == SUBQ_OK && subq_context_n_past(c2) <= NA / 2 + 1,
+          "after a truncate to %d the file counts %d", NA / 2, subq_context_n_past(c2));
+    subq_context_free(c2);
+    subq_context_free(mem);
+    subq_context_free(c);
+    free(la);
+    free(lb);
+}
+
+int main(void) {
+    char path[1024];
+    subq_error err;
+    if (subq_model_load(test_shared_path("models/stories260K.gguf", path, sizeof path), &model, &err)) {
+        fprintf(stderr, "FAIL load: %s\n", err.msg);
+        return 1;
+    }
+    subq_model_get_info(model, &info);
+    if (subq_search_random(model, "all", 16, 11, &search, &err) ||
+        subq_search_random(model, "all", 16, 12, &other_search, &err)) {
+        fprintf(stderr, "FAIL search: %s\n", err.msg);
+        return 1;
+    }
+    const char *tmp = getenv("SUBQ_TMP");
+    snprintf(dir, sizeof dir, "%s/kvfile_%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    mkdir(dir, 0755);
+    srand((unsigned)getpid());
+    test_same_logits_and_resume(-1);
+    test_same_logits_and_resume(SUBQ_SELECT_EXACT);
+    test_refusals();
+    test_kill();
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    subq_search_free(search);
+    subq_search_free(other_search);
+    subq_model_free(model);
+    return test_summary();
+}
