@@ -51,9 +51,10 @@ subq_status bench_prefill(subq_context *c, const int32_t *toks, int n, float *lo
 double bench_prefill_flops(const subq_model_info *info, int T);
 
 /* Decode: one untimed step (warm caches and threads), then n_steps timed
- * steps of random tokens. tok_s and the split per step; st0/st1 the
- * context's counters around the timed steps. */
-subq_status bench_decode_steps(subq_context *c, int n_steps, uint64_t *rng, float *logits, double *tok_s,
+ * steps of random tokens (cold: with a KV file, its pages dropped from
+ * memory before them). tok_s and the split per step; st0/st1 the context's
+ * counters around the timed steps. */
+subq_status bench_decode_steps(subq_context *c, int n_steps, int cold, uint64_t *rng, float *logits, double *tok_s,
                                bench_split *per_step, subq_context_stats *st0, subq_context_stats *st1,
                                subq_error *err);
 
@@ -64,11 +65,15 @@ subq_status bench_decode_steps(subq_context *c, int n_steps, uint64_t *rng, floa
  * time). */
 typedef struct bench_decode_row {
     double tok_s, attn_ms, select_ms, insert_ms, fill_s;
+    double sync_s;                  /* with a KV file: the commit after the fill (its writes reaching disk) */
+    double rss_anon;                /* the process's anonymous resident bytes after the steps */
     double cache_bw;
     double kv_bytes, index_bytes;   /* the cache and the indexes, bytes */
     double kv_read, select_read;    /* bytes read per step */
 } bench_decode_row;
-subq_status bench_decode_at(subq_context *c, int ctx, int n_steps, uint64_t seed, uint64_t *rng, float *logits,
-                            bench_decode_row *out, subq_error *err);
+subq_status bench_decode_at(subq_context *c, int ctx, int n_steps, int cold, uint64_t seed, uint64_t *rng,
+                            float *logits, bench_decode_row *out, subq_error *err);
+/* The process's anonymous resident memory (RssAnon), bytes; 0 if unknown. */
+double bench_rss_anon(void);
 
 #endif

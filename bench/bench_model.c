@@ -2,6 +2,7 @@
  * decode through the public API, with the context's own counters saying
  * where the time went. Printing and the bounds are the command's. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "bench/bench.h"
@@ -39,13 +40,14 @@ double bench_prefill_flops(const subq_model_info *info, int T) {
            2.0 * t * t * info->n_head * info->head_dim * info->n_layer + 2.0 * out_params;
 }
 
-subq_status bench_decode_steps(subq_context *c, int n_steps, uint64_t *rng, float *logits, double *tok_s,
+subq_status bench_decode_steps(subq_context *c, int n_steps, int cold, uint64_t *rng, float *logits, double *tok_s,
                                bench_split *per_step, subq_context_stats *st0, subq_context_stats *st1,
                                subq_error *err) {
     subq_model_info info;
     subq_model_get_info(subq_context_model(c), &info);
     int32_t tok = bench_random_token(rng, info.n_vocab);
     subq_status s = subq_decode(c, &tok, 1, logits, 0, err);
+    if (!s && cold) s = subq_context_kv_evict(c, err);
     subq_context_get_stats(c, st0);
     const double t0 = bench_now_s();
     for (int i = 0; i < n_steps && !s; i++) {
@@ -59,17 +61,31 @@ subq_status bench_decode_steps(subq_context *c, int n_steps, uint64_t *rng, floa
     return s;
 }
 
-subq_status bench_decode_at(subq_context *c, int ctx, int n_steps, uint64_t seed, uint64_t *rng, float *logits,
-                            bench_decode_row *out, subq_error *err) {
+double bench_rss_anon(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    double kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %lf kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+subq_status bench_decode_at(subq_context *c, int ctx, int n_steps, int cold, uint64_t seed, uint64_t *rng,
+                            float *logits, bench_decode_row *out, subq_error *err) {
     memset(out, 0, sizeof *out);
     double t0 = bench_now_s();
     subq_status s = subq_context_fill_synthetic(c, ctx, seed, err);
     if (s) return s;
     out->fill_s = bench_now_s() - t0;
+    t0 = bench_now_s();
+    if ((s = subq_context_sync(c, err))) return s;
+    out->sync_s = bench_now_s() - t0;
     const double cache_bw_before = subq_context_kv_read_gbs(c, 2);
     subq_context_stats st0, st1;
     bench_split per;
-    if ((s = bench_decode_steps(c, n_steps, rng, logits, &out->tok_s, &per, &st0, &st1, err))) return s;
+    if ((s = bench_decode_steps(c, n_steps, cold, rng, logits, &out->tok_s, &per, &st0, &st1, err))) return s;
+    out->rss_anon = bench_rss_anon();
     out->select_ms = 1e3 * per.select_s;
     out->insert_ms = 1e3 * per.insert_s;
     out->attn_ms = 1e3 * per.attn_s;

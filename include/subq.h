@@ -524,6 +524,10 @@ double subq_context_kv_read_gbs(const subq_context *c, int reps);
  * values, and a real prefill of a long context takes far longer than a
  * speed measurement (benchmarks only). */
 subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t seed, subq_error *err);
+/* With a KV file: commit, then drop the file's pages from memory (this
+ * process's mapping and the page cache), so that the next reads come from
+ * the disk: cold-cache measurements. No-op without a file. */
+subq_status subq_context_kv_evict(subq_context *c, subq_error *err);
 
 /* ---- perplexity (llama.cpp's method) -------------------------------- */
 

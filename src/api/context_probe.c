@@ -158,3 +158,9 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
     c->file_dirty = c->kv.file != NULL;
     return s;
 }
+
+subq_status subq_context_kv_evict(subq_context *c, subq_error *err) {
+    if (!c->kv.file) return SUBQ_OK;
+    subq_status s = context_commit(c, 1, err);
+    return s ? s : kv_file_evict(c->kv.file, err);
+}

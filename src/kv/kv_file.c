@@ -328,3 +328,15 @@ subq_status kv_file_commit(kv_file *f, int n, int has_logits, subq_error *err) {
     f->h.has_logits = has_logits != 0;
     return write_header(f, err);
 }
+
+subq_status kv_file_evict(kv_file *f, subq_error *err) {
+    if (fdatasync(f->fd) != 0) return subq_fail(err, SUBQ_ERR_IO, "cannot flush %s: %s", f->path, strerror(errno));
+    /* unmapped from this process first: the page cache drops only pages nobody maps */
+    if (madvise(f->map, f->map_bytes, MADV_DONTNEED) != 0 ||
+        (f->smap && madvise(f->smap, f->smap_bytes, MADV_DONTNEED) != 0))
+        return subq_fail(err, SUBQ_ERR_IO, "cannot drop the mapping of %s: %s", f->path, strerror(errno));
+    int e = posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
+    if (e) return subq_fail(err, SUBQ_ERR_IO, "cannot drop %s from the page cache: %s", f->path, strerror(e));
+    madvise(f->map + DATA_START, (size_t)(2 * (uint64_t)f->g.n_layer * f->per_layer), MADV_RANDOM);
+    return SUBQ_OK;
+}

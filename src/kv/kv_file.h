@@ -84,6 +84,9 @@ subq_status kv_file_will_write(kv_file *f, int slot, subq_error *err);
  * then the header. */
 subq_status kv_file_commit(kv_file *f, int n, int has_logits, subq_error *err);
 
+/* Flush, then drop the file's pages from the mapping and the page cache. */
+subq_status kv_file_evict(kv_file *f, subq_error *err);
+
 /* Header validation on its own (the fuzz target): a header slot's bytes
  * against a geometry and a file size; and the checksum a slot of at least
  * KV_FILE_HEADER_BYTES bytes needs, written into it (tests). */

@@ -21,6 +21,7 @@ stories260K on a free loopback port. The reference for every response is
 """
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -245,6 +246,38 @@ def check_load(ck, srv):
     print("load: %d requests in %.2f s (%.0f requests/s)" % (n, dt, n / dt), flush=True)
 
 
+def check_kv_file(ck):
+    """--kv-file is the session: generate continues from what the file holds
+    (text unchanged, the prompt not prefilled again); serve resumes it at
+    start and a request sharing the prefix reuses it; a server with two
+    slots and one file is refused."""
+    path = os.path.join(rc.tmp_dir(), "kv_file_%d.kv" % os.getpid())
+    if os.path.exists(path):
+        os.unlink(path)
+    prompt = "Once upon a time there was a little dog named Max. Max liked to"
+    flags = ["--kv-file", path, "-c", 256, "--random-search", 16, "--sparse-layers", "1-4", "--topk", 8]
+    want = gen(prompt, 24, 0, 1, flags=flags[2:])
+    same(ck, "generate --kv-file: first run", gen(prompt, 24, 0, 1, flags=flags), want)
+    r = subprocess.run([rc.subq_bin(), "generate", "-m", MODEL, "-p", prompt, "-n", "24", "--temp", "0", "-t", "1"] +
+                       [str(f) for f in flags], capture_output=True, timeout=120)
+    held = re.search(rb"KV file \S+: (\d+) tokens held", r.stderr)
+    ck.check("generate --kv-file: the second run resumes the first's tokens", held and int(held.group(1)) >= 24 and
+             r.stdout.decode()[len(prompt):-1] == want, r.stderr.decode()[-300:])
+    srv = su.Server(["-m", MODEL, "-t", 1] + flags)
+    try:
+        b = completion(srv, {"prompt": prompt, "max_tokens": 24, "temperature": 0})
+        same(ck, "serve --kv-file: text", b["choices"][0]["text"], want)
+        ck.check("serve --kv-file: the file's tokens are reused",
+                 b["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, str(b["usage"]))
+    finally:
+        srv.stop()
+    r = subprocess.run([rc.subq_bin(), "serve", "-m", MODEL, "--slots", "2", "--port", "0"] + [str(f) for f in flags],
+                       capture_output=True, timeout=60)
+    ck.check("serve --kv-file with two slots is refused", r.returncode == 1 and b"--slots 1" in r.stderr,
+             r.stderr.decode()[-200:])
+    os.unlink(path)
+
+
 def main():
     global MODEL
     ck = rc.Checks("check_serve")
@@ -263,6 +296,7 @@ def main():
              r.stderr.decode().startswith("subq serve: error: unknown chat template 'nope'"), r.stderr.decode())
     ck.guarded("check_cache", check_cache, ck, MODEL)
     ck.guarded("check_prompt_cache_file", check_prompt_cache_file, ck)
+    ck.guarded("check_kv_file", check_kv_file, ck)
     ck.finish()
 
 

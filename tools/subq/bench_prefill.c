@@ -106,7 +106,7 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
             subq_context_stats st0, st1;
             if (bench_prefill(c, toks, r->n, logits, &sp, &err) ||
                 (o->n_decode > 0 &&
-                 bench_decode_steps(c, o->n_decode, &rng, logits, &r->decode_tok_s, &per, &st0, &st1, &err))) {
+                 bench_decode_steps(c, o->n_decode, 0, &rng, logits, &r->decode_tok_s, &per, &st0, &st1, &err))) {
                 rc = cli_error(cmd, "%s", err.msg);
                 goto done;
             }

@@ -73,6 +73,7 @@ typedef struct cli_model_opts {
     int n_batch;
     subq_kv_type kv_type;
     subq_load_mode load_mode;
+    const char *kv_file;
 } cli_model_opts;
 
 #define CLI_MODEL_OPTS_HELP                                                        \
@@ -81,6 +82,12 @@ typedef struct cli_model_opts {
     "  -c, --ctx-size N     context size in tokens (default: model's)\n"          \
     "  -b, --batch-size N   tokens per forward step; longer prompts run in batches (default 512)\n" \
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"            \
+    "  --kv-file FILE       keep the KV cache in FILE, mapped and read from disk only where\n" \
+    "                       queries attend, so the context may exceed RAM (-c tokens, reserved\n" \
+    "                       on disk at once); the file is the session: generate and serve\n" \
+    "                       continue from the tokens it holds. A dense layer reads all of its\n" \
+    "                       rows every token (from disk once they leave the page cache): make\n" \
+    "                       every layer sparse, or give dense ones --topk-layers L:K\n" \
     "  --mmap, --no-mmap    map the model file, or read it into memory in 2 MiB pages\n" \
     "                       (faster decode); default: read in when it takes at most\n"   \
     "                       half the available memory\n"

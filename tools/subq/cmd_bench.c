@@ -34,6 +34,8 @@ static const char *help =
     "                       bound uses the larger of its two\n"
     "  -s, --seed N         seed of the synthetic KV fill and the token ids (default 7)\n"
     "  --json               print one JSON object on stdout\n"
+    "  --kv-cold            with --kv-file: drop the file's pages from memory before the timed\n"
+    "                       decode steps (they read from disk, as after a reboot)\n"
     "  --contend N          measure everything again beside N busy threads (a competing load:\n"
     "                       one per core is what a laptop or shared server often has), and\n"
     "                       print both with each figure's slowdown (JSON: \"contended\")\n"
@@ -78,7 +80,7 @@ typedef struct bench_state {
     cli_sparse_opts *so;
     subq_context *c;
     subq_model_info info;
-    int nt, n_prefill, n_decode, bw_mib, json;
+    int nt, n_prefill, n_decode, bw_mib, json, kv_cold;
     const int *ctx, *attn;
     int n_ctx, n_attn;
     uint64_t seed, rng;
@@ -121,7 +123,7 @@ static int measure(bench_state *b, load_result *L) {
             if (r->attn >= 0 && !cli_set_plan(b->cmd, b->so, c, (subq_selector_kind)r->attn, b->so->plan.top_k, 0))
                 return 1;
             const double bw_before = bench_read_bandwidth((size_t)b->bw_mib << 20, b->nt, 3);
-            if (bench_decode_at(c, r->ctx, b->n_decode, b->seed, &b->rng, b->logits, &r->m, &err))
+            if (bench_decode_at(c, r->ctx, b->n_decode, b->kv_cold, b->seed, &b->rng, b->logits, &r->m, &err))
                 return cli_error(b->cmd, "%s", err.msg);
             r->step_bytes = b->wbytes + r->m.kv_read + r->m.select_read;
             const double bw_after = bench_read_bandwidth((size_t)b->bw_mib << 20, b->nt, 3);
@@ -155,10 +157,11 @@ static void print_json_load(const bench_state *b, const load_result *L, double s
                "\"attn_ms\": %.3f, \"select_ms\": %.3f, \"insert_ms\": %.4f, \"fill_s\": %.2f, "
                "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
                "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
-               "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f",
+               "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f, "
+               "\"sync_s\": %.2f, \"rss_anon_bytes\": %.0f",
                i ? "," : "", r->ctx, attn_name(r->attn), r->m.tok_s, r->vs_full, r->m.attn_ms, r->m.select_ms, r->m.insert_ms,
                r->m.fill_s, w * r->m.tok_s / 1e9, r->bw > 0 ? w * r->m.tok_s / 1e9 / r->bw : 0, r->m.kv_read, r->m.select_read,
-               r->step_bytes, r->bound, r->bound > 0 ? r->m.tok_s / r->bound : 0, r->bw, r->m.kv_bytes, r->m.index_bytes);
+               r->step_bytes, r->bound, r->bound > 0 ? r->m.tok_s / r->bound : 0, r->bw, r->m.kv_bytes, r->m.index_bytes, r->m.sync_s, r->m.rss_anon);
         /* null where the cache was too small to time (subq_context_kv_read_gbs) */
         const int timed = r->cache_bound > 0;
         printf(", \"cache_bw_gbs\": ");
@@ -181,9 +184,9 @@ static void print_text_load(const bench_state *b, const load_result *L, double s
         if (quiet && L != quiet) printf(", %.2fx the quiet time", L->t_prefill / quiet->t_prefill);
         printf("\n");
     }
-    printf("%8s %-7s %9s %8s %9s %9s %9s %9s %8s %9s %8s %9s %8s %10s %10s%s\n", "ctx", "attn", "tok/s", "vs full",
-           "attn ms", "select ms", "insert ms", "MB/step", "bw GB/s", "bound", "% bound", "cache bw", "% cache",
-           "KV MiB", "index MiB", quiet && L != quiet ? "  vs quiet" : "");
+    printf("%8s %-7s %9s %8s %9s %9s %9s %9s %8s %9s %8s %9s %8s %10s %10s %8s %8s %9s%s\n", "ctx", "attn", "tok/s",
+           "vs full", "attn ms", "select ms", "insert ms", "MB/step", "bw GB/s", "bound", "% bound", "cache bw",
+           "% cache", "KV MiB", "index MiB", "fill s", "sync s", "anon MiB", quiet && L != quiet ? "  vs quiet" : "");
     for (int i = 0; i < L->n_res; i++) {
         const decode_result *r = &L->res[i];
         char cache_bw[16] = "-", cache_pct[16] = "-"; /* small caches: not measured */
@@ -191,10 +194,12 @@ static void print_text_load(const bench_state *b, const load_result *L, double s
             snprintf(cache_bw, sizeof cache_bw, "%.1f", r->m.cache_bw);
             snprintf(cache_pct, sizeof cache_pct, "%.0f%%", 100 * r->m.tok_s / r->cache_bound);
         }
-        printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9s %8s %10.0f %10.1f", r->ctx,
-               attn_name(r->attn), r->m.tok_s, r->vs_full, r->m.attn_ms, r->m.select_ms, r->m.insert_ms, r->step_bytes / 1e6,
-               r->bw, r->bound, r->bound > 0 ? 100 * r->m.tok_s / r->bound : 0, cache_bw, cache_pct,
-               r->m.kv_bytes / 1048576.0, r->m.index_bytes / 1048576.0);
+        printf("%8d %-7s %9.2f %7.2fx %9.2f %9.2f %9.3f %9.1f %8.1f %9.2f %7.0f%% %9s %8s %10.0f %10.1f %8.1f %8.1f "
+               "%9.0f",
+               r->ctx, attn_name(r->attn), r->m.tok_s, r->vs_full, r->m.attn_ms, r->m.select_ms, r->m.insert_ms,
+               r->step_bytes / 1e6, r->bw, r->bound, r->bound > 0 ? 100 * r->m.tok_s / r->bound : 0, cache_bw,
+               cache_pct, r->m.kv_bytes / 1048576.0, r->m.index_bytes / 1048576.0, r->m.fill_s, r->m.sync_s,
+               r->m.rss_anon / 1048576.0);
         if (quiet && L != quiet && i < quiet->n_res && r->m.tok_s > 0)
             printf("  %7.2fx", quiet->res[i].m.tok_s / r->m.tok_s);
         printf("\n");
@@ -207,7 +212,7 @@ int cmd_bench(int argc, char **argv) {
     cli_sparse_opts so;
     cli_sparse_init(&so);
     int ctx[MAX_LIST] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;
-    int contend = 0;
+    int contend = 0, kv_cold = 0;
     int attn[MAX_LIST] = {-1}, n_attn = 1;
     int prefill_ctx[MAX_LIST], n_prefill_ctx = 0;
     const char *prefill_text = NULL;
@@ -241,6 +246,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 16, 1 << 16, &bw_mib)) return 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--kv-cold")) {
+            kv_cold = 1;
         } else if (!strcmp(a, "--contend")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 1024, &contend)) return 1;
         } else if (!strcmp(a, "--prefill-ctx")) {
@@ -262,6 +269,7 @@ int cmd_bench(int argc, char **argv) {
         if (attn[i] >= 0 && !subq_selector_available((subq_selector_kind)attn[i]))
             return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", attn_name(attn[i]));
     if (prefill_text && !n_prefill_ctx) return cli_error(cmd, "--prefill-text needs --prefill-ctx");
+    if (kv_cold && !mo.kv_file) return cli_error(cmd, "--kv-cold needs --kv-file");
     if (n_prefill_ctx) {
         bench_prefill_opts po = {.lengths = prefill_ctx, .n_len = n_prefill_ctx, .attn = attn, .n_attn = n_attn,
                                  .text_file = prefill_text, .n_decode = n_decode, .seed = seed, .json = json};
@@ -301,7 +309,7 @@ int cmd_bench(int argc, char **argv) {
     double sgemm = bench_sgemm_gflops(512, info.n_ff, info.n_embd, nt, 3);
     bench_state b = {.cmd = cmd, .so = &so, .c = c, .info = info, .nt = nt, .n_prefill = n_prefill,
                      .n_decode = n_decode, .bw_mib = bw_mib, .json = json, .ctx = ctx, .n_ctx = n_ctx_list,
-                     .attn = attn, .n_attn = n_attn, .seed = seed, .rng = rng, .logits = logits, .toks = toks,
+                     .attn = attn, .n_attn = n_attn, .seed = seed, .rng = rng, .logits = logits, .toks = toks, .kv_cold = kv_cold,
                      .wbytes = (double)info.decode_bytes};
     load_result loads[2] = {{.busy = 0}, {.busy = contend}};
     const int n_loads = contend > 0 ? 2 : 1;

@@ -22,6 +22,7 @@ static const char *help =
     "                       retrieved from the earlier batches (default: dense prompt, sparse decode)\n"
     "  --prompt-cache FILE  session file: load the KV cache and indexes of an earlier run and reuse\n"
     "                       the prompt prefix they share; save the prompt's state there after it\n"
+    "                       (--kv-file does the same in place, for contexts of any size)\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
 /* What the generation callbacks need: the prompt cache to save once the
@@ -93,6 +94,8 @@ int cmd_generate(int argc, char **argv) {
     subq_error err = {0};
     char *file_text = NULL;
     size_t prompt_len = strlen(prompt);
+    if (prompt_cache && mo.kv_file)
+        return cli_error(cmd, "--prompt-cache and --kv-file are two sessions: give one (the KV file is one already)");
     if (prompt_file) {
         if (subq_read_file(prompt_file, 0, &file_text, &prompt_len, &err)) return cli_error(cmd, "%s", err.msg);
         prompt = file_text;
@@ -136,6 +139,14 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     fflush(stdout);
+    /* --kv-file: the tokens it holds (the plan is set: their search keys match) */
+    if (mo.kv_file) {
+        if (subq_context_resume(c, &err)) {
+            rc = cli_error(cmd, "%s: %s", mo.kv_file, err.msg);
+            goto done;
+        }
+        fprintf(stderr, "subq generate: KV file %s: %d tokens held\n", mo.kv_file, subq_context_n_past(c));
+    }
     /* --prompt-cache: an existing file holds the prefix to reuse; one made
      * after this run's prompt otherwise */
     FILE *f = prompt_cache ? fopen(prompt_cache, "rb") : NULL;

@@ -112,8 +112,11 @@ int cmd_serve(int argc, char **argv) {
     cfg.ctx.n_ctx = mo.n_ctx;
     cfg.ctx.n_threads = mo.n_threads;
     cfg.ctx.kv_type = mo.kv_type;
+    cfg.ctx.kv_file = mo.kv_file;
     if (mo.n_batch > 0) cfg.ctx.n_batch = mo.n_batch;
     cfg.sparse = so.enabled;
+    if (mo.kv_file && n_slots > 1)
+        return cli_error(cmd, "--kv-file holds one context: give --slots 1 (or no --kv-file for %d slots)", n_slots);
 
     /* signals go to sigwait below, not to the threads started from here on */
     sigset_t stop, block;

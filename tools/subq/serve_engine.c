@@ -520,6 +520,7 @@ subq_status serve_engine_new(subq_model *m, const serve_config *cfg, serve_engin
         slot *sl = &e->slots[i];
         s = subq_context_new(m, &cfg->ctx, &sl->ctx, err);
         if (!s && cfg->sparse) s = subq_context_set_plan(sl->ctx, &cfg->plan, cfg->search, cfg->complete, err);
+        if (!s) s = subq_context_resume(sl->ctx, err); /* --kv-file: the tokens it holds (else nothing) */
         if (!s) plan_key(&cfg->plan, cfg->sparse, sl->plan_key, sizeof sl->plan_key);
     }
     if (!s) {
