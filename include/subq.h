@@ -1004,9 +1004,11 @@ subq_status subq_recall_answer(subq_context *c, const subq_recall_prompt *pr, in
  * did): one dense prefill answered under several plans. */
 subq_status subq_recall_continue(subq_context *c, const subq_recall_prompt *pr, int max_new, char *answer,
                                  size_t cap, double *score, subq_error *err);
-/* 1 when two answers state the same numbers (maximal digit runs) in the
- * same order: agreement between a method's answer and full attention's. */
-int subq_recall_same_numbers(const char *a, const char *b);
+/* 1 when two answers state the same first n numbers (maximal digit runs)
+ * in the same order, n being the values the prompt asks for (what follows
+ * them does not count): agreement between a method's answer and full
+ * attention's. */
+int subq_recall_same_answer(const char *a, const char *b, int n);
 
 /* A grid of recall prompts (lengths x depths x trials) answered by several
  * methods side by side, every method on the same prompts. */

@@ -166,17 +166,18 @@ static void check_scoring(void) {
     const char *t = "are 1234567, 71432 and 9999999";
     CHECK(subq_recall_score(&pr, t, strlen(t)) == 0.5, "multi-value partial score %g, want 0.5",
           subq_recall_score(&pr, t, strlen(t)));
-    /* agreement: the same digit runs in the same order, whatever else */
+    /* agreement: the same first n digit runs in the same order, whatever else */
     struct {
         const char *a, *b;
-        int want;
-    } pairs[] = {{" 71432. Remember", "71432", 1}, {"", "no number", 1}, {"12 34", "12, 34.", 1},
-                 {"12 34", "34 12", 0},           {"123", "1234", 0},   {"1234", "123", 0},
-                 {"12", "12 3", 0},               {"", "5", 0}};
+        int n, want;
+    } pairs[] = {{" 71432. Remember", "71432", 1, 1}, {"", "no number", 1, 1},   {"12 34", "12, 34.", 2, 1},
+                 {"12 34", "34 12", 2, 0},            {"123", "1234", 1, 0},     {"1234", "123", 1, 0},
+                 {"12", "12 3", 2, 0},                {"", "5", 1, 0},           {"12", "12 3", 1, 1},
+                 {"71432. 71432 is", "71432. The", 1, 1}, {"7 8 9", "7 8 1", 2, 1}, {"7 8 9", "7 8 1", 3, 0}};
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
-        CHECK(subq_recall_same_numbers(pairs[i].a, pairs[i].b) == pairs[i].want &&
-                  subq_recall_same_numbers(pairs[i].b, pairs[i].a) == pairs[i].want,
-              "same_numbers('%s', '%s') != %d", pairs[i].a, pairs[i].b, pairs[i].want);
+        CHECK(subq_recall_same_answer(pairs[i].a, pairs[i].b, pairs[i].n) == pairs[i].want &&
+                  subq_recall_same_answer(pairs[i].b, pairs[i].a, pairs[i].n) == pairs[i].want,
+              "same_answer('%s', '%s', %d) != %d", pairs[i].a, pairs[i].b, pairs[i].n, pairs[i].want);
 }
 
 /* The grid against the calls it is made of: every method's answer to each

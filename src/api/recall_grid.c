@@ -136,7 +136,7 @@ subq_status subq_recall_run_grid(subq_context *c, const subq_recall *r, const su
                     const size_t at = (size_t)mi * n_cells + cell;
                     out->score[at] += score;
                     out->exact[at] += score == 1.0;
-                    if (out->agree) out->agree[at] += subq_recall_same_numbers(answer, full_answer);
+                    if (out->agree) out->agree[at] += subq_recall_same_answer(answer, full_answer, pr.n_values);
                     if (p->on_answer) p->on_answer(p->user, mi, li, di, t, &pr, answer, score);
                 }
                 subq_recall_prompt_free(&pr);

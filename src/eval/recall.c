@@ -345,9 +345,10 @@ subq_status subq_recall_continue(subq_context *c, const subq_recall_prompt *pr, 
     return answer(c, pr, max_new, text, cap, score, err);
 }
 
-/* The maximal digit runs of text, in order, compared whole. */
-int subq_recall_same_numbers(const char *a, const char *b) {
-    for (;;) {
+/* The first n maximal digit runs of two texts, in order, compared whole:
+ * an answer's numbers, whatever the decoding went on to say after them. */
+int subq_recall_same_answer(const char *a, const char *b, int n) {
+    for (int i = 0; i < n; i++) {
         while (*a && (*a < '0' || *a > '9')) a++;
         while (*b && (*b < '0' || *b > '9')) b++;
         if (!*a || !*b) return !*a && !*b;
@@ -357,4 +358,5 @@ int subq_recall_same_numbers(const char *a, const char *b) {
         if (la != lb || memcmp(a, b, la)) return 0;
         a += la, b += lb;
     }
+    return 1;
 }
