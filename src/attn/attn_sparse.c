@@ -316,6 +316,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
                           s->rec.cand + (size_t)t * s->p.top_k, slots, &ns, &cand_off, &n_cand, err);
         if (rc) break;
+        if (kv->prefetch) kv_cache_prefetch(kv, st->layer, slots, ns);
         if (s->comp) {
             completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand,
                               st->out + (size_t)t * st->n_head * hd, &s->probe.totals.share_sum, &s->probe.totals.n_share);

@@ -3,6 +3,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/bigmem.h"
 #include "base/error.h"
@@ -123,6 +124,22 @@ void kv_cache_free(kv_cache *kv) {
     free(kv->v);
     kv_file_close(kv->file);
     memset(kv, 0, sizeof *kv);
+}
+
+void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n) {
+    const uintptr_t page = 4096;
+    for (int h = 0; h < kv->n_head_kv; h++)
+        for (int kind = 0; kind < 2; kind++) {
+            uintptr_t last = 0;
+            for (int i = 0; i < n; i++) {
+                if (slots[i] < 0) continue;
+                const char *row = kind ? kv_cache_value(kv, layer, h, slots[i]) : kv_cache_key(kv, layer, h, slots[i]);
+                uintptr_t lo = (uintptr_t)row & ~(page - 1), hi = ((uintptr_t)row + kv->row_bytes + page - 1) & ~(page - 1);
+                if (lo == last) continue; /* neighbours (the tail) share pages */
+                madvise((void *)lo, hi - lo, MADV_WILLNEED);
+                last = lo;
+            }
+        }
 }
 
 int kv_cache_doc_start(const kv_cache *kv, int slot) {

@@ -26,6 +26,8 @@ typedef struct kv_cache {
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx] */
     kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
+    int prefetch;               /* with a file: ask for the rows a query attends before reading them
+                                   (set per step by the context when the last step waited on the disk) */
 } kv_cache;
 
 /* Bytes the cache would take; used to refuse contexts larger than memory
@@ -41,6 +43,11 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
  * on failure too). */
 subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err);
 void kv_cache_free(kv_cache *kv);
+
+/* With a file: start reading the pages of the key and value rows of
+ * `slots` (every KV head of `layer`) at once, so that the disk serves them
+ * in parallel rather than one page fault at a time. */
+void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n);
 
 /* First slot of the document (segment) that `slot` lies in. Segment ids
  * never go down along the cache (context_forward refuses that), so each

@@ -34,6 +34,7 @@ struct subq_context {
     int logits_at;               /* ... when logits_at == kv.n_used (else unknown, -1) */
     double commit_at;            /* with a KV file: when it last committed */
     int file_dirty;              /* with a KV file: rows or the token count changed since */
+    long faults_last;            /* with a KV file: major page faults of the last forward */
     int file_writable;           /* with a KV file: its search-key table is the plan's (else its
                                     committed tokens were made under another plan: no writes) */
 };

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "base/error.h"
 #include "base/timer.h"
@@ -163,6 +164,12 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
     c->file_dirty = c->kv.file != NULL;
     memcpy(c->tok + c->kv.n_used, tokens, (size_t)n * sizeof(int32_t));
     c->logits_at = -1;
+    /* a step that waited on the disk makes the next one prefetch its rows */
+    struct rusage ru0, ru1;
+    if (c->kv.file) {
+        c->kv.prefetch = c->faults_last >= 8;
+        getrusage(RUSAGE_SELF, &ru0);
+    }
     for (int done = 0; done < n;) {
         int chunk = n - done < c->n_batch ? n - done : c->n_batch;
         int last = done + chunk == n;
@@ -175,6 +182,7 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
         if (s) return s;
         done += chunk;
     }
+    if (c->kv.file && getrusage(RUSAGE_SELF, &ru1) == 0) c->faults_last = ru1.ru_majflt - ru0.ru_majflt;
     return SUBQ_OK;
 }
 
