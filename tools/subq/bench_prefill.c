@@ -15,6 +15,7 @@
 typedef struct prefill_row {
     int n, attn; /* attn: -1 = full, else subq_selector_kind */
     double seconds, attn_s, select_s, insert_s, decode_tok_s;
+    double rss_anon; /* anonymous resident bytes after the row */
 } prefill_row;
 
 /* Prompt tokens: the text file's tokens repeated up to n (a shorter text
@@ -114,6 +115,7 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
             r->attn_s = sp.attn_s;
             r->select_s = sp.select_s;
             r->insert_s = sp.insert_s;
+            r->rss_anon = bench_rss_anon();
             n_rows++;
         }
     }
@@ -124,12 +126,12 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
         printf(", \"arch\": \"%s\", \"threads\": %d, \"batch\": %d, \"kv_type\": \"%s\", \"tokens\": \"%s\", "
                "\"n_decode\": %d, \"topk\": %d, \"sink\": %d, \"tail\": %d,\n \"prefill\": [",
                info.arch, subq_context_n_threads(c), subq_context_n_batch(c),
-               mopt.kv_type == SUBQ_KV_F16 ? "f16" : "f32", o->text_file ? "text" : "random", o->n_decode,
+               subq_kv_type_name(mopt.kv_type), o->text_file ? "text" : "random", o->n_decode,
                so->plan.top_k, so->plan.n_sink, so->plan.n_tail);
     } else {
         printf("model %s (%s), %d threads, batches of %d, KV %s, %s tokens; sparse: top-%d, %d sinks, tail %d\n",
                mopt.model, info.arch, subq_context_n_threads(c), subq_context_n_batch(c),
-               mopt.kv_type == SUBQ_KV_F16 ? "f16" : "f32", o->text_file ? "text" : "random", so->plan.top_k,
+               subq_kv_type_name(mopt.kv_type), o->text_file ? "text" : "random", so->plan.top_k,
                so->plan.n_sink, so->plan.n_tail);
         printf("%8s %-7s %9s %9s %8s %8s %9s %9s %9s %9s %10s\n", "tokens", "attn", "seconds", "tok/s", "vs full",
                "a (prev)", "attn s", "select s", "insert s", "other s", "decode t/s");
@@ -146,8 +148,9 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
                    i ? "," : "", r->n, kind_name(r->attn), r->seconds, r->n / r->seconds, speedup);
             if (prev) printf("%.4f", a);
             else printf("null");
-            printf(", \"attn_s\": %.4f, \"select_s\": %.4f, \"insert_s\": %.4f, \"other_s\": %.4f, \"decode_tok_s\": %.3f}",
-                   r->attn_s, r->select_s, r->insert_s, other, r->decode_tok_s);
+            printf(", \"attn_s\": %.4f, \"select_s\": %.4f, \"insert_s\": %.4f, \"other_s\": %.4f, \"decode_tok_s\": %.3f, "
+                   "\"rss_anon_bytes\": %.0f}",
+                   r->attn_s, r->select_s, r->insert_s, other, r->decode_tok_s, r->rss_anon);
         } else {
             char as[16] = "-";
             if (prev) snprintf(as, sizeof as, "%.2f", a);
