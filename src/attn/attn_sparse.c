@@ -8,6 +8,7 @@
 
 #include "attn/sparse_metrics.h"
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "complete/completion.h"
 #include "kernels/kernels.h"
 #include "model/matmul.h"
@@ -512,19 +513,13 @@ subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_e
     return s && s->d_search > 0 ? selector_get_keys(s->sel, n, dst, err) : SUBQ_OK;
 }
 
-/* FNV-1a over a layer's projection rows */
-static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
-    const unsigned char *b = (const unsigned char *)x;
-    for (size_t i = 0; x && i < n * sizeof(float); i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 uint64_t attn_sparse_search_made_by(const attn_stage *st) {
     const sparse_stage *s = as_sparse(st);
     if (!s || s->d_search <= 0) return 0;
     size_t nw = (size_t)s->d_search * s->n_embd;
-    uint64_t h = hash_floats(hash_floats(0xcbf29ce484222325ull, s->wq_s, nw), s->wk_s, nw);
-    return (h ^ (uint64_t)s->p.select.score) * 0x100000001b3ull;
+    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
+    const int score = (int)s->p.select.score;
+    return fnv1a(h, &score, sizeof score);
 }
 
 void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
@@ -534,7 +529,7 @@ void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     if (!s) return;
     const selector_params *sp = &s->p.select;
     size_t nw = (size_t)s->d_search * s->n_embd;
-    uint64_t proj = hash_floats(hash_floats(0xcbf29ce484222325ull, s->wq_s, nw), s->wk_s, nw);
+    uint64_t proj = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
     snprintf(buf, cap,
              "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
              "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,

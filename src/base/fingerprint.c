@@ -4,6 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
+uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001B3ull;
+    return h;
+}
+
 int fingerprint_skips_tensor(const char *name) {
     if (strncmp(name, "blk.", 4)) return 0;
     const char *p = name + 4;

@@ -1,9 +1,16 @@
-/* The text form of a 64-bit model fingerprint (model_fingerprint()) as
- * stored in the metadata of files derived from a model: 16 hex digits. */
+/* Fingerprints: the hash they are made with, and the text form of a 64-bit
+ * model fingerprint (model_fingerprint()) as stored in the metadata of
+ * files derived from a model: 16 hex digits. */
 #ifndef SUBQ_BASE_FINGERPRINT_H
 #define SUBQ_BASE_FINGERPRINT_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+/* FNV-1a: the hash behind every fingerprint (models, corpora, projections,
+ * maps, file headers). Start from FNV_OFFSET; chain calls to hash more. */
+#define FNV_OFFSET 0xCBF29CE484222325ull
+uint64_t fnv1a(uint64_t h, const void *data, size_t n);
 
 /* 1 for tensors a model file may carry that are not the model's weights:
  * learned search projections merged in (blk.N.indexer.*, see

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "complete/phi_cache.h"
 
 struct attn_completion {
@@ -87,12 +88,8 @@ void completion_reset(attn_completion *c) {
 }
 
 uint64_t completion_hash(const attn_completion *c) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    const unsigned char *b = (const unsigned char *)phi_layer_params(c->maps, c->layer);
-    size_t n = c->maps->layer_size * sizeof(float);
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    for (int i = 0; i < c->n_head; i++) h = (h ^ c->heads[i]) * 0x100000001b3ull;
-    return h;
+    uint64_t h = fnv1a(FNV_OFFSET, phi_layer_params(c->maps, c->layer), c->maps->layer_size * sizeof(float));
+    return fnv1a(h, c->heads, (size_t)c->n_head * sizeof c->heads[0]);
 }
 
 subq_status completion_advance(attn_completion *c, const kv_cache *kv, int slot, subq_error *err) {

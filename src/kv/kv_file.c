@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "base/fingerprint.h"
 
 #define PAGE ((uint32_t)KV_FILE_HEADER_BYTES)
 #define HEADER_SLOTS 2
@@ -56,13 +57,6 @@ static uint64_t round_page(uint64_t x) { return (x + PAGE - 1) / PAGE * PAGE; }
 static uint64_t mul_sat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b ? UINT64_MAX : a * b; }
 static uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
-static uint64_t fnv(const void *p, size_t n) {
-    const unsigned char *b = p;
-    uint64_t h = 0xCBF29CE484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001B3ull;
-    return h;
-}
-
 /* The fixed part's layout for a geometry: bytes per layer's keys (or
  * values), per metadata array, and the end of the fixed part. */
 static uint64_t layout(const kv_file_geometry *g, uint64_t *per_layer, uint64_t *meta_stride) {
@@ -81,7 +75,7 @@ subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geome
     if (n < sizeof h) return subq_fail(err, SUBQ_ERR_FORMAT, "KV file header is truncated");
     memcpy(&h, slot, sizeof h);
     if (memcmp(h.magic, MAGIC, sizeof MAGIC)) return subq_fail(err, SUBQ_ERR_FORMAT, "not a subq KV file");
-    if (h.checksum != fnv(&h, offsetof(disk_header, checksum)))
+    if (h.checksum != fnv1a(FNV_OFFSET, &h, offsetof(disk_header, checksum)))
         return subq_fail(err, SUBQ_ERR_FORMAT, "KV file header is damaged (checksum)");
     if (h.version != VERSION)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "KV file version %u; this build reads version %d", h.version,
@@ -126,14 +120,14 @@ subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geome
 }
 
 void kv_file_seal_header(void *slot) {
-    uint64_t sum = fnv(slot, offsetof(disk_header, checksum));
+    uint64_t sum = fnv1a(FNV_OFFSET, slot, offsetof(disk_header, checksum));
     memcpy((unsigned char *)slot + offsetof(disk_header, checksum), &sum, sizeof sum);
 }
 
 /* Write the header in the next slot (sequence number + 1) and flush. */
 static subq_status write_header(kv_file *f, subq_error *err) {
     f->h.seq++;
-    f->h.checksum = fnv(&f->h, offsetof(disk_header, checksum));
+    f->h.checksum = fnv1a(FNV_OFFSET, &f->h, offsetof(disk_header, checksum));
     unsigned char page[PAGE] = {0};
     memcpy(page, &f->h, sizeof f->h);
     off_t at = (off_t)(f->h.seq % HEADER_SLOTS) * PAGE;

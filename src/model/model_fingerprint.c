@@ -9,17 +9,8 @@
 #include "base/fingerprint.h"
 #include "model/model.h"
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001B3ull;
-    }
-    return h;
-}
-
 uint64_t model_fingerprint(const subq_model *m) {
-    uint64_t h = 0xCBF29CE484222325ull;
+    uint64_t h = FNV_OFFSET;
     const model_hparams *hp = &m->hp;
     int32_t dims[] = {(int32_t)hp->arch, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim,
                       hp->n_ff, hp->n_vocab};

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "base/rng.h"
 #include "base/walk_files.h"
 #include "model/model.h"
@@ -194,15 +195,6 @@ static subq_status build_split(subq_corpus *c, corpus_split *sp, const int *ids,
     return SUBQ_OK;
 }
 
-static uint64_t fnv(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 0x100000001B3ull;
-    }
-    return h;
-}
-
 subq_status corpus_finish(subq_corpus *c, subq_error *err) {
     if (c->n_pieces == 0)
         return subq_fail(err, SUBQ_ERR_ARG, "the training data hold no text (every document is empty)");
@@ -261,15 +253,15 @@ subq_status corpus_finish(subq_corpus *c, subq_error *err) {
     free(ev);
     if (s) return s;
     /* fingerprint: the token stream of both splits in sequence order, and the packing */
-    uint64_t h = 0xCBF29CE484222325ull;
+    uint64_t h = FNV_OFFSET;
     const corpus_split *sps[2] = {&c->train, &c->eval};
     for (int k = 0; k < 2; k++) {
         const corpus_split *sp = sps[k];
-        h = fnv(h, &sp->n_seq, sizeof sp->n_seq);
-        h = fnv(h, sp->first, (size_t)(sp->n_seq + 1) * sizeof(int));
+        h = fnv1a(h, &sp->n_seq, sizeof sp->n_seq);
+        h = fnv1a(h, sp->first, (size_t)(sp->n_seq + 1) * sizeof(int));
         for (int i = 0; i < sp->first[sp->n_seq]; i++) {
             int pc = sp->order[i];
-            h = fnv(h, c->tok + c->piece_off[pc], (size_t)c->piece_len[pc] * sizeof(int32_t));
+            h = fnv1a(h, c->tok + c->piece_off[pc], (size_t)c->piece_len[pc] * sizeof(int32_t));
         }
     }
     c->fingerprint = h;
