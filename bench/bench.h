@@ -66,6 +66,7 @@ subq_status bench_decode_steps(subq_context *c, int n_steps, int cold, uint64_t 
 typedef struct bench_decode_row {
     double tok_s, attn_ms, select_ms, insert_ms, fill_s;
     double sync_s;                  /* with a KV file: the commit after the fill (its writes reaching disk) */
+    double kv_fill_s;               /* the part of fill_s that wrote keys and values (not the selectors) */
     double rss_anon;                /* the process's anonymous resident bytes after the steps */
     double cache_bw;
     double kv_bytes, index_bytes;   /* the cache and the indexes, bytes */

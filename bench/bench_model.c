@@ -74,10 +74,14 @@ double bench_rss_anon(void) {
 subq_status bench_decode_at(subq_context *c, int ctx, int n_steps, int cold, uint64_t seed, uint64_t *rng,
                             float *logits, bench_decode_row *out, subq_error *err) {
     memset(out, 0, sizeof *out);
+    subq_context_stats before, after;
+    subq_context_get_stats(c, &before);
     double t0 = bench_now_s();
     subq_status s = subq_context_fill_synthetic(c, ctx, seed, err);
     if (s) return s;
     out->fill_s = bench_now_s() - t0;
+    subq_context_get_stats(c, &after);
+    out->kv_fill_s = after.t_fill_kv_s - before.t_fill_kv_s;
     t0 = bench_now_s();
     if ((s = subq_context_sync(c, err))) return s;
     out->sync_s = bench_now_s() - t0;

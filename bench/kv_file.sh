@@ -60,9 +60,12 @@ for f in "$D"/*.json; do
 import json, sys
 d = json.load(open(sys.argv[1]))
 for r in d.get('decode', []):
-    print('  %8d %-6s %7.2f tok/s  attn %.1f ms  select %.1f ms  fill %.0f s  sync %.1f s  anon %.0f MiB' % (
-        r['ctx'], r['attn'], r['decode_tok_s'], r['attn_ms'], r['select_ms'], r['fill_s'], r['sync_s'],
-        r['rss_anon_bytes'] / 2**20))
+    # the cache's write rate: its bytes over the fill's KV writes plus the commit that makes them durable
+    wr = r['kv_bytes'] / (r['kv_fill_s'] + r['sync_s']) / 1e9
+    print('  %8d %-6s %7.2f tok/s  attn %.1f ms  select %.1f ms  fill %.0f s (KV %.0f s)  sync %.1f s  '
+          'KV %.1f GB written at %.2f GB/s  anon %.0f MiB' % (
+        r['ctx'], r['attn'], r['decode_tok_s'], r['attn_ms'], r['select_ms'], r['fill_s'], r['kv_fill_s'],
+        r['sync_s'], r['kv_bytes'] / 1e9, wr, r['rss_anon_bytes'] / 2**20))
 for r in d.get('prefill', []) if isinstance(d.get('prefill'), list) else []:
     print('  prefill %d: %.1f s, %.1f tok/s, decode %.2f tok/s' % (r['n_tokens'], r['seconds'], r['tok_s'],
           r['decode_tok_s']))

@@ -495,6 +495,8 @@ typedef struct subq_context_stats {
     uint64_t select_bytes_read; /* bytes the selectors' queries read (exact: the search
                                    keys scanned; hnsw/faiss: distances x vector bytes, an
                                    estimate; quest/oracle: page bounds and native keys) */
+    double t_fill_kv_s;   /* subq_context_fill_synthetic's writing of the keys and values
+                             (its selectors' keys not included) */
 } subq_context_stats;
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st);
 

@@ -12,6 +12,7 @@
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     const kv_cache *kv = &c->kv;
     st->t_attn_s = c->t_attn_s;
+    st->t_fill_kv_s = c->t_fill_kv_s;
     st->t_select_s = st->t_append_s = 0;
     st->index_bytes = 0;
     st->select_bytes_read = 0;
@@ -153,7 +154,9 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
     subq_status s = c->kv.file ? kv_file_will_write(c->kv.file, 0, err) : SUBQ_OK;
     if (s) return s;
     for (int t = 0; t < n_past; t++) c->tok[t] = -1; /* no token ids: a session file refuses them */
+    const double t0 = time_now_s();
     s = fill_kv(&c->kv, n_past, seed, err);
+    c->t_fill_kv_s += time_now_s() - t0;
     if (!s) s = fill_selectors(c, n_past, seed + 2, err);
     c->file_dirty = c->kv.file != NULL;
     return s;

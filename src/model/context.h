@@ -21,6 +21,7 @@ struct subq_context {
     int n_batch;                 /* max tokens per forward step */
     attn_stage **stages;         /* [n_layer]; full attention by default */
     double t_attn_s;             /* time spent in attention stages (benchmarks) */
+    double t_fill_kv_s;          /* synthetic fills: writing keys and values (benchmarks) */
     capture_fn capture;
     void *capture_user;
     int capture_last;            /* with a capture: stop each forward after capturing this layer

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""ctest check: long-context quality on the 4K fixture model, a small slice of
-the evidence in BENCHMARKS.md ("Quality on the 4K fixture"), with the
-committed projections (tests/models/fixture-4k-search.gguf, layers 1-7).
+"""ctest check: long-context quality on the 4K fixture model, a small slice
+of the evidence in BENCHMARKS.md ("Quality on a model that uses its
+context"), with the committed projections (tests/models/fixture-4k-search.gguf,
+layers 1-7).
 
   - `subq eval` at 2048 tokens, two WikiText-2 test windows (text the fixture
     and the projections never saw): full attention's perplexity is the

@@ -158,10 +158,10 @@ static void print_json_load(const bench_state *b, const load_result *L, double s
                "\"weight_gbs\": %.3f, \"frac_bw_weights\": %.4f, \"kv_read_bytes\": %.0f, "
                "\"select_read_bytes\": %.0f, \"bytes_per_step\": %.0f, \"bound_tok_s\": %.3f, "
                "\"frac_bound\": %.4f, \"read_bw_gbs\": %.3f, \"kv_bytes\": %.0f, \"index_bytes\": %.0f, "
-               "\"sync_s\": %.2f, \"rss_anon_bytes\": %.0f",
+               "\"sync_s\": %.2f, \"kv_fill_s\": %.2f, \"rss_anon_bytes\": %.0f",
                i ? "," : "", r->ctx, attn_name(r->attn), r->m.tok_s, r->vs_full, r->m.attn_ms, r->m.select_ms, r->m.insert_ms,
                r->m.fill_s, w * r->m.tok_s / 1e9, r->bw > 0 ? w * r->m.tok_s / 1e9 / r->bw : 0, r->m.kv_read, r->m.select_read,
-               r->step_bytes, r->bound, r->bound > 0 ? r->m.tok_s / r->bound : 0, r->bw, r->m.kv_bytes, r->m.index_bytes, r->m.sync_s, r->m.rss_anon);
+               r->step_bytes, r->bound, r->bound > 0 ? r->m.tok_s / r->bound : 0, r->bw, r->m.kv_bytes, r->m.index_bytes, r->m.sync_s, r->m.kv_fill_s, r->m.rss_anon);
         /* null where the cache was too small to time (subq_context_kv_read_gbs) */
         const int timed = r->cache_bound > 0;
         printf(", \"cache_bw_gbs\": ");
