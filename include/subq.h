@@ -151,6 +151,11 @@ int subq_kv_type_parse(const char *name);
 /* The type's name ("?" when out of range). */
 const char *subq_kv_type_name(subq_kv_type t);
 
+/* The instruction set the kernels use on this CPU: "avx512-vnni", "avx2" or
+ * "scalar" (the environment variable SUBQ_ISA=scalar|avx2|avx512 caps it,
+ * to measure or test a lower level on a machine that has more). */
+const char *subq_isa_name(void);
+
 typedef struct subq_context_params {
     int n_ctx;          /* KV cache capacity in tokens (<= 0: model's training context) */
     int n_threads;      /* OpenMP threads (<= 0: all cores) */

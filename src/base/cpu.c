@@ -2,6 +2,19 @@
 
 #include <cpuid.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* SUBQ_ISA=scalar|avx2|avx512 caps the kernel level (to measure or test a
+ * lower one on a machine that has more); it never raises it. Unset or
+ * another value: no cap (subq_isa_name says what runs). */
+static int isa_cap(void) {
+    const char *e = getenv("SUBQ_ISA");
+    if (!e) return 2;
+    if (!strcmp(e, "scalar")) return 0;
+    if (!strcmp(e, "avx2")) return 1;
+    return 2;
+}
 
 static int detect_avx2(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -10,7 +23,7 @@ static int detect_avx2(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     int f16c = (c >> 29) & 1;
-    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return isa_cap() >= 1 && f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
     return 0;
 #endif
@@ -19,7 +32,7 @@ static int detect_avx2(void) {
 static int detect_avx512vnni(void) {
 #if defined(__x86_64__) || defined(__i386__)
     /* libgcc sets the AVX-512 bits only when XCR0 enables the ZMM state */
-    return detect_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    return isa_cap() >= 2 && detect_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni");
 #else

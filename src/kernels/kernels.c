@@ -15,6 +15,11 @@ const kernels *kernels_avx2(void) {
     return NULL;
 }
 
+const char *subq_isa_name(void) {
+    if (cpu_has_avx512vnni()) return "avx512-vnni";
+    return kernels_avx2() ? "avx2" : "scalar";
+}
+
 /* An AVX-512 set would be tried first here. */
 const kernels *kernels_get(void) {
     const kernels *k = kernels_avx2();

@@ -27,6 +27,7 @@ scaling; unknown scaling types and bad frequency factors must be refused
 with one line naming the key or tensor.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -233,6 +234,41 @@ def check_rope(ck):
                      "exit %d" % info.returncode)
 
 
+def bench_isa(isa):
+    """The kernel level `subq bench` reports under SUBQ_ISA=isa."""
+    stories = rc.shared_file("models", "stories260K.gguf")
+    os.environ["SUBQ_ISA"] = isa
+    try:
+        out = rc.run_subq(["bench", "-m", stories, "--ctx", "64", "-n", "1", "--prefill", "16", "-t", "1", "--json"])
+    finally:
+        del os.environ["SUBQ_ISA"]
+    return json.loads(out)["machine"]["isa"]
+
+
+def check_isa_levels(ck):
+    """The scalar and AVX2 kernel sets give the reference's logits too (the
+    default run above uses the widest set the CPU has)."""
+    native = ck.guarded("subq bench reports the kernel level", bench_isa, "")
+    for isa in ("scalar", "avx2"):
+        got = ck.guarded("subq bench under SUBQ_ISA=%s" % isa, bench_isa, isa)
+        ck.check("SUBQ_ISA=%s caps the kernels (native %s)" % (isa, native), got == isa or got == native == "scalar",
+                 "bench reports %s" % got)
+        for wtype in ("q8_0", "q4_0", "q4_K", "q6_K"):
+            path = synth(ck, "tiny", wtype, "isa_" + wtype)
+            if path is None:
+                continue
+            ref = LlamaRef(path)
+            rng = np.random.default_rng(TOKEN_SEED)
+            tokens = [int(ref.g.get("tokenizer.ggml.bos_token_id"))] + [int(t) for t in
+                                                                     rng.integers(0, ref.n_vocab, N_TOKENS - 1)]
+            os.environ["SUBQ_ISA"] = isa
+            try:
+                compare_runs(ck, "SUBQ_ISA=%s synth tiny %s" % (isa, wtype), path, ref.forward(tokens), tokens,
+                             "isa_%s_%s" % (isa, wtype), ref=ref)
+            finally:
+                del os.environ["SUBQ_ISA"]
+
+
 def main():
     ck = rc.Checks("check_logits")
     stories = rc.shared_file("models", "stories260K.gguf")
@@ -263,6 +299,9 @@ def main():
             compare_runs(ck, "synth %s %s (%s, n_vocab %d, d %d, %d layers)"
                          % (shape, wtype, ref.arch, ref.n_vocab, ref.n_embd, ref.n_layer),
                          path, ref_logits, tokens, "synth_" + tag, ref=ref)
+
+    # ---- every lower kernel level this CPU runs (SUBQ_ISA caps it), on one shape
+    check_isa_levels(ck)
 
     # ---- rope scaling and frequency factors
     check_rope(ck)

@@ -18,7 +18,8 @@ static const char *help =
     "rate in the same run and the fractions of the bounds they give;\n"
     "with --attn, decode with each attention kind side by side (speed-up vs full).\n"
     "Decode contexts (KV cache and search indexes) are filled with synthetic values:\n"
-    "speed does not depend on them, and a real prefill of 100K tokens takes hours here.\n\n"
+    "speed does not depend on them, and a real prefill of 100K tokens takes hours here.\n"
+    "The kernels' instruction set is printed; SUBQ_ISA=scalar|avx2|avx512 caps it.\n\n"
     "  -m, --model FILE     GGUF model (required)\n"
     "  -t, --threads N      threads (default: all cores)\n"
     "  --ctx LIST           decode contexts, comma separated (default 512,4096)\n"
@@ -332,7 +333,8 @@ int cmd_bench(int argc, char **argv) {
         cli_json_string(stdout, mo.model, strlen(mo.model));
         printf(", \"arch\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", \"kv_fill\": \"synthetic\",\n",
                info.arch, nt, subq_kv_type_name(mo.kv_type));
-        printf(" \"machine\": {\"read_bw_gbs\": %.3f, \"sgemm_gflops\": %.3f},\n", bw, sgemm);
+        printf(" \"machine\": {\"isa\": \"%s\", \"read_bw_gbs\": %.3f, \"sgemm_gflops\": %.3f},\n", subq_isa_name(),
+               bw, sgemm);
         printf(" \"topk\": %d, \"sink\": %d, \"tail\": %d,\n", so.plan.top_k, so.plan.n_sink, so.plan.n_tail);
         printf(" \"decode_weight_bytes\": %.0f,\n", b.wbytes);
         print_json_load(&b, &loads[0], sgemm);
@@ -344,7 +346,7 @@ int cmd_bench(int argc, char **argv) {
         printf("}\n");
     } else {
         printf("model %s (%s), %d threads, KV %s\n", mo.model, info.arch, nt, subq_kv_type_name(mo.kv_type));
-        printf("machine: read bandwidth %.2f GB/s, sgemm %.1f GFLOP/s\n", bw, sgemm);
+        printf("machine: kernels %s, read bandwidth %.2f GB/s, sgemm %.1f GFLOP/s\n", subq_isa_name(), bw, sgemm);
         printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", b.wbytes / 1e6);
         printf("bound: read bandwidth around the row (bw) / bytes a step reads (weights + KV rows attended + selector "
                "reads); %% cache: the same with the filled KV cache's own read rate\n");
