@@ -10,7 +10,7 @@
 #   phi     train-phi on layers 1-7
 #   eval    subq eval at 4096-token windows, K 64/128/256, every selector,
 #           selection only and with completion, per layer at K 64
-#   recall  passkey, niah-multikey, niah-multivalue grids, dense and sparse prefill
+#   recall  passkey, niah-multikey, niah-multivalue grids with dense prefill; passkey sparse
 # Environment: SUBQ (binary, default ./build/subq), SHARED (default ../shared),
 # THREADS (default 2), WINDOWS (eval windows, default 4 as in BENCHMARKS.md).
 # Outputs (JSON, logs, SVG charts) go under DIR; BENCHMARKS.md quotes them
@@ -73,23 +73,40 @@ stage_eval() {
     run_eval questhm "$p" 1-7 --selectors quest --quest-mode headmean --k-sweep 64,128,256 --static-split 0
     run_eval perlayer "$p" 1-7 --selectors exact,quest,oracle,window --k-sweep 64 --per-layer --windows 2 \
         --static-split 0
+    # learned keys beside a longer recency tail, at the key budgets of K = 64, 128, 256, 512 with tail 16
+    local k
+    for k in 32:48 64:80 128:144 256:272; do
+        run_eval "tail${k#*:}" "$p" 1-7 --selectors exact --k-sweep "${k%:*}" --tail "${k#*:}" --static-split 0
+    done
+    run_eval base512 "$p" 1-7 --selectors quest,oracle,window --k-sweep 512 --static-split 0
+    # completion at the context its maps were trained for
+    run_eval phi1024 "$p" 1-7 --selectors exact,window --k-sweep 64 --complete "$D/phi.gguf" -c 1024 --windows 8 \
+        --static-split 0
 }
 
+# Dense prefill: every method on the three tasks (~8 min each on one thread).
+# Sparse prefill: passkey only (the fixture fails the other two tasks with
+# full attention), without quest and completion, which prefill token by
+# token (their grid ran past 30 minutes).
 stage_recall() {
-    local task prefill
+    local task
     for task in passkey niah-multikey niah-multivalue; do
         local max_new=16
         [ "$task" = niah-multivalue ] && max_new=40 # four 7-digit numbers, one token per digit
-        for prefill in dense sparse; do
-            local name=recall_${task}_$prefill extra=()
-            [ "$prefill" = sparse ] && extra=(--sparse-prefill)
-            mkdir -p "$D/$name"
-            timed "$name" "$B" recall -m "$M" --haystack "$W" --task "$task" --lengths 1024,2048,4096 --trials 4 \
-                --max-new "$max_new" --methods full,exact@64,exact@128,hnsw@64,quest@64,window@64,exact@64+phi \
-                --search "$D/search_r0.gguf" --complete "$D/phi.gguf" --sparse-layers 1-7 -t "$T" \
-                --svg-dir "$D/$name" "${extra[@]}" --json > "$D/$name.json"
-        done
+        recall_grid "recall_${task}_dense" "$task" "$max_new" full,exact@64,exact@128,hnsw@64,quest@64,window@64,exact@64+phi
     done
+    recall_grid recall_passkey_sparse passkey 16 full,exact@64,exact@128,hnsw@64,window@64 --sparse-prefill
+}
+
+# recall_grid NAME TASK MAX_NEW METHODS ARGS...
+recall_grid() {
+    local name=$1 task=$2 max_new=$3 methods=$4
+    shift 4
+    mkdir -p "$D/$name"
+    timed "$name" "$B" recall -m "$M" --haystack "$W" --task "$task" --lengths 1024,2048,4096 \
+        --depths 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --trials 4 --max-new "$max_new" --methods "$methods" \
+        --search "$D/search_r0.gguf" --complete "$D/phi.gguf" --sparse-layers 1-7 -t "$T" --svg-dir "$D/$name" \
+        --json "$@" > "$D/$name.json"
 }
 
 for stage in "$@"; do
