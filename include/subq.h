@@ -518,7 +518,8 @@ uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys);
  * values of slots 0 .. n_used-1 of every layer, summed as 64-bit words; 0
  * when the cache is empty, its rows are not whole words (narrow q4_0) or
  * it is too small (under 64 MiB) for a pass to time memory rather than the
- * threads' start-up and the CPU's caches.
+ * threads' start-up and the CPU's caches, or it lives in a KV file (a pass
+ * would time the disk, reading the whole file, larger than memory maybe).
  * Memory bandwidth depends on where pages lie (on the virtual machines we
  * measure, fresh 1 GiB buffers read at 33 to 68 GB/s depending on the
  * process's footprint), so a decode step's bandwidth bound is best taken on

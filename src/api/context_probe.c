@@ -49,7 +49,7 @@ double subq_context_kv_read_gbs(const subq_context *c, int reps) {
     const kv_cache *kv = &c->kv;
     const int n_items = kv->n_layer * 2 * kv->n_head_kv; /* (layer, keys or values, KV head) */
     const size_t words = (size_t)kv->n_used * kv->row_bytes / sizeof(uint64_t);
-    if (words == 0 || kv->row_bytes % sizeof(uint64_t)) return 0.0;
+    if (words == 0 || kv->row_bytes % sizeof(uint64_t) || kv->file) return 0.0;
     if ((double)n_items * words * sizeof(uint64_t) < 64.0 * 1048576) return 0.0; /* times caches, not memory */
     double best = 0.0;
     for (int r = 0; r < reps; r++) {
