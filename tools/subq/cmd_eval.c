@@ -43,6 +43,8 @@ static const char *help =
     "                       compared (default 0.5; 0 = off)\n"
     "  --svg-dir DIR        write K-sweep (gap, KL, top-1, mass) and per-layer SVG charts into DIR\n"
     "  -t, --threads N      threads (default: all cores)\n"
+    "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
+    "  --kv-file FILE       the evaluated windows' KV cache in FILE (subq generate --help)\n"
     "  --json               print one JSON object on stdout\n\n"
     "Every method substitutes the same layers: --sparse-layers, else the layers the projections\n"
     "cover, else (no projections) all layers.\n\n" CLI_SPARSE_OPTS_HELP;

@@ -34,6 +34,8 @@ static const char *help =
     "  -s, --seed N         keys, filler offsets and distractor depths (default 1)\n"
     "  -t, --threads N      threads (default: all cores)\n"
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
+    "  --kv-file FILE       the methods' KV cache in FILE, read from disk where queries attend\n"
+    "                       (subq generate --help); the grid's shared dense prefill stays in memory\n"
     "  -v, --verbose        print every answer on stderr\n"
     "  --json               print one JSON object on stdout\n"
     "  --svg-dir DIR        write one heat map per method (length x depth) into DIR, and\n"
