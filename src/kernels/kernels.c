@@ -15,8 +15,10 @@ const kernels *kernels_avx2(void) {
     return NULL;
 }
 
+/* Named by what runs: the AVX-512 GEMM table exists only where it was built
+ * and the CPU (under SUBQ_ISA) has it. */
 const char *subq_isa_name(void) {
-    if (cpu_has_avx512vnni()) return "avx512-vnni";
+    if (kernels_gemm_q8_avx512()) return "avx512-vnni";
     return kernels_avx2() ? "avx2" : "scalar";
 }
 
