@@ -671,7 +671,11 @@ subq_status subq_eval_compare(const subq_eval_result *r, int a, int b, int n_res
 /* Training data: documents from text files, directories of them and JSON
  * lines ({"text": ...} per line), tokenised with the model's tokenizer, cut
  * into pieces of at most seq tokens, packed block-causally; a fixed share
- * of the pieces (or the pieces of evaluation files) is held out. */
+ * of the pieces (or the pieces of evaluation files) is held out. Or a
+ * pre-tokenised corpus file (subq_corpus_save) as the only path: nothing is
+ * tokenised, and only the tokens of the sequences a process asks for are
+ * read from it (each data-parallel rank its share); the pieces, split and
+ * packing are those of the text it was made from. */
 typedef struct subq_corpus subq_corpus;
 typedef struct subq_corpus_params {
     int seq;            /* max tokens per sequence, BOS included (>= 2) */
@@ -684,6 +688,19 @@ typedef struct subq_corpus_params {
 subq_status subq_corpus_load(const subq_model *m, const subq_corpus_params *p, const char *const *paths, int n_paths,
                              const char *const *eval_paths, int n_eval, subq_corpus **out, subq_error *err);
 void subq_corpus_free(subq_corpus *c);
+/* Write the documents of a corpus loaded from text (tokens, lengths,
+ * held-out marks; no packing) to a pre-tokenised corpus file (GGUF,
+ * atomic). */
+subq_status subq_corpus_save(const subq_corpus *c, const char *path, subq_error *err);
+typedef struct subq_corpus_info {
+    int n_docs, n_eval_docs;     /* documents for training / given as held-out */
+    int64_t n_tokens;            /* of all documents, no BOS */
+    int64_t train_tokens, eval_tokens; /* in the packed splits, BOS included */
+    int from_file;               /* a pre-tokenised corpus file */
+    int64_t file_tokens_read;    /* tokens this process has read from that file so far */
+    uint64_t fingerprint;        /* documents, split and packing (checkpoints record it) */
+} subq_corpus_info;
+void subq_corpus_get_info(const subq_corpus *c, subq_corpus_info *out);
 
 /* Layer lists as plans take them ("all", "none", "1,3,5-7", negative from
  * the end: "2--1"): mask[l] = 1 for each listed layer of n_layer. */

@@ -556,7 +556,8 @@ int main(void) {
               !corpus_finish(corpus, &err),
           "corpus: %s", err.msg);
     CHECK(corpus->eval.n_seq == 2 && r->n_windows == 2, "%d windows, want 2", r->n_windows);
-    for (int i = 0; i < 2; i++) ws[i].len = corpus_get(corpus, &corpus->eval, i, ws[i].tok, ws[i].pos, ws[i].seg);
+    for (int i = 0; i < 2; i++)
+        CHECK(!corpus_get(corpus, &corpus->eval, i, ws[i].tok, ws[i].pos, ws[i].seg, &ws[i].len, &err), "window %d", i);
     CHECK(ws[0].seg[ws[0].len - 1] == 1 && ws[1].seg[ws[1].len - 1] == 0, "window 1 holds two documents, window 2 one");
     corpus_free(corpus);
     /* every selector on the projections' layers only (1 and 3) */

@@ -14,7 +14,12 @@
 #include "test_util.h"
 #include "train/adamw.h"
 #include "train/corpus.h"
+#include "train/corpus_file.h"
+#include "gguf/gguf.h"
+#include "quant/types.h"
 #include "train/jsonl.h"
+#include "tokenize/vocab_gguf.h"
+#include "base/fingerprint.h"
 
 static void test_jsonl(void) {
     struct {
@@ -71,13 +76,174 @@ static void write_file(const char *path, const char *text) {
     }
 }
 
+/* A hand-made corpus file: docs of the given lengths and held-out marks,
+ * tokens t = 1 + (i % 200) (or bad_token at index bad_at). */
+static void write_corpus_file(const char *path, uint64_t vocab_fp, const int32_t *len, const int8_t *ev, int n_docs,
+                              int64_t n_tok, int bad_at, int32_t bad_token) {
+    gguf_writer *w = gguf_writer_new();
+    char hex[17];
+    fingerprint_hex(vocab_fp, hex);
+    gguf_writer_set_u32(w, "subq.corpus.version", 1);
+    gguf_writer_set_str(w, "subq.corpus.vocab_fingerprint", hex);
+    gguf_writer_set_str(w, "subq.corpus.tokens_fingerprint", "0123456789abcdef");
+    int32_t *tok = malloc((size_t)n_tok * sizeof(int32_t));
+    for (int64_t i = 0; i < n_tok; i++) tok[i] = i == bad_at ? bad_token : (int32_t)(1 + i % 200);
+    const uint64_t nd = (uint64_t)n_docs, nt = (uint64_t)n_tok;
+    gguf_writer_add_tensor(w, "corpus.doc_len", GGML_TYPE_I32, 1, &nd, len, nd * 4, 0, NULL);
+    gguf_writer_add_tensor(w, "corpus.doc_eval", GGML_TYPE_I8, 1, &nd, ev, nd, 0, NULL);
+    gguf_writer_add_tensor(w, "corpus.tokens", GGML_TYPE_I32, 1, &nt, tok, nt * 4, 1, NULL);
+    subq_error err = {0};
+    CHECK(!gguf_writer_write(w, path, &err), "write %s: %s", path, err.msg);
+    gguf_writer_free(w);
+}
+
+/* Open path as the only data of a fresh corpus; the status of open + finish. */
+static subq_status open_file_corpus(const subq_model *m, const subq_corpus_params *p, const char *path,
+                                    subq_corpus **out, subq_error *err) {
+    subq_status s = corpus_new(m, p, out, err);
+    if (!s) s = corpus_add_path(*out, m, path, 0, err);
+    if (!s) s = corpus_finish(*out, err);
+    return s;
+}
+
+/* Pre-tokenised corpus files: the same sequences, split, packing and
+ * fingerprint as the text they were made from; only the tokens of the
+ * sequences asked for are read; foreign and malformed files refused. */
+static void test_corpus_file(const subq_model *m, const char *dir) {
+    char sub[600], longp[700], evalp[700], out[700];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(longp, sizeof longp, "%s/c_long.txt", dir);
+    snprintf(evalp, sizeof evalp, "%s/b.txt", dir);
+    snprintf(out, sizeof out, "%s/corpus.gguf", dir);
+    subq_error err = {0};
+    subq_corpus_params wide = {.seq = 1 << 30, .eval_only = 1};
+    subq_corpus *src = NULL;
+    CHECK(!corpus_new(m, &wide, &src, &err) && !corpus_add_path(src, m, sub, 0, &err) &&
+              !corpus_add_path(src, m, longp, 0, &err) &&
+              !corpus_add_path(src, m, evalp, 1, &err) && !corpus_finish(src, &err) && !corpus_file_save(src, out, &err),
+          "save: %s", err.msg);
+    corpus_free(src);
+    CHECK(!corpus_file_is_tokens(evalp) && corpus_file_is_tokens(out), "GGUF magic tells a corpus file from text");
+    for (int pack = 0; pack < 2; pack++) {
+        subq_corpus_params p = {.seq = 48, .pack = pack, .eval_frac = 0.2f, .seed = 7};
+        subq_corpus *text = NULL, *file = NULL;
+        CHECK(!corpus_new(m, &p, &text, &err) && !corpus_add_path(text, m, sub, 0, &err) &&
+                  !corpus_add_path(text, m, longp, 0, &err) &&
+                  !corpus_add_path(text, m, evalp, 1, &err) && !corpus_finish(text, &err),
+              "text corpus: %s", err.msg);
+        CHECK(!open_file_corpus(m, &p, out, &file, &err), "file corpus: %s", err.msg);
+        if (!text || !file || !file->file) {
+            corpus_free(text);
+            corpus_free(file);
+            return;
+        }
+        CHECK(text->fingerprint == file->fingerprint && text->n_docs == file->n_docs &&
+                  text->n_eval_docs == file->n_eval_docs && text->n_tok == file->n_tok,
+              "file and text: the same documents and fingerprint");
+        CHECK(corpus_file_tokens_read(file) == 0, "opening reads no token");
+        /* one training sequence: exactly its tokens are read */
+        const corpus_split *sps[2][2] = {{&text->train, &file->train}, {&text->eval, &file->eval}};
+        int32_t ta[64], pa[64], sa[64], tb[64], pb[64], sb[64];
+        int na = 0, nb = 0;
+        CHECK(!corpus_get(file, &file->train, 1, tb, pb, sb, &nb, &err), "get: %s", err.msg);
+        CHECK(corpus_file_tokens_read(file) == nb - (file->bos >= 0) * (sb[nb - 1] + 1), "read %lld for %d tokens",
+              (long long)corpus_file_tokens_read(file), nb);
+        for (int k = 0; k < 2; k++) {
+            CHECK(sps[k][0]->n_seq == sps[k][1]->n_seq, "split %d: %d vs %d sequences", k, sps[k][0]->n_seq,
+                  sps[k][1]->n_seq);
+            for (int i = 0; i < sps[k][0]->n_seq && i < sps[k][1]->n_seq; i++) {
+                CHECK(!corpus_get(text, sps[k][0], i, ta, pa, sa, &na, &err) &&
+                          !corpus_get(file, sps[k][1], i, tb, pb, sb, &nb, &err),
+                      "get: %s", err.msg);
+                CHECK(na == nb && !memcmp(ta, tb, (size_t)na * 4) && !memcmp(pa, pb, (size_t)na * 4) &&
+                          !memcmp(sa, sb, (size_t)na * 4),
+                      "split %d sequence %d: the same tokens, positions and segments", k, i);
+            }
+        }
+        corpus_free(text);
+        corpus_free(file);
+    }
+
+    /* refused: mixed with text, given as held-out, a model file, another
+     * vocabulary, inconsistent tables; a token outside the vocabulary is
+     * refused where it is read */
+    subq_corpus_params p = {.seq = 48, .pack = 1, .eval_frac = 0.2f, .seed = 7};
+    subq_corpus *c = NULL;
+    CHECK(!corpus_new(m, &p, &c, &err), "corpus_new");
+    CHECK(!corpus_add_path(c, m, evalp, 0, &err) && corpus_add_path(c, m, out, 0, &err) == SUBQ_ERR_ARG &&
+              strstr(err.msg, "only --data path"),
+          "text, then a corpus file: %s", err.msg);
+    corpus_free(c);
+    CHECK(!corpus_new(m, &p, &c, &err), "corpus_new");
+    CHECK(corpus_add_path(c, m, out, 1, &err) == SUBQ_ERR_ARG, "a corpus file as held-out data: %s", err.msg);
+    CHECK(!corpus_add_path(c, m, out, 0, &err) && corpus_add_path(c, m, evalp, 0, &err) == SUBQ_ERR_ARG,
+          "a corpus file, then text: %s", err.msg);
+    corpus_free(c);
+    c = NULL;
+    char model_path[1024];
+    test_shared_path("models/stories260K.gguf", model_path, sizeof model_path);
+    CHECK(open_file_corpus(m, &p, model_path, &c, &err) == SUBQ_ERR_FORMAT && strstr(err.msg, "no pre-tokenised corpus"),
+          "a model file as data: %s", err.msg);
+    corpus_free(c);
+    const int32_t len[3] = {40, 100, 60};
+    const int8_t ev[3] = {0, 0, 1}, bad_ev[3] = {0, 2, 0};
+    struct {
+        uint64_t fp_xor;
+        const int8_t *ev;
+        int64_t n_tok;
+        int bad_at;
+        int32_t bad_token;
+        subq_status want_open; /* else corpus_get of every sequence fails with want_get */
+        subq_status want_get;
+        const char *msg;
+    } cases[] = {
+        {1, ev, 200, -1, 0, SUBQ_ERR_MISMATCH, 0, "another vocabulary"},
+        {0, bad_ev, 200, -1, 0, SUBQ_ERR_FORMAT, 0, "held-out mark 2"},
+        {0, ev, 199, -1, 0, SUBQ_ERR_FORMAT, 0, "hold 200 tokens"},
+        {0, ev, 200, 150, 512, SUBQ_OK, SUBQ_ERR_FORMAT, "outside the vocabulary"},
+        {0, ev, 200, 10, -3, SUBQ_OK, SUBQ_ERR_FORMAT, "outside the vocabulary"},
+    };
+    char bad[700];
+    snprintf(bad, sizeof bad, "%s/bad.gguf", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_corpus_file(bad, vocab_fingerprint(m->file) ^ cases[i].fp_xor, len, cases[i].ev, 3, cases[i].n_tok,
+                          cases[i].bad_at, cases[i].bad_token);
+        c = NULL;
+        subq_status s = open_file_corpus(m, &p, bad, &c, &err);
+        if (cases[i].want_open) {
+            CHECK(s == cases[i].want_open && strstr(err.msg, cases[i].msg) && strstr(err.msg, "bad.gguf"),
+                  "case %zu: %d %s", i, s, err.msg);
+        } else {
+            CHECK(!s, "case %zu opens: %s", i, err.msg);
+            int32_t tok[64], pos[64], seg[64];
+            int n, failed = 0;
+            for (int k = 0; !s && k < 2; k++) {
+                const corpus_split *sp = k ? &c->eval : &c->train;
+                for (int j = 0; j < sp->n_seq; j++)
+                    failed |= corpus_get(c, sp, j, tok, pos, seg, &n, &err) == cases[i].want_get &&
+                              strstr(err.msg, cases[i].msg) != NULL;
+            }
+            CHECK(failed, "case %zu: reading the bad token fails: %s", i, err.msg);
+        }
+        corpus_free(c);
+    }
+    /* truncated: the GGUF reader refuses it */
+    write_corpus_file(bad, vocab_fingerprint(m->file), len, ev, 3, 200, -1, 0);
+    CHECK(truncate(bad, 300) == 0, "truncate");
+    c = NULL;
+    CHECK(open_file_corpus(m, &p, bad, &c, &err) == SUBQ_ERR_FORMAT && strstr(err.msg, "bad.gguf"), "truncated: %s",
+          err.msg);
+    corpus_free(c);
+}
+
 /* every sequence: positions restart at each segment change, BOS at every
  * piece start, segment ids 0,1,2,... */
 static int check_sequences(const subq_corpus *c, const corpus_split *sp, int bos) {
     int32_t tok[4096], pos[4096], seg[4096];
     int64_t total = 0;
     for (int i = 0; i < sp->n_seq; i++) {
-        int n = corpus_get(c, sp, i, tok, pos, seg);
+        int n = 0;
+        if (corpus_get(c, sp, i, tok, pos, seg, &n, NULL)) return 0;
         if (n < 2 || n > c->p.seq) return 0;
         total += n;
         for (int t = 0; t < n; t++) {
@@ -127,13 +293,13 @@ static void test_corpus(const subq_model *m) {
         CHECK(c->n_docs == 10, "documents %d", c->n_docs);
         int long_pieces = 0;
         for (int i = 0; i < c->n_pieces; i++) {
-            CHECK(c->piece_len[i] <= 64 && c->tok[c->piece_off[i]] == bos, "piece %d: len %d", i, c->piece_len[i]);
+            CHECK(c->piece_len[i] <= 64, "piece %d: len %d", i, c->piece_len[i]);
             long_pieces += c->piece_len[i] == 64;
         }
         CHECK(long_pieces >= 10, "long document cut into full pieces (%d)", long_pieces);
         int n_eval_pieces = c->eval.first[c->eval.n_seq];
         CHECK(n_eval_pieces == (int)(0.2 * c->n_pieces + 0.5), "held-out pieces %d of %d", n_eval_pieces, c->n_pieces);
-        CHECK(c->train.n_tokens + c->eval.n_tokens == (int64_t)c->n_tok, "splits cover the corpus");
+        CHECK(c->train.n_tokens + c->eval.n_tokens == (int64_t)c->n_tok + (bos >= 0) * c->n_pieces, "splits cover the corpus");
         CHECK(check_sequences(c, &c->train, bos) && check_sequences(c, &c->eval, bos), "sequence layout (pack %d)", pack);
         if (pack) {
             /* short documents only: next-fit packing must share sequences */
@@ -143,7 +309,8 @@ static void test_corpus(const subq_model *m) {
             int multi = 0;
             int32_t tok[64], pos[64], seg[64];
             for (int i = 0; i < cs->train.n_seq; i++) {
-                int n = corpus_get(cs, &cs->train, i, tok, pos, seg);
+                int n = 0;
+                CHECK(!corpus_get(cs, &cs->train, i, tok, pos, seg, &n, &err), "get: %s", err.msg);
                 multi |= seg[n - 1] > 0;
             }
             CHECK(multi, "packing puts several pieces in a sequence");
@@ -212,6 +379,8 @@ static void test_corpus(const subq_model *m) {
     CHECK(!corpus_new(m, &p, &c, &err), "corpus_new");
     CHECK(corpus_finish(c, &err) == SUBQ_ERR_ARG, "empty corpus refused");
     corpus_free(c);
+
+    test_corpus_file(m, dir);
 
     char cmd[1400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

@@ -4,6 +4,7 @@
 #include "eval/complete_diag.h"
 #include "train/complete/phi_train.h"
 #include "train/corpus.h"
+#include "train/corpus_file.h"
 #include "train/search/teacher.h"
 #include "train/search/train_search.h"
 
@@ -13,6 +14,17 @@ subq_status subq_corpus_load(const subq_model *m, const subq_corpus_params *p, c
 }
 
 void subq_corpus_free(subq_corpus *c) { corpus_free(c); }
+
+subq_status subq_corpus_save(const subq_corpus *c, const char *path, subq_error *err) {
+    return corpus_file_save(c, path, err);
+}
+
+void subq_corpus_get_info(const subq_corpus *c, subq_corpus_info *out) {
+    *out = (subq_corpus_info){.n_docs = c->n_docs, .n_eval_docs = c->n_eval_docs, .n_tokens = (int64_t)c->n_tok,
+                              .train_tokens = c->train.n_tokens, .eval_tokens = c->eval.n_tokens,
+                              .from_file = c->file != NULL, .file_tokens_read = corpus_file_tokens_read(c),
+                              .fingerprint = c->fingerprint};
+}
 
 subq_status subq_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err) {
     return layers_parse(s, n_layer, mask, err);

@@ -313,10 +313,11 @@ static subq_status window_ppl(subq_context *c, const subq_corpus *corpus, int n_
     double nll = 0;
     int64_t n = 0;
     for (int w = 0; w < n_windows; w++) {
-        const int len = corpus_get(corpus, &corpus->eval, w, tok, pos, seg);
-        subq_context_reset(c);
-        subq_status s = context_forward(c, tok, len, pos, seg, logits, 1, err);
+        int len;
+        subq_status s = corpus_get(corpus, &corpus->eval, w, tok, pos, seg, &len, err);
         if (s) return s;
+        subq_context_reset(c);
+        if ((s = context_forward(c, tok, len, pos, seg, logits, 1, err))) return s;
         for (int t = 0; t + 1 < len; t++)
             if (seg[t + 1] == seg[t]) {
                 nll += eval_token_nll(logits + (size_t)t * n_vocab, n_vocab, tok[t + 1]);
@@ -453,7 +454,8 @@ subq_status phi_diag_run(subq_model *m, const subq_corpus *corpus, const subq_co
     stage(hooks, "diagnose", r->n_windows);
     const double t0 = time_now_s();
     for (int w = 0; w < r->n_windows && !s; w++) {
-        const int len = corpus_get(corpus, &corpus->eval, w, tok, pos, seg);
+        int len;
+        if ((s = corpus_get(corpus, &corpus->eval, w, tok, pos, seg, &len, err))) break;
         if ((s = train_capture_run(cap, c, tok, pos, seg, len, err))) break;
         for (int i = 0; i < maps->n_sel; i++) qs[i] = cap->q[i];
         s = phi_diag_window(&rec, c, maps, qs, seg, len, &dc, err);

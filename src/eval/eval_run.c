@@ -480,7 +480,7 @@ subq_status eval_run(subq_context *c, const eval_config *cfg, subq_eval_progress
     st->c = c, st->cfg = cfg, st->r = r, st->progress = progress, st->user = user;
     st->total = (int64_t)nw * (1 + (int64_t)r->n_methods * (1 + n_alone) + (r->stat.method >= 0));
     for (int wi = 0; wi < r->n_windows && !s; wi++) {
-        w.len = corpus_get(corpus, &corpus->eval, wi, w.tok, w.pos, w.seg);
+        if ((s = corpus_get(corpus, &corpus->eval, wi, w.tok, w.pos, w.seg, &w.len, err))) break;
         w.from = (int)(cfg->static_split * w.len);
         s = eval_window(st, wi, &w, acc, err);
     }

@@ -7,6 +7,7 @@
 
 #include "base/bigmem.h"
 #include "base/error.h"
+#include "base/fingerprint.h"
 #include "quant/types.h"
 
 #include <errno.h>
@@ -163,6 +164,35 @@ static size_t fixed_size(uint32_t t) {
     case GGUF_TYPE_INT64:
     case GGUF_TYPE_FLOAT64: return 8;
     default: return 0;
+    }
+}
+
+uint64_t gguf_value_hash(uint64_t h, const gguf_value *v) {
+    const uint32_t ty = v->type;
+    h = fnv1a(h, &ty, sizeof ty);
+    switch (v->type) {
+    case GGUF_TYPE_STRING: return fnv1a(h, v->v.str.data, (size_t)v->v.str.len);
+    case GGUF_TYPE_ARRAY: {
+        const uint32_t et = v->v.arr.elem_type;
+        h = fnv1a(h, &et, sizeof et);
+        h = fnv1a(h, &v->v.arr.n, sizeof v->v.arr.n);
+        if (v->v.arr.items) {
+            for (uint64_t i = 0; i < v->v.arr.n; i++) h = gguf_value_hash(h, &v->v.arr.items[i]);
+            return h;
+        }
+        return fnv1a(h, v->v.arr.data, (size_t)(v->v.arr.n * fixed_size(et)));
+    }
+    case GGUF_TYPE_FLOAT32:
+    case GGUF_TYPE_FLOAT64: return fnv1a(h, &v->v.f64, sizeof v->v.f64);
+    case GGUF_TYPE_BOOL: {
+        const unsigned char b = v->v.b;
+        return fnv1a(h, &b, 1);
+    }
+    case GGUF_TYPE_INT8:
+    case GGUF_TYPE_INT16:
+    case GGUF_TYPE_INT32:
+    case GGUF_TYPE_INT64: return fnv1a(h, &v->v.i64, sizeof v->v.i64);
+    default: return fnv1a(h, &v->v.u64, sizeof v->v.u64);
     }
 }
 

@@ -135,6 +135,10 @@ int64_t gguf_arr_get_i64(const gguf_value *arr, uint64_t i);
 
 const char *gguf_type_name(gguf_type t);
 
+/* FNV-1a (base/fingerprint.h) of a value, its type and, for arrays, every
+ * element, chained onto h. */
+uint64_t gguf_value_hash(uint64_t h, const gguf_value *v);
+
 /* ---- writer ---------------------------------------------------------- */
 
 typedef struct gguf_writer gguf_writer;

@@ -1,6 +1,9 @@
 #include "tokenize/vocab_gguf.h"
 
+#include <string.h>
+
 #include "base/error.h"
+#include "base/fingerprint.h"
 
 uint64_t vocab_hash(const char *s, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -37,4 +40,15 @@ subq_status vocab_special_id(const gguf_file *f, const char *key, int n_vocab, i
 bool vocab_is_int_type(gguf_type ty) {
     return ty == GGUF_TYPE_UINT8 || ty == GGUF_TYPE_INT8 || ty == GGUF_TYPE_UINT16 || ty == GGUF_TYPE_INT16 ||
            ty == GGUF_TYPE_UINT32 || ty == GGUF_TYPE_INT32 || ty == GGUF_TYPE_UINT64 || ty == GGUF_TYPE_INT64;
+}
+
+uint64_t vocab_fingerprint(const gguf_file *f) {
+    uint64_t h = FNV_OFFSET;
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+        if (kv->key.len < 10 || memcmp(kv->key.data, "tokenizer.", 10) != 0) continue;
+        h = fnv1a(h, kv->key.data, (size_t)kv->key.len);
+        h = gguf_value_hash(h, &kv->value);
+    }
+    return h;
 }

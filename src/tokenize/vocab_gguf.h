@@ -17,6 +17,11 @@ uint64_t vocab_hash(const char *s, size_t n);
  * other value outside the vocabulary is a format error. */
 subq_status vocab_special_id(const gguf_file *f, const char *key, int n_vocab, int *out, subq_error *err);
 
+/* Hash of every tokenizer.* key of a model file and its value: two files
+ * with the same fingerprint tokenise alike (pre-tokenised corpora carry
+ * it). */
+uint64_t vocab_fingerprint(const gguf_file *f);
+
 /* Any GGUF integer type (the token type array may use any). */
 bool vocab_is_int_type(gguf_type ty);
 

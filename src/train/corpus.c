@@ -11,6 +11,8 @@
 #include "base/rng.h"
 #include "base/walk_files.h"
 #include "model/model.h"
+#include "tokenize/vocab_gguf.h"
+#include "train/corpus_file.h"
 #include "train/jsonl.h"
 
 #define SPLIT_SEED 0x5EEDC0DEull /* fixed: the held-out set does not move with --seed */
@@ -24,6 +26,9 @@ subq_status corpus_new(const subq_model *m, const subq_corpus_params *p, subq_co
     if (!c) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     c->p = *p;
     c->bos = tokenizer_add_bos(m->tok) ? tokenizer_bos(m->tok) : -1;
+    c->n_vocab = m->hp.n_vocab;
+    c->vocab_fp = vocab_fingerprint(m->file);
+    c->tok_hash = FNV_OFFSET;
     *out = c;
     return SUBQ_OK;
 }
@@ -36,6 +41,9 @@ static void split_free(corpus_split *s) {
 void corpus_free(subq_corpus *c) {
     if (!c) return;
     free(c->tok);
+    corpus_file_close(c->file);
+    free(c->doc_len);
+    free(c->doc_eval);
     free(c->piece_off);
     free(c->piece_len);
     free(c->piece_eval);
@@ -55,47 +63,43 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     return 1;
 }
 
-/* Append one piece: optional BOS + toks[0..n). */
-static subq_status add_piece(subq_corpus *c, const int32_t *toks, int n, int is_eval, subq_error *err) {
-    int len = n + (c->bos >= 0);
-    if (len < 2) return SUBQ_OK; /* no query with an earlier key: nothing to learn */
-    if (!grow((void **)&c->tok, &c->cap_tok, c->n_tok + (size_t)len, sizeof(int32_t)))
-        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory holding %zu training tokens", c->n_tok);
-    if (c->n_pieces == c->cap_pieces) { /* the three per-piece arrays share one capacity */
-        int nc = c->cap_pieces ? 2 * c->cap_pieces : 1024;
-        int64_t *off = realloc(c->piece_off, (size_t)nc * sizeof(int64_t));
-        if (off) c->piece_off = off;
-        int32_t *pl = realloc(c->piece_len, (size_t)nc * sizeof(int32_t));
-        if (pl) c->piece_len = pl;
-        unsigned char *pe = realloc(c->piece_eval, (size_t)nc);
-        if (pe) c->piece_eval = pe;
-        if (!off || !pl || !pe) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d pieces", nc);
-        c->cap_pieces = nc;
+/* Record one document of n tokens (its tokens are stored by the caller). */
+subq_status corpus_add_doc(subq_corpus *c, int64_t n, int is_eval, subq_error *err) {
+    if (n < 1 || n > INT32_MAX) return subq_fail(err, SUBQ_ERR_ARG, "a document of %lld tokens", (long long)n);
+    const int n_all = c->n_docs + c->n_eval_docs;
+    if (n_all == c->cap_docs) { /* the two per-document arrays share one capacity */
+        if (n_all >= INT32_MAX / 4) return subq_fail(err, SUBQ_ERR_ARG, "more than %d documents", n_all);
+        int nc = c->cap_docs ? 2 * c->cap_docs : 1024;
+        int32_t *dl = realloc(c->doc_len, (size_t)nc * sizeof(int32_t));
+        if (dl) c->doc_len = dl;
+        unsigned char *de = realloc(c->doc_eval, (size_t)nc);
+        if (de) c->doc_eval = de;
+        if (!dl || !de) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d documents", nc);
+        c->cap_docs = nc;
     }
-    c->piece_off[c->n_pieces] = (int64_t)c->n_tok;
-    c->piece_len[c->n_pieces] = len;
-    c->piece_eval[c->n_pieces] = (unsigned char)is_eval;
-    c->n_pieces++;
-    if (c->bos >= 0) c->tok[c->n_tok++] = c->bos;
-    memcpy(c->tok + c->n_tok, toks, (size_t)n * sizeof(int32_t));
-    c->n_tok += (size_t)n;
+    c->doc_len[n_all] = (int32_t)n;
+    c->doc_eval[n_all] = (unsigned char)(is_eval != 0);
+    is_eval ? c->n_eval_docs++ : c->n_docs++;
     return SUBQ_OK;
 }
 
 subq_status corpus_add_text(subq_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
                             const char *where, subq_error *err) {
+    if (c->file) return subq_fail(err, SUBQ_ERR_ARG, "%s: a pre-tokenised corpus must be the only training data", where);
     int32_t *toks = NULL;
     size_t n = 0;
     subq_error e2 = {0};
     subq_status s = tokenizer_encode_alloc(m->tok, text, len, false, false, &toks, &n, &e2);
     if (s) return subq_fail(err, s, "%s: %s", where, e2.msg);
     if (n > 0) {
-        is_eval ? c->n_eval_docs++ : c->n_docs++;
-        /* cut into pieces of seq tokens including the BOS each one gets */
-        int body = c->p.seq - (c->bos >= 0);
-        for (size_t off = 0; off < n && !s; off += (size_t)body) {
-            size_t k = n - off < (size_t)body ? n - off : (size_t)body;
-            s = add_piece(c, toks + off, (int)k, is_eval, err);
+        if (n > INT32_MAX) s = subq_fail(err, SUBQ_ERR_ARG, "%s: more than %d tokens in one document", where, INT32_MAX);
+        else if (!grow((void **)&c->tok, &c->cap_tok, c->n_tok + n, sizeof(int32_t)))
+            s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory holding %zu training tokens", c->n_tok);
+        if (!s) s = corpus_add_doc(c, (int64_t)n, is_eval, err);
+        if (!s) {
+            memcpy(c->tok + c->n_tok, toks, n * sizeof(int32_t));
+            c->n_tok += n;
+            c->tok_hash = fnv1a(c->tok_hash, toks, n * sizeof(int32_t));
         }
     }
     free(toks);
@@ -149,13 +153,23 @@ static subq_status add_file(void *user, const char *path, subq_error *err) {
     size_t len;
     subq_status s = subq_read_file(path, 0, &buf, &len, err);
     if (s) return s;
-    if (ends_with(path, ".jsonl")) s = add_jsonl(pc->c, pc->m, path, buf, len, pc->is_eval, err);
+    if (len >= 4 && !memcmp(buf, "GGUF", 4))
+        s = subq_fail(err, SUBQ_ERR_ARG, "%s is a GGUF file, not text: a corpus pre-tokenised by `subq tokenize -o` "
+                      "must be the only --data path", path);
+    else if (ends_with(path, ".jsonl")) s = add_jsonl(pc->c, pc->m, path, buf, len, pc->is_eval, err);
     else s = corpus_add_text(pc->c, pc->m, buf, len, pc->is_eval, path, err);
     free(buf);
     return s;
 }
 
 subq_status corpus_add_path(subq_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err) {
+    if (corpus_file_is_tokens(path)) {
+        if (is_eval || c->file || c->n_docs + c->n_eval_docs > 0)
+            return subq_fail(err, SUBQ_ERR_ARG, "%s is a pre-tokenised corpus: pass it as the only --data path "
+                             "(its held-out documents come with it)", path);
+        return corpus_file_open(c, m, path, err);
+    }
+    if (c->file) return subq_fail(err, SUBQ_ERR_ARG, "%s: a pre-tokenised corpus must be the only training data", path);
     path_ctx pc = {c, m, is_eval};
     return walk_files(path, add_file, &pc, err);
 }
@@ -195,7 +209,37 @@ static subq_status build_split(subq_corpus *c, corpus_split *sp, const int *ids,
     return SUBQ_OK;
 }
 
+/* Cut every document into pieces of at most seq tokens, each with the BOS
+ * (when the vocabulary adds one). A piece of fewer than 2 tokens has no
+ * query with an earlier key, nothing to learn, and is left out. */
+static subq_status cut_pieces(subq_corpus *c, subq_error *err) {
+    const int body = c->p.seq - (c->bos >= 0);
+    const int n_docs = c->n_docs + c->n_eval_docs;
+    int64_t n = 0;
+    for (int d = 0; d < n_docs; d++) n += (c->doc_len[d] + body - 1) / body;
+    if (n > INT32_MAX / 4) return subq_fail(err, SUBQ_ERR_ARG, "%lld pieces of %d tokens: too many", (long long)n, c->p.seq);
+    c->piece_off = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
+    c->piece_len = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
+    c->piece_eval = malloc((size_t)(n > 0 ? n : 1));
+    if (!c->piece_off || !c->piece_len || !c->piece_eval) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %lld pieces", (long long)n);
+    int64_t off = 0;
+    for (int d = 0; d < n_docs; d++) {
+        for (int64_t at = 0; at < c->doc_len[d]; at += body) {
+            const int k = c->doc_len[d] - at < body ? (int)(c->doc_len[d] - at) : body;
+            if (k + (c->bos >= 0) < 2) continue;
+            c->piece_off[c->n_pieces] = off + at;
+            c->piece_len[c->n_pieces] = k + (c->bos >= 0);
+            c->piece_eval[c->n_pieces] = c->doc_eval[d];
+            c->n_pieces++;
+        }
+        off += c->doc_len[d];
+    }
+    return SUBQ_OK;
+}
+
 subq_status corpus_finish(subq_corpus *c, subq_error *err) {
+    subq_status cs = cut_pieces(c, err);
+    if (cs) return cs;
     if (c->n_pieces == 0)
         return subq_fail(err, SUBQ_ERR_ARG, "the training data hold no text (every document is empty)");
     int *tr = malloc((size_t)c->n_pieces * sizeof(int)), *ev = malloc((size_t)c->n_pieces * sizeof(int));
@@ -252,35 +296,47 @@ subq_status corpus_finish(subq_corpus *c, subq_error *err) {
     free(tr);
     free(ev);
     if (s) return s;
-    /* fingerprint: the token stream of both splits in sequence order, and the packing */
-    uint64_t h = FNV_OFFSET;
+    /* fingerprint: the documents (their tokens, lengths and held-out marks),
+     * the piece cut and the packing of both splits; it needs no token read
+     * (a corpus file carries its tokens' hash) */
+    uint64_t h = fnv1a(FNV_OFFSET, &c->tok_hash, sizeof c->tok_hash);
+    const int n_docs = c->n_docs + c->n_eval_docs;
+    h = fnv1a(h, c->doc_len, (size_t)n_docs * sizeof(int32_t));
+    h = fnv1a(h, c->doc_eval, (size_t)n_docs);
+    h = fnv1a(h, &c->bos, sizeof c->bos);
+    h = fnv1a(h, c->piece_off, (size_t)c->n_pieces * sizeof(int64_t));
+    h = fnv1a(h, c->piece_len, (size_t)c->n_pieces * sizeof(int32_t));
     const corpus_split *sps[2] = {&c->train, &c->eval};
     for (int k = 0; k < 2; k++) {
         const corpus_split *sp = sps[k];
         h = fnv1a(h, &sp->n_seq, sizeof sp->n_seq);
         h = fnv1a(h, sp->first, (size_t)(sp->n_seq + 1) * sizeof(int));
-        for (int i = 0; i < sp->first[sp->n_seq]; i++) {
-            int pc = sp->order[i];
-            h = fnv1a(h, c->tok + c->piece_off[pc], (size_t)c->piece_len[pc] * sizeof(int32_t));
-        }
+        h = fnv1a(h, sp->order, (size_t)sp->first[sp->n_seq] * sizeof(int));
     }
     c->fingerprint = h;
     return SUBQ_OK;
 }
 
-int corpus_get(const subq_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg) {
+subq_status corpus_get(const subq_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg,
+                       int *len, subq_error *err) {
     int n = 0;
     for (int k = sp->first[i]; k < sp->first[i + 1]; k++) {
-        int pc = sp->order[k];
-        const int32_t *src = c->tok + c->piece_off[pc];
-        for (int j = 0; j < c->piece_len[pc]; j++) {
-            tok[n] = src[j];
-            if (pos) pos[n] = j;
-            if (seg) seg[n] = k - sp->first[i];
-            n++;
+        const int pc = sp->order[k], has_bos = c->bos >= 0, body = c->piece_len[pc] - has_bos;
+        if (has_bos) tok[n] = c->bos;
+        if (c->file) {
+            subq_status s = corpus_file_read(c, c->piece_off[pc], body, tok + n + has_bos, err);
+            if (s) return s;
+        } else {
+            memcpy(tok + n + has_bos, c->tok + c->piece_off[pc], (size_t)body * sizeof(int32_t));
         }
+        for (int j = 0; j < c->piece_len[pc]; j++) {
+            if (pos) pos[n + j] = j;
+            if (seg) seg[n + j] = k - sp->first[i];
+        }
+        n += c->piece_len[pc];
     }
-    return n;
+    *len = n;
+    return SUBQ_OK;
 }
 
 int corpus_train_index(const subq_corpus *c, uint64_t cursor, uint64_t seed, int *perm, uint64_t *perm_epoch) {

@@ -31,16 +31,27 @@ typedef struct corpus_split {
     int max_len;        /* longest sequence */
 } corpus_split;
 
+typedef struct corpus_token_file corpus_token_file; /* corpus_file.c */
+
 struct subq_corpus {
     subq_corpus_params p;
     int bos;            /* BOS id prepended to every piece, -1 for none */
-    int32_t *tok;       /* all pieces' tokens back to back */
+    int n_vocab;
+    uint64_t vocab_fp;  /* the tokenizer's fingerprint (vocab_fingerprint) */
+    /* every document's tokens back to back, no BOS: in memory (tok), or in a
+     * pre-tokenised corpus file read where a sequence needs them (file) */
+    int32_t *tok;
     size_t n_tok, cap_tok;
-    int64_t *piece_off; /* [n_pieces] */
-    int32_t *piece_len;
-    unsigned char *piece_eval; /* piece came from an evaluation file */
-    int n_pieces, cap_pieces;
-    int n_docs, n_eval_docs;
+    corpus_token_file *file;
+    uint64_t tok_hash;  /* FNV-1a of those tokens in order */
+    int32_t *doc_len;   /* [n_docs + n_eval_docs] in the order added */
+    unsigned char *doc_eval;
+    int n_docs, n_eval_docs, cap_docs;
+    /* pieces, cut from the documents by corpus_finish */
+    int64_t *piece_off; /* [n_pieces]: first token of the piece's body in the token stream */
+    int32_t *piece_len; /* with the BOS */
+    unsigned char *piece_eval;
+    int n_pieces;
     corpus_split train, eval;
     uint64_t fingerprint; /* of tokens, split and packing: resume checks it */
 };
@@ -51,11 +62,16 @@ void corpus_free(subq_corpus *c);
 /* Add a file (".jsonl": one document per non-blank line, else the whole file
  * is one document) or a directory (every regular file under it, recursively,
  * in name order, hidden names skipped). is_eval: the documents go to the
- * held-out split. */
+ * held-out split. A pre-tokenised corpus (corpus_file.h) must be the only
+ * path: its documents and their held-out marks come from the file. */
 subq_status corpus_add_path(subq_corpus *c, const subq_model *m, const char *path, int is_eval, subq_error *err);
 /* Add one document from memory. `where` names it in error messages. */
 subq_status corpus_add_text(subq_corpus *c, const subq_model *m, const char *text, size_t len, int is_eval,
                             const char *where, subq_error *err);
+
+/* Record one more document of n tokens (1 <= n <= INT32_MAX) whose tokens
+ * the caller has put at the end of the token stream. */
+subq_status corpus_add_doc(subq_corpus *c, int64_t n, int is_eval, subq_error *err);
 
 /* Split and pack; call once after adding everything. SUBQ_ERR_ARG when there
  * is nothing to train on. */
@@ -67,9 +83,11 @@ subq_status corpus_load(const subq_model *m, const subq_corpus_params *p, const 
                         const char *const *eval_paths, int n_eval, subq_corpus **out, subq_error *err);
 
 /* Materialise sequence i of a split: tokens, positions (restarting at 0 per
- * piece) and segment ids (0, 1, ... per piece). Buffers hold p.seq entries.
- * Returns the length. */
-int corpus_get(const subq_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg);
+ * piece) and segment ids (0, 1, ... per piece) into buffers of p.seq
+ * entries; *len its length. Fails only for a corpus file (a read error, or
+ * a token outside the vocabulary). */
+subq_status corpus_get(const subq_corpus *c, const corpus_split *sp, int i, int32_t *tok, int32_t *pos, int32_t *seg,
+                       int *len, subq_error *err);
 
 /* Index into c->train of the sequence at data cursor `cursor` (sequences
  * consumed so far): epoch e = cursor / n_seq visits the sequences in a

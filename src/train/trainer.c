@@ -106,7 +106,8 @@ subq_status trainer_init(trainer *t, subq_model *m, const subq_corpus *data, con
 }
 
 subq_status trainer_capture(trainer *t, const corpus_split *sp, int i, subq_error *err) {
-    t->n = corpus_get(t->data, sp, i, t->tok, t->pos, t->seg);
+    subq_status s = corpus_get(t->data, sp, i, t->tok, t->pos, t->seg, &t->n, err);
+    if (s) return s;
     return train_capture_run(t->cap, t->ctx, t->tok, t->pos, t->seg, t->n, err);
 }
 

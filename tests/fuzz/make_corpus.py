@@ -76,6 +76,16 @@ def search_file(d_search, n_embd, n_layer, layers):
                  ("subq.search.layers", "arr_i32", layers), ("subq.search.model_fingerprint", "str", FP)], t)
 
 
+def corpus_file(lens, evals, vocab=200):
+    """A pre-tokenised corpus (src/train/corpus_file.h)."""
+    n = sum(lens)
+    return gguf([("subq.corpus.version", "u32", 1), ("subq.corpus.vocab_fingerprint", "str", FP),
+                 ("subq.corpus.tokens_fingerprint", "str", FP)],
+                [("corpus.doc_len", [len(lens)], struct.pack("<%di" % len(lens), *lens), 26),
+                 ("corpus.doc_eval", [len(evals)], struct.pack("<%db" % len(evals), *evals), 24),
+                 ("corpus.tokens", [n], struct.pack("<%di" % n, *[1 + i % vocab for i in range(n)]), 26)])
+
+
 def phi_file(D, E, H, F, n_head, n_kv, n_layer, layers, h_mid=False):
     # (suffix, rows, cols, matrix) in phi_maps.h's order ws bs w1 b1 w2 b2 alpha wo bo
     shapes = [("ws.weight", E, D, 1), ("ws.bias", 1, E, 0), ("w1.weight", H, E, 1), ("w1.bias", 1, H, 0),
@@ -198,6 +208,8 @@ def main():
                             "--prompt-cache", path] + plan, check=True, capture_output=True)
             seeds.append(open(path, "rb").read())
     write("fuzz_session", seeds)
+    write("fuzz_corpus_file", [corpus_file([5, 40, 3], [0, 0, 1]), corpus_file([1], [0]),
+                                corpus_file([17, 16, 15, 2, 33], [0, 1, 0, 0, 0])])
     write("fuzz_kv_file", [kv_header(64, [], 0), kv_header(100, [(1, 4)], 7), kv_header(9, [(0, 2), (1, 16)], 9)])
 
 

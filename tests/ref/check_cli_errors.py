@@ -144,6 +144,17 @@ expect_error("perplexity on non-UTF-8 text", ["perplexity", "-m", MODEL, "-f", b
 expect_error("perplexity on too-short text", ["perplexity", "-m", MODEL, "-f", short, "-c", "512"])
 expect_error("perplexity on missing file", ["perplexity", "-m", MODEL, "-f", os.path.join(TMP, "nope.txt")])
 expect_error("tokenize non-UTF-8", ["tokenize", "-m", MODEL, "-f", bad_utf8])
+# pre-tokenised corpora (subq tokenize --data ... -o FILE)
+expect_error("tokenize --data without -o", ["tokenize", "-m", MODEL, "--data", short], contains="-o")
+expect_error("tokenize --data with -p", ["tokenize", "-m", MODEL, "--data", short, "-p", "x", "-o",
+                                         os.path.join(TMP, "c.gguf")])
+expect_error("tokenize --data of non-UTF-8", ["tokenize", "-m", MODEL, "--data", bad_utf8, "-o",
+                                              os.path.join(TMP, "c.gguf")], contains="UTF-8")
+expect_error("train-search on a model file as data", ["train-search", "-m", MODEL, "-f", MODEL, "-o",
+                                                      os.path.join(TMP, "s.gguf")], contains="no pre-tokenised corpus")
+expect_error("train-search on a truncated corpus file", ["train-search", "-m", MODEL, "-f",
+                                                         write("cut.gguf", open(MODEL, "rb").read()[:64]), "-o",
+                                                         os.path.join(TMP, "s.gguf")])
 expect_error("context larger than memory", ["generate", "-m", MODEL, "-c", "1000000000", "-n", "4"],
              contains="available")
 

@@ -88,6 +88,27 @@ def main():
                  err2[-400:])
         logs = open(out("two") + ".log.jsonl").read().count('"type": "train"')
         ck.check("one log, written by rank 0", logs == 6, "%d train records" % logs)
+    # ---- 1b. a pre-tokenised corpus: the same run, each rank reading only its share
+    corpus = os.path.join(tmp, "corpus.gguf")
+    code, out_tok, err = alone(["tokenize", "-m", model, "--data", data, "-o", corpus])
+    ck.check("subq tokenize --data -o writes a corpus file", code == 0 and os.path.exists(corpus), err[-300:])
+    code, _, err3 = mpirun(2, [corpus if a == data else a for a in search] + ["-o", out("tok")])
+    ck.check("two ranks train from the corpus file", code == 0, err3[-600:])
+    if code == 0:
+        d = worst(weights(out("one")), weights(out("tok")))
+        ck.check("... to the weights of one process on the text (within 1e-5)", d <= 1e-5, "max diff %g" % d)
+        reads = {}
+        for line in err3.splitlines():
+            w = line.split()
+            if "read" in w and "corpus" in line:  # "subq train-search: rank R read N of the corpus file's T tokens"
+                reads[int(w[w.index("rank") + 1])] = (int(w[w.index("read") + 1]), int(w[-2]))
+        ck.check("each rank reports what it read", sorted(reads) == [0, 1], err3[-400:])
+        if sorted(reads) == [0, 1]:
+            total = reads[0][1]
+            # 6 steps x 1 sequence of <= 128 tokens and half of 2 evaluations of 1024 tokens, of ~37K
+            ck.check("each rank read only its share (under 10% of the file, more than nothing)",
+                     all(0 < n <= 0.1 * total for n, _ in reads.values()), str(reads))
+
     phi = ["train-phi", "-m", model, data, "--seq", "128", "--batch", "2", "--steps", "4", "--warmup", "1",
            "--lr", "0.01", "--layers", "2", "--d-phi", "8", "--d-emb", "8", "--d-hidden", "8", "--eval-every", "2",
            "--eval-tokens", "512", "-t", "1"]

@@ -178,7 +178,9 @@ void cli_train_help_data(void) {
           "  -t, --threads N      threads (default: all cores)\n"
           "  -f, --data PATH      training text: a UTF-8 file (one document), a .jsonl file\n"
           "                       ({\"text\": ...} per line, one document each) or a directory of\n"
-          "                       them (recursive, name order); repeatable; bare arguments count too\n"
+          "                       them (recursive, name order); repeatable; bare arguments count too;\n"
+          "                       or, alone, a corpus tokenised once by `subq tokenize --data ... -o\n"
+          "                       FILE`: nothing is tokenised and only the tokens trained on are read\n"
           "  --eval-data PATH     held-out text, same forms (repeatable); default: hold out\n"
           "                       --eval-frac of the training pieces\n"
           "  --eval-frac F        held-out fraction of the pieces, deterministic (default 0.05)\n"
@@ -233,8 +235,9 @@ void cli_train_help_output(const subq_train_params *d) {
            "                       are summed, so any N follows one process's trajectory; rank 0\n"
            "                       alone writes FILE, the checkpoint and the log. Every rank reads the\n"
            "                       model, the data and (--resume, with any N) the checkpoint itself:\n"
-           "                       put them where all see them. Ranks with other options or files fail\n"
-           "                       at the start\n"
+           "                       put them where all see them. Text data is tokenised by every rank;\n"
+           "                       from a pre-tokenised corpus (subq tokenize -o) each rank reads only\n"
+           "                       its own sequences. Ranks with other options or files fail at the start\n"
            "  --mpi-timeout N      seconds a rank waits for the others in one exchange before the run\n"
            "                       ends with an error (default 600)\n",
            d->save_every);
@@ -380,6 +383,11 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
                           : cli_error(cmd, "%s", err.msg);
         goto done;
     }
+    subq_corpus_info ci;
+    subq_corpus_get_info(o->data_set, &ci);
+    if (mpi.size > 1 && ci.from_file) /* every rank: how much of the corpus file it read (its share, not the whole) */
+        fprintf(stderr, "subq %s: rank %d read %lld of the corpus file's %lld tokens\n", cmd, mpi.rank,
+                (long long)ci.file_tokens_read, (long long)ci.n_tokens);
     if (mpi.rank != 0) goto done; /* rank 0 reports for every rank */
     fprintf(u.log, "{\"type\": \"end\", \"step\": %lld, \"interrupted\": %s, \"stopped_early\": %s, \"tok_per_s\": %.1f, "
                    "\"train_tokens\": %lld}\n",

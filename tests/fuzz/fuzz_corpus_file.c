@@ -1,0 +1,47 @@
+/* libFuzzer target: pre-tokenised corpus files (train/corpus_file.c's
+ * checks). Arbitrary bytes are opened as GGUF in memory, their documents
+ * taken into a stories260K corpus and cut, split and packed (corpus_finish);
+ * either may fail, nothing may crash. The vocabulary fingerprint the file
+ * states is accepted, so that the fuzzer reaches the tables behind it.
+ * Seeds: tests/fuzz/make_corpus.py. The model comes from $SUBQ_SHARED
+ * (default ../shared, else /work/shared). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "base/fingerprint.h"
+#include "gguf/gguf.h"
+#include "train/corpus.h"
+#include "train/corpus_file.h"
+
+static subq_model *g_model;
+
+static void load(void) {
+    const char *dir = getenv("SUBQ_SHARED");
+    if (!dir || !*dir) dir = access("../shared/models", R_OK) == 0 ? "../shared" : "/work/shared";
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
+    subq_error err = {0};
+    if (subq_model_load(path, &g_model, &err)) {
+        fprintf(stderr, "fuzz_corpus_file: %s\n", err.msg);
+        abort();
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (!g_model) load();
+    gguf_file *f;
+    subq_error err;
+    if (gguf_open_memory(data, size, &f, &err)) return 0;
+    const subq_corpus_params p = {.seq = 16, .pack = (int)(size & 1), .eval_frac = 0.25f, .seed = 3};
+    subq_corpus *c;
+    if (!corpus_new(g_model, &p, &c, &err)) {
+        char hex[32];
+        if (!gguf_get_str(f, "subq.corpus.vocab_fingerprint", hex, sizeof hex, &err)) fingerprint_parse(hex, &c->vocab_fp);
+        uint64_t off;
+        if (!corpus_file_take(c, f, "fuzz", &off, &err)) corpus_finish(c, &err);
+        corpus_free(c);
+    }
+    gguf_close(f);
+    return 0;
+}
