@@ -12,7 +12,19 @@
  * connections of an address that holds more than max_per_client. Beyond
  * max_connections live connections requests get 503 (libmicrohttpd's own
  * limit sits higher, so that the refusal can be sent at all: at its limit
- * it stops accepting and clients hang); /health is always answered. */
+ * it stops accepting and clients hang); /health is always answered.
+ *
+ * Oversized heads: libmicrohttpd keeps a request's line and headers in a
+ * per-connection memory pool and answers a head that outgrows it itself,
+ * with an HTML page (431 or 414). The pool is raised to MEM_POOL so that
+ * heads up to 1 MiB reach the handler, which refuses any over MAX_HEAD
+ * with an OpenAI-shaped 431 (414 when the request line is at fault).
+ * libmicrohttpd 0.9.75 has no hook to replace the bodies of the
+ * errors it sends itself: heads beyond the pool, request lines with a space
+ * but no HTTP/1.x version (400, or 505 for HTTP/0.x and 2+), header lines
+ * without a colon and bad Content-Length values (400, 413) get its short
+ * HTML; a request line without a space gets no answer (the connection is
+ * closed). See README, subq serve. */
 #include <arpa/inet.h>
 #include <jansson.h>
 #include <microhttpd.h>
@@ -28,6 +40,14 @@
 
 #include "serve.h"
 #include "strbuf.h"
+
+/* The request line and headers together may take MAX_HEAD bytes. MEM_POOL
+ * holds a 1 MiB head (as Go's net/http limit) with room for libmicrohttpd's
+ * records of it (a head of many short header lines needs more: those beyond
+ * the pool still get its HTML). The pool is mmap'ed, but libmicrohttpd
+ * zeroes all of it after each request: a kept-alive connection holds
+ * MEM_POOL resident (the 128 connections of the default limit: 136 MiB). */
+enum { MAX_HEAD = 64 << 10, MEM_POOL = (1 << 20) + (64 << 10) };
 
 /* A live connection, as the watchdog sees it. */
 typedef struct conn_track {
@@ -393,6 +413,33 @@ static int authorized(struct MHD_Connection *c, const char *key) {
     return diff == 0;
 }
 
+static enum MHD_Result add_field_bytes(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    *(size_t *)cls += strlen(key) + (value ? strlen(value) : 0) + 4; /* "key: value\r\n" */
+    return MHD_YES;
+}
+
+/* A head over MAX_HEAD is refused (1, *ret the answer): 431, or 414 when
+ * the header fields alone fit (the request line is at fault). */
+static int head_refused(struct MHD_Connection *c, enum MHD_Result *ret) {
+    size_t fields = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, add_field_bytes, &fields);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+    const size_t head = ci && ci->header_size > fields ? ci->header_size : fields;
+    if (head <= MAX_HEAD) return 0;
+    char msg[160];
+    if (fields > MAX_HEAD) {
+        snprintf(msg, sizeof msg, "request header fields of %zu bytes, more than the %d this server accepts", fields,
+                 MAX_HEAD);
+        *ret = send_error_param(c, 431, msg, NULL, "request_header_fields_too_large");
+    } else {
+        snprintf(msg, sizeof msg, "request line and headers of %zu bytes, more than the %d this server accepts",
+                 head, MAX_HEAD);
+        *ret = send_error_param(c, 414, msg, NULL, "uri_too_long");
+    }
+    return 1;
+}
+
 static conn_track *track_of(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
@@ -434,7 +481,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!cs) { /* headers only: set up the body buffer */
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
-        return MHD_YES;
+        enum MHD_Result ret; /* answered before any body: libmicrohttpd drops the body and closes */
+        return head_refused(c, &ret) ? ret : MHD_YES;
     }
     if (*upload_size) { /* a piece of the body; the whole of a too large one is read and dropped */
         if (!cs->too_large && cs->body.n + *upload_size <= h->cfg.max_body) sb_put(&cs->body, upload, *upload_size);
@@ -561,6 +609,7 @@ subq_status serve_http_start(serve_engine *e, const serve_http_config *cfg, serv
     const unsigned mhd_limit = (unsigned)cfg->max_connections + (unsigned)(cfg->max_connections > 16 ? cfg->max_connections : 16);
     h->d = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, handler, h, MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, mhd_limit, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)MEM_POOL,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_NOTIFY_CONNECTION,
                             connection_event, h, MHD_OPTION_END);
     if (h->d && pthread_create(&h->watchdog, NULL, watchdog_main, h) == 0) h->watchdog_started = 1;
