@@ -111,6 +111,12 @@ static int byte_utf8(uint8_t b, char out[2]) {
 
 /* ---- the vocabulary ---------------------------------------------------------- */
 
+/* One merge in the pair table. */
+typedef struct bpe_pair {
+    uint64_t key;                  /* left << 32 | right; UINT64_MAX empty */
+    int32_t rank, res;
+} bpe_pair;
+
 struct bpe_vocab {
     int n_vocab;
     int bos, eos, unk, pad;        /* -1 when absent */
@@ -120,8 +126,7 @@ struct bpe_vocab {
     vocab_texts v;                 /* token texts (byte alphabet / raw for specials), types, text -> id */
 
     int n_merges;
-    uint64_t *pair_key;            /* left << 32 | right; UINT64_MAX empty */
-    int32_t *pair_rank, *pair_res;
+    bpe_pair *pairs;               /* (left, right) -> (rank, result), open addressing */
     size_t pair_mask;
 
     int32_t byte_tok[256];         /* token of each single byte, -1 if none */
@@ -148,10 +153,10 @@ static inline bool pair_find(const bpe_vocab *b, int32_t l, int32_t r, int32_t *
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
     size_t i = (size_t)mix64(key) & b->pair_mask;
     for (;;) {
-        uint64_t k = b->pair_key[i];
+        uint64_t k = b->pairs[i].key;
         if (k == key) {
-            *rank = b->pair_rank[i];
-            *res = b->pair_res[i];
+            *rank = b->pairs[i].rank;
+            *res = b->pairs[i].res;
             return true;
         }
         if (k == UINT64_MAX) return false;
@@ -164,12 +169,10 @@ static void pair_insert(bpe_vocab *b, int32_t l, int32_t r, int32_t rank, int32_
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
     size_t i = (size_t)mix64(key) & b->pair_mask;
     for (;;) {
-        uint64_t k = b->pair_key[i];
+        uint64_t k = b->pairs[i].key;
         if (k == key) return;
         if (k == UINT64_MAX) {
-            b->pair_key[i] = key;
-            b->pair_rank[i] = rank;
-            b->pair_res[i] = res;
+            b->pairs[i] = (bpe_pair){key, rank, res};
             return;
         }
         i = (i + 1) & b->pair_mask;
@@ -310,11 +313,9 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     size_t pcap = 1;
     while (pcap < (size_t)n_merges * 2 + 2) pcap <<= 1;
     b->pair_mask = pcap - 1;
-    b->pair_key = malloc(pcap * sizeof *b->pair_key);
-    b->pair_rank = malloc(pcap * sizeof *b->pair_rank);
-    b->pair_res = malloc(pcap * sizeof *b->pair_res);
+    b->pairs = malloc(pcap * sizeof *b->pairs);
     b->special = malloc((size_t)n * sizeof *b->special);
-    if (!b->pair_key || !b->pair_rank || !b->pair_res || !b->special) {
+    if (!b->pairs || !b->special) {
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading a vocabulary of %d tokens", n);
         goto fail;
     }
@@ -327,7 +328,7 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     }
 
     /* Merges "A B" -> (id(A), id(B)) with rank = index and result id(AB). */
-    memset(b->pair_key, 0xFF, pcap * sizeof *b->pair_key);
+    memset(b->pairs, 0xFF, pcap * sizeof *b->pairs); /* every key UINT64_MAX */
     size_t mcap = 0;
     for (int i = 0; i < n_merges; i++) {
         gguf_str m = merges->v.arr.items[i].v.str;
@@ -437,9 +438,7 @@ fail:
 void bpe_free(bpe_vocab *b) {
     if (!b) return;
     vocab_texts_free(&b->v);
-    free(b->pair_key);
-    free(b->pair_rank);
-    free(b->pair_res);
+    free(b->pairs);
     free(b->special);
     pcre2_code_free(b->re_main);
     pcre2_code_free(b->re_isolate);

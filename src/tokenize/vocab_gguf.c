@@ -110,14 +110,14 @@ subq_status vocab_texts_load(const gguf_value *toks, const gguf_value *types, in
     size_t cap = 1;
     while (cap < (size_t)n * 2) cap <<= 1; /* load factor <= 1/2 keeps probes short */
     v->map_mask = cap - 1;
-    v->text = malloc(total + 1);
-    v->off = malloc(((size_t)n + 1) * sizeof *v->off);
+    v->text = malloc(2 * (total + 1));
+    v->off = malloc(2 * ((size_t)n + 1) * sizeof *v->off);
     v->type = malloc((size_t)n * sizeof *v->type);
     v->map = malloc(cap * sizeof *v->map);
-    v->piece = malloc(total + 1);
-    v->piece_off = malloc(((size_t)n + 1) * sizeof *v->piece_off);
-    if (!v->text || !v->off || !v->type || !v->map || !v->piece || !v->piece_off)
+    if (!v->text || !v->off || !v->type || !v->map)
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading a vocabulary of %d tokens", n);
+    v->piece = v->text + total + 1;
+    v->piece_off = v->off + n + 1;
 
     size_t off = 0;
     for (int i = 0; i < n; i++) {
@@ -141,6 +141,4 @@ void vocab_texts_free(vocab_texts *v) {
     free(v->off);
     free(v->type);
     free(v->map);
-    free(v->piece);
-    free(v->piece_off);
 }

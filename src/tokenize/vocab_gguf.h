@@ -30,11 +30,12 @@ subq_status vocab_types_arr(const gguf_file *f, int n, const gguf_value **types,
 /* The token texts back to back, their types, a text -> id map and room
  * for the decoded pieces. */
 typedef struct vocab_texts {
-    char *text;      /* all token texts back to back, '\0' after the last */
-    size_t *off;     /* n + 1 offsets into text */
-    int32_t *type;   /* TOKEN_TYPE_*; unknown kinds read as NORMAL */
-    char *piece;     /* decoded pieces back to back (the caller fills them; room for all texts) */
-    size_t *piece_off; /* n + 1 offsets into piece */
+    char *text;        /* all token texts back to back, '\0' after the last */
+    size_t *off;       /* n + 1 offsets into text */
+    int32_t *type;     /* TOKEN_TYPE_*; unknown kinds read as NORMAL */
+    char *piece;       /* decoded pieces back to back (the caller fills them; room for all
+                        * texts): the second half of the text's block */
+    size_t *piece_off; /* n + 1 offsets into piece: the second half of off's block */
     int32_t *map;    /* open addressing: token id or -1 */
     size_t map_mask; /* capacity - 1 (capacity is a power of two) */
 } vocab_texts;
