@@ -130,10 +130,7 @@ void select_scratch_free(select_scratch *sc) {
     free(sc->f);
     free(sc->i);
     free(sc->u);
-    sc->f = NULL;
-    sc->i = NULL;
-    sc->u = NULL;
-    sc->cap_f = sc->cap_i = sc->cap_u = 0;
+    *sc = (select_scratch){0};
 }
 
 void select_normalize(float *dst, const float *src, int d) {
