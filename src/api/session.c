@@ -155,6 +155,19 @@ static subq_status check_header(const subq_context *c, const gguf_file *f, int *
     return SUBQ_OK;
 }
 
+/* After the rows and selectors of n tokens were restored with status s:
+ * on failure an empty context again, else the n tokens in use (a file
+ * cache now differs from what its file says it holds). */
+static subq_status restored(subq_context *c, int n, subq_status s) {
+    if (s) {
+        subq_context_reset(c);
+        return s;
+    }
+    c->kv.n_used = n;
+    c->file_dirty = c->kv.file != NULL;
+    return SUBQ_OK;
+}
+
 subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *err) {
     kv_cache *kv = &c->kv;
     const model_hparams *hp = &c->model->hp;
@@ -199,12 +212,7 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
         s = attn_sparse_restore(c->stages[l], kv, rows, n, err);
         free(rows);
     }
-    if (s) {
-        subq_context_reset(c);
-        return s;
-    }
-    kv->n_used = n;
-    c->file_dirty = kv->file != NULL;
+    if ((s = restored(c, n, s))) return s;
     const gguf_tensor *lg = gguf_find_tensor(f, "logits");
     if (lg) {
         if ((s = want_tensor(f, "logits", GGML_TYPE_F32, (uint64_t)hp->n_vocab, 1, &lg, err))) {
@@ -306,12 +314,7 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
         if (!s) s = attn_sparse_restore(dst->stages[l], kv, d > 0 ? keys : NULL, n, err);
     }
     free(keys);
-    if (s) {
-        subq_context_reset(dst);
-        return s;
-    }
-    kv->n_used = n;
-    dst->file_dirty = kv->file != NULL;
+    if ((s = restored(dst, n, s))) return s;
     if (src->logits_at == n && n > 0) {
         memcpy(dst->logits_last, src->logits_last, (size_t)dst->model->hp.n_vocab * sizeof(float));
         dst->logits_at = n;

@@ -8,11 +8,17 @@
 #include "base/error.h"
 #include "complete/phi_maps.h"
 
+/* Both widths in [1, PHI_MAX_DIM]; else SUBQ_ERR_ARG naming `what`. */
+static subq_status check_dims(const char *what, int d_phi, int head_dim, subq_error *err) {
+    if (d_phi < 1 || d_phi > PHI_MAX_DIM || head_dim < 1 || head_dim > PHI_MAX_DIM)
+        return subq_fail(err, SUBQ_ERR_ARG, "%s: d_phi %d / head_dim %d out of range [1, %d]", what, d_phi, head_dim,
+                         PHI_MAX_DIM);
+    return SUBQ_OK;
+}
+
 subq_status phi_cache_init(phi_cache *c, int d_phi, int head_dim, subq_error *err) {
     memset(c, 0, sizeof *c);
-    if (d_phi < 1 || d_phi > PHI_MAX_DIM || head_dim < 1 || head_dim > PHI_MAX_DIM)
-        return subq_fail(err, SUBQ_ERR_ARG, "completion cache: d_phi %d / head_dim %d out of range [1, %d]", d_phi,
-                         head_dim, PHI_MAX_DIM);
+    if (check_dims("completion cache", d_phi, head_dim, err)) return SUBQ_ERR_ARG;
     c->d_phi = d_phi;
     c->head_dim = head_dim;
     c->m = malloc((size_t)d_phi * sizeof(double));
@@ -69,9 +75,7 @@ size_t phi_cache_bytes(const phi_cache *c) { return (size_t)c->d_phi * (2 + (siz
 
 subq_status phi_residual_init(phi_residual *r, int d_phi, int head_dim, subq_error *err) {
     memset(r, 0, sizeof *r);
-    if (d_phi < 1 || d_phi > PHI_MAX_DIM || head_dim < 1 || head_dim > PHI_MAX_DIM)
-        return subq_fail(err, SUBQ_ERR_ARG, "completion residual: d_phi %d / head_dim %d out of range [1, %d]", d_phi,
-                         head_dim, PHI_MAX_DIM);
+    if (check_dims("completion residual", d_phi, head_dim, err)) return SUBQ_ERR_ARG;
     r->d_phi = d_phi;
     r->head_dim = head_dim;
     r->logmass = malloc((size_t)d_phi * sizeof(double));

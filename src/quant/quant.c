@@ -2,6 +2,19 @@
 
 #include <string.h>
 
+/* The float with these IEEE single bits, and the bits of a float. */
+static float f32_from_bits(uint32_t bits) {
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static uint32_t f32_bits(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    return x;
+}
+
 /* IEEE half: 1 sign, 5 exponent (bias 15), 10 mantissa bits. */
 float fp16_to_fp32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -24,14 +37,11 @@ float fp16_to_fp32(uint16_t h) {
     } else {
         bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
+    return f32_from_bits(bits);
 }
 
 uint16_t fp32_to_fp16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000;
     uint32_t absx = x & 0x7FFFFFFF;
     if (absx > 0x7F800000) return (uint16_t)(sign | 0x7E00);      /* nan */
@@ -55,16 +65,10 @@ uint16_t fp32_to_fp16(float f) {
     return (uint16_t)(sign | h);
 }
 
-float bf16_to_fp32(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
+float bf16_to_fp32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
 uint16_t fp32_to_bf16(float f) {
-    uint32_t x;
-    memcpy(&x, &f, 4);
+    uint32_t x = f32_bits(f);
     if ((x & 0x7FFFFFFF) > 0x7F800000) return (uint16_t)((x >> 16) | 0x40); /* quiet nan */
     x += 0x7FFF + ((x >> 16) & 1);
     return (uint16_t)(x >> 16);

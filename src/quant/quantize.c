@@ -54,10 +54,11 @@ static void quantize_q4_0(const float *src, block_q4_0 *b, int64_t nb) {
  * min_s = -min(0, min x) and scale_s = (max x + min_s) / qmax. The 8 scales
  * and 8 mins are themselves quantised to 6 bits against fp16 d = max scale / 63
  * and dmin = max min / 63. Writes d, dmin, the packed scales, and the
- * effective per-sub-block (d * sc, dmin * m) the weights must be rounded with. */
+ * levels L[i] = round((x + dmin m) / (d sc)) in 0..qmax, rounded with the
+ * effective per-sub-block d * sc and dmin * m. */
 static void k_scales(const float *x, int qmax, uint8_t d_out[2], uint8_t dmin_out[2], uint8_t scales[K_SCALE_SIZE],
-                     float eff_d[8], float eff_m[8]) {
-    float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f;
+                     uint8_t L[QK_K]) {
+    float scale[8], min[8], max_scale = 0.0f, max_min = 0.0f, eff_d[8], eff_m[8];
     for (int s = 0; s < 8; s++) {
         float lo = 0.0f, hi = -INFINITY;
         for (int l = 0; l < 32; l++) {
@@ -92,19 +93,18 @@ static void k_scales(const float *x, int qmax, uint8_t d_out[2], uint8_t dmin_ou
         scales[s - 4] |= (uint8_t)((sc[s] >> 4) << 6);
         scales[s] |= (uint8_t)((m[s] >> 4) << 6);
     }
+    for (int i = 0; i < QK_K; i++) {
+        const int s = i / 32;
+        L[i] = (uint8_t)(eff_d[s] > 0.0f ? round_clamp((x[i] + eff_m[s]) / eff_d[s], 0, qmax) : 0);
+    }
 }
 
 /* q = round((x + dmin m) / (d sc)) in 0..15 */
 static void quantize_q4_K(const float *src, block_q4_K *b, int64_t nb) {
     for (int64_t ib = 0; ib < nb; ib++) {
         const float *x = src + ib * QK_K;
-        float ed[8], em[8];
         uint8_t L[QK_K];
-        k_scales(x, 15, b[ib].d, b[ib].dmin, b[ib].scales, ed, em);
-        for (int i = 0; i < QK_K; i++) {
-            const int s = i / 32;
-            L[i] = (uint8_t)(ed[s] > 0.0f ? round_clamp((x[i] + em[s]) / ed[s], 0, 15) : 0);
-        }
+        k_scales(x, 15, b[ib].d, b[ib].dmin, b[ib].scales, L);
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++) b[ib].qs[32 * c + l] = (uint8_t)(L[64 * c + l] | (L[64 * c + 32 + l] << 4));
     }
@@ -114,13 +114,8 @@ static void quantize_q4_K(const float *src, block_q4_K *b, int64_t nb) {
 static void quantize_q5_K(const float *src, block_q5_K *b, int64_t nb) {
     for (int64_t ib = 0; ib < nb; ib++) {
         const float *x = src + ib * QK_K;
-        float ed[8], em[8];
         uint8_t L[QK_K];
-        k_scales(x, 31, b[ib].d, b[ib].dmin, b[ib].scales, ed, em);
-        for (int i = 0; i < QK_K; i++) {
-            const int s = i / 32;
-            L[i] = (uint8_t)(ed[s] > 0.0f ? round_clamp((x[i] + em[s]) / ed[s], 0, 31) : 0);
-        }
+        k_scales(x, 31, b[ib].d, b[ib].dmin, b[ib].scales, L);
         memset(b[ib].qh, 0, sizeof b[ib].qh);
         for (int c = 0; c < 4; c++)
             for (int l = 0; l < 32; l++) {

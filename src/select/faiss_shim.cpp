@@ -26,16 +26,9 @@
 
 #include "kernels/dot.h"
 #include "select/faiss_shim.h"
+#include "select/shim_error.h"
 
 namespace {
-
-int fail(char *msg, size_t cap, int code, const char *what) {
-    if (msg && cap) {
-        std::strncpy(msg, what, cap - 1);
-        msg[cap - 1] = 0;
-    }
-    return code;
-}
 
 // IDSelector that asks the caller's C filter.
 struct CFilter : faiss::IDSelector {
@@ -99,12 +92,9 @@ extern "C" int faiss_shim_new(int dim, int m, int ef_construction, uint64_t seed
         f->index.hnsw.rng = faiss::RandomGenerator((int64_t)seed);
         *out = f;
         return 0;
-    } catch (const std::bad_alloc &) {
-        return fail(msg, msg_cap, 1, "out of memory for the FAISS index");
-    } catch (const std::exception &e) {
-        return fail(msg, msg_cap, 2, e.what());
     } catch (...) {
-        return fail(msg, msg_cap, 2, "unknown C++ exception in FAISS");
+        return shim_fail_current(msg, msg_cap, "out of memory for the FAISS index",
+                                 "unknown C++ exception in FAISS");
     }
 }
 
@@ -129,12 +119,9 @@ extern "C" int faiss_shim_add(faiss_shim *f, const float *x, int n, char *msg, s
             ix.hnsw.add_with_locks(dis, level, (int)id, f->locks, f->vt);
         }
         return 0;
-    } catch (const std::bad_alloc &) {
-        return fail(msg, msg_cap, 1, "out of memory growing the FAISS index");
-    } catch (const std::exception &e) {
-        return fail(msg, msg_cap, 2, e.what());
     } catch (...) {
-        return fail(msg, msg_cap, 2, "unknown C++ exception in FAISS");
+        return shim_fail_current(msg, msg_cap, "out of memory growing the FAISS index",
+                                 "unknown C++ exception in FAISS");
     }
 }
 

@@ -25,6 +25,7 @@
 
 #include "base/bigmem.h"
 #include "select/hnsw_shim.h"
+#include "select/shim_error.h"
 
 namespace {
 
@@ -58,14 +59,6 @@ typedef hnswlib::HierarchicalNSW<float> Hnsw;
 // longer so, select_exact.c).
 void advise(Hnsw *ix) {
     bigmem_advise(ix->data_level0_memory_, ix->max_elements_ * ix->size_data_per_element_);
-}
-
-int fail(char *msg, size_t cap, int code, const char *what) {
-    if (msg && cap) {
-        std::strncpy(msg, what, cap - 1);
-        msg[cap - 1] = 0;
-    }
-    return code;
 }
 
 }  // namespace
@@ -116,12 +109,9 @@ extern "C" int hnsw_shim_new(int dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gath
         h->index->metric_hops = 0;
         *out = h.release();
         return 0;
-    } catch (const std::bad_alloc &) {
-        return fail(msg, msg_cap, 1, "out of memory for the HNSW index");
-    } catch (const std::exception &e) {
-        return fail(msg, msg_cap, 2, e.what());
     } catch (...) {
-        return fail(msg, msg_cap, 2, "unknown C++ exception in hnswlib");
+        return shim_fail_current(msg, msg_cap, "out of memory for the HNSW index",
+                                 "unknown C++ exception in hnswlib");
     }
 }
 
@@ -144,12 +134,9 @@ extern "C" int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0,
             if (level > 0) h->upper_bytes += ix->size_links_per_element_ * (size_t)level + 1;
         }
         return 0;
-    } catch (const std::bad_alloc &) {
-        return fail(msg, msg_cap, 1, "out of memory growing the HNSW index");
-    } catch (const std::exception &e) {
-        return fail(msg, msg_cap, 2, e.what());
     } catch (...) {
-        return fail(msg, msg_cap, 2, "unknown C++ exception in hnswlib");
+        return shim_fail_current(msg, msg_cap, "out of memory growing the HNSW index",
+                                 "unknown C++ exception in hnswlib");
     }
 }
 

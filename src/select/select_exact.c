@@ -118,10 +118,7 @@ static subq_status exact_get_keys(const selector *s, int n, float *dst, subq_err
 
 /* Keys are rows in slot order: dropping the tail is forgetting it. */
 static subq_status exact_truncate(selector *s, int n_keep, subq_error *err) {
-    exact_sel *e = (exact_sel *)s;
-    subq_status rc = select_check_truncate(s, e->count, n_keep, err);
-    if (!rc) e->count = n_keep;
-    return rc;
+    return select_truncate_count(s, &((exact_sel *)s)->count, n_keep, err);
 }
 
 /* Top-k over the rows, one scan or split across threads (long scans only:

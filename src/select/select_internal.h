@@ -29,6 +29,9 @@ subq_status select_window_new(const selector_params *p, const selector_env *env,
 subq_status select_check_append(const selector *s, int count, int n, int slot0, subq_error *err);
 /* A truncation keeps at most the `count` slots the selector holds. */
 subq_status select_check_truncate(const selector *s, int count, int n_keep, subq_error *err);
+/* Truncation of a selector whose slots are rows in order (or live in the KV
+ * cache): check, then *count = n_keep. */
+subq_status select_truncate_count(const selector *s, int *count, int n_keep, subq_error *err);
 /* Truncation by rebuilding (index kinds without deletion): the kept
  * stored keys through ops->get_keys, ops->reset, ops->put_keys. */
 subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_error *err);

@@ -25,6 +25,12 @@ subq_status select_check_truncate(const selector *s, int count, int n_keep, subq
     return SUBQ_OK;
 }
 
+subq_status select_truncate_count(const selector *s, int *count, int n_keep, subq_error *err) {
+    subq_status rc = select_check_truncate(s, *count, n_keep, err);
+    if (!rc) *count = n_keep;
+    return rc;
+}
+
 subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_error *err) {
     subq_status rc = select_check_truncate(s, count, n_keep, err);
     if (rc || n_keep == count) return rc;
@@ -98,41 +104,33 @@ void *select_query_realloc(const selector *s, void *p, size_t bytes) {
     return s->fail_alloc ? NULL : realloc(p, bytes);
 }
 
-int select_scratch_f(const selector *s, select_scratch *sc, size_t n) {
-    if (n <= sc->cap_f) return 1;
-    float *p = select_query_realloc(s, sc->f, n * sizeof(float));
-    if (!p) return 0;
-    sc->f = p;
-    sc->cap_f = n;
+/* Grow *p to at least n elements of `elem` bytes; 0 on failure (*p kept). */
+static int scratch_grow(const selector *s, void **p, size_t *cap, size_t n, size_t elem) {
+    if (n <= *cap) return 1;
+    void *q = select_query_realloc(s, *p, n * elem);
+    if (!q) return 0;
+    *p = q;
+    *cap = n;
     return 1;
+}
+
+int select_scratch_f(const selector *s, select_scratch *sc, size_t n) {
+    return scratch_grow(s, (void **)&sc->f, &sc->cap_f, n, sizeof(float));
 }
 
 int select_scratch_i(const selector *s, select_scratch *sc, size_t n) {
-    if (n <= sc->cap_i) return 1;
-    int32_t *p = select_query_realloc(s, sc->i, n * sizeof(int32_t));
-    if (!p) return 0;
-    sc->i = p;
-    sc->cap_i = n;
-    return 1;
+    return scratch_grow(s, (void **)&sc->i, &sc->cap_i, n, sizeof(int32_t));
 }
 
 int select_scratch_u(const selector *s, select_scratch *sc, size_t n) {
-    if (n <= sc->cap_u) return 1;
-    uint64_t *p = select_query_realloc(s, sc->u, n * sizeof(uint64_t));
-    if (!p) return 0;
-    sc->u = p;
-    sc->cap_u = n;
-    return 1;
+    return scratch_grow(s, (void **)&sc->u, &sc->cap_u, n, sizeof(uint64_t));
 }
 
 void select_scratch_free(select_scratch *sc) {
     free(sc->f);
     free(sc->i);
     free(sc->u);
-    sc->f = NULL;
-    sc->i = NULL;
-    sc->u = NULL;
-    sc->cap_f = sc->cap_i = sc->cap_u = 0;
+    *sc = (select_scratch){0};
 }
 
 void select_normalize(float *dst, const float *src, int d) {

@@ -147,10 +147,7 @@ static void oracle_reset(selector *s) { ((oracle_sel *)s)->count = 0; }
 
 /* The keys live in the KV cache: only the count changes. */
 static subq_status oracle_truncate(selector *s, int n_keep, subq_error *err) {
-    oracle_sel *o = (oracle_sel *)s;
-    subq_status rc = select_check_truncate(s, o->count, n_keep, err);
-    if (!rc) o->count = n_keep;
-    return rc;
+    return select_truncate_count(s, &((oracle_sel *)s)->count, n_keep, err);
 }
 
 static void oracle_free(selector *s) {

@@ -33,10 +33,7 @@ static int window_query(selector *s, const float *q_search, const float *q_nativ
 static void window_reset(selector *s) { ((window_sel *)s)->count = 0; }
 
 static subq_status window_truncate(selector *s, int n_keep, subq_error *err) {
-    window_sel *w = (window_sel *)s;
-    subq_status rc = select_check_truncate(s, w->count, n_keep, err);
-    if (!rc) w->count = n_keep;
-    return rc;
+    return select_truncate_count(s, &((window_sel *)s)->count, n_keep, err);
 }
 
 static void window_free(selector *s) { free(s); }

@@ -144,17 +144,21 @@ subq_status selector_append(selector *s, const float *k_search, int n, int slot0
     return rc;
 }
 
+/* One query that asked for k slots and got `got`. */
+static void count_query(selector *s, int k, int got) {
+    s->stats.n_queries++;
+    s->stats.n_returned += got;
+    s->stats.n_filler += k - got;
+}
+
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out) {
     if (k <= 0) return 0;
     double t0 = time_now_s();
     int got = s->ops->query(s, q_search, q_native, k, m, out);
     s->stats.t_query_s += time_now_s() - t0;
-    if (got < 0) return -1;
-    s->stats.n_queries++;
-    s->stats.n_returned += got;
-    s->stats.n_filler += k - got;
-    return got;
+    if (got >= 0) count_query(s, k, got);
+    return got < 0 ? -1 : got;
 }
 
 int selector_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
@@ -168,11 +172,7 @@ int selector_query_batch(selector *s, int n, const float *q_search, const float 
         double t0 = time_now_s();
         rc = s->ops->query_batch(s, n, q_search, q_native, q_stride, k, m, out, got, n_threads);
         s->stats.t_query_s += time_now_s() - t0;
-        for (int i = 0; !rc && i < n; i++) {
-            s->stats.n_queries++;
-            s->stats.n_returned += got[i];
-            s->stats.n_filler += k - got[i];
-        }
+        for (int i = 0; !rc && i < n; i++) count_query(s, k, got[i]);
         return rc;
     }
     const int d = s->params.d_search;

@@ -111,24 +111,22 @@ static int byte_utf8(uint8_t b, char out[2]) {
 
 /* ---- the vocabulary ---------------------------------------------------------- */
 
+/* One merge in the pair table. */
+typedef struct bpe_pair {
+    uint64_t key;                  /* left << 32 | right; UINT64_MAX empty */
+    int32_t rank, res;
+} bpe_pair;
+
 struct bpe_vocab {
     int n_vocab;
     int bos, eos, unk, pad;        /* -1 when absent */
     bool add_bos;
     const bpe_pre_def *pre;
 
-    char *text;                    /* token texts back to back (byte alphabet / raw for specials) */
-    size_t *text_off;              /* n_vocab + 1 */
-    int32_t *type;
-    char *piece;                   /* decoded bytes back to back */
-    size_t *piece_off;             /* n_vocab + 1 */
-
-    int32_t *map;                  /* text -> id, open addressing, -1 empty */
-    size_t map_mask;
+    vocab_texts v;                 /* token texts (byte alphabet / raw for specials), types, text -> id */
 
     int n_merges;
-    uint64_t *pair_key;            /* left << 32 | right; UINT64_MAX empty */
-    int32_t *pair_rank, *pair_res;
+    bpe_pair *pairs;               /* (left, right) -> (rank, result), open addressing */
     size_t pair_mask;
 
     int32_t byte_tok[256];         /* token of each single byte, -1 if none */
@@ -149,45 +147,16 @@ static inline uint64_t mix64(uint64_t x) {
     return x;
 }
 
-static inline size_t tok_len(const bpe_vocab *b, int32_t id) {
-    return b->text_off[id + 1] - b->text_off[id];
-}
-
-static int32_t lookup(const bpe_vocab *b, const char *s, size_t n) {
-    size_t i = (size_t)vocab_hash(s, n) & b->map_mask;
-    for (;;) {
-        int32_t id = b->map[i];
-        if (id < 0) return -1;
-        if (tok_len(b, id) == n && memcmp(b->text + b->text_off[id], s, n) == 0) return id;
-        i = (i + 1) & b->map_mask;
-    }
-}
-
-/* Later duplicates replace earlier ones, as llama.cpp's token_to_id does. */
-static void map_insert(bpe_vocab *b, int32_t id) {
-    const char *s = b->text + b->text_off[id];
-    size_t n = tok_len(b, id);
-    size_t i = (size_t)vocab_hash(s, n) & b->map_mask;
-    for (;;) {
-        int32_t cur = b->map[i];
-        if (cur < 0 || (tok_len(b, cur) == n && memcmp(b->text + b->text_off[cur], s, n) == 0)) {
-            b->map[i] = id;
-            return;
-        }
-        i = (i + 1) & b->map_mask;
-    }
-}
-
 /* Rank and result of merging (l, r); false if no merge joins them. */
 static inline bool pair_find(const bpe_vocab *b, int32_t l, int32_t r, int32_t *rank,
                              int32_t *res) {
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
     size_t i = (size_t)mix64(key) & b->pair_mask;
     for (;;) {
-        uint64_t k = b->pair_key[i];
+        uint64_t k = b->pairs[i].key;
         if (k == key) {
-            *rank = b->pair_rank[i];
-            *res = b->pair_res[i];
+            *rank = b->pairs[i].rank;
+            *res = b->pairs[i].res;
             return true;
         }
         if (k == UINT64_MAX) return false;
@@ -200,12 +169,10 @@ static void pair_insert(bpe_vocab *b, int32_t l, int32_t r, int32_t rank, int32_
     uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
     size_t i = (size_t)mix64(key) & b->pair_mask;
     for (;;) {
-        uint64_t k = b->pair_key[i];
+        uint64_t k = b->pairs[i].key;
         if (k == key) return;
         if (k == UINT64_MAX) {
-            b->pair_key[i] = key;
-            b->pair_rank[i] = rank;
-            b->pair_res[i] = res;
+            b->pairs[i] = (bpe_pair){key, rank, res};
             return;
         }
         i = (i + 1) & b->pair_mask;
@@ -251,13 +218,13 @@ static void sort_specials(bpe_vocab *b) {
     int32_t *s = b->special;
     for (int i = 1; i < b->n_special; i++) {
         int32_t x = s[i];
-        uint8_t cx = (uint8_t)b->text[b->text_off[x]];
-        size_t lx = tok_len(b, x);
+        uint8_t cx = (uint8_t)vocab_text(&b->v, x)[0];
+        size_t lx = vocab_len(&b->v, x);
         int j = i - 1;
         for (; j >= 0; j--) {
             int32_t y = s[j];
-            uint8_t cy = (uint8_t)b->text[b->text_off[y]];
-            size_t ly = tok_len(b, y);
+            uint8_t cy = (uint8_t)vocab_text(&b->v, y)[0];
+            size_t ly = vocab_len(&b->v, y);
             bool after = cy > cx || (cy == cx && (ly < lx || (ly == lx && y > x)));
             if (!after) break;
             s[j + 1] = y;
@@ -266,7 +233,7 @@ static void sort_specials(bpe_vocab *b) {
     }
     int k = 0;
     for (int c = 0; c <= 256; c++) {
-        while (k < b->n_special && (uint8_t)b->text[b->text_off[s[k]]] < c) k++;
+        while (k < b->n_special && (uint8_t)vocab_text(&b->v, s[k])[0] < c) k++;
         b->special_start[c] = k;
     }
 }
@@ -303,29 +270,10 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     }
 
     /* Tokens and types. */
-    if (!gguf_find_kv(f, "tokenizer.ggml.tokens"))
-        return subq_fail(err, SUBQ_ERR_FORMAT, "missing key tokenizer.ggml.tokens");
-    const gguf_value *toks = NULL;
-    if ((st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks, err)) != SUBQ_OK)
-        return st;
-    uint64_t n64 = toks->v.arr.n;
-    if (n64 == 0) return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens is empty");
-    if (n64 > BPE_MAX_VOCAB)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries (max %d)",
-                         (unsigned long long)n64, BPE_MAX_VOCAB);
-    int n = (int)n64;
-    const gguf_kv *tkv = gguf_find_kv(f, "tokenizer.ggml.token_type");
-    const gguf_value *types = NULL;
-    if (tkv) {
-        if (tkv->value.type != GGUF_TYPE_ARRAY || !vocab_is_int_type(tkv->value.v.arr.elem_type))
-            return subq_fail(err, SUBQ_ERR_FORMAT,
-                             "tokenizer.ggml.token_type must be an array of int32");
-        types = &tkv->value;
-        if (types->v.arr.n != n64)
-            return subq_fail(err, SUBQ_ERR_FORMAT,
-                             "tokenizer.ggml.token_type has %llu entries but there are %d tokens",
-                             (unsigned long long)types->v.arr.n, n);
-    }
+    const gguf_value *toks = NULL, *types = NULL;
+    int n = 0;
+    if ((st = vocab_tokens_arr(f, BPE_MAX_VOCAB, &toks, &n, err)) != SUBQ_OK) return st;
+    if ((st = vocab_types_arr(f, n, &types, err)) != SUBQ_OK) return st;
 
     /* Merges (required: without them byte-level BPE is just bytes). */
     if (!gguf_find_kv(f, "tokenizer.ggml.merges"))
@@ -352,15 +300,6 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
         return subq_fail(err, SUBQ_ERR_FORMAT,
                          "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
 
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t len = toks->v.arr.items[i].v.str.len;
-        if (len > BPE_MAX_TOKEN_LEN)
-            return subq_fail(err, SUBQ_ERR_FORMAT, "token %d is %llu bytes long (max %d)", i,
-                             (unsigned long long)len, BPE_MAX_TOKEN_LEN);
-        total += (size_t)len; /* <= 2^24 * 2^16: no overflow */
-    }
-
     bpe_vocab *b = calloc(1, sizeof *b);
     if (!b) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating the tokenizer");
     b->n_vocab = n;
@@ -368,54 +307,28 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     b->add_bos = add_bos;
     b->pre = pre;
     b->n_merges = n_merges;
+    char *mbuf = NULL;
+    if ((st = vocab_texts_load(toks, types, n, BPE_MAX_TOKEN_LEN, &b->v, err)) != SUBQ_OK) goto fail;
 
-    size_t cap = 1;
-    while (cap < (size_t)n * 2) cap <<= 1; /* load factor <= 1/2 keeps probes short */
-    b->map_mask = cap - 1;
     size_t pcap = 1;
     while (pcap < (size_t)n_merges * 2 + 2) pcap <<= 1;
     b->pair_mask = pcap - 1;
-    b->text = malloc(total + 1);
-    b->piece = malloc(total + 1);
-    b->text_off = malloc(((size_t)n + 1) * sizeof *b->text_off);
-    b->piece_off = malloc(((size_t)n + 1) * sizeof *b->piece_off);
-    b->type = malloc((size_t)n * sizeof *b->type);
-    b->map = malloc(cap * sizeof *b->map);
-    b->pair_key = malloc(pcap * sizeof *b->pair_key);
-    b->pair_rank = malloc(pcap * sizeof *b->pair_rank);
-    b->pair_res = malloc(pcap * sizeof *b->pair_res);
+    b->pairs = malloc(pcap * sizeof *b->pairs);
     b->special = malloc((size_t)n * sizeof *b->special);
-    char *mbuf = NULL;
-    if (!b->text || !b->piece || !b->text_off || !b->piece_off || !b->type || !b->map ||
-        !b->pair_key || !b->pair_rank || !b->pair_res || !b->special) {
+    if (!b->pairs || !b->special) {
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading a vocabulary of %d tokens", n);
         goto fail;
     }
-
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        gguf_str s = toks->v.arr.items[i].v.str;
-        b->text_off[i] = off;
-        if (s.len) memcpy(b->text + off, s.data, (size_t)s.len);
-        off += (size_t)s.len;
-        int64_t ty = types ? gguf_arr_get_i64(types, (uint64_t)i) : TOKEN_TYPE_NORMAL;
-        if (ty < 0 || ty > TOKEN_TYPE_BYTE) ty = TOKEN_TYPE_NORMAL; /* unknown kinds: plain text */
-        b->type[i] = (int32_t)ty;
-    }
-    b->text_off[n] = off;
-    b->text[off] = '\0';
-    memset(b->map, 0xFF, cap * sizeof *b->map); /* all -1 */
-    for (int i = 0; i < n; i++) map_insert(b, i);
 
     /* Single-byte symbols. */
     for (int c = 0; c < 256; c++) {
         char u[2];
         int l = byte_utf8((uint8_t)c, u);
-        b->byte_tok[c] = lookup(b, u, (size_t)l);
+        b->byte_tok[c] = vocab_lookup(&b->v, u, (size_t)l);
     }
 
     /* Merges "A B" -> (id(A), id(B)) with rank = index and result id(AB). */
-    memset(b->pair_key, 0xFF, pcap * sizeof *b->pair_key);
+    memset(b->pairs, 0xFF, pcap * sizeof *b->pairs); /* every key UINT64_MAX */
     size_t mcap = 0;
     for (int i = 0; i < n_merges; i++) {
         gguf_str m = merges->v.arr.items[i].v.str;
@@ -431,7 +344,7 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
         }
         const char *rs = m.data + sp + 1;
         size_t ln = sp, rn = (size_t)m.len - sp - 1;
-        int32_t l = lookup(b, m.data, ln), r = lookup(b, rs, rn);
+        int32_t l = vocab_lookup(&b->v, m.data, ln), r = vocab_lookup(&b->v, rs, rn);
         if (l < 0 || r < 0) {
             st = subq_fail(err, SUBQ_ERR_FORMAT,
                            "tokenizer.ggml.merges[%d] = '%s' names '%s', which is not a token", i,
@@ -450,7 +363,7 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
         }
         memcpy(mbuf, m.data, ln);
         memcpy(mbuf + ln, rs, rn);
-        int32_t res = lookup(b, mbuf, ln + rn);
+        int32_t res = vocab_lookup(&b->v, mbuf, ln + rn);
         if (res < 0) {
             st = subq_fail(err, SUBQ_ERR_FORMAT,
                            "tokenizer.ggml.merges[%d] = '%s' makes '%s', which is not a token", i,
@@ -468,10 +381,10 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
      * spans left for the regex stay valid UTF-8. */
     b->n_special = 0;
     for (int i = 0; i < n; i++) {
-        if (b->type[i] != TOKEN_TYPE_CONTROL && b->type[i] != TOKEN_TYPE_USER_DEFINED) continue;
-        size_t len = tok_len(b, i);
-        const char *s = b->text + b->text_off[i];
-        if (len == 0 || utf8_validate(s, len) != len || lookup(b, s, len) != i) continue;
+        if (b->v.type[i] != TOKEN_TYPE_CONTROL && b->v.type[i] != TOKEN_TYPE_USER_DEFINED) continue;
+        size_t len = vocab_len(&b->v, i);
+        const char *s = vocab_text(&b->v, i);
+        if (len == 0 || utf8_validate(s, len) != len || vocab_lookup(&b->v, s, len) != i) continue;
         b->special[b->n_special++] = i;
     }
     sort_specials(b);
@@ -479,16 +392,16 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
     /* Decoded pieces. */
     size_t poff = 0;
     for (int i = 0; i < n; i++) {
-        const char *s = b->text + b->text_off[i];
-        size_t len = tok_len(b, i);
-        int ty = b->type[i];
-        b->piece_off[i] = poff;
+        const char *s = vocab_text(&b->v, i);
+        size_t len = vocab_len(&b->v, i);
+        int ty = b->v.type[i];
+        b->v.piece_off[i] = poff;
         if (ty == TOKEN_TYPE_UNKNOWN || ty == TOKEN_TYPE_UNUSED ||
             (ty == TOKEN_TYPE_CONTROL && (i == bos || i == eos))) {
             /* nothing: BOS/EOS/unk are not text; UNUSED are padding ("[PAD151665]"
              * in Qwen files), which llama.cpp prints as nothing too */
         } else if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED) {
-            memcpy(b->piece + poff, s, len); /* matched in raw text, so stored raw */
+            memcpy(b->v.piece + poff, s, len); /* matched in raw text, so stored raw */
             poff += len;
         } else {
             /* Each character of the byte alphabet -> its byte; anything else
@@ -498,17 +411,17 @@ subq_status bpe_from_gguf(const gguf_file *f, bpe_vocab **out, subq_error *err) 
                 int cl = utf8_decode((const uint8_t *)s + j, len - j, &cp);
                 int byte = cl > 0 ? bpe_cp_to_byte(cp) : -1;
                 if (byte >= 0) {
-                    b->piece[poff++] = (char)byte;
+                    b->v.piece[poff++] = (char)byte;
                     j += (size_t)cl;
                 } else {
                     size_t k = cl > 0 ? (size_t)cl : 1;
-                    memcpy(b->piece + poff, s + j, k);
+                    memcpy(b->v.piece + poff, s + j, k);
                     poff += k, j += k;
                 }
             }
         }
     }
-    b->piece_off[n] = poff;
+    b->v.piece_off[n] = poff;
 
     if ((st = compile_re(pre->re_main, &b->re_main, err)) != SUBQ_OK) goto fail;
     if (pre->re_isolate && (st = compile_re(pre->re_isolate, &b->re_isolate, err)) != SUBQ_OK)
@@ -524,15 +437,8 @@ fail:
 
 void bpe_free(bpe_vocab *b) {
     if (!b) return;
-    free(b->text);
-    free(b->text_off);
-    free(b->piece);
-    free(b->piece_off);
-    free(b->type);
-    free(b->map);
-    free(b->pair_key);
-    free(b->pair_rank);
-    free(b->pair_res);
+    vocab_texts_free(&b->v);
+    free(b->pairs);
     free(b->special);
     pcre2_code_free(b->re_main);
     pcre2_code_free(b->re_isolate);
@@ -546,8 +452,8 @@ bool bpe_add_bos(const bpe_vocab *b) { return b->add_bos; }
 const char *bpe_pre_name(const bpe_vocab *b) { return b->pre->canon; }
 
 const char *bpe_piece(const bpe_vocab *b, int32_t tok, size_t *n) {
-    *n = b->piece_off[tok + 1] - b->piece_off[tok];
-    return b->piece + b->piece_off[tok];
+    *n = b->v.piece_off[tok + 1] - b->v.piece_off[tok];
+    return b->v.piece + b->v.piece_off[tok];
 }
 
 /* ---- encode -------------------------------------------------------------------- */
@@ -628,7 +534,7 @@ static subq_status bpe_merge_word(bpe_work *w, const uint8_t *s, size_t n, subq_
         }
         size_t mn = 0;
         for (size_t i = 0; i < n; i++) mn += (size_t)byte_utf8(s[i], w->mapped + mn);
-        int32_t id = lookup(b, w->mapped, mn);
+        int32_t id = vocab_lookup(&b->v, w->mapped, mn);
         if (id >= 0) {
             emit(w, id);
             return SUBQ_OK;
@@ -839,8 +745,8 @@ static size_t find_special(const bpe_vocab *b, const char *text, size_t len, siz
         int32_t k0 = b->special_start[c], k1 = b->special_start[c + 1];
         for (int32_t k = k0; k < k1; k++) {
             int32_t s = b->special[k];
-            size_t l = tok_len(b, s);
-            if (l <= len - i && memcmp(text + i, b->text + b->text_off[s], l) == 0) {
+            size_t l = vocab_len(&b->v, s);
+            if (l <= len - i && memcmp(text + i, vocab_text(&b->v, s), l) == 0) {
                 *id = s, *n = l;
                 return i;
             }

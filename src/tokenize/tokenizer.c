@@ -47,56 +47,16 @@ struct tokenizer {
     bool add_bos;
     bool add_space_prefix;
 
-    char *text;                  /* all token texts back to back (raw, with U+2581) */
-    size_t *text_off;            /* n_vocab + 1 offsets into text */
-    char *piece;                 /* decoded pieces back to back */
-    size_t *piece_off;           /* n_vocab + 1 offsets into piece */
+    vocab_texts v;               /* token texts (raw, with U+2581), types, text -> id */
     float *score;
-    int32_t *type;
     uint8_t *mergeable;          /* 1: encode may produce this token from text */
     size_t max_merge_len;        /* longest mergeable token text, in bytes */
-
-    int32_t *map;                /* open addressing: token id or -1 */
-    size_t map_mask;             /* capacity - 1 (capacity is a power of two) */
 
     int32_t byte_tok[256];       /* token for each raw byte, -1 if none */
     uint8_t pair_bits[65536 / 8]; /* byte pairs "ab" that occur inside producible tokens */
 
     bpe_vocab *bpe;              /* TOKENIZER_BPE: the whole vocabulary lives here (bpe.c) */
 };
-
-/* ---- piece -> id hash map ------------------------------------------------ */
-
-static int32_t tok_lookup(const tokenizer *t, const char *s, size_t n) {
-    size_t i = (size_t)vocab_hash(s, n) & t->map_mask;
-    for (;;) {
-        int32_t id = t->map[i];
-        if (id < 0) return -1;
-        size_t len = t->text_off[id + 1] - t->text_off[id];
-        if (len == n && memcmp(t->text + t->text_off[id], s, n) == 0) return id;
-        i = (i + 1) & t->map_mask;
-    }
-}
-
-/* Later duplicates replace earlier ones, as llama.cpp's token_to_id does. */
-static void tok_insert(tokenizer *t, int32_t id) {
-    const char *s = t->text + t->text_off[id];
-    size_t n = t->text_off[id + 1] - t->text_off[id];
-    size_t i = (size_t)vocab_hash(s, n) & t->map_mask;
-    for (;;) {
-        int32_t cur = t->map[i];
-        if (cur < 0) {
-            t->map[i] = id;
-            return;
-        }
-        size_t len = t->text_off[cur + 1] - t->text_off[cur];
-        if (len == n && memcmp(t->text + t->text_off[cur], s, n) == 0) {
-            t->map[i] = id;
-            return;
-        }
-        i = (i + 1) & t->map_mask;
-    }
-}
 
 /* ---- loading ------------------------------------------------------------- */
 
@@ -162,17 +122,10 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
     }
 
     /* Vocabulary arrays. */
-    if (!gguf_find_kv(f, "tokenizer.ggml.tokens"))
-        return subq_fail(err, SUBQ_ERR_FORMAT, "missing key tokenizer.ggml.tokens");
-    const gguf_value *toks = NULL;
-    subq_status st = gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_TYPE_STRING, &toks, err);
+    const gguf_value *toks = NULL, *types = NULL;
+    int n = 0;
+    subq_status st = vocab_tokens_arr(f, TOK_MAX_VOCAB, &toks, &n, err);
     if (st != SUBQ_OK) return st;
-    uint64_t n64 = toks->v.arr.n;
-    if (n64 == 0) return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens is empty");
-    if (n64 > TOK_MAX_VOCAB)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "tokenizer.ggml.tokens has %llu entries (max %d)",
-                         (unsigned long long)n64, TOK_MAX_VOCAB);
-    int n = (int)n64;
 
     const gguf_kv *skv = gguf_find_kv(f, "tokenizer.ggml.scores");
     const gguf_value *scores = NULL;
@@ -183,23 +136,12 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
             return subq_fail(err, SUBQ_ERR_FORMAT,
                              "tokenizer.ggml.scores must be an array of float32");
         scores = &skv->value;
-        if (scores->v.arr.n != n64)
+        if (scores->v.arr.n != (uint64_t)n)
             return subq_fail(err, SUBQ_ERR_FORMAT,
                              "tokenizer.ggml.scores has %llu entries but there are %d tokens",
                              (unsigned long long)scores->v.arr.n, n);
     }
-    const gguf_kv *tkv = gguf_find_kv(f, "tokenizer.ggml.token_type");
-    const gguf_value *types = NULL;
-    if (tkv) {
-        if (tkv->value.type != GGUF_TYPE_ARRAY || !vocab_is_int_type(tkv->value.v.arr.elem_type))
-            return subq_fail(err, SUBQ_ERR_FORMAT,
-                             "tokenizer.ggml.token_type must be an array of int32");
-        types = &tkv->value;
-        if (types->v.arr.n != n64)
-            return subq_fail(err, SUBQ_ERR_FORMAT,
-                             "tokenizer.ggml.token_type has %llu entries but there are %d tokens",
-                             (unsigned long long)types->v.arr.n, n);
-    }
+    if ((st = vocab_types_arr(f, n, &types, err)) != SUBQ_OK) return st;
 
     int bos, eos, unk;
     if ((st = vocab_special_id(f, "tokenizer.ggml.bos_token_id", n, &bos, err)) != SUBQ_OK) return st;
@@ -214,16 +156,6 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
         SUBQ_OK)
         return st;
 
-    /* Total text size; the per-token bound keeps the sum far from overflow. */
-    size_t total = 0;
-    for (int i = 0; i < n; i++) {
-        uint64_t len = toks->v.arr.items[i].v.str.len;
-        if (len > TOK_MAX_TOKEN_LEN)
-            return subq_fail(err, SUBQ_ERR_FORMAT, "token %d is %llu bytes long (max %d)", i,
-                             (unsigned long long)len, TOK_MAX_TOKEN_LEN);
-        total += (size_t)len; /* <= 2^24 * 2^16: no overflow */
-    }
-
     tokenizer *t = calloc(1, sizeof *t);
     if (!t) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating the tokenizer");
     t->kind = TOKENIZER_SPM;
@@ -231,41 +163,22 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
     t->bos = bos, t->eos = eos, t->unk = unk;
     t->add_bos = add_bos;
     t->add_space_prefix = add_space_prefix;
+    if ((st = vocab_texts_load(toks, types, n, TOK_MAX_TOKEN_LEN, &t->v, err)) != SUBQ_OK) {
+        tokenizer_free(t);
+        return st;
+    }
 
-    size_t cap = 1;
-    while (cap < (size_t)n * 2) cap <<= 1; /* load factor <= 1/2 keeps probes short */
-    t->map_mask = cap - 1;
-    t->text = malloc(total + 1);
-    t->piece = malloc(total + 1);
-    t->text_off = malloc(((size_t)n + 1) * sizeof *t->text_off);
-    t->piece_off = malloc(((size_t)n + 1) * sizeof *t->piece_off);
     t->score = malloc((size_t)n * sizeof *t->score);
-    t->type = malloc((size_t)n * sizeof *t->type);
     t->mergeable = malloc((size_t)n);
-    t->map = malloc(cap * sizeof *t->map);
-    if (!t->text || !t->piece || !t->text_off || !t->piece_off || !t->score || !t->type ||
-        !t->mergeable || !t->map) {
+    if (!t->score || !t->mergeable) {
         tokenizer_free(t);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory loading a vocabulary of %d tokens", n);
     }
-
-    size_t off = 0;
     for (int i = 0; i < n; i++) {
-        gguf_str s = toks->v.arr.items[i].v.str;
-        t->text_off[i] = off;
-        if (s.len) memcpy(t->text + off, s.data, (size_t)s.len);
-        off += (size_t)s.len;
-
         double sc = scores ? gguf_arr_get_f64(scores, (uint64_t)i) : 0.0;
         /* NaN would break the heap order; treat it as "never preferred". */
         t->score[i] = isnan(sc) ? -INFINITY : (float)sc;
-
-        int64_t ty = types ? gguf_arr_get_i64(types, (uint64_t)i) : TOKEN_TYPE_NORMAL;
-        if (ty < 0 || ty > TOKEN_TYPE_BYTE) ty = TOKEN_TYPE_NORMAL; /* unknown kinds: plain text */
-        t->type[i] = (int32_t)ty;
     }
-    t->text_off[n] = off;
-    t->text[off] = '\0';
 
     /* Only text-like tokens may be formed from text (SentencePiece keeps
      * control, unknown and byte pieces out of its piece table): otherwise
@@ -273,34 +186,31 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
      * decodes to something else. */
     t->max_merge_len = 0;
     for (int i = 0; i < n; i++) {
-        int ty = t->type[i];
+        int ty = t->v.type[i];
         t->mergeable[i] =
             !(ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN || ty == TOKEN_TYPE_BYTE);
-        size_t len = t->text_off[i + 1] - t->text_off[i];
+        size_t len = vocab_len(&t->v, i);
         if (!t->mergeable[i]) continue;
         if (len > t->max_merge_len) t->max_merge_len = len;
-        const uint8_t *u = (const uint8_t *)t->text + t->text_off[i];
+        const uint8_t *u = (const uint8_t *)vocab_text(&t->v, i);
         for (size_t j = 0; j + 1 < len; j++) {
             unsigned k = (unsigned)u[j] << 8 | u[j + 1];
             t->pair_bits[k >> 3] |= (uint8_t)(1u << (k & 7));
         }
     }
 
-    memset(t->map, 0xFF, cap * sizeof *t->map); /* all -1 */
-    for (int i = 0; i < n; i++) tok_insert(t, i);
-
     /* Decoded pieces. */
     size_t poff = 0;
     for (int i = 0; i < n; i++) {
-        const char *s = t->text + t->text_off[i];
-        size_t len = t->text_off[i + 1] - t->text_off[i];
-        t->piece_off[i] = poff;
-        int ty = t->type[i];
+        const char *s = vocab_text(&t->v, i);
+        size_t len = vocab_len(&t->v, i);
+        t->v.piece_off[i] = poff;
+        int ty = t->v.type[i];
         int b;
         if (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_UNKNOWN) {
             /* nothing: BOS/EOS/unk are not text */
         } else if (ty == TOKEN_TYPE_BYTE && (b = parse_byte_token(s, len)) >= 0) {
-            t->piece[poff++] = (char)b;
+            t->v.piece[poff++] = (char)b;
         } else {
             /* NORMAL, USER_DEFINED, UNUSED (and malformed BYTE names):
              * U+2581 -> ' '. User-defined tokens are unescaped too because
@@ -309,30 +219,30 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
             for (size_t j = 0; j < len;) {
                 if (j + 3 <= len && (uint8_t)s[j] == 0xE2 && (uint8_t)s[j + 1] == 0x96 &&
                     (uint8_t)s[j + 2] == 0x81) {
-                    t->piece[poff++] = ' ';
+                    t->v.piece[poff++] = ' ';
                     j += 3;
                 } else {
-                    t->piece[poff++] = s[j++];
+                    t->v.piece[poff++] = s[j++];
                 }
             }
         }
     }
-    t->piece_off[n] = poff;
+    t->v.piece_off[n] = poff;
 
     /* Byte fallback table: BYTE tokens <0xXX> (first one wins), else a token
      * whose piece is exactly that one byte. */
     for (int b = 0; b < 256; b++) t->byte_tok[b] = -1;
     for (int i = 0; i < n; i++) {
-        if (t->type[i] != TOKEN_TYPE_BYTE) continue;
-        int b = parse_byte_token(t->text + t->text_off[i], t->text_off[i + 1] - t->text_off[i]);
+        if (t->v.type[i] != TOKEN_TYPE_BYTE) continue;
+        int b = parse_byte_token(vocab_text(&t->v, i), vocab_len(&t->v, i));
         if (b >= 0 && t->byte_tok[b] < 0) t->byte_tok[b] = i;
     }
     for (int b = 0; b < 256; b++) {
         if (t->byte_tok[b] >= 0) continue;
         char c = (char)b;
-        int32_t id = tok_lookup(t, &c, 1);
-        if (id >= 0 && t->piece_off[id + 1] - t->piece_off[id] == 1 &&
-            t->piece[t->piece_off[id]] == c)
+        int32_t id = vocab_lookup(&t->v, &c, 1);
+        if (id >= 0 && t->v.piece_off[id + 1] - t->v.piece_off[id] == 1 &&
+            t->v.piece[t->v.piece_off[id]] == c)
             t->byte_tok[b] = id;
     }
 
@@ -342,14 +252,9 @@ subq_status tokenizer_from_gguf(const gguf_file *f, tokenizer **out, subq_error 
 
 void tokenizer_free(tokenizer *t) {
     if (!t) return;
-    free(t->text);
-    free(t->text_off);
-    free(t->piece);
-    free(t->piece_off);
+    vocab_texts_free(&t->v);
     free(t->score);
-    free(t->type);
     free(t->mergeable);
-    free(t->map);
     bpe_free(t->bpe);
     free(t);
 }
@@ -375,7 +280,7 @@ static bool try_add_bigram(const tokenizer *t, const char *buf, const spm_sym *s
     if (left < 0 || right < 0) return true;
     size_t len = (size_t)sym[left].n + (size_t)sym[right].n;
     if (len > t->max_merge_len) return true;
-    int32_t id = tok_lookup(t, buf + sym[left].off, len);
+    int32_t id = vocab_lookup(&t->v, buf + sym[left].off, len);
     if (id < 0 || !t->mergeable[id]) return true;
     merge_cand b = {t->score[id], left, right, (int32_t)len};
     return merge_heap_push(h, b);
@@ -443,7 +348,7 @@ static subq_status spm_segment(const tokenizer *t, const char *buf, size_t a, si
     for (int32_t i = 0; i >= 0; i = sym[i].next) {
         const char *s = buf + sym[i].off;
         size_t n = (size_t)sym[i].n;
-        int32_t id = tok_lookup(t, s, n);
+        int32_t id = vocab_lookup(&t->v, s, n);
         if (id >= 0 && t->mergeable[id]) {
             if (*count < cap) out[*count] = id;
             (*count)++;
@@ -573,8 +478,8 @@ subq_status tokenizer_encode_alloc(const tokenizer *t, const char *text, size_t 
 /* Piece bytes of tok after `prev`, without copying. */
 static const char *piece_of(const tokenizer *t, int32_t prev, int32_t tok, size_t *n) {
     if (t->kind == TOKENIZER_BPE) return bpe_piece(t->bpe, tok, n); /* no space prefix to undo */
-    const char *p = t->piece + t->piece_off[tok];
-    size_t len = t->piece_off[tok + 1] - t->piece_off[tok];
+    const char *p = t->v.piece + t->v.piece_off[tok];
+    size_t len = t->v.piece_off[tok + 1] - t->v.piece_off[tok];
     /* Undo the space prefix encode added at the start of the text. */
     if (t->add_space_prefix && (prev < 0 || prev == t->bos) && len > 0 && p[0] == ' ') p++, len--;
     *n = len;
@@ -632,16 +537,16 @@ typedef struct special_index {
 } special_index;
 
 static int is_special(const tokenizer *t, int32_t id) {
-    int ty = t->type[id];
+    int ty = t->v.type[id];
     return (ty == TOKEN_TYPE_CONTROL || ty == TOKEN_TYPE_USER_DEFINED || ty == TOKEN_TYPE_UNKNOWN) &&
-           t->text_off[id + 1] > t->text_off[id];
+           vocab_len(&t->v, id) > 0;
 }
 
 static subq_status special_index_build(const tokenizer *t, special_index *ix, subq_error *err) {
     memset(ix->start, 0, sizeof ix->start);
     int n = 0;
     for (int32_t id = 0; id < t->n_vocab; id++)
-        if (is_special(t, id)) ix->start[(uint8_t)t->text[t->text_off[id]] + 1]++, n++;
+        if (is_special(t, id)) ix->start[(uint8_t)vocab_text(&t->v, id)[0] + 1]++, n++;
     ix->ids = malloc((size_t)(n ? n : 1) * sizeof(int32_t));
     if (!ix->ids) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory tokenising");
     for (int c = 0; c < 256; c++) ix->start[c + 1] += ix->start[c];
@@ -649,10 +554,10 @@ static subq_status special_index_build(const tokenizer *t, special_index *ix, su
     memcpy(fill, ix->start, sizeof fill);
     for (int32_t id = 0; id < t->n_vocab; id++) {
         if (!is_special(t, id)) continue;
-        int c = (uint8_t)t->text[t->text_off[id]], i = fill[c]++;
+        int c = (uint8_t)vocab_text(&t->v, id)[0], i = fill[c]++;
         /* insertion by length, descending: buckets are small */
-        size_t len = t->text_off[id + 1] - t->text_off[id];
-        while (i > ix->start[c] && t->text_off[ix->ids[i - 1] + 1] - t->text_off[ix->ids[i - 1]] < len) {
+        size_t len = vocab_len(&t->v, id);
+        while (i > ix->start[c] && vocab_len(&t->v, ix->ids[i - 1]) < len) {
             ix->ids[i] = ix->ids[i - 1];
             i--;
         }
@@ -685,8 +590,8 @@ subq_status tokenizer_encode_special(const tokenizer *t, const char *text, size_
             uint8_t c = (uint8_t)text[i];
             for (int32_t k = ix.start[c]; k < ix.start[c + 1]; k++) {
                 int32_t id = ix.ids[k];
-                size_t l = t->text_off[id + 1] - t->text_off[id];
-                if (l <= len - i && memcmp(text + i, t->text + t->text_off[id], l) == 0) {
+                size_t l = vocab_len(&t->v, id);
+                if (l <= len - i && memcmp(text + i, vocab_text(&t->v, id), l) == 0) {
                     at = i, n_sp = l, sid = id;
                     break;
                 }

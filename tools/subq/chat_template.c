@@ -154,19 +154,34 @@ static void gemma(strbuf *b, const chat_msg *msgs, int n, int add_assistant) {
     if (add_assistant) sb_puts(b, "<start_of_turn>model\n");
 }
 
+/* Templates that frame every message alike: OPEN role MID content CLOSE
+ * (content trimmed when `trim`), then ASSISTANT to open the reply. */
+typedef struct framed_tmpl {
+    const char *open, *mid, *close, *assistant;
+    int trim;
+} framed_tmpl;
+
+static const framed_tmpl chatml = {"<|im_start|>", "\n", "<|im_end|>\n", "<|im_start|>assistant\n", 0};
+static const framed_tmpl llama3 = {"<|start_header_id|>", "<|end_header_id|>\n\n", "<|eot_id|>",
+                                   "<|start_header_id|>assistant<|end_header_id|>\n\n", 1};
+static const framed_tmpl phi3 = {"<|", "|>\n", "<|end|>\n", "<|assistant|>\n", 0};
+
+static void framed(strbuf *b, const framed_tmpl *f, const chat_msg *msgs, int n, int add_assistant) {
+    for (int i = 0; i < n; i++) {
+        sb_puts(b, f->open);
+        sb_puts(b, msgs[i].role);
+        sb_puts(b, f->mid);
+        if (f->trim) put_trimmed(b, msgs[i].content);
+        else sb_puts(b, msgs[i].content);
+        sb_puts(b, f->close);
+    }
+    if (add_assistant) sb_puts(b, f->assistant);
+}
+
 char *chat_template_apply(chat_tmpl t, const chat_msg *msgs, int n, int add_assistant) {
     strbuf b = {0};
     switch (t) {
-    case CHAT_CHATML:
-        for (int i = 0; i < n; i++) {
-            sb_puts(&b, "<|im_start|>");
-            sb_puts(&b, msgs[i].role);
-            sb_puts(&b, "\n");
-            sb_puts(&b, msgs[i].content);
-            sb_puts(&b, "<|im_end|>\n");
-        }
-        if (add_assistant) sb_puts(&b, "<|im_start|>assistant\n");
-        break;
+    case CHAT_CHATML: framed(&b, &chatml, msgs, n, add_assistant); break;
     case CHAT_LLAMA2:
     case CHAT_LLAMA2_SYS:
     case CHAT_LLAMA2_SYS_BOS:
@@ -183,27 +198,9 @@ char *chat_template_apply(chat_tmpl t, const chat_msg *msgs, int n, int add_assi
             sb_puts(&b, sys ? "[/SYSTEM_PROMPT]" : user ? "[/INST]" : "</s>");
         }
         break;
-    case CHAT_LLAMA3:
-        for (int i = 0; i < n; i++) {
-            sb_puts(&b, "<|start_header_id|>");
-            sb_puts(&b, msgs[i].role);
-            sb_puts(&b, "<|end_header_id|>\n\n");
-            put_trimmed(&b, msgs[i].content);
-            sb_puts(&b, "<|eot_id|>");
-        }
-        if (add_assistant) sb_puts(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
-        break;
+    case CHAT_LLAMA3: framed(&b, &llama3, msgs, n, add_assistant); break;
     case CHAT_GEMMA: gemma(&b, msgs, n, add_assistant); break;
-    case CHAT_PHI3:
-        for (int i = 0; i < n; i++) {
-            sb_puts(&b, "<|");
-            sb_puts(&b, msgs[i].role);
-            sb_puts(&b, "|>\n");
-            sb_puts(&b, msgs[i].content);
-            sb_puts(&b, "<|end|>\n");
-        }
-        if (add_assistant) sb_puts(&b, "<|assistant|>\n");
-        break;
+    case CHAT_PHI3: framed(&b, &phi3, msgs, n, add_assistant); break;
     default: break;
     }
     return sb_take(&b);

@@ -18,12 +18,27 @@ subq_attn_plan cli_plan_with(const cli_sparse_opts *o, subq_selector_kind kind, 
     return p;
 }
 
+static int quest_mode_parse(const char *v) { return !strcmp(v, "headmean") ? 1 : !strcmp(v, "per-head") ? 0 : -1; }
+
+/* The value of the option at argv[*i] (advances *i) as parse() reads it
+ * into *out; 0 after a one-line error naming what it expects. */
+static int choice_value(const char *cmd, int argc, char **argv, int *i, int (*parse)(const char *),
+                        const char *expects, int *out) {
+    const char *flag = argv[*i], *v = cli_value(cmd, argc, argv, i);
+    if (!v) return 0;
+    *out = parse(v);
+    if (*out >= 0) return 1;
+    cli_error(cmd, "%s expects %s, got '%s'", flag, expects, v);
+    return 0;
+}
+
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o) {
     const char *a = argv[*i], *v;
     subq_attn_plan *p = &o->plan;
-    int *target = NULL, lo = 0, hi = 1 << 20;
+    const char **text = NULL; /* an option whose value is kept as given */
+    int *target = NULL, lo = 0, hi = 1 << 20, x;
     if (!strcmp(a, "--search")) {
-        if (!(o->search_file = cli_value(cmd, argc, argv, i))) return -1;
+        text = &o->search_file;
     } else if (!strcmp(a, "--random-search")) {
         target = &o->random_search, lo = 1, hi = SUBQ_SEARCH_MAX_D;
     } else if (!strcmp(a, "--select")) {
@@ -35,9 +50,9 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         }
         p->selector = (subq_selector_kind)k;
     } else if (!strcmp(a, "--sparse-layers")) {
-        if (!(p->layers = cli_value(cmd, argc, argv, i))) return -1;
+        text = &p->layers;
     } else if (!strcmp(a, "--topk-layers")) {
-        if (!(p->topk_layers = cli_value(cmd, argc, argv, i))) return -1;
+        text = &p->topk_layers;
     } else if (!strcmp(a, "--topk")) {
         target = &p->top_k, lo = 0;
         o->topk_set = 1;
@@ -54,50 +69,33 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
     } else if (!strcmp(a, "--quest-page")) {
         target = &p->quest_page, lo = 1, hi = 1 << 16;
     } else if (!strcmp(a, "--quest-mode")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        if (strcmp(v, "per-head") && strcmp(v, "headmean")) {
-            cli_error(cmd, "--quest-mode expects per-head or headmean, got '%s'", v);
-            return -1;
-        }
-        p->quest_headmean = !strcmp(v, "headmean");
+        if (!choice_value(cmd, argc, argv, i, quest_mode_parse, "per-head or headmean", &x)) return -1;
+        p->quest_headmean = x;
     } else if (!strcmp(a, "--oracle")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        int k = subq_oracle_parse(v);
-        if (k < 0) {
-            cli_error(cmd, "--oracle expects headmean-dot, headmean-cosine or per-head, got '%s'", v);
+        if (!choice_value(cmd, argc, argv, i, subq_oracle_parse, "headmean-dot, headmean-cosine or per-head", &x))
             return -1;
-        }
-        p->oracle = (subq_oracle_kind)k;
+        p->oracle = (subq_oracle_kind)x;
     } else if (!strcmp(a, "--no-search")) {
         o->no_search = 1;
         return 1;
     } else if (!strcmp(a, "--search-f16")) {
         p->search_f16 = 1;
     } else if (!strcmp(a, "--score")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        int x = subq_score_parse(v);
-        if (x < 0) {
-            cli_error(cmd, "--score expects cosine or dot, got '%s'", v);
-            return -1;
-        }
+        if (!choice_value(cmd, argc, argv, i, subq_score_parse, "cosine or dot", &x)) return -1;
         p->score = (subq_score)x;
     } else if (!strcmp(a, "--scan")) {
-        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        int x = subq_scan_parse(v);
-        if (x < 0) {
-            cli_error(cmd, "--scan expects full, int8 or int4, got '%s'", v);
-            return -1;
-        }
+        if (!choice_value(cmd, argc, argv, i, subq_scan_parse, "full, int8 or int4", &x)) return -1;
         p->scan = (subq_scan)x;
     } else if (!strcmp(a, "--complete")) {
-        if (!(o->complete_file = cli_value(cmd, argc, argv, i))) return -1;
+        text = &o->complete_file;
     } else if (!strcmp(a, "--complete-heads")) {
-        if (!(o->complete_heads = cli_value(cmd, argc, argv, i))) return -1;
+        text = &o->complete_heads;
     } else if (!strcmp(a, "--sparse-prefill")) {
         p->sparse_prefill = SUBQ_PREFILL_SPARSE;
     } else {
         return 0;
     }
+    if (text && !(*text = cli_value(cmd, argc, argv, i))) return -1;
     if (target && (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_int(cmd, a, v, lo, hi, target))) return -1;
     o->enabled = 1;
     return 1;

@@ -33,8 +33,8 @@ void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *
 }
 
 /* out[i] = q_h(t) . k_{h/g}(s+i) / sqrt(hd) for i < n: head h's attention
- * logits over the keys s..s+n-1. */
-static void head_logits(const float *q_t, const float *kt, int T, const attn_shape *sh, int h, int s, int n,
+ * logits over the keys s..s+n-1; returns their maximum. */
+static float head_logits(const float *q_t, const float *kt, int T, const attn_shape *sh, int h, int s, int n,
                         float *out) {
     const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv;
     const float scale = 1.0f / sqrtf((float)hd);
@@ -45,6 +45,10 @@ static void head_logits(const float *q_t, const float *kt, int T, const attn_sha
         const float qc = qh[c] * scale, *row = kg + (size_t)c * T;
         for (int i = 0; i < n; i++) out[i] += qc * row[i];
     }
+    float mx = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (out[i] > mx) mx = out[i];
+    return mx;
 }
 
 /* Rare path of teacher_row_mid: every aggregated probability of the mid keys
@@ -61,10 +65,7 @@ static void teacher_row_mid_logdomain(const float *q_t, const float *kt, int T, 
         if (pass == 1)
             for (int i = 0; i < m; i++) p[i] = 0.0f;
         for (int h = 0; h < sh->n_head; h++) {
-            head_logits(q_t, kt, T, sh, h, s, n, scratch);
-            float mx = -INFINITY;
-            for (int i = 0; i < n; i++)
-                if (scratch[i] > mx) mx = scratch[i];
+            const float mx = head_logits(q_t, kt, T, sh, h, s, n, scratch);
             float sum = 0.0f;
             for (int i = 0; i < n; i++) sum += expf(scratch[i] - mx);
             const float lse = mx + logf(sum);
@@ -95,10 +96,7 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
     for (int h = 0; h < sh->n_head; h++) {
         /* scratch[i] = sum_c (q_h[c] / sqrt(hd)) k_g(s+i)[c], then softmax over all of s..t:
          * the model's own attention, including the keys outside lo..hi */
-        head_logits(q_t, kt, T, sh, h, s, n, scratch);
-        float mx = -INFINITY;
-        for (int i = 0; i < n; i++)
-            if (scratch[i] > mx) mx = scratch[i];
+        const float mx = head_logits(q_t, kt, T, sh, h, s, n, scratch);
         float sum = 0.0f;
         for (int i = 0; i < n; i++) {
             scratch[i] = expf(scratch[i] - mx);
