@@ -1,6 +1,10 @@
 /* Top-k by a min-heap of the k best seen so far: the root is the worst kept
  * element, so each new element is compared with it once and replaces it
- * when better. A final heap sort gives the order best-first. */
+ * when better. A final heap sort gives the order best-first. The scan runs
+ * from the last element to the first: attention over keys in time order
+ * grows toward the recent end, and a forward scan would replace the root
+ * (and sift) at almost every element. The result does not depend on the
+ * order (better() is a strict total order). */
 #include "train/search/topk.h"
 
 /* a ranks before b: larger value, or equal value and lower index */
@@ -23,10 +27,10 @@ static void sift_down(const float *v, int *heap, int n, int i) {
 int topk_indices(const float *v, int n, int k, int *idx) {
     if (k > n) k = n;
     if (k <= 0) return 0;
-    /* heapify the first k, then let each later element challenge the root */
-    for (int i = 0; i < k; i++) idx[i] = i;
+    /* heapify the last k, then let each earlier element challenge the root */
+    for (int i = 0; i < k; i++) idx[i] = n - k + i;
     for (int i = k / 2 - 1; i >= 0; i--) sift_down(v, idx, k, i);
-    for (int i = k; i < n; i++) {
+    for (int i = n - k - 1; i >= 0; i--) {
         if (better(v, i, idx[0])) {
             idx[0] = i;
             sift_down(v, idx, k, 0);
