@@ -1,6 +1,7 @@
 #include "attn/sparse_metrics.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +29,7 @@ typedef struct measure_scratch {
 } measure_scratch;
 
 /* The k-th largest of a[0..n) (1 <= k <= n; a is reordered): quickselect. */
-static float kth_largest(float *a, int n, int k) {
+static float quickselect(float *a, int n, int k) {
     int lo = 0, hi = n - 1, want = k - 1;
     while (lo < hi) {
         float pivot = a[lo + (hi - lo) / 2];
@@ -46,6 +47,28 @@ static float kth_largest(float *a, int n, int k) {
         else break;
     }
     return a[want];
+}
+
+/* A float's bits as an unsigned key in the float's order (no NaN). */
+static uint32_t order_key(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+/* The same: a histogram of the keys' top 11 bits (sign, exponent, two
+ * mantissa bits) finds the bin that holds the k-th largest in one
+ * branch-free pass; quickselect then runs over that bin's values only. */
+#define KTH_BINS 2048
+static float kth_largest(float *a, int n, int k) {
+    int hist[KTH_BINS] = {0};
+    for (int i = 0; i < n; i++) hist[order_key(a[i]) >> 21]++;
+    int bin = KTH_BINS - 1, above = 0;
+    while (above + hist[bin] < k) above += hist[bin--];
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if ((int)(order_key(a[i]) >> 21) == bin) a[m++] = a[i];
+    return quickselect(a, m, k - above);
 }
 
 /* score[j - kb] of the eligible slots j of the query's document into sel;

@@ -89,13 +89,16 @@ static int scan(oracle_sel *o, const select_mask *m, int k, int g0, int g1, int 
     float *acc = o->sc.f + k, *tmp = acc + blk;
     int lo[3], hi[3], nr = select_mask_ranges(m, o->count, lo, hi);
     int64_t scored = 0;
-    for (int r = 0; r < nr; r++) {
-        for (int j0 = lo[r]; j0 < hi[r]; j0 += (int)blk) {
-            int j1 = j0 + (int)blk < hi[r] ? j0 + (int)blk : hi[r], nb = 0;
+    /* the most recent keys first: scores tend to grow toward them, and
+     * pushes in time order would replace the heap's root (and sift) at
+     * almost every key; the result is the same */
+    for (int r = nr - 1; r >= 0; r--) {
+        for (int j1 = hi[r]; j1 > lo[r]; j1 -= (int)blk) {
+            int j0 = j1 - (int)blk > lo[r] ? j1 - (int)blk : lo[r], nb = 0;
             for (int j = j0; j < j1; j++)
                 if (!m->seg || m->seg[j] == m->query_seg) idx[nb++] = j;
             score_block(o, idx, nb, g0, g1, cosine, acc, tmp);
-            for (int i = 0; i < nb; i++) select_heap_push(&best, acc[i], idx[i]);
+            for (int i = nb - 1; i >= 0; i--) select_heap_push(&best, acc[i], idx[i]);
             scored += nb;
         }
     }

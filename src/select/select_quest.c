@@ -183,18 +183,29 @@ static int pick(quest_sel *q, const select_mask *m, int k, int g0, int g1, int32
     /* pages with a bounded heap of size k: each page taken holds >= 1 eligible
      * slot, so at most k pages are ever needed */
     int kp = k < n_pages ? k : n_pages;
-    if (!select_scratch_f(s, &q->pg, (size_t)kp) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp)) return -1;
-    select_heap ph = {.score = q->pg.f, .slot = q->pg.i, .n = 0, .k = kp};
+    if (!select_scratch_f(s, &q->pg, (size_t)kp + (size_t)n_pages) || !select_scratch_i(s, &q->pg, 2 * (size_t)kp))
+        return -1;
+    float *bound = q->pg.f + kp;
     int64_t scored = 0;
-    for (int p = 0; p < n_pages; p++) {
-        if (!q->pcnt[p]) continue;
-        select_heap_push(&ph, page_score(q, p, g0, g1), p);
-        scored++;
-    }
+    for (int p = 0; p < n_pages; p++)
+        if (q->pcnt[p]) bound[p] = page_score(q, p, g0, g1), scored++;
     s->stats.n_visited += scored;
     s->stats.bytes_read += (uint64_t)scored * (uint64_t)(g1 - g0) * 2 * (uint64_t)s->env.head_dim * sizeof(float);
+    /* first a heap of a few more pages than k slots fill when full: if its
+     * pages hold k eligible slots, the emission below stops among them (the
+     * best pages are the same prefix for any heap size), and sorting up to k
+     * pages is spared; else the heap of kp */
     int32_t *pages = q->pg.i + kp;
-    int np = select_heap_take(&ph, pages, NULL);
+    int np = 0;
+    for (int cap = 2 * ((k + P - 1) / P) + 2 < kp ? 2 * ((k + P - 1) / P) + 2 : kp;; cap = kp) {
+        select_heap ph = {.score = q->pg.f, .slot = q->pg.i, .n = 0, .k = cap};
+        for (int p = n_pages - 1; p >= 0; p--) /* recent pages first: they tend to bound higher */
+            if (q->pcnt[p]) select_heap_push(&ph, bound[p], p);
+        np = select_heap_take(&ph, pages, NULL);
+        int64_t held = 0;
+        for (int i = 0; i < np; i++) held += q->pcnt[pages[i]];
+        if (held >= k || cap == kp) break;
+    }
 
     /* emit the eligible slots of the best pages until k */
     int got = 0;

@@ -241,7 +241,10 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
     int rc = !S || (f16 && !kf) || !hs || !hj || !h ? -1 : 0;
     int64_t scored = 0;
     for (int i = 0; !rc && i < n; i++) h[i] = (select_heap){.score = hs + (size_t)i * k, .slot = hj + (size_t)i * k, .k = k};
-    for (int j0 = 0; !rc && j0 < top; j0 += BATCH_KEYS) {
+    /* newest block first, and newest key first within it: scores tend to
+     * grow toward the recent end, and keys in time order would replace the
+     * heap's root (and sift) at almost every push; the result is the same */
+    for (int j0 = top > 0 ? (top - 1) / BATCH_KEYS * BATCH_KEYS : -1; !rc && j0 >= 0; j0 -= BATCH_KEYS) {
         const int j1 = j0 + BATCH_KEYS < top ? j0 + BATCH_KEYS : top, nb = j1 - j0;
         const float *K = (const float *)base + (size_t)j0 * stride;
         if (f16) { /* f16 rows are packed (stride == d) */
@@ -253,9 +256,9 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
         for (int i = 0; i < n; i++) {
             int lo[3], hi[3], nr = select_mask_ranges(&m[i], count, lo, hi);
             const float *row = S + (size_t)i * nb - j0;
-            for (int r = 0; r < nr; r++) {
+            for (int r = nr - 1; r >= 0; r--) {
                 int a = lo[r] > j0 ? lo[r] : j0, b = hi[r] < j1 ? hi[r] : j1;
-                for (int j = a; j < b; j++)
+                for (int j = b - 1; j >= a; j--)
                     if (!m[i].seg || m[i].seg[j] == m[i].query_seg) {
                         select_heap_push(&h[i], row[j], j);
                         scored++;
