@@ -272,6 +272,19 @@ static void check_exp(const char *name, const kernels *K) {
     CHECK(zero_ok, "%s exp: -inf (and below -87) must give 0", name);
     CHECK(fabs(sum - want_sum) / want_sum < 1e-6, "%s exp: sum %.9g, want %.9g", name, sum, want_sum);
     printf("%s: exp %.2e\n", name, worst_e);
+    /* max: every length up to 70 and a long row, the maximum at each place,
+     * -inf and NaN elements passed over, the initial value kept when larger */
+    for (int n = 0; n <= 70; n++) {
+        for (int at = 0; at < n; at++) {
+            float v[70];
+            for (int j = 0; j < n; j++) v[j] = j % 3 == 1 ? -INFINITY : j % 5 == 2 ? NAN : -(float)j;
+            v[at] = 7.5f;
+            CHECK(K->max_f32(v, n, -INFINITY) == 7.5f && K->max_f32(v, n, 9.0f) == 9.0f, "%s max: n %d at %d", name,
+                  n, at);
+        }
+        CHECK(K->max_f32(x, 0, -INFINITY) == -INFINITY, "%s max of nothing", name);
+    }
+    CHECK(K->max_f32(x, N, -INFINITY) == 3.0f && K->max_f32(x + 1, N - 1, -INFINITY) == x[1], "%s max of a row", name);
 }
 
 /* The f16 x f16 dot against a double loop. */

@@ -306,7 +306,7 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
             e[x] = j >= 0 ? st->scale * ops->dot(qr, kv_cache_key(kv, st->layer, kh, j), hd) : -INFINITY;
             mx = e[x] > mx ? e[x] : mx;
         }
-        for (int j = a; j <= b; j++) mx = row[j] > mx ? row[j] : mx;
+        mx = kernels_get()->max_f32(row + a, b - a + 1, mx);
         memset(row, 0, (size_t)a * sizeof(float));
         memset(row + b + 1, 0, (size_t)(n_keys - b - 1) * sizeof(float));
         float sum = kernels_get()->exp_shift_sum(row + a, b - a + 1, mx);

@@ -172,7 +172,7 @@ static void measure_block(const sparse_measure *b, const float **keys, int k_lo,
         for (int r = 0; r < rows; r++) {
             const int t = t0 + r / g, h = kh * g + r % g, a = b->doc0[t] - kb, e = b->slot0 + t - kb;
             float *row = w->s + (size_t)r * nk, mx = -INFINITY;
-            for (int j = a; j <= e; j++) mx = row[j] > mx ? row[j] : mx;
+            mx = kern->max_f32(row + a, e - a + 1, mx);
             const float inv = 1.0f / kern->exp_shift_sum(row + a, e - a + 1, mx); /* sum >= 1 */
             for (int j = a; j <= e; j++) row[j] *= inv;
             if (b->per_head) {

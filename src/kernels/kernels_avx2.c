@@ -885,6 +885,26 @@ TARGET static void kv_f16_accum(const float *p, int g, int ld, const void *vals,
 KV_QUANT_OPS(kv_q8_0, 0, SUBQ_KV_Q8_0, q8_0)
 KV_QUANT_OPS(kv_q4_0, 1, SUBQ_KV_Q4_0, q4_0)
 
+/* Four independent running maxima (one maxss chain would wait on each
+ * result); max_ps(x, m) keeps m where x is NaN, as the scalar compare does. */
+TARGET static float max_f32(const float *x, int n, float mx) {
+    __m256 m0 = _mm256_set1_ps(mx), m1 = m0, m2 = m0, m3 = m0;
+    int j = 0;
+    for (; j + 32 <= n; j += 32) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + j), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + j + 8), m1);
+        m2 = _mm256_max_ps(_mm256_loadu_ps(x + j + 16), m2);
+        m3 = _mm256_max_ps(_mm256_loadu_ps(x + j + 24), m3);
+    }
+    for (; j + 8 <= n; j += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + j), m0);
+    m0 = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m0);
+    for (int i = 0; i < 8; i++) mx = lanes[i] > mx ? lanes[i] : mx;
+    for (; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
 /* exp(x) for x <= 0 as in Cephes expf: x = n ln2 + r with |r| <= ln2/2,
  * exp(r) by a degree-6 polynomial (relative error ~1e-7), times 2^n built in
  * the exponent bits; x below -87 (and -inf) gives 0. */
@@ -1019,6 +1039,7 @@ const kernels kernels_avx2_set = {
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
+    .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,
     .kv =

@@ -219,6 +219,11 @@ static void axpy_f16(float *y, float w, const uint16_t *x, int n) {
     for (int i = 0; i < n; i++) y[i] += w * fp16_to_fp32(x[i]);
 }
 
+static float max_f32(const float *x, int n, float mx) {
+    for (int j = 0; j < n; j++) mx = x[j] > mx ? x[j] : mx;
+    return mx;
+}
+
 static float exp_shift_sum(float *x, int n, float mx) {
     float s = 0.0f;
     for (int j = 0; j < n; j++) s += x[j] = expf(x[j] - mx);
@@ -442,6 +447,7 @@ const kernels kernels_scalar_set = {
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
+    .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,
     .kv =

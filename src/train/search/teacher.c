@@ -150,7 +150,7 @@ void teacher_block(const float *q, const float *k, const float *kt, int T, const
             if (lo > hi) continue;
             float *row = S + (size_t)r * nk, *p = P + (size_t)(t - t0) * ldp, mx = -INFINITY;
             /* head h's softmax over all of its keys s..e, then its share of the mid keys lo..hi */
-            for (int j = s; j <= e; j++) mx = row[j] > mx ? row[j] : mx;
+            mx = kern->max_f32(row + s, e - s + 1, mx);
             const float inv = 1.0f / kern->exp_shift_sum(row + s, e - s + 1, mx);
             if (agg == SUBQ_TEACHER_AGG_MEAN) {
                 const float w = inv / (float)nh;
