@@ -687,6 +687,15 @@ static subq_status read_whole(int fd, size_t size, const char *nm, void **out, s
 
 subq_status gguf_open(const char *path, gguf_file **out, subq_error *err) { return gguf_open_ex(path, 0, out, err); }
 
+subq_status gguf_load(const char *path, gguf_read_fn read_fn, void *out, subq_error *err) {
+    gguf_file *f;
+    subq_status s = gguf_open(path, &f, err);
+    if (s) return s;
+    s = read_fn(f, path, out, err);
+    gguf_close(f);
+    return s;
+}
+
 subq_status gguf_open_ex(const char *path, int read_in, gguf_file **out, subq_error *err) {
     struct stat st;
     void *map;

@@ -468,3 +468,12 @@ subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err)
     }
     return atomic_file_commit(&af, o.err, err);
 }
+
+subq_status gguf_save(const char *path, gguf_fill_fn fill, const void *obj, subq_error *err) {
+    gguf_writer *w = gguf_writer_new();
+    if (!w) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    subq_status s = fill(obj, w, err);
+    if (!s) s = gguf_writer_write(w, path, err);
+    gguf_writer_free(w);
+    return s;
+}
