@@ -138,6 +138,8 @@ double gguf_arr_get_f64(const gguf_value *arr, uint64_t i);
 int64_t gguf_arr_get_i64(const gguf_value *arr, uint64_t i);
 
 const char *gguf_type_name(gguf_type t);
+/* Bytes of one element of a fixed-size type; 0 for STRING, ARRAY and unknown. */
+size_t gguf_type_size(uint32_t t);
 
 /* FNV-1a (base/fingerprint.h) of a value, its type and, for arrays, every
  * element, chained onto h. */
