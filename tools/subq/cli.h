@@ -30,6 +30,8 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out
 /* Value of the option at argv[*i] (advances *i); NULL + error when missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_is_help(const char *a);
+/* Print a command's help on stdout; returns 0 (the exit code). */
+int cli_help(const char *help);
 
 /* Tokenise text into a malloc'd array of exactly the right size (*toks, *n);
  * `special`: the text of special tokens becomes them (subq_tokenize_special). */
