@@ -77,8 +77,7 @@ subq_status phi_dims_check(const phi_dims *d, subq_error *err) {
 
 void phi_maps_free(phi_maps *p) {
     if (!p) return;
-    free(p->layers);
-    free(p->sel_of_layer);
+    free(p->layers); /* and sel_of_layer */
     free(p->h_mid);
     free(p->data);
     free(p);
@@ -100,13 +99,13 @@ subq_status phi_maps_new(const phi_dims *d, int n_layer, const int *layers, int 
     p->n_sink = 4;
     p->n_tail = 16;
     p->layer_size = phi_layer_size(d);
-    p->layers = malloc((size_t)n_sel * sizeof(int));
-    p->sel_of_layer = malloc((size_t)n_layer * sizeof(int));
+    p->layers = malloc(((size_t)n_sel + n_layer) * sizeof(int));
     p->data = calloc(p->layer_size * (size_t)n_sel, sizeof(float));
-    if (!p->layers || !p->sel_of_layer || !p->data) {
+    if (!p->layers || !p->data) {
         phi_maps_free(p);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for completion maps of %d layers", n_sel);
     }
+    p->sel_of_layer = p->layers + n_sel;
     if ((s = derived_sort_layers(layers, n_sel, n_layer, "completion map", p->layers, err))) {
         phi_maps_free(p);
         return s;
@@ -244,7 +243,9 @@ subq_status phi_maps_to_writer(const phi_maps *p, gguf_writer *w, subq_error *er
 
 static subq_status fill(const void *p, gguf_writer *w, subq_error *err) { return phi_maps_to_writer(p, w, err); }
 
-subq_status phi_maps_save(const phi_maps *p, const char *path, subq_error *err) { return gguf_save(path, fill, p, err); }
+subq_status phi_maps_save(const phi_maps *p, const char *path, subq_error *err) {
+    return gguf_save(path, fill, p, err);
+}
 
 subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, subq_error *err) {
     *out = NULL;

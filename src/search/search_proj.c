@@ -22,8 +22,7 @@ void search_proj_tensor_names(int layer, char *q_name, char *k_name, size_t cap)
 void search_proj_free(search_proj *p) {
     if (!p) return;
     free(p->layers);
-    free(p->wq);
-    free(p->wk);
+    free(p->wq); /* and wk */
     free(p->data);
     free(p);
 }
@@ -44,14 +43,14 @@ subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *la
     p->n_sel = n_sel;
     size_t per = (size_t)d_search * (size_t)n_embd;
     p->layers = malloc((size_t)n_sel * sizeof(int));
-    p->wq = calloc((size_t)n_layer, sizeof(float *));
-    p->wk = calloc((size_t)n_layer, sizeof(float *));
+    p->wq = calloc(2 * (size_t)n_layer, sizeof(float *));
     p->data = calloc(2 * per * (size_t)n_sel, sizeof(float));
-    if (!p->layers || !p->wq || !p->wk || !p->data) {
+    if (!p->layers || !p->wq || !p->data) {
         search_proj_free(p);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d x %d x %d search projections", n_sel, d_search,
                          n_embd);
     }
+    p->wk = p->wq + n_layer;
     subq_status s = derived_sort_layers(layers, n_sel, n_layer, "search projection", p->layers, err);
     if (s) {
         search_proj_free(p);
