@@ -284,6 +284,7 @@ static void doc_starts(const kv_cache *kv, int slot0, int n, int32_t *first) {
  * k_lo). S = scale Q K^T by sgemm, each row masked to its own slots, the
  * extra slots scored beside it (E), one softmax over both, O = S V + E V_extra,
  * scaled by 1 / sum at the end. */
+/* A thread's scratch, one allocation at q. */
 typedef struct batch_scratch {
     float *q, *s, *o, *e, *inv;
 } batch_scratch;
@@ -363,12 +364,11 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     int failed = (need_conv && (!Kf || !Vf)) || !w;
     const size_t rows = (size_t)g * tb;
     for (int i = 0; !failed && i < nt; i++) {
-        w[i] = (batch_scratch){
-            .q = malloc(rows * hd * sizeof(float)), .s = malloc(rows * n_keys * sizeof(float)),
-            .o = malloc(rows * hd * sizeof(float)), .e = malloc((rows * n_extra + 1) * sizeof(float)),
-            .inv = malloc(rows * sizeof(float)),
-        };
-        failed = !w[i].q || !w[i].s || !w[i].o || !w[i].e || !w[i].inv;
+        /* q, o [rows][hd], s [rows][n_keys], inv [rows], e [rows * n_extra + 1] */
+        float *q = malloc((rows * (2 * hd + n_keys + 1 + n_extra) + 1) * sizeof(float));
+        failed = !q;
+        if (q) w[i] = (batch_scratch){.q = q, .o = q + rows * hd, .s = q + 2 * rows * hd,
+                                      .inv = q + rows * (2 * hd + n_keys), .e = q + rows * (2 * hd + n_keys + 1)};
     }
     for (int kh = 0; kh < st->n_head_kv && !failed; kh++) {
         batch_job j = {.st = st, .kv = kv, .kh = kh, .tb = tb, .T = T, .k_lo = k_lo, .n_extra = n_extra,
@@ -377,13 +377,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
         j.V = head_rows_f32(kv, kv_cache_value(kv, st->layer, kh, k_lo), n_keys, Vf);
         pool_run(st->pool, n_blocks, batch_block, &j);
     }
-    for (int i = 0; w && i < nt; i++) {
-        free(w[i].q);
-        free(w[i].s);
-        free(w[i].o);
-        free(w[i].e);
-        free(w[i].inv);
-    }
+    for (int i = 0; w && i < nt; i++) free(w[i].q);
     free(w);
     free(first);
     free(Kf);

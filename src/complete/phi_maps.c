@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "base/fingerprint.h"
 #include "base/rng.h"
+#include "model/derived.h"
 #include "model/model.h"
 #include "quant/types.h"
 
@@ -77,16 +77,10 @@ subq_status phi_dims_check(const phi_dims *d, subq_error *err) {
 
 void phi_maps_free(phi_maps *p) {
     if (!p) return;
-    free(p->layers);
-    free(p->sel_of_layer);
+    free(p->layers); /* and sel_of_layer */
     free(p->h_mid);
     free(p->data);
     free(p);
-}
-
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
 }
 
 subq_status phi_maps_new(const phi_dims *d, int n_layer, const int *layers, int n_sel, uint64_t fp, phi_maps **out,
@@ -105,25 +99,19 @@ subq_status phi_maps_new(const phi_dims *d, int n_layer, const int *layers, int 
     p->n_sink = 4;
     p->n_tail = 16;
     p->layer_size = phi_layer_size(d);
-    p->layers = malloc((size_t)n_sel * sizeof(int));
-    p->sel_of_layer = malloc((size_t)n_layer * sizeof(int));
+    p->layers = malloc(((size_t)n_sel + n_layer) * sizeof(int));
     p->data = calloc(p->layer_size * (size_t)n_sel, sizeof(float));
-    if (!p->layers || !p->sel_of_layer || !p->data) {
+    if (!p->layers || !p->data) {
         phi_maps_free(p);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for completion maps of %d layers", n_sel);
     }
-    memcpy(p->layers, layers, (size_t)n_sel * sizeof(int));
-    qsort(p->layers, (size_t)n_sel, sizeof(int), cmp_int);
-    for (int l = 0; l < n_layer; l++) p->sel_of_layer[l] = -1;
-    for (int i = 0; i < n_sel; i++) {
-        int l = p->layers[i];
-        if (l < 0 || l >= n_layer || (i > 0 && l == p->layers[i - 1])) {
-            phi_maps_free(p);
-            return subq_fail(err, SUBQ_ERR_ARG, "completion map layer %d is out of range or repeated (model has %d layers)",
-                             l, n_layer);
-        }
-        p->sel_of_layer[l] = i;
+    p->sel_of_layer = p->layers + n_sel;
+    if ((s = derived_sort_layers(layers, n_sel, n_layer, "completion map", p->layers, err))) {
+        phi_maps_free(p);
+        return s;
     }
+    for (int l = 0; l < n_layer; l++) p->sel_of_layer[l] = -1;
+    for (int i = 0; i < n_sel; i++) p->sel_of_layer[p->layers[i]] = i;
     *out = p;
     return SUBQ_OK;
 }
@@ -219,28 +207,20 @@ int phi_tensor_gguf_shape(const phi_dims *d, int which, int t, uint64_t ne[3]) {
 
 subq_status phi_maps_to_writer(const phi_maps *p, gguf_writer *w, subq_error *err) {
     const phi_dims *d = &p->dims;
-    char fp[17];
-    fingerprint_hex(p->model_fingerprint, fp);
-    int32_t *layers = malloc((size_t)p->n_sel * sizeof(int32_t));
-    if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < p->n_sel; i++) layers[i] = p->layers[i];
-    subq_status s = SUBQ_OK;
-    s = s ? s : gguf_writer_set_str(w, "general.architecture", PHI_ARCH);
+    subq_status s = gguf_writer_set_str(w, "general.architecture", PHI_ARCH);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.d_phi", (uint32_t)d->d_phi);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.d_emb", (uint32_t)d->d_emb);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.d_hidden", (uint32_t)d->d_hidden);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.head_dim", (uint32_t)d->head_dim);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.n_head", (uint32_t)d->n_head);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.n_head_kv", (uint32_t)d->n_head_kv);
-    s = s ? s : gguf_writer_set_arr(w, "subq.phi.layers", GGUF_TYPE_INT32, layers, (uint64_t)p->n_sel);
-    s = s ? s : gguf_writer_set_str(w, "subq.phi.model_fingerprint", fp);
+    s = s ? s : derived_write_ident(w, "subq.phi", p->layers, p->n_sel, p->model_fingerprint);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.model_n_layer", (uint32_t)p->n_layer);
     s = s ? s : gguf_writer_set_str(w, "subq.phi.gelu", "tanh");
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.n_sink", (uint32_t)p->n_sink);
     s = s ? s : gguf_writer_set_u32(w, "subq.phi.n_tail", (uint32_t)p->n_tail);
     if (p->h_mid)
         s = s ? s : gguf_writer_set_arr(w, "subq.phi.h_mid", GGUF_TYPE_FLOAT32, p->h_mid, (uint64_t)p->n_sel * d->n_head);
-    free(layers);
     if (s) return subq_fail(err, s, "out of memory building completion map metadata");
     for (int i = 0; i < p->n_sel; i++) {
         const float *L = p->data + (size_t)i * p->layer_size;
@@ -261,19 +241,16 @@ subq_status phi_maps_to_writer(const phi_maps *p, gguf_writer *w, subq_error *er
     return SUBQ_OK;
 }
 
+static subq_status fill(const void *p, gguf_writer *w, subq_error *err) { return phi_maps_to_writer(p, w, err); }
+
 subq_status phi_maps_save(const phi_maps *p, const char *path, subq_error *err) {
-    gguf_writer *w = gguf_writer_new();
-    if (!w) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    subq_status s = phi_maps_to_writer(p, w, err);
-    if (!s) s = gguf_writer_write(w, path, err);
-    gguf_writer_free(w);
-    return s;
+    return gguf_save(path, fill, p, err);
 }
 
 subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, subq_error *err) {
     *out = NULL;
     subq_error e2 = {0};
-    char arch[64], fps[32];
+    char arch[64];
     if (gguf_get_str(f, "general.architecture", arch, sizeof arch, &e2) || strcmp(arch, PHI_ARCH) != 0)
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s is not a completion map file (general.architecture is %s%s%s, expected \"%s\")",
                          path, e2.code ? "missing" : "\"", e2.code ? "" : arch, e2.code ? "" : "\"", PHI_ARCH);
@@ -285,12 +262,10 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
     const gguf_value *arr;
     uint64_t fp;
     if (gguf_get_u32(f, "subq.phi.model_n_layer", &n_layer, &e2) ||
-        gguf_get_u32_or(f, "subq.phi.n_sink", 4, &n_sink, &e2) || gguf_get_u32_or(f, "subq.phi.n_tail", 16, &n_tail, &e2) ||
-        gguf_get_arr(f, "subq.phi.layers", GGUF_TYPE_INT32, &arr, &e2) ||
-        gguf_get_str(f, "subq.phi.model_fingerprint", fps, sizeof fps, &e2))
+        gguf_get_u32_or(f, "subq.phi.n_sink", 4, &n_sink, &e2) || gguf_get_u32_or(f, "subq.phi.n_tail", 16, &n_tail, &e2))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
-    if (!fingerprint_parse(fps, &fp))
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.phi.model_fingerprint '%s' is not 16 hex digits", path, fps);
+    subq_status s = derived_read_ident(f, path, "subq.phi", &arr, &fp, err);
+    if (s) return s;
     char gelu[16];
     if (!gguf_get_str(f, "subq.phi.gelu", gelu, sizeof gelu, &e2) && strcmp(gelu, "tanh") != 0)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: GELU variant '%s' is not supported (only \"tanh\")", path, gelu);
@@ -302,27 +277,21 @@ subq_status phi_maps_read(const gguf_file *f, const char *path, phi_maps **out, 
                   (int)(v[2] > PHI_MAX_DIM ? 0 : v[2]), (int)(v[3] > PHI_MAX_DIM ? 0 : v[3]),
                   (int)(v[4] > 4096 ? 0 : v[4]), (int)(v[5] > 4096 ? 0 : v[5])};
     if (phi_dims_check(&d, &e2)) return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
+    if ((s = derived_check_count(arr, n_layer, path, "subq.phi", err))) return s;
     uint64_t n_sel = arr->v.arr.n;
-    if (n_layer == 0 || n_layer > 4096 || n_sel == 0 || n_sel > n_layer)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.phi.layers has %" PRIu64 " entries for a %u-layer model", path,
-                         n_sel, n_layer);
     const uint64_t need = n_sel * (uint64_t)phi_layer_size(&d) * sizeof(float); /* < 2^63: dims are bounded */
     if (need > gguf_tensor_bytes(f)) /* allocate only what the file can fill */
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: the dimensions need %" PRIu64 " bytes of tensors, the file holds %" PRIu64,
                          path, need, gguf_tensor_bytes(f));
     int *layers = malloc(n_sel * sizeof(int));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    for (uint64_t i = 0; i < n_sel; i++) {
-        int64_t l = gguf_arr_get_i64(arr, i);
-        if (l < 0 || l >= (int64_t)n_layer) {
-            free(layers);
-            return subq_fail(err, SUBQ_ERR_FORMAT, "%s: layer %" PRId64 " in subq.phi.layers is outside 0..%u", path, l,
-                             n_layer - 1);
-        }
-        layers[i] = (int)l;
+    for (uint64_t i = 0; i < n_sel && !s; i++) s = derived_layer(arr, i, n_layer, path, "subq.phi", &layers[i], err);
+    if (s) {
+        free(layers);
+        return s;
     }
     phi_maps *p;
-    subq_status s = phi_maps_new(&d, (int)n_layer, layers, (int)n_sel, fp, &p, &e2);
+    s = phi_maps_new(&d, (int)n_layer, layers, (int)n_sel, fp, &p, &e2);
     free(layers);
     if (s) return subq_fail(err, s == SUBQ_ERR_NOMEM ? s : SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
     p->n_sink = (int)(n_sink > 1000000 ? 1000000 : n_sink);
@@ -390,24 +359,18 @@ done:
     return s;
 }
 
+static subq_status read_any(const gguf_file *f, const char *path, void *out, subq_error *err) {
+    return phi_maps_read(f, path, out, err);
+}
+
 subq_status phi_maps_load(const char *path, const subq_model *m, phi_maps **out, subq_error *err) {
     *out = NULL;
-    gguf_file *f;
-    subq_status s = gguf_open(path, &f, err);
-    if (s) return s;
     phi_maps *p;
-    s = phi_maps_read(f, path, &p, err);
-    gguf_close(f);
+    subq_status s = gguf_load(path, read_any, &p, err);
     if (s) return s;
-    uint64_t mine = model_fingerprint(m);
-    if (p->model_fingerprint != mine) {
-        char a[17], b[17];
-        fingerprint_hex(p->model_fingerprint, a);
-        fingerprint_hex(mine, b);
+    if ((s = derived_check_model(path, p->model_fingerprint, m, "them", err))) {
         phi_maps_free(p);
-        return subq_fail(err, SUBQ_ERR_MISMATCH,
-                         "%s was trained for another model (fingerprint %s, this model %s); train them again for this model",
-                         path, a, b);
+        return s;
     }
     const model_hparams *hp = &m->hp;
     if (p->n_layer != hp->n_layer || p->dims.head_dim != hp->head_dim || p->dims.n_head != hp->n_head ||

@@ -54,7 +54,7 @@ typedef struct phi_maps {
     uint64_t model_fingerprint;
     int n_sel;                   /* layers with maps ... */
     int *layers;                 /* ... ascending: [n_sel] */
-    int *sel_of_layer;           /* [n_layer]: index into layers, -1 where absent */
+    int *sel_of_layer;           /* [n_layer]: index into layers, -1 where absent (in layers' allocation) */
     int n_sink, n_tail;          /* partition used in training (informative) */
     float *h_mid;                /* [n_sel][n_head] mean normalised mid-region entropy per
                                     query head (subq.phi.h_mid, written by train-phi

@@ -113,21 +113,16 @@ static subq_status rd_bytes(rd *r, uint64_t n, const char *what, const uint8_t *
     return SUBQ_OK;
 }
 
-static subq_status rd_u32(rd *r, const char *what, uint32_t *v) {
+/* n bytes copied out to v */
+static subq_status rd_copy(rd *r, uint64_t n, const char *what, void *v) {
     const uint8_t *p = NULL;
-    subq_status s = rd_bytes(r, 4, what, &p);
-    if (s != SUBQ_OK) return s;
-    memcpy(v, p, 4);
-    return SUBQ_OK;
+    subq_status s = rd_bytes(r, n, what, &p);
+    if (s == SUBQ_OK) memcpy(v, p, (size_t)n);
+    return s;
 }
 
-static subq_status rd_u64(rd *r, const char *what, uint64_t *v) {
-    const uint8_t *p = NULL;
-    subq_status s = rd_bytes(r, 8, what, &p);
-    if (s != SUBQ_OK) return s;
-    memcpy(v, p, 8);
-    return SUBQ_OK;
-}
+static subq_status rd_u32(rd *r, const char *what, uint32_t *v) { return rd_copy(r, 4, what, v); }
+static subq_status rd_u64(rd *r, const char *what, uint64_t *v) { return rd_copy(r, 8, what, v); }
 
 /* u64 length + bytes; the bytes stay in the buffer. */
 static subq_status rd_str(rd *r, const char *what, gguf_str *out) {
@@ -149,8 +144,7 @@ static subq_status rd_str(rd *r, const char *what, gguf_str *out) {
 
 /* ---- values ----------------------------------------------------------- */
 
-/* Bytes of one element of a fixed-size type; 0 for STRING, ARRAY and unknown. */
-static size_t fixed_size(uint32_t t) {
+size_t gguf_type_size(uint32_t t) {
     switch (t) {
     case GGUF_TYPE_UINT8:
     case GGUF_TYPE_INT8:
@@ -180,7 +174,7 @@ uint64_t gguf_value_hash(uint64_t h, const gguf_value *v) {
             for (uint64_t i = 0; i < v->v.arr.n; i++) h = gguf_value_hash(h, &v->v.arr.items[i]);
             return h;
         }
-        return fnv1a(h, v->v.arr.data, (size_t)(v->v.arr.n * fixed_size(et)));
+        return fnv1a(h, v->v.arr.data, (size_t)(v->v.arr.n * gguf_type_size(et)));
     }
     case GGUF_TYPE_FLOAT32:
     case GGUF_TYPE_FLOAT64: return fnv1a(h, &v->v.f64, sizeof v->v.f64);
@@ -251,7 +245,7 @@ static subq_status read_value(rd *r, uint32_t type, gguf_value *v, int depth) {
     subq_status s;
 
     v->type = (gguf_type)type;
-    esz = fixed_size(type);
+    esz = gguf_type_size(type);
     if (esz) {
         s = rd_bytes(r, esz, "value", &p);
         if (s != SUBQ_OK) return s;
@@ -277,7 +271,7 @@ static subq_status read_value(rd *r, uint32_t type, gguf_value *v, int depth) {
     v->v.arr.items = NULL;
 
     rem = r->size - r->pos;
-    esz = fixed_size(et);
+    esz = gguf_type_size(et);
     /* Smallest encoding of one element: fixed size, a string's u64 length,
      * or a nested array's type + length. */
     min_elem = esz ? esz : (et == GGUF_TYPE_STRING ? 8 : 12);
@@ -687,6 +681,15 @@ static subq_status read_whole(int fd, size_t size, const char *nm, void **out, s
 
 subq_status gguf_open(const char *path, gguf_file **out, subq_error *err) { return gguf_open_ex(path, 0, out, err); }
 
+subq_status gguf_load(const char *path, gguf_read_fn read_fn, void *out, subq_error *err) {
+    gguf_file *f;
+    subq_status s = gguf_open(path, &f, err);
+    if (s) return s;
+    s = read_fn(f, path, out, err);
+    gguf_close(f);
+    return s;
+}
+
 subq_status gguf_open_ex(const char *path, int read_in, gguf_file **out, subq_error *err) {
     struct stat st;
     void *map;
@@ -800,16 +803,18 @@ static int is_signed(gguf_type t) {
            t == GGUF_TYPE_INT64;
 }
 
-static void describe_type(const gguf_value *v, char *buf, size_t cap) {
+/* SUBQ_ERR_FORMAT: the value of key is not of the type `want` names. */
+static subq_status wrong_type(const gguf_value *v, const char *key, const char *want, subq_error *err) {
+    char ty[48];
     if (v->type == GGUF_TYPE_ARRAY)
-        snprintf(buf, cap, "array of %s", gguf_type_name(v->v.arr.elem_type));
+        snprintf(ty, sizeof ty, "array of %s", gguf_type_name(v->v.arr.elem_type));
     else
-        snprintf(buf, cap, "%s", gguf_type_name(v->type));
+        snprintf(ty, sizeof ty, "%s", gguf_type_name(v->type));
+    return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' has type %s, expected %s", key, ty, want);
 }
 
 static subq_status kv_to_u32(const gguf_kv *kv, const char *key, uint32_t *out, subq_error *err) {
     const gguf_value *v = &kv->value;
-    char ty[48];
     if (is_unsigned(v->type)) {
         if (v->v.u64 > UINT32_MAX)
             return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' is %" PRIu64 ", too large for uint32",
@@ -824,8 +829,7 @@ static subq_status kv_to_u32(const gguf_kv *kv, const char *key, uint32_t *out, 
         *out = (uint32_t)v->v.i64;
         return SUBQ_OK;
     }
-    describe_type(v, ty, sizeof ty);
-    return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' has type %s, expected an integer", key, ty);
+    return wrong_type(v, key, "an integer", err);
 }
 
 subq_status gguf_get_u32(const gguf_file *f, const char *key, uint32_t *out, subq_error *err) {
@@ -847,7 +851,6 @@ subq_status gguf_get_u32_or(const gguf_file *f, const char *key, uint32_t def, u
 subq_status gguf_get_f32_or(const gguf_file *f, const char *key, float def, float *out,
                             subq_error *err) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    char ty[48];
     if (!kv) {
         *out = def;
         return SUBQ_OK;
@@ -861,14 +864,12 @@ subq_status gguf_get_f32_or(const gguf_file *f, const char *key, float def, floa
         *out = (float)d;
         return SUBQ_OK;
     }
-    describe_type(&kv->value, ty, sizeof ty);
-    return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' has type %s, expected a float", key, ty);
+    return wrong_type(&kv->value, key, "a float", err);
 }
 
 subq_status gguf_get_bool_or(const gguf_file *f, const char *key, bool def, bool *out,
                              subq_error *err) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    char ty[48];
     if (!kv) {
         *out = def;
         return SUBQ_OK;
@@ -877,22 +878,17 @@ subq_status gguf_get_bool_or(const gguf_file *f, const char *key, bool def, bool
         *out = kv->value.v.b;
         return SUBQ_OK;
     }
-    describe_type(&kv->value, ty, sizeof ty);
-    return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' has type %s, expected bool", key, ty);
+    return wrong_type(&kv->value, key, "bool", err);
 }
 
 subq_status gguf_get_str(const gguf_file *f, const char *key, char *buf, size_t cap,
                          subq_error *err) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    char ty[48];
     if (!buf || cap == 0)
         return subq_fail(err, SUBQ_ERR_ARG, "gguf_get_str: no buffer for '%s'", key ? key : "(null)");
     buf[0] = '\0';
     if (!kv) return subq_fail(err, SUBQ_ERR_FORMAT, "missing key '%s'", key ? key : "(null)");
-    if (kv->value.type != GGUF_TYPE_STRING) {
-        describe_type(&kv->value, ty, sizeof ty);
-        return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' has type %s, expected string", key, ty);
-    }
+    if (kv->value.type != GGUF_TYPE_STRING) return wrong_type(&kv->value, key, "string", err);
     if (kv->value.v.str.len >= cap)
         return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' is a string of %" PRIu64
                          " bytes, longer than the %zu-byte buffer allows",
@@ -905,13 +901,12 @@ subq_status gguf_get_str(const gguf_file *f, const char *key, char *buf, size_t 
 subq_status gguf_get_arr(const gguf_file *f, const char *key, gguf_type elem_type,
                          const gguf_value **out, subq_error *err) {
     const gguf_kv *kv = gguf_find_kv(f, key);
-    char ty[48];
     *out = NULL;
     if (!kv) return subq_fail(err, SUBQ_ERR_FORMAT, "missing key '%s'", key ? key : "(null)");
     if (kv->value.type != GGUF_TYPE_ARRAY || kv->value.v.arr.elem_type != elem_type) {
-        describe_type(&kv->value, ty, sizeof ty);
-        return subq_fail(err, SUBQ_ERR_FORMAT, "key '%s' has type %s, expected array of %s", key, ty,
-                         gguf_type_name(elem_type));
+        char want[48];
+        snprintf(want, sizeof want, "array of %s", gguf_type_name(elem_type));
+        return wrong_type(&kv->value, key, want, err);
     }
     *out = &kv->value;
     return SUBQ_OK;
@@ -921,7 +916,7 @@ subq_status gguf_get_arr(const gguf_file *f, const char *key, gguf_type elem_typ
 static int arr_elem(const gguf_value *arr, uint64_t i, gguf_value *v) {
     size_t esz;
     if (!arr || arr->type != GGUF_TYPE_ARRAY || !arr->v.arr.data) return 0;
-    esz = fixed_size(arr->v.arr.elem_type);
+    esz = gguf_type_size(arr->v.arr.elem_type);
     if (esz == 0 || i >= arr->v.arr.n) return 0;
     decode_scalar(arr->v.arr.elem_type, (const uint8_t *)arr->v.arr.data + i * esz, v);
     return 1;

@@ -104,6 +104,10 @@ subq_status gguf_open_ex(const char *path, int read_in, gguf_file **out, subq_er
 /* Same over a caller-owned buffer that must outlive the returned handle. */
 subq_status gguf_open_memory(const void *data, size_t size, gguf_file **out, subq_error *err);
 void gguf_close(gguf_file *f);
+/* Load an object that can read itself from an open file: gguf_open, then
+ * read_fn(f, path, out, err), then gguf_close (what read returns lives on). */
+typedef subq_status (*gguf_read_fn)(const gguf_file *f, const char *path, void *out, subq_error *err);
+subq_status gguf_load(const char *path, gguf_read_fn read_fn, void *out, subq_error *err);
 
 /* Sum of the sizes of all tensors. */
 uint64_t gguf_tensor_bytes(const gguf_file *f);
@@ -134,6 +138,8 @@ double gguf_arr_get_f64(const gguf_value *arr, uint64_t i);
 int64_t gguf_arr_get_i64(const gguf_value *arr, uint64_t i);
 
 const char *gguf_type_name(gguf_type t);
+/* Bytes of one element of a fixed-size type; 0 for STRING, ARRAY and unknown. */
+size_t gguf_type_size(uint32_t t);
 
 /* FNV-1a (base/fingerprint.h) of a value, its type and, for arrays, every
  * element, chained onto h. */
@@ -174,5 +180,10 @@ subq_status gguf_writer_add_tensor(gguf_writer *w, const char *name, uint32_t ty
  * a temporary file beside path, fsync, rename (see base/atomic_file.h; stale
  * temporaries of killed writers are removed). */
 subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err);
+
+/* Save an object that can add itself to a writer: a new writer, what
+ * fill(obj, w, err) adds to it, written to path (gguf_writer_write), freed. */
+typedef subq_status (*gguf_fill_fn)(const void *obj, gguf_writer *w, subq_error *err);
+subq_status gguf_save(const char *path, gguf_fill_fn fill, const void *obj, subq_error *err);
 
 #endif

@@ -84,23 +84,6 @@ static void bb_put(bbuf *b, const void *src, size_t n) {
 static void bb_u32(bbuf *b, uint32_t v) { bb_put(b, &v, 4); }
 static void bb_u64(bbuf *b, uint64_t v) { bb_put(b, &v, 8); }
 
-static size_t elem_size(uint32_t t) {
-    switch (t) {
-    case GGUF_TYPE_UINT8:
-    case GGUF_TYPE_INT8:
-    case GGUF_TYPE_BOOL: return 1;
-    case GGUF_TYPE_UINT16:
-    case GGUF_TYPE_INT16: return 2;
-    case GGUF_TYPE_UINT32:
-    case GGUF_TYPE_INT32:
-    case GGUF_TYPE_FLOAT32: return 4;
-    case GGUF_TYPE_UINT64:
-    case GGUF_TYPE_INT64:
-    case GGUF_TYPE_FLOAT64: return 8;
-    default: return 0;
-    }
-}
-
 /* Encode v (without its type tag) into b. Returns SUBQ_ERR_ARG for values the
  * reader would refuse (unknown types, nesting too deep). */
 static subq_status encode_value(bbuf *b, const gguf_value *v, int depth) {
@@ -124,7 +107,7 @@ static subq_status encode_value(bbuf *b, const gguf_value *v, int depth) {
     case GGUF_TYPE_ARRAY: {
         gguf_type et = v->v.arr.elem_type;
         uint64_t n = v->v.arr.n;
-        size_t esz = elem_size(et);
+        size_t esz = gguf_type_size(et);
         if (depth >= GGUF_WRITE_MAX_NESTING || (unsigned)et >= GGUF_TYPE_COUNT) return SUBQ_ERR_ARG;
         bb_u32(b, (uint32_t)et);
         bb_u64(b, n);
@@ -249,7 +232,7 @@ subq_status gguf_writer_set_str(gguf_writer *w, const char *key, const char *v) 
 
 subq_status gguf_writer_set_arr(gguf_writer *w, const char *key, gguf_type elem_type,
                                 const void *data, uint64_t n) {
-    if (elem_size(elem_type) == 0) return SUBQ_ERR_ARG; /* strings/arrays: other setters */
+    if (gguf_type_size(elem_type) == 0) return SUBQ_ERR_ARG; /* strings/arrays: other setters */
     gguf_value x = {.type = GGUF_TYPE_ARRAY};
     x.v.arr.elem_type = elem_type;
     x.v.arr.n = n;
@@ -467,4 +450,13 @@ subq_status gguf_writer_write(gguf_writer *w, const char *path, subq_error *err)
         out_pad(&o, align);
     }
     return atomic_file_commit(&af, o.err, err);
+}
+
+subq_status gguf_save(const char *path, gguf_fill_fn fill, const void *obj, subq_error *err) {
+    gguf_writer *w = gguf_writer_new();
+    if (!w) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    subq_status s = fill(obj, w, err);
+    if (!s) s = gguf_writer_write(w, path, err);
+    gguf_writer_free(w);
+    return s;
 }

@@ -73,9 +73,9 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
     size_t per_layer = (size_t)n_head_kv * (size_t)n_ctx * kv->row_bytes;
     kv->k = calloc((size_t)n_layer, sizeof(void *));
     kv->v = calloc((size_t)n_layer, sizeof(void *));
-    kv->pos = malloc((size_t)n_ctx * sizeof(int32_t));
-    kv->seg = malloc((size_t)n_ctx * sizeof(int32_t));
-    if (!kv->k || !kv->v || !kv->pos || !kv->seg) goto nomem;
+    kv->pos = malloc(2 * (size_t)n_ctx * sizeof(int32_t));
+    if (!kv->k || !kv->v || !kv->pos) goto nomem;
+    kv->seg = kv->pos + n_ctx;
     for (int l = 0; l < n_layer; l++) {
         kv->k[l] = bigmem_alloc(per_layer);
         kv->v[l] = bigmem_alloc(per_layer);
@@ -117,8 +117,7 @@ void kv_cache_free(kv_cache *kv) {
     if (!kv->file) {
         for (int l = 0; kv->k && l < kv->n_layer; l++) free(kv->k[l]);
         for (int l = 0; kv->v && l < kv->n_layer; l++) free(kv->v[l]);
-        free(kv->pos);
-        free(kv->seg);
+        free(kv->pos); /* and seg */
     }
     free(kv->k);
     free(kv->v);

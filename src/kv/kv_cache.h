@@ -24,7 +24,7 @@ typedef struct kv_cache {
     size_t row_bytes;           /* one row of head_dim values in `type` */
     void **k, **v;              /* [layer] -> [n_head_kv][n_ctx][head_dim] */
     int32_t *pos;               /* [n_ctx] */
-    int32_t *seg;               /* [n_ctx] */
+    int32_t *seg;               /* [n_ctx]; in memory, the second half of pos's allocation */
     kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
     int prefetch;               /* with a file: ask for the rows a query attends before reading them
                                    (set per step by the context when the last step waited on the disk) */

@@ -23,15 +23,7 @@ void subq_context_free(subq_context *c) {
         free(c->stages);
     }
     pool_free(c->pool);
-    free(c->x);
-    free(c->xn);
-    free(c->q);
-    free(c->k);
-    free(c->v);
-    free(c->att);
-    free(c->proj);
-    free(c->gate);
-    free(c->up);
+    free(c->x); /* and the other work buffers */
     free(c->posbuf);
     matmul_scratch_free(&c->mm);
     if (!c->kv.file) free(c->tok); /* else the file's token region */
@@ -117,15 +109,18 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     size_t dq = (size_t)hp->n_head * hp->head_dim, dkv = (size_t)hp->n_head_kv * hp->head_dim;
     size_t widest = (size_t)hp->n_embd > (size_t)hp->n_ff ? (size_t)hp->n_embd : (size_t)hp->n_ff;
     if (dq > widest) widest = dq;
-    c->x = malloc(B * hp->n_embd * sizeof(float));
-    c->xn = malloc(B * hp->n_embd * sizeof(float));
-    c->q = malloc(B * dq * sizeof(float));
-    c->k = malloc(B * dkv * sizeof(float));
-    c->v = malloc(B * dkv * sizeof(float));
-    c->att = malloc(B * dq * sizeof(float));
-    c->proj = malloc(B * hp->n_embd * sizeof(float));
-    c->gate = malloc(B * hp->n_ff * sizeof(float));
-    c->up = malloc(B * hp->n_ff * sizeof(float));
+    const size_t d = (size_t)hp->n_embd, ff = (size_t)hp->n_ff;
+    c->x = malloc(B * (3 * d + 2 * dq + 2 * dkv + 2 * ff) * sizeof(float));
+    if (c->x) {
+        c->xn = c->x + B * d;
+        c->proj = c->xn + B * d;
+        c->q = c->proj + B * d;
+        c->att = c->q + B * dq;
+        c->k = c->att + B * dq;
+        c->v = c->k + B * dkv;
+        c->gate = c->v + B * dkv;
+        c->up = c->gate + B * ff;
+    }
     c->posbuf = malloc(B * sizeof(int32_t));
     int mm_ok = matmul_scratch_init(&c->mm, c->n_batch, (int64_t)widest);
     c->stages = calloc((size_t)hp->n_layer, sizeof(attn_stage *));
@@ -133,8 +128,7 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->logits_last = malloc((size_t)hp->n_vocab * sizeof(float));
     c->logits_at = -1;
     c->capture_last = -1;
-    if (!c->tok || !c->logits_last || !c->x || !c->xn || !c->q || !c->k || !c->v || !c->att || !c->proj || !c->gate || !c->up || !c->posbuf ||
-        !mm_ok || !c->stages) {
+    if (!c->tok || !c->logits_last || !c->x || !c->posbuf || !mm_ok || !c->stages) {
         subq_context_free(c);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating work buffers");
     }

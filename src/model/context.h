@@ -26,7 +26,7 @@ struct subq_context {
     void *capture_user;
     int capture_last;            /* with a capture: stop each forward after capturing this layer
                                     (nothing past it is needed; -1: run every layer) */
-    /* work buffers, n_batch rows each */
+    /* work buffers, n_batch rows each: one allocation at x, the others inside it */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     int32_t *posbuf;             /* positions of the current chunk */
     matmul_scratch mm;           /* batched products */

@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "base/error.h"
-#include "base/fingerprint.h"
 #include "base/rng.h"
 #include "kernels/kernels.h"
+#include "model/derived.h"
 #include "model/model.h"
 #include "quant/types.h"
 
@@ -22,15 +22,9 @@ void search_proj_tensor_names(int layer, char *q_name, char *k_name, size_t cap)
 void search_proj_free(search_proj *p) {
     if (!p) return;
     free(p->layers);
-    free(p->wq);
-    free(p->wk);
+    free(p->wq); /* and wk */
     free(p->data);
     free(p);
-}
-
-static int cmp_int(const void *a, const void *b) {
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
 }
 
 subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *layers, int n_sel, uint64_t fp,
@@ -49,23 +43,21 @@ subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *la
     p->n_sel = n_sel;
     size_t per = (size_t)d_search * (size_t)n_embd;
     p->layers = malloc((size_t)n_sel * sizeof(int));
-    p->wq = calloc((size_t)n_layer, sizeof(float *));
-    p->wk = calloc((size_t)n_layer, sizeof(float *));
+    p->wq = calloc(2 * (size_t)n_layer, sizeof(float *));
     p->data = calloc(2 * per * (size_t)n_sel, sizeof(float));
-    if (!p->layers || !p->wq || !p->wk || !p->data) {
+    if (!p->layers || !p->wq || !p->data) {
         search_proj_free(p);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d x %d x %d search projections", n_sel, d_search,
                          n_embd);
     }
-    memcpy(p->layers, layers, (size_t)n_sel * sizeof(int));
-    qsort(p->layers, (size_t)n_sel, sizeof(int), cmp_int);
+    p->wk = p->wq + n_layer;
+    subq_status s = derived_sort_layers(layers, n_sel, n_layer, "search projection", p->layers, err);
+    if (s) {
+        search_proj_free(p);
+        return s;
+    }
     for (int i = 0; i < n_sel; i++) {
         int l = p->layers[i];
-        if (l < 0 || l >= n_layer || (i > 0 && l == p->layers[i - 1])) {
-            search_proj_free(p);
-            return subq_fail(err, SUBQ_ERR_ARG, "search projection layer %d is out of range or repeated (model has %d layers)",
-                             l, n_layer);
-        }
         p->wq[l] = p->data + (2 * (size_t)i) * per;
         p->wk[l] = p->data + (2 * (size_t)i + 1) * per;
     }
@@ -117,19 +109,11 @@ void search_proj_apply(const search_proj *p, int layer, const float *h, int n, f
 /* ---- file I/O ------------------------------------------------------------ */
 
 subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_error *err) {
-    char fp[17];
-    fingerprint_hex(p->model_fingerprint, fp);
-    int32_t *layers = malloc((size_t)p->n_sel * sizeof(int32_t));
-    if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < p->n_sel; i++) layers[i] = p->layers[i];
-    subq_status s = SUBQ_OK;
-    s = s ? s : gguf_writer_set_str(w, "general.architecture", SEARCH_PROJ_ARCH);
+    subq_status s = gguf_writer_set_str(w, "general.architecture", SEARCH_PROJ_ARCH);
     s = s ? s : gguf_writer_set_u32(w, "subq.search.d_search", (uint32_t)p->d_search);
-    s = s ? s : gguf_writer_set_arr(w, "subq.search.layers", GGUF_TYPE_INT32, layers, (uint64_t)p->n_sel);
-    s = s ? s : gguf_writer_set_str(w, "subq.search.model_fingerprint", fp);
+    s = s ? s : derived_write_ident(w, "subq.search", p->layers, p->n_sel, p->model_fingerprint);
     s = s ? s : gguf_writer_set_u32(w, "subq.search.model_n_embd", (uint32_t)p->n_embd);
     s = s ? s : gguf_writer_set_u32(w, "subq.search.model_n_layer", (uint32_t)p->n_layer);
-    free(layers);
     if (s) return subq_fail(err, s, "out of memory building search projection metadata");
     uint64_t ne[2] = {(uint64_t)p->n_embd, (uint64_t)p->d_search};
     uint64_t bytes = ne[0] * ne[1] * sizeof(float);
@@ -143,19 +127,16 @@ subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_err
     return SUBQ_OK;
 }
 
+static subq_status fill(const void *p, gguf_writer *w, subq_error *err) { return search_proj_to_writer(p, w, err); }
+
 subq_status search_proj_save(const search_proj *p, const char *path, subq_error *err) {
-    gguf_writer *w = gguf_writer_new();
-    if (!w) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    subq_status s = search_proj_to_writer(p, w, err);
-    if (!s) s = gguf_writer_write(w, path, err);
-    gguf_writer_free(w);
-    return s;
+    return gguf_save(path, fill, p, err);
 }
 
 subq_status search_proj_read(const gguf_file *f, const char *path, search_proj **out, subq_error *err) {
     *out = NULL;
     subq_error e2 = {0};
-    char arch[64], fps[32];
+    char arch[64];
     int is_proj = !gguf_get_str(f, "general.architecture", arch, sizeof arch, &e2) && !strcmp(arch, SEARCH_PROJ_ARCH);
     if (!is_proj && search_merged_present(f)) return search_merged_read(f, path, out, err);
     if (!is_proj)
@@ -167,35 +148,24 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
     uint64_t fp;
     if (gguf_get_u32(f, "subq.search.d_search", &d_search, &e2) ||
         gguf_get_u32(f, "subq.search.model_n_embd", &n_embd, &e2) ||
-        gguf_get_u32(f, "subq.search.model_n_layer", &n_layer, &e2) ||
-        gguf_get_arr(f, "subq.search.layers", GGUF_TYPE_INT32, &arr, &e2) ||
-        gguf_get_str(f, "subq.search.model_fingerprint", fps, sizeof fps, &e2))
+        gguf_get_u32(f, "subq.search.model_n_layer", &n_layer, &e2))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
-    if (!fingerprint_parse(fps, &fp))
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.search.model_fingerprint '%s' is not 16 hex digits", path, fps);
+    subq_status s = derived_read_ident(f, path, "subq.search", &arr, &fp, err);
+    if (s) return s;
     if (d_search == 0 || d_search > SEARCH_PROJ_MAX_D || n_embd == 0 || n_embd > (1u << 20) || n_layer == 0 ||
         n_layer > 4096)
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: implausible sizes (d_search %u, d_model %u, %u layers)", path,
                          d_search, n_embd, n_layer);
+    if ((s = derived_check_count(arr, n_layer, path, "subq.search", err))) return s;
     uint64_t n_sel = arr->v.arr.n;
-    if (n_sel == 0 || n_sel > n_layer)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.search.layers has %" PRIu64 " entries for a %u-layer model",
-                         path, n_sel, n_layer);
     int *layers = malloc(n_sel * sizeof(int));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    subq_status s = SUBQ_OK;
     for (uint64_t i = 0; i < n_sel && !s; i++) {
-        int64_t l = gguf_arr_get_i64(arr, i);
-        if (l < 0 || l >= (int64_t)n_layer) {
-            s = subq_fail(err, SUBQ_ERR_FORMAT, "%s: layer %" PRId64 " in subq.search.layers is outside 0..%u", path,
-                          l, n_layer - 1);
-            break;
-        }
-        layers[i] = (int)l;
+        if ((s = derived_layer(arr, i, n_layer, path, "subq.search", &layers[i], err))) break;
         /* The tensors before the allocation: a few hostile bytes must not
          * make us reserve gigabytes that the checks then refuse. */
         char names[2][96];
-        search_proj_tensor_names((int)l, names[0], names[1], sizeof names[0]);
+        search_proj_tensor_names(layers[i], names[0], names[1], sizeof names[0]);
         for (int w = 0; w < 2 && !s; w++) {
             const gguf_tensor *t = gguf_find_tensor(f, names[w]);
             if (!t)
@@ -227,16 +197,15 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
     return SUBQ_OK;
 }
 
+static subq_status read_any(const gguf_file *f, const char *path, void *out, subq_error *err) {
+    return search_proj_read(f, path, out, err);
+}
+
 subq_status search_proj_load(const char *path, const subq_model *m, search_proj **out, subq_error *err) {
     *out = NULL;
-    gguf_file *f;
-    subq_status s = gguf_open(path, &f, err);
-    if (s) return s;
     search_proj *p;
-    s = search_proj_read(f, path, &p, err);
-    gguf_close(f);
+    subq_status s = gguf_load(path, read_any, &p, err);
     if (s) return s;
-    uint64_t mine = model_fingerprint(m);
     if (p->merged) { /* projections belong to the model they are merged into: that model's fingerprint */
         subq_model *owner;
         if ((s = subq_model_load_ex(path, SUBQ_LOAD_MMAP, &owner, err))) {
@@ -246,14 +215,9 @@ subq_status search_proj_load(const char *path, const subq_model *m, search_proj 
         p->model_fingerprint = model_fingerprint(owner);
         subq_model_free(owner);
     }
-    char a[17], b[17];
-    fingerprint_hex(p->model_fingerprint, a);
-    fingerprint_hex(mine, b);
-    if (p->model_fingerprint != mine) {
+    if ((s = derived_check_model(path, p->model_fingerprint, m, "them", err))) {
         search_proj_free(p);
-        return subq_fail(err, SUBQ_ERR_MISMATCH,
-                         "%s was trained for another model (fingerprint %s, this model %s); train them again for this model",
-                         path, a, b);
+        return s;
     }
     if (p->n_embd != m->hp.n_embd || p->n_layer != m->hp.n_layer) {
         int pe = p->n_embd, pl = p->n_layer;

@@ -34,7 +34,8 @@ typedef struct search_proj {
     uint64_t model_fingerprint;
     int n_sel;                   /* layers that have projections ... */
     int *layers;                 /* ... ascending: [n_sel] */
-    float **wq, **wk;            /* [n_layer]: [d_search][n_embd] row-major, NULL where absent */
+    float **wq, **wk;            /* [n_layer]: [d_search][n_embd] row-major, NULL where absent
+                                    (wk: the second half of wq's allocation) */
     float *data;                 /* one block holding every matrix */
     int merged;                  /* read from a model file (model_fingerprint not stored) */
     int top_k;                   /* the runtime's {arch}.attention.indexer.top_k; 0 when absent */

@@ -7,16 +7,11 @@
 
 void train_capture_free(train_capture *c) {
     if (!c) return;
-    for (int i = 0; i < c->n_sel; i++) {
-        if (c->h) free(c->h[i]);
-        if (c->q) free(c->q[i]);
-        if (c->k) free(c->k[i]);
-    }
+    for (int i = 0; c->h && i < c->n_sel; i++) free(c->h[i]); /* and q[i], k[i] */
     free(c->h);
     free(c->q);
     free(c->k);
-    free(c->sel_of_layer);
-    free(c->layers);
+    free(c->layers); /* and sel_of_layer */
     free(c);
 }
 
@@ -33,21 +28,24 @@ subq_status train_capture_new(const subq_model *m, const int *layers, int n_sel,
     c->dq = hp->n_head * hp->head_dim;
     c->dk = hp->n_head_kv * hp->head_dim;
     c->shape = (attn_shape){hp->n_head, hp->n_head_kv, hp->head_dim};
-    c->sel_of_layer = malloc((size_t)hp->n_layer * sizeof(int));
-    c->layers = malloc((size_t)n_sel * sizeof(int));
+    c->layers = malloc(((size_t)n_sel + hp->n_layer) * sizeof(int));
     c->h = calloc((size_t)n_sel, sizeof(float *));
     c->q = calloc((size_t)n_sel, sizeof(float *));
     c->k = calloc((size_t)n_sel, sizeof(float *));
-    int ok = c->sel_of_layer && c->layers && c->h && c->q && c->k;
+    int ok = c->layers && c->h && c->q && c->k;
     if (ok) {
+        c->sel_of_layer = c->layers + n_sel;
         for (int l = 0; l < hp->n_layer; l++) c->sel_of_layer[l] = -1;
         for (int i = 0; i < n_sel && ok; i++) {
             c->layers[i] = layers[i];
             c->sel_of_layer[layers[i]] = i;
-            c->h[i] = malloc((size_t)cap_rows * c->d * sizeof(float));
-            c->q[i] = malloc((size_t)cap_rows * c->dq * sizeof(float));
-            c->k[i] = malloc((size_t)cap_rows * c->dk * sizeof(float));
-            ok = c->h[i] && c->q[i] && c->k[i];
+            /* a layer's h, q and k rows: one allocation at h[i] */
+            c->h[i] = malloc((size_t)cap_rows * (c->d + c->dq + c->dk) * sizeof(float));
+            ok = c->h[i] != NULL;
+            if (ok) {
+                c->q[i] = c->h[i] + (size_t)cap_rows * c->d;
+                c->k[i] = c->q[i] + (size_t)cap_rows * c->dq;
+            }
         }
     }
     if (!ok) {

@@ -14,9 +14,9 @@ typedef struct train_capture {
     int n_layer, n_sel, cap_rows;
     int d, dq, dk;
     attn_shape shape;
-    int *sel_of_layer;   /* [n_layer]: index into the buffers, -1 when not captured */
+    int *sel_of_layer;   /* [n_layer]: index into the buffers, -1 when not captured (in layers' allocation) */
     int *layers;         /* [n_sel] */
-    float **h, **q, **k; /* [n_sel] -> [cap_rows][d | dq | dk] */
+    float **h, **q, **k; /* [n_sel] -> [cap_rows][d | dq | dk]; h[i], q[i], k[i]: one allocation at h[i] */
     int n_rows;          /* rows captured by the last run */
 } train_capture;
 

@@ -131,17 +131,6 @@ subq_status train_save(const trainer *t, int ckpt, subq_error *err) {
     return s || !ckpt ? s : write_one(t, t->ckpt_path, 1, err);
 }
 
-subq_status train_check_model(const char *path, uint64_t file_fp, const subq_model *m, subq_error *err) {
-    const uint64_t mine = model_fingerprint(m);
-    if (file_fp == mine) return SUBQ_OK;
-    char a[17], b[17];
-    fingerprint_hex(file_fp, a);
-    fingerprint_hex(mine, b);
-    return subq_fail(err, SUBQ_ERR_MISMATCH,
-                     "%s was trained for another model (fingerprint %s, this model %s); train it again for this model",
-                     path, a, b);
-}
-
 /* an unsigned integer key of any width */
 static subq_status get_u64(const gguf_file *f, const char *path, const char *key, uint64_t *out, subq_error *err) {
     const gguf_kv *kv = gguf_find_kv(f, key);

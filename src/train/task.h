@@ -103,7 +103,7 @@ typedef struct train_task_ops {
     /* Add the weight file's tensors and metadata to w. */
     subq_status (*write_weights)(const void *self, gguf_writer *w, subq_error *err);
     /* Read the weights of the checkpoint f into t->w, refusing another model
-     * (train_check_model) or another shape. */
+     * (derived_check_model) or another shape. */
     subq_status (*read_weights)(void *self, trainer *t, const gguf_file *f, const char *path, subq_error *err);
     void (*free)(void *self);
 } train_task_ops;
@@ -175,8 +175,5 @@ subq_status train_save(const trainer *t, int ckpt, subq_error *err);
 size_t train_describe(const trainer *t, char *buf, size_t cap);
 /* Restore the weights, moments, step, cursor and rng from `path`. */
 subq_status train_load(trainer *t, const char *path, subq_error *err);
-/* SUBQ_ERR_MISMATCH (naming both fingerprints) unless the file at `path`
- * with model fingerprint `file_fp` belongs to model m. */
-subq_status train_check_model(const char *path, uint64_t file_fp, const subq_model *m, subq_error *err);
 
 #endif

@@ -25,6 +25,11 @@ int cli_error(const char *cmd, const char *fmt, ...) {
 
 int cli_is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
 
+int cli_help(const char *help) {
+    fputs(help, stdout);
+    return 0;
+}
+
 const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         cli_error(cmd, "option %s needs a value (see subq %s --help)", argv[*i], cmd);

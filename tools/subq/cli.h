@@ -8,21 +8,10 @@
 
 #include "subq.h"
 
-int cmd_info(int argc, char **argv);
-int cmd_generate(int argc, char **argv);
-int cmd_perplexity(int argc, char **argv);
-int cmd_tokenize(int argc, char **argv);
-int cmd_logits(int argc, char **argv);
-int cmd_synth(int argc, char **argv);
-int cmd_dequant(int, char**);
-int cmd_bench(int argc, char **argv);
-int cmd_eval(int argc, char **argv);
-int cmd_train_search(int argc, char **argv);
-int cmd_train_phi(int argc, char **argv);
-int cmd_serve(int argc, char **argv);
-int cmd_recall(int argc, char **argv);
-int cmd_merge(int argc, char **argv);
-int cmd_split(int argc, char **argv);
+/* A subcommand (main.c's table): argv[0] is its name; returns the exit code. */
+typedef int cli_command(int argc, char **argv);
+cli_command cmd_info, cmd_generate, cmd_perplexity, cmd_tokenize, cmd_logits, cmd_synth, cmd_dequant, cmd_bench,
+    cmd_eval, cmd_train_search, cmd_train_phi, cmd_serve, cmd_recall, cmd_merge, cmd_split;
 
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);
@@ -41,6 +30,8 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out
 /* Value of the option at argv[*i] (advances *i); NULL + error when missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_is_help(const char *a);
+/* Print a command's help on stdout; returns 0 (the exit code). */
+int cli_help(const char *help);
 
 /* Tokenise text into a malloc'd array of exactly the right size (*toks, *n);
  * `special`: the text of special tokens becomes them (subq_tokenize_special). */

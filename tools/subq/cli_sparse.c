@@ -6,9 +6,11 @@
 
 #include "cli.h"
 
-void cli_sparse_init(cli_sparse_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->plan = subq_attn_plan_default();
+cli_sparse_opts cli_sparse_default(void) {
+    cli_sparse_opts o;
+    memset(&o, 0, sizeof o);
+    o.plan = subq_attn_plan_default();
+    return o;
 }
 
 subq_attn_plan cli_plan_with(const cli_sparse_opts *o, subq_selector_kind kind, int top_k) {
@@ -229,6 +231,6 @@ int cli_common_opt(const char *cmd, const char *help, int argc, char **argv, int
     if (r < 0) return CLI_OPT_ERROR;
     if (r > 0) return CLI_OPT_TAKEN;
     if (!cli_is_help(argv[*i])) return CLI_OPT_NONE;
-    fputs(help, stdout);
+    cli_help(help);
     return CLI_OPT_HELP;
 }

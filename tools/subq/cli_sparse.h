@@ -51,7 +51,7 @@ typedef struct cli_sparse_opts {
     "  --complete-heads entropy>=X   complete only heads whose mid-region entropy (measured\n" \
     "                       by subq train-phi --diagnose --annotate) is at least X\n"
 
-void cli_sparse_init(cli_sparse_opts *o);
+cli_sparse_opts cli_sparse_default(void);
 /* 1: consumed argv[*i] (and its value); 0: not a sparse flag; -1: error printed. */
 int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_sparse_opts *o);
 /* The options every model command shares: the model's (cli_parse_model_opt),

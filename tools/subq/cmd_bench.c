@@ -210,8 +210,7 @@ static void print_text_load(const bench_state *b, const load_result *L, double s
 int cmd_bench(int argc, char **argv) {
     const char *cmd = "bench";
     cli_model_opts mo = {.kv_type = SUBQ_KV_F16};
-    cli_sparse_opts so;
-    cli_sparse_init(&so);
+    cli_sparse_opts so = cli_sparse_default();
     int ctx[MAX_LIST] = {512, 4096}, n_ctx_list = 2, n_prefill = 512, n_decode = 16, bw_mib = 1024, json = 0;
     int contend = 0, kv_cold = 0;
     int attn[MAX_LIST] = {-1}, n_attn = 1;

@@ -22,10 +22,8 @@ int cmd_dequant(int argc, char **argv) {
     int scalar = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "--type")) {
+        if (cli_is_help(a)) return cli_help(help);
+        if (!strcmp(a, "--type")) {
             if (!(tname = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-i") || !strcmp(a, "--input")) {
             if (!(in = cli_value(cmd, argc, argv, &i))) return 1;

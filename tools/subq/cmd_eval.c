@@ -339,8 +339,7 @@ static void print_table(const subq_eval_params *cfg, const subq_eval_result *r, 
 int cmd_eval(int argc, char **argv) {
     const char *cmd = "eval";
     cli_model_opts mo = {0};
-    cli_sparse_opts so;
-    cli_sparse_init(&so);
+    cli_sparse_opts so = cli_sparse_default();
     subq_eval_params cfg = subq_eval_default_params();
     const char *files[64], *eval_files[64], *svg_dir = NULL, *compare = NULL, *selectors = NULL, *v;
     int ks[MAX_LIST] = {8, 16, 32, 64}, json = 0;

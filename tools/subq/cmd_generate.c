@@ -58,8 +58,7 @@ static int on_token(void *user, int32_t tok, const char *piece, size_t len) {
 int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
     cli_model_opts mo = {0};
-    cli_sparse_opts so;
-    cli_sparse_init(&so);
+    cli_sparse_opts so = cli_sparse_default();
     const char *prompt = "", *prompt_file = NULL, *prompt_cache = NULL, *v;
     int ignore_eos = 0;
     subq_generate_params gp = subq_generate_default_params();

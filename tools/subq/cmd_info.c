@@ -92,10 +92,8 @@ int cmd_info(int argc, char **argv) {
     int json = 0, features = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (cli_is_help(a)) return cli_help(help);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(path = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;

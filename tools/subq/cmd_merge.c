@@ -33,10 +33,8 @@ int cmd_merge(int argc, char **argv) {
     subq_merge_params p = subq_merge_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
-            fputs(merge_help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (cli_is_help(a)) return cli_help(merge_help);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--search")) {
             if (!(search = cli_value(cmd, argc, argv, &i))) return 1;
@@ -71,10 +69,8 @@ int cmd_split(int argc, char **argv) {
     const char *model = NULL, *out = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
-            fputs(split_help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (cli_is_help(a)) return cli_help(split_help);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = cli_value(cmd, argc, argv, &i))) return 1;

@@ -37,8 +37,7 @@ static void on_chunk(void *user, int chunk, int n_chunks, const subq_ppl_result 
 int cmd_perplexity(int argc, char **argv) {
     const char *cmd = "perplexity";
     cli_model_opts mo = {0};
-    cli_sparse_opts so;
-    cli_sparse_init(&so);
+    cli_sparse_opts so = cli_sparse_default();
     const char *file = NULL, *v;
     int max_chunks = 0, json = 0;
     mo.n_ctx = 512;

@@ -155,8 +155,7 @@ static void on_answer(void *user, int method, int length_i, int depth_i, int tri
 int cmd_recall(int argc, char **argv) {
     const char *cmd = "recall";
     cli_model_opts mo = {0};
-    cli_sparse_opts so;
-    cli_sparse_init(&so);
+    cli_sparse_opts so = cli_sparse_default();
     subq_recall_params rp = subq_recall_default_params();
     const char *haystacks[64], *methods_arg = NULL, *svg_dir = NULL, *v;
     int n_hay = 0, lengths[MAX_LIST], n_len = 0, trials = 4, max_new = 16, json = 0, n_dep = 11, verbose = 0;

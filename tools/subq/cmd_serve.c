@@ -62,8 +62,7 @@ static int chat_template(const char *cmd, const subq_model *m, const char *name,
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve", *v;
     cli_model_opts mo = {0};
-    cli_sparse_opts so;
-    cli_sparse_init(&so);
+    cli_sparse_opts so = cli_sparse_default();
     serve_http_config hc = {.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20, .max_connections = 64,
                             .max_per_client = 16, .read_timeout_s = 30};
     const char *template_name = NULL;

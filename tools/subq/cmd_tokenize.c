@@ -58,10 +58,8 @@ int cmd_tokenize(int argc, char **argv) {
     int no_bos = 0, pieces = 0, n_data = 0, n_eval = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
-            fputs(help, stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+        if (cli_is_help(a)) return cli_help(help);
+        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             if (!(model = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             if (!(text = cli_value(cmd, argc, argv, &i))) return 1;

@@ -12,7 +12,8 @@
 #include "cli.h"
 #include "cli_train.h"
 
-static void help(const subq_train_phi_params *d) {
+/* Print the help (defaults from d) on stdout; returns 0 (the exit code). */
+static int help(const subq_train_phi_params *d) {
     fputs("usage: subq train-phi -m MODEL -o PHI.gguf [options] DATA...\n"
           "       subq train-phi -m MODEL --diagnose PHI.gguf -f TEXT [options]\n"
           "Learn the completion feature maps of top-K retrieval with linear-attention completion:\n"
@@ -61,6 +62,7 @@ static void help(const subq_train_phi_params *d) {
           "  --annotate           store each head's mean mid-region entropy in FILE (for\n"
           "                       --complete-heads entropy>=X in eval and generate)\n",
           stdout);
+    return 0;
 }
 
 /* ---- training ------------------------------------------------------------- */
@@ -270,10 +272,7 @@ int cmd_train_phi(int argc, char **argv) {
     cli_train_init(&o, cmd, &cfg.train, "1--1");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
-            help(&cfg);
-            return 0;
-        }
+        if (cli_is_help(a)) return help(&cfg);
         int r = cli_train_option(&o, argc, argv, &i);
         if (!r) r = cli_flag_int(cmd, "--d-phi", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_phi);
         if (!r) r = cli_flag_int(cmd, "--d-emb", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_emb);

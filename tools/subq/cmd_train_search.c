@@ -8,7 +8,8 @@
 #include "cli.h"
 #include "cli_train.h"
 
-static void help(const subq_train_search_params *d) {
+/* Print the help (defaults from d) on stdout; returns 0 (the exit code). */
+static int help(const subq_train_search_params *d) {
     fputs("usage: subq train-search -m MODEL -o OUT.gguf [options] DATA...\n"
           "Learn per-layer search projections W_Qs, W_Ks (d_search x d_model) that map the normed\n"
           "hidden state entering attention to a space where a query's nearest keys are the keys\n"
@@ -55,6 +56,7 @@ static void help(const subq_train_search_params *d) {
     fputs("  --dump-teacher FILE  testing: write the capture, teacher, losses and metrics of the first\n"
           "                       training sequence (initial weights) to FILE and exit\n",
           stdout);
+    return 0;
 }
 
 static void step_text(char *buf, size_t cap, const subq_train_step_stats *s) {
@@ -126,10 +128,7 @@ int cmd_train_search(int argc, char **argv) {
     o.reserve = "0";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (cli_is_help(a)) {
-            help(&cfg);
-            return 0;
-        }
+        if (cli_is_help(a)) return help(&cfg);
         int r = cli_train_option(&o, argc, argv, &i);
         if (!r) r = cli_flag_str(cmd, "--reserve", argc, argv, &i, &o.reserve);
         if (!r) r = cli_flag_int(cmd, "--d-search", 1, SUBQ_SEARCH_MAX_D, argc, argv, &i, &cfg.d_search);

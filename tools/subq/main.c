@@ -6,7 +6,7 @@
 
 typedef struct command {
     const char *name;
-    int (*run)(int argc, char **argv);
+    cli_command *run;
     const char *help;
 } command;
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "model/derived.h"
 #include "quant/types.h"
 #include "train/task.h"
 
@@ -199,7 +200,7 @@ static subq_status read_weights(void *self, trainer *t, const gguf_file *f, cons
     const phi_maps *q = ((phi_task *)self)->maps;
     phi_maps *p = NULL;
     subq_status s = phi_maps_read(f, path, &p, err);
-    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, err);
+    if (!s) s = derived_check_model(path, p->model_fingerprint, t->model, "it", err);
     int same = !s && p->n_sel == q->n_sel && p->dims.d_phi == q->dims.d_phi && p->dims.d_emb == q->dims.d_emb &&
                p->dims.d_hidden == q->dims.d_hidden && p->layer_size == q->layer_size;
     for (int i = 0; same && i < q->n_sel; i++) same = p->layers[i] == q->layers[i];

@@ -26,6 +26,7 @@ enum { R_ML, R_MO, R_MW, R_RL, R_RO, R_RW, R_N };
 /* query rows per block */
 #define EVAL_ROWS 32
 
+/* A thread's scratch: the floats one allocation at teacher, the ints one at top_t. */
 typedef struct eval_scratch {
     float *teacher, *P, *L, *O, *qsum;
     int *top_t, *top_l, *top_o;
@@ -109,7 +110,7 @@ static void eval_block(void *ctx, int b, int thread) {
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
                               subq_teacher_agg agg, int n_sink, int n_tail, subq_retrieval_eval *acc, pool *p,
                               subq_error *err) {
-    const int T = x->T, d = x->d_model, nk = acc->n_k;
+    const int T = x->T, nk = acc->n_k;
     const kernels *kern = kernels_get();
     if (n_sink < 0 || n_tail < 0)
         return subq_fail(err, SUBQ_ERR_ARG, "search evaluation: n_sink and n_tail must be >= 0");
@@ -129,26 +130,27 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search evaluation (T = %d)", T);
         goto done;
     }
-    if ((st = segment_starts(x->seg, T, start, err))) goto done;
-    teacher_keys_transpose(x->k, T, &x->shape, kt);
-    search_project(Qs, x->h, wq, T, d, ds, p);
-    search_project(Ks, x->h, wk, T, d, ds, p);
+    if ((st = search_prepare(x, wq, wk, ds, p, start, kt, Qs, Ks, err))) goto done;
     /* 1 / |k_s(j)| with the training loss's smooth norm */
     for (int j = 0; j < T; j++)
         inv_nk[j] = 1.0f / sqrtf(kern->dot_f32(Ks + (size_t)j * ds, Ks + (size_t)j * ds, ds) + 1e-12f);
     eval_scratch *w = calloc((size_t)n_threads, sizeof *w);
     int oom = !w;
     for (int i = 0; !oom && i < n_threads; i++) {
-        const size_t cells = (size_t)EVAL_ROWS * T;
-        w[i] = (eval_scratch){
-            .teacher = malloc(teacher_block_scratch(EVAL_ROWS, T, &x->shape) * sizeof(float)),
-            .P = malloc(cells * sizeof(float)), .L = malloc(cells * sizeof(float)), .O = malloc(cells * sizeof(float)),
-            .qsum = malloc((size_t)EVAL_ROWS * dkv * sizeof(float)),
-            .top_t = malloc((size_t)kmax * sizeof(int)), .top_l = malloc((size_t)kmax * sizeof(int)),
-            .top_o = malloc((size_t)kmax * sizeof(int)), .mark = calloc((size_t)T, 1),
-        };
-        oom = !w[i].teacher || !w[i].P || !w[i].L || !w[i].O || !w[i].qsum || !w[i].top_t || !w[i].top_l ||
-              !w[i].top_o || !w[i].mark;
+        const size_t cells = (size_t)EVAL_ROWS * T, n_teacher = teacher_block_scratch(EVAL_ROWS, T, &x->shape);
+        eval_scratch *sc = &w[i];
+        /* teacher, P, L, O [EVAL_ROWS][T], qsum [EVAL_ROWS][dkv]; top_t, top_l, top_o [kmax] */
+        sc->teacher = malloc((n_teacher + 3 * cells + (size_t)EVAL_ROWS * dkv) * sizeof(float));
+        sc->top_t = malloc(3 * (size_t)kmax * sizeof(int));
+        sc->mark = calloc((size_t)T, 1);
+        oom = !sc->teacher || !sc->top_t || !sc->mark;
+        if (oom) continue;
+        sc->P = sc->teacher + n_teacher;
+        sc->L = sc->P + cells;
+        sc->O = sc->L + cells;
+        sc->qsum = sc->O + cells;
+        sc->top_l = sc->top_t + kmax;
+        sc->top_o = sc->top_l + kmax;
     }
     eval_job job = {.x = x, .Qs = Qs, .Ks = Ks, .inv_nk = inv_nk, .kt = kt, .start = start, .ds = ds, .agg = agg,
                     .n_sink = n_sink, .n_tail = n_tail, .acc = acc, .kmax = kmax, .w = w, .res = res,
@@ -156,13 +158,7 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
     if (!oom) pool_run(p, (T + EVAL_ROWS - 1) / EVAL_ROWS, eval_block, &job);
     for (int i = 0; w && i < n_threads; i++) {
         free(w[i].teacher);
-        free(w[i].P);
-        free(w[i].L);
-        free(w[i].O);
-        free(w[i].qsum);
         free(w[i].top_t);
-        free(w[i].top_l);
-        free(w[i].top_o);
         free(w[i].mark);
     }
     free(w);

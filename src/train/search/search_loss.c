@@ -69,6 +69,16 @@ void search_project(float *Y, const float *X, const float *W, int T, int d, int 
     pool_run(p, (T + PROJ_ROWS - 1) / PROJ_ROWS, project_block, &j);
 }
 
+subq_status search_prepare(const search_layer_data *x, const float *wq, const float *wk, int ds, pool *p, int *start,
+                           float *kt, float *Qs, float *Ks, subq_error *err) {
+    subq_status s = segment_starts(x->seg, x->T, start, err);
+    if (s) return s;
+    teacher_keys_transpose(x->k, x->T, &x->shape, kt);
+    search_project(Qs, x->h, wq, x->T, x->d_model, ds, p);
+    search_project(Ks, x->h, wk, x->T, x->d_model, ds, p);
+    return SUBQ_OK;
+}
+
 /* Over the entries x_i = v[idx ? idx[i] : i], i < n: writes prob[i] =
  * exp(x_i - LSE(x)) (the softmax) and returns LSE(x) = log sum_i exp(x_i). */
 static float softmax_lse(const float *v, const int *idx, int n, float *prob) {
@@ -85,7 +95,7 @@ static float softmax_lse(const float *v, const int *idx, int n, float *prob) {
 }
 
 /* per-thread scratch of pass 1: the block's teacher and student rows, one
- * row's softmaxes */
+ * row's softmaxes (the floats one allocation at teacher) */
 typedef struct row_scratch {
     float *teacher, *P, *dots, *z, *y, *sz, *r, *spos;
     int *pos;
@@ -249,11 +259,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search losses (T = %d)", T);
         goto done;
     }
-    if ((st = segment_starts(x->seg, T, start, err))) goto done;
-    teacher_keys_transpose(x->k, T, &x->shape, kt);
-
-    search_project(Qs, x->h, wq, T, d, ds, p);
-    search_project(Ks, x->h, wk, T, d, ds, p);
+    if ((st = search_prepare(x, wq, wk, ds, p, start, kt, Qs, Ks, err))) goto done;
     /* smooth norms |x| = sqrt(x.x + eps) */
     for (int t = 0; t < T; t++) {
         float a = 0.0f, b = 0.0f;
@@ -276,14 +282,20 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     scr = calloc((size_t)n_threads, sizeof *scr);
     int oom = !scr;
     for (int i = 0; !oom && i < n_threads; i++) {
-        const size_t cells = (size_t)rows_block * T;
-        row_scratch *sc = &scr[i];
-        sc->teacher = malloc(teacher_block_scratch(rows_block, T, &x->shape) * sizeof(float));
-        sc->P = malloc(cells * sizeof(float)), sc->dots = malloc(cells * sizeof(float));
-        sc->z = malloc((size_t)T * sizeof(float)), sc->y = malloc((size_t)T * sizeof(float));
-        sc->sz = malloc((size_t)T * sizeof(float)), sc->r = malloc((size_t)T * sizeof(float));
-        sc->spos = malloc((size_t)lp->k_pos * sizeof(float)), sc->pos = malloc((size_t)lp->k_pos * sizeof(int));
-        oom = !sc->teacher || !sc->P || !sc->dots || !sc->z || !sc->y || !sc->sz || !sc->r || !sc->spos || !sc->pos;
+        const size_t cells = (size_t)rows_block * T, n_teacher = teacher_block_scratch(rows_block, T, &x->shape);
+        /* teacher, P and dots [rows_block][T], z, y, sz, r [T] (from z0 on), spos [k_pos] */
+        const size_t z0 = n_teacher + 2 * cells;
+        float *f = malloc((z0 + 4 * (size_t)T + (size_t)lp->k_pos) * sizeof(float));
+        int *pos = malloc((size_t)lp->k_pos * sizeof(int));
+        oom = !f || !pos;
+        if (oom) {
+            free(f);
+            free(pos);
+            break;
+        }
+        scr[i] = (row_scratch){.teacher = f, .P = f + n_teacher, .dots = f + n_teacher + cells, .z = f + z0,
+                               .y = f + z0 + T, .sz = f + z0 + 2 * T, .r = f + z0 + 3 * T, .spos = f + z0 + 4 * T,
+                               .pos = pos};
     }
     pass.scratch = scr;
     if (oom) {
@@ -334,13 +346,6 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
 done:
     for (int i = 0; scr && i < n_threads; i++) {
         free(scr[i].teacher);
-        free(scr[i].P);
-        free(scr[i].dots);
-        free(scr[i].z);
-        free(scr[i].y);
-        free(scr[i].sz);
-        free(scr[i].r);
-        free(scr[i].spos);
         free(scr[i].pos);
     }
     free(scr);

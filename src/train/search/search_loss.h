@@ -53,6 +53,12 @@ typedef struct search_loss_sums {
  * the projection q_s = W_Qs h used by training and evaluation alike. */
 void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, pool *p);
 
+/* What the loss and the evaluation of a layer start from: each query's
+ * segment start [T], the keys transposed (teacher_keys_transpose) and the
+ * projected queries and keys Qs = H W_Qs^T, Ks = H W_Ks^T [T][ds]. */
+subq_status search_prepare(const search_layer_data *x, const float *wq, const float *wk, int ds, pool *p, int *start,
+                           float *kt, float *Qs, float *Ks, subq_error *err);
+
 /* Number of non-skipped queries (those with >= 2 eligible keys, i.e. at
  * position >= n_sink + n_tail + 1 within their document). */
 int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "model/derived.h"
 #include "quant/types.h"
 #include "train/task.h"
 
@@ -167,7 +168,7 @@ static subq_status read_weights(void *self, trainer *t, const gguf_file *f, cons
     const search_proj *q = ((search_task *)self)->proj;
     search_proj *p = NULL;
     subq_status s = search_proj_read(f, path, &p, err);
-    if (!s) s = train_check_model(path, p->model_fingerprint, t->model, err);
+    if (!s) s = derived_check_model(path, p->model_fingerprint, t->model, "it", err);
     int same_layers = !s && p->n_sel == q->n_sel;
     for (int i = 0; same_layers && i < q->n_sel; i++) same_layers = p->layers[i] == q->layers[i];
     if (!s && (p->d_search != q->d_search || !same_layers || p->n_embd != q->n_embd))
