@@ -13,14 +13,13 @@
 #include "gguf/gguf.h"
 #include "train/corpus.h"
 #include "train/corpus_file.h"
+#include "fuzz_shared.h"
 
 static subq_model *g_model;
 
 static void load(void) {
-    const char *dir = getenv("SUBQ_SHARED");
-    if (!dir || !*dir) dir = access("../shared/models", R_OK) == 0 ? "../shared" : "/work/shared";
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
+    fuzz_stories_path(path, sizeof path);
     subq_error err = {0};
     if (subq_model_load(path, &g_model, &err)) {
         fprintf(stderr, "fuzz_corpus_file: %s\n", err.msg);

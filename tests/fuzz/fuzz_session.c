@@ -10,15 +10,14 @@
 
 #include "gguf/gguf.h"
 #include "api/session.h"
+#include "fuzz_shared.h"
 
 static subq_model *g_model;
 static subq_context *g_ctx[2];
 
 static void load(void) {
-    const char *dir = getenv("SUBQ_SHARED");
-    if (!dir || !*dir) dir = access("../shared/models", R_OK) == 0 ? "../shared" : "/work/shared";
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
+    fuzz_stories_path(path, sizeof path);
     subq_error err = {0};
     subq_context_params p = subq_context_default_params();
     p.n_ctx = 128;

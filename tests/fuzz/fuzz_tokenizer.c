@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "tokenize/bpe.h"
 #include "tokenize/tokenizer.h"
+#include "fuzz_shared.h"
 
 #define N_BPE 4
 static const char *const bpe_pres[N_BPE] = {"qwen2", "llama-bpe", "gpt2", "smollm"};
@@ -29,10 +30,8 @@ static void die(const char *what, const char *msg) {
 }
 
 static void load(void) {
-    const char *dir = getenv("SUBQ_SHARED");
-    if (!dir || !*dir) dir = access("../shared/models", R_OK) == 0 ? "../shared" : "/work/shared";
     char path[1024];
-    snprintf(path, sizeof path, "%s/models/stories260K.gguf", dir);
+    fuzz_stories_path(path, sizeof path);
     subq_error err = {0};
     if (gguf_open(path, &g_file[0], &err) != SUBQ_OK ||
         tokenizer_from_gguf(g_file[0], &g_tok[0], &err) != SUBQ_OK)
