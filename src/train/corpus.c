@@ -216,7 +216,7 @@ static subq_status cut_pieces(subq_corpus *c, subq_error *err) {
     const int body = c->p.seq - (c->bos >= 0);
     const int n_docs = c->n_docs + c->n_eval_docs;
     int64_t n = 0;
-    for (int d = 0; d < n_docs; d++) n += (c->doc_len[d] + body - 1) / body;
+    for (int d = 0; d < n_docs; d++) n += ((int64_t)c->doc_len[d] + body - 1) / body;
     if (n > INT32_MAX / 4) return subq_fail(err, SUBQ_ERR_ARG, "%lld pieces of %d tokens: too many", (long long)n, c->p.seq);
     c->piece_off = malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     c->piece_len = malloc((size_t)(n > 0 ? n : 1) * sizeof(int32_t));
