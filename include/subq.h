@@ -1060,6 +1060,9 @@ typedef struct subq_recall_grid_params {
     int max_new;              /* answer tokens at most */
     int sparse_prefill;       /* 1: each method prefills each prompt under its plan;
                                  0: one dense prefill per prompt, copied into every method's context */
+    const char *prefill_kv_file; /* with the dense prefill: NULL, its KV cache in memory; else in this
+                                    file (subq_context_params.kv_file), which must not exist: it is
+                                    created for the grid and removed at its end */
     const subq_recall_method *methods;
     int n_methods;
     /* called after each answer (progress, logs); may be NULL */

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/error.h"
 #include "subq.h"
@@ -58,6 +59,10 @@ static subq_status new_prefill_context(subq_context *c, const subq_recall_grid_p
     cp.n_threads = subq_context_n_threads(c);
     cp.n_batch = subq_context_n_batch(c);
     cp.kv_type = subq_context_kv_type(c);
+    cp.kv_file = p->prefill_kv_file;
+    if (cp.kv_file && access(cp.kv_file, F_OK) == 0) /* never a file someone keeps: it is removed at the end */
+        return subq_fail(err, SUBQ_ERR_ARG, "%s exists; the recall grid's dense prefill makes its own KV file there",
+                         cp.kv_file);
     subq_status s = subq_context_new((subq_model *)subq_context_model(c), &cp, out, err);
     for (int i = 0; i < p->n_methods && !s; i++) {
         const subq_recall_method *me = &p->methods[i];
@@ -101,6 +106,7 @@ subq_status subq_recall_run_grid(subq_context *c, const subq_recall *r, const su
     for (int i = 0; i < p->n_methods; i++)
         if (i != out->full_method) order[n_order++] = i;
     subq_context *pre = NULL; /* the shared dense prefill */
+    const int own_file = !p->sparse_prefill && p->prefill_kv_file && access(p->prefill_kv_file, F_OK) != 0;
     subq_status s = p->sparse_prefill ? SUBQ_OK : new_prefill_context(c, p, &pre, err);
     subq_model_info info;
     subq_model_get_info(subq_context_model(c), &info);
@@ -144,6 +150,7 @@ subq_status subq_recall_run_grid(subq_context *c, const subq_recall *r, const su
     free(logits);
     free(order);
     subq_context_free(pre);
+    if (own_file) unlink(p->prefill_kv_file); /* made for this grid */
     if (s) subq_recall_grid_free(out);
     return s;
 }

@@ -53,6 +53,29 @@ def main():
         except (OSError, ET.ParseError) as e:
             ck.check("heat map %s" % name, False, str(e))
 
+    # --kv-file: the methods' cache and the shared dense prefill's (FILE.prefill) on disk give the
+    # answers of the in-memory run; FILE.prefill is the run's own (removed; an existing one refused)
+    kv = os.path.join(tmp, "recall.kv")
+    for f in (kv, kv + ".prefill"):
+        if os.path.exists(f):
+            os.unlink(f)
+    small = ["recall", "-m", model, "--haystack", hay, "--lengths", "256,500", "--depths", "0,0.5,1", "--trials", 1,
+             "--methods", "full,exact@32,window@32", "--random-search", 16, "--sparse-layers", "1-4", "-t", 1]
+    answers = []  # -v: every method's answer to every prompt, on stderr
+    for extra in ([], ["--kv-file", kv]):
+        p = subprocess.run([bin_] + [str(a) for a in small + extra] + ["-v"], capture_output=True, timeout=300,
+                           env=rc.subq_env())
+        answers.append([l for l in p.stderr.decode("utf-8", "replace").splitlines() if " got " in l]
+                       if p.returncode == 0 else None)
+    ck.check("recall --kv-file: every answer as in memory (18 answers)",
+             answers[0] is not None and len(answers[0]) == 18 and answers[0] == answers[1], str(answers[1])[:300])
+    ck.check("recall --kv-file: the prefill's file is removed, the methods' kept",
+             os.path.exists(kv) and not os.path.exists(kv + ".prefill"))
+    open(kv + ".prefill", "w").close()
+    p = subprocess.run([bin_] + [str(a) for a in small] + ["--kv-file", kv], capture_output=True, timeout=120)
+    ck.check("recall --kv-file refuses an existing FILE.prefill (never removes what it did not make)",
+             p.returncode == 1 and b"exists" in p.stderr and os.path.exists(kv + ".prefill"), p.stderr.decode()[-300:])
+
     empty = os.path.join(tmp, "recall_empty.txt")
     open(empty, "w").close()
     bad = [

@@ -35,7 +35,8 @@ static const char *help =
     "  -t, --threads N      threads (default: all cores)\n"
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
     "  --kv-file FILE       the methods' KV cache in FILE, read from disk where queries attend\n"
-    "                       (subq generate --help); the grid's shared dense prefill stays in memory\n"
+    "                       (subq generate --help); the grid's shared dense prefill in FILE.prefill,\n"
+    "                       made for the run and removed at its end\n"
     "  -v, --verbose        print every answer on stderr\n"
     "  --json               print one JSON object on stdout\n"
     "  --svg-dir DIR        write one heat map per method (length x depth) into DIR, and\n"
@@ -276,10 +277,12 @@ int cmd_recall(int argc, char **argv) {
     progress bar;
     progress_begin(&bar, "recall", (int64_t)n_len * n_dep * trials * n_methods);
     answer_log log = {&bar, 0, verbose, methods, lengths, depths};
+    char prefill_file[4096]; /* with --kv-file, the shared dense prefill's cache goes to disk beside it */
+    if (mo.kv_file) snprintf(prefill_file, sizeof prefill_file, "%s.prefill", mo.kv_file);
     subq_recall_grid_params gp = {
         .lengths = lengths, .n_lengths = n_len, .depths = depths, .n_depths = n_dep, .trials = trials,
         .max_new = max_new, .sparse_prefill = so.plan.sparse_prefill, .methods = methods, .n_methods = n_methods,
-        .on_answer = on_answer, .user = &log,
+        .prefill_kv_file = mo.kv_file ? prefill_file : NULL, .on_answer = on_answer, .user = &log,
     };
     subq_status st = subq_recall_run_grid(c, rec, &gp, &grid, &err);
     progress_end(&bar);
