@@ -175,9 +175,16 @@ static void test_corpus_file(const subq_model *m, const char *dir) {
           "text, then a corpus file: %s", err.msg);
     corpus_free(c);
     CHECK(!corpus_new(m, &p, &c, &err), "corpus_new");
-    CHECK(corpus_add_path(c, m, out, 1, &err) == SUBQ_ERR_ARG, "a corpus file as held-out data: %s", err.msg);
     CHECK(!corpus_add_path(c, m, out, 0, &err) && corpus_add_path(c, m, evalp, 0, &err) == SUBQ_ERR_ARG,
           "a corpus file, then text: %s", err.msg);
+    corpus_free(c);
+    /* given as evaluation data (subq eval --eval-file): every document held out */
+    subq_corpus_params pe = p;
+    pe.eval_only = 1;
+    CHECK(!corpus_new(m, &pe, &c, &err) && !corpus_add_path(c, m, out, 1, &err) && !corpus_finish(c, &err),
+          "a corpus file as held-out data: %s", err.msg);
+    CHECK(c && c->n_docs == 0 && c->n_eval_docs > 0 && c->train.n_seq == 0 && c->eval.n_seq > 0,
+          "a corpus file as held-out data: all of it held out");
     corpus_free(c);
     c = NULL;
     char model_path[1024];

@@ -63,7 +63,7 @@ static subq_status get_fingerprint(const gguf_file *g, const char *path, const c
     return SUBQ_OK;
 }
 
-subq_status corpus_file_take(subq_corpus *c, const gguf_file *g, const char *path, uint64_t *data_off,
+subq_status corpus_file_take(subq_corpus *c, const gguf_file *g, const char *path, int all_eval, uint64_t *data_off,
                              subq_error *err) {
     uint32_t version = 0;
     subq_error e2 = {0};
@@ -102,7 +102,7 @@ subq_status corpus_file_take(subq_corpus *c, const gguf_file *g, const char *pat
             return subq_fail(err, SUBQ_ERR_FORMAT, "%s: document %llu has length %d and held-out mark %d", path,
                              (unsigned long long)d, n, ev);
         total += n;
-        s = corpus_add_doc(c, n, ev, err);
+        s = corpus_add_doc(c, n, all_eval || ev, err);
     }
     if (!s && (uint64_t)total != tok_t->ne[0])
         s = subq_fail(err, SUBQ_ERR_FORMAT, "%s: the documents hold %lld tokens, the token vector %llu", path,
@@ -112,7 +112,7 @@ subq_status corpus_file_take(subq_corpus *c, const gguf_file *g, const char *pat
     return s;
 }
 
-subq_status corpus_file_open(subq_corpus *c, const subq_model *m, const char *path, subq_error *err) {
+subq_status corpus_file_open(subq_corpus *c, const subq_model *m, const char *path, int all_eval, subq_error *err) {
     (void)m;
     corpus_token_file *f = calloc(1, sizeof *f);
     if (!f) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
@@ -122,7 +122,7 @@ subq_status corpus_file_open(subq_corpus *c, const subq_model *m, const char *pa
     gguf_file *g;
     subq_status s = gguf_open(path, &g, err); /* mapped: only the header and the document table are read */
     if (s) return s;
-    s = corpus_file_take(c, g, path, &f->data_off, err);
+    s = corpus_file_take(c, g, path, all_eval, &f->data_off, err);
     gguf_close(g);
     if (s) return s;
     f->fd = open(path, O_RDONLY | O_CLOEXEC);

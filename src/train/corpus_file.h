@@ -27,14 +27,15 @@
 int corpus_file_is_tokens(const char *path);
 
 /* Take the documents of a corpus file into an empty corpus c (the caller's
- * corpus_finish cuts them); the file stays open for corpus_file_read. A
- * GGUF that is no corpus, one made for another vocabulary, or a malformed
- * one: a clear error naming the file. */
-subq_status corpus_file_open(subq_corpus *c, const subq_model *m, const char *path, subq_error *err);
+ * corpus_finish cuts them), all of them held out when all_eval (a file given
+ * as evaluation data); the file stays open for corpus_file_read. A GGUF
+ * that is no corpus, one made for another vocabulary, or a malformed one: a
+ * clear error naming the file. */
+subq_status corpus_file_open(subq_corpus *c, const subq_model *m, const char *path, int all_eval, subq_error *err);
 
 /* corpus_file_open's checks of an opened file g: its documents into c, and
  * the offset of its tokens in the file (fuzz_corpus_file calls it alone). */
-subq_status corpus_file_take(subq_corpus *c, const gguf_file *g, const char *path, uint64_t *data_off,
+subq_status corpus_file_take(subq_corpus *c, const gguf_file *g, const char *path, int all_eval, uint64_t *data_off,
                              subq_error *err);
 
 /* Tokens [off, off + n) of the token stream into dst. */

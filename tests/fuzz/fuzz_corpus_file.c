@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         char hex[32];
         if (!gguf_get_str(f, "subq.corpus.vocab_fingerprint", hex, sizeof hex, &err)) fingerprint_parse(hex, &c->vocab_fp);
         uint64_t off;
-        if (!corpus_file_take(c, f, "fuzz", &off, &err)) corpus_finish(c, &err);
+        if (!corpus_file_take(c, f, "fuzz", (int)(size & 2), &off, &err)) corpus_finish(c, &err);
         corpus_free(c);
     }
     gguf_close(f);
