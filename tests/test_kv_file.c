@@ -6,6 +6,9 @@
  *     decoded gives the logits of an uninterrupted A + C in memory; the
  *     resumed tokens and last logits are A's; another selector over the
  *     same projections resumes too;
+ *   - for every KV type, over several KV heads (file slot-major, memory
+ *     head-major), the same logits again, and a session saved from the
+ *     file continues in memory alike;
  *   - refusals: another model's file, another KV type, another context
  *     size, other projections (set_plan and decoding both say so), damaged
  *     and truncated headers; a reset drops the tokens (file included);
@@ -118,6 +121,51 @@ static void test_same_logits_and_resume(int kind) {
         subq_context_free(h);
     }
     subq_context_free(mem);
+    free(la);
+    free(lb);
+}
+
+/* The file's rows are slot-major (a slot's rows of every KV head side by
+ * side), the memory's head-major: for each KV type, full attention and
+ * exact retrieval (prefill batch, then decode) give the memory's logits
+ * bit for bit over several KV heads; a session saved from the file loads
+ * into memory and continues alike (the session format is head-major). */
+static void test_layouts(void) {
+    CHECK(info.n_head_kv > 1, "the model has %d KV heads: the layouts would not differ", info.n_head_kv);
+    const subq_kv_type types[] = {SUBQ_KV_F32, SUBQ_KV_F16, SUBQ_KV_Q8_0, SUBQ_KV_Q4_0};
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int ki = 0; ki < 4; ki++) {
+            /* quest and oracle score a KV head's keys a slot stride apart */
+            const int kinds[4] = {-1, SUBQ_SELECT_EXACT, SUBQ_SELECT_QUEST, SUBQ_SELECT_ORACLE}, kind = kinds[ki];
+            const char *tn = subq_kv_type_name(types[ti]);
+            const char *kn = kind < 0 ? "full" : subq_selector_name((subq_selector_kind)kind);
+            char file[700], sess[700];
+            path_of(file, sizeof file, "layout.kv");
+            path_of(sess, sizeof sess, "layout.session");
+            unlink(file);
+            subq_status st;
+            subq_error err;
+            subq_context *mem = open_ctx(NULL, kind, search, types[ti], N_CTX, &st, &err);
+            subq_context *fc = mem ? open_ctx(file, kind, search, types[ti], N_CTX, &st, &err) : NULL;
+            if (!mem || !fc) {
+                CHECK(0, "%s %s: open: %s", tn, kn, err.msg);
+                subq_context_free(mem);
+                continue;
+            }
+            CHECK(run(mem, 0, NA, la) && run(fc, 0, NA, lb) && same(la, lb), "%s %s: file logits differ from memory's",
+                  tn, kn);
+            CHECK(subq_context_save(fc, sess, &err) == SUBQ_OK, "%s %s: save: %s", tn, kn, err.msg);
+            subq_context *m2 = open_ctx(NULL, kind, search, types[ti], N_CTX, &st, &err);
+            CHECK(m2 && subq_context_load(m2, sess, &err) == SUBQ_OK, "%s %s: load: %s", tn, kn, err.msg);
+            CHECK(m2 && run(mem, NA, NA + NC, la) && run(m2, NA, NA + NC, lb) && same(la, lb),
+                  "%s %s: a session saved from the file continues otherwise", tn, kn);
+            subq_context_free(m2);
+            subq_context_free(fc);
+            subq_context_free(mem);
+            unlink(file);
+            unlink(sess);
+        }
     free(la);
     free(lb);
 }
@@ -267,6 +315,7 @@ int main(void) {
     srand((unsigned)getpid());
     test_same_logits_and_resume(-1);
     test_same_logits_and_resume(SUBQ_SELECT_EXACT);
+    test_layouts();
     test_refusals();
     test_kill();
     char cmd[700];
