@@ -135,6 +135,25 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
     }
 }
 
+/* chunk_partial's scores (values = 0) or accumulation (values = 1) over
+ * slots [j0, j0 + n) of a slot-major cache (a file), whose rows of a head
+ * lie slot_stride apart: the decode kernels take adjacent rows, so blocks
+ * are copied side by side first, as the gathered path does (the disk, not
+ * this copy, bounds such a cache). Kept out of line so that the in-memory
+ * path's frame does not carry the scratch. */
+__attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh,
+                                                   int values, int g, const float *q, float scale, int j0, int n,
+                                                   float *scores, float *o) {
+    gather_rows rows;
+    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
+    for (int b0 = 0; b0 < n; b0 += block) {
+        const int nb = n - b0 < block ? n - b0 : block;
+        strided_block(kv, layer, kh, values, j0 + b0, nb, rows.bytes);
+        if (values) ops->accum(scores + b0, g, n, rows.bytes, nb, kv->head_dim, o);
+        else ops->scores(q, g, rows.bytes, nb, kv->head_dim, scale, scores + b0, n);
+    }
+}
+
 /* One decode work item: keys [j0, j1) of one KV head for the g query heads
  * that share it (q and the partial hold g adjacent heads; scores is g x
  * (j1 - j0) scratch). Each key and value row is loaded once for the g heads:
@@ -145,21 +164,8 @@ static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const 
                           const float *q, float scale, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
-    if (kv_cache_rows_adjacent(kv)) {
-        ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
-    } else {
-        /* slot-major rows (a file cache): the decode kernels take adjacent
-         * rows, so blocks of the head's rows are copied side by side first,
-         * as the gathered path does; the disk, not this copy, bounds such a
-         * cache */
-        gather_rows rows;
-        const int block = (int)(sizeof rows.bytes / kv->row_bytes);
-        for (int b0 = 0; b0 < n; b0 += block) {
-            const int nb = n - b0 < block ? n - b0 : block;
-            strided_block(kv, layer, kh, 0, j0 + b0, nb, rows.bytes);
-            ops->scores(q, g, rows.bytes, nb, hd, scale, scores + b0, n);
-        }
-    }
+    if (kv_cache_rows_adjacent(kv)) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
+    else strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
     /* documents are runs of slots: keys that start and end in the query's
      * lie wholly in it */
     if (kv->seg[j0] != seg || kv->seg[j1 - 1] != seg)
@@ -177,17 +183,8 @@ static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const 
         }
     }
     memset(o, 0, (size_t)g * hd * sizeof(float));
-    if (kv_cache_rows_adjacent(kv)) {
-        ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
-        return;
-    }
-    gather_rows rows;
-    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
-    for (int b0 = 0; b0 < n; b0 += block) {
-        const int nb = n - b0 < block ? n - b0 : block;
-        strided_block(kv, layer, kh, 1, j0 + b0, nb, rows.bytes);
-        ops->accum(scores + b0, g, n, rows.bytes, nb, hd, o);
-    }
+    if (kv_cache_rows_adjacent(kv)) ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
+    else strided_pass(ops, kv, layer, kh, 1, g, NULL, 0.0f, j0, n, scores, o);
 }
 
 /* out_i = sum_c e^(m_ci - M_i) o_ci / sum_c e^(m_ci - M_i) l_ci over the
