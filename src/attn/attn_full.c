@@ -289,7 +289,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
 }
 
 /* Keys (or values) 0..n-1 of one KV head as f32 rows: the cache itself when
- * it is f32, else converted into `scratch`. */
+ * it is f32 with adjacent rows (head-major), else converted into `scratch`. */
 static const float *head_rows_f32(const kv_cache *kv, const void *base, int n, float *scratch) {
     if (kv_cache_rows_adjacent(kv)) {
         if (kv->type == SUBQ_KV_F32) return base;
