@@ -6,9 +6,13 @@
  *     decoded gives the logits of an uninterrupted A + C in memory; the
  *     resumed tokens and last logits are A's; another selector over the
  *     same projections resumes too;
+ *   - for every KV type, over several KV heads (file slot-major, memory
+ *     head-major), the same logits again, and a session saved from the
+ *     file continues in memory alike;
  *   - refusals: another model's file, another KV type, another context
  *     size, other projections (set_plan and decoding both say so), damaged
- *     and truncated headers; a reset drops the tokens (file included);
+ *     and truncated headers, a file of the old head-major layout (version
+ *     1); a reset drops the tokens (file included);
  *   - crashes: a child that decodes and commits over and over (truncating
  *     back each round), killed with SIGKILL at a random moment, leaves a
  *     file whose committed tokens resume and continue exactly as the
@@ -24,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kv/kv_file.h"
 #include "subq.h"
 #include "test_util.h"
 
@@ -120,6 +125,87 @@ static void test_same_logits_and_resume(int kind) {
     subq_context_free(mem);
     free(la);
     free(lb);
+}
+
+/* The file's rows are slot-major (a slot's rows of every KV head side by
+ * side), the memory's head-major: for each KV type, full attention and
+ * exact retrieval (prefill batch, then decode) give the memory's logits
+ * bit for bit over several KV heads; a session saved from the file loads
+ * into memory and continues alike (the session format is head-major). */
+static void test_layouts(void) {
+    CHECK(info.n_head_kv > 1, "the model has %d KV heads: the layouts would not differ", info.n_head_kv);
+    const subq_kv_type types[] = {SUBQ_KV_F32, SUBQ_KV_F16, SUBQ_KV_Q8_0, SUBQ_KV_Q4_0};
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int ki = 0; ki < 4; ki++) {
+            /* quest and oracle score a KV head's keys a slot stride apart */
+            const int kinds[4] = {-1, SUBQ_SELECT_EXACT, SUBQ_SELECT_QUEST, SUBQ_SELECT_ORACLE}, kind = kinds[ki];
+            const char *tn = subq_kv_type_name(types[ti]);
+            const char *kn = kind < 0 ? "full" : subq_selector_name((subq_selector_kind)kind);
+            char file[700], sess[700];
+            path_of(file, sizeof file, "layout.kv");
+            path_of(sess, sizeof sess, "layout.session");
+            unlink(file);
+            subq_status st;
+            subq_error err;
+            subq_context *mem = open_ctx(NULL, kind, search, types[ti], N_CTX, &st, &err);
+            subq_context *fc = mem ? open_ctx(file, kind, search, types[ti], N_CTX, &st, &err) : NULL;
+            if (!mem || !fc) {
+                CHECK(0, "%s %s: open: %s", tn, kn, err.msg);
+                subq_context_free(mem);
+                continue;
+            }
+            CHECK(run(mem, 0, NA, la) && run(fc, 0, NA, lb) && same(la, lb), "%s %s: file logits differ from memory's",
+                  tn, kn);
+            CHECK(subq_context_save(fc, sess, &err) == SUBQ_OK, "%s %s: save: %s", tn, kn, err.msg);
+            subq_context *m2 = open_ctx(NULL, kind, search, types[ti], N_CTX, &st, &err);
+            CHECK(m2 && subq_context_load(m2, sess, &err) == SUBQ_OK, "%s %s: load: %s", tn, kn, err.msg);
+            CHECK(m2 && run(mem, NA, NA + NC, la) && run(m2, NA, NA + NC, lb) && same(la, lb),
+                  "%s %s: a session saved from the file continues otherwise", tn, kn);
+            subq_context_free(m2);
+            subq_context_free(fc);
+            subq_context_free(mem);
+            unlink(file);
+            unlink(sess);
+        }
+    free(la);
+    free(lb);
+}
+
+/* A file of the head-major layout (version 1) is refused, naming the
+ * version: its rows would otherwise be read misplaced. Both header slots
+ * are rewritten as version 1 (the version follows the 8-byte magic), each
+ * with a valid checksum. */
+static void test_old_layout(void) {
+    char file[700];
+    path_of(file, sizeof file, "old.kv");
+    unlink(file);
+    subq_context *c = must_open(file, -1, NULL);
+    float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+    CHECK(run(c, 0, 8, lg), "decoding into the file");
+    subq_context_free(c);
+    free(lg);
+    FILE *fp = fopen(file, "r+b");
+    CHECK(fp != NULL, "reopening %s", file);
+    if (!fp) return;
+    static unsigned char slot[KV_FILE_HEADER_BYTES];
+    for (long at = 0; at < 2 * KV_FILE_HEADER_BYTES; at += KV_FILE_HEADER_BYTES) {
+        const uint32_t v1 = 1;
+        int ok = fseek(fp, at, SEEK_SET) == 0 && fread(slot, 1, sizeof slot, fp) == sizeof slot;
+        if (ok && memcmp(slot, "SUBQKVF", 8) != 0) continue; /* a slot never written */
+        memcpy(slot + 8, &v1, sizeof v1);
+        kv_file_seal_header(slot);
+        ok = ok && fseek(fp, at, SEEK_SET) == 0 && fwrite(slot, 1, sizeof slot, fp) == sizeof slot;
+        CHECK(ok, "rewriting header slot at %ld", at);
+    }
+    fclose(fp);
+    subq_status st;
+    subq_error err;
+    c = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+    CHECK(!c && st == SUBQ_ERR_UNSUPPORTED && strstr(err.msg, "version 1"), "a version 1 file: %d %s", st,
+          c ? "(opened)" : err.msg);
+    subq_context_free(c);
+    unlink(file);
 }
 
 static void test_refusals(void) {
@@ -267,6 +353,8 @@ int main(void) {
     srand((unsigned)getpid());
     test_same_logits_and_resume(-1);
     test_same_logits_and_resume(SUBQ_SELECT_EXACT);
+    test_layouts();
+    test_old_layout();
     test_refusals();
     test_kill();
     char cmd[700];

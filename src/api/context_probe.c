@@ -49,6 +49,7 @@ double subq_context_kv_read_gbs(const subq_context *c, int reps) {
     const kv_cache *kv = &c->kv;
     const int n_items = kv->n_layer * 2 * kv->n_head_kv; /* (layer, keys or values, KV head) */
     const size_t words = (size_t)kv->n_used * kv->row_bytes / sizeof(uint64_t);
+    /* (head-major rows only: a file cache is not timed here) */
     if (words == 0 || kv->row_bytes % sizeof(uint64_t) || kv->file) return 0.0;
     if ((double)n_items * words * sizeof(uint64_t) < 64.0 * 1048576) return 0.0; /* times caches, not memory */
     double best = 0.0;
@@ -93,6 +94,11 @@ static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *
         }
         for (int t0 = n_rand; t0 < n_past; t0 += n_rand) {
             const int n = n_past - t0 < n_rand ? n_past - t0 : n_rand;
+            if (!kv_cache_rows_adjacent(kv)) { /* slot-major (a file): n slots of every head are one run */
+                memcpy((void *)kv_cache_key(kv, l, 0, t0), kv_cache_key(kv, l, 0, 0), (size_t)n * kv->slot_stride);
+                memcpy((void *)kv_cache_value(kv, l, 0, t0), kv_cache_value(kv, l, 0, 0), (size_t)n * kv->slot_stride);
+                continue;
+            }
             for (int h = 0; h < kv->n_head_kv; h++) {
                 memcpy((void *)kv_cache_key(kv, l, h, t0), kv_cache_key(kv, l, h, 0), (size_t)n * kv->row_bytes);
                 memcpy((void *)kv_cache_value(kv, l, h, t0), kv_cache_value(kv, l, h, 0), (size_t)n * kv->row_bytes);

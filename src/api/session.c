@@ -56,19 +56,32 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
     const float *lg = subq_context_last_logits(c);
     ne[0] = (uint64_t)hp->n_vocab;
     if (!s && lg) s = gguf_writer_add_tensor(w, "logits", GGML_TYPE_F32, 1, ne, lg, ne[0] * 4, 0, err);
-    /* each KV head's first n rows are contiguous in the cache: written in place */
+    /* each KV head's first n rows as one tensor: written in place where they
+     * are contiguous (head-major, in memory), else gathered into a copy the
+     * writer frees (slot-major, a file cache) */
     uint32_t type;
     kv_cache_row_tensor(kv, &type, &ne[0]);
     ne[1] = (uint64_t)n;
     char name[64];
+    const int in_place = kv_cache_rows_adjacent(kv);
     for (int l = 0; l < kv->n_layer && !s; l++)
-        for (int h = 0; h < kv->n_head_kv && !s; h++) {
-            uint64_t bytes = ne[1] * kv->row_bytes;
-            snprintf(name, sizeof name, "kv.%d.%d.k", l, h);
-            s = gguf_writer_add_tensor(w, name, type, 2, ne, kv_cache_key(kv, l, h, 0), bytes, 0, err);
-            snprintf(name, sizeof name, "kv.%d.%d.v", l, h);
-            if (!s) s = gguf_writer_add_tensor(w, name, type, 2, ne, kv_cache_value(kv, l, h, 0), bytes, 0, err);
-        }
+        for (int h = 0; h < kv->n_head_kv && !s; h++)
+            for (int v = 0; v < 2 && !s; v++) {
+                uint64_t bytes = ne[1] * kv->row_bytes;
+                snprintf(name, sizeof name, "kv.%d.%d.%c", l, h, v ? 'v' : 'k');
+                const void *rows = v ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0);
+                if (!in_place) {
+                    void *copy = malloc((size_t)bytes);
+                    if (!copy) {
+                        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for a KV head's rows (%d)", n);
+                        break;
+                    }
+                    kv_cache_read_rows(kv, l, h, v, 0, n, copy);
+                    s = gguf_writer_add_tensor(w, name, type, 2, ne, copy, bytes, 1, err); /* frees it, failing too */
+                } else {
+                    s = gguf_writer_add_tensor(w, name, type, 2, ne, rows, bytes, 0, err);
+                }
+            }
     for (int l = 0; l < hp->n_layer && !s; l++) {
         int d = attn_sparse_search_width(c->stages[l]);
         if (d == 0) continue;
@@ -191,7 +204,7 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
             for (int v = 0; v < 2; v++) {
                 snprintf(name, sizeof name, "kv.%d.%d.%c", l, h, v ? 'v' : 'k');
                 if ((s = want_tensor(f, name, type, ne0, (uint64_t)n, &t, err))) return s;
-                memcpy((void *)(v ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0)), t->data, t->n_bytes);
+                kv_cache_write_rows(kv, l, h, v, 0, n, t->data);
             }
     for (int i = 0; i < n; i++) kv->pos[i] = i, kv->seg[i] = 0;
     /* the indexes and completion summaries are rebuilt over the loaded rows */
@@ -305,8 +318,16 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
     memcpy(kv->seg, skv->seg, (size_t)n * sizeof(int32_t));
     for (int l = 0; l < kv->n_layer; l++)
         for (int h = 0; h < kv->n_head_kv; h++) {
-            memcpy((void *)kv_cache_key(kv, l, h, 0), kv_cache_key(skv, l, h, 0), (size_t)n * kv->row_bytes);
-            memcpy((void *)kv_cache_value(kv, l, h, 0), kv_cache_value(skv, l, h, 0), (size_t)n * kv->row_bytes);
+            /* either cache may be slot-major (a file): row by row then */
+            if (kv_cache_rows_adjacent(kv) && kv_cache_rows_adjacent(skv)) {
+                memcpy((void *)kv_cache_key(kv, l, h, 0), kv_cache_key(skv, l, h, 0), (size_t)n * kv->row_bytes);
+                memcpy((void *)kv_cache_value(kv, l, h, 0), kv_cache_value(skv, l, h, 0), (size_t)n * kv->row_bytes);
+            } else {
+                for (int j = 0; j < n; j++) {
+                    memcpy((void *)kv_cache_key(kv, l, h, j), kv_cache_key(skv, l, h, j), kv->row_bytes);
+                    memcpy((void *)kv_cache_value(kv, l, h, j), kv_cache_value(skv, l, h, j), kv->row_bytes);
+                }
+            }
         }
     for (int l = 0; l < n_layer && !s; l++) {
         const int d = attn_sparse_search_width(dst->stages[l]);

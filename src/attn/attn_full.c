@@ -90,6 +90,13 @@ static void gather_block(const kv_cache *kv, int layer, int kv_head, int values,
     }
 }
 
+/* Rows of slots s0 .. s0 + nb of one KV head side by side into dst (a
+ * slot-major cache, whose rows of a head lie slot_stride apart) */
+static void strided_block(const kv_cache *kv, int layer, int kv_head, int values, int s0, int nb, unsigned char *dst) {
+    for (int j = 0; j < nb; j++)
+        memcpy(dst + (size_t)j * kv->row_bytes, row_of(kv, layer, kv_head, values, s0 + j), kv->row_bytes);
+}
+
 /* asks for the first GATHER_WINDOW rows of a set */
 static void gather_start(const kv_cache *kv, int layer, int kv_head, int values, const int *slots, int n) {
     for (int j = 0; j < n && j < GATHER_WINDOW; j++)
@@ -128,6 +135,25 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
     }
 }
 
+/* chunk_partial's scores (values = 0) or accumulation (values = 1) over
+ * slots [j0, j0 + n) of a slot-major cache (a file), whose rows of a head
+ * lie slot_stride apart: the decode kernels take adjacent rows, so blocks
+ * are copied side by side first, as the gathered path does (the disk, not
+ * this copy, bounds such a cache). Kept out of line so that the in-memory
+ * path's frame does not carry the scratch. */
+__attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh,
+                                                   int values, int g, const float *q, float scale, int j0, int n,
+                                                   float *scores, float *o) {
+    gather_rows rows;
+    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
+    for (int b0 = 0; b0 < n; b0 += block) {
+        const int nb = n - b0 < block ? n - b0 : block;
+        strided_block(kv, layer, kh, values, j0 + b0, nb, rows.bytes);
+        if (values) ops->accum(scores + b0, g, n, rows.bytes, nb, kv->head_dim, o);
+        else ops->scores(q, g, rows.bytes, nb, kv->head_dim, scale, scores + b0, n);
+    }
+}
+
 /* One decode work item: keys [j0, j1) of one KV head for the g query heads
  * that share it (q and the partial hold g adjacent heads; scores is g x
  * (j1 - j0) scratch). Each key and value row is loaded once for the g heads:
@@ -138,7 +164,8 @@ static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const 
                           const float *q, float scale, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
-    ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
+    if (kv_cache_rows_adjacent(kv)) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
+    else strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
     /* documents are runs of slots: keys that start and end in the query's
      * lie wholly in it */
     if (kv->seg[j0] != seg || kv->seg[j1 - 1] != seg)
@@ -156,7 +183,8 @@ static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const 
         }
     }
     memset(o, 0, (size_t)g * hd * sizeof(float));
-    ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
+    if (kv_cache_rows_adjacent(kv)) ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
+    else strided_pass(ops, kv, layer, kh, 1, g, NULL, 0.0f, j0, n, scores, o);
 }
 
 /* out_i = sum_c e^(m_ci - M_i) o_ci / sum_c e^(m_ci - M_i) l_ci over the
@@ -261,10 +289,17 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
 }
 
 /* Keys (or values) 0..n-1 of one KV head as f32 rows: the cache itself when
- * it is f32, else converted into `scratch`. */
+ * it is f32 with adjacent rows (head-major), else converted into `scratch`. */
 static const float *head_rows_f32(const kv_cache *kv, const void *base, int n, float *scratch) {
-    if (kv->type == SUBQ_KV_F32) return base;
-    kv_cache_ops(kv)->to_f32(base, n, kv->head_dim, scratch);
+    if (kv_cache_rows_adjacent(kv)) {
+        if (kv->type == SUBQ_KV_F32) return base;
+        kv_cache_ops(kv)->to_f32(base, n, kv->head_dim, scratch);
+        return scratch;
+    }
+    /* slot-major (a file cache): rows slot_stride apart, converted one by one */
+    for (int j = 0; j < n; j++)
+        kv_cache_ops(kv)->to_f32((const char *)base + (size_t)j * kv->slot_stride, 1, kv->head_dim,
+                                 scratch + (size_t)j * kv->head_dim);
     return scratch;
 }
 
@@ -357,7 +392,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     int tb = QUERY_BLOCK, per_thread = (T + nt - 1) / nt;
     if (tb > per_thread) tb = per_thread;
     while (tb > 1 && (int64_t)g * tb * n_keys > SCORE_BLOCK_FLOATS) tb /= 2;
-    const int n_blocks = (T + tb - 1) / tb, need_conv = kv->type != SUBQ_KV_F32;
+    const int n_blocks = (T + tb - 1) / tb, need_conv = kv->type != SUBQ_KV_F32 || !kv_cache_rows_adjacent(kv);
     float *Kf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     float *Vf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     batch_scratch *w = calloc((size_t)nt, sizeof *w);

@@ -220,8 +220,10 @@ subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, 
     for (int t = 0; t < n; t++) k_lo = b->doc0[t] < k_lo ? b->doc0[t] : k_lo;
     const int n_keys = b->slot0 + n - k_lo;
     const float **keys = malloc((size_t)nkv * sizeof *keys);
-    float *conv = kv->type != SUBQ_KV_F32 ? malloc((size_t)nkv * n_keys * hd * sizeof(float)) : NULL;
-    if (!keys || (kv->type != SUBQ_KV_F32 && !conv)) {
+    /* rows used in place only when f32 and adjacent (head-major, in memory) */
+    const int need_conv = kv->type != SUBQ_KV_F32 || !kv_cache_rows_adjacent(kv);
+    float *conv = need_conv ? malloc((size_t)nkv * n_keys * hd * sizeof(float)) : NULL;
+    if (!keys || (need_conv && !conv)) {
         free(keys);
         free(conv);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the metrics' keys (%d x %d)", nkv, n_keys);
@@ -233,7 +235,10 @@ subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, 
             continue;
         }
         float *dst = conv + (size_t)kh * n_keys * hd;
-        kv_cache_ops(kv)->to_f32(rows, n_keys, hd, dst);
+        if (kv_cache_rows_adjacent(kv)) kv_cache_ops(kv)->to_f32(rows, n_keys, hd, dst);
+        else /* slot-major (a file cache): rows slot_stride apart */
+            for (int j = 0; j < n_keys; j++)
+                kv_cache_ops(kv)->to_f32((const char *)rows + (size_t)j * kv->slot_stride, 1, hd, dst + (size_t)j * hd);
         keys[kh] = dst;
     }
     query_sums *qs = calloc((size_t)n, sizeof(query_sums));

@@ -70,6 +70,8 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
     kv->n_ctx = n_ctx;
     kv->type = type;
     kv->row_bytes = kernels_kv_row_bytes(type, head_dim);
+    kv->head_stride = (size_t)n_ctx * kv->row_bytes; /* head-major (kv_cache.h) */
+    kv->slot_stride = kv->row_bytes;
     size_t per_layer = (size_t)n_head_kv * (size_t)n_ctx * kv->row_bytes;
     kv->k = calloc((size_t)n_layer, sizeof(void *));
     kv->v = calloc((size_t)n_layer, sizeof(void *));
@@ -97,6 +99,8 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
     kv->n_ctx = (int)g->n_ctx;
     kv->type = (subq_kv_type)g->kv_type;
     kv->row_bytes = (size_t)g->row_bytes;
+    kv->head_stride = kv->row_bytes; /* slot-major (kv_cache.h, kv_file.h) */
+    kv->slot_stride = (size_t)kv->n_head_kv * kv->row_bytes;
     kv->file = f;
     kv->k = calloc((size_t)kv->n_layer, sizeof(void *));
     kv->v = calloc((size_t)kv->n_layer, sizeof(void *));
@@ -127,13 +131,17 @@ void kv_cache_free(kv_cache *kv) {
 
 void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n) {
     const uintptr_t page = 4096;
-    for (int h = 0; h < kv->n_head_kv; h++)
+    /* slot-major rows: a slot's rows of every KV head are one run of
+     * slot_stride bytes, so one advice per slot (and kind) covers them */
+    const size_t span = kv_cache_rows_adjacent(kv) ? kv->row_bytes : kv->slot_stride;
+    const int n_head = kv_cache_rows_adjacent(kv) ? kv->n_head_kv : 1;
+    for (int h = 0; h < n_head; h++)
         for (int kind = 0; kind < 2; kind++) {
             uintptr_t last = 0;
             for (int i = 0; i < n; i++) {
                 if (slots[i] < 0) continue;
                 const char *row = kind ? kv_cache_value(kv, layer, h, slots[i]) : kv_cache_key(kv, layer, h, slots[i]);
-                uintptr_t lo = (uintptr_t)row & ~(page - 1), hi = ((uintptr_t)row + kv->row_bytes + page - 1) & ~(page - 1);
+                uintptr_t lo = (uintptr_t)row & ~(page - 1), hi = ((uintptr_t)row + span + page - 1) & ~(page - 1);
                 if (lo == last) continue; /* neighbours (the tail) share pages */
                 madvise((void *)lo, hi - lo, MADV_WILLNEED);
                 last = lo;
@@ -162,6 +170,32 @@ void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, c
                                 (void *)kv_cache_value(kv, layer, h, slot0 + t), kv->head_dim);
         }
     }
+}
+
+/* the row of (layer, h, slot), writable */
+static void *row_at(kv_cache *kv, int layer, int h, int values, int slot) {
+    return (void *)(values ? kv_cache_value(kv, layer, h, slot) : kv_cache_key(kv, layer, h, slot));
+}
+
+void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int slot0, int n, void *dst) {
+    if (n <= 0) return;
+    kv_cache *m = (kv_cache *)kv; /* row_at only computes the address */
+    if (kv_cache_rows_adjacent(kv)) {
+        memcpy(dst, row_at(m, layer, h, values, slot0), (size_t)n * kv->row_bytes);
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        memcpy((char *)dst + (size_t)j * kv->row_bytes, row_at(m, layer, h, values, slot0 + j), kv->row_bytes);
+}
+
+void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, int n, const void *src) {
+    if (n <= 0) return;
+    if (kv_cache_rows_adjacent(kv)) {
+        memcpy(row_at(kv, layer, h, values, slot0), src, (size_t)n * kv->row_bytes);
+        return;
+    }
+    for (int j = 0; j < n; j++)
+        memcpy(row_at(kv, layer, h, values, slot0 + j), (const char *)src + (size_t)j * kv->row_bytes, kv->row_bytes);
 }
 
 void kv_cache_row_tensor(const kv_cache *kv, uint32_t *type, uint64_t *ne0) {

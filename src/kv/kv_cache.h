@@ -22,7 +22,14 @@ typedef struct kv_cache {
     int n_used;                 /* slots filled: 0 .. n_used-1 */
     subq_kv_type type;
     size_t row_bytes;           /* one row of head_dim values in `type` */
-    void **k, **v;              /* [layer] -> [n_head_kv][n_ctx][head_dim] */
+    void **k, **v;              /* [layer] -> rows of every KV head and slot, placed by the strides */
+    /* Bytes between a KV head's rows and the next head's (head_stride), and
+     * between a slot's row and the next slot's (slot_stride). In memory the
+     * layout is head-major [n_head_kv][n_ctx][row]: dense decode streams a
+     * head's rows contiguously. In a file it is slot-major
+     * [n_ctx][n_head_kv][row]: a retrieved slot's rows of every KV head share
+     * a page, so a sparse step reads one page per slot, not one per row. */
+    size_t head_stride, slot_stride;
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx]; in memory, the second half of pos's allocation */
     kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
@@ -58,12 +65,25 @@ int kv_cache_doc_start(const kv_cache *kv, int slot);
  * into slots slot0 .. slot0+n-1, converted to the cache's type. */
 void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v);
 
+/* n rows (slots slot0 ..) of one KV head's keys (values = 0) or values,
+ * copied out side by side into dst / in from src side by side, whatever
+ * the cache's layout (session files keep a head's rows as one tensor). */
+void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int slot0, int n, void *dst);
+void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, int n, const void *src);
+
 /* Pointer to the key / value of (layer, kv head, slot) in the cache's type. */
 static inline const void *kv_cache_key(const kv_cache *kv, int layer, int h, int slot) {
-    return (const char *)kv->k[layer] + ((size_t)h * (size_t)kv->n_ctx + (size_t)slot) * kv->row_bytes;
+    return (const char *)kv->k[layer] + (size_t)h * kv->head_stride + (size_t)slot * kv->slot_stride;
 }
 static inline const void *kv_cache_value(const kv_cache *kv, int layer, int h, int slot) {
-    return (const char *)kv->v[layer] + ((size_t)h * (size_t)kv->n_ctx + (size_t)slot) * kv->row_bytes;
+    return (const char *)kv->v[layer] + (size_t)h * kv->head_stride + (size_t)slot * kv->slot_stride;
+}
+/* Whether a KV head's consecutive slots are adjacent rows (head-major) */
+static inline int kv_cache_rows_adjacent(const kv_cache *kv) { return kv->slot_stride == kv->row_bytes; }
+/* A KV head's slot-to-slot distance in values of head_dim-wide rows (the
+ * stride of the gathered dots, kernels_kv.gather_dot: a multiple of head_dim) */
+static inline size_t kv_cache_slot_stride_values(const kv_cache *kv) {
+    return (size_t)kv->head_dim * (kv->slot_stride / kv->row_bytes);
 }
 
 /* A KV head's first n rows as a 2-D GGUF tensor [ne0][n] (session files):

@@ -19,7 +19,9 @@
 #define HEADER_SLOTS 2
 #define DATA_START (HEADER_SLOTS * PAGE)
 #define MAGIC "SUBQKVF"
-#define VERSION 1
+/* 2: rows slot-major, [n_ctx][n_head_kv][row_bytes] per layer (version 1
+ * files, head-major, are refused: their rows would be read misplaced) */
+#define VERSION 2
 #define MAX_CTX (1u << 30)
 
 /* One header slot as it lies on disk. */
@@ -78,7 +80,8 @@ subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geome
     if (h.checksum != fnv1a(FNV_OFFSET, &h, offsetof(disk_header, checksum)))
         return subq_fail(err, SUBQ_ERR_FORMAT, "KV file header is damaged (checksum)");
     if (h.version != VERSION)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "KV file version %u; this build reads version %d", h.version,
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "KV file version %u; this build reads version %d (the rows' layout "
+                         "changed: make the file again)", h.version,
                          VERSION);
     if (h.model_fingerprint != g->model_fingerprint)
         return subq_fail(err, SUBQ_ERR_MISMATCH, "KV file belongs to another model (fingerprint %016" PRIx64

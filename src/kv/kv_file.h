@@ -9,7 +9,9 @@
  * Layout (offsets page-aligned, little-endian):
  *   0, 4096        two header slots; the valid one with the higher sequence
  *                  number is current (a torn header write leaves the other)
- *   8192           layer l: keys [n_head_kv][n_ctx][row_bytes], then values
+ *   8192           layer l: keys [n_ctx][n_head_kv][row_bytes] (slot-major:
+ *                  a slot's rows of every KV head adjacent, so a retrieved
+ *                  slot costs one page, not one per head), then values
  *   ...            pos, seg, tok: int32 [n_ctx] each; logits: f32 [n_vocab]
  *   fixed_bytes    search keys of sparse layers: f32 [n_ctx][d] each, in the
  *                  stored form of the selectors (unit vectors for cosine)

@@ -70,10 +70,10 @@ static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g
         }
         return;
     }
-    /* one contiguous key plane per KV head */
+    /* one key plane per KV head (rows a slot stride apart) */
     for (int i = 0; i < nb; i++) acc[i] = 0.0f;
     for (int g = g0; g < g1; g++) {
-        o->dot(o->qv + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), (size_t)hd, hd, idx, nb, tmp);
+        o->dot(o->qv + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), kv_cache_slot_stride_values(kv), hd, idx, nb, tmp);
         for (int i = 0; i < nb; i++) acc[i] += tmp[i];
     }
 }

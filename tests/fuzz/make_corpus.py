@@ -140,7 +140,7 @@ def kv_header(n_ctx, search, committed):
         table += struct.pack("<IIQQ", layer, d, end, 0x1234 + layer)
         end += rnd(n_ctx * d * 4)
     table += b"\0" * (128 * 24 - len(table))
-    h = b"SUBQKVF\0" + struct.pack("<IIQQ", 1, len(search), 1, 0x5EEDF00DCAFEF00D)
+    h = b"SUBQKVF\0" + struct.pack("<IIQQ", 2, len(search), 1, 0x5EEDF00DCAFEF00D)
     h += struct.pack("<6I", 0, 2, 1, 8, n_ctx, 16) + struct.pack("<QQQQQ", 32, fixed, end, committed, 0)
     h += struct.pack("<II", committed > 0, 0) + table
     h += struct.pack("<Q", fnv(h))
