@@ -172,20 +172,19 @@ void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, c
     }
 }
 
-/* the row of (layer, h, slot), writable */
-static void *row_at(kv_cache *kv, int layer, int h, int values, int slot) {
+/* the row of (layer, h, slot), writable where the cache is */
+static void *row_at(const kv_cache *kv, int layer, int h, int values, int slot) {
     return (void *)(values ? kv_cache_value(kv, layer, h, slot) : kv_cache_key(kv, layer, h, slot));
 }
 
 void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int slot0, int n, void *dst) {
     if (n <= 0) return;
-    kv_cache *m = (kv_cache *)kv; /* row_at only computes the address */
     if (kv_cache_rows_adjacent(kv)) {
-        memcpy(dst, row_at(m, layer, h, values, slot0), (size_t)n * kv->row_bytes);
+        memcpy(dst, row_at(kv, layer, h, values, slot0), (size_t)n * kv->row_bytes);
         return;
     }
     for (int j = 0; j < n; j++)
-        memcpy((char *)dst + (size_t)j * kv->row_bytes, row_at(m, layer, h, values, slot0 + j), kv->row_bytes);
+        memcpy((char *)dst + (size_t)j * kv->row_bytes, row_at(kv, layer, h, values, slot0 + j), kv->row_bytes);
 }
 
 void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, int n, const void *src) {

@@ -167,7 +167,7 @@ subq_status corpus_add_path(subq_corpus *c, const subq_model *m, const char *pat
         if (c->file || c->n_docs + c->n_eval_docs > 0)
             return subq_fail(err, SUBQ_ERR_ARG, "%s is a pre-tokenised corpus: pass it as the only --data path "
                              "(its held-out documents come with it)", path);
-        return corpus_file_open(c, m, path, is_eval, err);
+        return corpus_file_open(c, path, is_eval, err);
     }
     if (c->file) return subq_fail(err, SUBQ_ERR_ARG, "%s: a pre-tokenised corpus must be the only training data", path);
     path_ctx pc = {c, m, is_eval};

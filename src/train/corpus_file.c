@@ -13,7 +13,6 @@
 #include "base/error.h"
 #include "base/fingerprint.h"
 #include "gguf/gguf.h"
-#include "model/model.h"
 #include "quant/types.h"
 
 #define CORPUS_FILE_VERSION 1
@@ -112,8 +111,7 @@ subq_status corpus_file_take(subq_corpus *c, const gguf_file *g, const char *pat
     return s;
 }
 
-subq_status corpus_file_open(subq_corpus *c, const subq_model *m, const char *path, int all_eval, subq_error *err) {
-    (void)m;
+subq_status corpus_file_open(subq_corpus *c, const char *path, int all_eval, subq_error *err) {
     corpus_token_file *f = calloc(1, sizeof *f);
     if (!f) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     f->fd = -1;

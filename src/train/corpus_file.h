@@ -31,7 +31,7 @@ int corpus_file_is_tokens(const char *path);
  * as evaluation data); the file stays open for corpus_file_read. A GGUF
  * that is no corpus, one made for another vocabulary, or a malformed one: a
  * clear error naming the file. */
-subq_status corpus_file_open(subq_corpus *c, const subq_model *m, const char *path, int all_eval, subq_error *err);
+subq_status corpus_file_open(subq_corpus *c, const char *path, int all_eval, subq_error *err);
 
 /* corpus_file_open's checks of an opened file g: its documents into c, and
  * the offset of its tokens in the file (fuzz_corpus_file calls it alone). */

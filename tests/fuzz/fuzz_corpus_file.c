@@ -5,9 +5,6 @@
  * states is accepted, so that the fuzzer reaches the tables behind it.
  * Seeds: tests/fuzz/make_corpus.py. The model comes from $SUBQ_SHARED
  * (default ../shared, else /work/shared). */
-#include <stdio.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include "base/fingerprint.h"
 #include "gguf/gguf.h"
@@ -17,18 +14,8 @@
 
 static subq_model *g_model;
 
-static void load(void) {
-    char path[1024];
-    fuzz_stories_path(path, sizeof path);
-    subq_error err = {0};
-    if (subq_model_load(path, &g_model, &err)) {
-        fprintf(stderr, "fuzz_corpus_file: %s\n", err.msg);
-        abort();
-    }
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    if (!g_model) load();
+    if (!g_model) g_model = fuzz_stories_model("fuzz_corpus_file");
     gguf_file *f;
     subq_error err;
     if (gguf_open_memory(data, size, &f, &err)) return 0;

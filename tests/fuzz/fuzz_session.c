@@ -16,8 +16,7 @@ static subq_model *g_model;
 static subq_context *g_ctx[2];
 
 static void load(void) {
-    char path[1024];
-    fuzz_stories_path(path, sizeof path);
+    g_model = fuzz_stories_model("fuzz_session");
     subq_error err = {0};
     subq_context_params p = subq_context_default_params();
     p.n_ctx = 128;
@@ -25,7 +24,7 @@ static void load(void) {
     subq_attn_plan plan = subq_attn_plan_default();
     plan.selector = SUBQ_SELECT_WINDOW;
     plan.top_k = 8;
-    if (subq_model_load(path, &g_model, &err) || subq_context_new(g_model, &p, &g_ctx[0], &err) ||
+    if (subq_context_new(g_model, &p, &g_ctx[0], &err) ||
         subq_context_new(g_model, &p, &g_ctx[1], &err) || subq_context_set_plan(g_ctx[1], &plan, NULL, NULL, &err)) {
         fprintf(stderr, "fuzz_session: %s\n", err.msg);
         abort();

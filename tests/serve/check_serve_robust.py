@@ -47,6 +47,20 @@ def closed_within(s, seconds):
     return None
 
 
+def read_to_close(s, got=b"", ends=ConnectionResetError):
+    """got + every byte the peer sends until it closes the connection (or
+    raises `ends`; any other error, a timeout included, propagates)."""
+    try:
+        while True:
+            piece = s.recv(65536)
+            if not piece:
+                break
+            got += piece
+    except ends:
+        pass
+    return got
+
+
 def raw_exchange(port, data, timeout=30):
     """(status, lower-cased headers, body) of what the server sends back to the
     raw bytes `data` before it closes the connection ((None, {}, b"") when it
@@ -57,15 +71,7 @@ def raw_exchange(port, data, timeout=30):
         s.sendall(data)
     except OSError:
         pass
-    got = b""
-    try:
-        while True:
-            piece = s.recv(65536)
-            if not piece:
-                break
-            got += piece
-    except ConnectionResetError:
-        pass
+    got = read_to_close(s)
     s.close()
     if not got:
         return None, {}, b""
@@ -210,14 +216,7 @@ def slow_clients(ck, model):
     s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
     got = s.recv(4096)
     srv.proc.send_signal(15)
-    try:
-        while True:
-            piece = s.recv(65536)
-            if not piece:
-                break
-            got += piece
-    except OSError:
-        pass
+    got = read_to_close(s, got, OSError)
     s.close()
     text = got.decode("latin-1")
     ck.check("a stream cut by shutdown says so", "shutting down" in text and '"server_error"' in text and
