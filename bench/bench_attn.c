@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
             for (int t = 0; t < n; t++) {
                 const uint64_t ok = rng_next_u64(&rng), ov = rng_next_u64(&rng);
                 for (int i = 0; i < H * hd; i++) k[i] = pool[(ok + i) % POOL], v[i] = pool[(ov + i) % POOL];
-                kv_cache_store(&kv, 0, t, 1, k, v);
+                kv_cache_store(&kv, 0, t, 1, k, v, NULL);
                 kv.pos[t] = t;
                 kv.seg[t] = 0;
             }

@@ -119,7 +119,7 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
             k[i] = (float)(rng_normal(&rng) * (1.0 + (double)(i / hd % 7)));
             v[i] = (float)rng_normal(&rng);
         }
-        kv_cache_store(&kv, l, 0, n_ctx, k, v);
+        kv_cache_store(&kv, l, 0, n_ctx, k, v, NULL);
     }
     for (int j = 0; j < n_ctx; j++) {
         kv.seg[j] = j < doc1 ? 0 : 1;

@@ -11,8 +11,8 @@
  *     file continues in memory alike;
  *   - refusals: another model's file, another KV type, another context
  *     size, other projections (set_plan and decoding both say so), damaged
- *     and truncated headers, a file of the old head-major layout (version
- *     1); a reset drops the tokens (file included);
+ *     and truncated headers, files of the older layouts (versions
+ *     1 and 2); a reset drops the tokens (file included);
  *   - crashes: a child that decodes and commits over and over (truncating
  *     back each round), killed with SIGKILL at a random moment, leaves a
  *     file whose committed tokens resume and continue exactly as the
@@ -172,11 +172,11 @@ static void test_layouts(void) {
     free(lb);
 }
 
-/* A file of the head-major layout (version 1) is refused, naming the
- * version: its rows would otherwise be read misplaced. Both header slots
- * are rewritten as version 1 (the version follows the 8-byte magic), each
- * with a valid checksum. */
-static void test_old_layout(void) {
+/* A file of an older layout (version 1: head-major; 2: a layer's keys, then
+ * its values) is refused, naming the version: its rows would otherwise be
+ * read misplaced. Both header slots are rewritten as that version (it
+ * follows the 8-byte magic), each with a valid checksum. */
+static void test_old_layout(uint32_t version) {
     char file[700];
     path_of(file, sizeof file, "old.kv");
     unlink(file);
@@ -190,10 +190,9 @@ static void test_old_layout(void) {
     if (!fp) return;
     static unsigned char slot[KV_FILE_HEADER_BYTES];
     for (long at = 0; at < 2 * KV_FILE_HEADER_BYTES; at += KV_FILE_HEADER_BYTES) {
-        const uint32_t v1 = 1;
         int ok = fseek(fp, at, SEEK_SET) == 0 && fread(slot, 1, sizeof slot, fp) == sizeof slot;
         if (ok && memcmp(slot, "SUBQKVF", 8) != 0) continue; /* a slot never written */
-        memcpy(slot + 8, &v1, sizeof v1);
+        memcpy(slot + 8, &version, sizeof version);
         kv_file_seal_header(slot);
         ok = ok && fseek(fp, at, SEEK_SET) == 0 && fwrite(slot, 1, sizeof slot, fp) == sizeof slot;
         CHECK(ok, "rewriting header slot at %ld", at);
@@ -202,7 +201,9 @@ static void test_old_layout(void) {
     subq_status st;
     subq_error err;
     c = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
-    CHECK(!c && st == SUBQ_ERR_UNSUPPORTED && strstr(err.msg, "version 1"), "a version 1 file: %d %s", st,
+    char want[32];
+    snprintf(want, sizeof want, "version %u", version);
+    CHECK(!c && st == SUBQ_ERR_UNSUPPORTED && strstr(err.msg, want), "a %s file: %d %s", want, st,
           c ? "(opened)" : err.msg);
     subq_context_free(c);
     unlink(file);
@@ -354,7 +355,8 @@ int main(void) {
     test_same_logits_and_resume(-1);
     test_same_logits_and_resume(SUBQ_SELECT_EXACT);
     test_layouts();
-    test_old_layout();
+    test_old_layout(1);
+    test_old_layout(2);
     test_refusals();
     test_kill();
     char cmd[700];

@@ -57,7 +57,7 @@ static void fill_cache(kv_cache *kv, int n, uint64_t *rng) {
             k[(size_t)j * N_HEAD_KV * HD + i] = rng_normal(rng) * (0.5f + (i % 5) * 0.4f) + 1.5f * sinf(0.02f * j * (1 + i % 3));
             v[(size_t)j * N_HEAD_KV * HD + i] = rng_normal(rng);
         }
-    kv_cache_store(kv, LAYER, 0, n, k, v);
+    kv_cache_store(kv, LAYER, 0, n, k, v, NULL);
     free(k);
     free(v);
 }

@@ -67,7 +67,7 @@ int main(void) {
     float *ks = malloc((size_t)N_CTX * D * sizeof(float));
     for (size_t i = 0; i < (size_t)N_CTX * N_HEAD_KV * HD; i++) kn[i] = rng_normal(&rng);
     for (size_t i = 0; i < (size_t)N_CTX * D; i++) ks[i] = rng_normal(&rng);
-    kv_cache_store(&kv, 0, 0, N_CTX, kn, kn);
+    kv_cache_store(&kv, 0, 0, N_CTX, kn, kn, NULL);
     kv.n_used = N_CTX;
 
     selector_env env = {.kv = &kv, .layer = 0, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};

@@ -114,7 +114,7 @@ int main(void) {
     for (size_t i = 0; i < (size_t)N_MAX * D; i++) ks[i] = rng_normal(&rng);
     for (int i = 0; i < D; i++) q_s[i] = rng_normal(&rng);
     for (int i = 0; i < N_HEAD * HD; i++) q_n[i] = rng_normal(&rng);
-    kv_cache_store(&kv, 0, 0, N_MAX, kn, kn);
+    kv_cache_store(&kv, 0, 0, N_MAX, kn, kn, NULL);
     kv.n_used = N_MAX;
     check_queries(&kv, ks, q_s, q_n);
     check_forward();

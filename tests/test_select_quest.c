@@ -63,7 +63,7 @@ static void fill_cache(kv_cache *kv, int n, uint64_t *rng) {
         for (int i = 0; i < N_HEAD_KV * HD; i++)
             k[(size_t)j * N_HEAD_KV * HD + i] =
                 rng_normal(rng) * (0.5f + (i % 7) * 0.3f) + (float)((i % 5) - 2) + 2.0f * sinf(0.01f * j * (1 + i % 3));
-    kv_cache_store(kv, LAYER, 0, n, k, v);
+    kv_cache_store(kv, LAYER, 0, n, k, v, NULL);
     free(k);
     free(v);
 }

@@ -73,30 +73,25 @@ double subq_context_kv_read_gbs(const subq_context *c, int reps) {
  * layer, positions 0 .. n_past-1, one document: FILL_BLOCK random slots per
  * layer, repeated by copying their stored rows (converting 15 GB of random
  * floats one row at a time took two minutes at 128K; speed does not depend
- * on the values). */
+ * on the values). A file is written as a prefill writes it: with pwrite
+ * (kv_cache_store, kv_file_write), not through the mapping. */
 #define FILL_BLOCK 4096
 static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *err) {
     int row = kv->n_head_kv * kv->head_dim, n_rand = n_past < FILL_BLOCK ? n_past : FILL_BLOCK;
-    float *k = malloc((size_t)row * sizeof(float)), *v = malloc((size_t)row * sizeof(float));
-    if (!k || !v) {
-        free(k);
-        free(v);
-        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    }
+    float *k = malloc((size_t)FILL_BLOCK * row * sizeof(float)), *v = malloc((size_t)FILL_BLOCK * row * sizeof(float));
+    subq_status s = k && v ? SUBQ_OK : subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     uint64_t rng = rng_seed(seed);
-    for (int l = 0; l < kv->n_layer; l++) {
-        for (int t = 0; t < n_rand; t++) {
-            for (int i = 0; i < row; i++) {
-                k[i] = rng_uniform(&rng) - 0.5f;
-                v[i] = rng_uniform(&rng) - 0.5f;
-            }
-            kv_cache_store(kv, l, t, 1, k, v);
+    for (int l = 0; l < kv->n_layer && !s; l++) {
+        for (size_t i = 0; i < (size_t)n_rand * row; i++) {
+            k[i] = rng_uniform(&rng) - 0.5f;
+            v[i] = rng_uniform(&rng) - 0.5f;
         }
-        for (int t0 = n_rand; t0 < n_past; t0 += n_rand) {
+        s = kv_cache_store(kv, l, 0, n_rand, k, v, err);
+        for (int t0 = n_rand; t0 < n_past && !s; t0 += n_rand) {
             const int n = n_past - t0 < n_rand ? n_past - t0 : n_rand;
-            if (!kv_cache_rows_adjacent(kv)) { /* slot-major (a file): n slots of every head are one run */
-                memcpy((void *)kv_cache_key(kv, l, 0, t0), kv_cache_key(kv, l, 0, 0), (size_t)n * kv->slot_stride);
-                memcpy((void *)kv_cache_value(kv, l, 0, t0), kv_cache_value(kv, l, 0, 0), (size_t)n * kv->slot_stride);
+            if (kv->file) { /* slot-major: keys and values of n slots are one run */
+                s = kv_file_write(kv->file, kv_cache_key(kv, l, 0, t0), kv_cache_key(kv, l, 0, 0),
+                                  (size_t)n * kv->slot_stride, err);
                 continue;
             }
             for (int h = 0; h < kv->n_head_kv; h++) {
@@ -105,14 +100,14 @@ static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *
             }
         }
     }
-    for (int t = 0; t < n_past; t++) {
+    for (int t = 0; t < n_past && !s; t++) {
         kv->pos[t] = t;
         kv->seg[t] = 0;
     }
-    kv->n_used = n_past;
+    if (!s) kv->n_used = n_past;
     free(k);
     free(v);
-    return SUBQ_OK;
+    return s;
 }
 
 /* Gaussian search keys for slots 0 .. n_past-1 appended to every sparse

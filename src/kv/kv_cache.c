@@ -99,8 +99,8 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
     kv->n_ctx = (int)g->n_ctx;
     kv->type = (subq_kv_type)g->kv_type;
     kv->row_bytes = (size_t)g->row_bytes;
-    kv->head_stride = kv->row_bytes; /* slot-major (kv_cache.h, kv_file.h) */
-    kv->slot_stride = (size_t)kv->n_head_kv * kv->row_bytes;
+    kv->head_stride = kv->row_bytes; /* slot-major, keys and values of a slot adjacent (kv_cache.h, kv_file.h) */
+    kv->slot_stride = 2 * (size_t)kv->n_head_kv * kv->row_bytes;
     kv->file = f;
     kv->k = calloc((size_t)kv->n_layer, sizeof(void *));
     kv->v = calloc((size_t)kv->n_layer, sizeof(void *));
@@ -110,7 +110,8 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
     }
     kv->pos = kv_file_pos(f);
     kv->seg = kv_file_seg(f);
-    if (!kv->k || !kv->v) {
+    kv->store_buf = malloc(KV_STORE_SLOTS * kv->slot_stride);
+    if (!kv->k || !kv->v || !kv->store_buf) {
         kv_cache_free(kv);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
@@ -125,18 +126,20 @@ void kv_cache_free(kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
+    free(kv->store_buf);
     kv_file_close(kv->file);
     memset(kv, 0, sizeof *kv);
 }
 
 void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n) {
     const uintptr_t page = 4096;
-    /* slot-major rows: a slot's rows of every KV head are one run of
-     * slot_stride bytes, so one advice per slot (and kind) covers them */
-    const size_t span = kv_cache_rows_adjacent(kv) ? kv->row_bytes : kv->slot_stride;
-    const int n_head = kv_cache_rows_adjacent(kv) ? kv->n_head_kv : 1;
+    /* slot-major rows (a file): a slot's key and value rows of every KV head
+     * are one run of slot_stride bytes, so one advice per slot covers them */
+    const int adjacent = kv_cache_rows_adjacent(kv);
+    const size_t span = adjacent ? kv->row_bytes : kv->slot_stride;
+    const int n_head = adjacent ? kv->n_head_kv : 1, n_kind = adjacent ? 2 : 1;
     for (int h = 0; h < n_head; h++)
-        for (int kind = 0; kind < 2; kind++) {
+        for (int kind = 0; kind < n_kind; kind++) {
             uintptr_t last = 0;
             for (int i = 0; i < n; i++) {
                 if (slots[i] < 0) continue;
@@ -160,16 +163,37 @@ int kv_cache_doc_start(const kv_cache *kv, int slot) {
     return lo;
 }
 
-void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v) {
-    int row = kv->n_head_kv * kv->head_dim;
-    for (int t = 0; t < n; t++) {
-        for (int h = 0; h < kv->n_head_kv; h++) {
-            kernels_kv_from_f32(kv->type, k + (size_t)t * row + h * kv->head_dim,
-                                (void *)kv_cache_key(kv, layer, h, slot0 + t), kv->head_dim);
-            kernels_kv_from_f32(kv->type, v + (size_t)t * row + h * kv->head_dim,
-                                (void *)kv_cache_value(kv, layer, h, slot0 + t), kv->head_dim);
-        }
+/* one slot's key and value rows of every KV head from floats into k_dst,
+ * v_dst (the head rows head_stride apart) */
+static void store_slot(const kv_cache *kv, const float *k, const float *v, void *k_dst, void *v_dst) {
+    for (int h = 0; h < kv->n_head_kv; h++) {
+        kernels_kv_from_f32(kv->type, k + h * kv->head_dim, (char *)k_dst + h * kv->head_stride, kv->head_dim);
+        kernels_kv_from_f32(kv->type, v + h * kv->head_dim, (char *)v_dst + h * kv->head_stride, kv->head_dim);
     }
+}
+
+subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v,
+                           subq_error *err) {
+    const size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    if (!kv->file) {
+        for (int t = 0; t < n; t++)
+            store_slot(kv, k + t * row, v + t * row, (void *)kv_cache_key(kv, layer, 0, slot0 + t),
+                       (void *)kv_cache_value(kv, layer, 0, slot0 + t));
+        return SUBQ_OK;
+    }
+    /* a file: slots are adjacent runs of slot_stride bytes, keys then values */
+    const size_t v_off = (size_t)((const char *)kv_cache_value(kv, layer, 0, 0) - (const char *)kv_cache_key(kv, layer, 0, 0));
+    for (int t0 = 0; t0 < n; t0 += KV_STORE_SLOTS) {
+        const int m = n - t0 < KV_STORE_SLOTS ? n - t0 : KV_STORE_SLOTS;
+        for (int t = 0; t < m; t++) {
+            unsigned char *dst = kv->store_buf + (size_t)t * kv->slot_stride;
+            store_slot(kv, k + (t0 + t) * row, v + (t0 + t) * row, dst, dst + v_off);
+        }
+        subq_status s = kv_file_write(kv->file, kv_cache_key(kv, layer, 0, slot0 + t0), kv->store_buf,
+                                      (size_t)m * kv->slot_stride, err);
+        if (s) return s;
+    }
+    return SUBQ_OK;
 }
 
 /* the row of (layer, h, slot), writable where the cache is */

@@ -27,12 +27,14 @@ typedef struct kv_cache {
      * between a slot's row and the next slot's (slot_stride). In memory the
      * layout is head-major [n_head_kv][n_ctx][row]: dense decode streams a
      * head's rows contiguously. In a file it is slot-major
-     * [n_ctx][n_head_kv][row]: a retrieved slot's rows of every KV head share
-     * a page, so a sparse step reads one page per slot, not one per row. */
+     * [n_ctx][keys, values][n_head_kv][row]: a retrieved slot's rows of
+     * every KV head and both kinds share a page, so a sparse step reads one
+     * page per slot, not one per row. */
     size_t head_stride, slot_stride;
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx]; in memory, the second half of pos's allocation */
     kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
+    unsigned char *store_buf;   /* with a file: KV_STORE_SLOTS slots' rows, made here, then written at once */
     int prefetch;               /* with a file: ask for the rows a query attends before reading them
                                    (set per step by the context when the last step waited on the disk) */
 } kv_cache;
@@ -62,8 +64,12 @@ void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n);
 int kv_cache_doc_start(const kv_cache *kv, int slot);
 
 /* Write n tokens' keys and values (rows [t][n_head_kv*head_dim]) of one layer
- * into slots slot0 .. slot0+n-1, converted to the cache's type. */
-void kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v);
+ * into slots slot0 .. slot0+n-1, converted to the cache's type (in a file:
+ * runs of up to KV_STORE_SLOTS slots made in store_buf, then written with
+ * one pwrite each; SUBQ_ERR_IO when the disk refuses). */
+#define KV_STORE_SLOTS 256
+subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v,
+                           subq_error *err);
 
 /* n rows (slots slot0 ..) of one KV head's keys (values = 0) or values,
  * copied out side by side into dst / in from src side by side, whatever

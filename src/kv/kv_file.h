@@ -9,9 +9,10 @@
  * Layout (offsets page-aligned, little-endian):
  *   0, 4096        two header slots; the valid one with the higher sequence
  *                  number is current (a torn header write leaves the other)
- *   8192           layer l: keys [n_ctx][n_head_kv][row_bytes] (slot-major:
- *                  a slot's rows of every KV head adjacent, so a retrieved
- *                  slot costs one page, not one per head), then values
+ *   8192           layer l: [n_ctx][keys, values][n_head_kv][row_bytes]
+ *                  (slot-major: a slot's key and value rows of every KV
+ *                  head adjacent, so a retrieved slot costs one page read,
+ *                  not one per head and kind)
  *   ...            pos, seg, tok: int32 [n_ctx] each; logits: f32 [n_vocab]
  *   fixed_bytes    search keys of sparse layers: f32 [n_ctx][d] each, in the
  *                  stored form of the selectors (unit vectors for cosine)
@@ -78,6 +79,13 @@ float *kv_file_search_rows(kv_file *f, int layer, int *d);
  * 0 when its committed tokens were made with other search keys (the file
  * is left as it is). */
 subq_status kv_file_set_search(kv_file *f, const int *d, const uint64_t *made_by, int *ok, subq_error *err);
+
+/* Write n bytes from src to where `at` lies in the mapping, with pwrite(2)
+ * (a store through the mapping first reads, or zero-fills, every page it
+ * touches and takes a fault to mark it dirty: a long fill ran at a fifth of
+ * the disk's write rate); the pages of a run of 1 MiB or more are sent to
+ * the disk at once (sync_file_range). */
+subq_status kv_file_write(kv_file *f, const void *at, const void *src, size_t n, subq_error *err);
 
 /* About to write slots from `slot` on: a header counting rows at or past it
  * is lowered to `slot` first (durably). */

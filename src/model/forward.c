@@ -95,7 +95,8 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         }
         rope(c->q, n, hp->n_head, hp->head_dim, posbuf, hp);
         rope(c->k, n, hp->n_head_kv, hp->head_dim, posbuf, hp);
-        kv_cache_store(kv, l, slot0, n, c->k, c->v);
+        subq_status stored = kv_cache_store(kv, l, slot0, n, c->k, c->v, err);
+        if (stored) return stored;
         if (c->capture) c->capture(c->capture_user, l, n, slot0, c->xn, c->q, c->k);
         if (c->capture && l == c->capture_last) { /* a capture that needs nothing further */
             kv->n_used += n;
