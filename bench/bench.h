@@ -23,6 +23,12 @@ double bench_read_bandwidth(size_t bytes, int n_threads, int reps);
  * prefill shape), best of `reps`. */
 double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps);
 
+/* Peak integer (int8 product) rate in G op/s (2 per product) of the
+ * kernel level `isa` (subq_isa_name: "avx512-vnni", "avx2"; 0 for
+ * others): n_threads threads running the GEMM's instruction sequence on
+ * registers, best of `reps`. */
+double bench_int8_peak_gops(const char *isa, int n_threads, int reps);
+
 /* A competing load: n threads that spin on the CPU (each as busy as an
  * unrelated process on that core) until bench_contend_stop. NULL when a
  * thread cannot start. */

@@ -166,6 +166,6 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
 subq_status subq_context_kv_evict(subq_context *c, subq_error *err) {
     if (!c->kv.file) return SUBQ_OK;
     subq_status s = context_commit(c, 1, err);
-    c->faults_last = 1L << 20; /* the next step reads from the disk: prefetch its rows */
+    c->prefetch_left = KV_PREFETCH_STEPS; /* the next steps read from the disk: prefetch their rows */
     return s ? s : kv_file_evict(c->kv.file, err);
 }

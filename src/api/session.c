@@ -282,7 +282,7 @@ subq_status subq_context_resume(subq_context *c, subq_error *err) {
         return s;
     }
     kv->n_used = n;
-    c->faults_last = 1L << 20; /* a reopened file is likely on the disk only: prefetch the first step's rows */
+    c->prefetch_left = KV_PREFETCH_STEPS; /* a reopened file is likely on the disk only: prefetch */
     if (kv_file_has_logits(kv->file)) {
         memcpy(c->logits_last, kv_file_logits(kv->file), (size_t)n_vocab * sizeof(float));
         c->logits_at = n;

@@ -13,6 +13,13 @@
 typedef void (*capture_fn)(void *user, int layer, int n, int slot0, const float *h_norm, const float *q,
                            const float *k);
 
+/* With a KV file, a forward that waited on the disk (major page faults)
+ * makes the next KV_PREFETCH_STEPS prefetch the rows they attend. Not just
+ * the next one: a prefetched forward's reads are minor faults, so its own
+ * count cannot say whether the rows were on the disk, and toggling at every
+ * step halved 1M-token decode. */
+#define KV_PREFETCH_STEPS 32
+
 struct subq_context {
     subq_model *model;
     kv_cache kv;
@@ -35,7 +42,7 @@ struct subq_context {
     int logits_at;               /* ... when logits_at == kv.n_used (else unknown, -1) */
     double commit_at;            /* with a KV file: when it last committed */
     int file_dirty;              /* with a KV file: rows or the token count changed since */
-    long faults_last;            /* with a KV file: major page faults of the last forward */
+    int prefetch_left;           /* with a KV file: forwards that still prefetch their rows (context_forward) */
     int file_writable;           /* with a KV file: its search-key table is the plan's (else its
                                     committed tokens were made under another plan: no writes) */
 };

@@ -165,10 +165,11 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
     c->file_dirty = c->kv.file != NULL;
     memcpy(c->tok + c->kv.n_used, tokens, (size_t)n * sizeof(int32_t));
     c->logits_at = -1;
-    /* a step that waited on the disk makes the next one prefetch its rows */
+    /* a forward that waited on the disk makes the next ones prefetch (KV_PREFETCH_STEPS) */
     struct rusage ru0, ru1;
     if (c->kv.file) {
-        c->kv.prefetch = c->faults_last >= 8;
+        c->kv.prefetch = c->prefetch_left > 0;
+        c->prefetch_left -= c->prefetch_left > 0;
         getrusage(RUSAGE_SELF, &ru0);
     }
     for (int done = 0; done < n;) {
@@ -183,7 +184,8 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
         if (s) return s;
         done += chunk;
     }
-    if (c->kv.file && getrusage(RUSAGE_SELF, &ru1) == 0) c->faults_last = ru1.ru_majflt - ru0.ru_majflt;
+    if (c->kv.file && getrusage(RUSAGE_SELF, &ru1) == 0 && ru1.ru_majflt - ru0.ru_majflt >= 8)
+        c->prefetch_left = KV_PREFETCH_STEPS;
     return SUBQ_OK;
 }
 

@@ -1,5 +1,6 @@
 /* subq bench: prefill and decode speed of a model, measured side by side
- * with the machine's memory read bandwidth and OpenBLAS sgemm rate, and
+ * with the machine's memory read bandwidth, OpenBLAS sgemm rate and int8
+ * peak, and
  * decode with full vs sparse attention at long contexts. */
 #include <math.h>
 #include <stdio.h>
@@ -14,8 +15,9 @@
 static const char *help =
     "usage: subq bench -m MODEL [--ctx 512,4096] [--attn full,exact,hnsw] [options]\n"
     "Prefill tok/s (one batch) and decode tok/s at each context, with the machine's\n"
-    "measured read bandwidth (a fresh buffer, and the filled KV cache itself) and sgemm\n"
-    "rate in the same run and the fractions of the bounds they give;\n"
+    "measured read bandwidth (a fresh buffer, and the filled KV cache itself), sgemm rate\n"
+    "and int8 peak (the kernel level's integer instructions on registers) in the same run,\n"
+    "and the fractions of the bounds they give;\n"
     "with --attn, decode with each attention kind side by side (speed-up vs full).\n"
     "Decode contexts (KV cache and search indexes) are filled with synthetic values:\n"
     "speed does not depend on them, and a real prefill of 100K tokens takes hours here.\n"
@@ -88,6 +90,7 @@ typedef struct bench_state {
     float *logits;
     int32_t *toks;
     double wbytes;            /* weight bytes a decode step reads */
+    double int8_peak;         /* G op/s of the kernel level's integer unit (0: none measured) */
 } bench_state;
 
 typedef struct load_result {
@@ -147,9 +150,10 @@ static int measure(bench_state *b, load_result *L) {
 /* "prefill": {...}, "decode": [...] of one load */
 static void print_json_load(const bench_state *b, const load_result *L, double sgemm) {
     const int np = b->n_prefill;
-    printf(" \"prefill\": {\"n_tokens\": %d, \"seconds\": %.4f, \"tok_s\": %.3f, \"gflops\": %.3f, \"frac_sgemm\": %.4f},\n",
+    printf(" \"prefill\": {\"n_tokens\": %d, \"seconds\": %.4f, \"tok_s\": %.3f, \"gflops\": %.3f, \"frac_sgemm\": %.4f, "
+           "\"frac_int8_peak\": %.4f},\n",
            np, L->t_prefill, np > 0 ? np / L->t_prefill : 0.0, L->prefill_gflops,
-           sgemm > 0 ? L->prefill_gflops / sgemm : 0.0);
+           sgemm > 0 ? L->prefill_gflops / sgemm : 0.0, b->int8_peak > 0 ? L->prefill_gflops / b->int8_peak : 0.0);
     printf(" \"decode\": [");
     for (int i = 0; i < L->n_res; i++) {
         const decode_result *r = &L->res[i];
@@ -180,8 +184,9 @@ static void print_json_load(const bench_state *b, const load_result *L, double s
  * (quiet != NULL), each figure's slowdown against it. */
 static void print_text_load(const bench_state *b, const load_result *L, double sgemm, const load_result *quiet) {
     if (b->n_prefill > 0) {
-        printf("prefill %d tokens: %.2f s, %.1f tok/s, %.1f GFLOP/s = %.0f%% of sgemm", b->n_prefill, L->t_prefill,
+        printf("prefill %d tokens: %.2f s, %.1f tok/s, %.1f G op/s = %.0f%% of sgemm", b->n_prefill, L->t_prefill,
                b->n_prefill / L->t_prefill, L->prefill_gflops, 100 * L->prefill_gflops / sgemm);
+        if (b->int8_peak > 0) printf(", %.0f%% of the int8 peak", 100 * L->prefill_gflops / b->int8_peak);
         if (quiet && L != quiet) printf(", %.2fx the quiet time", L->t_prefill / quiet->t_prefill);
         printf("\n");
     }
@@ -304,10 +309,11 @@ int cmd_bench(int argc, char **argv) {
     so.plan.sparse_prefill = SUBQ_PREFILL_SPARSE;
 
     /* machine limits, measured now so the ratios below compare like with like */
-    if (!json) fprintf(stderr, "subq bench: measuring memory bandwidth and sgemm (%d threads)...\n", nt);
+    if (!json) fprintf(stderr, "subq bench: measuring memory bandwidth, sgemm and the int8 peak (%d threads)...\n", nt);
     double bw = bench_read_bandwidth((size_t)bw_mib << 20, nt, 5);
     double sgemm = bench_sgemm_gflops(512, info.n_ff, info.n_embd, nt, 3);
-    bench_state b = {.cmd = cmd, .so = &so, .c = c, .info = info, .nt = nt, .n_prefill = n_prefill,
+    double int8_peak = bench_int8_peak_gops(subq_isa_name(), nt, 3);
+    bench_state b = {.int8_peak = int8_peak, .cmd = cmd, .so = &so, .c = c, .info = info, .nt = nt, .n_prefill = n_prefill,
                      .n_decode = n_decode, .bw_mib = bw_mib, .json = json, .ctx = ctx, .n_ctx = n_ctx_list,
                      .attn = attn, .n_attn = n_attn, .seed = seed, .rng = rng, .logits = logits, .toks = toks, .kv_cold = kv_cold,
                      .wbytes = (double)info.decode_bytes};
@@ -332,8 +338,8 @@ int cmd_bench(int argc, char **argv) {
         cli_json_string(stdout, mo.model, strlen(mo.model));
         printf(", \"arch\": \"%s\", \"threads\": %d, \"kv_type\": \"%s\", \"kv_fill\": \"synthetic\",\n",
                info.arch, nt, subq_kv_type_name(mo.kv_type));
-        printf(" \"machine\": {\"isa\": \"%s\", \"read_bw_gbs\": %.3f, \"sgemm_gflops\": %.3f},\n", subq_isa_name(),
-               bw, sgemm);
+        printf(" \"machine\": {\"isa\": \"%s\", \"read_bw_gbs\": %.3f, \"sgemm_gflops\": %.3f, \"int8_peak_gops\": %.3f},\n",
+               subq_isa_name(), bw, sgemm, int8_peak);
         printf(" \"topk\": %d, \"sink\": %d, \"tail\": %d,\n", so.plan.top_k, so.plan.n_sink, so.plan.n_tail);
         printf(" \"decode_weight_bytes\": %.0f,\n", b.wbytes);
         print_json_load(&b, &loads[0], sgemm);
@@ -345,7 +351,8 @@ int cmd_bench(int argc, char **argv) {
         printf("}\n");
     } else {
         printf("model %s (%s), %d threads, KV %s\n", mo.model, info.arch, nt, subq_kv_type_name(mo.kv_type));
-        printf("machine: kernels %s, read bandwidth %.2f GB/s, sgemm %.1f GFLOP/s\n", subq_isa_name(), bw, sgemm);
+        printf("machine: kernels %s, read bandwidth %.2f GB/s, sgemm %.1f GFLOP/s, int8 peak %.0f G op/s "
+               "(its GEMM's instructions on registers)\n", subq_isa_name(), bw, sgemm, int8_peak);
         printf("decode reads %.1f MB of weights per token; KV cache and indexes filled synthetically\n", b.wbytes / 1e6);
         printf("bound: read bandwidth around the row (bw) / bytes a step reads (weights + KV rows attended + selector "
                "reads); %% cache: the same with the filled KV cache's own read rate\n");
