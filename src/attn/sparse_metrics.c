@@ -71,12 +71,40 @@ static float kth_largest(float *a, int n, int k) {
     return quickselect(a, m, k - above);
 }
 
+/* The runs [lo, hi) of the query's document [doc0, slot] that retrieval may
+ * pick: every slot of it is in the query's segment and below n_slots, so
+ * only the mask's two excluded ranges (sinks, tail) cut it, into at most 3
+ * runs (cut at ex0_lo and ex1_lo). Slot by slot (select_mask_allows), the
+ * branches of these scans were most of the metrics' own time. */
+static int eligible_runs(const select_mask *m, int doc0, int slot, int lo[3], int hi[3]) {
+    int n = 0;
+    for (int j = doc0; j <= slot;) {
+        if (j >= m->ex0_lo && j < m->ex0_hi) {
+            j = m->ex0_hi;
+            continue;
+        }
+        if (j >= m->ex1_lo && j < m->ex1_hi) {
+            j = m->ex1_hi;
+            continue;
+        }
+        int e = slot + 1;
+        if (m->ex0_lo > j && m->ex0_lo < e) e = m->ex0_lo;
+        if (m->ex1_lo > j && m->ex1_lo < e) e = m->ex1_lo;
+        lo[n] = j, hi[n] = e, n++;
+        j = e;
+    }
+    return n;
+}
+
 /* score[j - kb] of the eligible slots j of the query's document into sel;
  * returns their count. */
 static int eligible_scores(const float *score, const select_mask *m, int doc0, int slot, int kb, float *sel) {
-    int n = 0;
-    for (int j = doc0; j <= slot; j++)
-        if (select_mask_allows(m, j)) sel[n++] = score[j - kb];
+    int lo[3], hi[3], n = 0;
+    const int runs = eligible_runs(m, doc0, slot, lo, hi);
+    for (int r = 0; r < runs; r++) {
+        memcpy(sel + n, score + lo[r] - kb, (size_t)(hi[r] - lo[r]) * sizeof(float));
+        n += hi[r] - lo[r];
+    }
     return n;
 }
 
@@ -86,6 +114,22 @@ static int eligible_scores(const float *score, const select_mask *m, int doc0, i
  * scores (reordered). */
 static double recall_of(const float *score, float *sel, int n_elig, int kk, const int32_t *cand, int k, int kb) {
     if (kk == 0) return 1.0;
+    /* The least candidate score lb bounds the threshold from below when at
+     * least kk eligible scores reach it: then it is the kk-th largest of
+     * those alone, often little more than the candidates themselves. */
+    float lb = INFINITY;
+    for (int i = 0; i < k; i++)
+        if (cand[i] >= 0 && score[cand[i] - kb] < lb) lb = score[cand[i] - kb];
+    int m = 0;
+    for (int i = 0; i < n_elig; i++) m += sel[i] >= lb;
+    if (m >= kk) {
+        m = 0;
+        for (int i = 0; i < n_elig; i++) {
+            sel[m] = sel[i];
+            m += sel[i] >= lb;
+        }
+        n_elig = m;
+    }
     const float thr = kth_largest(sel, n_elig, kk);
     int hit = 0;
     for (int i = 0; i < k; i++) hit += cand[i] >= 0 && score[cand[i] - kb] >= thr;
@@ -93,11 +137,21 @@ static double recall_of(const float *score, float *sel, int n_elig, int kk, cons
 }
 
 /* Σ score over what every query attends anyway: the slots of its document
- * the mask keeps out of retrieval (sinks and tail). */
+ * the mask keeps out of retrieval (sinks and tail), in slot order. */
 static double fixed_mass(const float *score, const select_mask *m, int doc0, int slot, int kb) {
     double s = 0.0;
-    for (int j = doc0; j <= slot; j++)
-        if ((j >= m->ex0_lo && j < m->ex0_hi) || (j >= m->ex1_lo && j < m->ex1_hi)) s += score[j - kb];
+    for (int j = doc0; j <= slot; j++) {
+        const int in0 = j >= m->ex0_lo && j < m->ex0_hi, in1 = j >= m->ex1_lo && j < m->ex1_hi;
+        if (in0 || in1) {
+            s += score[j - kb];
+            continue;
+        }
+        /* to the next excluded slot (an excluded range's start past j), or the end */
+        int next = slot + 1;
+        if (m->ex0_lo > j && m->ex0_lo < next && m->ex0_hi > m->ex0_lo) next = m->ex0_lo;
+        if (m->ex1_lo > j && m->ex1_lo < next && m->ex1_hi > m->ex1_lo) next = m->ex1_lo;
+        j = next - 1;
+    }
     return s;
 }
 
@@ -159,7 +213,7 @@ static void measure_block(const sparse_measure *b, const float **keys, int k_lo,
     int kb = b->doc0[t0];
     for (int t = t0; t < t1; t++) kb = b->doc0[t] < kb ? b->doc0[t] : kb;
     const int nk = b->slot0 + t1 - kb;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = 1.0f / sqrtf((float)hd), inv_nh = 1.0f / (float)nh;
     if (!b->per_head) {
         memset(w->p, 0, (size_t)nt * nk * sizeof(float));
         memset(w->pmax, 0, (size_t)nt * nk * sizeof(float));
@@ -181,7 +235,7 @@ static void measure_block(const sparse_measure *b, const float **keys, int k_lo,
             }
             float *p = w->p + (size_t)(t - t0) * nk, *pm = w->pmax + (size_t)(t - t0) * nk;
             for (int j = a; j <= e; j++) {
-                p[j] += row[j] / (float)nh;
+                p[j] += row[j] * inv_nh;
                 pm[j] = row[j] > pm[j] ? row[j] : pm[j];
             }
         }
