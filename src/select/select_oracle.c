@@ -83,29 +83,32 @@ static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g
 static int scan(oracle_sel *o, const select_mask *m, int k, int g0, int g1, int cosine, int32_t *out) {
     selector *s = &o->base;
     const size_t blk = SELECT_BLOCK;
-    if (!select_scratch_f(s, &o->sc, (size_t)k + 2 * blk) || !select_scratch_i(s, &o->sc, (size_t)k + blk)) return -1;
-    select_heap best = {.score = o->sc.f, .slot = o->sc.i, .n = 0, .k = k};
-    int32_t *idx = o->sc.i + k;
-    float *acc = o->sc.f + k, *tmp = acc + blk;
+    if (!select_scratch_f(s, &o->sc, 2 * blk) || !select_scratch_i(s, &o->sc, blk) ||
+        !select_scratch_u(s, &o->sc, 2 * (size_t)(k > 0 ? k : 1)))
+        return -1;
+    /* a 2k buffer cut by quickselect: a bounded heap sifted at most keys
+     * was 5% of an eval of K = 256 */
+    topk_buf best = {.key = o->sc.u, .k = k};
+    int32_t *idx = o->sc.i;
+    float *acc = o->sc.f, *tmp = acc + blk;
     int lo[3], hi[3], nr = select_mask_ranges(m, o->count, lo, hi);
     int64_t scored = 0;
-    /* the most recent keys first: scores tend to grow toward them, and
-     * pushes in time order would replace the heap's root (and sift) at
-     * almost every key; the result is the same */
+    /* the most recent keys first: scores tend to grow toward them, so the
+     * buffer's threshold rises early; the result is the same */
     for (int r = nr - 1; r >= 0; r--) {
         for (int j1 = hi[r]; j1 > lo[r]; j1 -= (int)blk) {
             int j0 = j1 - (int)blk > lo[r] ? j1 - (int)blk : lo[r], nb = 0;
             for (int j = j0; j < j1; j++)
                 if (!m->seg || m->seg[j] == m->query_seg) idx[nb++] = j;
             score_block(o, idx, nb, g0, g1, cosine, acc, tmp);
-            for (int i = nb - 1; i >= 0; i--) select_heap_push(&best, acc[i], idx[i]);
+            for (int i = nb - 1; i >= 0; i--) select_topk_push(&best, acc[i], idx[i]);
             scored += nb;
         }
     }
     s->stats.n_visited += scored;
     /* the cosine score reads every KV head's key, the others those of heads [g0, g1) */
     s->stats.bytes_read += (uint64_t)scored * (uint64_t)(cosine ? s->env.n_head_kv : g1 - g0) * s->env.kv->row_bytes;
-    return select_heap_take(&best, out, NULL);
+    return select_topk_take(&best, 1, out, NULL);
 }
 
 /* qv_g = w sum_{h in group g, h0 <= h < h1} q_h (groups with no such head
