@@ -8,6 +8,8 @@
  *     that dot product exactly, up to the float rounding of the scaling), for
  *     shapes around the tile edges (rows and tokens not multiples of 4, an
  *     odd number of blocks, a weight -128) and a y row stride > rows;
+ *   - gemm_q8 for Q4_K and Q6_K weights (AVX-512 VNNI only) against the
+ *     same loop;
  *   - matmul() on a batch (the path prefill takes) against the same double
  *     loop, and within 2% of the f32 product on unquantised activations
  *     (what 8-bit activations cost). */
@@ -115,6 +117,66 @@ int main(void) {
             }
         }
     }
+
+    /* ---- gemm_q8 of Q4_K and Q6_K weights (the AVX-512 VNNI set has them;
+     * the others take dequantised rows through sgemm): against the same
+     * double loop, random bytes for scales and values, rows and tokens
+     * around the tile edges, up to two super-blocks a row */
+    const uint32_t ktypes[2] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
+    int n_kgemm = 0;
+    for (int ki = 0; ki < 2; ki++)
+    for (int i = 0; i < nv; i++) {
+        const uint32_t kt = ktypes[ki];
+        if (!vs[i].gemm[kt]) continue;
+        n_kgemm++;
+        const int kshapes[][3] = {{23, 512, 13}, {16, 256, 8}, {5, 256, 1}};
+        static char wk[RMAX * 512 * 2];
+        static float wkf[RMAX * 512], xk[TMAX * 512], dk[TMAX * 512 / 32];
+        static int8_t qk[TMAX * 512];
+        static double wantk[TMAX * RMAX], magk[TMAX * RMAX];
+        for (int si = 0; si < 3; si++) {
+            const int rows = kshapes[si][0], cols = kshapes[si][1], T = kshapes[si][2];
+            const size_t rb = (size_t)ggml_row_size(kt, cols);
+            for (size_t b = 0; b < rows * rb; b++) wk[b] = (char)rng_next_u64(&rng);
+            for (int r = 0; r < rows; r++)
+                for (int sb = 0; sb < cols / 256; sb++) {
+                    if (kt == GGML_TYPE_Q4_K) {
+                        block_q4_K *blk = (block_q4_K *)(wk + (size_t)r * rb) + sb;
+                        quant_wr16(blk->d, fp32_to_fp16(0.001f + 0.002f * rng_uniform(&rng)));
+                        quant_wr16(blk->dmin, fp32_to_fp16(0.001f + 0.002f * rng_uniform(&rng)));
+                    } else {
+                        block_q6_K *blk = (block_q6_K *)(wk + (size_t)r * rb) + sb;
+                        quant_wr16(blk->d, fp32_to_fp16(0.0001f + 0.0002f * rng_uniform(&rng)));
+                    }
+                }
+            for (int r = 0; r < rows; r++) quant_dequant_ref[kt](wk + (size_t)r * rb, wkf + (size_t)r * cols, cols);
+            for (int k = 0; k < T * cols; k++) xk[k] = rng_normal(&rng);
+            vs[0].quantize(xk, (int64_t)T * cols, qk, dk);
+            for (int t = 0; t < T; t++)
+                for (int r = 0; r < rows; r++) {
+                    double sum = 0, m = 0;
+                    for (int c = 0; c < cols; c++) {
+                        double xv = (double)dk[(t * cols + c) / 32] * qk[t * cols + c];
+                        sum += wkf[(size_t)r * cols + c] * xv;
+                        m += fabs(wkf[(size_t)r * cols + c] * xv);
+                    }
+                    wantk[t * rows + r] = sum;
+                    magk[t * rows + r] = m;
+                }
+            const int64_t ldy = rows + 3;
+            for (int k = 0; k < T * 40; k++) y[k] = NAN;
+            vs[i].gemm[kt](wk, rb, rows, qk, dk, T, cols, y, ldy);
+            double e = worst_err(y, ldy, wantk, magk, T, rows);
+            CHECK(e < 1e-6, "gemm_q8 %s %s %dx%dx%d: worst error relative to sum |w x| %.2e", vs[i].name,
+                  ggml_type_get(kt)->name, rows, cols, T, e);
+            int untouched = 1;
+            for (int t = 0; t < T; t++)
+                for (int64_t r = rows; r < ldy && t + 1 < T; r++) untouched &= isnan(y[t * ldy + r]);
+            CHECK(untouched, "gemm_q8 %s %s wrote outside its rows", vs[i].name, ggml_type_get(kt)->name);
+        }
+    }
+    CHECK(n_kgemm == (kernels_gemm_q8_avx512() ? 2 : 0), "Q4_K and Q6_K GEMMs exactly where AVX-512 VNNI runs (%d)",
+          n_kgemm);
 
     /* ---- matmul on a batch: the integer path, and its distance from f32 */
     {

@@ -14,6 +14,9 @@
  * float scaling rounds. */
 #include "kernels/kernels.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "base/cpu.h"
 #include "kernels/dot.h"
 
@@ -179,6 +182,191 @@ static void gemm_q4_0(const void *w, size_t rb, int64_t n_rows, const int8_t *xq
     gemm_512(GGML_TYPE_Q4_0, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
 }
 
+/* ---- GEMM of K-quant weights (Q4_K, Q6_K) ---------------------------------
+ *
+ * The 16-row layout above, per 32-value block of a super-block of 256.
+ * Q4_K: a sub-block s of 32 holds w = d sc_s q - dmin m_s, q in 0..15, so
+ * against a q8 activation block (scale dx, bytes xq)
+ *   sum_j w_j x_j = dx (d sc_s sum_j q_j xq_j - dmin m_s sum_j xq_j):
+ * the nibbles go into vpdpbusd as its unsigned side as they are, and each
+ * token block's dx sum_j xq_j is made once per chunk (lanes a = d sc_s,
+ * b = dmin m_s).
+ * Q6_K: a block of 32 spans two sub-blocks of 16, w = d sc (q - 32) with q
+ * in 0..63: vectors 0..3 hold the first sub-block, 4..7 the second, each
+ * summed on its own from a start of -32 x the token's byte sum over those 16
+ * (exact integers: sum_j (q_j - 32) xq_j), then scaled by dx and the lanes
+ * a = d sc of the first, b = d sc of the second. */
+typedef struct kgroup {
+    __m512i w[8];  /* lane i: values 4j .. 4j + 3 of row i's block, unsigned bytes */
+    __m512 a, b;   /* per lane (row): the two scales above (0 for rows past the group's) */
+} kgroup;
+
+/* Block b (of 32 values) of row i into bytes[..][i][..], its scales into a[i], b[i]. */
+INLINE512 void q4_K_block(const char *row, int64_t b, int i, uint8_t bytes[8][GROUP_ROWS][4], float *a, float *bb) {
+    const block_q4_K *blk = (const block_q4_K *)row + b / 8;
+    const int s = (int)(b % 8), shift = 4 * (s % 2);
+    const uint8_t *qs = blk->qs + 32 * (s / 2);
+    for (int l = 0; l < 32; l++) bytes[l / 4][i][l % 4] = (uint8_t)((qs[l] >> shift) & 0xF);
+    uint8_t sc, m;
+    k4_scale_min(s, blk->scales, &sc, &m);
+    a[i] = fp16_to_fp32(quant_rd16(blk->d)) * (float)sc;
+    bb[i] = fp16_to_fp32(quant_rd16(blk->dmin)) * (float)m;
+}
+
+INLINE512 void q6_K_block(const char *row, int64_t b, int i, uint8_t bytes[8][GROUP_ROWS][4], float *a, float *bb) {
+    const block_q6_K *blk = (const block_q6_K *)row + b / 8;
+    const int bi = (int)(b % 8), h = bi / 4, k = bi % 4;
+    for (int l = 0; l < 32; l++) bytes[l / 4][i][l % 4] = (uint8_t)(q6_K_get(blk, h, k, l) + 32);
+    const float d = fp16_to_fp32(quant_rd16(blk->d));
+    a[i] = d * (float)blk->scales[2 * bi];
+    bb[i] = d * (float)blk->scales[2 * bi + 1];
+}
+
+/* Rows [0, R) (R <= 16) of blocks [0, nb) into g[b]; lanes past R zero. */
+#define KGROUP(T)                                                                                             \
+    AVX512 static void T##_group(const char *w, size_t rb, int R, int64_t nb, kgroup *g) {                   \
+        for (int64_t b = 0; b < nb; b++) {                                                                    \
+            _Alignas(64) uint8_t bytes[8][GROUP_ROWS][4] = {{{0}}};                                           \
+            _Alignas(64) float a[GROUP_ROWS] = {0}, bb[GROUP_ROWS] = {0};                                     \
+            for (int i = 0; i < R; i++) T##_block(w + (size_t)i * rb, b, i, bytes, a, bb);                    \
+            for (int j = 0; j < 8; j++) g[b].w[j] = _mm512_load_si512(bytes[j]);                              \
+            g[b].a = _mm512_load_ps(a);                                                                       \
+            g[b].b = _mm512_load_ps(bb);                                                                      \
+        }                                                                                                     \
+    }
+
+KGROUP(q4_K)
+KGROUP(q6_K)
+
+/* C tokens (activation bytes xq, rows n apart; block scales xd and the
+ * per-block terms xs, nb (Q4_K: dx sum xq) or 2 nb (Q6_K: -32 x the two
+ * halves' byte sums) apart) x the group's rows over every block. */
+#define GEMM_TILE_K(T, C)                                                                                     \
+    AVX512 static void T##_tile_##C(const kgroup *g, int64_t nb, const int8_t *xq, const float *xd,          \
+                                    const void *xs, int64_t n, float *y, int64_t ldy, __mmask16 keep) {      \
+        __m512 acc[C];                                                                                        \
+        UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();                                      \
+        for (int64_t b = 0; b < nb; b++) {                                                                    \
+            const kgroup *gb = g + b;                                                                         \
+            UNROLL for (int c = 0; c < C; c++) {                                                              \
+                int32_t x4[8];                                                                                \
+                memcpy(x4, xq + (size_t)c * n + 32 * b, sizeof x4);                                           \
+                const __m512 dx = _mm512_set1_ps(xd[(size_t)c * nb + b]);                                     \
+                T##_KSTEP(C);                                                                                 \
+            }                                                                                                 \
+        }                                                                                                     \
+        UNROLL for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + (size_t)c * ldy, keep, acc[c]);          \
+    }
+
+#define q4_K_KSTEP(C)                                                                                         \
+    do {                                                                                                      \
+        __m512i s = _mm512_setzero_si512();                                                                   \
+        UNROLL for (int j = 0; j < 8; j++) s = _mm512_dpbusd_epi32(s, gb->w[j], _mm512_set1_epi32(x4[j]));    \
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(gb->a, dx), acc[c]);                    \
+        acc[c] = _mm512_fnmadd_ps(gb->b, _mm512_set1_ps(((const float *)xs)[(size_t)c * nb + b]), acc[c]);    \
+    } while (0)
+
+#define q6_K_KSTEP(C)                                                                                         \
+    do {                                                                                                      \
+        const int32_t *st = (const int32_t *)xs + 2 * ((size_t)c * nb + b);                                   \
+        __m512i s0 = _mm512_set1_epi32(st[0]), s1 = _mm512_set1_epi32(st[1]);                                 \
+        UNROLL for (int j = 0; j < 4; j++) {                                                                  \
+            s0 = _mm512_dpbusd_epi32(s0, gb->w[j], _mm512_set1_epi32(x4[j]));                                 \
+            s1 = _mm512_dpbusd_epi32(s1, gb->w[j + 4], _mm512_set1_epi32(x4[j + 4]));                         \
+        }                                                                                                     \
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(gb->a, dx), acc[c]);                   \
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(gb->b, dx), acc[c]);                   \
+    } while (0)
+
+GEMM_TILE_K(q4_K, 8)
+GEMM_TILE_K(q4_K, 1)
+GEMM_TILE_K(q6_K, 8)
+GEMM_TILE_K(q6_K, 1)
+
+/* The per-block activation terms of tokens [t0, t1) (see GEMM_TILE_K). */
+static void kquant_xs(uint32_t type, const int8_t *xq, const float *xd, int64_t n, int t0, int t1, void *xs) {
+    const int64_t nb = n / 32;
+    for (int t = t0; t < t1; t++)
+        for (int64_t b = 0; b < nb; b++) {
+            const int8_t *x = xq + (size_t)t * n + 32 * b;
+            int32_t lo = 0, hi = 0;
+            for (int l = 0; l < 16; l++) lo += x[l], hi += x[l + 16];
+            const size_t at = (size_t)(t - t0) * nb + b;
+            if (type == GGML_TYPE_Q4_K) ((float *)xs)[at] = xd[(size_t)t * nb + b] * (float)(lo + hi);
+            else ((int32_t *)xs)[2 * at] = -32 * lo, ((int32_t *)xs)[2 * at + 1] = -32 * hi;
+        }
+}
+
+/* Out of memory for the prepared rows: the same sums from each row's
+ * super-blocks dequantised on the stack (kernels return no errors). */
+static void kquant_fallback(uint32_t type, const void *w, size_t rb, int64_t n_rows, const int8_t *xq,
+                            const float *xd, int n_tok, int64_t n, float *y, int64_t ldy) {
+    float v[256];
+    const size_t sb_bytes = ggml_row_size(type, 256);
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t r = 0; r < n_rows; r++) {
+            float acc = 0.0f;
+            for (int64_t sb = 0; sb < n / 256; sb++) {
+                quant_dequant_ref[type]((const char *)w + (size_t)r * rb + (size_t)sb * sb_bytes, v, 256);
+                for (int l = 0; l < 256; l++)
+                    acc += v[l] * xd[((size_t)t * n + 256 * sb + l) / 32] * xq[(size_t)t * n + 256 * sb + l];
+            }
+            y[(size_t)t * ldy + r] = acc;
+        }
+}
+
+AVX512 static void gemm_kquant(uint32_t type, const void *w, size_t rb, int64_t n_rows, const int8_t *xq,
+                               const float *xd, int n_tok, int64_t n, float *y, int64_t ldy) {
+    enum { CHUNK_BYTES = 1 << 19 };
+    const int64_t nb = n / 32;
+    int chunk = (int)(CHUNK_BYTES / n);
+    if (chunk < TILE_TOK) chunk = TILE_TOK;
+    if (chunk > n_tok) chunk = n_tok;
+    kgroup *g = aligned_alloc(64, (size_t)nb * sizeof(kgroup));
+    void *xs = malloc((size_t)chunk * nb * 2 * sizeof(int32_t));
+    if (!g || !xs) {
+        free(g);
+        free(xs);
+        kquant_fallback(type, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
+        return;
+    }
+    const int q4k = type == GGML_TYPE_Q4_K;
+    const size_t xs_tok = (size_t)nb * (q4k ? 1 : 2) * sizeof(int32_t); /* bytes of one token's terms */
+    for (int t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        kquant_xs(type, xq, xd, n, t0, t1, xs);
+        for (int64_t r = 0; r < n_rows; r += GROUP_ROWS) {
+            const int R = n_rows - r < GROUP_ROWS ? (int)(n_rows - r) : GROUP_ROWS;
+            const __mmask16 keep = (__mmask16)((1u << R) - 1);
+            const char *wr = (const char *)w + (size_t)r * rb;
+            if (q4k) q4_K_group(wr, rb, R, nb, g);
+            else q6_K_group(wr, rb, R, nb, g);
+            for (int t = t0; t < t1;) {
+                const int C = t + TILE_TOK <= t1 ? TILE_TOK : 1;
+                const int8_t *xt = xq + (size_t)t * n;
+                const float *dt = xd + (size_t)t * nb;
+                const void *st = (const char *)xs + (size_t)(t - t0) * xs_tok;
+                float *yt = y + (size_t)t * ldy + r;
+                if (q4k) (C == TILE_TOK ? q4_K_tile_8 : q4_K_tile_1)(g, nb, xt, dt, st, n, yt, ldy, keep);
+                else (C == TILE_TOK ? q6_K_tile_8 : q6_K_tile_1)(g, nb, xt, dt, st, n, yt, ldy, keep);
+                t += C;
+            }
+        }
+    }
+    free(g);
+    free(xs);
+}
+
+static void gemm_q4_K(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
+                      int64_t n, float *y, int64_t ldy) {
+    gemm_kquant(GGML_TYPE_Q4_K, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
+}
+
+static void gemm_q6_K(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
+                      int64_t n, float *y, int64_t ldy) {
+    gemm_kquant(GGML_TYPE_Q6_K, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
+}
+
 /* ---- GEMV (decode: one activation row) ----------------------------------
  *
  * Here the weights are read once, so they take the offset instead: with
@@ -304,6 +492,8 @@ const gemv_q8_fn *kernels_gemv_q8_avx512(void) { return cpu_has_avx512vnni() ? g
 static const gemm_q8_fn gemm_avx512[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q8_0] = gemm_q8_0,
     [GGML_TYPE_Q4_0] = gemm_q4_0,
+    [GGML_TYPE_Q4_K] = gemm_q4_K,
+    [GGML_TYPE_Q6_K] = gemm_q6_K,
 };
 
 const gemm_q8_fn *kernels_gemm_q8_avx512(void) { return cpu_has_avx512vnni() ? gemm_avx512 : NULL; }

@@ -46,7 +46,9 @@ typedef void (*kernels_gather_dot_fn)(const float *q, const void *base, size_t s
  *                for r < n_rows, t < T, with the stored rows of w row_bytes
  *                apart (the type's blocks: w = dw * qw) and activation row t
  *                at xq + t * n, xd + t * (n / 32). Each product of blocks is
- *                an exact integer sum; only the scaling rounds. */
+ *                an exact integer sum; only the scaling rounds. (K-quant
+ *                weights, AVX-512 VNNI only: the same with their 32-value
+ *                sub-blocks' scales and mins, n a multiple of 256.) */
 typedef void (*quantize_q8_fn)(const float *x, int64_t n, int8_t *q, float *d);
 typedef void (*gemm_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd, int T,
                            int64_t n, float *y, int64_t ldy);

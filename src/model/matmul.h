@@ -1,5 +1,6 @@
 /* Y = X W^T for a stored weight matrix W (rows x cols) of any supported type:
- * on the quantised types the integer kernels have (Q8_0, Q4_0), activations
+ * on the quantised types the integer kernels have (Q8_0, Q4_0; Q4_K and Q6_K
+ * where AVX-512 VNNI runs), activations
  * are quantised to 8 bits and products run on integer dot products, GEMV
  * for one to three tokens (kernels.h: gemv_q8, memory bound), GEMM for
  * batches (gemm_q8); other types take float row dot products for one-token

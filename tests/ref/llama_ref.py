@@ -289,6 +289,10 @@ def llama3_rope_factors(base, dim, factor, low_freq_factor, high_freq_factor, ol
 # forward call (src/kernels/kernels.h: gemm_q8 for batches, gemv_q8 for one
 # to three tokens): Q4_0, Q8_0.
 Q8_ACT_TYPES = (2, 8)
+# ... and in batched products only (gemm_q8, 4 or more tokens a call), where
+# the AVX-512 VNNI kernels run (`subq info` names the kernels): Q4_K, Q6_K.
+KQ_ACT_TYPES = (12, 14)
+GEMM_MIN_ROWS = 4
 
 
 def q8_roundtrip(x):
@@ -411,18 +415,21 @@ class LlamaRef:
         out[:, :, i1] = x0 * sin + x1 * cos
         return out
 
-    def mm(self, x, W, wtype, q8_rows):
-        """x W^T, with the rows flagged in q8_rows (None: none) quantised to
-        8 bits first when subq's integer products take weights of this type."""
-        if q8_rows is not None and wtype in Q8_ACT_TYPES and q8_rows.any():
-            x = np.where(q8_rows[:, None], q8_roundtrip(x), x)
+    def mm(self, x, W, wtype, q8):
+        """x W^T, with the rows flagged in q8 = (q8_rows, q8_rows_k) (None:
+        none) quantised to 8 bits first when subq's integer products take
+        weights of this type (q8_rows_k: the K-quant types')."""
+        rows = q8[0] if wtype in Q8_ACT_TYPES else q8[1] if wtype in KQ_ACT_TYPES else None
+        if rows is not None and rows.any():
+            x = np.where(rows[:, None], q8_roundtrip(x), x)
         return x @ W.T
 
     # ---- forward -----------------------------------------------------------
-    def forward(self, tokens, q8_rows=None):
+    def forward(self, tokens, q8_rows=None, q8_rows_k=None):
         """Logits (float64, shape [T, n_vocab]) for tokens at positions 0..T-1
-        with causal attention. q8_rows (bool [T], optional): the tokens whose
-        activations are quantised to 8 bits (see mm)."""
+        with causal attention. q8_rows, q8_rows_k (bool [T], optional): the
+        tokens whose activations are quantised to 8 bits (see mm)."""
+        q8 = (q8_rows, q8_rows_k)
         tokens = np.asarray(tokens, dtype=np.int64)
         T = len(tokens)
         if T == 0:
@@ -443,9 +450,9 @@ class LlamaRef:
             # ---- attention block
             h = self.rmsnorm(x, L["attn_norm"])
             ty = L["type"]
-            q = self.mm(h, L["wq"], ty["wq"], q8_rows)              # q = h Wq^T (+ bq)
-            k = self.mm(h, L["wk"], ty["wk"], q8_rows)
-            v = self.mm(h, L["wv"], ty["wv"], q8_rows)
+            q = self.mm(h, L["wq"], ty["wq"], q8)              # q = h Wq^T (+ bq)
+            k = self.mm(h, L["wk"], ty["wk"], q8)
+            v = self.mm(h, L["wv"], ty["wv"], q8)
             if "attn_q.bias" in L:
                 q = q + L["attn_q.bias"]
                 k = k + L["attn_k.bias"]
@@ -467,16 +474,16 @@ class LlamaRef:
                 p = np.exp(s)
                 p = p / p.sum(axis=1, keepdims=True)
                 heads[:, hq, :] = p @ v[:, kvh, :]
-            attn = self.mm(heads.reshape(T, nh * hd), L["wo"], ty["wo"], q8_rows)   # output projection
+            attn = self.mm(heads.reshape(T, nh * hd), L["wo"], ty["wo"], q8)   # output projection
             x = x + attn                                            # residual
             # ---- feed-forward block (SwiGLU)
             h = self.rmsnorm(x, L["ffn_norm"])
-            gate = self.mm(h, L["w_gate"], ty["w_gate"], q8_rows)
-            up = self.mm(h, L["w_up"], ty["w_up"], q8_rows)
+            gate = self.mm(h, L["w_gate"], ty["w_gate"], q8)
+            up = self.mm(h, L["w_up"], ty["w_up"], q8)
             silu = gate / (1.0 + np.exp(-gate))                     # silu(z) = z * sigmoid(z)
-            x = x + self.mm(silu * up, L["w_down"], ty["w_down"], q8_rows)   # residual
+            x = x + self.mm(silu * up, L["w_down"], ty["w_down"], q8)   # residual
         x = self.rmsnorm(x, self.output_norm)
-        return self.mm(x, self.output, self.output_type, q8_rows)  # (T, n_vocab)
+        return self.mm(x, self.output, self.output_type, q8)  # (T, n_vocab)
 
     # ---- high level ----------------------------------------------------------
     def generate(self, prompt, n):

@@ -148,6 +148,7 @@ int cmd_info(int argc, char **argv) {
         printf("%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, %.2f MiB of tensor data\n", path, h.version,
                h.n_kv, h.n_tensors, h.tensor_bytes / 1048576.0);
         if (has_rope) printf("  rope in use: %s\n", rope);
+        printf("  kernels in use: %s\n", subq_isa_name()); /* (their rounding: tests/ref/check_logits.py) */
         if (ss != SUBQ_ERR_RANGE) printf("  search projections: %s\n", search);
     }
     for (uint64_t i = 0; i < h.n_kv; i++) {
