@@ -182,7 +182,8 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
         return SUBQ_OK;
     }
     /* a file: slots are adjacent runs of slot_stride bytes, keys then values */
-    const size_t v_off = (size_t)((const char *)kv_cache_value(kv, layer, 0, 0) - (const char *)kv_cache_key(kv, layer, 0, 0));
+    const size_t v_off = (size_t)((const char *)kv_cache_value(kv, layer, 0, 0) -
+                                  (const char *)kv_cache_key(kv, layer, 0, 0));
     for (int t0 = 0; t0 < n; t0 += KV_STORE_SLOTS) {
         const int m = n - t0 < KV_STORE_SLOTS ? n - t0 : KV_STORE_SLOTS;
         for (int t = 0; t < m; t++) {

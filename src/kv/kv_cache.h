@@ -36,7 +36,7 @@ typedef struct kv_cache {
     kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
     unsigned char *store_buf;   /* with a file: KV_STORE_SLOTS slots' rows, made here, then written at once */
     int prefetch;               /* with a file: ask for the rows a query attends before reading them
-                                   (set per step by the context when the last step waited on the disk) */
+                                   (set per step by the context after a step waited on the disk) */
 } kv_cache;
 
 /* Bytes the cache would take; used to refuse contexts larger than memory

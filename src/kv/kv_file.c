@@ -324,7 +324,8 @@ subq_status kv_file_write(kv_file *f, const void *at, const void *src, size_t n,
     for (size_t done = 0; done < n;) {
         ssize_t w = pwrite(f->fd, (const unsigned char *)src + done, n - done, off + (off_t)done);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return subq_fail(err, SUBQ_ERR_IO, "cannot write %s: %s", f->path, w < 0 ? strerror(errno) : "no progress");
+        if (w <= 0)
+            return subq_fail(err, SUBQ_ERR_IO, "cannot write %s: %s", f->path, w < 0 ? strerror(errno) : "no progress");
         done += (size_t)w;
     }
     /* A long run's pages are sent to the disk as they are written. Left to

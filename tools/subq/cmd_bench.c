@@ -313,7 +313,8 @@ int cmd_bench(int argc, char **argv) {
     double bw = bench_read_bandwidth((size_t)bw_mib << 20, nt, 5);
     double sgemm = bench_sgemm_gflops(512, info.n_ff, info.n_embd, nt, 3);
     double int8_peak = bench_int8_peak_gops(subq_isa_name(), nt, 3);
-    bench_state b = {.int8_peak = int8_peak, .cmd = cmd, .so = &so, .c = c, .info = info, .nt = nt, .n_prefill = n_prefill,
+    bench_state b = {.int8_peak = int8_peak,
+                     .cmd = cmd, .so = &so, .c = c, .info = info, .nt = nt, .n_prefill = n_prefill,
                      .n_decode = n_decode, .bw_mib = bw_mib, .json = json, .ctx = ctx, .n_ctx = n_ctx_list,
                      .attn = attn, .n_attn = n_attn, .seed = seed, .rng = rng, .logits = logits, .toks = toks, .kv_cold = kv_cold,
                      .wbytes = (double)info.decode_bytes};
