@@ -77,131 +77,47 @@ INLINE512 __m512i start_lanes(__m512i v, char off) {
  * peak. The 16 results of a token are one store. */
 enum { GROUP_ROWS = 16, TILE_TOK = 8 };
 
+/* A block of 16 rows, prepared. */
 typedef struct wgroup {
-    __m512i w[8];  /* lane i: values 4j .. 4j + 3 of row i's block, signed bytes */
-    __m512i start; /* lane i: -128 x the sum of row i's 32 values */
-    __m512 dw;     /* lane i: row i's block scale (0 for rows past the group's) */
+    __m512i w[8];      /* lane i: values 4j .. 4j + 3 of row i's block (Q8_0, Q4_0: signed; K-quants: unsigned) */
+    __m512 a;          /* per lane (row), 0 past the group's rows: Q8_0, Q4_0: dw; K-quants: see below */
+    union {
+        __m512i start; /* Q8_0, Q4_0: lane i: -128 x the sum of row i's 32 values */
+        __m512 b;      /* K-quants: see below */
+    };
 } wgroup;
 
-/* Rows [0, R) (R <= 16) of blocks [0, nb) into g[b]; lanes past R zero. */
-#define GROUP_PREP(T)                                                                                         \
-    AVX512 static void T##_group(const char *w, size_t rb, int R, int64_t nb, wgroup *g) {                   \
-        for (int64_t b = 0; b < nb; b++) {                                                                    \
-            _Alignas(64) int32_t words[8][GROUP_ROWS] = {{0}};                                                \
-            _Alignas(32) uint16_t d[GROUP_ROWS] = {0};                                                        \
-            for (int i = 0; i < R; i++) {                                                                     \
-                const block_##T *blk = (const block_##T *)(w + (size_t)i * rb) + b;                          \
-                _Alignas(32) int32_t v[8];                                                                    \
-                _mm256_store_si256((__m256i *)v, T##_bytes(blk));                                             \
-                for (int j = 0; j < 8; j++) words[j][i] = v[j];                                               \
-                d[i] = quant_rd16(blk->d);                                                                    \
-            }                                                                                                 \
-            __m512i sum = _mm512_setzero_si512();                                                             \
-            for (int j = 0; j < 8; j++) {                                                                     \
-                g[b].w[j] = _mm512_load_si512(words[j]);                                                      \
-                sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8((char)0x80), g[b].w[j]);                     \
-            }                                                                                                 \
-            g[b].start = _mm512_sub_epi32(_mm512_setzero_si512(), sum);                                       \
-            g[b].dw = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)d));                                 \
-        }                                                                                                     \
-    }
-
-GROUP_PREP(q8_0)
-GROUP_PREP(q4_0)
-
-/* C tokens (offset activations xu, rows n apart, and their block scales xd,
- * nb apart) x the group's rows over every block; the results of token c go
- * to y + c * ldy, the rows of `keep` only. */
-#define GEMM_TILE(C)                                                                                          \
-    AVX512 static void tile_##C(const wgroup *g, int64_t nb, const uint8_t *xu, const float *xd, int64_t n,  \
-                                float *y, int64_t ldy, __mmask16 keep) {                                     \
-        __m512 acc[C];                                                                                        \
-        UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();                                      \
-        for (int64_t b = 0; b < nb; b++) {                                                                    \
-            const wgroup *gb = g + b;                                                                         \
-            UNROLL for (int c = 0; c < C; c++) {                                                              \
-                const int32_t *x4 = (const int32_t *)(xu + (size_t)c * n + 32 * b);                          \
-                __m512i s = gb->start;                                                                        \
-                UNROLL for (int j = 0; j < 8; j++) s = _mm512_dpbusd_epi32(s, _mm512_set1_epi32(x4[j]), gb->w[j]); \
-                const __m512 scale = _mm512_mul_ps(gb->dw, _mm512_set1_ps(xd[(size_t)c * nb + b]));          \
-                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[c]);                               \
-            }                                                                                                 \
-        }                                                                                                     \
-        UNROLL for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + (size_t)c * ldy, keep, acc[c]);          \
-    }
-
-GEMM_TILE(8)
-GEMM_TILE(1)
-
-/* Tokens go in chunks whose offset activations (xu) stay in L2; for each
- * group of 16 rows, its prepared blocks (640 bytes each) stay in L1/L2
- * while every token of the chunk passes them. */
-AVX512 static void gemm_512(uint32_t type, const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd,
-                            int n_tok, int64_t n, float *y, int64_t ldy) {
-    enum { CHUNK_BYTES = 1 << 19 };
-    const int64_t nb = n / 32;
-    int chunk = (int)(CHUNK_BYTES / n);
-    if (chunk < TILE_TOK) chunk = TILE_TOK;
-    if (chunk > n_tok) chunk = n_tok;
-    wgroup *g = aligned_alloc(64, (size_t)nb * sizeof(wgroup));
-    uint8_t *xu = aligned_alloc(64, ((size_t)chunk * n + 63) / 64 * 64);
-    if (!g || !xu) { /* kernels return no errors: the AVX2 set's GEMM, which allocates nothing */
-        free(g);
-        free(xu);
-        kernels_get()->gemm_q8[type](w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
-        return;
-    }
-    for (int t0 = 0; t0 < n_tok; t0 += chunk) {
-        const int t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
-        const __m512i flip = _mm512_set1_epi8((char)0x80); /* x ^ 0x80 = x + 128, unsigned */
-        for (size_t i = 0; i < (size_t)(t1 - t0) * n; i += 64)
-            _mm512_store_si512(xu + i, _mm512_xor_si512(_mm512_loadu_si512(xq + (size_t)t0 * n + i), flip));
-        for (int64_t r = 0; r < n_rows; r += GROUP_ROWS) {
-            const int R = n_rows - r < GROUP_ROWS ? (int)(n_rows - r) : GROUP_ROWS;
-            const __mmask16 keep = (__mmask16)((1u << R) - 1);
-            if (type == GGML_TYPE_Q4_0) q4_0_group((const char *)w + (size_t)r * rb, rb, R, nb, g);
-            else q8_0_group((const char *)w + (size_t)r * rb, rb, R, nb, g);
-            int t = t0;
-            for (; t + TILE_TOK <= t1; t += TILE_TOK)
-                tile_8(g, nb, xu + (size_t)(t - t0) * n, xd + (size_t)t * nb, n, y + (size_t)t * ldy + r, ldy, keep);
-            for (; t < t1; t++)
-                tile_1(g, nb, xu + (size_t)(t - t0) * n, xd + (size_t)t * nb, n, y + (size_t)t * ldy + r, ldy, keep);
-        }
-    }
-    free(g);
-    free(xu);
-}
-
-static void gemm_q8_0(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
-                      int64_t n, float *y, int64_t ldy) {
-    gemm_512(GGML_TYPE_Q8_0, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
-}
-
-static void gemm_q4_0(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
-                      int64_t n, float *y, int64_t ldy) {
-    gemm_512(GGML_TYPE_Q4_0, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
-}
-
-/* ---- GEMM of K-quant weights (Q4_K, Q6_K) ---------------------------------
- *
- * The 16-row layout above, per 32-value block of a super-block of 256.
+/* K-quant weights, per 32-value block of a super-block of 256:
  * Q4_K: a sub-block s of 32 holds w = d sc_s q - dmin m_s, q in 0..15, so
  * against a q8 activation block (scale dx, bytes xq)
  *   sum_j w_j x_j = dx (d sc_s sum_j q_j xq_j - dmin m_s sum_j xq_j):
  * the nibbles go into vpdpbusd as its unsigned side as they are, and each
- * token block's dx sum_j xq_j is made once per chunk (lanes a = d sc_s,
+ * token block's dx sum_j xq_j is made once per chunk (a = d sc_s,
  * b = dmin m_s).
  * Q6_K: a block of 32 spans two sub-blocks of 16, w = d sc (q - 32) with q
  * in 0..63: vectors 0..3 hold the first sub-block, 4..7 the second, each
  * summed on its own from a start of -32 x the token's byte sum over those 16
- * (exact integers: sum_j (q_j - 32) xq_j), then scaled by dx and the lanes
- * a = d sc of the first, b = d sc of the second. */
-typedef struct kgroup {
-    __m512i w[8];  /* lane i: values 4j .. 4j + 3 of row i's block, unsigned bytes */
-    __m512 a, b;   /* per lane (row): the two scales above (0 for rows past the group's) */
-} kgroup;
+ * (exact integers: sum_j (q_j - 32) xq_j), then scaled by dx and a = d sc
+ * of the first, b = d sc of the second. */
 
-/* Block b (of 32 values) of row i into bytes[..][i][..], its scales into a[i], b[i]. */
+/* Block b (of 32 values) of row i: its bytes into bytes[..][i][..], its
+ * scales into a[i], bb[i]. */
+INLINE512 void q8_0_block(const char *row, int64_t b, int i, uint8_t bytes[8][GROUP_ROWS][4], float *a, float *bb) {
+    const block_q8_0 *blk = (const block_q8_0 *)row + b;
+    for (int j = 0; j < 8; j++) memcpy(bytes[j][i], blk->qs + 4 * j, 4);
+    a[i] = fp16_to_fp32(quant_rd16(blk->d));
+    (void)bb;
+}
+
+INLINE512 void q4_0_block(const char *row, int64_t b, int i, uint8_t bytes[8][GROUP_ROWS][4], float *a, float *bb) {
+    const block_q4_0 *blk = (const block_q4_0 *)row + b;
+    _Alignas(32) uint8_t v[32];
+    _mm256_store_si256((__m256i *)v, q4_0_bytes(blk));
+    for (int j = 0; j < 8; j++) memcpy(bytes[j][i], v + 4 * j, 4);
+    a[i] = fp16_to_fp32(quant_rd16(blk->d));
+    (void)bb;
+}
+
 INLINE512 void q4_K_block(const char *row, int64_t b, int i, uint8_t bytes[8][GROUP_ROWS][4], float *a, float *bb) {
     const block_q4_K *blk = (const block_q4_K *)row + b / 8;
     const int s = (int)(b % 8), shift = 4 * (s % 2);
@@ -223,42 +139,39 @@ INLINE512 void q6_K_block(const char *row, int64_t b, int i, uint8_t bytes[8][GR
 }
 
 /* Rows [0, R) (R <= 16) of blocks [0, nb) into g[b]; lanes past R zero. */
-#define KGROUP(T)                                                                                             \
-    AVX512 static void T##_group(const char *w, size_t rb, int R, int64_t nb, kgroup *g) {                   \
+#define GROUP(T, SIGNED)                                                                                      \
+    AVX512 static void T##_group(const char *w, size_t rb, int R, int64_t nb, wgroup *g) {                   \
         for (int64_t b = 0; b < nb; b++) {                                                                    \
             _Alignas(64) uint8_t bytes[8][GROUP_ROWS][4] = {{{0}}};                                           \
             _Alignas(64) float a[GROUP_ROWS] = {0}, bb[GROUP_ROWS] = {0};                                     \
             for (int i = 0; i < R; i++) T##_block(w + (size_t)i * rb, b, i, bytes, a, bb);                    \
-            for (int j = 0; j < 8; j++) g[b].w[j] = _mm512_load_si512(bytes[j]);                              \
-            g[b].a = _mm512_load_ps(a);                                                                       \
-            g[b].b = _mm512_load_ps(bb);                                                                      \
-        }                                                                                                     \
-    }
-
-KGROUP(q4_K)
-KGROUP(q6_K)
-
-/* C tokens (activation bytes xq, rows n apart; block scales xd and the
- * per-block terms xs, nb (Q4_K: dx sum xq) or 2 nb (Q6_K: -32 x the two
- * halves' byte sums) apart) x the group's rows over every block. */
-#define GEMM_TILE_K(T, C)                                                                                     \
-    AVX512 static void T##_tile_##C(const kgroup *g, int64_t nb, const int8_t *xq, const float *xd,          \
-                                    const void *xs, int64_t n, float *y, int64_t ldy, __mmask16 keep) {      \
-        __m512 acc[C];                                                                                        \
-        UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();                                      \
-        for (int64_t b = 0; b < nb; b++) {                                                                    \
-            const kgroup *gb = g + b;                                                                         \
-            UNROLL for (int c = 0; c < C; c++) {                                                              \
-                int32_t x4[8];                                                                                \
-                memcpy(x4, xq + (size_t)c * n + 32 * b, sizeof x4);                                           \
-                const __m512 dx = _mm512_set1_ps(xd[(size_t)c * nb + b]);                                     \
-                T##_KSTEP(C);                                                                                 \
+            __m512i sum = _mm512_setzero_si512();                                                             \
+            for (int j = 0; j < 8; j++) {                                                                     \
+                g[b].w[j] = _mm512_load_si512(bytes[j]);                                                      \
+                if (SIGNED) sum = _mm512_dpbusd_epi32(sum, _mm512_set1_epi8((char)0x80), g[b].w[j]);          \
             }                                                                                                 \
+            g[b].a = _mm512_load_ps(a);                                                                       \
+            if (SIGNED) g[b].start = _mm512_sub_epi32(_mm512_setzero_si512(), sum);                           \
+            else g[b].b = _mm512_load_ps(bb);                                                                 \
         }                                                                                                     \
-        UNROLL for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + (size_t)c * ldy, keep, acc[c]);          \
     }
 
-#define q4_K_KSTEP(C)                                                                                         \
+GROUP(q8_0, 1)
+GROUP(q4_0, 1)
+GROUP(q4_K, 0)
+GROUP(q6_K, 0)
+
+/* One token block of one token (c) for the group's 16 rows, into acc[c]:
+ * x4 the token's 8 activation words, dx its block scale, xs its per-block
+ * terms (see GEMM_TILE). */
+#define q8_STEP                                                                                               \
+    do {                                                                                                      \
+        __m512i s = gb->start;                                                                                \
+        UNROLL for (int j = 0; j < 8; j++) s = _mm512_dpbusd_epi32(s, _mm512_set1_epi32(x4[j]), gb->w[j]);    \
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(gb->a, dx), acc[c]);                    \
+    } while (0)
+
+#define q4_K_STEP                                                                                             \
     do {                                                                                                      \
         __m512i s = _mm512_setzero_si512();                                                                   \
         UNROLL for (int j = 0; j < 8; j++) s = _mm512_dpbusd_epi32(s, gb->w[j], _mm512_set1_epi32(x4[j]));    \
@@ -266,7 +179,7 @@ KGROUP(q6_K)
         acc[c] = _mm512_fnmadd_ps(gb->b, _mm512_set1_ps(((const float *)xs)[(size_t)c * nb + b]), acc[c]);    \
     } while (0)
 
-#define q6_K_KSTEP(C)                                                                                         \
+#define q6_K_STEP                                                                                             \
     do {                                                                                                      \
         const int32_t *st = (const int32_t *)xs + 2 * ((size_t)c * nb + b);                                   \
         __m512i s0 = _mm512_set1_epi32(st[0]), s1 = _mm512_set1_epi32(st[1]);                                 \
@@ -278,94 +191,145 @@ KGROUP(q6_K)
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(gb->b, dx), acc[c]);                   \
     } while (0)
 
-GEMM_TILE_K(q4_K, 8)
-GEMM_TILE_K(q4_K, 1)
-GEMM_TILE_K(q6_K, 8)
-GEMM_TILE_K(q6_K, 1)
+/* 4 activation bytes as one word, read in place (rows are 32-byte multiples) */
+typedef int32_t __attribute__((may_alias, aligned(4))) word32;
 
-/* The per-block activation terms of tokens [t0, t1) (see GEMM_TILE_K). */
-static void kquant_xs(uint32_t type, const int8_t *xq, const float *xd, int64_t n, int t0, int t1, void *xs) {
+/* C tokens x the group's rows over every block: activation bytes x (rows n
+ * apart: offset to unsigned for Q8_0 and Q4_0, as quantised for the
+ * K-quants), block scales xd (nb apart) and the K-quants' per-block terms xs
+ * (Q4_K: dx sum xq, nb apart; Q6_K: -32 x the two halves' byte sums, 2 nb
+ * apart); the results of token c go to y + c * ldy, the rows of `keep`
+ * only. */
+#define GEMM_TILE(NAME, STEP, C)                                                                              \
+    AVX512 static void NAME##_tile_##C(const wgroup *g, int64_t nb, const uint8_t *x, const float *xd,       \
+                                       const void *xs, int64_t n, float *y, int64_t ldy, __mmask16 keep) {   \
+        __m512 acc[C];                                                                                        \
+        UNROLL for (int c = 0; c < C; c++) acc[c] = _mm512_setzero_ps();                                      \
+        for (int64_t b = 0; b < nb; b++) {                                                                    \
+            const wgroup *gb = g + b;                                                                         \
+            UNROLL for (int c = 0; c < C; c++) {                                                              \
+                const word32 *x4 = (const word32 *)(x + (size_t)c * n + 32 * b); /* broadcast from memory */  \
+                const __m512 dx = _mm512_set1_ps(xd[(size_t)c * nb + b]);                                     \
+                STEP;                                                                                         \
+            }                                                                                                 \
+        }                                                                                                     \
+        (void)xs;                                                                                             \
+        UNROLL for (int c = 0; c < C; c++) _mm512_mask_storeu_ps(y + (size_t)c * ldy, keep, acc[c]);          \
+    }
+
+GEMM_TILE(q8, q8_STEP, 8)
+GEMM_TILE(q8, q8_STEP, 1)
+GEMM_TILE(q4_K, q4_K_STEP, 8)
+GEMM_TILE(q4_K, q4_K_STEP, 1)
+GEMM_TILE(q6_K, q6_K_STEP, 8)
+GEMM_TILE(q6_K, q6_K_STEP, 1)
+
+/* The activation side of tokens [t0, t1) into act: Q8_0, Q4_0: the bytes
+ * offset to unsigned (x ^ 0x80 = x + 128); K-quants: the per-block terms
+ * (see GEMM_TILE). */
+AVX512 static void prepare_acts(uint32_t type, const int8_t *xq, const float *xd, int64_t n, int t0, int t1,
+                                void *act) {
     const int64_t nb = n / 32;
+    if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0) {
+        const __m512i flip = _mm512_set1_epi8((char)0x80);
+        for (size_t i = 0; i < (size_t)(t1 - t0) * n; i += 64)
+            _mm512_store_si512((uint8_t *)act + i, _mm512_xor_si512(_mm512_loadu_si512(xq + (size_t)t0 * n + i), flip));
+        return;
+    }
     for (int t = t0; t < t1; t++)
         for (int64_t b = 0; b < nb; b++) {
             const int8_t *x = xq + (size_t)t * n + 32 * b;
             int32_t lo = 0, hi = 0;
             for (int l = 0; l < 16; l++) lo += x[l], hi += x[l + 16];
             const size_t at = (size_t)(t - t0) * nb + b;
-            if (type == GGML_TYPE_Q4_K) ((float *)xs)[at] = xd[(size_t)t * nb + b] * (float)(lo + hi);
-            else ((int32_t *)xs)[2 * at] = -32 * lo, ((int32_t *)xs)[2 * at + 1] = -32 * hi;
+            if (type == GGML_TYPE_Q4_K) ((float *)act)[at] = xd[(size_t)t * nb + b] * (float)(lo + hi);
+            else ((int32_t *)act)[2 * at] = -32 * lo, ((int32_t *)act)[2 * at + 1] = -32 * hi;
         }
 }
 
-/* Out of memory for the prepared rows: the same sums from each row's
- * super-blocks dequantised on the stack (kernels return no errors). */
-static void kquant_fallback(uint32_t type, const void *w, size_t rb, int64_t n_rows, const int8_t *xq,
-                            const float *xd, int n_tok, int64_t n, float *y, int64_t ldy) {
+/* Out of memory for the prepared rows: the same sums from each row's blocks
+ * dequantised on the stack, one (row, token) at a time (kernels return no
+ * errors). */
+static void gemm_fallback(uint32_t type, const void *w, size_t rb, int64_t n_rows, const int8_t *xq,
+                          const float *xd, int n_tok, int64_t n, float *y, int64_t ldy) {
     float v[256];
-    const size_t sb_bytes = ggml_row_size(type, 256);
+    const int64_t blk = ggml_type_get(type)->block_size;
+    const size_t blk_bytes = ggml_row_size(type, blk);
     for (int t = 0; t < n_tok; t++)
         for (int64_t r = 0; r < n_rows; r++) {
             float acc = 0.0f;
-            for (int64_t sb = 0; sb < n / 256; sb++) {
-                quant_dequant_ref[type]((const char *)w + (size_t)r * rb + (size_t)sb * sb_bytes, v, 256);
-                for (int l = 0; l < 256; l++)
-                    acc += v[l] * xd[((size_t)t * n + 256 * sb + l) / 32] * xq[(size_t)t * n + 256 * sb + l];
+            for (int64_t i0 = 0; i0 < n; i0 += blk) {
+                quant_dequant_ref[type]((const char *)w + (size_t)r * rb + (size_t)(i0 / blk) * blk_bytes, v, blk);
+                for (int64_t l = 0; l < blk; l++)
+                    acc += v[l] * xd[((size_t)t * n + i0 + l) / 32] * xq[(size_t)t * n + i0 + l];
             }
             y[(size_t)t * ldy + r] = acc;
         }
 }
 
-AVX512 static void gemm_kquant(uint32_t type, const void *w, size_t rb, int64_t n_rows, const int8_t *xq,
-                               const float *xd, int n_tok, int64_t n, float *y, int64_t ldy) {
+/* Tokens go in chunks whose activation side stays in L2; for each group of
+ * 16 rows, its prepared blocks (640 bytes each) stay in L1/L2 while every
+ * token of the chunk passes them. */
+AVX512 static void gemm_512(uint32_t type, const void *w, size_t rb, int64_t n_rows, const int8_t *xq,
+                            const float *xd, int n_tok, int64_t n, float *y, int64_t ldy) {
     enum { CHUNK_BYTES = 1 << 19 };
     const int64_t nb = n / 32;
     int chunk = (int)(CHUNK_BYTES / n);
     if (chunk < TILE_TOK) chunk = TILE_TOK;
     if (chunk > n_tok) chunk = n_tok;
-    kgroup *g = aligned_alloc(64, (size_t)nb * sizeof(kgroup));
-    void *xs = malloc((size_t)chunk * nb * 2 * sizeof(int32_t));
-    if (!g || !xs) {
+    const size_t act_tok = type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0 ? (size_t)n /* bytes a token */
+                           : (size_t)nb * (type == GGML_TYPE_Q4_K ? 1 : 2) * sizeof(int32_t);
+    wgroup *g = aligned_alloc(64, (size_t)nb * sizeof(wgroup));
+    void *act = aligned_alloc(64, ((size_t)chunk * act_tok + 63) / 64 * 64);
+    if (!g || !act) {
         free(g);
-        free(xs);
-        kquant_fallback(type, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
+        free(act);
+        gemm_fallback(type, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
         return;
     }
-    const int q4k = type == GGML_TYPE_Q4_K;
-    const size_t xs_tok = (size_t)nb * (q4k ? 1 : 2) * sizeof(int32_t); /* bytes of one token's terms */
     for (int t0 = 0; t0 < n_tok; t0 += chunk) {
         const int t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
-        kquant_xs(type, xq, xd, n, t0, t1, xs);
+        prepare_acts(type, xq, xd, n, t0, t1, act);
         for (int64_t r = 0; r < n_rows; r += GROUP_ROWS) {
             const int R = n_rows - r < GROUP_ROWS ? (int)(n_rows - r) : GROUP_ROWS;
             const __mmask16 keep = (__mmask16)((1u << R) - 1);
             const char *wr = (const char *)w + (size_t)r * rb;
-            if (q4k) q4_K_group(wr, rb, R, nb, g);
-            else q6_K_group(wr, rb, R, nb, g);
+            switch (type) {
+            case GGML_TYPE_Q8_0: q8_0_group(wr, rb, R, nb, g); break;
+            case GGML_TYPE_Q4_0: q4_0_group(wr, rb, R, nb, g); break;
+            case GGML_TYPE_Q4_K: q4_K_group(wr, rb, R, nb, g); break;
+            default: q6_K_group(wr, rb, R, nb, g); break;
+            }
             for (int t = t0; t < t1;) {
                 const int C = t + TILE_TOK <= t1 ? TILE_TOK : 1;
-                const int8_t *xt = xq + (size_t)t * n;
+                const uint8_t *xt = (const uint8_t *)xq + (size_t)t * n;
+                const void *at = (const char *)act + (size_t)(t - t0) * act_tok;
                 const float *dt = xd + (size_t)t * nb;
-                const void *st = (const char *)xs + (size_t)(t - t0) * xs_tok;
                 float *yt = y + (size_t)t * ldy + r;
-                if (q4k) (C == TILE_TOK ? q4_K_tile_8 : q4_K_tile_1)(g, nb, xt, dt, st, n, yt, ldy, keep);
-                else (C == TILE_TOK ? q6_K_tile_8 : q6_K_tile_1)(g, nb, xt, dt, st, n, yt, ldy, keep);
+                switch (type) {
+                case GGML_TYPE_Q8_0:
+                case GGML_TYPE_Q4_0: (C == TILE_TOK ? q8_tile_8 : q8_tile_1)(g, nb, at, dt, NULL, n, yt, ldy, keep); break;
+                case GGML_TYPE_Q4_K: (C == TILE_TOK ? q4_K_tile_8 : q4_K_tile_1)(g, nb, xt, dt, at, n, yt, ldy, keep); break;
+                default: (C == TILE_TOK ? q6_K_tile_8 : q6_K_tile_1)(g, nb, xt, dt, at, n, yt, ldy, keep); break;
+                }
                 t += C;
             }
         }
     }
     free(g);
-    free(xs);
+    free(act);
 }
 
-static void gemm_q4_K(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
-                      int64_t n, float *y, int64_t ldy) {
-    gemm_kquant(GGML_TYPE_Q4_K, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
-}
+#define GEMM_TYPE(T, TYPE)                                                                                    \
+    static void gemm_##T(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd,        \
+                         int n_tok, int64_t n, float *y, int64_t ldy) {                                      \
+        gemm_512(TYPE, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);                                              \
+    }
 
-static void gemm_q6_K(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int n_tok,
-                      int64_t n, float *y, int64_t ldy) {
-    gemm_kquant(GGML_TYPE_Q6_K, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);
-}
+GEMM_TYPE(q8_0, GGML_TYPE_Q8_0)
+GEMM_TYPE(q4_0, GGML_TYPE_Q4_0)
+GEMM_TYPE(q4_K, GGML_TYPE_Q4_K)
+GEMM_TYPE(q6_K, GGML_TYPE_Q6_K)
 
 /* ---- GEMV (decode: one activation row) ----------------------------------
  *
