@@ -37,6 +37,40 @@ static double worst_err(const float *got, int64_t ldy, const double *want, const
     return worst;
 }
 
+/* want[t][r] = sum_i wf[r][i] d(t, i / 32) q[t][i] in double, and mag the
+ * same sum of magnitudes */
+static void reference(const float *wf, const int8_t *q, const float *d, int rows, int cols, int T, double *want,
+                      double *mag) {
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < rows; r++) {
+            double s = 0, m = 0;
+            for (int i = 0; i < cols; i++) {
+                double xv = (double)d[(t * cols + i) / 32] * q[t * cols + i];
+                s += wf[(size_t)r * cols + i] * xv;
+                m += fabs(wf[(size_t)r * cols + i] * xv);
+            }
+            want[t * rows + r] = s;
+            mag[t * rows + r] = m;
+        }
+}
+
+/* One variant's gemm_q8 of `type` on rows x cols weights w and T activation
+ * rows (q, d) against want (relative to mag), with a y row stride > rows
+ * whose gap must stay untouched (y: room for T x (rows + 3) floats). */
+static void check_gemm(const q8_variant *v, uint32_t type, const char *w, size_t rb, int rows, int cols, int T,
+                       const int8_t *q, const float *d, const double *want, const double *mag, float *y) {
+    const int64_t ldy = rows + 3;
+    for (int64_t k = 0; k < T * ldy; k++) y[k] = NAN;
+    v->gemm[type](w, rb, rows, q, d, T, cols, y, ldy);
+    double e = worst_err(y, ldy, want, mag, T, rows);
+    CHECK(e < 1e-6, "gemm_q8 %s %s %dx%dx%d: worst error relative to sum |w x| %.2e", v->name,
+          ggml_type_get(type)->name, rows, cols, T, e);
+    int untouched = 1; /* the row stride's gap stays as it was */
+    for (int t = 0; t < T; t++)
+        for (int64_t r = rows; r < ldy && t + 1 < T; r++) untouched &= isnan(y[t * ldy + r]);
+    CHECK(untouched, "gemm_q8 %s %s wrote outside its rows", v->name, ggml_type_get(type)->name);
+}
+
 int main(void) {
     pool *mm_pool = NULL; /* two threads: matmul splits rows into chunks across them */
     subq_error pool_err;
@@ -88,32 +122,13 @@ int main(void) {
             for (int r = 0; r < rows; r++) q8_random_row(&rng, type, cols, w + (size_t)r * rb);
             for (int r = 0; r < rows; r++) quant_dequant_ref[type](w + (size_t)r * rb, wf + (size_t)r * cols, cols);
             vs[0].quantize(x, (int64_t)T * cols, q_ref, d_ref); /* T rows of `cols` values */
-            for (int t = 0; t < T; t++)
-                for (int r = 0; r < rows; r++) {
-                    double s = 0, m = 0;
-                    for (int i = 0; i < cols; i++) {
-                        double xv = (double)d_ref[(t * cols + i) / 32] * q_ref[t * cols + i];
-                        s += wf[(size_t)r * cols + i] * xv;
-                        m += fabs(wf[(size_t)r * cols + i] * xv);
-                    }
-                    want[t * rows + r] = s;
-                    mag[t * rows + r] = m;
-                }
+            reference(wf, q_ref, d_ref, rows, cols, T, want, mag);
             for (int i = 0; i < nv; i++) {
                 if (!vs[i].gemm[type]) {
                     CHECK(0, "%s has no gemm_q8 for %s", vs[i].name, ggml_type_get(type)->name);
                     continue;
                 }
-                const int64_t ldy = rows + 3;
-                for (int k = 0; k < T * 40; k++) y[k] = NAN;
-                vs[i].gemm[type](w, rb, rows, q_ref, d_ref, T, cols, y, ldy);
-                double e = worst_err(y, ldy, want, mag, T, rows);
-                CHECK(e < 1e-6, "gemm_q8 %s %s %dx%dx%d: worst error relative to sum |w x| %.2e", vs[i].name,
-                      ggml_type_get(type)->name, rows, cols, T, e);
-                int untouched = 1; /* the row stride's gap stays as it was */
-                for (int t = 0; t < T; t++)
-                    for (int64_t r = rows; r < ldy && t + 1 < T; r++) untouched &= isnan(y[t * ldy + r]);
-                CHECK(untouched, "gemm_q8 %s %s wrote outside its rows", vs[i].name, ggml_type_get(type)->name);
+                check_gemm(&vs[i], type, w, rb, rows, cols, T, q_ref, d_ref, want, mag, y);
             }
         }
     }
@@ -152,27 +167,8 @@ int main(void) {
             for (int r = 0; r < rows; r++) quant_dequant_ref[kt](wk + (size_t)r * rb, wkf + (size_t)r * cols, cols);
             for (int k = 0; k < T * cols; k++) xk[k] = rng_normal(&rng);
             vs[0].quantize(xk, (int64_t)T * cols, qk, dk);
-            for (int t = 0; t < T; t++)
-                for (int r = 0; r < rows; r++) {
-                    double sum = 0, m = 0;
-                    for (int c = 0; c < cols; c++) {
-                        double xv = (double)dk[(t * cols + c) / 32] * qk[t * cols + c];
-                        sum += wkf[(size_t)r * cols + c] * xv;
-                        m += fabs(wkf[(size_t)r * cols + c] * xv);
-                    }
-                    wantk[t * rows + r] = sum;
-                    magk[t * rows + r] = m;
-                }
-            const int64_t ldy = rows + 3;
-            for (int k = 0; k < T * 40; k++) y[k] = NAN;
-            vs[i].gemm[kt](wk, rb, rows, qk, dk, T, cols, y, ldy);
-            double e = worst_err(y, ldy, wantk, magk, T, rows);
-            CHECK(e < 1e-6, "gemm_q8 %s %s %dx%dx%d: worst error relative to sum |w x| %.2e", vs[i].name,
-                  ggml_type_get(kt)->name, rows, cols, T, e);
-            int untouched = 1;
-            for (int t = 0; t < T; t++)
-                for (int64_t r = rows; r < ldy && t + 1 < T; r++) untouched &= isnan(y[t * ldy + r]);
-            CHECK(untouched, "gemm_q8 %s %s wrote outside its rows", vs[i].name, ggml_type_get(kt)->name);
+            reference(wkf, qk, dk, rows, cols, T, wantk, magk);
+            check_gemm(&vs[i], kt, wk, rb, rows, cols, T, qk, dk, wantk, magk, y);
         }
     }
     CHECK(n_kgemm == (kernels_gemm_q8_avx512() ? 2 : 0), "Q4_K and Q6_K GEMMs exactly where AVX-512 VNNI runs (%d)",
