@@ -232,8 +232,12 @@ AVX512 static void prepare_acts(uint32_t type, const int8_t *xq, const float *xd
     const int64_t nb = n / 32;
     if (type == GGML_TYPE_Q8_0 || type == GGML_TYPE_Q4_0) {
         const __m512i flip = _mm512_set1_epi8((char)0x80);
-        for (size_t i = 0; i < (size_t)(t1 - t0) * n; i += 64)
-            _mm512_store_si512((uint8_t *)act + i, _mm512_xor_si512(_mm512_loadu_si512(xq + (size_t)t0 * n + i), flip));
+        const size_t bytes = (size_t)(t1 - t0) * n; /* a multiple of 32: the last piece may be half a vector */
+        for (size_t i = 0; i < bytes; i += 64) {
+            const __mmask64 m = bytes - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (bytes - i)) - 1;
+            const __m512i x = _mm512_maskz_loadu_epi8(m, xq + (size_t)t0 * n + i);
+            _mm512_mask_storeu_epi8((uint8_t *)act + i, m, _mm512_xor_si512(x, flip));
+        }
         return;
     }
     for (int t = t0; t < t1; t++)
