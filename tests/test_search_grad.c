@@ -267,13 +267,22 @@ static void test_topk(void) {
           idx[1], idx[2], idx[3]);
     n = topk_indices(v, 3, 10, idx);
     CHECK(n == 3 && idx[0] == 1 && idx[1] == 0 && idx[2] == 2, "topk with k > n");
-    /* against a selection sort on random data with many ties */
+    /* against a selection sort on random data with many ties; up to 20,000
+     * values, so that the block pass (blocks whose maximum cannot reach the
+     * k-th largest skipped) runs, on data rising toward either end */
     uint64_t rng = rng_seed(7);
-    for (int trial = 0; trial < 200; trial++) {
-        float x[50];
-        int m = 1 + (int)(rng_next_u64(&rng) % 50), k = 1 + (int)(rng_next_u64(&rng) % 20);
-        for (int i = 0; i < m; i++) x[i] = (float)(rng_next_u64(&rng) % 7);
-        int got[50], want[50], taken[50] = {0};
+    enum { TMAX = 20000 };
+    static float x[TMAX];
+    static int got[TMAX], want[TMAX], taken[TMAX];
+    for (int trial = 0; trial < 300; trial++) {
+        const int big = trial % 3 == 2, levels = trial % 2 ? 7 : 1000;
+        int m = 1 + (int)(rng_next_u64(&rng) % (big ? TMAX : 50)), k = 1 + (int)(rng_next_u64(&rng) % (big ? 64 : 20));
+        for (int i = 0; i < m; i++) {
+            x[i] = (float)(rng_next_u64(&rng) % (uint64_t)levels);
+            if (big && trial % 4 == 2) x[i] += (float)i / 8.0f; /* a rising trend */
+            if (big && trial % 4 == 0) x[i] -= (float)i / 8.0f;
+            taken[i] = 0;
+        }
         int ng = topk_indices(x, m, k, got), nw = k < m ? k : m;
         for (int r = 0; r < nw; r++) {
             int b = -1;

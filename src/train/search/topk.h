@@ -5,7 +5,8 @@
 
 /* Write the indices of the min(k, n) largest v[i] into idx, best first
  * (equal values: lower index first). Returns the number written.
- * O(n log k) with a size-k heap; no allocation. */
+ * O(n log k) with a size-k heap over the blocks that can hold them; no
+ * allocation. */
 int topk_indices(const float *v, int n, int k, int *idx);
 
 #endif
