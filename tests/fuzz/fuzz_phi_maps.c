@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
-#include "phi/phi_maps.h"
+#include "complete/phi_maps.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gguf_file *f = NULL;
