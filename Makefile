@@ -4,7 +4,7 @@ MODEL  ?= $(SHARED)/models/stories260K.gguf
 JOBS   ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps deps-test build build-san test test-unit demo fuzz clean
+.PHONY: all deps deps-test build build-san build-fuzz test test-unit demo fuzz clean
 
 all: build
 
@@ -24,9 +24,14 @@ build-san: deps-test
 	@cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSUBQ_SANITIZE=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build-san -j $(JOBS)
 
-test: deps-test build build-san
+test: deps-test build build-san build-fuzz
 	@echo "== unit tests under ASan+UBSan =="
 	@cd build-san && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -L unit -j $(JOBS)
+	@echo "== every fuzz target over its seed corpus =="
+	@for f in $(FUZZERS); do \
+	  SUBQ_SHARED=$(SHARED) SUBQ_TMP=$(abspath build-fuzz) ./build-fuzz/$$f -runs=0 tests/fuzz/corpus/$$f \
+	    > build-fuzz/$$f.log 2>&1 || { tail -30 build-fuzz/$$f.log; echo "FAIL: $$f on its seed corpus"; exit 1; }; \
+	done
 	@echo "== all tests (release build) =="
 	@cd build && ctest --output-on-failure -j $(JOBS)
 
@@ -36,9 +41,11 @@ demo: build
 # Every libFuzzer target in tests/fuzz/ for FUZZ_SECONDS each, from its seed
 # corpus tests/fuzz/corpus/NAME (read-only; new inputs go to build-fuzz/corpus/NAME).
 FUZZERS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
-fuzz: deps-test
+build-fuzz: deps-test
 	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSUBQ_FUZZ=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
+
+fuzz: build-fuzz
 	@for f in $(FUZZERS); do \
 	  echo "== $$f: $(FUZZ_SECONDS) s =="; \
 	  mkdir -p build-fuzz/corpus/$$f tests/fuzz/corpus/$$f; \
