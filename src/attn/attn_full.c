@@ -75,9 +75,6 @@ static void prefetch_row(const void *row, size_t bytes) {
 }
 
 /* The key (values = 0) or value row of a slot */
-static const void *row_of(const kv_cache *kv, int layer, int kv_head, int values, int slot) {
-    return values ? kv_cache_value(kv, layer, kv_head, slot) : kv_cache_key(kv, layer, kv_head, slot);
-}
 
 /* Rows slots[j0 .. j0 + nb) of n side by side into dst, each asking for the
  * row GATHER_WINDOW further on (the first window: gather_start) */
@@ -85,22 +82,15 @@ static void gather_block(const kv_cache *kv, int layer, int kv_head, int values,
                          int n, unsigned char *dst) {
     const size_t rb = kv->row_bytes;
     for (int j = j0; j < j0 + nb; j++) {
-        if (j + GATHER_WINDOW < n) prefetch_row(row_of(kv, layer, kv_head, values, slots[j + GATHER_WINDOW]), rb);
-        memcpy(dst + (size_t)(j - j0) * rb, row_of(kv, layer, kv_head, values, slots[j]), rb);
+        if (j + GATHER_WINDOW < n) prefetch_row(kv_cache_row(kv, layer, kv_head, values, slots[j + GATHER_WINDOW]), rb);
+        memcpy(dst + (size_t)(j - j0) * rb, kv_cache_row(kv, layer, kv_head, values, slots[j]), rb);
     }
-}
-
-/* Rows of slots s0 .. s0 + nb of one KV head side by side into dst (a
- * slot-major cache, whose rows of a head lie slot_stride apart) */
-static void strided_block(const kv_cache *kv, int layer, int kv_head, int values, int s0, int nb, unsigned char *dst) {
-    for (int j = 0; j < nb; j++)
-        memcpy(dst + (size_t)j * kv->row_bytes, row_of(kv, layer, kv_head, values, s0 + j), kv->row_bytes);
 }
 
 /* asks for the first GATHER_WINDOW rows of a set */
 static void gather_start(const kv_cache *kv, int layer, int kv_head, int values, const int *slots, int n) {
     for (int j = 0; j < n && j < GATHER_WINDOW; j++)
-        prefetch_row(row_of(kv, layer, kv_head, values, slots[j]), kv->row_bytes);
+        prefetch_row(kv_cache_row(kv, layer, kv_head, values, slots[j]), kv->row_bytes);
 }
 
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
@@ -148,7 +138,7 @@ __attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops,
     const int block = (int)(sizeof rows.bytes / kv->row_bytes);
     for (int b0 = 0; b0 < n; b0 += block) {
         const int nb = n - b0 < block ? n - b0 : block;
-        strided_block(kv, layer, kh, values, j0 + b0, nb, rows.bytes);
+        kv_cache_read_rows(kv, layer, kh, values, j0 + b0, nb, rows.bytes);
         if (values) ops->accum(scores + b0, g, n, rows.bytes, nb, kv->head_dim, o);
         else ops->scores(q, g, rows.bytes, nb, kv->head_dim, scale, scores + b0, n);
     }
@@ -288,21 +278,6 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
     return j.failed ? subq_fail(err, SUBQ_ERR_NOMEM, "attention scratch allocation failed") : SUBQ_OK;
 }
 
-/* Keys (or values) 0..n-1 of one KV head as f32 rows: the cache itself when
- * it is f32 with adjacent rows (head-major), else converted into `scratch`. */
-static const float *head_rows_f32(const kv_cache *kv, const void *base, int n, float *scratch) {
-    if (kv_cache_rows_adjacent(kv)) {
-        if (kv->type == SUBQ_KV_F32) return base;
-        kv_cache_ops(kv)->to_f32(base, n, kv->head_dim, scratch);
-        return scratch;
-    }
-    /* slot-major (a file cache): rows slot_stride apart, converted one by one */
-    for (int j = 0; j < n; j++)
-        kv_cache_ops(kv)->to_f32((const char *)base + (size_t)j * kv->slot_stride, 1, kv->head_dim,
-                                 scratch + (size_t)j * kv->head_dim);
-    return scratch;
-}
-
 /* First slot of the document of each query of the batch (segments are
  * contiguous runs of slots). */
 static void doc_starts(const kv_cache *kv, int slot0, int n, int32_t *first) {
@@ -392,7 +367,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     int tb = QUERY_BLOCK, per_thread = (T + nt - 1) / nt;
     if (tb > per_thread) tb = per_thread;
     while (tb > 1 && (int64_t)g * tb * n_keys > SCORE_BLOCK_FLOATS) tb /= 2;
-    const int n_blocks = (T + tb - 1) / tb, need_conv = kv->type != SUBQ_KV_F32 || !kv_cache_rows_adjacent(kv);
+    const int n_blocks = (T + tb - 1) / tb, need_conv = kv_cache_rows_f32_copied(kv);
     float *Kf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     float *Vf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     batch_scratch *w = calloc((size_t)nt, sizeof *w);
@@ -408,8 +383,8 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     for (int kh = 0; kh < st->n_head_kv && !failed; kh++) {
         batch_job j = {.st = st, .kv = kv, .kh = kh, .tb = tb, .T = T, .k_lo = k_lo, .n_extra = n_extra,
                        .first = first, .extra = extra, .w = w};
-        j.K = head_rows_f32(kv, kv_cache_key(kv, st->layer, kh, k_lo), n_keys, Kf);
-        j.V = head_rows_f32(kv, kv_cache_value(kv, st->layer, kh, k_lo), n_keys, Vf);
+        j.K = kv_cache_rows_f32(kv, st->layer, kh, 0, k_lo, n_keys, Kf);
+        j.V = kv_cache_rows_f32(kv, st->layer, kh, 1, k_lo, n_keys, Vf);
         pool_run(st->pool, n_blocks, batch_block, &j);
     }
     for (int i = 0; w && i < nt; i++) free(w[i].q);

@@ -72,26 +72,14 @@ static float kth_largest(float *a, int n, int k) {
 }
 
 /* The runs [lo, hi) of the query's document [doc0, slot] that retrieval may
- * pick: every slot of it is in the query's segment and below n_slots, so
- * only the mask's two excluded ranges (sinks, tail) cut it, into at most 3
- * runs (cut at ex0_lo and ex1_lo). Slot by slot (select_mask_allows), the
- * branches of these scans were most of the metrics' own time. */
+ * pick (at most 3): every slot of it is in the query's segment, so only the
+ * mask's excluded ranges (sinks, tail) cut it. Slot by slot
+ * (select_mask_allows), these scans were most of the metrics' own time. */
 static int eligible_runs(const select_mask *m, int doc0, int slot, int lo[3], int hi[3]) {
-    int n = 0;
-    for (int j = doc0; j <= slot;) {
-        if (j >= m->ex0_lo && j < m->ex0_hi) {
-            j = m->ex0_hi;
-            continue;
-        }
-        if (j >= m->ex1_lo && j < m->ex1_hi) {
-            j = m->ex1_hi;
-            continue;
-        }
-        int e = slot + 1;
-        if (m->ex0_lo > j && m->ex0_lo < e) e = m->ex0_lo;
-        if (m->ex1_lo > j && m->ex1_lo < e) e = m->ex1_lo;
-        lo[n] = j, hi[n] = e, n++;
-        j = e;
+    int n = 0, all = select_mask_ranges(m, slot + 1, lo, hi);
+    for (int r = 0; r < all; r++) {
+        const int a = lo[r] > doc0 ? lo[r] : doc0;
+        if (a < hi[r]) lo[n] = a, hi[n] = hi[r], n++;
     }
     return n;
 }
@@ -137,20 +125,14 @@ static double recall_of(const float *score, float *sel, int n_elig, int kk, cons
 }
 
 /* Σ score over what every query attends anyway: the slots of its document
- * the mask keeps out of retrieval (sinks and tail), in slot order. */
+ * outside the eligible runs (sinks and tail), in slot order. */
 static double fixed_mass(const float *score, const select_mask *m, int doc0, int slot, int kb) {
+    int lo[3], hi[3], runs = eligible_runs(m, doc0, slot, lo, hi), at = doc0;
     double s = 0.0;
-    for (int j = doc0; j <= slot; j++) {
-        const int in0 = j >= m->ex0_lo && j < m->ex0_hi, in1 = j >= m->ex1_lo && j < m->ex1_hi;
-        if (in0 || in1) {
-            s += score[j - kb];
-            continue;
-        }
-        /* to the next excluded slot (an excluded range's start past j), or the end */
-        int next = slot + 1;
-        if (m->ex0_lo > j && m->ex0_lo < next && m->ex0_hi > m->ex0_lo) next = m->ex0_lo;
-        if (m->ex1_lo > j && m->ex1_lo < next && m->ex1_hi > m->ex1_lo) next = m->ex1_lo;
-        j = next - 1;
+    for (int r = 0; r <= runs; r++) {
+        const int end = r < runs ? lo[r] : slot + 1;
+        for (int j = at; j < end; j++) s += score[j - kb];
+        if (r < runs) at = hi[r];
     }
     return s;
 }
@@ -274,27 +256,15 @@ subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, 
     for (int t = 0; t < n; t++) k_lo = b->doc0[t] < k_lo ? b->doc0[t] : k_lo;
     const int n_keys = b->slot0 + n - k_lo;
     const float **keys = malloc((size_t)nkv * sizeof *keys);
-    /* rows used in place only when f32 and adjacent (head-major, in memory) */
-    const int need_conv = kv->type != SUBQ_KV_F32 || !kv_cache_rows_adjacent(kv);
+    const int need_conv = kv_cache_rows_f32_copied(kv);
     float *conv = need_conv ? malloc((size_t)nkv * n_keys * hd * sizeof(float)) : NULL;
     if (!keys || (need_conv && !conv)) {
         free(keys);
         free(conv);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for the metrics' keys (%d x %d)", nkv, n_keys);
     }
-    for (int kh = 0; kh < nkv; kh++) {
-        const void *rows = kv_cache_key(kv, b->layer, kh, k_lo);
-        if (!conv) {
-            keys[kh] = rows;
-            continue;
-        }
-        float *dst = conv + (size_t)kh * n_keys * hd;
-        if (kv_cache_rows_adjacent(kv)) kv_cache_ops(kv)->to_f32(rows, n_keys, hd, dst);
-        else /* slot-major (a file cache): rows slot_stride apart */
-            for (int j = 0; j < n_keys; j++)
-                kv_cache_ops(kv)->to_f32((const char *)rows + (size_t)j * kv->slot_stride, 1, hd, dst + (size_t)j * hd);
-        keys[kh] = dst;
-    }
+    for (int kh = 0; kh < nkv; kh++)
+        keys[kh] = kv_cache_rows_f32(kv, b->layer, kh, 0, k_lo, n_keys, conv ? conv + (size_t)kh * n_keys * hd : NULL);
     query_sums *qs = calloc((size_t)n, sizeof(query_sums));
     const int nt = pool_threads(b->pool);
     int tb = MEASURE_BLOCK;

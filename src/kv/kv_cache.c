@@ -199,7 +199,7 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
 
 /* the row of (layer, h, slot), writable where the cache is */
 static void *row_at(const kv_cache *kv, int layer, int h, int values, int slot) {
-    return (void *)(values ? kv_cache_value(kv, layer, h, slot) : kv_cache_key(kv, layer, h, slot));
+    return (void *)kv_cache_row(kv, layer, h, values, slot);
 }
 
 void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int slot0, int n, void *dst) {
@@ -220,6 +220,19 @@ void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, 
     }
     for (int j = 0; j < n; j++)
         memcpy(row_at(kv, layer, h, values, slot0 + j), (const char *)src + (size_t)j * kv->row_bytes, kv->row_bytes);
+}
+
+const float *kv_cache_rows_f32(const kv_cache *kv, int layer, int h, int values, int slot0, int n, float *scratch) {
+    const void *first = kv_cache_row(kv, layer, h, values, slot0);
+    if (!kv_cache_rows_f32_copied(kv)) return first;
+    if (kv_cache_rows_adjacent(kv)) {
+        kv_cache_ops(kv)->to_f32(first, n, kv->head_dim, scratch);
+        return scratch;
+    }
+    for (int j = 0; j < n; j++) /* slot-major (a file): rows slot_stride apart */
+        kv_cache_ops(kv)->to_f32((const char *)first + (size_t)j * kv->slot_stride, 1, kv->head_dim,
+                                 scratch + (size_t)j * kv->head_dim);
+    return scratch;
 }
 
 void kv_cache_row_tensor(const kv_cache *kv, uint32_t *type, uint64_t *ne0) {

@@ -76,6 +76,13 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
  * the cache's layout (session files keep a head's rows as one tensor). */
 void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int slot0, int n, void *dst);
 void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, int n, const void *src);
+/* The same n rows as f32 rows side by side: the cache's own when it holds
+ * them so (f32, head-major), else converted into scratch (n x head_dim). */
+const float *kv_cache_rows_f32(const kv_cache *kv, int layer, int h, int values, int slot0, int n, float *scratch);
+/* Whether kv_cache_rows_f32 needs its scratch. */
+static inline int kv_cache_rows_f32_copied(const kv_cache *kv) {
+    return kv->type != SUBQ_KV_F32 || kv->slot_stride != kv->row_bytes;
+}
 
 /* Pointer to the key / value of (layer, kv head, slot) in the cache's type. */
 static inline const void *kv_cache_key(const kv_cache *kv, int layer, int h, int slot) {
@@ -83,6 +90,10 @@ static inline const void *kv_cache_key(const kv_cache *kv, int layer, int h, int
 }
 static inline const void *kv_cache_value(const kv_cache *kv, int layer, int h, int slot) {
     return (const char *)kv->v[layer] + (size_t)h * kv->head_stride + (size_t)slot * kv->slot_stride;
+}
+/* The key (values = 0) or value row of (layer, kv head, slot). */
+static inline const void *kv_cache_row(const kv_cache *kv, int layer, int h, int values, int slot) {
+    return values ? kv_cache_value(kv, layer, h, slot) : kv_cache_key(kv, layer, h, slot);
 }
 /* Whether a KV head's consecutive slots are adjacent rows (head-major) */
 static inline int kv_cache_rows_adjacent(const kv_cache *kv) { return kv->slot_stride == kv->row_bytes; }

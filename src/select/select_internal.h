@@ -41,11 +41,6 @@ subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_err
 subq_status select_copy_keys(const selector *s, int count, const void *base, size_t stride, int d, int f16, int n,
                              float *dst, subq_error *err);
 
-/* [0, min(n, m->n_slots)) minus the two excluded ranges of m, as at most 3
- * sorted, disjoint, non-empty ranges [lo[i], hi[i]). Returns the count.
- * Slots inside them are eligible iff the segment test also passes. */
-int select_mask_ranges(const select_mask *m, int n, int lo[3], int hi[3]);
-
 /* Number of eligible slots below n (the segment test costs one int compare
  * per slot of the ranges; without segments it is O(1)). */
 int select_mask_count(const select_mask *m, int n);

@@ -106,6 +106,11 @@ typedef struct select_mask {
     int ex1_lo, ex1_hi;
 } select_mask;
 
+/* [0, min(n, m->n_slots)) minus the two excluded ranges of m, as at most 3
+ * sorted, disjoint, non-empty ranges [lo[i], hi[i]). Returns the count.
+ * Slots inside them are eligible iff the segment test also passes. */
+int select_mask_ranges(const select_mask *m, int n, int lo[3], int hi[3]);
+
 static inline int select_mask_allows(const select_mask *m, int j) {
     if (j < 0 || j >= m->n_slots) return 0;
     if (m->seg && m->seg[j] != m->query_seg) return 0;
