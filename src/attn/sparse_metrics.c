@@ -7,6 +7,7 @@
 
 #include "base/blas.h"
 #include "base/error.h"
+#include "base/kth.h"
 #include "kernels/kernels.h"
 
 /* Queries per block: x the heads of a KV head are the rows of one sgemm ... */
@@ -27,49 +28,6 @@ typedef struct measure_scratch {
     float *sel;                 /* [keys]: eligible scores for the K-th largest */
     unsigned char *mark;        /* [keys]: candidate slots */
 } measure_scratch;
-
-/* The k-th largest of a[0..n) (1 <= k <= n; a is reordered): quickselect. */
-static float quickselect(float *a, int n, int k) {
-    int lo = 0, hi = n - 1, want = k - 1;
-    while (lo < hi) {
-        float pivot = a[lo + (hi - lo) / 2];
-        int i = lo, j = hi;
-        while (i <= j) { /* larger values to the front */
-            while (a[i] > pivot) i++;
-            while (a[j] < pivot) j--;
-            if (i <= j) {
-                float t = a[i];
-                a[i++] = a[j], a[j--] = t;
-            }
-        }
-        if (want <= j) hi = j;
-        else if (want >= i) lo = i;
-        else break;
-    }
-    return a[want];
-}
-
-/* A float's bits as an unsigned key in the float's order (no NaN). */
-static uint32_t order_key(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u & 0x80000000u ? ~u : u | 0x80000000u;
-}
-
-/* The same: a histogram of the keys' top 11 bits (sign, exponent, two
- * mantissa bits) finds the bin that holds the k-th largest in one
- * branch-free pass; quickselect then runs over that bin's values only. */
-#define KTH_BINS 2048
-static float kth_largest(float *a, int n, int k) {
-    int hist[KTH_BINS] = {0};
-    for (int i = 0; i < n; i++) hist[order_key(a[i]) >> 21]++;
-    int bin = KTH_BINS - 1, above = 0;
-    while (above + hist[bin] < k) above += hist[bin--];
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if ((int)(order_key(a[i]) >> 21) == bin) a[m++] = a[i];
-    return quickselect(a, m, k - above);
-}
 
 /* The runs [lo, hi) of the query's document [doc0, slot] that retrieval may
  * pick (at most 3): every slot of it is in the query's segment, so only the
@@ -118,7 +76,7 @@ static double recall_of(const float *score, float *sel, int n_elig, int kk, cons
         }
         n_elig = m;
     }
-    const float thr = kth_largest(sel, n_elig, kk);
+    const float thr = kth_largest_f32(sel, n_elig, kk);
     int hit = 0;
     for (int i = 0; i < k; i++) hit += cand[i] >= 0 && score[cand[i] - kb] >= thr;
     return (double)(hit < kk ? hit : kk) / kk;

@@ -11,6 +11,8 @@
 
 #include <math.h>
 
+#include "base/kth.h"
+
 /* at most this many blocks (of 32 values or more) in the block pass */
 #define TOPK_BLOCKS 256
 
@@ -43,27 +45,6 @@ static void sift_up(const float *v, int *heap, int i) {
     }
 }
 
-/* the k-th largest of a[0..n) (1 <= k <= n; a is reordered): quickselect */
-static float kth_largest(float *a, int n, int k) {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        const float pivot = a[lo + (hi - lo) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (a[i] > pivot) i++;
-            while (a[j] < pivot) j--;
-            if (i <= j) {
-                const float t = a[i];
-                a[i++] = a[j], a[j--] = t;
-            }
-        }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
-    }
-    return a[k - 1];
-}
-
 int topk_indices(const float *v, int n, int k, int *idx) {
     if (k > n) k = n;
     if (k <= 0) return 0;
@@ -83,7 +64,7 @@ int topk_indices(const float *v, int n, int k, int *idx) {
             for (int i = b * B + 1; i < end; i++) m = v[i] > m ? v[i] : m;
             bmax[b] = sel[b] = m;
         }
-        bound = kth_largest(sel, nb, k);
+        bound = kth_largest_f32(sel, nb, k);
     }
     int m = 0; /* heap size */
     for (int b = nb - 1; b >= 0; b--) {
