@@ -161,11 +161,17 @@ def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None):
                  % (rel, tol, worst[0], worst[1], got[worst], want[worst]))
 
 
+KERNELS = {}
+
+
 def kernels_in_use(model_path):
-    """the kernel level `subq info` names (avx512-vnni, avx2, scalar)"""
-    out = rc.run_subq(["info", "-m", model_path]).decode()
-    line = [ln for ln in out.split("\n") if "kernels in use:" in ln]
-    return line[0].split("kernels in use:")[1].split()[0] if line else ""
+    """the kernel level `subq info` names (avx512-vnni, avx2, scalar): the
+    machine's, asked once"""
+    if "level" not in KERNELS:
+        out = rc.run_subq(["info", "-m", model_path]).decode()
+        line = [ln for ln in out.split("\n") if "kernels in use:" in ln]
+        KERNELS["level"] = line[0].split("kernels in use:")[1].split()[0] if line else ""
+    return KERNELS["level"]
 
 
 def synth(ck, shape, wtype, tag):
