@@ -20,7 +20,7 @@ uint64_t bench_sum_words(const uint64_t *p, size_t n);
 double bench_read_bandwidth(size_t bytes, int n_threads, int reps);
 
 /* OpenBLAS sgemm rate in GFLOP/s for C[m][n] = A[m][k] B[n][k]^T (the
- * prefill shape), best of `reps`. */
+ * prefill shape), best of `reps` runs and of at least a quarter second. */
 double bench_sgemm_gflops(int m, int n, int k, int n_threads, int reps);
 
 /* Peak integer (int8 product) rate in G op/s (2 per product) of the

@@ -748,6 +748,8 @@ typedef struct subq_train_params {
     const char *out_path;       /* the weights; the checkpoint is out_path + ".ckpt" */
     int resume;                 /* continue from the checkpoint */
     int n_threads;              /* <= 0: all cores */
+    int n_ubatch;               /* tokens per forward batch of the frozen model (<= 0: the whole sequence,
+                                   where train-search's teacher gives each target layer's attention) */
     const subq_train_comm *comm; /* data-parallel ranks; NULL: this process alone */
 } subq_train_params;
 

@@ -136,10 +136,11 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
                 kv_cache_row_f32(&kv, kv_cache_value(&kv, l, h, j), vf + (((size_t)l * n_head_kv + h) * n_ctx + j) * hd);
             }
     /* batches: decode of 1 and 3 tokens at the end, 1 token right after the
-     * second document starts, and a prefill batch of 20 */
-    const int batches[][2] = {{1, n_ctx - 1}, {3, n_ctx - 3}, {1, doc1}, {20, n_ctx - 20}};
+     * second document starts, a prefill batch of 20, and one of 300 across
+     * the documents (its later query blocks score the second one only) */
+    const int batches[][2] = {{1, n_ctx - 1}, {3, n_ctx - 3}, {1, doc1}, {20, n_ctx - 20}, {300, doc1 - 100}};
     double worst = 0;
-    for (int b = 0; b < 4; b++)
+    for (int b = 0; b < 5; b++)
         for (int nt = 1; nt <= 2; nt++) {
             const int T = batches[b][0];
             float *q = malloc((size_t)T * n_head * hd * sizeof(float)), *out = malloc((size_t)T * n_head * hd * sizeof(float));

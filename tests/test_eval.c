@@ -100,7 +100,8 @@ typedef struct capture_buf {
     float *h[8], *q[8]; /* per layer: [CTX][n_embd], [CTX][n_head*head_dim] */
 } capture_buf;
 
-static void on_capture(void *user, int layer, int n, int slot0, const float *h, const float *q, const float *k) {
+static void on_capture(void *user, int layer, int n, int slot0, const float *h, const float *q, const float *k,
+                       const float *v) {
     capture_buf *cb = user;
     const model_hparams *hp = &model->hp;
     memcpy(cb->h[layer] + (size_t)slot0 * hp->n_embd, h, (size_t)n * hp->n_embd * sizeof(float));

@@ -272,6 +272,25 @@ static void check_exp(const char *name, const kernels *K) {
     CHECK(zero_ok, "%s exp: -inf (and below -87) must give 0", name);
     CHECK(fabs(sum - want_sum) / want_sum < 1e-6, "%s exp: sum %.9g, want %.9g", name, sum, want_sum);
     printf("%s: exp %.2e\n", name, worst_e);
+    /* silu(g) u = g / (1 + e^-g) u over g in [-100, 100] (both clamps), every
+     * tail length, against double */
+    {
+        enum { NS = 1001 };
+        static float g[NS], g0[NS], u[NS];
+        double worst_s = 0;
+        for (int j = 0; j < NS; j++) {
+            g[j] = g0[j] = -100.0f + 200.0f * (float)j / (NS - 1);
+            u[j] = 0.5f + (float)(j % 7);
+        }
+        K->silu_mul(g, u, NS);
+        for (int j = 0; j < NS; j++) {
+            const double gj = g0[j], want = gj / (1.0 + exp(-gj)) * u[j];
+            const double e = fabs(g[j] - want) / (fabs(want) + 1e-20); /* below: zero */
+            worst_s = e > worst_s ? e : worst_s;
+        }
+        CHECK(worst_s < 2e-6, "%s silu_mul: worst relative error %.2e", name, worst_s);
+        printf("%s: silu_mul %.2e\n", name, worst_s);
+    }
     /* max: every length up to 70 and a long row, the maximum at each place,
      * -inf and NaN elements passed over, the initial value kept when larger */
     for (int n = 0; n <= 70; n++) {

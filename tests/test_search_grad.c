@@ -262,28 +262,29 @@ static void determinism_check(const problem *P, const subq_search_loss_params *l
 static void test_topk(void) {
     float v[] = {0.5f, 2.0f, -1.0f, 2.0f, 0.7f, 3.0f};
     int idx[6];
-    int n = topk_indices(v, 6, 4, idx);
+    float scratch[6];
+    int n = topk_indices(v, 6, 4, idx, scratch);
     CHECK(n == 4 && idx[0] == 5 && idx[1] == 1 && idx[2] == 3 && idx[3] == 4, "topk order/ties: %d %d %d %d", idx[0],
           idx[1], idx[2], idx[3]);
-    n = topk_indices(v, 3, 10, idx);
+    n = topk_indices(v, 3, 10, idx, scratch);
     CHECK(n == 3 && idx[0] == 1 && idx[1] == 0 && idx[2] == 2, "topk with k > n");
     /* against a selection sort on random data with many ties; up to 20,000
      * values, so that the block pass (blocks whose maximum cannot reach the
      * k-th largest skipped) runs, on data rising toward either end */
     uint64_t rng = rng_seed(7);
     enum { TMAX = 20000 };
-    static float x[TMAX];
+    static float x[TMAX], sel[TMAX];
     static int got[TMAX], want[TMAX], taken[TMAX];
     for (int trial = 0; trial < 300; trial++) {
         const int big = trial % 3 == 2, levels = trial % 2 ? 7 : 1000;
-        int m = 1 + (int)(rng_next_u64(&rng) % (big ? TMAX : 50)), k = 1 + (int)(rng_next_u64(&rng) % (big ? 64 : 20));
+        int m = 1 + (int)(rng_next_u64(&rng) % (big ? TMAX : 50)), k = 1 + (int)(rng_next_u64(&rng) % (big ? 300 : 20));
         for (int i = 0; i < m; i++) {
             x[i] = (float)(rng_next_u64(&rng) % (uint64_t)levels);
             if (big && trial % 4 == 2) x[i] += (float)i / 8.0f; /* a rising trend */
             if (big && trial % 4 == 0) x[i] -= (float)i / 8.0f;
             taken[i] = 0;
         }
-        int ng = topk_indices(x, m, k, got), nw = k < m ? k : m;
+        int ng = topk_indices(x, m, k, got, sel), nw = k < m ? k : m;
         for (int r = 0; r < nw; r++) {
             int b = -1;
             for (int i = 0; i < m; i++)

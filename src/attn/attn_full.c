@@ -290,8 +290,8 @@ static void doc_starts(const kv_cache *kv, int slot0, int n, int32_t *first) {
 }
 
 /* One block of queries: tokens [t0, t1) of one KV head, rows r = (t - t0) g
- * + i for its g query heads, keys [k_lo, slot0 + t1) (K, V: f32 rows from
- * k_lo). S = scale Q K^T by sgemm, each row masked to its own slots, the
+ * + i for its g query heads, keys from the block's earliest document start
+ * to slot0 + t1 (K, V: f32 rows from k_lo <= that start). S = scale Q K^T by sgemm, each row masked to its own slots, the
  * extra slots scored beside it (E), one softmax over both, O = S V + E V_extra,
  * scaled by 1 / sum at the end. */
 /* A thread's scratch, one allocation at q. */
@@ -303,6 +303,13 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
                        const float *V, const int32_t *first, const int32_t *extra, int n_extra, batch_scratch *w) {
     const kernels_kv *ops = kv_cache_ops(kv);
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, rows = (t1 - t0) * g;
+    /* the block's own keys start at its earliest document: in a batch of
+     * packed documents the earlier ones are masked for it, not scored */
+    int k_blk = first[t0];
+    for (int t = t0 + 1; t < t1; t++) k_blk = first[t] < k_blk ? first[t] : k_blk;
+    K += (size_t)(k_blk - k_lo) * hd;
+    V += (size_t)(k_blk - k_lo) * hd;
+    k_lo = k_blk;
     const int n_keys = st->slot0 + t1 - k_lo;
     for (int t = t0; t < t1; t++)
         memcpy(w->q + (size_t)(t - t0) * g * hd, st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd,

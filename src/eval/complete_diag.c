@@ -456,7 +456,7 @@ subq_status phi_diag_run(subq_model *m, const subq_corpus *corpus, const subq_co
     for (int w = 0; w < r->n_windows && !s; w++) {
         int len;
         if ((s = corpus_get(corpus, &corpus->eval, w, tok, pos, seg, &len, err))) break;
-        if ((s = train_capture_run(cap, c, tok, pos, seg, len, err))) break;
+        if ((s = train_capture_run(cap, c, tok, pos, seg, len, NULL, NULL, err))) break;
         for (int i = 0; i < maps->n_sel; i++) qs[i] = cap->q[i];
         s = phi_diag_window(&rec, c, maps, qs, seg, len, &dc, err);
         r->n_tokens += len;

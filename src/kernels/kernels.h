@@ -133,6 +133,8 @@ typedef struct kernels {
     int (*index_at_least)(const float *x, int n, float t, int32_t *idx);
     /* x[j] = exp(x[j] - mx) (exp(-inf) = 0), returns the sum */
     float (*exp_shift_sum)(float *x, int n, float mx);
+    /* g[i] = silu(g[i]) u[i] = g[i] / (1 + exp(-g[i])) u[i]: SwiGLU */
+    void (*silu_mul)(float *g, const float *u, size_t n);
     /* max(init, x[0..n)), NaN elements passed over: a softmax row's shift */
     float (*max_f32)(const float *x, int n, float init);
     kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;

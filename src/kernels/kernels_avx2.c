@@ -905,37 +905,55 @@ TARGET static float max_f32(const float *x, int n, float mx) {
     return mx;
 }
 
-/* exp(x) for x <= 0 as in Cephes expf: x = n ln2 + r with |r| <= ln2/2,
- * exp(r) by a degree-6 polynomial (relative error ~1e-7), times 2^n built in
- * the exponent bits; x below -87 (and -inf) gives 0. */
+/* exp(v) for v in [-87, 88] as in Cephes expf: v = n ln2 + r with |r| <=
+ * ln2/2, exp(r) by a degree-6 polynomial (relative error ~1e-7), times 2^n
+ * built in the exponent bits. */
+INLINE __m256 exp8(__m256 v) {
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f), c1 = _mm256_set1_ps(0.693359375f),
+                 c2 = _mm256_set1_ps(-2.12194440e-4f), p0 = _mm256_set1_ps(1.9875691500e-4f),
+                 p1 = _mm256_set1_ps(1.3981999507e-3f), p2 = _mm256_set1_ps(8.3334519073e-3f),
+                 p3 = _mm256_set1_ps(4.1665795894e-2f), p4 = _mm256_set1_ps(1.6666665459e-1f),
+                 p5 = _mm256_set1_ps(5.0000001201e-1f), one = _mm256_set1_ps(1.0f);
+    __m256 fn = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(fn, c2, _mm256_fnmadd_ps(fn, c1, v));
+    __m256 y = _mm256_fmadd_ps(p0, r, p1);
+    y = _mm256_fmadd_ps(y, r, p2);
+    y = _mm256_fmadd_ps(y, r, p3);
+    y = _mm256_fmadd_ps(y, r, p4);
+    y = _mm256_fmadd_ps(y, r, p5);
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+/* exp8 of x - mx, x below mx - 87 (and -inf) giving 0 */
 TARGET static float exp_shift_sum(float *x, int n, float mx) {
-    const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f), log2e = _mm256_set1_ps(1.44269504088896341f);
-    const __m256 c1 = _mm256_set1_ps(0.693359375f), c2 = _mm256_set1_ps(-2.12194440e-4f);
-    const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
-                 p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
-                 p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f), one = _mm256_set1_ps(1.0f);
+    const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f);
     __m256 sum = _mm256_setzero_ps();
     int j = 0;
     for (; j + 8 <= n; j += 8) {
         __m256 v = _mm256_sub_ps(_mm256_loadu_ps(x + j), vmx);
         __m256 keep = _mm256_cmp_ps(v, lo, _CMP_GE_OQ); /* false for -inf and NaN */
-        v = _mm256_max_ps(v, lo);
-        __m256 fn = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fnmadd_ps(fn, c2, _mm256_fnmadd_ps(fn, c1, v));
-        __m256 y = _mm256_fmadd_ps(p0, r, p1);
-        y = _mm256_fmadd_ps(y, r, p2);
-        y = _mm256_fmadd_ps(y, r, p3);
-        y = _mm256_fmadd_ps(y, r, p4);
-        y = _mm256_fmadd_ps(y, r, p5);
-        y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
-        y = _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+        __m256 y = _mm256_and_ps(exp8(_mm256_max_ps(v, lo)), keep);
         _mm256_storeu_ps(x + j, y);
         sum = _mm256_add_ps(sum, y);
     }
     float s = kernels_hsum8(sum);
     for (; j < n; j++) s += x[j] = expf(x[j] - mx);
     return s;
+}
+
+/* g / (1 + exp(-g)) * u, exp's argument clamped to [-87, 87]: beyond, the
+ * result is g * u to float precision, or below 1e-35 |g u| where it is ~0 */
+TARGET static void silu_mul(float *g, const float *u, size_t n) {
+    const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(87.0f), one = _mm256_set1_ps(1.0f);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_loadu_ps(g + j);
+        __m256 e = exp8(_mm256_min_ps(_mm256_max_ps(_mm256_sub_ps(_mm256_setzero_ps(), x), lo), hi));
+        _mm256_storeu_ps(g + j, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + j)));
+    }
+    for (; j < n; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
 }
 
 /* ---- gathered rows -------------------------------------------------------- */
@@ -1039,6 +1057,7 @@ const kernels kernels_avx2_set = {
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
+    .silu_mul = silu_mul,
     .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,

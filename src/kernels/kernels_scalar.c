@@ -230,6 +230,10 @@ static float exp_shift_sum(float *x, int n, float mx) {
     return s;
 }
 
+static void silu_mul(float *g, const float *u, size_t n) {
+    for (size_t j = 0; j < n; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+}
+
 static void gather_dot_f32(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
                            float *out) {
     for (int i = 0; i < n; i++) out[i] = kernels_dot_f32_scalar(q, (const float *)base + (size_t)idx[i] * stride, d);
@@ -447,6 +451,7 @@ const kernels kernels_scalar_set = {
     .axpy_f32 = axpy_f32,
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
+    .silu_mul = silu_mul,
     .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,

@@ -25,6 +25,7 @@ void subq_context_free(subq_context *c) {
     pool_free(c->pool);
     free(c->x); /* and the other work buffers */
     free(c->posbuf);
+    free(c->rope_cs);
     matmul_scratch_free(&c->mm);
     if (!c->kv.file) free(c->tok); /* else the file's token region */
     kv_cache_free(&c->kv);
@@ -122,13 +123,14 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
         c->up = c->gate + B * ff;
     }
     c->posbuf = malloc(B * sizeof(int32_t));
+    c->rope_cs = malloc((B * (size_t)hp->rope.n_rot + 1) * sizeof(float));
     int mm_ok = matmul_scratch_init(&c->mm, c->n_batch, (int64_t)widest);
     c->stages = calloc((size_t)hp->n_layer, sizeof(attn_stage *));
     c->tok = c->kv.file ? kv_file_tok(c->kv.file) : malloc((size_t)n_ctx * sizeof(int32_t));
     c->logits_last = malloc((size_t)hp->n_vocab * sizeof(float));
     c->logits_at = -1;
     c->capture_last = -1;
-    if (!c->tok || !c->logits_last || !c->x || !c->posbuf || !mm_ok || !c->stages) {
+    if (!c->tok || !c->logits_last || !c->x || !c->posbuf || !c->rope_cs || !mm_ok || !c->stages) {
         subq_context_free(c);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating work buffers");
     }

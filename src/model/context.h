@@ -8,10 +8,10 @@
 #include "model/model.h"
 
 /* Called at the attention seam of every layer after RoPE (training capture):
- * h_norm [n][n_embd], q [n][n_head*head_dim], k [n][n_head_kv*head_dim] for
- * the n tokens in cache slots slot0 .. slot0+n-1. */
+ * h_norm [n][n_embd], q [n][n_head*head_dim], k and v [n][n_head_kv*head_dim]
+ * for the n tokens in cache slots slot0 .. slot0+n-1. */
 typedef void (*capture_fn)(void *user, int layer, int n, int slot0, const float *h_norm, const float *q,
-                           const float *k);
+                           const float *k, const float *v);
 
 /* With a KV file, a forward that waited on the disk (major page faults)
  * makes the next KV_PREFETCH_STEPS prefetch the rows they attend. Not just
@@ -36,6 +36,7 @@ struct subq_context {
     /* work buffers, n_batch rows each: one allocation at x, the others inside it */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     int32_t *posbuf;             /* positions of the current chunk */
+    float *rope_cs;              /* [n_batch][n_rot]: its RoPE cos, sin pairs */
     matmul_scratch mm;           /* batched products */
     int32_t *tok;                /* [n_ctx]: token id of each cache slot (-1: synthetic) */
     float *logits_last;          /* [n_vocab]: logits of the last cached token ... */

@@ -12,54 +12,110 @@
 #include "model/context.h"
 #include "model/matmul.h"
 
-/* out = x / sqrt(mean(x^2) + eps) * w, for each of n rows of length d */
-static void rmsnorm(float *out, const float *x, const float *w, int n, int d, float eps) {
-    for (int t = 0; t < n; t++) {
-        const float *xr = x + (size_t)t * d;
-        float *o = out + (size_t)t * d;
+/* The per-row steps of a layer (norms, RoPE, SwiGLU, residuals) run on the
+ * pool in pieces of rows: the rows of a batch are independent, and left on
+ * one thread they kept the other idle for a tenth of a prefill. */
+typedef struct rows_job {
+    float *out, *y;          /* out: rmsnorm, swiglu, the rope table; y: rope and residual (in place) */
+    const float *x, *w;      /* rmsnorm: x, w; swiglu: x = up; residual: x */
+    const float *cs;         /* rope: [n][n_rot] cos, sin pairs */
+    int d, n_heads, head_dim;
+    float eps;
+    const rope_hparams *rope;
+    const int32_t *pos;
+} rows_job;
+typedef void (*rows_fn)(const rows_job *j, int t0, int t1);
+
+/* out = x / sqrt(mean(x^2) + eps) * w, for rows of length d */
+static void rmsnorm_rows(const rows_job *j, int t0, int t1) {
+    const int d = j->d;
+    for (int t = t0; t < t1; t++) {
+        const float *xr = j->x + (size_t)t * d;
+        float *o = j->out + (size_t)t * d;
         double ss = 0.0;
         for (int i = 0; i < d; i++) ss += (double)xr[i] * xr[i];
-        float inv = (float)(1.0 / sqrt(ss / d + eps));
-        for (int i = 0; i < d; i++) o[i] = xr[i] * inv * w[i];
+        float inv = (float)(1.0 / sqrt(ss / d + j->eps));
+        for (int i = 0; i < d; i++) o[i] = xr[i] * inv * j->w[i];
     }
 }
 
-/* Rotate each head's first n_rot dims, pair i by angle pos * freq[i]
- * (frequencies with any scaling applied, computed at load: rope.c):
+/* out[t] = mscale [cos, sin](pos[t] * freq[i]) for the n_rot / 2 pairs
+ * (frequencies with any scaling applied, computed at load: rope.c): one
+ * table for all layers and for q and k */
+static void rope_table_rows(const rows_job *j, int t0, int t1) {
+    const rope_hparams *r = j->rope;
+    for (int t = t0; t < t1; t++)
+        for (int i = 0; i < r->n_rot / 2; i++) {
+            double theta = (double)j->pos[t] * r->freq[i];
+            j->out[(size_t)t * r->n_rot + 2 * i] = (float)(cos(theta) * r->mscale);
+            j->out[(size_t)t * r->n_rot + 2 * i + 1] = (float)(sin(theta) * r->mscale);
+        }
+}
+
+/* Rotate each head's first n_rot dims, pair i by the table's angle:
  *   adjacent pairs (x[2i], x[2i+1])        (llama, neox = 0)
  *   split halves   (x[i], x[i + n_rot/2])  (qwen,  neox = 1)
- * [x0, x1] <- mscale [x0 cos - x1 sin, x0 sin + x1 cos]. */
-static void rope(float *x, int n, int n_heads, int head_dim, const int32_t *pos, const model_hparams *hp) {
-    const rope_hparams *r = &hp->rope;
-    int half = r->n_rot / 2;
-    for (int t = 0; t < n; t++) {
-        for (int i = 0; i < half; i++) {
-            double theta = (double)pos[t] * r->freq[i];
-            float c = (float)(cos(theta) * r->mscale), s = (float)(sin(theta) * r->mscale);
-            int i0 = r->neox ? i : 2 * i;
-            int i1 = r->neox ? i + half : 2 * i + 1;
-            for (int h = 0; h < n_heads; h++) {
-                float *v = x + ((size_t)t * n_heads + h) * head_dim;
-                float x0 = v[i0], x1 = v[i1];
-                v[i0] = x0 * c - x1 * s;
-                v[i1] = x0 * s + x1 * c;
+ * [x0, x1] <- [x0 cos - x1 sin, x0 sin + x1 cos]. */
+static void rope_rows(const rows_job *j, int t0, int t1) {
+    const rope_hparams *r = j->rope;
+    const int half = r->n_rot / 2;
+    for (int t = t0; t < t1; t++)
+        for (int h = 0; h < j->n_heads; h++) {
+            float *v = j->y + ((size_t)t * j->n_heads + h) * j->head_dim;
+            const float *cs = j->cs + (size_t)t * r->n_rot;
+            for (int i = 0; i < half; i++) {
+                const int i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
+                const float c = cs[2 * i], sn = cs[2 * i + 1], x0 = v[i0], x1 = v[i1];
+                v[i0] = x0 * c - x1 * sn;
+                v[i1] = x0 * sn + x1 * c;
             }
         }
-    }
 }
 
-static void add_inplace(float *y, const float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
+/* out = silu(out) * up = out / (1 + exp(-out)) * up, rows of length d */
+static void swiglu_rows(const rows_job *j, int t0, int t1) {
+    const size_t a = (size_t)t0 * j->d;
+    kernels_get()->silu_mul(j->out + a, j->x + a, (size_t)(t1 - t0) * j->d);
+}
+
+/* y += x, rows of length d */
+static void residual_rows(const rows_job *j, int t0, int t1) {
+    for (size_t i = (size_t)t0 * j->d; i < (size_t)t1 * j->d; i++) j->y[i] += j->x[i];
+}
+
+typedef struct rows_split {
+    rows_fn fn;
+    const rows_job *job;
+    int n, chunks;
+} rows_split;
+
+static void rows_chunk(void *ctx, int b, int thread) {
+    (void)thread;
+    const rows_split *r = ctx;
+    r->fn(r->job, (int)((int64_t)r->n * b / r->chunks), (int)((int64_t)r->n * (b + 1) / r->chunks));
+}
+
+/* fn over rows [0, n) of `width` floats each, in pieces on the pool
+ * (one piece below 16K floats: a decode step's rows stay on its thread) */
+static void for_rows(pool *p, int n, int width, rows_fn fn, const rows_job *j) {
+    int chunks = pool_chunks(p, (int64_t)n * width, 1 << 14);
+    rows_split r = {fn, j, n, chunks < n ? chunks : n};
+    pool_run(r.chunks > 1 ? p : NULL, r.chunks, rows_chunk, &r);
+}
+
+static void rmsnorm(pool *p, float *out, const float *x, const float *w, int n, int d, float eps) {
+    for_rows(p, n, d, rmsnorm_rows, &(rows_job){.out = out, .x = x, .w = w, .d = d, .eps = eps});
+}
+
+static void rope(pool *p, float *x, int n, int n_heads, int head_dim, const float *cs, const rope_hparams *r) {
+    for_rows(p, n, n_heads * head_dim, rope_rows,
+             &(rows_job){.y = x, .n_heads = n_heads, .head_dim = head_dim, .cs = cs, .rope = r});
 }
 
 /* y[t][:] += b for each of n rows of width d (qwen2 q/k/v biases) */
 static void add_bias(float *y, const float *b, int n, int d) {
-    for (int t = 0; t < n; t++) add_inplace(y + (size_t)t * d, b, (size_t)d);
-}
-
-/* silu(g) * u = g / (1 + exp(-g)) * u */
-static void swiglu(float *g, const float *u, size_t n) {
-    for (size_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int t = 0; t < n; t++)
+        for (int i = 0; i < d; i++) y[(size_t)t * d + i] += b[i];
 }
 
 static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, const int32_t *pos,
@@ -79,9 +135,11 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
                     c->x + (size_t)t * d, d);
     }
 
+    for_rows(c->pool, n, hp->rope.n_rot, rope_table_rows, &(rows_job){.out = c->rope_cs, .rope = &hp->rope, .pos = posbuf});
+
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        rmsnorm(c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
+        rmsnorm(c->pool, c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->q, c->k, c->v}, (const matrix *const[]){&L->wq, &L->wk, &L->wv}, 3,
                             c->xn, n, &c->mm, c->pool);
         if (L->bq) {
@@ -90,14 +148,14 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
             add_bias(c->v, L->bv, n, hp->n_head_kv * hp->head_dim);
         }
         if (L->q_norm) { /* qwen3: RMSNorm over each head's vector, in place */
-            rmsnorm(c->q, c->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
-            rmsnorm(c->k, c->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps);
+            rmsnorm(c->pool, c->q, c->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
+            rmsnorm(c->pool, c->k, c->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps);
         }
-        rope(c->q, n, hp->n_head, hp->head_dim, posbuf, hp);
-        rope(c->k, n, hp->n_head_kv, hp->head_dim, posbuf, hp);
+        rope(c->pool, c->q, n, hp->n_head, hp->head_dim, c->rope_cs, &hp->rope);
+        rope(c->pool, c->k, n, hp->n_head_kv, hp->head_dim, c->rope_cs, &hp->rope);
         subq_status stored = kv_cache_store(kv, l, slot0, n, c->k, c->v, err);
         if (stored) return stored;
-        if (c->capture) c->capture(c->capture_user, l, n, slot0, c->xn, c->q, c->k);
+        if (c->capture) c->capture(c->capture_user, l, n, slot0, c->xn, c->q, c->k, c->v);
         if (c->capture && l == c->capture_last) { /* a capture that needs nothing further */
             kv->n_used += n;
             return SUBQ_OK;
@@ -116,21 +174,21 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         if (s) return s;
 
         matmul(c->proj, c->att, &L->wo, n, &c->mm, c->pool);
-        add_inplace(c->x, c->proj, (size_t)n * d);
+        for_rows(c->pool, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
 
-        rmsnorm(c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
+        rmsnorm(c->pool, c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->gate, c->up}, (const matrix *const[]){&L->w_gate, &L->w_up}, 2,
                             c->xn, n, &c->mm, c->pool);
-        swiglu(c->gate, c->up, (size_t)n * hp->n_ff);
+        for_rows(c->pool, n, hp->n_ff, swiglu_rows, &(rows_job){.out = c->gate, .x = c->up, .d = hp->n_ff});
         matmul(c->proj, c->gate, &L->w_down, n, &c->mm, c->pool);
-        add_inplace(c->x, c->proj, (size_t)n * d);
+        for_rows(c->pool, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
     }
     kv->n_used += n;
 
     if (logits) {
         /* only the rows whose logits are wanted go through the output matrix */
         int first = all_logits ? 0 : n - 1, rows = n - first;
-        rmsnorm(c->xn, c->x + (size_t)first * d, m->output_norm, rows, d, hp->norm_eps);
+        rmsnorm(c->pool, c->xn, c->x + (size_t)first * d, m->output_norm, rows, d, hp->norm_eps);
         matmul(logits, c->xn, &m->output, rows, &c->mm, c->pool);
     }
     return SUBQ_OK;

@@ -89,6 +89,12 @@ typedef struct train_task_ops {
      * train: also add the gradient of their sum; else (evaluation) add the
      * task's own metrics. */
     subq_status (*loss)(void *self, trainer *t, int train, train_sums *sums, subq_error *err);
+    /* May be NULL. The part of loss for target layer i, called during the
+     * capture as soon as the layer's rows are captured (train_capture_run's
+     * seam): with attn_out, also write the layer's attention output there
+     * (the forward then skips its own). loss then does the rest. */
+    subq_status (*layer_loss)(void *self, trainer *t, int i, int train, train_sums *sums, float *attn_out,
+                              subq_error *err);
     /* Evaluation starts: zero the task's metrics and point es at them (may be NULL). */
     void (*eval_begin)(void *self, trainer *t, subq_train_eval_stats *es);
     /* Its metrics as sums to add over data-parallel ranks: pack (to_buf = 1)
@@ -156,9 +162,10 @@ subq_status trainer_init(trainer *t, subq_model *m, const subq_corpus *data, con
 void trainer_free(trainer *t);
 
 /* Forward sequence i of split sp through the model, capturing the target
- * layers (t->tok / pos / seg / n). */
-subq_status trainer_capture(trainer *t, const corpus_split *sp, int i, subq_error *err);
-/* The same for the training sequence at data cursor `cursor`. */
+ * layers (t->tok / pos / seg / n), and the task's layer_loss on the way
+ * (train: with gradients) into t->sums. */
+subq_status trainer_capture(trainer *t, const corpus_split *sp, int i, int train, subq_error *err);
+/* The same for the training sequence at data cursor `cursor`, train = 1. */
 subq_status trainer_capture_train(trainer *t, uint64_t cursor, subq_error *err);
 
 /* The whole run: init, resume, steps, evaluations, checkpoints, hooks. */

@@ -80,6 +80,8 @@ subq_status trainer_init(trainer *t, subq_model *m, const subq_corpus *data, con
     cp.n_ctx = seq;
     cp.n_threads = cfg->n_threads;
     cp.kv_type = SUBQ_KV_F32; /* the teacher is rebuilt in fp32 */
+    /* one forward batch by default: a task's layer_loss can stand in for attention */
+    cp.n_batch = cfg->n_ubatch > 0 && cfg->n_ubatch < seq ? cfg->n_ubatch : seq;
     if ((s = subq_context_new(m, &cp, &t->ctx, err))) return s;
     t->n_threads = t->ctx->n_threads;
     if ((s = task->ops->create(task->self, t, err))) return s;
@@ -105,15 +107,29 @@ subq_status trainer_init(trainer *t, subq_model *m, const subq_corpus *data, con
     return task->ops->init(task->self, t, err);
 }
 
-subq_status trainer_capture(trainer *t, const corpus_split *sp, int i, subq_error *err) {
+/* train_capture_run's seam: the task's loss of one layer */
+typedef struct layer_seam {
+    trainer *t;
+    int train;
+} layer_seam;
+
+static subq_status seam_layer_loss(void *user, int i, float *attn_out, subq_error *err) {
+    const layer_seam *ls = user;
+    trainer *t = ls->t;
+    return t->task.ops->layer_loss(t->task.self, t, i, ls->train, t->sums, attn_out, err);
+}
+
+subq_status trainer_capture(trainer *t, const corpus_split *sp, int i, int train, subq_error *err) {
     subq_status s = corpus_get(t->data, sp, i, t->tok, t->pos, t->seg, &t->n, err);
     if (s) return s;
-    return train_capture_run(t->cap, t->ctx, t->tok, t->pos, t->seg, t->n, err);
+    layer_seam ls = {t, train};
+    const int seam = t->task.ops->layer_loss != NULL;
+    return train_capture_run(t->cap, t->ctx, t->tok, t->pos, t->seg, t->n, seam ? seam_layer_loss : NULL, &ls, err);
 }
 
 subq_status trainer_capture_train(trainer *t, uint64_t cursor, subq_error *err) {
     int si = corpus_train_index(t->data, cursor, t->cfg->seed, t->perm, &t->perm_epoch);
-    return trainer_capture(t, &t->data->train, si, err);
+    return trainer_capture(t, &t->data->train, si, 1, err);
 }
 
 /* grad = (gradient sums) * scale, its global norm clipped to grad_clip;
@@ -246,7 +262,9 @@ static subq_status comm_sum_step(trainer *t, int64_t *n_tok, double *flops, int 
 /* Work of the frozen forward over the captured sequence, which stops once
  * the last target layer is captured: per full layer 2 per weight and token
  * through its matrices and, per query head and causal key, a dot and an
- * accumulation of head_dim (4 head_dim); the last layer's q, k, v only. */
+ * accumulation of head_dim (4 head_dim); the last layer's q, k, v only. A
+ * target layer whose attention the task's layer_loss gave counts the
+ * accumulation only: the task counts the dots (its teacher's logits). */
 static double forward_flops(const trainer *t) {
     const model_hparams *hp = &t->ctx->model->hp;
     const double d = hp->n_embd, dq = (double)hp->n_head * hp->head_dim, dkv = (double)hp->n_head_kv * hp->head_dim;
@@ -258,7 +276,8 @@ static double forward_flops(const trainer *t) {
     }
     int last = 0;
     for (int i = 0; i < t->n_sel; i++) last = t->layers[i] > last ? t->layers[i] : last;
-    return last * (2.0 * layer_params * t->n + 4.0 * dq * causal) + 2.0 * qkv * t->n;
+    const int fused = t->task.ops->layer_loss && t->n <= subq_context_n_batch(t->ctx) ? t->n_sel - 1 : 0;
+    return last * (2.0 * layer_params * t->n + 4.0 * dq * causal) - fused * 2.0 * dq * causal + 2.0 * qkv * t->n;
 }
 
 /* One optimiser step over batch x grad_accum sequences (this rank's share
@@ -326,7 +345,7 @@ static subq_status evaluate(trainer *t, subq_train_eval_stats *es, subq_error *e
     for (int64_t tokens = 0; n_use < sp->n_seq && !(t->cfg->eval_tokens > 0 && tokens >= t->cfg->eval_tokens); n_use++)
         for (int p = sp->first[n_use]; p < sp->first[n_use + 1]; p++) tokens += t->data->piece_len[sp->order[p]];
     for (int si = t->rank; si < n_use; si += t->n_ranks) {
-        subq_status s = trainer_capture(t, sp, si, err);
+        subq_status s = trainer_capture(t, sp, si, 0, err);
         if (s || (s = ops->loss(t->task.self, t, 0, t->sums, err))) return s;
         es->n_tokens += t->n;
         es->n_seq++;

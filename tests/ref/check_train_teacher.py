@@ -5,7 +5,8 @@ equal a brute-force numpy reference (teacher_np.py).
 `subq train-search --dump-teacher` writes, for the first packed training
 sequence of a small JSONL corpus on stories260K (several documents per
 sequence: block-causal segments, positions restarting, GQA 8 heads / 4 KV),
-and of a 700-token piece (captured across two 512-token forward batches):
+and of a 700-token piece (once captured across two 512-token forward batches,
+`-ub 512`, once in one batch):
 tokens, positions, segment ids, and per layer the captured h, q, k, the dense
 teacher matrix, the initial W_Qs/W_Ks, the loss sums and mass/recall@K.
 Checked, for --head-agg max and mean (and max on the long piece), over all
@@ -56,8 +57,10 @@ def main():
     with open(data, "w") as f:
         for d in DOCS:
             f.write(json.dumps({"text": d}) + "\n")
-    # a 700-token piece of one document: longer than the forward's 512-token
-    # batches, so the capture is assembled from two forward chunks
+    # a 700-token piece of one document: with -ub 512 the capture is assembled
+    # from two forward chunks; in one batch (the default), each target layer
+    # but the last takes its attention from the teacher's logits, so the
+    # later layers' captures check that too
     long_doc = os.path.join(tmp, "train_teacher_long.txt")
     with open(rc.shared_file("data", "text", "tinyshakespeare.txt"), "rb") as f:
         text = f.read(4000)
@@ -77,7 +80,7 @@ def main():
         args = ["train-search", "-m", model, "-f", src, "--dump-teacher", dump, "--seq", seq,
                 "--reserve", "none", "--head-agg", agg, "--k-pos", "4", "--eval-k", "2,4,8,16",
                 "--d-search", "8", "--init-std", "0.3", "--eval-frac", "0", "-t", "2",
-                "--sink", str(n_sink), "--tail", str(n_tail)]
+                "--sink", str(n_sink), "--tail", str(n_tail)] + (["-ub", "512"] if agg == "max" and seq == "700" else [])
         if checks.guarded("dump %s" % name, rc.run_subq, args) is None:
             continue
         g = GGUFFile(dump)

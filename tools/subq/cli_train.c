@@ -83,6 +83,8 @@ int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
     if (!r) r = cli_flag_str(cmd, "--model", argc, argv, i, &o->model);
     if (!r) r = cli_flag_int(cmd, "-t", 1, 1024, argc, argv, i, &c->n_threads);
     if (!r) r = cli_flag_int(cmd, "--threads", 1, 1024, argc, argv, i, &c->n_threads);
+    if (!r) r = cli_flag_int(cmd, "-ub", 1, 1 << 20, argc, argv, i, &c->n_ubatch);
+    if (!r) r = cli_flag_int(cmd, "--ubatch", 1, 1 << 20, argc, argv, i, &c->n_ubatch);
     if (!r) r = cli_flag_str(cmd, "-o", argc, argv, i, &o->out);
     if (!r) r = cli_flag_str(cmd, "--output", argc, argv, i, &o->out);
     if (!r) r = cli_flag_str(cmd, "--log", argc, argv, i, &o->log_path);
@@ -176,6 +178,9 @@ void cli_train_help_data(void) {
     fputs("model and data:\n"
           "  -m, --model FILE     GGUF model (required)\n"
           "  -t, --threads N      threads (default: all cores)\n"
+          "  -ub, --ubatch N      tokens per forward batch of the frozen model (default: the whole\n"
+          "                       sequence: train-search's teacher then also gives each target\n"
+          "                       layer's attention, which the forward no longer computes)\n"
           "  -f, --data PATH      training text: a UTF-8 file (one document), a .jsonl file\n"
           "                       ({\"text\": ...} per line, one document each) or a directory of\n"
           "                       them (recursive, name order); repeatable; bare arguments count too;\n"
@@ -281,7 +286,7 @@ static int on_start(void *user, const subq_train_start_info *info) {
     u->part_names = info->part_names;
     subq_model_info mi;
     subq_model_get_info(u->o->m, &mi);
-    u->sgemm = bench_sgemm_gflops(512, mi.n_ff, mi.n_embd, info->n_threads, 2); /* the prefill shape, ~1 s */
+    u->sgemm = bench_sgemm_gflops(512, mi.n_ff, mi.n_embd, info->n_threads, 2); /* the prefill shape, >= 0.25 s */
     fprintf(stderr, "subq %s: %s step %lld of %lld; %zu parameters; %d train sequences (%lld tokens), "
                     "%d held-out (%lld tokens), %d threads\n",
             cmd, info->resumed ? "resuming at" : "starting at", (long long)info->start_step,

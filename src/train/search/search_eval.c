@@ -28,7 +28,7 @@ enum { R_ML, R_MO, R_MW, R_RL, R_RO, R_RW, R_N };
 
 /* A thread's scratch: the floats one allocation at teacher, the ints one at top_t. */
 typedef struct eval_scratch {
-    float *teacher, *P, *L, *O, *qsum;
+    float *teacher, *P, *L, *O, *qsum, *sel;
     int *top_t, *top_l, *top_o;
     unsigned char *mark;
 } eval_scratch;
@@ -43,7 +43,7 @@ static void eval_rows(const search_layer_data *x, const float *Qs, const float *
     const attn_shape *sh = &x->shape;
     const int T = x->T, kb = start[b0], nkb = b1 - kb, B = b1 - b0, nk = acc->n_k;
     const int hd = sh->head_dim, g = sh->n_head / sh->n_head_kv, dk = sh->n_head_kv * hd, dq = sh->n_head * hd;
-    teacher_block(x->q, x->k, kt, T, sh, start, b0, b1, n_sink, n_tail, agg, w->teacher, w->P, nkb);
+    teacher_block(x->q, x->k, kt, T, sh, start, b0, b1, n_sink, n_tail, agg, w->teacher, w->P, nkb, NULL, NULL);
     blas_sgemm(1, 0, 1, B, nkb, ds, 1.0f, Qs + (size_t)b0 * ds, ds, Ks + (size_t)kb * ds, ds, 0.0f, w->L, nkb);
     /* sum_h q_h . k_g = sum_g (sum_{h in group g} q_h) . k_g */
     memset(w->qsum, 0, (size_t)B * dk * sizeof(float));
@@ -62,9 +62,9 @@ static void eval_rows(const search_layer_data *x, const float *Qs, const float *
         float *l = w->L + off;
         for (int i = 0; i < n; i++) l[i] *= inv_nk[s0 + i];
         int kk = kmax < n ? kmax : n;
-        topk_indices(p, n, kk, w->top_t);
-        topk_indices(l, n, kk, w->top_l);
-        topk_indices(o, n, kk, w->top_o);
+        topk_indices(p, n, kk, w->top_t, w->sel);
+        topk_indices(l, n, kk, w->top_l, w->sel);
+        topk_indices(o, n, kk, w->top_o, w->sel);
         for (int ki = 0; ki < nk; ki++) {
             const int K = acc->k[ki];
             if (n <= K) continue;
@@ -139,8 +139,8 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
     for (int i = 0; !oom && i < n_threads; i++) {
         const size_t cells = (size_t)EVAL_ROWS * T, n_teacher = teacher_block_scratch(EVAL_ROWS, T, &x->shape);
         eval_scratch *sc = &w[i];
-        /* teacher, P, L, O [EVAL_ROWS][T], qsum [EVAL_ROWS][dkv]; top_t, top_l, top_o [kmax] */
-        sc->teacher = malloc((n_teacher + 3 * cells + (size_t)EVAL_ROWS * dkv) * sizeof(float));
+        /* teacher, P, L, O [EVAL_ROWS][T], qsum [EVAL_ROWS][dkv], sel [T]; top_t, top_l, top_o [kmax] */
+        sc->teacher = malloc((n_teacher + 3 * cells + (size_t)EVAL_ROWS * dkv + T) * sizeof(float));
         sc->top_t = malloc(3 * (size_t)kmax * sizeof(int));
         sc->mark = calloc((size_t)T, 1);
         oom = !sc->teacher || !sc->top_t || !sc->mark;
@@ -149,6 +149,7 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
         sc->L = sc->P + cells;
         sc->O = sc->L + cells;
         sc->qsum = sc->O + cells;
+        sc->sel = sc->qsum + (size_t)EVAL_ROWS * dkv;
         sc->top_l = sc->top_t + kmax;
         sc->top_o = sc->top_l + kmax;
     }

@@ -124,7 +124,8 @@ static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
     const int T = x->T, ds = lp_->ds, *start = lp_->start, n_sink = lp->n_sink, n_tail = lp->n_tail;
     const int kb = start[b0], nkb = b1 - kb, want_grad = lp_->D != NULL;
     const float *Qs = lp_->Qs, *Ks = lp_->Ks, *nq = lp_->nq, *nk = lp_->nk;
-    teacher_block(x->q, x->k, lp_->kt, T, &x->shape, start, b0, b1, n_sink, n_tail, lp->agg, s->teacher, s->P, nkb);
+    teacher_block(x->q, x->k, lp_->kt, T, &x->shape, start, b0, b1, n_sink, n_tail, lp->agg, s->teacher, s->P, nkb,
+                  x->attn_out ? x->v : NULL, x->attn_out);
     /* dots[t - b0][j - kb] = q_s(t) . k_s(j) */
     blas_sgemm(1, 0, 1, b1 - b0, nkb, ds, 1.0f, Qs + (size_t)b0 * ds, ds, Ks + (size_t)kb * ds, ds, 0.0f, s->dots, nkb);
     for (int t = b0; t < b1; t++) {
@@ -140,7 +141,7 @@ static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
             s->y[i] = dot[i] * lp_->kl_scale;
         }
         /* InfoNCE = LSE_E(z) - LSE_P(z); zero when every key is a positive */
-        int npos = topk_indices(p, n, lp->k_pos, s->pos);
+        int npos = topk_indices(p, n, lp->k_pos, s->pos, s->sz); /* sz: scratch until its softmax */
         float lse_e = softmax_lse(s->z, NULL, n, s->sz);
         float lse_p = npos < n ? softmax_lse(s->z, s->pos, npos, s->spos) : lse_e;
         lp_->row_nce[t] = npos < n ? (double)lse_e - (double)lse_p : 0.0;

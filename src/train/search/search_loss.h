@@ -37,6 +37,8 @@ typedef struct search_layer_data {
     int d_model;
     const float *h;          /* [T][d_model] normed hidden state */
     const float *q, *k;      /* [T][n_head*head_dim], [T][n_head_kv*head_dim], post-RoPE */
+    const float *v;          /* [T][n_head_kv*head_dim] */
+    float *attn_out;         /* NULL, or [T][n_head*head_dim]: the loss writes the layer's attention output */
     attn_shape shape;
 } search_layer_data;
 
@@ -64,7 +66,9 @@ subq_status search_prepare(const search_layer_data *x, const float *wq, const fl
 int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail);
 
 /* Loss sums of one layer for projections wq, wk ([d_search][d_model]).
- * When dwq / dwk are not NULL, adds
+ * With x->attn_out, the teacher's logits also give the layer's attention
+ * output there (the forward's own, up to rounding). When dwq / dwk are not
+ * NULL, adds
  *   grad_scale * d( alpha sum_t L_t + beta sum_t K_t ) / dW
  * into them. `chunk_rows` <= 0 picks a default (about 2^20 / T rows).
  * Deterministic, and independent of the pool's threads: every gradient element is

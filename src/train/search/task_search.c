@@ -76,26 +76,41 @@ static subq_status init(void *self, trainer *t, subq_error *err) {
 /* Block 2i of the flat arrays is W_Qs of target layer i, 2i+1 its W_Ks. */
 static size_t block_offset(const search_proj *p, int b) { return (size_t)b * p->d_search * p->n_embd; }
 
-static subq_status loss(void *self, trainer *t, int train, train_sums *sums, subq_error *err) {
+/* Target layer i's losses (and gradients) as soon as it is captured, its
+ * teacher giving the forward the layer's attention output (attn_out). */
+static subq_status layer_loss(void *self, trainer *t, int i, int train, train_sums *sums, float *attn_out,
+                              subq_error *err) {
     search_task *k = self;
     const subq_train_search_params *c = k->cfg;
     const search_proj *p = k->proj;
-    for (int i = 0; i < p->n_sel; i++) {
+    search_layer_data x = train_capture_layer(t->cap, i, t->seg);
+    x.attn_out = attn_out;
+    const int l = p->layers[i];
+    search_loss_sums ls;
+    subq_status s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &c->loss, 1.0f,
+                                      train ? t->grad + block_offset(p, 2 * i) : NULL,
+                                      train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, 0, t->ctx->pool, err);
+    if (s) return s;
+    sums[i].loss += c->loss.alpha * ls.nce + c->loss.beta * ls.kl;
+    sums[i].part[0] += ls.nce;
+    sums[i].part[1] += ls.kl;
+    sums[i].n_queries += ls.n_queries;
+    sums[i].flops += ls.flops;
+    return SUBQ_OK;
+}
+
+/* After the capture (the losses are in): an evaluation's retrieval metrics. */
+static subq_status loss(void *self, trainer *t, int train, train_sums *sums, subq_error *err) {
+    (void)sums;
+    search_task *k = self;
+    const subq_train_search_params *c = k->cfg;
+    const search_proj *p = k->proj;
+    for (int i = 0; !train && i < p->n_sel; i++) {
         const search_layer_data x = train_capture_layer(t->cap, i, t->seg);
         const int l = p->layers[i];
-        search_loss_sums ls;
-        subq_status s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &c->loss, 1.0f,
-                                          train ? t->grad + block_offset(p, 2 * i) : NULL,
-                                          train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, 0, t->ctx->pool, err);
-        if (!s && !train)
-            s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, c->loss.agg, c->loss.n_sink, c->loss.n_tail,
-                                  &k->acc[i], t->ctx->pool, err);
+        subq_status s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, c->loss.agg, c->loss.n_sink,
+                                          c->loss.n_tail, &k->acc[i], t->ctx->pool, err);
         if (s) return s;
-        sums[i].loss += c->loss.alpha * ls.nce + c->loss.beta * ls.kl;
-        sums[i].part[0] += ls.nce;
-        sums[i].part[1] += ls.kl;
-        sums[i].n_queries += ls.n_queries;
-        sums[i].flops += ls.flops;
     }
     return SUBQ_OK;
 }
@@ -195,6 +210,7 @@ static const train_task_ops search_ops = {
     .create = create,
     .init = init,
     .loss = loss,
+    .layer_loss = layer_loss,
     .eval_begin = eval_begin,
     .eval_sums = eval_sums,
     .options = options,
@@ -222,7 +238,7 @@ subq_status train_search_dump_teacher(subq_model *m, const subq_corpus *data, co
     gguf_writer *w = NULL;
     float *dense = NULL;
     subq_status s = trainer_init(&tr, m, data, &cfg->train, &task, err);
-    if (!s) s = trainer_capture(&tr, &data->train, 0, err);
+    if (!s) s = trainer_capture(&tr, &data->train, 0, 0, err);
     if (s) goto done;
     const search_proj *proj = st.proj;
     const train_capture *cap = tr.cap;

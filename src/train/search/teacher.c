@@ -129,16 +129,18 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
 
 size_t teacher_block_scratch(int n_rows, int n_keys, const attn_shape *sh) {
     const size_t g = (size_t)(sh->n_head / sh->n_head_kv);
-    return (size_t)n_rows * g * sh->head_dim + (size_t)n_rows * g * n_keys;
+    /* Qb, the attention output O [rows][hd] and 1/sum [rows]; S [rows][n_keys] */
+    return (size_t)n_rows * g * (2 * sh->head_dim + 1) + (size_t)n_rows * g * n_keys;
 }
 
 void teacher_block(const float *q, const float *k, const float *kt, int T, const attn_shape *sh, const int *start,
-                   int t0, int t1, int n_sink, int n_tail, subq_teacher_agg agg, float *scratch, float *P, int ldp) {
+                   int t0, int t1, int n_sink, int n_tail, subq_teacher_agg agg, float *scratch, float *P, int ldp,
+                   const float *v, float *out) {
     const kernels *kern = kernels_get();
     const int nh = sh->n_head, g = nh / sh->n_head_kv, hd = sh->head_dim, dq = nh * hd, dk = sh->n_head_kv * hd;
     const int B = t1 - t0, kb = start[t0], nk = t1 - kb, rows = B * g;
     const float scale = 1.0f / sqrtf((float)hd);
-    float *Qb = scratch, *S = scratch + (size_t)rows * hd;
+    float *Qb = scratch, *O = Qb + (size_t)rows * hd, *inv_sum = O + (size_t)rows * hd, *S = inv_sum + rows;
     for (int r = 0; r < B; r++) memset(P + (size_t)r * ldp, 0, (size_t)nk * sizeof(float));
     for (int kh = 0; kh < sh->n_head_kv; kh++) {
         for (int r = 0; r < B; r++)
@@ -147,20 +149,33 @@ void teacher_block(const float *q, const float *k, const float *kt, int T, const
         blas_sgemm(1, 0, 1, rows, nk, hd, scale, Qb, hd, k + (size_t)kb * dk + (size_t)kh * hd, dk, 0.0f, S, nk);
         for (int r = 0; r < rows; r++) {
             const int t = t0 + r / g, s = start[t] - kb, e = t - kb, lo = s + n_sink, hi = e - n_tail;
-            if (lo > hi) continue;
+            if (lo > hi && !out) continue;
             float *row = S + (size_t)r * nk, *p = P + (size_t)(t - t0) * ldp, mx = -INFINITY;
             /* head h's softmax over all of its keys s..e, then its share of the mid keys lo..hi */
             mx = kern->max_f32(row + s, e - s + 1, mx);
             const float inv = 1.0f / kern->exp_shift_sum(row + s, e - s + 1, mx);
+            if (out) { /* the attention output's weights: zero outside s..e */
+                inv_sum[r] = inv;
+                memset(row, 0, (size_t)s * sizeof(float));
+                memset(row + e + 1, 0, (size_t)(nk - e - 1) * sizeof(float));
+            }
+            if (lo > hi) continue;
             if (agg == SUBQ_TEACHER_AGG_MEAN) {
                 const float w = inv / (float)nh;
                 for (int j = lo; j <= hi; j++) p[j] += row[j] * w;
             } else {
                 for (int j = lo; j <= hi; j++) {
-                    const float v = row[j] * inv;
-                    p[j] = v > p[j] ? v : p[j];
+                    const float pj = row[j] * inv;
+                    p[j] = pj > p[j] ? pj : p[j];
                 }
             }
+        }
+        if (!out) continue;
+        /* out_h(t) = sum_j e^(S_rj - m_r) v_kh(j) / sum_r */
+        blas_sgemm(1, 0, 0, rows, hd, nk, 1.0f, S, nk, v + (size_t)kb * dk + (size_t)kh * hd, dk, 0.0f, O, hd);
+        for (int r = 0; r < rows; r++) {
+            float *o = out + (size_t)(t0 + r / g) * dq + (size_t)(kh * g + r % g) * hd;
+            for (int c = 0; c < hd; c++) o[c] = O[(size_t)r * hd + c] * inv_sum[r];
         }
     }
     for (int t = t0; t < t1; t++) {

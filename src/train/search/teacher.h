@@ -73,10 +73,14 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
  * the captured rows, [T][n_head*head_dim] and [T][n_head_kv*head_dim]); kt
  * (teacher_keys_transpose) serves the rare log-domain rows. Equal to
  * teacher_row_mid row by row up to float rounding. scratch holds
- * teacher_block_scratch(t1 - t0, t1 - kb, sh) floats. */
+ * teacher_block_scratch(t1 - t0, t1 - kb, sh) floats. With v and out
+ * (else NULL), the same softmax gives the block's attention output:
+ * out[t][h*hd..] = sum_j softmax_h(t)_j v_kh(j) over all of t's keys
+ * start[t]..t (v as k, out [T][n_head*head_dim]). */
 size_t teacher_block_scratch(int n_rows, int n_keys, const attn_shape *sh);
 void teacher_block(const float *q, const float *k, const float *kt, int T, const attn_shape *sh, const int *start,
-                   int t0, int t1, int n_sink, int n_tail, subq_teacher_agg agg, float *scratch, float *P, int ldp);
+                   int t0, int t1, int n_sink, int n_tail, subq_teacher_agg agg, float *scratch, float *P, int ldp,
+                   const float *v, float *out);
 
 /* Raw-QK oracle scores: o(j) = (1/n_head) sum_h q_h(t) . k_{h/g}(j) for
  * j = lo..hi, written to o[j - lo] (head-mean native scores; the

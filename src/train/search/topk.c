@@ -1,29 +1,22 @@
-/* Top-k by a min-heap of the k best seen so far: the root is the worst kept
- * element, so each new element is compared with it once and replaces it
- * when better. A final heap sort gives the order best-first. The scan runs
- * from the last element to the first: attention over keys in time order
- * grows toward the recent end, and a forward scan would replace the root
- * (and sift) at almost every element. Long vectors are cut into blocks
- * first, and only the blocks that can hold one of the k best are scanned
- * (below). The result does not depend on the order (better() is a strict
- * total order). */
+/* Top-k over the blocks of a vector that can hold one of the k best (below):
+ * when few values there can, by a threshold (their k-th largest thr splits
+ * the k best from the rest: those above thr, then those equal to it, lower
+ * index first), else by a heap; the k are then sorted best-first. The
+ * result does not depend on the method (better() is a strict total order). */
 #include "train/search/topk.h"
 
 #include <math.h>
 
 #include "base/kth.h"
+#include "kernels/kernels.h"
 
-/* at most this many blocks (of 32 values or more) in the block pass */
+/* at most this many blocks (of 4 values or more) in the block pass */
 #define TOPK_BLOCKS 256
+/* the quickselect takes at most this many times k values; more go to the heap */
+#define TOPK_CANDIDATES 8
 
 /* a ranks before b: larger value, or equal value and lower index */
 static int better(const float *v, int a, int b) { return v[a] > v[b] || (v[a] == v[b] && a < b); }
-
-static void swap_int(int *a, int *b) {
-    int t = *a;
-    *a = *b;
-    *b = t;
-}
 
 /* restore the heap property (root = worst) below position i of heap[0..n) */
 static void sift_down(const float *v, int *heap, int n, int i) {
@@ -32,7 +25,8 @@ static void sift_down(const float *v, int *heap, int n, int i) {
         if (l < n && better(v, heap[w], heap[l])) w = l;
         if (r < n && better(v, heap[w], heap[r])) w = r;
         if (w == i) return;
-        swap_int(&heap[i], &heap[w]);
+        int t = heap[i];
+        heap[i] = heap[w], heap[w] = t;
         i = w;
     }
 }
@@ -40,35 +34,21 @@ static void sift_down(const float *v, int *heap, int n, int i) {
 /* ... and above position i, after heap[i] was appended */
 static void sift_up(const float *v, int *heap, int i) {
     while (i > 0 && better(v, heap[(i - 1) / 2], heap[i])) {
-        swap_int(&heap[i], &heap[(i - 1) / 2]);
+        int t = heap[i];
+        heap[i] = heap[(i - 1) / 2], heap[(i - 1) / 2] = t;
         i = (i - 1) / 2;
     }
 }
 
-int topk_indices(const float *v, int n, int k, int *idx) {
-    if (k > n) k = n;
-    if (k <= 0) return 0;
-    /* Blocks of B values: the k-th largest block maximum L bounds the k-th
-     * largest value from below (the maxima are k values >= L), so a block
-     * whose maximum is below L holds none of the k best. A trained model's
-     * attention rises and falls along the keys, and the heap was replaced at
-     * most of them (8% of train-search). */
-    int B = 32;
-    while ((n + B - 1) / B > TOPK_BLOCKS) B *= 2;
-    const int nb = (n + B - 1) / B;
-    float bmax[TOPK_BLOCKS], sel[TOPK_BLOCKS], bound = -INFINITY;
-    if (nb > k) {
-        for (int b = 0; b < nb; b++) {
-            const int end = (b + 1) * B < n ? (b + 1) * B : n;
-            float m = v[b * B];
-            for (int i = b * B + 1; i < end; i++) m = v[i] > m ? v[i] : m;
-            bmax[b] = sel[b] = m;
-        }
-        bound = kth_largest_f32(sel, nb, k);
-    }
-    int m = 0; /* heap size */
-    for (int b = nb - 1; b >= 0; b--) {
-        if (nb > k && !(bmax[b] >= bound)) continue;
+/* The k best of the blocks b with bmax[b] >= bound by a min-heap of the k
+ * best seen so far (the root is the worst kept: one compare per value),
+ * scanned from the last value to the first: attention over keys in time
+ * order grows toward the recent end, and a forward scan would replace the
+ * root at almost every value. Returns how many (unordered). */
+static int topk_heap(const float *v, int n, int k, int B, const float *bmax, float bound, int *idx) {
+    int m = 0;
+    for (int b = (n + B - 1) / B - 1; b >= 0; b--) {
+        if (!(bmax[b] >= bound)) continue;
         const int end = (b + 1) * B < n ? (b + 1) * B : n;
         for (int i = end - 1; i >= b * B; i--) {
             if (m < k) {
@@ -80,9 +60,65 @@ int topk_indices(const float *v, int n, int k, int *idx) {
             }
         }
     }
-    /* heap sort: repeatedly move the worst to the end -> best-first order */
+    return m;
+}
+
+int topk_indices(const float *v, int n, int k, int *idx, float *scratch) {
+    if (k > n) k = n;
+    if (k <= 0) return 0;
+    /* Blocks of B values: the k-th largest block maximum L bounds the k-th
+     * largest value from below (the maxima are k values >= L), so a block
+     * whose maximum is below L holds none of the k best. A trained model's
+     * attention rises and falls along the keys: few values reach L. */
+    int B = 32;
+    while ((n + B - 1) / B > TOPK_BLOCKS) B *= 2;
+    /* short vectors: enough blocks for a bound */
+    while (B > 4 && (n + B - 1) / B < 4 * k && 2 * ((n + B - 1) / B) <= TOPK_BLOCKS) B /= 2;
+    const int nb = (n + B - 1) / B;
+    float bmax[TOPK_BLOCKS], bound = -INFINITY;
+    const kernels *K = kernels_get();
+    for (int b = 0; b < nb; b++) {
+        const int end = (b + 1) * B < n ? (b + 1) * B : n;
+        bmax[b] = scratch[b] = K->max_f32(v + b * B, end - b * B, -INFINITY);
+    }
+    if (nb > k) bound = kth_largest_f32(scratch, nb, k);
+    /* the values >= L; when they are few, thr = their k-th largest, else
+     * (flat scores) the heap over the blocks that reach L */
+    int nc = 0, m = 0;
+    if (nb <= k && n > TOPK_CANDIDATES * k) nc = n; /* no bound (all are candidates): too many */
+    for (int b = 0; b < nb && nc <= TOPK_CANDIDATES * k; b++) {
+        if (!(bmax[b] >= bound)) continue;
+        const int end = (b + 1) * B < n ? (b + 1) * B : n;
+        for (int i = b * B; i < end; i++)
+            if (v[i] >= bound) scratch[nc++] = v[i];
+    }
+    if (nc > TOPK_CANDIDATES * k) {
+        m = topk_heap(v, n, k, B, bmax, bound, idx);
+    } else {
+        const float thr = kth_largest_f32(scratch, nc, k);
+        for (int pass = 0; pass < 2 && m < k; pass++)
+            for (int b = 0; b < nb && m < k; b++) {
+                if (!(bmax[b] >= thr)) continue;
+                const int end = (b + 1) * B < n ? (b + 1) * B : n;
+                for (int i = b * B; i < end && m < k; i++)
+                    if (pass == 0 ? v[i] > thr : v[i] == thr) idx[m++] = i;
+            }
+    }
+    /* best first: insertion sort for a few, else heap sort (the worst at
+     * the root goes to the end, repeatedly) */
+    if (m <= 32) {
+        for (int i = 1; i < m; i++) {
+            const int x = idx[i];
+            int j = i;
+            for (; j > 0 && better(v, x, idx[j - 1]); j--) idx[j] = idx[j - 1];
+            idx[j] = x;
+        }
+        return m;
+    }
+    for (int p = m / 2 - 1; p >= 0; p--) sift_down(v, idx, m, p);
     for (int end = m - 1; end > 0; end--) {
-        swap_int(&idx[0], &idx[end]);
+        const int t = idx[0];
+        idx[0] = idx[end], idx[end] = t;
         sift_down(v, idx, end, 0);
     }
     return m;
