@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "kernels/dot.h"
 #include "kernels/kernels.h"
 
@@ -926,8 +927,45 @@ INLINE __m256 exp8(__m256 v) {
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+/* exp8 with 16 lanes (2^n by vscalefps, exact as the exponent bits) */
+KERNELS_AVX512_INLINE __m512 exp16(__m512 v) {
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f), c1 = _mm512_set1_ps(0.693359375f),
+                 c2 = _mm512_set1_ps(-2.12194440e-4f), p0 = _mm512_set1_ps(1.9875691500e-4f),
+                 p1 = _mm512_set1_ps(1.3981999507e-3f), p2 = _mm512_set1_ps(8.3334519073e-3f),
+                 p3 = _mm512_set1_ps(4.1665795894e-2f), p4 = _mm512_set1_ps(1.6666665459e-1f),
+                 p5 = _mm512_set1_ps(5.0000001201e-1f), one = _mm512_set1_ps(1.0f);
+    __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(fn, c2, _mm512_fnmadd_ps(fn, c1, v));
+    __m512 y = _mm512_fmadd_ps(p0, r, p1);
+    y = _mm512_fmadd_ps(y, r, p2);
+    y = _mm512_fmadd_ps(y, r, p3);
+    y = _mm512_fmadd_ps(y, r, p4);
+    y = _mm512_fmadd_ps(y, r, p5);
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, one));
+    return _mm512_scalef_ps(y, fn);
+}
+
+/* exp_shift_sum below, 16 lanes at a time (the softmax rows of prefill
+ * attention and of the teacher: long enough to pay for the wider unit) */
+KERNELS_AVX512 static float exp_shift_sum_512(float *x, int n, float mx) {
+    const __m512 vmx = _mm512_set1_ps(mx), lo = _mm512_set1_ps(-87.0f);
+    __m512 sum = _mm512_setzero_ps();
+    int j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 v = _mm512_sub_ps(_mm512_loadu_ps(x + j), vmx);
+        __mmask16 keep = _mm512_cmp_ps_mask(v, lo, _CMP_GE_OQ); /* false for -inf and NaN */
+        __m512 y = _mm512_maskz_mov_ps(keep, exp16(_mm512_max_ps(v, lo)));
+        _mm512_storeu_ps(x + j, y);
+        sum = _mm512_add_ps(sum, y);
+    }
+    float s = _mm512_reduce_add_ps(sum);
+    for (; j < n; j++) s += x[j] = expf(x[j] - mx);
+    return s;
+}
+
 /* exp8 of x - mx, x below mx - 87 (and -inf) giving 0 */
 TARGET static float exp_shift_sum(float *x, int n, float mx) {
+    if (n >= 64 && cpu_has_avx512vnni()) return exp_shift_sum_512(x, n, mx);
     const __m256 vmx = _mm256_set1_ps(mx), lo = _mm256_set1_ps(-87.0f);
     __m256 sum = _mm256_setzero_ps();
     int j = 0;

@@ -82,13 +82,13 @@ subq_status search_prepare(const search_layer_data *x, const float *wq, const fl
 /* Over the entries x_i = v[idx ? idx[i] : i], i < n: writes prob[i] =
  * exp(x_i - LSE(x)) (the softmax) and returns LSE(x) = log sum_i exp(x_i). */
 static float softmax_lse(const float *v, const int *idx, int n, float *prob) {
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        float x = v[idx ? idx[i] : i];
-        if (x > mx) mx = x;
-        prob[i] = x;
-    }
-    const float sum = kernels_get()->exp_shift_sum(prob, n, mx);
+    const kernels *K = kernels_get();
+    if (idx)
+        for (int i = 0; i < n; i++) prob[i] = v[idx[i]];
+    else
+        memcpy(prob, v, (size_t)n * sizeof(float));
+    const float mx = K->max_f32(prob, n, -INFINITY);
+    const float sum = K->exp_shift_sum(prob, n, mx);
     float inv = 1.0f / sum;
     for (int i = 0; i < n; i++) prob[i] *= inv;
     return mx + logf(sum);
@@ -108,7 +108,7 @@ typedef struct loss_pass {
     const subq_search_loss_params *lp;
     int ds, c0;
     const int *start;
-    const float *Qs, *Ks, *nq, *nk, *kt;
+    const float *Qs, *Ks, *nq, *nk, *inv_nk, *kt;
     float kl_scale, inv_tau, ga, gb;
     double *row_nce, *row_kl;
     unsigned char *row_ok;
@@ -123,7 +123,7 @@ static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
     const subq_search_loss_params *lp = lp_->lp;
     const int T = x->T, ds = lp_->ds, *start = lp_->start, n_sink = lp->n_sink, n_tail = lp->n_tail;
     const int kb = start[b0], nkb = b1 - kb, want_grad = lp_->D != NULL;
-    const float *Qs = lp_->Qs, *Ks = lp_->Ks, *nq = lp_->nq, *nk = lp_->nk;
+    const float *Qs = lp_->Qs, *Ks = lp_->Ks, *nq = lp_->nq, *inv_nk = lp_->inv_nk;
     teacher_block(x->q, x->k, lp_->kt, T, &x->shape, start, b0, b1, n_sink, n_tail, lp->agg, s->teacher, s->P, nkb,
                   x->attn_out ? x->v : NULL, x->attn_out);
     /* dots[t - b0][j - kb] = q_s(t) . k_s(j) */
@@ -137,7 +137,7 @@ static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
         /* z_j = d_j / (|q||k_j|) / tau;  y_j = d_j / sqrt(ds) / tau_kl */
         const float zq = lp_->inv_tau / nq[t];
         for (int i = 0; i < n; i++) {
-            s->z[i] = dot[i] * zq / nk[s0 + i];
+            s->z[i] = dot[i] * zq * inv_nk[s0 + i];
             s->y[i] = dot[i] * lp_->kl_scale;
         }
         /* InfoNCE = LSE_E(z) - LSE_P(z); zero when every key is a positive */
@@ -159,15 +159,15 @@ static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
         else
             for (int i = 0; i < npos; i++) s->sz[s->pos[i]] -= s->spos[i];
         float *Drow = lp_->D + (size_t)(t - lp_->c0) * T, *Erow = lp_->E + (size_t)(t - lp_->c0) * T;
-        float esum = 0.0f;
+        const float ga_nq = lp_->ga / nq[t];
         for (int i = 0; i < n; i++) {
-            float g1 = s->sz[i] * lp_->inv_tau;
-            float g2 = (s->r[i] - p[i]) * lp_->kl_scale;
-            float c = s->z[i] * lp->tau; /* the cosine */
-            Drow[s0 + i] = lp_->ga * g1 / (nq[t] * nk[s0 + i]) + lp_->gb * g2;
+            const float g1 = s->sz[i] * lp_->inv_tau, g2 = (s->r[i] - p[i]) * lp_->kl_scale;
+            const float c = s->z[i] * lp->tau; /* the cosine */
+            Drow[s0 + i] = ga_nq * g1 * inv_nk[s0 + i] + lp_->gb * g2;
             Erow[s0 + i] = lp_->ga * g1 * c;
-            esum += Erow[s0 + i];
         }
+        float esum = 0.0f;
+        for (int i = 0; i < n; i++) esum += Erow[s0 + i];
         /* the norm part of dq_s(t) = sum_j D_tj k_s(j) - (sum_j E_tj) q_s(t) / |q_t|^2 */
         float corr = esum / (nq[t] * nq[t]), *dq = lp_->dQ + (size_t)t * ds;
         const float *qt = Qs + (size_t)t * ds;
@@ -243,6 +243,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
     float *Qs = malloc((size_t)T * ds * sizeof(float));
     float *Ks = malloc((size_t)T * ds * sizeof(float));
     float *nq = malloc((size_t)T * sizeof(float)), *nk = malloc((size_t)T * sizeof(float));
+    float *inv_nk = malloc((size_t)T * sizeof(float));
     float *kt = malloc((size_t)T * x->shape.n_head_kv * x->shape.head_dim * sizeof(float));
     double *row_nce = calloc((size_t)T, sizeof(double)), *row_kl = calloc((size_t)T, sizeof(double));
     unsigned char *row_ok = calloc((size_t)T, 1);
@@ -255,7 +256,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         E = malloc((size_t)R * T * sizeof(float));
     }
     subq_status st = SUBQ_OK;
-    if (!start || !Qs || !Ks || !nq || !nk || !kt || !row_nce || !row_kl || !row_ok ||
+    if (!start || !Qs || !Ks || !nq || !nk || !inv_nk || !kt || !row_nce || !row_kl || !row_ok ||
         (want_grad && (!dQ || !dK || !D || !E))) {
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search losses (T = %d)", T);
         goto done;
@@ -270,10 +271,11 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
         }
         nq[t] = sqrtf(a + NORM_EPS);
         nk[t] = sqrtf(b + NORM_EPS);
+        inv_nk[t] = 1.0f / nk[t];
     }
 
     loss_pass pass = {
-        .x = x, .lp = lp, .ds = ds, .start = start, .Qs = Qs, .Ks = Ks, .nq = nq, .nk = nk, .kt = kt,
+        .x = x, .lp = lp, .ds = ds, .start = start, .Qs = Qs, .Ks = Ks, .nq = nq, .nk = nk, .inv_nk = inv_nk, .kt = kt,
         .kl_scale = 1.0f / (sqrtf((float)ds) * lp->tau_kl), .inv_tau = 1.0f / lp->tau,
         .ga = lp->alpha * grad_scale, .gb = lp->beta * grad_scale,
         .row_nce = row_nce, .row_kl = row_kl, .row_ok = row_ok, .D = D, .E = E, .dQ = dQ, .dK = dK,
@@ -355,6 +357,7 @@ done:
     free(Ks);
     free(nq);
     free(nk);
+    free(inv_nk);
     free(kt);
     free(row_nce);
     free(row_kl);
