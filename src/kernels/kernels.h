@@ -133,6 +133,10 @@ typedef struct kernels {
     int (*index_at_least)(const float *x, int n, float t, int32_t *idx);
     /* x[j] = exp(x[j] - mx) (exp(-inf) = 0), returns the sum */
     float (*exp_shift_sum)(float *x, int n, float mx);
+    /* sum over i with p[i] > 0 of p[i] (log p[i] - y[i] + shift), summed in
+     * double: KL(p || softmax(y)) with shift = LSE(y) (p below FLT_MIN,
+     * whose terms are below 1e-36, may count as 0) */
+    double (*kl_sum)(const float *p, const float *y, float shift, int n);
     /* g[i] = silu(g[i]) u[i] = g[i] / (1 + exp(-g[i])) u[i]: SwiGLU */
     void (*silu_mul)(float *g, const float *u, size_t n);
     /* max(init, x[0..n)), NaN elements passed over: a softmax row's shift */

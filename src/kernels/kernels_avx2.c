@@ -8,6 +8,7 @@
  * so they use separate mul and sub (never FMA) in the reference's order; the
  * library is built as ISO C, where GCC does not contract a*b-c into an FMA
  * on its own. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -981,6 +982,55 @@ TARGET static float exp_shift_sum(float *x, int n, float mx) {
     return s;
 }
 
+/* log(x) for normal x > 0 as in Cephes logf: x = m 2^e with m in
+ * [sqrt(1/2), sqrt(2)), log(m) = (m - 1) - (m - 1)^2 / 2 + (m - 1)^3 P(m - 1)
+ * (relative error ~1e-7), plus e ln 2 in two parts. */
+INLINE __m256 log8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
+    __m256i xi = _mm256_castps_si256(x);
+    __m256 e = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(xi, 23), _mm256_set1_epi32(126)));
+    __m256 m = _mm256_castsi256_ps( /* mantissa in [0.5, 1) */
+        _mm256_or_si256(_mm256_and_si256(xi, _mm256_set1_epi32(0x007FFFFF)), _mm256_set1_epi32(0x3F000000)));
+    const __m256 small = _mm256_cmp_ps(m, _mm256_set1_ps(0.707106781186547524f), _CMP_LT_OQ);
+    e = _mm256_sub_ps(e, _mm256_and_ps(one, small));
+    m = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(m, small)), one);
+    const __m256 z = _mm256_mul_ps(m, m);
+    __m256 y = _mm256_set1_ps(7.0376836292E-2f);
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(-1.1514610310E-1f));
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(1.1676998740E-1f));
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(-1.2420140846E-1f));
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(1.4249322787E-1f));
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(-1.6668057665E-1f));
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(2.0000714765E-1f));
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(-2.4999993993E-1f));
+    y = _mm256_fmadd_ps(y, m, _mm256_set1_ps(3.3333331174E-1f));
+    y = _mm256_mul_ps(_mm256_mul_ps(y, m), z);
+    y = _mm256_fmadd_ps(e, _mm256_set1_ps(-2.12194440e-4f), y);
+    y = _mm256_fnmadd_ps(z, half, y);
+    return _mm256_fmadd_ps(e, _mm256_set1_ps(0.693359375f), _mm256_add_ps(m, y));
+}
+
+/* kl_sum: the terms in float, 8 at a time, summed in double */
+TARGET static double kl_sum(const float *p, const float *y, float shift, int n) {
+    const __m256 tiny = _mm256_set1_ps(FLT_MIN), vs = _mm256_set1_ps(shift);
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 pv = _mm256_loadu_ps(p + i);
+        const __m256 keep = _mm256_cmp_ps(pv, tiny, _CMP_GE_OQ);
+        const __m256 lp = log8(_mm256_max_ps(pv, tiny));
+        const __m256 t = _mm256_and_ps(_mm256_mul_ps(pv, _mm256_add_ps(_mm256_sub_ps(lp, _mm256_loadu_ps(y + i)), vs)), keep);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(t)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(t, 1)));
+    }
+    double lanes[4], s = 0.0;
+    _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
+    for (int l = 0; l < 4; l++) s += lanes[l];
+    for (; i < n; i++)
+        if (p[i] > 0.0f) s += (double)p[i] * ((double)logf(p[i]) - (double)y[i] + (double)shift);
+    return s;
+}
+
 /* g / (1 + exp(-g)) * u, exp's argument clamped to [-87, 87]: beyond, the
  * result is g * u to float precision, or below 1e-35 |g u| where it is ~0 */
 TARGET static void silu_mul(float *g, const float *u, size_t n) {
@@ -1096,6 +1146,7 @@ const kernels kernels_avx2_set = {
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
+    .kl_sum = kl_sum,
     .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,

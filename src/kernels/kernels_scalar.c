@@ -230,6 +230,13 @@ static float exp_shift_sum(float *x, int n, float mx) {
     return s;
 }
 
+static double kl_sum(const float *p, const float *y, float shift, int n) {
+    double s = 0.0;
+    for (int i = 0; i < n; i++)
+        if (p[i] > 0.0f) s += (double)p[i] * ((double)logf(p[i]) - (double)y[i] + (double)shift);
+    return s;
+}
+
 static void silu_mul(float *g, const float *u, size_t n) {
     for (size_t j = 0; j < n; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
 }
@@ -452,6 +459,7 @@ const kernels kernels_scalar_set = {
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
+    .kl_sum = kl_sum,
     .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,

@@ -147,10 +147,7 @@ static void loss_rows(const loss_pass *lp_, int b0, int b1, row_scratch *s) {
         lp_->row_nce[t] = npos < n ? (double)lse_e - (double)lse_p : 0.0;
         /* KL(p || r) = sum_j p_j (log p_j - log r_j), log r_j = y_j - LSE(y) */
         float lse_y = softmax_lse(s->y, NULL, n, s->r);
-        double kl = 0.0;
-        for (int i = 0; i < n; i++)
-            if (p[i] > 0.0f) kl += (double)p[i] * ((double)logf(p[i]) - ((double)s->y[i] - lse_y));
-        lp_->row_kl[t] = kl;
+        lp_->row_kl[t] = kernels_get()->kl_sum(p, s->y, lse_y, n);
         if (!want_grad) continue;
 
         /* dL/dc_j = (softmax_E(z)_j - [j in P] softmax_P(z)_j) / tau;  dK/dd_j = (r_j - p_j) kl_scale */
