@@ -319,6 +319,27 @@ static void check_exp(const char *name, const kernels *K) {
         CHECK(worst_k < 1e-6, "%s kl_sum: worst error relative to the sum of |terms| %.2e", name, worst_k);
         printf("%s: kl_sum %.2e\n", name, worst_k);
     }
+    /* exp_f64, log_f64 against libm over [-700, 700] and (0, 1e300], every
+     * tail length */
+    {
+        enum { ND = 203 };
+        double e[ND], l[ND], worst_d = 0;
+        for (int n = 0; n <= ND; n += n < 12 ? 1 : 64) {
+            for (int j = 0; j < n; j++) {
+                e[j] = -700.0 + 1400.0 * j / ND;
+                l[j] = pow(10.0, -300.0 + 600.0 * j / ND);
+            }
+            K->exp_f64(e, n);
+            K->log_f64(l, n);
+            for (int j = 0; j < n; j++) {
+                const double we = exp(-700.0 + 1400.0 * j / ND), wl = log(pow(10.0, -300.0 + 600.0 * j / ND));
+                worst_d = fmax(worst_d, fabs(e[j] - we) / we);
+                worst_d = fmax(worst_d, fabs(l[j] - wl) / fmax(fabs(wl), 1e-300));
+            }
+        }
+        CHECK(worst_d < 1e-14, "%s exp_f64/log_f64: worst relative error %.2e", name, worst_d);
+        printf("%s: exp_f64/log_f64 %.2e\n", name, worst_d);
+    }
     /* max: every length up to 70 and a long row, the maximum at each place,
      * -inf and NaN elements passed over, the initial value kept when larger */
     for (int n = 0; n <= 70; n++) {

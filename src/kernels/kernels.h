@@ -137,6 +137,10 @@ typedef struct kernels {
      * double: KL(p || softmax(y)) with shift = LSE(y) (p below FLT_MIN,
      * whose terms are below 1e-36, may count as 0) */
     double (*kl_sum)(const float *p, const float *y, float shift, int n);
+    /* x[i] = exp(x[i]), x[i] = log(x[i]) in double, in place (AVX2: glibc's
+     * vector math, within 4 ulp) */
+    void (*exp_f64)(double *x, int n);
+    void (*log_f64)(double *x, int n);
     /* g[i] = silu(g[i]) u[i] = g[i] / (1 + exp(-g[i])) u[i]: SwiGLU */
     void (*silu_mul)(float *g, const float *u, size_t n);
     /* max(init, x[0..n)), NaN elements passed over: a softmax row's shift */

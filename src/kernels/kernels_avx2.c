@@ -1031,6 +1031,23 @@ TARGET static double kl_sum(const float *p, const float *y, float shift, int n) 
     return s;
 }
 
+/* glibc's libmvec, 4 doubles a call (the x86-64 vector function ABI's AVX2
+ * variants of exp and log) */
+__m256d _ZGVdN4v_exp(__m256d x);
+__m256d _ZGVdN4v_log(__m256d x);
+
+TARGET static void exp_f64(double *x, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(x + i, _ZGVdN4v_exp(_mm256_loadu_pd(x + i)));
+    for (; i < n; i++) x[i] = exp(x[i]);
+}
+
+TARGET static void log_f64(double *x, int n) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) _mm256_storeu_pd(x + i, _ZGVdN4v_log(_mm256_loadu_pd(x + i)));
+    for (; i < n; i++) x[i] = log(x[i]);
+}
+
 /* g / (1 + exp(-g)) * u, exp's argument clamped to [-87, 87]: beyond, the
  * result is g * u to float precision, or below 1e-35 |g u| where it is ~0 */
 TARGET static void silu_mul(float *g, const float *u, size_t n) {
@@ -1147,6 +1164,8 @@ const kernels kernels_avx2_set = {
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
     .kl_sum = kl_sum,
+    .exp_f64 = exp_f64,
+    .log_f64 = log_f64,
     .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,

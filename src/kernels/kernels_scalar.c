@@ -237,6 +237,14 @@ static double kl_sum(const float *p, const float *y, float shift, int n) {
     return s;
 }
 
+static void exp_f64(double *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = exp(x[i]);
+}
+
+static void log_f64(double *x, int n) {
+    for (int i = 0; i < n; i++) x[i] = log(x[i]);
+}
+
 static void silu_mul(float *g, const float *u, size_t n) {
     for (size_t j = 0; j < n; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
 }
@@ -460,6 +468,8 @@ const kernels kernels_scalar_set = {
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
     .kl_sum = kl_sum,
+    .exp_f64 = exp_f64,
+    .log_f64 = log_f64,
     .max_f32 = max_f32,
     .gather_dot_f32 = gather_dot_f32,
     .gather_dot_f16 = gather_dot_f16,

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "kernels/kernels.h"
 #include "complete/phi_net.h"
 
 /* Below this Z_tj the shifted features of a pair barely overlap; the pair
@@ -69,7 +70,9 @@ double phi_teacher_level(const phi_dims *d, const float *q, const float *k, cons
                 s[j - lo] = dot * scale;
                 mx = s[j - lo] > mx ? s[j - lo] : mx;
             }
-            for (int j = 0; j <= hi - lo; j++) z += exp(s[j] - mx);
+            for (int j = 0; j <= hi - lo; j++) s[j] -= mx;
+            kernels_get()->exp_f64(s, hi - lo + 1);
+            for (int j = 0; j <= hi - lo; j++) z += s[j];
             sum += mx + log(z) - log((double)(hi - lo + 1));
             n++;
         }
@@ -98,10 +101,15 @@ static double query_loss(const double *s, const double *sh, int n, const subq_ph
     rhmax -= smax;
     /* r_j = s_j - smax (max 0), rh_j = sh_j - smax (max rhmax);
      * er_j = e^{r_j/tau}, eh_j = e^{(rh_j - rhmax)/tau}: p = er/zr, ph = eh/zh */
+    const kernels *K = kernels_get();
     double zr = 0.0, zh = 0.0;
     for (int j = 0; j < n; j++) {
-        er[j] = exp((s[j] - smax) * itau);
-        eh[j] = exp((sh[j] - smax - rhmax) * itau);
+        er[j] = (s[j] - smax) * itau;
+        eh[j] = (sh[j] - smax - rhmax) * itau;
+    }
+    K->exp_f64(er, n);
+    K->exp_f64(eh, n);
+    for (int j = 0; j < n; j++) {
         zr += er[j];
         zh += eh[j];
     }
@@ -140,8 +148,13 @@ static double query_loss(const double *s, const double *sh, int n, const subq_ph
         double zr1 = 0.0;
         zh1 = 0.0;
         for (int j = 0; j < n; j++) {
-            zr1 += exp(s[j] - smax);
-            eh[j] = exp(sh[j] - smax - rhmax);
+            er[j] = s[j] - smax;
+            eh[j] = sh[j] - smax - rhmax;
+        }
+        K->exp_f64(er, n);
+        K->exp_f64(eh, n);
+        for (int j = 0; j < n; j++) {
+            zr1 += er[j];
             zh1 += eh[j];
         }
         lse_r = log(zr1);
@@ -240,9 +253,11 @@ static int pair_head(const phi_dims *d, const subq_phi_loss_params *p, int T, co
                 continue;
             }
             /* sh_j = mq_t + mk_j + log Z_tj, or LSE_f(lq_t[f] + lk_j[f]) directly */
+            memcpy(sh, zrow + lo[t], (size_t)n * sizeof(double));
+            kernels_get()->log_f64(sh, n); /* (the direct rows' logs are replaced below) */
             for (int j = lo[t]; j <= hi[t]; j++) {
                 if (zrow[j] >= Z_DIRECT) {
-                    sh[j - lo[t]] = mq[t] + mk[j] + log(zrow[j]);
+                    sh[j - lo[t]] += mq[t] + mk[j];
                 } else {
                     double mx = -INFINITY, acc = 0.0;
                     for (int f = 0; f < F; f++) {

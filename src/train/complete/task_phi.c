@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "kernels/kernels.h"
 #include "model/derived.h"
 #include "quant/types.h"
 #include "train/task.h"
@@ -72,11 +73,13 @@ static subq_status student_level(const phi_maps *p, int layer, const float *q, c
     const phi_dims *d = &p->dims;
     const int D = d->head_dim, F = d->d_phi, nh = d->n_head, nkv = d->n_head_kv, grp = nh / nkv;
     float *lk = malloc((size_t)T * nkv * F * sizeof(float)), *lq = malloc((size_t)F * sizeof(float));
-    double *sh = malloc((size_t)T * sizeof(double));
-    if (!lk || !lq || !sh) {
+    double *sh = malloc((size_t)T * sizeof(double)), *e = malloc((size_t)F * sizeof(double));
+    const kernels *K = kernels_get();
+    if (!lk || !lq || !sh || !e) {
         free(lk);
         free(lq);
         free(sh);
+        free(e);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
     for (int t = 0; t < T; t++)
@@ -97,11 +100,15 @@ static subq_status student_level(const phi_maps *p, int layer, const float *q, c
                 const float *kj = lk + ((size_t)j * nkv + h / grp) * F;
                 double m2 = -INFINITY, acc = 0.0;
                 for (int f = 0; f < F; f++) m2 = lq[f] + kj[f] > m2 ? lq[f] + kj[f] : m2;
-                for (int f = 0; f < F; f++) acc += exp((double)lq[f] + kj[f] - m2);
+                for (int f = 0; f < F; f++) e[f] = (double)lq[f] + kj[f] - m2;
+                K->exp_f64(e, F);
+                for (int f = 0; f < F; f++) acc += e[f];
                 sh[j - lo] = m2 + log(acc);
                 mx = sh[j - lo] > mx ? sh[j - lo] : mx;
             }
-            for (int j = 0; j <= hi - lo; j++) z += exp(sh[j] - mx);
+            for (int j = 0; j <= hi - lo; j++) sh[j] -= mx;
+            K->exp_f64(sh, hi - lo + 1);
+            for (int j = 0; j <= hi - lo; j++) z += sh[j];
             sum += mx + log(z) - log((double)(hi - lo + 1));
             cnt++;
         }
@@ -109,6 +116,7 @@ static subq_status student_level(const phi_maps *p, int layer, const float *q, c
     free(lk);
     free(lq);
     free(sh);
+    free(e);
     *out = cnt ? sum / (double)cnt : 0.0;
     return SUBQ_OK;
 }
