@@ -908,41 +908,34 @@ TARGET static float max_f32(const float *x, int n, float mx) {
 }
 
 /* exp(v) for v in [-87, 88] as in Cephes expf: v = n ln2 + r with |r| <=
- * ln2/2, exp(r) by a degree-6 polynomial (relative error ~1e-7), times 2^n
- * built in the exponent bits. */
+ * ln2/2 (ln2 in two parts), exp(r) = 1 + r + r^2 P(r) with P of degree 5
+ * (relative error ~1e-7), times 2^n built in the exponent bits. */
+enum { EXP_LOG2E, EXP_LN2_HI, EXP_LN2_LO, EXP_P0 };
+static const float exp_consts[EXP_P0 + 6] = {1.44269504088896341f, 0.693359375f, -2.12194440e-4f,
+                                             1.9875691500e-4f,     1.3981999507e-3f, 8.3334519073e-3f,
+                                             4.1665795894e-2f,     1.6666665459e-1f, 5.0000001201e-1f};
+
 INLINE __m256 exp8(__m256 v) {
-    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f), c1 = _mm256_set1_ps(0.693359375f),
-                 c2 = _mm256_set1_ps(-2.12194440e-4f), p0 = _mm256_set1_ps(1.9875691500e-4f),
-                 p1 = _mm256_set1_ps(1.3981999507e-3f), p2 = _mm256_set1_ps(8.3334519073e-3f),
-                 p3 = _mm256_set1_ps(4.1665795894e-2f), p4 = _mm256_set1_ps(1.6666665459e-1f),
-                 p5 = _mm256_set1_ps(5.0000001201e-1f), one = _mm256_set1_ps(1.0f);
-    __m256 fn = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(fn, c2, _mm256_fnmadd_ps(fn, c1, v));
-    __m256 y = _mm256_fmadd_ps(p0, r, p1);
-    y = _mm256_fmadd_ps(y, r, p2);
-    y = _mm256_fmadd_ps(y, r, p3);
-    y = _mm256_fmadd_ps(y, r, p4);
-    y = _mm256_fmadd_ps(y, r, p5);
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+    __m256 fn = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(exp_consts[EXP_LOG2E])),
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(exp_consts[EXP_LN2_LO]),
+                                _mm256_fnmadd_ps(fn, _mm256_set1_ps(exp_consts[EXP_LN2_HI]), v));
+    __m256 y = _mm256_set1_ps(exp_consts[EXP_P0]);
+    UNROLL for (int i = 1; i < 6; i++) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(exp_consts[EXP_P0 + i]));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fn), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
 /* exp8 with 16 lanes (2^n by vscalefps, exact as the exponent bits) */
 KERNELS_AVX512_INLINE __m512 exp16(__m512 v) {
-    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f), c1 = _mm512_set1_ps(0.693359375f),
-                 c2 = _mm512_set1_ps(-2.12194440e-4f), p0 = _mm512_set1_ps(1.9875691500e-4f),
-                 p1 = _mm512_set1_ps(1.3981999507e-3f), p2 = _mm512_set1_ps(8.3334519073e-3f),
-                 p3 = _mm512_set1_ps(4.1665795894e-2f), p4 = _mm512_set1_ps(1.6666665459e-1f),
-                 p5 = _mm512_set1_ps(5.0000001201e-1f), one = _mm512_set1_ps(1.0f);
-    __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(fn, c2, _mm512_fnmadd_ps(fn, c1, v));
-    __m512 y = _mm512_fmadd_ps(p0, r, p1);
-    y = _mm512_fmadd_ps(y, r, p2);
-    y = _mm512_fmadd_ps(y, r, p3);
-    y = _mm512_fmadd_ps(y, r, p4);
-    y = _mm512_fmadd_ps(y, r, p5);
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, one));
+    __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(exp_consts[EXP_LOG2E])),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(exp_consts[EXP_LN2_LO]),
+                                _mm512_fnmadd_ps(fn, _mm512_set1_ps(exp_consts[EXP_LN2_HI]), v));
+    __m512 y = _mm512_set1_ps(exp_consts[EXP_P0]);
+    UNROLL for (int i = 1; i < 6; i++) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(exp_consts[EXP_P0 + i]));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
     return _mm512_scalef_ps(y, fn);
 }
 
@@ -1033,8 +1026,8 @@ TARGET static double kl_sum(const float *p, const float *y, float shift, int n) 
 
 /* glibc's libmvec, 4 doubles a call (the x86-64 vector function ABI's AVX2
  * variants of exp and log) */
-__m256d _ZGVdN4v_exp(__m256d x);
-__m256d _ZGVdN4v_log(__m256d x);
+TARGET __m256d _ZGVdN4v_exp(__m256d x);
+TARGET __m256d _ZGVdN4v_log(__m256d x);
 
 TARGET static void exp_f64(double *x, int n) {
     int i = 0;
