@@ -74,8 +74,6 @@ static void prefetch_row(const void *row, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o, 0, 3);
 }
 
-/* The key (values = 0) or value row of a slot */
-
 /* Rows slots[j0 .. j0 + nb) of n side by side into dst, each asking for the
  * row GATHER_WINDOW further on (the first window: gather_start) */
 static void gather_block(const kv_cache *kv, int layer, int kv_head, int values, const int *slots, int j0, int nb,
@@ -291,9 +289,10 @@ static void doc_starts(const kv_cache *kv, int slot0, int n, int32_t *first) {
 
 /* One block of queries: tokens [t0, t1) of one KV head, rows r = (t - t0) g
  * + i for its g query heads, keys from the block's earliest document start
- * to slot0 + t1 (K, V: f32 rows from k_lo <= that start). S = scale Q K^T by sgemm, each row masked to its own slots, the
- * extra slots scored beside it (E), one softmax over both, O = S V + E V_extra,
- * scaled by 1 / sum at the end. */
+ * to slot0 + t1 (K, V: f32 rows from k_lo <= that start). S = scale Q K^T
+ * by sgemm, each row masked to its own slots, the extra slots scored beside
+ * it (E), one softmax over both, O = S V + E V_extra, scaled by 1 / sum at
+ * the end. */
 /* A thread's scratch, one allocation at q. */
 typedef struct batch_scratch {
     float *q, *s, *o, *e, *inv;

@@ -102,9 +102,10 @@ subq_status train_capture_run(train_capture *cap, subq_context *ctx, const int32
     cap->seam_stage = (attn_stage){.name = "teacher seam", .forward = seam_forward};
     cap->seam = seam;
     cap->seam_user = seam_user;
+    cap->n_fused = 0;
     for (int l = 0; in_forward && l < last; l++) {
         cap->saved_stages[l] = ctx->stages[l];
-        if (cap->sel_of_layer[l] >= 0) ctx->stages[l] = &cap->seam_stage;
+        if (cap->sel_of_layer[l] >= 0) ctx->stages[l] = &cap->seam_stage, cap->n_fused++;
     }
     subq_status s = context_forward(ctx, tok, n, pos, seg, NULL, 0, err);
     for (int l = 0; in_forward && l < last; l++) ctx->stages[l] = cap->saved_stages[l];

@@ -31,6 +31,7 @@ typedef struct train_capture {
     int *layers;         /* [n_sel] */
     float **h, **q, **k, **v; /* [n_sel] -> [cap_rows][d | dq | dk | dk]; one allocation at h[i] */
     int n_rows;          /* rows captured by the last run */
+    int n_fused;         /* target layers whose attention the seam gave in the last run */
     /* the stage standing in for a target layer's attention (seam_forward) */
     attn_stage seam_stage;
     attn_stage **saved_stages; /* [n_layer]: the context's, while the seam stands in */

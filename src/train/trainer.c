@@ -276,8 +276,8 @@ static double forward_flops(const trainer *t) {
     }
     int last = 0;
     for (int i = 0; i < t->n_sel; i++) last = t->layers[i] > last ? t->layers[i] : last;
-    const int fused = t->task.ops->layer_loss && t->n <= subq_context_n_batch(t->ctx) ? t->n_sel - 1 : 0;
-    return last * (2.0 * layer_params * t->n + 4.0 * dq * causal) - fused * 2.0 * dq * causal + 2.0 * qkv * t->n;
+    return last * (2.0 * layer_params * t->n + 4.0 * dq * causal) - t->cap->n_fused * 2.0 * dq * causal +
+           2.0 * qkv * t->n;
 }
 
 /* One optimiser step over batch x grad_accum sequences (this rank's share
