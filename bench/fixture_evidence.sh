@@ -4,13 +4,23 @@
 # training text, then fidelity (subq eval) and needle recall (subq recall)
 # on WikiText-2 test, which the fixture never saw.
 # Usage: bench/fixture_evidence.sh DIR STAGE...
-#   STAGE: data | search | phi | eval | recall | all (in that order)
+#   STAGE: data | search | phi | eval | recall | all (in that order), and for
+#   the search space that rotates by position (issue 42):
+#   rope_search | rope_eval | rope_length | rope_phi | rope_recall | rope (all five)
 #   data    rebuilds the fixture's training text into DIR/corpus.jsonl (~1 min)
 #   search  train-search, reserve 0 (layers 1-7)
 #   phi     train-phi on layers 1-7
 #   eval    subq eval at 4096-token windows, K 64/128/256, every selector,
 #           selection only and with completion, per layer at K 64
 #   recall  passkey, niah-multikey, niah-multivalue grids with dense prefill; passkey sparse
+#   rope_search  train-search, d_search 128, the last 64 dims rotated by position, 4096-token
+#           sequences, batch 4 (~4.3M tokens)
+#   rope_eval    subq eval, 16 windows of 4096: the rotated space beside the position-free one
+#           and every baseline, K 64/128/256
+#   rope_length  trained at 1024, evaluated at 4096: as it is, with position interpolation,
+#           and after a short run at 4096 (--init), against training at 4096
+#   rope_phi     train-phi at 4096 tokens; eval exact@64 with and without the completion
+#   rope_recall  passkey grids, dense and sparse prefill, with the rotated space
 # Environment: SUBQ (binary, default ./build/subq), SHARED (default ../shared),
 # THREADS (default 2), WINDOWS (eval windows, default 4 as in BENCHMARKS.md).
 # Outputs (JSON, logs, SVG charts) go under DIR; BENCHMARKS.md quotes them
@@ -109,10 +119,68 @@ recall_grid() {
         --json "$@" > "$D/$name.json"
 }
 
+# ---- the search space that rotates by position (issue 42) -------------------
+
+# 320 steps of 4 packed 4096-token sequences (~4.3M tokens), d_search 128 with
+# its last 64 dims rotated (base 10000), as the independent study of the issue
+stage_rope_search() {
+    local out=$D/search_rope.gguf
+    timed "train-search rope" "$B" train-search -m "$M" -f "$D/corpus.jsonl" --reserve 0 --d-search 128 \
+        --rope-dims 64 --seq 4096 --batch 4 --steps 320 --warmup 30 --lr 3e-3 --eval-every 80 --eval-tokens 32768 \
+        --save-every 16 -t "$T" -o "$out" > "$out.out" 2>&1
+}
+
+stage_rope_eval() {
+    local p=$D/search_rope.gguf
+    run_eval rope "$p" 1-7 --windows 16 --selectors exact,hnsw,quest,oracle,window --k-sweep 64,128,256 \
+        --compare exact@64,oracle@64 --static-split 0
+    run_eval rope_flat "$(dirname "$0")/../tests/models/fixture-4k-search.gguf" 1-7 --windows 16 --selectors exact \
+        --k-sweep 64,128,256 --static-split 0
+}
+
+# Train short, serve 4x longer: 104 steps of 4 x 1024 tokens (~0.42M), then
+# evaluated at 4096 as it is, with positions x 1/4 (position interpolation),
+# and after 32 steps of 4 x 4096 tokens started from it (--init)
+stage_rope_length() {
+    local p1=$D/search_rope_1k.gguf p2=$D/search_rope_1k_ft.gguf
+    timed "train-search rope 1024" "$B" train-search -m "$M" -f "$D/corpus.jsonl" --reserve 0 --d-search 128 \
+        --rope-dims 64 --seq 1024 --batch 4 --steps 104 --warmup 10 --lr 3e-3 --eval-every 0 --eval-tokens 32768 \
+        --save-every 16 -t "$T" -o "$p1" > "$p1.out" 2>&1
+    timed "train-search rope 1024 + 4096" "$B" train-search -m "$M" -f "$D/corpus.jsonl" --reserve 0 \
+        --d-search 128 --rope-dims 64 --init "$p1" --seq 4096 --batch 4 --steps 32 --warmup 4 --lr 1e-3 \
+        --eval-every 0 --eval-tokens 32768 --save-every 8 -t "$T" -o "$p2" > "$p2.out" 2>&1
+    run_eval len_1k "$p1" 1-7 --windows 16 --selectors exact --k-sweep 64 --static-split 0
+    run_eval len_1k_pi "$p1" 1-7 --windows 16 --selectors exact --k-sweep 64 --static-split 0 --search-rope-scale 0.25
+    run_eval len_1k_ft "$p2" 1-7 --windows 16 --selectors exact --k-sweep 64 --static-split 0
+    run_eval len_1k_at1k "$p1" 1-7 -c 1024 --windows 64 --selectors exact --k-sweep 64 --static-split 0
+    run_eval len_4k_at1k "$D/search_rope.gguf" 1-7 -c 1024 --windows 64 --selectors exact --k-sweep 64 --static-split 0
+}
+
+stage_rope_phi() {
+    timed "train-phi 4096" "$B" train-phi -m "$M" -f "$D/corpus.jsonl" --layers 1-7 --seq 4096 --steps 150 \
+        --lr 3e-3 --warmup 15 --l-kl 0.9 --eval-every 50 --eval-tokens 16384 --save-every 25 -t "$T" \
+        -o "$D/phi4k.gguf" > "$D/phi4k.out" 2>&1
+    run_eval rope_phi4k "$D/search_rope.gguf" 1-7 --windows 16 --selectors exact,window --k-sweep 64 \
+        --complete "$D/phi4k.gguf" --static-split 0
+}
+
+stage_rope_recall() {
+    local name
+    for name in dense sparse; do
+        mkdir -p "$D/rope_recall_$name"
+        timed "rope_recall_$name" "$B" recall -m "$M" --haystack "$W" --task passkey --lengths 1024,2048,4096 \
+            --depths 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --trials 4 --max-new 16 \
+            --methods full,exact@64,exact@128,hnsw@64,window@64 --search "$D/search_rope.gguf" --sparse-layers 1-7 \
+            -t "$T" --svg-dir "$D/rope_recall_$name" --json $([ $name = sparse ] && echo --sparse-prefill) \
+            > "$D/rope_recall_$name.json"
+    done
+}
+
 for stage in "$@"; do
     case $stage in
-    data | search | phi | eval | recall) "stage_$stage" ;;
+    data | search | phi | eval | recall | rope_search | rope_eval | rope_length | rope_phi | rope_recall) "stage_$stage" ;;
     all) stage_data && stage_search && stage_phi && stage_eval && stage_recall ;;
-    *) echo "unknown stage $stage (data, search, phi, eval, recall, all)" >&2 && exit 2 ;;
+    rope) stage_rope_search && stage_rope_eval && stage_rope_length && stage_rope_phi && stage_rope_recall ;;
+    *) echo "unknown stage $stage (data, search, phi, eval, recall, all; rope_search, rope_eval, rope_length, rope_phi, rope_recall, rope)" >&2 && exit 2 ;;
     esac
 done

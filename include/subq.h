@@ -424,6 +424,15 @@ int subq_search_has_layer(const subq_search *s, int layer);
 /* The top-K a merged model file asks for ({arch}.attention.indexer.top_k);
  * 0 when the projections carry none. */
 int subq_search_top_k(const subq_search *s);
+/* The rotary part of the search space: the last rope_dims dims of q_s and
+ * k_s rotate by the token's position (angles pos * rope_scale *
+ * rope_base^(-2i/rope_dims); 0 dims: position-free), as the file says. Set
+ * changes it before a plan uses s: position interpolation when serving past
+ * the trained length (rope_scale 1/4 at 4x the length), or a rotated
+ * stand-in for speed tests. SUBQ_ERR_ARG when the values do not fit (dims
+ * odd or above d_search, base <= 1, scale <= 0). */
+void subq_search_get_rope(const subq_search *s, int *rope_dims, float *rope_base, float *rope_scale);
+subq_status subq_search_set_rope(subq_search *s, int rope_dims, float rope_base, float rope_scale, subq_error *err);
 
 /* ---- search projections inside model files --------------------------- */
 
@@ -447,6 +456,8 @@ typedef struct subq_search_info {
     int top_k;             /* merged: {arch}.attention.indexer.top_k; 0 when absent */
     char type[8];          /* element type of the matrices ("f32", "f16", "q8_0", ...; "mixed") */
     char arch[32];         /* merged: the model's architecture ("qwen3", ...) */
+    int rope_dims;         /* the last rope_dims dims of the search space rotate by position (0: none) */
+    float rope_base, rope_scale; /* its frequency base and position scale (when rope_dims > 0) */
 } subq_search_info;
 subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_error *err);
 
@@ -844,6 +855,15 @@ typedef struct subq_search_loss_params {
 typedef struct subq_train_search_params {
     subq_train_params train;         /* 1000 steps, lr 1e-4, wd 0.01, warmup 100, eval/save every 200, eval_tokens 32768 */
     int d_search;               /* 32 (128 is the better choice for d_model >= 1024) */
+    /* position in the search space: the last rope_dims of the d_search dims
+     * of q_s and k_s rotate by the token's position in its document, at
+     * angles pos * rope_scale * rope_base^(-2i/rope_dims), as RoPE does */
+    int rope_dims;              /* -1 (default): half of d_search; 0: position-free */
+    float rope_base, rope_scale;     /* 10000, 1 */
+    /* start from the projections of this file (same width, layers and
+     * rotation; e.g. trained at a shorter --seq) instead of random ones;
+     * NULL: random. A resumed run takes its checkpoint's weights. */
+    const char *init_from;
     subq_search_loss_params loss;    /* tau .07, tau_kl 1, alpha 1, beta 1, k_pos 16, max, n_sink 4, n_tail 16;
                                  * n_sink / n_tail also restrict the evaluation's key set */
     float init_std;             /* 0.02 */

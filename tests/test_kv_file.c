@@ -359,6 +359,26 @@ int main(void) {
     test_old_layout(2);
     test_refusals();
     test_kill();
+    /* a search space whose last dims rotate by position: the file keeps the
+     * rotated keys and resumes alike; the same matrices unrotated are
+     * another plan for it */
+    subq_search *flat = search;
+    if (subq_search_random(model, "all", 16, 11, &search, &err) || subq_search_set_rope(search, 8, 100.0f, 1.0f, &err)) {
+        fprintf(stderr, "FAIL rotated search: %s\n", err.msg);
+        return 1;
+    }
+    test_same_logits_and_resume(SUBQ_SELECT_EXACT);
+    {
+        char file[700];
+        path_of(file, sizeof file, "sparse.kv");
+        subq_status st;
+        subq_context *c = open_ctx(file, SUBQ_SELECT_EXACT, flat, SUBQ_KV_F16, N_CTX, &st, &err);
+        CHECK(!c && st == SUBQ_ERR_MISMATCH, "a file of rotated search keys must refuse the unrotated space: %d %s",
+              (int)st, err.msg);
+        subq_context_free(c);
+    }
+    subq_search_free(search);
+    search = flat;
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

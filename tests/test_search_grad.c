@@ -4,7 +4,9 @@
  * random small problems with block-causal segments, GQA and both head
  * aggregations, over all causal keys and over the retrieval-eligible keys
  * only (--sink / --tail: the first n_sink keys of each document and the
- * n_tail most recent keys left out, teacher renormalised over the rest).
+ * n_tail most recent keys left out, teacher renormalised over the rest),
+ * and with the search vectors' last dims rotated by position (search_rope.h:
+ * part or all of them, positions near 0 and near 10^6).
  * Also: the loss values agree, results do not depend on the thread count or
  * the query-row chunking, top-k / teacher basics, and the restricted teacher
  * when fp32 underflows on every retrieval-eligible key. */
@@ -25,7 +27,8 @@ static pool *pools[4]; /* pools[n]: n threads (the losses run on a pool) */
 
 typedef struct problem {
     int T, d, ds, nh, nkv, hd;
-    int32_t seg[64];
+    int32_t seg[64], pos[64];
+    search_rope rope;
     float *h, *q, *k, *wq, *wk;
 } problem;
 
@@ -89,6 +92,16 @@ static double ref_objective(const problem *P, const double *wq, const double *wk
             qs[t][a] = x;
             ks[t][a] = y;
         }
+    /* the rotary part: pair i of the last n_rot dims turns by pos * scale * base^(-2i/n_rot) */
+    const search_rope *rp = &P->rope;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < rp->n_rot / 2; i++) {
+            const int a0 = ds - rp->n_rot + 2 * i;
+            const double th = P->pos[t] * rp->scale * pow(rp->base, -2.0 * i / rp->n_rot);
+            const double q0 = qs[t][a0], q1 = qs[t][a0 + 1], k0 = ks[t][a0], k1 = ks[t][a0 + 1];
+            qs[t][a0] = q0 * cos(th) - q1 * sin(th), qs[t][a0 + 1] = q0 * sin(th) + q1 * cos(th);
+            ks[t][a0] = k0 * cos(th) - k1 * sin(th), ks[t][a0 + 1] = k0 * sin(th) + k1 * cos(th);
+        }
     double nce = 0, kl = 0;
     for (int t = 0; t < T; t++) {
         int d0 = t;
@@ -147,6 +160,8 @@ static void make_problem(problem *P, int T, int nseg_break1, int nseg_break2, ui
     P->nkv = 2;
     P->hd = 3;
     for (int t = 0; t < T; t++) P->seg[t] = (t >= nseg_break1) + (t >= nseg_break2);
+    for (int t = 0; t < T; t++) P->pos[t] = t == 0 || P->seg[t] != P->seg[t - 1] ? 0 : P->pos[t - 1] + 1;
+    P->rope = (search_rope){.n_rot = 0, .base = 10000.0, .scale = 1.0};
     P->h = randn(T * P->d, 1.0f, &rng);
     P->q = randn(T * P->nh * P->hd, 1.0f, &rng);
     P->k = randn(T * P->nkv * P->hd, 1.0f, &rng);
@@ -155,7 +170,7 @@ static void make_problem(problem *P, int T, int nseg_break1, int nseg_break2, ui
 }
 
 static search_layer_data layer_of(const problem *P) {
-    search_layer_data x = {.T = P->T, .seg = P->seg, .d_model = P->d, .h = P->h, .q = P->q, .k = P->k,
+    search_layer_data x = {.T = P->T, .pos = P->pos, .seg = P->seg, .d_model = P->d, .h = P->h, .q = P->q, .k = P->k,
                            .shape = {P->nh, P->nkv, P->hd}};
     return x;
 }
@@ -167,7 +182,7 @@ static void grad_check(const char *name, const problem *P, const subq_search_los
     float *gq = calloc((size_t)n, sizeof(float)), *gk = calloc((size_t)n, sizeof(float));
     search_loss_sums sums;
     subq_error err = {0};
-    subq_status s = search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, gq, gk, &sums, 0, pools[2], &err);
+    subq_status s = search_loss_layer(&x, P->wq, P->wk, P->ds, &P->rope, lp, 1.0f, gq, gk, &sums, 0, pools[2], &err);
     CHECK(s == SUBQ_OK, "%s: search_loss_layer failed: %s", name, err.msg);
 
     double *wq = malloc(n * sizeof(double)), *wk = malloc(n * sizeof(double));
@@ -237,7 +252,7 @@ static void determinism_check(const problem *P, const subq_search_loss_params *l
     for (int r = 0; r < 3; r++) {
         g[r][0] = calloc((size_t)n, sizeof(float));
         g[r][1] = calloc((size_t)n, sizeof(float));
-        CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 0.5f, g[r][0], g[r][1], &sums[r], cfg[r][0], pools[cfg[r][1]],
+        CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, &P->rope, lp, 0.5f, g[r][0], g[r][1], &sums[r], cfg[r][0], pools[cfg[r][1]],
                                  &err),
               "loss failed: %s", err.msg);
     }
@@ -250,7 +265,7 @@ static void determinism_check(const problem *P, const subq_search_loss_params *l
     CHECK(worst < 1e-4 && fabs(sums[0].nce - sums[2].nce) < 1e-9, "chunked rows change the result (rel %.3e)", worst);
     /* no-gradient path gives the same sums */
     search_loss_sums s2;
-    CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, lp, 1.0f, NULL, NULL, &s2, 0, pools[2], &err) &&
+    CHECK(!search_loss_layer(&x, P->wq, P->wk, P->ds, &P->rope, lp, 1.0f, NULL, NULL, &s2, 0, pools[2], &err) &&
               s2.nce == sums[0].nce && s2.kl == sums[0].kl,
           "loss without gradients differs");
     for (int r = 0; r < 3; r++) {
@@ -399,6 +414,29 @@ int main(void) {
                                  .n_tail = cases[c].n_tail};
         grad_check(cases[c].name, &P, &lp);
         if (c < 2 || c == 6) determinism_check(&P, &lp);
+        problem_free(&P);
+    }
+    /* a rotated search space: the last 2 of 4 dims, or all 4; positions from
+     * 0 (training's document positions) or shifted by 10^6 (angles in double) */
+    struct {
+        const char *name;
+        int n_rot, shift;
+        double base, scale;
+        int n_sink, n_tail;
+    } rot[] = {
+        {"rope 2 of 4, base 10000", 2, 0, 10000.0, 1.0, 0, 0},
+        {"rope 4 of 4, base 4, sink 2 tail 3", 4, 0, 4.0, 1.0, 2, 3},
+        {"rope 2 of 4, pos + 1e6, scale .25", 2, 1000000, 100.0, 0.25, 1, 2},
+    };
+    for (size_t c = 0; c < sizeof rot / sizeof rot[0]; c++) {
+        problem P;
+        make_problem(&P, 24, 9, 13, 200 + c);
+        P.rope = (search_rope){.n_rot = rot[c].n_rot, .base = rot[c].base, .scale = rot[c].scale};
+        for (int t = 0; t < P.T; t++) P.pos[t] += rot[c].shift;
+        subq_search_loss_params lp = {.tau = 0.1f, .tau_kl = 1.0f, .alpha = 1, .beta = 1, .k_pos = 3,
+                                      .agg = SUBQ_TEACHER_AGG_MAX, .n_sink = rot[c].n_sink, .n_tail = rot[c].n_tail};
+        grad_check(rot[c].name, &P, &lp);
+        if (c == 0) determinism_check(&P, &lp);
         problem_free(&P);
     }
     /* teacher rows are distributions */

@@ -67,7 +67,7 @@ static const char *variant(int which, const gguf_file *src, const char *path, su
     static const char *names[] = {"key length 7",           "head count 2",       "one matrix missing",
                                   "i32 matrix",             "layer list wrong",   "no key length",
                                   "layer past the model",   "unknown indexer tensor", "mixed types (read)",
-                                  "transposed"};
+                                  "transposed",             "says it rotates by position"};
     gguf_writer *w = gguf_writer_new();
     const char *k_len = "qwen3.attention.indexer.key_length";
     for (uint64_t i = 0; i < src->n_kv; i++) {
@@ -77,6 +77,7 @@ static const char *variant(int which, const gguf_file *src, const char *path, su
     }
     if (which == 0) gguf_writer_set_u32(w, k_len, 7);
     if (which == 1) gguf_writer_set_u32(w, "qwen3.attention.indexer.head_count", 2);
+    if (which == 10) gguf_writer_set_u32(w, "subq.search.rope_dims", 4);
     if (which == 4) {
         int32_t one[1] = {0};
         gguf_writer_set_arr(w, "ann_sparse.layers", GGUF_TYPE_INT32, one, 1);
@@ -177,6 +178,14 @@ int main(void) {
         search_proj_free(from_merged);
         subq_model_free(mm);
     }
+    /* projections that rotate by position are not merged: the runtime of
+     * that layout would rank with unrotated keys; nothing is written */
+    p->rope = (search_rope){.n_rot = 4, .base = 10000, .scale = 1};
+    unlink(m2_path);
+    CHECK(search_merge_write(m, p, &o, m2_path, &err) == SUBQ_ERR_UNSUPPORTED && strstr(err.msg, "rotate") &&
+              strstr(err.msg, "llama.cpp runtime") && !strchr(err.msg, '\n') && access(m2_path, F_OK) != 0,
+          "rotated projections must not be merged: %s", err.msg);
+    p->rope.n_rot = 0;
     /* projections of another model are not merged */
     search_proj *foreign = NULL;
     CHECK(!search_proj_random(other, layers, 2, D, 1, &foreign, &err) &&
@@ -189,7 +198,7 @@ int main(void) {
     CHECK(!gguf_open(merged_path, &mf, &err), "open merged: %s", err.msg);
     const subq_status want[] = {SUBQ_ERR_SHAPE, SUBQ_ERR_UNSUPPORTED, SUBQ_ERR_FORMAT, SUBQ_ERR_UNSUPPORTED,
                                 SUBQ_ERR_FORMAT, SUBQ_ERR_FORMAT, SUBQ_ERR_FORMAT, SUBQ_ERR_UNSUPPORTED,
-                                SUBQ_OK, SUBQ_ERR_SHAPE};
+                                SUBQ_OK, SUBQ_ERR_SHAPE, SUBQ_ERR_UNSUPPORTED};
     for (int v = 0; mf && v < (int)(sizeof want / sizeof want[0]); v++) {
         const char *what = variant(v, mf, tmp_path("bad.gguf", bad_path, sizeof bad_path), &err);
         gguf_file *bf = NULL;

@@ -91,9 +91,11 @@ static void expect_error(const char *what, const char *path, const subq_model *m
     search_proj_free(p);
 }
 
-/* a projection file written with the writer directly, for inconsistent contents */
+/* a projection file written with the writer directly, for inconsistent
+ * contents; rope: subq.search.rope_dims, _base, _scale (NULL: none, as in
+ * files from before the rotation) */
 static void write_custom(const char *path, int d_search, int n_embd, const int32_t *layers, int n_layers, int tensor_rows,
-                         uint32_t type, const char *fp) {
+                         uint32_t type, const char *fp, const float *rope) {
     gguf_writer *w = gguf_writer_new();
     gguf_writer_set_str(w, "general.architecture", SEARCH_PROJ_ARCH);
     gguf_writer_set_u32(w, "subq.search.d_search", (uint32_t)d_search);
@@ -101,6 +103,11 @@ static void write_custom(const char *path, int d_search, int n_embd, const int32
     gguf_writer_set_str(w, "subq.search.model_fingerprint", fp);
     gguf_writer_set_u32(w, "subq.search.model_n_embd", (uint32_t)n_embd);
     gguf_writer_set_u32(w, "subq.search.model_n_layer", 5);
+    if (rope) {
+        gguf_writer_set_u32(w, "subq.search.rope_dims", (uint32_t)rope[0]);
+        gguf_writer_set_f32(w, "subq.search.rope_base", rope[1]);
+        gguf_writer_set_f32(w, "subq.search.rope_scale", rope[2]);
+    }
     static float data[64 * 64];
     uint64_t ne[2] = {(uint64_t)n_embd, (uint64_t)tensor_rows};
     size_t bytes = (size_t)n_embd * tensor_rows * (type == GGML_TYPE_F32 ? 4 : 2);
@@ -233,23 +240,47 @@ int main(void) {
     char fp[17];
     fingerprint_hex(model_fingerprint(m), fp);
     int32_t l13[] = {1, 3}, l9[] = {9}, l11[] = {1, 1};
-    write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F32, fp);
+    write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F32, fp, NULL);
     p = NULL;
     CHECK(!search_proj_load(bad, m, &p, &err), "hand-written good file: %s", err.msg);
+    CHECK(p && p->rope.n_rot == 0, "a file without rotation keys rotates nothing");
     search_proj_free(p);
-    write_custom(bad, 8, 64, l13, 2, 4, GGML_TYPE_F32, fp);
+    /* the rotary part: read as written, refused when it cannot be */
+    const float rope_ok[3] = {4, 100, 0.5f};
+    write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F32, fp, rope_ok);
+    p = NULL;
+    CHECK(!search_proj_load(bad, m, &p, &err) && p->rope.n_rot == 4 && p->rope.base == 100 && p->rope.scale == 0.5,
+          "rotation keys: %s", err.msg);
+    if (p) { /* and through the library's own writer */
+        p->rope = (search_rope){.n_rot = 8, .base = 5000, .scale = 0.25};
+        search_proj *q = NULL;
+        CHECK(!search_proj_save(p, bad, &err) && !search_proj_load(bad, m, &q, &err) && q->rope.n_rot == 8 &&
+                  q->rope.base == 5000 && q->rope.scale == 0.25,
+              "rotation round trip: %s", err.msg);
+        search_proj_free(q);
+    }
+    search_proj_free(p);
+    const float rope_bad[][3] = {{3, 100, 1}, {10, 100, 1}, {4, 1, 1}, {4, 100, 0}, {4, 100, NAN}, {4, INFINITY, 1}};
+    for (size_t i = 0; i < sizeof rope_bad / sizeof rope_bad[0]; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "rotation %g dims, base %g, scale %g", (double)rope_bad[i][0],
+                 (double)rope_bad[i][1], (double)rope_bad[i][2]);
+        write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F32, fp, rope_bad[i]);
+        expect_error(what, bad, m, SUBQ_ERR_FORMAT);
+    }
+    write_custom(bad, 8, 64, l13, 2, 4, GGML_TYPE_F32, fp, NULL);
     expect_error("tensor rows != d_search", bad, m, SUBQ_ERR_SHAPE);
-    write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F16, fp);
+    write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F16, fp, NULL);
     expect_error("f16 tensors", bad, m, SUBQ_ERR_UNSUPPORTED);
-    write_custom(bad, 8, 64, l9, 1, 8, GGML_TYPE_F32, fp);
+    write_custom(bad, 8, 64, l9, 1, 8, GGML_TYPE_F32, fp, NULL);
     expect_error("layer out of range", bad, m, SUBQ_ERR_FORMAT);
-    write_custom(bad, 8, 64, l11, 2, 8, GGML_TYPE_F32, fp);
+    write_custom(bad, 8, 64, l11, 2, 8, GGML_TYPE_F32, fp, NULL);
     expect_error("repeated layer", bad, m, SUBQ_ERR_FORMAT);
-    write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F32, "12345");
+    write_custom(bad, 8, 64, l13, 2, 8, GGML_TYPE_F32, "12345", NULL);
     expect_error("malformed fingerprint", bad, m, SUBQ_ERR_FORMAT);
-    write_custom(bad, 8, 32, l13, 2, 8, GGML_TYPE_F32, fp);
+    write_custom(bad, 8, 32, l13, 2, 8, GGML_TYPE_F32, fp, NULL);
     expect_error("d_model differs", bad, m, SUBQ_ERR_MISMATCH);
-    write_custom(bad, 0, 64, l13, 2, 0, GGML_TYPE_F32, fp);
+    write_custom(bad, 0, 64, l13, 2, 0, GGML_TYPE_F32, fp, NULL);
     expect_error("d_search 0", bad, m, SUBQ_ERR_FORMAT);
 
     free(blob);

@@ -257,7 +257,7 @@ static void test_stage(subq_kv_type type, int quest) {
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     attn_stage *st;
     selector *twin = NULL;
-    CHECK(attn_sparse_new(&sp, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK, "stage: %s", err.msg);
+    CHECK(attn_sparse_new(&sp, NULL, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK, "stage: %s", err.msg);
     CHECK(attn_sparse_enable_metrics(st, &err) == SUBQ_OK, "metrics: %s", err.msg);
     CHECK(!quest || selector_new(&sp.select, &env, &twin, &err) == SUBQ_OK, "twin: %s", err.msg);
     float *q = malloc((size_t)N * N_HEAD * HD * sizeof(float)), *out = malloc((size_t)N * N_HEAD * HD * sizeof(float));
@@ -374,7 +374,7 @@ static void test_stage_complete(subq_kv_type type) {
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     attn_stage *st = NULL;
     attn_completion *ref = NULL;
-    CHECK(attn_sparse_new(&sp, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK && attn_sparse_has_completion(st),
+    CHECK(attn_sparse_new(&sp, NULL, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK && attn_sparse_has_completion(st),
           "stage: %s", err.msg);
     CHECK(!completion_new(maps, LAYER, SINK, TAIL, K, NULL, &ref, &err), "completion: %s", err.msg);
     float *q = malloc((size_t)N * N_HEAD * HD * sizeof(float)), *out = malloc((size_t)N * N_HEAD * HD * sizeof(float));

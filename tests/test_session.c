@@ -332,6 +332,34 @@ int main(void) {
         test_copy(kind);
         test_session(kind, SUBQ_KV_F16);
     }
+    /* search keys that rotate by position round-trip too; a session of
+     * them refuses the same matrices unrotated */
+    subq_search *flat = search;
+    if (subq_search_random(model, "all", 16, 7, &search, &err) || subq_search_set_rope(search, 8, 100.0f, 1.0f, &err)) {
+        fprintf(stderr, "FAIL: %s\n", err.msg);
+        return 1;
+    }
+    test_truncate(SUBQ_SELECT_EXACT);
+    test_copy(SUBQ_SELECT_EXACT);
+    test_session(SUBQ_SELECT_EXACT, SUBQ_KV_F16);
+    {
+        float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+        subq_context *a = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F16, 256);
+        snprintf(path, sizeof path, "%.400s/test_session_%d_rot.bin", tmpdir, (int)getpid());
+        CHECK(run(a, 0, NA, 1, lg) && subq_context_save(a, path, &err) == SUBQ_OK, "rotated save: %s", err.msg);
+        subq_search *rot = search;
+        search = flat;
+        subq_context *b = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F16, 256);
+        CHECK(subq_context_load(b, path, &err) == SUBQ_ERR_MISMATCH && subq_context_n_past(b) == 0,
+              "a session of rotated keys must refuse the unrotated space: %s", err.msg);
+        search = rot;
+        unlink(path);
+        subq_context_free(a);
+        subq_context_free(b);
+        free(lg);
+    }
+    subq_search_free(search);
+    search = flat;
     /* quantised caches (stories260K's heads of 8: one block per row) round-trip too */
     test_session(-1, SUBQ_KV_Q8_0);
     test_session(-1, SUBQ_KV_Q4_0);

@@ -13,7 +13,12 @@
  *    retrieved slots cover every key exactly once); with K = 8 its
  *    candidates lie before their batch, in the query's document, outside the
  *    sinks and the query's window, and the logits differ from full (Quest
- *    with head-mean pages: per-head selectors prefill token by token). */
+ *    with head-mean pages: per-head selectors prefill token by token);
+ *  - a search space whose last dims rotate by position (search_rope.h): the
+ *    exact selector's candidates are the brute-force top-K of
+ *    cos(R(p_t) W_Qs h_t, R(p_j) W_Ks h_j), computed here in double from the
+ *    captured h at the packed positions, in prefill, decode and batched
+ *    sparse prefill (among the slots before each batch). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +32,14 @@
 
 static subq_model *model;
 static int32_t toks[N_TOK], pos[N_TOK], seg[N_TOK];
+static float *layer2_h; /* when set, run() keeps layer 2's normed hidden states here: [N_TOK][n_embd] */
+
+static void keep_layer2_h(void *user, int layer, int n, int slot0, const float *h_norm, const float *q, const float *k,
+                          const float *v) {
+    (void)user, (void)q, (void)k, (void)v;
+    const int d = model->hp.n_embd;
+    if (layer == 2) memcpy(layer2_h + (size_t)slot0 * d, h_norm, (size_t)n * d * sizeof(float));
+}
 
 static double max_rel(const float *a, const float *b, size_t n) {
     double mx = 0, ref = 0;
@@ -48,6 +61,10 @@ static subq_status run(const attn_plan *plan, const search_proj *proj, int packe
     subq_status s = subq_context_new(model, &cp, &c, err);
     if (s) return s;
     if (plan) s = context_set_plan(c, plan, proj, err);
+    if (layer2_h) {
+        c->capture = keep_layer2_h;
+        c->capture_last = -1;
+    }
     int V = model->hp.n_vocab;
     for (int t = 0; !s && t < N_TOK; t += step) {
         int n = t + step < N_TOK ? step : N_TOK - t;
@@ -60,6 +77,81 @@ static subq_status run(const attn_plan *plan, const search_proj *proj, int packe
     }
     subq_context_free(c);
     return s;
+}
+
+/* R(p) x for the last n_rot dims of a search vector of width ds, in double */
+static void rotate_ref(const search_rope *r, int ds, int p, double *x) {
+    for (int i = 0; i < r->n_rot / 2; i++) {
+        const int a = ds - r->n_rot + 2 * i;
+        const double th = p * r->scale * pow(r->base, -2.0 * i / r->n_rot), x0 = x[a], x1 = x[a + 1];
+        x[a] = x0 * cos(th) - x1 * sin(th);
+        x[a + 1] = x0 * sin(th) + x1 * cos(th);
+    }
+}
+
+/* Layer 2's rotated search vector of slot t (q: W_Qs, else W_Ks), unit length */
+static void search_vec_ref(const search_proj *p, int t, int q, double *out) {
+    const int d = p->n_embd, ds = p->d_search;
+    const float *w = q ? p->wq[2] : p->wk[2], *h = layer2_h + (size_t)t * d;
+    double nrm = 0;
+    for (int a = 0; a < ds; a++) {
+        out[a] = 0;
+        for (int i = 0; i < d; i++) out[a] += (double)w[(size_t)a * d + i] * h[i];
+    }
+    rotate_ref(&p->rope, ds, pos[t], out);
+    for (int a = 0; a < ds; a++) nrm += out[a] * out[a];
+    for (int a = 0; a < ds; a++) out[a] /= sqrt(nrm);
+}
+
+/* Queries whose K = 8 candidates (sinks 4, tail 16, packed documents) are
+ * not a top-8 by cosine in the rotated space among the slots [doc0 + 4,
+ * min(t - 16, lim(t))] (lim: the last slot before the query's batch of
+ * `batch` tokens; every earlier slot when 0): each candidate must score at
+ * least the 8th best score less 1e-4 (ties), none twice, and a query with 8
+ * or fewer such slots gets all of them. */
+static int rotated_topk_misses(const search_proj *p, const int32_t *cand, int batch) {
+    const int ds = p->d_search;
+    double *qv = malloc((size_t)ds * sizeof(double)), *kv = malloc((size_t)N_TOK * ds * sizeof(double));
+    double sc[N_TOK];
+    int misses = 0;
+    for (int j = 0; j < N_TOK; j++) search_vec_ref(p, j, 0, kv + (size_t)j * ds);
+    for (int t = 0; t < N_TOK; t++) {
+        const int doc0 = t < 70 ? 0 : 70, lo = doc0 + 4;
+        int hi = t - 16;
+        if (batch > 0 && hi > t / batch * batch - 1) hi = t / batch * batch - 1;
+        search_vec_ref(p, t, 1, qv);
+        int n = 0;
+        for (int j = lo; j <= hi; j++) {
+            double c = 0;
+            for (int a = 0; a < ds; a++) c += qv[a] * kv[(size_t)j * ds + a];
+            sc[n++] = c;
+        }
+        double kth = -2; /* the 8th best score */
+        if (n > 8) {
+            double tmp[N_TOK];
+            memcpy(tmp, sc, (size_t)n * sizeof(double));
+            for (int r = 0; r < 8; r++) { /* selection: the r-th best to tmp[r] */
+                int b = r;
+                for (int i = r + 1; i < n; i++)
+                    if (tmp[i] > tmp[b]) b = i;
+                double x = tmp[r];
+                tmp[r] = tmp[b], tmp[b] = x;
+            }
+            kth = tmp[7];
+        }
+        int got = 0, bad = 0;
+        for (int i = 0; i < 8; i++) {
+            const int j = cand[t * 8 + i];
+            if (j < 0) continue;
+            got++;
+            for (int i2 = 0; i2 < i; i2++) bad |= cand[t * 8 + i2] == j;
+            bad |= j < lo || j > hi || sc[j - lo] < kth - 1e-4;
+        }
+        misses += bad || got != (n < 8 ? (n > 0 ? n : 0) : 8);
+    }
+    free(qv);
+    free(kv);
+    return misses;
 }
 
 int main(void) {
@@ -288,6 +380,40 @@ int main(void) {
               "a segment id below the cache's last must be refused");
         CHECK(!context_forward(c, toks, 1, NULL, &one, NULL, 0, &err) && c->kv.n_used == 2, "same segment: %s", err.msg);
         subq_context_free(c);
+    }
+    /* 7. a rotated search space: half of the 16 dims (base 100, so that the
+     * 160 positions turn them far), at the packed positions */
+    {
+        layer2_h = malloc((size_t)N_TOK * model->hp.n_embd * sizeof(float));
+        search_proj *rp;
+        CHECK(!search_proj_random(model, layers, 4, 16, 7, &rp, &err), "%s", err.msg);
+        rp->rope = (search_rope){.n_rot = 8, .base = 100.0, .scale = 1.0};
+        attn_plan_default(&plan);
+        selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
+        plan.sparse.top_k = 8;
+        plan.sparse_layers = "1-4";
+        CHECK(!run(&plan, rp, 1, N_TOK, got, cand_a, &err), "rotated prefill: %s", err.msg);
+        int miss = rotated_topk_misses(rp, cand_a, 0);
+        CHECK(miss == 0, "rotated space, prefill: %d queries' candidates are not the rotated top-8", miss);
+        CHECK(!run(&plan, rp, 1, 1, dec, cand_b, &err), "rotated decode: %s", err.msg);
+        CHECK(!memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) &&
+                  max_rel(dec, got, (size_t)N_TOK * V) < 1e-5,
+              "rotated space: decode chose other candidates or logits than prefill");
+        /* the same projections unrotated choose other sets (the rotation is in effect) */
+        search_proj *flat;
+        CHECK(!search_proj_random(model, layers, 4, 16, 7, &flat, &err), "%s", err.msg);
+        CHECK(!run(&plan, flat, 1, N_TOK, got, cand_b, &err), "unrotated: %s", err.msg);
+        CHECK(memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) != 0 && rotated_topk_misses(rp, cand_b, 0) > 0,
+              "rotating half the search space changed no candidate set");
+        search_proj_free(flat);
+        plan.sparse.prefill = SPARSE_PREFILL_BATCH;
+        plan.sparse.select.n_threads = 2;
+        CHECK(!run(&plan, rp, 1, BATCH, got, cand_a, &err), "rotated batch prefill: %s", err.msg);
+        miss = rotated_topk_misses(rp, cand_a, BATCH);
+        CHECK(miss == 0, "rotated space, batched sparse prefill: %d queries' candidates are not the rotated top-8", miss);
+        search_proj_free(rp);
+        free(layer2_h);
+        layer2_h = NULL;
     }
     free(cand_a);
     free(cand_b);

@@ -27,6 +27,9 @@ subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_
     out->top_k = si.top_k;
     memcpy(out->layers, si.layers, sizeof out->layers);
     memcpy(out->arch, si.arch, sizeof out->arch);
+    out->rope_dims = si.rope.n_rot;
+    out->rope_base = (float)si.rope.base;
+    out->rope_scale = (float)si.rope.scale;
     const ggml_type_traits *tr = ggml_type_get(si.type);
     snprintf(out->type, sizeof out->type, "%s", tr ? tr->name : "mixed");
     return SUBQ_OK;

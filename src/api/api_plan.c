@@ -185,6 +185,19 @@ int subq_search_top_k(const subq_search *s) { return s->proj->top_k; }
 
 int subq_search_d(const subq_search *s) { return s->proj->d_search; }
 
+void subq_search_get_rope(const subq_search *s, int *rope_dims, float *rope_base, float *rope_scale) {
+    *rope_dims = s->proj->rope.n_rot;
+    *rope_base = (float)s->proj->rope.base;
+    *rope_scale = (float)s->proj->rope.scale;
+}
+
+subq_status subq_search_set_rope(subq_search *s, int rope_dims, float rope_base, float rope_scale, subq_error *err) {
+    const search_rope r = {.n_rot = rope_dims, .base = rope_base, .scale = rope_scale};
+    subq_status st = search_rope_check(&r, s->proj->d_search, "search rotation", err);
+    if (!st) s->proj->rope = r;
+    return st;
+}
+
 int subq_search_has_layer(const subq_search *s, int layer) {
     return layer >= 0 && layer < s->proj->n_layer && s->proj->wq[layer] != NULL;
 }

@@ -96,7 +96,8 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
         selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                             .head_dim = hp->head_dim, .pool = c->pool};
         attn_stage *st;
-        s = attn_sparse_new(&sp, search ? proj->wq[l] : NULL, search ? proj->wk[l] : NULL, hp->n_embd, &env, &st,
+        s = attn_sparse_new(&sp, search ? proj->wq[l] : NULL, search ? proj->wk[l] : NULL, search ? &proj->rope : NULL,
+                            hp->n_embd, &env, &st,
                             err);
         if (s) break;
         if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);

@@ -18,6 +18,7 @@ typedef struct sparse_stage {
     sparse_params p;
     const float *wq_s, *wk_s;   /* [d_search][n_embd] or NULL */
     int n_embd, d_search;
+    search_rope rope;           /* the rotary part of the search space (n_rot 0: none) */
     selector *sel;
     sparse_record rec;
     int rec_cap;                /* tokens the record can hold */
@@ -32,12 +33,13 @@ typedef struct sparse_stage {
 
 static const char *sparse_name = "sparse";
 
-/* The batch's search keys and queries: ks[t] = W_Ks h_t, qs[t] = W_Qs h_t
- * (W [d_search][n_embd], f32). Through matmul: a decode step's few tokens
- * as row dot products across the threads, batches through sgemm (which on
- * one row first packs W on one thread: 2.7 ms of a 45 ms step at 32K over
- * 24 layers, for 0.4 ms of reads). */
-static void project(sparse_stage *s, const float *H, int n, pool *p) {
+/* The batch's search keys and queries: ks[t] = R(pos_t) W_Ks h_t, qs[t] =
+ * R(pos_t) W_Qs h_t (W [d_search][n_embd], f32; R the rotary part, at the
+ * slots' positions). Through matmul: a decode step's few tokens as row dot
+ * products across the threads, batches through sgemm (which on one row
+ * first packs W on one thread: 2.7 ms of a 45 ms step at 32K over 24
+ * layers, for 0.4 ms of reads). */
+static void project(sparse_stage *s, const kv_cache *kv, int slot0, const float *H, int n, pool *p) {
     matrix wk = {.type = GGML_TYPE_F32, .rows = s->d_search, .cols = s->n_embd,
                  .row_bytes = (size_t)s->n_embd * sizeof(float)};
     matrix wq = wk;
@@ -45,6 +47,7 @@ static void project(sparse_stage *s, const float *H, int n, pool *p) {
     wq.data = s->wq_s;
     matmul(s->ks, H, &wk, n, NULL, p);
     matmul(s->qs, H, &wq, n, NULL, p);
+    search_rope_rotate(&s->rope, s->d_search, kv->pos + slot0, n, s->ks, s->qs, 0);
 }
 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
@@ -277,7 +280,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     s->rec.n_tokens = n;
     s->rec.top_k = s->p.top_k;
     if (s->d_search > 0) {
-        project(s, st->h_norm, n, st->pool);
+        project(s, kv, st->slot0, st->h_norm, n, st->pool);
     }
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
@@ -372,8 +375,8 @@ static subq_status sparse_truncate(attn_stage *st, const kv_cache *kv, int n_kee
     return rc;
 }
 
-subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, int n_embd,
-                            const selector_env *env, attn_stage **out, subq_error *err) {
+subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, const search_rope *rope,
+                            int n_embd, const selector_env *env, attn_stage **out, subq_error *err) {
     *out = NULL;
     if (p->top_k < 0 || p->n_sink < 0 || p->n_tail < 0 || p->top_k + p->n_sink + p->n_tail < 1)
         return subq_fail(err, SUBQ_ERR_ARG, "invalid sparse attention plan (topk %d, sink %d, tail %d; none may be "
@@ -396,8 +399,10 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         s->wq_s = wq_s;
         s->wk_s = wk_s;
         s->d_search = p->select.d_search;
+        if (rope) s->rope = *rope;
     }
-    subq_status rc = selector_new(&p->select, env, &s->sel, err);
+    subq_status rc = search_rope_check(&s->rope, s->d_search, "search rotation", err);
+    if (!rc) rc = selector_new(&p->select, env, &s->sel, err);
     if (rc) {
         free(s);
         return rc;
@@ -504,6 +509,7 @@ int attn_sparse_same_search(const attn_stage *a, const attn_stage *b) {
     if (!x || !y || x->d_search <= 0 || x->d_search != y->d_search || x->n_embd != y->n_embd) return 0;
     /* the stored form (get_keys) depends on these */
     if (x->p.select.score != y->p.select.score || x->p.select.f16_keys != y->p.select.f16_keys) return 0;
+    if (!search_rope_same(&x->rope, &y->rope)) return 0;
     const size_t bytes = (size_t)x->d_search * x->n_embd * sizeof(float);
     return !memcmp(x->wq_s, y->wq_s, bytes) && !memcmp(x->wk_s, y->wk_s, bytes);
 }
@@ -513,13 +519,21 @@ subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_e
     return s && s->d_search > 0 ? selector_get_keys(s->sel, n, dst, err) : SUBQ_OK;
 }
 
+/* The rotary part joins a hash only when there is one: keys stored before
+ * it existed keep their identity. */
+static uint64_t hash_rope(uint64_t h, const search_rope *r) {
+    if (r->n_rot <= 0) return h;
+    const double v[3] = {(double)r->n_rot, r->base, r->scale};
+    return fnv1a(h, v, sizeof v);
+}
+
 uint64_t attn_sparse_search_made_by(const attn_stage *st) {
     const sparse_stage *s = as_sparse(st);
     if (!s || s->d_search <= 0) return 0;
     size_t nw = (size_t)s->d_search * s->n_embd;
     uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
     const int score = (int)s->p.select.score;
-    return fnv1a(h, &score, sizeof score);
+    return hash_rope(fnv1a(h, &score, sizeof score), &s->rope);
 }
 
 void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
@@ -529,7 +543,8 @@ void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     if (!s) return;
     const selector_params *sp = &s->p.select;
     size_t nw = (size_t)s->d_search * s->n_embd;
-    uint64_t proj = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
+    uint64_t proj = hash_rope(fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float)),
+                              &s->rope);
     snprintf(buf, cap,
              "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
              "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,

@@ -7,6 +7,7 @@
 
 #include "attn/attn.h"
 #include "complete/phi_maps.h"
+#include "search/search_rope.h"
 #include "select/selector.h"
 
 /* How the queries of a batch of several tokens (a prompt) attend; a
@@ -93,9 +94,12 @@ void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src);
 
 /* Create the stage for one layer. wq_s / wk_s are [d_search][n_embd] row-major
  * (NULL for selectors that need no search space: quest, oracle, window); the
- * caller keeps them alive. env gives the selector access to the KV cache. */
-subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, int n_embd,
-                            const selector_env *env, attn_stage **out, subq_error *err);
+ * caller keeps them alive. rope (NULL: none) rotates the search vectors by
+ * the slots' positions (kv_cache pos) as they are projected, so every index,
+ * the KV file and session files hold rotated keys. env gives the selector
+ * access to the KV cache. */
+subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, const search_rope *rope,
+                            int n_embd, const selector_env *env, attn_stage **out, subq_error *err);
 
 /* The selector and last retrieval record of a sparse stage (NULL if `st` is
  * not a sparse stage). */

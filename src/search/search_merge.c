@@ -185,6 +185,15 @@ static void to_f32(const gguf_tensor *t, float *dst, size_t n) {
 
 subq_status search_merged_read(const gguf_file *f, const char *path, search_proj **out, subq_error *err) {
     *out = NULL;
+    /* the runtime's layout has no rotary part: a file that says its
+     * projections had one would be misread */
+    uint32_t rope_dims = 0;
+    subq_error e2 = {0};
+    if (gguf_get_u32_or(f, PREFIX_SUBQ "rope_dims", 0, &rope_dims, &e2))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
+    if (rope_dims)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "%s: its merged search projections say they rotate %u dims by "
+                         "position (subq.search.rope_dims), which the merged layout cannot carry", path, rope_dims);
     merged_scan sc;
     subq_status s = scan_merged(f, path, &sc, err);
     if (s) return s;
@@ -268,6 +277,10 @@ subq_status search_merge_write(const subq_model *m, const search_proj *p, const 
         return subq_fail(err, SUBQ_ERR_MISMATCH, "the search projections belong to another model");
     if (o->type != GGML_TYPE_F32 && o->type != GGML_TYPE_F16 && o->type != GGML_TYPE_BF16)
         return subq_fail(err, SUBQ_ERR_ARG, "merged search projections must be f32, f16 or bf16");
+    if (p->rope.n_rot > 0)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "these search projections rotate their last %d dims by position, "
+                         "which ann-sparseattention's llama.cpp runtime does not do: it would rank with unrotated "
+                         "keys, so they are not merged (use the projection file with --search)", p->rope.n_rot);
     if (o->top_k <= 0 || o->top_k > (1 << 20))
         return subq_fail(err, SUBQ_ERR_ARG, "top-k %d out of range [1, %d]", o->top_k, 1 << 20);
     const char *arch = model_arch_name(m->hp.arch);
@@ -344,6 +357,7 @@ subq_status search_file_info_read(const gguf_file *f, const char *path, search_f
         subq_status s = search_proj_read(f, path, &p, err);
         if (s) return s;
         out->d_search = p->d_search, out->n_layers = p->n_sel, out->type = GGML_TYPE_F32;
+        out->rope = p->rope;
         format_layers(p->layers, p->n_sel, out->layers, sizeof out->layers);
         search_proj_free(p);
         return SUBQ_OK;

@@ -39,6 +39,7 @@ subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *la
     p->n_layer = n_layer;
     p->n_embd = n_embd;
     p->d_search = d_search;
+    p->rope = (search_rope){.n_rot = 0, .base = 10000.0, .scale = 1.0};
     p->model_fingerprint = fp;
     p->n_sel = n_sel;
     size_t per = (size_t)d_search * (size_t)n_embd;
@@ -114,6 +115,9 @@ subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_err
     s = s ? s : derived_write_ident(w, "subq.search", p->layers, p->n_sel, p->model_fingerprint);
     s = s ? s : gguf_writer_set_u32(w, "subq.search.model_n_embd", (uint32_t)p->n_embd);
     s = s ? s : gguf_writer_set_u32(w, "subq.search.model_n_layer", (uint32_t)p->n_layer);
+    s = s ? s : gguf_writer_set_u32(w, "subq.search.rope_dims", (uint32_t)p->rope.n_rot);
+    s = s ? s : gguf_writer_set_f32(w, "subq.search.rope_base", (float)p->rope.base);
+    s = s ? s : gguf_writer_set_f32(w, "subq.search.rope_scale", (float)p->rope.scale);
     if (s) return subq_fail(err, s, "out of memory building search projection metadata");
     uint64_t ne[2] = {(uint64_t)p->n_embd, (uint64_t)p->d_search};
     uint64_t bytes = ne[0] * ne[1] * sizeof(float);
@@ -157,6 +161,18 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: implausible sizes (d_search %u, d_model %u, %u layers)", path,
                          d_search, n_embd, n_layer);
     if ((s = derived_check_count(arr, n_layer, path, "subq.search", err))) return s;
+    /* the rotary part; absent in files from before it existed: none */
+    uint32_t rope_dims;
+    float rope_base, rope_scale;
+    if (gguf_get_u32_or(f, "subq.search.rope_dims", 0, &rope_dims, &e2) ||
+        gguf_get_f32_or(f, "subq.search.rope_base", 10000.0f, &rope_base, &e2) ||
+        gguf_get_f32_or(f, "subq.search.rope_scale", 1.0f, &rope_scale, &e2))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: %s", path, e2.msg);
+    if (rope_dims > d_search)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s: subq.search.rope_dims %u is more than d_search %u", path, rope_dims,
+                         d_search);
+    const search_rope rope = {.n_rot = (int)rope_dims, .base = rope_base, .scale = rope_scale};
+    if (search_rope_check(&rope, (int)d_search, path, &e2)) return subq_fail(err, SUBQ_ERR_FORMAT, "%s", e2.msg);
     uint64_t n_sel = arr->v.arr.n;
     int *layers = malloc(n_sel * sizeof(int));
     if (!layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
@@ -185,6 +201,7 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
     }
     free(layers);
     if (s) return s;
+    p->rope = rope;
     for (int i = 0; i < p->n_sel; i++) {
         int l = p->layers[i];
         char names[2][96];

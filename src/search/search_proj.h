@@ -10,8 +10,10 @@
  *   blk.{i}.indexer.attn_k.weight  W_Ks
  * metadata: subq.search.d_search (u32), subq.search.layers (i32 array),
  * subq.search.model_fingerprint (16 hex digits of model_fingerprint()),
- * subq.search.model_n_embd, subq.search.model_n_layer (u32), plus whatever
- * the trainer adds (step, loss.*, config.*).
+ * subq.search.model_n_embd, subq.search.model_n_layer (u32), the rotary part
+ * subq.search.rope_dims (u32), subq.search.rope_base and .rope_scale (f32;
+ * search_rope.h; a file without them rotates nothing), plus whatever the
+ * trainer adds (step, loss.*, config.*).
  *
  * The same tensors merged into a model GGUF (any type subq dequantises), with the
  * metadata of ann-sparseattention's llama.cpp runtime, are read from the
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
+#include "search/search_rope.h"
 #include "subq.h"
 
 #define SEARCH_PROJ_ARCH "subq-search"
@@ -31,6 +34,7 @@ typedef struct search_proj {
     int n_layer;                 /* layers of the model it belongs to */
     int n_embd;                  /* d_model */
     int d_search;
+    search_rope rope;            /* the last rope.n_rot dims rotate by position (0: none) */
     uint64_t model_fingerprint;
     int n_sel;                   /* layers that have projections ... */
     int *layers;                 /* ... ascending: [n_sel] */
@@ -41,7 +45,7 @@ typedef struct search_proj {
     int top_k;                   /* the runtime's {arch}.attention.indexer.top_k; 0 when absent */
 } search_proj;
 
-/* Zero projections of width d_search for `layers` (n_sel distinct indices
+/* Zero projections of width d_search (no rotation) for `layers` (n_sel distinct indices
  * in [0, n_layer), any order) of a model with n_embd and fingerprint fp. */
 subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *layers, int n_sel, uint64_t fp,
                             search_proj **out, subq_error *err);
@@ -96,6 +100,7 @@ subq_status search_split_write(const subq_model *m, const char *path, subq_error
 /* What a file carries, for display: SUBQ_ERR_RANGE when no projections. */
 typedef struct search_file_info {
     int merged, d_search, n_layers, top_k;
+    search_rope rope;  /* n_rot 0 for merged projections */
     uint32_t type;     /* of the matrices; GGML_TYPE_COUNT when they differ */
     char layers[256];
     char arch[32];     /* merged: the model's general.architecture */

@@ -118,8 +118,8 @@ subq_status train_capture_run(train_capture *cap, subq_context *ctx, const int32
     return s;
 }
 
-search_layer_data train_capture_layer(const train_capture *cap, int i, const int32_t *seg) {
-    search_layer_data x = {.T = cap->n_rows, .seg = seg, .d_model = cap->d, .h = cap->h[i], .q = cap->q[i],
+search_layer_data train_capture_layer(const train_capture *cap, int i, const int32_t *pos, const int32_t *seg) {
+    search_layer_data x = {.T = cap->n_rows, .pos = pos, .seg = seg, .d_model = cap->d, .h = cap->h[i], .q = cap->q[i],
                            .k = cap->k[i], .v = cap->v[i], .shape = cap->shape};
     return x;
 }

@@ -49,6 +49,6 @@ subq_status train_capture_run(train_capture *cap, subq_context *ctx, const int32
                               const int32_t *seg, int n, capture_seam_fn seam, void *seam_user, subq_error *err);
 
 /* The captured data of target layer index i (0..n_sel-1) for the last run. */
-search_layer_data train_capture_layer(const train_capture *cap, int i, const int32_t *seg);
+search_layer_data train_capture_layer(const train_capture *cap, int i, const int32_t *pos, const int32_t *seg);
 
 #endif

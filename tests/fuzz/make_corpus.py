@@ -66,14 +66,17 @@ def merged_file(d_search, n_embd, n_layer, layers, f16):
                  ("qwen3.attention.indexer.top_k", "u32", 4), ("ann_sparse.layers", "arr_i32", layers)], t)
 
 
-def search_file(d_search, n_embd, n_layer, layers):
+def search_file(d_search, n_embd, n_layer, layers, rope=None):
+    """A projection file (src/search/search_proj.h); rope: (dims, base, scale) of its rotary part."""
     t = []
     for l in layers:
         t.append(("blk.%d.indexer.proj.weight" % l, [n_embd, d_search], f32(n_embd * d_search)))
         t.append(("blk.%d.indexer.attn_k.weight" % l, [n_embd, d_search], f32(n_embd * d_search, 0.5)))
     return gguf([("general.architecture", "str", "subq-search"), ("subq.search.d_search", "u32", d_search),
                  ("subq.search.model_n_embd", "u32", n_embd), ("subq.search.model_n_layer", "u32", n_layer),
-                 ("subq.search.layers", "arr_i32", layers), ("subq.search.model_fingerprint", "str", FP)], t)
+                 ("subq.search.layers", "arr_i32", layers), ("subq.search.model_fingerprint", "str", FP)] +
+                ([("subq.search.rope_dims", "u32", rope[0]), ("subq.search.rope_base", "f32", rope[1]),
+                  ("subq.search.rope_scale", "f32", rope[2])] if rope else []), t)
 
 
 def corpus_file(lens, evals, vocab=200):
@@ -178,7 +181,8 @@ def main():
         vocab_seed(4 | 8 | 128, 0, [("x", 0, 9), ("y", 1, 255), ("xy", 2, 6)], [], [255, 255, 0], "xyxy yx"),
     ])
     write("fuzz_search_proj", [search_file(2, 4, 3, [1]), search_file(3, 8, 4, [0, 2, 3]),
-                               merged_file(2, 4, 3, [1, 2], True), merged_file(3, 8, 4, [0, 3], False)])
+                               merged_file(2, 4, 3, [1, 2], True), merged_file(3, 8, 4, [0, 3], False),
+                               search_file(4, 8, 3, [0, 2], (2, 10000.0, 0.25))])
     write("fuzz_phi_maps", [phi_file(2, 2, 3, 2, 2, 1, 3, [1]), phi_file(2, 3, 2, 2, 4, 2, 4, [0, 3], h_mid=True)])
     write("fuzz_jsonl", [s.encode() for s in [
         '{"text": "hello world"}',

@@ -323,6 +323,25 @@ else:
                      [cmd[0], "-m", MODEL, "--select", "oracle", "--complete", phi_path, "--complete-heads",
                       "entropy>=0.5"] + cmd[1:], contains="no per-head entropies")
 
+# --search-rope-scale: a number > 0, for projections that rotate by position
+flat_path = os.path.join(TMP, "search_flat.gguf")
+n_cases += 1
+p = subprocess.run([BIN, "train-search", "-m", MODEL, small, "--seq", "64", "--steps", "1", "--d-search", "8",
+                    "--rope-dims", "0", "--eval-every", "0", "-t", "1", "--force", "-o", flat_path],
+                   capture_output=True, timeout=300, env=ENV)
+if p.returncode != 0:
+    failures.append(f"train-search for the rotation checks: exit {p.returncode}: {p.stderr[-300:]!r}")
+else:
+    expect_error("--search-rope-scale on position-free projections",
+                 ["generate", "-m", MODEL, "--search", flat_path, "--search-rope-scale", "0.5", "-n", "1"],
+                 contains="do not rotate")
+    for bad in ("0", "-1", "x", "nan"):
+        expect_error(f"--search-rope-scale {bad}",
+                     ["generate", "-m", MODEL, "--search", flat_path, "--search-rope-scale", bad, "-n", "1"],
+                     contains="--search-rope-scale")
+    expect_error("--search-rope-scale without --search", ["generate", "-m", MODEL, "--search-rope-scale", "0.5",
+                                                          "-n", "1"], contains="--search")
+
 # a full context stops generation cleanly (exit 0, text printed)
 p = subprocess.run([BIN, "generate", "-m", MODEL, "-c", "16", "-n", "100", "--temp", "0"], capture_output=True,
                    timeout=60, env=ENV)

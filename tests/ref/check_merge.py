@@ -17,6 +17,8 @@ ann-sparseattention's llama.cpp runtime.
 - merge --type f32 then split gives the projections back bit for bit.
 - Malformed merged files (transposed matrices, no key length) are refused
   with one line; --no-search still runs them.
+- Projections that rotate by position (train-search --rope-dims) are not
+  merged (the runtime knows no rotation): one line naming why, no output.
 """
 import json
 import os
@@ -29,6 +31,7 @@ rc.require_numpy()
 import numpy as np  # noqa: E402
 
 from ann_merge_np import merge_like_seed  # noqa: E402
+from gguf_edit import GGUFEdit  # noqa: E402
 from gguf_np import GGUFFile, GGUF_UINT32, GGUF_INT32, GGUF_STRING, GGUF_ARRAY  # noqa: E402
 
 D_SEARCH = 8
@@ -73,7 +76,7 @@ def main():
         s = json.loads(info).get("search", {}) if info else {}
         ck.check("subq info shows the merged %s projections" % tname,
                  s == {"merged": True, "layers": "0-%d" % (n_layer - 1), "n_layers": n_layer, "d_search": D_SEARCH,
-                       "type": tname, "top_k": 2}, str(s))
+                       "type": tname, "top_k": 2, "rope_dims": 0}, str(s))
         split = os.path.join(tmp, "merge_split_%s.gguf" % tname)
         if ck.guarded("split " + tname, rc.run_subq, ["split", "-m", merged, "-o", split]) is None:
             continue
@@ -159,6 +162,24 @@ def main():
         ck.check("merge --type f32 + split gives the projections bit for bit", all(
             np.array_equal(b.tensor("blk.%d.indexer.proj.weight" % l), wq[l]) and
             np.array_equal(b.tensor("blk.%d.indexer.attn_k.weight" % l), wk[l]) for l in layers))
+
+    # ---- a rotated projection file is not merged
+    rotated = os.path.join(tmp, "merge_rotated.gguf")
+    out_rot = os.path.join(tmp, "merge_rotated_out.gguf")
+    if os.path.exists(split32):
+        e = GGUFEdit(open(split32, "rb").read())
+        e.set("subq.search.rope_dims", "u32", 4)
+        e.write(rotated)
+        if os.path.exists(out_rot):
+            os.remove(out_rot)
+        try:
+            rc.run_subq(["merge", "-m", base, "--search", rotated, "-o", out_rot])
+            ck.check("rotated projections refused by merge", False, "it merged")
+        except rc.SubqError as err:
+            msg = str(err).split("--- stderr:\n")[-1].strip()
+            ck.check("rotated projections refused by merge in one line, naming the rotation",
+                     "rotate" in msg and "llama.cpp" in msg and msg.count("\n") == 0 and not os.path.exists(out_rot),
+                     msg)
 
     # ---- malformed merged files
     for what, kw, needle in (("transposed", {"transpose": True}, "transposed"),

@@ -13,6 +13,9 @@ On stories260K with a small corpus:
     --sink 0 --tail 0 stays reachable;
   * --grad-accum N over --batch B is the same step as --batch N*B (weights
     equal up to float rounding), and it resumes exactly;
+  * the search space's rotation (--rope-dims, default half of d_search) is
+    in the file, a resume or --init with another is refused in one line, and
+    --init FILE starts from FILE's weights (with lr 0 they stay FILE's);
   * the --help of both trainers documents every option their parsers accept;
   * resuming with other options, other data or another model, or without a
     checkpoint, and bad options, fail with one 'subq ...' line on stderr, and
@@ -175,6 +178,22 @@ def main():
         for k, v in kv.items():
             args[args.index("--" + k) + 1] = v
         return args
+
+    # ---- the rotary part of the search space: recorded, resumed, --init -------
+    checks.check("rotation in the file: half of d_search 16, base 10000, scale 1 by default",
+                 (md.get("subq.search.rope_dims"), md.get("subq.search.rope_base"), md.get("subq.search.rope_scale"))
+                 == (8, 10000.0, 1.0), str(md.get("subq.search.rope_dims")))
+    r = out("rot")
+    if checks.guarded("--rope-dims 4, stop after 2", rc.run_subq, base + ["--rope-dims", "4", "-o", r,
+                                                                          "--stop-after", "2"]) is not None:
+        one_line_error(checks, "resume with another --rope-dims", base + ["-o", r, "--resume"], "--rope-dims")
+    one_line_error(checks, "--init from another rotation", base + ["--rope-dims", "4", "--init", a, "-o", out("i2")],
+                   "--rope-dims")
+    one_line_error(checks, "odd --rope-dims", base + ["--rope-dims", "3", "-o", out("i3")], "even")
+    i0 = out("init0")
+    if checks.guarded("--init a --lr 0", rc.run_subq, with_opts(base, lr="0", steps="2") + ["--init", a, "-o", i0]) \
+            is not None:
+        checks.check("--init with lr 0 keeps the file's weights (bitwise)", tensors(i0)[1] == ta)
 
     acc = with_opts(base, steps="3", batch="1") + ["--sink", "0", "--tail", "0"]
     g1, g3 = out("accum3"), out("batch3")

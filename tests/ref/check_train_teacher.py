@@ -19,6 +19,9 @@ that set):
              (and vs numpy teacher from numpy's own q, k          abs err < 1e-4)
   losses     InfoNCE and KL sums                                  rel err < 1e-4
   metrics    mass@K, recall@K (learned, raw-QK oracle, window)    abs err < 2e-3
+and, with --rope-dims (the last dims of the search vectors rotated by each
+token's position in its document), the losses and metrics of the rotated
+space, on the packed documents and on the 700-token piece.
 """
 
 import json
@@ -69,18 +72,21 @@ def main():
     ref = LlamaRef(model)
     # (head-agg, data, --seq, --sink, --tail); the packed documents are ~20 tokens long,
     # so they get a small sink/tail; the long piece the runtime's defaults 4 / 16
-    cases = [("max", data, "128", 0, 0), ("mean", data, "128", 0, 0), ("max", long_doc, "700", 0, 0),
-             ("max", data, "128", 2, 5), ("mean", data, "128", 1, 3), ("mean", long_doc, "700", 4, 16)]
+    cases = [("max", data, "128", 0, 0, 0), ("mean", data, "128", 0, 0, 0), ("max", long_doc, "700", 0, 0, 0),
+             ("max", data, "128", 2, 5, 0), ("mean", data, "128", 1, 3, 0), ("mean", long_doc, "700", 4, 16, 0),
+             ("max", data, "128", 1, 3, 4), ("max", long_doc, "700", 4, 16, 8)]
     captures = {}
-    for agg, src, seq, n_sink, n_tail in cases:
-        name = "%s seq %s" % (agg, seq) + (" sink %d tail %d" % (n_sink, n_tail) if n_sink or n_tail else "")
-        dump = os.path.join(tmp, "train_teacher_%s_%s_%d_%d.gguf" % (agg, seq, n_sink, n_tail))
+    for agg, src, seq, n_sink, n_tail, rope_dims in cases:
+        name = "%s seq %s" % (agg, seq) + (" sink %d tail %d" % (n_sink, n_tail) if n_sink or n_tail else "") + \
+            (" rope %d" % rope_dims if rope_dims else "")
+        dump = os.path.join(tmp, "train_teacher_%s_%s_%d_%d_%d.gguf" % (agg, seq, n_sink, n_tail, rope_dims))
         if os.path.exists(dump):
             os.remove(dump)
         args = ["train-search", "-m", model, "-f", src, "--dump-teacher", dump, "--seq", seq,
                 "--reserve", "none", "--head-agg", agg, "--k-pos", "4", "--eval-k", "2,4,8,16",
                 "--d-search", "8", "--init-std", "0.3", "--eval-frac", "0", "-t", "2",
-                "--sink", str(n_sink), "--tail", str(n_tail)] + (["-ub", "512"] if agg == "max" and seq == "700" else [])
+                "--sink", str(n_sink), "--tail", str(n_tail), "--rope-dims", str(rope_dims), "--rope-base", "100"] + \
+            (["-ub", "512"] if agg == "max" and seq == "700" else [])
         if checks.guarded("dump %s" % name, rc.run_subq, args) is None:
             continue
         g = GGUFFile(dump)
@@ -108,6 +114,8 @@ def main():
         tau_kl = g.get("dump.tau_kl")
         k_pos = g.get("dump.k_pos")
         eval_k = list(g.get("dump.eval_k"))
+        rope = (g.get("dump.rope_dims"), g.get("dump.rope_base"), g.get("dump.rope_scale"))
+        checks.check("%s: rotation recorded" % name, rope == (rope_dims, 100.0, 1.0), str(rope))
         for l in layers:
             h_c, q_c, k_c = (g.tensor("l%d.%s" % (l, n)).astype(np.float64) for n in ("h", "q", "k"))
             h_r, q_r, k_r = cap[l]
@@ -123,14 +131,15 @@ def main():
                          "abs err vs numpy on dumped q,k %.2e, end to end %.2e" % (e1, e2))
             wq = g.tensor("l%d.wq" % l)
             wk = g.tensor("l%d.wk" % l)
-            nce, kl, n = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos, n_sink, n_tail)
+            nce, kl, n = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos, n_sink, n_tail, pos, rope)
             nce_c = g.get("dump.l%d.nce_sum" % l)[0]
             kl_c = g.get("dump.l%d.kl_sum" % l)[0]
             n_c = g.get("dump.l%d.n_queries" % l)
             rel = max(abs(nce - nce_c) / max(abs(nce), 1e-9), abs(kl - kl_c) / max(abs(kl), 1e-9))
             checks.check("%s layer %d: losses" % (name, l), rel < 1e-4 and n == n_c,
                          "nce %.6f vs %.6f, kl %.6f vs %.6f, queries %d vs %d" % (nce_c, nce, kl_c, kl, n_c, n))
-            m = teacher_np.metrics(h_c, wq, wk, q_c, k_c, P_np, seg, ref.n_head, ref.n_head_kv, eval_k, n_sink, n_tail)
+            m = teacher_np.metrics(h_c, wq, wk, q_c, k_c, P_np, seg, ref.n_head, ref.n_head_kv, eval_k, n_sink, n_tail,
+                                   pos, rope)
             worst = 0.0
             detail = []
             for i, K in enumerate(eval_k):

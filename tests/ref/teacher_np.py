@@ -19,12 +19,16 @@ Everything in float64, written straight from the definitions:
       mean: mean_h p_h;  max: max_h p_h renormalised;
       then restricted to eligible(seg, n_sink, n_tail) and renormalised over it.
       (T, T), zero off that set (rows without keys are all zero).
-  losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0)
+  search_vectors(h, wq, wk, pos, rope)
+      qs = h wq^T, ks = h wk^T with their last n_rot dims rotated by position:
+      pair i (dims o + 2i, o + 2i + 1, o = d_search - n_rot) turns by
+      pos * scale * base^(-2i/n_rot); rope = (n_rot, base, scale) or None.
+  losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0, pos=None, rope=None)
       sums over queries with >= 2 eligible keys of
         InfoNCE -log(sum_{P_t} e^z / sum_{E_t} e^z), z = cos(qs, ks)/tau,
                 P_t = teacher top-k_pos (ties: earlier key)
         KL(p_t || softmax(qs.ks / sqrt(d_search) / tau_kl))
-  metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks, n_sink=0, n_tail=0)
+  metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks, n_sink=0, n_tail=0, pos=None, rope=None)
       mass@K / recall@K of the learned scores cos(qs, ks) and of the raw-QK oracle
       mean_h q_h.k_g, and of the recency window (the K most recent eligible
       keys), over queries with more than K eligible keys (P: the teacher of
@@ -137,10 +141,25 @@ def topk(v, k):
     return np.argsort(-np.asarray(v), kind="stable")[:k]
 
 
-def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0):
+def search_vectors(h, wq, wk, pos=None, rope=None):
     h = np.asarray(h, dtype=np.float64)
     qs = h @ np.asarray(wq, dtype=np.float64).T
     ks = h @ np.asarray(wk, dtype=np.float64).T
+    if rope and rope[0] > 0:
+        n_rot, base, scale = rope
+        o = qs.shape[1] - n_rot
+        theta = np.outer(np.asarray(pos, dtype=np.float64) * scale,
+                         base ** (-2.0 * np.arange(n_rot // 2) / n_rot))
+        c, s = np.cos(theta), np.sin(theta)
+        for v in (qs, ks):
+            x0, x1 = v[:, o::2].copy(), v[:, o + 1::2].copy()
+            v[:, o::2] = x0 * c - x1 * s
+            v[:, o + 1::2] = x0 * s + x1 * c
+    return qs, ks
+
+
+def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0, pos=None, rope=None):
+    qs, ks = search_vectors(h, wq, wk, pos, rope)
     ds = qs.shape[1]
     nq = np.sqrt((qs * qs).sum(1) + 1e-12)
     nk = np.sqrt((ks * ks).sum(1) + 1e-12)
@@ -164,10 +183,8 @@ def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0):
     return nce, kl, n
 
 
-def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list, n_sink=0, n_tail=0):
-    h = np.asarray(h, dtype=np.float64)
-    qs = h @ np.asarray(wq, dtype=np.float64).T
-    kss = h @ np.asarray(wk, dtype=np.float64).T
+def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list, n_sink=0, n_tail=0, pos=None, rope=None):
+    qs, kss = search_vectors(h, wq, wk, pos, rope)
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
     hd = q.shape[1] // n_head

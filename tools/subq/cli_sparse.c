@@ -43,6 +43,15 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         text = &o->search_file;
     } else if (!strcmp(a, "--random-search")) {
         target = &o->random_search, lo = 1, hi = SUBQ_SEARCH_MAX_D;
+    } else if (!strcmp(a, "--search-rope-scale")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        char *end = NULL;
+        double s = strtod(v, &end);
+        if (end == v || *end || !(s > 0 && s <= 1e6)) {
+            cli_error(cmd, "--search-rope-scale expects a number in (0, 1e6], got '%s'", v);
+            return -1;
+        }
+        o->search_rope_scale = (float)s;
     } else if (!strcmp(a, "--select")) {
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
         int k = subq_selector_parse(v);
@@ -180,6 +189,22 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, const subq_model *m) {
         }
         s = subq_search_random(m, layers ? layers : o->plan.layers, o->random_search, 1, &o->search, &err);
         free(layers);
+    }
+    if (!s && o->search && o->search_rope_scale > 0) {
+        int dims;
+        float base, scale;
+        subq_search_get_rope(o->search, &dims, &base, &scale);
+        if (dims == 0) {
+            cli_error(cmd, "--search-rope-scale: the search projections do not rotate by position (trained without "
+                      "--rope-dims)");
+            cli_sparse_free(o);
+            return 0;
+        }
+        s = subq_search_set_rope(o->search, dims, base, o->search_rope_scale, &err);
+    } else if (!s && o->search_rope_scale > 0 && !o->search) {
+        cli_error(cmd, "--search-rope-scale needs --search FILE");
+        cli_sparse_free(o);
+        return 0;
     }
     if (!s && o->complete_file && !o->complete) s = subq_complete_load(o->complete_file, m, &o->complete, &err);
     if (s) {

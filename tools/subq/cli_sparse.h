@@ -13,6 +13,7 @@ typedef struct cli_sparse_opts {
     int no_search;               /* --no-search: ignore projections merged into the model */
     int topk_set;                /* --topk given */
     int random_search;           /* --random-search D: random projections on layers 2..L-3 */
+    float search_rope_scale;     /* --search-rope-scale S: replaces the file's position scale (0: keep) */
     const char *complete_file;   /* --complete FILE: completion maps from subq train-phi */
     const char *complete_heads;  /* --complete-heads entropy>=X */
     subq_attn_plan plan;
@@ -26,6 +27,9 @@ typedef struct cli_sparse_opts {
     "                       merged into the model file, if any; see subq merge)\n"           \
     "  --no-search          ignore the projections merged into the model file\n"            \
     "  --random-search D    random projections of width D on layers 2..L-3 (speed work)\n"      \
+    "  --search-rope-scale S  projections that rotate by position (train-search --rope-dims):\n" \
+    "                       positions x S instead of the file's scale (position interpolation,\n" \
+    "                       e.g. 0.25 at 4x the trained length)\n"                              \
     "  --select KIND        exact | hnsw | faiss | quest | oracle | window (default exact)\n"   \
     "  --sparse-layers L    layers to substitute: all, 1-4, 2--3 (default: layers with\n"      \
     "                       projections; all layers for quest/oracle/window)\n"                \

@@ -123,6 +123,10 @@ int cmd_info(int argc, char **argv) {
                  si.layers, si.n_layers, si.d_search, si.type);
     else if (ss != SUBQ_ERR_RANGE)
         snprintf(search, sizeof search, "unusable: %.500s", serr.msg);
+    if (!ss && si.rope_dims)
+        snprintf(search + strlen(search), sizeof search - strlen(search),
+                 ", the last %d dims rotated by position (base %g, scale %g)", si.rope_dims, (double)si.rope_base,
+                 (double)si.rope_scale);
     if (!ss && si.merged && si.top_k)
         snprintf(search + strlen(search), sizeof search - strlen(search), ", top-k %d", si.top_k);
     if (json) {
@@ -135,8 +139,10 @@ int cmd_info(int argc, char **argv) {
         if (!ss) {
             printf(", \"search\": {\"merged\": %s, \"layers\": ", si.merged ? "true" : "false");
             cli_json_string(stdout, si.layers, strlen(si.layers));
-            printf(", \"n_layers\": %d, \"d_search\": %d, \"type\": \"%s\", \"top_k\": %d}", si.n_layers,
-                   si.d_search, si.type, si.top_k);
+            printf(", \"n_layers\": %d, \"d_search\": %d, \"type\": \"%s\", \"top_k\": %d, \"rope_dims\": %d",
+                   si.n_layers, si.d_search, si.type, si.top_k, si.rope_dims);
+            if (si.rope_dims) printf(", \"rope_base\": %g, \"rope_scale\": %g", (double)si.rope_base, (double)si.rope_scale);
+            printf("}");
         } else if (ss != SUBQ_ERR_RANGE) {
             printf(", \"search_error\": ");
             cli_json_string(stdout, serr.msg, strlen(serr.msg));

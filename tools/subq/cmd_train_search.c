@@ -25,6 +25,16 @@ static int help(const subq_train_search_params *d) {
            "                       'none' for no reserve), e.g. '0,1,2,-1'\n"
            "  --d-search N         width of the search space (default %d; 128 recommended for\n"
            "                       d_model >= 1024)\n"
+           "  --rope-dims R        rotate the last R dims of q_s and k_s by the token's position in its\n"
+           "                       document, as RoPE does, so that the search can rank by distance\n"
+           "                       (\"recent\"); even, at most d_search; 0 = position-free (default:\n"
+           "                       half of --d-search)\n"
+           "  --rope-base B        frequency base of that rotation: pair i turns by\n"
+           "                       pos * scale * B^(-2i/R) (default %g)\n"
+           "  --rope-scale S       positions multiplied by S (position interpolation) (default %g)\n"
+           "  --init FILE          start from the projections in FILE (same width, layers and\n"
+           "                       rotation), e.g. trained at a shorter --seq, with a fresh optimiser\n"
+           "                       and schedule (default: random weights, --init-std)\n"
            "losses:\n"
            "  --k-pos N            InfoNCE positives: the teacher's top N keys (default %d)\n"
            "  --tau T              InfoNCE temperature on cosine similarity (default %g)\n"
@@ -42,7 +52,7 @@ static int help(const subq_train_search_params *d) {
            "                       set, with the teacher renormalised over it; queries with fewer than\n"
            "                       2 such keys are skipped. Evaluation uses the same set (below)\n"
            "  --init-std F         initial weights ~ N(0, F^2) (default %g)\n",
-           d->d_search, d->loss.k_pos, (double)d->loss.tau, (double)d->loss.tau_kl, (double)d->loss.alpha,
+           d->d_search, (double)d->rope_base, (double)d->rope_scale, d->loss.k_pos, (double)d->loss.tau, (double)d->loss.tau_kl, (double)d->loss.alpha,
            (double)d->loss.beta, subq_teacher_agg_name(d->loss.agg), d->loss.n_sink, d->loss.n_tail, (double)d->init_std);
     cli_train_help_optim(&d->train);
     cli_train_help_eval(&d->train);
@@ -132,6 +142,10 @@ int cmd_train_search(int argc, char **argv) {
         int r = cli_train_option(&o, argc, argv, &i);
         if (!r) r = cli_flag_str(cmd, "--reserve", argc, argv, &i, &o.reserve);
         if (!r) r = cli_flag_int(cmd, "--d-search", 1, SUBQ_SEARCH_MAX_D, argc, argv, &i, &cfg.d_search);
+        if (!r) r = cli_flag_int(cmd, "--rope-dims", 0, SUBQ_SEARCH_MAX_D, argc, argv, &i, &cfg.rope_dims);
+        if (!r) r = cli_flag_float(cmd, "--rope-base", argc, argv, &i, &cfg.rope_base);
+        if (!r) r = cli_flag_float(cmd, "--rope-scale", argc, argv, &i, &cfg.rope_scale);
+        if (!r) r = cli_flag_str(cmd, "--init", argc, argv, &i, &cfg.init_from);
         if (!r) r = cli_flag_int(cmd, "--k-pos", 1, 1 << 20, argc, argv, &i, &cfg.loss.k_pos);
         if (!r) r = cli_flag_float(cmd, "--tau", argc, argv, &i, &cfg.loss.tau);
         if (!r) r = cli_flag_float(cmd, "--tau-kl", argc, argv, &i, &cfg.loss.tau_kl);
@@ -155,6 +169,10 @@ int cmd_train_search(int argc, char **argv) {
     if (!(cfg.loss.tau > 0) || !(cfg.loss.tau_kl > 0)) return cli_error(cmd, "--tau and --tau-kl must be > 0");
     if (!(cfg.init_std >= 0) || !(cfg.loss.alpha >= 0) || !(cfg.loss.beta >= 0))
         return cli_error(cmd, "--init-std, --alpha and --beta must be >= 0");
+    if (cfg.rope_dims >= 0 && (cfg.rope_dims % 2 || cfg.rope_dims > cfg.d_search))
+        return cli_error(cmd, "--rope-dims %d must be even and at most --d-search (%d)", cfg.rope_dims, cfg.d_search);
+    if (!(cfg.rope_base > 1) || !(cfg.rope_scale > 0) || cfg.rope_base > 1e30f || cfg.rope_scale > 1e30f)
+        return cli_error(cmd, "--rope-base must be > 1 and --rope-scale > 0 (finite)");
     cfg.train.out_path = o.out ? o.out : dump; /* --dump-teacher writes nothing else */
     int rc = 1;
     if (cli_train_load(&o, 0)) {
@@ -169,8 +187,10 @@ int cmd_train_search(int argc, char **argv) {
                      "tail left out); the teacher, losses and mass/recall@K are renormalised over them",
                      cfg.loss.n_sink, cfg.loss.n_tail);
             if (cfg.loss.n_sink > 0 || cfg.loss.n_tail > 0) ui.start_note = note;
-            snprintf(ui.extra_json, sizeof ui.extra_json, "\"d_search\": %d, \"n_sink\": %d, \"n_tail\": %d",
-                     cfg.d_search, cfg.loss.n_sink, cfg.loss.n_tail);
+            snprintf(ui.extra_json, sizeof ui.extra_json,
+                     "\"d_search\": %d, \"rope_dims\": %d, \"rope_base\": %g, \"rope_scale\": %g, \"n_sink\": %d, "
+                     "\"n_tail\": %d", cfg.d_search, cfg.rope_dims < 0 ? cfg.d_search / 4 * 2 : cfg.rope_dims, (double)cfg.rope_base, (double)cfg.rope_scale,
+                     cfg.loss.n_sink, cfg.loss.n_tail);
             rc = cli_train_run(&o, &ui, run, &cfg);
         }
     }

@@ -108,7 +108,7 @@ static void eval_block(void *ctx, int b, int thread) {
 }
 
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
-                              subq_teacher_agg agg, int n_sink, int n_tail, subq_retrieval_eval *acc, pool *p,
+                              const search_rope *rope, subq_teacher_agg agg, int n_sink, int n_tail, subq_retrieval_eval *acc, pool *p,
                               subq_error *err) {
     const int T = x->T, nk = acc->n_k;
     const kernels *kern = kernels_get();
@@ -130,7 +130,7 @@ subq_status search_eval_layer(const search_layer_data *x, const float *wq, const
         st = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search evaluation (T = %d)", T);
         goto done;
     }
-    if ((st = search_prepare(x, wq, wk, ds, p, start, kt, Qs, Ks, err))) goto done;
+    if ((st = search_prepare(x, wq, wk, ds, rope, p, start, kt, Qs, Ks, err))) goto done;
     /* 1 / |k_s(j)| with the training loss's smooth norm */
     for (int j = 0; j < T; j++)
         inv_nk[j] = 1.0f / sqrtf(kern->dot_f32(Ks + (size_t)j * ds, Ks + (size_t)j * ds, ds) + 1e-12f);

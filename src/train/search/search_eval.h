@@ -30,7 +30,7 @@ void search_eval_init(subq_retrieval_eval *acc, const int *ks, int n_k);
 /* Add one layer of one sequence (sums; divide by n_queries for means).
  * n_sink = n_tail = 0: every causal (block-causal) key is eligible. */
 subq_status search_eval_layer(const search_layer_data *x, const float *wq, const float *wk, int d_search,
-                              subq_teacher_agg agg, int n_sink, int n_tail, subq_retrieval_eval *acc, pool *p,
+                              const search_rope *rope, subq_teacher_agg agg, int n_sink, int n_tail, subq_retrieval_eval *acc, pool *p,
                               subq_error *err);
 
 #endif

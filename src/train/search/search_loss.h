@@ -19,6 +19,10 @@
  * use smooth norms |x| = sqrt(x.x + 1e-12) so the loss is differentiable
  * everywhere.
  *
+ * With a rotary part (search_rope.h), q_s and k_s above are the rotated
+ * vectors R(pos_t) W h_t, at each token's position in its document; a
+ * rotation's backward is its transpose, so dW = (R^T dq_s)^T h.
+ *
  * Memory is bounded for long sequences: queries are processed in chunks of
  * rows, so only chunk x T score matrices exist at a time. */
 #ifndef SUBQ_TRAIN_SEARCH_LOSS_H
@@ -27,12 +31,14 @@
 #include <stdint.h>
 
 #include "base/pool.h"
+#include "search/search_rope.h"
 #include "train/search/teacher.h"
 #include "subq.h"
 
 /* One layer of one sequence, as captured at the attention seam. */
 typedef struct search_layer_data {
     int T;
+    const int32_t *pos;      /* [T] positions (in the document); needed with a rotary part */
     const int32_t *seg;      /* [T] segment ids (non-decreasing) */
     int d_model;
     const float *h;          /* [T][d_model] normed hidden state */
@@ -54,12 +60,17 @@ typedef struct search_loss_sums {
 /* Y[t][a] = sum_i W[a][i] X[t][i] for T rows of X (T x d) and W (ds x d):
  * the projection q_s = W_Qs h used by training and evaluation alike. */
 void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, pool *p);
+/* search_rope_rotate of T rows of a and b (either may be NULL) on the pool. */
+void search_rotate_rows(const search_rope *rope, int ds, const int32_t *pos, int T, float *a, float *b, int inverse,
+                        pool *p);
 
 /* What the loss and the evaluation of a layer start from: each query's
  * segment start [T], the keys transposed (teacher_keys_transpose) and the
- * projected queries and keys Qs = H W_Qs^T, Ks = H W_Ks^T [T][ds]. */
-subq_status search_prepare(const search_layer_data *x, const float *wq, const float *wk, int ds, pool *p, int *start,
-                           float *kt, float *Qs, float *Ks, subq_error *err);
+ * projected queries and keys Qs = H W_Qs^T, Ks = H W_Ks^T [T][ds], rotated
+ * at x->pos by `rope` (NULL or n_rot 0: not rotated). */
+subq_status search_prepare(const search_layer_data *x, const float *wq, const float *wk, int ds,
+                           const search_rope *rope, pool *p, int *start, float *kt, float *Qs, float *Ks,
+                           subq_error *err);
 
 /* Number of non-skipped queries (those with >= 2 eligible keys, i.e. at
  * position >= n_sink + n_tail + 1 within their document). */
@@ -74,7 +85,7 @@ int64_t search_count_queries(const int32_t *seg, int T, int n_sink, int n_tail);
  * Deterministic, and independent of the pool's threads: every gradient element is
  * summed by one thread in a fixed order. */
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int d_search,
-                              const subq_search_loss_params *p, float grad_scale, float *dwq, float *dwk,
+                              const search_rope *rope, const subq_search_loss_params *p, float grad_scale, float *dwq, float *dwk,
                               search_loss_sums *out, int chunk_rows, pool *threads, subq_error *err);
 
 #endif

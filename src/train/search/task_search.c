@@ -14,6 +14,9 @@ subq_train_search_params train_search_default_config(void) {
     subq_train_search_params c = {
         .train = train_default_config(),
         .d_search = 32,
+        .rope_dims = -1, /* half of d_search */
+        .rope_base = 10000.0f,
+        .rope_scale = 1.0f,
         /* sink / tail: the sparse runtime's defaults (attn_plan_default), so the
          * space is trained on the keys it will be asked to rank */
         .loss = {.tau = 0.07f, .tau_kl = 1.0f, .alpha = 1.0f, .beta = 1.0f, .k_pos = 16, .agg = SUBQ_TEACHER_AGG_MAX,
@@ -53,10 +56,17 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
     if (c->n_eval_k < 0 || c->n_eval_k > SUBQ_SEARCH_EVAL_MAX_K) return subq_fail(err, SUBQ_ERR_ARG, "too many eval K values");
     for (int i = 0; i < c->n_eval_k; i++)
         if (c->eval_k[i] < 1) return subq_fail(err, SUBQ_ERR_ARG, "eval K values must be >= 1");
-    const model_hparams *hp = &t->model->hp;
-    subq_status s = search_proj_new(hp->n_layer, hp->n_embd, c->d_search, c->train.layers, c->train.n_layers,
-                                    model_fingerprint(t->model), &k->proj, err);
+    /* half the space rotated: measured on the 4K fixture and stories260K
+     * (BENCHMARKS.md), as the independent study behind it found */
+    const int n_rot = c->rope_dims < 0 ? c->d_search / 2 / 2 * 2 : c->rope_dims;
+    const search_rope rope = {.n_rot = n_rot, .base = c->rope_base, .scale = c->rope_scale};
+    subq_status s = search_rope_check(&rope, c->d_search, "search rotation", err);
     if (s) return s;
+    const model_hparams *hp = &t->model->hp;
+    s = search_proj_new(hp->n_layer, hp->n_embd, c->d_search, c->train.layers, c->train.n_layers,
+                        model_fingerprint(t->model), &k->proj, err);
+    if (s) return s;
+    k->proj->rope = rope;
     const search_proj *p = k->proj;
     if (!(k->acc = calloc((size_t)p->n_sel, sizeof *k->acc))) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     t->w = k->proj->data;
@@ -66,11 +76,20 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
     return SUBQ_OK;
 }
 
-/* W ~ N(0, init_std^2) from the run's rng */
+static subq_status read_weights(void *self, trainer *t, const gguf_file *f, const char *path, subq_error *err);
+
+/* W ~ N(0, init_std^2) from the run's rng (drawn also when starting from a
+ * file, so that the data order is the same either way), or the file's. */
 static subq_status init(void *self, trainer *t, subq_error *err) {
     search_task *k = self;
     search_proj_init_normal(k->proj, k->cfg->init_std, &t->rng);
-    return SUBQ_OK;
+    if (!k->cfg->init_from) return SUBQ_OK;
+    gguf_file *f;
+    subq_status s = gguf_open(k->cfg->init_from, &f, err);
+    if (s) return s;
+    s = read_weights(self, t, f, k->cfg->init_from, err);
+    gguf_close(f);
+    return s;
 }
 
 /* Block 2i of the flat arrays is W_Qs of target layer i, 2i+1 its W_Ks. */
@@ -83,11 +102,11 @@ static subq_status layer_loss(void *self, trainer *t, int i, int train, train_su
     search_task *k = self;
     const subq_train_search_params *c = k->cfg;
     const search_proj *p = k->proj;
-    search_layer_data x = train_capture_layer(t->cap, i, t->seg);
+    search_layer_data x = train_capture_layer(t->cap, i, t->pos, t->seg);
     x.attn_out = attn_out;
     const int l = p->layers[i];
     search_loss_sums ls;
-    subq_status s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &c->loss, 1.0f,
+    subq_status s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &p->rope, &c->loss, 1.0f,
                                       train ? t->grad + block_offset(p, 2 * i) : NULL,
                                       train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, 0, t->ctx->pool, err);
     if (s) return s;
@@ -106,9 +125,9 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
     const subq_train_search_params *c = k->cfg;
     const search_proj *p = k->proj;
     for (int i = 0; !train && i < p->n_sel; i++) {
-        const search_layer_data x = train_capture_layer(t->cap, i, t->seg);
+        const search_layer_data x = train_capture_layer(t->cap, i, t->pos, t->seg);
         const int l = p->layers[i];
-        subq_status s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, c->loss.agg, c->loss.n_sink,
+        subq_status s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, &p->rope, c->loss.agg, c->loss.n_sink,
                                           c->loss.n_tail, &k->acc[i], t->ctx->pool, err);
         if (s) return s;
     }
@@ -189,8 +208,13 @@ static subq_status read_weights(void *self, trainer *t, const gguf_file *f, cons
     if (!s && (p->d_search != q->d_search || !same_layers || p->n_embd != q->n_embd))
         s = subq_fail(err, SUBQ_ERR_ARG,
                       "%s has d_search %d over %d layers; this run asks for d_search %d over %d layers "
-                      "(resume with the same search width and layers)",
+                      "(resume or --init with the same search width and layers)",
                       path, p->d_search, p->n_sel, q->d_search, q->n_sel);
+    if (!s && !search_rope_same(&p->rope, &q->rope))
+        s = subq_fail(err, SUBQ_ERR_ARG,
+                      "%s rotates %d dims (base %g, scale %g); this run asks for %d (base %g, scale %g): resume or "
+                      "--init with the same --rope-dims, --rope-base and --rope-scale",
+                      path, p->rope.n_rot, p->rope.base, p->rope.scale, q->rope.n_rot, q->rope.base, q->rope.scale);
     if (!s) memcpy(t->w, p->data, t->n_params * sizeof(float));
     search_proj_free(p);
     return s;
@@ -259,6 +283,9 @@ subq_status train_search_dump_teacher(subq_model *m, const subq_corpus *data, co
     s = s ? s : gguf_writer_set_u32(w, "dump.k_pos", (uint32_t)cfg->loss.k_pos);
     s = s ? s : gguf_writer_set_u32(w, "dump.n_sink", (uint32_t)cfg->loss.n_sink);
     s = s ? s : gguf_writer_set_u32(w, "dump.n_tail", (uint32_t)cfg->loss.n_tail);
+    s = s ? s : gguf_writer_set_u32(w, "dump.rope_dims", (uint32_t)proj->rope.n_rot);
+    s = s ? s : gguf_writer_set_f32(w, "dump.rope_base", (float)proj->rope.base);
+    s = s ? s : gguf_writer_set_f32(w, "dump.rope_scale", (float)proj->rope.scale);
     s = s ? s : gguf_writer_set_arr(w, "dump.eval_k", GGUF_TYPE_INT32, cfg->eval_k, (uint64_t)cfg->n_eval_k);
     if (s) {
         s = subq_fail(err, s, "out of memory");
@@ -266,7 +293,7 @@ subq_status train_search_dump_teacher(subq_model *m, const subq_corpus *data, co
     }
     for (int i = 0; i < proj->n_sel && !s; i++) {
         int l = proj->layers[i];
-        search_layer_data x = train_capture_layer(cap, i, seg);
+        search_layer_data x = train_capture_layer(cap, i, pos, seg);
         /* dense teacher: row t holds p over its retrieval-eligible keys [start + n_sink, t - n_tail]
          * (renormalised over them), zeros elsewhere; a row with no such key is all zeros */
         float *P = dense + (size_t)i * T * T, *scratch = malloc((size_t)T * sizeof(float));
@@ -291,9 +318,9 @@ subq_status train_search_dump_teacher(subq_model *m, const subq_corpus *data, co
         search_loss_sums sums;
         subq_retrieval_eval acc;
         search_eval_init(&acc, cfg->eval_k, cfg->n_eval_k);
-        if ((s = search_loss_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, &cfg->loss, 1.0f, NULL, NULL, &sums,
+        if ((s = search_loss_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, &proj->rope, &cfg->loss, 1.0f, NULL, NULL, &sums,
                                    0, tr.ctx->pool, err)) ||
-            (s = search_eval_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, cfg->loss.agg, cfg->loss.n_sink,
+            (s = search_eval_layer(&x, proj->wq[l], proj->wk[l], proj->d_search, &proj->rope, cfg->loss.agg, cfg->loss.n_sink,
                                    cfg->loss.n_tail, &acc, tr.ctx->pool, err)))
             break;
         char key[128];
