@@ -47,7 +47,7 @@ static void project(sparse_stage *s, const kv_cache *kv, int slot0, const float 
     wq.data = s->wq_s;
     matmul(s->ks, H, &wk, n, NULL, p);
     matmul(s->qs, H, &wq, n, NULL, p);
-    search_rope_rotate(&s->rope, s->d_search, kv->pos + slot0, n, s->ks, s->qs, 0);
+    search_rope_rotate_rows(&s->rope, s->d_search, kv->pos + slot0, n, s->ks, s->qs, 0, p);
 }
 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "base/pool.h"
 #include "subq.h"
 
 #define SEARCH_ROPE_MAX_DIMS 4096 /* widest rotated part */
@@ -39,6 +40,11 @@ subq_status search_rope_check(const search_rope *r, int d_search, const char *wh
  * (the backward of the forward one). Nothing happens when n_rot = 0. */
 void search_rope_rotate(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, float *b,
                         int inverse);
+
+/* The same over the pool in blocks of rows (one block: on the caller's
+ * thread, as for a decode step's row). */
+void search_rope_rotate_rows(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, float *b,
+                             int inverse, pool *p);
 
 /* 1 when both rotate the same way (the stored keys of one fit the other). */
 int search_rope_same(const search_rope *x, const search_rope *y);

@@ -69,28 +69,6 @@ void search_project(float *Y, const float *X, const float *W, int T, int d, int 
     pool_run(p, (T + PROJ_ROWS - 1) / PROJ_ROWS, project_block, &j);
 }
 
-/* search_rope_rotate over blocks of rows on the pool */
-typedef struct rotate_job {
-    const search_rope *rope;
-    const int32_t *pos;
-    float *a, *b;
-    int T, ds, inverse;
-} rotate_job;
-
-static void rotate_block(void *ctx, int blk, int thread) {
-    (void)thread;
-    const rotate_job *j = ctx;
-    const int t0 = blk * PROJ_ROWS, n = j->T - t0 < PROJ_ROWS ? j->T - t0 : PROJ_ROWS;
-    const size_t o = (size_t)t0 * j->ds;
-    search_rope_rotate(j->rope, j->ds, j->pos + t0, n, j->a ? j->a + o : NULL, j->b ? j->b + o : NULL, j->inverse);
-}
-
-void search_rotate_rows(const search_rope *rope, int ds, const int32_t *pos, int T, float *a, float *b, int inverse,
-                        pool *p) {
-    rotate_job j = {.rope = rope, .pos = pos, .a = a, .b = b, .T = T, .ds = ds, .inverse = inverse};
-    pool_run(p, (T + PROJ_ROWS - 1) / PROJ_ROWS, rotate_block, &j);
-}
-
 subq_status search_prepare(const search_layer_data *x, const float *wq, const float *wk, int ds,
                            const search_rope *rope, pool *p, int *start, float *kt, float *Qs, float *Ks,
                            subq_error *err) {
@@ -101,7 +79,7 @@ subq_status search_prepare(const search_layer_data *x, const float *wq, const fl
     teacher_keys_transpose(x->k, x->T, &x->shape, kt);
     search_project(Qs, x->h, wq, x->T, x->d_model, ds, p);
     search_project(Ks, x->h, wk, x->T, x->d_model, ds, p);
-    if (rotate) search_rotate_rows(rope, ds, x->pos, x->T, Qs, Ks, 0, p);
+    if (rotate) search_rope_rotate_rows(rope, ds, x->pos, x->T, Qs, Ks, 0, p);
     return SUBQ_OK;
 }
 
@@ -365,7 +343,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
 
     if (want_grad) {
         /* back through the rotation: dY = R(pos)^T dY_rotated */
-        if (rope && rope->n_rot > 0) search_rotate_rows(rope, ds, x->pos, T, dQ, dK, 1, p);
+        if (rope && rope->n_rot > 0) search_rope_rotate_rows(rope, ds, x->pos, T, dQ, dK, 1, p);
         /* dW[a][i] += sum_t dY[t][a] H[t][i]  for W_Qs (dY = dQ) and W_Ks (dY = dK), per block of columns i */
         grad_job g = {.x = x, .dQ = dQ, .dK = dK, .dwq = dwq, .dwk = dwk, .ds = ds,
                       .n_cblocks = (d + GRAD_COLS - 1) / GRAD_COLS};

@@ -60,9 +60,6 @@ typedef struct search_loss_sums {
 /* Y[t][a] = sum_i W[a][i] X[t][i] for T rows of X (T x d) and W (ds x d):
  * the projection q_s = W_Qs h used by training and evaluation alike. */
 void search_project(float *Y, const float *X, const float *W, int T, int d, int ds, pool *p);
-/* search_rope_rotate of T rows of a and b (either may be NULL) on the pool. */
-void search_rotate_rows(const search_rope *rope, int ds, const int32_t *pos, int T, float *a, float *b, int inverse,
-                        pool *p);
 
 /* What the loss and the evaluation of a layer start from: each query's
  * segment start [T], the keys transposed (teacher_keys_transpose) and the
