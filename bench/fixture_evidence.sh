@@ -138,20 +138,25 @@ stage_rope_eval() {
         --k-sweep 64,128,256 --static-split 0
 }
 
-# Train short, serve 4x longer: 104 steps of 4 x 1024 tokens (~0.42M), then
+# Train short, serve 4x longer: 104 steps of 4 x 1024 tokens (~0.40M), then
 # evaluated at 4096 as it is, with positions x 1/4 (position interpolation),
-# and after 32 steps of 4 x 4096 tokens started from it (--init)
+# and after 32 steps of 4 x 4096 tokens started from it (--init); the
+# control: the same 32 steps from random weights
 stage_rope_length() {
-    local p1=$D/search_rope_1k.gguf p2=$D/search_rope_1k_ft.gguf
+    local p1=$D/search_rope_1k.gguf p2=$D/search_rope_1k_ft.gguf p3=$D/search_rope_4k_32.gguf
     timed "train-search rope 1024" "$B" train-search -m "$M" -f "$D/corpus.jsonl" --reserve 0 --d-search 128 \
         --rope-dims 64 --seq 1024 --batch 4 --steps 104 --warmup 10 --lr 3e-3 --eval-every 0 --eval-tokens 32768 \
         --save-every 16 -t "$T" -o "$p1" > "$p1.out" 2>&1
     timed "train-search rope 1024 + 4096" "$B" train-search -m "$M" -f "$D/corpus.jsonl" --reserve 0 \
         --d-search 128 --rope-dims 64 --init "$p1" --seq 4096 --batch 4 --steps 32 --warmup 4 --lr 1e-3 \
         --eval-every 0 --eval-tokens 32768 --save-every 8 -t "$T" -o "$p2" > "$p2.out" 2>&1
+    timed "train-search rope 4096, 32 steps" "$B" train-search -m "$M" -f "$D/corpus.jsonl" --reserve 0 \
+        --d-search 128 --rope-dims 64 --seq 4096 --batch 4 --steps 32 --warmup 4 --lr 3e-3 \
+        --eval-every 0 --eval-tokens 32768 --save-every 8 -t "$T" -o "$p3" > "$p3.out" 2>&1
     run_eval len_1k "$p1" 1-7 --windows 16 --selectors exact --k-sweep 64 --static-split 0
     run_eval len_1k_pi "$p1" 1-7 --windows 16 --selectors exact --k-sweep 64 --static-split 0 --search-rope-scale 0.25
     run_eval len_1k_ft "$p2" 1-7 --windows 16 --selectors exact --k-sweep 64 --static-split 0
+    run_eval len_4k_32 "$p3" 1-7 --windows 16 --selectors exact --k-sweep 64 --static-split 0
     run_eval len_1k_at1k "$p1" 1-7 -c 1024 --windows 64 --selectors exact --k-sweep 64 --static-split 0
     run_eval len_4k_at1k "$D/search_rope.gguf" 1-7 -c 1024 --windows 64 --selectors exact --k-sweep 64 --static-split 0
 }
@@ -162,6 +167,8 @@ stage_rope_phi() {
         -o "$D/phi4k.gguf" > "$D/phi4k.out" 2>&1
     run_eval rope_phi4k "$D/search_rope.gguf" 1-7 --windows 16 --selectors exact,window --k-sweep 64 \
         --complete "$D/phi4k.gguf" --static-split 0
+    run_eval rope_hnsw_ef128 "$D/search_rope.gguf" 1-7 --windows 16 --selectors hnsw --k-sweep 64 \
+        --hnsw-ef-search 128 --static-split 0
 }
 
 stage_rope_recall() {

@@ -18,7 +18,9 @@
  *    exact selector's candidates are the brute-force top-K of
  *    cos(R(p_t) W_Qs h_t, R(p_j) W_Ks h_j), computed here in double from the
  *    captured h at the packed positions, in prefill, decode and batched
- *    sparse prefill (among the slots before each batch). */
+ *    sparse prefill (among the slots before each batch); the int8 and int4
+ *    scans (codes of the rotated keys, re-ranked) and HNSW choose the same
+ *    sets on these 160 keys. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,6 +401,15 @@ int main(void) {
         CHECK(!memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) &&
                   max_rel(dec, got, (size_t)N_TOK * V) < 1e-5,
               "rotated space: decode chose other candidates or logits than prefill");
+        for (int v = 0; v < 3; v++) { /* int8, int4 codes; hnsw */
+            attn_plan other = plan;
+            if (v < 2) other.sparse.select.scan = v ? SELECT_SCAN_INT4 : SELECT_SCAN_INT8;
+            else selector_params_default(&other.sparse.select, SELECT_HNSW, 16);
+            CHECK(!run(&other, rp, 1, N_TOK, dec, cand_b, &err), "rotated %d: %s", v, err.msg);
+            miss = rotated_topk_misses(rp, cand_b, 0);
+            CHECK(miss == 0, "rotated space, %s: %d queries' candidates are not the rotated top-8",
+                  v == 0 ? "int8 scan" : v == 1 ? "int4 scan" : "hnsw", miss);
+        }
         /* the same projections unrotated choose other sets (the rotation is in effect) */
         search_proj *flat;
         CHECK(!search_proj_random(model, layers, 4, 16, 7, &flat, &err), "%s", err.msg);

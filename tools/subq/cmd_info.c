@@ -141,7 +141,8 @@ int cmd_info(int argc, char **argv) {
             cli_json_string(stdout, si.layers, strlen(si.layers));
             printf(", \"n_layers\": %d, \"d_search\": %d, \"type\": \"%s\", \"top_k\": %d, \"rope_dims\": %d",
                    si.n_layers, si.d_search, si.type, si.top_k, si.rope_dims);
-            if (si.rope_dims) printf(", \"rope_base\": %g, \"rope_scale\": %g", (double)si.rope_base, (double)si.rope_scale);
+            if (si.rope_dims)
+                printf(", \"rope_base\": %g, \"rope_scale\": %g", (double)si.rope_base, (double)si.rope_scale);
             printf("}");
         } else if (ss != SUBQ_ERR_RANGE) {
             printf(", \"search_error\": ");

@@ -52,8 +52,8 @@ static int help(const subq_train_search_params *d) {
            "                       set, with the teacher renormalised over it; queries with fewer than\n"
            "                       2 such keys are skipped. Evaluation uses the same set (below)\n"
            "  --init-std F         initial weights ~ N(0, F^2) (default %g)\n",
-           d->d_search, (double)d->rope_base, (double)d->rope_scale, d->loss.k_pos, (double)d->loss.tau, (double)d->loss.tau_kl, (double)d->loss.alpha,
-           (double)d->loss.beta, subq_teacher_agg_name(d->loss.agg), d->loss.n_sink, d->loss.n_tail, (double)d->init_std);
+           d->d_search, (double)d->rope_base, (double)d->rope_scale, d->loss.k_pos, (double)d->loss.tau,
+           (double)d->loss.tau_kl, (double)d->loss.alpha, (double)d->loss.beta, subq_teacher_agg_name(d->loss.agg), d->loss.n_sink, d->loss.n_tail, (double)d->init_std);
     cli_train_help_optim(&d->train);
     cli_train_help_eval(&d->train);
     fputs("  --eval-k LIST        K values for mass@K / recall@K of the learned space, the raw-QK\n"
@@ -187,10 +187,12 @@ int cmd_train_search(int argc, char **argv) {
                      "tail left out); the teacher, losses and mass/recall@K are renormalised over them",
                      cfg.loss.n_sink, cfg.loss.n_tail);
             if (cfg.loss.n_sink > 0 || cfg.loss.n_tail > 0) ui.start_note = note;
+            const int rope_dims = cfg.rope_dims < 0 ? cfg.d_search / 2 / 2 * 2 : cfg.rope_dims; /* the default: half */
             snprintf(ui.extra_json, sizeof ui.extra_json,
                      "\"d_search\": %d, \"rope_dims\": %d, \"rope_base\": %g, \"rope_scale\": %g, \"n_sink\": %d, "
-                     "\"n_tail\": %d", cfg.d_search, cfg.rope_dims < 0 ? cfg.d_search / 4 * 2 : cfg.rope_dims, (double)cfg.rope_base, (double)cfg.rope_scale,
-                     cfg.loss.n_sink, cfg.loss.n_tail);
+                     "\"n_tail\": %d",
+                     cfg.d_search, rope_dims, (double)cfg.rope_base, (double)cfg.rope_scale, cfg.loss.n_sink,
+                     cfg.loss.n_tail);
             rc = cli_train_run(&o, &ui, run, &cfg);
         }
     }

@@ -226,8 +226,8 @@ static void grad_block(void *ctx, int b, int thread) {
 }
 
 subq_status search_loss_layer(const search_layer_data *x, const float *wq, const float *wk, int ds,
-                              const search_rope *rope, const subq_search_loss_params *lp, float grad_scale, float *dwq, float *dwk,
-                              search_loss_sums *out, int chunk_rows, pool *p, subq_error *err) {
+                              const search_rope *rope, const subq_search_loss_params *lp, float grad_scale, float *dwq,
+                              float *dwk, search_loss_sums *out, int chunk_rows, pool *p, subq_error *err) {
     const int T = x->T, d = x->d_model;
     const int want_grad = dwq || dwk;
     out->nce = out->kl = 0.0;
