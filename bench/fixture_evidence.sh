@@ -136,6 +136,7 @@ stage_rope_eval() {
         --compare exact@64,oracle@64 --static-split 0
     run_eval rope_flat "$(dirname "$0")/../tests/models/fixture-4k-search.gguf" 1-7 --windows 16 --selectors exact \
         --k-sweep 64,128,256 --static-split 0
+    run_eval rope_hnsw_ef128 "$p" 1-7 --windows 16 --selectors hnsw --k-sweep 64 --hnsw-ef-search 128 --static-split 0
 }
 
 # Train short, serve 4x longer: 104 steps of 4 x 1024 tokens (~0.40M), then
@@ -167,8 +168,6 @@ stage_rope_phi() {
         -o "$D/phi4k.gguf" > "$D/phi4k.out" 2>&1
     run_eval rope_phi4k "$D/search_rope.gguf" 1-7 --windows 16 --selectors exact,window --k-sweep 64 \
         --complete "$D/phi4k.gguf" --static-split 0
-    run_eval rope_hnsw_ef128 "$D/search_rope.gguf" 1-7 --windows 16 --selectors hnsw --k-sweep 64 \
-        --hnsw-ef-search 128 --static-split 0
 }
 
 stage_rope_recall() {
