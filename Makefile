@@ -15,13 +15,18 @@ deps:
 deps-test:
 	@bash scripts/install-deps.sh --test
 
+# make test builds with -Werror (WERROR=ON); a plain build does not, so that
+# another compiler's new warning cannot stop `make demo`.
+WERROR ?= OFF
+test: WERROR = ON
+
 build: deps
-	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
+	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSUBQ_WERROR=$(WERROR) -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build -j $(JOBS)
 
 # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 build-san: deps-test
-	@cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSUBQ_SANITIZE=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
+	@cmake -S . -B build-san -DCMAKE_BUILD_TYPE=Debug -DSUBQ_SANITIZE=ON -DSUBQ_WERROR=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build-san -j $(JOBS)
 
 test: deps-test build build-san build-fuzz
@@ -42,7 +47,7 @@ demo: build
 # corpus tests/fuzz/corpus/NAME (read-only; new inputs go to build-fuzz/corpus/NAME).
 FUZZERS := $(sort $(basename $(notdir $(wildcard tests/fuzz/fuzz_*.c))))
 build-fuzz: deps-test
-	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSUBQ_FUZZ=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
+	@cmake -S . -B build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSUBQ_FUZZ=ON -DSUBQ_WERROR=ON -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
 
 fuzz: build-fuzz

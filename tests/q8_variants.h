@@ -45,12 +45,20 @@ static inline int q8_variants(q8_variant vs[3]) {
     return nv;
 }
 
-/* A random row of n weights of `type` (Q8_0 or Q4_0, scales around 0.02). */
+/* A random scale of magnitude lo .. 3 lo and either sign: ggml's Q4_0
+ * quantiser makes negative ones, and f16 bits with the top bit set are where
+ * a shift of a promoted int overflows (UBSan). */
+static inline float q8_random_scale(uint64_t *rng, float lo) {
+    const float m = lo + 2.0f * lo * rng_uniform(rng);
+    return rng_next_u64(rng) & 1 ? -m : m;
+}
+
+/* A random row of n weights of `type` (Q8_0 or Q4_0, scales around +-0.02). */
 static inline void q8_random_row(uint64_t *rng, uint32_t type, int64_t n, void *row) {
     if (type == GGML_TYPE_Q8_0) {
         block_q8_0 *b = row;
         for (int64_t i = 0; i < n / 32; i++) {
-            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
+            quant_wr16(b[i].d, fp32_to_fp16(q8_random_scale(rng, 0.01f)));
             for (int j = 0; j < 32; j++) b[i].qs[j] = (int8_t)(rng_next_u64(rng) % 255 - 127);
         }
         /* not made by ggml's quantiser, but valid bytes: must still be exact */
@@ -59,7 +67,7 @@ static inline void q8_random_row(uint64_t *rng, uint32_t type, int64_t n, void *
     } else {
         block_q4_0 *b = row;
         for (int64_t i = 0; i < n / 32; i++) {
-            quant_wr16(b[i].d, fp32_to_fp16(0.01f + 0.02f * rng_uniform(rng)));
+            quant_wr16(b[i].d, fp32_to_fp16(q8_random_scale(rng, 0.01f)));
             for (int j = 0; j < 16; j++) b[i].qs[j] = (uint8_t)rng_next_u64(rng);
         }
     }

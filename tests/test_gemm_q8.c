@@ -157,11 +157,11 @@ int main(void) {
                 for (int sb = 0; sb < cols / 256; sb++) {
                     if (kt == GGML_TYPE_Q4_K) {
                         block_q4_K *blk = (block_q4_K *)(wk + (size_t)r * rb) + sb;
-                        quant_wr16(blk->d, fp32_to_fp16(0.001f + 0.002f * rng_uniform(&rng)));
-                        quant_wr16(blk->dmin, fp32_to_fp16(0.001f + 0.002f * rng_uniform(&rng)));
+                        quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
+                        quant_wr16(blk->dmin, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
                     } else {
                         block_q6_K *blk = (block_q6_K *)(wk + (size_t)r * rb) + sb;
-                        quant_wr16(blk->d, fp32_to_fp16(0.0001f + 0.0002f * rng_uniform(&rng)));
+                        quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.0001f)));
                     }
                 }
             for (int r = 0; r < rows; r++) quant_dequant_ref[kt](wk + (size_t)r * rb, wkf + (size_t)r * cols, cols);

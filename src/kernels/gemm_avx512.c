@@ -41,20 +41,22 @@ INLINE512 __m256i q4_0_bytes(const block_q4_0 *b) {
 }
 
 /* One row's blocks 2p, 2p + 1 at b (`two` = 0: the row's last block
- * alone): the 64 values as signed bytes (zeros past the last block), and
- * the two scales (0 past the end). */
-#define PAIR(T)                                                                                               \
-    INLINE512 __m512i T##_pair_bytes(const block_##T *b, int two) {                                           \
-        const __m256i hi = two ? T##_bytes(b + 1) : _mm256_setzero_si256();                                   \
-        return _mm512_inserti64x4(_mm512_castsi256_si512(T##_bytes(b)), hi, 1);                              \
-    }                                                                                                         \
+ * alone): the two scales (0 past the end), as f16 bits side by side in 32
+ * bits (unsigned: a negative scale's top bit must not shift into a sign) */
+#define PAIR_D(T)                                                                                             \
     INLINE512 __m128 T##_pair_d(const block_##T *b, int two) {                                                \
-        const int d = quant_rd16(b[0].d) | (two ? quant_rd16(b[1].d) : 0) << 16;                              \
-        return _mm_cvtph_ps(_mm_cvtsi32_si128(d));                                                            \
+        const uint32_t d = (uint32_t)quant_rd16(b[0].d) | (two ? (uint32_t)quant_rd16(b[1].d) : 0u) << 16;    \
+        return _mm_cvtph_ps(_mm_cvtsi32_si128((int)d));                                                       \
     }
 
-PAIR(q8_0)
-PAIR(q4_0)
+PAIR_D(q8_0)
+PAIR_D(q4_0)
+
+/* ... and their 64 values as signed bytes (zeros past the last block) */
+INLINE512 __m512i q8_0_pair_bytes(const block_q8_0 *b, int two) {
+    const __m256i hi = two ? q8_0_bytes(b + 1) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(q8_0_bytes(b)), hi, 1);
+}
 
 /* -off x the sum of each lane's 4 bytes (off = 128: the offset of signed bytes) */
 INLINE512 __m512i start_lanes(__m512i v, char off) {

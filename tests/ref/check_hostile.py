@@ -17,6 +17,11 @@
    and the link kept. Inputs are bounded: /dev/zero as text or as a GGUF
    file ends in one clean error, a FIFO with no writer times out, a FIFO
    whose writer comes late is read.
+5. Valid models of every integer-kernel weight type (Q4_0, Q4_K, Q6_K,
+   Q8_0, random weights: negative block scales included) prefill a prompt
+   and decode: under the sanitizers this runs the GEMM and GEMV kernels of
+   the machine's level (a shift of a negative f16 scale once stopped every
+   Q4_0 model there).
 
 With SUBQ_SANITIZED=1 (the ASan+UBSan build runs it too) any sanitizer
 report fails the run."""
@@ -294,6 +299,20 @@ def main():
     for p in (fifo, dev, link, target):
         os.unlink(p)
     os.rmdir(sub)
+
+    # 5. every integer-kernel weight type, prefill and decode
+    prompt = "Once upon a time there was a little dog who liked to run in the park with his friends every day"
+    for wtype in ("q4_0", "q4_K", "q6_K", "q8_0"):
+        path = os.path.join(tmp, "hostile_%s.gguf" % wtype)
+        if os.path.exists(path):
+            os.remove(path)
+        code, _, err = run(["synth", "--shape", "tiny-qwen3", "--type", wtype, "-o", path])
+        if code == 0:
+            code, out, err = run(["generate", "-m", path, "-p", prompt, "-n", "8", "--temp", "0", "-t", "2"])
+        ck.check("a %s model prefills and decodes cleanly" % wtype, code == 0 and "runtime error" not in err,
+                 err[-300:])
+        if os.path.exists(path):
+            os.remove(path)
     ck.finish()
 
 

@@ -312,7 +312,7 @@ static int on_start(void *user, const subq_train_start_info *info) {
 static void on_step(void *user, const subq_train_step_stats *s) {
     run_state *u = user;
     const int64_t steps = u->o->cfg->steps;
-    char text[192], extra[256];
+    char text[192], extra[384]; /* room for the rate, text and the rest: never cut */
     u->ui->step_text(text, sizeof text, s);
     char rate[64] = "";
     if (s->gflop_per_s > 0 && u->sgemm > 0)
