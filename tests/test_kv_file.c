@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "kv/kv_file.h"
+#include "model/context.h"
 #include "subq.h"
 #include "test_util.h"
 
@@ -335,6 +336,56 @@ static void test_kill(void) {
     free(lb);
 }
 
+/* A long prompt in many batches commits as it goes (at most once a
+ * second): at the start of every batch the file holds every earlier batch
+ * that was due, which is what a kill there would leave. The capture hook
+ * notes the count at each batch's first layer and makes the next commit due
+ * at once, as if a second had passed (it once held the first batch only). */
+typedef struct commit_probe {
+    subq_context *c;
+    int seen[64], n;
+} commit_probe;
+
+static void note_commits(void *user, int layer, int n, int slot0, const float *h, const float *q, const float *k,
+                         const float *v) {
+    (void)n, (void)slot0, (void)h, (void)q, (void)k, (void)v;
+    commit_probe *p = user;
+    if (layer != 0 || p->n >= 64) return;
+    p->seen[p->n++] = kv_file_committed(p->c->kv.file);
+    p->c->commit_at = -1e30;
+}
+
+static void test_long_prompt_commits(void) {
+    char file[700];
+    path_of(file, sizeof file, "long_prompt.kv");
+    unlink(file);
+    subq_status st;
+    subq_error err;
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = N_CTX;
+    p.n_threads = 1;
+    p.n_batch = 16;
+    p.kv_file = file;
+    subq_context *c = NULL;
+    st = subq_context_new(model, &p, &c, &err);
+    CHECK(!st, "open %s: %s", file, err.msg);
+    if (st) return;
+    commit_probe probe = {.c = c};
+    c->capture = note_commits;
+    c->capture_user = &probe;
+    c->capture_last = -1;
+    int32_t buf[N_CTX];
+    for (int i = 0; i < 128; i++) buf[i] = token(i);
+    CHECK(context_forward(c, buf, 128, NULL, NULL, NULL, 0, &err) == SUBQ_OK, "prompt: %s", err.msg);
+    int grows = probe.n == 8;
+    for (int b = 0; grows && b < probe.n; b++) grows = probe.seen[b] == 16 * b;
+    CHECK(grows, "a prompt of 8 batches of 16: the file held %d %d %d %d %d %d %d %d tokens at their starts, want "
+          "0 16 32 ... 112", probe.seen[0], probe.seen[1], probe.seen[2], probe.seen[3], probe.seen[4], probe.seen[5],
+          probe.seen[6], probe.seen[7]);
+    c->capture = NULL;
+    subq_context_free(c);
+}
+
 int main(void) {
     char path[1024];
     subq_error err;
@@ -359,6 +410,7 @@ int main(void) {
     test_old_layout(2);
     test_refusals();
     test_kill();
+    test_long_prompt_commits();
     /* a search space whose last dims rotate by position: the file keeps the
      * rotated keys and resumes alike; the same matrices unrotated are
      * another plan for it */

@@ -238,6 +238,9 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
         else if (logits && last) lg = logits;
         subq_status s = forward_chunk(c, tokens + done, chunk, pos ? pos + done : NULL, seg ? seg + done : NULL,
                                       lg, all_logits, err);
+        /* the chunk's rows are new since the last commit (which cleared the
+         * flag): without this a prompt committed its first chunk only */
+        if (!s) c->file_dirty = c->kv.file != NULL;
         if (!s && !last) s = context_commit(c, 0, err); /* a long prompt's progress survives a crash */
         if (s) return s;
         done += chunk;

@@ -342,6 +342,22 @@ else:
     expect_error("--search-rope-scale without --search", ["generate", "-m", MODEL, "--search-rope-scale", "0.5",
                                                           "-n", "1"], contains="--search")
 
+# output that cannot be written (stdout on a full device) is an error: status 1 and one error line
+# naming stdout, not a silent success
+if os.path.exists("/dev/full"):
+    text_small = os.path.join(TMP, "phi_text.txt")
+    for args in (["tokenize", "-m", MODEL, "-p", "hello"], ["generate", "-m", MODEL, "-p", "Once", "-n", "5"],
+                 ["info", "-m", MODEL, "--json"], ["perplexity", "-m", MODEL, "-f", text_small, "-c", "64",
+                                                   "--chunks", "1"], ["--help"]):
+        n_cases += 1
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([BIN] + args, stdout=full, stderr=subprocess.PIPE, timeout=120, env=ENV)
+        errs = [l for l in p.stderr.decode("utf-8", "replace").split("\n") if "error" in l]
+        if p.returncode != 1 or len(errs) != 1 or "cannot write the output to stdout" not in errs[0]:
+            failures.append(f"{args[0]} > /dev/full: exit {p.returncode}, stderr {p.stderr[-300:]!r}")
+else:
+    failures.append("/dev/full is missing: the write-error checks cannot run")
+
 # a full context stops generation cleanly (exit 0, text printed)
 p = subprocess.run([BIN, "generate", "-m", MODEL, "-c", "16", "-n", "100", "--temp", "0"], capture_output=True,
                    timeout=60, env=ENV)
