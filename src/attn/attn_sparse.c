@@ -519,21 +519,21 @@ subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_e
     return s && s->d_search > 0 ? selector_get_keys(s->sel, n, dst, err) : SUBQ_OK;
 }
 
-/* The rotary part joins a hash only when there is one: keys stored before
- * it existed keep their identity. */
-static uint64_t hash_rope(uint64_t h, const search_rope *r) {
-    if (r->n_rot <= 0) return h;
-    const double v[3] = {(double)r->n_rot, r->base, r->scale};
+/* The search space's identity: W_Qs, W_Ks and the rotary part, which joins
+ * only when there is one (keys stored before it existed keep theirs). */
+static uint64_t projection_hash(const sparse_stage *s) {
+    const size_t nw = (size_t)s->d_search * s->n_embd;
+    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
+    if (s->rope.n_rot <= 0) return h;
+    const double v[3] = {(double)s->rope.n_rot, s->rope.base, s->rope.scale};
     return fnv1a(h, v, sizeof v);
 }
 
 uint64_t attn_sparse_search_made_by(const attn_stage *st) {
     const sparse_stage *s = as_sparse(st);
     if (!s || s->d_search <= 0) return 0;
-    size_t nw = (size_t)s->d_search * s->n_embd;
-    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
     const int score = (int)s->p.select.score;
-    return hash_rope(fnv1a(h, &score, sizeof score), &s->rope);
+    return fnv1a(projection_hash(s), &score, sizeof score);
 }
 
 void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
@@ -542,9 +542,7 @@ void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     buf[0] = '\0';
     if (!s) return;
     const selector_params *sp = &s->p.select;
-    size_t nw = (size_t)s->d_search * s->n_embd;
-    uint64_t proj = hash_rope(fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float)),
-                              &s->rope);
+    const uint64_t proj = projection_hash(s);
     snprintf(buf, cap,
              "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
              "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,

@@ -345,9 +345,8 @@ else:
 # output that cannot be written (stdout on a full device) is an error: status 1 and one error line
 # naming stdout, not a silent success
 if os.path.exists("/dev/full"):
-    text_small = os.path.join(TMP, "phi_text.txt")
     for args in (["tokenize", "-m", MODEL, "-p", "hello"], ["generate", "-m", MODEL, "-p", "Once", "-n", "5"],
-                 ["info", "-m", MODEL, "--json"], ["perplexity", "-m", MODEL, "-f", text_small, "-c", "64",
+                 ["info", "-m", MODEL, "--json"], ["perplexity", "-m", MODEL, "-f", small, "-c", "64",
                                                    "--chunks", "1"], ["--help"]):
         n_cases += 1
         with open("/dev/full", "w") as full:

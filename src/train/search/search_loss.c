@@ -343,7 +343,7 @@ subq_status search_loss_layer(const search_layer_data *x, const float *wq, const
 
     if (want_grad) {
         /* back through the rotation: dY = R(pos)^T dY_rotated */
-        if (rope && rope->n_rot > 0) search_rope_rotate_rows(rope, ds, x->pos, T, dQ, dK, 1, p);
+        if (rope) search_rope_rotate_rows(rope, ds, x->pos, T, dQ, dK, 1, p);
         /* dW[a][i] += sum_t dY[t][a] H[t][i]  for W_Qs (dY = dQ) and W_Ks (dY = dK), per block of columns i */
         grad_job g = {.x = x, .dQ = dQ, .dK = dK, .dwq = dwq, .dwk = dwk, .ds = ds,
                       .n_cblocks = (d + GRAD_COLS - 1) / GRAD_COLS};
