@@ -28,7 +28,7 @@ run() { # run NAME ARGS...
     shift
     echo "== $name: subq eval $*" >&2
     OMP_WAIT_POLICY=passive /usr/bin/time -f "$name: %e s" "$B" eval -m "$M" --search "$D/ds32_st.gguf" \
-        --selectors exact,quest,oracle,window -t "$T" --svg-dir "$D/$name" --json "$@" > "$D/eval_$name.json"
+        --selectors exact,quest,oracle,window -t "$T" --svg-dir "$D/$name" --force --json "$@" > "$D/eval_$name.json"
 }
 run indomain --eval-file "$D/gen_eval.jsonl" --windows 200 --k-sweep 8,16,32,64 --complete "$D/phi.gguf" \
     --compare exact@64,quest@64

@@ -72,7 +72,7 @@ run_eval() {
     shift 3
     mkdir -p "$D/eval_$name"
     timed "eval $name" "$B" eval -m "$M" --eval-file "$W" -c 4096 --windows "$NW" --search "$proj" \
-        --sparse-layers "$layers" -t "$T" --svg-dir "$D/eval_$name" --json "$@" > "$D/eval_$name.json"
+        --sparse-layers "$layers" -t "$T" --svg-dir "$D/eval_$name" --force --json "$@" > "$D/eval_$name.json"
 }
 
 stage_eval() {
@@ -116,7 +116,7 @@ recall_grid() {
     timed "$name" "$B" recall -m "$M" --haystack "$W" --task "$task" --lengths 1024,2048,4096 \
         --depths 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --trials 4 --max-new "$max_new" --methods "$methods" \
         --search "$D/search_r0.gguf" --complete "$D/phi.gguf" --sparse-layers 1-7 -t "$T" --svg-dir "$D/$name" \
-        --json "$@" > "$D/$name.json"
+        --force --json "$@" > "$D/$name.json"
 }
 
 # ---- the search space that rotates by position (issue 42) -------------------
@@ -177,7 +177,7 @@ stage_rope_recall() {
         timed "rope_recall_$name" "$B" recall -m "$M" --haystack "$W" --task passkey --lengths 1024,2048,4096 \
             --depths 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --trials 4 --max-new 16 \
             --methods full,exact@64,exact@128,hnsw@64,window@64 --search "$D/search_rope.gguf" --sparse-layers 1-7 \
-            -t "$T" --svg-dir "$D/rope_recall_$name" --json $([ $name = sparse ] && echo --sparse-prefill) \
+            -t "$T" --svg-dir "$D/rope_recall_$name" --force --json $([ $name = sparse ] && echo --sparse-prefill) \
             > "$D/rope_recall_$name.json"
     done
 }

@@ -153,7 +153,7 @@ async function greedyCheck(o) {
         await ctx.dispose();
         await model.dispose();
         const seq = [...prompt, ...gen], out = join(tmpdir(), `peer_greedy_${process.pid}.f32`);
-        execFileSync(subqBin, ["logits", "-m", path, "--tokens", seq.join(" "), "-o", out]);
+        execFileSync(subqBin, ["logits", "-m", path, "--tokens", seq.join(" "), "--force", "-o", out]);
         const buf = readFileSync(out);
         const lg = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
         const misses = [];

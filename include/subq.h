@@ -33,6 +33,7 @@ typedef enum subq_status {
     SUBQ_ERR_TOKENIZE,    /* text cannot be tokenised (e.g. invalid UTF-8) */
     SUBQ_ERR_MISMATCH,    /* file belongs to another model */
     SUBQ_ERR_RANGE,       /* context full, token id out of range, ... */
+    SUBQ_ERR_BUSY,        /* a file another process is writing (a KV file's lock) */
 } subq_status;
 
 #define SUBQ_ERROR_MSG_MAX 512
@@ -205,6 +206,24 @@ subq_kv_type subq_context_kv_type(const subq_context *c);
 subq_status subq_decode(subq_context *c, const int32_t *tokens, int n, float *logits,
                         int all_logits, subq_error *err);
 
+/* ---- KV files ---------------------------------------------------------- */
+
+/* What a KV file (subq_context_params.kv_file) holds, read without a model. */
+typedef struct subq_kv_file_info {
+    uint64_t model_fingerprint; /* the model that wrote it (subq_model_info.fingerprint) */
+    uint64_t file_bytes;
+    subq_kv_type kv_type;
+    int n_ctx, n_committed, has_logits;
+    int n_layer, n_head_kv, head_dim, n_vocab, n_search_layers;
+    double verify_s;            /* seconds the verification took (verify only) */
+} subq_kv_file_info;
+/* Read a KV file's header under a shared lock (a file a writer holds is
+ * SUBQ_ERR_BUSY). With verify, also check every committed slot: its
+ * checksum, and that its key, value and search rows and the last logits are
+ * finite (SUBQ_ERR_FORMAT naming the first bad slot). A resume checks the
+ * latest slots only (up to 1 GiB of them). */
+subq_status subq_kv_file_inspect(const char *path, int verify, subq_kv_file_info *info, subq_error *err);
+
 /* ---- prompt caches ---------------------------------------------------- */
 
 /* The token ids of the n_past cached tokens, in order (-1 for slots of a
@@ -277,6 +296,12 @@ typedef struct subq_generate_params {
     /* Called once the prompt is in the cache (n_reused of its tokens were
      * already there); may be NULL. Nonzero stops before the first token. */
     int (*on_prompt)(void *user, int n_reused);
+    /* Called before each batch of the prompt is decoded (n_batch tokens at
+     * a time, as subq_decode cuts them): n_reused tokens were in the cache,
+     * n_done of the rest are decoded; may be NULL. Nonzero stops there
+     * (SUBQ_FINISH_CALLER; the cache keeps the batches decoded): a server
+     * whose client left, a progress bar. */
+    int (*on_batch)(void *user, int n_reused, int n_done, int n_prompt);
     /* Called with each generated token and its bytes as subq_token_to_piece
      * gives them (a piece may end inside a UTF-8 character); may be NULL.
      * Nonzero stops after this token. */
@@ -1188,6 +1213,12 @@ subq_status subq_dequantize(const char *type, const void *src, size_t n_bytes, i
 #define SUBQ_READ_STREAM_MAX ((size_t)1 << 30)
 #define SUBQ_READ_IDLE_S 60
 subq_status subq_read_file(const char *path, size_t limit, char **out, size_t *len, subq_error *err);
+/* Write len bytes to path atomically (a temporary file beside it, fsync,
+ * rename), as every file the library writes: readers see the old file or
+ * the whole new one. An existing regular file or symbolic link is replaced
+ * (a link itself: nothing is written through it); a device, FIFO or
+ * directory is refused (SUBQ_ERR_ARG). */
+subq_status subq_write_file(const char *path, const void *data, size_t len, subq_error *err);
 /* Read a file, or every file under a directory (name order, hidden names
  * skipped, 16 levels at most), as subq_read_file does, into one text with
  * the files apart by a blank line (a recall haystack, say). */

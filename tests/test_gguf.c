@@ -1284,8 +1284,9 @@ static void test_stale_temps(void) {
 
 /* Outputs replace regular files only: a FIFO, a character device (made
  * here, with /dev/full's numbers) and a directory are refused and stay what
- * they were; a symlink to a regular file has its target replaced and stays a
- * link; a dangling link is refused. */
+ * they were. Nothing is written through a symbolic link: a link (to a
+ * regular file, a device or nothing) is itself replaced by the new file and
+ * what it led to stays as it was. */
 static void test_special_outputs(void) {
     const char *dir = tmp_dir();
     char fifo[512], dev[512], sub[512], link[512], target[512];
@@ -1305,20 +1306,22 @@ static void test_special_outputs(void) {
     CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode), "the FIFO is still a FIFO");
     CHECK(lstat(dev, &st) == 0 && S_ISCHR(st.st_mode), "the device is still a device");
     CHECK(lstat(sub, &st) == 0 && S_ISDIR(st.st_mode), "the directory is still a directory");
-    /* a link to a regular file: the file is replaced, the link kept */
+    /* a link to a regular file: the link is replaced, the file it led to kept */
     write_file(target, "old", 3);
     CHECK(symlink(target, link) == 0, "symlink: %s", strerror(errno));
-    write_small(link, SUBQ_OK, "a symlink's target is written");
-    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the link is still a link");
-    CHECK(stat(target, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 3, "the target holds the new file");
-    /* links to a device or to nothing */
+    write_small(link, SUBQ_OK, "a symlink is replaced");
+    CHECK(lstat(link, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 3, "the link is now the new file");
+    CHECK(lstat(target, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 3, "its target is untouched");
+    /* links to a device or to nothing: replaced, the device left alone */
     unlink(link);
     CHECK(symlink(dev, link) == 0, "symlink: %s", strerror(errno));
-    write_small(link, SUBQ_ERR_ARG, "a symlink to a device is refused");
+    write_small(link, SUBQ_OK, "a symlink to a device is replaced");
+    CHECK(lstat(link, &st) == 0 && S_ISREG(st.st_mode), "the link to a device is now the new file");
+    CHECK(lstat(dev, &st) == 0 && S_ISCHR(st.st_mode), "the device is still a device");
     unlink(link);
     CHECK(symlink("no/such/file", link) == 0, "symlink: %s", strerror(errno));
-    write_small(link, SUBQ_ERR_ARG, "a dangling symlink is refused");
-    CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode), "the dangling link is kept");
+    write_small(link, SUBQ_OK, "a dangling symlink is replaced");
+    CHECK(lstat(link, &st) == 0 && S_ISREG(st.st_mode), "the dangling link is now the new file");
     unlink(fifo), unlink(dev), rmdir(sub), unlink(link), unlink(target);
 }
 

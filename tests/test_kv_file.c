@@ -18,7 +18,12 @@
  *     file whose committed tokens resume and continue exactly as the
  *     in-memory reference does from the same prefix;
  *   - a truncate below the committed tokens lowers the header before the
- *     rows are overwritten. */
+ *     rows are overwritten;
+ *   - integrity: a flipped byte in a row, a non-finite row and damaged
+ *     logits are refused on resume and by subq_kv_file_inspect's verify
+ *     (CRC-32C against its published check value);
+ *   - one writer: a second context on the file, in this process or
+ *     another, is SUBQ_ERR_BUSY naming the holder's pid. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -28,6 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "kv/kv_file.h"
 #include "model/context.h"
 #include "subq.h"
@@ -319,19 +325,24 @@ static void test_kill(void) {
     }
     CHECK(ok && run(mem, n, end, la) && run(c, n, end, lb) && same(la, lb),
           "continuing after the kill (%d tokens) differs from the reference", n);
+    subq_context_free(c);
     /* a truncate below the commit, then a kill before the next commit: the header was lowered first */
-    CHECK(subq_context_truncate(c, NA / 2, &err) == SUBQ_OK, "truncate");
-    int32_t t = token(7);
-    CHECK(subq_decode(c, &t, 1, lb, 0, &err) == SUBQ_OK, "decode after truncate");
     pid = fork();
-    if (pid == 0) raise(SIGKILL); /* the parent's state as a process killed right now would leave it */
+    if (pid == 0) {
+        subq_context *cc = must_open(file, SUBQ_SELECT_EXACT, search);
+        int32_t t = token(7);
+        if (subq_context_resume(cc, &err) || subq_context_truncate(cc, NA / 2, &err) ||
+            subq_decode(cc, &t, 1, lb, 0, &err))
+            _exit(1);
+        raise(SIGKILL);
+    }
     waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status), "the child truncated, decoded and was killed");
     subq_context *c2 = must_open(file, SUBQ_SELECT_EXACT, search);
     CHECK(subq_context_resume(c2, &err) == SUBQ_OK && subq_context_n_past(c2) <= NA / 2 + 1,
           "after a truncate to %d the file counts %d", NA / 2, subq_context_n_past(c2));
     subq_context_free(c2);
     subq_context_free(mem);
-    subq_context_free(c);
     free(la);
     free(lb);
 }
@@ -386,6 +397,114 @@ static void test_long_prompt_commits(void) {
     subq_context_free(c);
 }
 
+/* Flip one byte of file at `at`. */
+static int flip_byte(const char *file, long at) {
+    FILE *fp = fopen(file, "r+b");
+    int ok = fp && fseek(fp, at, SEEK_SET) == 0;
+    int b = ok ? fgetc(fp) : EOF;
+    ok = ok && b != EOF && fseek(fp, at, SEEK_SET) == 0 && fputc(b ^ 0x10, fp) != EOF;
+    if (fp) ok = (fclose(fp) == 0) && ok;
+    return ok;
+}
+
+static void test_integrity(void) {
+    /* CRC-32C's check value (RFC 3720's polynomial): "123456789" -> e3069283 */
+    CHECK(crc32c(0, "123456789", 9) == 0xE3069283u && crc32c(crc32c(0, "1234", 4), "56789", 5) == 0xE3069283u,
+          "crc32c check value: %08x", crc32c(0, "123456789", 9));
+    char file[700], copy[800], cmd[2000];
+    path_of(file, sizeof file, "integrity.kv");
+    unlink(file);
+    subq_context *c = must_open(file, SUBQ_SELECT_EXACT, search);
+    float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+    CHECK(run(c, 0, 40, lg), "decoding into the file");
+    subq_context_free(c);
+    subq_error err;
+    subq_kv_file_info ki;
+    CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == 40 && ki.n_search_layers > 0 &&
+          ki.kv_type == SUBQ_KV_F16 && ki.has_logits, "an intact file verifies: %s", err.msg);
+    /* a byte of slot 17's rows in layer 1, of its search keys, of the logits:
+     * each refused on resume (the file is small: every slot is checked) and by verify */
+    kv_file *f = NULL;
+    CHECK(kv_file_open_read(file, &f, &err) == SUBQ_OK, "read-only open: %s", err.msg);
+    if (!f) return;
+    /* file offsets: rows past the two header pages; search regions at the
+     * end, one per sparse layer, page-rounded [n_ctx][d] floats each */
+    const size_t slot_bytes = 2 * (size_t)info.n_head_kv * kv_file_geom(f)->row_bytes;
+    const unsigned char *base = kv_file_keys(f, 0);
+    int d = 0;
+    kv_file_search_rows(f, 0, &d);
+    const long region = ((long)N_CTX * d * 4 + 4095) / 4096 * 4096;
+    struct stat sb;
+    CHECK(stat(file, &sb) == 0 && d > 0, "stat");
+    const long at[3] = {(long)((const unsigned char *)kv_file_keys(f, 1) - base) + 8192 + 17 * (long)slot_bytes + 3,
+                        (long)sb.st_size - (long)kv_file_n_search(f) * region + 17L * d * 4 + 5,
+                        (long)((const unsigned char *)kv_file_logits(f) - base) + 8192 + 40};
+    kv_file_close(f);
+    const char *what[3] = {"a KV row", "search keys", "the logits"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(copy, sizeof copy, "%s.%d", file, i);
+        snprintf(cmd, sizeof cmd, "cp %s %s", file, copy);
+        CHECK(system(cmd) == 0 && flip_byte(copy, at[i]), "damaging %s", what[i]);
+        c = must_open(copy, SUBQ_SELECT_EXACT, search);
+        subq_status st = subq_context_resume(c, &err);
+        CHECK(st == SUBQ_ERR_FORMAT && strstr(err.msg, i == 2 ? "logits" : "slot 17"), "%s damaged: resume %d %s",
+              what[i], st, err.msg);
+        CHECK(subq_context_n_past(c) == 0, "a refused resume holds nothing");
+        subq_context_free(c);
+        st = subq_kv_file_inspect(copy, 1, &ki, &err);
+        CHECK(st == SUBQ_ERR_FORMAT, "%s damaged: verify %d %s", what[i], st, err.msg);
+        CHECK(subq_kv_file_inspect(copy, 0, &ki, &err) == SUBQ_OK, "the header alone still reads");
+        unlink(copy);
+    }
+    /* a writer that produced a NaN row: its checksum is right, the row is refused */
+    c = must_open(file, SUBQ_SELECT_EXACT, search);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK, "resume: %s", err.msg);
+    const uint16_t nan16 = 0x7E00;
+    void *row = (unsigned char *)kv_file_values(c->kv.file, 3) + 5 * slot_bytes;
+    CHECK(kv_file_will_write(c->kv.file, 5, &err) == SUBQ_OK && kv_file_write(c->kv.file, row, &nan16, 2, &err) == SUBQ_OK,
+          "writing a NaN: %s", err.msg);
+    c->file_dirty = 1;
+    subq_context_free(c); /* commits 40 tokens: slot 5 with a NaN value */
+    subq_status st = subq_kv_file_inspect(file, 1, &ki, &err);
+    CHECK(st == SUBQ_ERR_FORMAT && strstr(err.msg, "slot 5") && strstr(err.msg, "not finite"), "a NaN row: %d %s", st,
+          err.msg);
+    c = must_open(file, SUBQ_SELECT_EXACT, search);
+    st = subq_context_resume(c, &err);
+    CHECK(st == SUBQ_ERR_FORMAT && strstr(err.msg, "not finite"), "a NaN row resumed: %d %s", st, err.msg);
+    subq_context_free(c);
+    free(lg);
+    unlink(file);
+}
+
+/* A second writer, here or in another process, is refused naming the pid. */
+static void test_lock(void) {
+    char file[700], pid_text[32];
+    path_of(file, sizeof file, "locked.kv");
+    unlink(file);
+    subq_context *c = must_open(file, -1, NULL);
+    subq_status st;
+    subq_error err;
+    snprintf(pid_text, sizeof pid_text, "process %d", (int)getpid());
+    subq_context *c2 = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+    CHECK(!c2 && st == SUBQ_ERR_BUSY && strstr(err.msg, pid_text), "a second writer here: %d %s", st, err.msg);
+    subq_kv_file_info ki;
+    st = subq_kv_file_inspect(file, 0, &ki, &err);
+    CHECK(st == SUBQ_ERR_BUSY, "a reader beside a writer: %d %s", st, err.msg);
+    pid_t pid = fork();
+    if (pid == 0) {
+        subq_context *cc = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+        _exit(!cc && st == SUBQ_ERR_BUSY && strstr(err.msg, pid_text) ? 0 : 1);
+    }
+    int status = 1;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a second writer in another process is refused");
+    subq_context_free(c);
+    c = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+    CHECK(c != NULL, "free again once the writer closed: %s", err.msg);
+    subq_context_free(c);
+    unlink(file);
+}
+
 int main(void) {
     char path[1024];
     subq_error err;
@@ -408,7 +527,10 @@ int main(void) {
     test_layouts();
     test_old_layout(1);
     test_old_layout(2);
+    test_old_layout(3);
     test_refusals();
+    test_integrity();
+    test_lock();
     test_kill();
     test_long_prompt_commits();
     /* a search space whose last dims rotate by position: the file keeps the

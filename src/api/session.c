@@ -10,6 +10,10 @@
 #include "base/error.h"
 #include "quant/types.h"
 
+/* Bytes of the latest committed slots a resume verifies (kv_file_verify):
+ * a second's read at worst, so a 1M-token file (71 GB) still opens at once. */
+#define KV_RESUME_VERIFY_BYTES ((size_t)1 << 30)
+
 /* "L3: sparse exact k=64 ...\n" for each sparse layer, or "full" (malloc'd). */
 static char *plan_text(const subq_context *c) {
     const int n_layer = c->model->hp.n_layer;
@@ -264,7 +268,14 @@ subq_status subq_context_resume(subq_context *c, subq_error *err) {
     if (!c->file_writable)
         return subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file's %d tokens were made with the search keys of another "
                          "attention plan: give the same --search and --sparse-layers", n);
-    /* what the header counts is trusted only as far as it checks out */
+    /* what the header counts is trusted only as far as it checks out: the
+     * checksums and finiteness of the latest slots, up to KV_RESUME_VERIFY_BYTES
+     * of them (every slot of a smaller file; `subq info --kv-file F --verify`
+     * reads all of a larger one), then every slot's token and position */
+    const size_t per_slot = kv_file_slot_bytes(kv->file);
+    const int n_check = per_slot * (size_t)n <= KV_RESUME_VERIFY_BYTES ? n : (int)(KV_RESUME_VERIFY_BYTES / per_slot) + 1;
+    subq_status vs = kv_file_verify(kv->file, n - n_check, n, err);
+    if (vs) return vs;
     for (int t = 0; t < n; t++)
         if (c->tok[t] < -1 || c->tok[t] >= n_vocab || kv->pos[t] < 0 || (t > 0 && kv->seg[t] < kv->seg[t - 1]))
             return subq_fail(err, SUBQ_ERR_FORMAT, "the KV file's slot %d is damaged (token %d, position %d)", t,

@@ -20,6 +20,8 @@
 #define GEMM_MIN_TOKENS 16
 /* Queries per block of the sgemm path (x the heads of a KV head: rows)... */
 #define QUERY_BLOCK 64
+/* threads the query blocks of a batch are cut for (attn_batch) */
+#define BATCH_THREADS 4
 /* ... fewer when a block's scores would pass this many floats (16 MiB). */
 #define SCORE_BLOCK_FLOATS (4 << 20)
 /* Keys per decode work item, between these bounds: long runs of rows are
@@ -200,12 +202,14 @@ static void merge_partials(const float *parts, int nc, int g, int hd, float *out
     }
 }
 
-/* Keys per work item for n keys of H KV heads over nt threads: the largest
- * multiple of DECODE_CHUNK_MIN that leaves ITEMS_PER_THREAD items to each
- * thread, within the bounds. */
-static int decode_chunk(int n, int H, int nt) {
-    nt = nt < 1 ? 1 : nt;
-    int64_t c = (int64_t)n * H / ((int64_t)nt * ITEMS_PER_THREAD) / DECODE_CHUNK_MIN * DECODE_CHUNK_MIN;
+/* Keys per work item for n keys of H KV heads: the largest multiple of
+ * DECODE_CHUNK_MIN that leaves ITEMS_PER_THREAD items to each of
+ * DECODE_THREADS threads, within the bounds. A fixed thread count, not the
+ * pool's: the chunks set where partial softmaxes merge, so results stay
+ * bit-identical whatever -t is (README: reproducibility). */
+#define DECODE_THREADS 16
+static int decode_chunk(int n, int H) {
+    int64_t c = (int64_t)n * H / ((int64_t)DECODE_THREADS * ITEMS_PER_THREAD) / DECODE_CHUNK_MIN * DECODE_CHUNK_MIN;
     return c < DECODE_CHUNK_MIN ? DECODE_CHUNK_MIN : c > DECODE_CHUNK_MAX ? DECODE_CHUNK_MAX : (int)c;
 }
 
@@ -256,7 +260,7 @@ static void rows_merge(void *ctx, int th, int thread) {
 static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, subq_error *err) {
     enum { MAX_T = GEMM_MIN_TOKENS };
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, H = st->n_head_kv;
-    const int nt = pool_threads(st->pool), chunk = decode_chunk(st->slot0 + T, H, nt);
+    const int chunk = decode_chunk(st->slot0 + T, H);
     int nc[MAX_T], first[MAX_T + 1];
     first[0] = 0;
     for (int t = 0; t < T; t++) {
@@ -369,8 +373,11 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     int k_lo = st->slot0;
     for (int t = 0; t < T; t++) k_lo = first[t] < k_lo ? first[t] : k_lo;
     const int n_keys = st->slot0 + T - k_lo;
-    /* query blocks: enough of them for every thread, score blocks bounded */
-    int tb = QUERY_BLOCK, per_thread = (T + nt - 1) / nt;
+    /* query blocks: enough of them for BATCH_THREADS threads, score blocks
+     * bounded. Not the pool's thread count: a block's keys are the sums of
+     * its sgemm, whose rounding follows them, so results stay bit-identical
+     * whatever -t is (README: reproducibility) */
+    int tb = QUERY_BLOCK, per_thread = (T + BATCH_THREADS - 1) / BATCH_THREADS;
     if (tb > per_thread) tb = per_thread;
     while (tb > 1 && (int64_t)g * tb * n_keys > SCORE_BLOCK_FLOATS) tb /= 2;
     const int n_blocks = (T + tb - 1) / tb, need_conv = kv_cache_rows_f32_copied(kv);

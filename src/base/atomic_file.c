@@ -54,45 +54,28 @@ static void remove_stale(const char *dir, const char *base) {
     closedir(d);
 }
 
-static subq_status atomic_file_open_target(atomic_file *af, const char *path, subq_error *err);
-
-/* The file to replace for `path`: path itself when it names a regular file
- * or nothing; the file a symlink leads to (so the link stays a link); NULL
- * with an error for anything else (a device, a FIFO, a directory, a link
- * to one of those or to nothing), which a rename would destroy. malloc'd. */
-static char *replace_target(const char *path, subq_error *err) {
-    struct stat ls, st;
+/* Whether `path` may be replaced: a regular file, a symbolic link (the
+ * rename replaces the link itself, never the file it leads to: nothing is
+ * written through it) or nothing at all. Anything else (a device, a FIFO, a
+ * directory), which a rename would destroy or which a writer would block
+ * on, is refused. */
+static subq_status check_replaceable(const char *path, subq_error *err) {
+    struct stat ls;
     if (lstat(path, &ls) != 0) {
-        if (errno == ENOENT) return strdup(path);
-        subq_fail(err, SUBQ_ERR_IO, "%s: %s", path, strerror(errno));
-        return NULL;
+        if (errno == ENOENT) return SUBQ_OK;
+        return subq_fail(err, SUBQ_ERR_IO, "%s: %s", path, strerror(errno));
     }
-    if (S_ISREG(ls.st_mode)) return strdup(path);
-    if (S_ISLNK(ls.st_mode)) {
-        char *real = realpath(path, NULL);
-        if (real && stat(real, &st) == 0 && S_ISREG(st.st_mode)) return real;
-        free(real);
-        subq_fail(err, SUBQ_ERR_ARG, "%s is a symbolic link to something other than a regular file: not replaced",
-                  path);
-        return NULL;
-    }
-    subq_fail(err, SUBQ_ERR_ARG, "%s is not a regular file (%s): outputs replace regular files only", path,
-              S_ISDIR(ls.st_mode) ? "a directory" : S_ISFIFO(ls.st_mode) ? "a FIFO" :
-              S_ISCHR(ls.st_mode) || S_ISBLK(ls.st_mode) ? "a device" : "a socket or other special file");
-    return NULL;
+    if (S_ISREG(ls.st_mode) || S_ISLNK(ls.st_mode)) return SUBQ_OK;
+    return subq_fail(err, SUBQ_ERR_ARG, "%s is not a regular file (%s): outputs replace regular files only", path,
+                     S_ISDIR(ls.st_mode) ? "a directory" : S_ISFIFO(ls.st_mode) ? "a FIFO" :
+                     S_ISCHR(ls.st_mode) || S_ISBLK(ls.st_mode) ? "a device" : "a socket or other special file");
 }
 
-subq_status atomic_file_open(atomic_file *af, const char *path_arg, subq_error *err) {
+subq_status atomic_file_open(atomic_file *af, const char *path, subq_error *err) {
     memset(af, 0, sizeof *af);
-    if (!path_arg || !path_arg[0]) return subq_fail(err, SUBQ_ERR_ARG, "atomic write: no path");
-    char *path = replace_target(path_arg, err);
-    if (!path) return SUBQ_ERR_ARG;
-    subq_status rc = atomic_file_open_target(af, path, err);
-    free(path);
-    return rc;
-}
-
-static subq_status atomic_file_open_target(atomic_file *af, const char *path, subq_error *err) {
+    if (!path || !path[0]) return subq_fail(err, SUBQ_ERR_ARG, "atomic write: no path");
+    subq_status s = check_replaceable(path, err);
+    if (s) return s;
     const char *base;
     char *dir = dir_of(path, &base);
     size_t n = strlen(path) + strlen(TMP_TAG) + strlen(TMP_RAND) + 1;
@@ -196,4 +179,13 @@ void atomic_file_abort(atomic_file *af) {
     free(af->tmp);
     free(af->path);
     memset(af, 0, sizeof *af);
+}
+
+subq_status subq_write_file(const char *path, const void *data, size_t len, subq_error *err) {
+    atomic_file af;
+    subq_status s = atomic_file_open(&af, path, err);
+    if (s) return s;
+    errno = 0;
+    int e = len && fwrite(data, 1, len, af.fp) != len ? (errno ? errno : EIO) : 0;
+    return atomic_file_commit(&af, e, err);
 }

@@ -21,10 +21,12 @@ typedef struct atomic_file {
 } atomic_file;
 
 /* Remove the stale temporaries of `path`, then create and lock a new one.
- * Only a regular file (or a path that names nothing) is replaced; a
- * symbolic link has the file it leads to replaced and stays a link; a
- * device, FIFO, directory or a link to one is refused (SUBQ_ERR_ARG), never
- * renamed over. */
+ * Only a regular file, a symbolic link or a path that names nothing is
+ * replaced: the rename replaces a link itself and nothing is ever written
+ * through one (the file it leads to stays as it was). A device, FIFO or
+ * directory is refused (SUBQ_ERR_ARG), never renamed over. Whether an
+ * existing output may be replaced at all is the caller's decision (the CLI
+ * refuses one without --force). */
 subq_status atomic_file_open(atomic_file *af, const char *path, subq_error *err);
 /* Flush, fsync and rename over the destination; `write_errno` is the first
  * errno of the caller's own writes (0: none), which makes it fail instead.

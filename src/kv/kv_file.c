@@ -7,22 +7,25 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "base/error.h"
 #include "base/fingerprint.h"
+#include "kernels/kernels.h"
 
 #define PAGE ((uint32_t)KV_FILE_HEADER_BYTES)
 #define HEADER_SLOTS 2
 #define DATA_START (HEADER_SLOTS * PAGE)
 #define MAGIC "SUBQKVF"
-/* 3: a slot's keys and values adjacent, [n_ctx][2][n_head_kv][row_bytes]
- * per layer (version 1 files, head-major, and 2, keys then values slot-major,
- * are refused: their rows would be read misplaced) */
-#define VERSION 3
+/* 4: a CRC-32C per slot and of the logits (version 3 files have none; 1
+ * and 2 laid rows out otherwise: all are refused, to be made again) */
+#define VERSION 4
 #define MAX_CTX (1u << 30)
 #define KV_FILE_STREAM_BYTES (1u << 20) /* kv_file_write */
 
@@ -35,8 +38,9 @@ typedef struct disk_header {
     uint32_t kv_type, n_layer, n_head_kv, head_dim, n_ctx, n_vocab;
     uint64_t row_bytes;
     uint64_t fixed_bytes, total_bytes;
-    uint64_t n_committed, reserved0;
-    uint32_t has_logits, reserved;
+    uint64_t n_committed;
+    uint64_t logits_slot;       /* which of the two logits regions holds the committed ones */
+    uint32_t has_logits, logits_sum; /* logits_sum: CRC-32C of the logits */
     kv_file_search search[KV_FILE_MAX_SEARCH];
     uint64_t checksum;          /* FNV-1a of every byte before it */
 } disk_header;
@@ -53,6 +57,7 @@ struct kv_file {
     unsigned char *smap;        /* [fixed_bytes, total_bytes): search keys */
     size_t smap_bytes;
     uint64_t per_layer, meta_stride;
+    int writable;               /* opened for writing (an exclusive lock) */
 };
 
 static uint64_t round_page(uint64_t x) { return (x + PAGE - 1) / PAGE * PAGE; }
@@ -62,13 +67,14 @@ static uint64_t mul_sat(uint64_t a, uint64_t b) { return b && a > UINT64_MAX / b
 static uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 /* The fixed part's layout for a geometry: bytes per layer's keys and
- * values, per metadata array, and the end of the fixed part. */
+ * values, per metadata array (pos, seg, tok, sum), and the end of the
+ * fixed part. */
 static uint64_t layout(const kv_file_geometry *g, uint64_t *per_layer, uint64_t *meta_stride) {
     *per_layer = round_page(mul_sat(mul_sat(2 * (uint64_t)g->n_head_kv, g->n_ctx), g->row_bytes));
     *meta_stride = round_page((uint64_t)g->n_ctx * 4);
     uint64_t end = add_sat(DATA_START, mul_sat(g->n_layer, *per_layer));
-    end = add_sat(end, 3 * *meta_stride);
-    return add_sat(end, round_page((uint64_t)g->n_vocab * 4));
+    end = add_sat(end, 4 * *meta_stride);
+    return add_sat(end, 2 * round_page((uint64_t)g->n_vocab * 4));
 }
 
 static uint64_t search_bytes(uint32_t n_ctx, uint32_t d) { return round_page(mul_sat(mul_sat(n_ctx, d), 4)); }
@@ -104,6 +110,7 @@ subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geome
     uint64_t per_layer, stride;
     if (h.fixed_bytes != layout(&fg, &per_layer, &stride))
         return subq_fail(err, SUBQ_ERR_FORMAT, "KV file layout does not match its shape");
+    if (h.logits_slot > 1) return subq_fail(err, SUBQ_ERR_FORMAT, "KV file logits slot %" PRIu64, h.logits_slot);
     if (h.n_committed > h.n_ctx)
         return subq_fail(err, SUBQ_ERR_FORMAT, "KV file counts %" PRIu64 " tokens in a context of %u", h.n_committed,
                          h.n_ctx);
@@ -155,7 +162,8 @@ static subq_status reserve(kv_file *f, uint64_t bytes, subq_error *err) {
 
 static subq_status map_fixed(kv_file *f, subq_error *err) {
     f->map_bytes = f->h.fixed_bytes;
-    void *p = mmap(NULL, f->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, 0);
+    const int prot = f->writable ? PROT_READ | PROT_WRITE : PROT_READ;
+    void *p = mmap(NULL, f->map_bytes, prot, MAP_SHARED, f->fd, 0);
     if (p == MAP_FAILED)
         return subq_fail(err, SUBQ_ERR_NOMEM, "cannot map %s (%.2f GB): %s", f->path, f->map_bytes / 1e9,
                          strerror(errno));
@@ -170,7 +178,8 @@ static subq_status map_search(kv_file *f, subq_error *err) {
     f->smap = NULL;
     f->smap_bytes = (size_t)(f->h.total_bytes - f->h.fixed_bytes);
     if (f->smap_bytes == 0) return SUBQ_OK;
-    void *p = mmap(NULL, f->smap_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, f->fd, (off_t)f->h.fixed_bytes);
+    const int prot = f->writable ? PROT_READ | PROT_WRITE : PROT_READ;
+    void *p = mmap(NULL, f->smap_bytes, prot, MAP_SHARED, f->fd, (off_t)f->h.fixed_bytes);
     if (p == MAP_FAILED) return subq_fail(err, SUBQ_ERR_NOMEM, "cannot map the search keys of %s", f->path);
     f->smap = p;
     return SUBQ_OK;
@@ -219,7 +228,41 @@ static subq_status read_header(kv_file *f, uint64_t file_bytes, subq_error *err)
     return SUBQ_OK;
 }
 
-subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **out, subq_error *err) {
+/* The pid holding a lock on the file behind fd, from /proc/locks (0 when
+ * it cannot be told: another namespace, no procfs). */
+static long lock_holder(int fd) {
+    struct stat st;
+    FILE *locks = fstat(fd, &st) == 0 ? fopen("/proc/locks", "r") : NULL;
+    if (!locks) return 0;
+    char line[256];
+    long pid = 0;
+    while (!pid && fgets(line, sizeof line, locks)) {
+        /* "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" */
+        long p;
+        unsigned maj, min;
+        unsigned long long ino;
+        char *at = strstr(line, "FLOCK");
+        if (at && sscanf(at, "FLOCK %*s %*s %ld %x:%x:%llu", &p, &maj, &min, &ino) == 4 &&
+            ino == (unsigned long long)st.st_ino && maj == major(st.st_dev) && min == minor(st.st_dev))
+            pid = p;
+    }
+    fclose(locks);
+    return pid;
+}
+
+/* One writer per file, or any number of readers: flock(2), held until
+ * close, so a second process cannot mix its tokens into the file. */
+static subq_status take_lock(kv_file *f, subq_error *err) {
+    if (flock(f->fd, (f->writable ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) return SUBQ_OK;
+    if (errno != EWOULDBLOCK) return subq_fail(err, SUBQ_ERR_IO, "cannot lock KV file %s: %s", f->path, strerror(errno));
+    const long pid = lock_holder(f->fd);
+    char who[48] = "another process";
+    if (pid > 0) snprintf(who, sizeof who, "process %ld", pid);
+    return subq_fail(err, SUBQ_ERR_BUSY, "KV file %s is in use by %s (one writer at a time)", f->path, who);
+}
+
+static subq_status open_file(const char *path, const kv_file_geometry *g, int writable, kv_file **out,
+                             subq_error *err) {
     *out = NULL;
     kv_file *f = calloc(1, sizeof *f);
     if (!f || !(f->path = strdup(path))) {
@@ -227,14 +270,17 @@ subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
     f->g = *g;
-    f->fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    f->writable = writable;
+    f->fd = writable ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644) : -1;
     int created = f->fd >= 0;
-    if (!created && errno == EEXIST) f->fd = open(path, O_RDWR | O_CLOEXEC);
+    if (!created && (!writable || errno == EEXIST)) f->fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     subq_status s = SUBQ_OK;
     struct stat st;
     if (f->fd < 0) s = subq_fail(err, SUBQ_ERR_IO, "cannot open KV file %s: %s", path, strerror(errno));
     else if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
         s = subq_fail(err, SUBQ_ERR_IO, "KV file %s is not a regular file", path);
+    else if ((s = take_lock(f, err)))
+        ;
     else if (created && g->n_ctx == 0)
         s = subq_fail(err, SUBQ_ERR_ARG, "a new KV file needs the context size");
     else if (created)
@@ -252,6 +298,48 @@ subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **
     return SUBQ_OK;
 }
 
+subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **out, subq_error *err) {
+    return open_file(path, g, 1, out, err);
+}
+
+subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err) {
+    /* the geometry is the file's own: taken from a header slot that checks
+     * out against itself (the other may be newer: read_header picks) */
+    *out = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return subq_fail(err, SUBQ_ERR_IO, "cannot open KV file %s: %s", path, strerror(errno));
+    struct stat st;
+    unsigned char page[PAGE];
+    kv_file_geometry g = {0};
+    subq_status s = SUBQ_ERR_FORMAT;
+    subq_error first = {0};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return subq_fail(err, SUBQ_ERR_IO, "KV file %s is not a regular file", path);
+    }
+    for (int i = 0; i < HEADER_SLOTS && s; i++) {
+        subq_error e = {0};
+        disk_header h;
+        if (pread(fd, page, PAGE, (off_t)i * PAGE) != (ssize_t)PAGE) {
+            if (!first.code) subq_fail(&first, SUBQ_ERR_FORMAT, "KV file header is truncated");
+            continue;
+        }
+        memcpy(&h, page, sizeof h);
+        g = (kv_file_geometry){.model_fingerprint = h.model_fingerprint, .kv_type = h.kv_type, .n_layer = h.n_layer,
+                               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .n_vocab = h.n_vocab,
+                               .row_bytes = h.row_bytes};
+        s = kv_file_check_header(page, PAGE, &g, (uint64_t)st.st_size, &e);
+        if (!s && (h.kv_type >= SUBQ_KV_TYPE_COUNT || h.row_bytes != kernels_kv_row_bytes((subq_kv_type)h.kv_type,
+                                                                                          (int)h.head_dim)))
+            s = subq_fail(&e, SUBQ_ERR_FORMAT, "KV file rows of %" PRIu64 " bytes do not fit its KV type",
+                          h.row_bytes);
+        if (s && !first.code) first = e;
+    }
+    close(fd);
+    if (s) return subq_fail(err, first.code, "%s: %s", path, first.msg);
+    return open_file(path, &g, 0, out, err);
+}
+
 void kv_file_close(kv_file *f) {
     if (!f) return;
     if (f->map) munmap(f->map, f->map_bytes);
@@ -264,6 +352,7 @@ void kv_file_close(kv_file *f) {
 const kv_file_geometry *kv_file_geom(const kv_file *f) { return &f->g; }
 int kv_file_committed(const kv_file *f) { return (int)f->h.n_committed; }
 int kv_file_has_logits(const kv_file *f) { return f->h.has_logits != 0; }
+int kv_file_n_search(const kv_file *f) { return (int)f->h.n_search; }
 
 void *kv_file_keys(kv_file *f, int layer) { return f->map + DATA_START + (uint64_t)layer * f->per_layer; }
 void *kv_file_values(kv_file *f, int layer) {
@@ -275,7 +364,12 @@ static unsigned char *meta(kv_file *f, int i) {
 int32_t *kv_file_pos(kv_file *f) { return (int32_t *)meta(f, 0); }
 int32_t *kv_file_seg(kv_file *f) { return (int32_t *)meta(f, 1); }
 int32_t *kv_file_tok(kv_file *f) { return (int32_t *)meta(f, 2); }
-float *kv_file_logits(kv_file *f) { return (float *)meta(f, 3); }
+static uint32_t *slot_sums(kv_file *f) { return (uint32_t *)meta(f, 3); }
+/* logits region i: a commit writes the one the header does not name */
+static float *logits_region(kv_file *f, uint64_t i) {
+    return (float *)(meta(f, 4) + i * round_page((uint64_t)f->g.n_vocab * 4));
+}
+float *kv_file_logits(kv_file *f) { return logits_region(f, f->h.logits_slot); }
 
 float *kv_file_search_rows(kv_file *f, int layer, int *d) {
     for (uint32_t i = 0; i < f->h.n_search; i++)
@@ -353,11 +447,112 @@ subq_status kv_file_will_write(kv_file *f, int slot, subq_error *err) {
     return write_header(f, err);
 }
 
-subq_status kv_file_commit(kv_file *f, int n, int has_logits, subq_error *err) {
+/* A slot's CRC-32C: its key and value rows in every layer, its position,
+ * segment and token, its search keys in every sparse layer, in that order. */
+static uint32_t slot_sum(kv_file *f, int t) {
+    const size_t slot_bytes = 2 * (size_t)f->g.n_head_kv * f->g.row_bytes;
+    uint32_t crc = 0;
+    for (uint32_t l = 0; l < f->g.n_layer; l++)
+        crc = crc32c(crc, (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t * slot_bytes, slot_bytes);
+    crc = crc32c(crc, kv_file_pos(f) + t, 4);
+    crc = crc32c(crc, kv_file_seg(f) + t, 4);
+    crc = crc32c(crc, kv_file_tok(f) + t, 4);
+    for (uint32_t i = 0; i < f->h.n_search; i++) {
+        const size_t row = (size_t)f->h.search[i].d * sizeof(float);
+        crc = crc32c(crc, f->smap + (f->h.search[i].offset - f->h.fixed_bytes) + (size_t)t * row, row);
+    }
+    return crc;
+}
+
+subq_status kv_file_commit(kv_file *f, int n, const float *logits, subq_error *err) {
+    /* rows at or past the header's count are the ones written since it
+     * (kv_file_will_write lowered it before any earlier row changed) */
+    uint32_t *sums = slot_sums(f);
+    for (int t = (int)f->h.n_committed; t < n; t++) sums[t] = slot_sum(f, t);
+    const uint64_t spare = !f->h.logits_slot;
+    const size_t logits_bytes = (size_t)f->g.n_vocab * sizeof(float);
+    subq_status s = logits ? kv_file_write(f, logits_region(f, spare), logits, logits_bytes, err) : SUBQ_OK;
+    if (s) return s;
     if (fdatasync(f->fd) != 0) return subq_fail(err, SUBQ_ERR_IO, "cannot flush %s: %s", f->path, strerror(errno));
     f->h.n_committed = (uint64_t)n;
-    f->h.has_logits = has_logits != 0;
+    f->h.has_logits = logits != NULL;
+    if (logits) f->h.logits_slot = spare, f->h.logits_sum = crc32c(0, logits, logits_bytes);
     return write_header(f, err);
+}
+
+size_t kv_file_slot_bytes(const kv_file *f) {
+    size_t bytes = 2 * (size_t)f->g.n_layer * f->g.n_head_kv * f->g.row_bytes + 12;
+    for (uint32_t i = 0; i < f->h.n_search; i++) bytes += (size_t)f->h.search[i].d * sizeof(float);
+    return bytes;
+}
+
+/* 1 when n floats (f32) hold an infinity or NaN */
+static int floats_bad(const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, b + 4 * i, 4);
+        if ((u & 0x7F800000u) == 0x7F800000u) return 1;
+    }
+    return 0;
+}
+
+/* 1 when n halves (f16) at stride bytes hold an infinity or NaN: the rows
+ * of an f16 cache (stride 2) or the block scales of a quantised one */
+static int halves_bad(const void *p, size_t n, size_t stride) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t u;
+        memcpy(&u, b + i * stride, 2);
+        if ((u & 0x7C00u) == 0x7C00u) return 1;
+    }
+    return 0;
+}
+
+/* 1 when a KV row of the file's type holds a value that is not finite */
+static int row_bad(const kv_file *f, const void *row) {
+    const size_t hd = f->g.head_dim;
+    switch ((subq_kv_type)f->g.kv_type) {
+    case SUBQ_KV_F32: return floats_bad(row, hd);
+    case SUBQ_KV_F16: return halves_bad(row, hd, 2);
+    default: { /* blocks of a f16 scale and the quants (kernels_kv_row_bytes) */
+        const size_t n_block = hd / KV_QBLOCK(hd);
+        return halves_bad(row, n_block, f->g.row_bytes / n_block);
+    }
+    }
+}
+
+subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err) {
+    if (from < 0) from = 0;
+    if (to > (int)f->h.n_committed) to = (int)f->h.n_committed;
+    const uint32_t *sums = slot_sums(f);
+    const size_t slot_bytes = 2 * (size_t)f->g.n_head_kv * f->g.row_bytes;
+    for (int t = from; t < to; t++) {
+        if (slot_sum(f, t) != sums[t])
+            return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d of %d is damaged (its checksum differs)", t,
+                             to);
+        for (uint32_t l = 0; l < f->g.n_layer; l++)
+            for (uint32_t r = 0; r < 2 * f->g.n_head_kv; r++)
+                if (row_bad(f, (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t * slot_bytes +
+                                   r * f->g.row_bytes))
+                    return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds a %s row that is not finite "
+                                     "(layer %u)", t, r < f->g.n_head_kv ? "key" : "value", l);
+        for (uint32_t i = 0; i < f->h.n_search; i++) {
+            const size_t d = f->h.search[i].d;
+            if (floats_bad(f->smap + (f->h.search[i].offset - f->h.fixed_bytes) + (size_t)t * d * sizeof(float), d))
+                return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds search keys that are not finite "
+                                 "(layer %u)", t, f->h.search[i].layer);
+        }
+    }
+    if (f->h.has_logits) {
+        const float *logits = kv_file_logits(f);
+        const size_t n = f->g.n_vocab;
+        if (crc32c(0, logits, n * sizeof(float)) != f->h.logits_sum)
+            return subq_fail(err, SUBQ_ERR_FORMAT, "the KV file's last logits are damaged (their checksum differs)");
+        if (floats_bad(logits, n))
+            return subq_fail(err, SUBQ_ERR_FORMAT, "the KV file's last logits are not finite");
+    }
+    return SUBQ_OK;
 }
 
 subq_status kv_file_evict(kv_file *f, subq_error *err) {

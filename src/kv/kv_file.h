@@ -13,7 +13,10 @@
  *                  (slot-major: a slot's key and value rows of every KV
  *                  head adjacent, so a retrieved slot costs one page read,
  *                  not one per head and kind)
- *   ...            pos, seg, tok: int32 [n_ctx] each; logits: f32 [n_vocab]
+ *   ...            pos, seg, tok: int32 [n_ctx] each; sum: uint32 [n_ctx], the
+ *                  CRC-32C of each committed slot (kv_file_verify);
+ *                  logits: f32 [n_vocab] twice, the header naming the
+ *                  committed one (and its CRC)
  *   fixed_bytes    search keys of sparse layers: f32 [n_ctx][d] each, in the
  *                  stored form of the selectors (unit vectors for cosine)
  *
@@ -21,7 +24,10 @@
  * flushes the data (fdatasync), then writes the next header slot and
  * flushes again, so the header never counts rows that are not on disk.
  * Before a row below n_committed is overwritten (after a truncate or a
- * reset), the header is lowered to that row first. */
+ * reset), the header is lowered to that row first.
+ *
+ * Locking: a writer holds an exclusive flock(2) until it closes the file, a
+ * reader a shared one; a second writer is SUBQ_ERR_BUSY naming the pid. */
 #ifndef SUBQ_KV_FILE_H
 #define SUBQ_KV_FILE_H
 
@@ -55,6 +61,9 @@ typedef struct kv_file kv_file;
  * (SUBQ_ERR_MISMATCH naming the difference); a damaged one is
  * SUBQ_ERR_FORMAT. n_ctx 0 in g: the file's own. */
 subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **out, subq_error *err);
+/* Open an existing file for reading alone (its own geometry, a shared
+ * lock): inspection and verification without a model. */
+subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err);
 /* Commit what is pending and close. */
 void kv_file_close(kv_file *f);
 
@@ -69,7 +78,7 @@ void *kv_file_values(kv_file *f, int layer);
 int32_t *kv_file_pos(kv_file *f);
 int32_t *kv_file_seg(kv_file *f);
 int32_t *kv_file_tok(kv_file *f);
-float *kv_file_logits(kv_file *f);
+float *kv_file_logits(kv_file *f); /* the committed last logits (read them only) */
 /* Search keys of `layer` (NULL when it has none), [n_ctx][d]. */
 float *kv_file_search_rows(kv_file *f, int layer, int *d);
 
@@ -90,9 +99,19 @@ subq_status kv_file_write(kv_file *f, const void *at, const void *src, size_t n,
 /* About to write slots from `slot` on: a header counting rows at or past it
  * is lowered to `slot` first (durably). */
 subq_status kv_file_will_write(kv_file *f, int slot, subq_error *err);
-/* Commit n tokens (with the last logits when has_logits): flush the rows,
- * then the header. */
-subq_status kv_file_commit(kv_file *f, int n, int has_logits, subq_error *err);
+/* Commit n tokens (with the last token's logits, or NULL): checksum the
+ * slots written since the last commit, write the logits into the region
+ * the header does not name (a kill before the header leaves the committed
+ * ones whole), flush, then write the header. */
+subq_status kv_file_commit(kv_file *f, int n, const float *logits, subq_error *err);
+
+/* Check the committed slots [from, to): each slot's checksum, every key,
+ * value and search row finite, and the last logits when held
+ * (SUBQ_ERR_FORMAT naming the first bad slot). Bytes read per slot. */
+subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err);
+size_t kv_file_slot_bytes(const kv_file *f);
+/* Search layers and the committed header's fields, for inspection. */
+int kv_file_n_search(const kv_file *f);
 
 /* Flush, then drop the file's pages from the mapping and the page cache. */
 subq_status kv_file_evict(kv_file *f, subq_error *err);

@@ -73,10 +73,9 @@ subq_status context_commit(subq_context *c, int force, subq_error *err) {
     const int n = c->kv.n_used, has_logits = n > 0 && c->logits_at == n;
     const double now = time_now_s();
     if (!c->file_dirty || (!force && now - c->commit_at < 1.0)) return SUBQ_OK;
-    if (has_logits) memcpy(kv_file_logits(f), c->logits_last, (size_t)c->model->hp.n_vocab * sizeof(float));
     c->commit_at = now;
     c->file_dirty = 0;
-    return kv_file_commit(f, n, has_logits, err);
+    return kv_file_commit(f, n, has_logits ? c->logits_last : NULL, err);
 }
 
 subq_status subq_context_sync(subq_context *c, subq_error *err) { return context_commit(c, 1, err); }

@@ -118,13 +118,26 @@ static void add_bias(float *y, const float *b, int n, int d) {
         for (int i = 0; i < d; i++) y[(size_t)t * d + i] += b[i];
 }
 
+/* Bytes a forward reads (weights, and the KV rows its attention scores)
+ * under which it runs on the calling thread alone: about a quarter of a
+ * millisecond of one core's reading, less than the pool's hand-offs of a
+ * token's few hundred calls would save (measured in bench/notes). */
+#define FORWARD_SERIAL_BYTES ((int64_t)4 << 20)
+
 static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, const int32_t *pos,
                                  const int32_t *seg, float *logits, int all_logits, subq_error *err) {
     subq_model *m = c->model;
     const model_hparams *hp = &m->hp;
     kv_cache *kv = &c->kv;
     const int d = hp->n_embd;
-    const int slot0 = kv->n_used, nt = c->n_threads;
+    const int slot0 = kv->n_used;
+    /* a forward that reads little (a tiny model's token) runs on this thread
+     * alone: a second one saves less than waking it costs, and under a
+     * competing load it only takes a core's time from the first */
+    const int64_t reads = (int64_t)n * ((int64_t)m->weight_bytes +
+                                        (int64_t)slot0 * hp->n_layer * 2 * hp->n_head_kv * (int64_t)kv->row_bytes);
+    pool *pl = reads < FORWARD_SERIAL_BYTES ? NULL : c->pool;
+    const int nt = pl ? c->n_threads : 1;
 
     int32_t *posbuf = c->posbuf;
     for (int t = 0; t < n; t++) {
@@ -135,24 +148,24 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
                     c->x + (size_t)t * d, d);
     }
 
-    for_rows(c->pool, n, hp->rope.n_rot, rope_table_rows, &(rows_job){.out = c->rope_cs, .rope = &hp->rope, .pos = posbuf});
+    for_rows(pl, n, hp->rope.n_rot, rope_table_rows, &(rows_job){.out = c->rope_cs, .rope = &hp->rope, .pos = posbuf});
 
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
-        rmsnorm(c->pool, c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
+        rmsnorm(pl, c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->q, c->k, c->v}, (const matrix *const[]){&L->wq, &L->wk, &L->wv}, 3,
-                            c->xn, n, &c->mm, c->pool);
+                            c->xn, n, &c->mm, pl);
         if (L->bq) {
             add_bias(c->q, L->bq, n, hp->n_head * hp->head_dim);
             add_bias(c->k, L->bk, n, hp->n_head_kv * hp->head_dim);
             add_bias(c->v, L->bv, n, hp->n_head_kv * hp->head_dim);
         }
         if (L->q_norm) { /* qwen3: RMSNorm over each head's vector, in place */
-            rmsnorm(c->pool, c->q, c->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
-            rmsnorm(c->pool, c->k, c->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps);
+            rmsnorm(pl, c->q, c->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
+            rmsnorm(pl, c->k, c->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps);
         }
-        rope(c->pool, c->q, n, hp->n_head, hp->head_dim, c->rope_cs, &hp->rope);
-        rope(c->pool, c->k, n, hp->n_head_kv, hp->head_dim, c->rope_cs, &hp->rope);
+        rope(pl, c->q, n, hp->n_head, hp->head_dim, c->rope_cs, &hp->rope);
+        rope(pl, c->k, n, hp->n_head_kv, hp->head_dim, c->rope_cs, &hp->rope);
         subq_status stored = kv_cache_store(kv, l, slot0, n, c->k, c->v, err);
         if (stored) return stored;
         if (c->capture) c->capture(c->capture_user, l, n, slot0, c->xn, c->q, c->k, c->v);
@@ -165,7 +178,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
             .layer = l, .n_tokens = n, .slot0 = slot0,
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
             .scale = 1.0f / sqrtf((float)hp->head_dim),
-            .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt, .pool = c->pool,
+            .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt, .pool = pl,
         };
         attn_stage *st = c->stages[l];
         double t0 = time_now_s();
@@ -173,23 +186,23 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         c->t_attn_s += time_now_s() - t0;
         if (s) return s;
 
-        matmul(c->proj, c->att, &L->wo, n, &c->mm, c->pool);
-        for_rows(c->pool, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
+        matmul(c->proj, c->att, &L->wo, n, &c->mm, pl);
+        for_rows(pl, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
 
-        rmsnorm(c->pool, c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
+        rmsnorm(pl, c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->gate, c->up}, (const matrix *const[]){&L->w_gate, &L->w_up}, 2,
-                            c->xn, n, &c->mm, c->pool);
-        for_rows(c->pool, n, hp->n_ff, swiglu_rows, &(rows_job){.out = c->gate, .x = c->up, .d = hp->n_ff});
-        matmul(c->proj, c->gate, &L->w_down, n, &c->mm, c->pool);
-        for_rows(c->pool, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
+                            c->xn, n, &c->mm, pl);
+        for_rows(pl, n, hp->n_ff, swiglu_rows, &(rows_job){.out = c->gate, .x = c->up, .d = hp->n_ff});
+        matmul(c->proj, c->gate, &L->w_down, n, &c->mm, pl);
+        for_rows(pl, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
     }
     kv->n_used += n;
 
     if (logits) {
         /* only the rows whose logits are wanted go through the output matrix */
         int first = all_logits ? 0 : n - 1, rows = n - first;
-        rmsnorm(c->pool, c->xn, c->x + (size_t)first * d, m->output_norm, rows, d, hp->norm_eps);
-        matmul(logits, c->xn, &m->output, rows, &c->mm, c->pool);
+        rmsnorm(pl, c->xn, c->x + (size_t)first * d, m->output_norm, rows, d, hp->norm_eps);
+        matmul(logits, c->xn, &m->output, rows, &c->mm, pl);
     }
     return SUBQ_OK;
 }

@@ -15,10 +15,12 @@ subq_generate_params subq_generate_default_params(void) {
 }
 
 /* Put the prompt in the cache: keep the prefix the cache shares with it and
- * decode the rest. The last prompt token is decoded again for its logits
- * unless the cache is exactly the prompt and knows them. */
+ * decode the rest, batch by batch as subq_decode would cut it, so that
+ * on_batch may stop between batches (*stopped). The last prompt token is
+ * decoded again for its logits unless the cache is exactly the prompt and
+ * knows them. */
 static subq_status prefill(subq_context *c, const int32_t *prompt, int n_prompt, float *logits, int n_vocab,
-                           int *n_reused, subq_error *err) {
+                           const subq_generate_params *p, int *n_reused, int *stopped, subq_error *err) {
     const int32_t *cached = subq_context_tokens(c);
     const int n_past = subq_context_n_past(c);
     int keep = 0;
@@ -30,9 +32,17 @@ static subq_status prefill(subq_context *c, const int32_t *prompt, int n_prompt,
         return SUBQ_OK;
     }
     if (keep == n_prompt) keep = n_prompt - 1;
-    subq_status s = subq_context_truncate(c, keep, err);
-    if (!s) s = subq_decode(c, prompt + keep, n_prompt - keep, logits, 0, err);
     *n_reused = keep;
+    subq_status s = subq_context_truncate(c, keep, err);
+    const int batch = subq_context_n_batch(c);
+    for (int at = keep; !s && at < n_prompt; at += batch) {
+        if (p->on_batch && p->on_batch(p->user, keep, at - keep, n_prompt)) {
+            *stopped = 1;
+            break;
+        }
+        const int m = n_prompt - at < batch ? n_prompt - at : batch;
+        s = subq_decode(c, prompt + at, m, at + m == n_prompt ? logits : NULL, 0, err);
+    }
     return s;
 }
 
@@ -72,9 +82,10 @@ subq_status subq_generate(subq_context *c, const int32_t *prompt, int n_prompt, 
     else if (!(logits = malloc((size_t)info.n_vocab * sizeof(float))))
         s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     else s = subq_sampler_new(&p->sampler, &smp, err);
-    if (!s) s = prefill(c, prompt, n_prompt, logits, info.n_vocab, &res->n_reused, err);
-    res->finish = SUBQ_FINISH_LENGTH;
-    if (!s && p->on_prompt && p->on_prompt(p->user, res->n_reused)) res->finish = SUBQ_FINISH_CALLER;
+    int stopped = 0;
+    if (!s) s = prefill(c, prompt, n_prompt, logits, info.n_vocab, p, &res->n_reused, &stopped, err);
+    res->finish = stopped ? SUBQ_FINISH_CALLER : SUBQ_FINISH_LENGTH;
+    if (!s && !stopped && p->on_prompt && p->on_prompt(p->user, res->n_reused)) res->finish = SUBQ_FINISH_CALLER;
     /* sample, stop at an end token, pass on, decode */
     int32_t prev = s ? -1 : prompt[n_prompt - 1];
     while (!s && res->finish == SUBQ_FINISH_LENGTH && res->n_generated < p->n_predict) {

@@ -175,9 +175,11 @@ subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, s
     snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
     subq_status s = gguf_get_u32_or(f, key, (uint32_t)hp->head_dim, &n_rot, err);
     if (s) return s;
-    if (n_rot > (uint32_t)hp->head_dim || n_rot % 2)
-        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u must be even and at most the head size %d", key, n_rot,
-                         hp->head_dim);
+    /* 0 would leave attention without positions: no model of these
+     * architectures is made so (llama.cpp, for llama, wants the whole head) */
+    if (n_rot == 0 || n_rot > (uint32_t)hp->head_dim || n_rot % 2)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u must be even, positive and at most the head size %d", key,
+                         n_rot, hp->head_dim);
     r->n_rot = (int)n_rot;
     r->neox = hp->arch != ARCH_LLAMA;
     if ((s = get_f32(f, arch, "rope.freq_base", 10000.0f, 1e-3f, 1e12f, &r->base, err))) return s;

@@ -136,16 +136,16 @@ def kv_header(n_ctx, search, committed):
     geometry: 2 layers, 1 KV head of 8 f32 values, 16-token vocabulary."""
     page = 4096
     rnd = lambda x: (x + page - 1) // page * page  # noqa: E731
-    per_layer, stride = rnd(n_ctx * 32), rnd(n_ctx * 4)
-    fixed = 2 * page + 4 * per_layer + 3 * stride + rnd(16 * 4)
+    per_layer, stride = rnd(n_ctx * 2 * 32), rnd(n_ctx * 4)  # a slot's key and value rows adjacent
+    fixed = 2 * page + 2 * per_layer + 4 * stride + 2 * rnd(16 * 4)  # pos, seg, tok, sum; two logits regions
     table, end = b"", fixed
     for layer, d in search:
         table += struct.pack("<IIQQ", layer, d, end, 0x1234 + layer)
         end += rnd(n_ctx * d * 4)
     table += b"\0" * (128 * 24 - len(table))
-    h = b"SUBQKVF\0" + struct.pack("<IIQQ", 2, len(search), 1, 0x5EEDF00DCAFEF00D)
+    h = b"SUBQKVF\0" + struct.pack("<IIQQ", 4, len(search), 1, 0x5EEDF00DCAFEF00D)
     h += struct.pack("<6I", 0, 2, 1, 8, n_ctx, 16) + struct.pack("<QQQQQ", 32, fixed, end, committed, 0)
-    h += struct.pack("<II", committed > 0, 0) + table
+    h += struct.pack("<II", committed > 0, 0x1234ABCD) + table
     h += struct.pack("<Q", fnv(h))
     return h + b"\0" * (page - len(h))
 

@@ -2,8 +2,10 @@
 """Bad input through the CLI: every case must exit with status 1 (not a
 signal, not a hang) and print exactly one line on stderr that starts with
 "subq". Covers truncated and corrupted GGUF files, wrong shapes, empty and
-non-UTF-8 text, contexts larger than memory, bad options, FIFOs, alignments
-below the GGUF spec's, non-finite perplexity and completion-map error paths.
+non-UTF-8 text, contexts larger than memory, bad options, FIFOs (every file
+argument of every command, inputs and outputs: none may wait for a writer or
+a reader), alignments below the GGUF spec's, non-finite perplexity and
+completion-map error paths.
 
 With SUBQ_SANITIZED=1 (the ASan+UBSan build runs this too) the binary runs
 with leak detection and sanitizer exit codes other than 1, so an over-read,
@@ -12,6 +14,7 @@ import os
 import struct
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gguf_edit import GGUFEdit  # noqa: E402
@@ -33,12 +36,23 @@ n_cases = 0
 ENV = subq_env()
 
 
+def run_case(args, timeout=60, env=None):
+    """The finished process, or None when it ran past timeout (killed)."""
+    try:
+        return subprocess.run([BIN] + args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                              env=env or ENV)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def expect_error(name, args, want_code=1, contains=None, timeout=60, no_stdout=False):
+    judge(name, run_case(args, timeout), want_code, contains, no_stdout)
+
+
+def judge(name, p, want_code=1, contains=None, no_stdout=False):
     global n_cases
     n_cases += 1
-    try:
-        p = subprocess.run([BIN] + args, capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, env=ENV)
-    except subprocess.TimeoutExpired:
+    if p is None:
         failures.append(f"{name}: hung (timeout)")
         return
     err = p.stderr.decode("utf-8", "replace")
@@ -342,6 +356,108 @@ else:
     expect_error("--search-rope-scale without --search", ["generate", "-m", MODEL, "--search-rope-scale", "0.5",
                                                           "-n", "1"], contains="--search")
 
+# --- every file argument of every command as a FIFO nobody writes to -----
+# (-f FIFO once blocked generate, perplexity and train-search; --prompt-cache,
+# --log and logits/dequant -o FIFO blocked for good). Text inputs are read
+# with a bounded wait (SUBQ_READ_IDLE_S: 1 s here); GGUF inputs and every
+# output refuse a FIFO at once. Each case has its own FIFO (a writer that
+# waited would otherwise meet another case's reader); they run 4 at a time.
+fdir = os.path.join(TMP, "fifo_args")
+os.makedirs(fdir, exist_ok=True)
+for name in os.listdir(fdir):
+    path = os.path.join(fdir, name)
+    if os.path.isdir(path) and not os.path.islink(path):
+        for sub in os.listdir(path):
+            os.unlink(os.path.join(path, sub))
+        os.rmdir(path)
+    else:
+        os.unlink(path)
+fifo_n = [0]
+
+
+def a_fifo(name=None):
+    fifo_n[0] += 1
+    path = os.path.join(fdir, name or "in%d.fifo" % fifo_n[0])
+    os.mkfifo(path)
+    return path
+
+
+def fifo_dir(chart):
+    """A fresh directory whose chart `chart` is a FIFO."""
+    fifo_n[0] += 1
+    d = os.path.join(fdir, "svg%d" % fifo_n[0])
+    os.mkdir(d)
+    os.mkfifo(os.path.join(d, chart))
+    return d
+
+
+blocks = write("fifo_blocks.bin", struct.pack("<4f", 1, 2, 3, 4))
+new_out = os.path.join(fdir, "new.out")  # never written: every case fails first
+WAIT, REFUSED = "no data for 1 s", "not a regular file"
+train = ["-m", MODEL, small, "--seq", "64", "--steps", "1", "--eval-every", "0", "--layers", "2", "-t", "1"]
+tsearch, tphi = ["train-search"] + train + ["--d-search", "8"], ["train-phi"] + train + ["--d-phi", "8"]
+fifo_cases = [
+    # text inputs: a bounded wait
+    ("generate -f", lambda: ["generate", "-m", MODEL, "-f", a_fifo(), "-n", "1"], WAIT),
+    ("perplexity -f", lambda: ["perplexity", "-m", MODEL, "-f", a_fifo()], WAIT),
+    ("tokenize -f", lambda: ["tokenize", "-m", MODEL, "-f", a_fifo()], WAIT),
+    ("tokenize --data", lambda: ["tokenize", "-m", MODEL, "--data", a_fifo(), "-o", new_out], WAIT),
+    ("tokenize --eval-data", lambda: ["tokenize", "-m", MODEL, "--data", small, "--eval-data", a_fifo(), "-o",
+                                      new_out], WAIT),
+    ("train-search DATA", lambda: ["train-search", "-m", MODEL, a_fifo(), "--seq", "64", "-o", new_out], WAIT),
+    ("train-search -f", lambda: ["train-search", "-m", MODEL, "-f", a_fifo(), "--seq", "64", "-o", new_out], WAIT),
+    ("train-search --eval-data", lambda: tsearch + ["--eval-data", a_fifo(), "-o", new_out], WAIT),
+    ("train-phi DATA", lambda: ["train-phi", "-m", MODEL, a_fifo(), "--seq", "64", "-o", new_out], WAIT),
+    ("eval -f", lambda: ["eval", "-m", MODEL, "-f", a_fifo(), "-c", "64"], WAIT),
+    ("eval --eval-file", lambda: ["eval", "-m", MODEL, "--eval-file", a_fifo(), "-c", "64"], WAIT),
+    ("recall --haystack", lambda: ["recall", "-m", MODEL, "--haystack", a_fifo()], WAIT),
+    ("bench --prefill-text", lambda: ["bench", "-m", MODEL, "--prefill-ctx", "16", "--prefill-text", a_fifo()], WAIT),
+    ("dequant -i", lambda: ["dequant", "--type", "f32", "-i", a_fifo(), "-o", new_out], WAIT),
+    # GGUF and session inputs: refused
+    ("perplexity -m", lambda: ["perplexity", "-m", a_fifo(), "-f", small], REFUSED),
+    ("tokenize -m", lambda: ["tokenize", "-m", a_fifo(), "-p", "hi"], REFUSED),
+    ("logits -m", lambda: ["logits", "-m", a_fifo(), "--tokens", "1 2", "-o", new_out], REFUSED),
+    ("eval -m", lambda: ["eval", "-m", a_fifo(), "-f", small], REFUSED),
+    ("eval --search", lambda: ["eval", "-m", MODEL, "-f", small, "--search", a_fifo()], REFUSED),
+    ("recall -m", lambda: ["recall", "-m", a_fifo(), "--haystack", small], REFUSED),
+    ("bench -m", lambda: ["bench", "-m", a_fifo()], REFUSED),
+    ("serve -m", lambda: ["serve", "-m", a_fifo(), "--port", "0"], REFUSED),
+    ("train-search -m", lambda: ["train-search", "-m", a_fifo(), small, "-o", new_out], REFUSED),
+    ("train-search --init", lambda: tsearch + ["--init", a_fifo(), "-o", new_out], REFUSED),
+    ("train-search --resume", lambda: tsearch + ["--resume", "-o", a_fifo("run.gguf.ckpt")[:-5]], REFUSED),
+    ("train-phi -m", lambda: ["train-phi", "-m", a_fifo(), small, "-o", new_out], REFUSED),
+    ("train-phi --diagnose", lambda: tphi + ["--diagnose", a_fifo()], REFUSED),
+    ("merge -m", lambda: ["merge", "-m", a_fifo(), "--search", MODEL, "-o", new_out], REFUSED),
+    ("merge --search", lambda: ["merge", "-m", MODEL, "--search", a_fifo(), "-o", new_out], REFUSED),
+    ("split -m", lambda: ["split", "-m", a_fifo(), "-o", new_out], REFUSED),
+    ("generate --prompt-cache", lambda: ["generate", "-m", MODEL, "-p", "hi", "-n", "1", "--prompt-cache",
+                                         a_fifo()], REFUSED),
+    # outputs, even with --force: a writer would wait for a reader
+    ("synth -o", lambda: ["synth", "--shape", "tiny", "--force", "-o", a_fifo()], REFUSED),
+    ("dequant -o", lambda: ["dequant", "--type", "f32", "-i", blocks, "--force", "-o", a_fifo()], REFUSED),
+    ("logits -o", lambda: ["logits", "-m", MODEL, "--tokens", "1 2", "--force", "-o", a_fifo()], REFUSED),
+    ("tokenize -o", lambda: ["tokenize", "-m", MODEL, "--data", small, "--force", "-o", a_fifo()], REFUSED),
+    ("merge -o", lambda: ["merge", "-m", MODEL, "--search", MODEL, "--force", "-o", a_fifo()], REFUSED),
+    ("split -o", lambda: ["split", "-m", MODEL, "--force", "-o", a_fifo()], REFUSED),
+    ("train-search -o", lambda: tsearch + ["--force", "-o", a_fifo()], REFUSED),
+    ("train-search --log", lambda: tsearch + ["--force", "-o", new_out, "--log", a_fifo()], REFUSED),
+    ("train-search --dump-teacher", lambda: tsearch + ["--force", "--dump-teacher", a_fifo()], REFUSED),
+    ("train-phi -o", lambda: tphi + ["--force", "-o", a_fifo()], REFUSED),
+    ("train-phi --dump", lambda: tphi + ["--force", "--dump", a_fifo()], REFUSED),
+    ("eval --svg-dir", lambda: ["eval", "-m", MODEL, "-f", small, "-c", "64", "--windows", "1", "--selectors",
+                                "window", "--k-sweep", "8", "--force", "--svg-dir", fifo_dir("kl.svg")], REFUSED),
+    ("recall --svg-dir", lambda: ["recall", "-m", MODEL, "--haystack", small, "--lengths", "64", "--methods",
+                                  "full,window@8", "--force", "--svg-dir", fifo_dir("recall_full.svg")], REFUSED),
+]
+fifo_env = dict(ENV, SUBQ_READ_IDLE_S="1")
+fifo_args = [(name, make()) for name, make, _ in fifo_cases]
+with ThreadPoolExecutor(max_workers=4) as pool:
+    done = list(pool.map(lambda c: run_case(c[1], timeout=20, env=fifo_env), fifo_args))
+for (name, _, want), p in zip(fifo_cases, done):
+    judge(f"{name} FIFO", p, contains=want)
+if os.path.exists(new_out):
+    failures.append(f"FIFO cases: {new_out} was written")
+
 # output that cannot be written (stdout on a full device) is an error: status 1 and one error line
 # naming stdout, not a silent success
 if os.path.exists("/dev/full"):
@@ -363,6 +479,17 @@ p = subprocess.run([BIN, "generate", "-m", MODEL, "-c", "16", "-n", "100", "--te
 n_cases += 1
 if p.returncode != 0 or not p.stdout.strip():
     failures.append(f"generate with a full context: exit {p.returncode}, stderr {p.stderr[:200]!r}")
+
+# impossible metadata is refused; a context past the trained one is warned about
+g = GGUFEdit(blob)
+g.set("llama.rope.dimension_count", "u32", 0)
+expect_error("rope.dimension_count 0", ["generate", "-m", g.write(os.path.join(TMP, "nrot0.gguf")), "-n", "1"],
+             contains="rope.dimension_count")
+p = subprocess.run([BIN, "perplexity", "-m", MODEL, "-f", text_file, "-c", "4096", "--chunks", "1"],
+                   capture_output=True, timeout=120, env=ENV)
+n_cases += 1
+if p.returncode != 0 or b"warning: a context of 4096 tokens exceeds the 2048" not in p.stderr:
+    failures.append(f"perplexity past the trained context: exit {p.returncode}, stderr {p.stderr[:300]!r}")
 
 # every subcommand has --help
 for sub in ["info", "generate", "perplexity", "tokenize", "logits", "synth"]:

@@ -106,7 +106,7 @@ def main():
     out = ck.guarded("subq eval runs", rc.run_subq,
                      ["eval", "-m", model, "--eval-file", text, "--no-pack", "-c", CTX, "--sparse-layers", "1-4",
                       "--sink", SINK, "--tail", TAIL, "--selectors", "window,oracle", "--k-sweep", "4,16",
-                      "--per-layer", "--svg-dir", svg, "-t", 1, "--json"])
+                      "--per-layer", "--svg-dir", svg, "--force", "-t", 1, "--json"])
     if out is None:
         ck.finish()
     try:

@@ -4,10 +4,16 @@
 stories260K, greedy from BOS, 200 tokens: subq's stdout minus the final
 newline must equal the reference text byte for byte. The reference itself is
 validated against the model's known behaviour (the story about Lily).
-Also one prompted run.
+Also one prompted run, and a KV file as a session (--kv-file): a run
+continued without a prompt equals one uninterrupted reference run; a prompt
+that would drop the held tokens is refused and the file kept; a file another
+process holds a lock on, or with a flipped byte, is refused in one line.
 """
 
+import fcntl
+import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -66,6 +72,62 @@ def main():
     out = ck.guarded(name, rc.run_subq, ["generate", "-m", model_path, "-p", prompt, "-n", 60, "--temp", 0])
     if out is not None:
         compare(ck, name, out, want)
+
+    # ---- 3. a KV file as a session: continued without a prompt
+    kv = os.path.join(rc.tmp_dir(), "session_%d.kv" % os.getpid())
+    if os.path.exists(kv):
+        os.unlink(kv)
+    first = ck.guarded("kv-file: first run", rc.run_subq,
+                       ["generate", "-m", model_path, "--kv-file", kv, "-p", prompt, "-n", 25, "--temp", 0])
+    r = subprocess.run([rc.subq_bin(), "generate", "-m", model_path, "--kv-file", kv, "-n", "35", "--temp", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rc.subq_env(), timeout=120)
+    second = r.stdout if r.returncode == 0 else None
+    n_first = len(ref.tok.encode(prompt, True)) + 25
+    speed = [ln for ln in r.stderr.decode(errors="replace").splitlines() if "generated" in ln]
+    ck.check("kv-file: the continued run counts its held prompt as cached, not computed",
+             len(speed) == 1 and ("prompt %d tokens (%d cached), 0 computed" % (n_first, n_first)) in speed[0],
+             "exit %d, %r" % (r.returncode, speed))
+    if first is not None and second is not None:
+        compare(ck, "kv-file: 25 tokens, then 35 more without -p, equal one run of 60",
+                first[:-1] + second, want)
+    held = lambda: json.loads(rc.run_subq(["info", "--kv-file", kv, "--json"]))["n_committed"]  # noqa: E731
+    n_held = held()
+    ck.check("kv-file holds all the text shown", n_held == len(ref.tok.encode(prompt, True)) + 60, "%d tokens" % n_held)
+
+    def refused(name, args, contains, locked=False):
+        r = subprocess.run([rc.subq_bin()] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=rc.subq_env(), timeout=120)
+        err = r.stderr.decode(errors="replace").strip().splitlines()
+        n = n_held if locked else held()
+        ck.check(name, r.returncode == 1 and len(err) >= 1 and contains in err[-1] and n == n_held,
+                 "exit %d, stderr %r, %d tokens held (want %d)" % (r.returncode, err[-2:], n, n_held))
+
+    refused("kv-file: the same -p again would drop the continuation: refused, file kept",
+            ["generate", "-m", model_path, "--kv-file", kv, "-p", prompt, "-n", 5, "--temp", 0], "--kv-reset")
+    with open(kv, "rb") as held_by_us:  # a writer elsewhere: this process's exclusive lock
+        fcntl.flock(held_by_us, fcntl.LOCK_EX)
+        refused("kv-file: a second writer is refused naming the holder",
+                ["generate", "-m", model_path, "--kv-file", kv, "-n", 5, "--temp", 0], "process %d" % os.getpid(), locked=True)
+    ck.check("kv-file: the lock's refusal left the file whole", held() == n_held, "")
+    damaged = kv + ".bad"
+    with open(kv, "rb") as f:
+        data = bytearray(f.read())
+    data[8192 + 1000] ^= 0x40  # a byte of layer 0's rows
+    with open(damaged, "wb") as f:
+        f.write(data)
+    for name, args in (("resume", ["generate", "-m", model_path, "--kv-file", damaged, "-n", 5]),
+                       ("info --verify", ["info", "--kv-file", damaged, "--verify"])):
+        r = subprocess.run([rc.subq_bin()] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=rc.subq_env(), timeout=120)
+        err = r.stderr.decode(errors="replace").strip().splitlines()
+        ck.check("kv-file: a flipped byte in a row is refused by " + name,
+                 r.returncode == 1 and err and "damaged" in err[-1], "exit %d, stderr %r" % (r.returncode, err[-2:]))
+    os.unlink(damaged)
+    out = ck.guarded("kv-file: --kv-reset replaces the held tokens", rc.run_subq,
+                     ["generate", "-m", model_path, "--kv-file", kv, "--kv-reset", "-p", "", "-n", 200, "--temp", 0])
+    if out is not None:
+        compare(ck, "kv-file: --kv-reset, greedy from BOS", out, ref.tok.decode_bytes(ref.generate("", 200)))
+    os.unlink(kv)
 
     ck.finish()
 

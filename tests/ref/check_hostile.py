@@ -13,15 +13,22 @@
 3. A killed writer's temporary file (unlocked) is removed by the next write
    of the same destination; a live writer's (locked) is left alone.
 4. Outputs that are not regular files are refused and left as they were (a
-   FIFO, a character device, a directory); a symlink's target is replaced
-   and the link kept. Inputs are bounded: /dev/zero as text or as a GGUF
-   file ends in one clean error, a FIFO with no writer times out, a FIFO
-   whose writer comes late is read.
+   FIFO, a character device, a directory); a symlink is refused without
+   --force and with it replaced itself, never written through (its target,
+   a text file, once became a 5 MB GGUF). Inputs are bounded: /dev/zero as
+   text or as a GGUF file ends in one clean error, a FIFO with no writer
+   times out, a FIFO whose writer comes late is read.
 5. Valid models of every integer-kernel weight type (Q4_0, Q4_K, Q6_K,
    Q8_0, random weights: negative block scales included) prefill a prompt
    and decode: under the sanitizers this runs the GEMM and GEMV kernels of
    the machine's level (a shift of a negative f16 scale once stopped every
    Q4_0 model there).
+6. Every output of every command (-o of synth, dequant, logits, tokenize,
+   merge, split, train-search and train-phi, their --dump files and logs,
+   the charts of eval and recall --svg-dir) that exists, as a file or as a
+   symbolic link, is refused before any work, in one line that names it and
+   --force, and is left as it was (it once was replaced silently, exit 0);
+   with --force a link is replaced itself and its target kept.
 
 With SUBQ_SANITIZED=1 (the ASan+UBSan build runs it too) any sanitizer
 report fails the run."""
@@ -245,13 +252,13 @@ def main():
             f.write(b"partial")
     holder = open(live, "rb")
     fcntl.flock(holder, fcntl.LOCK_EX)  # a writer that is still running
-    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "-o", out_path])
+    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "--force", "-o", out_path])
     ck.check("synth writes beside temporary files", code == 0, err[-200:])
     ck.check("a killed writer's temporary file is removed", not os.path.exists(stale))
     ck.check("a live writer's temporary file is kept", os.path.exists(live))
     ck.check("files that are not ours are kept", os.path.exists(other))
     holder.close()
-    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "-o", out_path])
+    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "--force", "-o", out_path])
     ck.check("its writer gone, the next write removes it too", code == 0 and not os.path.exists(live), err[-200:])
     code, _, err = run(["info", "-m", out_path])
     ck.check("the written model opens", code == 0, err[-200:])
@@ -278,8 +285,13 @@ def main():
         f.write(b"old")
     os.symlink(target, link)
     code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "-o", link])
-    ck.check("synth -o a symlink writes its target, the link stays", code == 0 and os.path.islink(link) and
-             os.path.getsize(target) > 3, err[-200:])
+    ck.check("synth -o a symlink is refused without --force, its target kept",
+             code == 1 and err.count("\n") == 1 and "--force" in err and os.path.islink(link) and
+             open(target, "rb").read() == b"old", err[-200:])
+    code, _, err = run(["synth", "--shape", "tiny", "--type", "f32", "--force", "-o", link])
+    ck.check("synth --force -o a symlink replaces the link, never its target",
+             code == 0 and not os.path.islink(link) and os.path.getsize(link) > 3 and
+             open(target, "rb").read() == b"old", err[-200:])
     for args in (["perplexity", "-m", model, "-f", "/dev/zero"], ["tokenize", "-m", model, "-f", "/dev/zero"],
                  ["dequant", "--type", "q8_0", "-i", "/dev/zero", "-o", os.path.join(tmp, "hostile_deq.bin")]):
         code, out, err = run(args, timeout=120)
@@ -313,7 +325,84 @@ def main():
                  err[-300:])
         if os.path.exists(path):
             os.remove(path)
+
+    existing_outputs(ck, model, text_path, tmp)
     ck.finish()
+
+
+def existing_outputs(ck, model, text_path, tmp):
+    """6. outputs that exist are refused without --force, replaced with it."""
+    keep, target = os.path.join(tmp, "hostile_keep.out"), os.path.join(tmp, "hostile_keep_target.txt")
+    svg = os.path.join(tmp, "hostile_svg")
+    os.makedirs(svg, exist_ok=True)
+    for name in os.listdir(svg):  # an earlier run's charts
+        os.unlink(os.path.join(svg, name))
+    scratch = [keep + ".ckpt", keep + ".log.jsonl", keep + ".log"]
+    blocks = os.path.join(tmp, "hostile_blocks.bin")
+    with open(blocks, "wb") as f:
+        f.write(struct.pack("<4f", 1, 2, 3, 4))
+    train = ["-m", model, text_path, "--seq", "64", "--steps", "1", "--eval-every", "0", "--layers", "2", "-t", "1"]
+    search = ["train-search"] + train + ["--d-search", "8", "--reserve", "none"]
+    phi = ["train-phi"] + train + ["--d-phi", "8", "--d-emb", "8", "--d-hidden", "8"]
+    window = ["eval", "-m", model, "--eval-file", text_path, "-c", "64", "--windows", "1", "--selectors", "window",
+              "--k-sweep", "8", "-t", "1"]
+    fresh = os.path.join(tmp, "hostile_fresh.gguf")
+    # (label, args writing `out`, the path checked: out or a chart in svg); the refusal comes before any work
+    cases = [("synth -o", lambda o: ["synth", "--shape", "tiny", "-o", o], None),
+             ("dequant -o", lambda o: ["dequant", "--type", "f32", "-i", blocks, "-o", o], None),
+             ("logits -o", lambda o: ["logits", "-m", model, "--tokens", "1 2", "-o", o], None),
+             ("tokenize --data -o", lambda o: ["tokenize", "-m", model, "--data", text_path, "-o", o], None),
+             ("merge -o", lambda o: ["merge", "-m", model, "--search", model, "-o", o], None),
+             ("split -o", lambda o: ["split", "-m", model, "-o", o], None),
+             ("train-search -o", lambda o: search + ["-o", o], None),
+             ("train-search --log", lambda o: search + ["-o", fresh, "--log", o], None),
+             ("train-search --dump-teacher", lambda o: search + ["--dump-teacher", o], None),
+             ("train-phi -o", lambda o: phi + ["-o", o], None),
+             ("train-phi --dump", lambda o: phi + ["--dump", o], None),
+             ("eval --svg-dir", lambda o: window + ["--per-layer", "--svg-dir", svg], "layer_kl.svg"),
+             ("recall --svg-dir", lambda o: ["recall", "-m", model, "--haystack", text_path, "--lengths", "128",
+                                             "--depths", "0", "--trials", "1", "--methods", "full,window@8",
+                                             "--svg-dir", svg], "agree_window_8.svg")]
+    for label, args, chart in cases:
+        out = os.path.join(svg, chart) if chart else keep
+        for kind in ("file", "symlink"):
+            for p in [out, target, fresh] + scratch:
+                if os.path.lexists(p):
+                    os.unlink(p)
+            with open(target if kind == "symlink" else out, "wb") as f:
+                f.write(b"keep")
+            if kind == "symlink":
+                os.symlink(target, out)
+            code, stdout, err = run(args(out), timeout=120)
+            left = os.path.islink(out) == (kind == "symlink") and open(out, "rb").read() == b"keep"
+            ck.check("%s over an existing %s is refused, which is kept" % (label, kind),
+                     code == 1 and err.count("\n") == 1 and out in err and "--force" in err and left and
+                     not os.path.exists(fresh), "exit %d: %s" % (code, err[-300:]))
+    # --force replaces a link itself: nothing is written through it
+    cases = [("synth", lambda o: ["synth", "--shape", "tiny", "--force", "-o", o], None),
+             ("dequant", lambda o: ["dequant", "--type", "f32", "-i", blocks, "--force", "-o", o], None),
+             ("logits", lambda o: ["logits", "-m", model, "--tokens", "1 2", "--force", "-o", o], None),
+             ("tokenize", lambda o: ["tokenize", "-m", model, "--data", text_path, "--force", "-o", o], None),
+             ("train-search", lambda o: search + ["--force", "-o", o, "--log", o + ".log"], None),
+             ("eval --svg-dir", lambda o: window + ["--svg-dir", svg, "--force"], "kl.svg")]
+    for label, args, chart in cases:
+        out = os.path.join(svg, chart) if chart else keep
+        links = [out] + ([out + ".log"] if label == "train-search" else [])
+        for p in links + [target] + scratch:
+            if os.path.lexists(p):
+                os.unlink(p)
+        with open(target, "wb") as f:
+            f.write(b"keep")
+        for p in links:
+            os.symlink(target, p)
+        code, _, err = run(args(out), timeout=300)
+        ck.check("%s --force replaces a symlink, never its target" % label,
+                 code == 0 and not any(os.path.islink(p) for p in links) and
+                 all(os.path.getsize(p) > 4 for p in links) and open(target, "rb").read() == b"keep",
+                 "exit %d: %s" % (code, err[-300:]))
+    for p in [keep, target, blocks] + scratch:
+        if os.path.lexists(p):
+            os.unlink(p)
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ for type_id, nb in cases:
     assert want.size == nb * bs
     for extra in ([], ["--scalar"]):
         dst = os.path.join(TMP, f"kq_{name}{'_scalar' if extra else ''}.f32")
-        p = run(["--type", name, "-i", src, "-o", dst] + extra)
+        p = run(["--type", name, "-i", src, "-o", dst, "--force"] + extra)
         label = f"{name}{' --scalar' if extra else ''}"
         if p.returncode != 0:
             failures.append(f"{label}: exit {p.returncode}: {p.stderr.decode(errors='replace')[:300]}")
@@ -105,8 +105,9 @@ for type_id in (kq.Q4_K, kq.Q8_0):
     else:
         print(f"ok truncated {name}: {lines[0]}")
 
-for args, what in ((["--type", "q2_K", "-i", src, "-o", "/dev/null"], "unsupported type"),
-                   (["--type", "nope", "-i", src, "-o", "/dev/null"], "unknown type"),
+none = os.path.join(TMP, "kq_none.f32")  # never written: each case fails first
+for args, what in ((["--type", "q2_K", "-i", src, "-o", none], "unsupported type"),
+                   (["--type", "nope", "-i", src, "-o", none], "unknown type"),
                    (["--type", "q8_0"], "missing files")):
     p = run(args)
     lines = [l for l in p.stderr.decode(errors="replace").split("\n") if l]

@@ -57,7 +57,7 @@ def main():
     tmp = rc.tmp_dir()
     TEXT = rc.shared_file("data", "text", "tinyshakespeare.txt")
     base = os.path.join(tmp, "merge_base.gguf")
-    rc.run_subq(["synth", "--shape", "tiny-qwen3", "--type", "q8_0", "-o", base])
+    rc.run_subq(["synth", "--shape", "tiny-qwen3", "--type", "q8_0", "--force", "-o", base])
     g = GGUFFile(base)
     arch = g.metadata["general.architecture"]
     d_model = g.metadata[arch + ".embedding_length"]
@@ -78,7 +78,7 @@ def main():
                  s == {"merged": True, "layers": "0-%d" % (n_layer - 1), "n_layers": n_layer, "d_search": D_SEARCH,
                        "type": tname, "top_k": 2, "rope_dims": 0}, str(s))
         split = os.path.join(tmp, "merge_split_%s.gguf" % tname)
-        if ck.guarded("split " + tname, rc.run_subq, ["split", "-m", merged, "-o", split]) is None:
+        if ck.guarded("split " + tname, rc.run_subq, ["split", "-m", merged, "--force", "-o", split]) is None:
             continue
         sp, mg = GGUFFile(split), GGUFFile(merged)
         names = ["blk.%d.indexer.%s.weight" % (l, w) for l in layers for w in ("proj", "attn_k")]
@@ -112,7 +112,7 @@ def main():
         other = os.path.join(tmp, "merge_np_other.gguf")
         other_split = os.path.join(tmp, "merge_split_other.gguf")
         merge_like_seed(base, {l: w[::-1].copy() for l, w in wk.items()}, wq, other, top_k=2, dtype=np.float16)
-        if ck.guarded("split other", rc.run_subq, ["split", "-m", other, "-o", other_split]) is not None:
+        if ck.guarded("split other", rc.run_subq, ["split", "-m", other, "--force", "-o", other_split]) is not None:
             p_over = ppl(ck, "ppl merged --search other", ["-m", merged, "--search", other_split, "--topk", "2"])
             p_other = ppl(ck, "ppl base --search other", ["-m", base, "--search", other_split, "--topk", "2"])
             ck.check("--search FILE takes the place of the merged projections", p_over is not None and
@@ -122,7 +122,7 @@ def main():
     merged_subq = os.path.join(tmp, "merge_subq.gguf")
     merged_np = os.path.join(tmp, "merge_np_f16.gguf")
     if ck.guarded("subq merge", rc.run_subq, ["merge", "-m", base, "--search", split16, "-o", merged_subq, "--topk",
-                                              "2"]) is not None:
+                                              "2", "--force"]) is not None:
         m = GGUFFile(merged_subq)
         n = GGUFFile(merged_np)
         base_tensors_same = all(
@@ -156,8 +156,8 @@ def main():
     merged32 = os.path.join(tmp, "merge_subq32.gguf")
     back = os.path.join(tmp, "merge_back32.gguf")
     if ck.guarded("f32 round trip", rc.run_subq, ["merge", "-m", base, "--search", split32, "-o", merged32, "--type",
-                                                  "f32"]) is not None and \
-            ck.guarded("f32 split", rc.run_subq, ["split", "-m", merged32, "-o", back]) is not None:
+                                                  "f32", "--force"]) is not None and \
+            ck.guarded("f32 split", rc.run_subq, ["split", "-m", merged32, "--force", "-o", back]) is not None:
         b = GGUFFile(back)
         ck.check("merge --type f32 + split gives the projections bit for bit", all(
             np.array_equal(b.tensor("blk.%d.indexer.proj.weight" % l), wq[l]) and

@@ -76,7 +76,7 @@ def check_dump(checks, model, tmp):
     p = {"n_sink": 3, "n_tail": 5, "tau": 1.3, "l_kl": 0.9, "l_top": 1.5, "l_fp": 2.5, "l_z": 3.0, "band": 6.0,
          "huber": 0.7}
     args = ["train-phi", "-m", model, data, "--seq", "128", "--eval-frac", "0", "--layers", "1,3", "--d-phi", "12",
-            "--d-emb", "10", "--d-hidden", "14", "--wo-std", "1.0", "-t", THREADS, "--dump", dump,
+            "--d-emb", "10", "--d-hidden", "14", "--wo-std", "1.0", "-t", THREADS, "--force", "--dump", dump,
             "--n-sink", p["n_sink"], "--n-tail", p["n_tail"], "--tau", p["tau"], "--l-kl", p["l_kl"],
             "--l-top", p["l_top"], "--l-fp", p["l_fp"], "--l-z", p["l_z"], "--band", p["band"], "--huber", p["huber"]]
     if checks.guarded("dump", rc.run_subq, args) is None:
@@ -287,7 +287,7 @@ def main():
                    ["-o", a, "--resume"], "other data")
     synth = os.path.join(tmp, "synth.gguf")
     if checks.guarded("synth model", rc.run_subq, ["synth", "--shape", "stories260k", "--type", "f32", "-s", "3",
-                                                    "-o", synth]) is not None:
+                                                    "--force", "-o", synth]) is not None:
         one_line_error(checks, "resume with another model", [x if x != model else synth for x in base] +
                        ["-o", a, "--resume"], "trained for another model")
         one_line_error(checks, "maps of another model", [x if x != model else synth for x in diag],

@@ -30,7 +30,7 @@ def main():
     for prefill in ("dense", "sparse"):
         args = ["recall", "-m", model, "--haystack", hay, "--lengths", "256,500", "--depths", "0,0.5,1",
                 "--trials", 1, "--methods", methods, "--random-search", 16, "--sparse-layers", "1-4",
-                "--json", "--svg-dir", svg_dir, "-t", 1]
+                "--json", "--svg-dir", svg_dir, "--force", "-t", 1]
         if prefill == "sparse":
             args.append("--sparse-prefill")
         out = ck.guarded("recall runs (%s prefill)" % prefill, rc.run_subq, args)

@@ -14,6 +14,10 @@ stories260K on a free loopback port. The reference for every response is
     slots keep two documents apart; the text stays the reference's;
   - sparse attention from server flags and from the per-request "subq"
     field equals generate with the same flags;
+  - prompts of several batches (-b 8), which the server decodes a batch at
+    a time (to stop when the client leaves), equal generate with the same
+    batches, dense and with --sparse-prefill, and (dense) after a reused
+    prefix;
   - generate --prompt-cache: a second run reuses the session file and gives
     the same text; another plan's file is refused;
   - load: 200 requests over 8 concurrent keep-alive connections, every text
@@ -188,6 +192,33 @@ def check_sparse(ck, model, main):
         srv.stop()
 
 
+def check_batches(ck, model):
+    """The server decodes a prompt's batches but the last one by one (it
+    checks between them for a client that left), subq_generate the last:
+    the text is generate's with the same -b, also under --sparse-prefill,
+    whose attention depends on the batches. After a reused prefix (dense:
+    under --sparse-prefill the batches then start at the prefix's end, as
+    in generate --prompt-cache, and the text is not a fresh generate's)."""
+    first = "Once upon a time there was a little girl named Lily. She had a red ball and a big dog. " * 2
+    second = first + "One day Lily went to the park with her dog and they played all day"
+    for flags in ([], ["--select", "window", "--topk", 8, "--sink", 2, "--tail", 4, "--sparse-prefill"]):
+        what = " --sparse-prefill" if flags else ""
+        srv = su.Server(["-m", model, "-t", 1, "-b", 8] + flags, "batches")
+        try:
+            got = [completion(srv, {"prompt": p, "max_tokens": 20, "temperature": 0.8, "seed": 3,
+                                    "cache_prompt": not flags}) for p in (first, second)]
+            for p, b in zip((first, second), got):
+                same(ck, "-b 8%s, a %d-token prompt: serve == generate" % (what, b["usage"]["prompt_tokens"]),
+                     b["choices"][0]["text"], gen(p, 20, 0.8, 3, flags=["-b", 8] + flags))
+            u, cached = got[1]["usage"], got[1]["usage"]["prompt_tokens_details"]["cached_tokens"]
+            ck.check("-b 8%s: the second prompt %s" % (what, "prefilled whole" if flags else
+                                                        "reuses the first and prefills more than a batch"),
+                     cached == 0 if flags else cached > 0 and u["prompt_tokens"] - cached > 8 and
+                     got[1]["timings"]["prompt_n"] == u["prompt_tokens"] - cached, "%s %s" % (u, got[1]["timings"]))
+        finally:
+            srv.stop()
+
+
 def check_prompt_cache_file(ck):
     path = os.path.join(rc.tmp_dir(), "prompt_cache_%d.bin" % os.getpid())
     if os.path.exists(path):
@@ -247,8 +278,8 @@ def check_load(ck, srv):
 
 
 def check_kv_file(ck):
-    """--kv-file is the session: generate continues from what the file holds
-    (text unchanged, the prompt not prefilled again); serve resumes it at
+    """--kv-file is the session: generate without a prompt continues after
+    what the file holds (the text of one longer run); serve resumes it at
     start and a request sharing the prefix reuses it; a server with two
     slots and one file is refused."""
     path = os.path.join(rc.tmp_dir(), "kv_file_%d.kv" % os.getpid())
@@ -258,11 +289,13 @@ def check_kv_file(ck):
     flags = ["--kv-file", path, "-c", 256, "--random-search", 16, "--sparse-layers", "1-4", "--topk", 8]
     want = gen(prompt, 24, 0, 1, flags=flags[2:])
     same(ck, "generate --kv-file: first run", gen(prompt, 24, 0, 1, flags=flags), want)
-    r = subprocess.run([rc.subq_bin(), "generate", "-m", MODEL, "-p", prompt, "-n", "24", "--temp", "0", "-t", "1"] +
+    # without -p the second run continues after what the file holds: the text of one run of 32
+    want32 = gen(prompt, 32, 0, 1, flags=flags[2:])
+    r = subprocess.run([rc.subq_bin(), "generate", "-m", MODEL, "-n", "8", "--temp", "0", "-t", "1"] +
                        [str(f) for f in flags], capture_output=True, timeout=120)
     held = re.search(rb"KV file \S+: (\d+) tokens held", r.stderr)
-    ck.check("generate --kv-file: the second run resumes the first's tokens", held and int(held.group(1)) >= 24 and
-             r.stdout.decode()[len(prompt):-1] == want, r.stderr.decode()[-300:])
+    ck.check("generate --kv-file: the second run continues the first's tokens", held and int(held.group(1)) >= 24 and
+             want32.startswith(want) and r.stdout.decode()[:-1] == want32[len(want):], r.stderr.decode()[-300:])
     srv = su.Server(["-m", MODEL, "-t", 1] + flags)
     try:
         b = completion(srv, {"prompt": prompt, "max_tokens": 24, "temperature": 0})
@@ -295,6 +328,7 @@ def main():
     ck.check("unknown --chat-template: one-line error at start-up", r.returncode == 1 and
              r.stderr.decode().startswith("subq serve: error: unknown chat template 'nope'"), r.stderr.decode())
     ck.guarded("check_cache", check_cache, ck, MODEL)
+    ck.guarded("check_batches", check_batches, ck, MODEL)
     ck.guarded("check_prompt_cache_file", check_prompt_cache_file, ck)
     ck.guarded("check_kv_file", check_kv_file, ck)
     ck.finish()

@@ -5,10 +5,16 @@ errors in OpenAI's shape (the field at fault in `param`; a request line and
 headers over 64 KiB: 431 or 414, up to a 1 MiB head) and keeps serving; what
 libmicrohttpd answers itself (heads beyond its pool, malformed request lines)
 is as the README documents; fields and roles it does not implement and
-models it does not run are refused, never ignored; /v1/models/{id} answers; a client that disconnects
-mid-stream cancels its generation; concurrent requests are all served;
-SIGTERM ends a running stream with an error event that says the server is
-shutting down, and exits 0 with no sanitizer report. stories260K, Python's
+models it does not run are refused, never ignored (tools in any form, more
+than 4 stop strings, max_tokens 0: OpenAI's limits); /v1/models/{id}
+answers; a body declared larger than --max-body gets its 413 at once; a
+client that disconnects mid-stream cancels its generation, one that
+disconnects during its prompt stops the prefill within a batch; the
+connections an address holds past --max-per-client are answered 429 before
+they are closed; large bodies leave the resident size flat; concurrent
+requests are all served; SIGTERM ends a running stream with an error event
+that says the server is shutting down, and exits 0 with no sanitizer
+report. stories260K (the prefill check: the 29M fixture), Python's
 http.client and raw sockets.
 """
 
@@ -73,23 +79,67 @@ def raw_exchange(port, data, timeout=30):
         pass
     got = read_to_close(s)
     s.close()
-    if not got:
-        return None, {}, b""
+    return parse_response(got)
+
+
+def parse_response(got):
+    """(status, lower-cased headers, body) of the bytes of one response
+    ((None, {}, b"") for none)."""
+    if not got.startswith(b"HTTP/"):
+        return None, {}, got
     head, _, body = got.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = dict((k.strip().lower(), v.strip()) for k, _, v in (h.partition(":") for h in lines[1:]))
     return int(lines[0].split()[1]), headers, body
 
 
-def is_openai_error(resp, status, code):
-    """An OpenAI-shaped JSON error with this status and code."""
+def drain(s, seconds):
+    """(bytes the peer sent, whether it closed the connection) within `seconds`."""
+    got, t0 = b"", time.time()
+    s.settimeout(0.05)
+    while time.time() - t0 < seconds:
+        try:
+            piece = s.recv(65536)
+        except socket.timeout:
+            continue
+        except OSError:
+            return got, True
+        if not piece:
+            return got, True
+        got += piece
+    return got, False
+
+
+def rss_mb(srv):
+    with open("/proc/%d/status" % srv.proc.pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def cpu_s(srv):
+    """CPU seconds the server has used (user + system)."""
+    with open("/proc/%d/stat" % srv.proc.pid) as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def sanitized(srv):
+    """The server runs under ASan (its allocator keeps freed memory in quarantine)."""
+    with open("/proc/%d/maps" % srv.proc.pid) as f:
+        return "libasan" in f.read()
+
+
+def is_openai_error(resp, status, code, type_="invalid_request_error"):
+    """An OpenAI-shaped JSON error with this status, code and type."""
     st, headers, body = resp
     try:
         e = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
         return False
     return st == status and headers.get("content-type") == "application/json" and \
-        isinstance(e.get("message"), str) and e.get("type") == "invalid_request_error" and \
+        isinstance(e.get("message"), str) and e.get("type") == type_ and \
         "param" in e and e.get("code") == code
 
 
@@ -136,11 +186,12 @@ def big_heads_and_bad_lines(ck, srv):
 
 def slow_clients(ck, model):
     """A client that disconnects mid-stream cancels its generation (a
-    2048-token context, so that it outlasts the close). --timeout 2
-    --max-per-client 3 --max-connections 4: a trickling or
-    stalled request is cut 2 s after its start; one address keeps at most 3
-    partial connections; over 4 live connections requests get 503 while
-    /health is answered; none of it hangs."""
+    2048-token context, so that it outlasts the close). Bodies of 4 and 8
+    MiB leave the resident size where it was. --timeout 2 --max-per-client 3
+    --max-connections 4: a trickling or stalled request is cut 2 s after its
+    start; one address keeps at most 3 partial connections, the others are
+    answered 429 before they are closed; over 4 live connections requests
+    get 503 while /health is answered; none of it hangs."""
     srv = su.Server(["-m", model, "-c", 2048, "-t", 1, "--timeout", 2, "--max-per-client", 3, "--max-connections", 4],
                     "slow")
     # ---- a client that disconnects mid-stream: its generation stops, the slot serves the next one
@@ -160,6 +211,38 @@ def slow_clients(ck, model):
     m = re.search(r"cancelled \(499\) after (\d+) tokens", srv.stderr())
     ck.check("the disconnected stream was cancelled", m is not None and int(m.group(1)) < 2000, srv.stderr()[-600:])
 
+    # ---- large bodies: the allocator gives back what they took. glibc raised
+    # its thresholds to the largest block freed (an 8 MiB body's buffer), after
+    # which the 4 MiB bodies stayed in each thread's heap: 20 MB more resident
+    srv.request("POST", "/v1/completions", {"prompt": "Tom", "max_tokens": 1})
+    time.sleep(0.2)
+    base, asan = rss_mb(srv), sanitized(srv)
+
+    def settled():  # MB over the base once the responses are sent and the allocator trimmed
+        deadline = time.time() + (0 if asan else 2)  # ASan's allocator keeps freed blocks in quarantine
+        while time.time() < deadline and rss_mb(srv) - base > 4:
+            time.sleep(0.05)
+        return rss_mb(srv) - base
+
+    def big(i, mib):  # accepted (200) and refused (400) alike
+        return srv.request("POST", "/v1/completions", {"prompt": "Tom", "max_tokens": 1,
+                                                       ("user" if i % 2 else "frobnicate"): "u" * (mib << 20)})[0]
+
+    got, grown = [], []
+    for i, mib in enumerate([8, 4, 4, 4]):  # one client after another, then three at once
+        got.append(big(i, mib))
+        grown.append(settled())
+    clients = [threading.Thread(target=lambda k=k: got.extend([big(k, 4), big(k + 1, 4)])) for k in range(3)]
+    for t in clients:
+        t.start()
+    for t in clients:
+        t.join()
+    grown.append(settled())
+    ck.check("4 and 8 MiB bodies answered", got[:4] == [400, 200] * 2 and sorted(got[4:]) == [200] * 3 + [400] * 3,
+             str(got))
+    ck.check("4 and 8 MiB bodies leave the resident size flat (under 10 MB more after each)",
+             asan or max(grown) < 10,
+             " ".join("%.1f" % g for g in grown) + " MB more" + (" (not checked under ASan)" if asan else ""))
 
     # a client sending one byte every 0.4 s: cut after ~2 s although bytes keep coming
     s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
@@ -176,7 +259,9 @@ def slow_clients(ck, model):
             break
     s.close()
     ck.check("a trickling request is cut at its deadline", cut is not None and 1.5 < cut < 4, "cut after %s s" % cut)
-    # an address opening ten partial connections keeps three
+    # an address opening ten partial connections keeps three: the other seven
+    # are answered 429 (they were closed without a word); the three complete
+    # their requests and are served, but one that stays stalled is cut at its deadline
     held = [socket.create_connection(("127.0.0.1", srv.port), timeout=10) for _ in range(10)]
     for h in held:
         h.sendall(b"GET /v1/models HTTP/1.1\r\n")
@@ -185,10 +270,22 @@ def slow_clients(ck, model):
     ck.check("/health answers beside ten partial connections", st == 200 and time.time() - t0 < 2,
              "status %s after %.2f s" % (st, time.time() - t0))
     time.sleep(1.2)
-    open_ = sum(closed_within(h, 0.05) is None for h in held)
-    ck.check("one address keeps at most --max-per-client partial connections", open_ <= 3, "%d open" % open_)
-    gone = [closed_within(h, 3) for h in held]
-    ck.check("every partial connection is closed by its deadline", all(g is not None for g in gone), str(gone))
+    seen = [drain(h, 0.05) for h in held]
+    kept = [h for h, (_, closed) in zip(held, seen) if not closed]
+    ck.check("one address keeps at most --max-per-client partial connections", 1 <= len(kept) <= 3,
+             "%d open" % len(kept))
+    refused = [parse_response(got) for got, closed in seen if closed]
+    ck.check("each connection past --max-per-client is answered 429 too_many_connections before it is closed",
+             len(refused) == 10 - len(kept) and
+             all(is_openai_error(r, 429, "too_many_connections", "rate_limit_error") for r in refused),
+             str([(r[0], r[2][:200]) for r in refused]))
+    for h in kept[:-1]:
+        h.sendall(b"Host: x\r\nConnection: close\r\n\r\n")
+    served = [parse_response(read_to_close(h, ends=OSError)) for h in kept[:-1]]
+    ck.check("the connections kept are served", all(r[0] == 200 and b"stories260K" in r[2] for r in served),
+             str([(r[0], r[2][:200]) for r in served]))
+    gone = closed_within(kept[-1], 3) if kept else None
+    ck.check("a partial connection is closed by its deadline", gone is not None, str(gone))
     for h in held:
         h.close()
     # five addresses, one partial connection each: over the cap of 4, requests get 503, /health 200
@@ -223,6 +320,42 @@ def slow_clients(ck, model):
              "closed the connection" not in text, text[-400:])
     code, err = srv.stop()
     ck.check("slow-client server: SIGTERM exit 0, no sanitizer report", code == 0 and "Sanitizer" not in err and
+             "runtime error" not in err, err[-1000:])
+
+
+def prefill_cancel(ck):
+    """A client that disconnects while its prompt is prefilled stops the
+    prefill within a batch: the next request waits for the batch under way
+    (-b 32), not for the rest of a 2,800-token prompt, which the 29M fixture
+    takes over a second to prefill (the worker used to decode the whole
+    prompt in one call, which nothing interrupted)."""
+    model = rc.shared_file("models", "fixture-4k-29m-q8_0.gguf")
+    srv = su.Server(["-m", model, "-c", 4096, "-t", 1, "-b", 32], "prefill")
+    body = json.dumps({"prompt": " ".join("word%d" % (i % 50) for i in range(1000)), "max_tokens": 1})
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=60)
+    cpu0 = cpu_s(srv)
+    s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(body), body)).encode())
+    deadline = time.time() + 60  # under way: a third of a second of computing, however loaded the machine
+    while time.time() < deadline and cpu_s(srv) - cpu0 < 0.3:
+        time.sleep(0.02)
+    s.close()
+    t0 = time.time()
+    st, b = srv.request("POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 1})
+    waited = time.time() - t0
+    ck.check("served after a disconnect during the prompt", st == 200, str(b)[:200])
+    m = re.search(r"cancelled \(499\) after 0 tokens: .*\(prompt: (\d+) of (\d+) tokens in the cache after "
+                  r"([\d.]+) ms\)", srv.stderr())
+    done, total, ms = (int(m.group(1)), int(m.group(2)), float(m.group(3))) if m else (0, 0, 0.0)
+    ck.check("the prefill stopped part way", m is not None and total > 2000 and 0 < done < total,
+             srv.stderr()[-600:])
+    # what the rest of the prompt would have taken at the rate it ran (an
+    # underestimate: attention grows with the context)
+    rest = (total - done) * ms / 1e3 / done if done else 0.0
+    ck.check("the next request waits for a batch, not the rest of the prompt", waited < 0.5 * rest,
+             "waited %.2f s; the rest of the prompt: %.2f s" % (waited, rest))
+    code, err = srv.stop()
+    ck.check("prefill server: SIGTERM exit 0, no sanitizer report", code == 0 and "Sanitizer" not in err and
              "runtime error" not in err, err[-1000:])
 
 
@@ -268,6 +401,20 @@ def main():
          "messages[0].name"),
         ("a model not served", {"prompt": "a", "model": "gpt-4o"}, "/v1/completions", "model"),
         ("n = 2", {"prompt": "a", "n": 2}, "/v1/completions", "n"),
+        # OpenAI's own limits: tools refused in any form (an empty list too), at most 4 stop strings, max_tokens >= 1
+        ("an empty tools list", {"messages": [{"role": "user", "content": "a"}], "tools": []},
+         "/v1/chat/completions", "tools"),
+        ("an empty functions list", {"messages": [{"role": "user", "content": "a"}], "functions": []},
+         "/v1/chat/completions", "functions"),
+        ("five stop strings", {"prompt": "a", "stop": ["a", "b", "c", "d", "e"]}, "/v1/completions", "stop"),
+        ("max_tokens 0", {"prompt": "a", "max_tokens": 0}, "/v1/completions", "max_tokens"),
+        ("max_completion_tokens 0", {"messages": [{"role": "user", "content": "a"}], "max_completion_tokens": 0},
+         "/v1/chat/completions", "max_completion_tokens"),
+        ("max_tokens 0 beside max_completion_tokens", {"prompt": "a", "max_tokens": 0, "max_completion_tokens": 2},
+         "/v1/completions", "max_tokens"),
+        ("max_tokens and max_completion_tokens that differ", {"prompt": "a", "max_tokens": 3,
+                                                               "max_completion_tokens": 2},
+         "/v1/completions", "max_completion_tokens"),
     ]
     for name, body, path, param in refused:
         st, b = R(body, path)
@@ -279,6 +426,10 @@ def main():
     st, b = R({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
                "max_tokens": 2, "response_format": {"type": "text"}}, "/v1/chat/completions")
     ck.check("a developer message and the text response format are accepted", st == 200, str(b)[:200])
+    st, b = R({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "max_completion_tokens": 2,
+               "tools": None, "stop": ["a", "b", "c", "d"]}, "/v1/chat/completions")
+    ck.check("four stop strings, null tools and max_tokens equal to max_completion_tokens are accepted",
+             st == 200 and b["usage"]["completion_tokens"] <= 2, str(b)[:200])
     ck.check("GET on completions: 405", is_error(srv.request("GET", "/v1/completions", None, auth), 405))
 
     # ---- malformed bodies and wrong types
@@ -306,6 +457,36 @@ def main():
     ck.check("chat message without role: 400",
              is_error(R({"messages": [{"content": "x"}]}, "/v1/chat/completions"), 400))
     ck.check("body over --max-body: 413", is_error(R({"prompt": "x" * 5000}), 413))
+    # a Content-Length over --max-body is answered from the head, the body neither sent nor waited for
+    # (it used to wait for the body until the read deadline); with Expect: 100-continue, no 100 first
+    for expect in (b"", b"Expect: 100-continue\r\n"):
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        t0 = time.time()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() +
+                  b"\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n" + expect + b"\r\n")
+        got = b""
+        try:  # the answer, whole (its Content-Length), without waiting for the close
+            while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < \
+                    int(parse_response(got)[1].get("content-length", 1 << 30)):
+                piece = s.recv(65536)
+                if not piece:
+                    break
+                got += piece
+        except OSError:
+            pass
+        dt = time.time() - t0
+        s.close()
+        r = parse_response(got)
+        what = " (Expect: 100-continue)" if expect else ""
+        ck.check("Content-Length over --max-body, no body sent%s: 413 at once" % what,
+                 is_openai_error(r, 413, None) and dt < 2, "%s %r after %.1f s" % (r[0], r[2][:200], dt))
+    # ... and one that sends its body at once, beyond what the sockets buffer, reads the 413 too
+    # (the body is read and dropped after the answer: closing with it unread reset the connection)
+    try:
+        r = R({"prompt": "x" * (32 << 20)})
+    except OSError as e:
+        r = (None, repr(e))
+    ck.check("a 32 MiB body sent at once: 413, not a reset", is_error(r, 413), str(r)[:300])
     st, body, _ = srv.stream("/v1/completions", {"prompt": "Once upon a time " * 60, "stream": True}, auth)
     ck.check("streaming request over the context: plain 400", st == 400 and "error" in body, str(body)[:200])
 
@@ -347,6 +528,7 @@ def main():
     code, err = srv.stop()
     ck.check("SIGTERM: exit 0", code == 0, "exit %s" % code)
     slow_clients(ck, model)
+    prefill_cancel(ck)
     ck.check("no sanitizer report", "Sanitizer" not in err and "runtime error" not in err, err[-2000:])
     ck.finish()
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 
@@ -20,6 +21,34 @@ int cli_error(const char *cmd, const char *fmt, ...) {
     for (char *p = msg; *p; p++)
         if (*p == '\n' || *p == '\r') *p = ' ';
     fprintf(stderr, "subq %s: error: %s\n", cmd, msg);
+    return 1;
+}
+
+int cli_output_ok(const char *cmd, const char *path, int force) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 1;
+        return !cli_error(cmd, "%s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+        return !cli_error(cmd, "%s is not a regular file (%s): outputs replace regular files only", path,
+                          S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+                          S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "a socket or other special file");
+    if (!force)
+        return !cli_error(cmd, S_ISLNK(st.st_mode) ? "%s exists (a symbolic link): pass --force to replace the link "
+                          "itself (its target is never written)" : "%s exists: pass --force to replace it", path);
+    return 1;
+}
+
+int cli_path_exists(const char *path) {
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+int cli_output_dir_ok(const char *cmd, const char *flag, const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) != 0) return !cli_error(cmd, "%s %s: %s", flag, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return !cli_error(cmd, "%s %s: not a directory", flag, dir);
     return 1;
 }
 
@@ -192,6 +221,12 @@ int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_cont
         *m = NULL;
         return 0;
     }
+    /* as llama.cpp does: past the trained context the model is untested */
+    subq_model_info info;
+    subq_model_get_info(*m, &info);
+    if (subq_context_n_ctx(*c) > info.n_ctx_train)
+        fprintf(stderr, "subq %s: warning: a context of %d tokens exceeds the %d the model was trained on; what it "
+                "computes past them may be poor\n", cmd, subq_context_n_ctx(*c), info.n_ctx_train);
     return 1;
 }
 

@@ -23,6 +23,18 @@ int cli_error(const char *cmd, const char *fmt, ...)
 #endif
     ;
 
+/* Whether the command may write its output `path` (checked before any work
+ * is done): yes when nothing is there; an existing file or symbolic link
+ * only with `force` (--force; the link itself is then replaced, never the
+ * file it leads to); a directory, FIFO or device never. 0 after a one-line
+ * error naming the path. */
+int cli_output_ok(const char *cmd, const char *path, int force);
+/* Whether anything (a dangling symbolic link too) is at path; opens nothing,
+ * so a FIFO there cannot block. */
+int cli_path_exists(const char *path);
+/* The directory of outputs like --svg-dir exists: 0 after a one-line error naming flag. */
+int cli_output_dir_ok(const char *cmd, const char *flag, const char *dir);
+
 /* Parse helpers: print a one-line error and return 0 on bad input. */
 int cli_parse_int(const char *cmd, const char *flag, const char *s, long lo, long hi, int *out);
 int cli_parse_u64(const char *cmd, const char *flag, const char *s, uint64_t *out);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
@@ -18,26 +19,33 @@ static void put_text(FILE *f, const char *s) {
     }
 }
 
-/* DEST.tmp, renamed over DEST by svg_commit: a reader never sees half a chart. */
-static FILE *svg_open(const char *path, char *tmp, size_t cap, subq_error *err) {
-    snprintf(tmp, cap, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
+/* A chart is drawn in memory, then written by subq_write_file (atomically,
+ * never through a symbolic link): a reader never sees half a chart. */
+typedef struct svg_buf {
+    char *data;
+    size_t len;
+} svg_buf;
+
+static FILE *svg_open(svg_buf *b, subq_error *err) {
+    b->data = NULL, b->len = 0;
+    FILE *f = open_memstream(&b->data, &b->len);
     if (!f) {
-        snprintf(err->msg, sizeof err->msg, "cannot write %.400s: %s", tmp, strerror(errno));
-        err->code = SUBQ_ERR_IO;
+        snprintf(err->msg, sizeof err->msg, "out of memory drawing a chart");
+        err->code = SUBQ_ERR_NOMEM;
     }
     return f;
 }
 
-static subq_status svg_commit(FILE *f, const char *path, const char *tmp, subq_error *err) {
+static subq_status svg_commit(FILE *f, svg_buf *b, const char *path, subq_error *err) {
     int bad = ferror(f);
     bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        remove(tmp);
-        snprintf(err->msg, sizeof err->msg, "cannot write %.400s", path);
-        return err->code = SUBQ_ERR_IO;
+    subq_status s = bad ? SUBQ_ERR_NOMEM : subq_write_file(path, b->data, b->len, err);
+    if (bad) {
+        snprintf(err->msg, sizeof err->msg, "%.400s: out of memory drawing the chart", path);
+        err->code = s;
     }
-    return SUBQ_OK;
+    free(b->data);
+    return s;
 }
 
 /* red (0) -> yellow (0.5) -> green (1), as in the usual NIAH plots */
@@ -58,8 +66,8 @@ subq_status cli_svg_heatmap(const char *path, const char *title, const char *x_l
                             subq_error *err) {
     const int L = 110, T = 50, R = 20, B = 60, cw = n_cols > 12 ? 40 : 56, ch = 34;
     const int W = L + n_cols * cw + R, H = T + n_rows * ch + B;
-    char tmp[4096];
-    FILE *f = svg_open(path, tmp, sizeof tmp, err);
+    svg_buf b;
+    FILE *f = svg_open(&b, err);
     if (!f) return err->code;
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\">\n", W, H);
     fprintf(f, "<rect width=\"%d\" height=\"%d\" fill=\"white\"/>\n<text x=\"%d\" y=\"24\" font-size=\"14\">", W, H, L);
@@ -88,7 +96,7 @@ subq_status cli_svg_heatmap(const char *path, const char *title, const char *x_l
             T + n_rows * ch / 2, T + n_rows * ch / 2);
     put_text(f, y_label);
     fprintf(f, "</text>\n</svg>\n");
-    return svg_commit(f, path, tmp, err);
+    return svg_commit(f, &b, path, err);
 }
 
 subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_error *err) {
@@ -105,8 +113,8 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
     if (y1 == y0) y1 = y0 + 1;
     double pad = 0.05 * (y1 - y0);
     y0 -= pad, y1 += pad;
-    char tmp[4096];
-    FILE *f = svg_open(path, tmp, sizeof tmp, err);
+    svg_buf b;
+    FILE *f = svg_open(&b, err);
     if (!f) return err->code;
 #define PX(x) (L + ((c->log_x ? log2(x) : (x)) - x0) / (x1 - x0) * (W - L - R))
 #define PY(y) (H - B - ((y) - y0) / (y1 - y0) * (H - T - B))
@@ -151,5 +159,5 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
 #undef PX
 #undef PY
     fprintf(f, "</svg>\n");
-    return svg_commit(f, path, tmp, err);
+    return svg_commit(f, &b, path, err);
 }

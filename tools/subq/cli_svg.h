@@ -1,6 +1,7 @@
 /* SVG charts of the CLI: line charts for sweeps (K on x, a metric on y, one
  * line per series) and heat maps for grids (recall: length x depth). Both
- * are written atomically (DEST.tmp, then renamed). */
+ * are written atomically (subq_write_file), replacing an existing chart: the
+ * commands check their outputs (--force) before any work. */
 #ifndef SUBQ_CLI_SVG_H
 #define SUBQ_CLI_SVG_H
 

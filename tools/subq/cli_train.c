@@ -1,10 +1,13 @@
 /* The shared parts of the training commands (cli_train.h). */
 #include "cli_train.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench/bench.h"
@@ -111,12 +114,18 @@ int cli_train_check(cli_train *o, int need_out, int need_data) {
     const subq_train_params *c = o->cfg;
     if (!o->model) return !cli_error(cmd, "no model given; use -m FILE.gguf");
     if (need_out && !o->out) return !cli_error(cmd, "no output given; use -o FILE.gguf");
-    if (need_out && !c->resume && !o->force) { /* a finished or interrupted run is never lost by accident */
-        char ckpt[4096];
+    if (need_out && !c->resume) { /* a finished or interrupted run is never lost by accident */
+        char ckpt[4096], log[4096];
         snprintf(ckpt, sizeof ckpt, "%s.ckpt", o->out);
-        const char *there = access(o->out, F_OK) == 0 ? o->out : access(ckpt, F_OK) == 0 ? ckpt : NULL;
-        if (there)
-            return !cli_error(cmd, "%s exists: continue that run with --resume, or start over with --force", there);
+        snprintf(log, sizeof log, "%s.log.jsonl", o->out);
+        const char *outs[3] = {o->out, ckpt, o->log_path ? o->log_path : log};
+        for (int k = 0; k < 3; k++) {
+            struct stat st; /* a symbolic link counts: --force replaces the link, never its target */
+            if (!o->force && lstat(outs[k], &st) == 0 && (S_ISREG(st.st_mode) || S_ISLNK(st.st_mode)))
+                return !cli_error(cmd, "%s exists: continue that run with --resume, or start over with --force",
+                                  outs[k]);
+            if (!cli_output_ok(cmd, outs[k], 1)) return 0; /* a directory, FIFO or device: never */
+        }
     }
     if (need_data && o->n_data == 0)
         return !cli_error(cmd, "no training data given; pass text files, directories or .jsonl files");
@@ -226,8 +235,8 @@ void cli_train_help_output(const subq_train_params *d) {
            "  -o, --output FILE    the weights (GGUF, required); the checkpoint is FILE.ckpt\n"
            "  --save-every N       write FILE and FILE.ckpt every N steps (default %d; always at the end)\n"
            "  --resume             continue from FILE.ckpt (same options and data required)\n"
-           "  --force              replace an existing FILE and FILE.ckpt (without it, a run whose\n"
-           "                       output exists is refused unless it is resumed)\n"
+           "  --force              replace an existing FILE, FILE.ckpt and log (without it, a run\n"
+           "                       whose outputs exist is refused unless it is resumed)\n"
            "  --stop-after N       stop after step N with a checkpoint, as if interrupted (the\n"
            "                       learning-rate schedule still spans --steps)\n"
            "  --log FILE           JSON-lines log of train and eval metrics (default FILE.log.jsonl;\n"
@@ -261,7 +270,7 @@ typedef struct run_state {
     const cli_train *o;
     const cli_train_ui *ui;
     FILE *log;
-    int log_failed;
+    int log_failed;             /* errno of the log's open */
     progress bar;
     int bar_started;
     int n_parts;
@@ -278,9 +287,20 @@ typedef struct run_state {
 static int on_start(void *user, const subq_train_start_info *info) {
     run_state *u = user;
     const char *cmd = u->o->cmd;
-    /* opened only now: a run that fails to start (a refused --resume) leaves no log behind */
-    if (!(u->log = fopen(u->o->log_path, info->resumed ? "a" : "w"))) {
-        u->log_failed = 1;
+    /* opened only now: a run that fails to start (a refused --resume) leaves no log behind. Never through
+     * a symbolic link (a new run replaces one: --force was given), never a FIFO or device (no wait) */
+    const char *path = u->o->log_path;
+    struct stat st;
+    if (!info->resumed && lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (info->resumed ? O_APPEND : 0),
+                  0644);
+    int e = fd < 0 ? errno : 0;
+    if (!e && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) e = EINVAL; /* not a regular file */
+    if (!e && !info->resumed && ftruncate(fd, 0) != 0) e = errno;
+    if (!e && !(u->log = fdopen(fd, info->resumed ? "a" : "w"))) e = errno;
+    if (e) {
+        u->log_failed = e;
+        if (fd >= 0) close(fd);
         return 1;
     }
     u->n_parts = info->n_parts;
@@ -386,8 +406,11 @@ int cli_train_run(cli_train *o, const cli_train_ui *ui, cli_train_fn run, const 
     if (u.bar_started) progress_end(&u.bar);
     int rc = 0;
     if (s) {
-        rc = u.log_failed ? cli_error(cmd, "cannot open log file %s for writing", o->log_path)
-                          : cli_error(cmd, "%s", err.msg);
+        const int e = u.log_failed;
+        const char *why = e == ELOOP ? "a symbolic link (not written through)"
+                          : e == EINVAL || e == ENXIO ? "not a regular file" : strerror(e);
+        rc = e ? cli_error(cmd, "cannot open log file %s for writing: %s", o->log_path, why)
+               : cli_error(cmd, "%s", err.msg);
         goto done;
     }
     subq_corpus_info ci;

@@ -7,19 +7,20 @@
 #include "cli.h"
 
 static const char *help =
-    "usage: subq dequant --type T -i IN -o OUT [--scalar]\n"
+    "usage: subq dequant --type T -i IN -o OUT [--scalar] [--force]\n"
     "Dequantise raw blocks of a ggml type to float32, for testing.\n"
     "IN holds whole blocks back to back (no header); OUT gets one little-endian\n"
     "float32 per element.\n\n"
     "  --type T        f32, f16, bf16, q8_0, q4_0, q4_K, q5_K or q6_K\n"
     "  -i, --input F   raw blocks (its size must be a multiple of the block size)\n"
-    "  -o, --output F  float32 output\n"
+    "  -o, --output F  float32 output (written atomically)\n"
+    "  --force         replace an existing output file (without it, one is refused)\n"
     "  --scalar        use the portable C kernels instead of the best for this CPU\n";
 
 int cmd_dequant(int argc, char **argv) {
     const char *cmd = "dequant";
     const char *tname = NULL, *in = NULL, *out = NULL;
-    int scalar = 0;
+    int scalar = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) return cli_help(help);
@@ -31,12 +32,15 @@ int cmd_dequant(int argc, char **argv) {
             if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--scalar")) {
             scalar = 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq dequant --help)", a);
         }
     }
     if (!tname) return cli_error(cmd, "no type given; use --type T (see subq dequant --help)");
     if (!in || !out) return cli_error(cmd, "need both -i IN and -o OUT");
+    if (!cli_output_ok(cmd, out, force)) return 1;
     subq_error err = {0};
     char *buf = NULL;
     size_t len = 0, n = 0;
@@ -62,14 +66,7 @@ int cmd_dequant(int argc, char **argv) {
         le[4 * i] = (unsigned char)u, le[4 * i + 1] = (unsigned char)(u >> 8);
         le[4 * i + 2] = (unsigned char)(u >> 16), le[4 * i + 3] = (unsigned char)(u >> 24);
     }
-    FILE *f = fopen(out, "wb");
-    if (!f) {
-        free(y);
-        return cli_error(cmd, "cannot create %s", out);
-    }
-    size_t wrote = fwrite(y, 4, (size_t)n, f);
-    int bad = wrote != (size_t)n || fclose(f) != 0;
+    st = subq_write_file(out, y, 4 * n, &err);
     free(y);
-    if (bad) return cli_error(cmd, "error writing %s", out);
-    return 0;
+    return st ? cli_error(cmd, "%s", err.msg) : 0;
 }

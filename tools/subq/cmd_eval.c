@@ -42,6 +42,7 @@ static const char *help =
     "                       only): the index stops growing at F of each window, suffix PPL and KL\n"
     "                       compared (default 0.5; 0 = off)\n"
     "  --svg-dir DIR        write K-sweep (gap, KL, top-1, mass) and per-layer SVG charts into DIR\n"
+    "  --force              replace charts of that name already in DIR (without it, they are refused)\n"
     "  -t, --threads N      threads (default: all cores)\n"
     "  --kv TYPE            KV cache type: f32, f16, q8_0, q4_0 (default f32)\n"
     "  --kv-file FILE       the evaluated windows' KV cache in FILE (subq generate --help)\n"
@@ -140,6 +141,21 @@ static void fill_chart(svg_chart *ch, char names[][32], const subq_eval_result *
     }
 }
 
+/* The charts of --svg-dir; the last only with --per-layer. */
+static const char *const chart_files[6] = {"ppl_gap.svg", "kl.svg", "top1.svg", "mass.svg", "layer_mass.svg",
+                                           "layer_kl.svg"};
+
+/* Whether they may be written (before the run). */
+static int charts_ok(const char *cmd, const char *dir, int per_layer, int force) {
+    if (!cli_output_dir_ok(cmd, "--svg-dir", dir)) return 0;
+    for (int i = 0; i < (per_layer ? 6 : 5); i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, chart_files[i]);
+        if (!cli_output_ok(cmd, path, force)) return 0;
+    }
+    return 1;
+}
+
 static int write_charts(const char *cmd, const char *dir, const subq_eval_result *r, int by_budget, int per_layer) {
     const char *xl = by_budget ? "KV-read budget (% of window)" : "K";
     svg_chart ch[6] = {
@@ -155,13 +171,11 @@ static int write_charts(const char *cmd, const char *dir, const subq_eval_result
     for (int i = 0; i < 4; i++) fill_chart(&ch[i], names[i], r, by_budget, ys[i], NULL);
     fill_chart(&ch[4], names[4], r, by_budget, NULL, l_mass);
     fill_chart(&ch[5], names[5], r, by_budget, NULL, l_kl);
-    const char *files[6] = {"ppl_gap.svg", "kl.svg", "top1.svg", "mass.svg", "layer_mass.svg", "layer_kl.svg"};
     for (int i = 0; i < (per_layer ? 6 : 5); i++) {
         char path[4096];
         subq_error err = {0};
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        if (svg_write_line_chart(&ch[i], path, &err))
-            return cli_error(cmd, "%s (does the directory exist?)", err.msg);
+        snprintf(path, sizeof path, "%s/%s", dir, chart_files[i]);
+        if (svg_write_line_chart(&ch[i], path, &err)) return cli_error(cmd, "%s", err.msg);
     }
     return 0;
 }
@@ -342,7 +356,7 @@ int cmd_eval(int argc, char **argv) {
     cli_sparse_opts so = cli_sparse_default();
     subq_eval_params cfg = subq_eval_default_params();
     const char *files[64], *eval_files[64], *svg_dir = NULL, *compare = NULL, *selectors = NULL, *v;
-    int ks[MAX_LIST] = {8, 16, 32, 64}, json = 0;
+    int ks[MAX_LIST] = {8, 16, 32, 64}, json = 0, force = 0;
     subq_selector_kind kinds[MAX_LIST];
     double budgets[MAX_LIST];
     float eval_frac = cfg.eval_frac, static_split = (float)cfg.static_split;
@@ -387,6 +401,8 @@ int cmd_eval(int argc, char **argv) {
             if (!(svg_dir = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq eval --help)", a);
         }
@@ -418,6 +434,7 @@ int cmd_eval(int argc, char **argv) {
     if (compare && (!comma || comma - compare >= 63 || !comma[1]))
         return cli_error(cmd, "--compare expects two methods like exact@64,quest@64; got '%s'", compare);
     cfg.ctx = mo.n_ctx;
+    if (svg_dir && !charts_ok(cmd, svg_dir, cfg.per_layer, force)) return 1;
 
     subq_model *m;
     subq_context *c;

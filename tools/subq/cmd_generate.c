@@ -5,11 +5,13 @@
 
 #include "cli.h"
 #include "cli_sparse.h"
+#include "progress.h"
 
 static const char *help =
     "usage: subq generate -m MODEL [-p PROMPT | -f FILE] [options]\n"
     "Generate text; the prompt and the continuation stream to stdout, speed to stderr.\n\n" CLI_MODEL_OPTS_HELP
-    "  -p, --prompt TEXT    prompt (default: empty, start from BOS)\n"
+    "  -p, --prompt TEXT    prompt (default: empty, start from BOS; with a --kv-file that holds\n"
+    "                       tokens: continue after them)\n"
     "  -f, --file FILE      read the prompt from a file\n"
     "  -n, --n-predict N    tokens to generate (default 128)\n"
     "  --temp T             temperature; 0 = greedy (default 0.8)\n"
@@ -23,6 +25,8 @@ static const char *help =
     "  --prompt-cache FILE  session file: load the KV cache and indexes of an earlier run and reuse\n"
     "                       the prompt prefix they share; save the prompt's state there after it\n"
     "                       (--kv-file does the same in place, for contexts of any size)\n"
+    "  --kv-reset           let the prompt replace the tokens the --kv-file holds (without it, a\n"
+    "                       prompt must start with them: it continues them, never drops them)\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
 /* What the generation callbacks need: the prompt cache to save once the
@@ -31,6 +35,9 @@ typedef struct gen_state {
     subq_context *c;
     const char *prompt_cache;
     int n_prompt;
+    int32_t last;               /* the last token passed on */
+    int n_reused;               /* prompt tokens the cache held already */
+    progress bar;               /* a long prompt's batches (stderr, TTY only) */
     double t_prompt;
     subq_status save_status;
     subq_error err;
@@ -40,6 +47,11 @@ typedef struct gen_state {
 static int on_prompt(void *user, int n_reused) {
     gen_state *g = user;
     g->t_prompt = cli_now_s();
+    g->n_reused = n_reused;
+    if (g->bar.label && g->n_prompt - n_reused > subq_context_n_batch(g->c)) {
+        progress_update(&g->bar, g->n_prompt - n_reused, "");
+        progress_end(&g->bar);
+    }
     if (g->prompt_cache) {
         fprintf(stderr, "subq generate: prompt cache %s: %d of %d prompt tokens reused\n", g->prompt_cache, n_reused,
                 g->n_prompt);
@@ -48,8 +60,16 @@ static int on_prompt(void *user, int n_reused) {
     return g->save_status != SUBQ_OK;
 }
 
+static int on_batch(void *user, int n_reused, int n_done, int n_prompt) {
+    gen_state *g = user;
+    if (n_prompt - n_reused <= subq_context_n_batch(g->c)) return 0; /* one batch: no bar */
+    if (n_done == 0) progress_begin(&g->bar, "prompt", n_prompt - n_reused);
+    progress_update(&g->bar, n_done, "");
+    return 0;
+}
+
 static int on_token(void *user, int32_t tok, const char *piece, size_t len) {
-    (void)user, (void)tok;
+    ((gen_state *)user)->last = tok;
     fwrite(piece, 1, len, stdout);
     fflush(stdout);
     return 0;
@@ -60,7 +80,7 @@ int cmd_generate(int argc, char **argv) {
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
     const char *prompt = "", *prompt_file = NULL, *prompt_cache = NULL, *v;
-    int ignore_eos = 0;
+    int ignore_eos = 0, prompt_given = 0, kv_reset = 0;
     subq_generate_params gp = subq_generate_default_params();
     subq_sampler_params *sp = &gp.sampler;
     for (int i = 1; i < argc; i++) {
@@ -70,8 +90,12 @@ int cmd_generate(int argc, char **argv) {
         if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             if (!(prompt = cli_value(cmd, argc, argv, &i))) return 1;
+            prompt_given = 1;
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(prompt_file = cli_value(cmd, argc, argv, &i))) return 1;
+            prompt_given = 1;
+        } else if (!strcmp(a, "--kv-reset")) {
+            kv_reset = 1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &gp.n_predict)) return 1;
         } else if (!strcmp(a, "--temp")) {
@@ -95,6 +119,7 @@ int cmd_generate(int argc, char **argv) {
     size_t prompt_len = strlen(prompt);
     if (prompt_cache && mo.kv_file)
         return cli_error(cmd, "--prompt-cache and --kv-file are two sessions: give one (the KV file is one already)");
+    if (kv_reset && !mo.kv_file) return cli_error(cmd, "--kv-reset resets a --kv-file: give one");
     if (prompt_file) {
         if (subq_read_file(prompt_file, 0, &file_text, &prompt_len, &err)) return cli_error(cmd, "%s", err.msg);
         prompt = file_text;
@@ -117,9 +142,46 @@ int cmd_generate(int argc, char **argv) {
     }
     subq_model_info info;
     subq_model_get_info(m, &info);
-    if (cli_tokenize(m, prompt, prompt_len, info.add_bos, 0, &toks, &n_prompt, &err)) {
+    /* --kv-file: the tokens it holds (the plan is set: their search keys match) */
+    int n_held = 0;
+    if (mo.kv_file) {
+        if (subq_context_resume(c, &err)) {
+            rc = cli_error(cmd, "%s: %s", mo.kv_file, err.msg);
+            goto done;
+        }
+        n_held = subq_context_n_past(c);
+        fprintf(stderr, "subq generate: KV file %s: %d tokens held\n", mo.kv_file, n_held);
+    }
+    if (n_held > 0 && !prompt_given && !kv_reset) {
+        /* no prompt: continue after the held tokens (they are the prompt, not echoed) */
+        if (!(toks = malloc((size_t)n_held * sizeof *toks))) {
+            rc = cli_error(cmd, "out of memory");
+            goto done;
+        }
+        memcpy(toks, subq_context_tokens(c), (size_t)n_held * sizeof *toks);
+        n_prompt = (size_t)n_held;
+        for (int i = 0; i < n_held; i++)
+            if (toks[i] < 0) {
+                rc = cli_error(cmd, "%s: slot %d holds no token (a synthetic fill): nothing to continue; give "
+                               "--kv-reset to start over", mo.kv_file, i);
+                goto done;
+            }
+        fprintf(stderr, "subq generate: continuing after the %d tokens %s holds\n", n_held, mo.kv_file);
+    } else if (cli_tokenize(m, prompt, prompt_len, info.add_bos, 0, &toks, &n_prompt, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
+    }
+    if (n_held > 0 && prompt_given && !kv_reset) {
+        /* a prompt continues the held tokens; one that leaves them would drop them */
+        const int32_t *held = subq_context_tokens(c);
+        size_t same = 0;
+        while (same < n_prompt && same < (size_t)n_held && held[same] == toks[same]) same++;
+        if (same < (size_t)n_held) {
+            rc = cli_error(cmd, "%s holds %d tokens and the prompt %s the first %zu of them: continue them without "
+                           "-p/-f, give a prompt that starts with them, or give --kv-reset to replace them",
+                           mo.kv_file, n_held, same == n_prompt ? "is" : "shares", same);
+            goto done;
+        }
     }
     if (n_prompt == 0) {
         rc = cli_error(cmd, "empty prompt and the model has no BOS token; give a prompt with -p");
@@ -130,27 +192,17 @@ int cmd_generate(int argc, char **argv) {
                        n_prompt, subq_context_n_ctx(c));
         goto done;
     }
-    /* echo the prompt as the model sees it */
-    for (size_t i = 0; i < n_prompt; i++) {
+    /* echo the prompt as the model sees it (held tokens continued are not echoed) */
+    for (size_t i = (n_held > 0 && !prompt_given && !kv_reset) ? n_prompt : 0; i < n_prompt; i++) {
         if (cli_write_piece(stdout, m, i ? toks[i - 1] : -1, toks[i], &err)) {
             rc = cli_error(cmd, "%s", err.msg);
             goto done;
         }
     }
     fflush(stdout);
-    /* --kv-file: the tokens it holds (the plan is set: their search keys match) */
-    if (mo.kv_file) {
-        if (subq_context_resume(c, &err)) {
-            rc = cli_error(cmd, "%s: %s", mo.kv_file, err.msg);
-            goto done;
-        }
-        fprintf(stderr, "subq generate: KV file %s: %d tokens held\n", mo.kv_file, subq_context_n_past(c));
-    }
     /* --prompt-cache: an existing file holds the prefix to reuse; one made
      * after this run's prompt otherwise */
-    FILE *f = prompt_cache ? fopen(prompt_cache, "rb") : NULL;
-    if (f) {
-        fclose(f);
+    if (prompt_cache && cli_path_exists(prompt_cache)) { /* not opened here: a FIFO would block the open */
         if (subq_context_load(c, prompt_cache, &err)) {
             rc = cli_error(cmd, "%s", err.msg);
             goto done;
@@ -159,6 +211,7 @@ int cmd_generate(int argc, char **argv) {
     gen_state g = {.c = c, .prompt_cache = prompt_cache, .n_prompt = (int)n_prompt};
     if (!ignore_eos) gp.end_tokens[0] = info.eos_id;
     gp.on_prompt = on_prompt;
+    gp.on_batch = on_batch;
     gp.on_token = on_token;
     gp.user = &g;
     subq_generate_result res;
@@ -172,13 +225,29 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     double t1 = g.t_prompt, t2 = cli_now_s();
+    /* the last token printed is not in the cache yet (nothing needed its
+     * logits): a KV file must hold all the text shown, to continue after it */
+    if (mo.kv_file && res.n_generated > 0 && res.finish == SUBQ_FINISH_LENGTH &&
+        subq_context_n_past(c) < subq_context_n_ctx(c)) {
+        float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
+        subq_status s = logits ? subq_decode(c, &g.last, 1, logits, 0, &err) : SUBQ_ERR_NOMEM;
+        free(logits);
+        if (s) {
+            rc = cli_error(cmd, "%s", s == SUBQ_ERR_NOMEM && !err.code ? "out of memory" : err.msg);
+            goto done;
+        }
+    }
     if (res.finish == SUBQ_FINISH_CONTEXT_FULL) /* stop, as llama.cpp does */
         fprintf(stderr, "\nsubq generate: context of %d tokens is full; stopping\n", subq_context_n_past(c));
     fputc('\n', stdout);
     fflush(stdout);
-    fprintf(stderr, "subq generate: prompt %zu tokens in %.3f s (%.1f tok/s), generated %d tokens in %.3f s (%.1f tok/s)\n",
-            n_prompt, t1 - t0, (double)n_prompt / (t1 - t0 + 1e-12), res.n_generated, t2 - t1,
-            (double)res.n_generated / (t2 - t1 + 1e-12));
+    /* tok/s of the prompt counts the tokens computed, not those the cache held */
+    const int n_computed = (int)n_prompt - g.n_reused;
+    char cached[48] = "";
+    if (g.n_reused > 0) snprintf(cached, sizeof cached, " (%d cached)", g.n_reused);
+    fprintf(stderr, "subq generate: prompt %zu tokens%s, %d computed in %.3f s (%.1f tok/s), generated %d tokens in "
+            "%.3f s (%.1f tok/s)\n", n_prompt, cached, n_computed, t1 - t0, (double)n_computed / (t1 - t0 + 1e-12),
+            res.n_generated, t2 - t1, (double)res.n_generated / (t2 - t1 + 1e-12));
 done:
     subq_sampler_free(smp);
     free(toks);

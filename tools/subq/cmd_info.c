@@ -6,9 +6,12 @@
 #include "cli.h"
 
 static const char *help =
-    "usage: subq info -m FILE [--json] [--features]\n"
-    "Show a GGUF file's header, metadata and tensor table.\n\n"
-    "  -m, --model FILE     GGUF file (required unless --features)\n"
+    "usage: subq info -m FILE [--json] | --kv-file FILE [--verify] [--json] | --features\n"
+    "Show a GGUF file's header, metadata and tensor table, or what a KV file holds.\n\n"
+    "  -m, --model FILE     GGUF file\n"
+    "  --kv-file FILE       a KV file (generate --kv-file): its model, shape and tokens held\n"
+    "  --verify             with --kv-file: check every committed slot's checksum and that its\n"
+    "                       rows are finite (a resume checks the latest 1 GiB of slots only)\n"
     "  --json               machine-readable output\n"
     "  --features           list the optional features this build has\n";
 
@@ -86,10 +89,39 @@ static int print_features(int json) {
     return 0;
 }
 
+/* --kv-file: the header, and every slot verified with --verify. */
+static int print_kv_file(const char *cmd, const char *path, int verify, int json) {
+    subq_kv_file_info k;
+    subq_error err = {0};
+    if (subq_kv_file_inspect(path, verify, &k, &err))
+        return strstr(err.msg, path) ? cli_error(cmd, "%s", err.msg) : cli_error(cmd, "%s: %s", path, err.msg);
+    char fp[17];
+    snprintf(fp, sizeof fp, "%016" PRIx64, k.model_fingerprint);
+    if (json) {
+        printf("{\"kv_file\": ");
+        cli_json_string(stdout, path, strlen(path));
+        printf(", \"model_fingerprint\": \"%s\", \"kv_type\": \"%s\", \"n_ctx\": %d, \"n_committed\": %d, "
+               "\"has_logits\": %s, \"n_layer\": %d, \"n_head_kv\": %d, \"head_dim\": %d, \"n_vocab\": %d, "
+               "\"n_search_layers\": %d, \"file_bytes\": %" PRIu64,
+               fp, subq_kv_type_name(k.kv_type), k.n_ctx, k.n_committed, k.has_logits ? "true" : "false", k.n_layer,
+               k.n_head_kv, k.head_dim, k.n_vocab, k.n_search_layers, k.file_bytes);
+        if (verify) printf(", \"verified\": true, \"verify_s\": %.3f", k.verify_s);
+        printf("}\n");
+        return 0;
+    }
+    printf("%s: KV file of model %s, %s cache, %d of %d tokens committed%s, %.2f GB\n", path, fp,
+           subq_kv_type_name(k.kv_type), k.n_committed, k.n_ctx, k.has_logits ? " (with the last logits)" : "",
+           k.file_bytes / 1e9);
+    printf("  %d layers x %d KV heads x %d, vocabulary %d, search keys of %d sparse layers\n", k.n_layer, k.n_head_kv,
+           k.head_dim, k.n_vocab, k.n_search_layers);
+    if (verify) printf("  verified: %d slots in %.2f s\n", k.n_committed, k.verify_s);
+    return 0;
+}
+
 int cmd_info(int argc, char **argv) {
     const char *cmd = "info";
-    const char *path = NULL;
-    int json = 0, features = 0;
+    const char *path = NULL, *kv_path = NULL;
+    int json = 0, features = 0, verify = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) return cli_help(help);
@@ -99,11 +131,18 @@ int cmd_info(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--features")) {
             features = 1;
+        } else if (!strcmp(a, "--kv-file")) {
+            if (!(kv_path = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--verify")) {
+            verify = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq info --help)", a);
         }
     }
     if (features) return print_features(json);
+    if (verify && !kv_path) return cli_error(cmd, "--verify checks a KV file: give --kv-file FILE");
+    if (kv_path && path) return cli_error(cmd, "give one of -m and --kv-file");
+    if (kv_path) return print_kv_file(cmd, kv_path, verify, json);
     if (!path) return cli_error(cmd, "no file given; use -m FILE.gguf");
     subq_error err = {0};
     subq_gguf *g;

@@ -8,18 +8,19 @@
 #include "cli_sparse.h"
 
 static const char *help =
-    "usage: subq logits -m MODEL --tokens \"ID ID ...\" -o OUT [--decode-from P]\n"
+    "usage: subq logits -m MODEL --tokens \"ID ID ...\" -o OUT [--decode-from P] [--force]\n"
     "Write float32 logits [n_tokens][n_vocab] (little-endian) of a token sequence.\n\n" CLI_MODEL_OPTS_HELP
     "  --tokens LIST        token ids separated by spaces or commas (required)\n"
     "  --decode-from P      prefill the first P tokens in one batch, then feed the\n"
     "                       rest one at a time through the KV cache (default: all in one batch)\n"
-    "  -o, --output FILE    output file (required)\n";
+    "  -o, --output FILE    output file (required; written atomically)\n"
+    "  --force              replace an existing output file (without it, one is refused)\n";
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits";
     cli_model_opts mo = {0};
     const char *list = NULL, *out = NULL, *v;
-    int decode_from = -1;
+    int decode_from = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, NULL);
@@ -31,11 +32,14 @@ int cmd_logits(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &decode_from)) return 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq logits --help)", a);
         }
     }
     if (!list || !out) return cli_error(cmd, "--tokens and -o are required");
+    if (!cli_output_ok(cmd, out, force)) return 1;
     size_t cap = strlen(list) / 2 + 1, n = 0;
     int32_t *toks = malloc(cap * sizeof(int32_t));
     if (!toks) return cli_error(cmd, "out of memory");
@@ -81,11 +85,8 @@ int cmd_logits(int argc, char **argv) {
             goto done;
         }
     }
-    FILE *f = fopen(out, "wb");
-    if (!f || fwrite(logits, sizeof(float), n * (size_t)info.n_vocab, f) != n * (size_t)info.n_vocab) {
-        rc = cli_error(cmd, "cannot write %s", out);
-    }
-    if (f && fclose(f) != 0 && rc == 0) rc = cli_error(cmd, "cannot write %s", out);
+    if (subq_write_file(out, logits, n * (size_t)info.n_vocab * sizeof(float), &err))
+        rc = cli_error(cmd, "%s", err.msg);
 done:
     free(logits);
     free(toks);

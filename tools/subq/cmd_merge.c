@@ -6,7 +6,7 @@
 #include "cli.h"
 
 static const char *merge_help =
-    "usage: subq merge -m MODEL.gguf --search S.gguf -o MERGED.gguf [--topk K] [--type f16|f32|bf16]\n"
+    "usage: subq merge -m MODEL.gguf --search S.gguf -o MERGED.gguf [--topk K] [--type f16|f32|bf16] [--force]\n"
     "Write the model with search projections merged in, in the layout of the\n"
     "ann-sparseattention llama.cpp runtime (branch feat/llama-ann-runtime):\n"
     "blk.N.indexer.proj.weight / blk.N.indexer.attn_k.weight and\n"
@@ -18,19 +18,22 @@ static const char *merge_help =
     "  -o, --output FILE    merged model (written atomically)\n"
     "  --topk K             the runtime's top-K, {arch}.attention.indexer.top_k (default 128)\n"
     "  --type T             element type of the merged matrices: f16 (default, as the\n"
-    "                       runtime's merge script), f32 (exact) or bf16\n";
+    "                       runtime's merge script), f32 (exact) or bf16\n"
+    "  --force              replace an existing output file (without it, one is refused)\n";
 
 static const char *split_help =
-    "usage: subq split -m MERGED.gguf -o S.gguf\n"
+    "usage: subq split -m MERGED.gguf -o S.gguf [--force]\n"
     "Write the search projections merged into a model file (by subq merge or the\n"
     "ann-sparseattention merge script) as a projection file for --search.\n\n"
     "  -m, --model FILE     model GGUF with merged projections\n"
-    "  -o, --output FILE    projection file (written atomically)\n";
+    "  -o, --output FILE    projection file (written atomically)\n"
+    "  --force              replace an existing output file (without it, one is refused)\n";
 
 int cmd_merge(int argc, char **argv) {
     const char *cmd = "merge";
     const char *model = NULL, *search = NULL, *out = NULL, *v;
     subq_merge_params p = subq_merge_default_params();
+    int force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) return cli_help(merge_help);
@@ -46,11 +49,14 @@ int cmd_merge(int argc, char **argv) {
             if (!(p.type = cli_value(cmd, argc, argv, &i))) return 1;
             if (strcmp(p.type, "f16") && strcmp(p.type, "f32") && strcmp(p.type, "bf16"))
                 return cli_error(cmd, "--type expects f16, f32 or bf16, got '%s'", p.type);
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq merge --help)", a);
         }
     }
     if (!model || !search || !out) return cli_error(cmd, "-m MODEL, --search FILE and -o OUT are required");
+    if (!cli_output_ok(cmd, out, force)) return 1;
     subq_error err = {0};
     if (subq_search_merge(model, search, &p, out, &err)) return cli_error(cmd, "%s", err.msg);
     subq_search_info si;
@@ -67,6 +73,7 @@ int cmd_merge(int argc, char **argv) {
 int cmd_split(int argc, char **argv) {
     const char *cmd = "split";
     const char *model = NULL, *out = NULL;
+    int force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) return cli_help(split_help);
@@ -74,11 +81,14 @@ int cmd_split(int argc, char **argv) {
             if (!(model = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq split --help)", a);
         }
     }
     if (!model || !out) return cli_error(cmd, "-m MERGED and -o OUT are required");
+    if (!cli_output_ok(cmd, out, force)) return 1;
     subq_error err = {0};
     if (subq_search_split(model, out, &err)) return cli_error(cmd, "%s", err.msg);
     subq_search_info si;

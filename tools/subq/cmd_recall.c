@@ -40,7 +40,9 @@ static const char *help =
     "  -v, --verbose        print every answer on stderr\n"
     "  --json               print one JSON object on stdout\n"
     "  --svg-dir DIR        write one heat map per method (length x depth) into DIR, and\n"
-    "                       one of its agreement with full attention\n\n" CLI_SPARSE_OPTS_HELP;
+    "                       one of its agreement with full attention\n"
+    "  --force              replace charts of that name already in DIR (without it, they are refused)\n\n"
+    CLI_SPARSE_OPTS_HELP;
 
 #define MAX_LIST 32
 #define MAX_METHODS 16
@@ -131,6 +133,24 @@ static void svg_path(char *path, size_t cap, const char *dir, const char *prefix
         if (*p == '@' || *p == '+') *p = '_';
 }
 
+/* Whether the charts --svg-dir will write may be: recall_ of every method,
+ * agree_ of every one but full attention when it is among them. */
+static int charts_ok(const char *cmd, const char *dir, const subq_recall_method *methods, int n, int force) {
+    if (!cli_output_dir_ok(cmd, "--svg-dir", dir)) return 0;
+    int full_at = -1;
+    for (int i = 0; i < n && full_at < 0; i++)
+        if (methods[i].full) full_at = i;
+    char path[4096];
+    for (int i = 0; i < n; i++) {
+        svg_path(path, sizeof path, dir, "recall", methods[i].name);
+        if (!cli_output_ok(cmd, path, force)) return 0;
+        if (full_at < 0 || i == full_at) continue;
+        svg_path(path, sizeof path, dir, "agree", methods[i].name);
+        if (!cli_output_ok(cmd, path, force)) return 0;
+    }
+    return 1;
+}
+
 /* Progress and, with -v, every answer on stderr. */
 typedef struct answer_log {
     progress *bar;
@@ -160,6 +180,7 @@ int cmd_recall(int argc, char **argv) {
     subq_recall_params rp = subq_recall_default_params();
     const char *haystacks[64], *methods_arg = NULL, *svg_dir = NULL, *v;
     int n_hay = 0, lengths[MAX_LIST], n_len = 0, trials = 4, max_new = 16, json = 0, n_dep = 11, verbose = 0;
+    int force = 0;
     double depths[MAX_LIST];
     for (int d = 0; d < n_dep; d++) depths[d] = d / 10.0;
     for (int i = 1; i < argc; i++) {
@@ -198,6 +219,8 @@ int cmd_recall(int argc, char **argv) {
             verbose = 1;
         } else if (!strcmp(a, "--svg-dir")) {
             if (!(svg_dir = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq recall --help)", a);
         }
@@ -210,6 +233,7 @@ int cmd_recall(int argc, char **argv) {
     if (!parse_methods(cmd, methods_arg ? methods_arg : so.search_file || so.random_search ? "full,exact@64" : "full",
                        &so, methods, with_phi, &n_methods))
         return 1;
+    if (svg_dir && !charts_ok(cmd, svg_dir, methods, n_methods, force)) return 1;
     subq_error err = {0};
     char *hay = NULL;
     size_t hay_len = 0;

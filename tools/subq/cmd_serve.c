@@ -3,6 +3,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* mallopt */
+#endif
 
 #include "cli.h"
 #include "cli_sparse.h"
@@ -23,10 +26,12 @@ static const char *help =
     "  --chat-template NAME chat format when the model has none or an unknown one:\n"
     "                       chatml, llama2, llama2-sys, llama2-sys-bos, llama2-sys-strip, mistral-v1,\n"
     "                       mistral-v3, mistral-v3-tekken, mistral-v7, llama3, gemma, phi3\n"
-    "  --max-body BYTES     largest request body (default 16777216)\n"
+    "  --max-body BYTES     largest request body; a larger Content-Length is answered 413 from\n"
+    "                       the head, before any body (default 16777216)\n"
     "  --max-connections N  connections served at once; requests beyond get 503, /health\n"
     "                       is always answered (default 64)\n"
-    "  --max-per-client N   connections one client address may hold (default 16)\n"
+    "  --max-per-client N   connections one client address may hold; partial ones beyond are\n"
+    "                       answered 429 and closed (default 16)\n"
     "  --timeout N          seconds a request has to arrive whole, from its first byte (a\n"
     "                       slow or stalled client is disconnected; default 30)\n"
     "  --sparse-prefill     run prompts sparse too, as subq generate --sparse-prefill (default: dense\n"
@@ -117,6 +122,16 @@ int cmd_serve(int argc, char **argv) {
     if (mo.kv_file && n_slots > 1)
         return cli_error(cmd, "--kv-file holds one context: give --slots 1 (or no --kv-file for %d slots)", n_slots);
 
+#ifdef __GLIBC__
+    /* Request bodies (up to --max-body) and their JSON come and go in the
+     * connections' threads. glibc gave each thread an arena of its own and
+     * raises its thresholds to the largest block freed, so that every arena
+     * kept about a body's worth, and malloc_trim (after a large body,
+     * serve_http.c) does not shrink the top of a thread's arena: one arena
+     * for all, which it gives back whole. (Threshold settings would instead
+     * map and fault in the prefill's large scratch buffers at each batch.) */
+    mallopt(M_ARENA_MAX, 1);
+#endif
     /* signals go to sigwait below, not to the threads started from here on */
     sigset_t stop, block;
     sigemptyset(&stop);

@@ -10,7 +10,7 @@
 
 static const char *help =
     "usage: subq tokenize -m MODEL (-p TEXT | -f FILE) [--no-bos] [--pieces]\n"
-    "       subq tokenize -m MODEL --data PATH... [--eval-data PATH...] -o FILE\n"
+    "       subq tokenize -m MODEL --data PATH... [--eval-data PATH...] -o FILE [--force]\n"
     "Print the token ids of a text, space separated, on one line; or tokenise a\n"
     "training corpus once into a file that train-search, train-phi and eval take\n"
     "as their only --data: they then tokenise nothing, and each data-parallel rank\n"
@@ -26,7 +26,8 @@ static const char *help =
     "                       (one document per {\"text\": ...} line) or a directory\n"
     "                       of them (repeatable)\n"
     "  --eval-data PATH     held-out text, same forms (repeatable)\n"
-    "  -o, --output FILE    the pre-tokenised corpus (GGUF, written atomically)\n";
+    "  -o, --output FILE    the pre-tokenised corpus (GGUF, written atomically)\n"
+    "  --force              replace an existing output file (without it, one is refused)\n";
 
 /* --data/--eval-data ... -o FILE */
 static int tokenize_corpus(const char *cmd, const char *model, const char *const *data, int n_data,
@@ -55,7 +56,7 @@ int cmd_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize";
     const char *model = NULL, *text = NULL, *file = NULL, *out = NULL;
     const char *data[MAX_PATHS], *eval_data[MAX_PATHS];
-    int no_bos = 0, pieces = 0, n_data = 0, n_eval = 0;
+    int no_bos = 0, pieces = 0, n_data = 0, n_eval = 0, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) return cli_help(help);
@@ -78,6 +79,8 @@ int cmd_tokenize(int argc, char **argv) {
             no_bos = 1;
         } else if (!strcmp(a, "--pieces")) {
             pieces = 1;
+        } else if (!strcmp(a, "--force")) {
+            force = 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq tokenize --help)", a);
         }
@@ -88,6 +91,7 @@ int cmd_tokenize(int argc, char **argv) {
             return cli_error(cmd, "--data/--eval-data/-o make a corpus file; -p, -f, --no-bos and --pieces print tokens");
         if (!out) return cli_error(cmd, "no output given for the corpus; use -o FILE");
         if (n_data + n_eval == 0) return cli_error(cmd, "no corpus text given; use --data PATH");
+        if (!cli_output_ok(cmd, out, force)) return 1;
         return tokenize_corpus(cmd, model, data, n_data, eval_data, n_eval, out);
     }
     if (!text && !file) return cli_error(cmd, "no text given; use -p TEXT or -f FILE");

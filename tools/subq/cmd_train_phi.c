@@ -298,6 +298,7 @@ int cmd_train_phi(int argc, char **argv) {
         if (r < 0) return 1;
     }
     if (!cli_train_check(&o, !dump && !dg.maps_path, !(dg.maps_path && o.n_eval > 0))) return 1;
+    if (dump && !dg.maps_path && !cli_output_ok(cmd, dump, o.force)) return 1;
     if (!(tau > 0) || !(band > 0) || !(hub > 0)) return cli_error(cmd, "--tau, --band and --huber must be > 0");
     if (!(l_kl >= 0 && l_kl <= 1)) return cli_error(cmd, "--l-kl must be in [0, 1]");
     if (!(l_top >= 0) || !(l_fp >= 0) || !(l_z >= 0) || !(cfg.wo_std >= 0))

@@ -165,7 +165,7 @@ int cmd_train_search(int argc, char **argv) {
         if (g < 0) return cli_error(cmd, "--head-agg expects max or mean, got '%s'", agg);
         cfg.loss.agg = (subq_teacher_agg)g;
     }
-    if (!cli_train_check(&o, !dump, 1)) return 1;
+    if (!cli_train_check(&o, !dump, 1) || (dump && !cli_output_ok(cmd, dump, o.force))) return 1;
     if (!(cfg.loss.tau > 0) || !(cfg.loss.tau_kl > 0)) return cli_error(cmd, "--tau and --tau-kl must be > 0");
     if (!(cfg.init_std >= 0) || !(cfg.loss.alpha >= 0) || !(cfg.loss.beta >= 0))
         return cli_error(cmd, "--init-std, --alpha and --beta must be >= 0");

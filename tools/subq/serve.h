@@ -17,7 +17,7 @@
 
 /* ---- requests ---------------------------------------------------------- */
 
-#define SERVE_MAX_STOP 8        /* stop strings per request */
+#define SERVE_MAX_STOP 4        /* stop strings per request (OpenAI's limit) */
 #define SERVE_MAX_STOP_LEN 256  /* bytes per stop string */
 #define SERVE_MAX_TOKENS (1L << 30)
 

@@ -252,6 +252,20 @@ typedef struct job_run {
     int oom, stopped; /* out of memory; a stop string ended the text */
 } job_run;
 
+/* Before each prompt batch: note the progress (the log of a cancelled job
+ * says how far it got) and stop when the client has left, so that a long
+ * prompt it no longer waits for is dropped within one batch. */
+static int job_batch(void *user, int n_reused, int n_done, int n_prompt) {
+    serve_job *j = ((job_run *)user)->j;
+    (void)n_prompt;
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = n_reused;
+    j->n_decoded = n_done;
+    const int stop = j->cancelled;
+    pthread_mutex_unlock(&j->mu);
+    return stop;
+}
+
 static int job_prompt_done(void *user, int n_reused) {
     serve_job *j = ((job_run *)user)->j;
     pthread_mutex_lock(&j->mu);
@@ -298,6 +312,7 @@ static void run_job(serve_engine *e, serve_job *j) {
     gp.end_tokens[0] = j->stop_tok[0];
     gp.end_tokens[1] = j->stop_tok[1];
     gp.on_prompt = job_prompt_done;
+    gp.on_batch = job_batch;
     gp.on_token = job_token;
     gp.user = &r;
     subq_generate_result res;
@@ -321,8 +336,9 @@ static void run_job(serve_engine *e, serve_job *j) {
 static void log_job(serve_job *j) {
     pthread_mutex_lock(&j->mu);
     if (j->http_status)
-        fprintf(stderr, "subq serve: %s: %s (%d) after %d tokens: %s\n", j->id,
-                j->http_status == 499 ? "cancelled" : "failed", j->http_status, j->n_gen, j->error);
+        fprintf(stderr, "subq serve: %s: %s (%d) after %d tokens: %s (prompt: %d of %d tokens in the cache after "
+                "%.1f ms)\n", j->id, j->http_status == 499 ? "cancelled" : "failed", j->http_status, j->n_gen, j->error,
+                j->n_cached + j->n_decoded, j->n_prompt, j->t_start > 0 ? (j->t_done - j->t_start) * 1e3 : 0.0);
     else
         fprintf(stderr, "subq serve: %s: %d prompt tokens (%d cached), %d generated, %s, %.1f ms\n", j->id,
                 j->n_prompt, j->n_cached, j->n_gen, j->finish, (j->t_done - j->t_submit) * 1e3);

@@ -8,11 +8,16 @@
  * Slow and greedy clients: a watchdog thread closes every connection whose
  * request has not arrived whole within read_timeout_s of its start (the
  * first byte, or the end of the previous response on a kept-alive
- * connection), however steadily its bytes trickle in, and the partial
- * connections of an address that holds more than max_per_client. Beyond
- * max_connections live connections requests get 503 (libmicrohttpd's own
- * limit sits higher, so that the refusal can be sent at all: at its limit
- * it stops accepting and clients hang); /health is always answered.
+ * connection), however steadily its bytes trickle in, and answers the
+ * partial connections of an address that holds more than max_per_client
+ * with a 429 before closing them. Beyond max_connections live connections
+ * requests get 503 (libmicrohttpd's own limit sits higher, so that the
+ * refusal can be sent at all: at its limit it stops accepting and clients
+ * hang); /health is always answered. A body whose Content-Length is over
+ * max_body gets its 413 from the head, without being waited for (what
+ * comes of it is then read and dropped, so that a client still sending
+ * reads the answer); after a large body the allocator gives its free pages
+ * back (malloc_trim).
  *
  * Oversized heads: libmicrohttpd keeps a request's line and headers in a
  * per-connection memory pool and answers a head that outgrows it itself,
@@ -26,7 +31,9 @@
  * HTML; a request line without a space gets no answer (the connection is
  * closed). See README, subq serve. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -37,6 +44,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h> /* malloc_trim */
+#endif
 
 #include "serve.h"
 #include "strbuf.h"
@@ -81,8 +91,16 @@ static double mono_s(void) {
 
 typedef struct conn_state {
     strbuf body;
+    size_t received;           /* body bytes read, kept or not */
     int too_large;
+    unsigned long long unread; /* answered from the head: the body bytes declared, to drop when the answer is sent */
 } conn_state;
+
+/* After a body of this many bytes the allocator is trimmed: glibc kept
+ * what large bodies (and their JSON) took, so that the resident size grew
+ * by tens of MB (cmd_serve.c makes it one arena, which malloc_trim can
+ * shrink whole). */
+enum { TRIM_BODY = 1 << 20 };
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -168,7 +186,8 @@ static json_t *jstr(const char *s, size_t n) {
  * (either may be NULL: null). */
 static json_t *error_object(int status, const char *msg, const char *param, const char *code) {
     const char *type = status == 401 ? "authentication_error" : status == 404 ? "not_found_error"
-                     : status >= 500 ? "server_error" : "invalid_request_error";
+                     : status == 429 ? "rate_limit_error" : status >= 500 ? "server_error"
+                     : "invalid_request_error";
     return json_pack("{s:{s:o,s:s,s:o,s:o}}", "error", "message", jstr(msg, strlen(msg)), "type", type, "param",
                      param && param[0] ? jstr(param, strlen(param)) : json_null(), "code",
                      code ? json_string(code) : json_null());
@@ -419,25 +438,56 @@ static enum MHD_Result add_field_bytes(void *cls, enum MHD_ValueKind kind, const
     return MHD_YES;
 }
 
-/* A head over MAX_HEAD is refused (1, *ret the answer): 431, or 414 when
- * the header fields alone fit (the request line is at fault). */
-static int head_refused(struct MHD_Connection *c, enum MHD_Result *ret) {
+/* A head over MAX_HEAD is refused: its status (0: none), message and code:
+ * 431, or 414 when the header fields alone fit (the request line is at
+ * fault). */
+static int head_error(struct MHD_Connection *c, char *msg, size_t cap, const char **code) {
     size_t fields = 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, add_field_bytes, &fields);
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
     const size_t head = ci && ci->header_size > fields ? ci->header_size : fields;
     if (head <= MAX_HEAD) return 0;
-    char msg[160];
     if (fields > MAX_HEAD) {
-        snprintf(msg, sizeof msg, "request header fields of %zu bytes, more than the %d this server accepts", fields,
+        snprintf(msg, cap, "request header fields of %zu bytes, more than the %d this server accepts", fields,
                  MAX_HEAD);
-        *ret = send_error_param(c, 431, msg, NULL, "request_header_fields_too_large");
-    } else {
-        snprintf(msg, sizeof msg, "request line and headers of %zu bytes, more than the %d this server accepts",
-                 head, MAX_HEAD);
-        *ret = send_error_param(c, 414, msg, NULL, "uri_too_long");
+        *code = "request_header_fields_too_large";
+        return 431;
     }
-    return 1;
+    snprintf(msg, cap, "request line and headers of %zu bytes, more than the %d this server accepts", head, MAX_HEAD);
+    *code = "uri_too_long";
+    return 414;
+}
+
+/* The Content-Length the client declares, 0 when none (libmicrohttpd has
+ * checked that it is a number; chunked bodies declare none). */
+static unsigned long long declared_length(struct MHD_Connection *c) {
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!v) return 0;
+    char *end;
+    errno = 0;
+    const unsigned long long n = strtoull(v, &end, 10);
+    return end == v ? 0 : errno == ERANGE ? ULLONG_MAX : n;
+}
+
+/* A request answered from its head still has its body coming: libmicrohttpd
+ * reads none of it and closes once the answer is sent, and a close with
+ * bytes unread resets the connection, so that a client still sending got a
+ * send error instead of the answer. Read and drop the body first (as
+ * nginx's lingering close): until the declared bytes have come, a second
+ * passes without one, read_timeout_s has passed, or the server stops. */
+static void drain_body(serve_http *h, struct MHD_Connection *c, unsigned long long left) {
+    const int fd = conn_fd(c);
+    const double end = mono_s() + h->cfg.read_timeout_s;
+    char buf[16384];
+    while (fd >= 0 && left > 0 && !atomic_load(&h->stopping)) {
+        const double now = mono_s();
+        if (now >= end) break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, end - now > 1 ? 1000 : (int)((end - now) * 1e3) + 1) <= 0) break;
+        const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n <= 0) break; /* the client closed (or reset): nothing more to drop */
+        left -= (unsigned long long)n < left ? (unsigned long long)n : left;
+    }
 }
 
 static conn_track *track_of(struct MHD_Connection *c) {
@@ -474,6 +524,19 @@ static enum MHD_Result route(struct MHD_Connection *c, serve_http *h, const char
     return completions(c, h, cs, chat);
 }
 
+/* The request is to be answered: the read deadline no longer applies, and
+ * the watchdog leaves the connection alone. 0 when the watchdog has closed
+ * it already (it may have answered 429 on the socket: nothing more is sent). */
+static int take_request(serve_http *h, struct MHD_Connection *c) {
+    conn_track *t = track_of(c);
+    if (!t) return 1;
+    pthread_mutex_lock(&h->mu);
+    const int closed = t->closed;
+    t->busy = !closed;
+    pthread_mutex_unlock(&h->mu);
+    return !closed;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     serve_http *h = cls;
@@ -481,27 +544,38 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!cs) { /* headers only: set up the body buffer */
         if (!(cs = calloc(1, sizeof *cs))) return MHD_NO;
         *con_cls = cs;
-        enum MHD_Result ret; /* answered before any body: libmicrohttpd drops the body and closes */
-        return head_refused(c, &ret) ? ret : MHD_YES;
+        /* a head too large, or a body declared larger than max_body, is
+         * answered now, before any body arrives: the client does not wait
+         * for its timeout (libmicrohttpd then reads no body and closes;
+         * what comes of it is dropped first, drain_body) */
+        char msg[160];
+        const char *code = NULL;
+        const int status = head_error(c, msg, sizeof msg, &code);
+        const unsigned long long declared = declared_length(c);
+        if (!status && declared <= h->cfg.max_body) return MHD_YES;
+        if (!take_request(h, c)) return MHD_NO;
+        cs->unread = declared; /* dropped once the answer is sent (drain_body) */
+        if (status) return send_error_param(c, status, msg, NULL, code);
+        cs->too_large = 1;
+        return route(c, h, url, method, cs); /* 413, unless the route answers first (404, 401, 405) */
     }
-    if (*upload_size) { /* a piece of the body; the whole of a too large one is read and dropped */
+    if (*upload_size) { /* a piece of the body; the whole of a too large one (chunked) is read and dropped */
+        cs->received += *upload_size;
         if (!cs->too_large && cs->body.n + *upload_size <= h->cfg.max_body) sb_put(&cs->body, upload, *upload_size);
         else cs->too_large = 1;
         *upload_size = 0;
         return MHD_YES;
     }
+    if (!take_request(h, c)) return MHD_NO;
     if (cs->body.oom) return send_error(c, 500, "out of memory");
-    conn_track *t = track_of(c);
-    if (t) { /* the whole request is here: the read deadline no longer applies */
-        pthread_mutex_lock(&h->mu);
-        t->busy = 1;
-        pthread_mutex_unlock(&h->mu);
-    }
     return route(c, h, url, method, cs);
 }
 
 static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     serve_http *h = cls;
+    conn_state *cs = *con_cls;
+    /* the answer is sent; the connection is still busy, which the watchdog leaves alone */
+    if (cs && cs->unread && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) drain_body(h, c, cs->unread);
     conn_track *t = track_of(c);
     if (t) { /* a kept-alive connection's next request starts now */
         pthread_mutex_lock(&h->mu);
@@ -509,11 +583,16 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
         t->t_request = mono_s();
         pthread_mutex_unlock(&h->mu);
     }
-    conn_state *cs = *con_cls;
     if (!cs) return;
+    const int trim = cs->received > TRIM_BODY;
     sb_free(&cs->body);
     free(cs);
     *con_cls = NULL;
+#ifdef __GLIBC__
+    if (trim) malloc_trim(0); /* the body, its JSON and its copies are freed: give the pages back */
+#else
+    (void)trim;
+#endif
 }
 
 /* MHD_OPTION_NOTIFY_CONNECTION: every connection is tracked from its start. */
@@ -557,6 +636,32 @@ static void close_track(conn_track *t) {
     t->closed = 1;
 }
 
+/* Answer a partial connection that is one too many for its address with a
+ * 429 in OpenAI's shape, then close it. Its request has not arrived whole,
+ * so libmicrohttpd writes nothing to it and its handler will not answer
+ * (take_request): the answer goes straight to the socket, without waiting
+ * (a few hundred bytes into an empty send buffer). h->mu held. */
+static void refuse_extra(conn_track *t, int held, int limit) {
+    char msg[200];
+    snprintf(msg, sizeof msg, "this address holds %d connections, more than the %d per client this server allows: "
+             "retry later", held, limit);
+    json_t *o = error_object(429, msg, NULL, "too_many_connections");
+    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    strbuf out = {0};
+    if (body) {
+        char head[200];
+        snprintf(head, sizeof head, "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                 "Content-Length: %zu\r\nRetry-After: 1\r\nConnection: close\r\n\r\n", strlen(body));
+        sb_puts(&out, head);
+        sb_puts(&out, body);
+    }
+    if (t->fd >= 0 && out.n && !out.oom) (void)send(t->fd, out.p, out.n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    sb_free(&out);
+    free(body);
+    close_track(t);
+}
+
 /* Ten times a second: requests past their deadline, and the partial
  * connections an address holds beyond max_per_client (the newest first;
  * those under half a second old are left to finish arriving). */
@@ -573,7 +678,7 @@ static void *watchdog_main(void *arg) {
             if (t->closed || t->busy || now - t->t_open < 0.5) continue;
             int held = 0;
             for (conn_track *u = h->conns; u; u = u->next) held += !u->closed && !strcmp(u->addr, t->addr);
-            if (held > h->cfg.max_per_client) close_track(t);
+            if (held > h->cfg.max_per_client) refuse_extra(t, held, h->cfg.max_per_client);
         }
         pthread_mutex_unlock(&h->mu);
     }

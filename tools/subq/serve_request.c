@@ -1,11 +1,13 @@
 /* Request bodies: OpenAI's completions and chat completions fields, read
- * with jansson and checked for type and range. Every field is honoured or
+ * with jansson and checked for type and range (OpenAI's own limits: at
+ * most 4 stop strings, max_tokens at least 1). Every field is honoured or
  * refused with a 400 naming it: unknown fields, features this server does
- * not implement (logit_bias, response_format other than text, tools,
- * penalties, n > 1, logprobs, ...) unless they carry their neutral value,
- * and message roles other than system, developer (a system message), user
- * and assistant. Nothing is silently ignored but `user`, OpenAI's end-user
- * id, which changes no output. */
+ * not implement (logit_bias, response_format other than text, penalties,
+ * n > 1, logprobs, ...) unless they carry their neutral value, tools and
+ * functions whatever they hold (OpenAI refuses an empty list too), and
+ * message roles other than system, developer (a system message), user and
+ * assistant. Nothing is silently ignored but `user`, OpenAI's end-user id,
+ * which changes no output. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -23,9 +25,11 @@ static int fail(char *msg, size_t cap, const char *fmt, ...) {
     return -1;
 }
 
-/* The request's fields: honoured (parsed below), or accepted only with the
- * value that asks for nothing this server lacks. */
-typedef enum { FIELD_HONOURED, FIELD_NEUTRAL } field_kind;
+
+/* The request's fields: honoured (parsed below), accepted only with the
+ * value that asks for nothing this server lacks, or refused whatever they
+ * hold but null (the client's "not given"). */
+typedef enum { FIELD_HONOURED, FIELD_NEUTRAL, FIELD_REFUSED } field_kind;
 typedef struct field {
     const char *name;
     field_kind kind;
@@ -41,8 +45,8 @@ static const field fields[] = {
     {"user", FIELD_HONOURED, 0}, {"logprobs", FIELD_NEUTRAL, 0}, {"top_logprobs", FIELD_NEUTRAL, 1},
     {"echo", FIELD_NEUTRAL, -1}, {"best_of", FIELD_NEUTRAL, -1}, {"suffix", FIELD_NEUTRAL, -1},
     {"presence_penalty", FIELD_NEUTRAL, 0}, {"frequency_penalty", FIELD_NEUTRAL, 0},
-    {"logit_bias", FIELD_NEUTRAL, 0}, {"response_format", FIELD_NEUTRAL, 1}, {"tools", FIELD_NEUTRAL, 1},
-    {"tool_choice", FIELD_NEUTRAL, 1}, {"parallel_tool_calls", FIELD_NEUTRAL, 1}, {"functions", FIELD_NEUTRAL, 1},
+    {"logit_bias", FIELD_NEUTRAL, 0}, {"response_format", FIELD_NEUTRAL, 1}, {"tools", FIELD_REFUSED, 1},
+    {"tool_choice", FIELD_NEUTRAL, 1}, {"parallel_tool_calls", FIELD_NEUTRAL, 1}, {"functions", FIELD_REFUSED, 1},
     {"function_call", FIELD_NEUTRAL, 1}, {"store", FIELD_NEUTRAL, 1}, {"metadata", FIELD_NEUTRAL, 1},
     {"service_tier", FIELD_NEUTRAL, 0}, {"modalities", FIELD_NEUTRAL, 1}, {"reasoning_effort", FIELD_NEUTRAL, 1},
     {"prediction", FIELD_NEUTRAL, 1}, {"audio", FIELD_NEUTRAL, 1},
@@ -87,12 +91,13 @@ static int check_fields(json_t *o, int chat, char *msg, size_t cap, char *param,
         for (size_t i = 0; i < sizeof fields / sizeof fields[0] && !f; i++)
             if (!strcmp(fields[i].name, key) && (fields[i].chat == 0 || (fields[i].chat == 1) == (chat != 0)))
                 f = &fields[i];
-        if (!f || (f->kind == FIELD_NEUTRAL && !neutral(key, v))) {
+        if (!f || (f->kind == FIELD_NEUTRAL && !neutral(key, v)) || (f->kind == FIELD_REFUSED && !json_is_null(v))) {
             snprintf(param, pcap, "%.*s", (int)(pcap > 0 ? pcap - 1 : 0), key);
-            return fail(msg, cap, f ? "'%.100s' is not supported by this server (only its default, which asks for "
-                                      "nothing, is accepted)"
-                                    : "unknown field '%.100s' for %s", key,
-                        chat ? "/v1/chat/completions" : "/v1/completions");
+            return fail(msg, cap, !f ? "unknown field '%.100s' for %s"
+                                  : f->kind == FIELD_REFUSED ? "'%.100s' is not supported by this server (it calls "
+                                                               "no tools or functions)"
+                                  : "'%.100s' is not supported by this server (only its default, which asks for "
+                                    "nothing, is accepted)", key, chat ? "/v1/chat/completions" : "/v1/completions");
         }
     }
     return 0;
@@ -151,7 +156,8 @@ static int parse_stop(json_t *o, serve_request *r, char *msg, size_t cap) {
     size_t n = 1;
     if (json_is_array(v)) {
         n = json_array_size(v);
-        if (n > SERVE_MAX_STOP) return fail(msg, cap, "'stop' holds at most %d strings", SERVE_MAX_STOP);
+        if (n > SERVE_MAX_STOP)
+            return fail(msg, cap, "'stop' holds at most %d strings, got %zu", SERVE_MAX_STOP, n);
         items = NULL;
     }
     for (size_t i = 0; i < n; i++) {
@@ -308,10 +314,18 @@ static int parse_object(json_t *o, int chat, serve_request *r, char *msg, size_t
         r->sp.seed = (uint64_t)json_integer_value(seed);
         r->has_seed = 1;
     }
-    /* absurd values are refused; large ones stop at the context's end */
-    const char *mt = json_object_get(o, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if ((rc = get_int(o, mt, 0, SERVE_MAX_TOKENS, &v, msg, cap)) < 0) return -1;
+    /* at least 1 (as OpenAI); absurd values are refused, large ones stop at
+     * the context's end. max_completion_tokens is OpenAI's newer name: both
+     * may be given, with one value. */
+    long mct = 0;
+    if ((rc = get_int(o, "max_tokens", 1, SERVE_MAX_TOKENS, &v, msg, cap)) < 0) return -1;
     if (rc) r->max_tokens = v;
+    if ((rc = get_int(o, "max_completion_tokens", 1, SERVE_MAX_TOKENS, &mct, msg, cap)) < 0) return -1;
+    if (rc && r->max_tokens >= 0 && mct != r->max_tokens)
+        return snprintf(param, pcap, "max_completion_tokens"),
+               fail(msg, cap, "'max_tokens' (%ld) and 'max_completion_tokens' (%ld) differ: give one", r->max_tokens,
+                    mct);
+    if (rc) r->max_tokens = mct;
     if (get_bool(o, "stream", &r->stream, msg, cap) < 0) return -1;
     if (get_bool(o, "cache_prompt", &r->cache_prompt, msg, cap) < 0) return -1;
     json_t *so = json_object_get(o, "stream_options");
