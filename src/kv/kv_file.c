@@ -329,10 +329,11 @@ subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err) 
                                .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .n_vocab = h.n_vocab,
                                .row_bytes = h.row_bytes};
         s = kv_file_check_header(page, PAGE, &g, (uint64_t)st.st_size, &e);
-        if (!s && (h.kv_type >= SUBQ_KV_TYPE_COUNT || h.row_bytes != kernels_kv_row_bytes((subq_kv_type)h.kv_type,
-                                                                                          (int)h.head_dim)))
-            s = subq_fail(&e, SUBQ_ERR_FORMAT, "KV file rows of %" PRIu64 " bytes do not fit its KV type",
-                          h.row_bytes);
+        if (!s && (h.kv_type >= SUBQ_KV_TYPE_COUNT || h.head_dim == 0 || h.head_dim > 65536 || h.n_layer == 0 ||
+                   h.n_head_kv == 0 || h.n_vocab == 0 ||
+                   h.row_bytes != kernels_kv_row_bytes((subq_kv_type)h.kv_type, (int)h.head_dim)))
+            s = subq_fail(&e, SUBQ_ERR_FORMAT, "KV file shape is malformed (%u layers x %u KV heads x %u, "
+                          "rows of %" PRIu64 " bytes)", h.n_layer, h.n_head_kv, h.head_dim, h.row_bytes);
         if (s && !first.code) first = e;
     }
     close(fd);
@@ -447,28 +448,48 @@ subq_status kv_file_will_write(kv_file *f, int slot, subq_error *err) {
     return write_header(f, err);
 }
 
-/* A slot's CRC-32C: its key and value rows in every layer, its position,
- * segment and token, its search keys in every sparse layer, in that order. */
-static uint32_t slot_sum(kv_file *f, int t) {
-    const size_t slot_bytes = 2 * (size_t)f->g.n_head_kv * f->g.row_bytes;
-    uint32_t crc = 0;
-    for (uint32_t l = 0; l < f->g.n_layer; l++)
-        crc = crc32c(crc, (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t * slot_bytes, slot_bytes);
-    crc = crc32c(crc, kv_file_pos(f) + t, 4);
-    crc = crc32c(crc, kv_file_seg(f) + t, 4);
-    crc = crc32c(crc, kv_file_tok(f) + t, 4);
-    for (uint32_t i = 0; i < f->h.n_search; i++) {
-        const size_t row = (size_t)f->h.search[i].d * sizeof(float);
-        crc = crc32c(crc, f->smap + (f->h.search[i].offset - f->h.fixed_bytes) + (size_t)t * row, row);
+/* Ask the kernel to read [p, p + n) of the mapping ahead: the mapping is
+ * MADV_RANDOM (a retrieved row reads one page), so a pass over many rows
+ * would otherwise wait on the disk one page at a time. */
+static void read_ahead(const void *p, size_t n) {
+    const uintptr_t lo = (uintptr_t)p / PAGE * PAGE;
+    madvise((void *)lo, n + ((uintptr_t)p - lo), MADV_WILLNEED);
+}
+
+/* Slots checksummed per pass: a layer's rows of a block are one run. */
+#define SUM_BLOCK 4096
+
+/* The CRC-32C of slots [t0, t1) (at most SUM_BLOCK) into crc[]: a slot's
+ * key and value rows in every layer, its position, segment and token, its
+ * search keys in every sparse layer, in that order. Region by region (each
+ * read ahead), each slot's CRC carried from one to the next. */
+static void sum_slots(kv_file *f, int t0, int t1, uint32_t *crc) {
+    const size_t slot_bytes = 2 * (size_t)f->g.n_head_kv * f->g.row_bytes, n = (size_t)(t1 - t0);
+    for (size_t i = 0; i < n; i++) crc[i] = 0;
+    /* the next region is asked for while this one is summed: the disk and the CPU overlap */
+    read_ahead((const unsigned char *)kv_file_keys(f, 0) + (size_t)t0 * slot_bytes, n * slot_bytes);
+    for (uint32_t l = 0; l < f->g.n_layer; l++) {
+        const unsigned char *rows = (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t0 * slot_bytes;
+        if (l + 1 < f->g.n_layer) read_ahead(rows + f->per_layer, n * slot_bytes);
+        for (size_t i = 0; i < n; i++) crc[i] = crc32c(crc[i], rows + i * slot_bytes, slot_bytes);
     }
-    return crc;
+    const int32_t *meta3[3] = {kv_file_pos(f), kv_file_seg(f), kv_file_tok(f)};
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < 3; k++) crc[i] = crc32c(crc[i], meta3[k] + t0 + i, 4);
+    for (uint32_t r = 0; r < f->h.n_search; r++) {
+        const size_t row = (size_t)f->h.search[r].d * sizeof(float);
+        const unsigned char *rows = f->smap + (f->h.search[r].offset - f->h.fixed_bytes) + (size_t)t0 * row;
+        read_ahead(rows, n * row);
+        for (size_t i = 0; i < n; i++) crc[i] = crc32c(crc[i], rows + i * row, row);
+    }
 }
 
 subq_status kv_file_commit(kv_file *f, int n, const float *logits, subq_error *err) {
     /* rows at or past the header's count are the ones written since it
      * (kv_file_will_write lowered it before any earlier row changed) */
     uint32_t *sums = slot_sums(f);
-    for (int t = (int)f->h.n_committed; t < n; t++) sums[t] = slot_sum(f, t);
+    for (int t = (int)f->h.n_committed; t < n; t += SUM_BLOCK)
+        sum_slots(f, t, n - t < SUM_BLOCK ? n : t + SUM_BLOCK, sums + t);
     const uint64_t spare = !f->h.logits_slot;
     const size_t logits_bytes = (size_t)f->g.n_vocab * sizeof(float);
     subq_status s = logits ? kv_file_write(f, logits_region(f, spare), logits, logits_bytes, err) : SUBQ_OK;
@@ -527,21 +548,28 @@ subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err) {
     if (to > (int)f->h.n_committed) to = (int)f->h.n_committed;
     const uint32_t *sums = slot_sums(f);
     const size_t slot_bytes = 2 * (size_t)f->g.n_head_kv * f->g.row_bytes;
-    for (int t = from; t < to; t++) {
-        if (slot_sum(f, t) != sums[t])
-            return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d of %d is damaged (its checksum differs)", t,
-                             to);
+    uint32_t crc[SUM_BLOCK];
+    for (int t0 = from; t0 < to; t0 += SUM_BLOCK) {
+        const int t1 = to - t0 < SUM_BLOCK ? to : t0 + SUM_BLOCK;
+        sum_slots(f, t0, t1, crc);
+        for (int t = t0; t < t1; t++)
+            if (crc[t - t0] != sums[t])
+                return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d of %d is damaged (its checksum differs)", t,
+                                 to);
+        /* then finiteness, region by region as the sums went (the rows are in the page cache now) */
         for (uint32_t l = 0; l < f->g.n_layer; l++)
-            for (uint32_t r = 0; r < 2 * f->g.n_head_kv; r++)
-                if (row_bad(f, (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t * slot_bytes +
-                                   r * f->g.row_bytes))
-                    return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds a %s row that is not finite "
-                                     "(layer %u)", t, r < f->g.n_head_kv ? "key" : "value", l);
+            for (int t = t0; t < t1; t++)
+                for (uint32_t r = 0; r < 2 * f->g.n_head_kv; r++)
+                    if (row_bad(f, (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t * slot_bytes +
+                                       r * f->g.row_bytes))
+                        return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds a %s row that is not finite "
+                                         "(layer %u)", t, r < f->g.n_head_kv ? "key" : "value", l);
         for (uint32_t i = 0; i < f->h.n_search; i++) {
             const size_t d = f->h.search[i].d;
-            if (floats_bad(f->smap + (f->h.search[i].offset - f->h.fixed_bytes) + (size_t)t * d * sizeof(float), d))
-                return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds search keys that are not finite "
-                                 "(layer %u)", t, f->h.search[i].layer);
+            for (int t = t0; t < t1; t++)
+                if (floats_bad(f->smap + (f->h.search[i].offset - f->h.fixed_bytes) + (size_t)t * d * sizeof(float), d))
+                    return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds search keys that are not finite "
+                                     "(layer %u)", t, f->h.search[i].layer);
         }
     }
     if (f->h.has_logits) {

@@ -214,6 +214,8 @@ def main():
     write("fuzz_session", seeds)
     write("fuzz_corpus_file", [corpus_file([5, 40, 3], [0, 0, 1]), corpus_file([1], [0]),
                                 corpus_file([17, 16, 15, 2, 33], [0, 1, 0, 0, 0])])
+    # (and file-stories-c16, kept: a whole KV file of stories260K, -c 16, made by
+    # `subq generate --kv-file F -c 16 -p Once -n 6 --temp 0`)
     write("fuzz_kv_file", [kv_header(64, [], 0), kv_header(100, [(1, 4)], 7), kv_header(9, [(0, 2), (1, 16)], 9)])
 
 
