@@ -14,6 +14,21 @@
 extern "C" {
 #endif
 
+/* The interface's version: MAJOR changes break programs built against an
+ * older header, MINOR adds to it. subq_version() is the library's own,
+ * for a program to compare with the header it was built with. */
+#define SUBQ_VERSION_MAJOR 0
+#define SUBQ_VERSION_MINOR 45
+#define SUBQ_VERSION_PATCH 0
+#define SUBQ_VERSION "0.45.0"
+
+/* Marks a declaration a later MAJOR version removes (msg: what to use). */
+#if defined(__GNUC__) || defined(__clang__)
+#define SUBQ_DEPRECATED(msg) __attribute__((deprecated(msg)))
+#else
+#define SUBQ_DEPRECATED(msg)
+#endif
+
 /* Everything declared here is the library's interface: the library is built
  * with hidden visibility and exports these names only (its internal symbols
  * are made local when it is linked, so they cannot collide with a program's
@@ -41,6 +56,9 @@ typedef struct subq_error {
     subq_status code;
     char msg[SUBQ_ERROR_MSG_MAX];
 } subq_error;
+
+/* SUBQ_VERSION of the library linked in ("0.45.0"). */
+const char *subq_version(void);
 
 /* Short name of a status code ("format error", ...). */
 const char *subq_status_name(subq_status s);

@@ -30,7 +30,8 @@ static const command commands[] = {
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: subq COMMAND [options]   (subq COMMAND --help for its options)\n\ncommands:\n");
+    fprintf(out, "usage: subq COMMAND [options]   (subq COMMAND --help for its options; subq --version)\n\n"
+                 "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].help);
 }
@@ -53,6 +54,10 @@ int main(int argc, char **argv) {
     }
     if (cli_is_help(argv[1])) {
         usage(stdout);
+        return finish_stdout("", 0);
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("subq %s (kernels: %s)\n", subq_version(), subq_isa_name());
         return finish_stdout("", 0);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
