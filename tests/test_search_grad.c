@@ -171,7 +171,7 @@ static void make_problem(problem *P, int T, int nseg_break1, int nseg_break2, ui
 
 static search_layer_data layer_of(const problem *P) {
     search_layer_data x = {.T = P->T, .pos = P->pos, .seg = P->seg, .d_model = P->d, .h = P->h, .q = P->q, .k = P->k,
-                           .shape = {P->nh, P->nkv, P->hd}};
+                           .shape = {P->nh, P->nkv, P->hd, 1.0f / sqrtf((float)P->hd)}};
     return x;
 }
 
@@ -339,7 +339,7 @@ static void test_segments(void) {
 static void test_teacher_mid(void) {
     problem P;
     make_problem(&P, 20, 99, 99, 77);
-    attn_shape sh = {P.nh, P.nkv, P.hd};
+    attn_shape sh = {P.nh, P.nkv, P.hd, 1.0f / sqrtf((float)P.hd)};
     float kt[20 * 2 * 3], tmp[20], p[20];
     double want[20];
     const int t = 19, lo = 3, hi = 13; /* sink 3, tail 6 */
@@ -442,7 +442,7 @@ int main(void) {
     /* teacher rows are distributions */
     problem P;
     make_problem(&P, 12, 5, 99, 1);
-    attn_shape sh = {P.nh, P.nkv, P.hd};
+    attn_shape sh = {P.nh, P.nkv, P.hd, 1.0f / sqrtf((float)P.hd)};
     float p[12], tmp[12], kt[12 * 2 * 3];
     teacher_keys_transpose(P.k, 12, &sh, kt);
     for (int agg = 0; agg < 2; agg++) {

@@ -74,8 +74,8 @@ static subq_status measure_batch(sparse_stage *s, const attn_step *st, const kv_
                                  const select_mask *mask, const int32_t *cand, subq_error *err) {
     const sparse_measure b = {
         .layer = st->layer, .n_tokens = st->n_tokens, .slot0 = st->slot0, .n_head = st->n_head,
-        .n_head_kv = st->n_head_kv, .head_dim = st->head_dim, .top_k = s->p.top_k, .per_head = s->per_head,
-        .q = st->q, .doc0 = doc0, .mask = mask, .cand = cand, .pool = st->pool,
+        .n_head_kv = st->n_head_kv, .head_dim = st->head_dim, .top_k = s->p.top_k, .scale = st->scale,
+        .per_head = s->per_head, .q = st->q, .doc0 = doc0, .mask = mask, .cand = cand, .pool = st->pool,
     };
     return sparse_metrics_measure(&b, kv, &s->probe.totals, err);
 }

@@ -153,7 +153,7 @@ static void measure_block(const sparse_measure *b, const float **keys, int k_lo,
     int kb = b->doc0[t0];
     for (int t = t0; t < t1; t++) kb = b->doc0[t] < kb ? b->doc0[t] : kb;
     const int nk = b->slot0 + t1 - kb;
-    const float scale = 1.0f / sqrtf((float)hd), inv_nh = 1.0f / (float)nh;
+    const float scale = b->scale, inv_nh = 1.0f / (float)nh;
     if (!b->per_head) {
         memset(w->p, 0, (size_t)nt * nk * sizeof(float));
         memset(w->pmax, 0, (size_t)nt * nk * sizeof(float));

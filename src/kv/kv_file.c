@@ -254,6 +254,8 @@ static long lock_holder(int fd) {
  * close, so a second process cannot mix its tokens into the file. */
 static subq_status take_lock(kv_file *f, subq_error *err) {
     if (flock(f->fd, (f->writable ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) return SUBQ_OK;
+    /* a file system without locks (some network ones): nothing to enforce with */
+    if (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) return SUBQ_OK;
     if (errno != EWOULDBLOCK) return subq_fail(err, SUBQ_ERR_IO, "cannot lock KV file %s: %s", f->path, strerror(errno));
     const long pid = lock_holder(f->fd);
     char who[48] = "another process";

@@ -177,7 +177,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         attn_step step = {
             .layer = l, .n_tokens = n, .slot0 = slot0,
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-            .scale = 1.0f / sqrtf((float)hp->head_dim),
+            .scale = hp->attn_scale,
             .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt, .pool = pl,
         };
         attn_stage *st = c->stages[l];

@@ -46,6 +46,8 @@ typedef struct rope_hparams {
 typedef struct model_hparams {
     model_arch arch;
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
+    float attn_scale;   /* of q . k in every layer's softmax: 1 / sqrt(head_dim); the one copy
+                           that forward, sparse metrics and the teachers read */
     rope_hparams rope;
     float norm_eps;
 } model_hparams;

@@ -1,4 +1,5 @@
 /* Load hyper-parameters and weights from a GGUF file, validating every shape. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,7 @@ subq_status model_hparams_load(const gguf_file *f, model_hparams *hp, subq_error
                          hp->n_head, hp->n_head_kv);
     uint32_t def_hd = (uint32_t)(hp->n_embd / hp->n_head);
     if ((s = get_hparam(f, arch, "attention.key_length", 1, def_hd, 1, 4096, &hp->head_dim, err))) return s;
+    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     if ((s = get_hparam(f, arch, "context_length", 1, 2048, 1, 1 << 24, &hp->n_ctx_train, err))) return s;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);

@@ -37,7 +37,7 @@ void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *
 static float head_logits(const float *q_t, const float *kt, int T, const attn_shape *sh, int h, int s, int n,
                         float *out) {
     const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = sh->scale;
     const float *qh = q_t + (size_t)h * hd;
     const float *kg = kt + (size_t)(h / group) * hd * T + s;
     for (int i = 0; i < n; i++) out[i] = 0.0f;
@@ -139,7 +139,7 @@ void teacher_block(const float *q, const float *k, const float *kt, int T, const
     const kernels *kern = kernels_get();
     const int nh = sh->n_head, g = nh / sh->n_head_kv, hd = sh->head_dim, dq = nh * hd, dk = sh->n_head_kv * hd;
     const int B = t1 - t0, kb = start[t0], nk = t1 - kb, rows = B * g;
-    const float scale = 1.0f / sqrtf((float)hd);
+    const float scale = sh->scale;
     float *Qb = scratch, *O = Qb + (size_t)rows * hd, *inv_sum = O + (size_t)rows * hd, *S = inv_sum + rows;
     for (int r = 0; r < B; r++) memset(P + (size_t)r * ldp, 0, (size_t)nk * sizeof(float));
     for (int kh = 0; kh < sh->n_head_kv; kh++) {
