@@ -152,7 +152,8 @@ int cmd_generate(int argc, char **argv) {
         n_held = subq_context_n_past(c);
         fprintf(stderr, "subq generate: KV file %s: %d tokens held\n", mo.kv_file, n_held);
     }
-    if (n_held > 0 && !prompt_given && !kv_reset) {
+    const int continuing = n_held > 0 && !prompt_given && !kv_reset;
+    if (continuing) {
         /* no prompt: continue after the held tokens (they are the prompt, not echoed) */
         if (!(toks = malloc((size_t)n_held * sizeof *toks))) {
             rc = cli_error(cmd, "out of memory");
@@ -193,7 +194,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     /* echo the prompt as the model sees it (held tokens continued are not echoed) */
-    for (size_t i = (n_held > 0 && !prompt_given && !kv_reset) ? n_prompt : 0; i < n_prompt; i++) {
+    for (size_t i = continuing ? n_prompt : 0; i < n_prompt; i++) {
         if (cli_write_piece(stdout, m, i ? toks[i - 1] : -1, toks[i], &err)) {
             rc = cli_error(cmd, "%s", err.msg);
             goto done;
