@@ -199,18 +199,42 @@ static subq_status create_file(kv_file *f, subq_error *err) {
     return s;
 }
 
-/* Read both header slots; the valid one with the higher sequence number. */
+/* The geometry a header slot claims: what a reader without a model
+ * (kv_file_open_read) checks the slot against. */
+static kv_file_geometry claimed_geometry(const unsigned char *page) {
+    disk_header h;
+    memcpy(&h, page, sizeof h);
+    return (kv_file_geometry){.model_fingerprint = h.model_fingerprint, .kv_type = h.kv_type, .n_layer = h.n_layer,
+                              .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .n_vocab = h.n_vocab,
+                              .row_bytes = h.row_bytes};
+}
+
+/* A claimed shape a model could have: rows of its KV type's width. */
+static subq_status check_shape(const kv_file_geometry *g, subq_error *err) {
+    if (g->kv_type >= SUBQ_KV_TYPE_COUNT || g->head_dim == 0 || g->head_dim > 65536 || g->n_layer == 0 ||
+        g->n_head_kv == 0 || g->n_vocab == 0 ||
+        g->row_bytes != kernels_kv_row_bytes((subq_kv_type)g->kv_type, (int)g->head_dim))
+        return subq_fail(err, SUBQ_ERR_FORMAT, "KV file shape is malformed (%u layers x %u KV heads x %u, rows of "
+                         "%" PRIu64 " bytes)", g->n_layer, g->n_head_kv, g->head_dim, g->row_bytes);
+    return SUBQ_OK;
+}
+
+/* Read both header slots; the valid one with the higher sequence number.
+ * A reader (not writable) takes the geometry from the slot it picks. */
 static subq_status read_header(kv_file *f, uint64_t file_bytes, subq_error *err) {
     unsigned char page[PAGE];
     int found = 0;
     subq_error first = {0};
+    kv_file_geometry picked = f->g;
     for (int i = 0; i < HEADER_SLOTS; i++) {
         subq_error e = {0};
+        kv_file_geometry g = f->g;
         if (pread(f->fd, page, PAGE, (off_t)i * PAGE) != (ssize_t)PAGE) {
             snprintf(e.msg, sizeof e.msg, "KV file header is truncated");
             e.code = SUBQ_ERR_FORMAT;
         } else {
-            kv_file_check_header(page, PAGE, &f->g, file_bytes, &e);
+            if (!f->writable) g = claimed_geometry(page);
+            if (!kv_file_check_header(page, PAGE, &g, file_bytes, &e) && !f->writable) check_shape(&g, &e);
         }
         if (e.code) {
             /* a slot of another model or shape is an answer, not damage */
@@ -219,10 +243,11 @@ static subq_status read_header(kv_file *f, uint64_t file_bytes, subq_error *err)
         }
         disk_header h;
         memcpy(&h, page, sizeof h);
-        if (!found || h.seq > f->h.seq) f->h = h;
+        if (!found || h.seq > f->h.seq) f->h = h, picked = g;
         found = 1;
     }
     if (!found) return subq_fail(err, first.code, "%s: %s", f->path, first.msg);
+    f->g = picked;
     f->g.n_ctx = f->h.n_ctx;
     layout(&f->g, &f->per_layer, &f->meta_stride);
     return SUBQ_OK;
@@ -305,42 +330,8 @@ subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **
 }
 
 subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err) {
-    /* the geometry is the file's own: taken from a header slot that checks
-     * out against itself (the other may be newer: read_header picks) */
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return subq_fail(err, SUBQ_ERR_IO, "cannot open KV file %s: %s", path, strerror(errno));
-    struct stat st;
-    unsigned char page[PAGE];
-    kv_file_geometry g = {0};
-    subq_status s = SUBQ_ERR_FORMAT;
-    subq_error first = {0};
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return subq_fail(err, SUBQ_ERR_IO, "KV file %s is not a regular file", path);
-    }
-    for (int i = 0; i < HEADER_SLOTS && s; i++) {
-        subq_error e = {0};
-        disk_header h;
-        if (pread(fd, page, PAGE, (off_t)i * PAGE) != (ssize_t)PAGE) {
-            if (!first.code) subq_fail(&first, SUBQ_ERR_FORMAT, "KV file header is truncated");
-            continue;
-        }
-        memcpy(&h, page, sizeof h);
-        g = (kv_file_geometry){.model_fingerprint = h.model_fingerprint, .kv_type = h.kv_type, .n_layer = h.n_layer,
-                               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .n_vocab = h.n_vocab,
-                               .row_bytes = h.row_bytes};
-        s = kv_file_check_header(page, PAGE, &g, (uint64_t)st.st_size, &e);
-        if (!s && (h.kv_type >= SUBQ_KV_TYPE_COUNT || h.head_dim == 0 || h.head_dim > 65536 || h.n_layer == 0 ||
-                   h.n_head_kv == 0 || h.n_vocab == 0 ||
-                   h.row_bytes != kernels_kv_row_bytes((subq_kv_type)h.kv_type, (int)h.head_dim)))
-            s = subq_fail(&e, SUBQ_ERR_FORMAT, "KV file shape is malformed (%u layers x %u KV heads x %u, "
-                          "rows of %" PRIu64 " bytes)", h.n_layer, h.n_head_kv, h.head_dim, h.row_bytes);
-        if (s && !first.code) first = e;
-    }
-    close(fd);
-    if (s) return subq_fail(err, first.code, "%s: %s", path, first.msg);
-    return open_file(path, &g, 0, out, err);
+    const kv_file_geometry from_file = {0}; /* read_header takes the file's own */
+    return open_file(path, &from_file, 0, out, err);
 }
 
 void kv_file_close(kv_file *f) {
@@ -458,6 +449,9 @@ static void read_ahead(const void *p, size_t n) {
     madvise((void *)lo, n + ((uintptr_t)p - lo), MADV_WILLNEED);
 }
 
+/* A slot's key and value rows of every KV head in one layer (adjacent). */
+static size_t slot_stride(const kv_file *f) { return 2 * (size_t)f->g.n_head_kv * f->g.row_bytes; }
+
 /* Slots checksummed per pass: a layer's rows of a block are one run. */
 #define SUM_BLOCK 4096
 
@@ -466,7 +460,7 @@ static void read_ahead(const void *p, size_t n) {
  * search keys in every sparse layer, in that order. Region by region (each
  * read ahead), each slot's CRC carried from one to the next. */
 static void sum_slots(kv_file *f, int t0, int t1, uint32_t *crc) {
-    const size_t slot_bytes = 2 * (size_t)f->g.n_head_kv * f->g.row_bytes, n = (size_t)(t1 - t0);
+    const size_t slot_bytes = slot_stride(f), n = (size_t)(t1 - t0);
     for (size_t i = 0; i < n; i++) crc[i] = 0;
     /* the next region is asked for while this one is summed: the disk and the CPU overlap */
     read_ahead((const unsigned char *)kv_file_keys(f, 0) + (size_t)t0 * slot_bytes, n * slot_bytes);
@@ -504,7 +498,7 @@ subq_status kv_file_commit(kv_file *f, int n, const float *logits, subq_error *e
 }
 
 size_t kv_file_slot_bytes(const kv_file *f) {
-    size_t bytes = 2 * (size_t)f->g.n_layer * f->g.n_head_kv * f->g.row_bytes + 12;
+    size_t bytes = f->g.n_layer * slot_stride(f) + 3 * sizeof(int32_t); /* rows, pos, seg, tok */
     for (uint32_t i = 0; i < f->h.n_search; i++) bytes += (size_t)f->h.search[i].d * sizeof(float);
     return bytes;
 }
@@ -549,7 +543,7 @@ subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err) {
     if (from < 0) from = 0;
     if (to > (int)f->h.n_committed) to = (int)f->h.n_committed;
     const uint32_t *sums = slot_sums(f);
-    const size_t slot_bytes = 2 * (size_t)f->g.n_head_kv * f->g.row_bytes;
+    const size_t slot_bytes = slot_stride(f);
     uint32_t crc[SUM_BLOCK];
     for (int t0 = from; t0 < to; t0 += SUM_BLOCK) {
         const int t1 = to - t0 < SUM_BLOCK ? to : t0 + SUM_BLOCK;
