@@ -759,6 +759,10 @@ void subq_corpus_get_info(const subq_corpus *c, subq_corpus_info *out);
 /* Layer lists as plans take them ("all", "none", "1,3,5-7", negative from
  * the end: "2--1"): mask[l] = 1 for each listed layer of n_layer. */
 subq_status subq_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err);
+/* The same for model m, keeping the listed layers where sparse attention
+ * applies: those that attend to the whole context, not Gemma's sliding-window
+ * ones ("global" lists them all); a list of sliding layers only is refused. */
+subq_status subq_model_parse_layers(const subq_model *m, const char *s, unsigned char *mask, subq_error *err);
 
 #define SUBQ_TRAIN_MAX_PARTS 6
 #define SUBQ_SEARCH_EVAL_MAX_K 16

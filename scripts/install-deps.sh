@@ -40,14 +40,19 @@ if [ $test_deps = 1 ] && { ! command -v node >/dev/null || ! command -v npm >/de
   missing+=(nodejs npm)
 fi
 
-# The test driver's npm packages, pinned by tests/node/package-lock.json.
+# The test drivers' npm packages, pinned by tests/node/package-lock.json:
+# the openai client and node-llama-cpp with its linux-x64 CPU build alone
+# (--omit=optional leaves out its GPU builds, 600 MB; `npm ci` refuses a
+# lock that holds one platform's optional packages, so `npm install
+# --no-save` installs the locked versions without rewriting the lock).
 node_modules() {
   [ $test_deps = 1 ] || return 0
   local dir
   dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/tests/node"
-  if [ ! -d "$dir/node_modules" ]; then
-    echo "install-deps: npm ci in tests/node" >&2
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+  if [ ! -d "$dir/node_modules/openai" ] || [ ! -d "$dir/node_modules/node-llama-cpp" ]; then
+    echo "install-deps: npm install in tests/node" >&2
+    (cd "$dir" && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --omit=optional --no-save --no-audit --no-fund \
+       --loglevel=error)
   fi
 }
 

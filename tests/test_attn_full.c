@@ -7,10 +7,13 @@
  *   - GQA groups of 1, 2 and 3 query heads, 1 and 2 threads;
  *   - attention over an explicit set of slots (attn_group_over_slots, the
  *     sparse path): sets of a few rows and of more rows than one copied
- *     block or one prefetch window, in scattered order.
+ *     block or one prefetch window, in scattered order;
+ *   - a sliding window (wider than a decode chunk) with soft-capped scores
+ *     (gemma2's c tanh(x / c)), in decode and prefill.
  * Reference: for query t at slot s and head h (KV head h / g),
  *   out = sum_j e^(x_j - max x) v_j / sum_j e^(x_j - max x),
- *   x_j = scale q.k_j over slots j <= s of s's document, in double, with q
+ *   x_j = scale q.k_j over slots j <= s of s's document (and j > s - window
+ *   when the step slides; x_j <- c tanh(x_j / c) when capped), in double, with q
  *   quantised per key block as kernels.h specifies where the kernels do so
  *   (decode batches on q8_0 / q4_0 keys). */
 #include <math.h>
@@ -37,10 +40,11 @@ static void reference(const kv_cache *kv, int layer, const attn_step *st, const 
             double mx = -INFINITY, z = 0;
             for (int j = 0; j <= slot; j++) {
                 x[j] = -INFINITY;
-                if (kv->seg[j] != kv->seg[slot]) continue;
+                if (kv->seg[j] != kv->seg[slot] || (st->window > 0 && slot - j >= st->window)) continue;
                 double d = 0;
                 for (int c = 0; c < hd; c++) d += q[c] * kf[(((size_t)layer * st->n_head_kv + kh) * n_ctx + j) * hd + c];
                 x[j] = st->scale * d;
+                if (st->softcap > 0) x[j] = st->softcap * tanh(x[j] / st->softcap);
                 mx = x[j] > mx ? x[j] : mx;
             }
             double *o = want + ((size_t)t * st->n_head + h) * hd;
@@ -61,7 +65,7 @@ static void reference(const kv_cache *kv, int layer, const attn_step *st, const 
  * same double-loop softmax restricted to those slots; the worst error
  * relative to max |out|. */
 static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, const float *kf, const float *vf, int n,
-                          uint64_t *rng) {
+                          float cap, uint64_t *rng) {
     int *slots = malloc((size_t)n * sizeof(int));
     float *q = malloc((size_t)g * hd * sizeof(float)), *out = malloc((size_t)g * hd * sizeof(float));
     float *scores = malloc((size_t)g * n * sizeof(float));
@@ -70,7 +74,7 @@ static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, 
     for (int j = 0; j < n; j++) slots[j] = (int)((uint64_t)j * 7919 % (uint64_t)kv->n_ctx); /* distinct: 7919 is a prime above n_ctx */
     for (int i = 0; i < g * hd; i++) q[i] = (float)rng_normal(rng);
     const float scale = 1.0f / sqrtf((float)hd);
-    attn_group_over_slots(kv, layer, kh, g, q, scale, slots, n, scores, out);
+    attn_group_over_slots(kv, layer, kh, g, q, scale, cap, slots, n, scores, out);
     double worst = 0;
     for (int i = 0; i < g; i++) {
         for (int c = 0; c < hd; c++) qd[c] = q[(size_t)i * hd + c];
@@ -81,6 +85,7 @@ static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, 
             double d = 0;
             for (int c = 0; c < hd; c++) d += qd[c] * k[c];
             x[j] = scale * d;
+            if (cap > 0) x[j] = cap * tanh(x[j] / cap);
             mx = x[j] > mx ? x[j] : mx;
         }
         memset(o, 0, (size_t)hd * sizeof(double));
@@ -139,15 +144,19 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
      * second document starts, a prefill batch of 20, and one of 300 across
      * the documents (its later query blocks score the second one only) */
     const int batches[][2] = {{1, n_ctx - 1}, {3, n_ctx - 3}, {1, doc1}, {20, n_ctx - 20}, {300, doc1 - 100}};
+    /* plain, and a sliding window of 1100 keys (past one decode chunk) with scores capped at 2 */
+    const int windows[] = {0, 1100};
+    const float caps[] = {0.0f, 2.0f};
     double worst = 0;
-    for (int b = 0; b < 5; b++)
+    for (int b = 0; b < 10; b++)
         for (int nt = 1; nt <= 2; nt++) {
-            const int T = batches[b][0];
+            const int T = batches[b % 5][0], var = b / 5;
             float *q = malloc((size_t)T * n_head * hd * sizeof(float)), *out = malloc((size_t)T * n_head * hd * sizeof(float));
             double *want = malloc((size_t)T * n_head * hd * sizeof(double));
             for (int i = 0; i < T * n_head * hd; i++) q[i] = (float)rng_normal(&rng);
-            attn_step st = {.layer = layer, .n_tokens = T, .slot0 = batches[b][1], .n_head = n_head, .n_head_kv = n_head_kv,
-                            .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = q, .out = out, .n_threads = nt};
+            attn_step st = {.layer = layer, .n_tokens = T, .slot0 = batches[b % 5][1], .n_head = n_head,
+                            .n_head_kv = n_head_kv, .head_dim = hd, .scale = 1.0f / sqrtf((float)hd),
+                            .softcap = caps[var], .window = windows[var], .q = q, .out = out, .n_threads = nt};
             attn_stage *full = attn_full_stage();
             subq_status s = full->forward(full, &st, &kv, &err);
             CHECK(!s, "%s forward: %s", tn[type], err.msg);
@@ -170,7 +179,8 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
     double worst_set = 0;
     for (int n = 5; n <= 700; n += 695)
         for (int kh = 0; kh < n_head_kv; kh++)
-            worst_set = fmax(worst_set, check_slots(&kv, layer, kh, g, hd, kf, vf, n < n_ctx ? n : n_ctx, &rng));
+            for (int var = 0; var < 2; var++)
+                worst_set = fmax(worst_set, check_slots(&kv, layer, kh, g, hd, kf, vf, n < n_ctx ? n : n_ctx, caps[var], &rng));
     CHECK(worst_set < 2e-5, "%s H_kv %d g %d hd %d: slot sets, worst error relative to max |out| %.2e", tn[type],
           n_head_kv, g, hd, worst_set);
     printf("%s H_kv %d g %d hd %d: slot sets %.2e\n", tn[type], n_head_kv, g, hd, worst_set);

@@ -294,6 +294,18 @@ static void check_exp(const char *name, const kernels *K) {
         }
         CHECK(worst_s < 2e-6, "%s silu_mul: worst relative error %.2e", name, worst_s);
         printf("%s: silu_mul %.2e\n", name, worst_s);
+        /* gelu(g) u, GELU's tanh form 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))), same range;
+         * error relative to max(|want|, |u|): near g = 0 the product passes through 0 */
+        double worst_g = 0;
+        for (int j = 0; j < NS; j++) g[j] = g0[j];
+        K->gelu_mul(g, u, NS);
+        for (int j = 0; j < NS; j++) {
+            const double gj = g0[j], want = 0.5 * gj * (1.0 + tanh(0.7978845608028654 * (gj + 0.044715 * gj * gj * gj))) * u[j];
+            const double e = fabs(g[j] - want) / fmax(fabs(want), fabs(u[j]));
+            worst_g = e > worst_g ? e : worst_g;
+        }
+        CHECK(worst_g < 2e-6, "%s gelu_mul: worst error relative to max(|gelu u|, |u|) %.2e", name, worst_g);
+        printf("%s: gelu_mul %.2e\n", name, worst_g);
     }
     /* kl_sum: p over twenty orders of magnitude with zeros and a denormal,
      * every tail length up to 1003, against double (error relative to the

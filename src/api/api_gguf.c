@@ -128,9 +128,7 @@ int subq_gguf_describe_rope(const subq_gguf *g, char *buf, size_t cap) {
     char arch[32];
     subq_error err = {0};
     if (gguf_get_str(g->f, "general.architecture", arch, sizeof arch, &err)) return 0;
-    int known = 0;
-    for (model_arch a = ARCH_LLAMA; a <= ARCH_QWEN3; a++) known |= !strcmp(arch, model_arch_name(a));
-    if (!known) return 0;
+    if (!arch_by_name(arch)) return 0;
     model_hparams hp;
     if (model_hparams_load(g->f, &hp, &err)) snprintf(buf, cap, "cannot run: %.480s", err.msg);
     else rope_describe(&hp.rope, buf, cap);

@@ -150,9 +150,9 @@ subq_status subq_search_random(const subq_model *m, const char *layers, int d_se
     int *list = malloc((size_t)n_layer * sizeof(int));
     unsigned char *mask = calloc((size_t)n_layer, 1);
     subq_status s = !list || !mask ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory") : SUBQ_OK;
-    if (!s && layers) s = layers_parse(layers, n_layer, mask, err);
-    else if (!s) /* first and last two layers stay dense, as is usual */
-        for (int l = 2; l <= n_layer - 3; l++) mask[l] = 1;
+    if (!s && layers) s = model_layers_parse(&m->hp, layers, mask, err);
+    else if (!s) /* first and last two layers stay dense, as is usual, and sliding ones to their window */
+        for (int l = 2; l <= n_layer - 3; l++) mask[l] = !m->hp.layer[l].window;
     int n = 0;
     for (int l = 0; !s && l < n_layer; l++)
         if (mask[l]) list[n++] = l;

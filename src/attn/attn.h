@@ -16,7 +16,9 @@ typedef struct attn_step {
     int n_tokens;
     int slot0;
     int n_head, n_head_kv, head_dim;
-    float scale;                 /* 1/sqrt(head_dim) */
+    float scale;                 /* of q . k (the layer's layer_attn.scale) */
+    float softcap;               /* s <- softcap tanh(s / softcap) before the softmax; 0: none */
+    int window;                  /* keys at slots > slot - window only (sliding layers); 0: all */
     const float *q;              /* [n_tokens][n_head*head_dim], post-RoPE */
     const float *h_norm;         /* [n_tokens][n_embd]: normed hidden state entering attention */
     int n_embd;
@@ -56,13 +58,14 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
  * head kv_head (q and out: g adjacent heads of hd values; scores: g * n
  * floats of scratch; g = 1 for one head with its own slots):
  *   out_i = sum_j softmax_j(scale * q_i.k_j) v_j,
- * each key and value row loaded once for the g heads. The rows of a
+ * each key and value row loaded once for the g heads (s soft-capped at
+ * cap when cap > 0). The rows of a
  * retrieved set lie anywhere in the cache, so a usual set is asked for
  * whole before its first row is used (a window of rows for larger sets):
  * the misses overlap instead of each waiting for DRAM in turn. Rows are
  * then copied side by side in blocks and scored and summed by the dense
  * decode kernels (q8_0 / q4_0 keys: the quantised query, as dense decode). */
-void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
+void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale, float cap,
                            const int *slots, int n, float *scores, float *out);
 
 #endif

@@ -71,6 +71,14 @@ static void softmax_inplace(float *s, int n) {
     for (int j = 0; j < n; j++) s[j] *= inv;
 }
 
+/* s <- c tanh(s / c) for the n scores of a soft-capped layer (gemma2);
+ * c = 0: unchanged. -inf (a masked key) stays -inf. */
+static void softcap(float *s, int n, float c) {
+    if (c <= 0.0f) return;
+    for (int j = 0; j < n; j++)
+        if (s[j] != -INFINITY) s[j] = c * tanhf(s[j] / c);
+}
+
 /* the cache lines of one row */
 static void prefetch_row(const void *row, size_t bytes) {
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)row + o, 0, 3);
@@ -93,7 +101,7 @@ static void gather_start(const kv_cache *kv, int layer, int kv_head, int values,
         prefetch_row(kv_cache_row(kv, layer, kv_head, values, slots[j]), kv->row_bytes);
 }
 
-void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale,
+void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale, float cap,
                            const int *slots, int n, float *scores, float *out) {
     const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
     const int hd = kv->head_dim;
@@ -115,6 +123,7 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
         ops.scores(q, g, rows.bytes, nb, hd, scale, scores + j0, n);
     }
     gather_start(kv, layer, kv_head, 1, slots, n);
+    softcap(scores, g * n, cap);
     for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
     /* out_i = sum_j p_ij v_j */
     memset(out, 0, (size_t)g * hd * sizeof(float));
@@ -151,11 +160,12 @@ __attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops,
  *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i),  o_i = sum_j e^(s_ij - m_i) v_j
  * part = [o (g x hd) | m (g) | l (g)]. */
 static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh, int g,
-                          const float *q, float scale, int j0, int j1, int seg, float *scores, float *part) {
+                          const float *q, float scale, float cap, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
     if (kv_cache_rows_adjacent(kv)) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
     else strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
+    softcap(scores, g * n, cap);
     /* documents are runs of slots: keys that start and end in the query's
      * lie wholly in it */
     if (kv->seg[j0] != seg || kv->seg[j1 - 1] != seg)
@@ -213,17 +223,18 @@ static int decode_chunk(int n, int H) {
     return c < DECODE_CHUNK_MIN ? DECODE_CHUNK_MIN : c > DECODE_CHUNK_MAX ? DECODE_CHUNK_MAX : (int)c;
 }
 
-/* Work items (token t, KV head, chunk c) in that order; token t has
- * nc[t] = ceil((slot0 + t + 1) / chunk) chunks per KV head and its first
- * item at first[t]. Pool chunks take runs of items, then (token, KV head)
- * merges. */
+/* Work items (token t, KV head, chunk c) in that order; token t sees keys
+ * [lo[t], slot0 + t] (lo 0, or its sliding window's first slot) in
+ * nc[t] = ceil((slot0 + t + 1 - lo[t]) / chunk) chunks per KV head, its
+ * first item at first[t]. Pool chunks take runs of items, then (token, KV
+ * head) merges. */
 typedef struct rows_job {
     const attn_step *st;
     const kv_cache *kv;
     const kernels *K;
     kernels_kv_decode ops;
     int chunk, n_items, n_runs, H, g;
-    const int *nc, *first;
+    const int *nc, *first, *lo;
     float *parts;
     size_t part_floats;
     _Atomic int failed;
@@ -241,10 +252,10 @@ static void rows_items(void *ctx, int run, int thread) {
     for (int it = i0, t = 0; it < i1; it++) {
         while (it >= j->first[t + 1]) t++;
         const int kh = (it - j->first[t]) / j->nc[t], c = (it - j->first[t]) % j->nc[t], slot = st->slot0 + t;
-        const int j0 = c * j->chunk, j1 = j0 + j->chunk < slot + 1 ? j0 + j->chunk : slot + 1;
+        const int j0 = j->lo[t] + c * j->chunk, j1 = j0 + j->chunk < slot + 1 ? j0 + j->chunk : slot + 1;
         const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * j->g * hd;
-        chunk_partial(j->K, &j->ops, j->kv, st->layer, kh, j->g, q, st->scale, j0, j1, j->kv->seg[slot], scores,
-                      j->parts + (size_t)it * j->part_floats);
+        chunk_partial(j->K, &j->ops, j->kv, st->layer, kh, j->g, q, st->scale, st->softcap, j0, j1, j->kv->seg[slot],
+                      scores, j->parts + (size_t)it * j->part_floats);
     }
     free(scores);
 }
@@ -260,19 +271,23 @@ static void rows_merge(void *ctx, int th, int thread) {
 static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, subq_error *err) {
     enum { MAX_T = GEMM_MIN_TOKENS };
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, H = st->n_head_kv;
-    const int chunk = decode_chunk(st->slot0 + T, H);
-    int nc[MAX_T], first[MAX_T + 1];
+    const int n_seen = st->window > 0 && st->window < st->slot0 + T ? st->window : st->slot0 + T;
+    const int chunk = decode_chunk(n_seen, H);
+    int nc[MAX_T], first[MAX_T + 1], lo[MAX_T];
     first[0] = 0;
     for (int t = 0; t < T; t++) {
-        nc[t] = (st->slot0 + t + chunk) / chunk;
+        const int slot = st->slot0 + t;
+        lo[t] = st->window > 0 && slot + 1 > st->window ? slot + 1 - st->window : 0;
+        nc[t] = (slot - lo[t] + chunk) / chunk;
         first[t + 1] = first[t] + H * nc[t];
     }
     rows_job j = {.st = st, .kv = kv, .K = kernels_get(), .ops = kernels_kv_decode_get(kv->type), .chunk = chunk,
-                  .n_items = first[T], .H = H, .g = g, .nc = nc, .first = first, .part_floats = (size_t)g * (hd + 2)};
+                  .n_items = first[T], .H = H, .g = g, .nc = nc, .first = first, .lo = lo,
+                  .part_floats = (size_t)g * (hd + 2)};
     j.parts = malloc((size_t)j.n_items * j.part_floats * sizeof(float));
     if (!j.parts) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for attention partials (%d items)", j.n_items);
     /* threads only pay off once there is real work (items x keys x dims) */
-    const int64_t work = (int64_t)H * T * g * (st->slot0 + T) * hd;
+    const int64_t work = (int64_t)H * T * g * n_seen * hd;
     j.n_runs = work >= (1 << 16) ? j.n_items : 1;
     pool_run(st->pool, j.n_runs, rows_items, &j);
     pool_run(work >= (1 << 16) ? st->pool : NULL, T * H, rows_merge, &j);
@@ -325,8 +340,10 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
         for (int x = 0; x < n_extra; x++) {
             int32_t j = extra[(size_t)t * n_extra + x];
             e[x] = j >= 0 ? st->scale * ops->dot(qr, kv_cache_key(kv, st->layer, kh, j), hd) : -INFINITY;
-            mx = e[x] > mx ? e[x] : mx;
         }
+        softcap(e, n_extra, st->softcap);
+        softcap(row + a, b - a + 1, st->softcap);
+        for (int x = 0; x < n_extra; x++) mx = e[x] > mx ? e[x] : mx;
         mx = kernels_get()->max_f32(row + a, b - a + 1, mx);
         memset(row, 0, (size_t)a * sizeof(float));
         memset(row + b + 1, 0, (size_t)(n_keys - b - 1) * sizeof(float));
@@ -370,6 +387,8 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     if (!first) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for prefill attention");
     if (lo) memcpy(first, lo, (size_t)T * sizeof(int32_t));
     else doc_starts(kv, st->slot0, T, first);
+    for (int t = 0; !lo && st->window > 0 && t < T; t++) /* a sliding layer's window */
+        if (first[t] < st->slot0 + t + 1 - st->window) first[t] = st->slot0 + t + 1 - st->window;
     int k_lo = st->slot0;
     for (int t = 0; t < T; t++) k_lo = first[t] < k_lo ? first[t] : k_lo;
     const int n_keys = st->slot0 + T - k_lo;

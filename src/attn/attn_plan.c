@@ -71,15 +71,20 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     }
     subq_status s = SUBQ_OK;
     if (plan->sparse_layers) {
-        s = layers_parse(plan->sparse_layers, hp->n_layer, mask, err);
-    } else {
-        for (int l = 0; l < hp->n_layer; l++) mask[l] = needs_search ? proj->wq[l] != NULL : 1;
+        s = model_layers_parse(hp, plan->sparse_layers, mask, err);
+    } else { /* the layers with projections, sliding ones left to their window */
+        for (int l = 0; l < hp->n_layer; l++) mask[l] = (needs_search ? proj->wq[l] != NULL : 1) && !hp->layer[l].window;
     }
     if (!s && plan->topk_layers) s = attn_topk_layers_parse(plan->topk_layers, hp->n_layer, topk, err);
     else
         for (int l = 0; l < hp->n_layer; l++) topk[l] = -1;
     for (int l = 0; l < hp->n_layer && !s; l++) {
         if (!mask[l] && topk[l] < 0) continue;
+        if (hp->layer[l].window) {
+            s = subq_fail(err, SUBQ_ERR_ARG, "layer %d attends to a sliding window of %d keys; a per-layer top-K "
+                          "applies to the global layers", l, hp->layer[l].window);
+            break;
+        }
         sparse_params sp = plan->sparse;
         if (topk[l] >= 0) { /* a large-K exact selection */
             sp.top_k = topk[l];

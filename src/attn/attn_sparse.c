@@ -157,7 +157,7 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
                                    st->out + (size_t)t * st->n_head * hd, &s->probe.totals.share_sum,
                                    &s->probe.totals.n_share);
         else
-            attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, slots, ns, scores,
+            attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, st->softcap, slots, ns, scores,
                                   st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
     }
     return SUBQ_OK;
@@ -258,7 +258,7 @@ typedef struct group_job {
 static void attend_group(void *ctx, int kh, int thread) {
     const group_job *j = ctx;
     const int hd = j->st->head_dim;
-    attn_group_over_slots(j->kv, j->st->layer, kh, j->g, j->q + (size_t)kh * j->g * hd, j->st->scale, j->slots, j->ns,
+    attn_group_over_slots(j->kv, j->st->layer, kh, j->g, j->q + (size_t)kh * j->g * hd, j->st->scale, j->st->softcap, j->slots, j->ns,
                           j->scores + (size_t)kh * j->g * j->ns, j->out + (size_t)kh * j->g * hd);
 }
 
@@ -274,6 +274,14 @@ static int teacher_batchable(const sparse_stage *s) {
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     sparse_stage *s = (sparse_stage *)self;
     const int n = st->n_tokens, hd = st->head_dim, g = st->n_head / st->n_head_kv;
+    /* a sliding layer reads a bounded window already; the plans leave it
+     * dense (attn_plan), and completion's maps know no soft cap */
+    if (st->window > 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "layer %d attends to a sliding window of %d keys: sparse attention "
+                         "applies to the global layers", st->layer, st->window);
+    if (st->softcap > 0.0f && s->comp)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "layer %d soft-caps its attention scores, which completion "
+                         "does not model: use sparse attention without completion", st->layer);
     subq_status rc = ensure_buffers(s, n, err);
     if (!rc && s->probe.on) rc = sparse_probe_reserve(&s->probe, n, st->n_head, s->p.top_k, s->per_head, err);
     if (rc) return rc;

@@ -22,7 +22,7 @@
 typedef struct sparse_measure {
     int layer, n_tokens, slot0;
     int n_head, n_head_kv, head_dim, top_k;
-    float scale;                /* of q . k (model_hparams.attn_scale) */
+    float scale;                /* of q . k (the layer's layer_attn.scale) */
     int per_head;
     const float *q;             /* [n_tokens][n_head][head_dim], post-RoPE */
     const int *doc0;            /* [n_tokens] */

@@ -123,13 +123,14 @@ static subq_status check_config(const subq_context *c, const eval_config *cfg, s
 
 /* The sparse layers, the same for every method: the given list, else the
  * layers with projections, else all. Also as a list string for plans. */
-static subq_status sparse_layers(const eval_config *cfg, int n_layer, unsigned char *mask, char *list, size_t cap,
-                                 subq_error *err) {
+static subq_status sparse_layers(const eval_config *cfg, const model_hparams *hp, unsigned char *mask, char *list,
+                                 size_t cap, subq_error *err) {
+    const int n_layer = hp->n_layer;
     if (cfg->sparse_layers) {
-        subq_status s = layers_parse(cfg->sparse_layers, n_layer, mask, err);
+        subq_status s = model_layers_parse(hp, cfg->sparse_layers, mask, err);
         if (s) return s;
-    } else {
-        for (int l = 0; l < n_layer; l++) mask[l] = cfg->proj ? cfg->proj->wq[l] != NULL : 1;
+    } else { /* sliding layers keep their window */
+        for (int l = 0; l < n_layer; l++) mask[l] = (cfg->proj ? cfg->proj->wq[l] != NULL : 1) && !hp->layer[l].window;
     }
     size_t len = 0;
     list[0] = '\0';
@@ -442,7 +443,7 @@ subq_status eval_run(subq_context *c, const eval_config *cfg, subq_eval_progress
         s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
         goto done;
     }
-    if ((s = sparse_layers(cfg, hp->n_layer, r->sparse_layers, st->layers, sizeof st->layers, err))) goto done;
+    if ((s = sparse_layers(cfg, hp, r->sparse_layers, st->layers, sizeof st->layers, err))) goto done;
     /* the held-out windows */
     subq_corpus_params cp = {.seq = cfg->ctx, .pack = cfg->pack, .eval_frac = cfg->eval_frac, .seed = 1, .eval_only = 1};
     if ((s = corpus_new(c->model, &cp, &corpus, err))) goto done;

@@ -143,6 +143,8 @@ typedef struct kernels {
     void (*log_f64)(double *x, int n);
     /* g[i] = silu(g[i]) u[i] = g[i] / (1 + exp(-g[i])) u[i]: SwiGLU */
     void (*silu_mul)(float *g, const float *u, size_t n);
+    /* g = gelu(g) * u, GELU's tanh form: gelu(x) = x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) */
+    void (*gelu_mul)(float *g, const float *u, size_t n);
     /* max(init, x[0..n)), NaN elements passed over: a softmax row's shift */
     float (*max_f32)(const float *x, int n, float init);
     kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;

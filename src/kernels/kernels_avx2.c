@@ -1054,6 +1054,23 @@ TARGET static void silu_mul(float *g, const float *u, size_t n) {
     for (; j < n; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
 }
 
+/* gelu(g) * u as silu_mul, the sigmoid's argument 2 sqrt(2/pi) (x + 0.044715 x^3) */
+TARGET static void gelu_mul(float *g, const float *u, size_t n) {
+    const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(87.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 c = _mm256_set1_ps(-1.5957691216057308f), c3 = _mm256_set1_ps(0.044715f);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 x = _mm256_loadu_ps(g + j);
+        __m256 y = _mm256_mul_ps(c, _mm256_fmadd_ps(_mm256_mul_ps(c3, x), _mm256_mul_ps(x, x), x));
+        __m256 e = exp8(_mm256_min_ps(_mm256_max_ps(y, lo), hi));
+        _mm256_storeu_ps(g + j, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + j)));
+    }
+    for (; j < n; j++) {
+        const float x = g[j], y2 = 1.5957691216057308f * (x + 0.044715f * x * x * x);
+        g[j] = x / (1.0f + expf(-y2)) * u[j];
+    }
+}
+
 /* ---- gathered rows -------------------------------------------------------- */
 
 /* Four rows at a time: each q chunk is loaded once for four FMAs and the four
@@ -1156,6 +1173,7 @@ const kernels kernels_avx2_set = {
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
+    .gelu_mul = gelu_mul,
     .kl_sum = kl_sum,
     .exp_f64 = exp_f64,
     .log_f64 = log_f64,

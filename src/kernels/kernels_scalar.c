@@ -249,6 +249,14 @@ static void silu_mul(float *g, const float *u, size_t n) {
     for (size_t j = 0; j < n; j++) g[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
 }
 
+/* 0.5 x (1 + tanh(y)) = x sigmoid(2 y), y = sqrt(2/pi) (x + 0.044715 x^3) */
+static void gelu_mul(float *g, const float *u, size_t n) {
+    for (size_t j = 0; j < n; j++) {
+        const float x = g[j], y2 = 1.5957691216057308f * (x + 0.044715f * x * x * x);
+        g[j] = x / (1.0f + expf(-y2)) * u[j];
+    }
+}
+
 static void gather_dot_f32(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
                            float *out) {
     for (int i = 0; i < n; i++) out[i] = kernels_dot_f32_scalar(q, (const float *)base + (size_t)idx[i] * stride, d);
@@ -467,6 +475,7 @@ const kernels kernels_scalar_set = {
     .axpy_f16 = axpy_f16,
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
+    .gelu_mul = gelu_mul,
     .kl_sum = kl_sum,
     .exp_f64 = exp_f64,
     .log_f64 = log_f64,

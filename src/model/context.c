@@ -26,6 +26,7 @@ void subq_context_free(subq_context *c) {
     free(c->x); /* and the other work buffers */
     free(c->posbuf);
     free(c->rope_cs);
+    free(c->rope_cs_local);
     matmul_scratch_free(&c->mm);
     if (!c->kv.file) free(c->tok); /* else the file's token region */
     kv_cache_free(&c->kv);
@@ -123,13 +124,15 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     }
     c->posbuf = malloc(B * sizeof(int32_t));
     c->rope_cs = malloc((B * (size_t)hp->rope.n_rot + 1) * sizeof(float));
+    c->rope_cs_local = hp->rope_local.n_rot ? malloc(B * (size_t)hp->rope_local.n_rot * sizeof(float)) : NULL;
     int mm_ok = matmul_scratch_init(&c->mm, c->n_batch, (int64_t)widest);
     c->stages = calloc((size_t)hp->n_layer, sizeof(attn_stage *));
     c->tok = c->kv.file ? kv_file_tok(c->kv.file) : malloc((size_t)n_ctx * sizeof(int32_t));
     c->logits_last = malloc((size_t)hp->n_vocab * sizeof(float));
     c->logits_at = -1;
     c->capture_last = -1;
-    if (!c->tok || !c->logits_last || !c->x || !c->posbuf || !c->rope_cs || !mm_ok || !c->stages) {
+    if (!c->tok || !c->logits_last || !c->x || !c->posbuf || !c->rope_cs || (hp->rope_local.n_rot && !c->rope_cs_local) ||
+        !mm_ok || !c->stages) {
         subq_context_free(c);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory allocating work buffers");
     }

@@ -37,6 +37,7 @@ struct subq_context {
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     int32_t *posbuf;             /* positions of the current chunk */
     float *rope_cs;              /* [n_batch][n_rot]: its RoPE cos, sin pairs */
+    float *rope_cs_local;        /* the same for hp.rope_local (gemma3's sliding layers), else NULL */
     matmul_scratch mm;           /* batched products */
     int32_t *tok;                /* [n_ctx]: token id of each cache slot (-1: synthetic) */
     float *logits_last;          /* [n_vocab]: logits of the last cached token ... */

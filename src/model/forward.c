@@ -1,6 +1,9 @@
-/* The transformer forward pass (llama family): embeddings, per-layer
- * RMSNorm -> q/k/v -> RoPE -> KV cache -> attention stage -> output
- * projection -> RMSNorm -> SwiGLU FFN, final norm and logits. */
+/* The transformer forward pass, as the model's architecture describes it
+ * (model/arch.h): embeddings (times a scale), per layer RMSNorm -> q/k/v
+ * (+ biases, + RMSNorm per head) -> RoPE of the layer (or none) -> KV cache
+ * -> attention stage (the layer's scale, window, soft cap) -> output
+ * projection (-> RMSNorm) -> residual -> RMSNorm -> gated FFN (SiLU or
+ * GELU) (-> RMSNorm) -> residual; final norm and logits (soft-capped). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +23,7 @@ typedef struct rows_job {
     const float *x, *w;      /* rmsnorm: x, w; swiglu: x = up; residual: x */
     const float *cs;         /* rope: [n][n_rot] cos, sin pairs */
     int d, n_heads, head_dim;
-    float eps;
+    float eps, cap;          /* rmsnorm's eps; softcap's c */
     const rope_hparams *rope;
     const int32_t *pos;
 } rows_job;
@@ -76,6 +79,17 @@ static void rope_rows(const rows_job *j, int t0, int t1) {
 static void swiglu_rows(const rows_job *j, int t0, int t1) {
     const size_t a = (size_t)t0 * j->d;
     kernels_get()->silu_mul(j->out + a, j->x + a, (size_t)(t1 - t0) * j->d);
+}
+
+/* out = gelu(out) * up (GELU's tanh form), rows of length d */
+static void geglu_rows(const rows_job *j, int t0, int t1) {
+    const size_t a = (size_t)t0 * j->d;
+    kernels_get()->gelu_mul(j->out + a, j->x + a, (size_t)(t1 - t0) * j->d);
+}
+
+/* y = c tanh(y / c), rows of length d (gemma2's final logits) */
+static void softcap_rows(const rows_job *j, int t0, int t1) {
+    for (size_t i = (size_t)t0 * j->d; i < (size_t)t1 * j->d; i++) j->y[i] = j->cap * tanhf(j->y[i] / j->cap);
 }
 
 /* y += x, rows of length d */
@@ -144,14 +158,22 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         posbuf[t] = pos ? pos[t] : slot0 + t;
         kv->pos[slot0 + t] = posbuf[t];
         kv->seg[slot0 + t] = seg ? seg[t] : 0;
+        float *xt = c->x + (size_t)t * d;
         dequant_row(m->token_embd.type, (const char *)m->token_embd.data + (size_t)tokens[t] * m->token_embd.row_bytes,
-                    c->x + (size_t)t * d, d);
+                    xt, d);
+        if (hp->embd_scale != 1.0f)
+            for (int i = 0; i < d; i++) xt[i] *= hp->embd_scale;
     }
 
+    /* one cos/sin table per RoPE the layers use (gemma3: global and local) */
     for_rows(pl, n, hp->rope.n_rot, rope_table_rows, &(rows_job){.out = c->rope_cs, .rope = &hp->rope, .pos = posbuf});
+    if (hp->rope_local.n_rot)
+        for_rows(pl, n, hp->rope_local.n_rot, rope_table_rows,
+                 &(rows_job){.out = c->rope_cs_local, .rope = &hp->rope_local, .pos = posbuf});
 
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];
+        const layer_attn *A = &hp->layer[l];
         rmsnorm(pl, c->xn, c->x, L->attn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->q, c->k, c->v}, (const matrix *const[]){&L->wq, &L->wk, &L->wv}, 3,
                             c->xn, n, &c->mm, pl);
@@ -160,12 +182,16 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
             add_bias(c->k, L->bk, n, hp->n_head_kv * hp->head_dim);
             add_bias(c->v, L->bv, n, hp->n_head_kv * hp->head_dim);
         }
-        if (L->q_norm) { /* qwen3: RMSNorm over each head's vector, in place */
+        if (L->q_norm) { /* RMSNorm over each head's vector, in place */
             rmsnorm(pl, c->q, c->q, L->q_norm, n * hp->n_head, hp->head_dim, hp->norm_eps);
             rmsnorm(pl, c->k, c->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps);
         }
-        rope(pl, c->q, n, hp->n_head, hp->head_dim, c->rope_cs, &hp->rope);
-        rope(pl, c->k, n, hp->n_head_kv, hp->head_dim, c->rope_cs, &hp->rope);
+        const rope_hparams *R = layer_rope(hp, l);
+        if (R) {
+            const float *cs = A->rope == LAYER_ROPE_LOCAL ? c->rope_cs_local : c->rope_cs;
+            rope(pl, c->q, n, hp->n_head, hp->head_dim, cs, R);
+            rope(pl, c->k, n, hp->n_head_kv, hp->head_dim, cs, R);
+        }
         subq_status stored = kv_cache_store(kv, l, slot0, n, c->k, c->v, err);
         if (stored) return stored;
         if (c->capture) c->capture(c->capture_user, l, n, slot0, c->xn, c->q, c->k, c->v);
@@ -177,7 +203,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         attn_step step = {
             .layer = l, .n_tokens = n, .slot0 = slot0,
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
-            .scale = hp->attn_scale,
+            .scale = A->scale, .softcap = A->softcap, .window = A->window,
             .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt, .pool = pl,
         };
         attn_stage *st = c->stages[l];
@@ -187,13 +213,16 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         if (s) return s;
 
         matmul(c->proj, c->att, &L->wo, n, &c->mm, pl);
+        if (L->post_attn_norm) rmsnorm(pl, c->proj, c->proj, L->post_attn_norm, n, d, hp->norm_eps);
         for_rows(pl, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
 
         rmsnorm(pl, c->xn, c->x, L->ffn_norm, n, d, hp->norm_eps);
         matmul_shared_input((float *const[]){c->gate, c->up}, (const matrix *const[]){&L->w_gate, &L->w_up}, 2,
                             c->xn, n, &c->mm, pl);
-        for_rows(pl, n, hp->n_ff, swiglu_rows, &(rows_job){.out = c->gate, .x = c->up, .d = hp->n_ff});
+        for_rows(pl, n, hp->n_ff, hp->desc->act == FFN_GELU ? geglu_rows : swiglu_rows,
+                 &(rows_job){.out = c->gate, .x = c->up, .d = hp->n_ff});
         matmul(c->proj, c->gate, &L->w_down, n, &c->mm, pl);
+        if (L->post_ffn_norm) rmsnorm(pl, c->proj, c->proj, L->post_ffn_norm, n, d, hp->norm_eps);
         for_rows(pl, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
     }
     kv->n_used += n;
@@ -203,6 +232,9 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         int first = all_logits ? 0 : n - 1, rows = n - first;
         rmsnorm(pl, c->xn, c->x + (size_t)first * d, m->output_norm, rows, d, hp->norm_eps);
         matmul(logits, c->xn, &m->output, rows, &c->mm, pl);
+        if (hp->final_softcap > 0.0f)
+            for_rows(pl, rows, hp->n_vocab, softcap_rows,
+                     &(rows_job){.y = logits, .d = hp->n_vocab, .cap = hp->final_softcap});
     }
     return SUBQ_OK;
 }

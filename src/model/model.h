@@ -6,10 +6,15 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
+#include "model/arch.h"
 #include "subq.h"
 #include "tokenize/tokenizer.h"
 
-typedef enum model_arch { ARCH_LLAMA = 0, ARCH_QWEN2 = 1, ARCH_QWEN3 = 2 } model_arch;
+/* arch_desc.id of each family (kept in model fingerprints: never renumbered) */
+typedef enum model_arch {
+    ARCH_LLAMA = 0, ARCH_QWEN2 = 1, ARCH_QWEN3 = 2, ARCH_GEMMA2 = 3, ARCH_GEMMA3 = 4, ARCH_PHI3 = 5, ARCH_SMOLLM3 = 6,
+    ARCH_COUNT
+} model_arch;
 
 /* A 2-D weight: `rows` output features, each a row of `cols` elements of `type`
  * (GGUF ne = {cols, rows}). */
@@ -43,21 +48,44 @@ typedef struct rope_hparams {
     float mscale;
 } rope_hparams;
 
+/* Which RoPE a layer applies (layer_attn.rope). */
+enum { LAYER_ROPE_NONE = -1, LAYER_ROPE_GLOBAL = 0, LAYER_ROPE_LOCAL = 1 };
+
+/* One layer's attention, computed once at load (the architecture unit's
+ * load): the one copy that the forward, the sparse stages, the metrics and
+ * the teachers read. */
+typedef struct layer_attn {
+    float scale;   /* of q . k before the softmax (1 / sqrt(head_dim) unless the family says) */
+    float softcap; /* s <- softcap tanh(s / softcap) before the softmax (gemma2); 0: none */
+    int window;    /* sliding window: the query's slot and the window - 1 before it; 0: all keys */
+    int rope;      /* LAYER_ROPE_*: hp->rope, hp->rope_local, or none (SmolLM3's NoPE layers) */
+} layer_attn;
+
 typedef struct model_hparams {
     model_arch arch;
+    const arch_desc *desc;
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx_train;
-    float attn_scale;   /* of q . k in every layer's softmax: 1 / sqrt(head_dim); the one copy
-                           that forward, sparse metrics and the teachers read */
     rope_hparams rope;
+    rope_hparams rope_local; /* the sliding layers' RoPE where it differs (gemma3); n_rot 0 when unused */
+    layer_attn *layer;       /* [n_layer], owned */
+    float embd_scale;        /* token embeddings are multiplied by this (gemma: sqrt(n_embd)); 1 else */
+    float final_softcap;     /* logits <- c tanh(logits / c) (gemma2); 0: none */
     float norm_eps;
 } model_hparams;
 
+/* The RoPE layer l applies, NULL for none. */
+static inline const rope_hparams *layer_rope(const model_hparams *hp, int l) {
+    const int r = hp->layer[l].rope;
+    return r == LAYER_ROPE_GLOBAL ? &hp->rope : r == LAYER_ROPE_LOCAL ? &hp->rope_local : NULL;
+}
+
 typedef struct layer_weights {
     float *attn_norm, *ffn_norm;   /* [n_embd] */
-    float *q_norm, *k_norm;        /* [head_dim], qwen3 only, else NULL */
-    float *bq, *bk, *bv;           /* qwen2 biases, else NULL */
-    matrix wq, wk, wv, wo;
-    matrix w_gate, w_up, w_down;
+    float *q_norm, *k_norm;        /* [head_dim] (arch_desc.qk_norm), else NULL */
+    float *bq, *bk, *bv;           /* arch_desc.qkv_bias, else NULL */
+    float *post_attn_norm, *post_ffn_norm; /* [n_embd] (arch_desc.post_norms), else NULL */
+    matrix wq, wk, wv, wo;         /* views of one fused attn_qkv matrix's rows (arch_desc.fused_qkv) */
+    matrix w_gate, w_up, w_down;   /* gate, up: views of one ffn_up (arch_desc.fused_gate_up) */
 } layer_weights;
 
 struct subq_model {
@@ -79,10 +107,18 @@ void model_hparams_free(model_hparams *hp);
 
 /* rope.c: read and validate the rope keys and the optional rope_freqs.weight
  * tensor ({arch} = arch), then fill hp->rope's frequency table. Needs
- * head_dim and n_ctx_train set. Unknown scaling types are refused. */
+ * head_dim, n_ctx_train and desc set. Unknown scaling types are refused. */
 subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, subq_error *err);
+/* A second RoPE like hp->rope with another base and no scaling (gemma3's
+ * sliding layers), in hp->rope_local. */
+subq_status rope_load_local(model_hparams *hp, float base, subq_error *err);
 /* One line describing the rope in use, e.g. "yarn x4 (original context 32768, ...)". */
 void rope_describe(const rope_hparams *r, char *buf, size_t cap);
+
+/* A layer list for sparse attention ("all", "global", "none", "1,3,5-7"):
+ * the listed layers without a sliding window ("all", NULL and "global":
+ * every such layer); a list of sliding layers only is refused (SUBQ_ERR_ARG). */
+subq_status model_layers_parse(const model_hparams *hp, const char *list, unsigned char *mask, subq_error *err);
 
 /* Identity of the model's weights, stored in files derived from it so that
  * loading them with another model fails with a clear error. */

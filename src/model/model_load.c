@@ -11,12 +11,8 @@
 #include "model/model.h"
 
 const char *model_arch_name(model_arch a) {
-    switch (a) {
-    case ARCH_LLAMA: return "llama";
-    case ARCH_QWEN2: return "qwen2";
-    case ARCH_QWEN3: return "qwen3";
-    }
-    return "?";
+    const arch_desc *d = arch_by_id((int)a);
+    return d ? d->name : "?";
 }
 
 static const char *supported_types = "f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K";
@@ -88,12 +84,10 @@ subq_status model_hparams_load(const gguf_file *f, model_hparams *hp, subq_error
     char arch[32];
     subq_status s = gguf_get_str(f, "general.architecture", arch, sizeof arch, err);
     if (s) return s;
-    if (strcmp(arch, "llama") == 0) hp->arch = ARCH_LLAMA;
-    else if (strcmp(arch, "qwen2") == 0) hp->arch = ARCH_QWEN2;
-    else if (strcmp(arch, "qwen3") == 0) hp->arch = ARCH_QWEN3;
-    else
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED,
-                         "architecture '%s' is not supported (supported: llama, qwen2, qwen3)", arch);
+    if (!(hp->desc = arch_by_name(arch)))
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "architecture '%s' is not supported (supported: %s)", arch,
+                         arch_names());
+    hp->arch = (model_arch)hp->desc->id;
     if ((s = get_hparam(f, arch, "block_count", 0, 0, 1, 4096, &hp->n_layer, err))) return s;
     if ((s = get_hparam(f, arch, "embedding_length", 0, 0, 1, 1 << 17, &hp->n_embd, err))) return s;
     if ((s = get_hparam(f, arch, "feed_forward_length", 0, 0, 1, 1 << 20, &hp->n_ff, err))) return s;
@@ -106,19 +100,38 @@ subq_status model_hparams_load(const gguf_file *f, model_hparams *hp, subq_error
                          hp->n_head, hp->n_head_kv);
     uint32_t def_hd = (uint32_t)(hp->n_embd / hp->n_head);
     if ((s = get_hparam(f, arch, "attention.key_length", 1, def_hd, 1, 4096, &hp->head_dim, err))) return s;
-    hp->attn_scale = 1.0f / sqrtf((float)hp->head_dim);
     if ((s = get_hparam(f, arch, "context_length", 1, 2048, 1, 1 << 24, &hp->n_ctx_train, err))) return s;
     char key[128];
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if ((s = gguf_get_f32_or(f, key, 1e-5f, &hp->norm_eps, err))) return s;
     if (!(hp->norm_eps > 0.0f) || hp->norm_eps > 1.0f)
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %g is out of range (0, 1]", key, (double)hp->norm_eps);
-    return rope_load(f, arch, hp, err);
+    if ((s = rope_load(f, arch, hp, err))) return s;
+    /* every layer as llama's, then the family's own (arch_<name>.c) */
+    if (!(hp->layer = malloc((size_t)hp->n_layer * sizeof *hp->layer))) s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    for (int l = 0; !s && l < hp->n_layer; l++)
+        hp->layer[l] = (layer_attn){.scale = 1.0f / sqrtf((float)hp->head_dim), .rope = LAYER_ROPE_GLOBAL};
+    hp->embd_scale = hp->desc->embd_scale ? sqrtf((float)hp->n_embd) : 1.0f;
+    if (!s && hp->desc->load) s = hp->desc->load(f, hp, err);
+    if (s) model_hparams_free(hp); /* a failed load holds nothing */
+    return s;
 }
 
 void model_hparams_free(model_hparams *hp) {
     free(hp->rope.freq);
-    hp->rope.freq = NULL;
+    free(hp->rope_local.freq);
+    free(hp->layer);
+    hp->rope.freq = hp->rope_local.freq = NULL;
+    hp->layer = NULL;
+}
+
+/* Rows [r0, r0 + rows) of a matrix as a matrix of their own (the parts of
+ * a fused attn_qkv or ffn_up). */
+static matrix row_view(const matrix *m, int64_t r0, int64_t rows) {
+    matrix v = *m;
+    v.data = (const char *)m->data + (size_t)r0 * m->row_bytes;
+    v.rows = rows;
+    return v;
 }
 
 static subq_status load_weights(subq_model *m, subq_error *err) {
@@ -134,28 +147,45 @@ static subq_status load_weights(subq_model *m, subq_error *err) {
     }
     m->layers = calloc((size_t)hp->n_layer, sizeof(layer_weights));
     if (!m->layers) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    const arch_desc *a = hp->desc;
     for (int i = 0; i < hp->n_layer; i++) {
         layer_weights *L = &m->layers[i];
         char name[96];
 #define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, i), name)
         if ((s = load_vector(m, TN("attn_norm.weight"), d, 0, &L->attn_norm, err))) return s;
         if ((s = load_vector(m, TN("ffn_norm.weight"), d, 0, &L->ffn_norm, err))) return s;
-        if ((s = load_matrix(m, TN("attn_q.weight"), d, dq, &L->wq, err))) return s;
-        if ((s = load_matrix(m, TN("attn_k.weight"), d, dkv, &L->wk, err))) return s;
-        if ((s = load_matrix(m, TN("attn_v.weight"), d, dkv, &L->wv, err))) return s;
+        if (a->fused_qkv) {
+            matrix qkv;
+            if ((s = load_matrix(m, TN("attn_qkv.weight"), d, dq + 2 * dkv, &qkv, err))) return s;
+            L->wq = row_view(&qkv, 0, dq);
+            L->wk = row_view(&qkv, dq, dkv);
+            L->wv = row_view(&qkv, dq + dkv, dkv);
+        } else if ((s = load_matrix(m, TN("attn_q.weight"), d, dq, &L->wq, err)) ||
+                   (s = load_matrix(m, TN("attn_k.weight"), d, dkv, &L->wk, err)) ||
+                   (s = load_matrix(m, TN("attn_v.weight"), d, dkv, &L->wv, err))) {
+            return s;
+        }
         if ((s = load_matrix(m, TN("attn_output.weight"), dq, d, &L->wo, err))) return s;
-        if ((s = load_matrix(m, TN("ffn_gate.weight"), d, hp->n_ff, &L->w_gate, err))) return s;
-        if ((s = load_matrix(m, TN("ffn_up.weight"), d, hp->n_ff, &L->w_up, err))) return s;
+        if (a->fused_gate_up) {
+            matrix gate_up;
+            if ((s = load_matrix(m, TN("ffn_up.weight"), d, 2 * (int64_t)hp->n_ff, &gate_up, err))) return s;
+            L->w_gate = row_view(&gate_up, 0, hp->n_ff);
+            L->w_up = row_view(&gate_up, hp->n_ff, hp->n_ff);
+        } else if ((s = load_matrix(m, TN("ffn_gate.weight"), d, hp->n_ff, &L->w_gate, err)) ||
+                   (s = load_matrix(m, TN("ffn_up.weight"), d, hp->n_ff, &L->w_up, err))) {
+            return s;
+        }
         if ((s = load_matrix(m, TN("ffn_down.weight"), hp->n_ff, d, &L->w_down, err))) return s;
-        if (hp->arch == ARCH_QWEN2) { /* q/k/v biases */
-            if ((s = load_vector(m, TN("attn_q.bias"), dq, 0, &L->bq, err))) return s;
-            if ((s = load_vector(m, TN("attn_k.bias"), dkv, 0, &L->bk, err))) return s;
-            if ((s = load_vector(m, TN("attn_v.bias"), dkv, 0, &L->bv, err))) return s;
-        }
-        if (hp->arch == ARCH_QWEN3) { /* per-head RMSNorm of q and k */
-            if ((s = load_vector(m, TN("attn_q_norm.weight"), hp->head_dim, 0, &L->q_norm, err))) return s;
-            if ((s = load_vector(m, TN("attn_k_norm.weight"), hp->head_dim, 0, &L->k_norm, err))) return s;
-        }
+        if (a->qkv_bias && ((s = load_vector(m, TN("attn_q.bias"), dq, 0, &L->bq, err)) ||
+                            (s = load_vector(m, TN("attn_k.bias"), dkv, 0, &L->bk, err)) ||
+                            (s = load_vector(m, TN("attn_v.bias"), dkv, 0, &L->bv, err))))
+            return s;
+        if (a->qk_norm && ((s = load_vector(m, TN("attn_q_norm.weight"), hp->head_dim, 0, &L->q_norm, err)) ||
+                           (s = load_vector(m, TN("attn_k_norm.weight"), hp->head_dim, 0, &L->k_norm, err))))
+            return s;
+        if (a->post_norms && ((s = load_vector(m, TN("post_attention_norm.weight"), d, 0, &L->post_attn_norm, err)) ||
+                              (s = load_vector(m, TN("post_ffw_norm.weight"), d, 0, &L->post_ffn_norm, err))))
+            return s;
 #undef TN
     }
     return SUBQ_OK;
@@ -173,6 +203,8 @@ void subq_model_free(subq_model *m) {
             free(L->bq);
             free(L->bk);
             free(L->bv);
+            free(L->post_attn_norm);
+            free(L->post_ffn_norm);
         }
         free(m->layers);
     }

@@ -181,7 +181,7 @@ subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, s
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u must be even, positive and at most the head size %d", key,
                          n_rot, hp->head_dim);
     r->n_rot = (int)n_rot;
-    r->neox = hp->arch != ARCH_LLAMA;
+    r->neox = hp->desc->rope_neox;
     if ((s = get_f32(f, arch, "rope.freq_base", 10000.0f, 1e-3f, 1e12f, &r->base, err))) return s;
     if (!(r->base > 1.0f))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s.rope.freq_base = %g must exceed 1", arch, (double)r->base);
@@ -195,6 +195,16 @@ subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, s
     }
     compute_freqs(r, ff);
     free(ff);
+    return SUBQ_OK;
+}
+
+subq_status rope_load_local(model_hparams *hp, float base, subq_error *err) {
+    rope_hparams *r = &hp->rope_local;
+    *r = (rope_hparams){.n_rot = hp->rope.n_rot, .neox = hp->rope.neox, .base = base, .factor = 1.0f,
+                        .n_ctx_orig = hp->n_ctx_train, .attn_factor = 1.0f};
+    r->freq = malloc((size_t)(r->n_rot / 2 > 0 ? r->n_rot / 2 : 1) * sizeof(double));
+    if (!r->freq) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    compute_freqs(r, NULL);
     return SUBQ_OK;
 }
 

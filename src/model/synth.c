@@ -22,24 +22,55 @@
 #define NO_SCALING ROPE_SCALING_NONE, 1.f, 0
 #define NO_FREQS 0.f, 0.f, 0.f, 0
 #define LLAMA32_FREQS 32.f, 1.f, 4.f, 8192
+/* the families' own: window, n_rot, attn_softcap, final_softcap, bpe_pre */
+#define NONE 0, 0, 0.f, 0.f, NULL
 static const synth_shape shapes[] = {
     /* name            arch        L   d     H   Hkv hd   ff    vocab   ctx     base      eps    tied  scaling */
-    {"tiny",           ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 1, NO_SCALING, NO_FREQS},
-    {"tiny-qwen2",     ARCH_QWEN2, 2,  256,  4,  2,  64,  512,  320,    256,    1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS},
-    {"tiny-qwen3",     ARCH_QWEN3, 2,  256,  4,  2,  32,  512,  320,    256,    1e6f,     1e-6f, 0, NO_SCALING, NO_FREQS},
+    {"tiny",           ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 1, NO_SCALING, NO_FREQS, NONE},
+    {"tiny-qwen2",     ARCH_QWEN2, 2,  256,  4,  2,  64,  512,  320,    256,    1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS, NONE},
+    {"tiny-qwen3",     ARCH_QWEN3, 2,  256,  4,  2,  32,  512,  320,    256,    1e6f,     1e-6f, 0, NO_SCALING, NO_FREQS, NONE},
     {"tiny-llama3",    ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    500000.f, 1e-5f, 1, NO_SCALING,
-     LLAMA32_FREQS},
+     LLAMA32_FREQS, NONE},
     {"tiny-qwen3-yarn", ARCH_QWEN3, 2, 256,  4,  2,  32,  512,  320,    256,    1e6f,     1e-6f, 0,
-     ROPE_SCALING_YARN, 4.f, 64, NO_FREQS},
-    {"stories260k",    ARCH_LLAMA, 5,  64,   8,  4,  8,   172,  512,    512,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS},
-    {"smollm2-135m",   ARCH_LLAMA, 30, 576,  9,  3,  64,  1536, 49152,  8192,   100000.f, 1e-5f, 1, NO_SCALING, NO_FREQS},
-    {"qwen2.5-0.5b",   ARCH_QWEN2, 24, 896,  14, 2,  64,  4864, 151936, 32768,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS},
-    {"qwen3-0.6b",     ARCH_QWEN3, 28, 1024, 16, 8,  128, 3072, 151936, 40960,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS},
+     ROPE_SCALING_YARN, 4.f, 64, NO_FREQS, NONE},
+    {"stories260k",    ARCH_LLAMA, 5,  64,   8,  4,  8,   172,  512,    512,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS, NONE},
+    {"smollm2-135m",   ARCH_LLAMA, 30, 576,  9,  3,  64,  1536, 49152,  8192,   100000.f, 1e-5f, 1, NO_SCALING, NO_FREQS, NONE},
+    {"qwen2.5-0.5b",   ARCH_QWEN2, 24, 896,  14, 2,  64,  4864, 151936, 32768,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS, NONE},
+    {"qwen3-0.6b",     ARCH_QWEN3, 28, 1024, 16, 8,  128, 3072, 151936, 40960,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS, NONE},
     /* Qwen3 with the YaRN settings Qwen documents for 128K: factor 4 over 32768 */
     {"qwen3-0.6b-yarn", ARCH_QWEN3, 28, 1024, 16, 8, 128, 3072, 151936, 131072, 1e6f,     1e-6f, 1,
-     ROPE_SCALING_YARN, 4.f, 32768, NO_FREQS},
+     ROPE_SCALING_YARN, 4.f, 32768, NO_FREQS, NONE},
     {"llama3.2-1b",    ARCH_LLAMA, 16, 2048, 32, 8,  64,  8192, 128256, 131072, 500000.f, 1e-5f, 1, NO_SCALING,
-     LLAMA32_FREQS},
+     LLAMA32_FREQS, NONE},
+    /* the families of issue 43: tiny shapes whose windows and caps act
+     * within a 48-token test, then the real ones (config.json) */
+    {"tiny-gemma3",    ARCH_GEMMA3, 6, 256,  4,  1,  64,  512,  320,    256,    1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
+     8, 0, 0.f, 0.f, NULL},
+    {"tiny-gemma2",    ARCH_GEMMA2, 4, 256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-6f, 1, NO_SCALING, NO_FREQS,
+     8, 0, 4.f, 30.f, NULL},
+    {"tiny-phi3",      ARCH_PHI3,  2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
+     0, 48, 0.f, 0.f, "llama-bpe"},
+    {"tiny-smollm3",   ARCH_SMOLLM3, 4, 256, 4,  2,  64,  512,  320,    256,    5e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
+     0, 0, 0.f, 0.f, "llama-bpe"},
+    {"tiny-mistral",   ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
+     8, 0, 0.f, 0.f, NULL},
+    {"gemma3-270m",    ARCH_GEMMA3, 18, 640, 4,  1,  256, 2048, 262144, 32768,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
+     512, 0, 0.f, 0.f, NULL},
+    {"gemma3-1b",      ARCH_GEMMA3, 26, 1152, 4, 1,  256, 6912, 262144, 32768,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
+     512, 0, 0.f, 0.f, NULL},
+    {"gemma3-4b",      ARCH_GEMMA3, 34, 2560, 8, 4,  256, 10240, 262208, 131072, 1e6f,    1e-6f, 1,
+     ROPE_SCALING_LINEAR, 8.f, 0, NO_FREQS,
+     1024, 0, 0.f, 0.f, NULL},
+    {"gemma2-2b",      ARCH_GEMMA2, 26, 2304, 8, 4,  256, 9216, 256000, 8192,   10000.f,  1e-6f, 1, NO_SCALING, NO_FREQS,
+     4096, 0, 50.f, 30.f, NULL},
+    {"phi3-mini",      ARCH_PHI3,  32, 3072, 32, 32, 96,  8192, 32064,  4096,   10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS, NONE},
+    {"phi4-mini",      ARCH_PHI3,  32, 3072, 24, 8,  128, 8192, 200064, 131072, 10000.f,  1e-5f, 1, NO_SCALING, NO_FREQS,
+     0, 96, 0.f, 0.f, "llama-bpe"},
+    {"smollm3-3b",     ARCH_SMOLLM3, 36, 2048, 16, 4, 128, 11008, 128256, 65536, 5e6f,    1e-6f, 1, NO_SCALING, NO_FREQS,
+     0, 0, 0.f, 0.f, "llama-bpe"},
+    {"mistral-7b",     ARCH_LLAMA, 32, 4096, 32, 8,  128, 14336, 32768, 32768,  1e6f,     1e-5f, 0, NO_SCALING, NO_FREQS, NONE},
+    {"mistral-7b-v0.1", ARCH_LLAMA, 32, 4096, 32, 8, 128, 14336, 32000, 32768,  10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
+     4096, 0, 0.f, 0.f, NULL},
 };
 
 const synth_shape *synth_find_shape(const char *name) {
@@ -50,7 +81,8 @@ const synth_shape *synth_find_shape(const char *name) {
 
 const char *synth_shape_names(void) {
     return "tiny, tiny-qwen2, tiny-qwen3, tiny-llama3, tiny-qwen3-yarn, stories260k, smollm2-135m, qwen2.5-0.5b, "
-           "qwen3-0.6b, qwen3-0.6b-yarn, llama3.2-1b";
+           "qwen3-0.6b, qwen3-0.6b-yarn, llama3.2-1b, tiny-gemma3, tiny-gemma2, tiny-phi3, tiny-smollm3, tiny-mistral, "
+           "gemma3-270m, gemma3-1b, gemma3-4b, gemma2-2b, phi3-mini, phi4-mini, smollm3-3b, mistral-7b, mistral-7b-v0.1";
 }
 
 /* Shapes whose real models use a byte-level BPE ("gpt2") vocabulary, with
@@ -65,6 +97,7 @@ static const struct {
 };
 
 static const char *shape_bpe_pre(const synth_shape *sh) {
+    if (sh->bpe_pre) return sh->bpe_pre;
     for (size_t i = 0; i < sizeof bpe_shapes / sizeof bpe_shapes[0]; i++)
         if (strcmp(bpe_shapes[i].shape, sh->name) == 0) return bpe_shapes[i].pre;
     return NULL;
@@ -152,6 +185,30 @@ static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, i
     return gguf_writer_add_tensor(w, name, type, rows == 1 ? 1 : 2, ne, data, row_bytes * (size_t)rows, 1, err);
 }
 
+/* A matrix whose first rows_a rows have std std_a and next rows_b std_b
+ * (a fused attn_qkv: q and k rows, then v rows), mean 0. */
+static subq_status add_random_rows(gguf_writer *w, const char *name, uint32_t type, int64_t cols, int64_t rows_a,
+                                   float std_a, int64_t rows_b, float std_b, uint64_t *rng, subq_error *err) {
+    const ggml_type_traits *tr = ggml_type_get(type);
+    if (cols % tr->block_size) type = GGML_TYPE_F16;
+    const size_t row_bytes = ggml_row_size(type, (uint64_t)cols), rows = (size_t)(rows_a + rows_b);
+    uint8_t *data = malloc(row_bytes * rows);
+    float *row = malloc((size_t)cols * sizeof(float));
+    if (!data || !row) {
+        free(data);
+        free(row);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for tensor '%s'", name);
+    }
+    for (size_t r = 0; r < rows; r++) {
+        const float sd = (int64_t)r < rows_a ? std_a : std_b;
+        for (int64_t i = 0; i < cols; i++) row[i] = sd * rng_normal(rng);
+        quantize_row(type, row, data + r * row_bytes, cols);
+    }
+    free(row);
+    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
+    return gguf_writer_add_tensor(w, name, type, 2, ne, data, row_bytes * rows, 1, err);
+}
+
 /* Llama 3.1+ frequency factors (Meta's "llama3" rope scaling, stored as
  * llama.cpp's convert script stores them): pair i has wavelength
  * 2 pi base^(2i/hd); wavelengths below ctx_orig/high_freq keep their
@@ -230,7 +287,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
         (s = gguf_writer_set_u32(w, KEY("attention.head_count_kv"), (uint32_t)sh->n_head_kv)) ||
         (s = gguf_writer_set_u32(w, KEY("attention.key_length"), (uint32_t)sh->head_dim)) ||
         (s = gguf_writer_set_u32(w, KEY("attention.value_length"), (uint32_t)sh->head_dim)) ||
-        (s = gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)sh->head_dim)) ||
+        (s = gguf_writer_set_u32(w, KEY("rope.dimension_count"), (uint32_t)(sh->n_rot ? sh->n_rot : sh->head_dim))) ||
         (s = gguf_writer_set_f32(w, KEY("rope.freq_base"), sh->rope_base)) ||
         (s = gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), sh->norm_eps))) {
         subq_fail(err, s, "out of memory writing metadata");
@@ -241,6 +298,12 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
          (s = gguf_writer_set_f32(w, KEY("rope.scaling.factor"), sh->rope_factor)) ||
          (sh->rope_scaling == ROPE_SCALING_YARN &&
           (s = gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), (uint32_t)sh->rope_ctx_orig))))) {
+        subq_fail(err, s, "out of memory writing metadata");
+        goto done;
+    }
+    if ((sh->window && (s = gguf_writer_set_u32(w, KEY("attention.sliding_window"), (uint32_t)sh->window))) ||
+        (sh->attn_softcap > 0.f && (s = gguf_writer_set_f32(w, KEY("attn_logit_softcapping"), sh->attn_softcap))) ||
+        (sh->final_softcap > 0.f && (s = gguf_writer_set_f32(w, KEY("final_logit_softcapping"), sh->final_softcap)))) {
         subq_fail(err, s, "out of memory writing metadata");
         goto done;
     }
@@ -264,27 +327,41 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     if (sh->llama3_factor > 0.0f && (s = add_llama3_freq_factors(w, sh, err))) goto done;
     if ((s = add_random(w, "output_norm.weight", type, d, 1, 1.0f, 0.1f, &rng, err))) goto done;
     if (!sh->tied && (s = add_random(w, "output.weight", type, d, sh->n_vocab, 0.0f, 0.02f, &rng, err))) goto done;
+    const arch_desc *a = arch_by_id(sh->arch);
+    const float s_qk = 0.5f / sqrtf((float)d) * 4, s_d = 1.0f / sqrtf((float)d); /* q/k larger: attention not uniform */
     for (int l = 0; l < sh->n_layer; l++) {
 #define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
-        /* q/k get a larger scale so attention is not uniform */
-        if ((s = add_random(w, TN("attn_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err)) ||
-            (s = add_random(w, TN("attn_q.weight"), type, d, dq, 0.0f, 0.5f / sqrtf((float)d) * 4, &rng, err)) ||
-            (s = add_random(w, TN("attn_k.weight"), type, d, dkv, 0.0f, 0.5f / sqrtf((float)d) * 4, &rng, err)) ||
-            (s = add_random(w, TN("attn_v.weight"), type, d, dkv, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
-            (s = add_random(w, TN("attn_output.weight"), type, dq, d, 0.0f, 1.0f / sqrtf((float)dq), &rng, err)) ||
-            (s = add_random(w, TN("ffn_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err)) ||
-            (s = add_random(w, TN("ffn_gate.weight"), type, d, sh->n_ff, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
-            (s = add_random(w, TN("ffn_up.weight"), type, d, sh->n_ff, 0.0f, 1.0f / sqrtf((float)d), &rng, err)) ||
-            (s = add_random(w, TN("ffn_down.weight"), type, sh->n_ff, d, 0.0f, 1.0f / sqrtf((float)sh->n_ff), &rng, err)))
+        if ((s = add_random(w, TN("attn_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err))) goto done;
+        if (a->fused_qkv) { /* q and k rows at q/k's scale, v rows at v's */
+            if ((s = add_random_rows(w, TN("attn_qkv.weight"), type, d, dq + dkv, s_qk, dkv, s_d, &rng, err))) goto done;
+        } else if ((s = add_random(w, TN("attn_q.weight"), type, d, dq, 0.0f, s_qk, &rng, err)) ||
+                   (s = add_random(w, TN("attn_k.weight"), type, d, dkv, 0.0f, s_qk, &rng, err)) ||
+                   (s = add_random(w, TN("attn_v.weight"), type, d, dkv, 0.0f, s_d, &rng, err))) {
             goto done;
-        if (sh->arch == ARCH_QWEN2 &&
+        }
+        if ((s = add_random(w, TN("attn_output.weight"), type, dq, d, 0.0f, 1.0f / sqrtf((float)dq), &rng, err)) ||
+            (s = add_random(w, TN("ffn_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err)))
+            goto done;
+        if (a->fused_gate_up) {
+            if ((s = add_random(w, TN("ffn_up.weight"), type, d, 2 * (int64_t)sh->n_ff, 0.0f, s_d, &rng, err))) goto done;
+        } else if ((s = add_random(w, TN("ffn_gate.weight"), type, d, sh->n_ff, 0.0f, s_d, &rng, err)) ||
+                   (s = add_random(w, TN("ffn_up.weight"), type, d, sh->n_ff, 0.0f, s_d, &rng, err))) {
+            goto done;
+        }
+        if ((s = add_random(w, TN("ffn_down.weight"), type, sh->n_ff, d, 0.0f, 1.0f / sqrtf((float)sh->n_ff), &rng, err)))
+            goto done;
+        if (a->qkv_bias &&
             ((s = add_random(w, TN("attn_q.bias"), type, dq, 1, 0.0f, 0.1f, &rng, err)) ||
              (s = add_random(w, TN("attn_k.bias"), type, dkv, 1, 0.0f, 0.1f, &rng, err)) ||
              (s = add_random(w, TN("attn_v.bias"), type, dkv, 1, 0.0f, 0.1f, &rng, err))))
             goto done;
-        if (sh->arch == ARCH_QWEN3 &&
+        if (a->qk_norm &&
             ((s = add_random(w, TN("attn_q_norm.weight"), type, sh->head_dim, 1, 1.0f, 0.1f, &rng, err)) ||
              (s = add_random(w, TN("attn_k_norm.weight"), type, sh->head_dim, 1, 1.0f, 0.1f, &rng, err))))
+            goto done;
+        if (a->post_norms &&
+            ((s = add_random(w, TN("post_attention_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err)) ||
+             (s = add_random(w, TN("post_ffw_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err))))
             goto done;
 #undef TN
     }

@@ -22,6 +22,12 @@ typedef struct synth_shape {
      * llama.cpp's convert_hf_to_gguf.py computes them) when llama3_factor > 0 */
     float llama3_factor, llama3_low_freq, llama3_high_freq;
     int llama3_ctx_orig;
+    /* the families' own keys (0: absent): {arch}.attention.sliding_window,
+     * rope.dimension_count below head_dim (partial rotary, Phi-4-mini), and
+     * gemma2's attn_logit_softcapping / final_logit_softcapping */
+    int window, n_rot;
+    float attn_softcap, final_softcap;
+    const char *bpe_pre;  /* tokenizer.ggml.pre of a byte-level BPE vocabulary; NULL: SentencePiece */
 } synth_shape;
 
 /* NULL when unknown. */

@@ -30,7 +30,7 @@ subq_status train_capture_new(const subq_model *m, const int *layers, int n_sel,
     c->d = hp->n_embd;
     c->dq = hp->n_head * hp->head_dim;
     c->dk = hp->n_head_kv * hp->head_dim;
-    c->shape = (attn_shape){hp->n_head, hp->n_head_kv, hp->head_dim, hp->attn_scale};
+    c->shape = (attn_shape){hp->n_head, hp->n_head_kv, hp->head_dim, hp->layer[n_sel > 0 ? layers[0] : 0].scale};
     c->layers = malloc(((size_t)n_sel + hp->n_layer) * sizeof(int));
     c->h = calloc((size_t)n_sel, sizeof(float *));
     c->q = calloc((size_t)n_sel, sizeof(float *));

@@ -2,7 +2,10 @@
 """ctest check: `subq logits` == numpy reference forward.
 
 For each architecture (tiny llama, qwen2, qwen3 shapes) and weight type f32,
-f16, bf16, q8_0, q4_0 and the K-quants: `subq synth` a random model, pick 40
+f16, bf16, q8_0, q4_0 and the K-quants, and for the families gemma3, gemma2,
+phi3, smollm3 and llama with a sliding window (Mistral) in f32 and q8_0
+(tiny shapes whose windows of 8 keys, soft caps and NoPE layers act within
+the sequence): `subq synth` a random model, pick 40
 random token ids (fixed seed, first one BOS) and compare
     prefill                      (one batch)                  rel err < 1e-4
     prefill -b 3, -b 16          (batches of 3 / 16 tokens)   rel err < 1e-4
@@ -45,6 +48,11 @@ from llama_ref import GEMM_MIN_ROWS, KQ_ACT_TYPES, Q8_ACT_TYPES, LlamaRef, llama
 
 SHAPES = ["tiny", "tiny-qwen2", "tiny-qwen3"]   # llama, qwen2 (biases), qwen3 (QK-norm)
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"]
+# the families of issue 43, each with a sliding window of 8 keys, soft caps or NoPE layers acting
+# within the 40 tokens: gemma3 (local/global RoPE, QK-norm, post-norms, GELU), gemma2 (soft caps),
+# phi3 (fused qkv and gate-up, 48 of 64 dims rotated), smollm3 (NoPE layer 3), llama with a window
+FAMILY_SHAPES = ["tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-smollm3", "tiny-mistral"]
+FAMILY_TYPES = ["f32", "q8_0"]
 SYNTH_SEED = 1234
 TOKEN_SEED = 20240607
 N_TOKENS = 40
@@ -184,18 +192,18 @@ def synth(ck, shape, wtype, tag):
     return path
 
 
-def write_variant(src, dst, set_kv, freqs=None):
+def write_variant(src, dst, set_kv, freqs=None, freqs_name="rope_freqs.weight"):
     """Copy GGUF src to dst with {arch}.<suffix> keys set and, when freqs is
-    given, rope_freqs.weight replaced (or added) as f32."""
+    given, the tensor freqs_name replaced (or added) as f32."""
     g = GGUFFile(src)
     arch = g.get("general.architecture")
     full = {arch + "." + k: v for k, v in set_kv.items()}
     kvs = [(k, "raw", g.raw_value(k)) for k in g.metadata if k not in full]
     kvs += [(k, ty, v) for k, (ty, v) in full.items()]
     tensors = [(n, list(g.tensor_infos[n].ne), g.tensor_infos[n].type, g.raw_bytes(n))
-               for n in g.tensor_names() if not (freqs is not None and n == "rope_freqs.weight")]
+               for n in g.tensor_names() if not (freqs is not None and n == freqs_name)]
     if freqs is not None:
-        tensors.append(("rope_freqs.weight", [len(freqs)], 0, np.array(freqs, dtype="<f4").tobytes()))
+        tensors.append((freqs_name, [len(freqs)], 0, np.array(freqs, dtype="<f4").tobytes()))
     write_gguf(dst, kvs, tensors, alignment=g.alignment)
 
 
@@ -249,9 +257,12 @@ def check_rope(ck):
             ck.check("info %s shows the rope" % shape, len(line) == 1 and want_text in line[0], repr(line))
 
     # refused with one line naming the key or tensor, never run with wrong positions
-    for label, base, kv, freqs, want in ROPE_BAD:
+    paths["tiny-phi3"] = synth(ck, "tiny-phi3", "f32", "rope_tiny-phi3")
+    for label, base, kv, freqs, want in ROPE_BAD + [("phi3 LongRoPE factors", "tiny-phi3", {}, [1.0] * 24,
+                                                     "rope_factors_short/long.weight")]:
         path = os.path.join(rc.tmp_dir(), "rope_bad.gguf")
-        write_variant(paths[base], path, kv, freqs)
+        write_variant(paths[base], path, kv, freqs, "rope_factors_short.weight" if base == "tiny-phi3"
+                      else "rope_freqs.weight")
         r = subprocess.run([rc.subq_bin(), "logits", "-m", path, "--tokens", "1 2 3", "-o",
                             os.path.join(rc.tmp_dir(), "rope_bad.f32")], capture_output=True, timeout=120)
         lines = [ln for ln in r.stderr.decode("utf-8", "replace").split("\n") if ln]
@@ -306,30 +317,30 @@ def main():
     rc.subq_bin()
 
     # ---- synthetic models, one per architecture and storage type
-    for shape in SHAPES:
-        for wtype in TYPES:
-            tag = "%s_%s" % (shape, wtype)
-            path = os.path.join(rc.tmp_dir(), "synth_%s.gguf" % tag)
-            if os.path.exists(path):
-                os.remove(path)
-            name = "synth %s %s" % (shape, wtype)
-            if ck.guarded(name, rc.run_subq, ["synth", "--shape", shape, "--type", wtype,
-                                              "-s", SYNTH_SEED, "-o", path]) is None:
-                continue
-            try:
-                ref = LlamaRef(path)
-                bos = ref.g.get("tokenizer.ggml.bos_token_id")
-                if bos is None:
-                    raise ValueError("no tokenizer.ggml.bos_token_id")
-            except Exception as e:  # noqa: BLE001 - any unreadable synth output is a failure
-                ck.check(name, False, "the reference cannot load %s: %s: %s" % (path, type(e).__name__, e))
-                continue
-            rng = np.random.default_rng(TOKEN_SEED)
-            tokens = [int(bos)] + [int(t) for t in rng.integers(0, ref.n_vocab, N_TOKENS - 1)]
-            ref_logits = ref.forward(tokens)
-            compare_runs(ck, "synth %s %s (%s, n_vocab %d, d %d, %d layers)"
-                         % (shape, wtype, ref.arch, ref.n_vocab, ref.n_embd, ref.n_layer),
-                         path, ref_logits, tokens, "synth_" + tag, ref=ref)
+    runs = [(s, t) for s in SHAPES for t in TYPES] + [(s, t) for s in FAMILY_SHAPES for t in FAMILY_TYPES]
+    for shape, wtype in runs:
+        tag = "%s_%s" % (shape, wtype)
+        path = os.path.join(rc.tmp_dir(), "synth_%s.gguf" % tag)
+        if os.path.exists(path):
+            os.remove(path)
+        name = "synth %s %s" % (shape, wtype)
+        if ck.guarded(name, rc.run_subq, ["synth", "--shape", shape, "--type", wtype,
+                                          "-s", SYNTH_SEED, "-o", path]) is None:
+            continue
+        try:
+            ref = LlamaRef(path)
+            bos = ref.g.get("tokenizer.ggml.bos_token_id")
+            if bos is None:
+                raise ValueError("no tokenizer.ggml.bos_token_id")
+        except Exception as e:  # noqa: BLE001 - any unreadable synth output is a failure
+            ck.check(name, False, "the reference cannot load %s: %s: %s" % (path, type(e).__name__, e))
+            continue
+        rng = np.random.default_rng(TOKEN_SEED)
+        tokens = [int(bos)] + [int(t) for t in rng.integers(0, ref.n_vocab, N_TOKENS - 1)]
+        ref_logits = ref.forward(tokens)
+        compare_runs(ck, "synth %s %s (%s, n_vocab %d, d %d, %d layers)"
+                     % (shape, wtype, ref.arch, ref.n_vocab, ref.n_embd, ref.n_layer),
+                     path, ref_logits, tokens, "synth_" + tag, ref=ref)
 
     # ---- every lower kernel level this CPU runs (SUBQ_ISA caps it), on one shape
     check_isa_levels(ck)

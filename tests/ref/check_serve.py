@@ -96,7 +96,7 @@ def check_curl(ck, srv):
 def check_node(ck, srv):
     node_dir = os.path.join(HERE, "..", "node")
     if not os.path.isdir(os.path.join(node_dir, "node_modules", "openai")):
-        ck.check("openai npm client installed (scripts/install-deps.sh runs npm ci)", False, node_dir)
+        ck.check("openai npm client installed (scripts/install-deps.sh --test installs it)", False, node_dir)
         return
     msgs = [{"role": "system", "content": "You tell short stories."}, {"role": "user", "content": "A story about a cat."}]
     spec = {"completions": [{"prompt": "Tom and his dog", "max_tokens": 30, "temperature": 1.0, "top_k": 20,

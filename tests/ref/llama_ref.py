@@ -1,9 +1,14 @@
 #!/usr/bin/python3
 """Independent numpy reference ("oracle") for subq: SPM tokenizer + Llama forward.
 
+Architectures (general.architecture): llama, qwen2, qwen3, and gemma2, gemma3,
+phi3, smollm3 computed as llama.cpp computes them (same GGUF keys, tensor
+names and maths; see LlamaRef.__init__ for the keys each one reads).
+
 Module use:
     from llama_ref import LlamaRef
-    m = LlamaRef("model.gguf")
+    m = LlamaRef("model.gguf")              # LlamaRef(path, n_ctx=None): n_ctx only
+                                            # picks phi3's long/short rope factors
     ids = m.tok.encode("Hello", add_bos=True)
     logits = m.forward(ids)                 # float64 [n_tokens, n_vocab]
     text = m.tok.decode_bytes(ids)          # bytes
@@ -12,7 +17,9 @@ CLI:
     llama_ref.py generate   MODEL [-p PROMPT] -n N
     llama_ref.py perplexity MODEL FILE -c N --chunks K          (prints JSON)
     llama_ref.py tokenize   MODEL FILE [--max-bytes B] [--no-bos]
-    llama_ref.py logits     MODEL --tokens "1 2 3" -o OUT       (float32 [n_tokens, n_vocab])
+    llama_ref.py logits     MODEL --tokens "1 2 3" -o OUT [--n-ctx N]  (float32 [n_tokens, n_vocab])
+    llama_ref.py --selftest-families      (sanity checks of the gemma2/gemma3/phi3/
+                                           smollm3/sliding-window paths, selftest_ref.py)
 
 Everything is computed in float64 from the dequantised (float32) weights, so
 it is a "ground truth" for a float32 implementation working from the same
@@ -282,8 +289,44 @@ def llama3_rope_factors(base, dim, factor, low_freq_factor, high_freq_factor, ol
 
 
 # =========================================================================
+# Building blocks shared by the architectures
+# =========================================================================
+
+def gelu(x):
+    """GELU, tanh approximation (ggml_gelu, the Gemma feed-forward):
+        gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))"""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def softcap(x, cap):
+    # x -> cap tanh(x / cap): a smooth clamp of x to (-cap, cap) (Gemma 2
+    # attention scores and final logits, Gemma 3 final logits)
+    return cap * np.tanh(x / cap)
+
+
+def attn_mask(T, n_swa=0):
+    """Boolean (T, T), True where query position i may NOT see key position j
+    (positions 0..T-1):
+        causal                 j > i
+        sliding window n_swa   i - j >= n_swa   (n_swa > 0 only)
+    so with a window query p sees the keys p - n_swa < p' <= p (llama.cpp
+    is_masked_swa, LLAMA_SWA_TYPE_STANDARD: masked if p1 - p0 >= n_swa)."""
+    i = np.arange(T)[:, None]
+    j = np.arange(T)[None, :]
+    masked = j > i
+    if n_swa > 0:
+        masked = masked | (i - j >= n_swa)
+    return masked
+
+
+# =========================================================================
 # Llama forward
 # =========================================================================
+
+ARCHES = ("llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "smollm3")
+# llama.cpp's llama_model_rope_type: these rotate split halves (x[i], x[i + n_rot/2])
+# ("NEOX"); llama and smollm3 rotate adjacent pairs (x[2i], x[2i+1]) ("NORM")
+NEOX_ROPE_ARCHES = ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 
 # Weight types subq multiplies on activations quantised to 8 bits, in every
 # forward call (src/kernels/kernels.h: gemm_q8 for batches, gemv_q8 for one
@@ -309,7 +352,45 @@ def q8_roundtrip(x):
 
 
 class LlamaRef:
-    def __init__(self, path):
+    """Float64 forward pass of a GGUF model, as llama.cpp computes it.
+
+    LlamaRef(path, n_ctx=None): n_ctx is the context size llama.cpp would run
+    with; it only matters for phi3 files with rope_factors_long/short (None:
+    the length of the token sequence of each forward call).
+
+    GGUF keys read ({arch}. prefix; defaults in brackets), all architectures:
+        embedding_length, block_count, attention.head_count,
+        attention.head_count_kv [head_count], attention.key_length
+        [n_embd/n_head], rope.dimension_count [head_dim], rope.freq_base
+        [10000], context_length [2048], attention.layer_norm_rms_epsilon,
+        rope.scaling.* (see rope_frequencies)
+    Tensors, all architectures: token_embd, output_norm, output [tied to
+    token_embd], blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
+    ffn_norm, ffn_up, ffn_down} (.weight), ffn_gate (not phi3), optional
+    attn_{q,k,v}.bias and attn_{q,k}_norm.weight, rope_freqs.weight (not phi3).
+    Per architecture:
+      llama    attention.sliding_window [none]: a window on every layer. NOTE
+               llama.cpp ignores this key for llama (full attention); it is
+               applied here because Mistral was trained with it.
+      gemma2   attention.sliding_window [4096] on even layers (set_swa_pattern(2)),
+               attn_logit_softcapping [50], final_logit_softcapping [30];
+               blk.N.post_attention_norm, blk.N.post_ffw_norm
+      gemma3   attention.sliding_window [0 = no sliding layers],
+               attention.sliding_window_pattern [6] (period P: layer il slides
+               iff il % P < P - 1; or one bool per layer), rope.freq_base_swa
+               [10000] (sliding layers, never rope-scaled),
+               final_logit_softcapping [none]; blk.N.attn_q_norm,
+               blk.N.attn_k_norm, blk.N.post_attention_norm, blk.N.post_ffw_norm
+      phi3     rope.scaling.original_context_length [context_length],
+               rope.scaling.attn_factor (via rope_frequencies);
+               blk.N.attn_qkv.weight (fused) or attn_q/k/v, ffn_up holding
+               gate and up (no ffn_gate), rope_factors_short.weight,
+               rope_factors_long.weight (optional); attention.sliding_window
+               is ignored (llama.cpp disables Phi SWA)
+      smollm3  no key of its own: layers with (il + 1) % 4 == 0 have no RoPE
+    """
+
+    def __init__(self, path, n_ctx=None):
         g = GGUFFile(path)
         self.g = g
         arch = g.get("general.architecture")
@@ -334,18 +415,104 @@ class LlamaRef:
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.n_ctx_train = int(hp("context_length", 2048, required=False))
         self.eps = float(hp("attention.layer_norm_rms_epsilon"))
+        self.n_ctx = n_ctx
         if self.n_head % self.n_head_kv != 0:
             raise ValueError("n_head %d not a multiple of n_head_kv %d" % (self.n_head, self.n_head_kv))
         if self.n_rot % 2 != 0 or self.n_rot > self.head_dim:
             raise ValueError("bad rope.dimension_count %d (head_dim %d)" % (self.n_rot, self.head_dim))
 
-        # qwen2/qwen3 rotate split halves (x[i], x[i + n_rot/2]) ("NEOX" rope)
-        if arch not in ("llama", "qwen2", "qwen3"):
+        if arch not in ARCHES:
             raise ValueError("unsupported architecture %r" % arch)
-        self.rope_neox = arch in ("qwen2", "qwen3")
-        ff = g.tensor("rope_freqs.weight").astype(np.float64) if g.has_tensor("rope_freqs.weight") else None
+        # qwen2/qwen3/gemma2/gemma3/phi3 rotate split halves (x[i], x[i + n_rot/2]) ("NEOX" rope)
+        self.rope_neox = arch in NEOX_ROPE_ARCHES
+
+        def rope_key(k, d):
+            return hp("rope." + k, d, required=False)
+
+        if arch != "phi3":
+            ff = g.tensor("rope_freqs.weight").astype(np.float64) if g.has_tensor("rope_freqs.weight") else None
+        else:
+            # phi3: frequency divisors rope_factors_short (this one, the default) or
+            # rope_factors_long (see layer_rope); llama.cpp loads no rope_freqs for phi3
+            ff = g.tensor("rope_factors_short.weight").astype(np.float64) \
+                if g.has_tensor("rope_factors_short.weight") else None
         self.rope_inv_freq, self.rope_mscale = rope_frequencies(
-            self.n_rot, self.rope_base, ff, lambda k, d: hp("rope." + k, d, required=False), self.n_ctx_train)
+            self.n_rot, self.rope_base, ff, rope_key, self.n_ctx_train)
+
+        # ---- what differs between the architectures (defaults: llama/qwen) --
+        self.embd_scale = None      # gemma: embeddings multiplied by sqrt(n_embd)
+        self.attn_q_scale = None    # gemma: q multiplied by this, then kq scale 1
+                                    # (others: scores multiplied by 1/sqrt(head_dim))
+        self.attn_softcap = None    # gemma2: scores s -> c tanh(s / c) before the mask
+        self.final_softcap = None   # gemma2, gemma3: logits -> c tanh(logits / c)
+        self.ffn_gelu = False       # gemma: gelu(gate) * up instead of silu(gate) * up
+        self.n_swa = 0              # sliding window (tokens) of the layers in swa_layers
+        self.swa_layers = [False] * self.n_layer
+        self.no_rope_layers = [False] * self.n_layer   # smollm3: layers without RoPE
+        self.rope_inv_freq_swa = None   # gemma3: RoPE of the sliding layers
+        self.rope_mscale_swa = None
+        self.rope_inv_freq_long = None  # phi3: RoPE with rope_factors_long
+        self.rope_mscale_long = None
+        self.n_ctx_orig = self.n_ctx_train  # phi3: context length of the short factors
+
+        if arch == "llama":
+            # Mistral: one window for every layer. llama.cpp ignores this key
+            # for llama (its llama graph has no sliding window), so on inputs
+            # longer than the window llama.cpp and this reference differ.
+            self.n_swa = int(hp("attention.sliding_window", 0, required=False))
+            self.swa_layers = [self.n_swa > 0] * self.n_layer
+        elif arch in ("gemma2", "gemma3"):
+            self.embd_scale = math.sqrt(self.n_embd)
+            self.ffn_gelu = True
+            # f_attention_scale: 1/sqrt(head_dim), except the 27B models (gemma2
+            # 46 layers, gemma3 62 layers): 1/sqrt(n_embd / n_head) (integer division)
+            big = self.n_layer == (46 if arch == "gemma2" else 62)
+            self.attn_q_scale = 1.0 / math.sqrt(self.n_embd // self.n_head if big else self.head_dim)
+            if arch == "gemma2":
+                # every even layer slides (set_swa_pattern(2): il % 2 < 1); one
+                # RoPE (the file's) for all layers
+                self.n_swa = int(hp("attention.sliding_window", 4096, required=False))
+                if self.n_swa <= 0:
+                    raise ValueError("gemma2 attention.sliding_window must be > 0 (llama.cpp would mask every key)")
+                self.swa_layers = [il % 2 < 1 for il in range(self.n_layer)]
+                self.attn_softcap = float(hp("attn_logit_softcapping", 50.0, required=False))
+                self.final_softcap = float(hp("final_logit_softcapping", 30.0, required=False))
+            else:
+                # sliding layers only with a window > 0 in the file; then period
+                # P (default 6): layer il slides iff il % P < P - 1 (P = 0: all),
+                # or an explicit bool per layer
+                self.n_swa = int(hp("attention.sliding_window", 0, required=False))
+                if self.n_swa > 0:
+                    pattern = hp("attention.sliding_window_pattern", 6, required=False)
+                    if isinstance(pattern, list):
+                        if len(pattern) < self.n_layer:
+                            raise ValueError("attention.sliding_window_pattern has %d < %d entries"
+                                             % (len(pattern), self.n_layer))
+                        self.swa_layers = [bool(pattern[il]) for il in range(self.n_layer)]
+                    else:
+                        P = int(pattern)
+                        self.swa_layers = [P == 0 or il % P < P - 1 for il in range(self.n_layer)]
+                    # sliding layers: base rope.freq_base_swa (10000), no rope scaling
+                    # (rope_freq_scale_train_swa = 1); global layers: the file's rope
+                    base_swa = float(hp("rope.freq_base_swa", 10000.0, required=False))
+                    self.rope_inv_freq_swa, self.rope_mscale_swa = rope_frequencies(
+                        self.n_rot, base_swa, None,
+                        lambda k, d: "none" if k == "scaling.type" else rope_key(k, d), self.n_ctx_train)
+                # final soft-capping only with a non-zero key (llama.cpp: default 0 = off)
+                cap = float(hp("final_logit_softcapping", 0.0, required=False))
+                self.final_softcap = cap if cap != 0.0 else None
+        elif arch == "phi3":
+            # long factors when the context exceeds the original one (see layer_rope)
+            self.n_ctx_orig = int(hp("rope.scaling.original_context_length", self.n_ctx_train, required=False))
+            if g.has_tensor("rope_factors_long.weight"):
+                self.rope_inv_freq_long, self.rope_mscale_long = rope_frequencies(
+                    self.n_rot, self.rope_base, g.tensor("rope_factors_long.weight").astype(np.float64),
+                    rope_key, self.n_ctx_train)
+        elif arch == "smollm3":
+            # n_no_rope_layer_step = 4 (hard-coded): layer il has RoPE iff (il + 1) % 4 != 0
+            if self.n_rot != self.head_dim:
+                raise ValueError("smollm3 needs rope.dimension_count == head_dim")
+            self.no_rope_layers = [(il + 1) % 4 == 0 for il in range(self.n_layer)]
 
         # the tokenizer is only needed for text commands (logits work without it)
         self.tok = SpmTokenizer(g) if g.get("tokenizer.ggml.model") == "llama" else None
@@ -363,27 +530,58 @@ class LlamaRef:
         self.output = w("output.weight") if g.has_tensor("output.weight") else self.tok_embd
         self.output_type = self.wtype["output.weight" if g.has_tensor("output.weight") else "token_embd.weight"]
 
+        nq = self.n_head * self.head_dim
+        nkv = self.n_head_kv * self.head_dim
         self.layers = []
         for i in range(self.n_layer):
             p = "blk.%d." % i
             L = {
                 "attn_norm": w(p + "attn_norm.weight"),    # (d,)
-                "wq": w(p + "attn_q.weight"),              # (n_head*hd, d)
-                "wk": w(p + "attn_k.weight"),              # (n_head_kv*hd, d)
-                "wv": w(p + "attn_v.weight"),              # (n_head_kv*hd, d)
                 "wo": w(p + "attn_output.weight"),         # (d, n_head*hd)
                 "ffn_norm": w(p + "ffn_norm.weight"),      # (d,)
-                "w_gate": w(p + "ffn_gate.weight"),        # (n_ff, d)
-                "w_up": w(p + "ffn_up.weight"),            # (n_ff, d)
                 "w_down": w(p + "ffn_down.weight"),        # (d, n_ff)
             }
-            L["type"] = {k: self.wtype[p + n + ".weight"] for k, n in (
-                ("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v"), ("wo", "attn_output"),
-                ("w_gate", "ffn_gate"), ("w_up", "ffn_up"), ("w_down", "ffn_down"))}
+            ty = {"wo": self.wtype[p + "attn_output.weight"], "w_down": self.wtype[p + "ffn_down.weight"]}
+            if g.has_tensor(p + "attn_qkv.weight"):
+                # phi3 fused projection (n_head*hd + 2 n_head_kv*hd, d): rows q, then k, then v
+                qkv = w(p + "attn_qkv.weight")
+                if qkv.shape[0] != nq + 2 * nkv:
+                    raise ValueError("%sattn_qkv.weight has %d rows, want %d" % (p, qkv.shape[0], nq + 2 * nkv))
+                L["wq"], L["wk"], L["wv"] = qkv[:nq], qkv[nq:nq + nkv], qkv[nq + nkv:]
+                ty["wq"] = ty["wk"] = ty["wv"] = self.wtype[p + "attn_qkv.weight"]
+                if g.has_tensor(p + "attn_qkv.bias"):
+                    b = w(p + "attn_qkv.bias")
+                    L["attn_q.bias"], L["attn_k.bias"], L["attn_v.bias"] = b[:nq], b[nq:nq + nkv], b[nq + nkv:]
+            else:
+                L["wq"] = w(p + "attn_q.weight")           # (n_head*hd, d)
+                L["wk"] = w(p + "attn_k.weight")           # (n_head_kv*hd, d)
+                L["wv"] = w(p + "attn_v.weight")           # (n_head_kv*hd, d)
+                for k, n in (("wq", "attn_q"), ("wk", "attn_k"), ("wv", "attn_v")):
+                    ty[k] = self.wtype[p + n + ".weight"]
+            if arch == "phi3":
+                # fused (2 n_ff, d): rows 0..n_ff-1 the gate, n_ff..2n_ff-1 the up
+                # projection (ggml_swiglu: silu(first half) * second half)
+                up = w(p + "ffn_up.weight")
+                n_ff = up.shape[0] // 2
+                L["w_gate"], L["w_up"] = up[:n_ff], up[n_ff:]
+                ty["w_gate"] = ty["w_up"] = self.wtype[p + "ffn_up.weight"]
+            else:
+                L["w_gate"] = w(p + "ffn_gate.weight")     # (n_ff, d)
+                L["w_up"] = w(p + "ffn_up.weight")         # (n_ff, d)
+                ty["w_gate"] = self.wtype[p + "ffn_gate.weight"]
+                ty["w_up"] = self.wtype[p + "ffn_up.weight"]
+            L["type"] = ty
             for opt in ("attn_q.bias", "attn_k.bias", "attn_v.bias",     # qwen2
-                        "attn_q_norm.weight", "attn_k_norm.weight"):     # qwen3, (hd,)
+                        "attn_q_norm.weight", "attn_k_norm.weight",      # qwen3, gemma3, (hd,)
+                        "post_attention_norm.weight", "post_ffw_norm.weight"):  # gemma, (d,)
                 if g.has_tensor(p + opt):
                     L[opt] = w(p + opt)
+            need = {"gemma2": ("post_attention_norm.weight", "post_ffw_norm.weight"),
+                    "gemma3": ("post_attention_norm.weight", "post_ffw_norm.weight",
+                               "attn_q_norm.weight", "attn_k_norm.weight")}.get(arch, ())
+            for n in need:
+                if n not in L:
+                    raise KeyError("%s: missing tensor %s%s" % (path, p, n))
             self.layers.append(L)
 
     # ---- building blocks -------------------------------------------------
@@ -392,17 +590,23 @@ class LlamaRef:
         ms = np.mean(x * x, axis=-1, keepdims=True)
         return x / np.sqrt(ms + self.eps) * weight
 
-    def rope(self, x, positions):
+    def rope(self, x, positions, inv_freq=None, mscale=None):
         """x: (T, n_heads, head_dim). Rotary embedding of pair i (i < n_rot/2)
         by angle = pos * inv_freq_i (see rope_frequencies), cos and sin
         multiplied by the YaRN attention scale m. Adjacent pairs ("NORM"):
             x'[2i]   = m (x[2i] cos(angle) - x[2i+1] sin(angle))
             x'[2i+1] = m (x[2i] sin(angle) + x[2i+1] cos(angle))
-        dims >= n_rot are left untouched."""
+        ("NEOX": the same with the pair (x[i], x[i + n_rot/2])); dims >= n_rot
+        are left untouched. inv_freq, mscale: default the model's
+        rope_inv_freq, rope_mscale (layer_rope gives a layer's)."""
+        if inv_freq is None:
+            inv_freq = self.rope_inv_freq
+        if mscale is None:
+            mscale = self.rope_mscale
         pos = positions.astype(np.float64)
-        angle = pos[:, None] * self.rope_inv_freq[None, :]                 # (T, half)
-        cos = self.rope_mscale * np.cos(angle)[:, None, :]                 # (T, 1, half)
-        sin = self.rope_mscale * np.sin(angle)[:, None, :]
+        angle = pos[:, None] * inv_freq[None, :]                            # (T, half)
+        cos = mscale * np.cos(angle)[:, None, :]                            # (T, 1, half)
+        sin = mscale * np.sin(angle)[:, None, :]
         half = self.n_rot // 2
         out = x.copy()
         if self.rope_neox:   # pairs (x[i], x[i + half])
@@ -414,6 +618,25 @@ class LlamaRef:
         out[:, :, i0] = x0 * cos - x1 * sin
         out[:, :, i1] = x0 * sin + x1 * cos
         return out
+
+    def layer_rope(self, il, n_ctx):
+        """(inv_freq, mscale) of layer il's RoPE for a context of n_ctx
+        tokens, or None for a layer without RoPE:
+          smollm3 layers with (il + 1) % 4 == 0     no RoPE
+          gemma3 sliding layers                     rope_inv_freq_swa
+          phi3 with n_ctx > original context        rope_factors_long
+          otherwise                                 rope_inv_freq (phi3: short factors)
+        phi3: llama.cpp (get_rope_factors) takes the long factors when its
+        context per sequence > rope.scaling.original_context_length (newer
+        versions: when the batch's largest position >= it); with n_ctx = the
+        sequence length both rules agree."""
+        if self.no_rope_layers[il]:
+            return None
+        if self.swa_layers[il] and self.rope_inv_freq_swa is not None:
+            return self.rope_inv_freq_swa, self.rope_mscale_swa
+        if self.rope_inv_freq_long is not None and n_ctx > self.n_ctx_orig:
+            return self.rope_inv_freq_long, self.rope_mscale_long
+        return self.rope_inv_freq, self.rope_mscale
 
     def mm(self, x, W, wtype, q8):
         """x W^T, with the rows flagged in q8 = (q8_rows, q8_rows_k) (None:
@@ -427,8 +650,9 @@ class LlamaRef:
     # ---- forward -----------------------------------------------------------
     def forward(self, tokens, q8_rows=None, q8_rows_k=None):
         """Logits (float64, shape [T, n_vocab]) for tokens at positions 0..T-1
-        with causal attention. q8_rows, q8_rows_k (bool [T], optional): the
-        tokens whose activations are quantised to 8 bits (see mm)."""
+        with causal attention (and the sliding window on the layers that have
+        one). q8_rows, q8_rows_k (bool [T], optional): the tokens whose
+        activations are quantised to 8 bits (see mm)."""
         q8 = (q8_rows, q8_rows_k)
         tokens = np.asarray(tokens, dtype=np.int64)
         T = len(tokens)
@@ -440,13 +664,18 @@ class LlamaRef:
         nh = self.n_head
         nkv = self.n_head_kv
         group = nh // nkv
-        scale = 1.0 / math.sqrt(hd)
+        # scores s = q.k * scale; gemma scales q by attn_q_scale instead (kq scale 1)
+        scale = 1.0 / math.sqrt(hd) if self.attn_q_scale is None else 1.0
         positions = np.arange(T)
-        # causal mask: query i may attend to keys j <= i
-        future = np.triu(np.ones((T, T), dtype=bool), k=1)
+        n_ctx = self.n_ctx if self.n_ctx is not None else T
+        # masks[w]: True where query i may not attend to key j (attn_mask);
+        # w = 0 causal only, else causal + sliding window of w tokens
+        masks = {}
 
         x = self.tok_embd[tokens]                                   # (T, d)
-        for L in self.layers:
+        if self.embd_scale is not None:                             # gemma: x * sqrt(n_embd)
+            x = x * self.embd_scale
+        for il, L in enumerate(self.layers):
             # ---- attention block
             h = self.rmsnorm(x, L["attn_norm"])
             ty = L["type"]
@@ -460,30 +689,52 @@ class LlamaRef:
             q = q.reshape(T, nh, hd)
             k = k.reshape(T, nkv, hd)
             v = v.reshape(T, nkv, hd)
-            if "attn_q_norm.weight" in L:                           # qwen3: per-head RMSNorm
+            if "attn_q_norm.weight" in L:                           # qwen3, gemma3: per-head RMSNorm
                 q = self.rmsnorm(q, L["attn_q_norm.weight"])
                 k = self.rmsnorm(k, L["attn_k_norm.weight"])
-            q = self.rope(q, positions)
-            k = self.rope(k, positions)
+            rp = self.layer_rope(il, n_ctx)                         # None: no RoPE (smollm3)
+            if rp is not None:
+                q = self.rope(q, positions, *rp)
+                k = self.rope(k, positions, *rp)
+            if self.attn_q_scale is not None:                       # gemma: q * f_attention_scale
+                q = q * self.attn_q_scale
+            w_l = self.n_swa if self.swa_layers[il] else 0          # this layer's window (0: none)
+            if w_l not in masks:
+                masks[w_l] = attn_mask(T, w_l)
+            mask = masks[w_l]
             heads = np.empty((T, nh, hd))
             for hq in range(nh):
                 kvh = hq // group                                   # GQA: shared kv head
                 s = (q[:, hq, :] @ k[:, kvh, :].T) * scale          # (T, T) scores
-                s = np.where(future, -np.inf, s)
+                if self.attn_softcap is not None:                   # gemma2: s = c tanh(s / c)
+                    s = softcap(s, self.attn_softcap)
+                s = np.where(mask, -np.inf, s)
                 s = s - s.max(axis=1, keepdims=True)                # softmax over keys
                 p = np.exp(s)
                 p = p / p.sum(axis=1, keepdims=True)
                 heads[:, hq, :] = p @ v[:, kvh, :]
             attn = self.mm(heads.reshape(T, nh * hd), L["wo"], ty["wo"], q8)   # output projection
+            if "post_attention_norm.weight" in L:                   # gemma: RMSNorm before the residual
+                attn = self.rmsnorm(attn, L["post_attention_norm.weight"])
             x = x + attn                                            # residual
-            # ---- feed-forward block (SwiGLU)
+            # ---- feed-forward block: act(h Wgate^T) * (h Wup^T), then Wdown
+            # (act = silu: SwiGLU; gemma: gelu, GeGLU)
             h = self.rmsnorm(x, L["ffn_norm"])
             gate = self.mm(h, L["w_gate"], ty["w_gate"], q8)
             up = self.mm(h, L["w_up"], ty["w_up"], q8)
-            silu = gate / (1.0 + np.exp(-gate))                     # silu(z) = z * sigmoid(z)
-            x = x + self.mm(silu * up, L["w_down"], ty["w_down"], q8)   # residual
+            if self.ffn_gelu:
+                act = gelu(gate)
+            else:
+                act = gate / (1.0 + np.exp(-gate))                  # silu(z) = z * sigmoid(z)
+            ffn = self.mm(act * up, L["w_down"], ty["w_down"], q8)
+            if "post_ffw_norm.weight" in L:                         # gemma: RMSNorm before the residual
+                ffn = self.rmsnorm(ffn, L["post_ffw_norm.weight"])
+            x = x + ffn                                             # residual
         x = self.rmsnorm(x, self.output_norm)
-        return self.mm(x, self.output, self.output_type, q8)  # (T, n_vocab)
+        logits = self.mm(x, self.output, self.output_type, q8)      # (T, n_vocab)
+        if self.final_softcap is not None:                          # logits = c tanh(logits / c)
+            logits = softcap(logits, self.final_softcap)
+        return logits
 
     # ---- high level ----------------------------------------------------------
     def generate(self, prompt, n):
@@ -571,6 +822,11 @@ def read_text_file(path, max_bytes=None):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv == ["--selftest-families"]:
+        # sanity checks of the non-llama paths on random tiny models (selftest_ref.py)
+        import selftest_ref
+        return selftest_ref.main(families_only=True)
     ap = argparse.ArgumentParser(description="numpy reference for subq (SPM tokenizer + Llama)")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -595,9 +851,11 @@ def main(argv=None):
     a.add_argument("model")
     a.add_argument("--tokens", required=True)
     a.add_argument("-o", "--output", required=True)
+    a.add_argument("--n-ctx", type=int, default=None,
+                   help="context size (phi3 rope factors; default: the number of tokens)")
 
     args = ap.parse_args(argv)
-    m = LlamaRef(args.model)
+    m = LlamaRef(args.model, n_ctx=getattr(args, "n_ctx", None))
 
     if args.cmd == "generate":
         toks = m.generate(args.prompt, args.n)

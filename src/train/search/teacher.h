@@ -32,7 +32,7 @@ int teacher_agg_parse(const char *s);
  * n_head_kv*head_dim floats. */
 typedef struct attn_shape {
     int n_head, n_head_kv, head_dim;
-    float scale; /* of q . k (model_hparams.attn_scale) */
+    float scale; /* of q . k (the layers' layer_attn.scale) */
 } attn_shape;
 
 /* start[t] = first index of t's segment. SUBQ_ERR_ARG when ids decrease
