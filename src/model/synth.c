@@ -105,8 +105,9 @@ static const char *shape_bpe_pre(const synth_shape *sh) {
 
 /* A small SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then
  * U+2581, letters, "▁"+letter and frequent English pieces, padded with
- * two-letter pieces until n_vocab. Scores fall with the index so earlier
- * pieces merge first. */
+ * two-letter pieces until n_vocab, no piece twice (llama.cpp refuses a
+ * vocabulary that has one). Scores fall with the index so earlier pieces
+ * merge first. */
 static char **make_vocab(int n_vocab, float *scores, int32_t *types) {
     char **tok = calloc((size_t)n_vocab, sizeof(char *));
     if (!tok) return NULL;
@@ -138,9 +139,11 @@ static char **make_vocab(int n_vocab, float *scores, int32_t *types) {
         ADD(buf, 1, -2.0f - (float)n);
     }
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) ADD(extra[i], 1, -2.0f - (float)n);
-    for (const char *p = letters; *p && n < n_vocab; p++) {
+    for (const char *p = letters; *p && n < n_vocab; p++) { /* "▁a" is among the extras */
         snprintf(buf, sizeof buf, "▁%c", *p);
-        ADD(buf, 1, -2.0f - (float)n);
+        int dup = 0;
+        for (int i = 0; i < n && !dup; i++) dup = strcmp(tok[i], buf) == 0;
+        if (!dup) ADD(buf, 1, -2.0f - (float)n);
     }
     for (const char *a = letters; *a && n < n_vocab; a++)
         for (const char *b = letters; *b && n < n_vocab; b++) {
