@@ -1208,6 +1208,10 @@ subq_status subq_gguf_tensor_info(const subq_gguf *f, uint64_t i, subq_gguf_tens
  * with (scaling, frequency factors), or "cannot run: REASON", into buf;
  * returns 1. Other files (projections, maps, sessions): 0, buf untouched. */
 int subq_gguf_describe_rope(const subq_gguf *f, char *buf, size_t cap);
+/* The same for its layers' attention: scale, sliding windows and global
+ * layers, layers without RoPE, soft caps ("26 layers at scale 0.0625, 22
+ * sliding over 512 keys (RoPE base 10000, no scaling), 4 global (5, 11, 17, 23)"). */
+int subq_gguf_describe_attention(const subq_gguf *f, char *buf, size_t cap);
 
 /* ---- tools: synthetic models, element formats ------------------------ */
 

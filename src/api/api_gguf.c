@@ -124,14 +124,21 @@ subq_status subq_gguf_tensor_info(const subq_gguf *g, uint64_t i, subq_gguf_tens
     return SUBQ_OK;
 }
 
-int subq_gguf_describe_rope(const subq_gguf *g, char *buf, size_t cap) {
+/* describe(hp) into buf for a model file of a known architecture (1), "cannot
+ * run: REASON" when its hyper-parameters are refused (1), else 0 */
+static int describe_model(const subq_gguf *g, int layers, char *buf, size_t cap) {
     char arch[32];
     subq_error err = {0};
     if (gguf_get_str(g->f, "general.architecture", arch, sizeof arch, &err)) return 0;
     if (!arch_by_name(arch)) return 0;
     model_hparams hp;
     if (model_hparams_load(g->f, &hp, &err)) snprintf(buf, cap, "cannot run: %.480s", err.msg);
+    else if (layers) model_describe_layers(&hp, buf, cap);
     else rope_describe(&hp.rope, buf, cap);
     model_hparams_free(&hp);
     return 1;
 }
+
+int subq_gguf_describe_rope(const subq_gguf *g, char *buf, size_t cap) { return describe_model(g, 0, buf, cap); }
+
+int subq_gguf_describe_attention(const subq_gguf *g, char *buf, size_t cap) { return describe_model(g, 1, buf, cap); }

@@ -120,6 +120,10 @@ void rope_describe(const rope_hparams *r, char *buf, size_t cap);
  * every such layer); a list of sliding layers only is refused (SUBQ_ERR_ARG). */
 subq_status model_layers_parse(const model_hparams *hp, const char *list, unsigned char *mask, subq_error *err);
 
+/* One line on the layers' attention: scale, sliding windows and the global
+ * layers, layers without RoPE, soft caps (subq info). */
+void model_describe_layers(const model_hparams *hp, char *buf, size_t cap);
+
 /* Identity of the model's weights, stored in files derived from it so that
  * loading them with another model fails with a clear error. */
 uint64_t model_fingerprint(const subq_model *m);

@@ -256,6 +256,18 @@ def check_rope(ck):
             line = [ln for ln in out.decode().split("\n") if "rope in use:" in ln]
             ck.check("info %s shows the rope" % shape, len(line) == 1 and want_text in line[0], repr(line))
 
+    # subq info names each family's layer spec
+    for shape, want_text in (("tiny-gemma3", "6 layers at scale 0.125, 5 sliding over 8 keys (RoPE base 10000, "
+                                             "no scaling), 1 global (5)"),
+                             ("tiny-gemma2", "2 sliding over 8 keys, 2 global (1, 3), scores capped at 4, "
+                                             "logits capped at 30"),
+                             ("tiny-smollm3", "4 layers at scale 0.125, 1 without RoPE (3)")):
+        path = synth(ck, shape, "f32", "info_" + shape)
+        out = ck.guarded("info %s" % shape, rc.run_subq, ["info", "-m", path]) if path else None
+        if out is not None:
+            line = [ln for ln in out.decode().split("\n") if "attention:" in ln]
+            ck.check("info %s shows the layers' attention" % shape, len(line) == 1 and want_text in line[0], repr(line))
+
     # refused with one line naming the key or tensor, never run with wrong positions
     paths["tiny-phi3"] = synth(ck, "tiny-phi3", "f32", "rope_tiny-phi3")
     for label, base, kv, freqs, want in ROPE_BAD + [("phi3 LongRoPE factors", "tiny-phi3", {}, [1.0] * 24,

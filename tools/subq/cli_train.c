@@ -146,7 +146,7 @@ static int parse_layers(cli_train *o) {
     int ok = 1;
     o->layer_ids = malloc((size_t)L * sizeof(int));
     if (!mask || !rmask || !o->layer_ids) ok = !cli_error(cmd, "out of memory");
-    else if (subq_parse_layers(o->layers, L, mask, &err)) ok = !cli_error(cmd, "--layers: %s", err.msg);
+    else if (subq_model_parse_layers(o->m, o->layers, mask, &err)) ok = !cli_error(cmd, "--layers: %s", err.msg);
     else if (o->reserve && subq_parse_layers(o->reserve, L, rmask, &err)) ok = !cli_error(cmd, "--reserve: %s", err.msg);
     int n = 0;
     for (int l = 0; ok && l < L; l++)

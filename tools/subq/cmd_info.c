@@ -151,6 +151,8 @@ int cmd_info(int argc, char **argv) {
     subq_gguf_get_header(g, &h);
     char rope[512];
     int has_rope = subq_gguf_describe_rope(g, rope, sizeof rope);
+    char attention[1024];
+    subq_gguf_describe_attention(g, attention, sizeof attention);
     /* search projections the file carries (a projection file, or merged into a model) */
     subq_search_info si;
     subq_error serr = {0};
@@ -174,6 +176,8 @@ int cmd_info(int argc, char **argv) {
         if (has_rope) {
             printf(", \"rope\": ");
             cli_json_string(stdout, rope, strlen(rope));
+            printf(", \"attention\": ");
+            cli_json_string(stdout, attention, strlen(attention));
         }
         if (!ss) {
             printf(", \"search\": {\"merged\": %s, \"layers\": ", si.merged ? "true" : "false");
@@ -193,7 +197,7 @@ int cmd_info(int argc, char **argv) {
     } else {
         printf("%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, %.2f MiB of tensor data\n", path, h.version,
                h.n_kv, h.n_tensors, h.tensor_bytes / 1048576.0);
-        if (has_rope) printf("  rope in use: %s\n", rope);
+        if (has_rope) printf("  rope in use: %s\n  attention: %s\n", rope, attention);
         printf("  kernels in use: %s\n", subq_isa_name()); /* (their rounding: tests/ref/check_logits.py) */
         if (ss != SUBQ_ERR_RANGE) printf("  search projections: %s\n", search);
     }
