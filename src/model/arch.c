@@ -25,11 +25,11 @@ const arch_desc *arch_by_id(int id) {
 
 const char *arch_names(void) { return "llama, qwen2, qwen3, gemma2, gemma3, phi3, smollm3"; }
 
-subq_status arch_sliding_window(const gguf_file *f, const char *arch, int *window, subq_error *err) {
+subq_status arch_sliding_window(const gguf_file *f, const char *arch, int def, int *window, subq_error *err) {
     char key[96];
     uint32_t w;
     snprintf(key, sizeof key, "%s.attention.sliding_window", arch);
-    subq_status s = gguf_get_u32_or(f, key, 0, &w, err);
+    subq_status s = gguf_get_u32_or(f, key, (uint32_t)def, &w, err);
     if (s) return s;
     if (w > (1u << 24)) return subq_fail(err, SUBQ_ERR_FORMAT, "%s = %u is out of range [0, %u]", key, w, 1u << 24);
     *window = (int)w;

@@ -45,10 +45,10 @@ const char *arch_names(void);
 /* The description of id (model_arch), NULL when out of range. */
 const arch_desc *arch_by_id(int id);
 
-/* Shared by the units: {arch}.attention.sliding_window (0 or absent: none),
+/* Shared by the units: {arch}.attention.sliding_window (def when absent; 0: none),
  * and the layer pattern of llama.cpp's set_swa_pattern(n): layer l slides
  * when l % n < n - 1 (every n-th layer is global). */
-subq_status arch_sliding_window(const gguf_file *f, const char *arch, int *window, subq_error *err);
+subq_status arch_sliding_window(const gguf_file *f, const char *arch, int def, int *window, subq_error *err);
 void arch_slide_pattern(struct model_hparams *hp, int window, int period);
 /* The same where {arch}.attention.sliding_window_pattern may override the
  * period, or give one flag per layer (nonzero: sliding), as newer

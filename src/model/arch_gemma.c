@@ -36,8 +36,7 @@ static subq_status load_gemma2(const gguf_file *f, model_hparams *hp, subq_error
     int window;
     float cap;
     subq_status s;
-    if ((s = gguf_find_kv(f, "gemma2.attention.sliding_window") ? arch_sliding_window(f, "gemma2", &window, err)
-                                                                 : (window = 4096, SUBQ_OK)) ||
+    if ((s = arch_sliding_window(f, "gemma2", 4096, &window, err)) ||
         (s = get_cap(f, "gemma2.attn_logit_softcapping", 50.0f, &cap, err)) ||
         (s = get_cap(f, "gemma2.final_logit_softcapping", 30.0f, &hp->final_softcap, err)))
         return s;
@@ -51,7 +50,7 @@ static subq_status load_gemma3(const gguf_file *f, model_hparams *hp, subq_error
     int window;
     float local_base;
     subq_status s;
-    if ((s = arch_sliding_window(f, "gemma3", &window, err)) ||
+    if ((s = arch_sliding_window(f, "gemma3", 0, &window, err)) ||
         (s = gguf_get_f32_or(f, "gemma3.rope.freq_base_swa", 10000.0f, &local_base, err)))
         return s;
     if (!(local_base > 1.0f && local_base < 1e12f))

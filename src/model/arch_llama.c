@@ -7,7 +7,7 @@
 
 static subq_status load_llama(const gguf_file *f, model_hparams *hp, subq_error *err) {
     int window;
-    subq_status s = arch_sliding_window(f, "llama", &window, err);
+    subq_status s = arch_sliding_window(f, "llama", 0, &window, err);
     if (!s) arch_slide_pattern(hp, window, 1 << 30);
     return s;
 }

@@ -32,7 +32,8 @@ subq_status subq_model_parse_layers(const subq_model *m, const char *list, unsig
     return model_layers_parse(&m->hp, list, mask, err);
 }
 
-/* appends a list of the layers where keep(l) holds, "(3, 7, 11)", to buf at *o */
+/* appends " (3, 7, 11)" to buf at *o: the layers that slide (want_window 1),
+ * or do not (0), or either (-1), and with want_rope, only those without RoPE */
 static void append_layers(const model_hparams *hp, int want_window, int want_rope, char *buf, size_t cap, size_t *o) {
     const char *sep = " (";
     for (int l = 0; l < hp->n_layer && *o < cap; l++) {

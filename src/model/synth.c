@@ -164,11 +164,15 @@ fail:
     return NULL;
 }
 
-/* Random tensor of rows x cols ~ N(0, std), quantised to `type` (or f16 if
- * cols is not a multiple of the block), added to the writer. */
-static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, int64_t cols, int64_t rows,
-                              float mean, float std, uint64_t *rng, subq_error *err) {
+/* Random tensor of rows_a + rows_b rows of cols: the first rows_a rows ~
+ * N(mean, std_a), the next rows_b ~ N(mean, std_b) (a fused attn_qkv: q and
+ * k rows, then v rows), quantised to `type` (or f16 if cols is not a
+ * multiple of the block; one row stays f32), added to the writer. */
+static subq_status add_random_parts(gguf_writer *w, const char *name, uint32_t type, int64_t cols, int64_t rows_a,
+                                    float std_a, int64_t rows_b, float std_b, float mean, uint64_t *rng,
+                                    subq_error *err) {
     const ggml_type_traits *tr = ggml_type_get(type);
+    const int64_t rows = rows_a + rows_b;
     if (cols % tr->block_size) type = GGML_TYPE_F16;
     if (rows == 1) type = GGML_TYPE_F32; /* 1-D norms stay f32 */
     size_t row_bytes = ggml_row_size(type, (uint64_t)cols);
@@ -180,6 +184,7 @@ static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, i
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for tensor '%s'", name);
     }
     for (int64_t r = 0; r < rows; r++) {
+        const float std = r < rows_a ? std_a : std_b;
         for (int64_t i = 0; i < cols; i++) row[i] = mean + std * rng_normal(rng);
         quantize_row(type, row, data + (size_t)r * row_bytes, cols);
     }
@@ -188,28 +193,10 @@ static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, i
     return gguf_writer_add_tensor(w, name, type, rows == 1 ? 1 : 2, ne, data, row_bytes * (size_t)rows, 1, err);
 }
 
-/* A matrix whose first rows_a rows have std std_a and next rows_b std_b
- * (a fused attn_qkv: q and k rows, then v rows), mean 0. */
-static subq_status add_random_rows(gguf_writer *w, const char *name, uint32_t type, int64_t cols, int64_t rows_a,
-                                   float std_a, int64_t rows_b, float std_b, uint64_t *rng, subq_error *err) {
-    const ggml_type_traits *tr = ggml_type_get(type);
-    if (cols % tr->block_size) type = GGML_TYPE_F16;
-    const size_t row_bytes = ggml_row_size(type, (uint64_t)cols), rows = (size_t)(rows_a + rows_b);
-    uint8_t *data = malloc(row_bytes * rows);
-    float *row = malloc((size_t)cols * sizeof(float));
-    if (!data || !row) {
-        free(data);
-        free(row);
-        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for tensor '%s'", name);
-    }
-    for (size_t r = 0; r < rows; r++) {
-        const float sd = (int64_t)r < rows_a ? std_a : std_b;
-        for (int64_t i = 0; i < cols; i++) row[i] = sd * rng_normal(rng);
-        quantize_row(type, row, data + r * row_bytes, cols);
-    }
-    free(row);
-    uint64_t ne[2] = {(uint64_t)cols, (uint64_t)rows};
-    return gguf_writer_add_tensor(w, name, type, 2, ne, data, row_bytes * rows, 1, err);
+/* Random tensor of rows x cols ~ N(mean, std) (add_random_parts). */
+static subq_status add_random(gguf_writer *w, const char *name, uint32_t type, int64_t cols, int64_t rows,
+                              float mean, float std, uint64_t *rng, subq_error *err) {
+    return add_random_parts(w, name, type, cols, rows, std, 0, 0.0f, mean, rng, err);
 }
 
 /* Llama 3.1+ frequency factors (Meta's "llama3" rope scaling, stored as
@@ -336,7 +323,8 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
 #define TN(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
         if ((s = add_random(w, TN("attn_norm.weight"), type, d, 1, 1.0f, 0.1f, &rng, err))) goto done;
         if (a->fused_qkv) { /* q and k rows at q/k's scale, v rows at v's */
-            if ((s = add_random_rows(w, TN("attn_qkv.weight"), type, d, dq + dkv, s_qk, dkv, s_d, &rng, err))) goto done;
+            if ((s = add_random_parts(w, TN("attn_qkv.weight"), type, d, dq + dkv, s_qk, dkv, s_d, 0.0f, &rng, err)))
+                goto done;
         } else if ((s = add_random(w, TN("attn_q.weight"), type, d, dq, 0.0f, s_qk, &rng, err)) ||
                    (s = add_random(w, TN("attn_k.weight"), type, d, dkv, 0.0f, s_qk, &rng, err)) ||
                    (s = add_random(w, TN("attn_v.weight"), type, d, dkv, 0.0f, s_d, &rng, err))) {
