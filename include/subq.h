@@ -187,9 +187,17 @@ typedef struct subq_context_params {
                            created at its full size (n_ctx <= 0: the model's training context),
                            or an existing file of this model and KV type (n_ctx <= 0: its own)
                            whose committed tokens subq_context_resume continues from */
+    int swa_full;       /* sliding-window layers (Gemma's local ones) keep every token's keys, as
+                           llama.cpp's --swa-full; 0: only their window plus n_batch, so a long
+                           context costs what its global layers need, but subq_context_truncate
+                           cannot go back past the window (a KV file keeps every token) */
 } subq_context_params;
 
 subq_context_params subq_context_default_params(void);
+/* Bytes of the KV cache a context made with p would hold in memory (rows,
+ * positions, documents); SIZE_MAX-like huge when the KV type cannot hold
+ * this model's heads. */
+uint64_t subq_kv_cache_bytes(const subq_model *m, const subq_context_params *p);
 subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_context **out,
                              subq_error *err);
 void subq_context_free(subq_context *c);
@@ -213,6 +221,10 @@ int subq_context_n_ctx(const subq_context *c);
 /* The model a context runs. */
 const subq_model *subq_context_model(const subq_context *c);
 int subq_context_n_threads(const subq_context *c);
+/* The fewest cached tokens subq_context_truncate keeps, 0 aside (starting
+ * over): the sliding-window layers' rings hold the latest tokens' keys only
+ * (see subq_context_params.swa_full); 0 when any count is fine. */
+int subq_context_min_keep(const subq_context *c);
 /* Most tokens per forward step (subq_context_params.n_batch). */
 int subq_context_n_batch(const subq_context *c);
 /* The type its KV cache stores. */
@@ -255,7 +267,8 @@ const float *subq_context_last_logits(const subq_context *c);
  * would have left (exact, quest, oracle and window drop their tail; hnsw
  * and faiss rebuild their graphs from the kept keys; completion summaries
  * are recomputed from the kept KV rows). A request sharing a prefix with
- * the cached tokens continues from there instead of prefilling again. */
+ * the cached tokens continues from there instead of prefilling again.
+ * SUBQ_ERR_RANGE for 0 < n_keep < subq_context_min_keep. */
 subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err);
 /* Save the cached tokens to a session file (atomically): the model's
  * fingerprint, context size, KV type, attention plan, token ids, KV rows,

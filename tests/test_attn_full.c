@@ -9,7 +9,10 @@
  *     sparse path): sets of a few rows and of more rows than one copied
  *     block or one prefetch window, in scattered order;
  *   - a sliding window (wider than a decode chunk) with soft-capped scores
- *     (gemma2's c tanh(x / c)), in decode and prefill.
+ *     (gemma2's c tanh(x / c)), in decode and prefill;
+ *   - a sliding layer whose cache keeps only window + batch rows (a ring),
+ *     filled batch by batch as the forward does, past several wraps, each
+ *     step's keys compared as stored before later ones overwrote them.
  * Reference: for query t at slot s and head h (KV head h / g),
  *   out = sum_j e^(x_j - max x) v_j / sum_j e^(x_j - max x),
  *   x_j = scale q.k_j over slots j <= s of s's document (and j > s - window
@@ -188,7 +191,74 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
     kv_cache_free(&kv);
 }
 
+/* A sliding layer (window W) in a ring of W + B rows, streamed in batches
+ * of up to B tokens as the forward stores and attends them: every step
+ * against the reference over the rows each slot held when stored. */
+static void check_ring(subq_kv_type type) {
+    static const char *tn[] = {"f32", "f16", "q8_0", "q4_0"};
+    enum { L = 2, LAYER = 1, H = 2, G = 2, HD = 32, W = 1100, B = 300, N_CTX = 4000 };
+    const int row = H * HD, windows[L] = {0, W};
+    subq_error err = {0};
+    kv_cache kv;
+    if (kv_cache_init_windows(&kv, L, H, HD, N_CTX, type, windows, B, &err)) {
+        CHECK(0, "ring cache %s: %s", tn[type], err.msg);
+        return;
+    }
+    CHECK(kv.layers[0].ring == N_CTX && kv.layers[LAYER].ring == W + B, "%s: rings %d, %d", tn[type],
+          kv.layers[0].ring, kv.layers[LAYER].ring);
+    CHECK(kv_cache_held_bytes(&kv) == kv_cache_bytes(L, H, HD, N_CTX, type, windows, B) &&
+              kv_cache_held_bytes(&kv) < kv_cache_bytes(L, H, HD, N_CTX, type, NULL, B),
+          "%s: ring bytes", tn[type]);
+    uint64_t rng = rng_seed(77 + (uint64_t)type);
+    float *kf = calloc((size_t)L * H * N_CTX * HD, sizeof(float)), *vf = calloc((size_t)L * H * N_CTX * HD, sizeof(float));
+    float *k = malloc((size_t)B * row * sizeof(float)), *v = malloc((size_t)B * row * sizeof(float));
+    float *q = malloc((size_t)B * H * G * HD * sizeof(float)), *out = malloc((size_t)B * H * G * HD * sizeof(float));
+    double *want = malloc((size_t)B * H * G * HD * sizeof(double)), worst = 0;
+    const int sizes[] = {B, 1, 3, 20, 17, B, 2, 250, 1, B, 64};
+    int slot0 = 0;
+    for (int step = 0; slot0 < N_CTX - B; step++) {
+        const int T = sizes[step % 11];
+        for (int i = 0; i < T * row; i++) k[i] = (float)rng_normal(&rng) * (1.0f + (float)(i / HD % 5)), v[i] = (float)rng_normal(&rng);
+        CHECK(kv_cache_store(&kv, LAYER, slot0, T, k, v, &err) == SUBQ_OK, "%s: store: %s", tn[type], err.msg);
+        for (int t = 0; t < T; t++) {
+            kv.pos[slot0 + t] = slot0 + t, kv.seg[slot0 + t] = 0;
+            for (int h = 0; h < H; h++) { /* the rows as stored, before a later batch overwrites them */
+                const size_t at = (((size_t)LAYER * H + h) * N_CTX + slot0 + t) * HD;
+                kv_cache_row_f32(&kv, kv_cache_key(&kv, LAYER, h, slot0 + t), kf + at);
+                kv_cache_row_f32(&kv, kv_cache_value(&kv, LAYER, h, slot0 + t), vf + at);
+            }
+        }
+        kv.n_used = slot0 + T;
+        for (int i = 0; i < T * H * G * HD; i++) q[i] = (float)rng_normal(&rng);
+        attn_step st = {.layer = LAYER, .n_tokens = T, .slot0 = slot0, .n_head = H * G, .n_head_kv = H,
+                        .head_dim = HD, .scale = 1.0f / sqrtf((float)HD), .window = W, .q = q, .out = out,
+                        .n_threads = 1 + step % 2};
+        attn_stage *full = attn_full_stage();
+        CHECK(!full->forward(full, &st, &kv, &err), "%s ring forward: %s", tn[type], err.msg);
+        reference(&kv, LAYER, &st, kf, vf, type >= SUBQ_KV_Q8_0 && T < 16, want);
+        for (int i = 0; i < T * H * G; i++) {
+            double e = 0, mag = 0;
+            for (int c = 0; c < HD; c++) {
+                e = fmax(e, fabs(out[(size_t)i * HD + c] - want[(size_t)i * HD + c]));
+                mag = fmax(mag, fabs(want[(size_t)i * HD + c]));
+            }
+            worst = fmax(worst, e / (mag + 1e-6));
+        }
+        slot0 += T;
+    }
+    CHECK(worst < 2e-5, "%s ring: worst error relative to max |out| %.2e", tn[type], worst);
+    /* slot n - ring was overwritten: the next query must still see its window */
+    CHECK(kv.layers[LAYER].held_lo == slot0 - (W + B) && kv_cache_min_keep(&kv) == slot0 - (W + B) + W - 1,
+          "%s ring: held from %d, keep at least %d", tn[type], kv.layers[LAYER].held_lo, kv_cache_min_keep(&kv));
+    CHECK(kv_cache_store(&kv, LAYER, slot0, B + 2, k, k, &err) == SUBQ_ERR_ARG, "%s: a batch wider than the ring's slack",
+          tn[type]);
+    printf("%s ring of %d rows (window %d), %d slots streamed: %.2e\n", tn[type], W + B, W, slot0, worst);
+    free(kf), free(vf), free(k), free(v), free(q), free(out), free(want);
+    kv_cache_free(&kv);
+}
+
 int main(void) {
+    for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) check_ring((subq_kv_type)t);
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
         check((subq_kv_type)t, 2, 3, 64, 2600, 1500); /* 3 decode chunks, the second split by the document */
         check((subq_kv_type)t, 1, 2, 8, 2100, 1024);  /* one KV head: the positions are split; doc at a chunk edge */

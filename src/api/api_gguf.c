@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "gguf/gguf.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "quant/types.h"
 
@@ -124,6 +125,23 @@ subq_status subq_gguf_tensor_info(const subq_gguf *g, uint64_t i, subq_gguf_tens
     return SUBQ_OK;
 }
 
+/* For a model with sliding layers, appends what their rings save: the f16
+ * KV cache at the trained context, in rings and with every slot kept. */
+static void describe_rings(const model_hparams *hp, char *buf, size_t cap) {
+    int *window = malloc((size_t)hp->n_layer * sizeof(int)), any = 0;
+    for (int l = 0; window && l < hp->n_layer; l++) any |= (window[l] = hp->layer[l].window) > 0;
+    const size_t o = strlen(buf);
+    if (any && o < cap) {
+        const int n = hp->n_ctx_train, nb = subq_context_default_params().n_batch, b = n < nb ? n : nb;
+        const size_t ring = kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, n, SUBQ_KV_F16, window, b);
+        const size_t full = kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, n, SUBQ_KV_F16, NULL, b);
+        if (ring != SIZE_MAX && full != SIZE_MAX)
+            snprintf(buf + o, cap - o, "; f16 KV cache at %d tokens %.1f MiB, sliding layers in rings (%.1f MiB "
+                     "with --swa-full)", n, ring / 1048576.0, full / 1048576.0);
+    }
+    free(window);
+}
+
 /* describe(hp) into buf for a model file of a known architecture (1), "cannot
  * run: REASON" when its hyper-parameters are refused (1), else 0 */
 static int describe_model(const subq_gguf *g, int layers, char *buf, size_t cap) {
@@ -133,8 +151,12 @@ static int describe_model(const subq_gguf *g, int layers, char *buf, size_t cap)
     if (!arch_by_name(arch)) return 0;
     model_hparams hp;
     if (model_hparams_load(g->f, &hp, &err)) snprintf(buf, cap, "cannot run: %.480s", err.msg);
-    else if (layers) model_describe_layers(&hp, buf, cap);
-    else rope_describe(&hp.rope, buf, cap);
+    else if (layers) {
+        model_describe_layers(&hp, buf, cap);
+        describe_rings(&hp, buf, cap);
+    } else {
+        rope_describe(&hp.rope, buf, cap);
+    }
     model_hparams_free(&hp);
     return 1;
 }

@@ -16,7 +16,7 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     st->t_select_s = st->t_append_s = 0;
     st->index_bytes = 0;
     st->select_bytes_read = 0;
-    st->kv_bytes = kv_cache_bytes(kv->n_layer, kv->n_head_kv, kv->head_dim, kv->n_ctx, kv->type);
+    st->kv_bytes = kv_cache_held_bytes(kv);
     for (int l = 0; l < c->model->hp.n_layer; l++) {
         const selector *s = attn_sparse_selector(c->stages[l]);
         if (!s) continue;
@@ -30,7 +30,10 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
 uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys) {
     const kv_cache *kv = &c->kv;
     uint64_t rows = 0;
-    for (int l = 0; l < c->model->hp.n_layer; l++) rows += (uint64_t)attn_sparse_rows_attended(c->stages[l], n_keys);
+    for (int l = 0; l < c->model->hp.n_layer; l++) {
+        const int window = c->model->hp.layer[l].window; /* a sliding layer reads its window */
+        rows += (uint64_t)attn_sparse_rows_attended(c->stages[l], window > 0 && window < n_keys ? window : n_keys);
+    }
     return rows * 2 * (uint64_t)kv->n_head_kv * kv->row_bytes;
 }
 
@@ -45,13 +48,21 @@ static uint64_t sum_words(const uint64_t *p, size_t n) {
     return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
 }
 
+/* 64-bit words of one KV head's used rows of layer l */
+static size_t layer_words(const kv_cache *kv, int l) {
+    const int rows = kv->n_used < kv->layers[l].ring ? kv->n_used : kv->layers[l].ring;
+    return (size_t)rows * kv->row_bytes / sizeof(uint64_t);
+}
+
 double subq_context_kv_read_gbs(const subq_context *c, int reps) {
     const kv_cache *kv = &c->kv;
     const int n_items = kv->n_layer * 2 * kv->n_head_kv; /* (layer, keys or values, KV head) */
-    const size_t words = (size_t)kv->n_used * kv->row_bytes / sizeof(uint64_t);
     /* (head-major rows only: a file cache is not timed here) */
-    if (words == 0 || kv->row_bytes % sizeof(uint64_t) || kv->file) return 0.0;
-    if ((double)n_items * words * sizeof(uint64_t) < 64.0 * 1048576) return 0.0; /* times caches, not memory */
+    if (kv->n_used == 0 || kv->row_bytes % sizeof(uint64_t) || kv->file) return 0.0;
+    double all_words = 0.0; /* a sliding layer's ring holds fewer rows */
+    for (int l = 0; l < kv->n_layer; l++)
+        all_words += 2.0 * kv->n_head_kv * layer_words(kv, l);
+    if (all_words * sizeof(uint64_t) < 64.0 * 1048576) return 0.0; /* times caches, not memory */
     double best = 0.0;
     for (int r = 0; r < reps; r++) {
         uint64_t total = 0;
@@ -59,9 +70,9 @@ double subq_context_kv_read_gbs(const subq_context *c, int reps) {
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) reduction(+ : total)
         for (int it = 0; it < n_items; it++) {
             const int l = it / (2 * kv->n_head_kv), h = it % kv->n_head_kv, values = it / kv->n_head_kv % 2;
-            total += sum_words(values ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0), words);
+            total += sum_words(values ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0), layer_words(kv, l));
         }
-        const double el = time_now_s() - t0, gbs = (double)n_items * words * sizeof(uint64_t) / el / 1e9;
+        const double el = time_now_s() - t0, gbs = all_words * sizeof(uint64_t) / el / 1e9;
         volatile uint64_t sink = total; /* the sums are used: they cannot be dropped */
         (void)sink;
         best = gbs > best ? gbs : best;
@@ -85,6 +96,13 @@ static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *
         for (size_t i = 0; i < (size_t)n_rand * row; i++) {
             k[i] = rng_uniform(&rng) - 0.5f;
             v[i] = rng_uniform(&rng) - 0.5f;
+        }
+        if (kv_cache_is_ring(kv, l)) { /* a sliding layer keeps its last ring slots: store those */
+            const kv_layer_rows *L = &kv->layers[l];
+            const int piece = n_rand < L->ring - L->window + 1 ? n_rand : L->ring - L->window + 1;
+            for (int t0 = n_past > L->ring ? n_past - L->ring : 0; t0 < n_past && !s; t0 += piece)
+                s = kv_cache_store(kv, l, t0, n_past - t0 < piece ? n_past - t0 : piece, k, v, err);
+            continue;
         }
         s = kv_cache_store(kv, l, 0, n_rand, k, v, err);
         for (int t0 = n_rand; t0 < n_past && !s; t0 += n_rand) {
@@ -156,6 +174,7 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
     if (s) return s;
     for (int t = 0; t < n_past; t++) c->tok[t] = -1; /* no token ids: a session file refuses them */
     const double t0 = time_now_s();
+    kv_cache_clear(&c->kv);
     s = fill_kv(&c->kv, n_past, seed, err);
     c->t_fill_kv_s += time_now_s() - t0;
     if (!s) s = fill_selectors(c, n_past, seed + 2, err);

@@ -60,32 +60,33 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
     const float *lg = subq_context_last_logits(c);
     ne[0] = (uint64_t)hp->n_vocab;
     if (!s && lg) s = gguf_writer_add_tensor(w, "logits", GGML_TYPE_F32, 1, ne, lg, ne[0] * 4, 0, err);
-    /* each KV head's first n rows as one tensor: written in place where they
-     * are contiguous (head-major, in memory), else gathered into a copy the
-     * writer frees (slot-major, a file cache) */
+    /* each KV head's rows as one tensor: the first n, or a sliding layer's
+     * latest n - held_lo (its ring); written in place where they are
+     * contiguous (head-major, in memory, not wrapped), else gathered into a
+     * copy the writer frees (slot-major, a file cache; a ring) */
     uint32_t type;
     kv_cache_row_tensor(kv, &type, &ne[0]);
-    ne[1] = (uint64_t)n;
     char name[64];
-    const int in_place = kv_cache_rows_adjacent(kv);
-    for (int l = 0; l < kv->n_layer && !s; l++)
+    for (int l = 0; l < kv->n_layer && !s; l++) {
+        const int lo = kv->layers[l].held_lo, in_place = kv_cache_rows_adjacent(kv) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
+        ne[1] = (uint64_t)(n - lo);
         for (int h = 0; h < kv->n_head_kv && !s; h++)
             for (int v = 0; v < 2 && !s; v++) {
                 uint64_t bytes = ne[1] * kv->row_bytes;
                 snprintf(name, sizeof name, "kv.%d.%d.%c", l, h, v ? 'v' : 'k');
-                const void *rows = v ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0);
                 if (!in_place) {
                     void *copy = malloc((size_t)bytes);
                     if (!copy) {
-                        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for a KV head's rows (%d)", n);
+                        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for a KV head's rows (%d)", n - lo);
                         break;
                     }
-                    kv_cache_read_rows(kv, l, h, v, 0, n, copy);
+                    kv_cache_read_rows(kv, l, h, v, lo, n - lo, copy);
                     s = gguf_writer_add_tensor(w, name, type, 2, ne, copy, bytes, 1, err); /* frees it, failing too */
                 } else {
-                    s = gguf_writer_add_tensor(w, name, type, 2, ne, rows, bytes, 0, err);
+                    s = gguf_writer_add_tensor(w, name, type, 2, ne, kv_cache_row(kv, l, h, v, lo), bytes, 0, err);
                 }
             }
+    }
     for (int l = 0; l < hp->n_layer && !s; l++) {
         int d = attn_sparse_search_width(c->stages[l]);
         if (d == 0) continue;
@@ -203,13 +204,26 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
     uint64_t ne0;
     kv_cache_row_tensor(kv, &type, &ne0);
     char name[64];
-    for (int l = 0; l < kv->n_layer; l++)
+    for (int l = 0; l < kv->n_layer; l++) {
+        /* a sliding layer's file may hold only its latest rows: at least its
+         * window's (what the next query reads); of those, this context keeps
+         * what its ring holds */
+        const int window = hp->layer[l].window, need = window > 0 && window < n ? window : n;
+        const int ring = kv->layers[l].ring;
+        int rows = 0;
         for (int h = 0; h < kv->n_head_kv; h++)
             for (int v = 0; v < 2; v++) {
                 snprintf(name, sizeof name, "kv.%d.%d.%c", l, h, v ? 'v' : 'k');
-                if ((s = want_tensor(f, name, type, ne0, (uint64_t)n, &t, err))) return s;
-                kv_cache_write_rows(kv, l, h, v, 0, n, t->data);
+                if (h == 0 && v == 0) {
+                    t = gguf_find_tensor(f, name);
+                    rows = t && t->ne[1] >= (uint64_t)need && t->ne[1] <= (uint64_t)n ? (int)t->ne[1] : n;
+                }
+                if ((s = want_tensor(f, name, type, ne0, (uint64_t)rows, &t, err))) return restored(c, n, s);
+                const int keep = rows < ring ? rows : ring;
+                kv_cache_write_rows(kv, l, h, v, n - keep, keep, (const char *)t->data + (size_t)(rows - keep) * kv->row_bytes);
             }
+        kv->layers[l].held_lo = n - (rows < ring ? rows : ring);
+    }
     for (int i = 0; i < n; i++) kv->pos[i] = i, kv->seg[i] = 0;
     /* the indexes and completion summaries are rebuilt over the loaded rows */
     for (int l = 0; l < hp->n_layer && !s; l++) {
@@ -327,19 +341,21 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
     memcpy(dst->tok, src->tok, (size_t)n * sizeof(int32_t));
     memcpy(kv->pos, skv->pos, (size_t)n * sizeof(int32_t));
     memcpy(kv->seg, skv->seg, (size_t)n * sizeof(int32_t));
-    for (int l = 0; l < kv->n_layer; l++)
-        for (int h = 0; h < kv->n_head_kv; h++) {
-            /* either cache may be slot-major (a file): row by row then */
-            if (kv_cache_rows_adjacent(kv) && kv_cache_rows_adjacent(skv)) {
-                memcpy((void *)kv_cache_key(kv, l, h, 0), kv_cache_key(skv, l, h, 0), (size_t)n * kv->row_bytes);
-                memcpy((void *)kv_cache_value(kv, l, h, 0), kv_cache_value(skv, l, h, 0), (size_t)n * kv->row_bytes);
-            } else {
-                for (int j = 0; j < n; j++) {
-                    memcpy((void *)kv_cache_key(kv, l, h, j), kv_cache_key(skv, l, h, j), kv->row_bytes);
-                    memcpy((void *)kv_cache_value(kv, l, h, j), kv_cache_value(skv, l, h, j), kv->row_bytes);
+    for (int l = 0; l < kv->n_layer; l++) {
+        /* the rows the source holds (a ring: its latest) that the destination keeps */
+        const int lo = n - kv->layers[l].ring > skv->layers[l].held_lo ? n - kv->layers[l].ring : skv->layers[l].held_lo;
+        const int in_line = kv_cache_rows_adjacent(kv) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
+        for (int h = 0; h < kv->n_head_kv; h++)
+            for (int v = 0; v < 2; v++) {
+                if (in_line) { /* the source's rows, however laid out, into one run */
+                    kv_cache_read_rows(skv, l, h, v, lo, n - lo, (void *)kv_cache_row(kv, l, h, v, lo));
+                    continue;
                 }
+                for (int j = lo; j < n; j++)
+                    memcpy((void *)kv_cache_row(kv, l, h, v, j), kv_cache_row(skv, l, h, v, j), kv->row_bytes);
             }
-        }
+        kv->layers[l].held_lo = lo;
+    }
     for (int l = 0; l < n_layer && !s; l++) {
         const int d = attn_sparse_search_width(dst->stages[l]);
         if (d > 0) s = attn_sparse_get_keys(src->stages[l], n, keys, err);

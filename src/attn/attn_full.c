@@ -135,11 +135,13 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
 }
 
 /* chunk_partial's scores (values = 0) or accumulation (values = 1) over
- * slots [j0, j0 + n) of a slot-major cache (a file), whose rows of a head
- * lie slot_stride apart: the decode kernels take adjacent rows, so blocks
- * are copied side by side first, as the gathered path does (the disk, not
- * this copy, bounds such a cache). Kept out of line so that the in-memory
- * path's frame does not carry the scratch. */
+ * slots [j0, j0 + n) that are not consecutive rows: a slot-major cache (a
+ * file), whose rows of a head lie slot_stride apart, or a run that wraps
+ * around a sliding layer's ring. The decode kernels take adjacent rows, so
+ * blocks are copied side by side first, as the gathered path does (the
+ * disk, not this copy, bounds a file; a ring wraps in one chunk per step).
+ * Kept out of line so that the in-memory path's frame does not carry the
+ * scratch. */
 __attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh,
                                                    int values, int g, const float *q, float scale, int j0, int n,
                                                    float *scores, float *o) {
@@ -162,8 +164,9 @@ __attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops,
 static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh, int g,
                           const float *q, float scale, float cap, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
+    const int in_line = kv_cache_rows_adjacent(kv) && kv_cache_run(kv, layer, j0, n) == n;
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
-    if (kv_cache_rows_adjacent(kv)) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
+    if (in_line) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
     else strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
     softcap(scores, g * n, cap);
     /* documents are runs of slots: keys that start and end in the query's
@@ -183,7 +186,7 @@ static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const 
         }
     }
     memset(o, 0, (size_t)g * hd * sizeof(float));
-    if (kv_cache_rows_adjacent(kv)) ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
+    if (in_line) ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
     else strided_pass(ops, kv, layer, kh, 1, g, NULL, 0.0f, j0, n, scores, o);
 }
 
@@ -399,7 +402,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     int tb = QUERY_BLOCK, per_thread = (T + BATCH_THREADS - 1) / BATCH_THREADS;
     if (tb > per_thread) tb = per_thread;
     while (tb > 1 && (int64_t)g * tb * n_keys > SCORE_BLOCK_FLOATS) tb /= 2;
-    const int n_blocks = (T + tb - 1) / tb, need_conv = kv_cache_rows_f32_copied(kv);
+    const int n_blocks = (T + tb - 1) / tb, need_conv = kv_cache_rows_f32_copied(kv, st->layer);
     float *Kf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     float *Vf = need_conv ? malloc((size_t)n_keys * hd * sizeof(float)) : NULL;
     batch_scratch *w = calloc((size_t)nt, sizeof *w);

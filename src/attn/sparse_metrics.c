@@ -214,7 +214,7 @@ subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, 
     for (int t = 0; t < n; t++) k_lo = b->doc0[t] < k_lo ? b->doc0[t] : k_lo;
     const int n_keys = b->slot0 + n - k_lo;
     const float **keys = malloc((size_t)nkv * sizeof *keys);
-    const int need_conv = kv_cache_rows_f32_copied(kv);
+    const int need_conv = kv_cache_rows_f32_copied(kv, b->layer);
     float *conv = need_conv ? malloc((size_t)nkv * n_keys * hd * sizeof(float)) : NULL;
     if (!keys || (need_conv && !conv)) {
         free(keys);

@@ -36,24 +36,49 @@ subq_status kv_cache_check_type(subq_kv_type type, int head_dim, subq_error *err
     return SUBQ_OK;
 }
 
-size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type) {
+int kv_cache_ring_rows(int n_ctx, int window, int n_batch) {
+    if (window <= 0 || (int64_t)window + n_batch >= n_ctx) return n_ctx;
+    return window + n_batch;
+}
+
+size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type, const int *window,
+                      int n_batch) {
     size_t rb = (unsigned)type < SUBQ_KV_TYPE_COUNT ? kernels_kv_row_bytes(type, head_dim) : 0;
     if (rb == 0) return SIZE_MAX;
-    size_t kv = mul_sat(mul_sat(mul_sat(2 * (size_t)n_layer, (size_t)n_head_kv), (size_t)n_ctx), rb);
+    size_t rows = 0; /* per KV head and kind, over the layers */
+    for (int l = 0; l < n_layer; l++) {
+        size_t r = (size_t)kv_cache_ring_rows(n_ctx, window ? window[l] : 0, n_batch);
+        rows = rows > SIZE_MAX - r ? SIZE_MAX : rows + r;
+    }
+    size_t kv = mul_sat(mul_sat(mul_sat(2, (size_t)n_head_kv), rows), rb);
     size_t meta = mul_sat((size_t)n_ctx, 2 * sizeof(int32_t));
     return kv > SIZE_MAX - meta ? SIZE_MAX : kv + meta;
 }
 
-subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
-                          subq_kv_type type, subq_error *err) {
+size_t kv_cache_held_bytes(const kv_cache *kv) {
+    size_t rows = 0;
+    for (int l = 0; l < kv->n_layer; l++) rows += (size_t)kv->layers[l].ring;
+    return 2 * (size_t)kv->n_head_kv * rows * kv->row_bytes + (size_t)kv->n_ctx * 2 * sizeof(int32_t);
+}
+
+/* kv->layers for n_layer layers, every one whole (ring n_ctx, head_stride hs) */
+static int layers_new(kv_cache *kv, size_t head_stride) {
+    kv->layers = calloc((size_t)kv->n_layer, sizeof *kv->layers);
+    for (int l = 0; kv->layers && l < kv->n_layer; l++)
+        kv->layers[l] = (kv_layer_rows){.ring = kv->n_ctx, .head_stride = head_stride};
+    return kv->layers != NULL;
+}
+
+subq_status kv_cache_init_windows(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
+                                  subq_kv_type type, const int *window, int n_batch, subq_error *err) {
     memset(kv, 0, sizeof *kv);
-    if (n_ctx <= 0 || n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0)
+    if (n_ctx <= 0 || n_layer <= 0 || n_head_kv <= 0 || head_dim <= 0 || n_batch <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "invalid KV cache size (n_ctx %d)", n_ctx);
     subq_status s = kv_cache_check_type(type, head_dim, err);
     if (s) return s;
     /* refuse before allocating: malloc of more than the machine has may
      * succeed (overcommit) and the process be killed when it fills up */
-    size_t need = kv_cache_bytes(n_layer, n_head_kv, head_dim, n_ctx, type);
+    size_t need = kv_cache_bytes(n_layer, n_head_kv, head_dim, n_ctx, type, window, n_batch);
     const char *source;
     uint64_t avail = bigmem_available(&source);
     if ((uint64_t)need > avail)
@@ -70,17 +95,19 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
     kv->n_ctx = n_ctx;
     kv->type = type;
     kv->row_bytes = kernels_kv_row_bytes(type, head_dim);
-    kv->head_stride = (size_t)n_ctx * kv->row_bytes; /* head-major (kv_cache.h) */
-    kv->slot_stride = kv->row_bytes;
-    size_t per_layer = (size_t)n_head_kv * (size_t)n_ctx * kv->row_bytes;
+    kv->slot_stride = kv->row_bytes; /* head-major (kv_cache.h) */
     kv->k = calloc((size_t)n_layer, sizeof(void *));
     kv->v = calloc((size_t)n_layer, sizeof(void *));
     kv->pos = malloc(2 * (size_t)n_ctx * sizeof(int32_t));
-    if (!kv->k || !kv->v || !kv->pos) goto nomem;
+    if (!kv->k || !kv->v || !kv->pos || !layers_new(kv, 0)) goto nomem;
     kv->seg = kv->pos + n_ctx;
     for (int l = 0; l < n_layer; l++) {
-        kv->k[l] = bigmem_alloc(per_layer);
-        kv->v[l] = bigmem_alloc(per_layer);
+        kv_layer_rows *L = &kv->layers[l];
+        L->window = window && window[l] > 0 ? window[l] : 0;
+        L->ring = kv_cache_ring_rows(n_ctx, L->window, n_batch);
+        L->head_stride = (size_t)L->ring * kv->row_bytes;
+        kv->k[l] = bigmem_alloc((size_t)n_head_kv * L->head_stride);
+        kv->v[l] = bigmem_alloc((size_t)n_head_kv * L->head_stride);
         if (!kv->k[l] || !kv->v[l]) goto nomem;
     }
     return SUBQ_OK;
@@ -88,6 +115,11 @@ nomem:
     kv_cache_free(kv);
     return subq_fail(err, SUBQ_ERR_NOMEM, "cannot allocate the KV cache (%zu bytes, %.2f GiB); use a smaller context",
                      need, need / 1073741824.0);
+}
+
+subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type,
+                          subq_error *err) {
+    return kv_cache_init_windows(kv, n_layer, n_head_kv, head_dim, n_ctx, type, NULL, 1, err);
 }
 
 subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
@@ -99,7 +131,7 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
     kv->n_ctx = (int)g->n_ctx;
     kv->type = (subq_kv_type)g->kv_type;
     kv->row_bytes = (size_t)g->row_bytes;
-    kv->head_stride = kv->row_bytes; /* slot-major, keys and values of a slot adjacent (kv_cache.h, kv_file.h) */
+    /* slot-major, keys and values of a slot adjacent (kv_cache.h, kv_file.h) */
     kv->slot_stride = 2 * (size_t)kv->n_head_kv * kv->row_bytes;
     kv->file = f;
     kv->k = calloc((size_t)kv->n_layer, sizeof(void *));
@@ -111,7 +143,7 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
     kv->pos = kv_file_pos(f);
     kv->seg = kv_file_seg(f);
     kv->store_buf = malloc(KV_STORE_SLOTS * kv->slot_stride);
-    if (!kv->k || !kv->v || !kv->store_buf) {
+    if (!kv->k || !kv->v || !kv->store_buf || !layers_new(kv, kv->row_bytes)) {
         kv_cache_free(kv);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
@@ -126,6 +158,7 @@ void kv_cache_free(kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
+    free(kv->layers);
     free(kv->store_buf);
     kv_file_close(kv->file);
     memset(kv, 0, sizeof *kv);
@@ -152,6 +185,22 @@ void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n) {
         }
 }
 
+void kv_cache_clear(kv_cache *kv) {
+    kv->n_used = 0;
+    for (int l = 0; l < kv->n_layer; l++) kv->layers[l].held_lo = 0;
+}
+
+int kv_cache_min_keep(const kv_cache *kv) {
+    int min_keep = 0;
+    for (int l = 0; l < kv->n_layer; l++) {
+        /* the next query, at slot n, reads slots n - window + 1 .. n - 1 */
+        const kv_layer_rows *L = &kv->layers[l];
+        const int need = L->held_lo > 0 ? L->held_lo + L->window - 1 : 0;
+        min_keep = need > min_keep ? need : min_keep;
+    }
+    return min_keep;
+}
+
 int kv_cache_doc_start(const kv_cache *kv, int slot) {
     const int32_t seg = kv->seg[slot];
     int lo = 0, hi = slot; /* the first slot with seg[] >= seg lies in [lo, hi] */
@@ -165,20 +214,27 @@ int kv_cache_doc_start(const kv_cache *kv, int slot) {
 
 /* one slot's key and value rows of every KV head from floats into k_dst,
  * v_dst (the head rows head_stride apart) */
-static void store_slot(const kv_cache *kv, const float *k, const float *v, void *k_dst, void *v_dst) {
+static void store_slot(const kv_cache *kv, size_t head_stride, const float *k, const float *v, void *k_dst,
+                       void *v_dst) {
     for (int h = 0; h < kv->n_head_kv; h++) {
-        kernels_kv_from_f32(kv->type, k + h * kv->head_dim, (char *)k_dst + h * kv->head_stride, kv->head_dim);
-        kernels_kv_from_f32(kv->type, v + h * kv->head_dim, (char *)v_dst + h * kv->head_stride, kv->head_dim);
+        kernels_kv_from_f32(kv->type, k + h * kv->head_dim, (char *)k_dst + h * head_stride, kv->head_dim);
+        kernels_kv_from_f32(kv->type, v + h * kv->head_dim, (char *)v_dst + h * head_stride, kv->head_dim);
     }
 }
 
 subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v,
                            subq_error *err) {
     const size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    kv_layer_rows *L = &kv->layers[layer];
+    if (kv_cache_is_ring(kv, layer) && n > L->ring - L->window + 1)
+        return subq_fail(err, SUBQ_ERR_ARG, "%d slots at once overwrite the window of layer %d's %d-row ring", n, layer,
+                         L->ring);
     if (!kv->file) {
         for (int t = 0; t < n; t++)
-            store_slot(kv, k + t * row, v + t * row, (void *)kv_cache_key(kv, layer, 0, slot0 + t),
+            store_slot(kv, L->head_stride, k + t * row, v + t * row, (void *)kv_cache_key(kv, layer, 0, slot0 + t),
                        (void *)kv_cache_value(kv, layer, 0, slot0 + t));
+        /* slot s overwrote slot s - ring */
+        if (slot0 + n - L->ring > L->held_lo) L->held_lo = slot0 + n - L->ring;
         return SUBQ_OK;
     }
     /* a file: slots are adjacent runs of slot_stride bytes, keys then values */
@@ -188,7 +244,7 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
         const int m = n - t0 < KV_STORE_SLOTS ? n - t0 : KV_STORE_SLOTS;
         for (int t = 0; t < m; t++) {
             unsigned char *dst = kv->store_buf + (size_t)t * kv->slot_stride;
-            store_slot(kv, k + (t0 + t) * row, v + (t0 + t) * row, dst, dst + v_off);
+            store_slot(kv, L->head_stride, k + (t0 + t) * row, v + (t0 + t) * row, dst, dst + v_off);
         }
         subq_status s = kv_file_write(kv->file, kv_cache_key(kv, layer, 0, slot0 + t0), kv->store_buf,
                                       (size_t)m * kv->slot_stride, err);
@@ -202,36 +258,32 @@ static void *row_at(const kv_cache *kv, int layer, int h, int values, int slot) 
     return (void *)kv_cache_row(kv, layer, h, values, slot);
 }
 
+/* Rows of adjacent slots lie in runs (kv_cache_run: a ring wraps); in a
+ * slot-major file, every row on its own. */
 void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int slot0, int n, void *dst) {
-    if (n <= 0) return;
-    if (kv_cache_rows_adjacent(kv)) {
-        memcpy(dst, row_at(kv, layer, h, values, slot0), (size_t)n * kv->row_bytes);
-        return;
+    for (int j = 0; j < n;) {
+        const int m = kv_cache_rows_adjacent(kv) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
+        memcpy((char *)dst + (size_t)j * kv->row_bytes, row_at(kv, layer, h, values, slot0 + j), (size_t)m * kv->row_bytes);
+        j += m;
     }
-    for (int j = 0; j < n; j++)
-        memcpy((char *)dst + (size_t)j * kv->row_bytes, row_at(kv, layer, h, values, slot0 + j), kv->row_bytes);
 }
 
 void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, int n, const void *src) {
-    if (n <= 0) return;
-    if (kv_cache_rows_adjacent(kv)) {
-        memcpy(row_at(kv, layer, h, values, slot0), src, (size_t)n * kv->row_bytes);
-        return;
+    for (int j = 0; j < n;) {
+        const int m = kv_cache_rows_adjacent(kv) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
+        memcpy(row_at(kv, layer, h, values, slot0 + j), (const char *)src + (size_t)j * kv->row_bytes, (size_t)m * kv->row_bytes);
+        j += m;
     }
-    for (int j = 0; j < n; j++)
-        memcpy(row_at(kv, layer, h, values, slot0 + j), (const char *)src + (size_t)j * kv->row_bytes, kv->row_bytes);
 }
 
 const float *kv_cache_rows_f32(const kv_cache *kv, int layer, int h, int values, int slot0, int n, float *scratch) {
-    const void *first = kv_cache_row(kv, layer, h, values, slot0);
-    if (!kv_cache_rows_f32_copied(kv)) return first;
-    if (kv_cache_rows_adjacent(kv)) {
-        kv_cache_ops(kv)->to_f32(first, n, kv->head_dim, scratch);
-        return scratch;
-    }
-    for (int j = 0; j < n; j++) /* slot-major (a file): rows slot_stride apart */
-        kv_cache_ops(kv)->to_f32((const char *)first + (size_t)j * kv->slot_stride, 1, kv->head_dim,
+    if (!kv_cache_rows_f32_copied(kv, layer)) return kv_cache_row(kv, layer, h, values, slot0);
+    for (int j = 0; j < n;) {
+        const int m = kv_cache_rows_adjacent(kv) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
+        kv_cache_ops(kv)->to_f32(kv_cache_row(kv, layer, h, values, slot0 + j), m, kv->head_dim,
                                  scratch + (size_t)j * kv->head_dim);
+        j += m;
+    }
     return scratch;
 }
 

@@ -17,20 +17,35 @@
  * copied through fixed scratch (attn_group_over_slots). */
 #define KV_MAX_HEAD_DIM 4096
 
+/* One layer's rows. A sliding-window layer (Gemma's local ones) reads only
+ * the keys of its window, so in memory it may keep just the latest `ring`
+ * slots: slot s lives in row s mod ring, and storing slot s overwrites
+ * slot s - ring. The ring holds the window plus a batch (what a forward
+ * step writes before it reads), as llama.cpp's SWA cache does. */
+typedef struct kv_layer_rows {
+    int ring;                   /* rows per KV head: n_ctx, or fewer for a sliding layer (a ring) */
+    int window;                 /* the layer's sliding window (0: none): a query at slot s reads slots > s - window */
+    int held_lo;                /* first slot whose rows are held (0 until a ring wraps, or a session file
+                                   gave only the latest rows) */
+    size_t head_stride;         /* bytes between a KV head's rows and the next head's */
+} kv_layer_rows;
+
 typedef struct kv_cache {
     int n_layer, n_head_kv, head_dim, n_ctx;
     int n_used;                 /* slots filled: 0 .. n_used-1 */
     subq_kv_type type;
     size_t row_bytes;           /* one row of head_dim values in `type` */
     void **k, **v;              /* [layer] -> rows of every KV head and slot, placed by the strides */
-    /* Bytes between a KV head's rows and the next head's (head_stride), and
-     * between a slot's row and the next slot's (slot_stride). In memory the
-     * layout is head-major [n_head_kv][n_ctx][row]: dense decode streams a
-     * head's rows contiguously. In a file it is slot-major
-     * [n_ctx][keys, values][n_head_kv][row]: a retrieved slot's rows of
-     * every KV head and both kinds share a page, so a sparse step reads one
-     * page per slot, not one per row. */
-    size_t head_stride, slot_stride;
+    /* [layer]: ring, window, held rows and head_stride (bytes between a KV
+     * head's rows and the next head's); slot_stride: between a slot's row
+     * and the next slot's. In memory the layout is head-major
+     * [n_head_kv][ring][row]: dense decode streams a head's rows
+     * contiguously. In a file it is slot-major [n_ctx][keys, values]
+     * [n_head_kv][row], every layer whole: a retrieved slot's rows of every
+     * KV head and both kinds share a page, so a sparse step reads one page
+     * per slot, not one per row. */
+    kv_layer_rows *layers;
+    size_t slot_stride;
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx]; in memory, the second half of pos's allocation */
     kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
@@ -39,17 +54,32 @@ typedef struct kv_cache {
                                    (set per step by the context after a step waited on the disk) */
 } kv_cache;
 
+/* Rows per KV head a layer keeps in memory: n_ctx, or for a sliding
+ * window the window plus n_batch (the rows a forward step writes before it
+ * reads them), when that is fewer. */
+int kv_cache_ring_rows(int n_ctx, int window, int n_batch);
 /* Bytes the cache would take; used to refuse contexts larger than memory
- * (SIZE_MAX when the type cannot hold rows of head_dim values). */
-size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type);
+ * (SIZE_MAX when the type cannot hold rows of head_dim values). window:
+ * each layer's sliding window (NULL: none slides), kept in rings of
+ * kv_cache_ring_rows(n_ctx, window, n_batch) rows. */
+size_t kv_cache_bytes(int n_layer, int n_head_kv, int head_dim, int n_ctx, subq_kv_type type, const int *window,
+                      int n_batch);
+/* What a cache holds: its rows (in memory or in its file), positions and documents. */
+size_t kv_cache_held_bytes(const kv_cache *kv);
 /* SUBQ_OK when `type` can hold rows of head_dim values, else a one-line
  * SUBQ_ERR_UNSUPPORTED (head_dim at most KV_MAX_HEAD_DIM; quantised types:
  * a multiple of 32, or 2, 4, 8, 16) or SUBQ_ERR_ARG (unknown type). */
 subq_status kv_cache_check_type(subq_kv_type type, int head_dim, subq_error *err);
+/* A cache in memory. window: each layer's sliding window or NULL (then
+ * every layer keeps every slot); n_batch: the most slots one forward step
+ * stores before it attends (the rings' slack). */
+subq_status kv_cache_init_windows(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
+                                  subq_kv_type type, const int *window, int n_batch, subq_error *err);
+/* Every layer whole (no window). */
 subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim, int n_ctx,
                           subq_kv_type type, subq_error *err);
-/* The same over a KV file's mapping (kv_file.h); the cache owns f (closed
- * on failure too). */
+/* The same over a KV file's mapping (kv_file.h), every layer whole; the
+ * cache owns f (closed on failure too). */
 subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err);
 void kv_cache_free(kv_cache *kv);
 
@@ -57,6 +87,14 @@ void kv_cache_free(kv_cache *kv);
  * `slots` (every KV head of `layer`) at once, so that the disk serves them
  * in parallel rather than one page fault at a time. */
 void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n);
+
+/* Forget every slot (n_used 0, every row held again). */
+void kv_cache_clear(kv_cache *kv);
+/* The fewest slots a cache of n_used > 0 can be cut back to and still
+ * decode on (a sliding layer's query at slot n reads its window's slots
+ * before n, which a ring may have overwritten): 0 when any count is fine.
+ * Cutting to 0 is always fine (kv_cache_clear). */
+int kv_cache_min_keep(const kv_cache *kv);
 
 /* First slot of the document (segment) that `slot` lies in. Segment ids
  * never go down along the cache (context_forward refuses that), so each
@@ -66,7 +104,9 @@ int kv_cache_doc_start(const kv_cache *kv, int slot);
 /* Write n tokens' keys and values (rows [t][n_head_kv*head_dim]) of one layer
  * into slots slot0 .. slot0+n-1, converted to the cache's type (in a file:
  * runs of up to KV_STORE_SLOTS slots made in store_buf, then written with
- * one pwrite each; SUBQ_ERR_IO when the disk refuses). */
+ * one pwrite each; SUBQ_ERR_IO when the disk refuses). A ring takes at most
+ * ring - window + 1 slots at once (more would overwrite keys their own
+ * queries read). */
 #define KV_STORE_SLOTS 256
 subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v,
                            subq_error *err);
@@ -79,21 +119,37 @@ void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, 
 /* The same n rows as f32 rows side by side: the cache's own when it holds
  * them so (f32, head-major), else converted into scratch (n x head_dim). */
 const float *kv_cache_rows_f32(const kv_cache *kv, int layer, int h, int values, int slot0, int n, float *scratch);
-/* Whether kv_cache_rows_f32 needs its scratch. */
-static inline int kv_cache_rows_f32_copied(const kv_cache *kv) {
-    return kv->type != SUBQ_KV_F32 || kv->slot_stride != kv->row_bytes;
-}
 
+/* Byte offset of (layer, kv head, slot)'s row from its layer's first:
+ * slot s of a ring sits in row s mod ring (no division for whole layers,
+ * whose ring is n_ctx). */
+static inline size_t kv_cache_row_offset(const kv_cache *kv, int layer, int h, int slot) {
+    const kv_layer_rows *L = &kv->layers[layer];
+    const int r = slot < L->ring ? slot : slot % L->ring;
+    return (size_t)h * L->head_stride + (size_t)r * kv->slot_stride;
+}
 /* Pointer to the key / value of (layer, kv head, slot) in the cache's type. */
 static inline const void *kv_cache_key(const kv_cache *kv, int layer, int h, int slot) {
-    return (const char *)kv->k[layer] + (size_t)h * kv->head_stride + (size_t)slot * kv->slot_stride;
+    return (const char *)kv->k[layer] + kv_cache_row_offset(kv, layer, h, slot);
 }
 static inline const void *kv_cache_value(const kv_cache *kv, int layer, int h, int slot) {
-    return (const char *)kv->v[layer] + (size_t)h * kv->head_stride + (size_t)slot * kv->slot_stride;
+    return (const char *)kv->v[layer] + kv_cache_row_offset(kv, layer, h, slot);
 }
 /* The key (values = 0) or value row of (layer, kv head, slot). */
 static inline const void *kv_cache_row(const kv_cache *kv, int layer, int h, int values, int slot) {
     return values ? kv_cache_value(kv, layer, h, slot) : kv_cache_key(kv, layer, h, slot);
+}
+/* How many of the n slots from `slot` on lie in consecutive rows (a ring
+ * wraps once at most within its size). */
+static inline int kv_cache_run(const kv_cache *kv, int layer, int slot, int n) {
+    const int ring = kv->layers[layer].ring, r = ring - slot % ring;
+    return n < r ? n : r;
+}
+/* Whether a layer keeps fewer rows than slots (a sliding layer's ring). */
+static inline int kv_cache_is_ring(const kv_cache *kv, int layer) { return kv->layers[layer].ring < kv->n_ctx; }
+/* Whether kv_cache_rows_f32 needs its scratch for this layer. */
+static inline int kv_cache_rows_f32_copied(const kv_cache *kv, int layer) {
+    return kv->type != SUBQ_KV_F32 || kv->slot_stride != kv->row_bytes || kv_cache_is_ring(kv, layer);
 }
 /* Whether a KV head's consecutive slots are adjacent rows (head-major) */
 static inline int kv_cache_rows_adjacent(const kv_cache *kv) { return kv->slot_stride == kv->row_bytes; }

@@ -81,6 +81,27 @@ subq_status context_commit(subq_context *c, int force, subq_error *err) {
 
 subq_status subq_context_sync(subq_context *c, subq_error *err) { return context_commit(c, 1, err); }
 
+/* Each layer's sliding window as the KV cache sizes its rings: none when
+ * the context keeps every slot (swa_full; a KV file) (malloc'd). */
+static int *context_windows(const model_hparams *hp, const subq_context_params *p) {
+    int *window = calloc((size_t)hp->n_layer, sizeof(int));
+    for (int l = 0; window && !p->swa_full && !p->kv_file && l < hp->n_layer; l++) window[l] = hp->layer[l].window;
+    return window;
+}
+
+uint64_t subq_kv_cache_bytes(const subq_model *m, const subq_context_params *p) {
+    const model_hparams *hp = &m->hp;
+    const int n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
+    int n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    int *window = context_windows(hp, p);
+    const size_t bytes = window ? kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, window,
+                                                 n_batch)
+                                : SIZE_MAX;
+    free(window);
+    return bytes;
+}
+
 subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_context **out, subq_error *err) {
     *out = NULL;
     const model_hparams *hp = &m->hp;
@@ -93,13 +114,20 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (c->n_threads < 1) c->n_threads = 1;
     int n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
-    subq_status s = p->kv_file ? open_kv_file(c, p, err)
-                               : kv_cache_init(&c->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, err);
+    if (n_batch > n_ctx) n_batch = n_ctx;
+    int *window = context_windows(hp, p);
+    subq_status s = !window       ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory")
+                    : p->kv_file ? open_kv_file(c, p, err)
+                                 : kv_cache_init_windows(&c->kv, hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx,
+                                                         p->kv_type, window, n_batch, err);
+    free(window);
     if (s) {
         free(c);
         return s;
     }
     n_ctx = c->kv.n_ctx;
+    for (int l = 0; l < hp->n_layer; l++) /* what a query reads, whether or not the layer keeps a ring */
+        c->kv.layers[l].window = hp->layer[l].window;
     c->n_batch = n_ctx < n_batch ? n_ctx : n_batch;
     if ((s = pool_new(c->n_threads, &c->pool, err))) {
         kv_cache_free(&c->kv);
@@ -142,7 +170,7 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
 }
 
 void context_forget(subq_context *c) {
-    c->kv.n_used = 0;
+    kv_cache_clear(&c->kv);
     c->logits_at = -1;
     for (int l = 0; l < c->model->hp.n_layer; l++)
         if (c->stages[l]->reset) c->stages[l]->reset(c->stages[l]);
@@ -162,6 +190,8 @@ void subq_context_reset(subq_context *c) {
 int subq_context_n_past(const subq_context *c) { return c->kv.n_used; }
 
 int subq_context_n_ctx(const subq_context *c) { return c->kv.n_ctx; }
+
+int subq_context_min_keep(const subq_context *c) { return kv_cache_min_keep(&c->kv); }
 
 int subq_context_n_threads(const subq_context *c) { return c->n_threads; }
 
@@ -183,6 +213,12 @@ subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err) 
     if (n_keep < 0 || n_keep > c->kv.n_used)
         return subq_fail(err, SUBQ_ERR_RANGE, "cannot keep %d of the %d cached tokens", n_keep, c->kv.n_used);
     if (n_keep == c->kv.n_used) return SUBQ_OK;
+    const int min_keep = kv_cache_min_keep(&c->kv);
+    if (n_keep > 0 && n_keep < min_keep)
+        return subq_fail(err, SUBQ_ERR_RANGE,
+                         "cannot go back to %d of the %d cached tokens: the sliding-window layers no longer hold "
+                         "the keys it needs (keep at least %d, or none; a context with swa_full keeps every token)",
+                         n_keep, c->kv.n_used, min_keep);
     for (int l = 0; l < c->model->hp.n_layer; l++) {
         attn_stage *st = c->stages[l];
         subq_status s = st->truncate ? st->truncate(st, &c->kv, n_keep, err) : SUBQ_OK;
@@ -191,6 +227,7 @@ subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err) 
             return s;
         }
     }
+    if (n_keep == 0) kv_cache_clear(&c->kv); /* every ring row is free again */
     c->kv.n_used = n_keep;
     c->file_dirty = c->kv.file != NULL;
     return SUBQ_OK;

@@ -32,6 +32,7 @@ static subq_status prefill(subq_context *c, const int32_t *prompt, int n_prompt,
         return SUBQ_OK;
     }
     if (keep == n_prompt) keep = n_prompt - 1;
+    if (keep < subq_context_min_keep(c)) keep = 0; /* the sliding layers' rings have moved past it */
     *n_reused = keep;
     subq_status s = subq_context_truncate(c, keep, err);
     const int batch = subq_context_n_batch(c);

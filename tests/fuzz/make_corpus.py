@@ -211,6 +211,16 @@ def main():
             subprocess.run([subq, "generate", "-m", model, "-p", "Once", "-n", "1", "-c", "16", "-t", "1",
                             "--prompt-cache", path] + plan, check=True, capture_output=True)
             seeds.append(open(path, "rb").read())
+        # tiny-gemma3 (the target's third model): 5 of 6 layers slide over 8
+        # keys, in rings of 12 rows at -b 4, so the file holds their last 12
+        sliding = os.path.join(tmp, "tiny-gemma3.gguf")
+        subprocess.run([subq, "synth", "--shape", "tiny-gemma3", "--type", "f32", "-s", "1", "-o", sliding],
+                       check=True, capture_output=True)
+        path = os.path.join(tmp, "s2.gguf")
+        subprocess.run([subq, "generate", "-m", sliding, "-p", "Once upon a time there was a little dog",
+                        "-n", "1", "-c", "64", "-b", "4", "-t", "1", "--prompt-cache", path],
+                       check=True, capture_output=True)
+        seeds.append(open(path, "rb").read())
     write("fuzz_session", seeds)
     write("fuzz_corpus_file", [corpus_file([5, 40, 3], [0, 0, 1]), corpus_file([1], [0]),
                                 corpus_file([17, 16, 15, 2, 33], [0, 1, 0, 0, 0])])

@@ -187,6 +187,8 @@ int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_mode
         if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_kv_type(cmd, v, &o->kv_type)) return -1;
     } else if (strcmp(a, "--kv-file") == 0) {
         if (!(o->kv_file = cli_value(cmd, argc, argv, i))) return -1;
+    } else if (strcmp(a, "--swa-full") == 0) {
+        o->swa_full = 1;
     } else if (strcmp(a, "--mmap") == 0) {
         o->load_mode = SUBQ_LOAD_MMAP;
     } else if (strcmp(a, "--no-mmap") == 0) {
@@ -214,6 +216,7 @@ int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_cont
     p.n_threads = o->n_threads;
     p.kv_type = o->kv_type;
     p.kv_file = o->kv_file;
+    p.swa_full = o->swa_full;
     if (o->n_batch > 0) p.n_batch = o->n_batch;
     if (subq_context_new(*m, &p, c, &err)) {
         cli_error(cmd, "%s", err.msg);

@@ -77,6 +77,7 @@ typedef struct cli_model_opts {
     subq_kv_type kv_type;
     subq_load_mode load_mode;
     const char *kv_file;
+    int swa_full;
 } cli_model_opts;
 
 #define CLI_MODEL_OPTS_HELP                                                        \
@@ -91,6 +92,9 @@ typedef struct cli_model_opts {
     "                       continue from the tokens it holds. A dense layer reads all of its\n" \
     "                       rows every token (from disk once they leave the page cache): make\n" \
     "                       every layer sparse, or give dense ones --topk-layers L:K\n" \
+    "  --swa-full           sliding-window layers keep every token's keys, not just their\n" \
+    "                       window plus a batch (more memory; prompts may then reuse any\n" \
+    "                       cached prefix)\n" \
     "  --mmap, --no-mmap    map the model file, or read it into memory in 2 MiB pages\n" \
     "                       (faster decode); default: read in when it takes at most\n"   \
     "                       half the available memory\n"

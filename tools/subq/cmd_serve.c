@@ -117,6 +117,7 @@ int cmd_serve(int argc, char **argv) {
     cfg.ctx.n_threads = mo.n_threads;
     cfg.ctx.kv_type = mo.kv_type;
     cfg.ctx.kv_file = mo.kv_file;
+    cfg.ctx.swa_full = mo.swa_full;
     if (mo.n_batch > 0) cfg.ctx.n_batch = mo.n_batch;
     cfg.sparse = so.enabled;
     if (mo.kv_file && n_slots > 1)
