@@ -80,7 +80,7 @@ static double share_of(subq_context *c, int64_t *n) {
     double s = 0;
     *n = 0;
     for (int l = 1; l <= 4; l++) {
-        const sparse_metrics *m = attn_sparse_get_metrics(c->stages[l]);
+        const sparse_metrics *m = attn_stage_metrics(c->stages[l]);
         s += m->share_sum;
         *n += m->n_share;
     }

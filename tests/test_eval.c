@@ -323,7 +323,7 @@ static int forward(const win *w, const attn_plan *plan, int freeze, float *logit
         CHECK(0, "plan: %s", err.msg);
         return 0;
     }
-    for (int l = 0; l < model->hp.n_layer; l++) attn_sparse_freeze(ctx->stages[l], freeze);
+    for (int l = 0; l < model->hp.n_layer; l++) attn_stage_freeze(ctx->stages[l], freeze);
     if (context_forward(ctx, w->tok, w->len, w->pos, w->seg, logits, 1, &err)) {
         CHECK(0, "forward: %s", err.msg);
         return 0;

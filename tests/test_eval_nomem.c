@@ -56,14 +56,14 @@ static subq_status sparse_forward_metrics(subq_context *c, const int32_t *tok, l
     subq_context_reset(c);
     context_clear_plan(c);
     subq_status s = context_set_plan(c, &plan, NULL, err);
-    for (int l = 0; !s && l < model->hp.n_layer; l++) s = attn_sparse_enable_metrics(c->stages[l], err);
+    for (int l = 0; !s && l < model->hp.n_layer; l++) s = attn_stage_enable_metrics(c->stages[l], err);
     if (s) return s;
     countdown = fail_at;
     fired = 0;
     s = context_forward(c, tok, N_TOK, NULL, NULL, NULL, 0, err);
     countdown = -1;
     for (int l = 0; l < model->hp.n_layer; l++) {
-        const sparse_metrics *m = attn_sparse_get_metrics(c->stages[l]);
+        const sparse_metrics *m = attn_stage_metrics(c->stages[l]);
         memset(&out[l], 0, sizeof out[l]);
         if (m) out[l] = *m;
     }

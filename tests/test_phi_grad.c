@@ -64,7 +64,7 @@ static void set_alpha(problem *P, double a) {
 static double objective(problem *P, const subq_phi_loss_params *lp, double *grad, phi_loss_sums *sums_out, int threads) {
     phi_loss_sums sums = {0};
     subq_error err = {0};
-    subq_status s = phi_loss_layer(&P->d, P->L, P->q, P->k, P->seg, P->T, lp, grad, &sums, threads, &err);
+    subq_status s = phi_loss_layer(&P->d, 1.0 / sqrt((double)P->d.head_dim), P->L, P->q, P->k, P->seg, P->T, lp, grad, &sums, threads, &err);
     if (s) {
         fprintf(stderr, "phi_loss_layer: %s\n", err.msg);
         return NAN;

@@ -258,7 +258,7 @@ static void test_stage(subq_kv_type type, int quest) {
     attn_stage *st;
     selector *twin = NULL;
     CHECK(attn_sparse_new(&sp, NULL, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK, "stage: %s", err.msg);
-    CHECK(attn_sparse_enable_metrics(st, &err) == SUBQ_OK, "metrics: %s", err.msg);
+    CHECK(attn_stage_enable_metrics(st, &err) == SUBQ_OK, "metrics: %s", err.msg);
     CHECK(!quest || selector_new(&sp.select, &env, &twin, &err) == SUBQ_OK, "twin: %s", err.msg);
     float *q = malloc((size_t)N * N_HEAD * HD * sizeof(float)), *out = malloc((size_t)N * N_HEAD * HD * sizeof(float));
     float h_norm[N * 8] = {0};
@@ -333,7 +333,7 @@ static void test_stage(subq_kv_type type, int quest) {
         mass += mq / N_HEAD, recall += rq / N_HEAD;
         if (ne >= K) mass_seed += msq / N_HEAD, recall_seed += rq / N_HEAD, n_seed++;
     }
-    const sparse_metrics *mt = attn_sparse_get_metrics(st);
+    const sparse_metrics *mt = attn_stage_metrics(st);
     const char *ty = type == SUBQ_KV_F16 ? "f16" : "f32", *kind = quest ? "quest" : "oracle";
     CHECK(worst < 1e-4, "per-head %s stage %s: output differs from brute force by %g", kind, ty, worst);
     CHECK(mt->n_queries == N && mt->n_seed == n_seed, "per-head %s stage %s: %lld queries, %lld seed (want %d, %d)",
@@ -374,7 +374,7 @@ static void test_stage_complete(subq_kv_type type) {
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     attn_stage *st = NULL;
     attn_completion *ref = NULL;
-    CHECK(attn_sparse_new(&sp, NULL, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK && attn_sparse_has_completion(st),
+    CHECK(attn_sparse_new(&sp, NULL, NULL, NULL, 8, &env, &st, &err) == SUBQ_OK && attn_stage_has_completion(st),
           "stage: %s", err.msg);
     CHECK(!completion_new(maps, LAYER, SINK, TAIL, K, NULL, &ref, &err), "completion: %s", err.msg);
     float *q = malloc((size_t)N * N_HEAD * HD * sizeof(float)), *out = malloc((size_t)N * N_HEAD * HD * sizeof(float));

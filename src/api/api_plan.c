@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "attn/attn_sparse.h"
+#include "attn/attn_plan.h"
 #include "base/error.h"
 #include "base/layers.h"
 #include "model/context.h"
@@ -237,8 +237,8 @@ static subq_status file_plan(subq_context *c, subq_error *err) {
     uint64_t *by = calloc((size_t)n_layer, sizeof(uint64_t));
     subq_status s = d && by ? SUBQ_OK : subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     for (int l = 0; !s && l < n_layer; l++) {
-        d[l] = attn_sparse_search_width(c->stages[l]);
-        by[l] = attn_sparse_search_made_by(c->stages[l]);
+        d[l] = attn_stage_search_width(c->stages[l]);
+        by[l] = attn_stage_search_made_by(c->stages[l]);
     }
     if (!s) s = context_file_plan(c, d, by, err);
     free(d);

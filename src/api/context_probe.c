@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_sparse.h"
+#include "attn/attn.h"
 #include "base/error.h"
 #include "base/rng.h"
 #include "base/timer.h"
@@ -18,12 +18,12 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     st->select_bytes_read = 0;
     st->kv_bytes = kv_cache_held_bytes(kv);
     for (int l = 0; l < c->model->hp.n_layer; l++) {
-        const selector *s = attn_sparse_selector(c->stages[l]);
-        if (!s) continue;
-        st->t_select_s += s->stats.t_query_s;
-        st->t_append_s += s->stats.t_append_s;
-        st->index_bytes += s->stats.bytes;
-        st->select_bytes_read += s->stats.bytes_read;
+        attn_stage_stats s;
+        attn_stage_get_stats(c->stages[l], &s);
+        st->t_select_s += s.t_select_s;
+        st->t_append_s += s.t_append_s;
+        st->index_bytes += s.index_bytes;
+        st->select_bytes_read += s.select_bytes_read;
     }
 }
 
@@ -32,7 +32,7 @@ uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys) {
     uint64_t rows = 0;
     for (int l = 0; l < c->model->hp.n_layer; l++) {
         const int window = c->model->hp.layer[l].window; /* a sliding layer reads its window */
-        rows += (uint64_t)attn_sparse_rows_attended(c->stages[l], window > 0 && window < n_keys ? window : n_keys);
+        rows += (uint64_t)attn_stage_rows_attended(c->stages[l], window > 0 && window < n_keys ? window : n_keys);
     }
     return rows * 2 * (uint64_t)kv->n_head_kv * kv->row_bytes;
 }
@@ -137,9 +137,8 @@ static subq_status fill_selectors(subq_context *c, int n_past, uint64_t seed, su
     /* layers are independent indexes: fill them in parallel */
 #pragma omp parallel for num_threads(c->n_threads) schedule(dynamic, 1)
     for (int l = 0; l < n_layer; l++) {
-        selector *sel = attn_sparse_selector(c->stages[l]);
-        if (!sel || failed) continue;
-        int d = sel->params.d_search;
+        if (!c->stages[l]->state || failed) continue; /* a stage that keeps nothing per slot */
+        int d = attn_stage_search_width(c->stages[l]);
         float *ks = d > 0 ? malloc((size_t)CHUNK * d * sizeof(float)) : NULL;
         uint64_t rng = rng_seed(seed + (uint64_t)l);
         subq_error lerr;
@@ -147,7 +146,7 @@ static subq_status fill_selectors(subq_context *c, int n_past, uint64_t seed, su
         for (int t0 = 0; t0 < n_past && !bad; t0 += CHUNK) {
             int n = n_past - t0 < CHUNK ? n_past - t0 : CHUNK;
             for (int i = 0; i < n * d; i++) ks[i] = rng_normal(&rng);
-            bad = attn_sparse_append(c->stages[l], &c->kv, ks, n, t0, &lerr) != SUBQ_OK;
+            bad = attn_stage_append(c->stages[l], &c->kv, ks, n, t0, &lerr) != SUBQ_OK;
         }
         free(ks);
         if (bad) {
@@ -164,7 +163,7 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
     if (n_past < 0 || n_past > c->kv.n_ctx)
         return subq_fail(err, SUBQ_ERR_RANGE, "cannot fill %d tokens into a context of %d", n_past, c->kv.n_ctx);
     for (int l = 0; l < c->model->hp.n_layer; l++)
-        if (attn_sparse_has_completion(c->stages[l]))
+        if (attn_stage_has_completion(c->stages[l]))
             return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "a synthetic fill cannot build the completion's summary; "
                              "fill a context without completion maps");
     if (c->kv.file && !c->file_writable)

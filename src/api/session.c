@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_sparse.h"
+#include "attn/attn.h"
 #include "base/error.h"
 #include "quant/types.h"
 
@@ -22,7 +22,7 @@ static char *plan_text(const subq_context *c) {
     if (!s) return NULL;
     size_t n = 0;
     for (int l = 0; l < n_layer; l++) {
-        attn_sparse_describe(c->stages[l], line, sizeof line);
+        attn_stage_describe(c->stages[l], line, sizeof line);
         if (line[0]) n += (size_t)sprintf(s + n, "L%d: %s\n", l, line);
     }
     if (n == 0) strcpy(s, "full");
@@ -88,14 +88,14 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
             }
     }
     for (int l = 0; l < hp->n_layer && !s; l++) {
-        int d = attn_sparse_search_width(c->stages[l]);
+        int d = attn_stage_search_width(c->stages[l]);
         if (d == 0) continue;
         float *keys = malloc((size_t)n * d * sizeof(float));
         if (!keys) {
             s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for %d search keys", n);
             break;
         }
-        s = attn_sparse_get_keys(c->stages[l], n, keys, err);
+        s = attn_stage_get_keys(c->stages[l], n, keys, err);
         uint64_t kne[2] = {(uint64_t)d, (uint64_t)n};
         snprintf(name, sizeof name, "search.%d", l);
         if (!s) s = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, kne, keys, kne[0] * kne[1] * 4, 1, err);
@@ -227,7 +227,7 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
     for (int i = 0; i < n; i++) kv->pos[i] = i, kv->seg[i] = 0;
     /* the indexes and completion summaries are rebuilt over the loaded rows */
     for (int l = 0; l < hp->n_layer && !s; l++) {
-        int d = attn_sparse_search_width(c->stages[l]);
+        int d = attn_stage_search_width(c->stages[l]);
         const gguf_tensor *keys = NULL;
         snprintf(name, sizeof name, "search.%d", l);
         if (d > 0 && (s = want_tensor(f, name, GGML_TYPE_F32, (uint64_t)d, (uint64_t)n, &keys, err))) break;
@@ -240,7 +240,7 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
             }
             memcpy(rows, keys->data, keys->n_bytes);
         }
-        s = attn_sparse_restore(c->stages[l], kv, rows, n, err);
+        s = attn_stage_restore(c->stages[l], kv, rows, n, err);
         free(rows);
     }
     if ((s = restored(c, n, s))) return s;
@@ -298,9 +298,9 @@ subq_status subq_context_resume(subq_context *c, subq_error *err) {
     for (int l = 0; l < c->model->hp.n_layer && !s; l++) {
         int d = 0;
         const float *keys = kv_file_search_rows(kv->file, l, &d);
-        if (attn_sparse_search_width(c->stages[l]) > 0 && !keys)
+        if (attn_stage_search_width(c->stages[l]) > 0 && !keys)
             s = subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file has no search keys for layer %d", l);
-        if (!s) s = attn_sparse_restore(c->stages[l], kv, keys, n, err);
+        if (!s) s = attn_stage_restore(c->stages[l], kv, keys, n, err);
     }
     if (s) {
         context_forget(c);
@@ -327,8 +327,8 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
     float *keys = NULL;
     subq_status s = SUBQ_OK;
     for (int l = 0; l < n_layer && !s; l++) {
-        const int d = attn_sparse_search_width(dst->stages[l]);
-        if (d > 0 && !attn_sparse_same_search(dst->stages[l], src->stages[l]))
+        const int d = attn_stage_search_width(dst->stages[l]);
+        if (d > 0 && !attn_stage_same_search(dst->stages[l], src->stages[l]))
             s = subq_fail(err, SUBQ_ERR_MISMATCH, "layer %d: the source context has no search keys of the same "
                           "projections", l);
         if (d > 0 && !s && !keys && !(keys = malloc((size_t)n * d * sizeof(float) + 1)))
@@ -357,9 +357,9 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
         kv->layers[l].held_lo = lo;
     }
     for (int l = 0; l < n_layer && !s; l++) {
-        const int d = attn_sparse_search_width(dst->stages[l]);
-        if (d > 0) s = attn_sparse_get_keys(src->stages[l], n, keys, err);
-        if (!s) s = attn_sparse_restore(dst->stages[l], kv, d > 0 ? keys : NULL, n, err);
+        const int d = attn_stage_search_width(dst->stages[l]);
+        if (d > 0) s = attn_stage_get_keys(src->stages[l], n, keys, err);
+        if (!s) s = attn_stage_restore(dst->stages[l], kv, d > 0 ? keys : NULL, n, err);
     }
     free(keys);
     if ((s = restored(dst, n, s))) return s;

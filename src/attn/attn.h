@@ -5,6 +5,9 @@
 #ifndef SUBQ_ATTN_H
 #define SUBQ_ATTN_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include "base/pool.h"
 #include "kv/kv_cache.h"
 #include "subq.h"
@@ -28,6 +31,7 @@ typedef struct attn_step {
 } attn_step;
 
 typedef struct attn_stage attn_stage;
+typedef struct attn_stage_state attn_stage_state;
 struct attn_stage {
     const char *name;
     subq_status (*forward)(attn_stage *self, const attn_step *step, const kv_cache *kv,
@@ -37,7 +41,96 @@ struct attn_stage {
     /* keep only cache slots 0 .. n_keep-1 of the current sequence (may be
      * NULL: a stage that holds nothing per slot) */
     subq_status (*truncate)(attn_stage *self, const kv_cache *kv, int n_keep, subq_error *err);
+    const attn_stage_state *state;     /* what it keeps beyond the KV cache (NULL: nothing) */
 };
+
+/* Retrieval quality measured inside the sparse run (enabled for evaluation),
+ * from p_h, each head's full softmax over the query's document prefix:
+ *   mass   = share of p = mean_h p_h on the attended slots (sinks + tail +
+ *            candidates);
+ *   recall = |candidates ∩ top-K keys of p among the retrieval-eligible
+ *            keys| / min(K, #retrieval-eligible);
+ *   ann    = |candidates ∩ exact top-K in the search space| / |exact| for
+ *            hnsw/faiss and the exact selector's f16 and compressed scans
+ *            (a shadow f32 exact selector sees the same keys).
+ * The seed's definitions (ann-sparseattention's eval.py), over the n_seed
+ * queries with at least K retrieval-eligible keys only:
+ *   mass_seed   = mean over heads of the per-head mass p_h on the K
+ *                 candidates (sinks and tail not counted);
+ *   recall_seed = |candidates ∩ top-K keys of max_h p_h among the eligible
+ *                 keys| / K.
+ * Every query is counted: a query the stage cannot measure fails the
+ * forward call (SUBQ_ERR_NOMEM) rather than being left out of the means. */
+typedef struct sparse_metrics {
+    double mass_sum, recall_sum, ann_recall_sum;
+    int64_t n_queries, n_ann;
+    int64_t n_requested, n_filler;
+    double mass_seed_sum, recall_seed_sum;
+    int64_t n_seed;
+    /* completion (always measured when it is on): sum of the mass share
+     * Z_hat / (Z_E + Z_hat) over (query, head) pairs with a mid region */
+    double share_sum;
+    int64_t n_share;
+} sparse_metrics;
+
+/* dst += src, field by field (sums over runs). */
+void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src);
+
+
+/* Where a stage's selection time and memory went (0 for a stage without an index). */
+typedef struct attn_stage_stats {
+    double t_select_s, t_append_s;     /* querying its index, adding keys to it */
+    uint64_t index_bytes;              /* the index's memory */
+    uint64_t select_bytes_read;        /* bytes its queries read (scans: the keys) */
+} attn_stage_stats;
+
+/* A stage that keeps state per slot beyond the KV cache (a sparse stage's
+ * index of search keys, its completion summary, its measurements) gives
+ * these; a stage without (full attention) gives none. Code outside attn/
+ * calls the attn_stage_* functions below, which answer for a stage without
+ * state, so it never knows which stage it holds. */
+struct attn_stage_state {
+    /* one line naming everything that changes what the layer computes
+     * (session files compare plans by it) */
+    void (*describe)(const attn_stage *st, char *buf, size_t cap);
+    /* floats per slot of its stored search keys (get_keys), and a hash of
+     * what makes them (projections, rotation, score): 0 for none */
+    int (*search_width)(const attn_stage *st);
+    uint64_t (*search_made_by)(const attn_stage *st);
+    /* whether b's stored keys are a's (the same function of the hidden state) */
+    int (*same_search)(const attn_stage *a, const attn_stage *b);
+    subq_status (*get_keys)(const attn_stage *st, int n, float *dst, subq_error *err);
+    /* an empty stage takes slots 0 .. n-1 (native keys in kv, search keys
+     * in stored form or NULL) as if it had decoded them */
+    subq_status (*restore)(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err);
+    /* search keys (the form a forward computes) of slots slot0 .. slot0+n-1,
+     * added as a forward would (synthetic fills) */
+    subq_status (*append)(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0, subq_error *err);
+    /* rows per KV head a query seeing n_keys cached tokens attends */
+    int (*rows_attended)(const attn_stage *st, int n_keys);
+    int (*has_completion)(const attn_stage *st);
+    void (*stats)(const attn_stage *st, attn_stage_stats *out);
+    /* measurements (eval): turned on, read, static-index mode (keys in
+     * slots >= freeze_slot never retrieved; -1 = off) */
+    subq_status (*enable_metrics)(attn_stage *st, subq_error *err);
+    const sparse_metrics *(*metrics)(const attn_stage *st);
+    void (*freeze)(attn_stage *st, int freeze_slot);
+};
+
+void attn_stage_describe(const attn_stage *st, char *buf, size_t cap);   /* "" without state */
+int attn_stage_search_width(const attn_stage *st);                         /* 0 */
+uint64_t attn_stage_search_made_by(const attn_stage *st);                  /* 0 */
+int attn_stage_same_search(const attn_stage *a, const attn_stage *b);      /* 0 */
+subq_status attn_stage_get_keys(const attn_stage *st, int n, float *dst, subq_error *err);            /* no-op */
+subq_status attn_stage_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err); /* no-op */
+subq_status attn_stage_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
+                              subq_error *err);                            /* no-op */
+int attn_stage_rows_attended(const attn_stage *st, int n_keys);            /* n_keys */
+int attn_stage_has_completion(const attn_stage *st);                       /* 0 */
+void attn_stage_get_stats(const attn_stage *st, attn_stage_stats *out);    /* zeros */
+subq_status attn_stage_enable_metrics(attn_stage *st, subq_error *err);   /* no-op */
+const sparse_metrics *attn_stage_metrics(const attn_stage *st);            /* NULL */
+void attn_stage_freeze(attn_stage *st, int freeze_slot);                   /* no-op */
 
 /* Exact softmax attention over every eligible cached key (a stateless
  * singleton: never freed). */

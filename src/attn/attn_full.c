@@ -437,6 +437,6 @@ static subq_status full_forward(attn_stage *self, const attn_step *st, const kv_
     return full_forward_rows(st, kv, err);
 }
 
-static attn_stage full_stage = {"full", full_forward, NULL, NULL, NULL};
+static attn_stage full_stage = {"full", full_forward, NULL, NULL, NULL, NULL}; /* keeps nothing per slot */
 
 attn_stage *attn_full_stage(void) { return &full_stage; }

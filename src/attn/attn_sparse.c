@@ -383,6 +383,127 @@ static subq_status sparse_truncate(attn_stage *st, const kv_cache *kv, int n_kee
     return rc;
 }
 
+selector *attn_sparse_selector(attn_stage *st) {
+    return st && st->name == sparse_name ? ((sparse_stage *)st)->sel : NULL;
+}
+
+static int sparse_has_completion(const attn_stage *st) { return ((const sparse_stage *)st)->comp != NULL; }
+
+static int sparse_rows_attended(const attn_stage *st, int n_keys) {
+    const sparse_stage *s = (const sparse_stage *)st;
+    const int n = s->p.n_sink + s->p.n_tail + s->p.top_k;
+    return n < n_keys ? n : n_keys;
+}
+
+const sparse_record *attn_sparse_record(attn_stage *st) {
+    return st && st->name == sparse_name ? &((sparse_stage *)st)->rec : NULL;
+}
+
+static subq_status sparse_enable_metrics(attn_stage *st, subq_error *err) {
+    sparse_stage *s = (sparse_stage *)st;
+    return sparse_probe_enable(&s->probe, &s->p.select, &s->sel->env, s->d_search, err);
+}
+
+static const sparse_metrics *sparse_get_metrics(const attn_stage *st) {
+    return &((const sparse_stage *)st)->probe.totals;
+}
+
+static void sparse_freeze(attn_stage *st, int freeze_slot) { ((sparse_stage *)st)->freeze_slot = freeze_slot; }
+
+static void sparse_stats(const attn_stage *st, attn_stage_stats *out) {
+    const selector_stats *ss = &((const sparse_stage *)st)->sel->stats;
+    *out = (attn_stage_stats){.t_select_s = ss->t_query_s, .t_append_s = ss->t_append_s, .index_bytes = ss->bytes,
+                              .select_bytes_read = ss->bytes_read};
+}
+
+static sparse_stage *as_sparse(const attn_stage *st) {
+    return st && st->name == sparse_name ? (sparse_stage *)st : NULL;
+}
+
+/* Rebuild the completion's summary over slots 0 .. n-1 from the KV cache. */
+static subq_status completion_replay(sparse_stage *s, const kv_cache *kv, int n, subq_error *err) {
+    if (!s->comp) return SUBQ_OK;
+    completion_reset(s->comp);
+    subq_status rc = SUBQ_OK;
+    for (int t = 0; t < n && !rc; t++) rc = completion_advance(s->comp, kv, t, err);
+    return rc;
+}
+
+
+static subq_status sparse_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
+                               subq_error *err) {
+    sparse_stage *s = as_sparse(st);
+    return s ? append_keys(s, kv, s->d_search > 0 ? ks : NULL, n, slot0, err) : SUBQ_OK;
+}
+
+static subq_status sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err) {
+    sparse_stage *s = as_sparse(st);
+    if (!s) return SUBQ_OK;
+    if (s->d_search > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "restoring a sparse layer needs its search keys");
+    subq_status rc = selector_put_keys(s->sel, s->d_search > 0 ? keys : NULL, n, 0, err);
+    if (!rc && s->probe.shadow) rc = selector_put_keys(s->probe.shadow, keys, n, 0, err);
+    return rc ? rc : completion_replay(s, kv, n, err);
+}
+
+static int sparse_search_width(const attn_stage *st) {
+    const sparse_stage *s = as_sparse(st);
+    return s ? s->d_search : 0;
+}
+
+static int sparse_same_search(const attn_stage *a, const attn_stage *b) {
+    const sparse_stage *x = as_sparse(a), *y = as_sparse(b);
+    if (!x || !y || x->d_search <= 0 || x->d_search != y->d_search || x->n_embd != y->n_embd) return 0;
+    /* the stored form (get_keys) depends on these */
+    if (x->p.select.score != y->p.select.score || x->p.select.f16_keys != y->p.select.f16_keys) return 0;
+    if (!search_rope_same(&x->rope, &y->rope)) return 0;
+    const size_t bytes = (size_t)x->d_search * x->n_embd * sizeof(float);
+    return !memcmp(x->wq_s, y->wq_s, bytes) && !memcmp(x->wk_s, y->wk_s, bytes);
+}
+
+static subq_status sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err) {
+    const sparse_stage *s = as_sparse(st);
+    return s && s->d_search > 0 ? selector_get_keys(s->sel, n, dst, err) : SUBQ_OK;
+}
+
+/* The search space's identity: W_Qs, W_Ks and the rotary part, which joins
+ * only when there is one (keys stored before it existed keep theirs). */
+static uint64_t projection_hash(const sparse_stage *s) {
+    const size_t nw = (size_t)s->d_search * s->n_embd;
+    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
+    if (s->rope.n_rot <= 0) return h;
+    const double v[3] = {(double)s->rope.n_rot, s->rope.base, s->rope.scale};
+    return fnv1a(h, v, sizeof v);
+}
+
+static uint64_t sparse_search_made_by(const attn_stage *st) {
+    const sparse_stage *s = as_sparse(st);
+    if (!s || s->d_search <= 0) return 0;
+    const int score = (int)s->p.select.score;
+    return fnv1a(projection_hash(s), &score, sizeof score);
+}
+
+static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
+    const sparse_stage *s = as_sparse(st);
+    const selector_params *sp = &s->p.select;
+    const uint64_t proj = projection_hash(s);
+    snprintf(buf, cap,
+             "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
+             "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
+             selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
+             select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
+             sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
+             sp->seed, proj,
+             s->comp ? completion_hash(s->comp) : 0);
+}
+
+static const attn_stage_state sparse_state = {
+    .describe = sparse_describe, .search_width = sparse_search_width, .search_made_by = sparse_search_made_by,
+    .same_search = sparse_same_search, .get_keys = sparse_get_keys, .restore = sparse_restore,
+    .append = sparse_append, .rows_attended = sparse_rows_attended, .has_completion = sparse_has_completion,
+    .stats = sparse_stats, .enable_metrics = sparse_enable_metrics, .metrics = sparse_get_metrics,
+    .freeze = sparse_freeze,
+};
+
 subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, const search_rope *rope,
                             int n_embd, const selector_env *env, attn_stage **out, subq_error *err) {
     *out = NULL;
@@ -400,6 +521,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     s->base.reset = sparse_reset;
     s->base.free = sparse_free;
     s->base.truncate = sparse_truncate;
+    s->base.state = &sparse_state;
     s->p = *p;
     s->n_embd = n_embd;
     s->freeze_slot = -1;
@@ -439,124 +561,4 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     }
     *out = &s->base;
     return SUBQ_OK;
-}
-
-selector *attn_sparse_selector(attn_stage *st) {
-    return st && st->name == sparse_name ? ((sparse_stage *)st)->sel : NULL;
-}
-
-int attn_sparse_has_completion(const attn_stage *st) {
-    return st && st->name == sparse_name && ((const sparse_stage *)st)->comp != NULL;
-}
-
-int attn_sparse_rows_attended(const attn_stage *st, int n_keys) {
-    if (!st || st->name != sparse_name || n_keys <= 0) return n_keys > 0 ? n_keys : 0;
-    const sparse_stage *s = (const sparse_stage *)st;
-    const int n = s->p.n_sink + s->p.n_tail + s->p.top_k;
-    return n < n_keys ? n : n_keys;
-}
-
-const sparse_record *attn_sparse_record(attn_stage *st) {
-    return st && st->name == sparse_name ? &((sparse_stage *)st)->rec : NULL;
-}
-
-subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err) {
-    if (!st || st->name != sparse_name) return SUBQ_OK;
-    sparse_stage *s = (sparse_stage *)st;
-    return sparse_probe_enable(&s->probe, &s->p.select, &s->sel->env, s->d_search, err);
-}
-
-const sparse_metrics *attn_sparse_get_metrics(attn_stage *st) {
-    return st && st->name == sparse_name ? &((sparse_stage *)st)->probe.totals : NULL;
-}
-
-void attn_sparse_clear_metrics(attn_stage *st) {
-    if (st && st->name == sparse_name) memset(&((sparse_stage *)st)->probe.totals, 0, sizeof(sparse_metrics));
-}
-
-void attn_sparse_freeze(attn_stage *st, int freeze_slot) {
-    if (st && st->name == sparse_name) ((sparse_stage *)st)->freeze_slot = freeze_slot;
-}
-
-static sparse_stage *as_sparse(const attn_stage *st) {
-    return st && st->name == sparse_name ? (sparse_stage *)st : NULL;
-}
-
-/* Rebuild the completion's summary over slots 0 .. n-1 from the KV cache. */
-static subq_status completion_replay(sparse_stage *s, const kv_cache *kv, int n, subq_error *err) {
-    if (!s->comp) return SUBQ_OK;
-    completion_reset(s->comp);
-    subq_status rc = SUBQ_OK;
-    for (int t = 0; t < n && !rc; t++) rc = completion_advance(s->comp, kv, t, err);
-    return rc;
-}
-
-
-subq_status attn_sparse_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
-                               subq_error *err) {
-    sparse_stage *s = as_sparse(st);
-    return s ? append_keys(s, kv, s->d_search > 0 ? ks : NULL, n, slot0, err) : SUBQ_OK;
-}
-
-subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err) {
-    sparse_stage *s = as_sparse(st);
-    if (!s) return SUBQ_OK;
-    if (s->d_search > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "restoring a sparse layer needs its search keys");
-    subq_status rc = selector_put_keys(s->sel, s->d_search > 0 ? keys : NULL, n, 0, err);
-    if (!rc && s->probe.shadow) rc = selector_put_keys(s->probe.shadow, keys, n, 0, err);
-    return rc ? rc : completion_replay(s, kv, n, err);
-}
-
-int attn_sparse_search_width(const attn_stage *st) {
-    const sparse_stage *s = as_sparse(st);
-    return s ? s->d_search : 0;
-}
-
-int attn_sparse_same_search(const attn_stage *a, const attn_stage *b) {
-    const sparse_stage *x = as_sparse(a), *y = as_sparse(b);
-    if (!x || !y || x->d_search <= 0 || x->d_search != y->d_search || x->n_embd != y->n_embd) return 0;
-    /* the stored form (get_keys) depends on these */
-    if (x->p.select.score != y->p.select.score || x->p.select.f16_keys != y->p.select.f16_keys) return 0;
-    if (!search_rope_same(&x->rope, &y->rope)) return 0;
-    const size_t bytes = (size_t)x->d_search * x->n_embd * sizeof(float);
-    return !memcmp(x->wq_s, y->wq_s, bytes) && !memcmp(x->wk_s, y->wk_s, bytes);
-}
-
-subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err) {
-    const sparse_stage *s = as_sparse(st);
-    return s && s->d_search > 0 ? selector_get_keys(s->sel, n, dst, err) : SUBQ_OK;
-}
-
-/* The search space's identity: W_Qs, W_Ks and the rotary part, which joins
- * only when there is one (keys stored before it existed keep theirs). */
-static uint64_t projection_hash(const sparse_stage *s) {
-    const size_t nw = (size_t)s->d_search * s->n_embd;
-    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
-    if (s->rope.n_rot <= 0) return h;
-    const double v[3] = {(double)s->rope.n_rot, s->rope.base, s->rope.scale};
-    return fnv1a(h, v, sizeof v);
-}
-
-uint64_t attn_sparse_search_made_by(const attn_stage *st) {
-    const sparse_stage *s = as_sparse(st);
-    if (!s || s->d_search <= 0) return 0;
-    const int score = (int)s->p.select.score;
-    return fnv1a(projection_hash(s), &score, sizeof score);
-}
-
-void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap) {
-    const sparse_stage *s = as_sparse(st);
-    if (!cap) return;
-    buf[0] = '\0';
-    if (!s) return;
-    const selector_params *sp = &s->p.select;
-    const uint64_t proj = projection_hash(s);
-    snprintf(buf, cap,
-             "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
-             "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
-             selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
-             select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
-             sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
-             sp->seed, proj,
-             s->comp ? completion_hash(s->comp) : 0);
 }

@@ -60,38 +60,6 @@ typedef struct sparse_record {
     int32_t *cand;      /* [n_tokens][top_k] */
 } sparse_record;
 
-/* Retrieval quality measured inside the sparse run (enabled for evaluation),
- * from p_h, each head's full softmax over the query's document prefix:
- *   mass   = share of p = mean_h p_h on the attended slots (sinks + tail +
- *            candidates);
- *   recall = |candidates ∩ top-K keys of p among the retrieval-eligible
- *            keys| / min(K, #retrieval-eligible);
- *   ann    = |candidates ∩ exact top-K in the search space| / |exact| for
- *            hnsw/faiss and the exact selector's f16 and compressed scans
- *            (a shadow f32 exact selector sees the same keys).
- * The seed's definitions (ann-sparseattention's eval.py), over the n_seed
- * queries with at least K retrieval-eligible keys only:
- *   mass_seed   = mean over heads of the per-head mass p_h on the K
- *                 candidates (sinks and tail not counted);
- *   recall_seed = |candidates ∩ top-K keys of max_h p_h among the eligible
- *                 keys| / K.
- * Every query is counted: a query the stage cannot measure fails the
- * forward call (SUBQ_ERR_NOMEM) rather than being left out of the means. */
-typedef struct sparse_metrics {
-    double mass_sum, recall_sum, ann_recall_sum;
-    int64_t n_queries, n_ann;
-    int64_t n_requested, n_filler;
-    double mass_seed_sum, recall_seed_sum;
-    int64_t n_seed;
-    /* completion (always measured when it is on): sum of the mass share
-     * Z_hat / (Z_E + Z_hat) over (query, head) pairs with a mid region */
-    double share_sum;
-    int64_t n_share;
-} sparse_metrics;
-
-/* dst += src, field by field (sums over runs). */
-void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src);
-
 /* Create the stage for one layer. wq_s / wk_s are [d_search][n_embd] row-major
  * (NULL for selectors that need no search space: quest, oracle, window); the
  * caller keeps them alive. rope (NULL: none) rotates the search vectors by
@@ -102,51 +70,10 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
                             int n_embd, const selector_env *env, attn_stage **out, subq_error *err);
 
 /* The selector and last retrieval record of a sparse stage (NULL if `st` is
- * not a sparse stage). */
+ * not a sparse stage): for the attention's own modules and tests. Everything
+ * else reaches a stage through the calls of attn.h (describe, search keys,
+ * append, restore, stats, metrics). */
 selector *attn_sparse_selector(attn_stage *st);
 const sparse_record *attn_sparse_record(attn_stage *st);
-/* 1 if `st` is a sparse stage with the completion on. */
-int attn_sparse_has_completion(const attn_stage *st);
-
-/* Rows per KV head a query that sees n_keys cached tokens attends: sinks +
- * tail + K (at most n_keys) in a sparse stage, all n_keys in any other. */
-int attn_sparse_rows_attended(const attn_stage *st, int n_keys);
-
-/* Turn metrics on (allocates the shadow exact selector for approximate
- * selectors: selector_params_approximate). */
-subq_status attn_sparse_enable_metrics(attn_stage *st, subq_error *err);
-const sparse_metrics *attn_sparse_get_metrics(attn_stage *st);
-void attn_sparse_clear_metrics(attn_stage *st);
-
-/* Static-index mode: keys in slots >= freeze_slot are not added to the index
- * and are never retrieved (they are still seen through the tail); -1 = off. */
-void attn_sparse_freeze(attn_stage *st, int freeze_slot);
-
-/* What makes a sparse layer's stored search keys (its projections and
- * score), as a hash; 0 for layers without a search space. */
-uint64_t attn_sparse_search_made_by(const attn_stage *st);
-
-/* Append search keys (the form a forward computes) of slots slot0 .. as a
- * forward would: to the index and, with a KV file, to its search region
- * (synthetic fills). No-op on other stages. */
-subq_status attn_sparse_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
-                               subq_error *err);
-
-/* Session files (no-ops on other stages; truncation is the stage's own op):
- * restore: an empty stage takes slots 0 .. n-1, whose native keys are in kv,
- *   with their search keys in stored form (selector_get_keys; NULL for kinds
- *   without a search space), as if they had been decoded;
- * search_width: floats per slot that get_keys writes (0: none);
- * describe: one line naming everything that changes what the layer computes
- *   (kind, K, sinks, tail, prefill mode, selector and its parameters, and
- *   hashes of the projections and completion maps), empty for other stages. */
-subq_status attn_sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err);
-int attn_sparse_search_width(const attn_stage *st);
-/* 1 when a and b are sparse stages whose search keys are the same function
- * of the hidden state (equal projections of equal width), so that a's
- * stored keys can restore b. */
-int attn_sparse_same_search(const attn_stage *a, const attn_stage *b);
-subq_status attn_sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err);
-void attn_sparse_describe(const attn_stage *st, char *buf, size_t cap);
 
 #endif

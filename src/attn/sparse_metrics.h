@@ -37,7 +37,7 @@ typedef struct sparse_measure {
 subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, sparse_metrics *acc,
                                    subq_error *err);
 
-/* The metrics side of a sparse stage, off until attn_sparse_enable_metrics:
+/* The metrics side of a sparse stage, off until attn_stage_enable_metrics:
  * the totals, and for the batch being attended each query's document start,
  * mask and (per-head selectors) every head's candidates, measured once the
  * batch is attended. Beside an ANN selector, a shadow exact selector over

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "attn/attn_plan.h"
-#include "attn/attn_sparse.h"
+#include "attn/attn.h"
 #include "base/error.h"
 #include "base/timer.h"
 #include "eval/eval.h"
@@ -90,7 +90,6 @@ subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const 
     for (int i = 0; i < nsk; i++) kmax = cfg->sel_ks[i] > kmax ? cfg->sel_ks[i] : kmax;
     const int min_mid = cfg->min_mid;
     const int max_e = cfg->n_sink + kmax + cfg->n_tail;
-    const double scale = 1.0 / sqrt((double)D);
     diag_buf b = {0};
     subq_status s = SUBQ_OK;
     b.K = malloc((size_t)nkv * T * D * sizeof(float));
@@ -114,6 +113,7 @@ subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const 
     if (!ok) s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for completion diagnostics");
     for (int li = 0; !s && li < maps->n_sel; li++) {
         const int l = maps->layers[li];
+        const double scale = ctx->model->hp.layer[l].scale;
         const float *ql = q[li];
         for (int g = 0; g < nkv; g++)
             for (int t = 0; t < T; t++) {
@@ -366,7 +366,7 @@ static subq_status perplexities(subq_context *c, const subq_corpus *corpus, cons
                 double sum = 0;
                 int64_t nh = 0;
                 for (int li = 0; li < maps->n_sel; li++) {
-                    const sparse_metrics *sm = attn_sparse_get_metrics(c->stages[maps->layers[li]]);
+                    const sparse_metrics *sm = attn_stage_metrics(c->stages[maps->layers[li]]);
                     if (sm) sum += sm->share_sum, nh += sm->n_share;
                 }
                 r->share[i] = nh ? sum / nh : NAN;

@@ -243,12 +243,12 @@ static subq_status run_window(run_state *st, const window *w, const attn_plan *p
     context_clear_plan(c);
     subq_status s = plan ? context_set_plan(c, plan, st->cfg->proj, err) : SUBQ_OK;
     for (int l = 0; !s && l < n_layer; l++) {
-        if (acc) s = attn_sparse_enable_metrics(c->stages[l], err);
-        attn_sparse_freeze(c->stages[l], freeze);
+        if (acc) s = attn_stage_enable_metrics(c->stages[l], err);
+        attn_stage_freeze(c->stages[l], freeze);
     }
     if (!s) s = context_forward(c, w->tok, w->len, w->pos, w->seg, st->logits, 1, err);
     for (int l = 0; !s && acc && l < n_layer; l++) {
-        const sparse_metrics *m = attn_sparse_get_metrics(c->stages[l]);
+        const sparse_metrics *m = attn_stage_metrics(c->stages[l]);
         if (m) sparse_metrics_add(&acc[l], m);
     }
     if (!s && st->progress) st->progress(st->user, ++st->done, st->total);

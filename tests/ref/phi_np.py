@@ -100,8 +100,11 @@ def query_loss(s, sh, p):
 
 def layer_loss(qg, kg, q, k, seg, n_head, n_kv, head_dim, p):
     """Sums over (head, query) of L and its parts, and the pair count.
-    q: (T, n_head*head_dim), k: (T, n_kv*head_dim) float arrays."""
+    q: (T, n_head*head_dim), k: (T, n_kv*head_dim) float arrays. The teacher
+    scores at the model's attention scale, a float as llama.cpp computes it
+    (1.0f / sqrtf(head_dim))."""
     T = q.shape[0]
+    scale = float(np.float32(1.0) / np.sqrt(np.float32(head_dim)))
     grp = n_head // n_kv
     lo, hi = mid_ranges(seg, p["n_sink"], p["n_tail"])
     total, parts, n = 0.0, np.zeros(5), 0
@@ -111,7 +114,7 @@ def layer_loss(qg, kg, q, k, seg, n_head, n_kv, head_dim, p):
         qh = q[:, h * head_dim:(h + 1) * head_dim].astype(np.float64)
         kh = k[:, g * head_dim:(g + 1) * head_dim].astype(np.float64)
         lq = log_features(qg, h, qh)
-        S = qh @ kh.T / np.sqrt(head_dim)
+        S = qh @ kh.T * scale
         SH = logsumexp(lq[:, None, :] + kf[g][None, :, :])   # (T, T)
         for t in range(T):
             if hi[t] < lo[t]:

@@ -47,10 +47,9 @@ int64_t phi_count_queries(const int32_t *seg, int T, int n_sink, int n_tail) {
     return n;
 }
 
-double phi_teacher_level(const phi_dims *d, const float *q, const float *k, const int32_t *seg, int T, int n_sink,
-                         int n_tail) {
+double phi_teacher_level(const phi_dims *d, double scale, const float *q, const float *k, const int32_t *seg, int T,
+                         int n_sink, int n_tail) {
     const int D = d->head_dim, nh = d->n_head, nkv = d->n_head_kv, grp = nh / nkv;
-    const double scale = 1.0 / sqrt((double)D);
     double sum = 0.0, *s = malloc((size_t)(T > 0 ? T : 1) * sizeof(double));
     int64_t n = 0;
     if (!s) return 0.0;
@@ -215,7 +214,7 @@ static void layer_buf_free(layer_buf *b) {
 /* Loss sums of query head h over all its queries and, when dlq / dlk are
  * not NULL, dL/dlq [T][F] (set) and its dL/dlk [T][F] (set). 0 when out of
  * memory. */
-static int pair_head(const phi_dims *d, const subq_phi_loss_params *p, int T, const int *lo, const int *hi, const double *Xq,
+static int pair_head(const phi_dims *d, double scale, const subq_phi_loss_params *p, int T, const int *lo, const int *hi, const double *Xq,
                      const double *Xk, const double *lq, const double *lk, const double *eq, const double *mq,
                      const double *ek, const double *mk, double *dlq, double *dlk, phi_loss_sums *sums) {
     const int D = d->head_dim, F = d->d_phi;
@@ -233,7 +232,6 @@ static int pair_head(const phi_dims *d, const subq_phi_loss_params *p, int T, co
         memset(dlq, 0, (size_t)T * F * sizeof(double));
         memset(dlk, 0, (size_t)T * F * sizeof(double));
     }
-    const double scale = 1.0 / sqrt((double)D);
     for (int t0 = 0; ok && t0 < T; t0 += R) {
         const int t1 = t0 + R < T ? t0 + R : T, nr = t1 - t0;
         int jmax = 0;
@@ -314,8 +312,8 @@ static int pair_head(const phi_dims *d, const subq_phi_loss_params *p, int T, co
     return ok;
 }
 
-subq_status phi_loss_layer(const phi_dims *d, const double *L, const float *q, const float *k, const int32_t *seg, int T,
-                           const subq_phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err) {
+subq_status phi_loss_layer(const phi_dims *d, double scale, const double *L, const float *q, const float *k,
+                           const int32_t *seg, int T, const subq_phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err) {
     const int D = d->head_dim, F = d->d_phi, nh = d->n_head, nkv = d->n_head_kv, grp = nh / nkv;
     const int n_maps = nh + nkv;
     if (T < 1) return SUBQ_OK;
@@ -366,7 +364,7 @@ subq_status phi_loss_layer(const phi_dims *d, const double *L, const float *q, c
 #pragma omp parallel for num_threads(n_threads) schedule(static, 1)
     for (int h = 0; h < nh; h++) {
         const int mk = nh + h / grp;
-        if (!pair_head(d, p, T, b.lo, b.hi, b.X + (size_t)h * T * D, b.X + (size_t)mk * T * D, b.lf + (size_t)h * TF,
+        if (!pair_head(d, scale, p, T, b.lo, b.hi, b.X + (size_t)h * T * D, b.X + (size_t)mk * T * D, b.lf + (size_t)h * TF,
                        b.lf + (size_t)mk * TF, b.ef + (size_t)h * TF, b.mf + (size_t)h * T, b.ef + (size_t)mk * TF,
                        b.mf + (size_t)mk * T, grad ? b.dlf + (size_t)h * TF : NULL, grad ? b.dlk_h + (size_t)h * TF : NULL,
                        &hs[h])) {

@@ -5,7 +5,8 @@
  *   M_t = [d0 + n_sink, t - n_tail]      (prefix minus sinks and the tail of
  *                                         n_tail tokens that ends at t)
  * and is skipped when M_t is empty. For one query head h (KV head g):
- *   teacher  s_j  = q_t . k_j / sqrt(head_dim)
+ *   teacher  s_j  = scale q_t . k_j   (the layer's scale, layer_attn: 1/sqrt(head_dim) but
+ *                                      for Gemma's 27B models)
  *   student  sh_j = log z(q_t, k_j) = LSE_f (lq_t[f] + lk_j[f]),
  *            lq = log phi_q^h(q), lk = log phi_k^g(k)
  * both shifted by the teacher max: r = s - max s, rh = sh - max s. Then
@@ -48,19 +49,19 @@ int64_t phi_count_queries(const int32_t *seg, int T, int n_sink, int n_tail);
  * LSE_{j in M_t}(s_j) - log |M_t| (the teacher's mean log-kernel level over
  * the mid region; 0 when there are no such queries). The trainer starts
  * the maps' output biases at this level so z ~ exp(s) on average from step 0. */
-double phi_teacher_level(const phi_dims *d, const float *q, const float *k, const int32_t *seg, int T, int n_sink,
-                         int n_tail);
+double phi_teacher_level(const phi_dims *d, double scale, const float *q, const float *k, const int32_t *seg, int T,
+                         int n_sink, int n_tail);
 
 /* L_t of one query over n >= 1 mid keys from teacher logits s[n] and student
  * logits sh[n]; writes dL_t/dsh into grad (when not NULL) and the parts into
  * part[SUBQ_PHI_N_PARTS] (when not NULL). */
 double phi_query_loss(const double *s, const double *sh, int n, const subq_phi_loss_params *p, double *grad, double *part);
 
-/* One layer of one sequence: q [T][n_head*head_dim] and k [T][n_head_kv*head_dim]
- * post-RoPE (as captured), segment ids seg [T], layer parameters L (double,
+/* One layer of one sequence at its attention scale: q [T][n_head*head_dim] and
+ * k [T][n_head_kv*head_dim] post-RoPE (as captured), segment ids seg [T], layer parameters L (double,
  * phi_maps layout). Adds the loss sums into *sums and, when grad is not NULL,
  * d(sum_{h,t} L_t)/dL into grad. Deterministic and independent of n_threads. */
-subq_status phi_loss_layer(const phi_dims *d, const double *L, const float *q, const float *k, const int32_t *seg, int T,
-                           const subq_phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err);
+subq_status phi_loss_layer(const phi_dims *d, double scale, const double *L, const float *q, const float *k,
+                           const int32_t *seg, int T, const subq_phi_loss_params *p, double *grad, phi_loss_sums *sums, int n_threads, subq_error *err);
 
 #endif

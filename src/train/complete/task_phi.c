@@ -135,7 +135,7 @@ static subq_status init(void *self, trainer *t, subq_error *err) {
     subq_status s = trainer_capture_train(t, 0, err);
     for (int i = 0; i < p->n_sel && !s; i++) {
         double st_lvl = 0.0;
-        const double te_lvl = phi_teacher_level(&p->dims, t->cap->q[i], t->cap->k[i], t->seg, t->n, c->loss.n_sink,
+        const double te_lvl = phi_teacher_level(&p->dims, t->model->hp.layer[p->layers[i]].scale, t->cap->q[i], t->cap->k[i], t->seg, t->n, c->loss.n_sink,
                                                 c->loss.n_tail);
         if ((s = student_level(p, p->layers[i], t->cap->q[i], t->cap->k[i], t->seg, t->n, &c->loss, &st_lvl, err)))
             break;
@@ -160,7 +160,7 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
     for (int i = 0; i < p->n_sel; i++) {
         const size_t off = (size_t)i * p->layer_size;
         phi_loss_sums ls = {0};
-        subq_status s = phi_loss_layer(&p->dims, k->wd + off, t->cap->q[i], t->cap->k[i], t->seg, t->n, &k->cfg->loss,
+        subq_status s = phi_loss_layer(&p->dims, t->model->hp.layer[p->layers[i]].scale, k->wd + off, t->cap->q[i], t->cap->k[i], t->seg, t->n, &k->cfg->loss,
                                        train ? t->gd + off : NULL, &ls, t->n_threads, err);
         if (s) return s;
         sums[i].loss += ls.loss;
