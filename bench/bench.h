@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 
 /* Monotonic wall-clock seconds. */
 double bench_now_s(void);

@@ -27,7 +27,7 @@
 #include "model/context.h"
 #include "complete/phi_maps.h"
 #include "test_util.h"
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #define CTX 100
 #define SINK 2

@@ -36,7 +36,7 @@
 #include "base/crc32c.h"
 #include "kv/kv_file.h"
 #include "model/context.h"
-#include "subq.h"
+#include "subq_lab.h"
 #include "test_util.h"
 
 enum { NA = 150, NC = 20, N_CTX = 512 };

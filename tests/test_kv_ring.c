@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 #include "test_util.h"
 
 enum { WINDOW = 8, BATCH = 4, N_CTX = 128, N_A = 60, N_C = 10 };

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                                                    \

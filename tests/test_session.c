@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 #include "test_util.h"
 
 enum { NA = 96, NB = 24, KB = 7, NC = 12 };

@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "model/synth.h"
 #include "kernels/kernels.h"
+#include "subq_lab.h"
 
 /* Element type id of a name ("q8_0", "Q8_0", ...); GGML_TYPE_COUNT when unknown. */
 static uint32_t type_by_name(const char *name) {

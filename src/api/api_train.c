@@ -3,8 +3,8 @@
 #include "base/layers.h"
 #include "eval/complete_diag.h"
 #include "train/complete/phi_train.h"
-#include "train/corpus.h"
-#include "train/corpus_file.h"
+#include "data/corpus.h"
+#include "data/corpus_file.h"
 #include "train/search/teacher.h"
 #include "train/search/train_search.h"
 

@@ -8,6 +8,7 @@
 #include "base/rng.h"
 #include "base/timer.h"
 #include "model/context.h"
+#include "subq_lab.h"
 
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     const kv_cache *kv = &c->kv;

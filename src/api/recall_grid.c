@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "subq.h"
+#include "subq_lab.h"
 
 subq_status subq_recall_method_parse(const char *name, subq_recall_method *out, int *complete, subq_error *err) {
     const char *form = "is not full or SELECTOR@K[+phi] (selectors: exact, hnsw, faiss, quest, oracle, window)";

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "base/error.h"
+#include "subq_lab.h" /* subq_write_file */
 
 #define TMP_TAG ".subq-tmp."
 #define TMP_RAND "XXXXXX" /* the random part: 6 of [A-Za-z0-9] */

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "subq_lab.h"
 #include "base/bigmem.h"
 #include "base/error.h"
 

@@ -1,6 +1,7 @@
 /* Walk a file or a directory tree in a fixed order, so that a corpus or a
  * haystack made of a directory reads the same on every machine. */
 #define _POSIX_C_SOURCE 200809L
+#include "subq_lab.h"
 #include "base/walk_files.h"
 
 #include <dirent.h>

@@ -21,7 +21,7 @@
 
 #include "complete/phi_maps.h"
 #include "model/context.h"
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 typedef struct phi_diag_config {
     int n_sink, n_tail;          /* 4, 16 */

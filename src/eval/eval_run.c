@@ -12,7 +12,7 @@
 #include "eval/bootstrap.h"
 #include "model/context.h"
 #include "complete/phi_cache.h"
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 void eval_config_default(eval_config *c) {
     memset(c, 0, sizeof *c);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "subq_lab.h"
 #include "base/error.h"
 #include "eval/eval.h"
 #include "model/context.h"

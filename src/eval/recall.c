@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "base/rng.h"
 #include "model/model.h"
-#include "subq.h"
+#include "subq_lab.h"
 #include "tokenize/tokenizer.h"
 
 #define MAX_NEEDLES 8

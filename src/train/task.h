@@ -23,7 +23,7 @@
 #include "gguf/gguf.h"
 #include "model/context.h"
 #include "train/capture.h"
-#include "train/corpus.h"
+#include "data/corpus.h"
 #include "train/trainer.h"
 
 typedef struct trainer trainer;

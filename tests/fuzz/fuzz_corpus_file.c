@@ -1,4 +1,4 @@
-/* libFuzzer target: pre-tokenised corpus files (train/corpus_file.c's
+/* libFuzzer target: pre-tokenised corpus files (data/corpus_file.c's
  * checks). Arbitrary bytes are opened as GGUF in memory, their documents
  * taken into a stories260K corpus and cut, split and packed (corpus_finish);
  * either may fail, nothing may crash. The vocabulary fingerprint the file
@@ -8,8 +8,8 @@
 
 #include "base/fingerprint.h"
 #include "gguf/gguf.h"
-#include "train/corpus.h"
-#include "train/corpus_file.h"
+#include "data/corpus.h"
+#include "data/corpus_file.h"
 #include "fuzz_shared.h"
 
 static subq_model *g_model;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "tokenize/utf8.h"
-#include "train/jsonl.h"
+#include "data/jsonl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* an exact-size copy: the parser is given a length, not a NUL */

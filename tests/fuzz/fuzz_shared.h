@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 
 static inline void fuzz_stories_path(char *path, size_t cap) {
     const char *dir = getenv("SUBQ_SHARED");

@@ -80,7 +80,7 @@ def search_file(d_search, n_embd, n_layer, layers, rope=None):
 
 
 def corpus_file(lens, evals, vocab=200):
-    """A pre-tokenised corpus (src/train/corpus_file.h)."""
+    """A pre-tokenised corpus (src/data/corpus_file.h)."""
     n = sum(lens)
     return gguf([("subq.corpus.version", "u32", 1), ("subq.corpus.vocab_fingerprint", "str", FP),
                  ("subq.corpus.tokens_fingerprint", "str", FP)],

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 
 /* A subcommand (main.c's table): argv[0] is its name; returns the exit code. */
 typedef int cli_command(int argc, char **argv);

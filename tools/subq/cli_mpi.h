@@ -8,7 +8,7 @@
 #ifndef SUBQ_CLI_MPI_H
 #define SUBQ_CLI_MPI_H
 
-#include "subq.h"
+#include "subq_lab.h"
 
 typedef struct cli_mpi {
     int joined;                 /* running under mpirun, MPI initialised */

@@ -1,3 +1,4 @@
+#include "subq_lab.h"
 #include "cli_svg.h"
 
 #include <errno.h>

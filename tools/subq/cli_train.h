@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 
 #define CLI_TRAIN_MAX_PATHS 256
 

@@ -16,7 +16,7 @@
 #define SUBQ_TRAIN_PHI_TRAIN_H
 
 #include "train/complete/phi_loss.h"
-#include "train/corpus.h"
+#include "data/corpus.h"
 #include "train/trainer.h"
 
 subq_train_phi_params phi_train_default_config(void);

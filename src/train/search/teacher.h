@@ -21,7 +21,7 @@
 
 #include <stdint.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 
 /* "max" / "mean"; parse returns -1 for anything else. */
 const char *teacher_agg_name(subq_teacher_agg a);

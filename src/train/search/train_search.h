@@ -23,7 +23,7 @@
 #define SUBQ_TRAIN_SEARCH_H
 
 #include "search/search_proj.h"
-#include "train/corpus.h"
+#include "data/corpus.h"
 #include "train/search/search_eval.h"
 #include "train/search/search_loss.h"
 #include "train/trainer.h"

@@ -1,6 +1,6 @@
 /* Loading, tokenising, splitting and packing training text (corpus.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,8 +12,8 @@
 #include "base/walk_files.h"
 #include "model/model.h"
 #include "tokenize/vocab_gguf.h"
-#include "train/corpus_file.h"
-#include "train/jsonl.h"
+#include "data/corpus_file.h"
+#include "data/jsonl.h"
 
 #define SPLIT_SEED 0x5EEDC0DEull /* fixed: the held-out set does not move with --seed */
 

@@ -1,7 +1,7 @@
 /* A small recursive-descent JSON reader (RFC 8259), enough to find one
  * string member of an object. Nesting is limited so hostile input cannot
  * exhaust the stack. */
-#include "train/jsonl.h"
+#include "data/jsonl.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -14,13 +14,13 @@
  * or the pieces of explicitly given evaluation files. Splitting by piece
  * rather than by whole file keeps the split fair when a corpus is a handful
  * of book-sized files. */
-#ifndef SUBQ_TRAIN_CORPUS_H
-#define SUBQ_TRAIN_CORPUS_H
+#ifndef SUBQ_DATA_CORPUS_H
+#define SUBQ_DATA_CORPUS_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "subq.h"
+#include "subq_lab.h"
 
 /* A list of sequences, each a run of pieces. */
 typedef struct corpus_split {

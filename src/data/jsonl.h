@@ -1,8 +1,8 @@
 /* The one JSON task training data needs: pull the top-level "text" string out
  * of a JSON-lines record ({"text": "...", ...}), with every JSON escape
  * decoded to UTF-8. Other members are skipped whatever their type. */
-#ifndef SUBQ_TRAIN_JSONL_H
-#define SUBQ_TRAIN_JSONL_H
+#ifndef SUBQ_DATA_JSONL_H
+#define SUBQ_DATA_JSONL_H
 
 #include <stddef.h>
 

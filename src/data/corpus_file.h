@@ -15,13 +15,13 @@
  *
  * The token ids are checked against the vocabulary as they are read; the
  * tokens' fingerprint is trusted (checking it would read every token). */
-#ifndef SUBQ_TRAIN_CORPUS_FILE_H
-#define SUBQ_TRAIN_CORPUS_FILE_H
+#ifndef SUBQ_DATA_CORPUS_FILE_H
+#define SUBQ_DATA_CORPUS_FILE_H
 
 #include <stdint.h>
 
 #include "gguf/gguf.h"
-#include "train/corpus.h"
+#include "data/corpus.h"
 
 /* 1 when path is a regular file that starts with the GGUF magic. */
 int corpus_file_is_tokens(const char *path);

@@ -1,6 +1,6 @@
 /* Pre-tokenised corpus files (corpus_file.h). */
 #define _POSIX_C_SOURCE 200809L
-#include "train/corpus_file.h"
+#include "data/corpus_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
