@@ -49,7 +49,7 @@ static const synth_shape shapes[] = {
     {"tiny-gemma2",    ARCH_GEMMA2, 4, 256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-6f, 1, NO_SCALING, NO_FREQS,
      8, 0, 4.f, 30.f, NULL},
     {"tiny-phi3",      ARCH_PHI3,  2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
-     0, 48, 0.f, 0.f, "llama-bpe"},
+     0, 48, 0.f, 0.f, NULL},
     {"tiny-smollm3",   ARCH_SMOLLM3, 4, 256, 4,  2,  64,  512,  320,    256,    5e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
      0, 0, 0.f, 0.f, "llama-bpe"},
     {"tiny-mistral",   ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
@@ -103,14 +103,27 @@ static const char *shape_bpe_pre(const synth_shape *sh) {
     return NULL;
 }
 
+/* Phi-3's added tokens as its GGUF holds them (ids 32000..32010, control),
+ * the last ids of a phi3 SentencePiece vocabulary here. They are not
+ * decoration: llama.cpp, for a model whose general.name contains "phi3" or
+ * "phi-3", sets attributes on <unk>, <s>, </s> and <|endoftext|> looked up
+ * by text (token_to_id.at in llama-vocab.cpp's load) and fails to load a
+ * vocabulary without one of them ("_Map_base::at"). */
+static const char *const phi3_added[] = {"<|endoftext|>",   "<|assistant|>",   "<|placeholder1|>", "<|placeholder2|>",
+                                         "<|placeholder3|>", "<|placeholder4|>", "<|system|>",       "<|end|>",
+                                         "<|placeholder5|>", "<|placeholder6|>", "<|user|>"};
+#define N_PHI3_ADDED ((int)(sizeof phi3_added / sizeof phi3_added[0]))
+
 /* A small SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then
  * U+2581, letters, "▁"+letter and frequent English pieces, padded with
- * two-letter pieces until n_vocab, no piece twice (llama.cpp refuses a
- * vocabulary that has one). Scores fall with the index so earlier pieces
- * merge first. */
-static char **make_vocab(int n_vocab, float *scores, int32_t *types) {
+ * two-letter pieces until n_vocab - n_added, no piece twice (llama.cpp
+ * refuses a vocabulary that has one), then the n_added control tokens
+ * added. Scores fall with the index so earlier pieces merge first. */
+static char **make_vocab(int n_vocab, float *scores, int32_t *types, const char *const *added, int n_added) {
     char **tok = calloc((size_t)n_vocab, sizeof(char *));
     if (!tok) return NULL;
+    const int n_total = n_vocab;
+    n_vocab -= n_added; /* the pieces' share; the added tokens follow them */
     static const char *const extra[] = {"the", "▁the", "he", "th", "in", "er", "an", "nd", "▁a", "on",
                                         "ed", "ing", "▁and", "▁to", "re", "at", "ou", "it", "is", "en"};
     const char *letters = "etaoinshrdlucmfwypvbgkqjxzETAOINSHRDLUCMFWYPVBGKQJXZ.,!?'\"0123456789";
@@ -156,10 +169,12 @@ static char **make_vocab(int n_vocab, float *scores, int32_t *types) {
         snprintf(buf, sizeof buf, "<unused%d>", i);
         ADD(buf, 5, -1e9f);
     }
+    n_vocab = n_total;
+    for (int i = 0; i < n_added; i++) ADD(added[i], 3, 0.0f);
 #undef ADD
     return tok;
 fail:
-    for (int i = 0; i < n_vocab; i++) free(tok[i]);
+    for (int i = 0; i < n_total; i++) free(tok[i]);
     free(tok);
     return NULL;
 }
@@ -240,6 +255,10 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     int32_t *types = malloc((size_t)sh->n_vocab * sizeof(int32_t));
     char **vocab = NULL;
     const char *bpe_pre = shape_bpe_pre(sh);
+    /* a Phi-3 SentencePiece vocabulary ends in Phi-3's added tokens, its eos
+     * <|endoftext|> (as converted Phi-3 GGUFs carry it) */
+    const int phi3 = !bpe_pre && sh->arch == ARCH_PHI3;
+    const uint32_t eos = phi3 ? (uint32_t)(sh->n_vocab - N_PHI3_ADDED) : 2;
     bpe_synth bv = {0};
     subq_status s = SUBQ_OK;
     if (!w || !scores || !types) {
@@ -248,7 +267,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     }
     if (bpe_pre) {
         if ((s = bpe_synth_make(sh->n_vocab, bpe_pre, &bv, err))) goto done;
-    } else if (!(vocab = make_vocab(sh->n_vocab, scores, types))) {
+    } else if (!(vocab = make_vocab(sh->n_vocab, scores, types, phi3 ? phi3_added : NULL, phi3 ? N_PHI3_ADDED : 0))) {
         s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -305,7 +324,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
         (s = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)sh->n_vocab)) ||
         (s = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
         (s = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
-        (s = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2))) {
+        (s = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", eos))) {
         subq_fail(err, s, "out of memory writing metadata");
         goto done;
     }

@@ -6,14 +6,15 @@ llama.cpp runs through node-llama-cpp's prebuilt CPU build
 it), on small random-weight models that `subq synth` writes of each
 architecture: qwen3 (the bar's baseline), gemma3 (sliding layers of 8 keys
 with their own RoPE base, QK-norm, post-norms, GELU, embeddings times
-sqrt(d)), gemma2 (soft-capped scores and logits) and smollm3 (a NoPE
-layer). BOS and 47 random token ids go through both; at each of the 48
+sqrt(d)), gemma2 (soft-capped scores and logits), phi3 (fused qkv and
+gate-up, 48 of 64 dims rotated) and smollm3 (a NoPE layer). BOS and 47 random token ids go through both; at each of the 48
 positions the argmax must agree on >= 95% of them, and max |subq - llama.cpp|
 must stay within 5% of the range of llama.cpp's logits (issue 43's bar).
+phi3 runs with a Phi-3 vocabulary (synth: <unk>, <s>, </s> and Phi-3's
+added tokens): llama.cpp looks up <unk>, <s>, </s> and <|endoftext|> by text
+in any model whose general.name contains "phi3" and fails to load without
+them ("error loading model vocabulary: _Map_base::at").
 Not here, with the reason:
-  - phi3: llama.cpp does not load a synthetic vocabulary under phi3
-    ("error loading model vocabulary: _Map_base::at" for SentencePiece and BPE
-    alike); its forward is checked against the numpy reference in check_logits;
   - llama with a sliding window (Mistral 7B v0.1): llama.cpp reads no window
     for llama and attends to every key, so it differs past the window by design.
 """
@@ -30,7 +31,7 @@ import numpy as np  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHAPES = ["tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-smollm3"]
+SHAPES = ["tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-smollm3"]
 N_TOKENS = 48
 MIN_AGREE = 0.95
 MAX_DIFF_OF_RANGE = 0.05
