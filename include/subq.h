@@ -180,7 +180,9 @@ const char *subq_kv_type_name(subq_kv_type t);
 const char *subq_isa_name(void);
 
 typedef struct subq_context_params {
-    int n_ctx;          /* KV cache capacity in tokens (<= 0: model's training context) */
+    int n_ctx;          /* KV cache capacity in tokens (<= 0: model's training context); with
+                           Phi-3's LongRoPE also which factors rotate: the long ones past
+                           rope.scaling.original_context_length */
     int n_threads;      /* OpenMP threads (<= 0: all cores) */
     subq_kv_type kv_type;
     int n_batch;        /* most tokens per forward step: longer inputs of subq_decode run in
@@ -279,7 +281,8 @@ subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err);
  * the sparse layers' search keys and the last logits when known. */
 subq_status subq_context_save(const subq_context *c, const char *path, subq_error *err);
 /* Replace what c holds by a session file's tokens. A file of another
- * model, KV type or attention plan is SUBQ_ERR_MISMATCH; more tokens than
+ * model, KV type or attention plan, or (Phi-3's LongRoPE) saved from a
+ * context whose size took the other factors, is SUBQ_ERR_MISMATCH; more tokens than
  * the context holds SUBQ_ERR_RANGE. The indexes are rebuilt from the stored
  * keys, so decoding continues as it would have in the saved context. On
  * failure c is empty. */
@@ -291,8 +294,10 @@ subq_status subq_context_load(subq_context *c, const char *path, subq_error *err
  * SUBQ_ERR_MISMATCH). One
  * dense prefill then serves several plans: what dst holds after the copy is
  * what a dense prefill of the same tokens under its plan leaves (HNSW
- * graphs up to insertion order). Same model and KV type, and room for the
- * tokens (SUBQ_ERR_MISMATCH, SUBQ_ERR_RANGE). On failure dst is empty. */
+ * graphs up to insertion order). Same model and KV type, the same LongRoPE
+ * factors (Phi-3: both contexts on one side of the original context), and
+ * room for the tokens (SUBQ_ERR_MISMATCH, SUBQ_ERR_RANGE). On failure dst
+ * is empty. */
 subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_error *err);
 
 /* ---- sampling --------------------------------------------------------- */

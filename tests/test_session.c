@@ -16,7 +16,9 @@
  *     faiss graphs are built in another order: a tolerance); a source
  *     without the projections is SUBQ_ERR_MISMATCH and leaves dst empty;
  *   - special tokens: "<s>" in text becomes BOS with subq_tokenize_special
- *     and not with subq_tokenize. */
+ *     and not with subq_tokenize;
+ *   - Phi-3's LongRoPE: sessions and copies only between contexts that take
+ *     the same factors. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,6 +260,59 @@ static void test_other_model(void) {
     unlink(mpath);
 }
 
+/* Phi-3's LongRoPE: a context's size picks the factors its keys carry, so
+ * a session or a copy crosses only between contexts on the same side of
+ * the original context (tiny-phi3-longrope: 256); the two sides compute
+ * different logits. */
+static void test_longrope(void) {
+    char path[600], mpath[600];
+    snprintf(mpath, sizeof mpath, "%s/test_session_%d_longrope.gguf", tmpdir, (int)getpid());
+    snprintf(path, sizeof path, "%s/test_session_%d_longrope.bin", tmpdir, (int)getpid());
+    subq_error err;
+    CHECK(subq_synth_model("tiny-phi3-longrope", "f32", 1, mpath, &err) == SUBQ_OK, "synth: %s", err.msg);
+    subq_model *m = NULL;
+    CHECK(subq_model_load(mpath, &m, &err) == SUBQ_OK, "load tiny-phi3-longrope: %s", err.msg);
+    if (!m) return;
+    subq_model_info mi;
+    subq_model_get_info(m, &mi);
+    const int sizes[4] = {200, 256, 257, 512}; /* short, short, long, long */
+    subq_context *c[4] = {NULL, NULL, NULL, NULL};
+    float *lg[4];
+    int32_t t[12];
+    for (int i = 0; i < 12; i++) t[i] = (int32_t)(1 + (i * 37 + 5) % (mi.n_vocab - 1));
+    for (int i = 0; i < 4; i++) {
+        subq_context_params p = subq_context_default_params();
+        p.n_ctx = sizes[i];
+        p.n_threads = 1;
+        lg[i] = malloc((size_t)mi.n_vocab * sizeof(float));
+        CHECK(subq_context_new(m, &p, &c[i], &err) == SUBQ_OK, "context of %d: %s", sizes[i], err.msg);
+        CHECK(c[i] && subq_decode(c[i], t, 12, lg[i], 0, &err) == SUBQ_OK, "decode in %d: %s", sizes[i], err.msg);
+    }
+    CHECK(!memcmp(lg[0], lg[1], (size_t)mi.n_vocab * sizeof(float)) &&
+              !memcmp(lg[2], lg[3], (size_t)mi.n_vocab * sizeof(float)),
+          "contexts on one side of the original context compute the same logits");
+    CHECK(memcmp(lg[1], lg[2], (size_t)mi.n_vocab * sizeof(float)), "256 and 257 tokens: other factors, other logits");
+    CHECK(subq_context_save(c[1], path, &err) == SUBQ_OK, "save from 256: %s", err.msg);
+    CHECK(subq_context_load(c[0], path, &err) == SUBQ_OK && subq_context_n_past(c[0]) == 12,
+          "256 -> 200 (short factors both): %s", err.msg);
+    CHECK(subq_context_load(c[2], path, &err) == SUBQ_ERR_MISMATCH && strstr(err.msg, "LongRoPE") &&
+              subq_context_n_past(c[2]) == 0,
+          "256 -> 257 (short -> long factors) is refused: %s", err.msg);
+    CHECK(subq_context_copy(c[3], c[1], &err) == SUBQ_ERR_MISMATCH && strstr(err.msg, "LongRoPE") &&
+              subq_context_n_past(c[3]) == 0,
+          "copy 256 -> 512 is refused: %s", err.msg);
+    CHECK(subq_decode(c[2], t, 12, NULL, 0, &err) == SUBQ_OK && subq_context_copy(c[3], c[2], &err) == SUBQ_OK &&
+              subq_context_n_past(c[3]) == 12,
+          "copy 257 -> 512 (long factors both): %s", err.msg);
+    for (int i = 0; i < 4; i++) {
+        subq_context_free(c[i]);
+        free(lg[i]);
+    }
+    subq_model_free(m);
+    unlink(path);
+    unlink(mpath);
+}
+
 /* The model read into memory and the model mapped compute the same logits;
  * an unknown load mode is refused. */
 static void test_load_modes(const char *path) {
@@ -322,6 +377,7 @@ int main(void) {
     }
     subq_model_get_info(model, &info);
     test_load_modes(path);
+    test_longrope();
     if (subq_search_random(model, "all", 16, 7, &search, &err)) {
         fprintf(stderr, "FAIL: %s\n", err.msg);
         return 1;

@@ -157,6 +157,10 @@ static int describe_model(const subq_gguf *g, int layers, char *buf, size_t cap)
         describe_rings(&hp, buf, cap);
     } else {
         rope_describe(&hp.rope, buf, cap);
+        const size_t o = strlen(buf);
+        if (hp.rope.longrope && o < cap) /* what a context of the default size (the model's) takes */
+            snprintf(buf + o, cap - o, "; the default context (%d tokens) takes the %s ones", hp.n_ctx_train,
+                     rope_freq_for(&hp.rope, hp.n_ctx_train) == hp.rope.freq_long ? "long" : "short");
     }
     model_hparams_free(&hp);
     return 1;

@@ -2,6 +2,7 @@
 #include "api/session.h"
 
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,19 @@ static subq_status check_header(const subq_context *c, const gguf_file *f, int *
     if (n_past == 0 || n_past > (uint32_t)c->kv.n_ctx)
         return subq_fail(err, SUBQ_ERR_RANGE, "session file holds %u tokens, the context has room for %d", n_past,
                          c->kv.n_ctx);
+    /* its keys were rotated by the saving context's RoPE: under LongRoPE
+     * that context's size chose the factors */
+    const rope_hparams *rope = &c->model->hp.rope;
+    if (rope->freq_long) {
+        uint32_t n_ctx;
+        if ((s = gguf_get_u32(f, "subq.session.n_ctx", &n_ctx, err))) return s;
+        const int theirs_long = rope_freq_for(rope, n_ctx > INT_MAX ? INT_MAX : (int)n_ctx) == rope->freq_long;
+        if (theirs_long != (c->rope_freq == rope->freq_long))
+            return subq_fail(err, SUBQ_ERR_MISMATCH, "session file was made in a context of %u tokens, with "
+                             "LongRoPE's %s factors; this context of %d tokens takes the %s ones (original "
+                             "context %d)", n_ctx, theirs_long ? "long" : "short", c->kv.n_ctx,
+                             theirs_long ? "short" : "long", rope->n_ctx_orig);
+    }
     const gguf_kv *pk = gguf_find_kv(f, "subq.session.plan");
     if (!pk || pk->value.type != GGUF_TYPE_STRING)
         return subq_fail(err, SUBQ_ERR_FORMAT, "session file has no attention plan");
@@ -324,6 +338,9 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
     if (dst->model != src->model || skv->type != kv->type)
         return subq_fail(err, SUBQ_ERR_MISMATCH, "contexts of different models or KV types");
     if (n > kv->n_ctx) return subq_fail(err, SUBQ_ERR_RANGE, "%d cached tokens, room for %d", n, kv->n_ctx);
+    if (dst->rope_freq != src->rope_freq) /* keys rotated by another table */
+        return subq_fail(err, SUBQ_ERR_MISMATCH, "contexts of %d and %d tokens take different LongRoPE factors "
+                         "(original context %d)", skv->n_ctx, kv->n_ctx, dst->model->hp.rope.n_ctx_orig);
     float *keys = NULL;
     subq_status s = SUBQ_OK;
     for (int l = 0; l < n_layer && !s; l++) {

@@ -126,6 +126,7 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
         return s;
     }
     n_ctx = c->kv.n_ctx;
+    c->rope_freq = rope_freq_for(&hp->rope, n_ctx);
     for (int l = 0; l < hp->n_layer; l++) /* what a query reads, whether or not the layer keeps a ring */
         c->kv.layers[l].window = hp->layer[l].window;
     c->n_batch = n_ctx < n_batch ? n_ctx : n_batch;

@@ -36,6 +36,8 @@ struct subq_context {
     /* work buffers, n_batch rows each: one allocation at x, the others inside it */
     float *x, *xn, *q, *k, *v, *att, *proj, *gate, *up;
     int32_t *posbuf;             /* positions of the current chunk */
+    const double *rope_freq;     /* hp.rope's frequencies for this context's size (rope_freq_for:
+                                    Phi-3's LongRoPE takes the long factors past the original context) */
     float *rope_cs;              /* [n_batch][n_rot]: its RoPE cos, sin pairs */
     float *rope_cs_local;        /* the same for hp.rope_local (gemma3's sliding layers), else NULL */
     matmul_scratch mm;           /* batched products */

@@ -25,6 +25,7 @@ typedef struct rows_job {
     int d, n_heads, head_dim;
     float eps, cap;          /* rmsnorm's eps; softcap's c */
     const rope_hparams *rope;
+    const double *freq;      /* the rope table's frequencies: rope->freq, or the context's choice */
     const int32_t *pos;
 } rows_job;
 typedef void (*rows_fn)(const rows_job *j, int t0, int t1);
@@ -49,7 +50,7 @@ static void rope_table_rows(const rows_job *j, int t0, int t1) {
     const rope_hparams *r = j->rope;
     for (int t = t0; t < t1; t++)
         for (int i = 0; i < r->n_rot / 2; i++) {
-            double theta = (double)j->pos[t] * r->freq[i];
+            double theta = (double)j->pos[t] * j->freq[i];
             j->out[(size_t)t * r->n_rot + 2 * i] = (float)(cos(theta) * r->mscale);
             j->out[(size_t)t * r->n_rot + 2 * i + 1] = (float)(sin(theta) * r->mscale);
         }
@@ -166,10 +167,12 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
     }
 
     /* one cos/sin table per RoPE the layers use (gemma3: global and local) */
-    for_rows(pl, n, hp->rope.n_rot, rope_table_rows, &(rows_job){.out = c->rope_cs, .rope = &hp->rope, .pos = posbuf});
+    for_rows(pl, n, hp->rope.n_rot, rope_table_rows,
+             &(rows_job){.out = c->rope_cs, .rope = &hp->rope, .freq = c->rope_freq, .pos = posbuf});
     if (hp->rope_local.n_rot)
         for_rows(pl, n, hp->rope_local.n_rot, rope_table_rows,
-                 &(rows_job){.out = c->rope_cs_local, .rope = &hp->rope_local, .pos = posbuf});
+                 &(rows_job){.out = c->rope_cs_local, .rope = &hp->rope_local, .freq = hp->rope_local.freq,
+                             .pos = posbuf});
 
     for (int l = 0; l < hp->n_layer; l++) {
         const layer_weights *L = &m->layers[l];

@@ -36,15 +36,21 @@ typedef struct rope_hparams {
     float base;             /* {arch}.rope.freq_base */
     rope_scaling_type scaling;
     float factor;           /* {arch}.rope.scaling.factor (linear, yarn); 1 = none */
-    int n_ctx_orig;         /* yarn: {arch}.rope.scaling.original_context_length */
+    int n_ctx_orig;         /* yarn, LongRoPE: {arch}.rope.scaling.original_context_length */
     float ext_factor;       /* yarn: ramp weight (1 = full YaRN, 0 = plain linear) */
     float beta_fast, beta_slow; /* yarn: rotations bounding the ramp (32, 1) */
     float attn_factor;      /* {arch}.rope.scaling.attn_factor: extra cos/sin scale */
     int has_freq_factors;   /* rope_freqs.weight (Llama 3.1+ frequency factors) present */
     float freq_factor_min, freq_factor_max;
+    /* Phi-3's LongRoPE (rope_factors_short/long.weight, both or neither):
+     * two sets of frequency divisors, the short for contexts of up to
+     * n_ctx_orig tokens, the long past it (rope_freq_for) */
+    int longrope;
+    float short_factor_min, short_factor_max, long_factor_min, long_factor_max;
     /* derived: the angle of pair i at position p is p * freq[i]; cos and sin
      * are multiplied by mscale */
-    double *freq;           /* [n_rot/2], owned */
+    double *freq;           /* [n_rot/2], owned; with LongRoPE the short factors' */
+    double *freq_long;      /* [n_rot/2], owned: the long factors'; NULL without LongRoPE */
     float mscale;
 } rope_hparams;
 
@@ -112,6 +118,15 @@ subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, s
 /* A second RoPE like hp->rope with another base and no scaling (gemma3's
  * sliding layers), in hp->rope_local. */
 subq_status rope_load_local(model_hparams *hp, float base, subq_error *err);
+/* Phi-3's LongRoPE: rope_factors_short.weight and rope_factors_long.weight
+ * ([n_rot/2] each) into hp->rope.freq and hp->rope.freq_long (nothing when
+ * the file has neither). After rope_load. */
+subq_status rope_load_longrope(const gguf_file *f, model_hparams *hp, subq_error *err);
+/* The frequency table a context of n_ctx tokens rotates by: LongRoPE's long
+ * one when n_ctx exceeds the original context (llama.cpp's
+ * get_rope_factors), else r->freq. Fixed for the context's life: its
+ * cached keys were rotated by it. */
+const double *rope_freq_for(const rope_hparams *r, int n_ctx);
 /* One line describing the rope in use, e.g. "yarn x4 (original context 32768, ...)". */
 void rope_describe(const rope_hparams *r, char *buf, size_t cap);
 

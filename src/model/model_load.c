@@ -119,9 +119,10 @@ subq_status model_hparams_load(const gguf_file *f, model_hparams *hp, subq_error
 
 void model_hparams_free(model_hparams *hp) {
     free(hp->rope.freq);
+    free(hp->rope.freq_long);
     free(hp->rope_local.freq);
     free(hp->layer);
-    hp->rope.freq = hp->rope_local.freq = NULL;
+    hp->rope.freq = hp->rope.freq_long = hp->rope_local.freq = NULL;
     hp->layer = NULL;
 }
 

@@ -16,7 +16,11 @@
  *   lo      = max(0, floor(dim(beta_fast))),  hi = min(n_rot - 1, ceil(dim(beta_slow)))
  *   r_i     = ext_factor * (1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1))
  * (Peng et al. 2023, "YaRN"; ggml's rope_yarn; Llama 3.1's frequency
- * factors arrive precomputed in rope_freqs.weight.) */
+ * factors arrive precomputed in rope_freqs.weight.)
+ *
+ * Phi-3's LongRoPE brings two sets of ff_i (rope_factors_short/long.weight)
+ * and so two tables, freq and freq_long; a context takes one for its life
+ * by its size (rope_freq_for). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,43 +111,55 @@ static subq_status load_scaling(const gguf_file *f, const char *arch, model_hpar
     return SUBQ_OK;
 }
 
-/* rope_freqs.weight: [n_rot/2] positive finite divisors of each pair's
- * frequency (Llama 3.1+). Absent: all 1. *ff is NULL or a new array. */
-static subq_status load_freq_factors(const gguf_file *f, model_hparams *hp, float **ff, subq_error *err) {
-    rope_hparams *r = &hp->rope;
-    int half = r->n_rot / 2;
+/* Tensor `name` (present): [half] positive finite divisors of each pair's
+ * frequency, in f32, f16 or bf16, as a new array *ff; their range in
+ * *lo, *hi. */
+static subq_status load_factors(const gguf_tensor *t, const char *name, int half, float **ff, float *lo, float *hi,
+                                subq_error *err) {
     *ff = NULL;
-    const gguf_tensor *t = gguf_find_tensor(f, "rope_freqs.weight");
-    if (!t) return SUBQ_OK;
     if (t->n_dims != 1 || (int64_t)t->ne[0] != half)
-        return subq_fail(err, SUBQ_ERR_SHAPE, "tensor 'rope_freqs.weight' has %llu elements in %u dims, expected [%d] "
-                         "(rope.dimension_count / 2)", (unsigned long long)t->n_elements, t->n_dims, half);
+        return subq_fail(err, SUBQ_ERR_SHAPE, "tensor '%s' has %llu elements in %u dims, expected [%d] "
+                         "(rope.dimension_count / 2)", name, (unsigned long long)t->n_elements, t->n_dims, half);
     const ggml_type_traits *tr = ggml_type_get(t->type);
     if (!tr || !tr->can_dequant || tr->block_size != 1)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "tensor 'rope_freqs.weight' has type %s; expected f32, f16 or bf16",
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "tensor '%s' has type %s; expected f32, f16 or bf16", name,
                          tr ? tr->name : "unknown");
     *ff = malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
     if (!*ff) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     dequant_row(t->type, t->data, *ff, half);
-    r->freq_factor_min = INFINITY;
-    r->freq_factor_max = 0.0f;
+    *lo = INFINITY;
+    *hi = 0.0f;
     for (int i = 0; i < half; i++) {
         float v = (*ff)[i];
         if (!(v > 0.0f) || !isfinite(v)) {
             free(*ff);
             *ff = NULL;
-            return subq_fail(err, SUBQ_ERR_FORMAT, "rope_freqs.weight[%d] = %g; frequency factors must be finite and "
-                             "positive", i, (double)v);
+            return subq_fail(err, SUBQ_ERR_FORMAT, "%s[%d] = %g; frequency factors must be finite and positive", name,
+                             i, (double)v);
         }
-        if (v < r->freq_factor_min) r->freq_factor_min = v;
-        if (v > r->freq_factor_max) r->freq_factor_max = v;
+        if (v < *lo) *lo = v;
+        if (v > *hi) *hi = v;
     }
+    return SUBQ_OK;
+}
+
+/* rope_freqs.weight: [n_rot/2] positive finite divisors of each pair's
+ * frequency (Llama 3.1+). Absent: all 1. *ff is NULL or a new array. */
+static subq_status load_freq_factors(const gguf_file *f, model_hparams *hp, float **ff, subq_error *err) {
+    rope_hparams *r = &hp->rope;
+    *ff = NULL;
+    const gguf_tensor *t = gguf_find_tensor(f, "rope_freqs.weight");
+    if (!t) return SUBQ_OK;
+    subq_status s = load_factors(t, "rope_freqs.weight", r->n_rot / 2, ff, &r->freq_factor_min, &r->freq_factor_max,
+                                 err);
+    if (s) return s;
     r->has_freq_factors = 1;
     return SUBQ_OK;
 }
 
-/* freq[i] and mscale from the formulas at the top of this file */
-static void compute_freqs(rope_hparams *r, const float *ff) {
+/* freq[i] (n_rot/2 of them) and r->mscale from the formulas at the top of
+ * this file, with divisors ff (NULL: none) */
+static void compute_freqs(rope_hparams *r, const float *ff, double *freq) {
     int half = r->n_rot / 2;
     double s = 1.0 / r->factor, lo = 0.0, hi = 0.0;
     int yarn = r->scaling == ROPE_SCALING_YARN && r->ext_factor != 0.0f;
@@ -162,7 +178,7 @@ static void compute_freqs(rope_hparams *r, const float *ff) {
             double y = (i - lo) / fmax(0.001, hi - lo);
             keep = r->ext_factor * (1.0 - fmin(1.0, fmax(0.0, y)));
         }
-        r->freq[i] = r->scaling == ROPE_SCALING_NONE ? theta : theta * (s * (1.0 - keep) + keep);
+        freq[i] = r->scaling == ROPE_SCALING_NONE ? theta : theta * (s * (1.0 - keep) + keep);
     }
     r->mscale = r->attn_factor * (yarn ? (float)(1.0 + 0.1 * log((double)r->factor)) : 1.0f);
 }
@@ -193,7 +209,7 @@ subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, s
         free(ff);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
-    compute_freqs(r, ff);
+    compute_freqs(r, ff, r->freq);
     free(ff);
     return SUBQ_OK;
 }
@@ -204,8 +220,52 @@ subq_status rope_load_local(model_hparams *hp, float base, subq_error *err) {
                         .n_ctx_orig = hp->n_ctx_train, .attn_factor = 1.0f};
     r->freq = malloc((size_t)(r->n_rot / 2 > 0 ? r->n_rot / 2 : 1) * sizeof(double));
     if (!r->freq) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    compute_freqs(r, NULL);
+    compute_freqs(r, NULL, r->freq);
     return SUBQ_OK;
+}
+
+/* Phi-3's LongRoPE, as convert_hf_to_gguf.py writes it (Phi3MiniModel) and
+ * llama.cpp runs it: the HF config's short_factor and long_factor lists as
+ * rope_factors_short/long.weight, divisors of each pair's frequency (ggml
+ * rope's freq_factors) exactly like rope_freqs.weight; which set applies
+ * depends on the context's size, not on positions (get_rope_factors), and
+ * rope.scaling.attn_factor (sqrt(1 + ln(ctx / orig) / ln(orig)) from the
+ * converter) scales cos and sin under both, already in mscale. */
+subq_status rope_load_longrope(const gguf_file *f, model_hparams *hp, subq_error *err) {
+    rope_hparams *r = &hp->rope;
+    const gguf_tensor *ts = gguf_find_tensor(f, "rope_factors_short.weight");
+    const gguf_tensor *tl = gguf_find_tensor(f, "rope_factors_long.weight");
+    if (!ts && !tl) return SUBQ_OK;
+    if (!ts || !tl)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "tensor '%s' without '%s': LongRoPE needs both sets of factors",
+                         ts ? "rope_factors_short.weight" : "rope_factors_long.weight",
+                         ts ? "rope_factors_long.weight" : "rope_factors_short.weight");
+    /* llama.cpp's phi3 loads no rope_freqs and refuses a file holding it */
+    if (r->has_freq_factors)
+        return subq_fail(err, SUBQ_ERR_FORMAT, "rope_freqs.weight beside rope_factors_short/long.weight: two sets of "
+                         "frequency factors for one RoPE");
+    const int half = r->n_rot / 2;
+    float *fs = NULL, *fl = NULL;
+    subq_status s = load_factors(ts, "rope_factors_short.weight", half, &fs, &r->short_factor_min,
+                                 &r->short_factor_max, err);
+    if (!s) s = load_factors(tl, "rope_factors_long.weight", half, &fl, &r->long_factor_min, &r->long_factor_max, err);
+    if (!s && !(r->freq_long = malloc((size_t)(half > 0 ? half : 1) * sizeof(double))))
+        s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    if (!s) {
+        compute_freqs(r, fs, r->freq);
+        compute_freqs(r, fl, r->freq_long);
+        r->longrope = 1;
+    }
+    free(fs);
+    free(fl);
+    return s;
+}
+
+const double *rope_freq_for(const rope_hparams *r, int n_ctx) {
+    /* llama.cpp compares its context per sequence, rounded up to a multiple
+     * of 256, with the original context: the same choice for the released
+     * models, whose original contexts (4096) are multiples of 256 */
+    return r->freq_long && n_ctx > r->n_ctx_orig ? r->freq_long : r->freq;
 }
 
 void rope_describe(const rope_hparams *r, char *buf, size_t cap) {
@@ -219,12 +279,18 @@ void rope_describe(const rope_hparams *r, char *buf, size_t cap) {
                       ", yarn scaling x%g (original context %d, beta_fast %g, beta_slow %g, ext_factor %g)",
                       (double)r->factor, r->n_ctx_orig, (double)r->beta_fast, (double)r->beta_slow,
                       (double)r->ext_factor);
-    else
+    else if (!r->longrope)
         o += snprintf(buf + o, cap - (size_t)o, ", no scaling");
     if (o < 0 || (size_t)o >= cap) return;
     if (r->has_freq_factors)
         o += snprintf(buf + o, cap - (size_t)o, ", frequency factors from rope_freqs.weight (%g .. %g)",
                       (double)r->freq_factor_min, (double)r->freq_factor_max);
+    if (o < 0 || (size_t)o >= cap) return;
+    if (r->longrope)
+        o += snprintf(buf + o, cap - (size_t)o, ", LongRoPE: short factors (%g .. %g) in contexts of up to %d tokens, "
+                      "long factors (%g .. %g) in longer ones", (double)r->short_factor_min,
+                      (double)r->short_factor_max, r->n_ctx_orig, (double)r->long_factor_min,
+                      (double)r->long_factor_max);
     if (o < 0 || (size_t)o >= cap) return;
     if (r->mscale != 1.0f) snprintf(buf + o, cap - (size_t)o, ", cos/sin scaled by %.6g", (double)r->mscale);
 }

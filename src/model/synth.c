@@ -22,8 +22,8 @@
 #define NO_SCALING ROPE_SCALING_NONE, 1.f, 0
 #define NO_FREQS 0.f, 0.f, 0.f, 0
 #define LLAMA32_FREQS 32.f, 1.f, 4.f, 8192
-/* the families' own: window, n_rot, attn_softcap, final_softcap, bpe_pre */
-#define NONE 0, 0, 0.f, 0.f, NULL
+/* the families' own: window, n_rot, attn_softcap, final_softcap, bpe_pre, longrope_ctx_orig */
+#define NONE 0, 0, 0.f, 0.f, NULL, 0
 static const synth_shape shapes[] = {
     /* name            arch        L   d     H   Hkv hd   ff    vocab   ctx     base      eps    tied  scaling */
     {"tiny",           ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 1, NO_SCALING, NO_FREQS, NONE},
@@ -45,32 +45,36 @@ static const synth_shape shapes[] = {
     /* the families of issue 43: tiny shapes whose windows and caps act
      * within a 48-token test, then the real ones (config.json) */
     {"tiny-gemma3",    ARCH_GEMMA3, 6, 256,  4,  1,  64,  512,  320,    256,    1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
-     8, 0, 0.f, 0.f, NULL},
+     8, 0, 0.f, 0.f, NULL, 0},
     {"tiny-gemma2",    ARCH_GEMMA2, 4, 256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-6f, 1, NO_SCALING, NO_FREQS,
-     8, 0, 4.f, 30.f, NULL},
+     8, 0, 4.f, 30.f, NULL, 0},
     {"tiny-phi3",      ARCH_PHI3,  2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
-     0, 48, 0.f, 0.f, "llama-bpe"},
+     0, 48, 0.f, 0.f, NULL, 0},
+    /* tiny-phi3 with LongRoPE over an original context of 256 (a multiple of
+     * 256, as llama.cpp rounds contexts): -c 256 short factors, -c 257+ long */
+    {"tiny-phi3-longrope", ARCH_PHI3, 2, 256, 4,  2,  64,  512,  320,    1024,   10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
+     0, 48, 0.f, 0.f, NULL, 256},
     {"tiny-smollm3",   ARCH_SMOLLM3, 4, 256, 4,  2,  64,  512,  320,    256,    5e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
-     0, 0, 0.f, 0.f, "llama-bpe"},
+     0, 0, 0.f, 0.f, "llama-bpe", 0},
     {"tiny-mistral",   ARCH_LLAMA, 2,  256,  4,  2,  64,  512,  320,    256,    10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
-     8, 0, 0.f, 0.f, NULL},
+     8, 0, 0.f, 0.f, NULL, 0},
     {"gemma3-270m",    ARCH_GEMMA3, 18, 640, 4,  1,  256, 2048, 262144, 32768,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
-     512, 0, 0.f, 0.f, NULL},
+     512, 0, 0.f, 0.f, NULL, 0},
     {"gemma3-1b",      ARCH_GEMMA3, 26, 1152, 4, 1,  256, 6912, 262144, 32768,  1e6f,     1e-6f, 1, NO_SCALING, NO_FREQS,
-     512, 0, 0.f, 0.f, NULL},
+     512, 0, 0.f, 0.f, NULL, 0},
     {"gemma3-4b",      ARCH_GEMMA3, 34, 2560, 8, 4,  256, 10240, 262208, 131072, 1e6f,    1e-6f, 1,
      ROPE_SCALING_LINEAR, 8.f, 0, NO_FREQS,
-     1024, 0, 0.f, 0.f, NULL},
+     1024, 0, 0.f, 0.f, NULL, 0},
     {"gemma2-2b",      ARCH_GEMMA2, 26, 2304, 8, 4,  256, 9216, 256000, 8192,   10000.f,  1e-6f, 1, NO_SCALING, NO_FREQS,
-     4096, 0, 50.f, 30.f, NULL},
+     4096, 0, 50.f, 30.f, NULL, 0},
     {"phi3-mini",      ARCH_PHI3,  32, 3072, 32, 32, 96,  8192, 32064,  4096,   10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS, NONE},
     {"phi4-mini",      ARCH_PHI3,  32, 3072, 24, 8,  128, 8192, 200064, 131072, 10000.f,  1e-5f, 1, NO_SCALING, NO_FREQS,
-     0, 96, 0.f, 0.f, "llama-bpe"},
+     0, 96, 0.f, 0.f, "llama-bpe", 0},
     {"smollm3-3b",     ARCH_SMOLLM3, 36, 2048, 16, 4, 128, 11008, 128256, 65536, 5e6f,    1e-6f, 1, NO_SCALING, NO_FREQS,
-     0, 0, 0.f, 0.f, "llama-bpe"},
+     0, 0, 0.f, 0.f, "llama-bpe", 0},
     {"mistral-7b",     ARCH_LLAMA, 32, 4096, 32, 8,  128, 14336, 32768, 32768,  1e6f,     1e-5f, 0, NO_SCALING, NO_FREQS, NONE},
     {"mistral-7b-v0.1", ARCH_LLAMA, 32, 4096, 32, 8, 128, 14336, 32000, 32768,  10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS,
-     4096, 0, 0.f, 0.f, NULL},
+     4096, 0, 0.f, 0.f, NULL, 0},
 };
 
 const synth_shape *synth_find_shape(const char *name) {
@@ -81,7 +85,8 @@ const synth_shape *synth_find_shape(const char *name) {
 
 const char *synth_shape_names(void) {
     return "tiny, tiny-qwen2, tiny-qwen3, tiny-llama3, tiny-qwen3-yarn, stories260k, smollm2-135m, qwen2.5-0.5b, "
-           "qwen3-0.6b, qwen3-0.6b-yarn, llama3.2-1b, tiny-gemma3, tiny-gemma2, tiny-phi3, tiny-smollm3, tiny-mistral, "
+           "qwen3-0.6b, qwen3-0.6b-yarn, llama3.2-1b, tiny-gemma3, tiny-gemma2, tiny-phi3, tiny-phi3-longrope, "
+           "tiny-smollm3, tiny-mistral, "
            "gemma3-270m, gemma3-1b, gemma3-4b, gemma2-2b, phi3-mini, phi4-mini, smollm3-3b, mistral-7b, mistral-7b-v0.1";
 }
 
@@ -103,14 +108,27 @@ static const char *shape_bpe_pre(const synth_shape *sh) {
     return NULL;
 }
 
+/* Phi-3's added tokens as its GGUF holds them (ids 32000..32010, control),
+ * the last ids of a phi3 SentencePiece vocabulary here. They are not
+ * decoration: llama.cpp, for a model whose general.name contains "phi3" or
+ * "phi-3", sets attributes on <unk>, <s>, </s> and <|endoftext|> looked up
+ * by text (token_to_id.at in llama-vocab.cpp's load) and fails to load a
+ * vocabulary without one of them ("_Map_base::at"). */
+static const char *const phi3_added[] = {"<|endoftext|>",   "<|assistant|>",   "<|placeholder1|>", "<|placeholder2|>",
+                                         "<|placeholder3|>", "<|placeholder4|>", "<|system|>",       "<|end|>",
+                                         "<|placeholder5|>", "<|placeholder6|>", "<|user|>"};
+#define N_PHI3_ADDED ((int)(sizeof phi3_added / sizeof phi3_added[0]))
+
 /* A small SentencePiece vocabulary: <unk> <s> </s>, 256 byte tokens, then
  * U+2581, letters, "▁"+letter and frequent English pieces, padded with
- * two-letter pieces until n_vocab, no piece twice (llama.cpp refuses a
- * vocabulary that has one). Scores fall with the index so earlier pieces
- * merge first. */
-static char **make_vocab(int n_vocab, float *scores, int32_t *types) {
+ * two-letter pieces until n_vocab - n_added, no piece twice (llama.cpp
+ * refuses a vocabulary that has one), then the n_added control tokens
+ * added. Scores fall with the index so earlier pieces merge first. */
+static char **make_vocab(int n_vocab, float *scores, int32_t *types, const char *const *added, int n_added) {
     char **tok = calloc((size_t)n_vocab, sizeof(char *));
     if (!tok) return NULL;
+    const int n_total = n_vocab;
+    n_vocab -= n_added; /* the pieces' share; the added tokens follow them */
     static const char *const extra[] = {"the", "▁the", "he", "th", "in", "er", "an", "nd", "▁a", "on",
                                         "ed", "ing", "▁and", "▁to", "re", "at", "ou", "it", "is", "en"};
     const char *letters = "etaoinshrdlucmfwypvbgkqjxzETAOINSHRDLUCMFWYPVBGKQJXZ.,!?'\"0123456789";
@@ -156,10 +174,12 @@ static char **make_vocab(int n_vocab, float *scores, int32_t *types) {
         snprintf(buf, sizeof buf, "<unused%d>", i);
         ADD(buf, 5, -1e9f);
     }
+    n_vocab = n_total;
+    for (int i = 0; i < n_added; i++) ADD(added[i], 3, 0.0f);
 #undef ADD
     return tok;
 fail:
-    for (int i = 0; i < n_vocab; i++) free(tok[i]);
+    for (int i = 0; i < n_total; i++) free(tok[i]);
     free(tok);
     return NULL;
 }
@@ -228,6 +248,37 @@ static subq_status add_llama3_freq_factors(gguf_writer *w, const synth_shape *sh
                                   err);
 }
 
+/* LongRoPE factors of the shape (Phi-3's short_factor / long_factor): no
+ * published model's, but shaped like them, near 1 for the fast pairs and
+ * growing with the pair index, the long ones up to twice the context
+ * extension: short_i = 1 + 0.5 u^2, long_i = 1 + (2 n_ctx / orig - 1) u^2,
+ * u = i / (n_rot/2 - 1). Also the key the converter writes with them:
+ * attn_factor = sqrt(1 + ln(n_ctx / orig) / ln(orig)) (its 'longrope'). */
+static subq_status add_longrope(gguf_writer *w, const synth_shape *sh, const char *arch, subq_error *err) {
+    const int half = (sh->n_rot ? sh->n_rot : sh->head_dim) / 2;
+    const double scale = (double)sh->n_ctx / sh->longrope_ctx_orig;
+    const uint64_t ne[1] = {(uint64_t)half};
+    subq_status s = SUBQ_OK;
+    for (int which = 0; which < 2 && !s; which++) { /* long, then short, as the converter yields them */
+        float *f = malloc((size_t)half * sizeof(float));
+        if (!f) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < half; i++) {
+            const double u = half > 1 ? (double)i / (half - 1) : 0.0;
+            f[i] = (float)(1.0 + (which ? 0.5 : 2.0 * scale - 1.0) * u * u);
+        }
+        s = gguf_writer_add_tensor(w, which ? "rope_factors_short.weight" : "rope_factors_long.weight", GGML_TYPE_F32,
+                                   1, ne, f, (uint64_t)half * sizeof(float), 1, err);
+    }
+    if (s) return s;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", arch);
+    if ((s = gguf_writer_set_u32(w, key, (uint32_t)sh->longrope_ctx_orig))) return subq_fail(err, s, "out of memory");
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", arch);
+    const float attn = scale > 1.0 ? (float)sqrt(1.0 + log(scale) / log((double)sh->longrope_ctx_orig)) : 1.0f;
+    if ((s = gguf_writer_set_f32(w, key, attn))) return subq_fail(err, s, "out of memory");
+    return SUBQ_OK;
+}
+
 subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t seed, const char *path,
                               subq_error *err) {
     const ggml_type_traits *tr = ggml_type_get(type);
@@ -240,6 +291,10 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     int32_t *types = malloc((size_t)sh->n_vocab * sizeof(int32_t));
     char **vocab = NULL;
     const char *bpe_pre = shape_bpe_pre(sh);
+    /* a Phi-3 SentencePiece vocabulary ends in Phi-3's added tokens, its eos
+     * <|endoftext|> (as converted Phi-3 GGUFs carry it) */
+    const int phi3 = !bpe_pre && sh->arch == ARCH_PHI3;
+    const uint32_t eos = phi3 ? (uint32_t)(sh->n_vocab - N_PHI3_ADDED) : 2;
     bpe_synth bv = {0};
     subq_status s = SUBQ_OK;
     if (!w || !scores || !types) {
@@ -248,7 +303,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     }
     if (bpe_pre) {
         if ((s = bpe_synth_make(sh->n_vocab, bpe_pre, &bv, err))) goto done;
-    } else if (!(vocab = make_vocab(sh->n_vocab, scores, types))) {
+    } else if (!(vocab = make_vocab(sh->n_vocab, scores, types, phi3 ? phi3_added : NULL, phi3 ? N_PHI3_ADDED : 0))) {
         s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -305,7 +360,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
         (s = gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)sh->n_vocab)) ||
         (s = gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0)) ||
         (s = gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1)) ||
-        (s = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2))) {
+        (s = gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", eos))) {
         subq_fail(err, s, "out of memory writing metadata");
         goto done;
     }
@@ -315,6 +370,7 @@ subq_status synth_write_model(const synth_shape *sh, uint32_t type, uint64_t see
     /* std 1/sqrt(fan_in) keeps activations O(1); embeddings std 1 */
     if ((s = add_random(w, "token_embd.weight", type, d, sh->n_vocab, 0.0f, 1.0f, &rng, err))) goto done;
     if (sh->llama3_factor > 0.0f && (s = add_llama3_freq_factors(w, sh, err))) goto done;
+    if (sh->longrope_ctx_orig > 0 && (s = add_longrope(w, sh, arch, err))) goto done;
     if ((s = add_random(w, "output_norm.weight", type, d, 1, 1.0f, 0.1f, &rng, err))) goto done;
     if (!sh->tied && (s = add_random(w, "output.weight", type, d, sh->n_vocab, 0.0f, 0.02f, &rng, err))) goto done;
     const arch_desc *a = arch_by_id(sh->arch);

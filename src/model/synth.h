@@ -28,6 +28,9 @@ typedef struct synth_shape {
     int window, n_rot;
     float attn_softcap, final_softcap;
     const char *bpe_pre;  /* tokenizer.ggml.pre of a byte-level BPE vocabulary; NULL: SentencePiece */
+    /* Phi-3's LongRoPE when > 0: this original context (n_ctx the extended
+     * one), rope_factors_short/long.weight and the converter's attn_factor */
+    int longrope_ctx_orig;
 } synth_shape;
 
 /* NULL when unknown. */

@@ -1,7 +1,8 @@
 /* libFuzzer target for the model hyper-parameter and RoPE parser
  * (model_hparams_load, rope.c, the architecture units) over arbitrary GGUF
  * bytes: it must either fail with one line, holding nothing, or give
- * frequency tables that are finite, positive and of the size they claim,
+ * frequency tables (LongRoPE's long one too) that are finite, positive and
+ * of the size they claim,
  * and a per-layer attention spec a forward can run (positive finite scale,
  * cap and window not negative, a RoPE that exists). */
 #include <math.h>
@@ -16,7 +17,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (gguf_open_memory(data, size, &f, &err) != SUBQ_OK) return 0;
     model_hparams hp;
     if (model_hparams_load(f, &hp, &err) != SUBQ_OK) {
-        if (err.msg[0] == '\0' || strchr(err.msg, '\n') || hp.rope.freq || hp.rope_local.freq || hp.layer)
+        if (err.msg[0] == '\0' || strchr(err.msg, '\n') || hp.rope.freq || hp.rope.freq_long || hp.rope_local.freq ||
+            hp.layer)
             __builtin_trap();
     } else {
         for (int which = 0; which < 2; which++) {
@@ -25,7 +27,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (r->n_rot < 0 || r->n_rot > hp.head_dim || r->n_rot % 2 || !(r->mscale > 0.0f) || !isfinite(r->mscale))
                 __builtin_trap();
             for (int i = 0; i < r->n_rot / 2; i++)
-                if (!(r->freq[i] > 0.0) || !isfinite(r->freq[i])) __builtin_trap();
+                if (!(r->freq[i] > 0.0) || !isfinite(r->freq[i]) ||
+                    (r->freq_long && (!(r->freq_long[i] > 0.0) || !isfinite(r->freq_long[i]))))
+                    __builtin_trap();
+            if (!r->freq_long != !r->longrope || (which && r->freq_long)) __builtin_trap();
             char line[512];
             rope_describe(r, line, sizeof line);
             if (strchr(line, '\n')) __builtin_trap();

@@ -32,6 +32,11 @@ def main():
     write_gguf(os.path.join(out, "qwen3_yarn.gguf"), model("qwen3", yarn), [])
     write_gguf(os.path.join(out, "qwen2_linear.gguf"), model("qwen2", [("type", "str", "linear"),
                                                                        ("factor", "f32", 2.0)]), [])
+    # Phi-3's LongRoPE: both factor tensors, the original context and attn_factor
+    longrope = [("original_context_length", "u32", 64), ("attn_factor", "f32", 1.1180)]
+    write_gguf(os.path.join(out, "phi3_longrope.gguf"), model("phi3", longrope),
+               [("rope_factors_long.weight", [32], 0, struct.pack("<32f", *[1.0 + 0.25 * i for i in range(32)])),
+                ("rope_factors_short.weight", [32], 0, struct.pack("<32f", *[1.0 + 0.015 * i for i in range(32)]))])
 
 
 if __name__ == "__main__":

@@ -27,9 +27,12 @@ with the scaling removed): the synth shapes tiny-llama3 (Llama 3.2's
 rope_freqs.weight, itself checked against Meta's llama3 formula) and
 tiny-qwen3-yarn (YaRN x4), and variants written from them with other
 rope keys (linear on qwen2, a factor without a type, YaRN on llama on top
-of frequency factors, explicit YaRN knobs). `subq info` must show the
-scaling; unknown scaling types and bad frequency factors must be refused
-with one line naming the key or tensor.
+of frequency factors, explicit YaRN knobs); Phi-3's LongRoPE
+(tiny-phi3-longrope) with -c 200 and 256 (short factors, up
+to the original context of 256) and -c 257 and 1024 (long factors), the
+reference given the same context size. `subq info` must show the scaling;
+unknown scaling types and bad frequency factors (LongRoPE's too, one set
+without the other) must be refused with one line naming the key or tensor.
 """
 
 import json
@@ -98,6 +101,22 @@ ROPE_BAD = [
     ("rope_freqs inf", "tiny-llama3", {}, [float("inf")] * 32, "rope_freqs.weight"),
     ("rope_freqs 33 elements", "tiny-llama3", {}, [1.0] * 33, "rope_freqs.weight"),
 ]
+# Phi-3's LongRoPE factors: (label, base shape, tensor written, its values, text the error must contain)
+LONGROPE_BAD = [
+    ("short factors without long ones", "tiny-phi3", "rope_factors_short.weight", [1.0] * 24,
+     "without 'rope_factors_long.weight'"),
+    ("long factors without short ones", "tiny-phi3", "rope_factors_long.weight", [1.0] * 24,
+     "without 'rope_factors_short.weight'"),
+    ("long factor NaN", "tiny-phi3-longrope", "rope_factors_long.weight", [1.0] * 23 + [float("nan")],
+     "rope_factors_long.weight[23]"),
+    ("short factor zero", "tiny-phi3-longrope", "rope_factors_short.weight", [0.0] * 24,
+     "rope_factors_short.weight[0]"),
+    ("short factor negative", "tiny-phi3-longrope", "rope_factors_short.weight", [1.0] * 5 + [-2.0] + [1.0] * 18,
+     "rope_factors_short.weight[5]"),
+    ("long factors 25 elements", "tiny-phi3-longrope", "rope_factors_long.weight", [1.0] * 25,
+     "rope_factors_long.weight"),
+    ("rope_freqs beside LongRoPE", "tiny-phi3-longrope", "rope_freqs.weight", [1.0] * 24, "rope_freqs.weight"),
+]
 
 
 def read_logits(path, n_tokens, n_vocab):
@@ -110,9 +129,10 @@ def read_logits(path, n_tokens, n_vocab):
     return a.reshape(n_tokens, n_vocab).astype(np.float64)
 
 
-def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None):
+def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None, n_ctx=None):
     """subq logits (one batch; a 7-token batch then one by one, f32 and f16
-    KV) against ref_logits. With `ref` given and weights of Q8_ACT_TYPES, the
+    KV; in a context of n_ctx tokens when given, else the model's) against
+    ref_logits. With `ref` given and weights of Q8_ACT_TYPES, the
     reference quantises the activations of every token as subq does, and the
     run's tolerance grows by TOL_Q8_ACT."""
     n_tokens, n_vocab = ref_logits.shape
@@ -152,7 +172,8 @@ def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None):
             os.remove(out_path)
 
         def run():
-            rc.run_subq(["logits", "-m", model_path, "--tokens", tok_arg] + extra + ["-o", out_path])
+            ctx = [] if n_ctx is None else ["-c", n_ctx]
+            rc.run_subq(["logits", "-m", model_path, "--tokens", tok_arg] + ctx + extra + ["-o", out_path])
             return read_logits(out_path, n_tokens, n_vocab)
 
         got = ck.guarded("%s %s" % (label, name), run)
@@ -207,24 +228,49 @@ def write_variant(src, dst, set_kv, freqs=None, freqs_name="rope_freqs.weight"):
     write_gguf(dst, kvs, tensors, alignment=g.alignment)
 
 
-def check_rope_logits(ck, label, path):
+def check_rope_logits(ck, label, path, n_ctx=None):
     """subq vs the reference over ROPE_TOKENS positions, after checking that
-    the reference without the rope scaling differs by > ROPE_MIN_EFFECT."""
+    the reference without the rope scaling differs by > ROPE_MIN_EFFECT.
+    n_ctx: the context size of both (phi3's LongRoPE chooses its factors by
+    it); None: subq's default, the reference's the sequence's length."""
     try:
-        ref = LlamaRef(path)
+        ref = LlamaRef(path, n_ctx=n_ctx)
     except Exception as e:  # noqa: BLE001 - an unreadable file is a failure
         ck.check(label, False, "the reference cannot load %s: %s: %s" % (path, type(e).__name__, e))
-        return
+        return None
     rng = np.random.default_rng(TOKEN_SEED)
     tokens = [int(ref.g.get("tokenizer.ggml.bos_token_id"))] + \
         [int(t) for t in rng.integers(0, ref.n_vocab, ROPE_TOKENS - 1)]
     ref_logits = ref.forward(tokens)
-    ref.rope_inv_freq = ref.rope_base ** (-2.0 * np.arange(ref.n_rot // 2) / ref.n_rot)
-    ref.rope_mscale = 1.0
-    effect = np.abs(ref.forward(tokens) - ref_logits).max() / np.abs(ref_logits).max()
+    plain = LlamaRef(path, n_ctx=n_ctx)
+    plain.rope_inv_freq = plain.rope_base ** (-2.0 * np.arange(plain.rope_inv_freq.size) / plain.n_rot)
+    plain.rope_mscale = 1.0
+    plain.rope_inv_freq_long = None
+    effect = np.abs(plain.forward(tokens) - ref_logits).max() / np.abs(ref_logits).max()
     ck.check("%s: the scaling matters at these positions" % label, effect > ROPE_MIN_EFFECT,
              "plain rope changes the logits by %.2e (need > %.0e)" % (effect, ROPE_MIN_EFFECT))
-    compare_runs(ck, label, path, ref_logits, tokens, "rope_" + label.replace(" ", "_").replace("/", "_"))
+    compare_runs(ck, label, path, ref_logits, tokens, "rope_" + label.replace(" ", "_").replace("/", "_"),
+                 n_ctx=n_ctx)
+    return ref_logits
+
+
+def check_longrope(ck):
+    """Phi-3's LongRoPE (tiny-phi3-longrope: original context 256, the
+    model's 1024) on both sides of the original context: the short factors
+    in contexts of 200 and 256 tokens, the long ones in 257 and the model's
+    1024 (subq's default -c); the two differ by far more than the tolerance.
+    f32 weights: the factors act on the rope table alone, and q8_0's
+    activation rounding over 200 positions would take most of its tolerance."""
+    path = synth(ck, "tiny-phi3-longrope", "f32", "longrope")
+    if path is None:
+        return
+    got = {}
+    for n_ctx, which in ((200, "short"), (256, "short"), (257, "long"), (1024, "long")):
+        got[n_ctx] = check_rope_logits(ck, "longrope -c %d (%s factors)" % (n_ctx, which), path, n_ctx)
+    if got[256] is not None and got[257] is not None:
+        diff = np.abs(got[256] - got[257]).max() / np.abs(got[256]).max()
+        ck.check("longrope: short and long factors differ (reference, -c 256 vs 257)", diff > ROPE_MIN_EFFECT,
+                 "by %.2e (need > %.0e)" % (diff, ROPE_MIN_EFFECT))
 
 
 def check_rope(ck):
@@ -248,9 +294,13 @@ def check_rope(ck):
         check_rope_logits(ck, "rope %s" % label, path)
 
     # subq info names the scaling in use
+    paths["tiny-phi3-longrope"] = synth(ck, "tiny-phi3-longrope", "f32", "rope_tiny-phi3-longrope")
     for shape, want_text in (("tiny-qwen3-yarn", "yarn scaling x4 (original context 64"),
                              ("tiny-llama3", "frequency factors from rope_freqs.weight (1 .. 32)"),
-                             ("tiny", "no scaling")):
+                             ("tiny", "no scaling"),
+                             ("tiny-phi3-longrope", "LongRoPE: short factors (1 .. 1.5) in contexts of up to 256 "
+                              "tokens, long factors (1 .. 8) in longer ones, cos/sin scaled by 1.11803; the default "
+                              "context (1024 tokens) takes the long ones")):
         out = ck.guarded("info %s" % shape, rc.run_subq, ["info", "-m", paths[shape]])
         if out is not None:
             line = [ln for ln in out.decode().split("\n") if "rope in use:" in ln]
@@ -270,11 +320,11 @@ def check_rope(ck):
 
     # refused with one line naming the key or tensor, never run with wrong positions
     paths["tiny-phi3"] = synth(ck, "tiny-phi3", "f32", "rope_tiny-phi3")
-    for label, base, kv, freqs, want in ROPE_BAD + [("phi3 LongRoPE factors", "tiny-phi3", {}, [1.0] * 24,
-                                                     "rope_factors_short/long.weight")]:
+    bad = [(label, base, kv, freqs, "rope_freqs.weight", want) for label, base, kv, freqs, want in ROPE_BAD]
+    bad += [("phi3 " + label, base, {}, freqs, tensor, want) for label, base, tensor, freqs, want in LONGROPE_BAD]
+    for label, base, kv, freqs, tensor, want in bad:
         path = os.path.join(rc.tmp_dir(), "rope_bad.gguf")
-        write_variant(paths[base], path, kv, freqs, "rope_factors_short.weight" if base == "tiny-phi3"
-                      else "rope_freqs.weight")
+        write_variant(paths[base], path, kv, freqs, tensor)
         r = subprocess.run([rc.subq_bin(), "logits", "-m", path, "--tokens", "1 2 3", "-o",
                             os.path.join(rc.tmp_dir(), "rope_bad.f32")], capture_output=True, timeout=120)
         lines = [ln for ln in r.stderr.decode("utf-8", "replace").split("\n") if ln]
@@ -359,6 +409,7 @@ def main():
 
     # ---- rope scaling and frequency factors
     check_rope(ck)
+    check_longrope(ck)
 
     # ---- the real model on its own greedy continuation from BOS (64 tokens)
     ref = LlamaRef(stories)

@@ -355,8 +355,9 @@ class LlamaRef:
     """Float64 forward pass of a GGUF model, as llama.cpp computes it.
 
     LlamaRef(path, n_ctx=None): n_ctx is the context size llama.cpp would run
-    with; it only matters for phi3 files with rope_factors_long/short (None:
-    the length of the token sequence of each forward call).
+    with (its n_ctx_seq); it only matters for phi3 files with
+    rope_factors_long/short (None: the length of the token sequence of each
+    forward call).
 
     GGUF keys read ({arch}. prefix; defaults in brackets), all architectures:
         embedding_length, block_count, attention.head_count,
@@ -626,10 +627,13 @@ class LlamaRef:
           gemma3 sliding layers                     rope_inv_freq_swa
           phi3 with n_ctx > original context        rope_factors_long
           otherwise                                 rope_inv_freq (phi3: short factors)
-        phi3: llama.cpp (get_rope_factors) takes the long factors when its
-        context per sequence > rope.scaling.original_context_length (newer
-        versions: when the batch's largest position >= it); with n_ctx = the
-        sequence length both rules agree."""
+        phi3: llama.cpp (llama_model::get_rope_factors) takes the long
+        factors when its context per sequence (cparams.n_ctx_seq) exceeds
+        rope.scaling.original_context_length, whatever the positions; n_ctx
+        here is that size as given (llama.cpp rounds a context up to a
+        multiple of 256 first, which changes nothing when the original
+        context is a multiple of 256, as the released models' 4096 is).
+        The long and the short tables share rope.scaling.attn_factor."""
         if self.no_rope_layers[il]:
             return None
         if self.swa_layers[il] and self.rope_inv_freq_swa is not None:
