@@ -599,6 +599,7 @@ static void test_synth(void) {
         {"llama-bpe", 128256, "<|begin_of_text|>", true},
         {"smollm", 49152, "<|im_end|>", false},
         {"gpt2", 320, "<|endoftext|>", false},
+        {"gpt-4o", 200064, "<|end|>", false}, /* phi4-mini's size */
     };
     for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
         bpe_synth sv;
@@ -662,8 +663,10 @@ static void test_synth(void) {
                 text_roundtrips(t, "llama3");
             } else if (k == 2) {
                 text_roundtrips(t, "smollm");
-            } else {
+            } else if (k == 3) {
                 text_roundtrips(t, "gpt2-320");
+            } else {
+                text_roundtrips(t, "gpt-4o");
             }
         }
         tokenizer_free(t);

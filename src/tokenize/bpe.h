@@ -70,9 +70,9 @@ typedef struct bpe_synth {
     bool add_bos;
 } bpe_synth;
 
-/* pre: "qwen2", "llama-bpe", "smollm", "gpt2" (selects the special tokens
- * and the BOS convention of that family). n_vocab must leave room for the
- * 256 byte symbols and the specials. */
+/* pre: "qwen2", "llama-bpe", "smollm", "gpt2", "gpt-4o" (selects the special
+ * tokens and the BOS convention of that family). n_vocab must leave room for
+ * the 256 byte symbols and the specials. */
 subq_status bpe_synth_make(int n_vocab, const char *pre, bpe_synth *out, subq_error *err);
 /* Set tokenizer.ggml.{model,pre,tokens,token_type,merges,bos_token_id,
  * eos_token_id,add_bos_token} on w. */
