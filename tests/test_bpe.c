@@ -1,6 +1,6 @@
 /* Byte-level BPE tests: a hand-built vocabulary with hand-computed ids for
  * every pre-tokenizer (merge order, whitespace and digit rules,
- * contractions, Llama 3's whole-word rule), special tokens (leftmost, then
+ * contractions, Llama 3's whole-word rule, GPT-4o's case splits), special tokens (leftmost, then
  * longest; decode rules), byte fallback to <unk>, invalid UTF-8, malformed
  * metadata, the synthetic vocabulary generator (exact size, speed) and byte
  * exact round trips over every shared text with encode speed in MB/s.
@@ -134,7 +134,7 @@ static void hv_free(hand_vocab *v) {
 }
 
 /* Ids of the hand vocabulary's merged tokens, filled by hv_build. */
-static int T_Gt, T_he, T_Gthe, T_in, T_Gin, T_GG, T_NN, T_12, T_123, T_s, T_Gzebra;
+static int T_Gt, T_he, T_Gthe, T_in, T_Gin, T_GG, T_NN, T_12, T_123, T_s, T_aT, T_Eacute, T_EacuteC, T_Gzebra;
 static int T_eot, T_ims, T_tool, T_toolxy, T_olz, T_unk, T_pad;
 
 static void hv_build(hand_vocab *v, bool drop_z) {
@@ -159,6 +159,10 @@ static void hv_build(hand_vocab *v, bool drop_z) {
     T_12 = hv_merge(v, "1", "2");
     T_123 = hv_merge(v, "12", "3");
     T_s = hv_merge(v, "'", "s");
+    /* Merges across GPT-4o's case cuts: they fire only where a word spans the cut. */
+    T_aT = hv_merge(v, "a", "T");
+    T_Eacute = hv_merge(v, "\xC3", "\x89");       /* U+00C9 */
+    T_EacuteC = hv_merge(v, "\xC3\x89", "C");
     T_Gzebra = hv_add(v, mapped(" zebra"), TOKEN_TYPE_NORMAL); /* no merges build it */
     T_eot = hv_add(v, strdup("<|endoftext|>"), TOKEN_TYPE_CONTROL);
     T_ims = hv_add(v, strdup("<|im_start|>"), TOKEN_TYPE_CONTROL);
@@ -255,8 +259,8 @@ static void expect_ids(const tokenizer *t, const char *pre, const char *s, size_
 static void test_hand_vocab(void) {
     static hand_vocab v;
     hv_build(&v, false);
-    static const char *const pres[] = {"qwen2", "llama-bpe", "gpt2", "smollm", NULL};
-    for (int k = 0; k < 5; k++) {
+    static const char *const pres[] = {"qwen2", "llama-bpe", "gpt2", "smollm", "gpt-4o", NULL};
+    for (int k = 0; k < 6; k++) {
         const char *pre = pres[k] ? pres[k] : "(none)";
         gguf_file *f;
         tokenizer *t;
@@ -269,7 +273,7 @@ static void test_hand_vocab(void) {
             gguf_close(f);
             continue;
         }
-        bool qwen = k == 0, llama3 = k == 1, gpt2 = k == 2 || k == 4, smollm = k == 3;
+        bool qwen = k == 0, llama3 = k == 1, gpt2 = k == 2 || k == 5, smollm = k == 3, gpt4o = k == 4;
         CHECK(tokenizer_get_kind(t) == TOKENIZER_BPE && tokenizer_n_vocab(t) == v.n, "kind/n_vocab");
         CHECK(tokenizer_bos(t) == T_eot && tokenizer_eos(t) == T_eot, "bos/eos");
         CHECK(tokenizer_add_bos(t) == llama3, "add_bos default for pre %s", pre);
@@ -282,24 +286,35 @@ static void test_hand_vocab(void) {
         expect_ids(t, pre, "  the", 5, (int[]){B(' '), T_Gthe, END});
         /* Trailing spaces are one word; "Ġ Ġ" merges leftmost first. */
         expect_ids(t, pre, "a   ", 4, (int[]){B('a'), T_GG, B(' '), END});
-        /* Letters glue to one leading non-letter (qwen2/llama3) or only a space (gpt2). */
-        if (qwen || llama3)
+        /* Letters glue to one leading non-letter (qwen2/llama3/gpt-4o) or only a space (gpt2). */
+        if (qwen || llama3 || gpt4o)
             expect_ids(t, pre, "(the", 4, (int[]){B('('), B('t'), T_he, END}); /* one word "(the" */
-        /* Newlines: "\s*[\r\n]+" keeps runs (qwen2/llama3); gpt2 splits before the last. */
-        if (qwen || llama3)
+        /* Newlines: "\s*[\r\n]+" keeps runs (qwen2/llama3/gpt-4o); gpt2 splits before the last. */
+        if (qwen || llama3 || gpt4o)
             expect_ids(t, pre, "a\n\n\n", 4, (int[]){B('a'), T_NN, B('\n'), END});
         else
             expect_ids(t, pre, "a\n\n\nb", 5, (int[]){B('a'), T_NN, B('\n'), B('b'), END});
-        /* Digits: one per word (qwen2, smollm), groups of 3 (llama3), runs (gpt2). */
+        /* Digits: one per word (qwen2, smollm), groups of 3 (llama3, gpt-4o), runs (gpt2). */
         if (qwen || smollm)
             expect_ids(t, pre, "123456", 6, (int[]){B('1'), B('2'), B('3'), B('4'), B('5'), B('6'), END});
-        if (llama3)
+        if (llama3 || gpt4o)
             expect_ids(t, pre, "123412", 6, (int[]){T_123, B('4'), T_12, END}); /* "123" "412" */
         if (gpt2)
             expect_ids(t, pre, "123456", 6, (int[]){T_123, B('4'), B('5'), B('6'), END});
         /* smollm: the space before a digit is its own word (digits are cut out first). */
         if (smollm) expect_ids(t, pre, " 12", 3, (int[]){B(' '), B('1'), B('2'), END});
         if (gpt2) expect_ids(t, pre, " 12", 3, (int[]){B(' '), T_12, END}); /* " 12" one word, no "Ġ1" */
+        if (gpt4o) expect_ids(t, pre, " 12", 3, (int[]){B(' '), T_12, END}); /* " " "12" */
+        /* GPT-4o cuts where lower case meets upper case ("a" "The"), and
+         * (as llama.cpp) counts only A-Z as upper case: U+00C9 is both, so
+         * U*L+ takes it alone ("\u00c9" "COLE"); the others keep one word. */
+        if (gpt4o) {
+            expect_ids(t, pre, "aThe", 4, (int[]){B('a'), B('T'), T_he, END});
+            expect_ids(t, pre, "\xC3\x89" "COLE", 6, (int[]){T_Eacute, B('C'), B('O'), B('L'), B('E'), END});
+        } else {
+            expect_ids(t, pre, "aThe", 4, (int[]){T_aT, T_he, END});
+            expect_ids(t, pre, "\xC3\x89" "COLE", 6, (int[]){T_EacuteC, B('O'), B('L'), B('E'), END});
+        }
         /* Contractions: "'s" is a word; upper case only for qwen2/llama3. */
         expect_ids(t, pre, "it's", 4, (int[]){B('i'), B('t'), T_s, END});
         /* Whole-word rule (llama3 only): " zebra" is a token no merge reaches. */
@@ -451,7 +466,8 @@ static void test_bad_metadata(void) {
         tokenizer *t;
         subq_error err = {0};
         load_writer(w, "pre_list", &f, &t, &err);
-        CHECK(strstr(err.msg, "qwen2") && strstr(err.msg, "llama-bpe") && strstr(err.msg, "smollm"),
+        CHECK(strstr(err.msg, "qwen2") && strstr(err.msg, "llama-bpe") && strstr(err.msg, "smollm") &&
+                  strstr(err.msg, "gpt-4o"),
               "unknown pre lists the supported ones: '%s'", err.msg);
         tokenizer_free(t);
         gguf_close(f);
@@ -583,6 +599,7 @@ static void test_synth(void) {
         {"llama-bpe", 128256, "<|begin_of_text|>", true},
         {"smollm", 49152, "<|im_end|>", false},
         {"gpt2", 320, "<|endoftext|>", false},
+        {"gpt-4o", 200064, "<|end|>", false}, /* phi4-mini's size */
     };
     for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
         bpe_synth sv;
@@ -646,8 +663,10 @@ static void test_synth(void) {
                 text_roundtrips(t, "llama3");
             } else if (k == 2) {
                 text_roundtrips(t, "smollm");
-            } else {
+            } else if (k == 3) {
                 text_roundtrips(t, "gpt2-320");
+            } else {
+                text_roundtrips(t, "gpt-4o");
             }
         }
         tokenizer_free(t);
@@ -671,8 +690,8 @@ static void test_random_roundtrips(void) {
         "\xC2\x85", "\xE1\xA0\x8E", "\xC2\xA0", "\x0B", "\0", "\x7F", "\xEF\xBF\xBF", "zebra",
     };
     int na = (int)(sizeof alpha / sizeof alpha[0]);
-    static const char *const pres[] = {"qwen2", "llama-bpe", "gpt2", "smollm"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const pres[] = {"qwen2", "llama-bpe", "gpt2", "smollm", "gpt-4o"};
+    for (int k = 0; k < 5; k++) {
         gguf_file *f;
         tokenizer *t;
         subq_error err = {0};
@@ -710,11 +729,11 @@ static void test_random_roundtrips(void) {
 static void test_long_runs(void) {
     static hand_vocab v;
     hv_build(&v, false);
-    static const char *const unit[] = {" ", " \t", "\n", " \n", "a", ".", "1", "\xE4\xB8\xAD"};
+    static const char *const unit[] = {" ", " \t", "\n", " \n", "a", "A", ".", "1", "\xE4\xB8\xAD"};
     const size_t len = 1 << 20;
     char *buf = malloc(len + 8);
-    static const char *const pres[] = {"qwen2", "llama-bpe", "gpt2", "smollm"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const pres[] = {"qwen2", "llama-bpe", "gpt2", "smollm", "gpt-4o"};
+    for (int k = 0; k < 5; k++) {
         gguf_file *f;
         tokenizer *t;
         subq_error err = {0};

@@ -69,7 +69,7 @@ static const synth_shape shapes[] = {
      4096, 0, 50.f, 30.f, NULL, 0},
     {"phi3-mini",      ARCH_PHI3,  32, 3072, 32, 32, 96,  8192, 32064,  4096,   10000.f,  1e-5f, 0, NO_SCALING, NO_FREQS, NONE},
     {"phi4-mini",      ARCH_PHI3,  32, 3072, 24, 8,  128, 8192, 200064, 131072, 10000.f,  1e-5f, 1, NO_SCALING, NO_FREQS,
-     0, 96, 0.f, 0.f, "llama-bpe", 0},
+     0, 96, 0.f, 0.f, "gpt-4o", 0},
     {"smollm3-3b",     ARCH_SMOLLM3, 36, 2048, 16, 4, 128, 11008, 128256, 65536, 5e6f,    1e-6f, 1, NO_SCALING, NO_FREQS,
      0, 0, 0.f, 0.f, "llama-bpe", 0},
     {"mistral-7b",     ARCH_LLAMA, 32, 4096, 32, 8,  128, 14336, 32768, 32768,  1e6f,     1e-5f, 0, NO_SCALING, NO_FREQS, NONE},

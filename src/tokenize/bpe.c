@@ -3,13 +3,17 @@
  * Pre-split regexes per tokenizer.ggml.pre, as llama.cpp's llama-vocab.cpp
  * spells them (itself adapted from each model's tokenizer.json):
  *   gpt2 / default : OpenAI GPT-2's pattern (with its final |\s+, which
- *                    llama.cpp leaves to its unmatched-text rule: same words)
+ *                    llama.cpp leaves to its unmatched-text rule: same words;
+ *                    llama.cpp's "default" runs four patterns in turn instead)
  *   qwen2          : Qwen2's pattern, (?i:'s|...) spelled out as '[sS]|...
  *   llama3         : Qwen2's pattern with digits in groups of \p{N}{1,3}
  *   smollm         : every \p{N} character on its own, then GPT-2's pattern
  *                    on the spans between (HF: Digits(individual) + ByteLevel)
+ *   gpt-4o         : o200k's pattern as llama.cpp rewrites it (see RE_GPT4O)
  * Text that no alternative matches becomes a word of its own (llama.cpp
  * does the same); these patterns cover every character, so it cannot occur.
+ * \s is PCRE2's, which matches U+180E too; llama.cpp's does not (every
+ * pattern: U+180E then joins a punctuation run there, a space run here).
  *
  * Merging runs on token ids: a word's bytes start as their single-byte
  * tokens; the pair table maps (left id, right id) -> (rank, merged id), and
@@ -54,6 +58,25 @@ static const char RE_QWEN2[] =
 static const char RE_LLAMA3[] =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+/* GPT-4o (o200k; Phi-4-mini). tokenizer.json has
+ *   [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|...)?
+ *   |[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|...)?
+ *   |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * llama.cpp runs its own rewrite instead, with "upper" = ((?=\p{L})[^a-z])
+ * and "lower" = ((?=\p{L})[^A-Z]), on text where each non-ASCII character
+ * is one byte for its category. So, unlike HF, only ASCII letters have a
+ * case: any other letter is in both classes ("ÉCOLE" -> "É" "COLE", where
+ * HF keeps one word), combining marks (\p{M}) are in neither (they end a
+ * word and join the punctuation run), and the contraction suffix is ASCII
+ * [sS] etc. rather than Unicode (?i). We follow llama.cpp: "upper" is
+ * [^\P{L}a-z] (a letter, not a-z), "lower" [^\P{L}A-Z]; single classes,
+ * not lookahead groups, so a long run costs no backtracking frames. */
+static const char RE_GPT4O[] =
+    "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]*[^\\P{L}A-Z]+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?[^\\P{L}a-z]+[^\\P{L}A-Z]*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 static const char RE_DIGIT[] = "\\p{N}";
 
 typedef struct bpe_pre_def {
@@ -74,8 +97,9 @@ static const bpe_pre_def pre_defs[] = {
     {"llama3", "llama3", RE_LLAMA3, NULL, true, true},
     {"llama-v3", "llama3", RE_LLAMA3, NULL, true, true},
     {"smollm", "smollm", RE_GPT2, RE_DIGIT, false, false},
+    {"gpt-4o", "gpt-4o", RE_GPT4O, NULL, false, false},
 };
-#define PRE_SUPPORTED "default, gpt2, gpt-2, qwen2, llama-bpe, llama3, llama-v3, smollm"
+#define PRE_SUPPORTED "default, gpt2, gpt-2, qwen2, llama-bpe, llama3, llama-v3, smollm, gpt-4o"
 
 /* ---- GPT-2 bytes_to_unicode ------------------------------------------------
  * Printable Latin-1 bytes ('!'..'~', 0xA1..0xAC, 0xAE..0xFF) stand for

@@ -1,7 +1,8 @@
 /* Byte-level BPE over a GGUF "gpt2" vocabulary (GPT-2, Qwen2/3, Llama 3,
- * SmolLM): tokens are stored in GPT-2's bytes_to_unicode alphabet, merges
- * "A B" are ranked by their index in tokenizer.ggml.merges, and text is first
- * cut into words by the regex of tokenizer.ggml.pre (PCRE2, UTF + UCP).
+ * SmolLM, Phi-4-mini): tokens are stored in GPT-2's bytes_to_unicode
+ * alphabet, merges "A B" are ranked by their index in tokenizer.ggml.merges,
+ * and text is first cut into words by the regex of tokenizer.ggml.pre
+ * (PCRE2, UTF + UCP).
  *
  * Encode: special tokens (CONTROL and USER_DEFINED) are cut out of the raw
  * text first (leftmost, then longest); each other span is pre-split; each
@@ -32,7 +33,7 @@ int bpe_n_vocab(const bpe_vocab *b);
 int bpe_bos(const bpe_vocab *b); /* -1 if none */
 int bpe_eos(const bpe_vocab *b); /* -1 if none */
 bool bpe_add_bos(const bpe_vocab *b);
-/* Canonical pre-tokenizer name: "gpt2", "qwen2", "llama3" or "smollm". */
+/* Canonical pre-tokenizer name: "gpt2", "qwen2", "llama3", "smollm" or "gpt-4o". */
 const char *bpe_pre_name(const bpe_vocab *b);
 
 /* Append the ids of text[0..len) (valid UTF-8: the caller checks) to out:
@@ -69,9 +70,9 @@ typedef struct bpe_synth {
     bool add_bos;
 } bpe_synth;
 
-/* pre: "qwen2", "llama-bpe", "smollm", "gpt2" (selects the special tokens
- * and the BOS convention of that family). n_vocab must leave room for the
- * 256 byte symbols and the specials. */
+/* pre: "qwen2", "llama-bpe", "smollm", "gpt2", "gpt-4o" (selects the special
+ * tokens and the BOS convention of that family). n_vocab must leave room for
+ * the 256 byte symbols and the specials. */
 subq_status bpe_synth_make(int n_vocab, const char *pre, bpe_synth *out, subq_error *err);
 /* Set tokenizer.ggml.{model,pre,tokens,token_type,merges,bos_token_id,
  * eos_token_id,add_bos_token} on w. */

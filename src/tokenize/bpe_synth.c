@@ -226,12 +226,17 @@ static const char *const sp_chatml[] = {"<|endoftext|>", "<|im_start|>", "<|im_e
 static const char *const sp_llama3[] = {"<|begin_of_text|>", "<|end_of_text|>",
                                         "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
 static const char *const sp_gpt2[] = {"<|endoftext|>"};
+/* Phi-4-mini's added tokens (BOS and EOS are both <|endoftext|>). */
+static const char *const sp_phi4[] = {"<|endoftext|>", "<|endofprompt|>", "<|assistant|>", "<|end|>",
+                                      "<|user|>", "<|system|>", "<|tool|>", "<|/tool|>",
+                                      "<|tool_call|>", "<|/tool_call|>", "<|tool_response|>", "<|tag|>"};
 
 static const syn_family families[] = {
     {"qwen2", sp_chatml, 3, 0, 0, false},
     {"smollm", sp_chatml, 3, 0, 0, false},
     {"llama-bpe", sp_llama3, 5, 0, 1, true},
     {"gpt2", sp_gpt2, 1, 0, 0, false},
+    {"gpt-4o", sp_phi4, 12, 0, 0, false},
 };
 
 void bpe_synth_free(bpe_synth *v) {
@@ -254,7 +259,7 @@ subq_status bpe_synth_make(int n_vocab, const char *pre, bpe_synth *out, subq_er
     if (!fam)
         return subq_fail(err, SUBQ_ERR_ARG,
                          "no synthetic byte-level vocabulary for pre '%s' (have: qwen2, smollm, "
-                         "llama-bpe, gpt2)", pre ? pre : "(null)");
+                         "llama-bpe, gpt2, gpt-4o)", pre ? pre : "(null)");
     if (n_vocab < 256 + fam->n_specials || n_vocab > (1 << 22))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "a byte-level vocabulary needs %d..%d tokens, not %d",

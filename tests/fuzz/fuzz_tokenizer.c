@@ -1,7 +1,7 @@
 /* libFuzzer target: encode arbitrary bytes with
  *   - the stories260K SentencePiece vocabulary, and
  *   - a synthetic byte-level BPE vocabulary (bpe_synth_make, 4096 tokens)
- *     under each pre-tokenizer: qwen2, llama-bpe, gpt2, smollm,
+ *     under each pre-tokenizer: qwen2, llama-bpe, gpt2, smollm, gpt-4o,
  * with and without BOS. Whenever encoding succeeds, decoding must give the
  * input back byte for byte; invalid UTF-8 must fail cleanly, and nothing
  * else may fail.
@@ -17,8 +17,8 @@
 #include "tokenize/tokenizer.h"
 #include "fuzz_shared.h"
 
-#define N_BPE 4
-static const char *const bpe_pres[N_BPE] = {"qwen2", "llama-bpe", "gpt2", "smollm"};
+#define N_BPE 5
+static const char *const bpe_pres[N_BPE] = {"qwen2", "llama-bpe", "gpt2", "smollm", "gpt-4o"};
 
 /* Loaded once and kept for the life of the fuzzing process. */
 static gguf_file *g_file[1 + N_BPE];

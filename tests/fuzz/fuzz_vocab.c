@@ -101,7 +101,8 @@ static float score_of(uint8_t c) {
     }
 }
 
-static const char *const pres[] = {"gpt2", "qwen2", "llama-bpe", "smollm", "default", "unknown-pre"};
+/* New names go at the end: a seed's pre byte keeps its meaning. */
+static const char *const pres[] = {"gpt2", "qwen2", "llama-bpe", "smollm", "default", "unknown-pre", "gpt-4o"};
 
 static void fail_if_multiline(const subq_error *e) {
     if (e->msg[0] == '\0' || strchr(e->msg, '\n')) abort();

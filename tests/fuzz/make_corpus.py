@@ -164,6 +164,7 @@ def main():
         "  leading and  double  spaces \n\n\ttabs",
         "caf\u00e9 \u4e2d\u6587 \U0001F600 \u2581 <s> </s> <|endoftext|> <|im_start|>",
         "12345 678,9 don't I'll WE'RE",
+        "HelloWorld iPhone McDONALD's \u00c9COLE \u00e9cole \u03a9MEGA e\u0301x !!\n\n/x 1234567",
     ]])
     byte_tokens = 2  # flag: the 256 byte tokens
     write("fuzz_vocab", [
@@ -179,6 +180,10 @@ def main():
                    [(97 + 3, 98 + 3), (32 + 3 + 256 - 256, 97 + 3)], [1, 2, 255], "ab ab <tool> 123 abab"),
         # no byte tokens at all, odd types, NaN score
         vocab_seed(4 | 8 | 128, 0, [("x", 0, 9), ("y", 1, 255), ("xy", 2, 6)], [], [255, 255, 0], "xyxy yx"),
+        # gpt2 byte alphabet, gpt-4o pre-split (pres[6]): merges across its case cuts
+        vocab_seed(1 | byte_tokens | 8 | 64, 6, [("aT", 0, 1), ("He", 0, 1), ("<|end|>", 0, 3)],
+                   [(97 + 3, 84 + 3), (72 + 3, 101 + 3)], [1, 2, 255],
+                   "HelloWorld aThe McDONALD's \u00c9COLE \u00e9cole e\u0301x 1234567 !!\n\n/x<|end|>"),
     ])
     write("fuzz_search_proj", [search_file(2, 4, 3, [1]), search_file(3, 8, 4, [0, 2, 3]),
                                merged_file(2, 4, 3, [1, 2], True), merged_file(3, 8, 4, [0, 3], False),

@@ -15,6 +15,12 @@ Written from the published algorithm, not from subq's C code:
               \\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+
        llama3 qwen2 with \\p{N}{1,3}
        smollm every \\p{N} character alone, gpt2 on the spans between
+       gpt4o  [^\\r\\n\\p{L}\\p{N}]?U*L+C?|[^\\r\\n\\p{L}\\p{N}]?U+L*C?|\\p{N}{1,3}|
+              ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+
+              with llama.cpp's case classes: U = a letter other than a-z,
+              L = a letter other than A-Z (so only ASCII letters have a case;
+              marks are in neither), C = the ASCII contractions 's 't 're 've
+              'm 'll 'd in either case
      Character classes: \\p{L} / \\p{N} = Unicode general category L* / N*;
      \\s = category Z* or U+0009..U+000D, U+0085, U+180E (what PCRE2 10.42's
      \\s matches with PCRE2_UCP: \\p{Z}, \\h and \\v);
@@ -181,6 +187,78 @@ def match_qwen(s, i, max_digits):
     return _space_tail(s, i)
 
 
+def _upper(c):
+    """gpt4o's U: a letter that is not a-z (llama.cpp: ASCII case only)."""
+    return char_class(c) == "L" and not ("a" <= c <= "z")
+
+
+def _lower(c):
+    """gpt4o's L: a letter that is not A-Z."""
+    return char_class(c) == "L" and not ("A" <= c <= "Z")
+
+
+def _contraction(s, i):
+    """End of an ASCII contraction ('s 't 're 've 'm 'll 'd, either case) at i, or i."""
+    if i < len(s) and s[i] == "'":
+        for suf in _CONTRACTIONS:
+            seg = s[i + 1:i + 1 + len(suf)]
+            if len(seg) == len(suf) and all(a in (b, b.upper()) for a, b in zip(seg, suf)):
+                return i + 1 + len(suf)
+    return i
+
+
+def match_gpt4o(s, i, upper=_upper, lower=_lower):
+    """upper/lower: the two case classes (other definitions give variants of
+    the pattern, e.g. HF's Unicode ones)."""
+    c = s[i]
+    n = len(s)
+    k = char_class(c)
+    # the two word alternatives share the optional leading [^\r\n\p{L}\p{N}]
+    # (taken when it is there: without it, no letter starts at i)
+    j = i + 1 if (c not in "\r\n" and k not in ("L", "N")) else i
+    # U*L+: U* backs off from its longest run until an L follows
+    r = j
+    while r < n and upper(s[r]):
+        r += 1
+    start = -1
+    for t in range(r, j - 1, -1):
+        if t < n and lower(s[t]):
+            start = t
+            break
+    if start >= 0:
+        e = start
+        while e < n and lower(s[e]):
+            e += 1
+        return _contraction(s, e)
+    # U+L*: reached only when s[j:r] is all A-Z and no letter follows
+    if r > j:
+        e = r
+        while e < n and lower(s[e]):
+            e += 1
+        return _contraction(s, e)
+    # \p{N}{1,3}
+    if k == "N":
+        e = i
+        while e < n and e - i < 3 and char_class(s[e]) == "N":
+            e += 1
+        return e
+    # ' ?[^\s\p{L}\p{N}]+[\r\n/]*'
+    if (c == " " and i + 1 < n and char_class(s[i + 1]) == "O") or k == "O":
+        e = _run(s, i + 1 if c == " " else i, "O")
+        while e < n and s[e] in "\r\n/":
+            e += 1
+        return e
+    # \s*[\r\n]+ : ends after the last newline of the whitespace run
+    e = _run(s, i, "S")
+    last = -1
+    for t in range(i, e):
+        if s[t] in "\r\n":
+            last = t
+    if last >= 0:
+        return last + 1
+    return _space_tail(s, i)
+
+
 def _scan(s, match):
     out = []
     i = 0
@@ -197,6 +275,7 @@ PRE_KINDS = {
     "qwen2": "qwen2",
     "llama-bpe": "llama3", "llama3": "llama3", "llama-v3": "llama3",
     "smollm": "smollm",
+    "gpt-4o": "gpt4o",
 }
 
 
@@ -207,6 +286,8 @@ def pre_split(s, kind):
         return _scan(s, lambda t, i: match_qwen(t, i, 1))
     if kind == "llama3":
         return _scan(s, lambda t, i: match_qwen(t, i, 3))
+    if kind == "gpt4o":
+        return _scan(s, match_gpt4o)
     if kind == "smollm":
         out = []
         start = 0

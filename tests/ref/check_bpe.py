@@ -14,13 +14,13 @@ Vocabularies:
     NORMAL tokens no merge builds (Llama 3's ignore_merges rule; every Llama 3
     word of the strings below is one, so there the ids spell out the cuts),
     a duplicate text; written (with tiny-qwen2's weights and a matching
-    embedding) once per pre-tokenizer: qwen2, llama-bpe, gpt2, smollm, and
-    without the key.
+    embedding) once per pre-tokenizer: qwen2, llama-bpe, gpt2, smollm,
+    gpt-4o, and without the key.
 
 For each vocabulary: every mixed string below (English, CJK, emoji with ZWJ
 sequences, digits of many lengths, contractions in both cases, code with
 tabs and indentation, runs of spaces, \\r\\n, Unicode spaces, special tokens in
-text) and the first 64 KiB of each $SUBQ_SHARED/data/text/*.txt go through
+text, mixed-case words) and the first 64 KiB of each $SUBQ_SHARED/data/text/*.txt go through
 `subq tokenize -f F --no-bos`; ids must equal the reference's exactly, and the
 reference decoding of them must give the text back (strings that contain the
 BOS/EOS text excepted: those decode to nothing). Also: BOS is prepended
@@ -67,6 +67,8 @@ MIXED = [
     # (Python isspace) and U+200B are not
     ("space classes", "a\u180e \nb x\u180e  y \x1c \nc x\x1c  y \u0085 \nd x\u0085  y \u200b \ne x\u200b  y "
                       "\u3000 \nf x\u3000  y\u2029 \ng"),
+    ("mixed case", "HelloWorld iPhone McDONALD's XMLHttpRequest getHTTPResponse DON'T You'RE "
+                   "\u00c9COLE \u00e9cole \u03a9mega \u03a9MEGA a\u00c9 !!\n\n/x a.\n/\n/b"),
     ("punctuation", "Hello!!! What?? (yes) [no] {maybe} — “quotes” ‘single’ … ... --- *** ¿Qué? ¡Sí!"),
     ("accents", "Café crème, naïve façade, Ångström, Ünïcödé résumé; ÀÉÎÕÜ àéîõü"),
     ("scripts", "Ελληνικά русский עברית العربية हिन्दी ไทย ქართული"),
@@ -257,7 +259,7 @@ def main():
     base = GGUFFile(synth["tiny-qwen2"])
     tokens, types, merges, first_special = trained_vocab(corpus)
     eos = first_special  # <|endoftext|>
-    for pre in ("qwen2", "llama-bpe", "gpt2", "smollm", None):
+    for pre in ("qwen2", "llama-bpe", "gpt2", "smollm", "gpt-4o", None):
         tag = pre or "none"
         path = os.path.join(rc.tmp_dir(), "bpe_trained_%s.gguf" % tag)
         write_model(path, base, tokens, types, merges, eos, pre)
