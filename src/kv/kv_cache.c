@@ -61,7 +61,7 @@ size_t kv_cache_held_bytes(const kv_cache *kv) {
     return 2 * (size_t)kv->n_head_kv * rows * kv->row_bytes + (size_t)kv->n_ctx * 2 * sizeof(int32_t);
 }
 
-/* kv->layers for n_layer layers, every one whole (ring n_ctx, head_stride hs) */
+/* kv->layers, every layer whole (ring n_ctx) with this head stride */
 static int layers_new(kv_cache *kv, size_t head_stride) {
     kv->layers = calloc((size_t)kv->n_layer, sizeof *kv->layers);
     for (int l = 0; kv->layers && l < kv->n_layer; l++)
