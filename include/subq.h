@@ -589,7 +589,6 @@ typedef struct subq_context_stats {
 } subq_context_stats;
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st);
 
-
 #if defined(__GNUC__) || defined(__clang__)
 #pragma GCC visibility pop
 #endif
