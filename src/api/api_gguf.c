@@ -133,7 +133,7 @@ static void describe_rings(const model_hparams *hp, char *buf, size_t cap) {
     for (int l = 0; window && l < hp->n_layer; l++) any |= (window[l] = hp->layer[l].window) > 0;
     const size_t o = strlen(buf);
     if (any && o < cap) {
-        const int n = hp->n_ctx_train, nb = subq_context_default_params().n_batch, b = n < nb ? n : nb;
+        const int n = hp->n_ctx_train, b = subq_context_default_params().n_batch;
         const size_t ring = kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, n, SUBQ_KV_F16, window, b);
         const size_t full = kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, n, SUBQ_KV_F16, NULL, b);
         if (ring != SIZE_MAX && full != SIZE_MAX)

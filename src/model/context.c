@@ -92,8 +92,7 @@ static int *context_windows(const model_hparams *hp, const subq_context_params *
 uint64_t subq_kv_cache_bytes(const subq_model *m, const subq_context_params *p) {
     const model_hparams *hp = &m->hp;
     const int n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
-    int n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
-    if (n_batch > n_ctx) n_batch = n_ctx;
+    const int n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
     int *window = context_windows(hp, p);
     const size_t bytes = window ? kv_cache_bytes(hp->n_layer, hp->n_head_kv, hp->head_dim, n_ctx, p->kv_type, window,
                                                  n_batch)
@@ -114,7 +113,6 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
     c->n_threads = p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (c->n_threads < 1) c->n_threads = 1;
     int n_batch = p->n_batch > 0 ? p->n_batch : DEFAULT_N_BATCH;
-    if (n_batch > n_ctx) n_batch = n_ctx;
     int *window = context_windows(hp, p);
     subq_status s = !window       ? subq_fail(err, SUBQ_ERR_NOMEM, "out of memory")
                     : p->kv_file ? open_kv_file(c, p, err)
