@@ -6,7 +6,8 @@
  * around the 4-row block; decode group scores and value accumulation over
  * contiguous rows for head widths that are and are not multiples of 8, group
  * sizes 1-7 and row counts around the 4-key and 32-key blocks; the vector
- * exp against exp() over [-87, 0], with -inf giving exactly 0; the int8 /
+ * exp against exp() over [-87, 0], with -inf giving exactly 0; SiLU, GELU
+ * and the soft cap (c tanh(x / c), -inf kept) against double; the int8 /
  * int4 code dots of the compressed selector scans (exactly), the
  * f16 x f16 dot, and f32 -> f16 rows bit for bit against fp32_to_fp16
  * (itself checked against F16C in test_quant.c). */
@@ -306,6 +307,29 @@ static void check_exp(const char *name, const kernels *K) {
         }
         CHECK(worst_g < 2e-6, "%s gelu_mul: worst error relative to max(|gelu u|, |u|) %.2e", name, worst_g);
         printf("%s: gelu_mul %.2e\n", name, worst_g);
+        /* soft cap c tanh(x / c) at Gemma 2's caps over x in [-100 c, 100 c]
+         * (both clamps, tiny |x| where 1 - 2 / (1 + e) cancels), every tail
+         * length, -inf kept; error relative to c */
+        static const float caps[] = {50.0f, 30.0f, 4.0f};
+        double worst_c = 0;
+        int inf_ok = 1;
+        for (int ci = 0; ci < 3; ci++)
+            for (int n = NS - 8; n <= NS; n++) {
+                const float c = caps[ci];
+                for (int j = 0; j < n; j++) g[j] = j % 97 == 3 ? -INFINITY : g0[j] * c * (j % 5 ? 1.0f : 1e-4f);
+                K->softcap(g, (size_t)n, c);
+                for (int j = 0; j < n; j++) {
+                    if (j % 97 == 3) {
+                        inf_ok &= g[j] == -INFINITY;
+                        continue;
+                    }
+                    const double x = (double)g0[j] * c * (j % 5 ? 1.0 : 1e-4), want = c * tanh(x / c);
+                    worst_c = fmax(worst_c, fabs(g[j] - want) / c);
+                }
+            }
+        CHECK(worst_c < 1e-6, "%s softcap: worst error relative to the cap %.2e", name, worst_c);
+        CHECK(inf_ok, "%s softcap: -inf must stay -inf", name);
+        printf("%s: softcap %.2e\n", name, worst_c);
     }
     /* kl_sum: p over twenty orders of magnitude with zeros and a denormal,
      * every tail length up to 1003, against double (error relative to the

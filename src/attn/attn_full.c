@@ -74,9 +74,7 @@ static void softmax_inplace(float *s, int n) {
 /* s <- c tanh(s / c) for the n scores of a soft-capped layer (gemma2);
  * c = 0: unchanged. -inf (a masked key) stays -inf. */
 static void softcap(float *s, int n, float c) {
-    if (c <= 0.0f) return;
-    for (int j = 0; j < n; j++)
-        if (s[j] != -INFINITY) s[j] = c * tanhf(s[j] / c);
+    if (c > 0.0f && n > 0) kernels_get()->softcap(s, (size_t)n, c);
 }
 
 /* the cache lines of one row */

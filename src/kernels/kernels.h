@@ -145,6 +145,10 @@ typedef struct kernels {
     void (*silu_mul)(float *g, const float *u, size_t n);
     /* g = gelu(g) * u, GELU's tanh form: gelu(x) = x / (1 + exp(-2 sqrt(2/pi) (x + 0.044715 x^3))) */
     void (*gelu_mul)(float *g, const float *u, size_t n);
+    /* x[i] = c tanh(x[i] / c) (Gemma 2's soft cap of scores and logits),
+     * -inf kept (a masked key); AVX2 as 1 - 2 / (1 + exp(2 x / c)), within
+     * 1e-6 c of tanhf's */
+    void (*softcap)(float *x, size_t n, float c);
     /* max(init, x[0..n)), NaN elements passed over: a softmax row's shift */
     float (*max_f32)(const float *x, int n, float init);
     kernels_gather_dot_fn gather_dot_f32, gather_dot_f16;

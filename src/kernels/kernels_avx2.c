@@ -1071,6 +1071,24 @@ TARGET static void gelu_mul(float *g, const float *u, size_t n) {
     }
 }
 
+/* c tanh(x / c) = c (1 - 2 / (1 + exp(2 x / c))), exp's argument clamped
+ * to [-87, 87] (tanh is +-1 to float precision well before); -inf lanes
+ * (masked keys) are kept */
+TARGET static void softcap(float *x, size_t n, float c) {
+    const __m256 lo = _mm256_set1_ps(-87.0f), hi = _mm256_set1_ps(87.0f), one = _mm256_set1_ps(1.0f);
+    const __m256 two = _mm256_set1_ps(2.0f), vc = _mm256_set1_ps(c), k = _mm256_set1_ps(2.0f / c);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    size_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        const __m256 v = _mm256_loadu_ps(x + j);
+        const __m256 e = exp8(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(k, v), lo), hi));
+        const __m256 t = _mm256_mul_ps(vc, _mm256_sub_ps(one, _mm256_div_ps(two, _mm256_add_ps(one, e))));
+        _mm256_storeu_ps(x + j, _mm256_blendv_ps(t, v, _mm256_cmp_ps(v, ninf, _CMP_EQ_OQ)));
+    }
+    for (; j < n; j++)
+        if (x[j] != -INFINITY) x[j] = c * tanhf(x[j] / c);
+}
+
 /* ---- gathered rows -------------------------------------------------------- */
 
 /* Four rows at a time: each q chunk is loaded once for four FMAs and the four
@@ -1174,6 +1192,7 @@ const kernels kernels_avx2_set = {
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
     .gelu_mul = gelu_mul,
+    .softcap = softcap,
     .kl_sum = kl_sum,
     .exp_f64 = exp_f64,
     .log_f64 = log_f64,

@@ -257,6 +257,11 @@ static void gelu_mul(float *g, const float *u, size_t n) {
     }
 }
 
+static void softcap(float *x, size_t n, float c) {
+    for (size_t j = 0; j < n; j++)
+        if (x[j] != -INFINITY) x[j] = c * tanhf(x[j] / c);
+}
+
 static void gather_dot_f32(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
                            float *out) {
     for (int i = 0; i < n; i++) out[i] = kernels_dot_f32_scalar(q, (const float *)base + (size_t)idx[i] * stride, d);
@@ -476,6 +481,7 @@ const kernels kernels_scalar_set = {
     .exp_shift_sum = exp_shift_sum,
     .silu_mul = silu_mul,
     .gelu_mul = gelu_mul,
+    .softcap = softcap,
     .kl_sum = kl_sum,
     .exp_f64 = exp_f64,
     .log_f64 = log_f64,

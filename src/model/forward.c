@@ -90,7 +90,7 @@ static void geglu_rows(const rows_job *j, int t0, int t1) {
 
 /* y = c tanh(y / c), rows of length d (gemma2's final logits) */
 static void softcap_rows(const rows_job *j, int t0, int t1) {
-    for (size_t i = (size_t)t0 * j->d; i < (size_t)t1 * j->d; i++) j->y[i] = j->cap * tanhf(j->y[i] / j->cap);
+    kernels_get()->softcap(j->y + (size_t)t0 * j->d, (size_t)(t1 - t0) * j->d, j->cap);
 }
 
 /* y += x, rows of length d */
