@@ -5,6 +5,7 @@ No numpy needed. The session-file seeds are written by `subq generate
 --prompt-cache` with the binary $SUBQ_BIN (default build/subq) on
 $SUBQ_SHARED/models/stories260K.gguf (default ../shared)."""
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -40,8 +41,8 @@ def f32(n, scale=0.25):
 def write(name, seeds):
     d = os.path.join(HERE, "corpus", name)
     os.makedirs(d, exist_ok=True)
-    for old in os.listdir(d):  # regress-* inputs (fuzzer findings) stay
-        if old.startswith("seed"):
+    for old in os.listdir(d):  # only its own seedNN: findings and hand-made seeds stay
+        if re.fullmatch(r"seed\d\d", old):
             os.unlink(os.path.join(d, old))
     for i, data in enumerate(seeds):
         with open(os.path.join(d, "seed%02d" % i), "wb") as f:
