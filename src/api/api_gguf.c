@@ -158,7 +158,7 @@ static int describe_model(const subq_gguf *g, int layers, char *buf, size_t cap)
     } else {
         rope_describe(&hp.rope, buf, cap);
         const size_t o = strlen(buf);
-        if (hp.rope.longrope && o < cap) /* what a context of the default size (the model's) takes */
+        if (hp.rope.freq_long && o < cap) /* what a context of the default size (the model's) takes */
             snprintf(buf + o, cap - o, "; the default context (%d tokens) takes the %s ones", hp.n_ctx_train,
                      rope_freq_for(&hp.rope, hp.n_ctx_train) == hp.rope.freq_long ? "long" : "short");
     }

@@ -42,10 +42,9 @@ typedef struct rope_hparams {
     float attn_factor;      /* {arch}.rope.scaling.attn_factor: extra cos/sin scale */
     int has_freq_factors;   /* rope_freqs.weight (Llama 3.1+ frequency factors) present */
     float freq_factor_min, freq_factor_max;
-    /* Phi-3's LongRoPE (rope_factors_short/long.weight, both or neither):
-     * two sets of frequency divisors, the short for contexts of up to
-     * n_ctx_orig tokens, the long past it (rope_freq_for) */
-    int longrope;
+    /* Phi-3's LongRoPE (rope_factors_short/long.weight, both or neither;
+     * freq_long set): two sets of frequency divisors, the short for contexts
+     * of up to n_ctx_orig tokens, the long past it (rope_freq_for) */
     float short_factor_min, short_factor_max, long_factor_min, long_factor_max;
     /* derived: the angle of pair i at position p is p * freq[i]; cos and sin
      * are multiplied by mscale */

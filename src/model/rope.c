@@ -254,7 +254,6 @@ subq_status rope_load_longrope(const gguf_file *f, model_hparams *hp, subq_error
     if (!s) {
         compute_freqs(r, fs, r->freq);
         compute_freqs(r, fl, r->freq_long);
-        r->longrope = 1;
     }
     free(fs);
     free(fl);
@@ -279,14 +278,14 @@ void rope_describe(const rope_hparams *r, char *buf, size_t cap) {
                       ", yarn scaling x%g (original context %d, beta_fast %g, beta_slow %g, ext_factor %g)",
                       (double)r->factor, r->n_ctx_orig, (double)r->beta_fast, (double)r->beta_slow,
                       (double)r->ext_factor);
-    else if (!r->longrope)
+    else if (!r->freq_long)
         o += snprintf(buf + o, cap - (size_t)o, ", no scaling");
     if (o < 0 || (size_t)o >= cap) return;
     if (r->has_freq_factors)
         o += snprintf(buf + o, cap - (size_t)o, ", frequency factors from rope_freqs.weight (%g .. %g)",
                       (double)r->freq_factor_min, (double)r->freq_factor_max);
     if (o < 0 || (size_t)o >= cap) return;
-    if (r->longrope)
+    if (r->freq_long)
         o += snprintf(buf + o, cap - (size_t)o, ", LongRoPE: short factors (%g .. %g) in contexts of up to %d tokens, "
                       "long factors (%g .. %g) in longer ones", (double)r->short_factor_min,
                       (double)r->short_factor_max, r->n_ctx_orig, (double)r->long_factor_min,

@@ -35,7 +35,6 @@ rc.require_numpy()
 import numpy as np  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SHAPES = ["tiny-qwen3", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-smollm3"]
 # (shape, context size, label): Phi-3's LongRoPE in both of its branches;
 # llama.cpp rounds a context up to a multiple of 256 and takes the long
@@ -55,10 +54,7 @@ def logits_file(path, n_tokens, n_vocab):
 
 def main():
     ck = rc.Checks("check_llamacpp")
-    node_dir = os.path.join(HERE, "..", "node")
-    if not os.path.isdir(os.path.join(node_dir, "node_modules", "node-llama-cpp")):
-        ck.check("node-llama-cpp installed (scripts/install-deps.sh --test installs it)", False, node_dir)
-        ck.finish()
+    node_dir = rc.node_llamacpp_dir(ck)
     runs = [(shape, None, None) for shape in SHAPES] + CONTEXT_RUNS
     peers, made = {}, set()
     for shape, n_ctx, what in runs:

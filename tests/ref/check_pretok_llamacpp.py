@@ -43,7 +43,6 @@ from bpe_ref import PRE_KINDS, TOKTYPE_CONTROL, TOKTYPE_NORMAL  # noqa: E402
 from check_bpe import write_model  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 PRES = ["gpt-4o", "qwen2", "llama-bpe", "gpt-2", "smollm"]
 EOT = "<|endoftext|>"
 
@@ -125,10 +124,7 @@ def first_diff(a, b):
 
 def main():
     ck = rc.Checks("check_pretok_llamacpp")
-    node_dir = os.path.join(HERE, "..", "node")
-    if not os.path.isdir(os.path.join(node_dir, "node_modules", "node-llama-cpp")):
-        ck.check("node-llama-cpp installed (scripts/install-deps.sh --test installs it)", False, node_dir)
-        ck.finish()
+    node_dir = rc.node_llamacpp_dir(ck)
     base_path = os.path.join(rc.tmp_dir(), "pretok_base.gguf")
     if ck.guarded("synth tiny-qwen2", rc.run_subq,
                   ["synth", "--shape", "tiny-qwen2", "--type", "f32", "-s", 5, "--force", "-o", base_path]) is None:

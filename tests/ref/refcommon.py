@@ -31,6 +31,17 @@ def require_numpy():
             % (sys.executable, e))
 
 
+def node_llamacpp_dir(ck):
+    """tests/node, where node-llama-cpp (llama.cpp's prebuilt CPU build) is
+    installed by scripts/install-deps.sh --test; without it the check fails
+    (ck.finish), never skips."""
+    d = os.path.join(REPO, "tests", "node")
+    if not os.path.isdir(os.path.join(d, "node_modules", "node-llama-cpp")):
+        ck.check("node-llama-cpp installed (scripts/install-deps.sh --test installs it)", False, d)
+        ck.finish()
+    return d
+
+
 def shared_dir():
     d = os.environ.get("SUBQ_SHARED") or os.path.join(REPO, "..", "shared")
     d = os.path.normpath(d)
