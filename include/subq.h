@@ -464,6 +464,17 @@ typedef struct subq_attn_plan {
     int search_f16;                /* exact, hnsw: keep search keys in f16 (0) */
     subq_score score;              /* exact, hnsw, faiss: ranking (cosine) */
     subq_scan scan;                /* exact: what the scan reads (full) */
+    /* exact, sparse prefill past probe_from visible keys: the coarse-to-fine
+     * block scan. Keys are grouped in blocks of block_keys consecutive
+     * slots, each ranked by its mean key; a prompt token scans exactly the
+     * keys of its nprobe best blocks (and of the last, partial one) instead
+     * of every earlier key: prefill selection grows as N^2 / block_keys, not
+     * N^2. nprobe 0: every key. Decode and TOKENWISE always scan every key.
+     * (64, 64, 8192) */
+    int block_keys, nprobe, probe_from;
+    int probe_check;               /* every probe_check-th prompt token of the block scan is also
+                                      answered by the full scan, and the overlap counted
+                                      (subq_context_stats; costs time) (0: none) */
     uint64_t seed;                 /* index randomness (1) */
     /* with completion maps: complete only query heads whose mid-region
      * entropy, stored in the maps file, is at least this; < 0: every head (-1) */
@@ -586,6 +597,10 @@ typedef struct subq_context_stats {
                                    estimate; quest/oracle: page bounds and native keys) */
     double t_fill_kv_s;   /* subq_context_fill_synthetic's writing of the keys and values
                              (its selectors' keys not included) */
+    int64_t check_keys;   /* subq_attn_plan.probe_check: keys the full scan picked for the
+                             checked prompt tokens, and how many the block scan picked too
+                             (recall = check_found / check_keys) */
+    int64_t check_found;
 } subq_context_stats;
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st);
 

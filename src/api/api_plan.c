@@ -70,6 +70,10 @@ subq_attn_plan subq_attn_plan_default(void) {
         .search_f16 = sp->f16_keys,
         .score = (subq_score)sp->score,
         .scan = (subq_scan)sp->scan,
+        .block_keys = sp->block_rows,
+        .nprobe = sp->nprobe,
+        .probe_from = sp->probe_from,
+        .probe_check = sp->probe_check,
         .seed = sp->seed,
         .complete_min_entropy = -1.0f,
     };
@@ -102,6 +106,10 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.f16_keys = p->search_f16;
     sp->select.score = (select_score)p->score;
     sp->select.scan = (select_scan)p->scan;
+    sp->select.block_rows = p->block_keys;
+    sp->select.nprobe = p->nprobe;
+    sp->select.probe_from = p->probe_from;
+    sp->select.probe_check = p->probe_check;
     sp->select.seed = p->seed;
     return SUBQ_OK;
 }

@@ -17,6 +17,7 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     st->t_select_s = st->t_append_s = 0;
     st->index_bytes = 0;
     st->select_bytes_read = 0;
+    st->check_keys = st->check_found = 0;
     st->kv_bytes = kv_cache_held_bytes(kv);
     for (int l = 0; l < c->model->hp.n_layer; l++) {
         attn_stage_stats s;
@@ -25,6 +26,8 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
         st->t_append_s += s.t_append_s;
         st->index_bytes += s.index_bytes;
         st->select_bytes_read += s.select_bytes_read;
+        st->check_keys += s.check_keys;
+        st->check_found += s.check_found;
     }
 }
 

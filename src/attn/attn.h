@@ -82,6 +82,7 @@ typedef struct attn_stage_stats {
     double t_select_s, t_append_s;     /* querying its index, adding keys to it */
     uint64_t index_bytes;              /* the index's memory */
     uint64_t select_bytes_read;        /* bytes its queries read (scans: the keys) */
+    int64_t check_keys, check_found;   /* the block scan's recall check (selector_stats) */
 } attn_stage_stats;
 
 /* A stage that keeps state per slot beyond the KV cache (a sparse stage's

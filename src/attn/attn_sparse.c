@@ -217,8 +217,9 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     }
     int32_t *cand = s->rec.cand;
     if (!rc && K > 0 &&
-        selector_query_batch(s->sel, n, s->d_search > 0 ? s->qs : NULL, st->q, (size_t)st->n_head * st->head_dim, K, m,
-                             cand, got, st->n_threads) < 0)
+        (teacher ? selector_query_batch : selector_query_prefill)(s->sel, n, s->d_search > 0 ? s->qs : NULL, st->q,
+                                                                   (size_t)st->n_head * st->head_dim, K, m, cand, got,
+                                                                   st->n_threads) < 0)
         rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
                        selector_kind_name(s->p.select.kind), s->sel->env.layer);
     for (int t = 0; !rc && t < n; t++) {
@@ -413,7 +414,8 @@ static void sparse_freeze(attn_stage *st, int freeze_slot) { ((sparse_stage *)st
 static void sparse_stats(const attn_stage *st, attn_stage_stats *out) {
     const selector_stats *ss = &((const sparse_stage *)st)->sel->stats;
     *out = (attn_stage_stats){.t_select_s = ss->t_query_s, .t_append_s = ss->t_append_s, .index_bytes = ss->bytes,
-                              .select_bytes_read = ss->bytes_read};
+                              .select_bytes_read = ss->bytes_read, .check_keys = ss->n_check_keys,
+                              .check_found = ss->n_check_found};
 }
 
 static sparse_stage *as_sparse(const attn_stage *st) {
@@ -488,10 +490,12 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     const uint64_t proj = projection_hash(s);
     snprintf(buf, cap,
              "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
-             "page=%d qhm=%d oracle=%d seed=%" PRIu64 " proj=%016" PRIx64 " complete=%016" PRIx64,
+             "page=%d qhm=%d oracle=%d block=%d nprobe=%d from=%d seed=%" PRIu64 " proj=%016" PRIx64
+             " complete=%016" PRIx64,
              selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
              select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
              sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
+             sp->block_rows, sp->nprobe, sp->probe_from,
              sp->seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
 }

@@ -145,6 +145,10 @@ typedef struct select_rows {
     size_t row_bytes;
 } select_rows;
 
+/* Scores of the n consecutive rows from slot j0 (rows with a contiguous
+ * kernel only: `scores` or `code_scores`). */
+void select_score_run(const select_rows *r, int j0, int n, float *out);
+
 /* Exact top-k over the eligible slots below n (the exact selector, and the
  * ANN selectors when few slots are eligible). Writes up to k slots, best
  * first when sorted (else in any order: a pool to re-rank), and returns the
@@ -172,6 +176,20 @@ int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots
  * returns 0, or -1 when out of memory. */
 int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
                            int count, const select_mask *m, int k, int32_t *out, int *got, int n_threads);
+
+/* The coarse-to-fine block scan (select_blocks.c) for n queries (unit rows
+ * qn [n][d]) over `rows` (float rows with a contiguous kernel; rows.q is
+ * set per query): sums [count / block][d] holds the mean stored key of
+ * every full block of `block` slots. Each query ranks the full blocks
+ * below its n_slots that hold eligible slots by q . mean (one sgemm per
+ * chunk of blocks for the batch), scans exactly the eligible slots of its
+ * `nprobe` best and of its last, partial block, and keeps its k best:
+ * out + i * k, counts in got. Every `check`-th query (0: none) is also
+ * answered by select_scan_topk and the overlap counted in s->stats.
+ * Returns 0, or -1 when out of memory. */
+int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const float *sums,
+                            int block, int nprobe, int count, const select_mask *m, int k, int check,
+                            int32_t *out, int *got, int n_threads);
 
 /* The query side of the graph-index selectors (hnsw, faiss), over an index
  * behind two functions: the query is normalised for cosine; when few slots

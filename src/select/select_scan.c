@@ -30,9 +30,7 @@ static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, in
     for (int i = 0; i < nb; i++) select_topk_push(&b->t, b->dots[i], idx[i]);
 }
 
-/* Scores of the n consecutive rows from slot j0 (rows with a contiguous
- * kernel only). */
-static void score_run(const select_rows *r, int j0, int n, float *out) {
+void select_score_run(const select_rows *r, int j0, int n, float *out) {
     if (r->code_scores)
         r->code_scores(r->cq, (const uint8_t *)r->base + (size_t)j0 * r->stride, r->code_scale + j0, n, out);
     else
@@ -56,7 +54,7 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
         for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
             int j1 = j0 + SELECT_BLOCK < e ? j0 + SELECT_BLOCK : e, nb = 0;
             if (r->scores || r->code_scores) { /* consecutive rows: no slot list, several rows per sum */
-                score_run(r, j0, j1 - j0, b.dots);
+                select_score_run(r, j0, j1 - j0, b.dots);
                 /* most scores lose to the worst kept at the last cut: the
                  * others are listed, then offered */
                 const float worst = b.t.thr ? select_key_score(b.t.thr) : -INFINITY;
@@ -115,7 +113,7 @@ static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, 
         for (int q = 0; q < nr; q++) {
             const int a = lo[q] > p ? lo[q] : p, e = hi[q] < p + len ? hi[q] : p + len;
             if (e <= a) continue;
-            score_run(r, a, e - a, dots);
+            select_score_run(r, a, e - a, dots);
             n_seen += e - a;
             for (int j = a; j < e; j++)
                 if (!m->seg || m->seg[j] == m->query_seg) key[n_key++] = select_pair_key(dots[j - a], j);
@@ -238,7 +236,9 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
     float *hs = select_query_realloc(s, NULL, (size_t)n * k * sizeof(float));
     int32_t *hj = select_query_realloc(s, NULL, (size_t)n * k * sizeof(int32_t));
     select_heap *h = select_query_realloc(s, NULL, (size_t)n * sizeof(select_heap));
-    int rc = !S || (f16 && !kf) || !hs || !hj || !h ? -1 : 0;
+    int32_t *idx = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(int32_t));
+    int rc = !S || (f16 && !kf) || !hs || !hj || !h || !idx ? -1 : 0;
+    const kernels *KS = kernels_get();
     int64_t scored = 0;
     for (int i = 0; !rc && i < n; i++) h[i] = (select_heap){.score = hs + (size_t)i * k, .slot = hj + (size_t)i * k, .k = k};
     /* newest block first, and newest key first within it: scores tend to
@@ -256,13 +256,26 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
         for (int i = 0; i < n; i++) {
             int lo[3], hi[3], nr = select_mask_ranges(&m[i], count, lo, hi);
             const float *row = S + (size_t)i * nb - j0;
+            int32_t *at = idx + (size_t)i * BATCH_KEYS;
             for (int r = nr - 1; r >= 0; r--) {
                 int a = lo[r] > j0 ? lo[r] : j0, b = hi[r] < j1 ? hi[r] : j1;
-                for (int j = b - 1; j >= a; j--)
-                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) {
-                        select_heap_push(&h[i], row[j], j);
-                        scored++;
-                    }
+                for (; b > a && h[i].n < h[i].k; b--) {
+                    const int j = b - 1;
+                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_heap_push(&h[i], row[j], j), scored++;
+                }
+                if (b <= a) continue;
+                /* a full heap: only scores that reach its worst may enter
+                 * (pushes in any order keep the same k best) */
+                const int nat = KS->index_at_least(row + a, b - a, h[i].score[0], at);
+                for (int c = nat - 1; c >= 0; c--) {
+                    const int j = a + at[c];
+                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_heap_push(&h[i], row[j], j);
+                }
+                if (!m[i].seg) {
+                    scored += b - a;
+                } else {
+                    for (int j = a; j < b; j++) scored += m[i].seg[j] == m[i].query_seg;
+                }
             }
         }
     }
@@ -274,6 +287,7 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
     free(hs);
     free(hj);
     free(h);
+    free(idx);
     return rc;
 }
 

@@ -76,6 +76,9 @@ void selector_params_default(selector_params *p, selector_kind kind, int d_searc
     p->hnsw_ef_construction = 40;
     p->hnsw_ef_search = 64;
     p->quest_page = 16;
+    p->block_rows = 64;
+    p->nprobe = 64;
+    p->probe_from = 8192;
     p->seed = 100; /* hnswlib's own default level seed */
     p->n_threads = 1;
 }
@@ -120,6 +123,10 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
                          name, p->hnsw_m, p->hnsw_ef_construction, p->hnsw_ef_search);
+    if (p->kind == SELECT_EXACT && p->nprobe > 0 && (p->block_rows < 1 || p->block_rows > SELECT_MAX_BLOCK_ROWS || p->probe_from < 0 || p->probe_check < 0))
+        return subq_fail(err, SUBQ_ERR_ARG,
+                         "selector exact: invalid block scan (%d keys per block, 1 to %d; from %d keys, check every %d; "
+                         "neither may be negative)", p->block_rows, SELECT_MAX_BLOCK_ROWS, p->probe_from, p->probe_check);
     if (p->kind == SELECT_QUEST && p->quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
     subq_status rc;
@@ -161,16 +168,19 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
     return got < 0 ? -1 : got;
 }
 
-int selector_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
-                         const select_mask *m, int32_t *out, int *got, int n_threads) {
+typedef int (*query_batch_fn)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
+                              int k, const select_mask *m, int32_t *out, int *got, int n_threads);
+
+static int query_many(selector *s, query_batch_fn fn, int n, const float *q_search, const float *q_native,
+                      size_t q_stride, int k, const select_mask *m, int32_t *out, int *got, int n_threads) {
     if (k <= 0) {
         for (int i = 0; i < n; i++) got[i] = 0;
         return 0;
     }
     int rc = 0;
-    if (s->ops->query_batch) {
+    if (fn) {
         double t0 = time_now_s();
-        rc = s->ops->query_batch(s, n, q_search, q_native, q_stride, k, m, out, got, n_threads);
+        rc = fn(s, n, q_search, q_native, q_stride, k, m, out, got, n_threads);
         s->stats.t_query_s += time_now_s() - t0;
         for (int i = 0; !rc && i < n; i++) count_query(s, k, got[i]);
         return rc;
@@ -182,6 +192,17 @@ int selector_query_batch(selector *s, int n, const float *q_search, const float 
         rc = got[i] < 0 ? -1 : 0;
     }
     return rc;
+}
+
+int selector_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                         const select_mask *m, int32_t *out, int *got, int n_threads) {
+    return query_many(s, s->ops->query_batch, n, q_search, q_native, q_stride, k, m, out, got, n_threads);
+}
+
+int selector_query_prefill(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                           const select_mask *m, int32_t *out, int *got, int n_threads) {
+    query_batch_fn fn = s->ops->query_prefill ? s->ops->query_prefill : s->ops->query_batch;
+    return query_many(s, fn, n, q_search, q_native, q_stride, k, m, out, got, n_threads);
 }
 
 void selector_reset(selector *s) {

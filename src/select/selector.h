@@ -83,7 +83,18 @@ typedef struct selector_params {
     int quest_headmean;        /* quest: 1 = one page set per query from the head-mean
                                   bound; 0 = each query head its own pages (default) */
     oracle_kind oracle;        /* oracle: what it ranks (default HEADMEAN_DOT) */
+    /* exact, the prefill's batched queries (query_prefill) once a batch sees
+     * probe_from keys or more: the coarse-to-fine block scan
+     * (select_blocks.c): every full block of block_rows consecutive keys is
+     * ranked by its mean key, and each query scans exactly the keys of its
+     * nprobe best blocks and of the last, partial one. nprobe 0: every key
+     * (defaults 64 keys per block, 64 blocks, from 8192 keys). */
+    int block_rows, nprobe, probe_from;
+    int probe_check;           /* every probe_check-th query of the block scan is also answered by
+                                  the full scan and its recall counted (stats; 0: none) */
 } selector_params;
+
+#define SELECT_MAX_BLOCK_ROWS 4096
 
 /* What a selector may read besides the vectors it is given: the layer's
  * native keys in the KV cache (quest, oracle). */
@@ -133,6 +144,8 @@ typedef struct selector_stats {
     int64_t n_appended;
     double t_append_s, t_query_s;
     size_t bytes;              /* memory held by the selector */
+    int64_t n_check_keys;      /* params.probe_check: slots the full scan returned for the checked queries */
+    int64_t n_check_found;     /* ... of which the block scan returned too */
 } selector_stats;
 
 typedef struct selector selector;
@@ -174,6 +187,13 @@ typedef struct selector_ops {
      * threads. Returns 0, or -1 when out of memory. */
     int (*query_batch)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
                        const select_mask *m, int32_t *out, int *got, int n_threads);
+    /* Optional (NULL: query_batch): the same for a prefill batch, whose
+     * answers may differ from query's (the exact selector's block scan: its
+     * recall against the full scan is what it gives up). Every query must
+     * still see only keys its mask allows, and its answer may not depend on
+     * keys at or past its n_slots. */
+    int (*query_prefill)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                         const select_mask *m, int32_t *out, int *got, int n_threads);
 } selector_ops;
 
 struct selector {
@@ -199,6 +219,10 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
  * counted and timed as n queries. Returns 0, or -1 when out of memory. */
 int selector_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
                          const select_mask *m, int32_t *out, int *got, int n_threads);
+/* n queries of a prefill batch (ops->query_prefill, else as
+ * selector_query_batch), counted and timed the same way. */
+int selector_query_prefill(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                           const select_mask *m, int32_t *out, int *got, int n_threads);
 void selector_reset(selector *s);
 /* 1 if s picks one slot set per query head (ops->query_heads); its query op
  * still answers one set per query (the head-mean ranking). */

@@ -232,6 +232,12 @@ expect_error("bench prefill text without lengths", ["bench", "-m", MODEL, "--pre
 expect_error("bench prefill text missing", ["bench", "-m", MODEL, "--prefill-ctx", "16", "--prefill-text",
                                             os.path.join(TMP, "no_such_text.txt")])
 expect_error("bench bad prefill lengths", ["bench", "-m", MODEL, "--prefill-ctx", "16,0"])
+expect_error("bench chart without lengths", ["bench", "-m", MODEL, "--prefill-svg", os.path.join(TMP, "c.svg")],
+             contains="--prefill-ctx")
+expect_error("bench block of no keys", ["bench", "-m", MODEL, "--prefill-ctx", "16", "--block-keys", "0"],
+             contains="--block-keys")
+expect_error("bench negative nprobe", ["bench", "-m", MODEL, "--prefill-ctx", "16", "--nprobe", "-1"],
+             contains="--nprobe")
 expect_error("eval bad budget", ["eval", "-m", MODEL, "-f", MODEL, "--budget", "5%,x"])
 expect_error("eval bad compare", ["eval", "-m", MODEL, "-f", MODEL, "--compare", "exact@8"], contains="--compare")
 

@@ -218,9 +218,15 @@ def main():
                                                      "2", "--bw-mib", "16", "-t", "1", "--json"], may_fail=True)
     pf = check_json(ck, "bench --prefill-ctx --json", ["bench", "-m", model, "--prefill-ctx", "24,48", "--attn",
                                                         "full,window", "--prefill-text", text_path, "-b", "16", "-n",
-                                                        "2", "-t", "1", "--json"])
+                                                        "2", "-t", "1", "--json", "--prefill-svg",
+                                                        os.path.join(tmp, "prefill.svg")])
     if pf is not None:
         rows = pf.get("prefill", [])
+        with open(os.path.join(tmp, "prefill.svg")) as f:
+            svg = f.read()
+        ck.check("bench --prefill-svg: the chart with both kinds and the N, N^2 slopes",
+                 svg.startswith("<svg") and svg.rstrip().endswith("</svg>") and
+                 all(">%s<" % s in svg for s in ("full", "window", "slope N", "slope N^2")), svg[:200])
         ck.check("bench --prefill-ctx: a row per length and kind, exponents",
                  [(r["n_tokens"], r["attn"]) for r in rows] == [(24, "full"), (48, "full"), (24, "window"),
                                                                 (48, "window")] and

@@ -8,14 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "bench/bench.h"
 #include "bench_prefill.h"
 #include "cli.h"
+#include "cli_svg.h"
 
 typedef struct prefill_row {
     int n, attn; /* attn: -1 = full, else subq_selector_kind */
     double seconds, attn_s, select_s, insert_s, decode_tok_s;
     double rss_anon; /* anonymous resident bytes after the row */
+    double recall;   /* --probe-check: the block scan's recall against the full scan (NAN: not checked) */
+    double file_bytes; /* --kv-file: the file's size after the row (0: in memory) */
 } prefill_row;
 
 /* Prompt tokens: the text file's tokens repeated up to n (a shorter text
@@ -58,6 +63,30 @@ static double fit_exponent(const prefill_row *const *rows, int k) {
 }
 
 static const char *kind_name(int attn) { return attn < 0 ? "full" : subq_selector_name((subq_selector_kind)attn); }
+
+/* Prefill seconds against length on log-log axes, one line per attention
+ * kind, and the slopes of N and N^2 through the first row's point (a line
+ * parallel to N^2 is quadratic growth). */
+static int write_chart(const char *cmd, const bench_prefill_opts *o, const prefill_row *rows, int n_rows) {
+    svg_chart ch = {.title = "prefill time against prompt length", .x_label = "prompt tokens",
+                    .y_label = "seconds", .log_x = 1, .log_y = 1};
+    for (int ai = 0; ai < o->n_attn && ch.n_series < SVG_MAX_SERIES - 2; ai++) {
+        svg_series *se = &ch.series[ch.n_series++];
+        se->name = kind_name(o->attn[ai]);
+        for (int i = 0; i < n_rows && se->n < SVG_MAX_POINTS; i++)
+            if (rows[i].attn == o->attn[ai]) se->x[se->n] = rows[i].n, se->y[se->n++] = rows[i].seconds;
+    }
+    for (int p = 1; p <= 2 && n_rows > 0; p++) {
+        svg_series *se = &ch.series[ch.n_series++];
+        se->name = p == 1 ? "slope N" : "slope N^2";
+        for (int i = 0; i < n_rows && se->n < SVG_MAX_POINTS; i++)
+            if (rows[i].attn == rows[0].attn)
+                se->x[se->n] = rows[i].n, se->y[se->n++] = rows[0].seconds * pow((double)rows[i].n / rows[0].n, p);
+    }
+    subq_error err = {0};
+    if (svg_write_line_chart(&ch, o->svg_file, &err)) return !cli_error(cmd, "%s", err.msg);
+    return 1;
+}
 
 int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_opts *mo, cli_sparse_opts *so) {
     cli_model_opts mopt = *mo;
@@ -116,6 +145,11 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
             r->select_s = sp.select_s;
             r->insert_s = sp.insert_s;
             r->rss_anon = bench_rss_anon();
+            subq_context_stats st;
+            subq_context_get_stats(c, &st);
+            r->recall = st.check_keys > 0 ? (double)st.check_found / (double)st.check_keys : NAN;
+            struct stat fs;
+            r->file_bytes = mopt.kv_file && !stat(mopt.kv_file, &fs) ? (double)fs.st_size : 0.0;
             n_rows++;
         }
     }
@@ -133,8 +167,9 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
                mopt.model, info.arch, subq_context_n_threads(c), subq_context_n_batch(c),
                subq_kv_type_name(mopt.kv_type), o->text_file ? "text" : "random", so->plan.top_k,
                so->plan.n_sink, so->plan.n_tail);
-        printf("%8s %-7s %9s %9s %8s %8s %9s %9s %9s %9s %10s\n", "tokens", "attn", "seconds", "tok/s", "vs full",
-               "a (prev)", "attn s", "select s", "insert s", "other s", "decode t/s");
+        printf("%8s %-7s %9s %9s %8s %8s %9s %9s %9s %9s %10s %8s%s\n", "tokens", "attn", "seconds", "tok/s", "vs full",
+               "a (prev)", "attn s", "select s", "insert s", "other s", "decode t/s", "anon MiB",
+               mopt.kv_file ? " file MiB" : "");
     }
     for (int i = 0; i < n_rows; i++) {
         const prefill_row *r = &rows[i], *prev = i > 0 && rows[i - 1].attn == r->attn ? &rows[i - 1] : NULL, *full = NULL;
@@ -149,14 +184,20 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
             if (prev) printf("%.4f", a);
             else printf("null");
             printf(", \"attn_s\": %.4f, \"select_s\": %.4f, \"insert_s\": %.4f, \"other_s\": %.4f, \"decode_tok_s\": %.3f, "
-                   "\"rss_anon_bytes\": %.0f}",
-                   r->attn_s, r->select_s, r->insert_s, other, r->decode_tok_s, r->rss_anon);
+                   "\"rss_anon_bytes\": %.0f, \"kv_file_bytes\": %.0f, \"check_recall\": ",
+                   r->attn_s, r->select_s, r->insert_s, other, r->decode_tok_s, r->rss_anon, r->file_bytes);
+            if (isnan(r->recall)) printf("null}");
+            else printf("%.4f}", r->recall);
         } else {
             char as[16] = "-";
             if (prev) snprintf(as, sizeof as, "%.2f", a);
-            printf("%8d %-7s %9.2f %9.1f %7.2fx %8s %9.2f %9.2f %9.2f %9.2f %10.2f\n", r->n, kind_name(r->attn),
+            printf("%8d %-7s %9.2f %9.1f %7.2fx %8s %9.2f %9.2f %9.2f %9.2f %10.2f", r->n, kind_name(r->attn),
                    r->seconds, r->n / r->seconds, speedup, as, r->attn_s, r->select_s, r->insert_s, other,
                    r->decode_tok_s);
+            printf(" %8.0f", r->rss_anon / (1 << 20));
+            if (r->file_bytes > 0) printf(" %8.0f", r->file_bytes / (1 << 20));
+            if (!isnan(r->recall)) printf("  recall@%d vs full scan %.4f", so->plan.top_k, r->recall);
+            printf("\n");
         }
     }
     if (o->json) printf("],\n \"exponent\": {");
@@ -171,6 +212,7 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
         else printf(" %s %.2f", kind_name(o->attn[ai]), a);
     }
     printf(o->json ? "}}\n" : "\n");
+    if (o->svg_file && !write_chart(cmd, o, rows, n_rows)) rc = 1;
     if (!o->json)
         printf("attn s: attention (softmax, Q K^T, P V); select s: index queries; insert s: index inserts;\n"
                "other s: the rest (weight matrices, norms, rope); decode t/s: %d steps at the real context\n",

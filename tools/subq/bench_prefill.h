@@ -13,6 +13,7 @@ typedef struct bench_prefill_opts {
     const int *attn; /* -1 = full, else subq_selector_kind */
     int n_attn;
     const char *text_file; /* --prefill-text: prompt tokens from this text; NULL: random ids */
+    const char *svg_file;  /* --prefill-svg: the log-log chart of time against length; NULL: none */
     int n_decode;          /* decode steps timed after each prefill */
     uint64_t seed;
     int json;

@@ -97,6 +97,14 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
     } else if (!strcmp(a, "--scan")) {
         if (!choice_value(cmd, argc, argv, i, subq_scan_parse, "full, int8 or int4", &x)) return -1;
         p->scan = (subq_scan)x;
+    } else if (!strcmp(a, "--nprobe")) {
+        target = &p->nprobe, lo = 0, hi = 1 << 20;
+    } else if (!strcmp(a, "--block-keys")) {
+        target = &p->block_keys, lo = 1, hi = 4096;
+    } else if (!strcmp(a, "--probe-from")) {
+        target = &p->probe_from, lo = 0, hi = INT32_MAX;
+    } else if (!strcmp(a, "--probe-check")) {
+        target = &p->probe_check, lo = 0, hi = INT32_MAX;
     } else if (!strcmp(a, "--complete")) {
         text = &o->complete_file;
     } else if (!strcmp(a, "--complete-heads")) {

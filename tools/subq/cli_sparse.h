@@ -50,6 +50,12 @@ typedef struct cli_sparse_opts {
     "  --scan full|int8|int4  exact: scan the stored keys, or int8 / int4 codes of them\n"     \
     "                       with their best K + min(3K, 1536) re-ranked on the stored\n"    \
     "                       keys (default full)\n"                                          \
+    "  --nprobe N           exact, sparse prefill: rank blocks of keys by their mean key and\n" \
+    "                       scan the keys of the N best only (default 64; 0: every key)\n"    \
+    "  --block-keys N       keys per block of --nprobe (default 64)\n"                         \
+    "  --probe-from N       use --nprobe once a prompt token sees N keys (default 8192)\n"   \
+    "  --probe-check N      every Nth token of --nprobe also runs the full scan and counts\n" \
+    "                       its recall (bench prints it; costs time) (default 0: none)\n"     \
     "  --complete FILE      add the linear-attention completion of the unretrieved tokens\n" \
     "                       (maps from subq train-phi) on the layers the file covers\n"       \
     "  --complete-heads entropy>=X   complete only heads whose mid-region entropy (measured\n" \

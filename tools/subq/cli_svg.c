@@ -105,7 +105,8 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int s = 0; s < c->n_series; s++)
         for (int i = 0; i < c->series[s].n; i++) {
-            double x = c->log_x ? log2(c->series[s].x[i]) : c->series[s].x[i], y = c->series[s].y[i];
+            double x = c->log_x ? log2(c->series[s].x[i]) : c->series[s].x[i];
+            double y = c->log_y ? log10(c->series[s].y[i]) : c->series[s].y[i];
             if (!isfinite(x) || !isfinite(y)) continue;
             x0 = fmin(x0, x), x1 = fmax(x1, x), y0 = fmin(y0, y), y1 = fmax(y1, y);
         }
@@ -118,7 +119,7 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
     FILE *f = svg_open(&b, err);
     if (!f) return err->code;
 #define PX(x) (L + ((c->log_x ? log2(x) : (x)) - x0) / (x1 - x0) * (W - L - R))
-#define PY(y) (H - B - ((y) - y0) / (y1 - y0) * (H - T - B))
+#define PY(y) (H - B - ((c->log_y ? log10(y) : (y)) - y0) / (y1 - y0) * (H - T - B))
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
                "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n", W, H);
     fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">", L);
@@ -128,6 +129,7 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
     /* y ticks: 5 evenly spaced values */
     for (int i = 0; i <= 4; i++) {
         double y = y0 + (y1 - y0) * i / 4;
+        if (c->log_y) y = pow(10, y);
         fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n", L - 6, PY(y) + 4, y);
         fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, PY(y), W - R, PY(y));
     }
@@ -148,10 +150,10 @@ subq_status svg_write_line_chart(const svg_chart *c, const char *path, subq_erro
         const char *col = palette[s % 10];
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"", col);
         for (int i = 0; i < se->n; i++)
-            if (isfinite(se->y[i])) fprintf(f, "%.1f,%.1f ", PX(se->x[i]), PY(se->y[i]));
+            if (isfinite(PY(se->y[i]))) fprintf(f, "%.1f,%.1f ", PX(se->x[i]), PY(se->y[i]));
         fprintf(f, "\"/>\n");
         for (int i = 0; i < se->n; i++)
-            if (isfinite(se->y[i]))
+            if (isfinite(PY(se->y[i])))
                 fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(se->x[i]), PY(se->y[i]), col);
         fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" fill=\"%s\">", W - R + 10, T + 16.0 * s + 10, col);
         put_text(f, se->name);

@@ -19,6 +19,7 @@ typedef struct svg_series {
 typedef struct svg_chart {
     const char *title, *x_label, *y_label;
     int log_x;                 /* log2 x axis (K sweeps) */
+    int log_y;                 /* log10 y axis (times over lengths: slopes are exponents) */
     int n_series;
     svg_series series[SVG_MAX_SERIES];
 } svg_chart;

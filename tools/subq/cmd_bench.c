@@ -47,7 +47,9 @@ static const char *help =
     "                       time goes, the growth exponent a (time ~ N^a), then -n decode\n"
     "                       steps at that real context; -b sets the batch\n"
     "  --prefill-text FILE  prompt tokens for --prefill-ctx from this text (repeated when\n"
-    "                       short; default: random ids)\n\n" CLI_SPARSE_OPTS_HELP;
+    "                       short; default: random ids)\n"
+    "  --prefill-svg FILE   with --prefill-ctx: a log-log chart of prefill time against\n"
+    "                       length, with the slopes of N and N^2 drawn (replaced if present)\n\n" CLI_SPARSE_OPTS_HELP;
 
 #define MAX_LIST 16
 
@@ -220,7 +222,7 @@ int cmd_bench(int argc, char **argv) {
     int contend = 0, kv_cold = 0;
     int attn[MAX_LIST] = {-1}, n_attn = 1;
     int prefill_ctx[MAX_LIST], n_prefill_ctx = 0;
-    const char *prefill_text = NULL;
+    const char *prefill_text = NULL, *prefill_svg = NULL;
     uint64_t seed = 7;
     const char *v;
     for (int i = 1; i < argc; i++) {
@@ -260,6 +262,8 @@ int cmd_bench(int argc, char **argv) {
                 return 1;
         } else if (!strcmp(a, "--prefill-text")) {
             if (!(prefill_text = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--prefill-svg")) {
+            if (!(prefill_svg = cli_value(cmd, argc, argv, &i))) return 1;
         } else {
             return cli_error(cmd, "unknown option '%s' (see subq bench --help)", a);
         }
@@ -273,11 +277,13 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_attn; i++)
         if (attn[i] >= 0 && !subq_selector_available((subq_selector_kind)attn[i]))
             return cli_error(cmd, "selector '%s' is not in this build (see subq info --features)", attn_name(attn[i]));
-    if (prefill_text && !n_prefill_ctx) return cli_error(cmd, "--prefill-text needs --prefill-ctx");
+    if ((prefill_text || prefill_svg) && !n_prefill_ctx)
+        return cli_error(cmd, "--%s needs --prefill-ctx", prefill_text ? "prefill-text" : "prefill-svg");
     if (kv_cold && !mo.kv_file) return cli_error(cmd, "--kv-cold needs --kv-file");
     if (n_prefill_ctx) {
         bench_prefill_opts po = {.lengths = prefill_ctx, .n_len = n_prefill_ctx, .attn = attn, .n_attn = n_attn,
-                                 .text_file = prefill_text, .n_decode = n_decode, .seed = seed, .json = json};
+                                 .text_file = prefill_text, .svg_file = prefill_svg, .n_decode = n_decode,
+                                 .seed = seed, .json = json};
         int prc = bench_prefill_run(cmd, &po, &mo, &so);
         cli_sparse_free(&so);
         return prc;

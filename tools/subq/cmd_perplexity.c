@@ -10,7 +10,10 @@
 static const char *help =
     "usage: subq perplexity -m MODEL -f FILE [options]\n"
     "Perplexity as llama.cpp computes it: BOS + whole-text tokens, chunks of -c tokens\n"
-    "whose first token is replaced by BOS, the second half of each chunk scored.\n\n" CLI_MODEL_OPTS_HELP
+    "whose first token is replaced by BOS, the second half of each chunk scored. Sparse\n"
+    "layers retrieve for every position as decode does (teacher forcing), or with\n"
+    "--sparse-prefill as a sparse prompt runs (batches of -b tokens, each token\n"
+    "retrieving from the batches before its own).\n\n" CLI_MODEL_OPTS_HELP
     "  -f, --file FILE      UTF-8 text to score (required)\n"
     "  --chunks N           score at most N chunks (default: all)\n"
     "  --json               print one JSON object on stdout instead of the text report\n"
@@ -70,7 +73,9 @@ int cmd_perplexity(int argc, char **argv) {
     int32_t *toks = NULL;
     size_t n_toks = 0;
     int rc = 0;
-    so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE; /* teacher forcing: every position retrieves as in decode */
+    /* teacher forcing: every position retrieves as in decode; with
+     * --sparse-prefill each chunk is scored as a sparse prompt runs */
+    if (so.plan.sparse_prefill != SUBQ_PREFILL_SPARSE) so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
     if (!cli_sparse_model_default(cmd, &so, mo.model) || !cli_load(cmd, &mo, &m, &c) ||
         !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;

@@ -1,0 +1,269 @@
+/* The exact selector's block scan (selector_query_prefill past probe_from
+ * keys) against a brute-force reference of the same algorithm in double
+ * precision: block means of the stored keys, each query's nprobe best
+ * blocks among those wholly below its n_slots that hold a slot of its
+ * ranges, then the exact top K of the eligible slots of those blocks and
+ * of the partial last block. Also: keys at or past a query's n_slots never
+ * change its answer; truncation, re-appends and get_keys + put_keys keep
+ * the block summaries right; below probe_from (or with nprobe 0) the
+ * answer is the full batched scan's; the recall check counts what brute
+ * force counts; failed allocations are errors. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "quant/quant.h"
+#include "select/select_internal.h"
+#include "select/selector.h"
+#include "test_util.h"
+
+static int cmp_desc(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static double cosine(const float *a, const float *b, int d) {
+    double ab = 0, aa = 0, bb = 0;
+    for (int c = 0; c < d; c++) ab += (double)a[c] * b[c], aa += (double)a[c] * a[c], bb += (double)b[c] * b[c];
+    return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
+}
+
+/* Keys that drift along the sequence (neighbours alike, as in a search
+ * space rotated by position) plus noise; stored is what the selector keeps
+ * (unit rows, f16-rounded when f16). */
+static void make_keys(uint64_t *rng, int n, int d, int f16, float *keys, float *stored) {
+    float *base = malloc((size_t)d * sizeof(float));
+    for (int c = 0; c < d; c++) base[c] = rng_normal(rng);
+    for (int j = 0; j < n; j++) {
+        for (int c = 0; c < d; c++) {
+            base[c] = 0.995f * base[c] + 0.1f * rng_normal(rng);
+            keys[(size_t)j * d + c] = base[c] + 0.7f * rng_normal(rng);
+        }
+        select_normalize(stored + (size_t)j * d, keys + (size_t)j * d, d);
+        for (int c = 0; f16 && c < d; c++) stored[(size_t)j * d + c] = fp16_to_fp32(fp32_to_fp16(stored[(size_t)j * d + c]));
+    }
+    free(base);
+}
+
+/* 1 if slot j lies in m's ranges below vis (the segment test aside) */
+static int in_ranges(const select_mask *m, int vis, int j) {
+    return j < vis && !(j >= m->ex0_lo && j < m->ex0_hi) && !(j >= m->ex1_lo && j < m->ex1_hi);
+}
+
+/* The reference answer's scores, best first, into want; returns the count. */
+static int reference(const float *q, const float *stored, int d, int count, int B, int nprobe, const select_mask *m,
+                     int k, double *want, double *bscore, int32_t *bid) {
+    const int vis = m->n_slots < count ? m->n_slots : count, nbf = vis / B;
+    double qn = 0;
+    for (int c = 0; c < d; c++) qn += (double)q[c] * q[c];
+    qn = sqrt(qn);
+    int nb = 0;
+    for (int b = 0; b < nbf; b++) {
+        int any = 0;
+        for (int j = b * B; j < (b + 1) * B && !any; j++) any = in_ranges(m, vis, j);
+        if (!any) continue;
+        double s = 0;
+        for (int j = b * B; j < (b + 1) * B; j++)
+            for (int c = 0; c < d; c++) s += (double)q[c] / qn * stored[(size_t)j * d + c];
+        bscore[nb] = s / B, bid[nb] = b, nb++;
+    }
+    /* the nprobe best blocks (selection sort: few blocks in tests) */
+    for (int a = 0; a < nb && a < nprobe; a++)
+        for (int b = a + 1; b < nb; b++)
+            if (bscore[b] > bscore[a] || (bscore[b] == bscore[a] && bid[b] < bid[a])) {
+                double t = bscore[a]; bscore[a] = bscore[b]; bscore[b] = t;
+                int32_t u = bid[a]; bid[a] = bid[b]; bid[b] = u;
+            }
+    int ne = 0;
+    for (int a = 0; a < nb && a < nprobe; a++)
+        for (int j = bid[a] * B; j < (bid[a] + 1) * B; j++)
+            if (select_mask_allows(m, j)) want[ne++] = cosine(q, stored + (size_t)j * d, d);
+    for (int j = nbf * B; j < vis; j++)
+        if (select_mask_allows(m, j)) want[ne++] = cosine(q, stored + (size_t)j * d, d);
+    qsort(want, (size_t)ne, sizeof(double), cmp_desc);
+    return ne < k ? ne : k;
+}
+
+/* A prefill batch's masks: n_slots anywhere in the upper half (often not
+ * on a block edge), sinks, a tail, and segments for one query in 8. */
+static void batch_masks(uint64_t *rng, int n, int nq, int32_t *seg, select_mask *m) {
+    for (int j = 0; j < n; j++) seg[j] = j / 1000 % 2;
+    for (int i = 0; i < nq; i++) {
+        const int ns = n / 2 + (int)(rng_next_u64(rng) % (uint64_t)(n / 2 + 8));
+        const int tail = (int)(rng_next_u64(rng) % 300);
+        m[i] = (select_mask){.n_slots = ns, .ex0_lo = 0, .ex0_hi = (int)(rng_next_u64(rng) % 70), .ex1_lo = ns - tail,
+                             .ex1_hi = ns + 1};
+        if (i % 8 == 3) m[i].seg = seg, m[i].query_seg = seg[(ns < n ? ns : n) - 1];
+    }
+}
+
+static selector *new_blocks(int d, int f16, int B, int nprobe, int check) {
+    selector_params p;
+    selector_params_default(&p, SELECT_EXACT, d);
+    p.f16_keys = f16;
+    p.block_rows = B;
+    p.nprobe = nprobe;
+    p.probe_from = 0;
+    p.probe_check = check;
+    selector *s;
+    subq_error err = {0};
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
+    return s;
+}
+
+static void test_reference(int f16, int d, int n, int B, int nprobe, int threads, uint64_t seed) {
+    enum { NQ = 60 };
+    const int k = 50;
+    uint64_t rng = rng_seed(seed);
+    float *keys = malloc((size_t)n * d * sizeof(float)), *stored = malloc((size_t)n * d * sizeof(float));
+    float *q = malloc((size_t)NQ * d * sizeof(float));
+    int32_t *seg = malloc((size_t)n * sizeof(int32_t)), *out = malloc((size_t)NQ * k * sizeof(int32_t));
+    int32_t *bid = malloc((size_t)n * sizeof(int32_t));
+    double *want = malloc((size_t)n * sizeof(double)), *have = malloc((size_t)k * sizeof(double));
+    double *bscore = malloc((size_t)n * sizeof(double));
+    select_mask m[NQ];
+    int got[NQ];
+    make_keys(&rng, n, d, f16, keys, stored);
+    for (int i = 0; i < NQ * d; i++) q[i] = rng_normal(&rng);
+    /* queries near keys of their visible part, as a prompt's are */
+    batch_masks(&rng, n, NQ, seg, m);
+    for (int i = 0; i < NQ; i++) {
+        const int j = (int)(rng_next_u64(&rng) % (uint64_t)(m[i].n_slots < n ? m[i].n_slots : n));
+        for (int c = 0; c < d; c++) q[(size_t)i * d + c] = 0.5f * q[(size_t)i * d + c] + keys[(size_t)j * d + c];
+    }
+    selector *s = new_blocks(d, f16, B, nprobe, 0);
+    subq_error err = {0};
+    for (int at = 0, c = 7; at < n; at += c, c = c * 2 + 1) /* appends that end mid-block */
+        CHECK(selector_append(s, keys + (size_t)at * d, at + c < n ? c : n - at, at, &err) == SUBQ_OK, "append: %s",
+              err.msg);
+    CHECK(selector_query_prefill(s, NQ, q, q, (size_t)d, k, m, out, got, threads) == 0, "query_prefill failed");
+    const double tol = f16 ? 2e-3 : 1e-5;
+    int bad_count = 0, bad_elig = 0, bad_order = 0, differ = 0;
+    for (int i = 0; i < NQ; i++) {
+        const int kk = reference(q + (size_t)i * d, stored, d, n, B, nprobe, &m[i], k, want, bscore, bid);
+        bad_count += got[i] != kk;
+        int mismatch = 0;
+        for (int a = 0; a < got[i]; a++) {
+            const int j = out[(size_t)i * k + a];
+            bad_elig += j < 0 || j >= n || !select_mask_allows(&m[i], j);
+            have[a] = j >= 0 && j < n ? cosine(q + (size_t)i * d, stored + (size_t)j * d, d) : -2;
+            bad_order += a && have[a] > have[a - 1] + tol;
+        }
+        qsort(have, (size_t)got[i], sizeof(double), cmp_desc);
+        for (int a = 0; a < got[i] && a < kk; a++) mismatch |= fabs(have[a] - want[a]) > tol;
+        differ += mismatch;
+    }
+    /* a block whose mean score ties another's within float rounding may
+     * rank either way: allow one query in 30 */
+    CHECK(bad_count == 0 && bad_elig == 0 && bad_order == 0,
+          "blocks %s d=%d B=%d: %d wrong counts, %d ineligible, %d out of order", f16 ? "f16" : "f32", d, B, bad_count,
+          bad_elig, bad_order);
+    CHECK(differ <= NQ / 30, "blocks %s d=%d B=%d nprobe=%d: %d of %d queries differ from the reference",
+          f16 ? "f16" : "f32", d, B, nprobe, differ, NQ);
+    selector_free(s);
+    free(keys), free(stored), free(q), free(seg), free(out), free(bid), free(want), free(have), free(bscore);
+}
+
+/* Keys at or past a query's n_slots never change its answer; a truncated
+ * selector re-fed other keys, and one rebuilt by get_keys + put_keys,
+ * answer as a fresh selector fed the same keys. */
+static void test_state(int f16) {
+    enum { N = 6000, D = 24, K = 32, NQ = 40, B = 32, NPROBE = 6 };
+    uint64_t rng = rng_seed(77);
+    float *keys = malloc((size_t)2 * N * D * sizeof(float)), *stored = malloc((size_t)2 * N * D * sizeof(float));
+    float *back = malloc((size_t)N * D * sizeof(float)), *q = malloc((size_t)NQ * D * sizeof(float));
+    int32_t *seg = malloc((size_t)2 * N * sizeof(int32_t));
+    int32_t oa[NQ * K], ob[NQ * K];
+    int ga[NQ], gb[NQ];
+    select_mask m[NQ];
+    make_keys(&rng, 2 * N, D, f16, keys, stored);
+    for (int i = 0; i < NQ * D; i++) q[i] = rng_normal(&rng);
+    batch_masks(&rng, N, NQ, seg, m);
+    for (int i = 0; i < NQ; i++) m[i].n_slots = m[i].n_slots < N ? m[i].n_slots : N - 1 - i;
+    subq_error err = {0};
+    selector *a = new_blocks(D, f16, B, NPROBE, 0), *b = new_blocks(D, f16, B, NPROBE, 0);
+    /* a: N keys; b: the same N and N more past every query's n_slots */
+    CHECK(selector_append(a, keys, N, 0, &err) == SUBQ_OK && selector_append(b, keys, 2 * N, 0, &err) == SUBQ_OK,
+          "append: %s", err.msg);
+    memset(oa, 0xff, sizeof oa), memset(ob, 0xff, sizeof ob); /* only got[i] slots are written */
+    CHECK(selector_query_prefill(a, NQ, q, q, D, K, m, oa, ga, 2) == 0 &&
+          selector_query_prefill(b, NQ, q, q, D, K, m, ob, gb, 2) == 0, "query_prefill failed");
+    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d: keys past n_slots changed answers", f16);
+    /* b cut back mid-block and fed a's tail again; c rebuilt from a's stored keys */
+    CHECK(selector_truncate(b, N / 2 + B / 2, &err) == SUBQ_OK, "truncate: %s", err.msg);
+    CHECK(selector_append(b, keys + (size_t)(N / 2 + B / 2) * D, N - (N / 2 + B / 2), N / 2 + B / 2, &err) == SUBQ_OK,
+          "append: %s", err.msg);
+    memset(ob, 0xff, sizeof ob);
+    CHECK(selector_query_prefill(b, NQ, q, q, D, K, m, ob, gb, 1) == 0, "query_prefill failed");
+    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d: truncate + append differ", f16);
+    selector *c = new_blocks(D, f16, B, NPROBE, 0);
+    CHECK(selector_get_keys(a, N, back, &err) == SUBQ_OK && selector_put_keys(c, back, N, 0, &err) == SUBQ_OK,
+          "get/put keys: %s", err.msg);
+    memset(ob, 0xff, sizeof ob);
+    CHECK(selector_query_prefill(c, NQ, q, q, D, K, m, ob, gb, 2) == 0, "query_prefill failed");
+    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d: get_keys + put_keys differ", f16);
+    selector_free(a), selector_free(b), selector_free(c);
+    free(keys), free(stored), free(back), free(q), free(seg);
+}
+
+/* nprobe 0, or fewer keys than probe_from: the full batched scan; and the
+ * recall check counts the overlap brute force finds. */
+static void test_fallback_and_check(void) {
+    enum { N = 5000, D = 16, K = 40, NQ = 24 };
+    uint64_t rng = rng_seed(5);
+    float *keys = malloc((size_t)N * D * sizeof(float)), *stored = malloc((size_t)N * D * sizeof(float));
+    float *q = malloc((size_t)NQ * D * sizeof(float));
+    int32_t *seg = malloc((size_t)N * sizeof(int32_t)), oa[NQ * K], ob[NQ * K], full[K];
+    int ga[NQ], gb[NQ];
+    select_mask m[NQ];
+    make_keys(&rng, N, D, 0, keys, stored);
+    for (int i = 0; i < NQ * D; i++) q[i] = rng_normal(&rng);
+    batch_masks(&rng, N, NQ, seg, m);
+    subq_error err = {0};
+    selector *off = new_blocks(D, 0, 64, 0, 0), *late = new_blocks(D, 0, 64, 8, 0), *chk = new_blocks(D, 0, 64, 8, 3);
+    late->params.probe_from = N + 1;
+    CHECK(selector_append(off, keys, N, 0, &err) == SUBQ_OK && selector_append(late, keys, N, 0, &err) == SUBQ_OK &&
+          selector_append(chk, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+    memset(oa, 0xff, sizeof oa), memset(ob, 0xff, sizeof ob); /* only got[i] slots are written */
+    CHECK(selector_query_batch(off, NQ, q, q, D, K, m, oa, ga, 2) == 0, "query_batch failed");
+    CHECK(selector_query_prefill(off, NQ, q, q, D, K, m, ob, gb, 2) == 0 && !memcmp(ga, gb, sizeof ga) &&
+          !memcmp(oa, ob, sizeof oa), "nprobe 0: the prefill must scan every key");
+    CHECK(selector_query_prefill(late, NQ, q, q, D, K, m, ob, gb, 2) == 0 && !memcmp(ga, gb, sizeof ga) &&
+          !memcmp(oa, ob, sizeof oa), "below probe_from: the prefill must scan every key");
+    CHECK(selector_query_prefill(chk, NQ, q, q, D, K, m, ob, gb, 2) == 0, "query_prefill failed");
+    int64_t keys_want = 0, found_want = 0;
+    for (int i = 0; i < NQ; i += 3) {
+        /* the full scan's answer is the batched scan's (oa) */
+        for (int a = 0; a < ga[i]; a++) {
+            full[a] = oa[i * K + a];
+            int f = 0;
+            for (int b = 0; b < gb[i]; b++) f |= ob[i * K + b] == full[a];
+            found_want += f;
+        }
+        keys_want += ga[i];
+    }
+    CHECK(chk->stats.n_check_keys == keys_want && chk->stats.n_check_found == found_want,
+          "recall check: %lld of %lld counted, brute force %lld of %lld", (long long)chk->stats.n_check_found,
+          (long long)chk->stats.n_check_keys, (long long)found_want, (long long)keys_want);
+    CHECK(found_want < keys_want, "the check test needs a query the block scan answers otherwise");
+    /* a block scan whose allocations fail is an error, never an empty answer */
+    chk->fail_alloc = 1;
+    CHECK(selector_query_prefill(chk, NQ, q, q, D, K, m, ob, gb, 2) < 0, "a failing block scan must return -1");
+    chk->fail_alloc = 0;
+    CHECK(selector_query_prefill(chk, NQ, q, q, D, K, m, ob, gb, 2) == 0, "the block scan once allocations succeed");
+    selector_free(off), selector_free(late), selector_free(chk);
+    free(keys), free(stored), free(q), free(seg);
+}
+
+int main(void) {
+    test_reference(0, 32, 9000, 64, 8, 1, 1);
+    test_reference(1, 32, 9000, 64, 8, 2, 2);
+    test_reference(0, 17, 5000, 16, 24, 2, 3);
+    test_reference(1, 64, 3000, 100, 3, 1, 4);
+    test_reference(0, 8, 2500, 1, 300, 2, 5);
+    test_state(0);
+    test_state(1);
+    test_fallback_and_check();
+    return test_summary();
+}
