@@ -118,13 +118,24 @@ static subq_status want_tensor(const gguf_file *f, const char *name, uint32_t ty
     return SUBQ_OK;
 }
 
-/* The lines of two plans where they first differ, for the error message. */
+/* Where two plans first differ, for the error message: the layer and the field. */
 static void first_difference(const char *a, const char *b, char *la, char *lb, size_t cap) {
     size_t i = 0;
     while (a[i] && a[i] == b[i]) i++;
-    while (i > 0 && a[i - 1] != '\n') i--; /* both share the text before i */
-    snprintf(la, cap, "%.*s", (int)strcspn(a + i, "\n"), a + i);
-    snprintf(lb, cap, "%.*s", (int)strcspn(b + i, "\n"), b + i);
+    size_t line = i, field = i;
+    while (line > 0 && a[line - 1] != '\n') line--; /* both share the text before i */
+    while (field > line && a[field - 1] != ' ') field--;
+    /* the layer ("L3") and the first field that differs ("k=8"): a plan's
+     * lines are longer than an error message */
+    const int wa = (int)strcspn(a + field, " \n"), wb = (int)strcspn(b + field, " \n");
+    if (field == line) { /* the lines differ in their first field */
+        snprintf(la, cap, "%.*s", wa, a + field);
+        snprintf(lb, cap, "%.*s", wb, b + field);
+        return;
+    }
+    const int n_label = (int)strcspn(a + line, ":\n");
+    snprintf(la, cap, "%.*s: %.*s", n_label, a + line, wa, a + field);
+    snprintf(lb, cap, "%.*s: %.*s", n_label, b + line, wb, b + field);
 }
 
 static subq_status check_header(const subq_context *c, const gguf_file *f, int *n_out, subq_error *err) {
