@@ -254,6 +254,17 @@ static void test_fallback_and_check(void) {
     CHECK(selector_query_prefill(chk, NQ, q, q, D, K, m, ob, gb, 2) == 0, "the block scan once allocations succeed");
     selector_free(off), selector_free(late), selector_free(chk);
     free(keys), free(stored), free(q), free(seg);
+    /* parameters out of range are refused, naming the block scan */
+    const int bad[3][3] = {{-1, 64, 0}, {8, 0, 0}, {8, 64, -1}}; /* nprobe, block_rows, probe_from */
+    for (int b = 0; b < 3; b++) {
+        selector_params p;
+        selector_params_default(&p, SELECT_EXACT, D);
+        p.nprobe = bad[b][0], p.block_rows = bad[b][1], p.probe_from = bad[b][2];
+        selector *s = NULL;
+        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && strstr(err.msg, "block scan"),
+              "nprobe %d, block %d, from %d must be refused (%s)", bad[b][0], bad[b][1], bad[b][2], err.msg);
+        selector_free(s);
+    }
 }
 
 int main(void) {

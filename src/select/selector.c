@@ -123,10 +123,13 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
                          name, p->hnsw_m, p->hnsw_ef_construction, p->hnsw_ef_search);
-    if (p->kind == SELECT_EXACT && p->nprobe > 0 && (p->block_rows < 1 || p->block_rows > SELECT_MAX_BLOCK_ROWS || p->probe_from < 0 || p->probe_check < 0))
+    if (p->kind == SELECT_EXACT &&
+        (p->nprobe < 0 || (p->nprobe > 0 && (p->block_rows < 1 || p->block_rows > SELECT_MAX_BLOCK_ROWS ||
+                                             p->probe_from < 0 || p->probe_check < 0))))
         return subq_fail(err, SUBQ_ERR_ARG,
-                         "selector exact: invalid block scan (%d keys per block, 1 to %d; from %d keys, check every %d; "
-                         "neither may be negative)", p->block_rows, SELECT_MAX_BLOCK_ROWS, p->probe_from, p->probe_check);
+                         "selector exact: invalid block scan (nprobe %d; %d keys per block, 1 to %d; from %d keys, "
+                         "check every %d; none may be negative)", p->nprobe, p->block_rows, SELECT_MAX_BLOCK_ROWS,
+                         p->probe_from, p->probe_check);
     if (p->kind == SELECT_QUEST && p->quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
     subq_status rc;
