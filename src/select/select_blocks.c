@@ -20,7 +20,6 @@
  * scan (bench, subq_context_stats). The answer of a query never depends on
  * keys at or past its n_slots: a block is ranked only when it lies wholly
  * below, and the rest is scanned exactly. */
-#include <math.h>
 #include <stdlib.h>
 
 #include "base/blas.h"
@@ -46,18 +45,11 @@ static int block_ranges(const int *lo, const int *hi, int nr, int block, int nb,
  * rows) to t; returns the rows scored. dots, at: scratch of `block`. */
 static int64_t scan_rows(const select_rows *r, const select_mask *m, const int *lo, const int *hi, int nr, int a, int e,
                          float *dots, int32_t *at, topk_buf *t) {
-    const kernels *K = kernels_get();
     int64_t scored = 0;
     for (int q = 0; q < nr; q++) {
         const int x = lo[q] > a ? lo[q] : a, y = hi[q] < e ? hi[q] : e;
         if (y <= x) continue;
-        select_score_run(r, x, y - x, dots);
-        /* most rows lose to the worst kept at the last cut */
-        const int nat = K->index_at_least(dots, y - x, t->thr ? select_key_score(t->thr) : -INFINITY, at);
-        for (int c = 0; c < nat; c++) {
-            const int j = x + at[c];
-            if (!m->seg || m->seg[j] == m->query_seg) select_topk_push(t, dots[at[c]], j);
-        }
+        select_offer_run(r, m, x, y - x, dots, at, t);
         scored += y - x;
     }
     return scored;

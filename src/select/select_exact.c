@@ -189,46 +189,44 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
 
-static int exact_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
-                             const select_mask *m, int32_t *out, int *got, int n_threads) {
+/* A batch of queries: the stored keys in full (compressed scans too: a
+ * batch's scan is one GEMM), or, for a prompt's batch (`prefill`) that
+ * sees probe_from keys and more blocks than it probes, the block scan. */
+static int query_many(selector *s, int n, const float *q_search, int k, const select_mask *m, int32_t *out, int *got,
+                      int n_threads, int prefill) {
     exact_sel *e = (exact_sel *)s;
+    const selector_params *p = &s->params;
     if (!q_search || e->count == 0) {
         for (int i = 0; i < n; i++) got[i] = 0;
         return 0;
     }
-    float *qn = select_query_realloc(s, NULL, (size_t)n * e->d * sizeof(float));
-    if (!qn) return -1;
-    /* the stored keys in full (compressed scans too: a batch's scan is one GEMM) */
-    for (int i = 0; i < n; i++)
-        select_prepare(qn + (size_t)i * e->d, q_search + (size_t)i * e->d, e->d, s->params.score);
-    int rc = select_scan_topk_batch(s, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m, k, out, got, n_threads);
-    free(qn);
-    return rc;
-}
-
-/* A prefill batch: the block scan once it sees probe_from keys and more
- * blocks than it probes, else the full batched scan. */
-static int exact_query_prefill(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
-                               int k, const select_mask *m, int32_t *out, int *got, int n_threads) {
-    exact_sel *e = (exact_sel *)s;
-    const selector_params *p = &s->params;
     int top = 0; /* keys any query may see */
     for (int i = 0; i < n; i++) {
         const int v = m[i].n_slots < e->count ? m[i].n_slots : e->count;
         top = v > top ? v : top;
     }
-    if (!q_search || !e->block || top < p->probe_from || top / e->block <= p->nprobe)
-        return exact_query_batch(s, n, q_search, q_native, q_stride, k, m, out, got, n_threads);
+    const int blocks = prefill && e->block && top >= p->probe_from && top / e->block > p->nprobe;
     float *qn = select_query_realloc(s, NULL, (size_t)n * e->d * sizeof(float));
     if (!qn) return -1;
-    for (int i = 0; i < n; i++)
-        select_prepare(qn + (size_t)i * e->d, q_search + (size_t)i * e->d, e->d, p->score);
+    for (int i = 0; i < n; i++) select_prepare(qn + (size_t)i * e->d, q_search + (size_t)i * e->d, e->d, p->score);
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .dot = e->dot, .scores = e->scores,
                               .row_bytes = (size_t)e->d * elem(e)};
-    int rc = select_block_topk_batch(s, n, qn, &full, e->sums, e->block, p->nprobe, e->count, m, k, p->probe_check,
-                                     out, got, n_threads);
+    int rc = blocks ? select_block_topk_batch(s, n, qn, &full, e->sums, e->block, p->nprobe, e->count, m, k,
+                                              p->probe_check, out, got, n_threads)
+                    : select_scan_topk_batch(s, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m, k, out, got,
+                                             n_threads);
     free(qn);
     return rc;
+}
+
+static int exact_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
+                             const select_mask *m, int32_t *out, int *got, int n_threads) {
+    return query_many(s, n, q_search, k, m, out, got, n_threads, 0);
+}
+
+static int exact_query_prefill(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
+                               int k, const select_mask *m, int32_t *out, int *got, int n_threads) {
+    return query_many(s, n, q_search, k, m, out, got, n_threads, 1);
 }
 
 static void exact_reset(selector *s) {

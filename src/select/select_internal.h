@@ -145,9 +145,11 @@ typedef struct select_rows {
     size_t row_bytes;
 } select_rows;
 
-/* Scores of the n consecutive rows from slot j0 (rows with a contiguous
- * kernel only: `scores` or `code_scores`). */
-void select_score_run(const select_rows *r, int j0, int n, float *out);
+/* Score the n consecutive rows from slot j0 (rows with a contiguous
+ * kernel: `scores` or `code_scores`) into dots and offer those of the
+ * query's segment that reach t's threshold to t (idx: scratch of n). */
+void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n, float *dots, int32_t *idx,
+                      topk_buf *t);
 
 /* Exact top-k over the eligible slots below n (the exact selector, and the
  * ANN selectors when few slots are eligible). Writes up to k slots, best

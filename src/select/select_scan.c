@@ -30,11 +30,26 @@ static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, in
     for (int i = 0; i < nb; i++) select_topk_push(&b->t, b->dots[i], idx[i]);
 }
 
-void select_score_run(const select_rows *r, int j0, int n, float *out) {
+/* Scores of the n consecutive rows from slot j0 (rows with a contiguous
+ * kernel only). */
+static void score_run(const select_rows *r, int j0, int n, float *out) {
     if (r->code_scores)
         r->code_scores(r->cq, (const uint8_t *)r->base + (size_t)j0 * r->stride, r->code_scale + j0, n, out);
     else
         r->scores(r->q, 1, (const char *)r->base + (size_t)j0 * r->row_bytes, n, r->d, 1.0f, out, n);
+}
+
+void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n, float *dots, int32_t *idx,
+                      topk_buf *t) {
+    score_run(r, j0, n, dots);
+    /* most scores lose to the worst kept at the last cut: the others are
+     * listed, then offered */
+    const float worst = t->thr ? select_key_score(t->thr) : -INFINITY;
+    const int nc = kernels_get()->index_at_least(dots, n, worst, idx);
+    for (int c = 0; c < nc; c++) {
+        const int j = j0 + idx[c];
+        if (!m->seg || m->seg[j] == m->query_seg) select_topk_push(t, dots[idx[c]], j);
+    }
 }
 
 /* Scan the eligible slots in [from, to) for the k best; returns the count,
@@ -44,7 +59,6 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
     scan_buf b;
     if (k <= 0) return 0;
     if (!scan_buf_init(s, sc, k, &b)) return -1;
-    const kernels *K = kernels_get();
     b.t.thr = thr0;
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     int64_t scored = 0;
@@ -54,15 +68,7 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
         for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
             int j1 = j0 + SELECT_BLOCK < e ? j0 + SELECT_BLOCK : e, nb = 0;
             if (r->scores || r->code_scores) { /* consecutive rows: no slot list, several rows per sum */
-                select_score_run(r, j0, j1 - j0, b.dots);
-                /* most scores lose to the worst kept at the last cut: the
-                 * others are listed, then offered */
-                const float worst = b.t.thr ? select_key_score(b.t.thr) : -INFINITY;
-                const int nc = K->index_at_least(b.dots, j1 - j0, worst, b.idx);
-                for (int c = 0; c < nc; c++) {
-                    const int j = j0 + b.idx[c];
-                    if (!m->seg || m->seg[j] == m->query_seg) select_topk_push(&b.t, b.dots[b.idx[c]], j);
-                }
+                select_offer_run(r, m, j0, j1 - j0, b.dots, b.idx, &b.t);
                 scored += j1 - j0; /* every row of the run is read and scored */
                 continue;
             }
@@ -113,7 +119,7 @@ static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, 
         for (int q = 0; q < nr; q++) {
             const int a = lo[q] > p ? lo[q] : p, e = hi[q] < p + len ? hi[q] : p + len;
             if (e <= a) continue;
-            select_score_run(r, a, e - a, dots);
+            score_run(r, a, e - a, dots);
             n_seen += e - a;
             for (int j = a; j < e; j++)
                 if (!m->seg || m->seg[j] == m->query_seg) key[n_key++] = select_pair_key(dots[j - a], j);
