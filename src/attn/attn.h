@@ -143,8 +143,11 @@ attn_stage *attn_full_stage(void);
  * segments are contiguous runs of slots) and, when n_extra > 0, to the slots
  * extra[t * n_extra + x] that are >= 0 (each below lo[t], none twice), under
  * one softmax. Full attention is lo = NULL, n_extra = 0; sparse prefill
- * gives its local window and its sinks + retrieved slots. Scratch is bounded
- * by the keys in [min lo, slot0 + n_tokens), never tokens x tokens. */
+ * gives its local window and its sinks + retrieved slots. The range goes
+ * through sgemm; the extra slots, scattered rows, are scored and summed as
+ * a decode step's are (kernels_kv_decode: on q8_0 / q4_0 keys with the
+ * query quantised per block, kernels.h). Scratch is bounded by the keys in
+ * [min lo, slot0 + n_tokens), never tokens x tokens. */
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
                        subq_error *err);
 

@@ -120,7 +120,7 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
         for (int c = 0; c < nbk; c++)
             scored += scan_rows(&r, &m[i], lo, hi, nr, blocks[c] * block, (blocks[c] + 1) * block, dt, at, &t);
         scored += scan_rows(&r, &m[i], lo, hi, nr, vis / block * block, vis, dt, at, &t);
-        got[i] = select_topk_take(&t, 1, out + (size_t)i * k, NULL);
+        got[i] = select_topk_take(&t, 0, out + (size_t)i * k, NULL); /* in any order (selector.h) */
     }
     s->stats.n_visited += scored + (int64_t)n * nb_max;
     s->stats.bytes_read += (uint64_t)scored * rows->row_bytes + (uint64_t)nb_max * d * sizeof(float);
