@@ -99,12 +99,26 @@ static void gather_start(const kv_cache *kv, int layer, int kv_head, int values,
         prefetch_row(kv_cache_row(kv, layer, kv_head, values, slots[j]), kv->row_bytes);
 }
 
+/* One pass over the rows slots[0..n) of KV head kh, copied side by side in
+ * blocks for the decode kernels, which convert each row once for the g
+ * heads: values = 0: s[i*ld + j] = scale q_i . k_j; values = 1:
+ * out_i += sum_j s[i*ld + j] v_j. The caller asks for the first window of
+ * rows (gather_start), as early as it can. */
+static void slots_pass(const kv_cache *kv, const kernels_kv_decode *ops, int layer, int kh, int values, int g,
+                       const float *q, float scale, const int *slots, int n, float *s, int ld, float *out) {
+    gather_rows rows;
+    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
+    for (int j0 = 0; j0 < n; j0 += block) {
+        const int nb = n - j0 < block ? n - j0 : block;
+        gather_block(kv, layer, kh, values, slots, j0, nb, n, rows.bytes);
+        if (values) ops->accum(s + j0, g, ld, rows.bytes, nb, kv->head_dim, out);
+        else ops->scores(q, g, rows.bytes, nb, kv->head_dim, scale, s + j0, ld);
+    }
+}
+
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale, float cap,
                            const int *slots, int n, float *scores, float *out) {
     const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
-    const int hd = kv->head_dim;
-    gather_rows rows;
-    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
     /* Each key row is asked for GATHER_WINDOW rows before its use, so for
      * a usual set all of them before the first, and the value rows likewise
      * before the softmax: scattered rows wait on DRAM and often a page walk,
@@ -114,22 +128,12 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
      * which convert each row once for the g heads in wide registers (one
      * dot and one axpy call per row and head measured 1 ms a step more). */
     gather_start(kv, layer, kv_head, 0, slots, n);
-    /* s_ij = scale q_i . k_j */
-    for (int j0 = 0; j0 < n; j0 += block) {
-        const int nb = n - j0 < block ? n - j0 : block;
-        gather_block(kv, layer, kv_head, 0, slots, j0, nb, n, rows.bytes);
-        ops.scores(q, g, rows.bytes, nb, hd, scale, scores + j0, n);
-    }
+    slots_pass(kv, &ops, layer, kv_head, 0, g, q, scale, slots, n, scores, n, NULL); /* s_ij = scale q_i . k_j */
     gather_start(kv, layer, kv_head, 1, slots, n);
     softcap(scores, g * n, cap);
     for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
-    /* out_i = sum_j p_ij v_j */
-    memset(out, 0, (size_t)g * hd * sizeof(float));
-    for (int j0 = 0; j0 < n; j0 += block) {
-        const int nb = n - j0 < block ? n - j0 : block;
-        gather_block(kv, layer, kv_head, 1, slots, j0, nb, n, rows.bytes);
-        ops.accum(scores + j0, g, n, rows.bytes, nb, hd, out);
-    }
+    memset(out, 0, (size_t)g * kv->head_dim * sizeof(float));
+    slots_pass(kv, &ops, layer, kv_head, 1, g, NULL, 0.0f, slots, n, scores, n, out); /* out_i = sum_j p_ij v_j */
 }
 
 /* chunk_partial's scores (values = 0) or accumulation (values = 1) over
@@ -318,25 +322,6 @@ typedef struct batch_scratch {
     float *q, *s, *o, *e, *inv;
 } batch_scratch;
 
-/* E = scale q_i . k_j over token t's extra slots for its g rows (e: [g][ld])
- * (values = 0), or o_i += sum_j E_ij v_j (values = 1). Through the decode
- * kernels on gathered rows, as a decode step attends them: each row is read
- * and converted once for the g heads, not once per head and slot. One KV
- * head at a time: the next token retrieves mostly the same rows, still in
- * L2 (every head's rows at once measured 37% slower at 16K). */
-static void extra_pass(const kv_cache *kv, const kernels_kv_decode *ops, int layer, int kh, int values, int g,
-                       const float *q, float scale, const int *xs, int nx, float *e, int ld, float *o) {
-    gather_rows rows;
-    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
-    gather_start(kv, layer, kh, values, xs, nx);
-    for (int j0 = 0; j0 < nx; j0 += block) {
-        const int nb = nx - j0 < block ? nx - j0 : block;
-        gather_block(kv, layer, kh, values, xs, j0, nb, nx, rows.bytes);
-        if (values) ops->accum(e + j0, g, ld, rows.bytes, nb, kv->head_dim, o);
-        else ops->scores(q, g, rows.bytes, nb, kv->head_dim, scale, e + j0, ld);
-    }
-}
-
 static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, int t1, int k_lo, const float *K,
                        const float *V, const int32_t *first, const int *xs, const int *nxs, int n_extra,
                        batch_scratch *w) {
@@ -353,9 +338,14 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
     for (int t = t0; t < t1; t++) {
         float *q = w->q + (size_t)(t - t0) * g * hd;
         memcpy(q, st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd, (size_t)g * hd * sizeof(float));
-        if (n_extra)
-            extra_pass(kv, &ops, st->layer, kh, 0, g, q, st->scale, xs + (size_t)t * n_extra, nxs[t],
-                       w->e + (size_t)(t - t0) * g * n_extra, n_extra, NULL);
+        if (!n_extra) continue;
+        /* E = scale q_i . k_j over the token's extra slots, as a decode step
+         * scores its rows. One KV head at a time: the next token retrieves
+         * mostly the same rows, still in L2 (every head's rows at once
+         * measured 37% slower at 16K) */
+        gather_start(kv, st->layer, kh, 0, xs + (size_t)t * n_extra, nxs[t]);
+        slots_pass(kv, &ops, st->layer, kh, 0, g, q, st->scale, xs + (size_t)t * n_extra, nxs[t],
+                   w->e + (size_t)(t - t0) * g * n_extra, n_extra, NULL);
     }
     blas_sgemm(1, 0, 1, rows, n_keys, hd, st->scale, w->q, hd, K, hd, 0.0f, w->s, n_keys);
     for (int r = 0; r < rows; r++) {
@@ -372,9 +362,11 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
         w->inv[r] = 1.0f / sum; /* sum >= 1: the query sees itself */
     }
     blas_sgemm(1, 0, 0, rows, hd, n_keys, 1.0f, w->s, n_keys, V, hd, 0.0f, w->o, hd);
-    for (int t = t0; n_extra && t < t1; t++)
-        extra_pass(kv, &ops, st->layer, kh, 1, g, NULL, 0.0f, xs + (size_t)t * n_extra, nxs[t],
+    for (int t = t0; n_extra && t < t1; t++) { /* O += E V_extra */
+        gather_start(kv, st->layer, kh, 1, xs + (size_t)t * n_extra, nxs[t]);
+        slots_pass(kv, &ops, st->layer, kh, 1, g, NULL, 0.0f, xs + (size_t)t * n_extra, nxs[t],
                    w->e + (size_t)(t - t0) * g * n_extra, n_extra, w->o + (size_t)(t - t0) * g * hd);
+    }
     for (int r = 0; r < rows; r++) {
         const int t = t0 + r / g;
         const float *o = w->o + (size_t)r * hd;
