@@ -134,11 +134,15 @@ static void check_kv_rows(const char *name, const kernels *K) {
             float *conv = malloc((size_t)NMAX * hd * sizeof(float)), *q = malloc((size_t)GMAX * hd * sizeof(float));
             float *s = malloc((size_t)GMAX * (NMAX + 3) * sizeof(float)), *out = malloc((size_t)GMAX * hd * sizeof(float));
             unsigned char *rows = malloc((size_t)NMAX * rb), *ggml = malloc((size_t)NMAX * rb + 64);
-            /* rows of varied scale; one row of zeros (d = 0) */
+            /* rows of varied scale; one row of zeros (d = 0); every tenth
+             * row of exact ties for q8_0 (d = 127 / 127 = 1, values n + 1/2) */
             for (int j = 0; j < NMAX; j++) {
                 const float sc = j == 7 ? 0.0f : 0.1f + (float)(j % 5);
-                for (int c = 0; c < hd; c++) x[(size_t)j * hd + c] = sc * rng_normal(&rng);
-                kernels_kv_from_f32(type, x + (size_t)j * hd, rows + (size_t)j * rb, hd);
+                for (int c = 0; c < hd; c++)
+                    x[(size_t)j * hd + c] = j % 10 != 3    ? sc * rng_normal(&rng)
+                                            : c % 32 == 0 ? 127.0f
+                                                          : (float)((c * 37 + j) % 253 - 126) + 0.5f;
+                ops->from_f32(x + (size_t)j * hd, rows + (size_t)j * rb, hd);
                 for (int c = 0; c < hd; c++) deq[(size_t)j * hd + c] = (float)kv_ref_value(type, rows + (size_t)j * rb, hd, c);
             }
             /* quantisation error: half a step (f16: 2^-11 relative; q4_0's

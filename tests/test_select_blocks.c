@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "base/rng.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
@@ -21,6 +22,23 @@
 static int cmp_desc(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static int cmp_slot(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* 1 when two batches of answers hold the same counts and, per query, the
+ * same slots (a prefill answers in any order: selector.h) */
+static int same_sets(int nq, int k, int32_t *a, const int *ga, int32_t *b, const int *gb) {
+    int same = 1;
+    for (int i = 0; i < nq; i++) {
+        same &= ga[i] == gb[i];
+        qsort(a + (size_t)i * k, (size_t)ga[i], sizeof(int32_t), cmp_slot);
+        qsort(b + (size_t)i * k, (size_t)gb[i], sizeof(int32_t), cmp_slot);
+    }
+    return same && !memcmp(a, b, (size_t)nq * k * sizeof(int32_t));
 }
 
 static double cosine(const float *a, const float *b, int d) {
@@ -225,10 +243,10 @@ static void test_fallback_and_check(void) {
           selector_append(chk, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
     memset(oa, 0xff, sizeof oa), memset(ob, 0xff, sizeof ob); /* only got[i] slots are written */
     CHECK(selector_query_batch(off, NQ, q, q, D, K, m, oa, ga, 2) == 0, "query_batch failed");
-    CHECK(selector_query_prefill(off, NQ, q, q, D, K, m, ob, gb, 2) == 0 && !memcmp(ga, gb, sizeof ga) &&
-          !memcmp(oa, ob, sizeof oa), "nprobe 0: the prefill must scan every key");
-    CHECK(selector_query_prefill(late, NQ, q, q, D, K, m, ob, gb, 2) == 0 && !memcmp(ga, gb, sizeof ga) &&
-          !memcmp(oa, ob, sizeof oa), "below probe_from: the prefill must scan every key");
+    CHECK(selector_query_prefill(off, NQ, q, q, D, K, m, ob, gb, 2) == 0 && same_sets(NQ, K, oa, ga, ob, gb),
+          "nprobe 0: the prefill must scan every key");
+    CHECK(selector_query_prefill(late, NQ, q, q, D, K, m, ob, gb, 2) == 0 && same_sets(NQ, K, oa, ga, ob, gb),
+          "below probe_from: the prefill must scan every key");
     CHECK(selector_query_prefill(chk, NQ, q, q, D, K, m, ob, gb, 2) == 0, "query_prefill failed");
     int64_t keys_want = 0, found_want = 0;
     for (int i = 0; i < NQ; i += 3) {
@@ -265,6 +283,58 @@ static void test_fallback_and_check(void) {
     }
 }
 
+/* With the context's pool a batch is answered in pieces of queries, one
+ * thread each: the same slots (query_batch: in the same order) and the
+ * same recall check as one piece on OpenMP threads. */
+static void test_pool_pieces(void) {
+    enum { N = 6000, D = 16, K = 30, NQ = 61 };
+    uint64_t rng = rng_seed(7);
+    float *keys = malloc((size_t)N * D * sizeof(float)), *stored = malloc((size_t)N * D * sizeof(float));
+    float *q = malloc((size_t)NQ * D * sizeof(float));
+    int32_t *seg = malloc((size_t)N * sizeof(int32_t)), oa[NQ * K], ob[NQ * K];
+    int ga[NQ], gb[NQ];
+    select_mask m[NQ];
+    make_keys(&rng, N, D, 0, keys, stored);
+    for (int i = 0; i < NQ * D; i++) q[i] = rng_normal(&rng);
+    batch_masks(&rng, N, NQ, seg, m);
+    subq_error err = {0};
+    pool *pl = NULL;
+    CHECK(pool_new(2, &pl, &err) == SUBQ_OK, "pool_new: %s", err.msg);
+    const selector_env env = {.pool = pl};
+    for (int nprobe = 0; nprobe <= 8; nprobe += 8) {
+        selector_params p;
+        selector_params_default(&p, SELECT_EXACT, D);
+        p.block_rows = 64, p.nprobe = nprobe, p.probe_from = 0, p.probe_check = 3;
+        selector *one = NULL, *cut = NULL;
+        CHECK(selector_new(&p, NULL, &one, &err) == SUBQ_OK && selector_new(&p, &env, &cut, &err) == SUBQ_OK,
+              "selector_new: %s", err.msg);
+        CHECK(selector_append(one, keys, N, 0, &err) == SUBQ_OK && selector_append(cut, keys, N, 0, &err) == SUBQ_OK,
+              "append: %s", err.msg);
+        memset(oa, 0xff, sizeof oa), memset(ob, 0xff, sizeof ob);
+        CHECK(selector_query_batch(one, NQ, q, q, D, K, m, oa, ga, 2) == 0 &&
+                  selector_query_batch(cut, NQ, q, q, D, K, m, ob, gb, 2) == 0 && !memcmp(ga, gb, sizeof ga) &&
+                  !memcmp(oa, ob, sizeof oa),
+              "nprobe %d: query_batch in pieces must answer as in one, in order", nprobe);
+        CHECK(selector_query_prefill(one, NQ, q, q, D, K, m, oa, ga, 2) == 0 &&
+                  selector_query_prefill(cut, NQ, q, q, D, K, m, ob, gb, 2) == 0 && same_sets(NQ, K, oa, ga, ob, gb),
+              "nprobe %d: query_prefill in pieces must answer as in one", nprobe);
+        /* (rows visited and bytes read differ: each piece reads the keys or
+         * block summaries its queries may see) */
+        CHECK(one->stats.n_check_keys == cut->stats.n_check_keys &&
+                  one->stats.n_check_found == cut->stats.n_check_found && (nprobe == 0 || one->stats.n_check_keys > 0),
+              "nprobe %d: recall check in pieces: %lld of %lld, in one %lld of %lld", nprobe,
+              (long long)cut->stats.n_check_found, (long long)cut->stats.n_check_keys,
+              (long long)one->stats.n_check_found, (long long)one->stats.n_check_keys);
+        /* a piece whose allocations fail fails the batch */
+        cut->fail_alloc = 1;
+        CHECK(selector_query_prefill(cut, NQ, q, q, D, K, m, ob, gb, 2) < 0, "a failing piece must fail the batch");
+        cut->fail_alloc = 0;
+        selector_free(one), selector_free(cut);
+    }
+    pool_free(pl);
+    free(keys), free(stored), free(q), free(seg);
+}
+
 int main(void) {
     test_reference(0, 32, 9000, 64, 8, 1, 1);
     test_reference(1, 32, 9000, 64, 8, 2, 2);
@@ -274,5 +344,6 @@ int main(void) {
     test_state(0);
     test_state(1);
     test_fallback_and_check();
+    test_pool_pieces();
     return test_summary();
 }

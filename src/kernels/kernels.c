@@ -34,6 +34,10 @@ gemm_q8_fn kernels_gemm_q8(uint32_t type) {
     return wide && wide[type] ? wide[type] : kernels_get()->gemm_q8[type];
 }
 
+void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd) {
+    kernels_get()->kv[t].from_f32(x, row, hd);
+}
+
 kernels_kv_decode kernels_kv_decode_get(subq_kv_type t) {
     const kernels_kv_decode *wide = kernels_kv_decode_avx512();
     if (wide) return wide[t];

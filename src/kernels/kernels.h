@@ -71,10 +71,9 @@ typedef void (*gemv_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, cons
  * that width (quantised types: hd neither a multiple of 32 nor 2, 4, 8, 16). */
 size_t kernels_kv_row_bytes(subq_kv_type t, int hd);
 
-/* The row of hd values x in KV type t (f16: round to nearest even, through
- * the fastest set's f32_to_f16; q8_0 / q4_0: as ggml's
- * quantize_row_q8_0_ref / quantize_row_q4_0_ref, block by block, in one
- * portable form). */
+/* The row of hd values x in KV type t (f16: round to nearest even; q8_0 /
+ * q4_0: as ggml's quantize_row_q8_0_ref / quantize_row_q4_0_ref, block by
+ * block), through the fastest set's kv[t].from_f32. */
 void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd);
 
 typedef void (*kernels_kv_scores_fn)(const float *q, int g, const void *keys, int n, int hd, float scale, float *s,
@@ -106,6 +105,9 @@ typedef struct kernels_kv {
      * from base (stride a multiple of d: row r starts r * stride / d rows
      * of this type in) */
     kernels_gather_dot_fn gather_dot;
+    /* the row of hd values x, as kernels_kv_from_f32 makes it: every set
+     * writes the same bytes (a KV file written on one CPU is read on another) */
+    void (*from_f32)(const float *x, void *row, int hd);
 } kernels_kv;
 
 typedef struct kernels {

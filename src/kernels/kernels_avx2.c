@@ -884,6 +884,47 @@ TARGET static void kv_f16_accum(const float *p, int g, int ld, const void *vals,
         for (int i = 0; i < n; i++) out[i] = NAME##_dot(q, (const char *)base + (size_t)idx[i] * rb, d);          \
     }
 
+/* q8_0 rows as the portable form writes them (kernels_kv_from_f32): per
+ * block of 32, d = max|x| / 127 and q = roundf(x * (1 / d)), the ties away
+ * from zero. round_ps has no such mode: truncate, then step one away from
+ * zero where the dropped part (y - trunc(y), exact) is at least a half.
+ * max_ps(|x|, m) keeps m for a NaN, as the portable compare does. */
+TARGET static void q8_0_row_from_f32(const float *x, uint8_t *b, int hd) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    for (int c0 = 0; c0 < hd; c0 += 32, b += 2 + 32) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        UNROLL for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + c0 + 8 * k);
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
+        }
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        const float d = _mm_cvtss_f32(h) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        quant_wr16(b, fp32_to_fp16(d));
+        const __m256 vid = _mm256_set1_ps(id);
+        __m256i i[4];
+        UNROLL for (int k = 0; k < 4; k++) {
+            const __m256 y = _mm256_mul_ps(v[k], vid);
+            const __m256 t = _mm256_round_ps(y, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+            const __m256 tie = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(y, t)), half, _CMP_GE_OQ);
+            const __m256 step = _mm256_and_ps(tie, _mm256_or_ps(_mm256_and_ps(y, sign), one)); /* +-1 or 0 */
+            i[k] = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
+        }
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        _mm256_storeu_si256((__m256i *)(b + 2), _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    }
+}
+
+TARGET static void kv_f32_from_f32(const float *x, void *row, int hd) { memcpy(row, x, (size_t)hd * sizeof(float)); }
+TARGET static void kv_f16_from_f32(const float *x, void *row, int hd) { f32_to_f16(x, row, hd); }
+TARGET static void kv_q8_0_from_f32(const float *x, void *row, int hd) {
+    if (hd % 32) KV_SCALAR(SUBQ_KV_Q8_0).from_f32(x, row, hd);
+    else q8_0_row_from_f32(x, row, hd);
+}
+/* q4_0 keeps the portable form: no prefill measured here stores q4_0 rows */
+static void kv_q4_0_from_f32(const float *x, void *row, int hd) { KV_SCALAR(SUBQ_KV_Q4_0).from_f32(x, row, hd); }
+
 KV_QUANT_OPS(kv_q8_0, 0, SUBQ_KV_Q8_0, q8_0)
 KV_QUANT_OPS(kv_q4_0, 1, SUBQ_KV_Q4_0, q4_0)
 
@@ -1202,13 +1243,13 @@ const kernels kernels_avx2_set = {
     .kv =
         {
             [SUBQ_KV_F32] = {kv_f32_dot, kv_f32_axpy, kv_f32_to_f32, kv_f32_scores,
-                             kv_f32_accum, gather_dot_f32},
+                             kv_f32_accum, gather_dot_f32, kv_f32_from_f32},
             [SUBQ_KV_F16] = {kv_f16_dot, kv_f16_axpy, kv_f16_to_f32, kv_f16_scores,
-                             kv_f16_accum, gather_dot_f16},
+                             kv_f16_accum, gather_dot_f16, kv_f16_from_f32},
             [SUBQ_KV_Q8_0] = {kv_q8_0_dot, kv_q8_0_axpy, kv_q8_0_to_f32, kv_q8_0_scores,
-                              kv_q8_0_accum, kv_q8_0_gather_dot},
+                              kv_q8_0_accum, kv_q8_0_gather_dot, kv_q8_0_from_f32},
             [SUBQ_KV_Q4_0] = {kv_q4_0_dot, kv_q4_0_axpy, kv_q4_0_to_f32, kv_q4_0_scores,
-                              kv_q4_0_accum, kv_q4_0_gather_dot},
+                              kv_q4_0_accum, kv_q4_0_gather_dot, kv_q4_0_from_f32},
         },
 };
 

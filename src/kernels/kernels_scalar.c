@@ -367,9 +367,9 @@ static void kv_to_f32(subq_kv_type t, const void *rows, int n, int hd, float *ds
             kv_block_f32(t, (const char *)rows + r * rb, hd, c0, hd - c0 < B ? hd - c0 : B, dst + (size_t)r * hd + c0);
 }
 
-void kernels_kv_from_f32(subq_kv_type t, const float *x, void *row, int hd) {
+static void kv_from_f32(subq_kv_type t, const float *x, void *row, int hd) {
     if (t == SUBQ_KV_F32) memcpy(row, x, (size_t)hd * sizeof(float));
-    else if (t == SUBQ_KV_F16) kernels_get()->f32_to_f16(x, row, hd);
+    else if (t == SUBQ_KV_F16) f32_to_f16(x, row, hd);
     else kv_quantize(t, x, row, hd);
 }
 
@@ -437,9 +437,10 @@ static void kv_gather_dot(subq_kv_type t, const float *q, const void *base, size
     static void NAME##_gather_dot(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n, \
                                   float *out) {                                                                      \
         kv_gather_dot(T, q, base, stride, d, idx, n, out);                                                           \
-    }
+    }                                                                                                                \
+    static void NAME##_from_f32(const float *x, void *row, int hd) { kv_from_f32(T, x, row, hd); }
 #define KV_ENTRY(NAME)                                                                                              \
-    { NAME##_dot, NAME##_axpy, NAME##_to_f32, NAME##_scores, NAME##_accum, NAME##_gather_dot }
+    { NAME##_dot, NAME##_axpy, NAME##_to_f32, NAME##_scores, NAME##_accum, NAME##_gather_dot, NAME##_from_f32 }
 
 KV_OPS(kv_f32, SUBQ_KV_F32)
 KV_OPS(kv_f16, SUBQ_KV_F16)

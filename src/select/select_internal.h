@@ -173,11 +173,12 @@ int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots
 /* select_scan_topk for n queries at once (unit rows qn [n][d]) over rows
  * stored f32 or f16 (`f16`): the scores of a block of keys for every query
  * come from one sgemm, then each query offers the eligible slots of the
- * block to its own heap (memory: n x a block of keys, never n x count).
- * Writes up to k slots per query to out + i * k and the counts to got;
+ * block to its own 2k buffer (memory: n x a block of keys and n x 2k
+ * pairs, never n x count). Writes up to k slots per query to out + i * k
+ * (best first when sorted, else in any order) and the counts to got;
  * returns 0, or -1 when out of memory. */
 int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
-                           int count, const select_mask *m, int k, int32_t *out, int *got, int n_threads);
+                           int count, const select_mask *m, int k, int sorted, int32_t *out, int *got, int n_threads);
 
 /* The coarse-to-fine block scan (select_blocks.c) for n queries (unit rows
  * qn [n][d]) over `rows` (float rows with a contiguous kernel; rows.q is

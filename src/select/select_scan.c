@@ -231,7 +231,7 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
 #define BATCH_KEYS 1024
 
 int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
-                           int count, const select_mask *m, int k, int32_t *out, int *got, int n_threads) {
+                           int count, const select_mask *m, int k, int sorted, int32_t *out, int *got, int n_threads) {
     int top = 0; /* keys any query may see */
     for (int i = 0; i < n; i++) {
         int v = m[i].n_slots < count ? m[i].n_slots : count;
@@ -239,18 +239,14 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
     }
     float *S = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(float));
     float *kf = f16 ? select_query_realloc(s, NULL, (size_t)BATCH_KEYS * d * sizeof(float)) : NULL;
-    float *hs = select_query_realloc(s, NULL, (size_t)n * k * sizeof(float));
-    int32_t *hj = select_query_realloc(s, NULL, (size_t)n * k * sizeof(int32_t));
-    select_heap *h = select_query_realloc(s, NULL, (size_t)n * sizeof(select_heap));
+    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * (k > 0 ? k : 1) * sizeof(uint64_t));
+    topk_buf *t = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
     int32_t *idx = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(int32_t));
-    int rc = !S || (f16 && !kf) || !hs || !hj || !h || !idx ? -1 : 0;
+    int rc = !S || (f16 && !kf) || !keys || !t || !idx ? -1 : 0;
     const kernels *KS = kernels_get();
     int64_t scored = 0;
-    for (int i = 0; !rc && i < n; i++) h[i] = (select_heap){.score = hs + (size_t)i * k, .slot = hj + (size_t)i * k, .k = k};
-    /* newest block first, and newest key first within it: scores tend to
-     * grow toward the recent end, and keys in time order would replace the
-     * heap's root (and sift) at almost every push; the result is the same */
-    for (int j0 = top > 0 ? (top - 1) / BATCH_KEYS * BATCH_KEYS : -1; !rc && j0 >= 0; j0 -= BATCH_KEYS) {
+    for (int i = 0; !rc && i < n; i++) t[i] = (topk_buf){.key = keys + (size_t)i * 2 * k, .k = k};
+    for (int j0 = 0; !rc && k > 0 && j0 < top; j0 += BATCH_KEYS) {
         const int j1 = j0 + BATCH_KEYS < top ? j0 + BATCH_KEYS : top, nb = j1 - j0;
         const float *K = (const float *)base + (size_t)j0 * stride;
         if (f16) { /* f16 rows are packed (stride == d) */
@@ -263,19 +259,15 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
             int lo[3], hi[3], nr = select_mask_ranges(&m[i], count, lo, hi);
             const float *row = S + (size_t)i * nb - j0;
             int32_t *at = idx + (size_t)i * BATCH_KEYS;
-            for (int r = nr - 1; r >= 0; r--) {
-                int a = lo[r] > j0 ? lo[r] : j0, b = hi[r] < j1 ? hi[r] : j1;
-                for (; b > a && h[i].n < h[i].k; b--) {
-                    const int j = b - 1;
-                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_heap_push(&h[i], row[j], j), scored++;
-                }
+            for (int r = 0; r < nr; r++) {
+                const int a = lo[r] > j0 ? lo[r] : j0, b = hi[r] < j1 ? hi[r] : j1;
                 if (b <= a) continue;
-                /* a full heap: only scores that reach its worst may enter
-                 * (pushes in any order keep the same k best) */
-                const int nat = KS->index_at_least(row + a, b - a, h[i].score[0], at);
-                for (int c = nat - 1; c >= 0; c--) {
+                /* only scores that reach the worst kept at the last cut may enter */
+                const float worst = t[i].thr ? select_key_score(t[i].thr) : -INFINITY;
+                const int nat = KS->index_at_least(row + a, b - a, worst, at);
+                for (int c = 0; c < nat; c++) {
                     const int j = a + at[c];
-                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_heap_push(&h[i], row[j], j);
+                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_topk_push(&t[i], row[j], j);
                 }
                 if (!m[i].seg) {
                     scored += b - a;
@@ -285,14 +277,15 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
             }
         }
     }
-    for (int i = 0; !rc && i < n; i++) got[i] = select_heap_take(&h[i], out + (size_t)i * k, NULL);
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (!rc && (int64_t)n * k >= 1 << 14)
+    for (int i = 0; i < n; i++)
+        if (!rc) got[i] = k > 0 ? select_topk_take(&t[i], sorted, out + (size_t)i * k, NULL) : 0;
     s->stats.n_visited += scored;
     s->stats.bytes_read += (uint64_t)top * (uint64_t)d * (f16 ? 2 : 4); /* each key row read once per batch */
     free(S);
     free(kf);
-    free(hs);
-    free(hj);
-    free(h);
+    free(keys);
+    free(t);
     free(idx);
     return rc;
 }
