@@ -353,30 +353,40 @@ TARGET static float dot_q6_K(const void *row, const float *x, int64_t n) {
 
 /* ---- integer GEMM on q8 activations (prefill) ------------------------------ */
 
+/* The 32 values at x into v, and max |x| over them (max_ps(|x|, m) keeps m
+ * for a NaN, as the portable forms' compares do). */
+INLINE float load_absmax32(const float *x, __m256 v[4]) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    UNROLL for (int k = 0; k < 4; k++) {
+        v[k] = _mm256_loadu_ps(x + 8 * k);
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* 4 x 8 int32 to 32 int8 in element order: the packs work per 128-bit lane,
+ * the permute restores the order */
+INLINE void store_i8x32(int8_t *q, const __m256i i[4]) {
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 /* One row as the scalar set does it: the same float operations (amax, d =
  * amax / 127, 1 / d, x * (1 / d)) and rounding (cvtps_epi32 rounds to
  * nearest even), so both sets give the same q and d. */
 TARGET static void quantize_q8(const float *x, int64_t n, int8_t *q, float *d) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < n / 32; b++) {
-        const float *xb = x + 32 * b;
-        __m256 v[4], m = _mm256_setzero_ps();
-        UNROLL for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(xb + 8 * k);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
-        }
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float db = _mm_cvtss_f32(h) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        __m256 v[4];
+        const float db = load_absmax32(x + 32 * b, v) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
         d[b] = db;
         const __m256 vid = _mm256_set1_ps(id);
         __m256i i[4];
         UNROLL for (int k = 0; k < 4; k++) i[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));
-        /* pack 4 x 8 int32 to 32 int8; the packs work per 128-bit lane, the permute restores element order */
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
-        _mm256_storeu_si256((__m256i *)(q + 32 * b),
-                            _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        store_i8x32(q + 32 * b, i);
     }
 }
 
@@ -887,20 +897,12 @@ TARGET static void kv_f16_accum(const float *p, int g, int ld, const void *vals,
 /* q8_0 rows as the portable form writes them (kernels_kv_from_f32): per
  * block of 32, d = max|x| / 127 and q = roundf(x * (1 / d)), the ties away
  * from zero. round_ps has no such mode: truncate, then step one away from
- * zero where the dropped part (y - trunc(y), exact) is at least a half.
- * max_ps(|x|, m) keeps m for a NaN, as the portable compare does. */
+ * zero where the dropped part (y - trunc(y), exact) is at least a half. */
 TARGET static void q8_0_row_from_f32(const float *x, uint8_t *b, int hd) {
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     for (int c0 = 0; c0 < hd; c0 += 32, b += 2 + 32) {
-        __m256 v[4], m = _mm256_setzero_ps();
-        UNROLL for (int k = 0; k < 4; k++) {
-            v[k] = _mm256_loadu_ps(x + c0 + 8 * k);
-            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
-        }
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float d = _mm_cvtss_f32(h) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        __m256 v[4];
+        const float d = load_absmax32(x + c0, v) / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         quant_wr16(b, fp32_to_fp16(d));
         const __m256 vid = _mm256_set1_ps(id);
         __m256i i[4];
@@ -911,8 +913,7 @@ TARGET static void q8_0_row_from_f32(const float *x, uint8_t *b, int hd) {
             const __m256 step = _mm256_and_ps(tie, _mm256_or_ps(_mm256_and_ps(y, sign), one)); /* +-1 or 0 */
             i[k] = _mm256_cvttps_epi32(_mm256_add_ps(t, step));
         }
-        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
-        _mm256_storeu_si256((__m256i *)(b + 2), _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        store_i8x32((int8_t *)b + 2, i);
     }
 }
 
