@@ -223,19 +223,28 @@ static void test_state(int f16) {
     free(keys), free(stored), free(back), free(q), free(seg);
 }
 
+/* n drifting f32 keys of d (and their stored rows), nq Gaussian queries
+ * and their masks (batch_masks) */
+static void batch_inputs(uint64_t seed, int n, int d, int nq, float **keys, float **stored, float **q, int32_t **seg,
+                         select_mask *m) {
+    uint64_t rng = rng_seed(seed);
+    *keys = malloc((size_t)n * d * sizeof(float)), *stored = malloc((size_t)n * d * sizeof(float));
+    *q = malloc((size_t)nq * d * sizeof(float)), *seg = malloc((size_t)n * sizeof(int32_t));
+    make_keys(&rng, n, d, 0, *keys, *stored);
+    for (int i = 0; i < nq * d; i++) (*q)[i] = rng_normal(&rng);
+    batch_masks(&rng, n, nq, *seg, m);
+}
+
 /* nprobe 0, or fewer keys than probe_from: the full batched scan; and the
  * recall check counts the overlap brute force finds. */
 static void test_fallback_and_check(void) {
     enum { N = 5000, D = 16, K = 40, NQ = 24 };
-    uint64_t rng = rng_seed(5);
-    float *keys = malloc((size_t)N * D * sizeof(float)), *stored = malloc((size_t)N * D * sizeof(float));
-    float *q = malloc((size_t)NQ * D * sizeof(float));
-    int32_t *seg = malloc((size_t)N * sizeof(int32_t)), oa[NQ * K], ob[NQ * K], full[K];
+    int32_t oa[NQ * K], ob[NQ * K], full[K];
     int ga[NQ], gb[NQ];
     select_mask m[NQ];
-    make_keys(&rng, N, D, 0, keys, stored);
-    for (int i = 0; i < NQ * D; i++) q[i] = rng_normal(&rng);
-    batch_masks(&rng, N, NQ, seg, m);
+    float *keys, *stored, *q;
+    int32_t *seg;
+    batch_inputs(5, N, D, NQ, &keys, &stored, &q, &seg, m);
     subq_error err = {0};
     selector *off = new_blocks(D, 0, 64, 0, 0), *late = new_blocks(D, 0, 64, 8, 0), *chk = new_blocks(D, 0, 64, 8, 3);
     late->params.probe_from = N + 1;
@@ -288,15 +297,12 @@ static void test_fallback_and_check(void) {
  * same recall check as one piece on OpenMP threads. */
 static void test_pool_pieces(void) {
     enum { N = 6000, D = 16, K = 30, NQ = 61 };
-    uint64_t rng = rng_seed(7);
-    float *keys = malloc((size_t)N * D * sizeof(float)), *stored = malloc((size_t)N * D * sizeof(float));
-    float *q = malloc((size_t)NQ * D * sizeof(float));
-    int32_t *seg = malloc((size_t)N * sizeof(int32_t)), oa[NQ * K], ob[NQ * K];
+    int32_t oa[NQ * K], ob[NQ * K];
     int ga[NQ], gb[NQ];
     select_mask m[NQ];
-    make_keys(&rng, N, D, 0, keys, stored);
-    for (int i = 0; i < NQ * D; i++) q[i] = rng_normal(&rng);
-    batch_masks(&rng, N, NQ, seg, m);
+    float *keys, *stored, *q;
+    int32_t *seg;
+    batch_inputs(7, N, D, NQ, &keys, &stored, &q, &seg, m);
     subq_error err = {0};
     pool *pl = NULL;
     CHECK(pool_new(2, &pl, &err) == SUBQ_OK, "pool_new: %s", err.msg);
