@@ -340,9 +340,10 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
         memcpy(q, st->q + (size_t)t * st->n_head * hd + (size_t)kh * g * hd, (size_t)g * hd * sizeof(float));
         if (!n_extra) continue;
         /* E = scale q_i . k_j over the token's extra slots, as a decode step
-         * scores its rows. One KV head at a time: the next token retrieves
-         * mostly the same rows, still in L2 (every head's rows at once
-         * measured 37% slower at 16K) */
+         * scores its rows. One KV head at a time: every head's rows at once
+         * measured slower (16K: 37%; 32K, in pieces of 32 slots: attention
+         * 116.9 s against 80.7 s), though consecutive tokens share only
+         * 10-20% of their 2048 slots (bench/notes/2026-11-28-prefill-serial.md) */
         gather_start(kv, st->layer, kh, 0, xs + (size_t)t * n_extra, nxs[t]);
         slots_pass(kv, &ops, st->layer, kh, 0, g, q, st->scale, xs + (size_t)t * n_extra, nxs[t],
                    w->e + (size_t)(t - t0) * g * n_extra, n_extra, NULL);
