@@ -472,6 +472,13 @@ typedef struct subq_attn_plan {
      * N^2. nprobe 0: every key. Decode and TOKENWISE always scan every key.
      * (64, 64, 8192) */
     int block_keys, nprobe, probe_from;
+    /* ... and once a prompt token sees group_from keys, the blocks are
+     * ranked in two levels: groups of group_blocks consecutive blocks by
+     * their mean key first, then only the blocks of the group_probe best
+     * groups (and of the last, partial group): the summaries' term grows
+     * as N^2 / (block_keys * group_blocks). group_blocks 0: one level.
+     * (16, 32, 131072) */
+    int group_blocks, group_probe, group_from;
     int probe_check;               /* every probe_check-th prompt token of the block scan is also
                                       answered by the full scan, and the overlap counted
                                       (subq_context_stats; costs time) (0: none) */

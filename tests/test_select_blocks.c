@@ -2,12 +2,15 @@
  * keys) against a brute-force reference of the same algorithm in double
  * precision: block means of the stored keys, each query's nprobe best
  * blocks among those wholly below its n_slots that hold a slot of its
- * ranges, then the exact top K of the eligible slots of those blocks and
- * of the partial last block. Also: keys at or past a query's n_slots never
- * change its answer; truncation, re-appends and get_keys + put_keys keep
- * the block summaries right; below probe_from (or with nprobe 0) the
- * answer is the full batched scan's; the recall check counts what brute
- * force counts; failed allocations are errors. */
+ * ranges (past group_from keys: among the blocks of its group_probe best
+ * groups of blocks, by their means, and of its partial last group), then
+ * the exact top K of the eligible slots of those blocks and of the partial
+ * last block (over int8 / int4 codes: recall of that top K). Also: keys at
+ * or past a query's n_slots never change its answer; truncation,
+ * re-appends and get_keys + put_keys keep the block (and group) summaries
+ * right; below probe_from (or with nprobe 0) the answer is the full
+ * batched scan's; the recall check counts what brute force counts; failed
+ * allocations are errors; parameters out of range are refused. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,30 +72,57 @@ static int in_ranges(const select_mask *m, int vis, int j) {
     return j < vis && !(j >= m->ex0_lo && j < m->ex0_hi) && !(j >= m->ex1_lo && j < m->ex1_hi);
 }
 
-/* The reference answer's scores, best first, into want; returns the count. */
-static int reference(const float *q, const float *stored, int d, int count, int B, int nprobe, const select_mask *m,
-                     int k, double *want, double *bscore, int32_t *bid) {
+/* Sort the first `keep` of n (score, id) pairs best first (selection
+ * sort: few in tests; ties: the lower id first). */
+static void best_first(double *score, int32_t *id, int n, int keep) {
+    for (int a = 0; a < n && a < keep; a++)
+        for (int b = a + 1; b < n; b++)
+            if (score[b] > score[a] || (score[b] == score[a] && id[b] < id[a])) {
+                double t = score[a]; score[a] = score[b]; score[b] = t;
+                int32_t u = id[a]; id[a] = id[b]; id[b] = u;
+            }
+}
+
+/* q . (mean of the stored keys of slots [a, e)) / |q| */
+static double mean_score(const float *q, double qn, const float *stored, int d, int a, int e) {
+    double s = 0;
+    for (int j = a; j < e; j++)
+        for (int c = 0; c < d; c++) s += (double)q[c] / qn * stored[(size_t)j * d + c];
+    return s / (e - a);
+}
+
+/* The reference answer's scores, best first, into want; returns the
+ * count. G > 0: blocks ranked within groups of G (the batch groups). */
+static int reference(const float *q, const float *stored, int d, int count, int B, int nprobe, int G, int gprobe,
+                     const select_mask *m, int k, double *want, double *bscore, int32_t *bid) {
     const int vis = m->n_slots < count ? m->n_slots : count, nbf = vis / B;
     double qn = 0;
     for (int c = 0; c < d; c++) qn += (double)q[c] * q[c];
     qn = sqrt(qn);
-    int nb = 0;
-    for (int b = 0; b < nbf; b++) {
-        int any = 0;
-        for (int j = b * B; j < (b + 1) * B && !any; j++) any = in_ranges(m, vis, j);
-        if (!any) continue;
-        double s = 0;
-        for (int j = b * B; j < (b + 1) * B; j++)
-            for (int c = 0; c < d; c++) s += (double)q[c] / qn * stored[(size_t)j * d + c];
-        bscore[nb] = s / B, bid[nb] = b, nb++;
+    char *elig = calloc((size_t)nbf + 1, 1), *cand = calloc((size_t)nbf + 1, 1);
+    for (int b = 0; b < nbf; b++)
+        for (int j = b * B; j < (b + 1) * B && !elig[b]; j++) elig[b] = (char)in_ranges(m, vis, j);
+    if (G > 0) {
+        /* the gprobe best full groups that hold an eligible block, then
+         * their blocks and those of the partial group */
+        const int ngf = nbf / G;
+        int ng = 0;
+        for (int g = 0; g < ngf; g++) {
+            int any = 0;
+            for (int b = g * G; b < (g + 1) * G; b++) any |= elig[b];
+            if (any) bscore[ng] = mean_score(q, qn, stored, d, g * G * B, (g + 1) * G * B), bid[ng++] = g;
+        }
+        best_first(bscore, bid, ng, gprobe);
+        for (int a = 0; a < ng && a < gprobe; a++)
+            for (int b = bid[a] * G; b < (bid[a] + 1) * G; b++) cand[b] = elig[b];
+        for (int b = ngf * G; b < nbf; b++) cand[b] = elig[b];
+    } else {
+        memcpy(cand, elig, (size_t)nbf);
     }
-    /* the nprobe best blocks (selection sort: few blocks in tests) */
-    for (int a = 0; a < nb && a < nprobe; a++)
-        for (int b = a + 1; b < nb; b++)
-            if (bscore[b] > bscore[a] || (bscore[b] == bscore[a] && bid[b] < bid[a])) {
-                double t = bscore[a]; bscore[a] = bscore[b]; bscore[b] = t;
-                int32_t u = bid[a]; bid[a] = bid[b]; bid[b] = u;
-            }
+    int nb = 0;
+    for (int b = 0; b < nbf; b++)
+        if (cand[b]) bscore[nb] = mean_score(q, qn, stored, d, b * B, (b + 1) * B), bid[nb++] = b;
+    best_first(bscore, bid, nb, nprobe);
     int ne = 0;
     for (int a = 0; a < nb && a < nprobe; a++)
         for (int j = bid[a] * B; j < (bid[a] + 1) * B; j++)
@@ -100,6 +130,7 @@ static int reference(const float *q, const float *stored, int d, int count, int 
     for (int j = nbf * B; j < vis; j++)
         if (select_mask_allows(m, j)) want[ne++] = cosine(q, stored + (size_t)j * d, d);
     qsort(want, (size_t)ne, sizeof(double), cmp_desc);
+    free(elig), free(cand);
     return ne < k ? ne : k;
 }
 
@@ -116,13 +147,17 @@ static void batch_masks(uint64_t *rng, int n, int nq, int32_t *seg, select_mask 
     }
 }
 
-static selector *new_blocks(int d, int f16, int B, int nprobe, int check) {
+/* A block scan from the first key (G > 0: in groups of G blocks from the
+ * first key too; scan: what the keys' pass reads). */
+static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, int G, int gprobe, int check) {
     selector_params p;
     selector_params_default(&p, SELECT_EXACT, d);
     p.f16_keys = f16;
+    p.scan = scan;
     p.block_rows = B;
     p.nprobe = nprobe;
     p.probe_from = 0;
+    p.group_blocks = G, p.group_probe = gprobe, p.group_from = 0;
     p.probe_check = check;
     selector *s;
     subq_error err = {0};
@@ -130,7 +165,12 @@ static selector *new_blocks(int d, int f16, int B, int nprobe, int check) {
     return s;
 }
 
-static void test_reference(int f16, int d, int n, int B, int nprobe, int threads, uint64_t seed) {
+static selector *new_blocks(int d, int f16, int B, int nprobe, int check) {
+    return new_scan(d, f16, SELECT_SCAN_FULL, B, nprobe, 0, 1, check);
+}
+
+static void test_reference_of(int f16, select_scan scan, int d, int n, int B, int nprobe, int G, int gprobe, int threads,
+                              uint64_t seed) {
     enum { NQ = 60 };
     const int k = 50;
     uint64_t rng = rng_seed(seed);
@@ -150,16 +190,24 @@ static void test_reference(int f16, int d, int n, int B, int nprobe, int threads
         const int j = (int)(rng_next_u64(&rng) % (uint64_t)(m[i].n_slots < n ? m[i].n_slots : n));
         for (int c = 0; c < d; c++) q[(size_t)i * d + c] = 0.5f * q[(size_t)i * d + c] + keys[(size_t)j * d + c];
     }
-    selector *s = new_blocks(d, f16, B, nprobe, 0);
+    selector *s = new_scan(d, f16, scan, B, nprobe, G, gprobe, 0);
     subq_error err = {0};
+    /* the batch ranks groups when it holds more full groups than it probes */
+    int top = 0;
+    for (int i = 0; i < NQ; i++) {
+        const int v = m[i].n_slots < n ? m[i].n_slots : n;
+        top = v > top ? v : top;
+    }
+    const int grouped = G > 0 && top / B / G > gprobe;
     for (int at = 0, c = 7; at < n; at += c, c = c * 2 + 1) /* appends that end mid-block */
         CHECK(selector_append(s, keys + (size_t)at * d, at + c < n ? c : n - at, at, &err) == SUBQ_OK, "append: %s",
               err.msg);
     CHECK(selector_query_prefill(s, NQ, q, q, (size_t)d, k, m, out, got, threads) == 0, "query_prefill failed");
     const double tol = f16 ? 2e-3 : 1e-5;
-    int bad_count = 0, bad_elig = 0, differ = 0;
+    int bad_count = 0, bad_elig = 0, differ = 0, n_want = 0, found = 0;
     for (int i = 0; i < NQ; i++) {
-        const int kk = reference(q + (size_t)i * d, stored, d, n, B, nprobe, &m[i], k, want, bscore, bid);
+        const int kk = reference(q + (size_t)i * d, stored, d, n, B, nprobe, grouped ? G : 0, gprobe, &m[i], k, want,
+                                 bscore, bid);
         bad_count += got[i] != kk;
         int mismatch = 0;
         for (int a = 0; a < got[i]; a++) {
@@ -170,21 +218,40 @@ static void test_reference(int f16, int d, int n, int B, int nprobe, int threads
         qsort(have, (size_t)got[i], sizeof(double), cmp_desc);
         for (int a = 0; a < got[i] && a < kk; a++) mismatch |= fabs(have[a] - want[a]) > tol;
         differ += mismatch;
+        /* recall: the reference's scores found among the answer's (both best first) */
+        for (int a = 0, b = 0; a < kk; a++) {
+            while (b < got[i] && have[b] > want[a] + tol) b++;
+            if (b < got[i] && fabs(have[b] - want[a]) <= tol) found++, b++;
+        }
+        n_want += kk;
     }
+    const char *name = scan == SELECT_SCAN_INT4 ? "int4" : scan == SELECT_SCAN_INT8 ? "int8" : f16 ? "f16" : "f32";
     /* a block whose mean score ties another's within float rounding may
      * rank either way: allow one query in 30 */
-    CHECK(bad_count == 0 && bad_elig == 0, "blocks %s d=%d B=%d: %d wrong counts, %d ineligible",
-          f16 ? "f16" : "f32", d, B, bad_count, bad_elig);
-    CHECK(differ <= NQ / 30, "blocks %s d=%d B=%d nprobe=%d: %d of %d queries differ from the reference",
-          f16 ? "f16" : "f32", d, B, nprobe, differ, NQ);
+    CHECK(bad_count == 0 && bad_elig == 0, "blocks %s d=%d B=%d G=%d: %d wrong counts, %d ineligible", name, d, B,
+          G, bad_count, bad_elig);
+    CHECK(G == 0 || grouped, "blocks d=%d B=%d G=%d: the test must reach the groups", d, B, G);
+    if (scan == SELECT_SCAN_FULL) {
+        CHECK(differ <= NQ / 30, "blocks %s d=%d B=%d nprobe=%d G=%d: %d of %d queries differ from the reference",
+              name, d, B, nprobe, G, differ, NQ);
+    } else {
+        /* codes rank a pool that the stored keys re-rank (decode's scan
+         * keeps recall@K >= 0.99 the same way) */
+        CHECK(found >= 0.98 * n_want, "blocks over %s codes d=%d B=%d: recall %d of %d against the reference",
+              name, d, B, found, n_want);
+    }
     selector_free(s);
     free(keys), free(stored), free(q), free(seg), free(out), free(bid), free(want), free(have), free(bscore);
+}
+
+static void test_reference(int f16, int d, int n, int B, int nprobe, int threads, uint64_t seed) {
+    test_reference_of(f16, SELECT_SCAN_FULL, d, n, B, nprobe, 0, 1, threads, seed);
 }
 
 /* Keys at or past a query's n_slots never change its answer; a truncated
  * selector re-fed other keys, and one rebuilt by get_keys + put_keys,
  * answer as a fresh selector fed the same keys. */
-static void test_state(int f16) {
+static void test_state(int f16, int G) {
     enum { N = 6000, D = 24, K = 32, NQ = 40, B = 32, NPROBE = 6 };
     uint64_t rng = rng_seed(77);
     float *keys = malloc((size_t)2 * N * D * sizeof(float)), *stored = malloc((size_t)2 * N * D * sizeof(float));
@@ -198,27 +265,28 @@ static void test_state(int f16) {
     batch_masks(&rng, N, NQ, seg, m);
     for (int i = 0; i < NQ; i++) m[i].n_slots = m[i].n_slots < N ? m[i].n_slots : N - 1 - i;
     subq_error err = {0};
-    selector *a = new_blocks(D, f16, B, NPROBE, 0), *b = new_blocks(D, f16, B, NPROBE, 0);
+    selector *a = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0);
+    selector *b = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0);
     /* a: N keys; b: the same N and N more past every query's n_slots */
     CHECK(selector_append(a, keys, N, 0, &err) == SUBQ_OK && selector_append(b, keys, 2 * N, 0, &err) == SUBQ_OK,
           "append: %s", err.msg);
     memset(oa, 0xff, sizeof oa), memset(ob, 0xff, sizeof ob); /* only got[i] slots are written */
     CHECK(selector_query_prefill(a, NQ, q, q, D, K, m, oa, ga, 2) == 0 &&
           selector_query_prefill(b, NQ, q, q, D, K, m, ob, gb, 2) == 0, "query_prefill failed");
-    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d: keys past n_slots changed answers", f16);
+    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d G %d: keys past n_slots changed answers", f16, G);
     /* b cut back mid-block and fed a's tail again; c rebuilt from a's stored keys */
     CHECK(selector_truncate(b, N / 2 + B / 2, &err) == SUBQ_OK, "truncate: %s", err.msg);
     CHECK(selector_append(b, keys + (size_t)(N / 2 + B / 2) * D, N - (N / 2 + B / 2), N / 2 + B / 2, &err) == SUBQ_OK,
           "append: %s", err.msg);
     memset(ob, 0xff, sizeof ob);
     CHECK(selector_query_prefill(b, NQ, q, q, D, K, m, ob, gb, 1) == 0, "query_prefill failed");
-    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d: truncate + append differ", f16);
-    selector *c = new_blocks(D, f16, B, NPROBE, 0);
+    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d G %d: truncate + append differ", f16, G);
+    selector *c = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0);
     CHECK(selector_get_keys(a, N, back, &err) == SUBQ_OK && selector_put_keys(c, back, N, 0, &err) == SUBQ_OK,
           "get/put keys: %s", err.msg);
     memset(ob, 0xff, sizeof ob);
     CHECK(selector_query_prefill(c, NQ, q, q, D, K, m, ob, gb, 2) == 0, "query_prefill failed");
-    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d: get_keys + put_keys differ", f16);
+    CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d G %d: get_keys + put_keys differ", f16, G);
     selector_free(a), selector_free(b), selector_free(c);
     free(keys), free(stored), free(back), free(q), free(seg);
 }
@@ -290,6 +358,17 @@ static void test_fallback_and_check(void) {
               "nprobe %d, block %d, from %d must be refused (%s)", bad[b][0], bad[b][1], bad[b][2], err.msg);
         selector_free(s);
     }
+    const int bad_group[4][3] = {{-1, 32, 0}, {4097, 32, 0}, {16, 0, 0}, {16, 32, -1}}; /* blocks, probe, from */
+    for (int b = 0; b < 4; b++) {
+        selector_params p;
+        selector_params_default(&p, SELECT_EXACT, D);
+        p.group_blocks = bad_group[b][0], p.group_probe = bad_group[b][1], p.group_from = bad_group[b][2];
+        selector *s = NULL;
+        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && strstr(err.msg, "groups of blocks"),
+              "groups of %d blocks, %d probed, from %d must be refused (%s)", bad_group[b][0], bad_group[b][1],
+              bad_group[b][2], err.msg);
+        selector_free(s);
+    }
 }
 
 /* With the context's pool a batch is answered in pieces of queries, one
@@ -347,8 +426,15 @@ int main(void) {
     test_reference(0, 17, 5000, 16, 24, 2, 3);
     test_reference(1, 64, 3000, 100, 3, 1, 4);
     test_reference(0, 8, 2500, 1, 300, 2, 5);
-    test_state(0);
-    test_state(1);
+    /* groups of blocks first, then blocks */
+    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 1, 11);
+    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 2, 12);
+    /* the keys' pass over codes, re-ranked on the stored keys */
+    test_reference_of(1, SELECT_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 2, 13);
+    test_reference_of(0, SELECT_SCAN_INT8, 24, 7000, 32, 26, 4, 12, 1, 14);
+    test_state(0, 0);
+    test_state(1, 0);
+    test_state(0, 4);
     test_fallback_and_check();
     test_pool_pieces();
     return test_summary();

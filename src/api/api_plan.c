@@ -73,6 +73,9 @@ subq_attn_plan subq_attn_plan_default(void) {
         .block_keys = sp->block_rows,
         .nprobe = sp->nprobe,
         .probe_from = sp->probe_from,
+        .group_blocks = sp->group_blocks,
+        .group_probe = sp->group_probe,
+        .group_from = sp->group_from,
         .probe_check = sp->probe_check,
         .seed = sp->seed,
         .complete_min_entropy = -1.0f,
@@ -109,6 +112,9 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.block_rows = p->block_keys;
     sp->select.nprobe = p->nprobe;
     sp->select.probe_from = p->probe_from;
+    sp->select.group_blocks = p->group_blocks;
+    sp->select.group_probe = p->group_probe;
+    sp->select.group_from = p->group_from;
     sp->select.probe_check = p->probe_check;
     sp->select.seed = p->seed;
     return SUBQ_OK;

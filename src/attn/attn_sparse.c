@@ -490,12 +490,13 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     const uint64_t proj = projection_hash(s);
     snprintf(buf, cap,
              "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
-             "page=%d qhm=%d oracle=%d block=%d nprobe=%d from=%d seed=%" PRIu64 " proj=%016" PRIx64
+             "page=%d qhm=%d oracle=%d block=%d nprobe=%d from=%d group=%d gprobe=%d gfrom=%d seed=%" PRIu64
+             " proj=%016" PRIx64
              " complete=%016" PRIx64,
              selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
              select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
              sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
-             sp->block_rows, sp->nprobe, sp->probe_from,
+             sp->block_rows, sp->nprobe, sp->probe_from, sp->group_blocks, sp->group_probe, sp->group_from,
              sp->seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
 }

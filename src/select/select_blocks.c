@@ -13,6 +13,19 @@
  * query that is d x N / B products for the summaries plus d x B x nprobe
  * for the keys: the quadratic term is the full scan's divided by B.
  *
+ * Past group_from keys the summaries themselves are too many (at 1M keys,
+ * 16K per query: the sgemm and the filter of its scores were the part of
+ * a prompt's selection that grew faster than N). There, groups of G
+ * consecutive blocks are ranked first by the mean of their keys, and only
+ * the blocks of each query's gprobe best groups and of its last, partial
+ * group are ranked by theirs: d x N / (B G) + d x G x gprobe products,
+ * the quadratic term divided by B G.
+ *
+ * Where the exact selector keeps int8 / int4 codes of its keys, the keys'
+ * pass reads those (a third of an f16 row for int4) and its best
+ * select_rerank_pool(K) slots are ranked again on the stored keys, as
+ * decode's compressed scan does.
+ *
  * What it gives up is recall: a block with one strong key among weak ones
  * can rank below a block of middling keys. In a search space part rotated
  * by position, neighbouring keys are alike, which is what makes contiguous
@@ -20,6 +33,7 @@
  * scan (bench, subq_context_stats). The answer of a query never depends on
  * keys at or past its n_slots: a block is ranked only when it lies wholly
  * below, and the rest is scanned exactly. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "base/blas.h"
@@ -41,89 +55,216 @@ static int block_ranges(const int *lo, const int *hi, int nr, int block, int nb,
     return n;
 }
 
-/* Offer the eligible slots of [a, e) (within one block: at most `block`
- * rows) to t; returns the rows scored. dots, at: scratch of `block`. */
-static int64_t scan_rows(const select_rows *r, const select_mask *m, const int *lo, const int *hi, int nr, int a, int e,
-                         float *dots, int32_t *at, topk_buf *t) {
-    int64_t scored = 0;
+/* The parts of [a, e) (a block's slots, or a group's blocks) in the
+ * ranges [lo, hi), appended to j0 / len; returns how many. */
+static int block_runs(const int *lo, const int *hi, int nr, int a, int e, int *j0, int *len) {
+    int n = 0;
     for (int q = 0; q < nr; q++) {
         const int x = lo[q] > a ? lo[q] : a, y = hi[q] < e ? hi[q] : e;
-        if (y <= x) continue;
-        select_offer_run(r, m, x, y - x, dots, at, t);
-        scored += y - x;
+        if (y > x) j0[n] = x, len[n] = y - x, n++;
     }
-    return scored;
+    return n;
 }
 
-int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const float *sums,
-                            int block, int nprobe, int count, const select_mask *m, int k, int check,
-                            int32_t *out, int *got, int n_threads) {
-    const int d = rows->d;
-    int nb_max = 0; /* full blocks any query may rank */
-    for (int i = 0; i < n; i++) {
-        const int v = (m[i].n_slots < count ? m[i].n_slots : count) / block;
-        nb_max = v > nb_max ? v : nb_max;
-    }
-    const int chunk = nb_max < SUMMARY_CHUNK ? (nb_max > 0 ? nb_max : 1) : SUMMARY_CHUNK;
-    float *S = select_query_realloc(s, NULL, (size_t)n * chunk * sizeof(float));
-    float *hs = select_query_realloc(s, NULL, (size_t)n * nprobe * sizeof(float));
-    int32_t *hb = select_query_realloc(s, NULL, (size_t)n * nprobe * sizeof(int32_t));
-    select_heap *h = select_query_realloc(s, NULL, (size_t)n * sizeof(select_heap));
-    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * k * sizeof(uint64_t));
-    float *dots = select_query_realloc(s, NULL, (size_t)n * block * sizeof(float));
-    int32_t *idx = select_query_realloc(s, NULL, (size_t)n * (chunk > block ? chunk : block) * sizeof(int32_t));
-    int rc = !S || !hs || !hb || !h || !keys || !dots || !idx ? -1 : 0;
-    const kernels *K = kernels_get();
-    for (int i = 0; !rc && i < n; i++)
-        h[i] = (select_heap){.score = hs + (size_t)i * nprobe, .slot = hb + (size_t)i * nprobe, .k = nprobe};
+/* A threshold that about 2 keep of the `total` scores reach, from a
+ * sample of every step-th one: a buffer filled from no threshold admits
+ * about 2k + k ln(n / 2k) pairs and is cut once per k of them, which took
+ * more time than the int4 scores of the rows (1,000 admissions a query of
+ * 4,096 rows into a pool of 256, measured at 64K). -INFINITY when the
+ * sample is too small. */
+enum { SAMPLE_MAX = 128 };
 
-    /* 1. each query's nprobe best blocks by their summaries */
-    for (int c0 = 0; !rc && c0 < nb_max; c0 += chunk) {
-        const int c1 = c0 + chunk < nb_max ? c0 + chunk : nb_max, nc = c1 - c0;
-        blas_sgemm(n_threads, 0, 1, n, nc, d, 1.0f, qn, d, sums + (size_t)c0 * d, d, 0.0f, S, nc);
+static float sampled_threshold(const float *dots, int total, int keep) {
+    const int step = (total + SAMPLE_MAX - 1) / SAMPLE_MAX, ns = step > 0 ? total / step : 0;
+    const int want = (int)(((int64_t)2 * keep * ns + total - 1) / total);
+    if (want < 1 || 2 * want > ns) return -INFINITY;
+    uint64_t key[SAMPLE_MAX];
+    for (int i = 0; i < ns; i++) key[i] = select_pair_key(dots[(size_t)i * step], i);
+    topk_buf t = {.key = key, .n = ns, .k = want};
+    select_topk_cut(&t, want);
+    uint64_t w = key[0];
+    for (int i = 1; i < t.n; i++) w = key[i] < w ? key[i] : w;
+    return select_key_score(w);
+}
+
+/* Offer the runs' eligible scores (dots, run after run) that reach thr
+ * to t; returns how many reached it. at: scratch of the longest run. */
+static int offer_runs(const float *dots, const int *j0, const int *len, int n_runs, const select_mask *m, float thr,
+                      int32_t *at, topk_buf *t) {
+    const kernels *K = kernels_get();
+    int reached = 0;
+    for (int u = 0; u < n_runs; dots += len[u], u++) {
+        const int nat = K->index_at_least(dots, len[u], thr, at);
+        for (int c = 0; c < nat; c++) {
+            const int j = j0[u] + at[c];
+            if (m->seg && m->seg[j] != m->query_seg) continue;
+            select_topk_push(t, dots[at[c]], j);
+            reached++;
+        }
+    }
+    return reached;
+}
+
+/* Step 1 for one level of summaries (blocks, or groups of blocks): each
+ * query's `keep` best full units of `unit` slots below its n_slots that
+ * hold eligible slots, by q . mean over the unit sums U [nu_max][d], into
+ * bt[i]. */
+static void rank_units(int n, const float *qn, int d, const float *U, int unit, int nu_max, int count,
+                       const select_mask *m, float *S, int chunk, int32_t *idx, int scratch, topk_buf *bt,
+                       int n_threads) {
+    const kernels *K = kernels_get();
+    for (int c0 = 0; c0 < nu_max; c0 += chunk) {
+        const int c1 = c0 + chunk < nu_max ? c0 + chunk : nu_max, nc = c1 - c0;
+        blas_sgemm(n_threads, 0, 1, n, nc, d, 1.0f, qn, d, U + (size_t)c0 * d, d, 0.0f, S, nc);
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n * nc >= 1 << 16)
         for (int i = 0; i < n; i++) {
-            int lo[3], hi[3], blo[3], bhi[3];
+            int lo[3], hi[3], ulo[3], uhi[3];
             const int nr = select_mask_ranges(&m[i], count, lo, hi);
-            const int nb = (m[i].n_slots < count ? m[i].n_slots : count) / block;
-            const int nbr = block_ranges(lo, hi, nr, block, nb, blo, bhi);
+            const int nu = (m[i].n_slots < count ? m[i].n_slots : count) / unit;
+            const int nur = block_ranges(lo, hi, nr, unit, nu, ulo, uhi);
             const float *row = S + (size_t)i * nc - c0;
-            int32_t *at = idx + (size_t)i * chunk;
-            for (int q = 0; q < nbr; q++) {
-                int a = blo[q] > c0 ? blo[q] : c0;
-                const int e = bhi[q] < c1 ? bhi[q] : c1;
-                for (; a < e && h[i].n < h[i].k; a++) select_heap_push(&h[i], row[a], a);
-                /* a full heap: only scores that reach its worst may enter */
-                const int nat = a < e ? K->index_at_least(row + a, e - a, h[i].score[0], at) : 0;
-                for (int c = 0; c < nat; c++) select_heap_push(&h[i], row[a + at[c]], a + at[c]);
+            int32_t *at = idx + (size_t)i * scratch;
+            const int run = 4 * bt[i].k;
+            for (int q = 0; q < nur; q++) {
+                const int a0 = ulo[q] > c0 ? ulo[q] : c0, e = uhi[q] < c1 ? uhi[q] : c1;
+                /* only scores that reach the worst kept at the last cut may
+                 * enter: runs of 4 keep, so that the threshold rises from
+                 * the first run on */
+                for (int a = a0; a < e; a += run) {
+                    const int e1 = e - a < run ? e : a + run;
+                    const float worst = bt[i].thr ? select_key_score(bt[i].thr) : -INFINITY;
+                    const int nat = K->index_at_least(row + a, e1 - a, worst, at);
+                    for (int c = 0; c < nat; c++) select_topk_push(&bt[i], row[a + at[c]], a + at[c]);
+                }
             }
         }
     }
+}
 
-    /* 2. the keys of those blocks and of the partial one, exactly */
-    int64_t scored = 0;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored) if (!rc)
+/* The best `keep` of the eligible runs of rows (j0, len), scored by r
+ * into dots, into t (a buffer of 2 keep): the sampled threshold first,
+ * and all of them again when fewer than keep reached it. */
+static void keep_best_runs(const select_rows *r, const int *j0, const int *len, int n_runs, const select_mask *m,
+                           float *dots, int32_t *at, topk_buf *t) {
+    int total = 0;
+    for (int u = 0; u < n_runs; total += len[u], u++) select_score_run(r, j0[u], len[u], dots + total);
+    const float thr = sampled_threshold(dots, total, t->k);
+    if (offer_runs(dots, j0, len, n_runs, m, thr, at, t) < t->k && thr > -INFINITY) {
+        t->n = 0, t->thr = 0;
+        offer_runs(dots, j0, len, n_runs, m, -INFINITY, at, t);
+    }
+}
+
+int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const select_rows *codes,
+                            const select_block_index *ix, int count, const select_mask *m, int k, int check,
+                            int32_t *out, int *got, int n_threads) {
+    const int d = rows->d, block = ix->block, nprobe = ix->nprobe;
+    int top = 0; /* keys any query may rank */
+    for (int i = 0; i < n; i++) {
+        const int v = m[i].n_slots < count ? m[i].n_slots : count;
+        top = v > top ? v : top;
+    }
+    const int nb_max = top / block;
+    /* groups first once a batch sees group_from keys and more groups than
+     * it keeps */
+    const int G = ix->group, grouped = G > 0 && top >= ix->group_from && nb_max / G > ix->gprobe;
+    const int unit = grouped ? block * G : block, nu_max = top / unit, keep1 = grouped ? ix->gprobe : nprobe;
+    const int chosen_max = keep1 > nprobe ? keep1 : nprobe;
+    /* the keys' pass keeps k slots, or, over codes, a pool of them that
+     * the stored keys then rank */
+    const int keep = codes ? (int)select_rerank_pool(k) : k;
+    const int chunk = nu_max < SUMMARY_CHUNK ? (nu_max > 0 ? nu_max : 1) : SUMMARY_CHUNK;
+    int scratch = chunk > block ? chunk : block; /* the longest run index_at_least lists */
+    scratch = scratch > G ? scratch : G;
+    float *S = select_query_realloc(s, NULL, (size_t)n * chunk * sizeof(float));
+    uint64_t *bkeys = select_query_realloc(s, NULL, (size_t)n * 2 * chosen_max * sizeof(uint64_t));
+    topk_buf *bt = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
+    int32_t *chosen = select_query_realloc(s, NULL, (size_t)n * chosen_max * sizeof(int32_t));
+    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * keep * sizeof(uint64_t));
+    uint64_t *rkeys = codes ? select_query_realloc(s, NULL, (size_t)n * keep * sizeof(uint64_t)) : NULL;
+    int32_t *ranks = codes ? select_query_realloc(s, NULL, (size_t)n * keep * sizeof(int32_t)) : NULL;
+    int32_t *idx = select_query_realloc(s, NULL, (size_t)n * scratch * sizeof(int32_t));
+    int rc = !S || !bkeys || !bt || !chosen || !keys || (codes && (!rkeys || !ranks)) || !idx ? -1 : 0;
+    for (int i = 0; !rc && i < n; i++) bt[i] = (topk_buf){.key = bkeys + (size_t)i * 2 * chosen_max, .k = keep1};
+
+    /* 1. each query's best blocks (or groups) by their summaries */
+    if (!rc)
+        rank_units(n, qn, d, grouped ? ix->gsums : ix->sums, unit, nu_max, count, m, S, chunk, idx, scratch, bt,
+                   n_threads);
+
+    /* 2. per query: in groups, the blocks of its best groups and of its
+     * last, partial group, ranked by their summaries; then the keys of its
+     * best blocks and of its partial block: exactly, or by their codes and
+     * then the pool's stored keys exactly. Scores are kept, so that a
+     * sample of them sets each buffer's threshold before any is offered. */
+    const select_rows sum_rows = {.base = ix->sums, .stride = (size_t)d, .d = d,
+                                  .scores = kernels_kv_decode_get(SUBQ_KV_F32).scores,
+                                  .row_bytes = (size_t)d * sizeof(float)};
+    const int per_group = grouped ? (ix->gprobe + 1) * G : 0, per_block = (nprobe + 1) * block;
+    const size_t dots_n = per_group > per_block ? per_group : per_block;
+    const size_t max_runs = 3 * ((size_t)chosen_max + 1);
+    int64_t scored = 0, ranked = 0, summed = 0;
+    int oom = 0;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored, ranked, summed, oom) if (!rc)
     for (int i = 0; i < n; i++) {
         if (rc) continue;
         int lo[3], hi[3];
         const int nr = select_mask_ranges(&m[i], count, lo, hi);
         const int vis = m[i].n_slots < count ? m[i].n_slots : count;
-        select_rows r = *rows;
-        r.q = qn + (size_t)i * d;
-        topk_buf t = {.key = keys + (size_t)i * 2 * k, .k = k};
-        float *dt = dots + (size_t)i * block;
-        int32_t *at = idx + (size_t)i * (chunk > block ? chunk : block);
-        /* best block first: the buffer's threshold rises early, and fewer
-         * of the later rows enter it */
-        int32_t *blocks = h[i].slot;
-        const int nbk = select_heap_take(&h[i], blocks, NULL);
-        for (int c = 0; c < nbk; c++)
-            scored += scan_rows(&r, &m[i], lo, hi, nr, blocks[c] * block, (blocks[c] + 1) * block, dt, at, &t);
-        scored += scan_rows(&r, &m[i], lo, hi, nr, vis / block * block, vis, dt, at, &t);
-        got[i] = select_topk_take(&t, 0, out + (size_t)i * k, NULL); /* in any order (selector.h) */
+        int32_t *at = idx + (size_t)i * scratch, *ch = chosen + (size_t)i * chosen_max;
+        int *j0 = select_query_realloc(s, NULL, 2 * max_runs * sizeof(int)), *len = j0 + max_runs;
+        float *dt = select_query_realloc(s, NULL, dots_n * sizeof(float));
+        if (!j0 || !dt) {
+            free(j0);
+            free(dt);
+            oom++;
+            continue;
+        }
+        int nch = select_topk_take(&bt[i], 0, ch, NULL), n_runs = 0;
+        if (grouped) {
+            int blo[3], bhi[3];
+            const int nb = vis / block, nbr = block_ranges(lo, hi, nr, block, nb, blo, bhi);
+            for (int c = 0; c < nch; c++) n_runs += block_runs(blo, bhi, nbr, ch[c] * G, (ch[c] + 1) * G, j0 + n_runs, len + n_runs);
+            n_runs += block_runs(blo, bhi, nbr, nb / G * G, nb, j0 + n_runs, len + n_runs);
+            select_rows r = sum_rows;
+            r.q = qn + (size_t)i * d;
+            const select_mask every = {.n_slots = nb, .ex0_hi = 0, .ex1_hi = 0}; /* blocks are eligible already */
+            bt[i] = (topk_buf){.key = bt[i].key, .k = nprobe};
+            keep_best_runs(&r, j0, len, n_runs, &every, dt, at, &bt[i]);
+            for (int u = 0; u < n_runs; u++) summed += len[u];
+            nch = select_topk_take(&bt[i], 0, ch, NULL);
+            n_runs = 0;
+        }
+        for (int c = 0; c < nch; c++) n_runs += block_runs(lo, hi, nr, ch[c] * block, (ch[c] + 1) * block, j0 + n_runs, len + n_runs);
+        n_runs += block_runs(lo, hi, nr, vis / block * block, vis, j0 + n_runs, len + n_runs);
+        select_rows r = codes ? *codes : *rows;
+        if (codes) r.cq = codes->cq + i;
+        else r.q = qn + (size_t)i * d;
+        topk_buf t = {.key = keys + (size_t)i * 2 * keep, .k = keep};
+        keep_best_runs(&r, j0, len, n_runs, &m[i], dt, at, &t);
+        for (int u = 0; u < n_runs; u++) scored += len[u];
+        free(j0);
+        int32_t *dst = out + (size_t)i * k;
+        if (!codes) {
+            got[i] = select_topk_take(&t, 0, dst, NULL); /* in any order (selector.h) */
+            free(dt);
+            continue;
+        }
+        int32_t *pl = ranks + (size_t)i * keep;
+        const int np = select_topk_take(&t, 0, pl, NULL);
+        rows->dot(qn + (size_t)i * d, rows->base, rows->stride, d, pl, np, dt);
+        /* the pool's k best: one cut of all of them */
+        topk_buf best = {.key = rkeys + (size_t)i * keep, .n = np, .k = k};
+        for (int c = 0; c < np; c++) best.key[c] = select_pair_key(dt[c], pl[c]);
+        got[i] = select_topk_take(&best, 0, dst, NULL);
+        ranked += np;
+        free(dt);
     }
-    s->stats.n_visited += scored + (int64_t)n * nb_max;
-    s->stats.bytes_read += (uint64_t)scored * rows->row_bytes + (uint64_t)nb_max * d * sizeof(float);
+    if (oom) rc = -1;
+    const size_t scan_bytes = codes ? codes->row_bytes : rows->row_bytes;
+    s->stats.n_visited += scored + ranked + summed + (int64_t)n * nu_max;
+    s->stats.bytes_read += (uint64_t)scored * scan_bytes + (uint64_t)ranked * rows->row_bytes +
+                           ((uint64_t)summed + (uint64_t)nu_max) * d * sizeof(float);
 
     /* 3. recall against the full scan, for every check-th query */
     select_scratch sc = {0};
@@ -150,11 +291,12 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
     select_scratch_free(&sc);
     free(full);
     free(S);
-    free(hs);
-    free(hb);
-    free(h);
+    free(bkeys);
+    free(bt);
+    free(chosen);
     free(keys);
-    free(dots);
+    free(rkeys);
+    free(ranks);
     free(idx);
     return rc;
 }

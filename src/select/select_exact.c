@@ -43,8 +43,9 @@ typedef struct exact_sel {
     scan_codes_fn code_scores;
     /* the prefill's block scan (select_blocks.c; block 0: none, and for
      * search spaces wider than SCAN_CODES_MAX_D) */
-    int block;
+    int block, group;
     float *sums;        /* [cap / block][d] the mean stored key of each full block */
+    float *gsums;       /* [cap / (block * group)][d] ... of each full group of blocks */
 } exact_sel;
 
 static size_t elem(const exact_sel *e) { return e->f16 ? sizeof(uint16_t) : sizeof(float); }
@@ -73,6 +74,12 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
         if (b) e->sums = b;
         else k = NULL;
     }
+    if (k && e->group) {
+        const size_t g = (size_t)e->block * e->group;
+        float *b = bigmem_grow(e->gsums, used / g * e->d * sizeof(float), rows / g * e->d * sizeof(float));
+        if (b) e->gsums = b;
+        else k = NULL;
+    }
     if (!k) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for %d search keys", cap);
     e->cap = cap;
     return SUBQ_OK;
@@ -81,6 +88,7 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
 static void update_bytes(exact_sel *e) {
     e->base.stats.bytes = sizeof *e + (size_t)e->cap * (e->d * elem(e) + (e->bits ? e->code_bytes + sizeof(float) : 0)) +
                           (e->block ? (size_t)e->cap / e->block * e->d * sizeof(float) : 0) +
+                          (e->group ? (size_t)e->cap / ((size_t)e->block * e->group) * e->d * sizeof(float) : 0) +
                           2 * (size_t)e->d * sizeof(float) + (size_t)e->pool_cap * sizeof(int32_t) +
                           e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t) + e->sc.cap_u * sizeof(uint64_t);
 }
@@ -106,6 +114,16 @@ static void summarise_blocks(exact_sel *e, int from, int to) {
         }
         float *dst = e->sums + (size_t)b * e->d;
         for (int c = 0; c < e->d; c++) dst[c] = (float)(acc[c] / B);
+    }
+    /* the groups those blocks complete: gsums[g] = (1/G) sum of its block means */
+    const int G = e->group, GB = G * B;
+    for (int g = from / (GB > 0 ? GB : 1); G && g < to / GB; g++) {
+        if ((g + 1) * GB <= from) continue;
+        double acc[SCAN_CODES_MAX_D] = {0};
+        for (int b = g * G; b < (g + 1) * G; b++)
+            for (int c = 0; c < e->d; c++) acc[c] += e->sums[(size_t)b * e->d + c];
+        float *dst = e->gsums + (size_t)g * e->d;
+        for (int c = 0; c < e->d; c++) dst[c] = (float)(acc[c] / G);
     }
 }
 
@@ -233,11 +251,29 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
     piece.stats = (selector_stats){0};
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .dot = e->dot, .scores = e->scores,
                               .row_bytes = (size_t)e->d * elem(e)};
-    int rc = blocks ? select_block_topk_batch(&piece, n, qn, &full, e->sums, e->block, p->nprobe, e->count, m + i0, k,
+    /* the block scan reads the codes where there are some (a third of an
+     * f16 row for int4), as decode's scan does, unless its re-rank pool
+     * would hold more than a quarter of the rows it scans (K = 2048 of
+     * 4096: nearly every row would be scored twice, the second time
+     * scattered) */
+    const int use_codes = blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->nprobe * e->block;
+    scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * sizeof(scan_query)) : NULL;
+    if (use_codes && !cq) {
+        free(qn);
+        return -1;
+    }
+    for (int i = 0; cq && i < n; i++) scan_codes_query(e->bits, qn + (size_t)i * e->d, e->d, &cq[i]);
+    const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = cq,
+                               .code_scale = e->code_scale, .code_scores = e->code_scores,
+                               .row_bytes = e->code_bytes + sizeof(float)};
+    const select_block_index ix = {.sums = e->sums, .gsums = e->gsums, .block = e->block, .nprobe = p->nprobe,
+                                   .group = e->group, .gprobe = p->group_probe, .group_from = p->group_from};
+    int rc = blocks ? select_block_topk_batch(&piece, n, qn, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
                                               p->probe_check, out + (size_t)i0 * k, got + i0, n_threads)
                     : select_scan_topk_batch(&piece, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m + i0, k,
                                              sorted, out + (size_t)i0 * k, got + i0, n_threads);
     add_counts(st, &piece.stats);
+    free(cq);
     free(qn);
     return rc;
 }
@@ -312,6 +348,7 @@ static void exact_free(selector *s) {
     free(e->codes);
     free(e->code_scale);
     free(e->sums);
+    free(e->gsums);
     free(e->pool);
     free(e->qn);
     free(e->row);
@@ -336,6 +373,7 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->code_bytes = e->bits ? scan_codes_row_bytes(e->bits, e->d) : 0;
     e->code_scores = scan_codes_scores();
     e->block = p->nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->block_rows : 0;
+    e->group = e->block ? p->group_blocks : 0;
     e->qn = malloc((size_t)e->d * sizeof(float));
     e->row = malloc((size_t)e->d * sizeof(float));
     if (!e->qn || !e->row) {

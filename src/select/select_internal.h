@@ -145,6 +145,9 @@ typedef struct select_rows {
     size_t row_bytes;
 } select_rows;
 
+/* Scores of the n consecutive rows from slot j0 into out (rows with a
+ * contiguous kernel only). */
+void select_score_run(const select_rows *r, int j0, int n, float *out);
 /* Score the n consecutive rows from slot j0 (rows with a contiguous
  * kernel: `scores` or `code_scores`) into dots and offer those of the
  * query's segment that reach t's threshold to t (idx: scratch of n). */
@@ -180,18 +183,32 @@ int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots
 int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
                            int count, const select_mask *m, int k, int sorted, int32_t *out, int *got, int n_threads);
 
-/* The coarse-to-fine block scan (select_blocks.c) for n queries (unit rows
- * qn [n][d]) over `rows` (float rows with a contiguous kernel; rows.q is
- * set per query): sums [count / block][d] holds the mean stored key of
- * every full block of `block` slots. Each query ranks the full blocks
- * below its n_slots that hold eligible slots by q . mean (one sgemm per
- * chunk of blocks for the batch), scans exactly the eligible slots of its
- * `nprobe` best and of its last, partial block, and keeps its k best:
- * out + i * k, counts in got. Every `check`-th query (0: none) is also
- * answered by select_scan_topk and the overlap counted in s->stats.
+/* The coarse-to-fine block scan's summaries (select_blocks.c): the mean
+ * stored key of every full block of `block` slots, and, where group > 0,
+ * of every full group of `group` blocks. */
+typedef struct select_block_index {
+    const float *sums;  /* [count / block][d] */
+    const float *gsums; /* [count / (block * group)][d] */
+    int block, nprobe;
+    int group, gprobe, group_from; /* 0: blocks ranked in one level */
+} select_block_index;
+
+/* The block scan for n queries (unit rows qn [n][d]) over `rows` (float
+ * rows with a contiguous kernel and `dot`; rows.q is set per query). Each
+ * query ranks the full blocks below its n_slots that hold eligible slots
+ * by q . mean (one sgemm per chunk of blocks for the batch), scans the
+ * eligible slots of its `nprobe` best and of its last, partial block, and
+ * keeps its k best: out + i * k (in any order), counts in got. Once a
+ * query sees group_from keys, it ranks the groups first (one sgemm per
+ * chunk), and then only the blocks of its gprobe best groups and of its
+ * last, partial group. With `codes` (the compressed rows of the same
+ * slots; codes.cq holds the n queries coded, one each), the scan reads the
+ * codes and keeps select_rerank_pool(k) slots, which the float rows then
+ * rank. Every `check`-th query (0: none) is also answered by
+ * select_scan_topk over `rows` and the overlap counted in s->stats.
  * Returns 0, or -1 when out of memory. */
-int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const float *sums,
-                            int block, int nprobe, int count, const select_mask *m, int k, int check,
+int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const select_rows *codes,
+                            const select_block_index *ix, int count, const select_mask *m, int k, int check,
                             int32_t *out, int *got, int n_threads);
 
 /* The query side of the graph-index selectors (hnsw, faiss), over an index

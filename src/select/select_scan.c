@@ -30,9 +30,7 @@ static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, in
     for (int i = 0; i < nb; i++) select_topk_push(&b->t, b->dots[i], idx[i]);
 }
 
-/* Scores of the n consecutive rows from slot j0 (rows with a contiguous
- * kernel only). */
-static void score_run(const select_rows *r, int j0, int n, float *out) {
+void select_score_run(const select_rows *r, int j0, int n, float *out) {
     if (r->code_scores)
         r->code_scores(r->cq, (const uint8_t *)r->base + (size_t)j0 * r->stride, r->code_scale + j0, n, out);
     else
@@ -41,7 +39,7 @@ static void score_run(const select_rows *r, int j0, int n, float *out) {
 
 void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n, float *dots, int32_t *idx,
                       topk_buf *t) {
-    score_run(r, j0, n, dots);
+    select_score_run(r, j0, n, dots);
     /* most scores lose to the worst kept at the last cut: the others are
      * listed, then offered */
     const float worst = t->thr ? select_key_score(t->thr) : -INFINITY;
@@ -119,7 +117,7 @@ static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, 
         for (int q = 0; q < nr; q++) {
             const int a = lo[q] > p ? lo[q] : p, e = hi[q] < p + len ? hi[q] : p + len;
             if (e <= a) continue;
-            score_run(r, a, e - a, dots);
+            select_score_run(r, a, e - a, dots);
             n_seen += e - a;
             for (int j = a; j < e; j++)
                 if (!m->seg || m->seg[j] == m->query_seg) key[n_key++] = select_pair_key(dots[j - a], j);

@@ -79,6 +79,9 @@ void selector_params_default(selector_params *p, selector_kind kind, int d_searc
     p->block_rows = 64;
     p->nprobe = 64;
     p->probe_from = 8192;
+    p->group_blocks = 16;
+    p->group_probe = 32;
+    p->group_from = 131072;
     p->seed = 100; /* hnswlib's own default level seed */
     p->n_threads = 1;
 }
@@ -130,6 +133,13 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
                          "selector exact: invalid block scan (nprobe %d; %d keys per block, 1 to %d; from %d keys, "
                          "check every %d; none may be negative)", p->nprobe, p->block_rows, SELECT_MAX_BLOCK_ROWS,
                          p->probe_from, p->probe_check);
+    if (p->kind == SELECT_EXACT && p->nprobe > 0 &&
+        (p->group_blocks < 0 || p->group_blocks > SELECT_MAX_BLOCK_ROWS ||
+         (p->group_blocks > 0 && (p->group_probe < 1 || p->group_from < 0))))
+        return subq_fail(err, SUBQ_ERR_ARG,
+                         "selector exact: invalid groups of blocks (%d blocks per group, 0 to %d; %d groups probed, "
+                         "at least 1; from %d keys, not negative)", p->group_blocks, SELECT_MAX_BLOCK_ROWS,
+                         p->group_probe, p->group_from);
     if (p->kind == SELECT_QUEST && p->quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
     subq_status rc;

@@ -90,6 +90,12 @@ typedef struct selector_params {
      * nprobe best blocks and of the last, partial one. nprobe 0: every key
      * (defaults 64 keys per block, 64 blocks, from 8192 keys). */
     int block_rows, nprobe, probe_from;
+    /* ... and once a query sees group_from keys, a second level: groups of
+     * group_blocks consecutive blocks ranked by their mean key first, and
+     * only the blocks of the group_probe best groups (and of the last,
+     * partial group) ranked (group_blocks 0: one level; defaults 16 blocks,
+     * 32 groups, from 131072 keys) */
+    int group_blocks, group_probe, group_from;
     int probe_check;           /* every probe_check-th query of the block scan is also answered by
                                   the full scan and its recall counted (stats; 0: none) */
 } selector_params;

@@ -54,6 +54,12 @@ typedef struct cli_sparse_opts {
     "                       scan the keys of the N best only (default 64; 0: every key)\n"    \
     "  --block-keys N       keys per block of --nprobe (default 64)\n"                         \
     "  --probe-from N       use --nprobe once a prompt token sees N keys (default 8192)\n"   \
+    "  --group-blocks N     past --group-from keys, rank groups of N blocks by their mean\n"  \
+    "                       key first, and only the blocks of the best groups (default 16;\n" \
+    "                       0: one level)\n"                                                  \
+    "  --group-probe N      groups whose blocks are ranked (default 32)\n"                    \
+    "  --group-from N       use --group-blocks once a prompt token sees N keys (default\n"    \
+    "                       131072)\n"                                                        \
     "  --probe-check N      every Nth token of --nprobe also runs the full scan and counts\n" \
     "                       its recall (bench prints it; costs time) (default 0: none)\n"     \
     "  --complete FILE      add the linear-attention completion of the unretrieved tokens\n" \
