@@ -347,26 +347,21 @@ static void test_fallback_and_check(void) {
     CHECK(selector_query_prefill(chk, NQ, q, q, D, K, m, ob, gb, 2) == 0, "the block scan once allocations succeed");
     selector_free(off), selector_free(late), selector_free(chk);
     free(keys), free(stored), free(q), free(seg);
-    /* parameters out of range are refused, naming the block scan */
-    const int bad[3][3] = {{-1, 64, 0}, {8, 0, 0}, {8, 64, -1}}; /* nprobe, block_rows, probe_from */
-    for (int b = 0; b < 3; b++) {
+    /* parameters out of range are refused, naming what is wrong: nprobe,
+     * block_rows, probe_from, group_blocks, group_probe, group_from */
+    const int bad[7][6] = {{-1, 64, 0, 16, 32, 0}, {8, 0, 0, 16, 32, 0},    {8, 64, -1, 16, 32, 0},
+                           {8, 64, 0, -1, 32, 0},  {8, 64, 0, 4097, 32, 0}, {8, 64, 0, 16, 0, 0},
+                           {8, 64, 0, 16, 32, -1}};
+    for (int b = 0; b < 7; b++) {
         selector_params p;
         selector_params_default(&p, SELECT_EXACT, D);
         p.nprobe = bad[b][0], p.block_rows = bad[b][1], p.probe_from = bad[b][2];
+        p.group_blocks = bad[b][3], p.group_probe = bad[b][4], p.group_from = bad[b][5];
         selector *s = NULL;
-        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && strstr(err.msg, "block scan"),
-              "nprobe %d, block %d, from %d must be refused (%s)", bad[b][0], bad[b][1], bad[b][2], err.msg);
-        selector_free(s);
-    }
-    const int bad_group[4][3] = {{-1, 32, 0}, {4097, 32, 0}, {16, 0, 0}, {16, 32, -1}}; /* blocks, probe, from */
-    for (int b = 0; b < 4; b++) {
-        selector_params p;
-        selector_params_default(&p, SELECT_EXACT, D);
-        p.group_blocks = bad_group[b][0], p.group_probe = bad_group[b][1], p.group_from = bad_group[b][2];
-        selector *s = NULL;
-        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && strstr(err.msg, "groups of blocks"),
-              "groups of %d blocks, %d probed, from %d must be refused (%s)", bad_group[b][0], bad_group[b][1],
-              bad_group[b][2], err.msg);
+        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG &&
+                  strstr(err.msg, b < 3 ? "block scan" : "groups of blocks"),
+              "block scan %d %d %d, groups %d %d %d must be refused (%s)", bad[b][0], bad[b][1], bad[b][2], bad[b][3],
+              bad[b][4], bad[b][5], err.msg);
         selector_free(s);
     }
 }

@@ -34,6 +34,7 @@
  * keys at or past its n_slots: a block is ranked only when it lies wholly
  * below, and the rest is scanned exactly. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "base/blas.h"
@@ -81,10 +82,7 @@ static float sampled_threshold(const float *dots, int total, int keep) {
     uint64_t key[SAMPLE_MAX];
     for (int i = 0; i < ns; i++) key[i] = select_pair_key(dots[(size_t)i * step], i);
     topk_buf t = {.key = key, .n = ns, .k = want};
-    select_topk_cut(&t, want);
-    uint64_t w = key[0];
-    for (int i = 1; i < t.n; i++) w = key[i] < w ? key[i] : w;
-    return select_key_score(w);
+    return select_key_score(select_topk_cut_worst(&t, want));
 }
 
 /* Offer the runs' eligible scores (dots, run after run) that reach thr
@@ -143,9 +141,10 @@ static void rank_units(int n, const float *qn, int d, const float *U, int unit, 
 
 /* The best `keep` of the eligible runs of rows (j0, len), scored by r
  * into dots, into t (a buffer of 2 keep): the sampled threshold first,
- * and all of them again when fewer than keep reached it. */
-static void keep_best_runs(const select_rows *r, const int *j0, const int *len, int n_runs, const select_mask *m,
-                           float *dots, int32_t *at, topk_buf *t) {
+ * and all of them again when fewer than keep reached it. Returns the rows
+ * scored. */
+static int keep_best_runs(const select_rows *r, const int *j0, const int *len, int n_runs, const select_mask *m,
+                          float *dots, int32_t *at, topk_buf *t) {
     int total = 0;
     for (int u = 0; u < n_runs; total += len[u], u++) select_score_run(r, j0[u], len[u], dots + total);
     const float thr = sampled_threshold(dots, total, t->k);
@@ -153,6 +152,7 @@ static void keep_best_runs(const select_rows *r, const int *j0, const int *len, 
         t->n = 0, t->thr = 0;
         offer_runs(dots, j0, len, n_runs, m, -INFINITY, at, t);
     }
+    return total;
 }
 
 int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const select_rows *codes,
@@ -180,11 +180,17 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
     uint64_t *bkeys = select_query_realloc(s, NULL, (size_t)n * 2 * chosen_max * sizeof(uint64_t));
     topk_buf *bt = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
     int32_t *chosen = select_query_realloc(s, NULL, (size_t)n * chosen_max * sizeof(int32_t));
-    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * keep * sizeof(uint64_t));
-    uint64_t *rkeys = codes ? select_query_realloc(s, NULL, (size_t)n * keep * sizeof(uint64_t)) : NULL;
-    int32_t *ranks = codes ? select_query_realloc(s, NULL, (size_t)n * keep * sizeof(int32_t)) : NULL;
     int32_t *idx = select_query_realloc(s, NULL, (size_t)n * scratch * sizeof(int32_t));
-    int rc = !S || !bkeys || !bt || !chosen || !keys || (codes && (!rkeys || !ranks)) || !idx ? -1 : 0;
+    /* step 2's scratch, one per thread: each query's runs and their scores,
+     * its buffer of keys, and over codes its pool */
+    const int per_group = grouped ? (ix->gprobe + 1) * G : 0, per_block = (nprobe + 1) * block;
+    const size_t dots_n = per_group > per_block ? per_group : per_block;
+    const size_t max_runs = 3 * ((size_t)chosen_max + 1);
+    int *runs = select_query_realloc(s, NULL, (size_t)n_threads * 2 * max_runs * sizeof(int));
+    float *dots = select_query_realloc(s, NULL, (size_t)n_threads * dots_n * sizeof(float));
+    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * keep * sizeof(uint64_t));
+    int32_t *ranks = codes ? select_query_realloc(s, NULL, (size_t)n_threads * keep * sizeof(int32_t)) : NULL;
+    int rc = !S || !bkeys || !bt || !chosen || !idx || !runs || !dots || !keys || (codes && !ranks) ? -1 : 0;
     for (int i = 0; !rc && i < n; i++) bt[i] = (topk_buf){.key = bkeys + (size_t)i * 2 * chosen_max, .k = keep1};
 
     /* 1. each query's best blocks (or groups) by their summaries */
@@ -200,26 +206,17 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
     const select_rows sum_rows = {.base = ix->sums, .stride = (size_t)d, .d = d,
                                   .scores = kernels_kv_decode_get(SUBQ_KV_F32).scores,
                                   .row_bytes = (size_t)d * sizeof(float)};
-    const int per_group = grouped ? (ix->gprobe + 1) * G : 0, per_block = (nprobe + 1) * block;
-    const size_t dots_n = per_group > per_block ? per_group : per_block;
-    const size_t max_runs = 3 * ((size_t)chosen_max + 1);
     int64_t scored = 0, ranked = 0, summed = 0;
-    int oom = 0;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored, ranked, summed, oom) if (!rc)
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored, ranked, summed) if (!rc)
     for (int i = 0; i < n; i++) {
         if (rc) continue;
+        const int th = omp_get_thread_num();
         int lo[3], hi[3];
         const int nr = select_mask_ranges(&m[i], count, lo, hi);
         const int vis = m[i].n_slots < count ? m[i].n_slots : count;
         int32_t *at = idx + (size_t)i * scratch, *ch = chosen + (size_t)i * chosen_max;
-        int *j0 = select_query_realloc(s, NULL, 2 * max_runs * sizeof(int)), *len = j0 + max_runs;
-        float *dt = select_query_realloc(s, NULL, dots_n * sizeof(float));
-        if (!j0 || !dt) {
-            free(j0);
-            free(dt);
-            oom++;
-            continue;
-        }
+        int *j0 = runs + (size_t)th * 2 * max_runs, *len = j0 + max_runs;
+        float *dt = dots + (size_t)th * dots_n;
         int nch = select_topk_take(&bt[i], 0, ch, NULL), n_runs = 0;
         if (grouped) {
             int blo[3], bhi[3];
@@ -228,10 +225,9 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
             n_runs += block_runs(blo, bhi, nbr, nb / G * G, nb, j0 + n_runs, len + n_runs);
             select_rows r = sum_rows;
             r.q = qn + (size_t)i * d;
-            const select_mask every = {.n_slots = nb, .ex0_hi = 0, .ex1_hi = 0}; /* blocks are eligible already */
+            const select_mask every = {0}; /* the runs hold eligible blocks only */
             bt[i] = (topk_buf){.key = bt[i].key, .k = nprobe};
-            keep_best_runs(&r, j0, len, n_runs, &every, dt, at, &bt[i]);
-            for (int u = 0; u < n_runs; u++) summed += len[u];
+            summed += keep_best_runs(&r, j0, len, n_runs, &every, dt, at, &bt[i]);
             nch = select_topk_take(&bt[i], 0, ch, NULL);
             n_runs = 0;
         }
@@ -240,27 +236,22 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
         select_rows r = codes ? *codes : *rows;
         if (codes) r.cq = codes->cq + i;
         else r.q = qn + (size_t)i * d;
-        topk_buf t = {.key = keys + (size_t)i * 2 * keep, .k = keep};
-        keep_best_runs(&r, j0, len, n_runs, &m[i], dt, at, &t);
-        for (int u = 0; u < n_runs; u++) scored += len[u];
-        free(j0);
+        topk_buf t = {.key = keys + (size_t)th * 2 * keep, .k = keep};
+        scored += keep_best_runs(&r, j0, len, n_runs, &m[i], dt, at, &t);
         int32_t *dst = out + (size_t)i * k;
         if (!codes) {
             got[i] = select_topk_take(&t, 0, dst, NULL); /* in any order (selector.h) */
-            free(dt);
             continue;
         }
-        int32_t *pl = ranks + (size_t)i * keep;
+        int32_t *pl = ranks + (size_t)th * keep;
         const int np = select_topk_take(&t, 0, pl, NULL);
         rows->dot(qn + (size_t)i * d, rows->base, rows->stride, d, pl, np, dt);
-        /* the pool's k best: one cut of all of them */
-        topk_buf best = {.key = rkeys + (size_t)i * keep, .n = np, .k = k};
+        /* the pool's k best: one cut of all of them (t's keys are free again) */
+        topk_buf best = {.key = t.key, .n = np, .k = k};
         for (int c = 0; c < np; c++) best.key[c] = select_pair_key(dt[c], pl[c]);
         got[i] = select_topk_take(&best, 0, dst, NULL);
         ranked += np;
-        free(dt);
     }
-    if (oom) rc = -1;
     const size_t scan_bytes = codes ? codes->row_bytes : rows->row_bytes;
     s->stats.n_visited += scored + ranked + summed + (int64_t)n * nu_max;
     s->stats.bytes_read += (uint64_t)scored * scan_bytes + (uint64_t)ranked * rows->row_bytes +
@@ -294,8 +285,9 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
     free(bkeys);
     free(bt);
     free(chosen);
+    free(runs);
+    free(dots);
     free(keys);
-    free(rkeys);
     free(ranks);
     free(idx);
     return rc;

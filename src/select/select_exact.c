@@ -117,8 +117,7 @@ static void summarise_blocks(exact_sel *e, int from, int to) {
     }
     /* the groups those blocks complete: gsums[g] = (1/G) sum of its block means */
     const int G = e->group, GB = G * B;
-    for (int g = from / (GB > 0 ? GB : 1); G && g < to / GB; g++) {
-        if ((g + 1) * GB <= from) continue;
+    for (int g = G ? from / GB : 0; G && g < to / GB; g++) {
         double acc[SCAN_CODES_MAX_D] = {0};
         for (int b = g * G; b < (g + 1) * G; b++)
             for (int c = 0; c < e->d; c++) acc[c] += e->sums[(size_t)b * e->d + c];

@@ -75,6 +75,8 @@ typedef struct topk_buf {
 } topk_buf;
 /* Keep t's k best keys (quickselect, select_topk.c). */
 void select_topk_cut(topk_buf *t, int k);
+/* select_topk_cut, then the worst key kept (t must hold one). */
+uint64_t select_topk_cut_worst(topk_buf *t, int k);
 float select_key_score(uint64_t key);
 /* Inline below: the scans offer every eligible slot to them. */
 /* Floats map to unsigned integers in their order: the sign bit set for
@@ -92,10 +94,7 @@ static inline void select_topk_push(topk_buf *t, float score, int32_t slot) {
     if (key <= t->thr) return;
     t->key[t->n] = key;
     if (++t->n < 2 * t->k) return;
-    select_topk_cut(t, t->k);
-    uint64_t w = t->key[0];
-    for (int i = 1; i < t->n; i++) w = t->key[i] < w ? t->key[i] : w;
-    t->thr = w;
+    t->thr = select_topk_cut_worst(t, t->k);
 }
 
 /* The kept slots (best first when sorted) and scores; returns the count. */

@@ -128,9 +128,7 @@ static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, 
     const int64_t want = ((int64_t)4 * k * n_seen + span - 1) / span;
     if (n_seen == 0 || want < 1 || 2 * want > n_key) return 0;
     topk_buf t = {.key = key, .n = n_key, .k = (int)want};
-    select_topk_cut(&t, (int)want);
-    uint64_t w = key[0];
-    for (int i = 1; i < t.n; i++) w = key[i] < w ? key[i] : w;
+    const uint64_t w = select_topk_cut_worst(&t, (int)want);
     /* every pair with the r-th best sampled score, or higher, is admitted */
     return select_pair_key(select_key_score(w), INT32_MAX);
 }

@@ -106,6 +106,13 @@ void select_topk_cut(topk_buf *t, int k) {
     if (t->n > k) t->n = k;
 }
 
+uint64_t select_topk_cut_worst(topk_buf *t, int k) {
+    select_topk_cut(t, k);
+    uint64_t w = t->key[0];
+    for (int i = 1; i < t->n; i++) w = t->key[i] < w ? t->key[i] : w;
+    return w;
+}
+
 static int key_desc(const void *a, const void *b) {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? 1 : x > y ? -1 : 0;
