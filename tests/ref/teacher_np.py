@@ -183,7 +183,37 @@ def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0, pos=None, 
     return nce, kl, n
 
 
-def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list, n_sink=0, n_tail=0, pos=None, rope=None):
+def tie_split(s, K, eps):
+    """A top-K by scores s, with ties: (sure, maybe, need). `sure` are the
+    keys every top-K holds (above the K-th score by more than eps), `maybe`
+    those within eps of the K-th score, of which any `need` may be taken.
+    Two implementations that round differently can keep different keys of
+    `maybe`; both are right."""
+    s = np.asarray(s, dtype=np.float64)
+    kth = np.sort(s)[::-1][K - 1]
+    sure = np.nonzero(s > kth + eps)[0]
+    maybe = np.nonzero(np.abs(s - kth) <= eps)[0]
+    return sure, maybe, K - len(sure)
+
+
+def pick_range(w, split):
+    """(least, most) of sum(w) over the top-Ks that tie_split allows."""
+    sure, maybe, need = split
+    base = w[sure].sum()
+    wm = np.sort(w[maybe])
+    return base + wm[:need].sum(), base + wm[::-1][:need].sum()
+
+
+def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list, n_sink=0, n_tail=0, pos=None, rope=None,
+            eps_p=0.0, eps_l=0.0, eps_o=0.0, pick=None):
+    """mass@K and recall@K of the learned, raw-QK oracle and window choices,
+    each as a (least, most) pair over the top-Ks that keys tied within
+    rounding at the K-th place allow (eps_p on the teacher's P, eps_l on the
+    learned cosines, eps_o relative to each row's largest |oracle score|).
+    With every eps 0 a tie still counts both ways. Recall's bounds are safe
+    but may be loose when the teacher's own top-K has ties: the least counts
+    only keys every teacher top-K holds, the most any key one may hold.
+    pick(t, K, name, order) may replace a choice (a test of this check)."""
     qs, kss = search_vectors(h, wq, wk, pos, rope)
     q = np.asarray(q, dtype=np.float64)
     k = np.asarray(k, dtype=np.float64)
@@ -199,28 +229,41 @@ def metrics(h, wq, wk, q, k, P, seg, n_head, n_kv, ks_list, n_sink=0, n_tail=0, 
     nk = np.sqrt((kss * kss).sum(1) + 1e-12)
     learned = (qs @ kss.T) / nq[:, None] / nk[None, :]
     E = eligible(seg, n_sink, n_tail)
-    res = {K: [0.0] * 6 + [0] for K in ks_list}   # mass_l, mass_o, mass_w, recall_l, recall_o, recall_w, n
+    names = ("mass_learned", "mass_oracle", "mass_window", "recall_learned", "recall_oracle", "recall_window")
+    res = {K: {nm: [0.0, 0.0] for nm in names} for K in ks_list}
+    cnt = {K: 0 for K in ks_list}
     for t in range(len(seg)):
         idx = np.nonzero(E[t])[0]
         p = P[t, idx]
+        lr, orc = learned[t, idx], oracle[t, idx]
         for K in ks_list:
             if len(idx) <= K:
                 continue
-            tt = set(topk(p, K).tolist())
-            tl = topk(learned[t, idx], K)
-            to = topk(oracle[t, idx], K)
-            tw = np.arange(len(idx) - K, len(idx))           # the K most recent keys
-            r = res[K]
-            r[0] += p[tl].sum()
-            r[1] += p[to].sum()
-            r[2] += p[tw].sum()
-            r[3] += len(tt & set(tl.tolist())) / K
-            r[4] += len(tt & set(to.tolist())) / K
-            r[5] += len(tt & set(tw.tolist())) / K
-            r[6] += 1
+            cnt[K] += 1
+            ts, tm, _ = tie_split(p, K, eps_p)
+            in_sure = np.zeros(len(idx))
+            in_sure[ts] = 1.0
+            may_in = in_sure.copy()
+            may_in[tm] = 1.0
+            splits = {"learned": tie_split(lr, K, eps_l),
+                      "oracle": tie_split(orc, K, eps_o * max(np.abs(orc).max(), 1e-30)),
+                      "window": (np.arange(len(idx) - K, len(idx)), np.zeros(0, dtype=int), 0)}
+            if pick:
+                for nm in ("learned", "oracle"):
+                    order = pick(t, K, nm, np.argsort(-(lr if nm == "learned" else orc), kind="stable"))
+                    if order is not None:
+                        splits[nm] = (np.asarray(order[:K]), np.zeros(0, dtype=int), 0)
+            for nm, sp in splits.items():
+                lo, hi = pick_range(p, sp)
+                r = res[K]["mass_" + nm]
+                r[0] += lo
+                r[1] += hi
+                r = res[K]["recall_" + nm]
+                r[0] += pick_range(in_sure, sp)[0] / K
+                r[1] += min(pick_range(may_in, sp)[1], K) / K
     out = {}
-    for K, r in res.items():
-        d = max(r[6], 1)
-        out[K] = {"mass_learned": r[0] / d, "mass_oracle": r[1] / d, "mass_window": r[2] / d,
-                  "recall_learned": r[3] / d, "recall_oracle": r[4] / d, "recall_window": r[5] / d, "n": r[6]}
+    for K in ks_list:
+        d = max(cnt[K], 1)
+        out[K] = {nm: (v[0] / d, v[1] / d) for nm, v in res[K].items()}
+        out[K]["n"] = cnt[K]
     return out
