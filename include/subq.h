@@ -22,9 +22,9 @@ extern "C" {
  * older header, MINOR adds to it. subq_version() is the library's own,
  * for a program to compare with the header it was built with. */
 #define SUBQ_VERSION_MAJOR 0
-#define SUBQ_VERSION_MINOR 45
+#define SUBQ_VERSION_MINOR 46
 #define SUBQ_VERSION_PATCH 0
-#define SUBQ_VERSION "0.45.0"
+#define SUBQ_VERSION "0.46.0"
 
 /* Marks a declaration a later MAJOR version removes (msg: what to use). */
 #if defined(__GNUC__) || defined(__clang__)
@@ -61,7 +61,7 @@ typedef struct subq_error {
     char msg[SUBQ_ERROR_MSG_MAX];
 } subq_error;
 
-/* SUBQ_VERSION of the library linked in ("0.45.0"). */
+/* SUBQ_VERSION of the library linked in ("0.46.0"). */
 const char *subq_version(void);
 
 /* Short name of a status code ("format error", ...). */
@@ -438,6 +438,34 @@ typedef enum subq_oracle_kind {
 int subq_oracle_parse(const char *name);
 const char *subq_oracle_name(subq_oracle_kind k);
 
+/* subq_attn_plan.far_pos: where a query attends the keys farther than
+ * far_from (sinks and retrieved keys; the tail never is), so that a model
+ * reads past the context it was trained on at distances it knows. Keys stay
+ * stored as computed; a far key is turned by the layer's RoPE at attend
+ * time. With d the key's distance and F = far_from:
+ *   NONE    at d (no change)
+ *   WINDOW  at F, every far key (InfLLM)
+ *   ORDER   at F - r, r its rank among the query's far keys, farthest
+ *           first: contiguous, in their order (ReAttention)
+ *   GROUP   at F + ceil((d - F) / G), G = ceil((d_max - F) / (L - F)), d_max
+ *           the query's farthest attended key, L the trained context - 1
+ *           (Self-Extend's grouped positions, the group chosen per query)
+ * Layers the plan keeps dense attend the sinks and the keys within F once
+ * there are farther ones (the sinks placed as the scheme places them); the
+ * search scores far keys without its rotated dims (subq_search_get_rope).
+ * A query with no key beyond F attends exactly as with NONE. */
+typedef enum subq_far_pos {
+    SUBQ_FAR_NONE = 0,
+    SUBQ_FAR_WINDOW,
+    SUBQ_FAR_ORDER,
+    SUBQ_FAR_GROUP,
+    SUBQ_FAR_COUNT
+} subq_far_pos;
+
+/* "none", "window", "order", "group" -> scheme; -1 when unknown. */
+int subq_far_parse(const char *name);
+const char *subq_far_name(subq_far_pos s);
+
 typedef struct subq_attn_plan {
     /* layers to make sparse: "all", "1-4", "2--3" (negative counts from the
      * end), comma lists; NULL: the layers that have search projections, or
@@ -486,6 +514,10 @@ typedef struct subq_attn_plan {
     /* with completion maps: complete only query heads whose mid-region
      * entropy, stored in the maps file, is at least this; < 0: every head (-1) */
     float complete_min_entropy;
+    /* far keys at trained distances (subq_far_pos above; NONE); keys farther
+     * than far_from are far (0: the model's trained context less n_tail) */
+    subq_far_pos far_pos;
+    int far_from;
 } subq_attn_plan;
 
 subq_attn_plan subq_attn_plan_default(void);

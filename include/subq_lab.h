@@ -65,10 +65,15 @@ typedef void (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const sub
 
 /* `tokens` is the whole text tokenised with BOS. Chunks of n_ctx tokens
  * (at most max_chunks; <= 0 for all) have their first token replaced by BOS
- * and the second half of each chunk is scored. If `nll_out` is not NULL it
- * receives the per-token NLLs in order (n_chunks * (n_ctx - 1 - n_ctx/2)). */
-subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tokens, int n_ctx, int max_chunks,
-                            subq_ppl_callback cb, void *user, subq_ppl_result *res, float *nll_out,
+ * and the second half of each chunk is scored. With window (even, dividing
+ * n_ctx; <= 0: n_ctx) below n_ctx, the same tokens are scored through
+ * windows of `window` tokens half a window apart, each with its first token
+ * replaced by BOS and its second half scored: so contexts of different
+ * lengths are compared on the same tokens (-c 16384 against windows of
+ * 4096). If `nll_out` is not NULL it receives the per-token NLLs in order
+ * (n_chunks * (n_ctx - 1 - n_ctx/2)). */
+subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tokens, int n_ctx, int window,
+                            int max_chunks, subq_ppl_callback cb, void *user, subq_ppl_result *res, float *nll_out,
                             subq_error *err);
 
 /* ---- evaluation: sparse vs full attention on held-out text ------------ */
@@ -528,8 +533,9 @@ void subq_recall_free(subq_recall *r);
 /* Build the prompt of trial `trial` at `length` tokens with the asked needle
  * after a share `depth` in [0, 1] of the filler (snapped to the nearest word
  * start). The same (params, length, depth, trial) give the same prompt.
- * SUBQ_ERR_ARG when the needles and the question do not fit in `length` or
- * the length exceeds the model's context. */
+ * SUBQ_ERR_ARG when the needles and the question do not fit in `length`.
+ * A length past the model's trained context is the caller's to allow (read
+ * through far keys at trained distances, subq_far_pos). */
 subq_status subq_recall_make_prompt(const subq_recall *r, int length, double depth, int trial,
                                     subq_recall_prompt *out, subq_error *err);
 void subq_recall_prompt_free(subq_recall_prompt *pr);
@@ -558,15 +564,17 @@ int subq_recall_same_answer(const char *a, const char *b, int n);
 /* A grid of recall prompts (lengths x depths x trials) answered by several
  * methods side by side, every method on the same prompts. */
 typedef struct subq_recall_method {
-    char name[48];            /* "full", "exact@64", "hnsw@32+phi" */
+    char name[48];            /* "full", "exact@64", "hnsw@32+phi", "exact@64:window" */
     int full;                 /* 1: full attention (the fields below unused) */
+    int far_pos;              /* the name's ":SCHEME" (a subq_far_pos); -1: none given */
     subq_attn_plan plan;      /* its sparse_prefill is the grid's */
     const subq_search *search;
     const subq_complete *complete;
 } subq_recall_method;
 
-/* "full" or SELECTOR@K[+phi] -> out->name, full, plan.selector, plan.top_k
- * and *complete (1 for +phi); the rest of out is left as it was.
+/* "full" or SELECTOR@K[+phi][:FAR] -> out->name, full, plan.selector,
+ * plan.top_k, far_pos (FAR a far-key scheme name, subq_far_parse; -1
+ * without) and *complete (1 for +phi); the rest of out is left as it was.
  * SUBQ_ERR_ARG for anything else, SUBQ_ERR_UNSUPPORTED for a selector this
  * build lacks. */
 subq_status subq_recall_method_parse(const char *name, subq_recall_method *out, int *complete, subq_error *err);

@@ -80,7 +80,7 @@ static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, 
     for (int j = 0; j < n; j++) slots[j] = (int)((uint64_t)j * 7919 % (uint64_t)kv->n_ctx); /* distinct: 7919 is a prime above n_ctx */
     for (int i = 0; i < g * hd; i++) q[i] = (float)rng_normal(rng);
     const float scale = 1.0f / sqrtf((float)hd);
-    attn_group_over_slots(kv, layer, kh, g, q, scale, cap, slots, n, scores, out);
+    attn_group_over_slots(kv, layer, kh, g, q, scale, cap, slots, n, NULL, NULL, scores, out);
     double worst = 0;
     for (int i = 0; i < g; i++) {
         for (int c = 0; c < hd; c++) qd[c] = q[(size_t)i * hd + c];

@@ -114,8 +114,15 @@ static void check_model(const char *path, const char *label) {
     /* bad input */
     subq_recall_prompt bad;
     CHECK(subq_recall_make_prompt(r, 12, 0.5, 0, &bad, &err) == SUBQ_ERR_ARG, "%s: 12 tokens accepted", label);
-    CHECK(subq_recall_make_prompt(r, info.n_ctx_train + 1, 0.5, 0, &bad, &err) == SUBQ_ERR_ARG,
-          "%s: length above the context accepted", label);
+    /* past the trained context: built (read through far keys, the caller allows it), at that length */
+    if (!subq_recall_make_prompt(r, 2 * info.n_ctx_train, 0.5, 0, &bad, &err)) {
+        CHECK(bad.n_tokens == 2 * info.n_ctx_train, "%s: a prompt of %d tokens for %d", label, bad.n_tokens,
+              2 * info.n_ctx_train);
+        subq_recall_prompt_free(&bad);
+    } else {
+        CHECK(0, "%s: a length past the trained context refused: %s", label, err.msg);
+    }
+    CHECK(subq_recall_make_prompt(r, 0, 0.5, 0, &bad, &err) == SUBQ_ERR_ARG, "%s: length 0 accepted", label);
     CHECK(subq_recall_make_prompt(r, L, 1.5, 0, &bad, &err) == SUBQ_ERR_ARG, "%s: depth 1.5 accepted", label);
     subq_recall_free(r);
 

@@ -24,6 +24,11 @@ _Static_assert((int)SUBQ_SCORE_COSINE == (int)SELECT_SCORE_COSINE && (int)SUBQ_S
                    (int)SUBQ_SCAN_COUNT == (int)SELECT_SCAN_COUNT,
                "public and internal scores and scans must agree");
 
+_Static_assert((int)SUBQ_FAR_NONE == (int)ATTN_FAR_NONE && (int)SUBQ_FAR_WINDOW == (int)ATTN_FAR_WINDOW &&
+                   (int)SUBQ_FAR_ORDER == (int)ATTN_FAR_ORDER && (int)SUBQ_FAR_GROUP == (int)ATTN_FAR_GROUP &&
+                   (int)SUBQ_FAR_COUNT == (int)ATTN_FAR_COUNT,
+               "public and internal far-key schemes must agree");
+
 _Static_assert((int)SUBQ_ORACLE_HEADMEAN_DOT == (int)ORACLE_HEADMEAN_DOT &&
                    (int)SUBQ_ORACLE_HEADMEAN_COSINE == (int)ORACLE_HEADMEAN_COSINE &&
                    (int)SUBQ_ORACLE_PER_HEAD == (int)ORACLE_PER_HEAD && (int)SUBQ_ORACLE_COUNT == (int)ORACLE_KIND_COUNT,
@@ -38,6 +43,10 @@ const char *subq_scan_name(subq_scan s) { return select_scan_name((select_scan)s
 int subq_oracle_parse(const char *name) { return oracle_kind_parse(name); }
 
 const char *subq_oracle_name(subq_oracle_kind k) { return oracle_kind_name((oracle_kind)k); }
+
+int subq_far_parse(const char *name) { return attn_far_parse(name); }
+
+const char *subq_far_name(subq_far_pos s) { return attn_far_name((attn_far_scheme)s); }
 
 const char *subq_selector_name(subq_selector_kind k) { return selector_kind_name((selector_kind)k); }
 
@@ -79,6 +88,8 @@ subq_attn_plan subq_attn_plan_default(void) {
         .probe_check = sp->probe_check,
         .seed = sp->seed,
         .complete_min_entropy = -1.0f,
+        .far_pos = SUBQ_FAR_NONE,
+        .far_from = 0,
     };
     return p;
 }
@@ -91,6 +102,11 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
                          p->sparse_prefill);
     if ((int)p->oracle < 0 || p->oracle >= SUBQ_ORACLE_COUNT)
         return subq_fail(err, SUBQ_ERR_ARG, "unknown oracle kind %d", (int)p->oracle);
+    if ((int)p->far_pos < 0 || p->far_pos >= SUBQ_FAR_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "unknown far-key scheme %d (0 none, 1 window, 2 order, 3 group)",
+                         (int)p->far_pos);
+    if (p->far_from < 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "far_from %d: a distance is at least 1 (0: the default)", p->far_from);
     attn_plan_default(out);
     out->sparse_layers = p->layers;
     out->topk_layers = p->topk_layers;
@@ -117,6 +133,7 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.group_from = p->group_from;
     sp->select.probe_check = p->probe_check;
     sp->select.seed = p->seed;
+    sp->far = (attn_far){.scheme = (attn_far_scheme)p->far_pos, .from = p->far_from};
     return SUBQ_OK;
 }
 

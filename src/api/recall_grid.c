@@ -10,8 +10,10 @@
 #include "subq_lab.h"
 
 subq_status subq_recall_method_parse(const char *name, subq_recall_method *out, int *complete, subq_error *err) {
-    const char *form = "is not full or SELECTOR@K[+phi] (selectors: exact, hnsw, faiss, quest, oracle, window)";
+    const char *form = "is not full or SELECTOR@K[+phi][:FAR] (selectors: exact, hnsw, faiss, quest, oracle, "
+                       "window; FAR: none, window, order, group)";
     *complete = 0;
+    out->far_pos = -1;
     if (strlen(name) >= sizeof out->name) return subq_fail(err, SUBQ_ERR_ARG, "method '%.60s...' is too long", name);
     if (!strcmp(name, "full")) {
         snprintf(out->name, sizeof out->name, "full");
@@ -25,9 +27,13 @@ subq_status subq_recall_method_parse(const char *name, subq_recall_method *out, 
     sel[at - name] = '\0';
     char *end;
     long k = strtol(at + 1, &end, 10);
-    int plus_phi = !strcmp(end, "+phi");
+    int plus_phi = !strncmp(end, "+phi", 4);
+    const char *far = plus_phi ? end + 4 : end; /* ":SCHEME" or nothing */
     int kind = subq_selector_parse(sel);
-    if (kind < 0 || end == at + 1 || k < 0 || k > (1 << 20) || (*end && !plus_phi))
+    if (*far == ':' && (out->far_pos = subq_far_parse(far + 1)) < 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "'%s': unknown far-key scheme '%s' (none, window, order, group)", name,
+                         far + 1);
+    if (kind < 0 || end == at + 1 || k < 0 || k > (1 << 20) || (*far && *far != ':'))
         return subq_fail(err, SUBQ_ERR_ARG, "'%s' %s", name, form);
     if (!subq_selector_available((subq_selector_kind)kind))
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector '%s' is not in this build (see subq info --features)", sel);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "attn/attn_far.h"
 #include "base/pool.h"
 #include "kv/kv_cache.h"
 #include "subq.h"
@@ -28,6 +29,9 @@ typedef struct attn_step {
     float *out;                  /* [n_tokens][n_head*head_dim] */
     int n_threads;
     pool *pool;                  /* n_threads threads (decode paths), or NULL */
+    const attn_rope *rope;       /* the layer's RoPE as a rotation (NULL: the layer has none) */
+    attn_far far;                /* where attn_batch attends its extra slots beyond far.from
+                                    (a sparse stage sets it; the forward pass leaves none) */
 } attn_step;
 
 typedef struct attn_stage attn_stage;
@@ -143,7 +147,9 @@ attn_stage *attn_full_stage(void);
  * segments are contiguous runs of slots) and, when n_extra > 0, to the slots
  * extra[t * n_extra + x] that are >= 0 (each below lo[t], none twice), under
  * one softmax. Full attention is lo = NULL, n_extra = 0; sparse prefill
- * gives its local window and its sinks + retrieved slots. The range goes
+ * gives its local window and its sinks + retrieved slots. Extra slots
+ * farther than st->far.from are attended at the distance st->far gives
+ * them (attn_far.h; the range is the caller's to keep within it). The range goes
  * through sgemm; the extra slots, scattered rows, are scored and summed as
  * a decode step's are (kernels_kv_decode: on q8_0 / q4_0 keys with the
  * query quantised per block, kernels.h). Scratch is bounded by the keys in
@@ -154,7 +160,9 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
 /* Attention over an explicit list of cache slots for g query heads of KV
  * head kv_head (q and out: g adjacent heads of hd values; scores: g * n
  * floats of scratch; g = 1 for one head with its own slots):
- *   out_i = sum_j softmax_j(scale * q_i.k_j) v_j,
+ *   out_i = sum_j softmax_j(scale * q_i.R(shift_j) k_j) v_j,
+ * shift NULL (all 0) or each slot's turn by the layer's RoPE `rope`
+ * (attn_far.h: a far key attended nearer),
  * each key and value row loaded once for the g heads (s soft-capped at
  * cap when cap > 0). The rows of a
  * retrieved set lie anywhere in the cache, so a usual set is asked for
@@ -163,6 +171,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
  * then copied side by side in blocks and scored and summed by the dense
  * decode kernels (q8_0 / q4_0 keys: the quantised query, as dense decode). */
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale, float cap,
-                           const int *slots, int n, float *scores, float *out);
+                           const int *slots, int n, const attn_rope *rope, const int32_t *shift, float *scores,
+                           float *out);
 
 #endif

@@ -117,7 +117,8 @@ static void slots_pass(const kv_cache *kv, const kernels_kv_decode *ops, int lay
 }
 
 void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, const float *q, float scale, float cap,
-                           const int *slots, int n, float *scores, float *out) {
+                           const int *slots, int n, const attn_rope *rope, const int32_t *shift, float *scores,
+                           float *out) {
     const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
     /* Each key row is asked for GATHER_WINDOW rows before its use, so for
      * a usual set all of them before the first, and the value rows likewise
@@ -129,6 +130,7 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
      * dot and one axpy call per row and head measured 1 ms a step more). */
     gather_start(kv, layer, kv_head, 0, slots, n);
     slots_pass(kv, &ops, layer, kv_head, 0, g, q, scale, slots, n, scores, n, NULL); /* s_ij = scale q_i . k_j */
+    if (shift) attn_far_rescore(rope, kv, layer, kv_head, g, q, scale, slots, shift, n, scores, n);
     gather_start(kv, layer, kv_head, 1, slots, n);
     softcap(scores, g * n, cap);
     for (int i = 0; i < g; i++) softmax_inplace(scores + (size_t)i * n, n);
@@ -323,8 +325,8 @@ typedef struct batch_scratch {
 } batch_scratch;
 
 static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, int t1, int k_lo, const float *K,
-                       const float *V, const int32_t *first, const int *xs, const int *nxs, int n_extra,
-                       batch_scratch *w) {
+                       const float *V, const int32_t *first, const int *xs, const int *nxs, const int32_t *shift,
+                       int n_extra, batch_scratch *w) {
     const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, rows = (t1 - t0) * g;
     /* the block's own keys start at its earliest document: in a batch of
@@ -347,6 +349,9 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
         gather_start(kv, st->layer, kh, 0, xs + (size_t)t * n_extra, nxs[t]);
         slots_pass(kv, &ops, st->layer, kh, 0, g, q, st->scale, xs + (size_t)t * n_extra, nxs[t],
                    w->e + (size_t)(t - t0) * g * n_extra, n_extra, NULL);
+        if (shift) /* far extra slots at the distance st->far gives them */
+            attn_far_rescore(st->rope, kv, st->layer, kh, g, q, st->scale, xs + (size_t)t * n_extra,
+                             shift + (size_t)t * n_extra, nxs[t], w->e + (size_t)(t - t0) * g * n_extra, n_extra);
     }
     blas_sgemm(1, 0, 1, rows, n_keys, hd, st->scale, w->q, hd, K, hd, 0.0f, w->s, n_keys);
     for (int r = 0; r < rows; r++) {
@@ -384,22 +389,30 @@ typedef struct batch_job {
     const float *K, *V;
     const int32_t *first;
     const int *xs, *nx;       /* [T][n_extra] extra slots (fillers left out, in slot order), [T] their counts */
+    const int32_t *shift;     /* [T][n_extra] their turns (attn_far.h), or NULL: none far */
     batch_scratch *w;         /* [threads] */
 } batch_job;
 
 static void batch_block(void *ctx, int b, int thread) {
     const batch_job *j = ctx;
     const int t0 = b * j->tb, t1 = t0 + j->tb < j->T ? t0 + j->tb : j->T;
-    attn_block(j->st, j->kv, j->kh, t0, t1, j->k_lo, j->K, j->V, j->first, j->xs, j->nx, j->n_extra, &j->w[thread]);
+    attn_block(j->st, j->kv, j->kh, t0, t1, j->k_lo, j->K, j->V, j->first, j->xs, j->nx, j->shift, j->n_extra,
+               &j->w[thread]);
 }
 
 /* Each token's extra slots with the fillers (-1) left out, in slot order:
  * a retrieved set lies in runs of nearby slots (the blocks the prompt's
- * selection chose), which in order share pages and cache lines. */
+ * selection chose), which in order share pages and cache lines; with a far
+ * scheme, their turns (attn_far.h). */
 typedef struct extra_slots {
     const int32_t *extra;
-    int n_extra;
+    const kv_cache *kv;
+    const attn_far *far;        /* NULL: keys at their own distance */
+    int n_extra, slot0;
     int *xs, *nx, *tmp;         /* [T][n_extra], [T], [T][n_extra] */
+    int32_t *shift, *dist;      /* [T][n_extra] each (far only) */
+    int64_t *order;             /* [T][n_extra] (far only) */
+    _Atomic int n_far;          /* tokens with a far slot */
 } extra_slots;
 
 /* LSD radix sort of x[0..n) (values >= 0), 11 bits a pass, through tmp */
@@ -417,13 +430,17 @@ static void sort_slots(int *x, int n, int *tmp) {
 }
 
 static void extra_slots_token(void *ctx, int t, int thread) {
-    const extra_slots *j = ctx;
+    extra_slots *j = ctx;
     const int32_t *ex = j->extra + (size_t)t * j->n_extra;
     int *xs = j->xs + (size_t)t * j->n_extra, n = 0;
     for (int x = 0; x < j->n_extra; x++)
         if (ex[x] >= 0) xs[n++] = ex[x];
     sort_slots(xs, n, j->tmp + (size_t)t * j->n_extra);
     j->nx[t] = n;
+    if (!j->far) return;
+    const size_t o = (size_t)t * j->n_extra;
+    attn_far_distances(j->kv, j->slot0 + t, xs, n, j->dist + o);
+    if (attn_far_shifts(j->far, j->dist + o, n, j->shift + o, j->order + o)) j->n_far++;
 }
 
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
@@ -458,10 +475,16 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
         if (q) w[i] = (batch_scratch){.q = q, .o = q + rows * hd, .s = q + 2 * rows * hd,
                                       .inv = q + rows * (2 * hd + n_keys), .e = q + rows * (2 * hd + n_keys + 1)};
     }
-    extra_slots xj = {.extra = extra, .n_extra = n_extra};
+    const int far = st->far.scheme != ATTN_FAR_NONE && st->rope && st->rope->n_rot > 0;
+    extra_slots xj = {.extra = extra, .kv = kv, .far = far ? &st->far : NULL, .n_extra = n_extra, .slot0 = st->slot0};
     if (!failed && n_extra > 0) {
         xj.xs = malloc((size_t)T * (2 * n_extra + 1) * sizeof(int));
-        if (!(failed = !xj.xs)) {
+        if (far) {
+            xj.shift = malloc((size_t)T * n_extra * 2 * sizeof(int32_t));
+            xj.order = malloc((size_t)T * n_extra * sizeof(int64_t));
+            xj.dist = xj.shift ? xj.shift + (size_t)T * n_extra : NULL;
+        }
+        if (!(failed = !xj.xs || (far && (!xj.shift || !xj.order)))) {
             xj.nx = xj.xs + (size_t)T * n_extra;
             xj.tmp = xj.nx + T;
             pool_run(st->pool, T, extra_slots_token, &xj);
@@ -469,7 +492,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     }
     for (int kh = 0; kh < st->n_head_kv && !failed; kh++) {
         batch_job j = {.st = st, .kv = kv, .kh = kh, .tb = tb, .T = T, .k_lo = k_lo, .n_extra = n_extra,
-                       .first = first, .xs = xj.xs, .nx = xj.nx, .w = w};
+                       .first = first, .xs = xj.xs, .nx = xj.nx, .shift = xj.n_far ? xj.shift : NULL, .w = w};
         j.K = kv_cache_rows_f32(kv, st->layer, kh, 0, k_lo, n_keys, Kf);
         j.V = kv_cache_rows_f32(kv, st->layer, kh, 1, k_lo, n_keys, Vf);
         pool_run(st->pool, n_blocks, batch_block, &j);
@@ -477,6 +500,8 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     for (int i = 0; w && i < nt; i++) free(w[i].q);
     free(w);
     free(xj.xs);
+    free(xj.shift);
+    free(xj.order);
     free(first);
     free(Kf);
     free(Vf);

@@ -50,6 +50,48 @@ void context_clear_plan(subq_context *c) {
     }
 }
 
+/* The far scheme's distances for this model: from (0: the trained
+ * context less the tail) and limit (the trained context - 1), checked; a
+ * plan with a far scheme needs a sparse layer. */
+static subq_status far_resolve(const model_hparams *hp, const attn_plan *plan, const unsigned char *mask,
+                               const int *topk, attn_far *far, subq_error *err) {
+    int any = 0;
+    for (int l = 0; l < hp->n_layer; l++) any |= mask[l] || topk[l] >= 0;
+    if (!any)
+        return subq_fail(err, SUBQ_ERR_ARG, "far keys at trained distances (--far-pos %s) need a sparse layer, and "
+                         "the plan has none", attn_far_name(far->scheme));
+    const int n_tail = plan->sparse.n_tail;
+    far->limit = hp->n_ctx_train - 1;
+    if (far->from <= 0) far->from = hp->n_ctx_train - n_tail;
+    if (far->from > far->limit)
+        return subq_fail(err, SUBQ_ERR_ARG, "--far-from %d lies beyond the model's trained context (%d tokens: "
+                         "distances up to %d)", far->from, hp->n_ctx_train, far->limit);
+    if (far->from < 1 || n_tail > far->from + 1)
+        return subq_fail(err, SUBQ_ERR_ARG, "far keys from distance %d: the tail (%d keys) must lie within it%s",
+                         far->from, n_tail, plan->sparse.far.from <= 0 ? " (give --far-from)" : "");
+    if (far->scheme == ATTN_FAR_GROUP && far->from >= far->limit)
+        return subq_fail(err, SUBQ_ERR_ARG, "--far-pos group divides the distances past --far-from %d into the "
+                         "trained ones, up to %d: give a smaller --far-from", far->from, far->limit);
+    return SUBQ_OK;
+}
+
+/* Layer l's stage: a sparse one of sp (projections from proj, or NULL). */
+static subq_status set_stage(subq_context *c, int l, const sparse_params *sp, const search_proj *proj,
+                             subq_error *err) {
+    const model_hparams *hp = &c->model->hp;
+    sparse_params p = *sp;
+    p.select.n_threads = c->n_threads;
+    selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                        .head_dim = hp->head_dim, .pool = c->pool};
+    attn_stage *st;
+    subq_status s = attn_sparse_new(&p, proj ? proj->wq[l] : NULL, proj ? proj->wk[l] : NULL,
+                                    proj ? &proj->rope : NULL, hp->n_embd, &env, &st, err);
+    if (s) return s;
+    if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);
+    c->stages[l] = st;
+    return SUBQ_OK;
+}
+
 subq_status context_set_plan(subq_context *c, const attn_plan *plan, const search_proj *proj, subq_error *err) {
     const model_hparams *hp = &c->model->hp;
     selector_kind kind = plan->sparse.select.kind;
@@ -78,8 +120,24 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     if (!s && plan->topk_layers) s = attn_topk_layers_parse(plan->topk_layers, hp->n_layer, topk, err);
     else
         for (int l = 0; l < hp->n_layer; l++) topk[l] = -1;
+    attn_far far = plan->sparse.far;
+    if (!s && far.scheme != ATTN_FAR_NONE) s = far_resolve(hp, plan, mask, topk, &far, err);
     for (int l = 0; l < hp->n_layer && !s; l++) {
-        if (!mask[l] && topk[l] < 0) continue;
+        if (!mask[l] && topk[l] < 0) {
+            if (far.scheme != ATTN_FAR_NONE && !hp->layer[l].window && layer_rope(hp, l)) {
+                /* a dense layer under a far scheme: sinks + the keys within far.from once
+                 * there are farther ones, the sinks at the distance the scheme gives */
+                sparse_params sp = plan->sparse;
+                selector_params_default(&sp.select, SELECT_WINDOW, 0);
+                sp.top_k = 0;
+                sp.n_tail = far.from + 1;
+                sp.complete = NULL;
+                sp.far = far;
+                sp.dense_near = 1;
+                s = set_stage(c, l, &sp, NULL, err);
+            }
+            continue;
+        }
         if (hp->layer[l].window) {
             s = subq_fail(err, SUBQ_ERR_ARG, "layer %d attends to a sliding window of %d keys; a per-layer top-K "
                           "applies to the global layers", l, hp->layer[l].window);
@@ -97,16 +155,10 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
             break;
         }
         if (search) sp.select.d_search = proj->d_search;
-        sp.select.n_threads = c->n_threads;
-        selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                            .head_dim = hp->head_dim, .pool = c->pool};
-        attn_stage *st;
-        s = attn_sparse_new(&sp, search ? proj->wq[l] : NULL, search ? proj->wk[l] : NULL, search ? &proj->rope : NULL,
-                            hp->n_embd, &env, &st,
-                            err);
-        if (s) break;
-        if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);
-        c->stages[l] = st;
+        sp.far = far;
+        /* far keys are scored without the search's rotated dims: their distances are past its training */
+        if (search && far.scheme != ATTN_FAR_NONE) sp.select.far_rot = proj->rope.n_rot;
+        s = set_stage(c, l, &sp, search ? proj : NULL, err);
     }
     free(mask);
     free(topk);

@@ -29,6 +29,8 @@ typedef struct sparse_stage {
     int per_head;               /* the selector picks one set per query head */
     int32_t *hcand;             /* its sets: [n_head][top_k] */
     int *hgot;                  /* [n_head] */
+    int32_t *far_dist, *far_shift; /* a query's slots: their distances and turns (attn_far.h) */
+    int64_t *far_order;
 } sparse_stage;
 
 static const char *sparse_name = "sparse";
@@ -92,13 +94,29 @@ typedef struct query_window {
     select_mask m;
 } query_window;
 
+/* The first slot of the document of `slot` (from doc0) within far.from of
+ * it: the ones before are far (doc0 when none is; positions rise along a
+ * document). */
+static int far_boundary(const sparse_stage *s, const kv_cache *kv, int doc0, int slot) {
+    if (s->p.far.scheme == ATTN_FAR_NONE || kv->pos[slot] - kv->pos[doc0] <= s->p.far.from) return doc0;
+    int lo = doc0, hi = slot; /* pos[slot] - pos[lo] > from >= pos[slot] - pos[hi] */
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        if (kv->pos[slot] - kv->pos[mid] > s->p.far.from) lo = mid;
+        else hi = mid;
+    }
+    return hi;
+}
+
 static query_window window_of(const sparse_stage *s, const kv_cache *kv, int slot) {
     const int doc0 = kv_cache_doc_start(kv, slot);
     int sink_hi = doc0 + s->p.n_sink < slot + 1 ? doc0 + s->p.n_sink : slot + 1;
     int tail_lo = slot + 1 - s->p.n_tail > sink_hi ? slot + 1 - s->p.n_tail : sink_hi;
     int visible = s->freeze_slot >= 0 && s->freeze_slot < slot + 1 ? s->freeze_slot : slot + 1;
+    const int far_hi = far_boundary(s, kv, doc0, slot);
     query_window w = {.doc0 = doc0, .sink_hi = sink_hi, .tail_lo = tail_lo,
-                      .m = {.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1}};
+                      .m = {.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1,
+                            .far_hi = far_hi > doc0 ? far_hi : 0}};
     return w;
 }
 
@@ -109,6 +127,20 @@ static int assemble(const query_window *w, int slot, const int32_t *cand, int go
     for (int i = 0; i < got; i++) slots[n++] = cand[i];
     for (int j = w->tail_lo; j <= slot; j++) slots[n++] = j;
     return n;
+}
+
+/* Whether the step's far keys move: a far scheme on a layer with RoPE. */
+static int far_on(const sparse_stage *s, const attn_step *st) {
+    return s->p.far.scheme != ATTN_FAR_NONE && st->rope && st->rope->n_rot > 0;
+}
+
+/* The turns of the n slots the query in `slot` attends (attn_far.h), in
+ * s->far_shift; NULL when none is far. */
+static const int32_t *far_shifts(sparse_stage *s, const attn_step *st, const kv_cache *kv, int slot, const int *slots,
+                                 int n) {
+    if (!far_on(s, st)) return NULL;
+    attn_far_distances(kv, slot, slots, n, s->far_dist);
+    return attn_far_shifts(&s->p.far, s->far_dist, n, s->far_shift, s->far_order) ? s->far_shift : NULL;
 }
 
 /* Slots a query attends to (see query_window), one set for every head.
@@ -157,7 +189,8 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
                                    st->out + (size_t)t * st->n_head * hd, &s->probe.totals.share_sum,
                                    &s->probe.totals.n_share);
         else
-            attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, st->softcap, slots, ns, scores,
+            attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, st->softcap, slots, ns,
+                                  st->rope, far_shifts(s, st, kv, slot, slots, ns), scores,
                                   st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
     }
     return SUBQ_OK;
@@ -212,8 +245,11 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         const int sink_hi = d + s->p.n_sink < slot + 1 ? d + s->p.n_sink : slot + 1;
         int w = d > st->slot0 ? d : st->slot0; /* the batch's part of the document ... */
         if (slot + 1 - s->p.n_tail < w) w = slot + 1 - s->p.n_tail; /* ... or the tail, whichever reaches further */
+        const int far_hi = far_boundary(s, kv, d, slot);
+        if (far_on(s, st) && w < far_hi) w = far_hi; /* ... within far.from: the window is never far */
         lo[t] = w > sink_hi ? w : sink_hi;
-        m[t] = (select_mask){.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = lo[t], .ex1_hi = slot + 1};
+        m[t] = (select_mask){.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = lo[t], .ex1_hi = slot + 1,
+                             .far_hi = far_hi > d ? far_hi : 0};
     }
     int32_t *cand = s->rec.cand;
     if (!rc && K > 0 &&
@@ -235,7 +271,9 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         while (e < n_extra) x[e++] = -1;
     }
     if (!rc && s->probe.on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
-    if (!rc) rc = attn_batch(st, kv, lo, extra, n_extra, err);
+    attn_step far_step = *st; /* sinks and candidates beyond far.from at the distance it gives them */
+    if (far_on(s, st)) far_step.far = s->p.far;
+    if (!rc) rc = attn_batch(&far_step, kv, lo, extra, n_extra, err);
     if (!rc && !teacher) rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
     free(lo);
     free(extra);
@@ -253,14 +291,26 @@ typedef struct group_job {
     int g, ns;
     const float *q;
     const int *slots;
+    const int32_t *shift;
     float *scores, *out;
 } group_job;
 
 static void attend_group(void *ctx, int kh, int thread) {
     const group_job *j = ctx;
     const int hd = j->st->head_dim;
-    attn_group_over_slots(j->kv, j->st->layer, kh, j->g, j->q + (size_t)kh * j->g * hd, j->st->scale, j->st->softcap, j->slots, j->ns,
-                          j->scores + (size_t)kh * j->g * j->ns, j->out + (size_t)kh * j->g * hd);
+    attn_group_over_slots(j->kv, j->st->layer, kh, j->g, j->q + (size_t)kh * j->g * hd, j->st->scale, j->st->softcap,
+                          j->slots, j->ns, j->st->rope, j->shift, j->scores + (size_t)kh * j->g * j->ns,
+                          j->out + (size_t)kh * j->g * hd);
+}
+
+/* Whether a query of the batch slot0 .. slot0 + n - 1 sees a key of its
+ * document farther than far.from (the document's first key is its farthest). */
+static int batch_reaches_far(const sparse_stage *s, const kv_cache *kv, int slot0, int n) {
+    for (int t = 0; t < n; t++) {
+        const int slot = slot0 + t;
+        if (kv->pos[slot] - kv->pos[kv_cache_doc_start(kv, slot)] > s->p.far.from) return 1;
+    }
+    return 0;
 }
 
 /* TOKEN mode in one batch (attn_sparse.h): for selectors whose answer
@@ -290,6 +340,11 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     s->rec.top_k = s->p.top_k;
     if (s->d_search > 0) {
         project(s, kv, st->slot0, st->h_norm, n, st->pool);
+    }
+    if (s->p.dense_near && !batch_reaches_far(s, kv, st->slot0, n)) { /* a dense layer, nothing far yet */
+        if ((rc = append_keys(s, kv, NULL, n, st->slot0, err))) return rc;
+        for (int i = 0; i < n * s->p.top_k; i++) s->rec.cand[i] = -1;
+        return attn_full_stage()->forward(attn_full_stage(), st, kv, err);
     }
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
@@ -338,7 +393,8 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         /* exact softmax of the native q, k, v over the chosen slots, per KV
          * head for its g query heads; the heads' gathers run in parallel so
          * both cores have misses in flight (threads pay off from ~100 rows) */
-        group_job gj = {.st = st, .kv = kv, .g = g, .q = q, .slots = slots, .ns = ns, .scores = scores,
+        group_job gj = {.st = st, .kv = kv, .g = g, .q = q, .slots = slots, .ns = ns,
+                        .shift = far_shifts(s, st, kv, slot, slots, ns), .scores = scores,
                         .out = st->out + (size_t)t * st->n_head * hd};
         pool_run(ns * st->n_head_kv >= 512 ? st->pool : NULL, st->n_head_kv, attend_group, &gj);
     }
@@ -367,6 +423,9 @@ static void sparse_free(attn_stage *self) {
     free(s->ks);
     free(s->hcand);
     free(s->hgot);
+    free(s->far_dist);
+    free(s->far_shift);
+    free(s->far_order);
     free(s);
 }
 
@@ -499,6 +558,10 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
              sp->block_rows, sp->nprobe, sp->probe_from, sp->group_blocks, sp->group_probe, sp->group_from,
              sp->seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
+    const size_t used = strlen(buf);
+    if (s->p.far.scheme != ATTN_FAR_NONE && used < cap) /* only then: plans from before far schemes describe as they did */
+        snprintf(buf + used, cap - used, " far=%s from=%d limit=%d dense_near=%d", attn_far_name(s->p.far.scheme),
+                 s->p.far.from, s->p.far.limit, s->p.dense_near);
 }
 
 static const attn_stage_state sparse_state = {
@@ -537,10 +600,25 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         if (rope) s->rope = *rope;
     }
     subq_status rc = search_rope_check(&s->rope, s->d_search, "search rotation", err);
+    if (!rc && p->far.scheme != ATTN_FAR_NONE && p->complete)
+        rc = subq_fail(err, SUBQ_ERR_UNSUPPORTED, "completion maps model the unretrieved keys at their own distances: "
+                       "a far-key scheme (%s) runs without completion", attn_far_name(p->far.scheme));
+    if (!rc && p->far.scheme != ATTN_FAR_NONE && (p->far.from < 1 || p->far.from > p->far.limit))
+        rc = subq_fail(err, SUBQ_ERR_ARG, "far keys from distance %d: must lie in [1, %d]", p->far.from, p->far.limit);
     if (!rc) rc = selector_new(&p->select, env, &s->sel, err);
     if (rc) {
         free(s);
         return rc;
+    }
+    if (p->far.scheme != ATTN_FAR_NONE) {
+        const size_t n = (size_t)p->n_sink + (size_t)p->top_k + (size_t)p->n_tail + 1;
+        s->far_dist = malloc(n * sizeof(int32_t));
+        s->far_shift = malloc(n * sizeof(int32_t));
+        s->far_order = malloc(n * sizeof(int64_t));
+        if (!s->far_dist || !s->far_shift || !s->far_order) {
+            sparse_free(&s->base);
+            return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        }
     }
     if ((s->per_head = selector_per_head(s->sel))) {
         s->hcand = malloc((size_t)env->n_head * (size_t)(p->top_k > 0 ? p->top_k : 1) * sizeof(int32_t));

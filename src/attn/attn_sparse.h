@@ -51,6 +51,14 @@ typedef struct sparse_params {
      * layers these maps cover; NULL: selection only */
     const phi_maps *complete;
     const unsigned char *complete_heads; /* [n_layer][n_head] flags; NULL: every head */
+    /* keys farther than far.from attended at the distance far.scheme gives
+     * them (attn_far.h; scheme none: at their own). The local window is
+     * never far: a prompt batch's window stops at far.from. */
+    attn_far far;
+    /* a layer the plan keeps dense, under a far scheme: full attention
+     * while every key of the batch lies within far.from, else sinks + the
+     * tail (n_tail = far.from + 1 with the window selector) */
+    int dense_near;
 } sparse_params;
 
 /* Per-layer retrieval record of the last forward call (for evaluation):

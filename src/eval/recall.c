@@ -188,9 +188,8 @@ subq_status subq_recall_make_prompt(const subq_recall *r, int length, double dep
     const subq_recall_params *p = &r->p;
     const subq_model_info info = r->info;
     if (!(depth >= 0.0 && depth <= 1.0)) return subq_fail(err, SUBQ_ERR_ARG, "depth %g is outside [0, 1]", depth);
-    if (length < 1 || length > info.n_ctx_train)
-        return subq_fail(err, SUBQ_ERR_ARG, "length %d is outside [1, %d] (the model's context)", length,
-                         info.n_ctx_train);
+    if (length < 1 || length > (1 << 30))
+        return subq_fail(err, SUBQ_ERR_ARG, "length %d is outside [1, 2^30]", length);
     const int32_t *hay = r->hay;
     const int n_hay = r->n_hay, spm_space = r->spm_space;
     int32_t *needle[MAX_NEEDLES] = {0}, *question = NULL, *fill = NULL;

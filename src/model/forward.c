@@ -190,6 +190,9 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
             rmsnorm(pl, c->k, c->k, L->k_norm, n * hp->n_head_kv, hp->head_dim, hp->norm_eps);
         }
         const rope_hparams *R = layer_rope(hp, l);
+        /* the rotation alone (no mscale), for keys attended at another distance */
+        const attn_rope rot = {.n_rot = R ? R->n_rot : 0, .neox = R ? R->neox : 0,
+                               .freq = A->rope == LAYER_ROPE_LOCAL ? hp->rope_local.freq : c->rope_freq};
         if (R) {
             const float *cs = A->rope == LAYER_ROPE_LOCAL ? c->rope_cs_local : c->rope_cs;
             rope(pl, c->q, n, hp->n_head, hp->head_dim, cs, R);
@@ -208,6 +211,7 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
             .n_head = hp->n_head, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
             .scale = A->scale, .softcap = A->softcap, .window = A->window,
             .q = c->q, .h_norm = c->xn, .n_embd = d, .out = c->att, .n_threads = nt, .pool = pl,
+            .rope = R ? &rot : NULL,
         };
         attn_stage *st = c->stages[l];
         double t0 = time_now_s();

@@ -13,7 +13,7 @@ int select_ann_init(select_ann *a, const selector_params *p) {
     a->d = p->d_search;
     a->score = p->score;
     a->f16 = p->f16_keys != 0;
-    return (a->qn = malloc((size_t)a->d * sizeof(float))) != NULL;
+    return (a->qn = malloc(2 * (size_t)a->d * sizeof(float))) != NULL; /* the query and its far form */
 }
 
 void select_ann_free(select_ann *a) {
@@ -23,35 +23,73 @@ void select_ann_free(select_ann *a) {
     select_scratch_free(&a->sc);
 }
 
-static int mask_filter(void *ctx, int64_t label) { return select_mask_allows(ctx, (int)label); }
+/* A mask and the part [lo, hi) of the slots a search may return. */
+typedef struct part_filter {
+    const select_mask *m;
+    int lo, hi;
+} part_filter;
+
+static int part_allows(void *ctx, int64_t label) {
+    const part_filter *f = ctx;
+    return label >= f->lo && label < f->hi && select_mask_allows(f->m, (int)label);
+}
+
+/* The graph search for up to k eligible slots of [lo, hi) by q into
+ * labels / sims (n_elig of them eligible); returns the count, -1 when the
+ * index ran out of memory. */
+static int search_part(selector *s, select_ann *a, const float *q, int k, const select_mask *m, int lo, int hi,
+                       int n_elig, int64_t *labels, float *sims) {
+    const int efw = select_filtered_ef(s->params.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
+    part_filter f = {.m = m, .lo = lo, .hi = hi};
+    int got = a->search(a->ix, q, k, efw, part_allows, &f, labels, sims, &s->stats.n_visited, &s->stats.bytes_read);
+    /* a poorly connected eligible region can still starve the beam: one wider retry */
+    if (got >= 0 && got < k && got < n_elig)
+        got = a->search(a->ix, q, k, 4 * width, part_allows, &f, labels, sims, &s->stats.n_visited,
+                        &s->stats.bytes_read);
+    return got;
+}
 
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
     if (!q_search || !a->ix || a->count == 0) return 0;
     int n_elig = select_mask_count(m, a->count);
     if (n_elig == 0) return 0;
     select_prepare(a->qn, q_search, a->d, a->score);
+    /* far keys without the rotated dims (selector_params.far_rot) */
+    const int far_hi = s->params.far_rot > 0 && m->far_hi > 0 ? (m->far_hi < a->count ? m->far_hi : a->count) : 0;
+    if (far_hi) select_far_query(a->qn + a->d, a->qn, a->d, s->params.far_rot);
     const int efw = select_filtered_ef(s->params.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= ANN_BRUTE_FACTOR * width) {
         const kernels *K = kernels_get();
         select_rows rows = {.d = a->d, .q = a->qn, .dot = a->f16 ? K->gather_dot_f16 : K->gather_dot_f32,
-                            .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float))};
+                            .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)),
+                            .far_hi = far_hi, .q_far = a->qn + a->d};
         rows.base = a->vectors(a->ix, &rows.stride);
         return select_scan_topk(s, &rows, a->count, m, k, 1, &a->sc, out);
     }
-    if (k > a->res_cap) {
-        int64_t *l = select_query_realloc(s, a->labels, (size_t)k * sizeof(int64_t));
+    if (2 * k > a->res_cap) {
+        int64_t *l = select_query_realloc(s, a->labels, (size_t)2 * k * sizeof(int64_t));
         if (l) a->labels = l;
-        float *f = select_query_realloc(s, a->sims, (size_t)k * sizeof(float));
+        float *f = select_query_realloc(s, a->sims, (size_t)2 * k * sizeof(float));
         if (f) a->sims = f;
         if (!l || !f) return -1;
-        a->res_cap = k;
+        a->res_cap = 2 * k;
     }
-    int got = a->search(a->ix, a->qn, k, efw, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited,
-                        &s->stats.bytes_read);
-    /* a poorly connected eligible region can still starve the beam: one wider retry */
-    if (got >= 0 && got < k && got < n_elig)
-        got = a->search(a->ix, a->qn, k, 4 * width, mask_filter, (void *)m, a->labels, a->sims, &s->stats.n_visited,
-                        &s->stats.bytes_read);
+    int got = 0;
+    if (!far_hi) {
+        got = search_part(s, a, a->qn, k, m, 0, a->count, n_elig, a->labels, a->sims);
+    } else { /* the near slots by q, the far ones by q without its rotated dims: the k best of both */
+        const int n_far = select_mask_count(m, far_hi), n_near = n_elig - n_far;
+        const int g1 = n_near > 0 ? search_part(s, a, a->qn, k, m, far_hi, a->count, n_near, a->labels, a->sims) : 0;
+        const int g2 = g1 >= 0 && n_far > 0
+                           ? search_part(s, a, a->qn + a->d, k, m, 0, far_hi, n_far, a->labels + g1, a->sims + g1)
+                           : 0;
+        if (g1 < 0 || g2 < 0) return -1;
+        if (!select_scratch_u(s, &a->sc, 2 * (size_t)k)) return -1;
+        topk_buf t = {.key = a->sc.u, .k = k};
+        for (int i = 0; i < g1 + g2; i++)
+            if (select_mask_allows(m, (int)a->labels[i])) select_topk_push(&t, a->sims[i], (int32_t)a->labels[i]);
+        return select_topk_take(&t, 1, out, NULL);
+    }
     if (got < 0) return -1; /* the index ran out of memory */
     int n = 0;
     for (int i = 0; i < got; i++)
@@ -73,7 +111,7 @@ int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_sea
         mine.sims = NULL;
         mine.res_cap = 0;
         memset(&mine.sc, 0, sizeof mine.sc);
-        mine.qn = select_query_realloc(s, NULL, (size_t)a->d * sizeof(float));
+        mine.qn = select_query_realloc(s, NULL, 2 * (size_t)a->d * sizeof(float));
 #pragma omp for schedule(dynamic, 8)
         for (int i = 0; i < n; i++) {
             got[i] = mine.qn && q_search ? select_ann_query(&view, &mine, q_search + (size_t)i * a->d, k, &m[i],

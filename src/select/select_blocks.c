@@ -109,11 +109,13 @@ static int offer_runs(const float *dots, const int *j0, const int *len, int n_ru
  * bt[i]. */
 static void rank_units(int n, const float *qn, int d, const float *U, int unit, int nu_max, int count,
                        const select_mask *m, float *S, int chunk, int32_t *idx, int scratch, topk_buf *bt,
-                       int n_threads) {
+                       int far_rot, const int *unit_hi, float *R, int n_threads) {
     const kernels *K = kernels_get();
     for (int c0 = 0; c0 < nu_max; c0 += chunk) {
         const int c1 = c0 + chunk < nu_max ? c0 + chunk : nu_max, nc = c1 - c0;
         blas_sgemm(n_threads, 0, 1, n, nc, d, 1.0f, qn, d, U + (size_t)c0 * d, d, 0.0f, S, nc);
+        /* units wholly among a query's far keys: without the rotated dims */
+        if (far_rot) select_far_correct(n, qn, d, far_rot, U + (size_t)c0 * d, d, c0, nc, unit_hi, S, nc, R, n_threads);
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n * nc >= 1 << 16)
         for (int i = 0; i < n; i++) {
             int lo[3], hi[3], ulo[3], uhi[3];
@@ -155,15 +157,17 @@ static int keep_best_runs(const select_rows *r, const int *j0, const int *len, i
     return total;
 }
 
-int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const select_rows *codes,
-                            const select_block_index *ix, int count, const select_mask *m, int k, int check,
-                            int32_t *out, int *got, int n_threads) {
+int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf, const select_rows *rows,
+                            const select_rows *codes, const select_block_index *ix, int count, const select_mask *m,
+                            int k, int check, int32_t *out, int *got, int n_threads) {
     const int d = rows->d, block = ix->block, nprobe = ix->nprobe;
-    int top = 0; /* keys any query may rank */
+    int top = 0, far = 0; /* keys any query may rank; whether any has far keys */
     for (int i = 0; i < n; i++) {
         const int v = m[i].n_slots < count ? m[i].n_slots : count;
         top = v > top ? v : top;
+        far |= m[i].far_hi > 0;
     }
+    const int far_rot = far && qf ? s->params.far_rot : 0;
     const int nb_max = top / block;
     /* groups first once a batch sees group_from keys and more groups than
      * it keeps */
@@ -190,13 +194,20 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
     float *dots = select_query_realloc(s, NULL, (size_t)n_threads * dots_n * sizeof(float));
     uint64_t *keys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * keep * sizeof(uint64_t));
     int32_t *ranks = codes ? select_query_realloc(s, NULL, (size_t)n_threads * keep * sizeof(int32_t)) : NULL;
-    int rc = !S || !bkeys || !bt || !chosen || !idx || !runs || !dots || !keys || (codes && !ranks) ? -1 : 0;
+    /* with far keys: each query's far boundary in units, and the rotated part's scores */
+    int *unit_hi = far_rot ? select_query_realloc(s, NULL, (size_t)n * sizeof(int)) : NULL;
+    float *R = far_rot ? select_query_realloc(s, NULL, (size_t)n * chunk * sizeof(float)) : NULL;
+    int rc = !S || !bkeys || !bt || !chosen || !idx || !runs || !dots || !keys || (codes && !ranks) ||
+                     (far_rot && (!unit_hi || !R))
+                 ? -1
+                 : 0;
     for (int i = 0; !rc && i < n; i++) bt[i] = (topk_buf){.key = bkeys + (size_t)i * 2 * chosen_max, .k = keep1};
+    for (int i = 0; !rc && unit_hi && i < n; i++) unit_hi[i] = m[i].far_hi / unit;
 
     /* 1. each query's best blocks (or groups) by their summaries */
     if (!rc)
         rank_units(n, qn, d, grouped ? ix->gsums : ix->sums, unit, nu_max, count, m, S, chunk, idx, scratch, bt,
-                   n_threads);
+                   far_rot, unit_hi, R, n_threads);
 
     /* 2. per query: in groups, the blocks of its best groups and of its
      * last, partial group, ranked by their summaries; then the keys of its
@@ -225,6 +236,7 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
             n_runs += block_runs(blo, bhi, nbr, nb / G * G, nb, j0 + n_runs, len + n_runs);
             select_rows r = sum_rows;
             r.q = qn + (size_t)i * d;
+            if (far_rot) r.q_far = qf + (size_t)i * d, r.far_hi = m[i].far_hi / block;
             const select_mask every = {0}; /* the runs hold eligible blocks only */
             bt[i] = (topk_buf){.key = bt[i].key, .k = nprobe};
             summed += keep_best_runs(&r, j0, len, n_runs, &every, dt, at, &bt[i]);
@@ -236,6 +248,8 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
         select_rows r = codes ? *codes : *rows;
         if (codes) r.cq = codes->cq + i;
         else r.q = qn + (size_t)i * d;
+        if (far_rot && codes) r.cq_far = codes->cq_far + i, r.far_hi = m[i].far_hi;
+        else if (far_rot) r.q_far = qf + (size_t)i * d, r.far_hi = m[i].far_hi;
         topk_buf t = {.key = keys + (size_t)th * 2 * keep, .k = keep};
         scored += keep_best_runs(&r, j0, len, n_runs, &m[i], dt, at, &t);
         int32_t *dst = out + (size_t)i * k;
@@ -245,7 +259,10 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
         }
         int32_t *pl = ranks + (size_t)th * keep;
         const int np = select_topk_take(&t, 0, pl, NULL);
-        rows->dot(qn + (size_t)i * d, rows->base, rows->stride, d, pl, np, dt);
+        select_rows rr = *rows;
+        rr.q = qn + (size_t)i * d;
+        if (far_rot) rr.q_far = qf + (size_t)i * d, rr.far_hi = m[i].far_hi;
+        select_score_slots(&rr, pl, np, dt);
         /* the pool's k best: one cut of all of them (t's keys are free again) */
         topk_buf best = {.key = t.key, .n = np, .k = k};
         for (int c = 0; c < np; c++) best.key[c] = select_pair_key(dt[c], pl[c]);
@@ -264,6 +281,7 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
     for (int i = 0; !rc && check > 0 && i < n; i += check) {
         select_rows r = *rows;
         r.q = qn + (size_t)i * d;
+        if (far_rot) r.q_far = qf + (size_t)i * d, r.far_hi = m[i].far_hi;
         const selector_stats before = s->stats; /* the check is not the block scan's work */
         const int ne = select_scan_topk(s, &r, count, &m[i], k, 0, &sc, full);
         s->stats.n_visited = before.n_visited, s->stats.bytes_read = before.bytes_read;
@@ -281,6 +299,8 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const select_ro
     }
     select_scratch_free(&sc);
     free(full);
+    free(unit_hi);
+    free(R);
     free(S);
     free(bkeys);
     free(bt);

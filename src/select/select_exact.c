@@ -31,13 +31,14 @@ typedef struct exact_sel {
     kernels_gather_dot_fn dot;
     kernels_kv_scores_fn scores; /* the same over consecutive rows */
     float *qn, *row;    /* the query and one key in stored form */
+    float *qf;          /* the query without its rotated dims (far keys: selector_params.far_rot) */
     select_scratch sc;
     /* compressed scan (bits 8 or 4; 0: none) */
     int bits;
     size_t code_bytes;  /* bytes per row of codes */
     uint8_t *codes;     /* [cap][code_bytes] */
     float *code_scale;  /* [cap] each row's scale */
-    scan_query cq;      /* the query coded */
+    scan_query cq, cqf; /* the query coded, and its far form */
     int32_t *pool;      /* the slots to re-rank */
     int pool_cap;
     scan_codes_fn code_scores;
@@ -187,8 +188,11 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     exact_sel *e = (exact_sel *)s;
     if (!q_search || e->count == 0) return 0;
     select_prepare(e->qn, q_search, e->d, s->params.score);
+    const int far_hi = s->params.far_rot > 0 ? m->far_hi : 0; /* far keys without the rotated dims */
+    if (far_hi) select_far_query(e->qf, e->qn, e->d, s->params.far_rot);
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = e->qn, .dot = e->dot,
-                              .scores = e->scores, .row_bytes = (size_t)e->d * elem(e)};
+                              .scores = e->scores, .row_bytes = (size_t)e->d * elem(e), .far_hi = far_hi,
+                              .q_far = e->qf};
     const int64_t want = select_rerank_pool(k);
     const int n_pool = want < e->count ? (int)want : e->count;
     if (!e->bits || n_pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
@@ -200,9 +204,10 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
         e->pool_cap = n_pool;
     }
     scan_codes_query(e->bits, e->qn, e->d, &e->cq);
+    if (far_hi) scan_codes_query(e->bits, e->qf, e->d, &e->cqf);
     const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = &e->cq,
                                .code_scale = e->code_scale, .code_scores = e->code_scores,
-                               .row_bytes = e->code_bytes + sizeof(float)};
+                               .row_bytes = e->code_bytes + sizeof(float), .far_hi = far_hi, .cq_far = &e->cqf};
     int got = scan(s, &codes, e->count, m, n_pool, 0, e->pool);
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
@@ -240,10 +245,15 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
     exact_sel *e = (exact_sel *)s;
     const selector_params *p = &s->params;
     const int n = i1 - i0;
-    float *qn = select_query_realloc(s, NULL, (size_t)n * e->d * sizeof(float));
+    int far = 0;
+    for (int i = i0; i < i1 && p->far_rot > 0; i++) far |= m[i].far_hi > 0;
+    float *qn = select_query_realloc(s, NULL, (size_t)n * e->d * sizeof(float) * (far ? 2 : 1));
     if (!qn) return -1;
-    for (int i = 0; i < n; i++)
+    float *qf = far ? qn + (size_t)n * e->d : NULL; /* without the rotated dims, for far keys */
+    for (int i = 0; i < n; i++) {
         select_prepare(qn + (size_t)i * e->d, q_search + (size_t)(i0 + i) * e->d, e->d, p->score);
+        if (qf) select_far_query(qf + (size_t)i * e->d, qn + (size_t)i * e->d, e->d, p->far_rot);
+    }
     /* a copy of the base counts for this piece alone (the scans add to
      * s->stats, and pieces run at once) */
     selector piece = *s;
@@ -256,18 +266,19 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
      * 4096: nearly every row would be scored twice, the second time
      * scattered) */
     const int use_codes = blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->nprobe * e->block;
-    scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * sizeof(scan_query)) : NULL;
+    scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * (far ? 2 : 1) * sizeof(scan_query)) : NULL;
     if (use_codes && !cq) {
         free(qn);
         return -1;
     }
     for (int i = 0; cq && i < n; i++) scan_codes_query(e->bits, qn + (size_t)i * e->d, e->d, &cq[i]);
+    for (int i = 0; cq && qf && i < n; i++) scan_codes_query(e->bits, qf + (size_t)i * e->d, e->d, &cq[n + i]);
     const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = cq,
                                .code_scale = e->code_scale, .code_scores = e->code_scores,
-                               .row_bytes = e->code_bytes + sizeof(float)};
+                               .row_bytes = e->code_bytes + sizeof(float), .cq_far = cq && qf ? cq + n : NULL};
     const select_block_index ix = {.sums = e->sums, .gsums = e->gsums, .block = e->block, .nprobe = p->nprobe,
                                    .group = e->group, .gprobe = p->group_probe, .group_from = p->group_from};
-    int rc = blocks ? select_block_topk_batch(&piece, n, qn, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
+    int rc = blocks ? select_block_topk_batch(&piece, n, qn, qf, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
                                               p->probe_check, out + (size_t)i0 * k, got + i0, n_threads)
                     : select_scan_topk_batch(&piece, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m + i0, k,
                                              sorted, out + (size_t)i0 * k, got + i0, n_threads);
@@ -350,6 +361,7 @@ static void exact_free(selector *s) {
     free(e->gsums);
     free(e->pool);
     free(e->qn);
+    free(e->qf);
     free(e->row);
     select_scratch_free(&e->sc);
     free(e);
@@ -374,8 +386,9 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->block = p->nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->block_rows : 0;
     e->group = e->block ? p->group_blocks : 0;
     e->qn = malloc((size_t)e->d * sizeof(float));
+    e->qf = malloc((size_t)e->d * sizeof(float));
     e->row = malloc((size_t)e->d * sizeof(float));
-    if (!e->qn || !e->row) {
+    if (!e->qn || !e->qf || !e->row) {
         exact_free(&e->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory");
     }

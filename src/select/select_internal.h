@@ -142,11 +142,28 @@ typedef struct select_rows {
     const float *code_scale;
     scan_codes_fn code_scores;
     size_t row_bytes;
+    /* rows below far_hi are scored with q_far / cq_far instead (the query
+     * without its rotated dims: selector_params.far_rot); far_hi 0: none */
+    int far_hi;
+    const float *q_far;
+    const scan_query *cq_far;
 } select_rows;
+
+/* q_far: q (d values) with its last far_rot zeroed. */
+void select_far_query(float *q_far, const float *q, int d, int far_rot);
+/* s[i * ld + j] -= qn_i[rot] . u_j[rot] over the last far_rot dims, for
+ * the n queries (rows of qn [n][d]) and the units j0 + j, j < nu (U: their
+ * rows, ldu apart, from unit j0's) below the query's far boundary
+ * (unit_hi[i]: units below it are far): their scores without the rotated
+ * dims, after an sgemm gave them with. R: n x nu scratch. */
+void select_far_correct(int n, const float *qn, int d, int far_rot, const float *U, int ldu, int j0, int nu,
+                        const int *unit_hi, float *s, int ld, float *R, int n_threads);
 
 /* Scores of the n consecutive rows from slot j0 into out (rows with a
  * contiguous kernel only). */
 void select_score_run(const select_rows *r, int j0, int n, float *out);
+/* Scores of the n listed slots into out (r->dot; far slots with q_far). */
+void select_score_slots(const select_rows *r, const int32_t *slots, int n, float *out);
 /* Score the n consecutive rows from slot j0 (rows with a contiguous
  * kernel: `scores` or `code_scores`) into dots and offer those of the
  * query's segment that reach t's threshold to t (idx: scratch of n). */
@@ -192,8 +209,10 @@ typedef struct select_block_index {
     int group, gprobe, group_from; /* 0: blocks ranked in one level */
 } select_block_index;
 
-/* The block scan for n queries (unit rows qn [n][d]) over `rows` (float
- * rows with a contiguous kernel and `dot`; rows.q is set per query). Each
+/* The block scan for n queries (unit rows qn [n][d]; qf: the same without
+ * their rotated dims, for keys below each mask's far_hi, or NULL) over
+ * `rows` (float rows with a contiguous kernel and `dot`; rows.q is set per
+ * query). Each
  * query ranks the full blocks below its n_slots that hold eligible slots
  * by q . mean (one sgemm per chunk of blocks for the batch), scans the
  * eligible slots of its `nprobe` best and of its last, partial block, and
@@ -206,7 +225,8 @@ typedef struct select_block_index {
  * rank. Every `check`-th query (0: none) is also answered by
  * select_scan_topk over `rows` and the overlap counted in s->stats.
  * Returns 0, or -1 when out of memory. */
-int select_block_topk_batch(selector *s, int n, const float *qn, const select_rows *rows, const select_rows *codes,
+int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf, const select_rows *rows,
+                            const select_rows *codes,
                             const select_block_index *ix, int count, const select_mask *m, int k, int check,
                             int32_t *out, int *got, int n_threads);
 
@@ -226,7 +246,7 @@ typedef struct select_ann {
     int d, count;           /* search width; keys in the index */
     select_score score;     /* cosine: the query is normalised */
     int f16;                /* the index stores f16 rows */
-    float *qn;              /* the query in stored form */
+    float *qn;              /* the query in stored form, then its far form (2 d) */
     int64_t *labels;        /* search results */
     float *sims;
     int res_cap;

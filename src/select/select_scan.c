@@ -2,6 +2,7 @@
  * and batched through sgemm. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/blas.h"
 #include "select/select_internal.h"
@@ -24,17 +25,76 @@ static int scan_buf_init(const selector *s, select_scratch *sc, int k, scan_buf 
     return 1;
 }
 
+void select_far_query(float *q_far, const float *q, int d, int far_rot) {
+    memcpy(q_far, q, (size_t)d * sizeof(float));
+    for (int c = d - far_rot; c < d; c++) q_far[c] = 0.0f;
+}
+
+void select_far_correct(int n, const float *qn, int d, int far_rot, const float *U, int ldu, int j0, int nu,
+                        const int *unit_hi, float *s, int ld, float *R, int n_threads) {
+    int any = 0;
+    for (int i = 0; i < n && !any; i++) any = unit_hi[i] > j0;
+    if (!any || far_rot <= 0) return;
+    const int o = d - far_rot;
+    blas_sgemm(n_threads, 0, 1, n, nu, far_rot, 1.0f, qn + o, d, U + o, ldu, 0.0f, R, nu);
+    for (int i = 0; i < n; i++) {
+        const int hi = unit_hi[i] - j0 < nu ? unit_hi[i] - j0 : nu;
+        for (int j = 0; j < hi; j++) s[(size_t)i * ld + j] -= R[(size_t)i * nu + j];
+    }
+}
+
+/* r as it scores the rows below its far boundary */
+static select_rows far_rows(const select_rows *r) {
+    select_rows f = *r;
+    f.q = r->q_far;
+    f.cq = r->cq_far;
+    f.far_hi = 0;
+    return f;
+}
+
+void select_score_slots(const select_rows *r, const int32_t *slots, int n, float *out) {
+    if (r->far_hi <= 0) {
+        r->dot(r->q, r->base, r->stride, r->d, slots, n, out);
+        return;
+    }
+    /* far and near slots apart, each with its query, in blocks */
+    for (int i0 = 0; i0 < n; i0 += SELECT_BLOCK) {
+        const int nb = n - i0 < SELECT_BLOCK ? n - i0 : SELECT_BLOCK;
+        int32_t sl[2][SELECT_BLOCK], at[2][SELECT_BLOCK];
+        float sc[SELECT_BLOCK];
+        int c[2] = {0, 0};
+        for (int i = i0; i < i0 + nb; i++) {
+            const int far = slots[i] < r->far_hi;
+            sl[far][c[far]] = slots[i], at[far][c[far]++] = i;
+        }
+        for (int far = 0; far < 2; far++) {
+            if (!c[far]) continue;
+            r->dot(far ? r->q_far : r->q, r->base, r->stride, r->d, sl[far], c[far], sc);
+            for (int x = 0; x < c[far]; x++) out[at[far][x]] = sc[x];
+        }
+    }
+}
+
 /* score rows idx[0..nb) (b->idx may be idx) and offer them */
 static void scan_block(const select_rows *r, scan_buf *b, const int32_t *idx, int nb) {
-    r->dot(r->q, r->base, r->stride, r->d, idx, nb, b->dots);
+    select_score_slots(r, idx, nb, b->dots);
     for (int i = 0; i < nb; i++) select_topk_push(&b->t, b->dots[i], idx[i]);
 }
 
-void select_score_run(const select_rows *r, int j0, int n, float *out) {
+static void score_run(const select_rows *r, int j0, int n, float *out) {
     if (r->code_scores)
         r->code_scores(r->cq, (const uint8_t *)r->base + (size_t)j0 * r->stride, r->code_scale + j0, n, out);
     else
         r->scores(r->q, 1, (const char *)r->base + (size_t)j0 * r->row_bytes, n, r->d, 1.0f, out, n);
+}
+
+void select_score_run(const select_rows *r, int j0, int n, float *out) {
+    const int nf = r->far_hi > j0 ? (r->far_hi - j0 < n ? r->far_hi - j0 : n) : 0;
+    if (nf > 0) {
+        const select_rows f = far_rows(r);
+        score_run(&f, j0, nf, out);
+    }
+    if (n > nf) score_run(r, j0 + nf, n - nf, out + nf);
 }
 
 void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n, float *dots, int32_t *idx,
@@ -228,17 +288,22 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
 
 int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base, size_t stride, int d, int f16,
                            int count, const select_mask *m, int k, int sorted, int32_t *out, int *got, int n_threads) {
-    int top = 0; /* keys any query may see */
+    int top = 0, far = 0; /* keys any query may see; whether any has far keys */
     for (int i = 0; i < n; i++) {
         int v = m[i].n_slots < count ? m[i].n_slots : count;
         top = v > top ? v : top;
+        far |= m[i].far_hi > 0;
     }
+    const int far_rot = far ? s->params.far_rot : 0;
+    float *R = far_rot ? select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(float)) : NULL;
+    int *far_hi = far_rot ? select_query_realloc(s, NULL, (size_t)n * sizeof(int)) : NULL;
+    for (int i = 0; far_hi && i < n; i++) far_hi[i] = m[i].far_hi;
     float *S = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(float));
     float *kf = f16 ? select_query_realloc(s, NULL, (size_t)BATCH_KEYS * d * sizeof(float)) : NULL;
     uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * (k > 0 ? k : 1) * sizeof(uint64_t));
     topk_buf *t = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
     int32_t *idx = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(int32_t));
-    int rc = !S || (f16 && !kf) || !keys || !t || !idx ? -1 : 0;
+    int rc = !S || (f16 && !kf) || !keys || !t || !idx || (far_rot && (!R || !far_hi)) ? -1 : 0;
     const kernels *KS = kernels_get();
     int64_t scored = 0;
     for (int i = 0; !rc && i < n; i++) t[i] = (topk_buf){.key = keys + (size_t)i * 2 * k, .k = k};
@@ -250,6 +315,8 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
             K = kf;
         }
         blas_sgemm(n_threads, 0, 1, n, nb, d, 1.0f, qn, d, K, f16 ? d : (int)stride, 0.0f, S, nb);
+        /* far keys without the rotated dims */
+        if (far_rot) select_far_correct(n, qn, d, far_rot, K, f16 ? d : (int)stride, j0, nb, far_hi, S, nb, R, n_threads);
 #pragma omp parallel for num_threads(n_threads) schedule(static) reduction(+ : scored) if (n * nb >= 1 << 16)
         for (int i = 0; i < n; i++) {
             int lo[3], hi[3], nr = select_mask_ranges(&m[i], count, lo, hi);
@@ -278,6 +345,8 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
         if (!rc) got[i] = k > 0 ? select_topk_take(&t[i], sorted, out + (size_t)i * k, NULL) : 0;
     s->stats.n_visited += scored;
     s->stats.bytes_read += (uint64_t)top * (uint64_t)d * (f16 ? 2 : 4); /* each key row read once per batch */
+    free(R);
+    free(far_hi);
     free(S);
     free(kf);
     free(keys);

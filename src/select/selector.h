@@ -98,6 +98,12 @@ typedef struct selector_params {
     int group_blocks, group_probe, group_from;
     int probe_check;           /* every probe_check-th query of the block scan is also answered by
                                   the full scan and its recall counted (stats; 0: none) */
+    /* exact, hnsw, faiss: slots below a query's mask.far_hi (keys farther
+     * than a far scheme's distance, attn/attn_far.h) are scored without the
+     * last far_rot dims of the search space, the ones that rotate by
+     * position (search_rope.h): their distances lie past what the search
+     * was trained on, where the rotated part is noise. 0: no split */
+    int far_rot;
 } selector_params;
 
 #define SELECT_MAX_BLOCK_ROWS 4096
@@ -114,13 +120,15 @@ typedef struct selector_env {
 /* Eligibility of cache slots for one query: slot j may be returned iff
  * j < n_slots, (seg == NULL or seg[j] == query_seg), and j lies outside
  * both excluded ranges [ex0_lo, ex0_hi) and [ex1_lo, ex1_hi) (the sinks and
- * the recent tail, which attention keeps anyway). */
+ * the recent tail, which attention keeps anyway). Slots below far_hi are
+ * far from the query (selector_params.far_rot; 0: none). */
 typedef struct select_mask {
     int n_slots;
     const int32_t *seg;
     int32_t query_seg;
     int ex0_lo, ex0_hi;
     int ex1_lo, ex1_hi;
+    int far_hi;
 } select_mask;
 
 /* [0, min(n, m->n_slots)) minus the two excluded ranges of m, as at most 3

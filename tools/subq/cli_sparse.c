@@ -115,6 +115,11 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         text = &o->complete_file;
     } else if (!strcmp(a, "--complete-heads")) {
         text = &o->complete_heads;
+    } else if (!strcmp(a, "--far-pos")) {
+        if (!choice_value(cmd, argc, argv, i, subq_far_parse, "none, window, order or group", &x)) return -1;
+        p->far_pos = (subq_far_pos)x;
+    } else if (!strcmp(a, "--far-from")) {
+        target = &p->far_from, lo = 1, hi = INT32_MAX;
     } else if (!strcmp(a, "--sparse-prefill")) {
         p->sparse_prefill = SUBQ_PREFILL_SPARSE;
     } else {

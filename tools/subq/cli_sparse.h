@@ -62,6 +62,13 @@ typedef struct cli_sparse_opts {
     "                       131072)\n"                                                        \
     "  --probe-check N      every Nth token of --nprobe also runs the full scan and counts\n" \
     "                       its recall (bench prints it; costs time) (default 0: none)\n"     \
+    "  --far-pos S          keys farther than --far-from attended at trained distances:\n"   \
+    "                       none (default) | window (all at --far-from, InfLLM) | order\n"    \
+    "                       (contiguous in their order, ReAttention) | group (distances\n"   \
+    "                       divided into the trained ones, Self-Extend); dense layers\n"    \
+    "                       attend the sinks + the keys within --far-from once past it\n"  \
+    "  --far-from N         distance beyond which keys are far (default: the model's\n"      \
+    "                       trained context less --tail)\n"                                 \
     "  --complete FILE      add the linear-attention completion of the unretrieved tokens\n" \
     "                       (maps from subq train-phi) on the layers the file covers\n"       \
     "  --complete-heads entropy>=X   complete only heads whose mid-region entropy (measured\n" \

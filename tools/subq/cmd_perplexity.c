@@ -16,6 +16,9 @@ static const char *help =
     "retrieving from the batches before its own).\n\n" CLI_MODEL_OPTS_HELP
     "  -f, --file FILE      UTF-8 text to score (required)\n"
     "  --chunks N           score at most N chunks (default: all)\n"
+    "  --window W           score the same tokens through windows of W tokens (W divides -c),\n"
+    "                       half a window apart, each scoring its second half: the context\n"
+    "                       of -c against a model that sees W (e.g. -c 16384 --window 4096)\n"
     "  --json               print one JSON object on stdout instead of the text report\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
@@ -42,7 +45,7 @@ int cmd_perplexity(int argc, char **argv) {
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
     const char *file = NULL, *v;
-    int max_chunks = 0, json = 0;
+    int max_chunks = 0, json = 0, window = 0;
     mo.n_ctx = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -53,6 +56,8 @@ int cmd_perplexity(int argc, char **argv) {
             if (!(file = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--chunks")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &max_chunks)) return 1;
+        } else if (!strcmp(a, "--window")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 4, 1 << 30, &window)) return 1;
         } else if (!strcmp(a, "--json")) {
             json = 1;
         } else {
@@ -98,7 +103,7 @@ int cmd_perplexity(int argc, char **argv) {
                 n_chunks, mo.n_ctx, mo.n_ctx - 1 - mo.n_ctx / 2);
     subq_ppl_result res;
     double t0 = cli_now_s();
-    subq_status s = subq_perplexity(c, toks, n_toks, mo.n_ctx, max_chunks, on_chunk, &pp, &res, NULL, &err);
+    subq_status s = subq_perplexity(c, toks, n_toks, mo.n_ctx, window, max_chunks, on_chunk, &pp, &res, NULL, &err);
     double el = cli_now_s() - t0;
     progress_end(&pp.bar);
     if (s) {

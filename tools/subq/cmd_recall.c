@@ -23,10 +23,12 @@ static const char *help =
     "  --haystack PATH      filler text: a file or a directory of files (repeatable)\n"
     "  --task NAME          passkey | niah-multikey | niah-multivalue (default passkey)\n"
     "  --lengths LIST       prompt lengths in tokens (default: 1/4, 1/2 and all of the\n"
-    "                       model's context)\n"
+    "                       model's context); past it only with a far-key scheme\n"
+    "                       (--far-pos, or FAR in a method) and --sparse-prefill\n"
     "  --depths LIST        needle depths in [0, 1] (default 0,0.1,...,1)\n"
     "  --trials N           prompts per cell, each with its own key and filler (default 4)\n"
-    "  --methods LIST       full and SELECTOR@K[+phi], e.g. full,exact@64,quest@64,window@64\n"
+    "  --methods LIST       full and SELECTOR@K[+phi][:FAR], e.g. full,exact@64,quest@64,\n"
+    "                       window@64, exact@64:window (FAR: that method's --far-pos)\n"
     "                       (default: full, plus exact@64 with --search)\n"
     "  --n-keys N           niah-multikey: needles per prompt (default 4)\n"
     "  --n-values N         niah-multivalue: values of the key (default 4)\n"
@@ -80,6 +82,7 @@ static int parse_methods(const char *cmd, const char *s, const cli_sparse_opts *
         with_phi[*n - 1] = complete;
         if (me->full) continue;
         me->plan = cli_plan_with(so, me->plan.selector, me->plan.top_k);
+        if (me->far_pos >= 0) me->plan.far_pos = (subq_far_pos)me->far_pos; /* "SELECTOR@K:FAR" */
         if (!complete) me->plan.complete_min_entropy = -1;
         if (subq_selector_needs_search(me->plan.selector) && !so->search_file && !so->random_search)
             return cli_error(cmd, "method %s needs search projections: give --search FILE (or --random-search D)",
@@ -275,10 +278,18 @@ int cmd_recall(int argc, char **argv) {
         int full = info.n_ctx_train;
         lengths[0] = full / 4, lengths[1] = full / 2, lengths[2] = full, n_len = 3;
     }
-    int max_len = 0;
+    int max_len = 0, far = 0;
+    for (int i = 0; i < n_methods; i++) far |= !methods[i].full && methods[i].plan.far_pos != SUBQ_FAR_NONE;
     for (int i = 0; i < n_len; i++) {
-        if (lengths[i] > info.n_ctx_train) {
-            rc = cli_error(cmd, "length %d is above the model's context (%d)", lengths[i], info.n_ctx_train);
+        if (lengths[i] > info.n_ctx_train && !far) {
+            rc = cli_error(cmd, "length %d is above the model's context (%d); give --far-pos to read past it with "
+                           "far keys at trained distances", lengths[i], info.n_ctx_train);
+            goto done;
+        }
+        if (lengths[i] > info.n_ctx_train && so.plan.sparse_prefill != SUBQ_PREFILL_SPARSE) {
+            rc = cli_error(cmd, "length %d is above the model's context (%d): give --sparse-prefill (a dense "
+                           "prefill attends at distances the model was never trained on)", lengths[i],
+                           info.n_ctx_train);
             goto done;
         }
         if (lengths[i] > max_len) max_len = lengths[i];

@@ -1,0 +1,94 @@
+/* Far keys at trained distances (attn_far.h). */
+#include "attn/attn_far.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+
+static const char *const far_names[ATTN_FAR_COUNT] = {"none", "window", "order", "group"};
+
+int attn_far_parse(const char *name) {
+    for (int i = 0; name && i < ATTN_FAR_COUNT; i++)
+        if (!strcmp(name, far_names[i])) return i;
+    return -1;
+}
+
+const char *attn_far_name(attn_far_scheme s) { return (int)s >= 0 && s < ATTN_FAR_COUNT ? far_names[s] : "?"; }
+
+static int cmp_u64(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int32_t *shift, int64_t *scratch) {
+    const int F = f->from;
+    int n_far = 0, d_max = 0;
+    for (int j = 0; j < n; j++) {
+        shift[j] = 0;
+        if (f->scheme == ATTN_FAR_NONE || dist[j] <= F) continue;
+        n_far++;
+        d_max = dist[j] > d_max ? dist[j] : d_max;
+    }
+    if (!n_far) return 0;
+    switch (f->scheme) {
+    case ATTN_FAR_WINDOW: /* d' = from */
+        for (int j = 0; j < n; j++)
+            if (dist[j] > F) shift[j] = dist[j] - F;
+        break;
+    case ATTN_FAR_GROUP: { /* d' = from + ceil((d - from) / G), G = ceil((d_max - from) / (limit - from)) */
+        const int64_t room = f->limit - F, G = (d_max - F + room - 1) / room;
+        for (int j = 0; j < n; j++)
+            if (dist[j] > F) shift[j] = dist[j] - (F + (int32_t)((dist[j] - F + G - 1) / G));
+        break;
+    }
+    case ATTN_FAR_ORDER: { /* d' = max(from - r, 1), r the rank by distance, farthest first (ties: list order) */
+        int m = 0;
+        for (int j = 0; j < n; j++)
+            if (dist[j] > F) scratch[m++] = (int64_t)((uint64_t)(uint32_t)(INT32_MAX - dist[j]) << 32 | (uint32_t)j);
+        qsort(scratch, (size_t)m, sizeof *scratch, cmp_u64);
+        for (int r = 0; r < m; r++) {
+            const int j = (int)(uint32_t)scratch[r], d = F - r > 1 ? F - r : 1;
+            shift[j] = dist[j] - d;
+        }
+        break;
+    }
+    default:
+        break;
+    }
+    return n_far;
+}
+
+void attn_far_distances(const kv_cache *kv, int q_slot, const int *slots, int n, int32_t *dist) {
+    const int32_t pq = kv->pos[q_slot];
+    for (int j = 0; j < n; j++) dist[j] = pq - kv->pos[slots[j]];
+}
+
+/* x <- R(shift) x: pair i turns by shift * freq[i] (the angle in double:
+ * shifts reach 1M positions, where a float angle is off by radians) */
+static void rotate(const attn_rope *r, float *x, int32_t shift) {
+    const int half = r->n_rot / 2;
+    for (int i = 0; i < half; i++) {
+        const double a = (double)shift * r->freq[i];
+        const float c = (float)cos(a), sn = (float)sin(a);
+        const int i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
+        const float x0 = x[i0], x1 = x[i1];
+        x[i0] = x0 * c - x1 * sn;
+        x[i1] = x0 * sn + x1 * c;
+    }
+}
+
+void attn_far_rescore(const attn_rope *r, const kv_cache *kv, int layer, int kh, int g, const float *q, float scale,
+                      const int *slots, const int32_t *shift, int n, float *s, int ld) {
+    if (!r || r->n_rot <= 0) return; /* a layer without RoPE: distances change nothing */
+    const int hd = kv->head_dim;
+    const kernels *K = kernels_get();
+    float k[KV_MAX_HEAD_DIM];
+    for (int j = 0; j < n; j++) {
+        if (!shift[j]) continue;
+        kv_cache_row_f32(kv, kv_cache_key(kv, layer, kh, slots[j]), k);
+        rotate(r, k, shift[j]);
+        for (int i = 0; i < g; i++) s[(size_t)i * ld + j] = scale * K->dot_f32(q + (size_t)i * hd, k, hd);
+    }
+}

@@ -1,0 +1,73 @@
+/* Far keys at trained distances (subq_attn_plan.far_pos).
+ *
+ * A RoPE model scores query t against a key stored at position p through
+ * their distance t - p; past the context it was trained on, the distances
+ * are new to it and attention breaks. A retrieving layer attends a few
+ * keys, so each key beyond `from` can instead be attended at a distance
+ * the model knows. Keys are stored as computed, post-RoPE at their own
+ * position p; turning a stored key by R(s) (the layer's RoPE as a pure
+ * rotation, without its magnitude factor) gives the key at position p + s,
+ * so a far key is scored as
+ *
+ *   s_j = scale q . R(shift_j) k_j,   shift_j = d_j - d'_j,
+ *
+ * d_j = t - p_j its distance, d'_j the one it is attended at:
+ *   window  d' = from                  every far key at one distance (InfLLM)
+ *   order   d' = from - r              r: the key's rank among the query's far
+ *                                      keys, farthest first: contiguous
+ *                                      distances in their order (ReAttention)
+ *   group   d' = from + ceil((d - from) / G),  G = ceil((d_max - from) / (limit - from)):
+ *                                      far distances divided by the group size
+ *                                      that brings the farthest attended key
+ *                                      to `limit` (Self-Extend's floor
+ *                                      division, its group chosen per query)
+ * (order keeps d' >= 1). Keys within `from` keep their distance, so a query
+ * without far keys attends exactly as with the scheme off. Values carry no
+ * position and are read as stored. */
+#ifndef SUBQ_ATTN_FAR_H
+#define SUBQ_ATTN_FAR_H
+
+#include <stdint.h>
+
+#include "kv/kv_cache.h"
+
+typedef enum attn_far_scheme {
+    ATTN_FAR_NONE = 0, /* keys at their own distance */
+    ATTN_FAR_WINDOW,
+    ATTN_FAR_ORDER,
+    ATTN_FAR_GROUP,
+    ATTN_FAR_COUNT
+} attn_far_scheme;
+
+/* "none", "window", "order", "group"; -1 if unknown. */
+int attn_far_parse(const char *name);
+const char *attn_far_name(attn_far_scheme s);
+
+typedef struct attn_far {
+    attn_far_scheme scheme;
+    int from;   /* keys farther than this are far (>= 1) */
+    int limit;  /* group: the farthest distance a far key may take (the trained context - 1) */
+} attn_far;
+
+/* A layer's RoPE as a pure rotation: pair i turns by p * freq[i], pairs
+ * adjacent (x[2i], x[2i+1]) or, with neox, split (x[i], x[i + n_rot/2]). */
+typedef struct attn_rope {
+    int n_rot, neox;
+    const double *freq; /* [n_rot / 2] */
+} attn_rope;
+
+/* shift[j] = d_j - d'_j for the n keys at distances dist[j] (0 for keys
+ * within f->from, and for every key when the scheme is none); returns how
+ * many are far. scratch: n entries (order only; else may be NULL). */
+int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int32_t *shift, int64_t *scratch);
+
+/* The slots' distances from the query in slot q_slot (kv->pos), into dist. */
+void attn_far_distances(const kv_cache *kv, int q_slot, const int *slots, int n, int32_t *dist);
+
+/* Scores of the far keys among slots[0..n) of KV head kh for its g query
+ * heads (q: g adjacent heads): s[i * ld + j] = scale q_i . R(shift[j]) k_j
+ * for every j with shift[j] != 0; the other scores are left as they are. */
+void attn_far_rescore(const attn_rope *r, const kv_cache *kv, int layer, int kh, int g, const float *q, float scale,
+                      const int *slots, const int32_t *shift, int n, float *s, int ld);
+
+#endif
