@@ -274,7 +274,8 @@ typedef struct subq_kv_file_info {
 subq_status subq_kv_file_inspect(const char *path, int verify, subq_kv_file_info *info, subq_error *err);
 /* The same for a context's own KV file (SUBQ_ERR_ARG without one), as
  * subq_context_new opened it: what its header counts before a resume, and
- * whether it was read from the older slot (subq_context_params.kv_recover). */
+ * whether it was read from the older slot (subq_context_params.kv_recover);
+ * file_bytes, verify_s and writer_pid are 0. */
 subq_status subq_context_kv_file_info(const subq_context *c, subq_kv_file_info *info, subq_error *err);
 
 /* ---- prompt caches ---------------------------------------------------- */
