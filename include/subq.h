@@ -197,6 +197,9 @@ typedef struct subq_context_params {
                            llama.cpp's --swa-full; 0: only their window plus n_batch, so a long
                            context costs what its global layers need, but subq_context_truncate
                            cannot go back past the window (a KV file keeps every token) */
+    int kv_recover;     /* a kv_file whose newest header slot is damaged: 1 continues from the
+                           older slot (subq_context_kv_file_info says what that lost); 0 refuses
+                           the file (SUBQ_ERR_FORMAT) */
 } subq_context_params;
 
 subq_context_params subq_context_default_params(void);
@@ -252,13 +255,28 @@ typedef struct subq_kv_file_info {
     int n_ctx, n_committed, has_logits;
     int n_layer, n_head_kv, head_dim, n_vocab, n_search_layers;
     double verify_s;            /* seconds the verification took (verify only) */
+    int header_damaged;         /* the newest header slot is damaged: the fields above are the
+                                   older slot's */
+    int n_committed_newest;     /* header_damaged: the tokens the damaged slot counts as it
+                                   reads (-1: not a count) */
+    long writer_pid;            /* a process wrote the file as it was read: its pid (-1: unknown);
+                                   0: none */
 } subq_kv_file_info;
-/* Read a KV file's header under a shared lock (a file a writer holds is
- * SUBQ_ERR_BUSY). With verify, also check every committed slot: its
- * checksum, and that its key, value and search rows and the last logits are
- * finite (SUBQ_ERR_FORMAT naming the first bad slot). A resume checks the
- * latest slots only (up to 1 GiB of them). */
+/* Read a KV file's header without a model. It takes no lock: beside a
+ * process that writes the file it reads the header that process last
+ * committed (writer_pid says so), and never holds the writer up. With
+ * verify, also check every committed slot: its checksum, and that its key,
+ * value and search rows and the last logits are finite (SUBQ_ERR_FORMAT
+ * naming the first bad slot); a damaged newest header slot is then
+ * SUBQ_ERR_FORMAT too (saying how many committed tokens the older slot
+ * loses), and a slot the writer changed as it was read SUBQ_ERR_BUSY. A
+ * resume checks the latest slots only (up to 1 GiB of them). */
 subq_status subq_kv_file_inspect(const char *path, int verify, subq_kv_file_info *info, subq_error *err);
+/* The same for a context's own KV file (SUBQ_ERR_ARG without one), as
+ * subq_context_new opened it: what its header counts before a resume, and
+ * whether it was read from the older slot (subq_context_params.kv_recover);
+ * file_bytes, verify_s and writer_pid are 0. */
+subq_status subq_context_kv_file_info(const subq_context *c, subq_kv_file_info *info, subq_error *err);
 
 /* ---- prompt caches ---------------------------------------------------- */
 

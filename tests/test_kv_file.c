@@ -23,7 +23,14 @@
  *     logits are refused on resume and by subq_kv_file_inspect's verify
  *     (CRC-32C against its published check value);
  *   - one writer: a second context on the file, in this process or
- *     another, is SUBQ_ERR_BUSY naming the holder's pid. */
+ *     another, is SUBQ_ERR_BUSY naming the holder's pid; a reader beside
+ *     the writer reads (and verifies) what it committed, naming it, and a
+ *     reader holds no lock a writer would meet;
+ *   - header slots: a damaged newest slot (a field, the magic, the
+ *     sequence number) reads the older slot and says what it loses;
+ *     verify fails, a writer refuses it unless kv_recover, which resumes
+ *     the older slot's tokens; a damaged older slot loses nothing;
+ *   - a text or empty file is "not a subq KV file" to writer and reader. */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -487,9 +494,14 @@ static void test_lock(void) {
     snprintf(pid_text, sizeof pid_text, "process %d", (int)getpid());
     subq_context *c2 = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
     CHECK(!c2 && st == SUBQ_ERR_BUSY && strstr(err.msg, pid_text), "a second writer here: %d %s", st, err.msg);
+    /* a reader beside the writer reads what it committed, naming it */
+    float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+    CHECK(run(c, 0, 30, lg) && subq_context_sync(c, &err) == SUBQ_OK, "decoding into the file: %s", err.msg);
     subq_kv_file_info ki;
-    st = subq_kv_file_inspect(file, 0, &ki, &err);
-    CHECK(st == SUBQ_ERR_BUSY, "a reader beside a writer: %d %s", st, err.msg);
+    st = subq_kv_file_inspect(file, 1, &ki, &err);
+    CHECK(st == SUBQ_OK && ki.n_committed == 30 && ki.writer_pid == (long)getpid() && !ki.header_damaged,
+          "a reader beside a writer: %d %s, %d tokens, writer %ld", st, err.msg, ki.n_committed, ki.writer_pid);
+    free(lg);
     pid_t pid = fork();
     if (pid == 0) {
         subq_context *cc = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
@@ -499,9 +511,123 @@ static void test_lock(void) {
     waitpid(pid, &status, 0);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a second writer in another process is refused");
     subq_context_free(c);
+    /* a reader holds no lock: a writer opens the file while it is open */
+    kv_file *r = NULL;
+    CHECK(kv_file_open_read(file, &r, &err) == SUBQ_OK && kv_file_writer(r) == 0, "a reader alone: %s", err.msg);
     c = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
-    CHECK(c != NULL, "free again once the writer closed: %s", err.msg);
+    CHECK(c != NULL, "a writer beside an open reader, once the writer closed: %s", err.msg);
+    kv_file_close(r);
     subq_context_free(c);
+    unlink(file);
+}
+
+/* The sequence number of header slot i of a file. */
+static uint64_t slot_seq(const char *file, int i) {
+    uint64_t seq = 0;
+    FILE *fp = fopen(file, "rb");
+    if (fp && fseek(fp, i * 4096L + 16, SEEK_SET) == 0 && fread(&seq, sizeof seq, 1, fp) != 1) seq = 0;
+    if (fp) fclose(fp);
+    return seq;
+}
+
+static int copy_file(const char *from, const char *to) {
+    char cmd[2000];
+    snprintf(cmd, sizeof cmd, "cp %s %s", from, to);
+    return system(cmd) == 0;
+}
+
+/* A damaged newest header slot is told apart from an older slot: inspect
+ * says what the older one loses, verify fails, a writer refuses the file
+ * unless kv_recover (then it resumes the older slot's tokens); a damaged
+ * older slot, or one never written, is no loss. */
+static void test_header_damage(void) {
+    char file[700], copy[800];
+    path_of(file, sizeof file, "header.kv");
+    unlink(file);
+    subq_error err;
+    subq_kv_file_info ki;
+    subq_context *c = must_open(file, -1, NULL);
+    float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+    CHECK(run(c, 0, 40, lg) && subq_context_sync(c, &err) == SUBQ_OK, "40 tokens: %s", err.msg);
+    subq_context_free(c);
+    /* one commit after the creation: the other slot holds the empty header */
+    CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && !ki.header_damaged && ki.n_committed == 40,
+          "one commit: %s", err.msg);
+    c = must_open(file, -1, NULL);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK && run(c, 40, 60, lg) && subq_context_sync(c, &err) == SUBQ_OK,
+          "20 more: %s", err.msg);
+    subq_context_free(c);
+    const int newest = slot_seq(file, 0) > slot_seq(file, 1) ? 0 : 1;
+    /* byte 40 (a field), byte 0 (the magic), byte 16 (the sequence number: + 16 here) of the newest slot;
+     * the older slot counts the 40, or what a commit during the 20 more counted */
+    const long at[3] = {40, 0, 16};
+    for (int i = 0; i < 3; i++) {
+        snprintf(copy, sizeof copy, "%s.%d", file, i);
+        CHECK(copy_file(file, copy) && flip_byte(copy, newest * 4096L + at[i]), "damaging byte %ld", at[i]);
+        subq_status st = subq_kv_file_inspect(copy, 0, &ki, &err);
+        const int older = ki.n_committed;
+        CHECK(st == SUBQ_OK && ki.header_damaged && older >= 40 && older < 60 && ki.n_committed_newest == 60,
+              "byte %ld: inspect %d: damaged %d, %d tokens, newest %d", at[i], st, ki.header_damaged, older,
+              ki.n_committed_newest);
+        char want[96];
+        snprintf(want, sizeof want, "older slot counts %d committed tokens, %d fewer", older, 60 - older);
+        st = subq_kv_file_inspect(copy, 1, &ki, &err);
+        CHECK(st == SUBQ_ERR_FORMAT && strstr(err.msg, want), "byte %ld: verify %d %s", at[i], st, err.msg);
+        st = SUBQ_OK;
+        c = open_ctx(copy, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+        CHECK(!c && st == SUBQ_ERR_FORMAT && strstr(err.msg, want) && strstr(err.msg, "--kv-recover"),
+              "byte %ld: a writer: %d %s", at[i], st, err.msg);
+        subq_context_free(c);
+        subq_context_params p = subq_context_default_params();
+        p.n_ctx = N_CTX, p.n_threads = 1, p.kv_type = SUBQ_KV_F16, p.kv_file = copy, p.kv_recover = 1;
+        c = NULL;
+        st = subq_context_new(model, &p, &c, &err);
+        subq_kv_file_info ci = {0};
+        CHECK(st == SUBQ_OK && subq_context_kv_file_info(c, &ci, &err) == SUBQ_OK && ci.header_damaged &&
+              ci.n_committed == older && ci.n_committed_newest == 60, "byte %ld: kv_recover opens it: %d %s", at[i],
+              st, err.msg);
+        CHECK(c && subq_context_resume(c, &err) == SUBQ_OK && subq_context_n_past(c) == older,
+              "byte %ld: the older slot's tokens resume: %s", at[i], c ? err.msg : "");
+        CHECK(c && run(c, older, older + 5, lg), "byte %ld: and continue", at[i]);
+        subq_context_free(c);
+        CHECK(subq_kv_file_inspect(copy, 1, &ki, &err) == SUBQ_OK && !ki.header_damaged && ki.n_committed == older + 5,
+              "byte %ld: the next commit is whole again: %s", at[i], err.msg);
+        unlink(copy);
+    }
+    /* the older slot damaged: the newest is current, nothing lost */
+    snprintf(copy, sizeof copy, "%s.old", file);
+    CHECK(copy_file(file, copy) && flip_byte(copy, (1 - newest) * 4096L + 40), "damaging the older slot");
+    CHECK(subq_kv_file_inspect(copy, 1, &ki, &err) == SUBQ_OK && !ki.header_damaged && ki.n_committed == 60,
+          "a damaged older slot: %s", err.msg);
+    c = must_open(copy, -1, NULL);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK && subq_context_n_past(c) == 60, "resumes 60: %s", err.msg);
+    subq_context_free(c);
+    unlink(copy);
+    free(lg);
+    unlink(file);
+}
+
+/* A file that is not a KV file (text, empty) is said to be one thing to a
+ * writer and to a reader, and left as it is. */
+static void test_not_kv_file(void) {
+    char file[700];
+    path_of(file, sizeof file, "text.kv");
+    const size_t sizes[3] = {12, 0, 6000};
+    for (int i = 0; i < 3; i++) {
+        FILE *fp = fopen(file, "wb");
+        for (size_t k = 0; fp && k < sizes[i]; k++) fputc("hello world\n"[k % 12], fp);
+        if (fp) fclose(fp);
+        subq_status st;
+        subq_error err, rerr;
+        subq_context *c = open_ctx(file, -1, NULL, SUBQ_KV_F16, N_CTX, &st, &err);
+        subq_kv_file_info ki;
+        subq_status rs = subq_kv_file_inspect(file, 1, &ki, &rerr);
+        struct stat sb;
+        CHECK(!c && st == SUBQ_ERR_FORMAT && strstr(err.msg, "not a subq KV file") && rs == SUBQ_ERR_FORMAT &&
+              strstr(rerr.msg, "not a subq KV file") && stat(file, &sb) == 0 && (size_t)sb.st_size == sizes[i],
+              "a text file of %zu bytes: writer %d %s; reader %d %s", sizes[i], st, err.msg, rs, rerr.msg);
+        subq_context_free(c);
+    }
     unlink(file);
 }
 
@@ -531,6 +657,8 @@ int main(void) {
     test_refusals();
     test_integrity();
     test_lock();
+    test_header_damage();
+    test_not_kv_file();
     test_kill();
     test_long_prompt_commits();
     /* a search space whose last dims rotate by position: the file keeps the

@@ -309,10 +309,12 @@ subq_status subq_context_resume(subq_context *c, subq_error *err) {
                          "attention plan: give the same --search and --sparse-layers", n);
     /* what the header counts is trusted only as far as it checks out: the
      * checksums and finiteness of the latest slots, up to KV_RESUME_VERIFY_BYTES
-     * of them (every slot of a smaller file; `subq info --kv-file F --verify`
-     * reads all of a larger one), then every slot's token and position */
+     * of them (every slot of a smaller file, or of one read from its older
+     * header slot; `subq info --kv-file F --verify` reads all of a larger
+     * one), then every slot's token and position */
     const size_t per_slot = kv_file_slot_bytes(kv->file);
-    const int n_check = per_slot * (size_t)n <= KV_RESUME_VERIFY_BYTES ? n : (int)(KV_RESUME_VERIFY_BYTES / per_slot) + 1;
+    int n_check = per_slot * (size_t)n <= KV_RESUME_VERIFY_BYTES ? n : (int)(KV_RESUME_VERIFY_BYTES / per_slot) + 1;
+    if (kv_file_newest_damaged(kv->file)) n_check = n; /* the older header slot (kv_recover): every slot it counts */
     subq_status vs = kv_file_verify(kv->file, n - n_check, n, err);
     if (vs) return vs;
     for (int t = 0; t < n; t++)

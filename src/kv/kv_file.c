@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/crc32c.h"
@@ -58,6 +59,10 @@ struct kv_file {
     size_t smap_bytes;
     uint64_t per_layer, meta_stride;
     int writable;               /* opened for writing (an exclusive lock) */
+    long writer;                /* a reader: the pid of the writer that held the file as it was opened
+                                   (-1: one did, its pid unknown; 0: none) */
+    int newest_damaged;         /* the newest header slot is damaged: h is the older one */
+    int64_t newest_committed;   /* the tokens the damaged slot counts as it reads (-1: not a count) */
 };
 
 static uint64_t round_page(uint64_t x) { return (x + PAGE - 1) / PAGE * PAGE; }
@@ -219,22 +224,46 @@ static subq_status check_shape(const kv_file_geometry *g, subq_error *err) {
     return SUBQ_OK;
 }
 
-/* Read both header slots; the valid one with the higher sequence number.
- * A reader (not writable) takes the geometry from the slot it picks. */
+static int all_zero(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i]) return 0;
+    return 1;
+}
+
+/* Read both header slots; the valid one with the higher sequence number is
+ * current. A reader (not writable) takes the geometry from the slot it
+ * picks. A slot that fails its checks is blank when every byte is zero (never
+ * written: the file is reserved zeroed and the first header goes to slot 1),
+ * else damaged; a damaged slot whose sequence number reads at or past the
+ * current one's was the newest (a commit writes seq + 1; an older slot reads
+ * seq - 1 or less), and the current one is then the older slot
+ * (f->newest_damaged, with the count the damaged slot reads). */
 static subq_status read_header(kv_file *f, uint64_t file_bytes, subq_error *err) {
     unsigned char page[PAGE];
-    int found = 0;
+    int found = 0, magic = 0, n_damaged = 0;
+    uint64_t damaged_seq[HEADER_SLOTS], damaged_committed[HEADER_SLOTS];
     subq_error first = {0};
     kv_file_geometry picked = f->g;
+    const kv_file_geometry asked = f->g;
+    f->newest_damaged = 0;
+    f->newest_committed = -1;
     for (int i = 0; i < HEADER_SLOTS; i++) {
         subq_error e = {0};
-        kv_file_geometry g = f->g;
-        if (pread(f->fd, page, PAGE, (off_t)i * PAGE) != (ssize_t)PAGE) {
+        kv_file_geometry g = asked;
+        const ssize_t got = pread(f->fd, page, PAGE, (off_t)i * PAGE);
+        if (got >= (ssize_t)sizeof MAGIC && !memcmp(page, MAGIC, sizeof MAGIC)) magic++;
+        if (got != (ssize_t)PAGE) {
             snprintf(e.msg, sizeof e.msg, "KV file header is truncated");
             e.code = SUBQ_ERR_FORMAT;
         } else {
             if (!f->writable) g = claimed_geometry(page);
             if (!kv_file_check_header(page, PAGE, &g, file_bytes, &e) && !f->writable) check_shape(&g, &e);
+            if (e.code == SUBQ_ERR_FORMAT && !all_zero(page, PAGE)) {
+                disk_header raw;
+                memcpy(&raw, page, sizeof raw);
+                damaged_seq[n_damaged] = raw.seq;
+                damaged_committed[n_damaged++] = raw.n_committed;
+            }
         }
         if (e.code) {
             /* a slot of another model or shape is an answer, not damage */
@@ -246,11 +275,57 @@ static subq_status read_header(kv_file *f, uint64_t file_bytes, subq_error *err)
         if (!found || h.seq > f->h.seq) f->h = h, picked = g;
         found = 1;
     }
+    /* neither slot starts as a KV file does: some other file (text, an empty one) */
+    if (!found && !magic) return subq_fail(err, SUBQ_ERR_FORMAT, "%s: not a subq KV file", f->path);
     if (!found) return subq_fail(err, first.code, "%s: %s", f->path, first.msg);
+    for (int i = 0; i < n_damaged; i++)
+        if (damaged_seq[i] >= f->h.seq) {
+            f->newest_damaged = 1;
+            f->newest_committed = damaged_committed[i] <= f->h.n_ctx ? (int64_t)damaged_committed[i] : -1;
+        }
     f->g = picked;
     f->g.n_ctx = f->h.n_ctx;
     layout(&f->g, &f->per_layer, &f->meta_stride);
     return SUBQ_OK;
+}
+
+int kv_file_damage(const kv_file *f, char *msg, size_t cap) {
+    if (!f->newest_damaged) return 0;
+    const int64_t old = (int64_t)f->h.n_committed, newest = f->newest_committed;
+    char what[160];
+    if (newest < 0) snprintf(what, sizeof what, "how many the newest counted cannot be read");
+    else if (newest > old) snprintf(what, sizeof what, "%" PRId64 " fewer than the newest (%" PRId64 ")", newest - old, newest);
+    else snprintf(what, sizeof what, "the newest counted %" PRId64, newest);
+    snprintf(msg, cap, "%s: the newest header slot is damaged (a crash while it was written, or damage since): the "
+             "older slot counts %" PRId64 " committed tokens, %s", f->path, old, what);
+    return 1;
+}
+
+int kv_file_newest_committed(const kv_file *f) {
+    return !f->newest_damaged ? -1 : f->newest_committed < 0 ? -1 : (int)f->newest_committed;
+}
+int kv_file_newest_damaged(const kv_file *f) { return f->newest_damaged; }
+long kv_file_writer(const kv_file *f) { return f->writer; }
+
+int kv_file_header_moved(kv_file *f) {
+    unsigned char page[PAGE];
+    uint64_t seq = 0;
+    int found = 0;
+    struct stat st;
+    if (fstat(f->fd, &st) != 0) return 1;
+    for (int i = 0; i < HEADER_SLOTS; i++) {
+        kv_file_geometry g = f->g;
+        g.n_ctx = 0;
+        subq_error e = {0};
+        if (pread(f->fd, page, PAGE, (off_t)i * PAGE) != (ssize_t)PAGE ||
+            kv_file_check_header(page, PAGE, &g, (uint64_t)st.st_size, &e))
+            continue;
+        disk_header h;
+        memcpy(&h, page, sizeof h);
+        if (!found || h.seq > seq) seq = h.seq;
+        found = 1;
+    }
+    return !found || seq != f->h.seq;
 }
 
 /* The pid holding a lock on the file behind fd, from /proc/locks (0 when
@@ -275,20 +350,53 @@ static long lock_holder(int fd) {
     return pid;
 }
 
-/* One writer per file, or any number of readers: flock(2), held until
- * close, so a second process cannot mix its tokens into the file. */
+/* One writer per file: flock(2), exclusive, held until close, so a second
+ * process cannot mix its tokens into the file. A reader takes no lock (it
+ * would refuse a writer that starts meanwhile): it tries a shared one only to
+ * learn whether a writer holds the file (f->writer), and lets it go at once;
+ * a writer that meets such a probe tries again for a moment. */
 static subq_status take_lock(kv_file *f, subq_error *err) {
-    if (flock(f->fd, (f->writable ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) return SUBQ_OK;
+    const int want = (f->writable ? LOCK_EX : LOCK_SH) | LOCK_NB;
+    int r = flock(f->fd, want);
+    for (int tries = 0; r != 0 && errno == EWOULDBLOCK && f->writable && tries < 20; tries++) {
+        const struct timespec ms5 = {0, 5000000};
+        nanosleep(&ms5, NULL);
+        r = flock(f->fd, want);
+    }
+    if (r == 0) {
+        if (!f->writable) flock(f->fd, LOCK_UN);
+        return SUBQ_OK;
+    }
     /* a file system without locks (some network ones): nothing to enforce with */
     if (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL) return SUBQ_OK;
     if (errno != EWOULDBLOCK) return subq_fail(err, SUBQ_ERR_IO, "cannot lock KV file %s: %s", f->path, strerror(errno));
     const long pid = lock_holder(f->fd);
+    if (!f->writable) {
+        f->writer = pid > 0 ? pid : -1;
+        return SUBQ_OK;
+    }
     char who[48] = "another process";
     if (pid > 0) snprintf(who, sizeof who, "process %ld", pid);
     return subq_fail(err, SUBQ_ERR_BUSY, "KV file %s is in use by %s (one writer at a time)", f->path, who);
 }
 
-static subq_status open_file(const char *path, const kv_file_geometry *g, int writable, kv_file **out,
+/* A reader's header: beside a writer (f->writer), a slot may be written as
+ * it is read (a torn read fails its checksum), so what does not check out
+ * is read again a few times before it counts. */
+static subq_status read_header_reader(kv_file *f, uint64_t file_bytes, subq_error *err) {
+    subq_status s = read_header(f, file_bytes, err);
+    for (int tries = 0; f->writer && (s || f->newest_damaged) && tries < 5; tries++) {
+        const struct timespec ms10 = {0, 10000000};
+        nanosleep(&ms10, NULL);
+        struct stat st;
+        if (fstat(f->fd, &st) == 0) file_bytes = (uint64_t)st.st_size;
+        f->g = (kv_file_geometry){0};
+        s = read_header(f, file_bytes, err);
+    }
+    return s;
+}
+
+static subq_status open_file(const char *path, const kv_file_geometry *g, int writable, int recover, kv_file **out,
                              subq_error *err) {
     *out = NULL;
     kv_file *f = calloc(1, sizeof *f);
@@ -303,6 +411,7 @@ static subq_status open_file(const char *path, const kv_file_geometry *g, int wr
     if (!created && (!writable || errno == EEXIST)) f->fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     subq_status s = SUBQ_OK;
     struct stat st;
+    char damage[400];
     if (f->fd < 0) s = subq_fail(err, SUBQ_ERR_IO, "cannot open KV file %s: %s", path, strerror(errno));
     else if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode))
         s = subq_fail(err, SUBQ_ERR_IO, "KV file %s is not a regular file", path);
@@ -312,8 +421,11 @@ static subq_status open_file(const char *path, const kv_file_geometry *g, int wr
         s = subq_fail(err, SUBQ_ERR_ARG, "a new KV file needs the context size");
     else if (created)
         s = create_file(f, err);
-    else
-        s = read_header(f, (uint64_t)st.st_size, err);
+    else if (!writable)
+        s = read_header_reader(f, (uint64_t)st.st_size, err);
+    else if (!(s = read_header(f, (uint64_t)st.st_size, err)) && !recover && kv_file_damage(f, damage, sizeof damage))
+        /* the next header would go over the damaged slot: continuing from the older one is asked for */
+        s = subq_fail(err, SUBQ_ERR_FORMAT, "%s; give --kv-recover to continue from the older slot", damage);
     if (!s) s = map_fixed(f, err);
     if (!s) s = map_search(f, err);
     if (s) {
@@ -325,13 +437,13 @@ static subq_status open_file(const char *path, const kv_file_geometry *g, int wr
     return SUBQ_OK;
 }
 
-subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **out, subq_error *err) {
-    return open_file(path, g, 1, out, err);
+subq_status kv_file_open(const char *path, const kv_file_geometry *g, int recover, kv_file **out, subq_error *err) {
+    return open_file(path, g, 1, recover, out, err);
 }
 
 subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err) {
     const kv_file_geometry from_file = {0}; /* read_header takes the file's own */
-    return open_file(path, &from_file, 0, out, err);
+    return open_file(path, &from_file, 0, 1, out, err);
 }
 
 void kv_file_close(kv_file *f) {

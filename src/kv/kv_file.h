@@ -26,8 +26,14 @@
  * Before a row below n_committed is overwritten (after a truncate or a
  * reset), the header is lowered to that row first.
  *
- * Locking: a writer holds an exclusive flock(2) until it closes the file, a
- * reader a shared one; a second writer is SUBQ_ERR_BUSY naming the pid. */
+ * A damaged newest header slot (a checksum that fails over bytes that are
+ * not the zeros of a slot never written, with a sequence number at or past
+ * the other's) is told apart from an older one: the file is not continued
+ * from the older slot unless asked (kv_file_open's recover).
+ *
+ * Locking: a writer holds an exclusive flock(2) until it closes the file; a
+ * second writer is SUBQ_ERR_BUSY naming the pid. A reader takes no lock and
+ * reads the header the writer last committed. */
 #ifndef SUBQ_KV_FILE_H
 #define SUBQ_KV_FILE_H
 
@@ -59,10 +65,15 @@ typedef struct kv_file kv_file;
 /* Open `path` (created, with its full size reserved on disk, when it does
  * not exist). An existing file must have the same geometry
  * (SUBQ_ERR_MISMATCH naming the difference); a damaged one is
- * SUBQ_ERR_FORMAT. n_ctx 0 in g: the file's own. */
-subq_status kv_file_open(const char *path, const kv_file_geometry *g, kv_file **out, subq_error *err);
-/* Open an existing file for reading alone (its own geometry, a shared
- * lock): inspection and verification without a model. */
+ * SUBQ_ERR_FORMAT, and so is one whose newest header slot is damaged
+ * unless `recover` (then the older slot is read: kv_file_damage says what
+ * that lost). n_ctx 0 in g: the file's own. */
+subq_status kv_file_open(const char *path, const kv_file_geometry *g, int recover, kv_file **out, subq_error *err);
+/* Open an existing file for reading alone (its own geometry): inspection
+ * and verification without a model. It takes no lock, so a writer is
+ * neither refused nor held up by it; a writer that holds the file as it is
+ * opened is noted (kv_file_writer), and the header read is the one it last
+ * committed. A reader reads the older slot when the newest is damaged. */
 subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err);
 /* Commit what is pending and close. */
 void kv_file_close(kv_file *f);
@@ -112,6 +123,20 @@ subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err);
 size_t kv_file_slot_bytes(const kv_file *f);
 /* Search layers and the committed header's fields, for inspection. */
 int kv_file_n_search(const kv_file *f);
+
+/* The newest header slot is damaged and the header read is the older one:
+ * 1 and a one-line description in msg (the path, the older slot's count and
+ * how many fewer that is than the damaged slot's, when it reads as a
+ * count), else 0. The damaged slot's count (-1: none, or not a count). */
+int kv_file_damage(const kv_file *f, char *msg, size_t cap);
+int kv_file_newest_damaged(const kv_file *f);
+int kv_file_newest_committed(const kv_file *f);
+/* A reader: the pid of the writer that held the file as it was opened (-1:
+ * one did, its pid unknown; 0: none). */
+long kv_file_writer(const kv_file *f);
+/* 1 when the current header on disk is no longer the one read (a writer
+ * has committed, lowered or reset since), or none checks out. */
+int kv_file_header_moved(kv_file *f);
 
 /* Flush, then drop the file's pages from the mapping and the page cache. */
 subq_status kv_file_evict(kv_file *f, subq_error *err);

@@ -47,7 +47,7 @@ static subq_status open_kv_file(subq_context *c, const subq_context_params *p, s
     };
     g.n_ctx = p->n_ctx > 0 ? (uint32_t)p->n_ctx : access(p->kv_file, F_OK) == 0 ? 0 : (uint32_t)hp->n_ctx_train;
     kv_file *f;
-    if ((s = kv_file_open(p->kv_file, &g, &f, err)) || (s = kv_cache_init_file(&c->kv, f, err))) return s;
+    if ((s = kv_file_open(p->kv_file, &g, p->kv_recover, &f, err)) || (s = kv_cache_init_file(&c->kv, f, err))) return s;
     /* the context starts under full attention: it may write unless the
      * file's tokens carry search keys (set their plan, or reset, first) */
     if ((s = context_file_plan(c, NULL, NULL, err))) kv_cache_free(&c->kv);

@@ -71,8 +71,9 @@ def main():
              answers[0] is not None and len(answers[0]) == 18 and answers[0] == answers[1], str(answers[1])[:300])
     ck.check("recall --kv-file: the prefill's file is removed, the methods' kept",
              os.path.exists(kv) and not os.path.exists(kv + ".prefill"))
-    open(kv + ".prefill", "w").close()
-    p = subprocess.run([bin_] + [str(a) for a in small] + ["--kv-file", kv], capture_output=True, timeout=120)
+    open(kv + ".prefill", "w").close()  # (the file holds the last run's tokens: --kv-reset lets it start over)
+    p = subprocess.run([bin_] + [str(a) for a in small] + ["--kv-file", kv, "--kv-reset"], capture_output=True,
+                       timeout=120)
     ck.check("recall --kv-file refuses an existing FILE.prefill (never removes what it did not make)",
              p.returncode == 1 and b"exists" in p.stderr and os.path.exists(kv + ".prefill"), p.stderr.decode()[-300:])
 

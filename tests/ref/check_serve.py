@@ -280,8 +280,9 @@ def check_load(ck, srv):
 def check_kv_file(ck):
     """--kv-file is the session: generate without a prompt continues after
     what the file holds (the text of one longer run); serve resumes it at
-    start and a request sharing the prefix reuses it; a server with two
-    slots and one file is refused."""
+    start and, under --kv-replace, a request sharing a prefix of it reuses
+    that prefix (without the flag such a request runs in memory:
+    check_kv_session.py); a server with two slots and one file is refused."""
     path = os.path.join(rc.tmp_dir(), "kv_file_%d.kv" % os.getpid())
     if os.path.exists(path):
         os.unlink(path)
@@ -296,7 +297,7 @@ def check_kv_file(ck):
     held = re.search(rb"KV file \S+: (\d+) tokens held", r.stderr)
     ck.check("generate --kv-file: the second run continues the first's tokens", held and int(held.group(1)) >= 24 and
              want32.startswith(want) and r.stdout.decode()[:-1] == want32[len(want):], r.stderr.decode()[-300:])
-    srv = su.Server(["-m", MODEL, "-t", 1] + flags)
+    srv = su.Server(["-m", MODEL, "-t", 1, "--kv-replace"] + flags)
     try:
         b = completion(srv, {"prompt": prompt, "max_tokens": 24, "temperature": 0})
         same(ck, "serve --kv-file: text", b["choices"][0]["text"], want)

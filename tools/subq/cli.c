@@ -187,6 +187,10 @@ int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_mode
         if (!(v = cli_value(cmd, argc, argv, i)) || !cli_parse_kv_type(cmd, v, &o->kv_type)) return -1;
     } else if (strcmp(a, "--kv-file") == 0) {
         if (!(o->kv_file = cli_value(cmd, argc, argv, i))) return -1;
+    } else if (strcmp(a, "--kv-reset") == 0) {
+        o->kv_reset = 1;
+    } else if (strcmp(a, "--kv-recover") == 0) {
+        o->kv_recover = 1;
     } else if (strcmp(a, "--swa-full") == 0) {
         o->swa_full = 1;
     } else if (strcmp(a, "--mmap") == 0) {
@@ -199,12 +203,44 @@ int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_mode
     return 1;
 }
 
+void cli_kv_warn(const char *cmd, const char *path, const subq_context *c) {
+    subq_kv_file_info k;
+    subq_error err = {0};
+    if (subq_context_kv_file_info(c, &k, &err) || !k.header_damaged) return;
+    char lost[96] = "how many the newest counted cannot be read";
+    if (k.n_committed_newest > k.n_committed)
+        snprintf(lost, sizeof lost, "%d committed tokens lost", k.n_committed_newest - k.n_committed);
+    else if (k.n_committed_newest >= 0)
+        snprintf(lost, sizeof lost, "the newest counted %d", k.n_committed_newest);
+    fprintf(stderr, "subq %s: warning: KV file %s: the newest header slot is damaged; continuing from the older "
+            "slot's %d committed tokens (%s)\n", cmd, path, k.n_committed, lost);
+}
+
+/* A --kv-file that holds tokens, for a command that starts over: refused
+ * without --kv-reset, emptied with it. 0 after a one-line error. */
+static int kv_start_over(const char *cmd, const cli_model_opts *o, subq_context *c) {
+    subq_kv_file_info k;
+    subq_error err = {0};
+    if (subq_context_kv_file_info(c, &k, &err)) return !cli_error(cmd, "%s", err.msg);
+    if (k.n_committed == 0) return 1;
+    if (!o->kv_reset)
+        return !cli_error(cmd, "%s holds %d tokens (a session): %s would replace them; give --kv-reset to let it, or "
+                          "another --kv-file", o->kv_file, k.n_committed, cmd);
+    subq_context_reset(c);
+    fprintf(stderr, "subq %s: --kv-reset: dropped the %d tokens %s held\n", cmd, k.n_committed, o->kv_file);
+    return 1;
+}
+
 int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_context **c) {
     subq_error err = {0};
     *m = NULL;
     *c = NULL;
     if (!o->model) {
         cli_error(cmd, "no model given; use -m FILE.gguf");
+        return 0;
+    }
+    if ((o->kv_reset || o->kv_recover) && !o->kv_file) {
+        cli_error(cmd, "%s applies to a --kv-file: give one", o->kv_reset ? "--kv-reset" : "--kv-recover");
         return 0;
     }
     if (subq_model_load_ex(o->model, o->load_mode, m, &err)) {
@@ -216,11 +252,20 @@ int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_cont
     p.n_threads = o->n_threads;
     p.kv_type = o->kv_type;
     p.kv_file = o->kv_file;
+    p.kv_recover = o->kv_recover;
     p.swa_full = o->swa_full;
     if (o->n_batch > 0) p.n_batch = o->n_batch;
     if (subq_context_new(*m, &p, c, &err)) {
         cli_error(cmd, "%s", err.msg);
         subq_model_free(*m);
+        *m = NULL;
+        return 0;
+    }
+    if (o->kv_file) cli_kv_warn(cmd, o->kv_file, *c);
+    if (o->kv_file && !o->kv_continues && !kv_start_over(cmd, o, *c)) {
+        subq_context_free(*c);
+        subq_model_free(*m);
+        *c = NULL;
         *m = NULL;
         return 0;
     }

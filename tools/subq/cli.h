@@ -77,6 +77,10 @@ typedef struct cli_model_opts {
     subq_kv_type kv_type;
     subq_load_mode load_mode;
     const char *kv_file;
+    int kv_reset;     /* --kv-reset: the tokens the --kv-file holds may be dropped */
+    int kv_recover;   /* --kv-recover: continue from the older header slot when the newest is damaged */
+    int kv_continues; /* set by the command: it continues from what a --kv-file holds (generate,
+                         logits); else cli_load refuses a file that holds tokens without --kv-reset */
     int swa_full;
 } cli_model_opts;
 
@@ -92,6 +96,11 @@ typedef struct cli_model_opts {
     "                       continue from the tokens it holds. A dense layer reads all of its\n" \
     "                       rows every token (from disk once they leave the page cache): make\n" \
     "                       every layer sparse, or give dense ones --topk-layers L:K\n" \
+    "  --kv-reset           let this run drop the tokens the --kv-file holds (generate, logits:\n" \
+    "                       replace them; the other commands refuse a file that holds tokens\n" \
+    "                       without it)\n" \
+    "  --kv-recover         continue from the older header slot of a --kv-file whose newest one\n" \
+    "                       is damaged (without it such a file is refused, saying what it loses)\n" \
     "  --swa-full           sliding-window layers keep every token's keys, not just their\n" \
     "                       window plus a batch (more memory; prompts may then reuse any\n" \
     "                       cached prefix)\n" \
@@ -105,6 +114,12 @@ int cli_parse_model_opt(const char *cmd, int argc, char **argv, int *i, cli_mode
 /* "8,16,32": up to cap integers in [lo, hi] into out, their count into *n
  * (at least one); 0 after a one-line error naming flag. */
 int cli_parse_int_list(const char *cmd, const char *flag, const char *s, long lo, long hi, int cap, int *out, int *n);
-/* Load the model and create a context; prints the error and returns 0 on failure. */
+/* Load the model and create a context; prints the error and returns 0 on
+ * failure. With a --kv-file: a warning line when it was read from its older
+ * header slot (--kv-recover); and unless o->kv_continues, a file that holds
+ * tokens is refused without --kv-reset, and emptied with it. */
 int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_context **c);
+/* The warning line of a context whose --kv-file was read from its older
+ * header slot (nothing otherwise). */
+void cli_kv_warn(const char *cmd, const char *path, const subq_context *c);
 #endif

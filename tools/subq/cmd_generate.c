@@ -1,4 +1,5 @@
 /* subq generate: prompt -> streamed text. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +26,29 @@ static const char *help =
     "  --prompt-cache FILE  session file: load the KV cache and indexes of an earlier run and reuse\n"
     "                       the prompt prefix they share; save the prompt's state there after it\n"
     "                       (--kv-file does the same in place, for contexts of any size)\n"
-    "  --kv-reset           let the prompt replace the tokens the --kv-file holds (without it, a\n"
-    "                       prompt must start with them: it continues them, never drops them)\n"
+    "With --kv-file, a prompt must start with the tokens the file holds (it continues them; without\n"
+    "-p/-f generation continues after them); one that would drop any is refused unless --kv-reset\n"
+    "is given. SIGINT or SIGTERM stops at the next token (or prompt batch), commits what was\n"
+    "computed to the file, and exits 130 (SIGINT) or 143 (SIGTERM); a second one ends it at once.\n"
     "\n" CLI_SPARSE_OPTS_HELP;
+
+/* The signal that asked a run with a --kv-file to stop (0: none). */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+/* SIGINT and SIGTERM stop the generation at the next token or prompt batch
+ * (the callbacks see stop_signal), so what was computed is committed; the
+ * handler is reset by the first one, so that a second ends the process. */
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
 
 /* What the generation callbacks need: the prompt cache to save once the
  * prompt is in, the clock, and the model for the pieces. */
@@ -57,11 +78,12 @@ static int on_prompt(void *user, int n_reused) {
                 g->n_prompt);
         if (n_reused < g->n_prompt) g->save_status = subq_context_save(g->c, g->prompt_cache, &g->err);
     }
-    return g->save_status != SUBQ_OK;
+    return g->save_status != SUBQ_OK || stop_signal;
 }
 
 static int on_batch(void *user, int n_reused, int n_done, int n_prompt) {
     gen_state *g = user;
+    if (stop_signal) return 1;
     if (n_prompt - n_reused <= subq_context_n_batch(g->c)) return 0; /* one batch: no bar */
     if (n_done == 0) progress_begin(&g->bar, "prompt", n_prompt - n_reused);
     progress_update(&g->bar, n_done, "");
@@ -72,7 +94,7 @@ static int on_token(void *user, int32_t tok, const char *piece, size_t len) {
     ((gen_state *)user)->last = tok;
     fwrite(piece, 1, len, stdout);
     fflush(stdout);
-    return 0;
+    return stop_signal != 0;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -80,7 +102,7 @@ int cmd_generate(int argc, char **argv) {
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
     const char *prompt = "", *prompt_file = NULL, *prompt_cache = NULL, *v;
-    int ignore_eos = 0, prompt_given = 0, kv_reset = 0;
+    int ignore_eos = 0, prompt_given = 0;
     subq_generate_params gp = subq_generate_default_params();
     subq_sampler_params *sp = &gp.sampler;
     for (int i = 1; i < argc; i++) {
@@ -94,8 +116,6 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
             if (!(prompt_file = cli_value(cmd, argc, argv, &i))) return 1;
             prompt_given = 1;
-        } else if (!strcmp(a, "--kv-reset")) {
-            kv_reset = 1;
         } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &gp.n_predict)) return 1;
         } else if (!strcmp(a, "--temp")) {
@@ -119,7 +139,8 @@ int cmd_generate(int argc, char **argv) {
     size_t prompt_len = strlen(prompt);
     if (prompt_cache && mo.kv_file)
         return cli_error(cmd, "--prompt-cache and --kv-file are two sessions: give one (the KV file is one already)");
-    if (kv_reset && !mo.kv_file) return cli_error(cmd, "--kv-reset resets a --kv-file: give one");
+    const int kv_reset = mo.kv_reset;
+    mo.kv_continues = 1; /* the prompt is checked against the held tokens below */
     if (prompt_file) {
         if (subq_read_file(prompt_file, 0, &file_text, &prompt_len, &err)) return cli_error(cmd, "%s", err.msg);
         prompt = file_text;
@@ -215,6 +236,7 @@ int cmd_generate(int argc, char **argv) {
     gp.on_batch = on_batch;
     gp.on_token = on_token;
     gp.user = &g;
+    if (mo.kv_file) catch_stop_signals();
     subq_generate_result res;
     double t0 = cli_now_s();
     if (subq_generate(c, toks, (int)n_prompt, &gp, &res, &err)) {
@@ -227,8 +249,10 @@ int cmd_generate(int argc, char **argv) {
     }
     double t1 = g.t_prompt, t2 = cli_now_s();
     /* the last token printed is not in the cache yet (nothing needed its
-     * logits): a KV file must hold all the text shown, to continue after it */
-    if (mo.kv_file && res.n_generated > 0 && res.finish == SUBQ_FINISH_LENGTH &&
+     * logits): a KV file must hold all the text shown, to continue after it
+     * (also when a signal stopped the run there) */
+    if (mo.kv_file && res.n_generated > 0 &&
+        (res.finish == SUBQ_FINISH_LENGTH || (res.finish == SUBQ_FINISH_CALLER && stop_signal)) &&
         subq_context_n_past(c) < subq_context_n_ctx(c)) {
         float *logits = malloc((size_t)info.n_vocab * sizeof *logits);
         subq_status s = logits ? subq_decode(c, &g.last, 1, logits, 0, &err) : SUBQ_ERR_NOMEM;
@@ -242,6 +266,17 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "\nsubq generate: context of %d tokens is full; stopping\n", subq_context_n_past(c));
     fputc('\n', stdout);
     fflush(stdout);
+    if (stop_signal) { /* commit now (the context's free would too), to say what the file holds */
+        const int sig = stop_signal;
+        if (subq_context_sync(c, &err)) {
+            rc = cli_error(cmd, "%s", err.msg);
+            goto done;
+        }
+        fprintf(stderr, "subq generate: %s: stopped after %d generated tokens; %s holds %d tokens\n",
+                sig == SIGINT ? "interrupted" : "terminated", res.n_generated, mo.kv_file, subq_context_n_past(c));
+        rc = 128 + sig;
+        goto done;
+    }
     /* tok/s of the prompt counts the tokens computed, not those the cache held */
     const int n_computed = (int)n_prompt - g.n_reused;
     char cached[48] = "";

@@ -9,9 +9,11 @@ static const char *help =
     "usage: subq info -m FILE [--json] | --kv-file FILE [--verify] [--json] | --features\n"
     "Show a GGUF file's header, metadata and tensor table, or what a KV file holds.\n\n"
     "  -m, --model FILE     GGUF file\n"
-    "  --kv-file FILE       a KV file (generate --kv-file): its model, shape and tokens held\n"
+    "  --kv-file FILE       a KV file (generate --kv-file): its model, shape and tokens held; a\n"
+    "                       file a process writes reads as that process last committed it\n"
     "  --verify             with --kv-file: check every committed slot's checksum and that its\n"
-    "                       rows are finite (a resume checks the latest 1 GiB of slots only)\n"
+    "                       rows are finite (a resume checks the latest 1 GiB of slots only), and\n"
+    "                       that the newest header slot is whole (else: what the older one loses)\n"
     "  --json               machine-readable output\n"
     "  --features           list the optional features this build has\n";
 
@@ -89,12 +91,23 @@ static int print_features(int json) {
     return 0;
 }
 
-/* --kv-file: the header, and every slot verified with --verify. */
+/* --kv-file: the header, and every slot verified with --verify (a damaged
+ * newest header slot fails it; without --verify it is a warning line). */
 static int print_kv_file(const char *cmd, const char *path, int verify, int json) {
     subq_kv_file_info k;
     subq_error err = {0};
     if (subq_kv_file_inspect(path, verify, &k, &err))
         return strstr(err.msg, path) ? cli_error(cmd, "%s", err.msg) : cli_error(cmd, "%s: %s", path, err.msg);
+    if (k.header_damaged) {
+        char lost[96] = "how many the newest counted cannot be read";
+        if (k.n_committed_newest > k.n_committed)
+            snprintf(lost, sizeof lost, "%d fewer than the newest (%d)", k.n_committed_newest - k.n_committed,
+                     k.n_committed_newest);
+        else if (k.n_committed_newest >= 0)
+            snprintf(lost, sizeof lost, "the newest counted %d", k.n_committed_newest);
+        fprintf(stderr, "subq %s: warning: KV file %s: the newest header slot is damaged; the older slot counts %d "
+                "committed tokens, %s (resuming from it needs --kv-recover)\n", cmd, path, k.n_committed, lost);
+    }
     char fp[17];
     snprintf(fp, sizeof fp, "%016" PRIx64, k.model_fingerprint);
     if (json) {
@@ -106,6 +119,9 @@ static int print_kv_file(const char *cmd, const char *path, int verify, int json
                fp, subq_kv_type_name(k.kv_type), k.n_ctx, k.n_committed, k.has_logits ? "true" : "false", k.n_layer,
                k.n_head_kv, k.head_dim, k.n_vocab, k.n_search_layers, k.file_bytes);
         if (verify) printf(", \"verified\": true, \"verify_s\": %.3f", k.verify_s);
+        printf(", \"header_damaged\": %s", k.header_damaged ? "true" : "false");
+        if (k.header_damaged && k.n_committed_newest >= 0) printf(", \"n_committed_newest\": %d", k.n_committed_newest);
+        if (k.writer_pid) printf(", \"writer_pid\": %ld", k.writer_pid);
         printf("}\n");
         return 0;
     }
@@ -114,6 +130,8 @@ static int print_kv_file(const char *cmd, const char *path, int verify, int json
            k.file_bytes / 1e9);
     printf("  %d layers x %d KV heads x %d, vocabulary %d, search keys of %d sparse layers\n", k.n_layer, k.n_head_kv,
            k.head_dim, k.n_vocab, k.n_search_layers);
+    if (k.writer_pid > 0) printf("  in use by process %ld: what it has committed so far\n", k.writer_pid);
+    else if (k.writer_pid) printf("  in use by another process: what it has committed so far\n");
     if (verify) printf("  verified: %d slots in %.2f s\n", k.n_committed, k.verify_s);
     return 0;
 }

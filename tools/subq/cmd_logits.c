@@ -14,7 +14,10 @@ static const char *help =
     "  --decode-from P      prefill the first P tokens in one batch, then feed the\n"
     "                       rest one at a time through the KV cache (default: all in one batch)\n"
     "  -o, --output FILE    output file (required; written atomically)\n"
-    "  --force              replace an existing output file (without it, one is refused)\n";
+    "  --force              replace an existing output file (without it, one is refused)\n"
+    "With a --kv-file that holds tokens, --tokens must start with them: they are reused and OUT\n"
+    "holds the logits of the tokens after them (the file then holds all of --tokens); tokens that\n"
+    "would drop any are refused unless --kv-reset is given (then every token is computed again).\n";
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits";
@@ -62,6 +65,7 @@ int cmd_logits(int argc, char **argv) {
     if (decode_from < 0 || decode_from > (int)n) decode_from = (int)n;
     subq_model *m;
     subq_context *c;
+    mo.kv_continues = 1; /* the tokens are checked against the held ones below */
     if (!cli_load(cmd, &mo, &m, &c)) {
         free(toks);
         return 1;
@@ -70,22 +74,51 @@ int cmd_logits(int argc, char **argv) {
     subq_model_get_info(m, &info);
     int rc = 0;
     subq_error err = {0};
-    float *logits = malloc(n * (size_t)info.n_vocab * sizeof(float));
-    if (!logits) {
+    float *logits = NULL;
+    /* --kv-file: the tokens it holds are reused when --tokens start with them */
+    size_t held = 0;
+    if (mo.kv_file && mo.kv_reset) {
+        subq_context_reset(c);
+    } else if (mo.kv_file) {
+        if (subq_context_resume(c, &err)) {
+            rc = cli_error(cmd, "%s: %s", mo.kv_file, err.msg);
+            goto done;
+        }
+        held = (size_t)subq_context_n_past(c);
+        const int32_t *h = subq_context_tokens(c);
+        size_t same = 0;
+        while (same < n && same < held && h[same] == toks[same]) same++;
+        if (same < held) {
+            rc = cli_error(cmd, "%s holds %zu tokens and --tokens %s the first %zu of them: give tokens that start "
+                           "with them (their logits are not written again), or give --kv-reset to replace them",
+                           mo.kv_file, held, same == n ? "are" : "share", same);
+            goto done;
+        }
+        if (held == n) {
+            rc = cli_error(cmd, "%s holds the %zu tokens of --tokens already: give more tokens after them, or give "
+                           "--kv-reset to compute them all again", mo.kv_file, held);
+            goto done;
+        }
+        if (held > 0)
+            fprintf(stderr, "subq logits: %s holds the first %zu tokens: %s gets the logits of the %zu after them\n",
+                    mo.kv_file, held, out, n - held);
+    }
+    if ((size_t)decode_from < held) decode_from = (int)held;
+    if (!(logits = malloc((n - held) * (size_t)info.n_vocab * sizeof(float)))) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
-    if (decode_from > 0 && subq_decode(c, toks, decode_from, logits, 1, &err)) {
+    if ((size_t)decode_from > held && subq_decode(c, toks + held, decode_from - (int)held, logits, 1, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
     for (size_t t = (size_t)decode_from; t < n; t++) {
-        if (subq_decode(c, &toks[t], 1, logits + t * info.n_vocab, 0, &err)) {
+        if (subq_decode(c, &toks[t], 1, logits + (t - held) * info.n_vocab, 0, &err)) {
             rc = cli_error(cmd, "%s", err.msg);
             goto done;
         }
     }
-    if (subq_write_file(out, logits, n * (size_t)info.n_vocab * sizeof(float), &err))
+    if (subq_write_file(out, logits, (n - held) * (size_t)info.n_vocab * sizeof(float), &err))
         rc = cli_error(cmd, "%s", err.msg);
 done:
     free(logits);

@@ -36,6 +36,11 @@ static const char *help =
     "                       slow or stalled client is disconnected; default 30)\n"
     "  --sparse-prefill     run prompts sparse too, as subq generate --sparse-prefill (default: dense\n"
     "                       prompt, sparse decode)\n"
+    "  --kv-replace         with --kv-file: a request that would drop tokens the file holds (a prompt\n"
+    "                       that does not start with them, another plan, \"cache_prompt\": false)\n"
+    "                       replaces them. Without it the server continues the file's tokens for a\n"
+    "                       request that starts with them and runs any other in memory, leaving\n"
+    "                       the file as it is\n"
     "\n" CLI_SPARSE_OPTS_HELP;
 
 /* The chat template: --chat-template NAME, else the model's, recognised;
@@ -71,7 +76,7 @@ int cmd_serve(int argc, char **argv) {
     serve_http_config hc = {.host = "127.0.0.1", .port = 8080, .max_body = 16u << 20, .max_connections = 64,
                             .max_per_client = 16, .read_timeout_s = 30};
     const char *template_name = NULL;
-    int n_slots = 1;
+    int n_slots = 1, kv_replace = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
@@ -97,6 +102,8 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--timeout")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 86400, &hc.read_timeout_s))
                 return 1;
+        } else if (!strcmp(a, "--kv-replace")) {
+            kv_replace = 1;
         } else if (!strcmp(a, "--max-connections")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 4096, &hc.max_connections))
                 return 1;
@@ -120,6 +127,12 @@ int cmd_serve(int argc, char **argv) {
     cfg.ctx.swa_full = mo.swa_full;
     if (mo.n_batch > 0) cfg.ctx.n_batch = mo.n_batch;
     cfg.sparse = so.enabled;
+    if ((mo.kv_reset || mo.kv_recover || kv_replace) && !mo.kv_file)
+        return cli_error(cmd, "%s applies to a --kv-file: give one",
+                         kv_replace ? "--kv-replace" : mo.kv_reset ? "--kv-reset" : "--kv-recover");
+    cfg.ctx.kv_recover = mo.kv_recover;
+    cfg.kv_reset = mo.kv_reset;
+    cfg.kv_replace = kv_replace;
     if (mo.kv_file && n_slots > 1)
         return cli_error(cmd, "--kv-file holds one context: give --slots 1 (or no --kv-file for %d slots)", n_slots);
 

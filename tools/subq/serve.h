@@ -67,6 +67,10 @@ typedef struct serve_config {
     const subq_search *search;     /* may be NULL */
     const subq_complete *complete; /* may be NULL */
     int chat_template;        /* chat_tmpl, -1: none */
+    int kv_reset;             /* with ctx.kv_file: drop the tokens it holds at start (else continue them) */
+    int kv_replace;           /* with ctx.kv_file: a request that would drop tokens it holds replaces
+                                 them; else such a request runs in a context in memory and the file
+                                 keeps them */
 } serve_config;
 
 typedef struct serve_engine serve_engine;
@@ -100,6 +104,7 @@ typedef struct serve_job {
     size_t text_len, text_cap;
     const char *finish;       /* "stop" | "length" */
     int n_gen, n_cached, n_decoded;
+    int file_kept;            /* ran in memory beside the KV file, which kept this many tokens (0: not) */
     double t_submit, t_start, t_first, t_done; /* seconds (monotonic): queued, taken, prefilled, done */
     int refs;
 } serve_job;

@@ -7,7 +7,11 @@
  * takes the slot under the same attention plan whose cached tokens share
  * the longest prefix with its prompt, else the least recently used slot;
  * subq_generate, the loop under `subq generate` too, keeps that prefix and
- * prefills only the rest of the prompt. The text each request generates
+ * prefills only the rest of the prompt. With a KV file the one slot is the
+ * file: a request that would drop tokens it holds (a prompt that does not
+ * start with them, another plan, "cache_prompt": false) replaces them only
+ * under --kv-replace; else it runs in a slot in memory (made at its first
+ * such request) and the file keeps them. The text each request generates
  * equals `subq generate` with the same prompt, seed and sampling settings:
  * the same tokenisation, sampler and stopping rule. */
 #include <stdio.h>
@@ -31,6 +35,7 @@ struct serve_engine {
     serve_config cfg;
     char model_name[256];
     slot *slots;
+    slot mem;             /* with a KV file: the slot in memory for requests that would drop its tokens */
     pthread_t worker;
     int worker_started;
     pthread_mutex_t mu;   /* queue, stopping, clock */
@@ -290,6 +295,27 @@ static int job_token(void *user, int32_t tok, const char *piece, size_t len) {
     return r->stopped || r->oom || cancelled(j);
 }
 
+/* The KV file's slot s holds tokens that the job would drop: its prompt does
+ * not start with them, or it runs another plan or asks for no cache. */
+static int drops_held(const slot *s, const serve_job *j) {
+    const int n = subq_context_n_past(s->ctx);
+    if (n == 0) return 0;
+    if (!j->req.cache_prompt || strcmp(s->plan_key, j->plan_key)) return 1;
+    return common_prefix(subq_context_tokens(s->ctx), n, j->toks, j->n_prompt) < n;
+}
+
+/* The slot in memory beside a KV file (made at its first use: the file's
+ * context size, no file). NULL and err when it cannot be made. */
+static slot *memory_slot(serve_engine *e, subq_error *err) {
+    if (e->mem.ctx) return &e->mem;
+    subq_context_params p = e->cfg.ctx;
+    p.kv_file = NULL;
+    p.kv_recover = 0;
+    if (subq_context_new(e->model, &p, &e->mem.ctx, err)) return NULL;
+    e->mem.plan_key[0] = '\0'; /* set_plan puts it under the job's */
+    return &e->mem;
+}
+
 static void run_job(serve_engine *e, serve_job *j) {
     subq_error err = {0};
     if (cancelled(j)) {
@@ -302,6 +328,14 @@ static void run_job(serve_engine *e, serve_job *j) {
     j->t_start = now_s();
     pthread_mutex_unlock(&j->mu);
     slot *s = pick_slot(e, j);
+    if (e->cfg.ctx.kv_file && !e->cfg.kv_replace && drops_held(s, j)) {
+        const int kept = subq_context_n_past(s->ctx);
+        if (!(s = memory_slot(e, &err)))
+            return finish(j, 500, err.msg);
+        pthread_mutex_lock(&j->mu);
+        j->file_kept = kept;
+        pthread_mutex_unlock(&j->mu);
+    }
     s->last_used = ++e->clock;
     if (set_plan(e, s, j, &err)) return finish(j, 400, err.msg);
     if (!j->req.cache_prompt) subq_context_reset(s->ctx); /* subq_generate reuses what the slot holds */
@@ -320,6 +354,9 @@ static void run_job(serve_engine *e, serve_job *j) {
         s->plan_key[0] = '\0'; /* the slot is empty: set the plan again next time */
         return finish(j, err.code == SUBQ_ERR_RANGE || err.code == SUBQ_ERR_ARG ? 400 : 500, err.msg);
     }
+    /* the KV file's tokens are committed as each request ends (subq info reads them then) */
+    if (e->cfg.ctx.kv_file && s != &e->mem && subq_context_sync(s->ctx, &err))
+        fprintf(stderr, "subq serve: %s: KV file %s: %s\n", j->id, e->cfg.ctx.kv_file, err.msg);
     const char *reason = res.finish == SUBQ_FINISH_END_TOKEN || r.stopped ? "stop"
                          : res.finish == SUBQ_FINISH_CALLER && !r.oom ? NULL /* cancelled */
                                                                       : "length";
@@ -340,8 +377,9 @@ static void log_job(serve_job *j) {
                 "%.1f ms)\n", j->id, j->http_status == 499 ? "cancelled" : "failed", j->http_status, j->n_gen, j->error,
                 j->n_cached + j->n_decoded, j->n_prompt, j->t_start > 0 ? (j->t_done - j->t_start) * 1e3 : 0.0);
     else
-        fprintf(stderr, "subq serve: %s: %d prompt tokens (%d cached), %d generated, %s, %.1f ms\n", j->id,
-                j->n_prompt, j->n_cached, j->n_gen, j->finish, (j->t_done - j->t_submit) * 1e3);
+        fprintf(stderr, "subq serve: %s: %d prompt tokens (%d cached), %d generated, %s, %.1f ms%s\n", j->id,
+                j->n_prompt, j->n_cached, j->n_gen, j->finish, (j->t_done - j->t_submit) * 1e3,
+                j->file_kept ? " (in memory: it would drop tokens the KV file holds, which keeps them)" : "");
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -535,8 +573,12 @@ subq_status serve_engine_new(subq_model *m, const serve_config *cfg, serve_engin
     for (int i = 0; i < cfg->n_slots && !s; i++) {
         slot *sl = &e->slots[i];
         s = subq_context_new(m, &cfg->ctx, &sl->ctx, err);
+        if (!s && cfg->ctx.kv_file) cli_kv_warn("serve", cfg->ctx.kv_file, sl->ctx);
+        if (!s && cfg->kv_reset) subq_context_reset(sl->ctx); /* before the plan: the file's may be another */
         if (!s && cfg->sparse) s = subq_context_set_plan(sl->ctx, &cfg->plan, cfg->search, cfg->complete, err);
         if (!s) s = subq_context_resume(sl->ctx, err); /* --kv-file: the tokens it holds (else nothing) */
+        if (!s && cfg->ctx.kv_file)
+            fprintf(stderr, "subq serve: KV file %s: %d tokens held\n", cfg->ctx.kv_file, subq_context_n_past(sl->ctx));
         if (!s) plan_key(&cfg->plan, cfg->sparse, sl->plan_key, sizeof sl->plan_key);
     }
     if (!s) {
@@ -572,6 +614,7 @@ void serve_engine_free(serve_engine *e) {
     if (!e) return;
     serve_engine_stop(e);
     for (int i = 0; e->slots && i < e->cfg.n_slots; i++) subq_context_free(e->slots[i].ctx);
+    subq_context_free(e->mem.ctx);
     free(e->slots);
     free(e->queue);
     pthread_mutex_destroy(&e->mu);
