@@ -10,7 +10,11 @@ the numpy forward (float64) restricts attention on the sparse layers to
 and recomputes full attention's and each method's perplexity, the mean
 KL(p_full || p_method), top-1 agreement, each layer substituted alone
 (--per-layer), and the interval bounds (two windows: the two windows'
-means). The JSON must parse, and the SVG charts must be written.
+means). The JSON must parse, and the SVG charts must be written. The
+table's retrieval section must show the JSON's figures, "-" where the JSON
+has null (ann for selectors that are not approximate, completion share
+without completion), never "nan"; hnsw's ann (recall of the exact scan) is
+measured.
 """
 
 import json
@@ -92,6 +96,41 @@ def log_softmax(z):
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
+def retrieval_rows(out):
+    """{method: [mass, recall, seed mass, seed recall, ann, share, filler]} as
+    the cells of the table's retrieval section read."""
+    lines = out.decode("utf-8").splitlines()
+    i = lines.index("retrieval:")
+    rows = {}
+    for line in lines[i + 2:]:
+        if not line.strip():
+            break
+        f = line.split()
+        rows[f[0]] = f[1:]
+    return rows
+
+
+def table_matches_json(ck, what, table_out, got):
+    """The table's retrieval cells are the JSON's figures: a number where
+    the JSON has one, "-" where it has null, never "nan"."""
+    rows = retrieval_rows(table_out)
+    keys = ("mass", "recall", "mass_seed", "recall_seed", "ann_recall", "completion_share")
+    bad = []
+    for m in got["methods"]:
+        cells = rows.get(m["method"])
+        if cells is None or len(cells) != 7:
+            bad.append("%s: row %s" % (m["method"], cells))
+            continue
+        for key, c in zip(keys, cells):
+            v = m[key]
+            ok = c == "-" if v is None else (c != "-" and abs(float(c) - v) < 6e-5)
+            if not ok:
+                bad.append("%s %s: table %s, json %s" % (m["method"], key, c, v))
+    ck.check(what + ": the table's retrieval cells are the JSON's ('-' for null), no nan",
+             not bad and b"nan" not in table_out, "; ".join(bad[:6]))
+    return rows
+
+
 def main():
     ck = rc.Checks("check_eval")
     model = rc.shared_file("models", "stories260K.gguf")
@@ -115,6 +154,29 @@ def main():
         ck.check("eval --json is valid JSON", False, str(e))
         ck.finish()
     ck.check("eval --json is valid JSON", True)
+    # the same run as a table; window and oracle are not approximate and run
+    # without completion: ann and share do not apply ("-" / null)
+    table = ck.guarded("subq eval (table) runs", rc.run_subq,
+                       ["eval", "-m", model, "--eval-file", text, "--no-pack", "-c", CTX, "--sparse-layers", "1-4",
+                        "--sink", SINK, "--tail", TAIL, "--selectors", "window,oracle", "--k-sweep", "4,16", "-t", 1])
+    if table is not None:
+        table_matches_json(ck, "window, oracle", table, got)
+        ck.check("ann and share are null where they do not apply",
+                 all(m["ann_recall"] is None and m["completion_share"] is None for m in got["methods"]),
+                 str([(m["method"], m["ann_recall"], m["completion_share"]) for m in got["methods"]]))
+    # hnsw's ann is measured (its recall of the exact scan), exact's does not apply
+    ann_args = ["eval", "-m", model, "--eval-file", text, "--no-pack", "-c", CTX, "--random-search", 8,
+                "--sparse-layers", "1-4", "--sink", SINK, "--tail", TAIL, "--selectors", "exact,hnsw", "--k-sweep", 4,
+                "-t", 1]
+    ann_json = ck.guarded("subq eval exact,hnsw --json runs", rc.run_subq, ann_args + ["--json"])
+    ann_table = ck.guarded("subq eval exact,hnsw runs", rc.run_subq, ann_args)
+    if ann_json is not None and ann_table is not None:
+        aj = json.loads(ann_json.decode("utf-8"))
+        table_matches_json(ck, "exact, hnsw", ann_table, aj)
+        ann = {m["method"]: m["ann_recall"] for m in aj["methods"]}
+        ck.check("ann: measured for hnsw@4 (in [0, 1]), null for exact@4",
+                 ann.get("exact@4", 0) is None and isinstance(ann.get("hnsw@4"), (int, float)) and 0 <= ann["hnsw@4"] <= 1,
+                 str(ann))
     for name in ("ppl_gap.svg", "kl.svg", "top1.svg", "mass.svg", "layer_mass.svg", "layer_kl.svg"):
         p = os.path.join(svg, name)
         ck.check("chart " + name, os.path.isfile(p) and open(p).read().startswith("<svg"))
