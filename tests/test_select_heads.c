@@ -91,9 +91,12 @@ static double page_bound(const kv_cache *kv, const float *q, int h, int p, int P
 }
 
 /* Quest's rule for head h, in double: (bound of the slot's page, q_h . k) of
- * every slot it picks, as 2*count doubles; returns the count. */
+ * every slot it picks, as 2*count doubles; returns the count. *tied: 1 when
+ * the last page taken has a bound within rounding (1e-5 of the largest
+ * |bound|) of the page before or after it in the order: the library may
+ * order them either way and so take other slots. */
 static int quest_ref(const kv_cache *kv, const float *q, int h, int n, int P, const select_mask *m, int k,
-                     double *out) {
+                     double *out, int *tied) {
     const int n_pages = (n + P - 1) / P;
     double *bound = malloc((size_t)n_pages * sizeof(double));
     int *order = malloc((size_t)n_pages * sizeof(int)), got = 0;
@@ -104,7 +107,11 @@ static int quest_ref(const kv_cache *kv, const float *q, int h, int n, int P, co
                 int t = order[a];
                 order[a] = order[b], order[b] = t;
             }
-    for (int i = 0; i < n_pages && got < k; i++) {
+    double top = 0;
+    for (int p = 0; p < n_pages; p++) top = fmax(top, fabs(bound[p]));
+    *tied = 0;
+    int i = 0;
+    for (; i < n_pages && got < k; i++) {
         int p = order[i], el[64], ne = 0;
         for (int j = p * P; j < p * P + P && j < n; j++)
             if (select_mask_allows(m, j)) el[ne++] = j;
@@ -113,6 +120,10 @@ static int quest_ref(const kv_cache *kv, const float *q, int h, int n, int P, co
         if (ne > k - got) qsort(sc, (size_t)ne, sizeof(double), cmp_desc); /* the last page: its best slots */
         for (int e = 0; e < ne && got < k; e++, got++) out[2 * got] = bound[p], out[2 * got + 1] = sc[e];
     }
+    /* pages taken whole stay taken in either order; the last page taken
+     * (i - 1) changes with a tie on either side of it */
+    for (int a = i - 1; a <= i; a++)
+        if (a >= 1 && a < n_pages) *tied |= bound[order[a - 1]] - bound[order[a]] <= 1e-5 * top;
     free(bound);
     free(order);
     return got;
@@ -140,7 +151,7 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
     CHECK(selector_per_head(s), "quest picks per head by default");
     CHECK(selector_append(s, NULL, n, 0, &err) == SUBQ_OK, "append: %s", err.msg);
     int32_t seg[N_CTX], out[N_HEAD * 128];
-    int n_out[N_HEAD], bad = 0, bad_count = 0, bad_mask = 0;
+    int n_out[N_HEAD], bad = 0, bad_count = 0, bad_mask = 0, n_tied = 0;
     double have[2 * 128], want[2 * 128];
     float q[N_HEAD * HD];
     for (int j = 0; j < n; j++) seg[j] = j < 250 ? 0 : 1;
@@ -152,7 +163,8 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
         int k = 1 + (int)(rng_next_u64(&rng) % 120);
         CHECK(selector_query_heads(s, q, k, &m, out, n_out) == 0, "query_heads failed");
         for (int h = 0; h < N_HEAD; h++) {
-            int nw = quest_ref(&kv, q, h, n, P, &m, k, want);
+            int tied, nw = quest_ref(&kv, q, h, n, P, &m, k, want, &tied), differ = 0;
+            n_tied += tied;
             bad_count += n_out[h] != nw;
             for (int i = 0; i < n_out[h]; i++) {
                 int j = out[h * k + i];
@@ -164,13 +176,15 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
             int nc = n_out[h] < nw ? n_out[h] : nw;
             qsort(have, (size_t)n_out[h], 2 * sizeof(double), cmp_pair);
             qsort(want, (size_t)nw, 2 * sizeof(double), cmp_pair);
-            for (int i = 0; i < 2 * nc; i++) bad += fabs(have[i] - want[i]) > 1e-4 * (1 + fabs(want[i]));
+            for (int i = 0; i < 2 * nc; i++) differ += fabs(have[i] - want[i]) > 1e-4 * (1 + fabs(want[i]));
+            bad += tied ? 0 : differ; /* pages tied within rounding: either order */
         }
     }
     const char *t = type == SUBQ_KV_F16 ? "f16" : "f32";
     CHECK(bad_count == 0, "quest per head %s P=%d: %d wrong counts", t, P, bad_count);
     CHECK(bad_mask == 0, "quest per head %s P=%d: %d ineligible slots returned", t, P, bad_mask);
-    CHECK(bad == 0, "quest per head %s P=%d: %d differences from Quest's rule", t, P, bad);
+    CHECK(bad == 0, "quest per head %s P=%d: %d differences from Quest's rule (%d heads' queries with pages tied "
+          "within rounding, excused)", t, P, bad, n_tied);
     selector_free(s);
     kv_cache_free(&kv);
 }
