@@ -1036,7 +1036,14 @@ static void test_corruptions(void) {
     RESET(); m[lo.t_name[1] + 1] = '\n';
     m[lo.t_name[0] + 1] = '\n'; /* both names change: a newline must not reach the message */
     patch32(m, lo.t_type[1], 99);
-    expect_fail("newline in tensor name", m, b.n, SUBQ_ERR_UNSUPPORTED, "o?t.weight");
+    expect_fail("newline in tensor name", m, b.n, SUBQ_ERR_UNSUPPORTED, "('o\\x0at.weight')");
+    /* bytes that are not printable UTF-8 are escaped, a valid character is kept */
+    RESET(); m[lo.t_name[1]] = (uint8_t)0x80, m[lo.t_name[1] + 1] = 0x1b;
+    patch32(m, lo.t_type[1], 99);
+    expect_fail("non-UTF-8 byte in tensor name", m, b.n, SUBQ_ERR_UNSUPPORTED, "('\\x80\\x1bt.weight')");
+    RESET(); m[lo.t_name[1]] = (uint8_t)0xc3, m[lo.t_name[1] + 1] = (uint8_t)0xa9;
+    patch32(m, lo.t_type[1], 99);
+    expect_fail("UTF-8 character in tensor name", m, b.n, SUBQ_ERR_UNSUPPORTED, "('\xc3\xa9t.weight')");
     expect_fail("data truncated by 1 byte", b.p, b.n - 1, SUBQ_ERR_FORMAT, "truncated: tensor 1");
     free(m);
     free(b.p);

@@ -91,10 +91,23 @@ static double mean_score(const float *q, double qn, const float *stored, int d, 
     return s / (e - a);
 }
 
+/* 1 when the keep-th and the (keep+1)-th best of score[0..n) (the first
+ * keep sorted best first by best_first) lie within eps: blocks (or groups)
+ * tied within rounding there, which the library may rank either way. */
+static int tied_at(const double *score, int n, int keep, double eps) {
+    if (keep <= 0 || n <= keep) return 0;
+    double next = -INFINITY;
+    for (int a = keep; a < n; a++) next = fmax(next, score[a]);
+    return score[keep - 1] - next <= eps;
+}
+
 /* The reference answer's scores, best first, into want; returns the
- * count. G > 0: blocks ranked within groups of G (the batch groups). */
+ * count. G > 0: blocks ranked within groups of G (the batch groups).
+ * *tied: 1 when a group or block at the edge of the probed ones ties with
+ * the next best within rounding (1e-4 of the largest |block score|). */
 static int reference(const float *q, const float *stored, int d, int count, int B, int nprobe, int G, int gprobe,
-                     const select_mask *m, int k, double *want, double *bscore, int32_t *bid) {
+                     const select_mask *m, int k, double *want, double *bscore, int32_t *bid, int *tied) {
+    *tied = 0;
     const int vis = m->n_slots < count ? m->n_slots : count, nbf = vis / B;
     double qn = 0;
     for (int c = 0; c < d; c++) qn += (double)q[c] * q[c];
@@ -112,7 +125,10 @@ static int reference(const float *q, const float *stored, int d, int count, int 
             for (int b = g * G; b < (g + 1) * G; b++) any |= elig[b];
             if (any) bscore[ng] = mean_score(q, qn, stored, d, g * G * B, (g + 1) * G * B), bid[ng++] = g;
         }
+        double top = 0;
+        for (int a = 0; a < ng; a++) top = fmax(top, fabs(bscore[a]));
         best_first(bscore, bid, ng, gprobe);
+        *tied |= tied_at(bscore, ng, gprobe, 1e-4 * top);
         for (int a = 0; a < ng && a < gprobe; a++)
             for (int b = bid[a] * G; b < (bid[a] + 1) * G; b++) cand[b] = elig[b];
         for (int b = ngf * G; b < nbf; b++) cand[b] = elig[b];
@@ -122,7 +138,10 @@ static int reference(const float *q, const float *stored, int d, int count, int 
     int nb = 0;
     for (int b = 0; b < nbf; b++)
         if (cand[b]) bscore[nb] = mean_score(q, qn, stored, d, b * B, (b + 1) * B), bid[nb++] = b;
+    double top = 0;
+    for (int a = 0; a < nb; a++) top = fmax(top, fabs(bscore[a]));
     best_first(bscore, bid, nb, nprobe);
+    *tied |= tied_at(bscore, nb, nprobe, 1e-4 * top);
     int ne = 0;
     for (int a = 0; a < nb && a < nprobe; a++)
         for (int j = bid[a] * B; j < (bid[a] + 1) * B; j++)
@@ -204,10 +223,12 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
               err.msg);
     CHECK(selector_query_prefill(s, NQ, q, q, (size_t)d, k, m, out, got, threads) == 0, "query_prefill failed");
     const double tol = f16 ? 2e-3 : 1e-5;
-    int bad_count = 0, bad_elig = 0, differ = 0, n_want = 0, found = 0;
+    int bad_count = 0, bad_elig = 0, differ = 0, n_tied = 0, n_want = 0, found = 0;
     for (int i = 0; i < NQ; i++) {
+        int tied;
         const int kk = reference(q + (size_t)i * d, stored, d, n, B, nprobe, grouped ? G : 0, gprobe, &m[i], k, want,
-                                 bscore, bid);
+                                 bscore, bid, &tied);
+        n_tied += tied;
         bad_count += got[i] != kk;
         int mismatch = 0;
         for (int a = 0; a < got[i]; a++) {
@@ -217,7 +238,7 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
         }
         qsort(have, (size_t)got[i], sizeof(double), cmp_desc);
         for (int a = 0; a < got[i] && a < kk; a++) mismatch |= fabs(have[a] - want[a]) > tol;
-        differ += mismatch;
+        differ += mismatch && !tied;
         /* recall: the reference's scores found among the answer's (both best first) */
         for (int a = 0, b = 0; a < kk; a++) {
             while (b < got[i] && have[b] > want[a] + tol) b++;
@@ -226,14 +247,14 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
         n_want += kk;
     }
     const char *name = scan == SELECT_SCAN_INT4 ? "int4" : scan == SELECT_SCAN_INT8 ? "int8" : f16 ? "f16" : "f32";
-    /* a block whose mean score ties another's within float rounding may
-     * rank either way: allow one query in 30 */
+    /* a query whose probed blocks (or groups) end at one that ties the next
+     * within rounding may take either: only such queries may differ */
     CHECK(bad_count == 0 && bad_elig == 0, "blocks %s d=%d B=%d G=%d: %d wrong counts, %d ineligible", name, d, B,
           G, bad_count, bad_elig);
     CHECK(G == 0 || grouped, "blocks d=%d B=%d G=%d: the test must reach the groups", d, B, G);
     if (scan == SELECT_SCAN_FULL) {
-        CHECK(differ <= NQ / 30, "blocks %s d=%d B=%d nprobe=%d G=%d: %d of %d queries differ from the reference",
-              name, d, B, nprobe, G, differ, NQ);
+        CHECK(differ == 0, "blocks %s d=%d B=%d nprobe=%d G=%d: %d of %d queries differ from the reference (%d tied "
+              "at the edge of the probed blocks, excused)", name, d, B, nprobe, G, differ, NQ, n_tied);
     } else {
         /* codes rank a pool that the stored keys re-rank (decode's scan
          * keeps recall@K >= 0.99 the same way) */

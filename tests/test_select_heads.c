@@ -91,9 +91,12 @@ static double page_bound(const kv_cache *kv, const float *q, int h, int p, int P
 }
 
 /* Quest's rule for head h, in double: (bound of the slot's page, q_h . k) of
- * every slot it picks, as 2*count doubles; returns the count. */
+ * every slot it picks, as 2*count doubles; returns the count. *tied: 1 when
+ * the last page taken has a bound within rounding (1e-5 of the largest
+ * |bound|) of the page before or after it in the order: the library may
+ * order them either way and so take other slots. */
 static int quest_ref(const kv_cache *kv, const float *q, int h, int n, int P, const select_mask *m, int k,
-                     double *out) {
+                     double *out, int *tied) {
     const int n_pages = (n + P - 1) / P;
     double *bound = malloc((size_t)n_pages * sizeof(double));
     int *order = malloc((size_t)n_pages * sizeof(int)), got = 0;
@@ -104,7 +107,11 @@ static int quest_ref(const kv_cache *kv, const float *q, int h, int n, int P, co
                 int t = order[a];
                 order[a] = order[b], order[b] = t;
             }
-    for (int i = 0; i < n_pages && got < k; i++) {
+    double top = 0;
+    for (int p = 0; p < n_pages; p++) top = fmax(top, fabs(bound[p]));
+    *tied = 0;
+    int i = 0;
+    for (; i < n_pages && got < k; i++) {
         int p = order[i], el[64], ne = 0;
         for (int j = p * P; j < p * P + P && j < n; j++)
             if (select_mask_allows(m, j)) el[ne++] = j;
@@ -113,6 +120,10 @@ static int quest_ref(const kv_cache *kv, const float *q, int h, int n, int P, co
         if (ne > k - got) qsort(sc, (size_t)ne, sizeof(double), cmp_desc); /* the last page: its best slots */
         for (int e = 0; e < ne && got < k; e++, got++) out[2 * got] = bound[p], out[2 * got + 1] = sc[e];
     }
+    /* pages taken whole stay taken in either order; the last page taken
+     * (i - 1) changes with a tie on either side of it */
+    for (int a = i - 1; a <= i; a++)
+        if (a >= 1 && a < n_pages) *tied |= bound[order[a - 1]] - bound[order[a]] <= 1e-5 * top;
     free(bound);
     free(order);
     return got;
@@ -140,7 +151,7 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
     CHECK(selector_per_head(s), "quest picks per head by default");
     CHECK(selector_append(s, NULL, n, 0, &err) == SUBQ_OK, "append: %s", err.msg);
     int32_t seg[N_CTX], out[N_HEAD * 128];
-    int n_out[N_HEAD], bad = 0, bad_count = 0, bad_mask = 0;
+    int n_out[N_HEAD], bad = 0, bad_count = 0, bad_mask = 0, n_tied = 0;
     double have[2 * 128], want[2 * 128];
     float q[N_HEAD * HD];
     for (int j = 0; j < n; j++) seg[j] = j < 250 ? 0 : 1;
@@ -152,7 +163,8 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
         int k = 1 + (int)(rng_next_u64(&rng) % 120);
         CHECK(selector_query_heads(s, q, k, &m, out, n_out) == 0, "query_heads failed");
         for (int h = 0; h < N_HEAD; h++) {
-            int nw = quest_ref(&kv, q, h, n, P, &m, k, want);
+            int tied, nw = quest_ref(&kv, q, h, n, P, &m, k, want, &tied), differ = 0;
+            n_tied += tied;
             bad_count += n_out[h] != nw;
             for (int i = 0; i < n_out[h]; i++) {
                 int j = out[h * k + i];
@@ -164,13 +176,15 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
             int nc = n_out[h] < nw ? n_out[h] : nw;
             qsort(have, (size_t)n_out[h], 2 * sizeof(double), cmp_pair);
             qsort(want, (size_t)nw, 2 * sizeof(double), cmp_pair);
-            for (int i = 0; i < 2 * nc; i++) bad += fabs(have[i] - want[i]) > 1e-4 * (1 + fabs(want[i]));
+            for (int i = 0; i < 2 * nc; i++) differ += fabs(have[i] - want[i]) > 1e-4 * (1 + fabs(want[i]));
+            bad += tied ? 0 : differ; /* pages tied within rounding: either order */
         }
     }
     const char *t = type == SUBQ_KV_F16 ? "f16" : "f32";
     CHECK(bad_count == 0, "quest per head %s P=%d: %d wrong counts", t, P, bad_count);
     CHECK(bad_mask == 0, "quest per head %s P=%d: %d ineligible slots returned", t, P, bad_mask);
-    CHECK(bad == 0, "quest per head %s P=%d: %d differences from Quest's rule", t, P, bad);
+    CHECK(bad == 0, "quest per head %s P=%d: %d differences from Quest's rule (%d heads' queries with pages tied "
+          "within rounding, excused)", t, P, bad, n_tied);
     selector_free(s);
     kv_cache_free(&kv);
 }
@@ -267,9 +281,9 @@ static void test_stage(subq_kv_type type, int quest) {
     attn_step step = {.layer = LAYER, .n_tokens = N, .slot0 = 0, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV,
                       .head_dim = HD, .scale = scale, .q = q, .h_norm = h_norm, .n_embd = 8, .out = out, .n_threads = 1};
     CHECK(st->forward(st, &step, &kv, &err) == SUBQ_OK, "forward: %s", err.msg);
-    double worst = 0, mass = 0, recall = 0, mass_seed = 0, recall_seed = 0;
+    double worst = 0, mass = 0, recall = 0, mass_seed = 0, recall_seed = 0, recall_hi = 0, recall_seed_hi = 0;
     int n_seed = 0, twin_cand[N_HEAD * K], twin_got[N_HEAD];
-    double sc[N], p[N], srt[N];
+    double sc[N], p[N];
     int att[N], el[N];
     for (int t = 0; t < N; t++) {
         const float *qt = q + (size_t)t * N_HEAD * HD;
@@ -282,7 +296,7 @@ static void test_stage(subq_kv_type type, int quest) {
             selector_append(twin, NULL, 1, t, &err);
             selector_query_heads(twin, qt, K, &m, twin_cand, twin_got);
         }
-        double mq = 0, rq = 0, msq = 0;
+        double mq = 0, rq = 0, rq_hi = 0, msq = 0;
         int ne = 0;
         for (int h = 0; h < N_HEAD; h++) {
             /* the eligible keys; sinks and tail always attended */
@@ -313,12 +327,26 @@ static void test_stage(subq_kv_type type, int quest) {
             double fixed = 0, on = 0;
             for (int j = 0; j < n; j++) fixed += att[j] ? p[j] / z : 0;
             for (int a = 0; a < nc; a++) on += p[cand[a]] / z, att[cand[a]] = 1;
-            /* recall against the top kk of p_h (= of q_h . k) among the eligible */
-            int hit = 0;
-            for (int a = 0; a < ne; a++) srt[a] = sc[el[a]];
-            qsort(srt, (size_t)ne, sizeof(double), cmp_desc);
-            for (int a = 0; a < nc; a++) hit += kk > 0 && sc[cand[a]] >= srt[kk - 1];
-            mq += fixed + on, rq += kk > 0 ? (double)hit / kk : 1.0, msq += on;
+            /* recall against the top kk of p_h (= of q_h . k) among the
+             * eligible; the library ranks float scores: keys tied within
+             * 1e-5 of the largest |score| count as either choice, so a
+             * candidate counts in the least when fewer than kk others score
+             * that close to it or above, in the most when fewer than kk score
+             * above it by more (at most kk) */
+            double top = 0;
+            for (int a = 0; a < ne; a++) top = fmax(top, fabs(sc[el[a]]));
+            const double eps = 1e-5 * top;
+            int sure = 0, may = 0;
+            for (int a = 0; a < nc; a++) {
+                int close = 0, above = 0;
+                for (int b = 0; b < ne; b++) {
+                    close += el[b] != cand[a] && sc[el[b]] >= sc[cand[a]] - eps;
+                    above += sc[el[b]] > sc[cand[a]] + eps;
+                }
+                sure += close < kk, may += above < kk;
+            }
+            rq += kk > 0 ? (double)sure / kk : 1.0, rq_hi += kk > 0 ? (double)(may < kk ? may : kk) / kk : 1.0;
+            mq += fixed + on, msq += on;
             /* attention over the attended slots */
             double zz = 0, o[HD] = {0};
             for (int j = 0; j < n; j++)
@@ -330,19 +358,21 @@ static void test_stage(subq_kv_type type, int quest) {
             for (int c = 0; c < HD; c++)
                 worst = fmax(worst, fabs(o[c] / zz - out[(size_t)t * N_HEAD * HD + h * HD + c]));
         }
-        mass += mq / N_HEAD, recall += rq / N_HEAD;
-        if (ne >= K) mass_seed += msq / N_HEAD, recall_seed += rq / N_HEAD, n_seed++;
+        mass += mq / N_HEAD, recall += rq / N_HEAD, recall_hi += rq_hi / N_HEAD;
+        if (ne >= K) mass_seed += msq / N_HEAD, recall_seed += rq / N_HEAD, recall_seed_hi += rq_hi / N_HEAD, n_seed++;
     }
     const sparse_metrics *mt = attn_stage_metrics(st);
     const char *ty = type == SUBQ_KV_F16 ? "f16" : "f32", *kind = quest ? "quest" : "oracle";
     CHECK(worst < 1e-4, "per-head %s stage %s: output differs from brute force by %g", kind, ty, worst);
     CHECK(mt->n_queries == N && mt->n_seed == n_seed, "per-head %s stage %s: %lld queries, %lld seed (want %d, %d)",
           kind, ty, (long long)mt->n_queries, (long long)mt->n_seed, N, n_seed);
-    CHECK(fabs(mt->mass_sum - mass) < 1e-3 && fabs(mt->recall_sum - recall) < 1e-6, "per-head %s stage %s: mass %g "
-          "recall %g, brute force %g %g", kind, ty, mt->mass_sum, mt->recall_sum, mass, recall);
-    CHECK(fabs(mt->mass_seed_sum - mass_seed) < 1e-3 && fabs(mt->recall_seed_sum - recall_seed) < 1e-6,
-          "per-head %s stage %s: seed mass %g recall %g, brute force %g %g", kind, ty, mt->mass_seed_sum,
-          mt->recall_seed_sum, mass_seed, recall_seed);
+    CHECK(fabs(mt->mass_sum - mass) < 1e-3 && mt->recall_sum > recall - 1e-6 && mt->recall_sum < recall_hi + 1e-6,
+          "per-head %s stage %s: mass %g recall %g, brute force %g [%g, %g]", kind, ty, mt->mass_sum, mt->recall_sum,
+          mass, recall, recall_hi);
+    CHECK(fabs(mt->mass_seed_sum - mass_seed) < 1e-3 && mt->recall_seed_sum > recall_seed - 1e-6 &&
+              mt->recall_seed_sum < recall_seed_hi + 1e-6,
+          "per-head %s stage %s: seed mass %g recall %g, brute force %g [%g, %g]", kind, ty, mt->mass_seed_sum,
+          mt->recall_seed_sum, mass_seed, recall_seed, recall_seed_hi);
     CHECK(!quest || recall < N - 1, "per-head quest stage %s: recall %g is not below 1 anywhere (weak test)", ty, recall);
     selector_free(twin);
     st->free(st);

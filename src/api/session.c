@@ -293,7 +293,7 @@ subq_status subq_context_load(subq_context *c, const char *path, subq_error *err
     if (s && err && strncmp(err->msg, path, strlen(path)) != 0) {
         char msg[SUBQ_ERROR_MSG_MAX];
         snprintf(msg, sizeof msg, "%s", err->msg);
-        snprintf(err->msg, sizeof err->msg, "%.200s: %.300s", path, msg);
+        subq_fail(err, s, "%.200s: %s", path, msg);
     }
     return s;
 }

@@ -47,25 +47,18 @@ typedef struct rd {
     int64_t elem;       /* element of a top-level array being read, -1 outside arrays */
 } rd;
 
-/* Copy untrusted bytes for a one-line message: control bytes become '?',
- * long names are cut with "...". */
+/* Copy untrusted bytes for a one-line message: bytes that are not
+ * printable UTF-8 show as \xNN (text_escape); what does not fit in dst is
+ * cut with "...". */
 static void sanitize(char *dst, size_t cap, const char *s, size_t n) {
-    size_t j = 0;
-    int cut = 0;
-    if (cap == 0) return;
-    if (n > cap - 1) {
-        n = cap > 4 ? cap - 4 : 0;
-        cut = 1;
+    if (cap < 4) {
+        if (cap) dst[0] = '\0';
+        return;
     }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        dst[j++] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    if (text_escape(dst, cap, s, n) < n) {
+        text_escape(dst, cap - 3, s, n);
+        strcat(dst, "...");
     }
-    if (cut && cap >= 4) {
-        memcpy(dst + j, "...", 3);
-        j += 3;
-    }
-    dst[j] = '\0';
 }
 
 static void where(const rd *r, char *buf, size_t cap) {

@@ -247,7 +247,7 @@ subq_status subq_model_load_ex(const char *path, subq_load_mode mode, subq_model
         if (err && strncmp(err->msg, path, strlen(path)) != 0) {
             char msg[SUBQ_ERROR_MSG_MAX];
             snprintf(msg, sizeof msg, "%s", err->msg);
-            snprintf(err->msg, sizeof err->msg, "%.200s: %.300s", path, msg);
+            subq_fail(err, s, "%.200s: %s", path, msg);
         }
         subq_model_free(m);
         return s;

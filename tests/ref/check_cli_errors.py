@@ -10,6 +10,7 @@ completion-map error paths.
 With SUBQ_SANITIZED=1 (the ASan+UBSan build runs this too) the binary runs
 with leak detection and sanitizer exit codes other than 1, so an over-read,
 a leak on an error path or undefined behaviour fails the case."""
+import json
 import os
 import struct
 import subprocess
@@ -148,6 +149,31 @@ corruptions = {
 for name, data in corruptions.items():
     p = write("corrupt.gguf", data)
     expect_error(f"generate on {name}", ["generate", "-m", p, "-n", "4"])
+
+# bytes of a damaged name or string are escaped in the message (\xNN), never
+# echoed raw: stderr stays printable UTF-8 (a crafted file cannot drive the
+# terminal). Tensor 5's name with control and non-UTF-8 bytes and its data
+# past the end; the architecture string with the same bytes.
+DAMAGE = b"\x01\x1b\x80\xff\xc3(\x07\x7f"
+ESCAPED = "\\x01\\x1b\\x80\\xff\\xc3(\\x07\\x7f"
+bad_name = bytearray(patched(t5["offset_off"], "<Q", 1 << 40))
+bad_name[t5["name_off"] + 8:t5["name_off"] + 8 + len(DAMAGE)] = DAMAGE
+bad_arch = GGUFEdit(blob)
+bad_arch.set("general.architecture", "str", b"llama" + DAMAGE)
+for name, data, want in (("a damaged tensor name", bytes(bad_name), "('" + ESCAPED + "tn_v.weight')"),
+                         ("a damaged architecture", None, "llama" + ESCAPED)):
+    path = bad_arch.write(os.path.join(TMP, "escape.gguf")) if data is None else write("escape.gguf", data)
+    p = run_case(["generate", "-m", path, "-n", "4"])
+    judge(name, p)
+    if p is None:
+        continue
+    n_cases += 1
+    try:
+        text = p.stderr.decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or any(c < 0x20 and c != 0x0a or c == 0x7f for c in p.stderr) or want not in text:
+        failures.append(f"{name}: stderr {p.stderr[:300]!r} is not printable UTF-8 showing {want!r}")
 
 # text inputs
 empty = write("empty.txt", b"")
@@ -474,8 +500,27 @@ if os.path.exists("/dev/full"):
         with open("/dev/full", "w") as full:
             p = subprocess.run([BIN] + args, stdout=full, stderr=subprocess.PIPE, timeout=120, env=ENV)
         errs = [l for l in p.stderr.decode("utf-8", "replace").split("\n") if "error" in l]
-        if p.returncode != 1 or len(errs) != 1 or "cannot write the output to stdout" not in errs[0]:
+        if p.returncode != 1 or len(errs) != 1 or "cannot write the output to stdout: No space left on device" \
+                not in errs[0]:
             failures.append(f"{args[0]} > /dev/full: exit {p.returncode}, stderr {p.stderr[-300:]!r}")
+    # generate stops at the first text it cannot write (it used to compute
+    # all 2,000 tokens first): the KV file holds what was computed
+    n_cases += 1
+    kvf = os.path.join(TMP, "full_stdout.kv")
+    if os.path.exists(kvf):
+        os.remove(kvf)
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([BIN, "generate", "-m", MODEL, "-p", "Once", "-n", "2000", "--ignore-eos", "--kv-file",
+                            kvf], stdout=full, stderr=subprocess.PIPE, timeout=120, env=ENV)
+    errs = [l for l in p.stderr.decode("utf-8", "replace").split("\n") if "error" in l]
+    q = subprocess.run([BIN, "info", "--kv-file", kvf, "--json"], capture_output=True, timeout=60, env=ENV)
+    try:
+        held = json.loads(q.stdout)["n_committed"]
+    except ValueError:
+        held = None
+    if p.returncode != 1 or len(errs) != 1 or "No space left on device" not in errs[0] or held is None or held > 8:
+        failures.append(f"generate -n 2000 --kv-file > /dev/full: exit {p.returncode}, {held} tokens computed, "
+                        f"stderr {p.stderr[-300:]!r}")
 else:
     failures.append("/dev/full is missing: the write-error checks cannot run")
 

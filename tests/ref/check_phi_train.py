@@ -17,6 +17,8 @@ On stories260K:
     fingerprint) and the JSON-lines log has train / eval / end records;
   * --grad-accum 2 over --batch 1 is the same step as --batch 2;
   * --diagnose produces sane diagnostics (and perplexities with --ppl);
+  * the sgemm rate printed as the bound of the training GFLOP/s holds
+    beside a busy CPU (at least a third of the 1-thread rate);
   * resuming with other options, other data or another model, loading the
     maps with another model, and bad options fail with one 'subq ...' line,
     and a refused resume leaves no log behind.
@@ -24,6 +26,7 @@ On stories260K:
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -131,6 +134,50 @@ def check_dump(checks, model, tmp):
         del T
 
 
+def check_sgemm_bound(checks, model, data, tmp):
+    """The sgemm rate train-phi prints as the bound of its GFLOP/s is what
+    sgemm can do here whatever else runs. With a busy process on each of
+    its two CPUs and OpenMP's default (spinning) wait, the 2-thread sgemm
+    alone fell to a few GFLOP/s (its threads waited on each other a time
+    slice at a time) while one thread still ran at full speed: train-phi
+    printed "sgemm runs at 1.5 GFLOP/s" and then "102% of sgemm". Beside
+    that load, the bound of two 2-thread runs must each reach a third of
+    the rate a 1-thread run measures (2 threads can do what one does)."""
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    name = "sgemm bound on 2 threads beside busy CPUs >= 1/3 of the 1-thread rate"
+    if len(cpus) < 2:
+        checks.check(name + " (one CPU here: nothing to compare)", True)
+        return
+    env = rc.subq_env()
+    env.pop("OMP_WAIT_POLICY", None)  # OpenMP's default, as a user runs it
+    args = ["train-phi", "-m", model, data, "--seq", "64", "--steps", "1", "--eval-tokens", "64", "--d-phi", "8",
+            "--d-emb", "8", "--d-hidden", "8", "--force", "-o", os.path.join(tmp, "bound.gguf")]
+
+    def bound(threads):
+        p = subprocess.run([rc.subq_bin()] + args + ["-t", str(threads)], env=env, capture_output=True, timeout=300,
+                           stdin=subprocess.DEVNULL, preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+        err = p.stderr.decode("utf-8", "replace")
+        m = re.search(r"sgemm runs at ([\d.]+) GFLOP/s", err)
+        return (float(m.group(1)) if p.returncode == 0 and m else None), err
+
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             preexec_fn=lambda c=c: os.sched_setaffinity(0, {c})) for c in cpus]
+    try:
+        one, err = bound(1)
+        two = []
+        for _ in range(2):
+            b, e = bound(2)
+            two.append(b)
+            err += e
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    ok = one is not None and None not in two and min(two) >= one / 3
+    checks.check(name, ok, "1 thread: %s GFLOP/s; 2 threads: %s GFLOP/s%s" %
+                 (one, two, "" if one is not None and None not in two else " " + err[-600:]))
+
+
 def main():
     checks = rc.Checks("check_phi_train")
     model = rc.shared_file("models", "stories260K.gguf")
@@ -148,6 +195,8 @@ def main():
     other_data = os.path.join(tmp, "other.txt")
     with open(other_data, "wb") as f:
         f.write(text[:20000])
+
+    check_sgemm_bound(checks, model, data, tmp)
 
     base = ["train-phi", "-m", model, data, "--seq", "128", "--batch", "2", "--steps", "7", "--warmup", "2",
             "--lr", "0.01", "--d-phi", "16", "--d-emb", "16", "--d-hidden", "24", "--save-every", "3",

@@ -18,6 +18,9 @@ that set):
   teacher    C teacher vs numpy teacher from the dumped q, k     abs err < 1e-5
              (and vs numpy teacher from numpy's own q, k          abs err < 1e-4)
   losses     InfoNCE and KL sums                                  rel err < 1e-4
+             (InfoNCE: from the range that teacher values tied within
+             rounding at the k_pos-th place allow; the same check rejects
+             the sum with the (k_pos+1)-th key as a positive)
   metrics    mass@K, recall@K (learned, raw-QK oracle, window)    within 1e-4 of
              the range that keys tied within rounding at the K-th place allow
              (either choice is right); the same check rejects values computed
@@ -138,17 +141,29 @@ def main():
                          "abs err vs numpy on dumped q,k %.2e, end to end %.2e" % (e1, e2))
             wq = g.tensor("l%d.wq" % l)
             wk = g.tensor("l%d.wk" % l)
-            nce, kl, n = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos, n_sink, n_tail, pos, rope)
-            nce_c = g.get("dump.l%d.nce_sum" % l)[0]
-            kl_c = g.get("dump.l%d.kl_sum" % l)[0]
-            n_c = g.get("dump.l%d.n_queries" % l)
-            rel = max(abs(nce - nce_c) / max(abs(nce), 1e-9), abs(kl - kl_c) / max(abs(kl), 1e-9))
-            checks.check("%s layer %d: losses" % (name, l), rel < 1e-4 and n == n_c,
-                         "nce %.6f vs %.6f, kl %.6f vs %.6f, queries %d vs %d" % (nce_c, nce, kl_c, kl, n_c, n))
             # keys tied within rounding at the K-th place count as either
             # choice: the teacher within twice its measured error, cosines and
             # raw scores within float32 rounding
             eps = {"eps_p": 2 * e1 + 1e-12, "eps_l": 1e-5, "eps_o": 1e-5}
+            # InfoNCE's positives are the teacher's top k_pos: its sum must
+            # lie within the range the tied positives allow
+            (nce_lo, nce_hi), kl, n = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos, n_sink, n_tail,
+                                                        pos, rope, eps["eps_p"])
+            nce_c = g.get("dump.l%d.nce_sum" % l)[0]
+            kl_c = g.get("dump.l%d.kl_sum" % l)[0]
+            n_c = g.get("dump.l%d.n_queries" % l)
+
+            def nce_off(v):  # relative distance of v outside [nce_lo, nce_hi]
+                return max(nce_lo - v, v - nce_hi, 0.0) / max(abs(nce_lo), 1e-9)
+            rel = max(nce_off(nce_c), abs(kl - kl_c) / max(abs(kl), 1e-9))
+            checks.check("%s layer %d: losses" % (name, l), rel < 1e-4 and n == n_c,
+                         "nce %.6f vs [%.6f, %.6f], kl %.6f vs %.6f, queries %d vs %d" % (nce_c, nce_lo, nce_hi,
+                                                                                           kl_c, kl, n_c, n))
+            if l == 0:
+                (bad, _), _, _ = teacher_np.losses(h_c, wq, wk, P_np, seg, tau, tau_kl, k_pos, n_sink, n_tail, pos,
+                                                   rope, eps["eps_p"], wrong=True)
+                checks.check("%s layer %d: a wrong positive is caught" % (name, l), nce_off(bad) >= 1e-4,
+                             "nce with the (k_pos+1)-th key %.6f vs [%.6f, %.6f]" % (bad, nce_lo, nce_hi))
             m = teacher_np.metrics(h_c, wq, wk, q_c, k_c, P_np, seg, ref.n_head, ref.n_head_kv, eval_k, n_sink, n_tail,
                                    pos, rope, **eps)
             worst = 0.0

@@ -158,13 +158,20 @@ def search_vectors(h, wq, wk, pos=None, rope=None):
     return qs, ks
 
 
-def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0, pos=None, rope=None):
+def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0, pos=None, rope=None, eps_p=0.0, wrong=False):
+    """(nce, kl, n): the InfoNCE sum as a (least, most) pair over the sets of
+    k_pos positives that teacher values tied within eps_p at the k_pos-th
+    place allow (lse over the positives grows with each z: the extremes take
+    the tied keys of smallest and largest z), the KL sum, the query count.
+    wrong: the (k_pos+1)-th key in place of the k_pos-th where the two are
+    not tied (a wrong answer, to show a check catches it)."""
     qs, ks = search_vectors(h, wq, wk, pos, rope)
     ds = qs.shape[1]
     nq = np.sqrt((qs * qs).sum(1) + 1e-12)
     nk = np.sqrt((ks * ks).sum(1) + 1e-12)
     E = eligible(seg, n_sink, n_tail)
-    nce = kl = 0.0
+    nce = [0.0, 0.0]
+    kl = 0.0
     n = 0
     for t in range(len(seg)):
         idx = np.nonzero(E[t])[0]
@@ -174,13 +181,22 @@ def losses(h, wq, wk, P, seg, tau, tau_kl, k_pos, n_sink=0, n_tail=0, pos=None, 
         p = P[t, idx]
         dot = ks[idx] @ qs[t]
         z = dot / (nq[t] * nk[idx]) / tau
-        pos = topk(p, min(k_pos, len(idx)))
-        nce += _lse(z) - _lse(z[pos])
+        kp = min(k_pos, len(idx))
+        sure, maybe, need = tie_split(p, kp, eps_p)
+        zm = np.sort(z[maybe])
+        if wrong and kp < len(idx) and len(maybe) == need:
+            order = topk(p, len(idx))
+            pos = np.concatenate([order[:kp - 1], order[kp:kp + 1]])
+            nce[0] += _lse(z) - _lse(z[pos])
+            nce[1] += _lse(z) - _lse(z[pos])
+        else:
+            nce[0] += _lse(z) - _lse(np.concatenate([z[sure], zm[::-1][:need]]))
+            nce[1] += _lse(z) - _lse(np.concatenate([z[sure], zm[:need]]))
         y = dot / math.sqrt(ds) / tau_kl
         logr = y - _lse(y)
         m = p > 0
         kl += float((p[m] * (np.log(p[m]) - logr[m])).sum())
-    return nce, kl, n
+    return tuple(nce), kl, n
 
 
 def tie_split(s, K, eps):

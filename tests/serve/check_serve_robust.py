@@ -10,8 +10,8 @@ than 4 stop strings, max_tokens 0: OpenAI's limits); /v1/models/{id}
 answers; a body declared larger than --max-body gets its 413 at once; a
 client that disconnects mid-stream cancels its generation, one that
 disconnects during its prompt stops the prefill within a batch; the
-connections an address holds past --max-per-client are answered 429 before
-they are closed; large bodies leave the resident size flat; concurrent
+connections an address opens past --max-per-client (the newest, never an
+older one) are answered 429 before they are closed; large bodies leave the resident size flat; concurrent
 requests are all served; SIGTERM ends a running stream with an error event
 that says the server is shutting down, and exits 0 with no sanitizer
 report. stories260K (the prefill check: the 29M fixture), Python's
@@ -323,6 +323,51 @@ def slow_clients(ck, model):
              "runtime error" not in err, err[-1000:])
 
 
+def per_client_newest(ck, model):
+    """--max-per-client 4: an address opening ten partial connections, 50 ms
+    apart, keeps its four oldest; the six opened past the limit are the ones
+    answered 429 and closed (the oldest six used to be), and the four kept
+    are served once their requests arrive whole. --timeout 10: no deadline
+    falls within the check."""
+    srv = su.Server(["-m", model, "-c", 128, "-t", 1, "--timeout", 10, "--max-per-client", 4], "perclient")
+    held = []
+    for _ in range(10):
+        h = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        h.sendall(b"GET /v1/models HTTP/1.1\r\n")
+        held.append(h)
+        time.sleep(0.05)
+    # the watchdog answers a connection over the limit once it is half a
+    # second old: wait for six closes (at most 5 s), then half a second more
+    got, closed = [b""] * 10, [False] * 10
+    deadline, settle = time.time() + 5, None
+    while time.time() < (settle or deadline):
+        for i, h in enumerate(held):
+            if not closed[i]:
+                piece, closed[i] = drain(h, 0.02)
+                got[i] += piece
+        if settle is None and sum(closed) >= 6:
+            settle = time.time() + 0.5
+    refused = [i for i in range(10) if closed[i]]
+    ck.check("--max-per-client 4: the six connections opened past the limit are refused, the four oldest kept",
+             refused == list(range(4, 10)), "closed: %s" % refused)
+    answers = [parse_response(got[i]) for i in refused]
+    ck.check("each refused connection got 429 too_many_connections",
+             len(answers) > 0 and
+             all(is_openai_error(r, 429, "too_many_connections", "rate_limit_error") for r in answers),
+             str([(r[0], r[2][:200]) for r in answers]))
+    kept = [held[i] for i in range(10) if not closed[i]]
+    for h in kept:
+        h.sendall(b"Host: x\r\nConnection: close\r\n\r\n")
+    served = [parse_response(read_to_close(h, ends=OSError)) for h in kept]
+    ck.check("the four kept connections are served", len(served) == 4 and
+             all(r[0] == 200 and b"stories260K" in r[2] for r in served), str([(r[0], r[2][:200]) for r in served]))
+    for h in held:
+        h.close()
+    code, err = srv.stop()
+    ck.check("per-client server: SIGTERM exit 0, no sanitizer report", code == 0 and "Sanitizer" not in err and
+             "runtime error" not in err, err[-1000:])
+
+
 def prefill_cancel(ck):
     """A client that disconnects while its prompt is prefilled stops the
     prefill within a batch: the next request waits for the batch under way
@@ -528,6 +573,7 @@ def main():
     code, err = srv.stop()
     ck.check("SIGTERM: exit 0", code == 0, "exit %s" % code)
     slow_clients(ck, model)
+    per_client_newest(ck, model)
     prefill_cancel(ck)
     ck.check("no sanitizer report", "Sanitizer" not in err and "runtime error" not in err, err[-2000:])
     ck.finish()

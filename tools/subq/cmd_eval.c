@@ -276,6 +276,16 @@ static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, cons
     printf("}\n");
 }
 
+/* v with fmt, right-aligned in `width` columns; "-" there when v is NaN:
+ * the figure does not apply to the method (ann for a selector that is not
+ * approximate, share without completion) or nothing measured it (seed
+ * mass and recall without a query of >= K eligible keys). */
+static void cell(double v, const char *fmt, int width) {
+    char b[32] = "-";
+    if (!isnan(v)) snprintf(b, sizeof b, fmt, v);
+    printf(" %*s", width, b);
+}
+
 /* Rows: methods; columns: sparse layers; cells from v(method)[layer]. */
 static void print_layer_table(const char *title, const subq_eval_result *r, const double *(*v)(const subq_eval_method *),
                               int largest_only, int largest_k, double largest_budget) {
@@ -289,7 +299,7 @@ static void print_layer_table(const char *title, const subq_eval_result *r, cons
         if (largest_only && (isnan(largest_budget) ? m->k != largest_k : m->budget_pct != largest_budget)) continue;
         printf("%-18s", subq_eval_method_name(m, nm, sizeof nm));
         for (int l = 0; l < r->n_layer; l++)
-            if (r->sparse_layers[l]) printf(" %7.4f", v(m)[l]);
+            if (r->sparse_layers[l]) cell(v(m)[l], "%.4f", 7);
         printf("\n");
     }
 }
@@ -318,8 +328,14 @@ static void print_table(const subq_eval_params *cfg, const subq_eval_result *r, 
            "seed recall", "ann", "share", "filler");
     for (int i = 0; i < r->n_methods; i++) {
         const subq_eval_method *m = &r->methods[i];
-        printf("%-18s %7.4f %7.4f %9.4f %11.4f %7.4f %7.4f %6.1f%%\n", subq_eval_method_name(m, nm, sizeof nm), m->mass,
-               m->recall, m->mass_seed, m->recall_seed, m->ann_recall, m->share, 100 * m->filler);
+        printf("%-18s", subq_eval_method_name(m, nm, sizeof nm));
+        cell(m->mass, "%.4f", 7);
+        cell(m->recall, "%.4f", 7);
+        cell(m->mass_seed, "%.4f", 9);
+        cell(m->recall_seed, "%.4f", 11);
+        cell(m->ann_recall, "%.4f", 7);
+        cell(m->share, "%.4f", 7);
+        printf(" %6.1f%%\n", 100 * m->filler);
     }
     printf("\n(reads: token-equivalent KV reads per step, layer and KV head; budget: reads / window length;\n"
            " KL in nats per scored token; top-1: tokens whose argmax equals full attention's;\n"
@@ -327,7 +343,9 @@ static void print_table(const subq_eval_params *cfg, const subq_eval_result *r, 
            " candidates; recall: candidates among the top-K of the head-mean softmax; seed mass / recall:\n"
            " per-head softmax mass on the K candidates and recall of the top-K of the max over heads, over\n"
            " queries with >= K eligible keys; per-head selectors (quest, --oracle per-head): each head's\n"
-           " own softmax and top-K, averaged over heads; share: completion mass share Z_hat / (Z_E + Z_hat))\n");
+           " own softmax and top-K, averaged over heads; ann: the approximate selector's recall of the exact\n"
+           " f32 scan's top-K by the same score (hnsw, faiss, --scan int8/int4, --search-f16); share:\n"
+           " completion mass share Z_hat / (Z_E + Z_hat) (+phi); -: the column does not apply, null in --json)\n");
     if (r->n_methods == 0) return;
     const subq_eval_method *last = &r->methods[r->n_methods - 1];
     print_layer_table("mass per layer at the largest K or budget:", r, l_mass, 1, last->k, last->budget_pct);

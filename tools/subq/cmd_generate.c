@@ -1,4 +1,5 @@
 /* subq generate: prompt -> streamed text. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +63,20 @@ typedef struct gen_state {
     double t_prompt;
     subq_status save_status;
     subq_error err;
+    int write_errno;            /* stdout refused a token's text: generation stopped there */
 } gen_state;
+
+/* Flush what stdout holds: 0, or the errno of the write that failed (a full
+ * disk, /dev/full), EIO when the error left none. */
+static int flush_out(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return 0;
+    return errno ? errno : EIO;
+}
+
+static int write_error(const char *cmd, int e) {
+    return cli_error(cmd, "cannot write the output to stdout: %s", strerror(e));
+}
 
 /* The prompt is in the cache: save it there when it was not all reused. */
 static int on_prompt(void *user, int n_reused) {
@@ -90,11 +104,14 @@ static int on_batch(void *user, int n_reused, int n_done, int n_prompt) {
     return 0;
 }
 
+/* Each token's text is written and flushed at once; a failed write stops
+ * the generation at that token. */
 static int on_token(void *user, int32_t tok, const char *piece, size_t len) {
-    ((gen_state *)user)->last = tok;
+    gen_state *g = user;
+    g->last = tok;
     fwrite(piece, 1, len, stdout);
-    fflush(stdout);
-    return stop_signal != 0;
+    g->write_errno = flush_out();
+    return g->write_errno != 0 || stop_signal != 0;
 }
 
 int cmd_generate(int argc, char **argv) {
@@ -221,7 +238,11 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
     }
-    fflush(stdout);
+    int e = flush_out();
+    if (e) {
+        rc = write_error(cmd, e);
+        goto done;
+    }
     /* --prompt-cache: an existing file holds the prefix to reuse; one made
      * after this run's prompt otherwise */
     if (prompt_cache && cli_path_exists(prompt_cache)) { /* not opened here: a FIFO would block the open */
@@ -247,6 +268,10 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_error(cmd, "%s", g.err.msg);
         goto done;
     }
+    if (g.write_errno) {
+        rc = write_error(cmd, g.write_errno);
+        goto done;
+    }
     double t1 = g.t_prompt, t2 = cli_now_s();
     /* the last token printed is not in the cache yet (nothing needed its
      * logits): a KV file must hold all the text shown, to continue after it
@@ -265,7 +290,10 @@ int cmd_generate(int argc, char **argv) {
     if (res.finish == SUBQ_FINISH_CONTEXT_FULL) /* stop, as llama.cpp does */
         fprintf(stderr, "\nsubq generate: context of %d tokens is full; stopping\n", subq_context_n_past(c));
     fputc('\n', stdout);
-    fflush(stdout);
+    if ((e = flush_out())) {
+        rc = write_error(cmd, e);
+        goto done;
+    }
     if (stop_signal) { /* commit now (the context's free would too), to say what the file holds */
         const int sig = stop_signal;
         if (subq_context_sync(c, &err)) {

@@ -8,9 +8,9 @@
  * Slow and greedy clients: a watchdog thread closes every connection whose
  * request has not arrived whole within read_timeout_s of its start (the
  * first byte, or the end of the previous response on a kept-alive
- * connection), however steadily its bytes trickle in, and answers the
- * partial connections of an address that holds more than max_per_client
- * with a 429 before closing them. Beyond max_connections live connections
+ * connection), however steadily its bytes trickle in, and answers a
+ * partial connection opened after its address's max_per_client oldest live
+ * ones with a 429 before closing it. Beyond max_connections live connections
  * requests get 503 (libmicrohttpd's own limit sits higher, so that the
  * refusal can be sent at all: at its limit it stops accepting and clients
  * hang); /health is always answered. A body whose Content-Length is over
@@ -663,8 +663,11 @@ static void refuse_extra(conn_track *t, int held, int limit) {
 }
 
 /* Ten times a second: requests past their deadline, and the partial
- * connections an address holds beyond max_per_client (the newest first;
- * those under half a second old are left to finish arriving). */
+ * connections an address holds beyond max_per_client. An address keeps its
+ * max_per_client oldest live connections; a partial one newer than those is
+ * refused once it is half a second old (younger ones are left to finish
+ * arriving), so a 429 never falls on a connection that came in under the
+ * limit. */
 static void *watchdog_main(void *arg) {
     serve_http *h = arg;
     while (!atomic_load(&h->stopping)) {
@@ -676,9 +679,10 @@ static void *watchdog_main(void *arg) {
             if (!t->busy && !t->closed && now - t->t_request > h->cfg.read_timeout_s) close_track(t);
         for (conn_track *t = h->conns; t; t = t->next) { /* the list is newest first */
             if (t->closed || t->busy || now - t->t_open < 0.5) continue;
-            int held = 0;
+            int older = 0, held = 0; /* live connections of t's address opened before t; all of them */
+            for (conn_track *u = t->next; u; u = u->next) older += !u->closed && !strcmp(u->addr, t->addr);
             for (conn_track *u = h->conns; u; u = u->next) held += !u->closed && !strcmp(u->addr, t->addr);
-            if (held > h->cfg.max_per_client) refuse_extra(t, held, h->cfg.max_per_client);
+            if (older >= h->cfg.max_per_client) refuse_extra(t, held, h->cfg.max_per_client);
         }
         pthread_mutex_unlock(&h->mu);
     }
