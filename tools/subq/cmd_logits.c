@@ -17,16 +17,20 @@ static const char *help =
     "  --force              replace an existing output file (without it, one is refused)\n"
     "With a --kv-file that holds tokens, --tokens must start with them: they are reused and OUT\n"
     "holds the logits of the tokens after them (the file then holds all of --tokens); tokens that\n"
-    "would drop any are refused unless --kv-reset is given (then every token is computed again).\n";
+    "would drop any are refused unless --kv-reset is given (then every token is computed again).\n"
+    "Attention is full unless sparse flags are given (projections merged into the model file\n"
+    "are used only when --search names it): the prefill is dense, or sparse with\n"
+    "--sparse-prefill; the tokens from --decode-from on run sparse as decode does.\n\n" CLI_SPARSE_OPTS_HELP;
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits";
     cli_model_opts mo = {0};
+    cli_sparse_opts so = cli_sparse_default();
     const char *list = NULL, *out = NULL, *v;
     int decode_from = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, NULL);
+        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
         if (r == CLI_OPT_TAKEN) continue;
         if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
         if (!strcmp(a, "--tokens")) {
@@ -68,6 +72,12 @@ int cmd_logits(int argc, char **argv) {
     mo.kv_continues = 1; /* the tokens are checked against the held ones below */
     if (!cli_load(cmd, &mo, &m, &c)) {
         free(toks);
+        return 1;
+    }
+    if (!cli_apply_sparse(cmd, &so, m, c)) {
+        free(toks);
+        subq_context_free(c);
+        subq_model_free(m);
         return 1;
     }
     subq_model_info info;
@@ -124,6 +134,7 @@ done:
     free(logits);
     free(toks);
     subq_context_free(c);
+    cli_sparse_free(&so);
     subq_model_free(m);
     return rc;
 }

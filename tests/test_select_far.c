@@ -1,0 +1,260 @@
+/* Far keys scored without the rotated dims (selector_params.far_rot,
+ * select_mask.far_hi): every search selector against brute force in double
+ * precision, where a slot below the query's far_hi scores
+ *   cosine  sum_{c < d - r} q_c k_c / (|q| |k|)      dot  sum_{c < d - r} q_c k_c
+ * and any other slot the whole score. The keys are made so that the split
+ * matters: far keys carry large rotated parts aligned with the query's, so
+ * a scan that scored them whole would return them (checked: the far-split
+ * top K and the whole-score top K share few slots).
+ *   exact single queries (full, int8, int4 scans; f32 and f16; cosine and
+ *   dot; masks with segments and exclusions)    the brute top K (full scans:
+ *                                               the score multisets equal;
+ *                                               codes: recall >= 0.99)
+ *   exact batches (one GEMM)                    the brute top K
+ *   the prefill's block scan                    recall >= 0.9 of the brute top K
+ *   hnsw, faiss                                 recall >= 0.9
+ *   far_hi 0 or far_rot 0                       the whole score (no split) */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/rng.h"
+#include "select/select_internal.h"
+#include "select/selector.h"
+#include "test_util.h"
+
+enum { D = 64, ROT = 32, N = 6000 };
+
+static int cmp_desc(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* the score of key j for query q, split at far_hi (far_rot dims dropped below it) */
+static double score(const float *q, const float *k, int j, int far_hi, int far_rot, select_score sc) {
+    double ab = 0, aa = 0, bb = 0;
+    const int cut = j < far_hi ? D - far_rot : D;
+    for (int c = 0; c < D; c++) {
+        if (c < cut) ab += (double)q[c] * k[c];
+        aa += (double)q[c] * q[c];
+        bb += (double)k[c] * k[c];
+    }
+    return sc == SELECT_SCORE_DOT ? ab : ab / sqrt(aa * bb);
+}
+
+/* keys: unrotated parts alike within runs of 32 slots (neighbouring keys
+ * are, which the block scan relies on), every key's rotated part a large
+ * copy of `lure` (what the queries' rotated parts align with) plus noise */
+static void make_keys(uint64_t *rng, float *keys, const float *lure) {
+    float base[D];
+    for (int j = 0; j < N; j++) {
+        if (j % 32 == 0)
+            for (int c = 0; c < D; c++) base[c] = rng_normal(rng) + 0.2f;
+        for (int c = 0; c < D; c++)
+            keys[(size_t)j * D + c] = c < D - ROT ? base[c] + 0.3f * rng_normal(rng)
+                                                  : 3.0f * lure[c] * rng_uniform(rng) + 0.3f * rng_normal(rng);
+    }
+}
+
+static void make_query(uint64_t *rng, float *q, const float *lure) {
+    for (int c = 0; c < D; c++) q[c] = c < D - ROT ? rng_normal(rng) + 0.2f : lure[c];
+}
+
+static void random_mask(uint64_t *rng, int32_t *seg, select_mask *m) {
+    memset(m, 0, sizeof *m);
+    m->n_slots = N / 2 + (int)(rng_next_u64(rng) % (N / 2 + 1));
+    if (rng_next_u64(rng) % 2) {
+        for (int j = 0; j < N; j++) seg[j] = j < 200 ? 0 : 1;
+        m->seg = seg;
+        m->query_seg = 1;
+    }
+    m->ex0_lo = 0, m->ex0_hi = (int)(rng_next_u64(rng) % 8);
+    m->ex1_lo = m->n_slots - 16, m->ex1_hi = m->n_slots;
+    m->far_hi = (int)(rng_next_u64(rng) % (uint64_t)m->n_slots);
+}
+
+/* The brute top-k scores (want, descending) of the eligible slots; their
+ * count. `slots` (NULL: not wanted) gets the top-k slots. */
+static int brute(const float *q, const float *keys, const select_mask *m, int far_rot, select_score sc, int k,
+                 double *want, int32_t *slots) {
+    int ne = 0;
+    double *all = malloc((size_t)N * sizeof(double));
+    int32_t *idx = malloc((size_t)N * sizeof(int32_t));
+    for (int j = 0; j < N; j++)
+        if (select_mask_allows(m, j)) all[ne] = score(q, keys + (size_t)j * D, j, m->far_hi, far_rot, sc), idx[ne++] = j;
+    /* selection of the top k by repeated max (n small) into want / slots */
+    const int kk = k < ne ? k : ne;
+    for (int i = 0; i < kk; i++) {
+        int b = i;
+        for (int x = i + 1; x < ne; x++)
+            if (all[x] > all[b]) b = x;
+        const double t = all[i];
+        const int32_t ti = idx[i];
+        all[i] = all[b], idx[i] = idx[b];
+        all[b] = t, idx[b] = ti;
+        want[i] = all[i];
+        if (slots) slots[i] = idx[i];
+    }
+    free(all);
+    free(idx);
+    return kk;
+}
+
+/* got slots against the brute top k: eligibility, count, and how many reach
+ * the k-th brute score within tol (hits); full: score multisets equal */
+static void judge(const float *q, const float *keys, const select_mask *m, int far_rot, select_score sc, int k,
+                  const int32_t *out, int got, double tol, int full, int *bad, double *hits, double *wanted) {
+    double *want = malloc((size_t)k * sizeof(double)), *have = malloc((size_t)(got > 0 ? got : 1) * sizeof(double));
+    const int kk = brute(q, keys, m, far_rot, sc, k, want, NULL);
+    *bad += got != kk;
+    for (int i = 0; i < got; i++) {
+        *bad += !select_mask_allows(m, out[i]);
+        have[i] = score(q, keys + (size_t)out[i] * D, out[i], m->far_hi, far_rot, sc);
+        *hits += kk > 0 && have[i] >= want[kk - 1] - tol;
+    }
+    *wanted += kk;
+    qsort(have, (size_t)got, sizeof(double), cmp_desc);
+    for (int i = 0; full && i < got && i < kk; i++) *bad += fabs(have[i] - want[i]) > tol;
+    free(want);
+    free(have);
+}
+
+static selector *new_selector(selector_kind kind, select_score sc, select_scan scan, int f16, int far_rot,
+                              const float *keys) {
+    selector_params p;
+    selector_params_default(&p, kind, D);
+    p.score = sc, p.scan = scan, p.f16_keys = f16, p.far_rot = far_rot;
+    p.nprobe = 24, p.block_rows = 32, p.probe_from = 1024, p.group_blocks = 0; /* the block scan from 1024 keys */
+    selector *s = NULL;
+    subq_error err = {0};
+    CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
+    CHECK(s && selector_append(s, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+    return s;
+}
+
+/* single queries and a batch of the exact selector */
+static void test_exact(select_score sc, select_scan scan, int f16, uint64_t seed) {
+    uint64_t rng = rng_seed(seed);
+    float *keys = malloc((size_t)N * D * sizeof(float)), lure[D], *q = malloc(40 * (size_t)D * sizeof(float));
+    int32_t *seg = malloc(40 * (size_t)N * sizeof(int32_t)), *out = malloc(40 * 256 * sizeof(int32_t));
+    for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
+    make_keys(&rng, keys, lure);
+    selector *s = new_selector(SELECT_EXACT, sc, scan, f16, ROT, keys);
+    const double tol = (f16 ? 2e-3 : 1e-5) * (sc == SELECT_SCORE_DOT ? 40.0 : 1.0);
+    const int full = scan == SELECT_SCAN_FULL;
+    int bad = 0, bad_b = 0;
+    double hits = 0, wanted = 0, hits_b = 0, wanted_b = 0;
+    select_mask m[40];
+    for (int it = 0; it < 40; it++) {
+        random_mask(&rng, seg + (size_t)it * N, &m[it]);
+        make_query(&rng, q + (size_t)it * D, lure);
+        const int k = 1 + (int)(rng_next_u64(&rng) % 200);
+        const int got = selector_query(s, q + (size_t)it * D, NULL, k, &m[it], out);
+        judge(q + (size_t)it * D, keys, &m[it], ROT, sc, k, out, got, tol, full, &bad, &hits, &wanted);
+    }
+    /* a batch: one GEMM over the stored keys whatever the scan */
+    const int k = 64;
+    int got[40];
+    CHECK(selector_query_batch(s, 40, q, q, D, k, m, out, got, 1) == 0, "query_batch failed");
+    for (int i = 0; i < 40; i++)
+        judge(q + (size_t)i * D, keys, &m[i], ROT, sc, k, out + (size_t)i * k, got[i], tol, 1, &bad_b, &hits_b,
+              &wanted_b);
+    char name[80];
+    snprintf(name, sizeof name, "exact %s %s %s", select_score_name(sc), select_scan_name(scan), f16 ? "f16" : "f32");
+    CHECK(bad == 0, "%s: %d wrong counts, ineligible slots or scores against brute force", name, bad);
+    CHECK(hits >= (full ? 1.0 : 0.99) * wanted, "%s: recall %.4f", name, hits / wanted);
+    CHECK(bad_b == 0 && hits_b == wanted_b, "%s batch: %d wrong, recall %.4f", name, bad_b, hits_b / wanted_b);
+    selector_free(s);
+    free(keys);
+    free(q);
+    free(seg);
+    free(out);
+}
+
+/* the prefill's block scan and the graph indexes: recall of the far-split
+ * top K, and that the split matters (the whole-score top K is another set) */
+static void test_recall(selector_kind kind, select_scan scan, uint64_t seed) {
+    if (!selector_kind_available(kind)) {
+        CHECK(kind == SELECT_FAISS, "%s is not built in", selector_kind_name(kind));
+        return;
+    }
+    uint64_t rng = rng_seed(seed);
+    enum { NQ = 24, K = 32 };
+    float *keys = malloc((size_t)N * D * sizeof(float)), lure[D], *q = malloc((size_t)NQ * D * sizeof(float));
+    int32_t *seg = malloc((size_t)NQ * N * sizeof(int32_t)), out[NQ * K], top[K], whole[K];
+    for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
+    make_keys(&rng, keys, lure);
+    selector *s = new_selector(kind, SELECT_SCORE_COSINE, scan, 0, ROT, keys);
+    select_mask m[NQ];
+    int got[NQ];
+    for (int i = 0; i < NQ; i++) {
+        random_mask(&rng, seg + (size_t)i * N, &m[i]);
+        m[i].seg = NULL;
+        m[i].far_hi = m[i].n_slots / 2 + (int)(rng_next_u64(&rng) % (uint64_t)(m[i].n_slots / 2 - 16));
+        make_query(&rng, q + (size_t)i * D, lure);
+    }
+    int rc = kind == SELECT_EXACT ? selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1)
+                                  : selector_query_batch(s, NQ, q, q, D, K, m, out, got, 1);
+    CHECK(rc == 0, "%s: query failed", selector_kind_name(kind));
+    double found = 0, shared = 0, want[K];
+    for (int i = 0; i < NQ && !rc; i++) {
+        const int kk = brute(q + (size_t)i * D, keys, &m[i], ROT, SELECT_SCORE_COSINE, K, want, top);
+        select_mask whole_m = m[i];
+        whole_m.far_hi = 0;
+        brute(q + (size_t)i * D, keys, &whole_m, ROT, SELECT_SCORE_COSINE, K, want, whole);
+        for (int a = 0; a < kk; a++)
+            for (int b = 0; b < got[i]; b++) found += out[(size_t)i * K + b] == top[a];
+        for (int a = 0; a < kk; a++)
+            for (int b = 0; b < kk; b++) shared += whole[b] == top[a];
+    }
+    const char *name = kind == SELECT_EXACT ? "block scan" : selector_kind_name(kind);
+    CHECK(found >= 0.9 * NQ * K, "%s %s: recall@%d %.3f of the far-split top K", name, select_scan_name(scan), K,
+          found / (NQ * K));
+    CHECK(shared <= 0.5 * NQ * K, "%s: the keys do not tell the split (%.3f shared with the whole-score top K)", name,
+          shared / (NQ * K));
+    printf("%s %s: recall@%d %.3f of the far-split top K (%.3f shared with the whole-score top K)\n", name,
+           select_scan_name(scan), K, found / (NQ * K), shared / (NQ * K));
+    selector_free(s);
+    free(keys);
+    free(q);
+    free(seg);
+}
+
+/* far_hi 0, or a selector without far_rot: the whole score everywhere */
+static void test_no_split(void) {
+    uint64_t rng = rng_seed(9);
+    float *keys = malloc((size_t)N * D * sizeof(float)), lure[D], q[D];
+    int32_t seg[N], out[64];
+    double want[64];
+    for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
+    make_keys(&rng, keys, lure);
+    selector *s = new_selector(SELECT_EXACT, SELECT_SCORE_COSINE, SELECT_SCAN_FULL, 0, 0, keys);
+    int bad = 0;
+    for (int it = 0; it < 10; it++) {
+        select_mask m;
+        random_mask(&rng, seg, &m);
+        make_query(&rng, q, lure);
+        const int got = selector_query(s, q, NULL, 64, &m, out);
+        select_mask whole = m;
+        whole.far_hi = 0;
+        const int kk = brute(q, keys, &whole, ROT, SELECT_SCORE_COSINE, 64, want, NULL);
+        bad += got != kk;
+        for (int i = 0; i < got; i++)
+            bad += fabs(score(q, keys + (size_t)out[i] * D, out[i], 0, ROT, SELECT_SCORE_COSINE) - want[i]) > 1e-5;
+    }
+    CHECK(bad == 0, "far_rot 0: %d answers differ from the whole-score top K", bad);
+    selector_free(s);
+    free(keys);
+}
+
+int main(void) {
+    for (select_scan scan = SELECT_SCAN_FULL; scan < SELECT_SCAN_COUNT; scan++) {
+        test_exact(SELECT_SCORE_COSINE, scan, 0, 1 + scan);
+        test_exact(SELECT_SCORE_DOT, scan, 1, 11 + scan);
+        test_recall(SELECT_EXACT, scan, 21 + scan);
+    }
+    test_recall(SELECT_HNSW, SELECT_SCAN_FULL, 31);
+    test_recall(SELECT_FAISS, SELECT_SCAN_FULL, 32);
+    test_no_split();
+    return test_summary();
+}
