@@ -22,7 +22,7 @@ static int cmp_u64(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int32_t *shift, int64_t *scratch) {
+int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int base, int32_t *shift, int64_t *scratch) {
     const int F = f->from;
     int n_far = 0, d_max = 0;
     for (int j = 0; j < n; j++) {
@@ -43,14 +43,14 @@ int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int32_t *shif
             if (dist[j] > F) shift[j] = dist[j] - (F + (int32_t)((dist[j] - F + G - 1) / G));
         break;
     }
-    case ATTN_FAR_ORDER: { /* d' = max(from - r, 1), r the rank by distance, farthest first (ties: list order) */
-        int m = 0;
+    case ATTN_FAR_ORDER: { /* every placed key at base + (n - 1 - r), r its rank by distance, farthest first
+                              (ties: list order) */
         for (int j = 0; j < n; j++)
-            if (dist[j] > F) scratch[m++] = (int64_t)((uint64_t)(uint32_t)(INT32_MAX - dist[j]) << 32 | (uint32_t)j);
-        qsort(scratch, (size_t)m, sizeof *scratch, cmp_u64);
-        for (int r = 0; r < m; r++) {
-            const int j = (int)(uint32_t)scratch[r], d = F - r > 1 ? F - r : 1;
-            shift[j] = dist[j] - d;
+            scratch[j] = (int64_t)((uint64_t)(uint32_t)(INT32_MAX - dist[j]) << 32 | (uint32_t)j);
+        qsort(scratch, (size_t)n, sizeof *scratch, cmp_u64);
+        for (int r = 0; r < n; r++) {
+            const int j = (int)(uint32_t)scratch[r];
+            shift[j] = dist[j] - (base + (n - 1 - r));
         }
         break;
     }
@@ -65,9 +65,9 @@ void attn_far_distances(const kv_cache *kv, int q_slot, const int *slots, int n,
     for (int j = 0; j < n; j++) dist[j] = pq - kv->pos[slots[j]];
 }
 
-/* x <- R(shift) x: pair i turns by shift * freq[i] (the angle in double:
- * shifts reach 1M positions, where a float angle is off by radians) */
-static void rotate(const attn_rope *r, float *x, int32_t shift) {
+/* pair i turns by shift * freq[i] (the angle in double: shifts reach 1M
+ * positions, where a float angle is off by radians) */
+void attn_rope_rotate(const attn_rope *r, float *x, int32_t shift) {
     const int half = r->n_rot / 2;
     for (int i = 0; i < half; i++) {
         const double a = (double)shift * r->freq[i];
@@ -88,7 +88,7 @@ void attn_far_rescore(const attn_rope *r, const kv_cache *kv, int layer, int kh,
     for (int j = 0; j < n; j++) {
         if (!shift[j]) continue;
         kv_cache_row_f32(kv, kv_cache_key(kv, layer, kh, slots[j]), k);
-        rotate(r, k, shift[j]);
+        attn_rope_rotate(r, k, shift[j]);
         for (int i = 0; i < g; i++) s[(size_t)i * ld + j] = scale * K->dot_f32(q + (size_t)i * hd, k, hd);
     }
 }

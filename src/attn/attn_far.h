@@ -7,23 +7,23 @@
  * the model knows. Keys are stored as computed, post-RoPE at their own
  * position p; turning a stored key by R(s) (the layer's RoPE as a pure
  * rotation, without its magnitude factor) gives the key at position p + s,
- * so a far key is scored as
+ * so a moved key is scored as
  *
  *   s_j = scale q . R(shift_j) k_j,   shift_j = d_j - d'_j,
  *
- * d_j = t - p_j its distance, d'_j the one it is attended at:
- *   window  d' = from                  every far key at one distance (InfLLM)
- *   order   d' = from - r              r: the key's rank among the query's far
- *                                      keys, farthest first: contiguous
- *                                      distances in their order (ReAttention)
- *   group   d' = from + ceil((d - from) / G),  G = ceil((d_max - from) / (limit - from)):
- *                                      far distances divided by the group size
- *                                      that brings the farthest attended key
- *                                      to `limit` (Self-Extend's floor
- *                                      division, its group chosen per query)
- * (order keeps d' >= 1). Keys within `from` keep their distance, so a query
- * without far keys attends exactly as with the scheme off. Values carry no
- * position and are read as stored. */
+ * d_j = t - p_j its distance, d'_j the one it is attended at. The keys a
+ * scheme places are a query's sinks and retrieved keys, never its local
+ * window (the tail, or a prompt batch's part: distances 0 .. base - 1):
+ *   window  d' = from for every far key (d > from)    all at one distance (InfLLM)
+ *   order   d' = base + (m - 1 - r) for every placed key, once one is far:
+ *           m placed keys, r the key's rank, farthest first: contiguous, in
+ *           their order, just beyond the local window (ReAttention)
+ *   group   d' = from + ceil((d - from) / G) for every far key, with
+ *           G = ceil((d_max - from) / (limit - from)): far distances divided
+ *           by the group that brings the farthest placed key to `limit`
+ *           (Self-Extend's grouped positions, the group chosen per query)
+ * A query without far keys attends exactly as with the scheme off. Values
+ * carry no position and are read as stored. */
 #ifndef SUBQ_ATTN_FAR_H
 #define SUBQ_ATTN_FAR_H
 
@@ -56,10 +56,16 @@ typedef struct attn_rope {
     const double *freq; /* [n_rot / 2] */
 } attn_rope;
 
-/* shift[j] = d_j - d'_j for the n keys at distances dist[j] (0 for keys
- * within f->from, and for every key when the scheme is none); returns how
- * many are far. scratch: n entries (order only; else may be NULL). */
-int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int32_t *shift, int64_t *scratch);
+/* x <- R(shift) x: the first n_rot dims of one head's vector turned as if
+ * it stood shift positions later (shift may be negative). */
+void attn_rope_rotate(const attn_rope *r, float *x, int32_t shift);
+
+/* shift[j] = d_j - d'_j for the n keys a scheme places (a query's sinks
+ * and retrieved keys), at distances dist[j], beyond a local window of base
+ * keys; 0 for the keys that stay, and for every key when the scheme is
+ * none. Returns how many are far. scratch: n entries (order only; else
+ * may be NULL). */
+int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int base, int32_t *shift, int64_t *scratch);
 
 /* The slots' distances from the query in slot q_slot (kv->pos), into dist. */
 void attn_far_distances(const kv_cache *kv, int q_slot, const int *slots, int n, int32_t *dist);

@@ -408,6 +408,7 @@ typedef struct extra_slots {
     const int32_t *extra;
     const kv_cache *kv;
     const attn_far *far;        /* NULL: keys at their own distance */
+    const int32_t *first;       /* [T] each token's range start: its local window is first[t] .. its slot */
     int n_extra, slot0;
     int *xs, *nx, *tmp;         /* [T][n_extra], [T], [T][n_extra] */
     int32_t *shift, *dist;      /* [T][n_extra] each (far only) */
@@ -440,7 +441,7 @@ static void extra_slots_token(void *ctx, int t, int thread) {
     if (!j->far) return;
     const size_t o = (size_t)t * j->n_extra;
     attn_far_distances(j->kv, j->slot0 + t, xs, n, j->dist + o);
-    if (attn_far_shifts(j->far, j->dist + o, n, j->shift + o, j->order + o)) j->n_far++;
+    if (attn_far_shifts(j->far, j->dist + o, n, j->slot0 + t - j->first[t] + 1, j->shift + o, j->order + o)) j->n_far++;
 }
 
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
@@ -476,7 +477,8 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
                                       .inv = q + rows * (2 * hd + n_keys), .e = q + rows * (2 * hd + n_keys + 1)};
     }
     const int far = st->far.scheme != ATTN_FAR_NONE && st->rope && st->rope->n_rot > 0;
-    extra_slots xj = {.extra = extra, .kv = kv, .far = far ? &st->far : NULL, .n_extra = n_extra, .slot0 = st->slot0};
+    extra_slots xj = {.extra = extra, .kv = kv, .far = far ? &st->far : NULL, .first = first, .n_extra = n_extra,
+                      .slot0 = st->slot0};
     if (!failed && n_extra > 0) {
         xj.xs = malloc((size_t)T * (2 * n_extra + 1) * sizeof(int));
         if (far) {

@@ -81,8 +81,11 @@ static subq_status set_stage(subq_context *c, int l, const sparse_params *sp, co
     const model_hparams *hp = &c->model->hp;
     sparse_params p = *sp;
     p.select.n_threads = c->n_threads;
+    const rope_hparams *R = layer_rope(hp, l);
     selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                        .head_dim = hp->head_dim, .pool = c->pool};
+                        .head_dim = hp->head_dim, .pool = c->pool,
+                        .rope = {.n_rot = R ? R->n_rot : 0, .neox = R ? R->neox : 0,
+                                 .freq = hp->layer[l].rope == LAYER_ROPE_LOCAL ? hp->rope_local.freq : c->rope_freq}};
     attn_stage *st;
     subq_status s = attn_sparse_new(&p, proj ? proj->wq[l] : NULL, proj ? proj->wk[l] : NULL,
                                     proj ? &proj->rope : NULL, hp->n_embd, &env, &st, err);
@@ -156,8 +159,10 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
         }
         if (search) sp.select.d_search = proj->d_search;
         sp.far = far;
-        /* far keys are scored without the search's rotated dims: their distances are past its training */
+        /* far keys are scored without the search's rotated dims (their distances are past its
+         * training), and by the oracle as attended at far.from */
         if (search && far.scheme != ATTN_FAR_NONE) sp.select.far_rot = proj->rope.n_rot;
+        if (far.scheme != ATTN_FAR_NONE) sp.select.far_from = far.from;
         s = set_stage(c, l, &sp, search ? proj : NULL, err);
     }
     free(mask);

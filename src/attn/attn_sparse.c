@@ -116,7 +116,7 @@ static query_window window_of(const sparse_stage *s, const kv_cache *kv, int slo
     const int far_hi = far_boundary(s, kv, doc0, slot);
     query_window w = {.doc0 = doc0, .sink_hi = sink_hi, .tail_lo = tail_lo,
                       .m = {.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = slot + 1,
-                            .far_hi = far_hi > doc0 ? far_hi : 0}};
+                            .far_hi = far_hi > doc0 ? far_hi : 0, .far_at = kv->pos[slot] - s->p.far.from}};
     return w;
 }
 
@@ -135,12 +135,16 @@ static int far_on(const sparse_stage *s, const attn_step *st) {
 }
 
 /* The turns of the n slots the query in `slot` attends (attn_far.h), in
- * s->far_shift; NULL when none is far. */
+ * s->far_shift: the first n_placed (sinks and retrieved keys) as the
+ * scheme places them, the rest (the tail, its local window) as they are;
+ * NULL when none is far. */
 static const int32_t *far_shifts(sparse_stage *s, const attn_step *st, const kv_cache *kv, int slot, const int *slots,
-                                 int n) {
+                                 int n, int n_placed) {
     if (!far_on(s, st)) return NULL;
-    attn_far_distances(kv, slot, slots, n, s->far_dist);
-    return attn_far_shifts(&s->p.far, s->far_dist, n, s->far_shift, s->far_order) ? s->far_shift : NULL;
+    attn_far_distances(kv, slot, slots, n_placed, s->far_dist);
+    for (int j = n_placed; j < n; j++) s->far_shift[j] = 0;
+    return attn_far_shifts(&s->p.far, s->far_dist, n_placed, n - n_placed, s->far_shift, s->far_order) ? s->far_shift
+                                                                                                    : NULL;
 }
 
 /* Slots a query attends to (see query_window), one set for every head.
@@ -190,7 +194,8 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
                                    &s->probe.totals.n_share);
         else
             attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, st->softcap, slots, ns,
-                                  st->rope, far_shifts(s, st, kv, slot, slots, ns), scores,
+                                  st->rope, far_shifts(s, st, kv, slot, slots, ns, w.sink_hi - w.doc0 + s->hgot[h]),
+                                  scores,
                                   st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
     }
     return SUBQ_OK;
@@ -249,7 +254,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         if (far_on(s, st) && w < far_hi) w = far_hi; /* ... within far.from: the window is never far */
         lo[t] = w > sink_hi ? w : sink_hi;
         m[t] = (select_mask){.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = lo[t], .ex1_hi = slot + 1,
-                             .far_hi = far_hi > d ? far_hi : 0};
+                             .far_hi = far_hi > d ? far_hi : 0, .far_at = kv->pos[slot] - s->p.far.from};
     }
     int32_t *cand = s->rec.cand;
     if (!rc && K > 0 &&
@@ -394,7 +399,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
          * head for its g query heads; the heads' gathers run in parallel so
          * both cores have misses in flight (threads pay off from ~100 rows) */
         group_job gj = {.st = st, .kv = kv, .g = g, .q = q, .slots = slots, .ns = ns,
-                        .shift = far_shifts(s, st, kv, slot, slots, ns), .scores = scores,
+                        .shift = far_shifts(s, st, kv, slot, slots, ns, cand_off + n_cand), .scores = scores,
                         .out = st->out + (size_t)t * st->n_head * hd};
         pool_run(ns * st->n_head_kv >= 512 ? st->pool : NULL, st->n_head_kv, attend_group, &gj);
     }

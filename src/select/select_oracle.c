@@ -1,6 +1,10 @@
 /* oracle: the exact top-K of a native score over the eligible slots, read
  * from the KV cache (the upper-bound baselines: what a perfect retriever of
- * the model's own attention logits would pick). Three scores (oracle_kind):
+ * the model's own attention logits would pick). With a far scheme
+ * (params.far_from) the slots below a query's mask.far_hi are scored as
+ * attended at position mask.far_at: q . R(far_at) k0_j, k0_j = R(-p_j) k_j
+ * the key unturned, kept beside the cache (headmean-dot and per-head).
+ * Three scores (oracle_kind):
  *
  *   headmean-dot     s_j = (1/n_head) sum_h q_h . k_{j, kvh(h)}, the mean of
  *                    the heads' logits. With grouped-query attention the heads
@@ -27,6 +31,11 @@ typedef struct oracle_sel {
     float *row, *km;    /* one key decoded to f32, the head-mean key: [head_dim] */
     kernels_gather_dot_fn dot;
     select_scratch sc;
+    /* far keys (params.far_from): every slot's keys unturned [cap][n_head_kv][head_dim], and the query
+     * turned to meet them [n_head_kv][head_dim] */
+    int far;
+    float *k0, *qr;
+    size_t k0_cap;
 } oracle_sel;
 
 static const char *oracle_names[ORACLE_KIND_COUNT] = {"headmean-dot", "headmean-cosine", "per-head"};
@@ -46,13 +55,32 @@ static subq_status oracle_append(selector *s, const float *k_search, int n, int 
     if (slot0 + n > s->env.kv->n_ctx)
         return subq_fail(err, SUBQ_ERR_RANGE, "selector oracle: slot %d beyond the KV cache (%d slots)", slot0 + n - 1,
                          s->env.kv->n_ctx);
+    if (o->far) { /* k0 = R(-p) k for each KV head of the new slots */
+        const kv_cache *kv = s->env.kv;
+        const size_t row = (size_t)s->env.n_head_kv * s->env.head_dim;
+        if ((size_t)(slot0 + n) > o->k0_cap) {
+            size_t cap = o->k0_cap ? o->k0_cap : 256;
+            while (cap < (size_t)(slot0 + n)) cap *= 2;
+            float *k0 = realloc(o->k0, cap * row * sizeof(float));
+            if (!k0) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory for %zu keys", cap);
+            o->k0 = k0;
+            o->k0_cap = cap;
+        }
+        for (int j = slot0; j < slot0 + n; j++)
+            for (int g = 0; g < s->env.n_head_kv; g++) {
+                float *dst = o->k0 + (size_t)j * row + (size_t)g * s->env.head_dim;
+                kv_cache_row_f32(kv, kv_cache_key(kv, s->env.layer, g, j), dst);
+                attn_rope_rotate(&s->env.rope, dst, -kv->pos[j]);
+            }
+    }
     o->count += n;
     return SUBQ_OK;
 }
 
-/* Scores of nb slots idx[] into acc: sum_{g in [g0, g1)} qv_g . k_{idx_i, g},
- * or with `cosine` the cosine score above (qv_0 = qm). */
-static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g1, int cosine, float *acc,
+/* Scores of nb slots idx[] into acc: sum_{g in [g0, g1)} qv_g . k_{idx_i, g}
+ * (far: qr_g . k0_{idx_i, g}), or with `cosine` the cosine score above
+ * (qv_0 = qm). */
+static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g1, int cosine, int far, float *acc,
                         float *tmp) {
     const selector_env *env = &o->base.env;
     const kv_cache *kv = env->kv;
@@ -70,8 +98,16 @@ static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g
         }
         return;
     }
-    /* one key plane per KV head (rows a slot stride apart) */
     for (int i = 0; i < nb; i++) acc[i] = 0.0f;
+    if (far) { /* the unturned keys, f32 rows of every KV head side by side */
+        const kernels *K = kernels_get();
+        for (int g = g0; g < g1; g++) {
+            K->gather_dot_f32(o->qr + (size_t)g * hd, o->k0 + (size_t)g * hd, (size_t)nkv * hd, hd, idx, nb, tmp);
+            for (int i = 0; i < nb; i++) acc[i] += tmp[i];
+        }
+        return;
+    }
+    /* one key plane per KV head (rows a slot stride apart) */
     for (int g = g0; g < g1; g++) {
         o->dot(o->qv + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), kv_cache_slot_stride_values(kv), hd, idx, nb, tmp);
         for (int i = 0; i < nb; i++) acc[i] += tmp[i];
@@ -93,16 +129,27 @@ static int scan(oracle_sel *o, const select_mask *m, int k, int g0, int g1, int 
     float *acc = o->sc.f, *tmp = acc + blk;
     int lo[3], hi[3], nr = select_mask_ranges(m, o->count, lo, hi);
     int64_t scored = 0;
+    /* far slots meet the query turned back to where they are attended */
+    const int far_hi = o->far && !cosine ? m->far_hi : 0;
+    const int hd = s->env.head_dim;
+    for (int g = g0; far_hi && g < g1; g++) {
+        memcpy(o->qr + (size_t)g * hd, o->qv + (size_t)g * hd, (size_t)hd * sizeof(float));
+        attn_rope_rotate(&s->env.rope, o->qr + (size_t)g * hd, -m->far_at);
+    }
     /* the most recent keys first: scores tend to grow toward them, so the
      * buffer's threshold rises early; the result is the same */
     for (int r = nr - 1; r >= 0; r--) {
         for (int j1 = hi[r]; j1 > lo[r]; j1 -= (int)blk) {
-            int j0 = j1 - (int)blk > lo[r] ? j1 - (int)blk : lo[r], nb = 0;
+            int j0 = j1 - (int)blk > lo[r] ? j1 - (int)blk : lo[r];
+            /* [j0, far_hi) far, [far_hi, j1) near, in blocks that do not straddle */
+            if (j0 < far_hi && j1 > far_hi) j0 = far_hi;
+            int nb = 0;
             for (int j = j0; j < j1; j++)
                 if (!m->seg || m->seg[j] == m->query_seg) idx[nb++] = j;
-            score_block(o, idx, nb, g0, g1, cosine, acc, tmp);
+            score_block(o, idx, nb, g0, g1, cosine, j0 < far_hi, acc, tmp);
             for (int i = nb - 1; i >= 0; i--) select_topk_push(&best, acc[i], idx[i]);
             scored += nb;
+            j1 = j0 + (int)blk; /* the loop steps back by blk from j0 */
         }
     }
     s->stats.n_visited += scored;
@@ -161,6 +208,8 @@ static void oracle_free(selector *s) {
     free(o->qv);
     free(o->row);
     free(o->km);
+    free(o->k0);
+    free(o->qr);
     select_scratch_free(&o->sc);
     free(o);
 }
@@ -180,7 +229,9 @@ subq_status select_oracle_new(const selector_params *p, const selector_env *env,
     o->qv = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     o->row = malloc((size_t)env->head_dim * sizeof(float));
     o->km = malloc((size_t)env->head_dim * sizeof(float));
-    if (!o->qv || !o->row || !o->km) {
+    o->far = p->far_from > 0 && env->rope.n_rot > 0 && p->oracle != ORACLE_HEADMEAN_COSINE;
+    o->qr = o->far ? malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float)) : NULL;
+    if (!o->qv || !o->row || !o->km || (o->far && !o->qr)) {
         oracle_free(&o->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
     }

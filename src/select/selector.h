@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "attn/attn_far.h"
 #include "base/pool.h"
 #include "kv/kv_cache.h"
 #include "subq.h"
@@ -104,6 +105,11 @@ typedef struct selector_params {
      * position (search_rope.h): their distances lie past what the search
      * was trained on, where the rotated part is noise. 0: no split */
     int far_rot;
+    /* oracle (headmean-dot, per-head): slots below mask.far_hi are scored
+     * as attended at distance far_from (a far scheme's `from`: the native
+     * key turned by the layer's RoPE, env.rope), not at their own. 0: at
+     * their own */
+    int far_from;
 } selector_params;
 
 #define SELECT_MAX_BLOCK_ROWS 4096
@@ -115,13 +121,14 @@ typedef struct selector_env {
     int layer;
     int n_head, n_head_kv, head_dim;
     pool *pool;                /* the context's decode threads (long scans), or NULL */
+    attn_rope rope;            /* the layer's RoPE as a rotation (n_rot 0: none; params.far_from) */
 } selector_env;
 
 /* Eligibility of cache slots for one query: slot j may be returned iff
  * j < n_slots, (seg == NULL or seg[j] == query_seg), and j lies outside
  * both excluded ranges [ex0_lo, ex0_hi) and [ex1_lo, ex1_hi) (the sinks and
  * the recent tail, which attention keeps anyway). Slots below far_hi are
- * far from the query (selector_params.far_rot; 0: none). */
+ * far from the query (selector_params.far_rot, far_from; 0: none). */
 typedef struct select_mask {
     int n_slots;
     const int32_t *seg;
@@ -129,6 +136,7 @@ typedef struct select_mask {
     int ex0_lo, ex0_hi;
     int ex1_lo, ex1_hi;
     int far_hi;
+    int32_t far_at;    /* the position far keys are attended at (params.far_from) */
 } select_mask;
 
 /* [0, min(n, m->n_slots)) minus the two excluded ranges of m, as at most 3

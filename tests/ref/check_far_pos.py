@@ -11,9 +11,11 @@ positions alone, so numpy attends the same ones), sink 2, tail 8, K 16,
 layer 1 sparse, layer 0 kept dense (under a far scheme: the sinks and the
 keys within --far-from 40 once there are farther ones). For a query at
 position i a key at distance d > 40 is far, and is attended at
-    window  40            order  40 - r (r: its rank among the query's far keys, farthest first)
+    window  40
     group   40 + ceil((d - 40) / G),  G = ceil((d_max - 40) / (255 - 40))
-with its stored key R(p) k turned to R(i - d') k. Checked, each scheme, in
+(order: once a key is far, every sink and retrieved key of the query, in
+order, just beyond its local window: base, base + 1, ..., the farthest
+last) with its stored key R(p) k turned to R(i - d') k. Checked, each scheme, in
 decode (every token a step: --decode-from 1) and in a sparse prefill
 (--sparse-prefill, batches of 64: a token attends the sinks, its batch's
 part of the sequence or the tail, never further than 40 back, and K from
@@ -42,18 +44,19 @@ T, SINK, TAIL, K, FAR, BATCH = 300, 2, 8, 16, 40, 64
 TOL = 1e-5
 
 
-def far_positions(ref, i, keys, scheme):
-    """Positions the keys (ascending slots) of query i are attended at."""
+def far_positions(ref, i, keys, n_placed, scheme):
+    """Positions the keys (ascending slots) of query i are attended at: the
+    first n_placed (sinks and retrieved) as the scheme places them, the rest
+    (its local window) where they are."""
     d = i - keys
     eff = d.copy()
     far = d > FAR
+    far[n_placed:] = False
     if scheme == "window":
         eff[far] = FAR
-    elif scheme == "order":
-        order = np.argsort(-d[far], kind="stable")          # farthest first
-        ranks = np.empty(order.size, dtype=np.int64)
-        ranks[order] = np.arange(order.size)
-        eff[far] = np.maximum(FAR - ranks, 1)
+    elif scheme == "order" and far.any():                    # all placed keys, in order, beyond the window
+        base = len(keys) - n_placed
+        eff[:n_placed] = base + np.arange(n_placed)[::-1]    # ascending slots: the farthest first
     elif scheme == "group" and far.any():
         limit = ref.n_ctx_train - 1
         G = math.ceil((d[far].max() - FAR) / (limit - FAR))
@@ -62,12 +65,13 @@ def far_positions(ref, i, keys, scheme):
 
 
 def attended(i, layer, mode):
-    """Slots query i attends in `layer` (1 sparse, 0 dense under the scheme)."""
+    """Slots query i attends in `layer` (1 sparse, 0 dense under the scheme),
+    ascending, and how many of the first are placed (sinks, retrieved)."""
     sink_hi = min(SINK, i + 1)
     if layer == 0:
         if i <= FAR:
-            return np.arange(i + 1)
-        return np.concatenate([np.arange(sink_hi), np.arange(max(i - FAR, sink_hi), i + 1)])
+            return np.arange(i + 1), 0
+        return np.concatenate([np.arange(sink_hi), np.arange(max(i - FAR, sink_hi), i + 1)]), sink_hi
     if mode == "decode":
         lo = max(i + 1 - TAIL, sink_hi)
         top = lo                                             # retrieve from [sink_hi, lo)
@@ -78,7 +82,7 @@ def attended(i, layer, mode):
         lo = max(w, sink_hi)
         top = min(b0, lo)                                    # retrieve among earlier batches
     got = np.arange(max(sink_hi, top - K), top) if top > sink_hi else np.arange(0)
-    return np.concatenate([np.arange(sink_hi), got, np.arange(lo, i + 1)])
+    return np.concatenate([np.arange(sink_hi), got, np.arange(lo, i + 1)]), sink_hi + len(got)
 
 
 def forward(ref, tokens, scheme, mode):
@@ -103,8 +107,8 @@ def forward(ref, tokens, scheme, mode):
         q = ref.rope(q, pos, inv_freq, mscale)
         heads = np.empty((T_, nh, hd))
         for i in range(T_):
-            keys = attended(i, il, mode)
-            kr = ref.rope(k[keys], far_positions(ref, i, keys, scheme), inv_freq, mscale)  # (n, nkv, hd)
+            keys, n_placed = attended(i, il, mode)
+            kr = ref.rope(k[keys], far_positions(ref, i, keys, n_placed, scheme), inv_freq, mscale)  # (n, nkv, hd)
             for hq in range(nh):
                 s = kr[:, hq // group, :] @ q[i, hq, :] * scale
                 p = np.exp(s - s.max())
