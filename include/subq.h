@@ -525,6 +525,11 @@ typedef struct subq_attn_plan {
      * as N^2 / (block_keys * group_blocks). group_blocks 0: one level.
      * (16, 32, 131072) */
     int group_blocks, group_probe, group_from;
+    /* ... and each block and group is also ranked by its block_reps keys
+     * farthest from its mean, its score the best of the mean's and
+     * theirs: a lone strong key among weak ones stays visible at any
+     * length (0: the mean alone) */
+    int block_reps;
     int probe_check;               /* every probe_check-th prompt token of the block scan is also
                                       answered by the full scan, and the overlap counted
                                       (subq_context_stats; costs time) (0: none) */

@@ -91,6 +91,56 @@ static double mean_score(const float *q, double qn, const float *stored, int d, 
     return s / (e - a);
 }
 
+/* The R rows of rows[0..n) (indices into stored) farthest from the mean
+ * of the stored rows of slots [a, e), into pick; 1 when the R-th and the
+ * next lie within rounding (either may be taken). */
+static int farthest(const float *stored, int d, int a, int e, const int32_t *rows, int n, int R, int32_t *pick) {
+    double *mean = calloc((size_t)d, sizeof(double)), *dist = malloc((size_t)n * sizeof(double));
+    for (int j = a; j < e; j++)
+        for (int c = 0; c < d; c++) mean[c] += stored[(size_t)j * d + c] / (double)(e - a);
+    for (int x = 0; x < n; x++) {
+        dist[x] = 0;
+        for (int c = 0; c < d; c++) {
+            const double v = stored[(size_t)rows[x] * d + c] - mean[c];
+            dist[x] += v * v;
+        }
+    }
+    int tied = 0;
+    for (int r = 0; r < R; r++) {
+        int arg = -1;
+        for (int x = 0; x < n; x++) arg = dist[x] >= 0 && (arg < 0 || dist[x] > dist[arg]) ? x : arg;
+        pick[r] = rows[arg];
+        const double dr = dist[arg];
+        dist[arg] = -1;
+        if (r == R - 1)
+            for (int x = 0; x < n; x++) tied |= dist[x] >= 0 && dr - dist[x] <= 1e-5 * dr;
+    }
+    free(mean), free(dist);
+    return tied;
+}
+
+/* The score of the unit of slots [a, e) (a block, or a group of G blocks of
+ * B): q . its mean / |q|, or with R representatives the best of that and
+ * q . k / |q| over its R keys farthest from the mean (a group's: among
+ * its blocks' own); *tied as farthest() says. */
+static double unit_score(const float *q, double qn, const float *stored, int d, int a, int e, int B, int R,
+                         int *tied) {
+    double s = mean_score(q, qn, stored, d, a, e);
+    if (!R) return s;
+    const int nb = (e - a) / B;
+    int32_t *rows = malloc((size_t)(B > nb * R ? B : nb * R) * sizeof(int32_t)), *cand = malloc((size_t)nb * R * sizeof(int32_t));
+    for (int b = 0; b < nb; b++) { /* each block's representatives */
+        for (int j = 0; j < B; j++) rows[j] = a + b * B + j;
+        *tied |= farthest(stored, d, a + b * B, a + (b + 1) * B, rows, B, R, cand + (size_t)b * R);
+    }
+    int32_t pick[64];
+    if (nb > 1) *tied |= farthest(stored, d, a, e, cand, nb * R, R, pick);
+    else memcpy(pick, cand, (size_t)R * sizeof(int32_t));
+    for (int r = 0; r < R; r++) s = fmax(s, cosine(q, stored + (size_t)pick[r] * d, d));
+    free(rows), free(cand);
+    return s;
+}
+
 /* 1 when the keep-th and the (keep+1)-th best of score[0..n) (the first
  * keep sorted best first by best_first) lie within eps: blocks (or groups)
  * tied within rounding there, which the library may rank either way. */
@@ -106,7 +156,7 @@ static int tied_at(const double *score, int n, int keep, double eps) {
  * *tied: 1 when a group or block at the edge of the probed ones ties with
  * the next best within rounding (1e-4 of the largest |block score|). */
 static int reference(const float *q, const float *stored, int d, int count, int B, int nprobe, int G, int gprobe,
-                     const select_mask *m, int k, double *want, double *bscore, int32_t *bid, int *tied) {
+                     int R, const select_mask *m, int k, double *want, double *bscore, int32_t *bid, int *tied) {
     *tied = 0;
     const int vis = m->n_slots < count ? m->n_slots : count, nbf = vis / B;
     double qn = 0;
@@ -123,7 +173,7 @@ static int reference(const float *q, const float *stored, int d, int count, int 
         for (int g = 0; g < ngf; g++) {
             int any = 0;
             for (int b = g * G; b < (g + 1) * G; b++) any |= elig[b];
-            if (any) bscore[ng] = mean_score(q, qn, stored, d, g * G * B, (g + 1) * G * B), bid[ng++] = g;
+            if (any) bscore[ng] = unit_score(q, qn, stored, d, g * G * B, (g + 1) * G * B, B, R, tied), bid[ng++] = g;
         }
         double top = 0;
         for (int a = 0; a < ng; a++) top = fmax(top, fabs(bscore[a]));
@@ -137,7 +187,7 @@ static int reference(const float *q, const float *stored, int d, int count, int 
     }
     int nb = 0;
     for (int b = 0; b < nbf; b++)
-        if (cand[b]) bscore[nb] = mean_score(q, qn, stored, d, b * B, (b + 1) * B), bid[nb++] = b;
+        if (cand[b]) bscore[nb] = unit_score(q, qn, stored, d, b * B, (b + 1) * B, B, R, tied), bid[nb++] = b;
     double top = 0;
     for (int a = 0; a < nb; a++) top = fmax(top, fabs(bscore[a]));
     best_first(bscore, bid, nb, nprobe);
@@ -168,7 +218,7 @@ static void batch_masks(uint64_t *rng, int n, int nq, int32_t *seg, select_mask 
 
 /* A block scan from the first key (G > 0: in groups of G blocks from the
  * first key too; scan: what the keys' pass reads). */
-static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, int G, int gprobe, int check) {
+static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, int G, int gprobe, int check, int R) {
     selector_params p;
     selector_params_default(&p, SELECT_EXACT, d);
     p.f16_keys = f16;
@@ -178,6 +228,7 @@ static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, i
     p.probe_from = 0;
     p.group_blocks = G, p.group_probe = gprobe, p.group_from = 0;
     p.probe_check = check;
+    p.block_reps = R;
     selector *s;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
@@ -185,11 +236,11 @@ static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, i
 }
 
 static selector *new_blocks(int d, int f16, int B, int nprobe, int check) {
-    return new_scan(d, f16, SELECT_SCAN_FULL, B, nprobe, 0, 1, check);
+    return new_scan(d, f16, SELECT_SCAN_FULL, B, nprobe, 0, 1, check, 0);
 }
 
-static void test_reference_of(int f16, select_scan scan, int d, int n, int B, int nprobe, int G, int gprobe, int threads,
-                              uint64_t seed) {
+static void test_reference_of(int f16, select_scan scan, int d, int n, int B, int nprobe, int G, int gprobe, int R,
+                              int threads, uint64_t seed) {
     enum { NQ = 60 };
     const int k = 50;
     uint64_t rng = rng_seed(seed);
@@ -209,7 +260,7 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
         const int j = (int)(rng_next_u64(&rng) % (uint64_t)(m[i].n_slots < n ? m[i].n_slots : n));
         for (int c = 0; c < d; c++) q[(size_t)i * d + c] = 0.5f * q[(size_t)i * d + c] + keys[(size_t)j * d + c];
     }
-    selector *s = new_scan(d, f16, scan, B, nprobe, G, gprobe, 0);
+    selector *s = new_scan(d, f16, scan, B, nprobe, G, gprobe, 0, R);
     subq_error err = {0};
     /* the batch ranks groups when it holds more full groups than it probes */
     int top = 0;
@@ -226,8 +277,8 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
     int bad_count = 0, bad_elig = 0, differ = 0, n_tied = 0, n_want = 0, found = 0;
     for (int i = 0; i < NQ; i++) {
         int tied;
-        const int kk = reference(q + (size_t)i * d, stored, d, n, B, nprobe, grouped ? G : 0, gprobe, &m[i], k, want,
-                                 bscore, bid, &tied);
+        const int kk = reference(q + (size_t)i * d, stored, d, n, B, nprobe, grouped ? G : 0, gprobe, R, &m[i], k,
+                                 want, bscore, bid, &tied);
         n_tied += tied;
         bad_count += got[i] != kk;
         int mismatch = 0;
@@ -249,12 +300,13 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
     const char *name = scan == SELECT_SCAN_INT4 ? "int4" : scan == SELECT_SCAN_INT8 ? "int8" : f16 ? "f16" : "f32";
     /* a query whose probed blocks (or groups) end at one that ties the next
      * within rounding may take either: only such queries may differ */
-    CHECK(bad_count == 0 && bad_elig == 0, "blocks %s d=%d B=%d G=%d: %d wrong counts, %d ineligible", name, d, B,
-          G, bad_count, bad_elig);
+    CHECK(bad_count == 0 && bad_elig == 0, "blocks %s d=%d B=%d G=%d R=%d: %d wrong counts, %d ineligible", name, d,
+          B, G, R, bad_count, bad_elig);
     CHECK(G == 0 || grouped, "blocks d=%d B=%d G=%d: the test must reach the groups", d, B, G);
     if (scan == SELECT_SCAN_FULL) {
-        CHECK(differ == 0, "blocks %s d=%d B=%d nprobe=%d G=%d: %d of %d queries differ from the reference (%d tied "
-              "at the edge of the probed blocks, excused)", name, d, B, nprobe, G, differ, NQ, n_tied);
+        CHECK(differ == 0, "blocks %s d=%d B=%d nprobe=%d G=%d R=%d: %d of %d queries differ from the reference (%d "
+              "tied at the edge of the probed blocks or representatives, excused)", name, d, B, nprobe, G, R, differ,
+              NQ, n_tied);
     } else {
         /* codes rank a pool that the stored keys re-rank (decode's scan
          * keeps recall@K >= 0.99 the same way) */
@@ -266,7 +318,7 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
 }
 
 static void test_reference(int f16, int d, int n, int B, int nprobe, int threads, uint64_t seed) {
-    test_reference_of(f16, SELECT_SCAN_FULL, d, n, B, nprobe, 0, 1, threads, seed);
+    test_reference_of(f16, SELECT_SCAN_FULL, d, n, B, nprobe, 0, 1, 0, threads, seed);
 }
 
 /* Keys at or past a query's n_slots never change its answer; a truncated
@@ -286,8 +338,8 @@ static void test_state(int f16, int G) {
     batch_masks(&rng, N, NQ, seg, m);
     for (int i = 0; i < NQ; i++) m[i].n_slots = m[i].n_slots < N ? m[i].n_slots : N - 1 - i;
     subq_error err = {0};
-    selector *a = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0);
-    selector *b = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0);
+    selector *a = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
+    selector *b = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
     /* a: N keys; b: the same N and N more past every query's n_slots */
     CHECK(selector_append(a, keys, N, 0, &err) == SUBQ_OK && selector_append(b, keys, 2 * N, 0, &err) == SUBQ_OK,
           "append: %s", err.msg);
@@ -302,7 +354,7 @@ static void test_state(int f16, int G) {
     memset(ob, 0xff, sizeof ob);
     CHECK(selector_query_prefill(b, NQ, q, q, D, K, m, ob, gb, 1) == 0, "query_prefill failed");
     CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d G %d: truncate + append differ", f16, G);
-    selector *c = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0);
+    selector *c = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
     CHECK(selector_get_keys(a, N, back, &err) == SUBQ_OK && selector_put_keys(c, back, N, 0, &err) == SUBQ_OK,
           "get/put keys: %s", err.msg);
     memset(ob, 0xff, sizeof ob);
@@ -443,11 +495,17 @@ int main(void) {
     test_reference(1, 64, 3000, 100, 3, 1, 4);
     test_reference(0, 8, 2500, 1, 300, 2, 5);
     /* groups of blocks first, then blocks */
-    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 1, 11);
-    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 2, 12);
+    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 0, 1, 11);
+    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 0, 2, 12);
     /* the keys' pass over codes, re-ranked on the stored keys */
-    test_reference_of(1, SELECT_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 2, 13);
-    test_reference_of(0, SELECT_SCAN_INT8, 24, 7000, 32, 26, 4, 12, 1, 14);
+    test_reference_of(1, SELECT_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 0, 2, 13);
+    test_reference_of(0, SELECT_SCAN_INT8, 24, 7000, 32, 26, 4, 12, 0, 1, 14);
+    /* blocks and groups ranked by their representative keys too */
+    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 0, 1, 4, 1, 15);
+    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 0, 1, 2, 2, 16);
+    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 4, 1, 17);
+    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 3, 2, 18);
+    test_reference_of(1, SELECT_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 8, 2, 19);
     test_state(0, 0);
     test_state(1, 0);
     test_state(0, 4);

@@ -11,7 +11,8 @@
  *                                               the score multisets equal;
  *                                               codes: recall >= 0.99)
  *   exact batches (one GEMM)                    the brute top K
- *   the prefill's block scan                    recall >= 0.9 of the brute top K
+ *   the prefill's block scan, blocks ranked by  recall >= 0.9 of the brute top K
+ *   their mean or also their representatives
  *   hnsw, faiss                                 recall >= 0.9
  *   far_hi 0 or far_rot 0                       the whole score (no split) */
 #include <math.h>
@@ -119,11 +120,11 @@ static void judge(const float *q, const float *keys, const select_mask *m, int f
     free(have);
 }
 
-static selector *new_selector(selector_kind kind, select_score sc, select_scan scan, int f16, int far_rot,
+static selector *new_selector(selector_kind kind, select_score sc, select_scan scan, int f16, int far_rot, int reps,
                               const float *keys) {
     selector_params p;
     selector_params_default(&p, kind, D);
-    p.score = sc, p.scan = scan, p.f16_keys = f16, p.far_rot = far_rot;
+    p.score = sc, p.scan = scan, p.f16_keys = f16, p.far_rot = far_rot, p.block_reps = reps;
     p.nprobe = 24, p.block_rows = 32, p.probe_from = 1024, p.group_blocks = 0; /* the block scan from 1024 keys */
     selector *s = NULL;
     subq_error err = {0};
@@ -139,7 +140,7 @@ static void test_exact(select_score sc, select_scan scan, int f16, uint64_t seed
     int32_t *seg = malloc(40 * (size_t)N * sizeof(int32_t)), *out = malloc(40 * 256 * sizeof(int32_t));
     for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
     make_keys(&rng, keys, lure);
-    selector *s = new_selector(SELECT_EXACT, sc, scan, f16, ROT, keys);
+    selector *s = new_selector(SELECT_EXACT, sc, scan, f16, ROT, 0, keys);
     const double tol = (f16 ? 2e-3 : 1e-5) * (sc == SELECT_SCORE_DOT ? 40.0 : 1.0);
     const int full = scan == SELECT_SCAN_FULL;
     int bad = 0, bad_b = 0;
@@ -173,7 +174,7 @@ static void test_exact(select_score sc, select_scan scan, int f16, uint64_t seed
 
 /* the prefill's block scan and the graph indexes: recall of the far-split
  * top K, and that the split matters (the whole-score top K is another set) */
-static void test_recall(selector_kind kind, select_scan scan, uint64_t seed) {
+static void test_recall(selector_kind kind, select_scan scan, int reps, uint64_t seed) {
     if (!selector_kind_available(kind)) {
         CHECK(kind == SELECT_FAISS, "%s is not built in", selector_kind_name(kind));
         return;
@@ -184,7 +185,7 @@ static void test_recall(selector_kind kind, select_scan scan, uint64_t seed) {
     int32_t *seg = malloc((size_t)NQ * N * sizeof(int32_t)), out[NQ * K], top[K], whole[K];
     for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
     make_keys(&rng, keys, lure);
-    selector *s = new_selector(kind, SELECT_SCORE_COSINE, scan, 0, ROT, keys);
+    selector *s = new_selector(kind, SELECT_SCORE_COSINE, scan, 0, ROT, reps, keys);
     select_mask m[NQ];
     int got[NQ];
     for (int i = 0; i < NQ; i++) {
@@ -207,7 +208,8 @@ static void test_recall(selector_kind kind, select_scan scan, uint64_t seed) {
         for (int a = 0; a < kk; a++)
             for (int b = 0; b < kk; b++) shared += whole[b] == top[a];
     }
-    const char *name = kind == SELECT_EXACT ? "block scan" : selector_kind_name(kind);
+    const char *name = kind == SELECT_EXACT ? (reps ? "block scan with representatives" : "block scan")
+                                            : selector_kind_name(kind);
     CHECK(found >= 0.9 * NQ * K, "%s %s: recall@%d %.3f of the far-split top K", name, select_scan_name(scan), K,
           found / (NQ * K));
     CHECK(shared <= 0.5 * NQ * K, "%s: the keys do not tell the split (%.3f shared with the whole-score top K)", name,
@@ -228,7 +230,7 @@ static void test_no_split(void) {
     double want[64];
     for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
     make_keys(&rng, keys, lure);
-    selector *s = new_selector(SELECT_EXACT, SELECT_SCORE_COSINE, SELECT_SCAN_FULL, 0, 0, keys);
+    selector *s = new_selector(SELECT_EXACT, SELECT_SCORE_COSINE, SELECT_SCAN_FULL, 0, 0, 0, keys);
     int bad = 0;
     for (int it = 0; it < 10; it++) {
         select_mask m;
@@ -251,10 +253,11 @@ int main(void) {
     for (select_scan scan = SELECT_SCAN_FULL; scan < SELECT_SCAN_COUNT; scan++) {
         test_exact(SELECT_SCORE_COSINE, scan, 0, 1 + scan);
         test_exact(SELECT_SCORE_DOT, scan, 1, 11 + scan);
-        test_recall(SELECT_EXACT, scan, 21 + scan);
+        test_recall(SELECT_EXACT, scan, 0, 21 + scan);
+        test_recall(SELECT_EXACT, scan, 4, 24 + scan);
     }
-    test_recall(SELECT_HNSW, SELECT_SCAN_FULL, 31);
-    test_recall(SELECT_FAISS, SELECT_SCAN_FULL, 32);
+    test_recall(SELECT_HNSW, SELECT_SCAN_FULL, 0, 31);
+    test_recall(SELECT_FAISS, SELECT_SCAN_FULL, 0, 32);
     test_no_split();
     return test_summary();
 }

@@ -85,6 +85,7 @@ subq_attn_plan subq_attn_plan_default(void) {
         .group_blocks = sp->group_blocks,
         .group_probe = sp->group_probe,
         .group_from = sp->group_from,
+        .block_reps = sp->block_reps,
         .probe_check = sp->probe_check,
         .seed = sp->seed,
         .complete_min_entropy = -1.0f,
@@ -131,6 +132,7 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.group_blocks = p->group_blocks;
     sp->select.group_probe = p->group_probe;
     sp->select.group_from = p->group_from;
+    sp->select.block_reps = p->block_reps;
     sp->select.probe_check = p->probe_check;
     sp->select.seed = p->seed;
     sp->far = (attn_far){.scheme = (attn_far_scheme)p->far_pos, .from = p->far_from};

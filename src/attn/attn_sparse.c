@@ -563,8 +563,11 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
              sp->block_rows, sp->nprobe, sp->probe_from, sp->group_blocks, sp->group_probe, sp->group_from,
              sp->seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
-    const size_t used = strlen(buf);
-    if (s->p.far.scheme != ATTN_FAR_NONE && used < cap) /* only then: plans from before far schemes describe as they did */
+    /* only when on: plans from before these settings describe as they did */
+    size_t used = strlen(buf);
+    if (sp->block_reps && used < cap) snprintf(buf + used, cap - used, " reps=%d", sp->block_reps);
+    used = strlen(buf);
+    if (s->p.far.scheme != ATTN_FAR_NONE && used < cap)
         snprintf(buf + used, cap - used, " far=%s from=%d limit=%d dense_near=%d", attn_far_name(s->p.far.scheme),
                  s->p.far.from, s->p.far.limit, s->p.dense_near);
 }

@@ -109,13 +109,28 @@ static int offer_runs(const float *dots, const int *j0, const int *len, int n_ru
  * bt[i]. */
 static void rank_units(int n, const float *qn, int d, const float *U, int unit, int nu_max, int count,
                        const select_mask *m, float *S, int chunk, int32_t *idx, int scratch, topk_buf *bt,
-                       int far_rot, const int *unit_hi, float *R, int n_threads) {
+                       int far_rot, const int *unit_hi, float *R, const float *reps, int n_reps, float *SR,
+                       int *rep_hi, int n_threads) {
     const kernels *K = kernels_get();
+    for (int i = 0; reps && far_rot && i < n; i++) rep_hi[i] = unit_hi[i] * n_reps;
     for (int c0 = 0; c0 < nu_max; c0 += chunk) {
         const int c1 = c0 + chunk < nu_max ? c0 + chunk : nu_max, nc = c1 - c0;
         blas_sgemm(n_threads, 0, 1, n, nc, d, 1.0f, qn, d, U + (size_t)c0 * d, d, 0.0f, S, nc);
         /* units wholly among a query's far keys: without the rotated dims */
         if (far_rot) select_far_correct(n, qn, d, far_rot, U + (size_t)c0 * d, d, c0, nc, unit_hi, S, nc, R, n_threads);
+        if (reps) { /* a unit's score: the best of its mean and its representative keys */
+            const int nrc = nc * n_reps;
+            blas_sgemm(n_threads, 0, 1, n, nrc, d, 1.0f, qn, d, reps + (size_t)c0 * n_reps * d, d, 0.0f, SR, nrc);
+            if (far_rot)
+                select_far_correct(n, qn, d, far_rot, reps + (size_t)c0 * n_reps * d, d, c0 * n_reps, nrc, rep_hi, SR,
+                                   nrc, R, n_threads);
+            for (int i = 0; i < n; i++)
+                for (int u = 0; u < nc; u++) {
+                    const float *sr = SR + (size_t)i * nrc + (size_t)u * n_reps;
+                    float *s = S + (size_t)i * nc + u;
+                    for (int x = 0; x < n_reps; x++) *s = sr[x] > *s ? sr[x] : *s;
+                }
+        }
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (n * nc >= 1 << 16)
         for (int i = 0; i < n; i++) {
             int lo[3], hi[3], ulo[3], uhi[3];
@@ -143,12 +158,23 @@ static void rank_units(int n, const float *qn, int d, const float *U, int unit, 
 
 /* The best `keep` of the eligible runs of rows (j0, len), scored by r
  * into dots, into t (a buffer of 2 keep): the sampled threshold first,
- * and all of them again when fewer than keep reached it. Returns the rows
+ * and all of them again when fewer than keep reached it. With reps (rows
+ * of n_reps representatives per row of r, scored into rdots), a row's
+ * score is the best of its own and its representatives'. Returns the rows
  * scored. */
-static int keep_best_runs(const select_rows *r, const int *j0, const int *len, int n_runs, const select_mask *m,
-                          float *dots, int32_t *at, topk_buf *t) {
+static int keep_best_runs(const select_rows *r, const select_rows *reps, int n_reps, const int *j0, const int *len,
+                          int n_runs, const select_mask *m, float *dots, float *rdots, int32_t *at, topk_buf *t) {
     int total = 0;
-    for (int u = 0; u < n_runs; total += len[u], u++) select_score_run(r, j0[u], len[u], dots + total);
+    for (int u = 0; u < n_runs; total += len[u], u++) {
+        select_score_run(r, j0[u], len[u], dots + total);
+        if (!reps) continue;
+        select_score_run(reps, j0[u] * n_reps, len[u] * n_reps, rdots);
+        for (int v = 0; v < len[u]; v++)
+            for (int x = 0; x < n_reps; x++) {
+                const float sr = rdots[(size_t)v * n_reps + x];
+                dots[total + v] = sr > dots[total + v] ? sr : dots[total + v];
+            }
+    }
     const float thr = sampled_threshold(dots, total, t->k);
     if (offer_runs(dots, j0, len, n_runs, m, thr, at, t) < t->k && thr > -INFINITY) {
         t->n = 0, t->thr = 0;
@@ -192,13 +218,19 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
     const size_t max_runs = 3 * ((size_t)chosen_max + 1);
     int *runs = select_query_realloc(s, NULL, (size_t)n_threads * 2 * max_runs * sizeof(int));
     float *dots = select_query_realloc(s, NULL, (size_t)n_threads * dots_n * sizeof(float));
+    /* ... and the representatives' scores of a run of blocks (at most a group's) */
+    float *rdots = grouped && ix->n_reps ? select_query_realloc(s, NULL, (size_t)n_threads * G * ix->n_reps * sizeof(float))
+                                         : NULL;
     uint64_t *keys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * keep * sizeof(uint64_t));
     int32_t *ranks = codes ? select_query_realloc(s, NULL, (size_t)n_threads * keep * sizeof(int32_t)) : NULL;
     /* with far keys: each query's far boundary in units, and the rotated part's scores */
-    int *unit_hi = far_rot ? select_query_realloc(s, NULL, (size_t)n * sizeof(int)) : NULL;
-    float *R = far_rot ? select_query_realloc(s, NULL, (size_t)n * chunk * sizeof(float)) : NULL;
+    int *unit_hi = far_rot ? select_query_realloc(s, NULL, (size_t)n * 2 * sizeof(int)) : NULL;
+    const int n_reps = ix->n_reps;
+    float *R = far_rot ? select_query_realloc(s, NULL, (size_t)n * chunk * (n_reps > 1 ? n_reps : 1) * sizeof(float))
+                       : NULL;
+    float *SR = n_reps ? select_query_realloc(s, NULL, (size_t)n * chunk * n_reps * sizeof(float)) : NULL;
     int rc = !S || !bkeys || !bt || !chosen || !idx || !runs || !dots || !keys || (codes && !ranks) ||
-                     (far_rot && (!unit_hi || !R))
+                     (far_rot && (!unit_hi || !R)) || (n_reps && !SR) || (grouped && n_reps && !rdots)
                  ? -1
                  : 0;
     for (int i = 0; !rc && i < n; i++) bt[i] = (topk_buf){.key = bkeys + (size_t)i * 2 * chosen_max, .k = keep1};
@@ -207,7 +239,8 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
     /* 1. each query's best blocks (or groups) by their summaries */
     if (!rc)
         rank_units(n, qn, d, grouped ? ix->gsums : ix->sums, unit, nu_max, count, m, S, chunk, idx, scratch, bt,
-                   far_rot, unit_hi, R, n_threads);
+                   far_rot, unit_hi, R, n_reps ? (grouped ? ix->greps : ix->reps) : NULL, n_reps, SR,
+                   unit_hi ? unit_hi + n : NULL, n_threads);
 
     /* 2. per query: in groups, the blocks of its best groups and of its
      * last, partial group, ranked by their summaries; then the keys of its
@@ -237,9 +270,13 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
             select_rows r = sum_rows;
             r.q = qn + (size_t)i * d;
             if (far_rot) r.q_far = qf + (size_t)i * d, r.far_hi = m[i].far_hi / block;
+            select_rows rr = r; /* the blocks' representatives, n_reps rows a block */
+            rr.base = ix->reps;
+            rr.far_hi = r.far_hi * n_reps;
             const select_mask every = {0}; /* the runs hold eligible blocks only */
             bt[i] = (topk_buf){.key = bt[i].key, .k = nprobe};
-            summed += keep_best_runs(&r, j0, len, n_runs, &every, dt, at, &bt[i]);
+            summed += keep_best_runs(&r, n_reps ? &rr : NULL, n_reps, j0, len, n_runs, &every, dt,
+                                     n_reps ? rdots + (size_t)th * G * n_reps : NULL, at, &bt[i]) * (1 + n_reps);
             nch = select_topk_take(&bt[i], 0, ch, NULL);
             n_runs = 0;
         }
@@ -251,7 +288,7 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
         if (far_rot && codes) r.cq_far = codes->cq_far + i, r.far_hi = m[i].far_hi;
         else if (far_rot) r.q_far = qf + (size_t)i * d, r.far_hi = m[i].far_hi;
         topk_buf t = {.key = keys + (size_t)th * 2 * keep, .k = keep};
-        scored += keep_best_runs(&r, j0, len, n_runs, &m[i], dt, at, &t);
+        scored += keep_best_runs(&r, NULL, 0, j0, len, n_runs, &m[i], dt, NULL, at, &t);
         int32_t *dst = out + (size_t)i * k;
         if (!codes) {
             got[i] = select_topk_take(&t, 0, dst, NULL); /* in any order (selector.h) */
@@ -270,9 +307,9 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
         ranked += np;
     }
     const size_t scan_bytes = codes ? codes->row_bytes : rows->row_bytes;
-    s->stats.n_visited += scored + ranked + summed + (int64_t)n * nu_max;
+    s->stats.n_visited += scored + ranked + summed + (int64_t)n * nu_max * (1 + n_reps);
     s->stats.bytes_read += (uint64_t)scored * scan_bytes + (uint64_t)ranked * rows->row_bytes +
-                           ((uint64_t)summed + (uint64_t)nu_max) * d * sizeof(float);
+                           ((uint64_t)summed + (uint64_t)nu_max * (1 + n_reps)) * d * sizeof(float);
 
     /* 3. recall against the full scan, for every check-th query */
     select_scratch sc = {0};
@@ -301,6 +338,8 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
     free(full);
     free(unit_hi);
     free(R);
+    free(SR);
+    free(rdots);
     free(S);
     free(bkeys);
     free(bt);

@@ -46,6 +46,10 @@ typedef struct exact_sel {
      * search spaces wider than SCAN_CODES_MAX_D) */
     int block, group;
     float *sums;        /* [cap / block][d] the mean stored key of each full block */
+    int n_reps;         /* each block's keys farthest from its mean, kept beside it */
+    float *reps;        /* [cap / block][n_reps][d] */
+    float *greps;       /* [cap / (block * group)][n_reps][d]: each group's among its blocks' */
+    float *rep_dist;    /* scratch: max(block, group * n_reps) spreads */
     float *gsums;       /* [cap / (block * group)][d] ... of each full group of blocks */
 } exact_sel;
 
@@ -75,11 +79,21 @@ static subq_status exact_reserve(exact_sel *e, int n, subq_error *err) {
         if (b) e->sums = b;
         else k = NULL;
     }
+    if (k && e->n_reps) {
+        const size_t r = (size_t)e->n_reps * e->d * sizeof(float);
+        float *b = bigmem_grow(e->reps, used / e->block * r, rows / e->block * r);
+        if (b) e->reps = b;
+        else k = NULL;
+    }
     if (k && e->group) {
         const size_t g = (size_t)e->block * e->group;
         float *b = bigmem_grow(e->gsums, used / g * e->d * sizeof(float), rows / g * e->d * sizeof(float));
         if (b) e->gsums = b;
         else k = NULL;
+        const size_t r = (size_t)e->n_reps * e->d * sizeof(float);
+        float *gr = k && r ? bigmem_grow(e->greps, used / g * r, rows / g * r) : NULL;
+        if (gr) e->greps = gr;
+        else if (r) k = NULL;
     }
     if (!k) return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for %d search keys", cap);
     e->cap = cap;
@@ -92,6 +106,56 @@ static void update_bytes(exact_sel *e) {
                           (e->group ? (size_t)e->cap / ((size_t)e->block * e->group) * e->d * sizeof(float) : 0) +
                           2 * (size_t)e->d * sizeof(float) + (size_t)e->pool_cap * sizeof(int32_t) +
                           e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t) + e->sc.cap_u * sizeof(uint64_t);
+}
+
+/* The stored key of slot j as f32 into row (or row pointed at) */
+static const float *key_f32(const exact_sel *e, int j, float *row) {
+    if (!e->f16) return (const float *)e->keys + (size_t)j * e->d;
+    const uint16_t *x = (const uint16_t *)e->keys + (size_t)j * e->d;
+    for (int c = 0; c < e->d; c++) row[c] = fp16_to_fp32(x[c]);
+    return row;
+}
+
+/* |k - mean|^2 over the dims a far query keeps (a key's rotated dims turn
+ * with its position, which would make keys look apart by position alone) */
+static float spread(const exact_sel *e, const float *k, const float *mean) {
+    double s = 0;
+    for (int c = 0; c < e->d - e->base.params.far_rot; c++) s += (double)(k[c] - mean[c]) * (k[c] - mean[c]);
+    return (float)s;
+}
+
+/* the indices of the n_reps largest of dist[0..n) into best (dist is spent) */
+static void largest(float *dist, int n, int r, int *best) {
+    for (int x = 0; x < r; x++) { /* r small: repeated max */
+        int arg = 0;
+        for (int j = 1; j < n; j++) arg = dist[j] > dist[arg] ? j : arg;
+        best[x] = arg;
+        dist[arg] = -INFINITY;
+    }
+}
+
+/* Block b's n_reps keys farthest from its mean, into reps: a block with one
+ * strong key among weak ones is ranked by that key too. */
+static void pick_reps(exact_sel *e, int b, const float *mean) {
+    const int B = e->block, R = e->n_reps;
+    float *dist = e->rep_dist;
+    int best[SELECT_MAX_REPS];
+    for (int j = 0; j < B; j++) dist[j] = spread(e, key_f32(e, b * B + j, e->row), mean);
+    largest(dist, B, R, best);
+    for (int x = 0; x < R; x++)
+        memcpy(e->reps + ((size_t)b * R + x) * e->d, key_f32(e, b * B + best[x], e->row), (size_t)e->d * sizeof(float));
+}
+
+/* Group g's n_reps among its blocks' representatives farthest from its mean. */
+static void pick_group_reps(exact_sel *e, int g, const float *mean) {
+    const int G = e->group, R = e->n_reps;
+    const float *cand = e->reps + (size_t)g * G * R * e->d;
+    float *dist = e->rep_dist;
+    int best[SELECT_MAX_REPS];
+    for (int j = 0; j < G * R; j++) dist[j] = spread(e, cand + (size_t)j * e->d, mean);
+    largest(dist, G * R, R, best);
+    for (int x = 0; x < R; x++)
+        memcpy(e->greps + ((size_t)g * R + x) * e->d, cand + (size_t)best[x] * e->d, (size_t)e->d * sizeof(float));
 }
 
 /* The summaries of the blocks that slots [from, to) complete:
@@ -115,6 +179,7 @@ static void summarise_blocks(exact_sel *e, int from, int to) {
         }
         float *dst = e->sums + (size_t)b * e->d;
         for (int c = 0; c < e->d; c++) dst[c] = (float)(acc[c] / B);
+        if (e->n_reps) pick_reps(e, b, dst);
     }
     /* the groups those blocks complete: gsums[g] = (1/G) sum of its block means */
     const int G = e->group, GB = G * B;
@@ -124,6 +189,7 @@ static void summarise_blocks(exact_sel *e, int from, int to) {
             for (int c = 0; c < e->d; c++) acc[c] += e->sums[(size_t)b * e->d + c];
         float *dst = e->gsums + (size_t)g * e->d;
         for (int c = 0; c < e->d; c++) dst[c] = (float)(acc[c] / G);
+        if (e->n_reps) pick_group_reps(e, g, dst);
     }
 }
 
@@ -276,7 +342,9 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
     const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = cq,
                                .code_scale = e->code_scale, .code_scores = e->code_scores,
                                .row_bytes = e->code_bytes + sizeof(float), .cq_far = cq && qf ? cq + n : NULL};
-    const select_block_index ix = {.sums = e->sums, .gsums = e->gsums, .block = e->block, .nprobe = p->nprobe,
+    const select_block_index ix = {.sums = e->sums, .gsums = e->gsums, .reps = e->reps, .greps = e->greps,
+                                   .n_reps = e->n_reps,
+                                   .block = e->block, .nprobe = p->nprobe,
                                    .group = e->group, .gprobe = p->group_probe, .group_from = p->group_from};
     int rc = blocks ? select_block_topk_batch(&piece, n, qn, qf, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
                                               p->probe_check, out + (size_t)i0 * k, got + i0, n_threads)
@@ -358,6 +426,9 @@ static void exact_free(selector *s) {
     free(e->codes);
     free(e->code_scale);
     free(e->sums);
+    free(e->reps);
+    free(e->greps);
+    free(e->rep_dist);
     free(e->gsums);
     free(e->pool);
     free(e->qn);
@@ -385,6 +456,14 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->code_scores = scan_codes_scores();
     e->block = p->nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->block_rows : 0;
     e->group = e->block ? p->group_blocks : 0;
+    e->n_reps = e->block ? p->block_reps : 0;
+    if (e->n_reps) {
+        const size_t n = (size_t)e->group * e->n_reps > (size_t)e->block ? (size_t)e->group * e->n_reps : (size_t)e->block;
+        if (!(e->rep_dist = malloc(n * sizeof(float)))) {
+            exact_free(&e->base);
+            return subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory");
+        }
+    }
     e->qn = malloc((size_t)e->d * sizeof(float));
     e->qf = malloc((size_t)e->d * sizeof(float));
     e->row = malloc((size_t)e->d * sizeof(float));

@@ -207,6 +207,9 @@ typedef struct select_block_index {
     const float *gsums; /* [count / (block * group)][d] */
     int block, nprobe;
     int group, gprobe, group_from; /* 0: blocks ranked in one level */
+    const float *reps;  /* [count / block][n_reps][d]: each block's keys farthest from its mean */
+    const float *greps; /* [count / (block * group)][n_reps][d]: each group's, among its blocks' */
+    int n_reps;         /* 0: blocks and groups ranked by their mean alone */
 } select_block_index;
 
 /* The block scan for n queries (unit rows qn [n][d]; qf: the same without

@@ -82,6 +82,7 @@ void selector_params_default(selector_params *p, selector_kind kind, int d_searc
     p->group_blocks = 16;
     p->group_probe = 32;
     p->group_from = 131072;
+    p->block_reps = 0;
     p->seed = 100; /* hnswlib's own default level seed */
     p->n_threads = 1;
 }
@@ -140,6 +141,10 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
                          "selector exact: invalid groups of blocks (%d blocks per group, 0 to %d; %d groups probed, "
                          "at least 1; from %d keys, not negative)", p->group_blocks, SELECT_MAX_BLOCK_ROWS,
                          p->group_probe, p->group_from);
+    if (p->kind == SELECT_EXACT && p->nprobe > 0 &&
+        (p->block_reps < 0 || p->block_reps > SELECT_MAX_REPS || p->block_reps > p->block_rows))
+        return subq_fail(err, SUBQ_ERR_ARG, "selector exact: %d representative keys a block: 0 to %d, and at most the "
+                         "%d keys of a block", p->block_reps, SELECT_MAX_REPS, p->block_rows);
     if (p->kind == SELECT_QUEST && p->quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
     subq_status rc;

@@ -97,6 +97,11 @@ typedef struct selector_params {
      * partial group) ranked (group_blocks 0: one level; defaults 16 blocks,
      * 32 groups, from 131072 keys) */
     int group_blocks, group_probe, group_from;
+    /* ... each block and group also ranked by its block_reps keys farthest
+     * from its mean (over the dims far queries keep), a unit's score the
+     * best of its mean's and theirs: a lone strong key among weak ones is
+     * seen at any length (0: the mean alone) */
+    int block_reps;
     int probe_check;           /* every probe_check-th query of the block scan is also answered by
                                   the full scan and its recall counted (stats; 0: none) */
     /* exact, hnsw, faiss: slots below a query's mask.far_hi (keys farther
@@ -113,6 +118,7 @@ typedef struct selector_params {
 } selector_params;
 
 #define SELECT_MAX_BLOCK_ROWS 4096
+#define SELECT_MAX_REPS 64
 
 /* What a selector may read besides the vectors it is given: the layer's
  * native keys in the KV cache (quest, oracle). */

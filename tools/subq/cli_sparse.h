@@ -58,6 +58,8 @@ typedef struct cli_sparse_opts {
     "                       key first, and only the blocks of the best groups (default 16;\n" \
     "                       0: one level)\n"                                                  \
     "  --group-probe N      groups whose blocks are ranked (default 32)\n"                    \
+    "  --block-reps N       rank each block and group by its mean and its N keys farthest\n"   \
+    "                       from it, the best of them (default 0: the mean)\n"               \
     "  --group-from N       use --group-blocks once a prompt token sees N keys (default\n"    \
     "                       131072)\n"                                                        \
     "  --probe-check N      every Nth token of --nprobe also runs the full scan and counts\n" \

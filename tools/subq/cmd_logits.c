@@ -10,7 +10,8 @@
 static const char *help =
     "usage: subq logits -m MODEL --tokens \"ID ID ...\" -o OUT [--decode-from P] [--force]\n"
     "Write float32 logits [n_tokens][n_vocab] (little-endian) of a token sequence.\n\n" CLI_MODEL_OPTS_HELP
-    "  --tokens LIST        token ids separated by spaces or commas (required)\n"
+    "  --tokens LIST        token ids separated by spaces or commas (required, or --tokens-file)\n"
+    "  --tokens-file FILE   the token ids from a file (as subq tokenize prints them)\n"
     "  --decode-from P      prefill the first P tokens in one batch, then feed the\n"
     "                       rest one at a time through the KV cache (default: all in one batch)\n"
     "  -o, --output FILE    output file (required; written atomically)\n"
@@ -26,7 +27,7 @@ int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits";
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
-    const char *list = NULL, *out = NULL, *v;
+    const char *list = NULL, *out = NULL, *tokens_file = NULL, *v;
     int decode_from = -1, force = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -35,6 +36,8 @@ int cmd_logits(int argc, char **argv) {
         if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
         if (!strcmp(a, "--tokens")) {
             if (!(list = cli_value(cmd, argc, argv, &i))) return 1;
+        } else if (!strcmp(a, "--tokens-file")) {
+            if (!(tokens_file = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--decode-from")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &decode_from)) return 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
@@ -45,26 +48,39 @@ int cmd_logits(int argc, char **argv) {
             return cli_error(cmd, "unknown option '%s' (see subq logits --help)", a);
         }
     }
-    if (!list || !out) return cli_error(cmd, "--tokens and -o are required");
+    if ((!list == !tokens_file) || !out) return cli_error(cmd, "-o and one of --tokens, --tokens-file are required");
     if (!cli_output_ok(cmd, out, force)) return 1;
+    char *file_text = NULL;
+    if (tokens_file) {
+        subq_error ferr = {0};
+        size_t flen;
+        if (subq_read_file(tokens_file, 0, &file_text, &flen, &ferr)) return cli_error(cmd, "%s", ferr.msg);
+        list = file_text;
+    }
     size_t cap = strlen(list) / 2 + 1, n = 0;
     int32_t *toks = malloc(cap * sizeof(int32_t));
-    if (!toks) return cli_error(cmd, "out of memory");
+    if (!toks) {
+        free(file_text);
+        return cli_error(cmd, "out of memory");
+    }
     for (const char *p = list; *p;) {
-        while (*p == ' ' || *p == ',') p++;
+        while (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t' || *p == '\r') p++;
         if (!*p) break;
         char *end;
         long t = strtol(p, &end, 10);
         if (end == p || t < 0 || t > 0x7FFFFFFF || n >= cap) {
             free(toks);
-            return cli_error(cmd, "--tokens: cannot parse '%s'", p);
+            int rc = cli_error(cmd, "%s: cannot parse '%.32s'", tokens_file ? tokens_file : "--tokens", p);
+            free(file_text);
+            return rc;
         }
         toks[n++] = (int32_t)t;
         p = end;
     }
+    free(file_text);
     if (n == 0) {
         free(toks);
-        return cli_error(cmd, "--tokens is empty");
+        return cli_error(cmd, "%s is empty", tokens_file ? tokens_file : "--tokens");
     }
     if (decode_from < 0 || decode_from > (int)n) decode_from = (int)n;
     subq_model *m;
