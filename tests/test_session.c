@@ -34,6 +34,7 @@ static subq_model *model;
 static subq_model_info info;
 static subq_search *search;
 static char tmpdir[512];
+static subq_far_pos far_pos; /* the plans' far-key scheme (new_ctx), from distance 40 */
 
 static int32_t token(int i) { return (int32_t)(1 + (i * 7919 + 13) % (info.n_vocab - 1)); }
 
@@ -56,6 +57,8 @@ static subq_context *new_ctx(int kind, int top_k, subq_kv_type kv, int n_ctx) {
         plan.n_sink = 2;
         plan.n_tail = 4;
         plan.hnsw_m = 8;
+        plan.far_pos = far_pos;
+        plan.far_from = far_pos ? 40 : 0;
         if (subq_context_set_plan(c, &plan, search, NULL, &err)) {
             fprintf(stderr, "FAIL plan %s: %s\n", subq_selector_name(plan.selector), err.msg);
             exit(1);
@@ -234,6 +237,59 @@ static void test_session(int kind, subq_kv_type kvt) {
     free(lb);
 }
 
+/* Far keys at trained distances: truncation and sessions keep what a plan
+ * of that scheme computes (the prefix reaches past far_from 40), a session
+ * refuses a plan of another scheme, and plans a far scheme cannot serve
+ * are refused. */
+static void test_far(void) {
+    far_pos = SUBQ_FAR_WINDOW;
+    test_truncate(SUBQ_SELECT_EXACT);
+    test_session(SUBQ_SELECT_EXACT, SUBQ_KV_F16);
+    char path[600];
+    subq_error err;
+    float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+    snprintf(path, sizeof path, "%.400s/test_session_%d_far.bin", tmpdir, (int)getpid());
+    subq_context *a = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F16, 256);
+    CHECK(run(a, 0, NA, 1, lg) && subq_context_save(a, path, &err) == SUBQ_OK, "far save: %s", err.msg);
+    for (int f = SUBQ_FAR_NONE; f < SUBQ_FAR_COUNT; f++) {
+        if (f == SUBQ_FAR_WINDOW) continue;
+        far_pos = (subq_far_pos)f;
+        subq_context *b = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F16, 256);
+        CHECK(subq_context_load(b, path, &err) == SUBQ_ERR_MISMATCH && subq_context_n_past(b) == 0,
+              "a session of --far-pos window loaded under %s: %s", subq_far_name((subq_far_pos)f), err.msg);
+        subq_context_free(b);
+    }
+    far_pos = SUBQ_FAR_NONE;
+    unlink(path);
+    subq_context_free(a);
+    /* refused plans, each in one line, the context left as it was */
+    struct {
+        const char *layers;
+        int far_pos, far_from, n_tail;
+        const char *want;
+    } bad[] = {{"none", SUBQ_FAR_WINDOW, 40, 4, "need a sparse layer"},
+               {"all", SUBQ_FAR_WINDOW, info.n_ctx_train, 4, "beyond the model's trained context"},
+               {"all", SUBQ_FAR_GROUP, info.n_ctx_train - 1, 4, "smaller --far-from"},
+               {"all", SUBQ_FAR_ORDER, 8, 16, "the tail (16 keys) must lie within it"},
+               {"all", SUBQ_FAR_COUNT, 40, 4, "unknown far-key scheme"},
+               {"all", SUBQ_FAR_WINDOW, -1, 4, "far_from -1"}};
+    subq_context *c = new_ctx(-1, 8, SUBQ_KV_F16, 256);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        subq_attn_plan plan = subq_attn_plan_default();
+        plan.selector = SUBQ_SELECT_WINDOW;
+        plan.layers = bad[i].layers;
+        plan.far_pos = (subq_far_pos)bad[i].far_pos;
+        plan.far_from = bad[i].far_from;
+        plan.n_tail = bad[i].n_tail;
+        subq_status s = subq_context_set_plan(c, &plan, NULL, NULL, &err);
+        CHECK(s == SUBQ_ERR_ARG && strstr(err.msg, bad[i].want) && !strchr(err.msg, '\n'),
+              "plan %zu refused with '%s': %d %s", i, bad[i].want, (int)s, err.msg);
+    }
+    CHECK(run(c, 0, 8, 1, lg), "a context whose plans were refused still decodes (full attention)");
+    subq_context_free(c);
+    free(lg);
+}
+
 static void test_other_model(void) {
     char path[600], mpath[600];
     snprintf(mpath, sizeof mpath, "%s/test_session_%d_tiny.gguf", tmpdir, (int)getpid());
@@ -398,6 +454,7 @@ int main(void) {
     test_truncate(SUBQ_SELECT_EXACT);
     test_copy(SUBQ_SELECT_EXACT);
     test_session(SUBQ_SELECT_EXACT, SUBQ_KV_F16);
+    test_far();
     {
         float *lg = malloc((size_t)info.n_vocab * sizeof(float));
         subq_context *a = new_ctx(SUBQ_SELECT_EXACT, 8, SUBQ_KV_F16, 256);

@@ -25,7 +25,8 @@ earlier batches):
     --far-pos none, and a sequence within 40 keys    bit-identical to no far scheme
 and one-line refusals of a scheme name that does not exist, a distance
 beyond the trained context, a group scheme with no room to divide into,
-and a tail that reaches past --far-from.
+a tail that reaches past --far-from, and a scheme on a plan with no
+sparse layer.
 """
 
 import math
@@ -180,7 +181,9 @@ def main():
                        (["--select", "window", "--sparse-layers", "1", "--far-pos", "group", "--far-from", "255"],
                         "smaller --far-from"),
                        (["--select", "window", "--sparse-layers", "1", "--far-pos", "window", "--far-from", "4",
-                         "--tail", "16"], "the tail (16 keys) must lie within it")):
+                         "--tail", "16"], "the tail (16 keys) must lie within it"),
+                       (["--select", "window", "--sparse-layers", "none", "--far-pos", "order", "--far-from", "40"],
+                        "need a sparse layer")):
         cmd = [rc.subq_bin(), "logits", "-m", model, "--tokens", "1 2 3 4", "-o", os.path.join(tmp, "far_x.bin"),
                "--force"] + args
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rc.subq_env(), timeout=60)

@@ -4,7 +4,8 @@
 stories260K on wikitext-2-raw test, -c 512, first 8 chunks:
     |ppl_subq - ppl_ref| / ppl_ref < 1e-4
 and the standard error agrees to 1e-3 relative; the same with
---sparse-prefill when every earlier key is retrieved.
+--sparse-prefill when every earlier key is retrieved, and with --window 128
+(the same tokens scored through windows of 128: 2 chunks of 512).
 """
 
 import json
@@ -54,6 +55,21 @@ def main():
     if "n_tokens_scored" in got:
         ck.check("n_tokens_scored", int(got["n_tokens_scored"]) == want["n_tokens_scored"],
                  "subq %s ref %d" % (got["n_tokens_scored"], want["n_tokens_scored"]))
+
+    # --window: the same tokens, each from the window of 128 whose second half holds it
+    want_w = ref.perplexity(read_text_file(text_path), N_CTX, 2, window=128)
+    out = ck.guarded("subq perplexity --window runs", rc.run_subq,
+                     ["perplexity", "-m", model_path, "-f", text_path, "-c", N_CTX, "--window", 128, "--chunks", 2,
+                      "--json"])
+    if out is not None:
+        got_w = json.loads(out.decode("utf-8"))
+        rel = abs(float(got_w["ppl"]) - want_w["ppl"]) / want_w["ppl"]
+        ck.check("--window 128: ppl", rel < 1e-4 and int(got_w["n_tokens_scored"]) == want_w["n_tokens_scored"]
+                 and got_w["window"] == 128,
+                 "subq %.6f ref %.6f rel err %.2e, %s tokens scored (ref %d)"
+                 % (float(got_w["ppl"]), want_w["ppl"], rel, got_w["n_tokens_scored"], want_w["n_tokens_scored"]))
+        ck.check("--window scores other contexts than the chunk", abs(want_w["ppl"] - want["ppl"]) > 1e-3 * want["ppl"],
+                 "windowed %.4f vs chunked %.4f" % (want_w["ppl"], want["ppl"]))
 
     # --sparse-prefill scores each chunk as a sparse prompt runs: batches of
     # 64, each token retrieving from the batches before its own. With K above

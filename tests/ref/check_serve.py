@@ -180,6 +180,14 @@ def check_sparse(ck, model, main):
     ck.check("the window plan changes the text (the check has teeth)", dense != want)
     b = completion(main, {"prompt": prompt, "max_tokens": 40, "temperature": 0.8, "seed": 9})
     same(ck, "back to the server's dense plan", b["choices"][0]["text"], dense)
+    # far keys: a request's scheme is generate's with the same flags (the prompt reaches past far_from 12)
+    far = flags + ["--far-pos", "order", "--far-from", 12]
+    want_far = gen(prompt, 40, 0.8, 9, flags=far)
+    b = completion(main, {"prompt": prompt, "max_tokens": 40, "temperature": 0.8, "seed": 9,
+                          "subq": {"select": "window", "topk": 8, "sink": 2, "tail": 4, "far_pos": "order",
+                                   "far_from": 12}})
+    same(ck, "per-request far_pos order == generate with its flags", b["choices"][0]["text"], want_far)
+    ck.check("the far scheme changes the text (the check has teeth)", want_far != want)
     flags = ["--random-search", 8, "--select", "exact", "--topk", 8, "--sink", 2, "--tail", 4]
     srv = su.Server(["-m", model, "-t", 1] + flags, "sparse")
     try:

@@ -753,29 +753,36 @@ class LlamaRef:
                 break
         return toks
 
-    def perplexity(self, text, n_ctx, max_chunks):
-        """llama.cpp perplexity: score the second half of each n_ctx window."""
+    def perplexity(self, text, n_ctx, max_chunks, window=None):
+        """llama.cpp perplexity: score the second half of each n_ctx chunk.
+        With `window` (dividing n_ctx), each scored position j of a chunk
+        is predicted from the window of `window` chunk tokens whose second
+        half holds j: windows start at n_ctx/2 - window/2 + i window/2, their
+        first token replaced by BOS."""
         tokens = [self.tok.bos_id] + self.tok.encode(text, add_bos=False)
         n_chunk = min(len(tokens) // n_ctx, max_chunks)
         if n_chunk < 1:
             raise ValueError("text has %d tokens, need at least %d" % (len(tokens), n_ctx))
         first = n_ctx // 2
+        W = window or n_ctx
         nll_sum = 0.0
         nll2_sum = 0.0
         count = 0
         for c in range(n_chunk):
-            window = list(tokens[c * n_ctx:(c + 1) * n_ctx])
-            window[0] = self.tok.bos_id
-            logits = self.forward(window)
-            for j in range(first, n_ctx - 1):
-                row = logits[j]
-                # log_softmax(row)[t] = row[t] - (max + log sum exp(row - max))
-                m = row.max()
-                lse = m + math.log(np.exp(row - m).sum())
-                nll = lse - row[window[j + 1]]
-                nll_sum += nll
-                nll2_sum += nll * nll
-                count += 1
+            chunk = list(tokens[c * n_ctx:(c + 1) * n_ctx])
+            for a in range(first - W // 2, n_ctx - 1 - W // 2, W // 2):
+                win = chunk[a:a + W]
+                win[0] = self.tok.bos_id
+                logits = self.forward(win)
+                for j in range(a + W // 2, min(a + W, n_ctx - 1)):
+                    row = logits[j - a]
+                    # log_softmax(row)[t] = row[t] - (max + log sum exp(row - max))
+                    m = row.max()
+                    lse = m + math.log(np.exp(row - m).sum())
+                    nll = lse - row[chunk[j + 1]]
+                    nll_sum += nll
+                    nll2_sum += nll * nll
+                    count += 1
         mean = nll_sum / count
         mean2 = nll2_sum / count
         ppl = math.exp(mean)

@@ -494,6 +494,10 @@ def main():
         ("unknown selector", {"prompt": "a", "subq": {"select": "magic"}}),
         ("selector needing projections", {"prompt": "a", "subq": {"select": "exact"}}),
         ("bad layer list", {"prompt": "a", "subq": {"select": "window", "sparse_layers": "zz"}}),
+        ("unknown far-key scheme", {"prompt": "a", "subq": {"select": "window", "far_pos": "far"}}),
+        ("far_from of 0", {"prompt": "a", "subq": {"select": "window", "far_pos": "window", "far_from": 0}}),
+        ("far_from beyond the trained context",
+         {"prompt": "a", "subq": {"select": "window", "far_pos": "window", "far_from": 1 << 20}}),
         ("prompt over the context", {"prompt": "Once upon a time " * 60}),
     ]
     for name, body in bad:

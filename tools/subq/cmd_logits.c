@@ -14,6 +14,8 @@ static const char *help =
     "  --tokens-file FILE   the token ids from a file (as subq tokenize prints them)\n"
     "  --decode-from P      prefill the first P tokens in one batch, then feed the\n"
     "                       rest one at a time through the KV cache (default: all in one batch)\n"
+    "  --decoded-only       OUT holds the logits of the tokens from --decode-from on only (the\n"
+    "                       prefill computes none)\n"
     "  -o, --output FILE    output file (required; written atomically)\n"
     "  --force              replace an existing output file (without it, one is refused)\n"
     "With a --kv-file that holds tokens, --tokens must start with them: they are reused and OUT\n"
@@ -28,7 +30,7 @@ int cmd_logits(int argc, char **argv) {
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
     const char *list = NULL, *out = NULL, *tokens_file = NULL, *v;
-    int decode_from = -1, force = 0;
+    int decode_from = -1, force = 0, decoded_only = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
@@ -40,6 +42,8 @@ int cmd_logits(int argc, char **argv) {
             if (!(tokens_file = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--decode-from")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &decode_from)) return 1;
+        } else if (!strcmp(a, "--decoded-only")) {
+            decoded_only = 1;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--force")) {
@@ -130,21 +134,23 @@ int cmd_logits(int argc, char **argv) {
                     mo.kv_file, held, out, n - held);
     }
     if ((size_t)decode_from < held) decode_from = (int)held;
-    if (!(logits = malloc((n - held) * (size_t)info.n_vocab * sizeof(float)))) {
+    const size_t first = decoded_only ? (size_t)decode_from : held; /* the first token whose logits OUT holds */
+    if (!(logits = malloc((n - first + 1) * (size_t)info.n_vocab * sizeof(float)))) {
         rc = cli_error(cmd, "out of memory");
         goto done;
     }
-    if ((size_t)decode_from > held && subq_decode(c, toks + held, decode_from - (int)held, logits, 1, &err)) {
+    if ((size_t)decode_from > held &&
+        subq_decode(c, toks + held, decode_from - (int)held, decoded_only ? NULL : logits, 1, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
     for (size_t t = (size_t)decode_from; t < n; t++) {
-        if (subq_decode(c, &toks[t], 1, logits + (t - held) * info.n_vocab, 0, &err)) {
+        if (subq_decode(c, &toks[t], 1, logits + (t - first) * info.n_vocab, 0, &err)) {
             rc = cli_error(cmd, "%s", err.msg);
             goto done;
         }
     }
-    if (subq_write_file(out, logits, (n - held) * (size_t)info.n_vocab * sizeof(float), &err))
+    if (subq_write_file(out, logits, (n - first) * (size_t)info.n_vocab * sizeof(float), &err))
         rc = cli_error(cmd, "%s", err.msg);
 done:
     free(logits);

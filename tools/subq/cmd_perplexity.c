@@ -99,8 +99,9 @@ int cmd_perplexity(int argc, char **argv) {
     }
     progress_begin(&pp.bar, "perplexity", n_chunks);
     if (!json)
-        fprintf(stderr, "subq perplexity: %zu tokens, %d chunks of %d, scoring %d tokens per chunk\n", n_toks,
-                n_chunks, mo.n_ctx, mo.n_ctx - 1 - mo.n_ctx / 2);
+        fprintf(stderr, "subq perplexity: %zu tokens, %d chunks of %d, scoring %d tokens per chunk%s\n", n_toks,
+                n_chunks, mo.n_ctx, mo.n_ctx - 1 - mo.n_ctx / 2,
+                window && window < mo.n_ctx ? " through windows of --window tokens" : "");
     subq_ppl_result res;
     double t0 = cli_now_s();
     subq_status s = subq_perplexity(c, toks, n_toks, mo.n_ctx, window, max_chunks, on_chunk, &pp, &res, NULL, &err);
@@ -117,8 +118,8 @@ int cmd_perplexity(int argc, char **argv) {
         cli_json_num(stdout, res.ppl_stderr);
         printf(", \"nll_mean\": ");
         cli_json_num(stdout, res.nll_mean);
-        printf(", \"n_chunks\": %d, \"n_ctx\": %d, \"n_tokens_scored\": %lld, \"n_tokens_text\": %zu, \"seconds\": ",
-               res.n_chunks, mo.n_ctx, (long long)res.n_scored, n_toks);
+        printf(", \"n_chunks\": %d, \"n_ctx\": %d, \"window\": %d, \"n_tokens_scored\": %lld, \"n_tokens_text\": %zu, "
+               "\"seconds\": ", res.n_chunks, mo.n_ctx, window ? window : mo.n_ctx, (long long)res.n_scored, n_toks);
         cli_json_num(stdout, el);
         printf("}\n");
     } else {

@@ -28,6 +28,7 @@ typedef struct serve_sparse {
     int dense;        /* "dense": true -> full attention */
     int select;       /* "select": selector kind, -1: keep */
     int top_k, n_sink, n_tail; /* "topk", "sink", "tail"; -1: keep */
+    int far_pos, far_from;     /* "far_pos" (a subq_far_pos), "far_from"; -1: keep */
     char *layers;     /* "sparse_layers"; NULL: keep */
 } serve_sparse;
 

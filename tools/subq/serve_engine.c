@@ -415,8 +415,9 @@ static void *worker(void *arg) {
  * does not fit. */
 static int plan_key(const subq_attn_plan *p, int sparse, char *out, size_t cap) {
     if (!sparse) return snprintf(out, cap, "full") < (int)cap;
-    return snprintf(out, cap, "%s k=%d sink=%d tail=%d layers=%s prefill=%d", subq_selector_name(p->selector),
-                    p->top_k, p->n_sink, p->n_tail, p->layers ? p->layers : "-", p->sparse_prefill) < (int)cap;
+    return snprintf(out, cap, "%s k=%d sink=%d tail=%d layers=%s prefill=%d far=%s:%d", subq_selector_name(p->selector),
+                    p->top_k, p->n_sink, p->n_tail, p->layers ? p->layers : "-", p->sparse_prefill,
+                    subq_far_name(p->far_pos), p->far_from) < (int)cap;
 }
 
 /* The job's plan and its key: the server's, changed by the "subq" field. */
@@ -425,13 +426,17 @@ static int job_plan(serve_engine *e, serve_job *j, char *msg, size_t cap) {
     j->sparse = e->cfg.sparse;
     j->plan = e->cfg.plan;
     if (x->given) {
-        if (x->select >= 0 || x->top_k >= 0 || x->n_sink >= 0 || x->n_tail >= 0 || x->layers) j->sparse = 1;
+        if (x->select >= 0 || x->top_k >= 0 || x->n_sink >= 0 || x->n_tail >= 0 || x->layers || x->far_pos >= 0 ||
+            x->far_from >= 0)
+            j->sparse = 1;
         if (x->dense) j->sparse = 0;
         if (x->select >= 0) j->plan.selector = (subq_selector_kind)x->select;
         if (x->top_k >= 0) j->plan.top_k = x->top_k;
         if (x->n_sink >= 0) j->plan.n_sink = x->n_sink;
         if (x->n_tail >= 0) j->plan.n_tail = x->n_tail;
         if (x->layers) j->plan.layers = x->layers;
+        if (x->far_pos >= 0) j->plan.far_pos = (subq_far_pos)x->far_pos;
+        if (x->far_from >= 0) j->plan.far_from = x->far_from;
     }
     if (!j->sparse) return plan_key(&j->plan, 0, j->plan_key, sizeof j->plan_key) ? 0 : -1;
     if (!subq_selector_available(j->plan.selector)) {

@@ -249,10 +249,11 @@ static int parse_messages(json_t *o, serve_request *r, char *msg, size_t cap, ch
 }
 
 /* The "subq" extension: {"dense": bool, "select": NAME, "topk": K,
- * "sink": N, "tail": N, "sparse_layers": "1-4"}. */
+ * "sink": N, "tail": N, "sparse_layers": "1-4", "far_pos": SCHEME,
+ * "far_from": N}. */
 static int parse_sparse(json_t *o, serve_sparse *s, char *msg, size_t cap) {
     json_t *x = json_object_get(o, "subq");
-    s->select = s->top_k = s->n_sink = s->n_tail = -1;
+    s->select = s->top_k = s->n_sink = s->n_tail = s->far_pos = s->far_from = -1;
     if (!x || json_is_null(x)) return 0;
     if (!json_is_object(x)) return fail(msg, cap, "'subq' must be an object");
     s->given = 1;
@@ -270,6 +271,13 @@ static int parse_sparse(json_t *o, serve_sparse *s, char *msg, size_t cap) {
     if (rc) s->n_sink = (int)v;
     if ((rc = get_int(x, "tail", 0, 1 << 20, &v, msg, cap)) < 0) return -1;
     if (rc) s->n_tail = (int)v;
+    json_t *far = json_object_get(x, "far_pos");
+    if (far && !json_is_null(far)) {
+        if (!json_is_string(far) || (s->far_pos = subq_far_parse(json_string_value(far))) < 0)
+            return fail(msg, cap, "'subq.far_pos' must be one of none, window, order, group");
+    }
+    if ((rc = get_int(x, "far_from", 1, 1 << 30, &v, msg, cap)) < 0) return -1;
+    if (rc) s->far_from = (int)v;
     json_t *layers = json_object_get(x, "sparse_layers");
     if (layers && !json_is_null(layers)) {
         if (!plain_string(layers) || json_string_length(layers) > 256)
