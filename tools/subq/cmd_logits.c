@@ -22,8 +22,10 @@ static const char *help =
     "holds the logits of the tokens after them (the file then holds all of --tokens); tokens that\n"
     "would drop any are refused unless --kv-reset is given (then every token is computed again).\n"
     "Attention is full unless sparse flags are given (projections merged into the model file\n"
-    "are used only when --search names it): the prefill is dense, or sparse with\n"
-    "--sparse-prefill; the tokens from --decode-from on run sparse as decode does.\n\n" CLI_SPARSE_OPTS_HELP;
+    "are used only when --search names it): the prefill is dense, sparse with\n"
+    "--sparse-prefill, or with --tokenwise each of its tokens retrieves among every earlier\n"
+    "key as decode does (perplexity's teacher forcing); the tokens from --decode-from on\n"
+    "run sparse as decode does.\n\n" CLI_SPARSE_OPTS_HELP;
 
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits";
@@ -44,6 +46,8 @@ int cmd_logits(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &decode_from)) return 1;
         } else if (!strcmp(a, "--decoded-only")) {
             decoded_only = 1;
+        } else if (!strcmp(a, "--tokenwise")) {
+            so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
         } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
         } else if (!strcmp(a, "--force")) {
