@@ -26,9 +26,11 @@ earlier batches):
 and one-line refusals of a scheme name that does not exist, a distance
 beyond the trained context, a group scheme with no room to divide into,
 a tail that reaches past --far-from, and a scheme on a plan with no
-sparse layer.
+sparse layer. recall and eval run a 300-token prompt / window with
+--far-pos (recall refuses it without one).
 """
 
+import json
 import math
 import os
 import subprocess
@@ -173,8 +175,35 @@ def main():
             if a and b:
                 ck.check("%s %s: %d tokens (none far) bit-identical with --far-pos window" % (shape, mode, len(short)),
                          a[1] == b[1])
-    # refusals, one line each
+    # recall and eval take a length past the trained context with a scheme (recall refuses it without)
     model = os.path.join(tmp, "far_tiny.gguf")
+    text = os.path.join(tmp, "far_text.txt")
+    with open(text, "w") as f:
+        f.write(" ".join("word%d" % (i % 97) for i in range(4000)) + "\n")
+    past = ["--sparse-layers", "1", "--sink", str(SINK), "--tail", str(TAIL), "--far-from", str(FAR)]
+    recall = [rc.subq_bin(), "recall", "-m", model, "--haystack", text, "--lengths", "300", "--depths", "0.5",
+              "--trials", "1", "--sparse-prefill", "--json"] + past
+    for methods, ok in (("window@16:window", True), ("window@16", False)):
+        r = subprocess.run(recall + ["--methods", methods], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=rc.subq_env(), timeout=120)
+        err = r.stderr.decode("utf-8", "replace")
+        if ok:
+            got = json.loads(r.stdout) if r.returncode == 0 else {}
+            ck.check("recall at 300 tokens (trained 256) with %s" % methods,
+                     got.get("lengths") == [300] and len(got.get("methods", [])) == 1, "exit %d: %s" % (r.returncode, err[-300:]))
+        else:
+            ck.check("recall at 300 tokens without a scheme: refused in one line",
+                     r.returncode == 1 and "above the model's context" in err and len(err.strip().splitlines()) == 1,
+                     "exit %d: %s" % (r.returncode, err[-300:]))
+    r = subprocess.run([rc.subq_bin(), "eval", "-m", model, "--eval-file", text, "-c", "300", "--windows", "1",
+                        "--selectors", "window", "--k-sweep", "16", "--far-pos", "window", "--json"] + past,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rc.subq_env(), timeout=120)
+    got = json.loads(r.stdout) if r.returncode == 0 else {}
+    ck.check("eval of a 300-token window (trained 256) with --far-pos window",
+             got.get("ctx") == 300 and len(got.get("methods", [])) == 1 and
+             math.isfinite(got["methods"][0].get("ppl", float("nan"))),
+             "exit %d: %s" % (r.returncode, r.stderr.decode("utf-8", "replace")[-300:]))
+    # refusals, one line each
     for args, want in ((["--far-pos", "far"], "expects none, window, order or group"),
                        (["--select", "window", "--far-pos", "window", "--far-from", "300"],
                         "beyond the model's trained context"),
