@@ -5,7 +5,10 @@
 #             same scored tokens: full attention, dense windows of 4096, sinks +
 #             window (StreamingLLM), Quest and learned exact@64 with each far scheme
 #   recall    passkey grids at 4K, 16K, 64K and 128K (sparse prefill), heat maps
-#   recall1m  passkey at 1M tokens, 10 prompts
+#             (RECALL_LENGTHS="65536" for some of them)
+#   recall1m  passkey at 1M tokens (one prompt: the time here allowed no more)
+#   probe     recall@64 of the prompt's block scan against the full scan at 128K
+#   decode    decode at 128K, with OLD=binary also the binary from before
 # Every run writes OUTDIR/NAME.json (and .err); existing results are kept.
 set -euo pipefail
 OUT=${1:?usage: far_evidence.sh OUTDIR what...}; shift
@@ -24,36 +27,60 @@ run() { # NAME ARGS...: subq ARGS > OUT/NAME.json, unless it is there
     [ -s "$OUT/$name.json" ] && return 0
     echo "== $name: subq $*" >&2
     local t0=$(date +%s)
-    "$B" "$@" > "$OUT/$name.json.part" 2> "$OUT/$name.err" && mv "$OUT/$name.json.part" "$OUT/$name.json"
-    echo "   $(( $(date +%s) - t0 )) s" >&2
+    if "$B" "$@" > "$OUT/$name.json.part" 2> "$OUT/$name.err"; then
+        mv "$OUT/$name.json.part" "$OUT/$name.json"
+        echo "   $(( $(date +%s) - t0 )) s" >&2
+    else
+        echo "   failed: $(tail -1 "$OUT/$name.err")" >&2
+    fi
 }
 
 for what in "$@"; do
 case $what in
 ppl)
-    # chunks: about 32K scored tokens at each length
+    # about 64K scored tokens at 4K and 16K, one 64K window at 64K (full
+    # attention and Quest past 4K do not fit the time here)
     for L in 4096 16384 65536; do
-        c=$(( 65536 / L )); [ "$c" -lt 1 ] && c=1
-        [ "$L" = 4096 ] && c=16; [ "$L" = 16384 ] && c=4; [ "$L" = 65536 ] && c=1
+        c=1; [ "$L" = 4096 ] && c=16; [ "$L" = 16384 ] && c=4
         P="perplexity -m $M -f $W -c $L --chunks $c -t $T --json"
         run ppl_${L}_windows $P --window 4096
-        run ppl_${L}_full $P
         run ppl_${L}_streaming $P --select window --topk 0 $FAR --far-pos window
-        run ppl_${L}_quest_window $P --select quest --topk 64 $FAR --far-pos window
         for f in window order group; do run ppl_${L}_exact_$f $P --search $S --topk 64 $FAR --far-pos $f; done
-        run ppl_${L}_exact_none $P --search $S --topk 64 --tail 1024
+        [ "$L" -le 16384 ] && run ppl_${L}_full $P
+        [ "$L" -le 16384 ] && run ppl_${L}_exact_none $P --search $S --topk 64 --tail 1024
+        [ "$L" = 4096 ] && run ppl_${L}_quest_window $P --select quest --topk 64 $FAR --far-pos window
     done ;;
 recall)
-    for L in 4096 16384 65536 131072; do
-        methods=exact@64:window,exact@64:order,exact@64:group,window@0:window,quest@64:window
-        [ "$L" -le 16384 ] && methods=full,$methods
-        run recall_$L recall -m $M --haystack $W --search $S --lengths $L --depths 0,0.25,0.5,0.75,1 --trials 4 \
+    # depths 0, 0.5 and 1, 4 trials a cell; the methods that fit the time at each length
+    for L in ${RECALL_LENGTHS:-4096 16384 65536 131072}; do
+        case $L in
+        4096)  methods=full,exact@64,exact@64:window,exact@64:order,window@0:window,quest@64:window ;;
+        16384) methods=exact@64:window,exact@64:order,exact@64:group,window@0:window ;;
+        65536) methods=exact@64:window,window@0:window ;;
+        *)     methods=exact@64:window ;;
+        esac
+        mkdir -p "$OUT/svg_$L"
+        run recall_$L recall -m $M --haystack $W --search $S --lengths $L --depths 0,0.5,1 --trials 4 \
             --methods $methods --sparse-prefill $FAR -t $T --json --svg-dir "$OUT/svg_$L" --force
     done ;;
 recall1m)
-    run recall_1m recall -m $M --haystack $W --search $S --lengths 1048576 --depths 0.1,0.3,0.5,0.7,0.9 --trials 2 \
+    mkdir -p "$OUT/svg_1m"
+    run recall_1m recall -m $M --haystack $W --search $S --lengths 1048576 --depths 0.5 --trials 1 \
         --methods exact@64:window --sparse-prefill $FAR -t $T --kv q8_0 --search-f16 --scan int4 \
-        --kv-file "$OUT/recall_1m.kv" --json --svg-dir "$OUT/svg_1m" --force ;;
-*) echo "far_evidence.sh: unknown part '$what' (ppl, recall, recall1m)" >&2; exit 1 ;;
+        --kv-file "$OUT/recall_1m.kv" --json --svg-dir "$OUT/svg_1m" --force
+    rm -f "$OUT/recall_1m.kv" ;;   # 4.4 GB
+probe)
+    # recall@64 of the prompt's block scan against the full scan at 128K (every 16th token)
+    P="bench -m $M --prefill-ctx 131072 --prefill-text $W --attn exact --search $S --kv q8_0 -n 4 -t $T --probe-check 16 --json"
+    run probe_128k_none_reps8 $P --block-reps 8
+    for r in 8 16; do run probe_128k_far_reps$r $P $FAR --far-pos window --block-reps $r; done ;;
+decode)
+    # decode at 128K beside the binary from before (OLD=path), far keys off, alternated 3 times
+    P="-m $M --ctx 131072 --attn full,exact --search $S --kv q8_0 --prefill 0 -n 64 -t $T --json"
+    for i in 1 2 3; do
+        run decode_128k_new_$i bench $P
+        [ -n "${OLD:-}" ] && B=$OLD run decode_128k_old_$i bench $P
+    done ;;
+*) echo "far_evidence.sh: unknown part '$what' (ppl, recall, recall1m, probe, decode)" >&2; exit 1 ;;
 esac
 done

@@ -128,12 +128,12 @@ static void json_grid(const char *key, const double *sum, const int *count, int 
     printf("]");
 }
 
-/* DIR/PREFIX_NAME.svg with '@' and '+' of the method's name as '_'. */
+/* DIR/PREFIX_NAME.svg with '@', '+' and ':' of the method's name as '_'. */
 static void svg_path(char *path, size_t cap, const char *dir, const char *prefix, const char *name) {
     int n = snprintf(path, cap, "%s/%s_", dir, prefix);
     snprintf(path + n, cap - (size_t)n, "%s.svg", name);
     for (char *p = path + n; *p; p++)
-        if (*p == '@' || *p == '+') *p = '_';
+        if (*p == '@' || *p == '+' || *p == ':') *p = '_';
 }
 
 /* Whether the charts --svg-dir will write may be: recall_ of every method,
