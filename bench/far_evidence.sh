@@ -22,18 +22,7 @@ T=${THREADS:-2}
 FAR="--tail 1024 --far-from 1024"
 mkdir -p "$OUT"
 
-run() { # NAME ARGS...: subq ARGS > OUT/NAME.json, unless it is there
-    local name=$1; shift
-    [ -s "$OUT/$name.json" ] && return 0
-    echo "== $name: subq $*" >&2
-    local t0=$(date +%s)
-    if "$B" "$@" > "$OUT/$name.json.part" 2> "$OUT/$name.err"; then
-        mv "$OUT/$name.json.part" "$OUT/$name.json"
-        echo "   $(( $(date +%s) - t0 )) s" >&2
-    else
-        echo "   failed: $(tail -1 "$OUT/$name.err")" >&2
-    fi
-}
+. "$HERE/bench/evidence_run.sh"
 
 for what in "$@"; do
 case $what in

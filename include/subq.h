@@ -22,9 +22,9 @@ extern "C" {
  * older header, MINOR adds to it. subq_version() is the library's own,
  * for a program to compare with the header it was built with. */
 #define SUBQ_VERSION_MAJOR 0
-#define SUBQ_VERSION_MINOR 46
+#define SUBQ_VERSION_MINOR 47
 #define SUBQ_VERSION_PATCH 0
-#define SUBQ_VERSION "0.46.0"
+#define SUBQ_VERSION "0.47.0"
 
 /* Marks a declaration a later MAJOR version removes (msg: what to use). */
 #if defined(__GNUC__) || defined(__clang__)
@@ -61,7 +61,7 @@ typedef struct subq_error {
     char msg[SUBQ_ERROR_MSG_MAX];
 } subq_error;
 
-/* SUBQ_VERSION of the library linked in ("0.46.0"). */
+/* SUBQ_VERSION of the library linked in ("0.47.0"). */
 const char *subq_version(void);
 
 /* Short name of a status code ("format error", ...). */
@@ -444,15 +444,18 @@ typedef enum subq_prefill_mode { SUBQ_PREFILL_DENSE = 0, SUBQ_PREFILL_SPARSE = 1
  *   HEADMEAN_COSINE  the cosine of the head-mean q and the head-mean k
  *                    (ann-sparseattention's raw-QK oracle)
  *   PER_HEAD         each query head its own exact top-K of q_h . k, and
- *                    each head attends its own keys */
+ *                    each head attends its own keys
+ *   PER_KV_HEAD      each KV head one exact top-K of its group's mean
+ *                    logit, attended by the group's query heads */
 typedef enum subq_oracle_kind {
     SUBQ_ORACLE_HEADMEAN_DOT = 0,
     SUBQ_ORACLE_HEADMEAN_COSINE,
     SUBQ_ORACLE_PER_HEAD,
+    SUBQ_ORACLE_PER_KV_HEAD,
     SUBQ_ORACLE_COUNT
 } subq_oracle_kind;
 
-/* "headmean-dot", "headmean-cosine", "per-head" -> kind; -1 when unknown. */
+/* "headmean-dot", "headmean-cosine", "per-head", "per-kv-head" -> kind; -1 when unknown. */
 int subq_oracle_parse(const char *name);
 const char *subq_oracle_name(subq_oracle_kind k);
 
@@ -545,6 +548,21 @@ typedef struct subq_attn_plan {
 
 subq_attn_plan subq_attn_plan_default(void);
 
+/* How finely learned search picks keys (train-search --granularity): one
+ * set a layer shares across its heads, one set per KV head (the group's
+ * query heads share it), or one set per query head. Each search head has
+ * its own W_Qs / W_Ks rows of d_search and its own rotated dims; key heads
+ * are one per KV head for KV_HEAD and HEAD. */
+typedef enum subq_search_granularity {
+    SUBQ_SEARCH_LAYER = 0,
+    SUBQ_SEARCH_KV_HEAD,
+    SUBQ_SEARCH_HEAD,
+    SUBQ_SEARCH_GRANULARITY_COUNT
+} subq_search_granularity;
+/* "layer", "kv-head", "head" -> granularity; -1 when unknown. */
+int subq_search_granularity_parse(const char *name);
+const char *subq_search_granularity_name(subq_search_granularity g);
+
 /* Learned search projections (W_Qs, W_Ks per layer) from a file written by
  * training, made for one model: another model's file is SUBQ_ERR_MISMATCH. */
 typedef struct subq_search subq_search;
@@ -555,6 +573,9 @@ subq_status subq_search_load(const char *path, const subq_model *m, subq_search 
  * for speed measurements. */
 subq_status subq_search_random(const subq_model *m, const char *layers, int d_search, uint64_t seed,
                                subq_search **out, subq_error *err);
+/* The same with search heads of width d_search at granularity g. */
+subq_status subq_search_random_heads(const subq_model *m, const char *layers, int d_search, subq_search_granularity g,
+                                     uint64_t seed, subq_search **out, subq_error *err);
 void subq_search_free(subq_search *s);
 /* Width of the search space; whether layer l has projections. */
 int subq_search_d(const subq_search *s);
@@ -604,6 +625,8 @@ typedef struct subq_search_info {
     char arch[32];         /* merged: the model's architecture ("qwen3", ...) */
     int rope_dims;         /* the last rope_dims dims of the search space rotate by position (0: none) */
     float rope_base, rope_scale; /* its frequency base and position scale (when rope_dims > 0) */
+    subq_search_granularity granularity; /* one set a layer, per KV head or per query head */
+    int n_query_heads, n_key_heads;      /* search heads of d_search each (1 / 1: one set a layer) */
 } subq_search_info;
 subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_error *err);
 

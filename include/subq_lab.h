@@ -108,6 +108,10 @@ typedef struct subq_eval_method {
      * dense layers and without per_layer */
     double *layer_kl, *layer_kl_lo, *layer_kl_hi, *layer_top1;
     double *win_nll;               /* [n_windows]: NLL summed over each window's scored tokens */
+    /* KV rows a query read per layer and KV head, measured: sinks + tail +
+     * the union of its query heads' sets (per-head selectors gather each
+     * row once); NAN where not measured */
+    double kv_rows;
 } subq_eval_method;
 
 typedef struct subq_eval_skip {         /* a budget the fixed reads alone exceed */
@@ -372,6 +376,10 @@ typedef struct subq_train_search_params {
     float init_std;             /* 0.02 */
     int eval_k[SUBQ_SEARCH_EVAL_MAX_K];
     int n_eval_k;               /* 8, 16, 32, 64 */
+    /* one set a layer (SUBQ_SEARCH_LAYER, default), per KV head or per query
+     * head: d_search is then each search head's width, and each search head
+     * is taught by its own heads' attention (the group's for KV_HEAD) */
+    subq_search_granularity granularity;
 } subq_train_search_params;
 
 typedef struct subq_phi_loss_params {

@@ -6,7 +6,9 @@
  * only (--sink / --tail: the first n_sink keys of each document and the
  * n_tail most recent keys left out, teacher renormalised over the rest),
  * and with the search vectors' last dims rotated by position (search_rope.h:
- * part or all of them, positions near 0 and near 10^6).
+ * part or all of them, positions near 0 and near 10^6); per-head search
+ * (search_heads.h) against the same objective summed over problems that
+ * hold one search head's query heads and KV head, sliced here.
  * Also: the loss values agree, results do not depend on the thread count or
  * the query-row chunking, top-k / teacher basics, and the restricted teacher
  * when fp32 underflows on every retrieval-eligible key. */
@@ -18,6 +20,7 @@
 
 #include "base/pool.h"
 #include "base/rng.h"
+#include "train/search/search_heads.h"
 #include "train/search/search_loss.h"
 #include "train/search/teacher.h"
 #include "train/search/topk.h"
@@ -206,6 +209,78 @@ static search_layer_data layer_of(const problem *P) {
     search_layer_data x = {.T = P->T, .pos = P->pos, .seg = P->seg, .d_model = P->d, .h = P->h, .q = P->q, .k = P->k,
                            .shape = {P->nh, P->nkv, P->hd, 1.0f / sqrtf((float)P->hd)}};
     return x;
+}
+
+/* ---- per-head search -------------------------------------------------------- */
+
+/* The objective of nq / nk search heads: search head a is taught by query
+ * heads [a*G, (a+1)*G), G = nh / nq, and ranks KV head b = a / (nq / nk)'s
+ * keys: the layer objective of a problem holding only those heads. */
+static double ref_heads(const problem *P, int nq, int nk, const double *wq, const double *wk,
+                        const subq_search_loss_params *lp, double *nce, double *kl, double *range) {
+    const int G = P->nh / nq, hd = P->hd, per = P->ds * P->d;
+    double total = 0;
+    *nce = *kl = 0;
+    if (range) range[0] = range[1] = 0;
+    for (int a = 0; a < nq; a++) {
+        const int b = a / (nq / nk);
+        problem S = *P;
+        S.nh = G, S.nkv = 1;
+        S.q = malloc((size_t)P->T * G * hd * sizeof(float));
+        S.k = malloc((size_t)P->T * hd * sizeof(float));
+        for (int t = 0; t < P->T; t++) {
+            for (int c = 0; c < G * hd; c++) S.q[t * G * hd + c] = P->q[t * P->nh * hd + a * G * hd + c];
+            for (int c = 0; c < hd; c++) S.k[t * hd + c] = P->k[t * P->nkv * hd + b * hd + c];
+        }
+        double n1, k1, r[2];
+        total += ref_objective(&S, wq + a * per, wk + b * per, lp, &n1, &k1, range ? r : NULL);
+        *nce += n1, *kl += k1;
+        if (range) range[0] += r[0], range[1] += r[1];
+        free(S.q);
+        free(S.k);
+    }
+    return total;
+}
+
+/* search_loss_heads against ref_heads: loss sums and central differences */
+static void heads_check(const char *name, const problem *P, int nq, int nk, const subq_search_loss_params *lp) {
+    const int per = P->ds * P->d, nwq = nq * per, nwk = nk * per;
+    uint64_t rng = rng_seed(77);
+    float *fq = randn(nwq, 0.3f, &rng), *fk = randn(nwk, 0.3f, &rng);
+    float *gq = calloc((size_t)nwq, sizeof(float)), *gk = calloc((size_t)nwk, sizeof(float));
+    search_layer_data x = layer_of(P);
+    search_loss_sums sums;
+    subq_error err = {0};
+    CHECK(!search_loss_heads(&x, fq, fk, P->ds, nq, nk, &P->rope, lp, gq, gk, &sums, pools[2], &err),
+          "%s: search_loss_heads failed: %s", name, err.msg);
+    double *wq = malloc((size_t)nwq * sizeof(double)), *wk = malloc((size_t)nwk * sizeof(double));
+    for (int i = 0; i < nwq; i++) wq[i] = fq[i];
+    for (int i = 0; i < nwk; i++) wk[i] = fk[i];
+    double nce, kl, range[2];
+    ref_heads(P, nq, nk, wq, wk, lp, &nce, &kl, range);
+    const double tol = 1e-4 * fmax(1.0, fabs(nce));
+    CHECK(sums.nce >= range[0] - tol && sums.nce <= range[1] + tol, "%s: nce %.8g vs reference [%.8g, %.8g]", name,
+          sums.nce, range[0], range[1]);
+    CHECK(fabs(sums.kl - kl) <= 1e-4 * fmax(1.0, fabs(kl)), "%s: kl %.8g vs reference %.8g", name, sums.kl, kl);
+    double max_rel = 0, gmax = 0, *fd = malloc((size_t)(nwq + nwk) * sizeof(double));
+    for (int i = 0; i < nwq + nwk; i++) {
+        double *w = i < nwq ? wq + i : wk + (i - nwq), keep = *w, e = 1e-5, t1, t2;
+        *w = keep + e;
+        const double a = ref_heads(P, nq, nk, wq, wk, lp, &t1, &t2, NULL);
+        *w = keep - e;
+        const double b = ref_heads(P, nq, nk, wq, wk, lp, &t1, &t2, NULL);
+        *w = keep;
+        fd[i] = (a - b) / (2 * e);
+        gmax = fmax(gmax, fabs(fd[i]));
+    }
+    for (int i = 0; i < nwq + nwk; i++) {
+        const double an = i < nwq ? gq[i] : gk[i - nwq];
+        max_rel = fmax(max_rel, fabs(an - fd[i]) / fmax(fabs(fd[i]), 1e-2 * gmax));
+    }
+    printf("%-34s nce %9.5f kl %9.5f  max rel err %.2e\n", name, nce, kl, max_rel);
+    CHECK(gmax > 1e-6, "%s: gradient is all zero", name);
+    CHECK(max_rel < 1e-3, "%s: max relative gradient error %.3e >= 1e-3", name, max_rel);
+    free(fq), free(fk), free(gq), free(gk), free(wq), free(wk), free(fd);
 }
 
 /* one gradient check; returns the worst element error */
@@ -421,6 +496,19 @@ int main(void) {
     test_topk();
     test_teacher_mid();
     test_segments();
+    /* per-head search: one search head per query head (4 over 2 KV heads) or per KV head, rotated, sink and tail */
+    {
+        problem P;
+        make_problem(&P, 24, 9, 13, 300);
+        P.rope = (search_rope){.n_rot = 2, .base = 100.0, .scale = 1.0};
+        subq_search_loss_params lp = {.tau = 0.1f, .tau_kl = 1.0f, .alpha = 1, .beta = 1, .k_pos = 3,
+                                      .agg = SUBQ_TEACHER_AGG_MAX, .n_sink = 2, .n_tail = 3};
+        heads_check("heads: per query head (4 / 2)", &P, 4, 2, &lp);
+        heads_check("heads: per KV head (2 / 2)", &P, 2, 2, &lp);
+        lp.agg = SUBQ_TEACHER_AGG_MEAN;
+        heads_check("heads: per KV head, mean", &P, 2, 2, &lp);
+        problem_free(&P);
+    }
     struct {
         const char *name;
         int T, b1, b2;

@@ -186,6 +186,14 @@ int main(void) {
               strstr(err.msg, "llama.cpp runtime") && !strchr(err.msg, '\n') && access(m2_path, F_OK) != 0,
           "rotated projections must not be merged: %s", err.msg);
     p->rope.n_rot = 0;
+    /* nor are projections with a set per head: that runtime ranks one set a layer */
+    search_proj *heads = NULL;
+    CHECK(!search_proj_new_heads(m->hp.n_layer, m->hp.n_embd, D, SUBQ_SEARCH_KV_HEAD, m->hp.n_head_kv,
+                                 m->hp.n_head_kv, layers, 2, model_fingerprint(m), &heads, &err) &&
+              search_merge_write(m, heads, &o, m2_path, &err) == SUBQ_ERR_UNSUPPORTED && strstr(err.msg, "per kv-head") &&
+              !strchr(err.msg, '\n') && access(m2_path, F_OK) != 0,
+          "per-head projections must not be merged: %s", err.msg);
+    search_proj_free(heads);
     /* projections of another model are not merged */
     search_proj *foreign = NULL;
     CHECK(!search_proj_random(other, layers, 2, D, 1, &foreign, &err) &&

@@ -260,6 +260,37 @@ int main(void) {
         search_proj_free(q);
     }
     search_proj_free(p);
+    /* search heads: per KV head and per query head round trip bit for bit; a
+     * file whose heads do not fit this model is refused */
+    for (int g = SUBQ_SEARCH_KV_HEAD; g <= SUBQ_SEARCH_HEAD; g++) {
+        int nq, nk;
+        search_heads_of((subq_search_granularity)g, m->hp.n_head, m->hp.n_head_kv, &nq, &nk);
+        search_proj *hp = NULL, *back = NULL;
+        const int lay[] = {1, 3};
+        CHECK(!search_proj_new_heads(m->hp.n_layer, m->hp.n_embd, 8, (subq_search_granularity)g, nq, nk, lay, 2,
+                                     model_fingerprint(m), &hp, &err),
+              "heads: %s", err.msg);
+        uint64_t r = rng_seed(5);
+        search_proj_init_normal(hp, 1.0f, &r);
+        hp->rope = (search_rope){.n_rot = 4, .base = 100, .scale = 1};
+        const size_t nw = (size_t)(nq + nk) * 8 * m->hp.n_embd * 2;
+        CHECK(!search_proj_save(hp, bad, &err) && !search_proj_load(bad, m, &back, &err) && (int)back->gran == g &&
+                  back->n_qhead == nq && back->n_khead == nk && back->d_search == 8 && back->rope.n_rot == 4 &&
+                  !memcmp(back->data, hp->data, nw * sizeof(float)),
+              "%s heads round trip: %s", search_granularity_name((subq_search_granularity)g), err.msg);
+        search_proj_free(back);
+        search_proj_free(hp);
+    }
+    {
+        search_proj *hp = NULL;
+        const int lay[] = {1};
+        CHECK(!search_proj_new_heads(m->hp.n_layer, m->hp.n_embd, 8, SUBQ_SEARCH_HEAD, m->hp.n_head_kv,
+                                     m->hp.n_head_kv, lay, 1, model_fingerprint(m), &hp, &err),
+              "heads: %s", err.msg);
+        CHECK(!search_proj_save(hp, bad, &err), "save: %s", err.msg);
+        search_proj_free(hp);
+        expect_error("per-query-head file with too few query heads", bad, m, SUBQ_ERR_MISMATCH);
+    }
     const float rope_bad[][3] = {{3, 100, 1}, {10, 100, 1}, {4, 1, 1}, {4, 100, 0}, {4, 100, NAN}, {4, INFINITY, 1}};
     for (size_t i = 0; i < sizeof rope_bad / sizeof rope_bad[0]; i++) {
         char what[96];

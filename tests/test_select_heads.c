@@ -4,6 +4,11 @@
  *   own page bounds (pages by bound sum_c max(q_h M, q_h m), the last page's
  *   slots by q_h . k), recomputed here in double from the stored keys;
  * - oracle per-head: each head's set is the exact top-K of q_h . k;
+ * - oracle per-kv-head: each head's set is the exact top-K of its group's
+ *   mean logit (1/G) sum_{h in g} q_h . k_g;
+ * - per-head search (exact, hnsw over search heads): query head h's set is
+ *   the exact top-K by cosine of its search head's query against its key
+ *   head's search keys (exact), or mostly so (hnsw);
  * - oracle headmean-cosine: the exact top-K of cos(mean_h q_h, mean_g k_g);
  * - the sparse stage with a per-head selector (oracle, quest) attends each
  *   head over sinks + its own candidates + tail (brute-force softmax), and
@@ -161,7 +166,7 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
         select_mask m = {.n_slots = qs + 1, .seg = it % 3 ? seg : NULL, .query_seg = 1,
                          .ex0_lo = 250, .ex0_hi = 254, .ex1_lo = qs - 7, .ex1_hi = qs + 1};
         int k = 1 + (int)(rng_next_u64(&rng) % 120);
-        CHECK(selector_query_heads(s, q, k, &m, out, n_out) == 0, "query_heads failed");
+        CHECK(selector_query_heads(s, NULL, q, k, &m, out, n_out) == 0, "query_heads failed");
         for (int h = 0; h < N_HEAD; h++) {
             int tied, nw = quest_ref(&kv, q, h, n, P, &m, k, want, &tied), differ = 0;
             n_tied += tied;
@@ -217,7 +222,7 @@ static void test_oracles(subq_kv_type type, uint64_t seed) {
         select_mask m = {.n_slots = n - (int)(rng_next_u64(&rng) % 50), .seg = it % 2 ? seg : NULL, .query_seg = 2,
                          .ex0_lo = 400, .ex0_hi = 404, .ex1_lo = n - 100, .ex1_hi = n};
         int k = 1 + (int)(rng_next_u64(&rng) % 200);
-        CHECK(selector_query_heads(ph, q, k, &m, out, n_out) == 0, "query_heads failed");
+        CHECK(selector_query_heads(ph, NULL, q, k, &m, out, n_out) == 0, "query_heads failed");
         for (int h = 0; h < N_HEAD; h++) {
             int ne = 0;
             for (int j = 0; j < n; j++)
@@ -242,6 +247,38 @@ static void test_oracles(subq_kv_type type, uint64_t seed) {
     const char *t = type == SUBQ_KV_F16 ? "f16" : "f32";
     CHECK(bad_count == 0, "oracles %s: %d wrong counts", t, bad_count);
     CHECK(bad_ph == 0, "oracle per-head %s: %d differences from brute force", t, bad_ph);
+    /* per-kv-head: the group's mean logit, one set shared by the group */
+    selector *pk;
+    p.oracle = ORACLE_PER_KV_HEAD;
+    CHECK(selector_new(&p, &env, &pk, &err) == SUBQ_OK && selector_per_head(pk), "oracle per-kv-head: %s", err.msg);
+    CHECK(selector_append(pk, NULL, n, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+    int bad_pk = 0;
+    for (int it = 0; it < 10; it++) {
+        for (int i = 0; i < N_HEAD * HD; i++) q[i] = rng_normal(&rng);
+        select_mask m = {.n_slots = n, .ex0_lo = 0, .ex0_hi = 4, .ex1_lo = n - 16, .ex1_hi = n};
+        const int k = 1 + (int)(rng_next_u64(&rng) % 100);
+        CHECK(selector_query_heads(pk, NULL, q, k, &m, out, n_out) == 0, "query_heads failed");
+        for (int h = 0; h < N_HEAD; h++) {
+            const int g = h / GRP;
+            int ne = 0;
+            for (int j = 0; j < n; j++) {
+                if (!select_mask_allows(&m, j)) continue;
+                double v = 0;
+                for (int x = g * GRP; x < (g + 1) * GRP; x++) v += dot_head(&kv, q, x, j) / GRP;
+                want[ne++] = v;
+            }
+            bad_pk += n_out[h] != (k < ne ? k : ne);
+            for (int i = 0; i < n_out[h]; i++) {
+                double v = 0;
+                for (int x = g * GRP; x < (g + 1) * GRP; x++) v += dot_head(&kv, q, x, out[h * k + i]) / GRP;
+                have[i] = v;
+                bad_pk += !select_mask_allows(&m, out[h * k + i]) || out[h * k + i] != out[g * GRP * k + i];
+            }
+            bad_pk += same_scores(have, n_out[h], want, ne);
+        }
+    }
+    CHECK(bad_pk == 0, "oracle per-kv-head %s: %d differences from brute force", t, bad_pk);
+    selector_free(pk);
     CHECK(bad_cs == 0, "oracle headmean-cosine %s: %d differences from brute force", t, bad_cs);
     selector_free(ph);
     selector_free(cs);
@@ -294,7 +331,7 @@ static void test_stage(subq_kv_type type, int quest) {
             select_mask m = {.n_slots = t + 1, .seg = kv.seg, .query_seg = kv.seg[t], .ex0_lo = doc0,
                              .ex0_hi = sink_hi, .ex1_lo = tail_lo, .ex1_hi = t + 1};
             selector_append(twin, NULL, 1, t, &err);
-            selector_query_heads(twin, qt, K, &m, twin_cand, twin_got);
+            selector_query_heads(twin, NULL, qt, K, &m, twin_cand, twin_got);
         }
         double mq = 0, rq = 0, rq_hi = 0, msq = 0;
         int ne = 0;
@@ -451,7 +488,81 @@ static void test_stage_complete(subq_kv_type type) {
     free(out);
 }
 
+/* cos(a, b) over ds values */
+static double cos_ds(const float *a, const float *b, int ds) {
+    double d = 0, na = 0, nb = 0;
+    for (int c = 0; c < ds; c++) d += (double)a[c] * b[c], na += (double)a[c] * a[c], nb += (double)b[c] * b[c];
+    return na > 0 && nb > 0 ? d / sqrt(na * nb) : 0;
+}
+
+/* Per-head search: n_qhead query search heads over N_HEAD_KV key search
+ * heads of DS dims. Query head h's set is the exact top-K by cosine of
+ * search head a = h / (N_HEAD / n_qhead) against key head a / (n_qhead /
+ * N_HEAD_KV), brute force here (hnsw: recall >= 0.9 of it); get_keys /
+ * put_keys round-trip. */
+static void test_search_heads(selector_kind kind, int n_qhead) {
+    enum { DS = 8, N = 500 };
+    uint64_t rng = rng_seed(40 + n_qhead + kind);
+    selector_env env = {.layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
+    selector_params p;
+    selector_params_default(&p, kind, DS);
+    p.search_heads = N_HEAD_KV, p.search_qheads = n_qhead;
+    selector *s, *twin;
+    subq_error err = {0};
+    CHECK(selector_new(&p, &env, &s, &err) == SUBQ_OK && selector_per_head(s), "per-head %s: %s",
+          selector_kind_name(kind), err.msg);
+    CHECK(selector_new(&p, &env, &twin, &err) == SUBQ_OK, "per-head twin: %s", err.msg);
+    float *keys = malloc((size_t)N * N_HEAD_KV * DS * sizeof(float)), qs[N_HEAD * DS];
+    for (int i = 0; i < N * N_HEAD_KV * DS; i++) keys[i] = rng_normal(&rng);
+    CHECK(selector_append(s, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+    /* the stored form back out, into a twin that must answer the same */
+    float *stored = malloc((size_t)N * N_HEAD_KV * DS * sizeof(float));
+    CHECK(selector_get_keys(s, N, stored, &err) == SUBQ_OK && selector_put_keys(twin, stored, N, 0, &err) == SUBQ_OK,
+          "get/put keys: %s", err.msg);
+    int32_t out[N_HEAD * 64], out2[N_HEAD * 64];
+    int n_out[N_HEAD], n_out2[N_HEAD], bad = 0, differ = 0;
+    double have[64], want[N], hit = 0, total = 0;
+    for (int it = 0; it < 20; it++) {
+        for (int i = 0; i < n_qhead * DS; i++) qs[i] = rng_normal(&rng);
+        select_mask m = {.n_slots = N, .ex0_lo = 0, .ex0_hi = 4, .ex1_lo = N - 16, .ex1_hi = N};
+        const int k = 1 + (int)(rng_next_u64(&rng) % 64);
+        CHECK(selector_query_heads(s, qs, NULL, k, &m, out, n_out) == 0, "query_heads failed");
+        CHECK(selector_query_heads(twin, qs, NULL, k, &m, out2, n_out2) == 0, "query_heads failed");
+        for (int h = 0; h < N_HEAD; h++) {
+            const int a = h / (N_HEAD / n_qhead), b = a / (n_qhead / N_HEAD_KV);
+            int ne = 0;
+            for (int j = 0; j < N; j++)
+                if (select_mask_allows(&m, j)) want[ne++] = cos_ds(qs + a * DS, keys + ((size_t)j * N_HEAD_KV + b) * DS, DS);
+            bad += n_out[h] != (k < ne ? k : ne);
+            for (int i = 0; i < n_out[h]; i++) {
+                bad += !select_mask_allows(&m, out[h * k + i]);
+                have[i] = cos_ds(qs + a * DS, keys + ((size_t)out[h * k + i] * N_HEAD_KV + b) * DS, DS);
+            }
+            differ += n_out[h] != n_out2[h] || memcmp(out + h * k, out2 + h * k, (size_t)n_out[h] * sizeof(int32_t));
+            if (kind == SELECT_EXACT) {
+                bad += same_scores(have, n_out[h], want, ne);
+                continue;
+            }
+            /* hnsw: the share of the exact top-k scores it returns */
+            qsort(want, (size_t)ne, sizeof(double), cmp_desc);
+            for (int i = 0; i < n_out[h]; i++) hit += have[i] >= want[k - 1] - 1e-6;
+            total += k;
+        }
+    }
+    const char *name = selector_kind_name(kind);
+    CHECK(bad == 0, "per-head %s (%d query heads): %d differences from brute force", name, n_qhead, bad);
+    CHECK(kind == SELECT_EXACT || hit / total >= 0.9, "per-head %s: recall %.3f < 0.9", name, hit / total);
+    CHECK(differ == 0, "per-head %s: the index rebuilt from get_keys answers otherwise (%d sets)", name, differ);
+    selector_free(s);
+    selector_free(twin);
+    free(keys);
+    free(stored);
+}
+
 int main(void) {
+    test_search_heads(SELECT_EXACT, N_HEAD);
+    test_search_heads(SELECT_EXACT, N_HEAD_KV);
+    test_search_heads(SELECT_HNSW, N_HEAD);
     test_quest_heads(SUBQ_KV_F32, 16, 5);
     test_quest_heads(SUBQ_KV_F16, 16, 6);
     test_quest_heads(SUBQ_KV_F32, 7, 7); /* partial last page */

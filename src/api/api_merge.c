@@ -30,6 +30,9 @@ subq_status subq_search_info_file(const char *path, subq_search_info *out, subq_
     out->rope_dims = si.rope.n_rot;
     out->rope_base = (float)si.rope.base;
     out->rope_scale = (float)si.rope.scale;
+    out->granularity = si.gran;
+    out->n_query_heads = si.n_qhead;
+    out->n_key_heads = si.n_khead;
     const ggml_type_traits *tr = ggml_type_get(si.type);
     snprintf(out->type, sizeof out->type, "%s", tr ? tr->name : "mixed");
     return SUBQ_OK;

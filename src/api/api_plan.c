@@ -31,7 +31,8 @@ _Static_assert((int)SUBQ_FAR_NONE == (int)ATTN_FAR_NONE && (int)SUBQ_FAR_WINDOW 
 
 _Static_assert((int)SUBQ_ORACLE_HEADMEAN_DOT == (int)ORACLE_HEADMEAN_DOT &&
                    (int)SUBQ_ORACLE_HEADMEAN_COSINE == (int)ORACLE_HEADMEAN_COSINE &&
-                   (int)SUBQ_ORACLE_PER_HEAD == (int)ORACLE_PER_HEAD && (int)SUBQ_ORACLE_COUNT == (int)ORACLE_KIND_COUNT,
+                   (int)SUBQ_ORACLE_PER_HEAD == (int)ORACLE_PER_HEAD &&
+                   (int)SUBQ_ORACLE_PER_KV_HEAD == (int)ORACLE_PER_KV_HEAD && (int)SUBQ_ORACLE_COUNT == (int)ORACLE_KIND_COUNT,
                "public and internal oracle kinds must agree");
 
 int subq_selector_parse(const char *name) { return selector_kind_parse(name); }
@@ -176,6 +177,11 @@ subq_status subq_search_load(const char *path, const subq_model *m, subq_search 
 
 subq_status subq_search_random(const subq_model *m, const char *layers, int d_search, uint64_t seed,
                                subq_search **out, subq_error *err) {
+    return subq_search_random_heads(m, layers, d_search, SUBQ_SEARCH_LAYER, seed, out, err);
+}
+
+subq_status subq_search_random_heads(const subq_model *m, const char *layers, int d_search, subq_search_granularity g,
+                                     uint64_t seed, subq_search **out, subq_error *err) {
     *out = NULL;
     const int n_layer = m->hp.n_layer;
     if (d_search <= 0 || d_search > SEARCH_PROJ_MAX_D)
@@ -191,7 +197,7 @@ subq_status subq_search_random(const subq_model *m, const char *layers, int d_se
         if (mask[l]) list[n++] = l;
     if (!s && n == 0) s = subq_fail(err, SUBQ_ERR_ARG, "no layers for random search projections");
     search_proj *proj = NULL;
-    if (!s) s = search_proj_random(m, list, n, d_search, seed, &proj, err);
+    if (!s) s = search_proj_random_heads(m, list, n, d_search, g, seed, &proj, err);
     free(mask);
     free(list);
     return s ? s : wrap_search(proj, out, err);
@@ -217,6 +223,8 @@ subq_status subq_search_from_model(const subq_model *m, subq_search **out, subq_
 int subq_search_top_k(const subq_search *s) { return s->proj->top_k; }
 
 int subq_search_d(const subq_search *s) { return s->proj->d_search; }
+int subq_search_granularity_parse(const char *name) { return search_granularity_parse(name); }
+const char *subq_search_granularity_name(subq_search_granularity g) { return search_granularity_name(g); }
 
 void subq_search_get_rope(const subq_search *s, int *rope_dims, float *rope_base, float *rope_scale) {
     *rope_dims = s->proj->rope.n_rot;

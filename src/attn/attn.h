@@ -75,6 +75,11 @@ typedef struct sparse_metrics {
      * Z_hat / (Z_E + Z_hat) over (query, head) pairs with a mid region */
     double share_sum;
     int64_t n_share;
+    /* KV rows a query reads per KV head: sinks + tail + the union of the
+     * candidate sets of that KV head's query heads (one shared set: its
+     * candidates), summed over (query, KV head) pairs */
+    double rows_sum;
+    int64_t n_rows;
 } sparse_metrics;
 
 /* dst += src, field by field (sums over runs). */

@@ -157,7 +157,11 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
                           "for it", l, topk[l] >= 0 ? " (a per-layer top-K)" : "");
             break;
         }
-        if (search) sp.select.d_search = proj->d_search;
+        if (search) {
+            sp.select.d_search = proj->d_search;
+            sp.select.search_heads = proj->n_khead;
+            sp.select.search_qheads = proj->n_qhead;
+        }
         sp.far = far;
         /* far keys are scored without the search's rotated dims (their distances are past its
          * training), and by the oracle as attended at far.from */

@@ -16,8 +16,9 @@
 typedef struct sparse_stage {
     attn_stage base;            /* first member: the stage is cast back from it */
     sparse_params p;
-    const float *wq_s, *wk_s;   /* [d_search][n_embd] or NULL */
-    int n_embd, d_search;
+    const float *wq_s, *wk_s;   /* [dq_row][n_embd], [dk_row][n_embd] or NULL */
+    int n_embd, d_search;       /* d_search: of one search head */
+    int dq_row, dk_row;         /* a token's search query / key row: its heads' d_search each */
     search_rope rope;           /* the rotary part of the search space (n_rot 0: none) */
     selector *sel;
     sparse_record rec;
@@ -42,14 +43,16 @@ static const char *sparse_name = "sparse";
  * first packs W on one thread: 2.7 ms of a 45 ms step at 32K over 24
  * layers, for 0.4 ms of reads). */
 static void project(sparse_stage *s, const kv_cache *kv, int slot0, const float *H, int n, pool *p) {
-    matrix wk = {.type = GGML_TYPE_F32, .rows = s->d_search, .cols = s->n_embd,
+    matrix wk = {.type = GGML_TYPE_F32, .rows = s->dk_row, .cols = s->n_embd,
                  .row_bytes = (size_t)s->n_embd * sizeof(float)};
     matrix wq = wk;
     wk.data = s->wk_s;
     wq.data = s->wq_s;
+    wq.rows = s->dq_row;
     matmul(s->ks, H, &wk, n, NULL, p);
     matmul(s->qs, H, &wq, n, NULL, p);
-    search_rope_rotate_rows(&s->rope, s->d_search, kv->pos + slot0, n, s->ks, s->qs, 0, p);
+    search_rope_rotate_rows_heads(&s->rope, s->d_search, kv->pos + slot0, n, s->ks, s->dk_row / s->d_search, s->qs,
+                                  s->dq_row / s->d_search, 0, p);
 }
 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
@@ -59,9 +62,9 @@ static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
     if (!cand) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for candidate sets");
     s->rec.cand = cand;
     if (s->d_search > 0) {
-        float *qs = realloc(s->qs, (size_t)n * s->d_search * sizeof(float));
+        float *qs = realloc(s->qs, (size_t)n * s->dq_row * sizeof(float));
         if (qs) s->qs = qs;
-        float *ks = realloc(s->ks, (size_t)n * s->d_search * sizeof(float));
+        float *ks = realloc(s->ks, (size_t)n * s->dk_row * sizeof(float));
         if (ks) s->ks = ks;
         if (!qs || !ks) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for search vectors");
     }
@@ -167,6 +170,7 @@ static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int t, int 
     *cand_off = w.sink_hi - w.doc0;
     *n_cand = got;
     *n_slots = assemble(&w, slot, cand, got, slots);
+    if (s->probe.on) s->probe.totals.rows_sum += *n_slots, s->probe.totals.n_rows++;
     return SUBQ_OK;
 }
 
@@ -178,13 +182,16 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
     const int slot = st->slot0 + t, K = s->p.top_k, hd = st->head_dim, g = st->n_head / st->n_head_kv;
     const float *q = st->q + (size_t)t * st->n_head * hd;
     const query_window w = window_of(s, kv, slot);
-    if (selector_query_heads(s->sel, q, K, &w.m, s->hcand, s->hgot) < 0)
+    const float *q_s = s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL;
+    if (selector_query_heads(s->sel, q_s, q, K, &w.m, s->hcand, s->hgot) < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.kind), st->layer);
     for (int i = 0; i < K; i++) rec[i] = i < s->hgot[0] ? s->hcand[i] : -1;
     if (s->probe.on) {
         s->probe.doc0[t] = w.doc0, s->probe.mask[t] = w.m;
         sparse_probe_heads(&s->probe, t, st->n_head, K, s->hcand, s->hgot);
+        sparse_probe_rows(&s->probe, st->n_head, st->n_head_kv, K, s->hcand, s->hgot,
+                          (w.sink_hi - w.doc0) + (slot + 1 - w.tail_lo));
     }
     for (int h = 0; h < st->n_head; h++) {
         int ns = assemble(&w, slot, s->hcand + (size_t)h * K, s->hgot[h], slots);
@@ -207,7 +214,7 @@ static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float 
                                subq_error *err) {
     int d_file = 0;
     float *rows = kv->file && ks ? kv_file_search_rows(kv->file, s->sel->env.layer, &d_file) : NULL;
-    for (int i = 0; rows && d_file == s->d_search && i < n; i++) /* the file is the session: keys in stored form */
+    for (int i = 0; rows && d_file == s->dk_row && i < n; i++) /* the file is the session: keys in stored form */
         selector_stored_form(s->sel, ks + (size_t)i * d_file, rows + (size_t)(slot0 + i) * d_file);
     if (s->freeze_slot >= 0) {
         if (slot0 >= s->freeze_slot) return SUBQ_OK;
@@ -267,13 +274,17 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         const int k_got = K > 0 ? got[t] : 0;
         int32_t *c = cand + (size_t)t * K, *x = extra + (size_t)t * n_extra;
         if (s->probe.on)
-            rc = sparse_probe_count(&s->probe, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL,
+            rc = sparse_probe_count(&s->probe, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL,
                                     st->q + (size_t)t * st->n_head * st->head_dim, &m[t], K, c, k_got, st->layer, err);
         for (int i = k_got; i < K; i++) c[i] = -1; /* filler: masked out */
         int e = 0;
         for (int j = doc0[t]; j < m[t].ex0_hi; j++) x[e++] = j;
         for (int i = 0; i < K; i++) x[e++] = c[i];
         while (e < n_extra) x[e++] = -1;
+        if (s->probe.on) { /* sinks, candidates and the range lo[t] .. slot */
+            s->probe.totals.rows_sum += (m[t].ex0_hi - doc0[t]) + k_got + (st->slot0 + t + 1 - lo[t]);
+            s->probe.totals.n_rows++;
+        }
     }
     if (!rc && s->probe.on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
     attn_step far_step = *st; /* sinks and candidates beyond far.from at the distance it gives them */
@@ -377,7 +388,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     }
     for (int t = 0; t < n && !rc; t++) {
         int slot = st->slot0 + t;
-        rc = append_keys(s, kv, s->d_search > 0 ? s->ks + (size_t)t * s->d_search : NULL, 1, slot, err);
+        rc = append_keys(s, kv, s->d_search > 0 ? s->ks + (size_t)t * s->dk_row : NULL, 1, slot, err);
         if (!rc && s->comp) rc = completion_advance(s->comp, kv, slot, err);
         if (rc) break;
         if (s->per_head) {
@@ -386,7 +397,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         }
         const float *q = st->q + (size_t)t * st->n_head * hd;
         int ns = 0, cand_off = 0, n_cand = 0;
-        rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->d_search : NULL, q,
+        rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL, q,
                           s->rec.cand + (size_t)t * s->p.top_k, slots, &ns, &cand_off, &n_cand, err);
         if (rc) break;
         if (kv->prefetch) kv_cache_prefetch(kv, st->layer, slots, ns);
@@ -513,17 +524,19 @@ static subq_status sparse_restore(attn_stage *st, const kv_cache *kv, const floa
 
 static int sparse_search_width(const attn_stage *st) {
     const sparse_stage *s = as_sparse(st);
-    return s ? s->d_search : 0;
+    return s ? s->dk_row : 0;
 }
 
 static int sparse_same_search(const attn_stage *a, const attn_stage *b) {
     const sparse_stage *x = as_sparse(a), *y = as_sparse(b);
-    if (!x || !y || x->d_search <= 0 || x->d_search != y->d_search || x->n_embd != y->n_embd) return 0;
+    if (!x || !y || x->d_search <= 0 || x->d_search != y->d_search || x->n_embd != y->n_embd ||
+        x->dq_row != y->dq_row || x->dk_row != y->dk_row)
+        return 0;
     /* the stored form (get_keys) depends on these */
     if (x->p.select.score != y->p.select.score || x->p.select.f16_keys != y->p.select.f16_keys) return 0;
     if (!search_rope_same(&x->rope, &y->rope)) return 0;
-    const size_t bytes = (size_t)x->d_search * x->n_embd * sizeof(float);
-    return !memcmp(x->wq_s, y->wq_s, bytes) && !memcmp(x->wk_s, y->wk_s, bytes);
+    const size_t row = (size_t)x->n_embd * sizeof(float);
+    return !memcmp(x->wq_s, y->wq_s, row * x->dq_row) && !memcmp(x->wk_s, y->wk_s, row * x->dk_row);
 }
 
 static subq_status sparse_get_keys(const attn_stage *st, int n, float *dst, subq_error *err) {
@@ -534,8 +547,8 @@ static subq_status sparse_get_keys(const attn_stage *st, int n, float *dst, subq
 /* The search space's identity: W_Qs, W_Ks and the rotary part, which joins
  * only when there is one (keys stored before it existed keep theirs). */
 static uint64_t projection_hash(const sparse_stage *s) {
-    const size_t nw = (size_t)s->d_search * s->n_embd;
-    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, nw * sizeof(float)), s->wk_s, nw * sizeof(float));
+    const size_t row = (size_t)s->n_embd * sizeof(float);
+    uint64_t h = fnv1a(fnv1a(FNV_OFFSET, s->wq_s, row * s->dq_row), s->wk_s, row * s->dk_row);
     if (s->rope.n_rot <= 0) return h;
     const double v[3] = {(double)s->rope.n_rot, s->rope.base, s->rope.scale};
     return fnv1a(h, v, sizeof v);
@@ -566,6 +579,9 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     /* only when on: plans from before these settings describe as they did */
     size_t used = strlen(buf);
     if (sp->block_reps && used < cap) snprintf(buf + used, cap - used, " reps=%d", sp->block_reps);
+    used = strlen(buf);
+    if (s->dk_row != s->d_search || s->dq_row != s->d_search)
+        snprintf(buf + used, cap - used, " heads=%d/%d", s->dq_row / s->d_search, s->dk_row / s->d_search);
     used = strlen(buf);
     if (s->p.far.scheme != ATTN_FAR_NONE && used < cap)
         snprintf(buf + used, cap - used, " far=%s from=%d limit=%d dense_near=%d", attn_far_name(s->p.far.scheme),
@@ -605,6 +621,8 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         s->wq_s = wq_s;
         s->wk_s = wk_s;
         s->d_search = p->select.d_search;
+        s->dq_row = s->d_search * selector_query_heads_of(&p->select);
+        s->dk_row = s->d_search * selector_key_heads(&p->select);
         if (rope) s->rope = *rope;
     }
     subq_status rc = search_rope_check(&s->rope, s->d_search, "search rotation", err);

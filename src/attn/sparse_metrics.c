@@ -280,6 +280,7 @@ subq_status sparse_probe_enable(sparse_probe *p, const selector_params *sel, con
     selector_params ep;
     selector_params_default(&ep, SELECT_EXACT, d_search);
     ep.score = sel->score;
+    ep.search_heads = sel->search_heads, ep.search_qheads = sel->search_qheads;
     return selector_new(&ep, env, &p->shadow, err);
 }
 
@@ -292,8 +293,9 @@ subq_status sparse_probe_reserve(sparse_probe *p, int n, int n_head, int top_k, 
     if (mask) p->mask = mask;
     int32_t *hcand = per_head ? realloc(p->hcand, (size_t)n * n_head * k * sizeof(int32_t)) : NULL;
     if (hcand) p->hcand = hcand;
+    if (per_head && !p->rows) p->rows = malloc((size_t)n_head * k * sizeof(int32_t));
     if (!p->exact) p->exact = malloc(k * sizeof(int32_t));
-    if (!doc0 || !mask || (per_head && !hcand) || !p->exact)
+    if (!doc0 || !mask || (per_head && (!hcand || !p->rows)) || !p->exact)
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for retrieval metrics (%d queries)", n);
     p->cap = n;
     return SUBQ_OK;
@@ -322,6 +324,27 @@ subq_status sparse_probe_count(sparse_probe *p, const float *q_s, const float *q
     return SUBQ_OK;
 }
 
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+void sparse_probe_rows(sparse_probe *p, int n_head, int n_head_kv, int top_k, const int32_t *hcand, const int *hgot,
+                       int n_fixed) {
+    const int g = n_head / n_head_kv;
+    int32_t *u = p->rows;
+    for (int kvh = 0; kvh < n_head_kv; kvh++) {
+        int n = 0;
+        for (int h = kvh * g; h < (kvh + 1) * g; h++)
+            for (int i = 0; i < hgot[h]; i++) u[n++] = hcand[(size_t)h * top_k + i];
+        qsort(u, (size_t)n, sizeof *u, cmp_i32);
+        int distinct = 0;
+        for (int i = 0; i < n; i++) distinct += i == 0 || u[i] != u[i - 1];
+        p->totals.rows_sum += n_fixed + distinct;
+        p->totals.n_rows++;
+    }
+}
+
 void sparse_probe_heads(sparse_probe *p, int t, int n_head, int top_k, const int32_t *hcand, const int *hgot) {
     for (int h = 0; h < n_head; h++) {
         int32_t *dst = p->hcand + ((size_t)t * n_head + h) * top_k;
@@ -336,6 +359,7 @@ void sparse_probe_free(sparse_probe *p) {
     free(p->doc0);
     free(p->mask);
     free(p->hcand);
+    free(p->rows);
     free(p->exact);
     memset(p, 0, sizeof *p);
 }
@@ -353,4 +377,6 @@ void sparse_metrics_add(sparse_metrics *dst, const sparse_metrics *src) {
     dst->n_seed += src->n_seed;
     dst->share_sum += src->share_sum;
     dst->n_share += src->n_share;
+    dst->rows_sum += src->rows_sum;
+    dst->n_rows += src->n_rows;
 }

@@ -49,6 +49,7 @@ typedef struct sparse_probe {
     select_mask *mask;          /* [cap] */
     int32_t *hcand;             /* [cap][n_head][top_k] (per-head selectors) */
     int32_t *exact;             /* the shadow's set for one query */
+    int32_t *rows;              /* [n_head][top_k]: a KV head's candidates, for their union */
     int cap;
     selector *shadow;           /* NULL unless the selector is approximate */
 } sparse_probe;
@@ -65,6 +66,10 @@ subq_status sparse_probe_count(sparse_probe *p, const float *q_s, const float *q
                                int top_k, const int32_t *cand, int got, int layer, subq_error *err);
 /* Per-head selectors: query t's heads' candidates, -1 filled, and filler. */
 void sparse_probe_heads(sparse_probe *p, int t, int n_head, int top_k, const int32_t *hcand, const int *hgot);
+/* The KV rows one query reads per KV head (sparse_metrics.rows_sum): n_fixed
+ * (sinks + tail) + the distinct slots of the KV head's query heads' sets. */
+void sparse_probe_rows(sparse_probe *p, int n_head, int n_head_kv, int top_k, const int32_t *hcand, const int *hgot,
+                       int n_fixed);
 void sparse_probe_free(sparse_probe *p);
 
 #endif

@@ -311,7 +311,8 @@ static double ratio(double num, double den) { return den > 0 ? num / den : NAN; 
 /* Per-layer means of the retrieval metrics, and their means over the layers
  * that measured them (filler and share: pooled over layers). */
 static void aggregate_metrics(subq_eval_method *m, const sparse_metrics *acc, int n_layer) {
-    double mass = 0, recall = 0, ms = 0, rs = 0, ann = 0, req = 0, fill = 0, share = 0;
+    double mass = 0, recall = 0, ms = 0, rs = 0, ann = 0, req = 0, fill = 0, share = 0, rows = 0;
+    int64_t n_rows = 0;
     int nl = 0, ns = 0, na = 0;
     int64_t n_share = 0;
     for (int l = 0; l < n_layer; l++) {
@@ -327,7 +328,10 @@ static void aggregate_metrics(subq_eval_method *m, const sparse_metrics *acc, in
         fill += (double)a->n_filler;
         share += a->share_sum;
         n_share += a->n_share;
+        rows += a->rows_sum;
+        n_rows += a->n_rows;
     }
+    m->kv_rows = ratio(rows, (double)n_rows);
     m->mass = ratio(mass, nl), m->recall = ratio(recall, nl);
     m->mass_seed = ratio(ms, ns), m->recall_seed = ratio(rs, ns);
     m->ann_recall = ratio(ann, na);

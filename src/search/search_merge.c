@@ -277,6 +277,11 @@ subq_status search_merge_write(const subq_model *m, const search_proj *p, const 
         return subq_fail(err, SUBQ_ERR_MISMATCH, "the search projections belong to another model");
     if (o->type != GGML_TYPE_F32 && o->type != GGML_TYPE_F16 && o->type != GGML_TYPE_BF16)
         return subq_fail(err, SUBQ_ERR_ARG, "merged search projections must be f32, f16 or bf16");
+    if (p->gran != SUBQ_SEARCH_LAYER)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "these search projections pick keys per %s (%d search heads), "
+                         "which ann-sparseattention's llama.cpp runtime does not do: it ranks with one set a layer, "
+                         "so they are not merged (use the projection file with --search)",
+                         search_granularity_name(p->gran), p->n_qhead);
     if (p->rope.n_rot > 0)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "these search projections rotate their last %d dims by position, "
                          "which ann-sparseattention's llama.cpp runtime does not do: it would rank with unrotated "
@@ -358,6 +363,7 @@ subq_status search_file_info_read(const gguf_file *f, const char *path, search_f
         if (s) return s;
         out->d_search = p->d_search, out->n_layers = p->n_sel, out->type = GGML_TYPE_F32;
         out->rope = p->rope;
+        out->gran = p->gran, out->n_qhead = p->n_qhead, out->n_khead = p->n_khead;
         format_layers(p->layers, p->n_sel, out->layers, sizeof out->layers);
         search_proj_free(p);
         return SUBQ_OK;
@@ -367,6 +373,7 @@ subq_status search_file_info_read(const gguf_file *f, const char *path, search_f
     subq_status s = scan_merged(f, path, &sc, err);
     if (s) return s;
     out->merged = 1, out->d_search = sc.d_search, out->n_layers = sc.n_sel, out->top_k = sc.top_k;
+    out->gran = SUBQ_SEARCH_LAYER, out->n_qhead = out->n_khead = 1;
     gguf_get_str(f, "general.architecture", out->arch, sizeof out->arch, &e2); /* scan_merged read it */
     out->type = sc.type;
     format_layers(sc.layers, sc.n_sel, out->layers, sizeof out->layers);

@@ -15,6 +15,13 @@
  * search_rope.h; a file without them rotates nothing), plus whatever the
  * trainer adds (step, loss.*, config.*).
  *
+ * Per-head search (subq_search_granularity): W_Qs holds n_qhead heads of
+ * d_search rows (ne = {d_model, n_qhead * d_search}), W_Ks n_khead heads,
+ * head a's rows at a * d_search; query head a ranks with key head
+ * a / (n_qhead / n_khead), each rotating its own last rope_dims dims.
+ * subq.search.granularity ("kv-head" | "head"), subq.search.query_heads and
+ * .key_heads (u32) say so; files without them are one head ("layer").
+ *
  * The same tensors merged into a model GGUF (any type subq dequantises), with the
  * metadata of ann-sparseattention's llama.cpp runtime, are read from the
  * model file itself (search_merge.c holds that layout). */
@@ -33,12 +40,14 @@
 typedef struct search_proj {
     int n_layer;                 /* layers of the model it belongs to */
     int n_embd;                  /* d_model */
-    int d_search;
+    int d_search;                /* width of one search head */
+    subq_search_granularity gran;
+    int n_qhead, n_khead;        /* search heads of W_Qs / W_Ks (1 / 1 for SUBQ_SEARCH_LAYER) */
     search_rope rope;            /* the last rope.n_rot dims rotate by position (0: none) */
     uint64_t model_fingerprint;
     int n_sel;                   /* layers that have projections ... */
     int *layers;                 /* ... ascending: [n_sel] */
-    float **wq, **wk;            /* [n_layer]: [d_search][n_embd] row-major, NULL where absent
+    float **wq, **wk;            /* [n_layer]: [n_qhead (n_khead) * d_search][n_embd] row-major, NULL where absent
                                     (wk: the second half of wq's allocation) */
     float *data;                 /* one block holding every matrix */
     int merged;                  /* read from a model file (model_fingerprint not stored) */
@@ -49,7 +58,19 @@ typedef struct search_proj {
  * in [0, n_layer), any order) of a model with n_embd and fingerprint fp. */
 subq_status search_proj_new(int n_layer, int n_embd, int d_search, const int *layers, int n_sel, uint64_t fp,
                             search_proj **out, subq_error *err);
+/* The same with n_qhead / n_khead search heads of width d_search each
+ * (granularity gran; LAYER takes 1 / 1). */
+subq_status search_proj_new_heads(int n_layer, int n_embd, int d_search, subq_search_granularity gran, int n_qhead,
+                                  int n_khead, const int *layers, int n_sel, uint64_t fp, search_proj **out,
+                                  subq_error *err);
 void search_proj_free(search_proj *p);
+
+/* Search heads of a model with n_head query and n_head_kv KV heads at
+ * granularity g: *n_qhead, *n_khead. */
+void search_heads_of(subq_search_granularity g, int n_head, int n_head_kv, int *n_qhead, int *n_khead);
+/* "layer" | "kv-head" | "head"; parse gives -1 for anything else. */
+const char *search_granularity_name(subq_search_granularity g);
+int search_granularity_parse(const char *name);
 
 /* Fill every matrix with N(0, std^2) from the caller's rng state, layer by
  * layer in ascending order, W_Qs then W_Ks, row-major. */
@@ -59,6 +80,9 @@ void search_proj_init_normal(search_proj *p, float std, uint64_t *rng_state);
  * model m, N(0, 1/d_model): a baseline and a stand-in for speed tests. */
 subq_status search_proj_random(const subq_model *m, const int *layers, int n_sel, int d_search, uint64_t seed,
                                search_proj **out, subq_error *err);
+/* The same with search heads at granularity g (search_heads_of m's heads). */
+subq_status search_proj_random_heads(const subq_model *m, const int *layers, int n_sel, int d_search,
+                                     subq_search_granularity g, uint64_t seed, search_proj **out, subq_error *err);
 
 /* Load a projection file, or the projections merged into a model file, for
  * model m. A file made for another model (for a model file: whose weights
@@ -101,6 +125,8 @@ subq_status search_split_write(const subq_model *m, const char *path, subq_error
 typedef struct search_file_info {
     int merged, d_search, n_layers, top_k;
     search_rope rope;  /* n_rot 0 for merged projections */
+    subq_search_granularity gran;
+    int n_qhead, n_khead;  /* search heads (1 / 1 for merged projections) */
     uint32_t type;     /* of the matrices; GGML_TYPE_COUNT when they differ */
     char layers[256];
     char arch[32];     /* merged: the model's general.architecture */
@@ -114,7 +140,8 @@ subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_err
 subq_status search_proj_save(const search_proj *p, const char *path, subq_error *err);
 
 /* q_s[t] = W_Qs h[t], k_s[t] = W_Ks h[t] for n rows of h (n x n_embd) at
- * `layer` (which must have projections); either output may be NULL. */
+ * `layer` (which must have projections); either output may be NULL. Rows
+ * of q_s hold n_qhead * d_search floats, of k_s n_khead * d_search. */
 void search_proj_apply(const search_proj *p, int layer, const float *h, int n, float *q_s, float *k_s,
                        int n_threads);
 

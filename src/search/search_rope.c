@@ -24,23 +24,30 @@ typedef struct rotate_job {
     const search_rope *r;
     const int32_t *pos;
     float *a, *b;
-    int n, d_search, inverse;
+    int n, d_search, heads_a, heads_b, inverse;
 } rotate_job;
 
 static void rotate_block(void *ctx, int blk, int thread) {
     (void)thread;
     const rotate_job *j = ctx;
     const int t0 = blk * ROTATE_ROWS, n = j->n - t0 < ROTATE_ROWS ? j->n - t0 : ROTATE_ROWS;
-    const size_t o = (size_t)t0 * j->d_search;
-    search_rope_rotate(j->r, j->d_search, j->pos + t0, n, j->a ? j->a + o : NULL, j->b ? j->b + o : NULL, j->inverse);
+    const size_t oa = (size_t)t0 * j->heads_a * j->d_search, ob = (size_t)t0 * j->heads_b * j->d_search;
+    search_rope_rotate_heads(j->r, j->d_search, j->pos + t0, n, j->a ? j->a + oa : NULL, j->heads_a,
+                             j->b ? j->b + ob : NULL, j->heads_b, j->inverse);
+}
+
+void search_rope_rotate_rows_heads(const search_rope *r, int d_search, const int32_t *pos, int n, float *a,
+                                   int heads_a, float *b, int heads_b, int inverse, pool *p) {
+    if (r->n_rot <= 0 || n <= 0) return;
+    const int blocks = (n + ROTATE_ROWS - 1) / ROTATE_ROWS;
+    rotate_job j = {.r = r, .pos = pos, .a = a, .b = b, .n = n, .d_search = d_search, .heads_a = heads_a,
+                    .heads_b = heads_b, .inverse = inverse};
+    pool_run(blocks > 1 ? p : NULL, blocks, rotate_block, &j);
 }
 
 void search_rope_rotate_rows(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, float *b,
                              int inverse, pool *p) {
-    if (r->n_rot <= 0 || n <= 0) return;
-    const int blocks = (n + ROTATE_ROWS - 1) / ROTATE_ROWS;
-    rotate_job j = {.r = r, .pos = pos, .a = a, .b = b, .n = n, .d_search = d_search, .inverse = inverse};
-    pool_run(blocks > 1 ? p : NULL, blocks, rotate_block, &j);
+    search_rope_rotate_rows_heads(r, d_search, pos, n, a, 1, b, 1, inverse, p);
 }
 
 int search_rope_same(const search_rope *x, const search_rope *y) {
@@ -50,6 +57,11 @@ int search_rope_same(const search_rope *x, const search_rope *y) {
 
 void search_rope_rotate(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, float *b,
                         int inverse) {
+    search_rope_rotate_heads(r, d_search, pos, n, a, 1, b, 1, inverse);
+}
+
+void search_rope_rotate_heads(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, int heads_a,
+                              float *b, int heads_b, int inverse) {
     const int half = r->n_rot / 2, o = d_search - r->n_rot;
     if (half <= 0) return;
     /* freq_i = base^(-2i / n_rot) = step^i, once per call: one pow, not one
@@ -60,15 +72,17 @@ void search_rope_rotate(const search_rope *r, int d_search, const int32_t *pos, 
     freq[0] = 1.0;
     for (int i = 1; i < half; i++) freq[i] = freq[i - 1] * step;
     const double sign = inverse ? -1.0 : 1.0;
+    const size_t row_a = (size_t)heads_a * d_search, row_b = (size_t)heads_b * d_search;
     for (int t = 0; t < n; t++) {
         const double p = (double)pos[t] * r->scale;
-        float *rows[2] = {a ? a + (size_t)t * d_search + o : NULL, b ? b + (size_t)t * d_search + o : NULL};
         for (int i = 0; i < half; i++) {
             double c, s;
             sincos(p * freq[i], &s, &c);
             s *= sign;
-            for (int w = 0; w < 2; w++) {
-                float *x = rows[w];
+            /* the same turn for every head's rows of token t, in a and in b */
+            for (int w = 0; w < heads_a + heads_b; w++) {
+                float *x = w < heads_a ? (a ? a + t * row_a + (size_t)w * d_search + o : NULL)
+                                       : (b ? b + t * row_b + (size_t)(w - heads_a) * d_search + o : NULL);
                 if (!x) continue;
                 const double x0 = x[2 * i], x1 = x[2 * i + 1];
                 x[2 * i] = (float)(x0 * c - x1 * s);

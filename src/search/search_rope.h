@@ -41,12 +41,22 @@ subq_status search_rope_check(const search_rope *r, int d_search, const char *wh
 void search_rope_rotate(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, float *b,
                         int inverse);
 
+/* The same for tokens whose rows hold several heads: token t's row of a
+ * holds heads_a vectors of d_search floats (b: heads_b), each rotated by
+ * R(pos[t]) over its own last n_rot dims (per-head search spaces). With
+ * one head each it is search_rope_rotate. */
+void search_rope_rotate_heads(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, int heads_a,
+                              float *b, int heads_b, int inverse);
+
 /* The same over the pool in blocks of rows (one block: on the caller's
  * thread, as for a decode step's row). */
 void search_rope_rotate_rows(const search_rope *r, int d_search, const int32_t *pos, int n, float *a, float *b,
                              int inverse, pool *p);
 
 /* 1 when both rotate the same way (the stored keys of one fit the other). */
+void search_rope_rotate_rows_heads(const search_rope *r, int d_search, const int32_t *pos, int n, float *a,
+                                   int heads_a, float *b, int heads_b, int inverse, pool *p);
+
 int search_rope_same(const search_rope *x, const search_rope *y);
 
 #endif

@@ -22,6 +22,8 @@ subq_status select_faiss_new(const selector_params *p, const selector_env *env, 
 subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
 subq_status select_window_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
+/* Per-head search over params.search_heads selectors of params.kind (select_heads.c). */
+subq_status select_heads_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
 
 /* Every selector takes keys strictly in slot order: slot0 must equal the
  * number of slots appended since the last reset (so internal ids, ANN labels

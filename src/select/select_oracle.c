@@ -16,7 +16,9 @@
  *                    L2-normalised, exact top-K). |qm| does not change the
  *                    ranking, so s_j = qm . km_j / |km_j| (0 when km_j = 0).
  *   per-head         each query head h its own top-K of q_h . k_{j, kvh(h)}
- *                    (query_heads; its query op answers headmean-dot). */
+ *                    (query_heads; its query op answers headmean-dot).
+ *   per-kv-head      each KV head g one top-K of (1/G) sum_{h in g} q_h . k_{j,g},
+ *                    shared by its G query heads (query_heads, as per-head). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,7 @@ typedef struct oracle_sel {
     size_t k0_cap;
 } oracle_sel;
 
-static const char *oracle_names[ORACLE_KIND_COUNT] = {"headmean-dot", "headmean-cosine", "per-head"};
+static const char *oracle_names[ORACLE_KIND_COUNT] = {"headmean-dot", "headmean-cosine", "per-head", "per-kv-head"};
 
 int oracle_kind_parse(const char *name) {
     for (int i = 0; name && i < ORACLE_KIND_COUNT; i++)
@@ -182,11 +184,25 @@ static int oracle_query(selector *s, const float *q_search, const float *q_nativ
     return scan(o, m, k, 0, 1, 1, out);
 }
 
-static int oracle_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out,
-                              int *n_out) {
+static int oracle_query_heads(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                              int32_t *out, int *n_out) {
+    (void)q_search;
     oracle_sel *o = (oracle_sel *)s;
     const int grp = s->env.n_head / s->env.n_head_kv;
     if (o->count == 0) return 0;
+    if (s->params.oracle == ORACLE_PER_KV_HEAD) { /* the group's mean logit: one scan per KV head */
+        for (int g = 0; g < s->env.n_head_kv; g++) {
+            group_sum(o, q_native, g * grp, (g + 1) * grp, 1.0f / (float)grp);
+            int32_t *dst = out + (size_t)g * grp * k;
+            int got = scan(o, m, k, g, g + 1, 0, dst);
+            if (got < 0) return -1;
+            for (int x = 0; x < grp; x++) {
+                if (x) memcpy(dst + (size_t)x * k, dst, (size_t)got * sizeof(int32_t));
+                n_out[g * grp + x] = got;
+            }
+        }
+        return 0;
+    }
     for (int h = 0; h < s->env.n_head; h++) {
         group_sum(o, q_native, h, h + 1, 1.0f);
         int got = scan(o, m, k, h / grp, h / grp + 1, 0, out + (size_t)h * k);
@@ -224,7 +240,7 @@ subq_status select_oracle_new(const selector_params *p, const selector_env *env,
         return subq_fail(err, SUBQ_ERR_ARG, "selector oracle: unknown score %d", (int)p->oracle);
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
-    o->base.ops = p->oracle == ORACLE_PER_HEAD ? &oracle_head_ops : &oracle_ops;
+    o->base.ops = p->oracle == ORACLE_PER_HEAD || p->oracle == ORACLE_PER_KV_HEAD ? &oracle_head_ops : &oracle_ops;
     o->dot = kv_cache_ops(env->kv)->gather_dot;
     o->qv = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     o->row = malloc((size_t)env->head_dim * sizeof(float));

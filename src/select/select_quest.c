@@ -234,8 +234,9 @@ static int quest_query(selector *s, const float *q_search, const float *q_native
 }
 
 /* One set per query head: head h's own bound over its KV head. */
-static int quest_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out,
-                             int *n_out) {
+static int quest_query_heads(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                             int32_t *out, int *n_out) {
+    (void)q_search;
     quest_sel *q = (quest_sel *)s;
     const int grp = s->env.n_head / s->env.n_head_kv;
     if (q->count == 0) return 0;

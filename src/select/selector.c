@@ -151,7 +151,11 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
     if (ki->native_keys && (rc = check_env(p, env, err))) return rc;
     selector_env e0 = {0};
     if (!env) env = &e0;
-    if ((rc = ki->create(p, env, out, err))) return rc;
+    const int heads = selector_key_heads(p) > 1 || selector_query_heads_of(p) > 1;
+    if (heads && !ki->needs_search)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s ranks native keys: search heads apply to exact, hnsw and faiss",
+                         name);
+    if ((rc = (heads ? select_heads_new : ki->create)(p, env, out, err))) return rc;
     (*out)->params = *p;
     (*out)->env = *env;
     return SUBQ_OK;
@@ -203,7 +207,7 @@ static int query_many(selector *s, query_batch_fn fn, int n, const float *q_sear
         for (int i = 0; !rc && i < n; i++) count_query(s, k, got[i]);
         return rc;
     }
-    const int d = s->params.d_search;
+    const int d = s->params.d_search * selector_query_heads_of(&s->params);
     for (int i = 0; i < n && !rc; i++) {
         got[i] = selector_query(s, q_search ? q_search + (size_t)i * d : NULL, q_native + (size_t)i * q_stride, k, &m[i],
                                 out + (size_t)i * k);
@@ -229,12 +233,16 @@ void selector_reset(selector *s) {
 
 int selector_per_head(const selector *s) { return s->ops->query_heads != NULL; }
 
-int selector_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out, int *n_out) {
+int selector_key_heads(const selector_params *p) { return p->search_heads > 1 ? p->search_heads : 1; }
+int selector_query_heads_of(const selector_params *p) { return p->search_qheads > 1 ? p->search_qheads : 1; }
+
+int selector_query_heads(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                         int32_t *out, int *n_out) {
     const int nh = s->env.n_head;
     for (int h = 0; h < nh; h++) n_out[h] = 0;
     if (k <= 0) return 0;
     double t0 = time_now_s();
-    int rc = s->ops->query_heads(s, q_native, k, m, out, n_out);
+    int rc = s->ops->query_heads(s, q_search, q_native, k, m, out, n_out);
     s->stats.t_query_s += time_now_s() - t0;
     if (rc < 0) return -1;
     s->stats.n_queries++;
@@ -260,7 +268,9 @@ subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *
 }
 
 void selector_stored_form(const selector *s, const float *src, float *dst) {
-    select_prepare(dst, src, s->params.d_search, s->params.score);
+    const int ds = s->params.d_search;
+    for (int b = 0; b < selector_key_heads(&s->params); b++)
+        select_prepare(dst + (size_t)b * ds, src + (size_t)b * ds, ds, s->params.score);
 }
 
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {

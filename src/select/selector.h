@@ -62,8 +62,16 @@ static inline int64_t select_rerank_pool(int k) {
  *   HEADMEAN_DOT     the head-mean of the native logits, (1/H) sum_h q_h . k_{kvh(h)}
  *   HEADMEAN_COSINE  the cosine of the head-mean q and the head-mean k
  *                    (ann-sparseattention's raw-QK oracle, compare_retrieval.py)
- *   PER_HEAD         each query head its own exact top-K of q_h . k_{kvh(h)} */
-typedef enum oracle_kind { ORACLE_HEADMEAN_DOT = 0, ORACLE_HEADMEAN_COSINE, ORACLE_PER_HEAD, ORACLE_KIND_COUNT } oracle_kind;
+ *   PER_HEAD         each query head its own exact top-K of q_h . k_{kvh(h)}
+ *   PER_KV_HEAD      each KV head g one exact top-K of the group's mean logit,
+ *                    (1/G) sum_{h in g} q_h . k_g, shared by the group's heads */
+typedef enum oracle_kind {
+    ORACLE_HEADMEAN_DOT = 0,
+    ORACLE_HEADMEAN_COSINE,
+    ORACLE_PER_HEAD,
+    ORACLE_PER_KV_HEAD,
+    ORACLE_KIND_COUNT
+} oracle_kind;
 
 /* "headmean-dot" -> ORACLE_HEADMEAN_DOT ...; -1 if unknown. */
 int oracle_kind_parse(const char *name);
@@ -71,7 +79,12 @@ const char *oracle_kind_name(oracle_kind k);
 
 typedef struct selector_params {
     selector_kind kind;
-    int d_search;              /* width of search vectors (exact/hnsw/faiss) */
+    int d_search;              /* width of search vectors (exact/hnsw/faiss): of one search head */
+    /* per-head search (select_heads.c): a key row holds search_heads heads
+     * of d_search, a query row search_qheads; each query head gets its own
+     * set (query_heads). 0 or 1 each: one shared set (search vectors of
+     * d_search) */
+    int search_heads, search_qheads;
     select_score score;        /* exact/hnsw/faiss: cosine (default) or dot */
     select_scan scan;          /* exact: what the scan reads (default SELECT_SCAN_FULL) */
     int f16_keys;              /* exact, hnsw: store search keys as f16 (else f32) */
@@ -205,8 +218,10 @@ typedef struct selector_ops {
     subq_status (*put_keys)(selector *s, const float *keys, int n, int slot0, subq_error *err);
     /* Per-head kinds (NULL for the others): up to k eligible slots for each
      * query head h, best first, into out[h*k ..], their count into n_out[h];
-     * returns 0, or -1 when out of memory. */
-    int (*query_heads)(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out, int *n_out);
+     * returns 0, or -1 when out of memory. q_search: the query's search row
+     * (every search head's; NULL for native-key kinds). */
+    int (*query_heads)(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                       int32_t *out, int *n_out);
     /* Optional (NULL: one query call each): n queries at once (a prefill
      * batch), answered as n calls of query would answer them up to float
      * rounding: query i has search vector q_search + i * d_search (NULL when
@@ -258,14 +273,18 @@ void selector_reset(selector *s);
  * still answers one set per query (the head-mean ranking). */
 int selector_per_head(const selector *s);
 /* ops->query_heads, timed and counted as selector_query (n_head sets). */
-int selector_query_heads(selector *s, const float *q_native, int k, const select_mask *m, int32_t *out, int *n_out);
+int selector_query_heads(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                         int32_t *out, int *n_out);
+/* Search heads of a key row and of a query row (1 and 1 for one shared set). */
+int selector_key_heads(const selector_params *p);
+int selector_query_heads_of(const selector_params *p);
 /* Truncate to n_keep slots; export / import the stored search keys (ops
  * above). For kinds without a search space get_keys writes nothing and
  * put_keys appends the slots (their native keys are already in env->kv). */
 subq_status selector_truncate(selector *s, int n_keep, subq_error *err);
 subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *err);
-/* A search key in the stored form get_keys gives and put_keys takes
- * (normalised for cosine; f32), from the form append takes. */
+/* A search key row in the stored form get_keys gives and put_keys takes
+ * (each head normalised for cosine; f32), from the form append takes. */
 void selector_stored_form(const selector *s, const float *src, float *dst);
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err);
 

@@ -67,17 +67,21 @@ def merged_file(d_search, n_embd, n_layer, layers, f16):
                  ("qwen3.attention.indexer.top_k", "u32", 4), ("ann_sparse.layers", "arr_i32", layers)], t)
 
 
-def search_file(d_search, n_embd, n_layer, layers, rope=None):
-    """A projection file (src/search/search_proj.h); rope: (dims, base, scale) of its rotary part."""
+def search_file(d_search, n_embd, n_layer, layers, rope=None, heads=None):
+    """A projection file (src/search/search_proj.h); rope: (dims, base, scale) of its rotary part;
+    heads: (granularity, query heads, key heads) of a file with search heads."""
+    nq, nk = (heads[1], heads[2]) if heads else (1, 1)
     t = []
     for l in layers:
-        t.append(("blk.%d.indexer.proj.weight" % l, [n_embd, d_search], f32(n_embd * d_search)))
-        t.append(("blk.%d.indexer.attn_k.weight" % l, [n_embd, d_search], f32(n_embd * d_search, 0.5)))
+        t.append(("blk.%d.indexer.proj.weight" % l, [n_embd, nq * d_search], f32(n_embd * nq * d_search)))
+        t.append(("blk.%d.indexer.attn_k.weight" % l, [n_embd, nk * d_search], f32(n_embd * nk * d_search, 0.5)))
     return gguf([("general.architecture", "str", "subq-search"), ("subq.search.d_search", "u32", d_search),
                  ("subq.search.model_n_embd", "u32", n_embd), ("subq.search.model_n_layer", "u32", n_layer),
                  ("subq.search.layers", "arr_i32", layers), ("subq.search.model_fingerprint", "str", FP)] +
                 ([("subq.search.rope_dims", "u32", rope[0]), ("subq.search.rope_base", "f32", rope[1]),
-                  ("subq.search.rope_scale", "f32", rope[2])] if rope else []), t)
+                  ("subq.search.rope_scale", "f32", rope[2])] if rope else []) +
+                ([("subq.search.granularity", "str", heads[0]), ("subq.search.query_heads", "u32", nq),
+                  ("subq.search.key_heads", "u32", nk)] if heads else []), t)
 
 
 def corpus_file(lens, evals, vocab=200):
@@ -188,7 +192,8 @@ def main():
     ])
     write("fuzz_search_proj", [search_file(2, 4, 3, [1]), search_file(3, 8, 4, [0, 2, 3]),
                                merged_file(2, 4, 3, [1, 2], True), merged_file(3, 8, 4, [0, 3], False),
-                               search_file(4, 8, 3, [0, 2], (2, 10000.0, 0.25))])
+                               search_file(4, 8, 3, [0, 2], (2, 10000.0, 0.25)),
+                               search_file(2, 8, 3, [1], (2, 100.0, 1.0), ("head", 4, 2))])
     write("fuzz_phi_maps", [phi_file(2, 2, 3, 2, 2, 1, 3, [1]), phi_file(2, 3, 2, 2, 4, 2, 4, [0, 3], h_mid=True)])
     write("fuzz_jsonl", [s.encode() for s in [
         '{"text": "hello world"}',

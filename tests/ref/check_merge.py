@@ -76,7 +76,8 @@ def main():
         s = json.loads(info).get("search", {}) if info else {}
         ck.check("subq info shows the merged %s projections" % tname,
                  s == {"merged": True, "layers": "0-%d" % (n_layer - 1), "n_layers": n_layer, "d_search": D_SEARCH,
-                       "type": tname, "top_k": 2, "rope_dims": 0}, str(s))
+                       "type": tname, "top_k": 2, "rope_dims": 0, "granularity": "layer", "query_heads": 1,
+                       "key_heads": 1}, str(s))
         split = os.path.join(tmp, "merge_split_%s.gguf" % tname)
         if ck.guarded("split " + tname, rc.run_subq, ["split", "-m", merged, "--force", "-o", split]) is None:
             continue

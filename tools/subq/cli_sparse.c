@@ -43,6 +43,13 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         text = &o->search_file;
     } else if (!strcmp(a, "--random-search")) {
         target = &o->random_search, lo = 1, hi = SUBQ_SEARCH_MAX_D;
+    } else if (!strcmp(a, "--random-search-heads")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        if ((o->random_search_heads = subq_search_granularity_parse(v)) < 0) {
+            cli_error(cmd, "--random-search-heads expects layer, kv-head or head, got '%s'", v);
+            return -1;
+        }
+        return 1;
     } else if (!strcmp(a, "--search-rope-scale")) {
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
         char *end = NULL;
@@ -208,7 +215,8 @@ int cli_sparse_load(const char *cmd, cli_sparse_opts *o, const subq_model *m) {
             cli_error(cmd, "out of memory");
             return 0;
         }
-        s = subq_search_random(m, layers ? layers : o->plan.layers, o->random_search, 1, &o->search, &err);
+        s = subq_search_random_heads(m, layers ? layers : o->plan.layers, o->random_search,
+                                     (subq_search_granularity)o->random_search_heads, 1, &o->search, &err);
         free(layers);
     }
     if (!s && o->search && o->search_rope_scale > 0) {

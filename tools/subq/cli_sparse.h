@@ -13,6 +13,7 @@ typedef struct cli_sparse_opts {
     int no_search;               /* --no-search: ignore projections merged into the model */
     int topk_set;                /* --topk given */
     int random_search;           /* --random-search D: random projections on layers 2..L-3 */
+    int random_search_heads;     /* --random-search-heads G: their granularity (subq_search_granularity) */
     float search_rope_scale;     /* --search-rope-scale S: replaces the file's position scale (0: keep) */
     const char *complete_file;   /* --complete FILE: completion maps from subq train-phi */
     const char *complete_heads;  /* --complete-heads entropy>=X */
@@ -27,6 +28,8 @@ typedef struct cli_sparse_opts {
     "                       merged into the model file, if any; see subq merge)\n"           \
     "  --no-search          ignore the projections merged into the model file\n"            \
     "  --random-search D    random projections of width D on layers 2..L-3 (speed work)\n"      \
+    "  --random-search-heads G  their search heads: layer (one set a layer, default) |\n"      \
+    "                       kv-head | head (one set per KV head / query head, D each)\n"       \
     "  --search-rope-scale S  projections that rotate by position (train-search --rope-dims):\n" \
     "                       positions x S instead of the file's scale (position interpolation,\n" \
     "                       e.g. 0.25 at 4x the trained length)\n"                              \
@@ -44,7 +47,8 @@ typedef struct cli_sparse_opts {
     "  --quest-page N       Quest page size in tokens (default 16)\n"                          \
     "  --quest-mode M       per-head (each query head its own pages, default) | headmean\n"  \
     "  --oracle S           headmean-dot (default) | headmean-cosine (the seed's raw-QK\n"   \
-    "                       oracle) | per-head (each query head its own exact top-K)\n"      \
+    "                       oracle) | per-head (each query head its own exact top-K) |\n"    \
+    "                       per-kv-head (each KV head one top-K of its group's mean logit)\n" \
     "  --search-f16         store search keys in f16 (exact, hnsw)\n"                         \
     "  --score cosine|dot   rank search keys by cosine (default) or raw inner product\n"       \
     "  --scan full|int8|int4  exact: scan the stored keys, or int8 / int4 codes of them\n"     \

@@ -216,10 +216,11 @@ static void print_json(const cli_model_opts *mo, const cli_sparse_opts *so, cons
         json_ci(m->kl, m->kl_lo, m->kl_hi);
         printf(", \"top1\": ");
         json_num(m->top1);
-        const double v[7] = {m->mass, m->recall, m->mass_seed, m->recall_seed, m->ann_recall, m->share, m->filler};
-        const char *k[7] = {"mass", "recall", "mass_seed", "recall_seed", "ann_recall", "completion_share",
-                            "filler_rate"};
-        for (int j = 0; j < 7; j++) {
+        const double v[8] = {m->mass, m->recall, m->mass_seed, m->recall_seed, m->ann_recall, m->share, m->filler,
+                             m->kv_rows};
+        const char *k[8] = {"mass", "recall", "mass_seed", "recall_seed", "ann_recall", "completion_share",
+                            "filler_rate", "kv_rows"};
+        for (int j = 0; j < 8; j++) {
             printf(", \"%s\": ", k[j]);
             json_num(v[j]);
         }
@@ -324,8 +325,8 @@ static void print_table(const subq_eval_params *cfg, const subq_eval_result *r, 
         printf("%-18s %6.2f%% %7.2f %10.4f %+7.2f%%  %-26s  %-26s %6.2f%%\n", subq_eval_method_name(m, nm, sizeof nm),
                m->reads / r->ctx * 100, m->reads, m->ppl, 100 * m->gap, dnll, kl, 100 * m->top1);
     }
-    printf("\nretrieval:\n%-18s %7s %7s %9s %11s %7s %7s %7s\n", "method", "mass", "recall", "seed mass",
-           "seed recall", "ann", "share", "filler");
+    printf("\nretrieval:\n%-18s %7s %7s %9s %11s %7s %7s %7s %7s\n", "method", "mass", "recall", "seed mass",
+           "seed recall", "ann", "share", "filler", "rows");
     for (int i = 0; i < r->n_methods; i++) {
         const subq_eval_method *m = &r->methods[i];
         printf("%-18s", subq_eval_method_name(m, nm, sizeof nm));
@@ -335,15 +336,19 @@ static void print_table(const subq_eval_params *cfg, const subq_eval_result *r, 
         cell(m->recall_seed, "%.4f", 11);
         cell(m->ann_recall, "%.4f", 7);
         cell(m->share, "%.4f", 7);
-        printf(" %6.1f%%\n", 100 * m->filler);
+        printf(" %6.1f%%", 100 * m->filler);
+        cell(m->kv_rows, "%.1f", 7);
+        printf("\n");
     }
     printf("\n(reads: token-equivalent KV reads per step, layer and KV head; budget: reads / window length;\n"
            " KL in nats per scored token; top-1: tokens whose argmax equals full attention's;\n"
            " intervals: 95%% bootstrap over windows; mass: share of the head-mean softmax on sinks + tail +\n"
            " candidates; recall: candidates among the top-K of the head-mean softmax; seed mass / recall:\n"
            " per-head softmax mass on the K candidates and recall of the top-K of the max over heads, over\n"
-           " queries with >= K eligible keys; per-head selectors (quest, --oracle per-head): each head's\n"
-           " own softmax and top-K, averaged over heads; ann: the approximate selector's recall of the exact\n"
+           " queries with >= K eligible keys; per-head selectors (quest, --oracle per-head / per-kv-head,\n"
+           " projections with search heads): each head's own softmax and top-K, averaged over heads;\n"
+           " rows: KV rows a query read per layer and KV head, measured (per-head: the union of the KV\n"
+           " head's query heads' sets); ann: the approximate selector's recall of the exact\n"
            " f32 scan's top-K by the same score (hnsw, faiss, --scan int8/int4, --search-f16); share:\n"
            " completion mass share Z_hat / (Z_E + Z_hat) (+phi); -: the column does not apply, null in --json)\n");
     if (r->n_methods == 0) return;

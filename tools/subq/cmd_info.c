@@ -186,6 +186,10 @@ int cmd_info(int argc, char **argv) {
         snprintf(search + strlen(search), sizeof search - strlen(search),
                  ", the last %d dims rotated by position (base %g, scale %g)", si.rope_dims, (double)si.rope_base,
                  (double)si.rope_scale);
+    if (!ss && si.granularity != SUBQ_SEARCH_LAYER)
+        snprintf(search + strlen(search), sizeof search - strlen(search), ", one set per %s (%d query / %d key search "
+                 "heads)", si.granularity == SUBQ_SEARCH_HEAD ? "query head" : "KV head", si.n_query_heads,
+                 si.n_key_heads);
     if (!ss && si.merged && si.top_k)
         snprintf(search + strlen(search), sizeof search - strlen(search), ", top-k %d", si.top_k);
     if (json) {
@@ -204,6 +208,9 @@ int cmd_info(int argc, char **argv) {
                    si.n_layers, si.d_search, si.type, si.top_k, si.rope_dims);
             if (si.rope_dims)
                 printf(", \"rope_base\": %g, \"rope_scale\": %g", (double)si.rope_base, (double)si.rope_scale);
+            printf(", \"granularity\": \"%s\", \"query_heads\": %d, \"key_heads\": %d",
+                   subq_search_granularity_name(si.granularity),
+                   si.n_query_heads, si.n_key_heads);
             printf("}");
         } else if (ss != SUBQ_ERR_RANGE) {
             printf(", \"search_error\": ");

@@ -25,6 +25,9 @@ static int help(const subq_train_search_params *d) {
            "                       'none' for no reserve), e.g. '0,1,2,-1'\n"
            "  --d-search N         width of the search space (default %d; 128 recommended for\n"
            "                       d_model >= 1024)\n"
+           "  --granularity G      layer (one key set a layer shares, default) | kv-head (one set per\n"
+           "                       KV head, its query heads' together) | head (one per query head);\n"
+           "                       --d-search is then each search head's width\n"
            "  --rope-dims R        rotate the last R dims of q_s and k_s by the token's position in its\n"
            "                       document, as RoPE does, so that the search can rank by distance\n"
            "                       (\"recent\"); even, at most d_search; 0 = position-free (default:\n"
@@ -131,7 +134,7 @@ static subq_status run(subq_model *m, const subq_corpus *data, const void *cfg, 
 }
 
 int cmd_train_search(int argc, char **argv) {
-    const char *cmd = "train-search", *dump = NULL, *agg = NULL;
+    const char *cmd = "train-search", *dump = NULL, *agg = NULL, *gran = NULL;
     subq_train_search_params cfg = subq_train_search_default_params();
     cli_train o;
     cli_train_init(&o, cmd, &cfg.train, "all");
@@ -152,6 +155,7 @@ int cmd_train_search(int argc, char **argv) {
         if (!r) r = cli_flag_float(cmd, "--alpha", argc, argv, &i, &cfg.loss.alpha);
         if (!r) r = cli_flag_float(cmd, "--beta", argc, argv, &i, &cfg.loss.beta);
         if (!r) r = cli_flag_str(cmd, "--head-agg", argc, argv, &i, &agg);
+        if (!r) r = cli_flag_str(cmd, "--granularity", argc, argv, &i, &gran);
         if (!r) r = cli_flag_int(cmd, "--sink", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_sink);
         if (!r) r = cli_flag_int(cmd, "--tail", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_tail);
         if (!r) r = cli_flag_float(cmd, "--init-std", argc, argv, &i, &cfg.init_std);
@@ -159,6 +163,11 @@ int cmd_train_search(int argc, char **argv) {
         if (!r) r = cli_flag_str(cmd, "--dump-teacher", argc, argv, &i, &dump);
         if (!r) return cli_error(cmd, "unknown option '%s' (see subq train-search --help)", a);
         if (r < 0) return 1;
+    }
+    if (gran) {
+        const int g = subq_search_granularity_parse(gran);
+        if (g < 0) return cli_error(cmd, "--granularity expects layer, kv-head or head, got '%s'", gran);
+        cfg.granularity = (subq_search_granularity)g;
     }
     if (agg) {
         const int g = subq_teacher_agg_parse(agg);
@@ -190,9 +199,9 @@ int cmd_train_search(int argc, char **argv) {
             const int rope_dims = cfg.rope_dims < 0 ? cfg.d_search / 2 / 2 * 2 : cfg.rope_dims; /* the default: half */
             snprintf(ui.extra_json, sizeof ui.extra_json,
                      "\"d_search\": %d, \"rope_dims\": %d, \"rope_base\": %g, \"rope_scale\": %g, \"n_sink\": %d, "
-                     "\"n_tail\": %d",
+                     "\"n_tail\": %d, \"granularity\": \"%s\"",
                      cfg.d_search, rope_dims, (double)cfg.rope_base, (double)cfg.rope_scale, cfg.loss.n_sink,
-                     cfg.loss.n_tail);
+                     cfg.loss.n_tail, subq_search_granularity_name(cfg.granularity));
             rc = cli_train_run(&o, &ui, run, &cfg);
         }
     }

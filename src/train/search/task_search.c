@@ -1,5 +1,6 @@
 /* Search projections as a task of the training driver (train_search.h). */
 #include "train/search/train_search.h"
+#include "train/search/search_heads.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,14 +64,18 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
     subq_status s = search_rope_check(&rope, c->d_search, "search rotation", err);
     if (s) return s;
     const model_hparams *hp = &t->model->hp;
-    s = search_proj_new(hp->n_layer, hp->n_embd, c->d_search, c->train.layers, c->train.n_layers,
-                        model_fingerprint(t->model), &k->proj, err);
+    if ((int)c->granularity < 0 || c->granularity >= SUBQ_SEARCH_GRANULARITY_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "unknown search granularity %d", (int)c->granularity);
+    int n_qhead, n_khead;
+    search_heads_of(c->granularity, hp->n_head, hp->n_head_kv, &n_qhead, &n_khead);
+    s = search_proj_new_heads(hp->n_layer, hp->n_embd, c->d_search, c->granularity, n_qhead, n_khead,
+                              c->train.layers, c->train.n_layers, model_fingerprint(t->model), &k->proj, err);
     if (s) return s;
     k->proj->rope = rope;
     const search_proj *p = k->proj;
     if (!(k->acc = calloc((size_t)p->n_sel, sizeof *k->acc))) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     t->w = k->proj->data;
-    t->n_params = 2 * (size_t)p->n_sel * p->d_search * p->n_embd;
+    t->n_params = (size_t)p->n_sel * (p->n_qhead + p->n_khead) * p->d_search * p->n_embd;
     t->layers = p->layers;
     t->n_sel = p->n_sel;
     return SUBQ_OK;
@@ -92,8 +97,11 @@ static subq_status init(void *self, trainer *t, subq_error *err) {
     return s;
 }
 
-/* Block 2i of the flat arrays is W_Qs of target layer i, 2i+1 its W_Ks. */
-static size_t block_offset(const search_proj *p, int b) { return (size_t)b * p->d_search * p->n_embd; }
+/* Block 2i of the flat arrays is W_Qs of target layer i ([n_qhead * d_search][n_embd]), 2i+1 its W_Ks. */
+static size_t block_rows(const search_proj *p, int b) { return (size_t)(b % 2 ? p->n_khead : p->n_qhead) * p->d_search; }
+static size_t block_offset(const search_proj *p, int b) {
+    return ((size_t)(b / 2) * (block_rows(p, 0) + block_rows(p, 1)) + (b % 2 ? block_rows(p, 0) : 0)) * p->n_embd;
+}
 
 /* Target layer i's losses (and gradients) as soon as it is captured, its
  * teacher giving the forward the layer's attention output (attn_out). */
@@ -106,9 +114,9 @@ static subq_status layer_loss(void *self, trainer *t, int i, int train, train_su
     x.attn_out = attn_out;
     const int l = p->layers[i];
     search_loss_sums ls;
-    subq_status s = search_loss_layer(&x, p->wq[l], p->wk[l], p->d_search, &p->rope, &c->loss, 1.0f,
+    subq_status s = search_loss_heads(&x, p->wq[l], p->wk[l], p->d_search, p->n_qhead, p->n_khead, &p->rope, &c->loss,
                                       train ? t->grad + block_offset(p, 2 * i) : NULL,
-                                      train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, 0, t->ctx->pool, err);
+                                      train ? t->grad + block_offset(p, 2 * i + 1) : NULL, &ls, t->ctx->pool, err);
     if (s) return s;
     sums[i].loss += c->loss.alpha * ls.nce + c->loss.beta * ls.kl;
     sums[i].part[0] += ls.nce;
@@ -127,8 +135,8 @@ static subq_status loss(void *self, trainer *t, int train, train_sums *sums, sub
     for (int i = 0; !train && i < p->n_sel; i++) {
         const search_layer_data x = train_capture_layer(t->cap, i, t->pos, t->seg);
         const int l = p->layers[i];
-        subq_status s = search_eval_layer(&x, p->wq[l], p->wk[l], p->d_search, &p->rope, c->loss.agg, c->loss.n_sink,
-                                          c->loss.n_tail, &k->acc[i], t->ctx->pool, err);
+        subq_status s = search_eval_heads(&x, p->wq[l], p->wk[l], p->d_search, p->n_qhead, p->n_khead, &p->rope,
+                                          &c->loss, &k->acc[i], t->ctx->pool, err);
         if (s) return s;
     }
     return SUBQ_OK;
@@ -178,6 +186,8 @@ static int options(const void *self, train_option *o) {
     /* the retrieval-eligible key set (keys the runtime always attends are left out) */
     o[n++] = train_opt_u64_since("n_sink", (uint64_t)l->n_sink, 0);
     o[n++] = train_opt_u64_since("n_tail", (uint64_t)l->n_tail, 0);
+    if (k->cfg->granularity != SUBQ_SEARCH_LAYER) /* files of one shared set say nothing */
+        o[n++] = train_opt_str("granularity", search_granularity_name(k->cfg->granularity));
     return n;
 }
 
@@ -187,10 +197,10 @@ static void block(const void *self, int b, train_block *out) {
     const search_proj *p = ((const search_task *)self)->proj;
     snprintf(out->name, sizeof out->name, "blk.%d.indexer.%s", p->layers[b / 2], b % 2 ? "attn_k" : "proj");
     out->offset = block_offset(p, b);
-    out->count = (size_t)p->d_search * p->n_embd;
+    out->count = block_rows(p, b) * p->n_embd;
     out->n_dims = 2;
     out->ne[0] = (uint64_t)p->n_embd;
-    out->ne[1] = (uint64_t)p->d_search;
+    out->ne[1] = (uint64_t)block_rows(p, b);
     out->ne[2] = 1;
 }
 
@@ -210,6 +220,9 @@ static subq_status read_weights(void *self, trainer *t, const gguf_file *f, cons
                       "%s has d_search %d over %d layers; this run asks for d_search %d over %d layers "
                       "(resume or --init with the same search width and layers)",
                       path, p->d_search, p->n_sel, q->d_search, q->n_sel);
+    if (!s && (p->gran != q->gran || p->n_qhead != q->n_qhead || p->n_khead != q->n_khead))
+        s = subq_fail(err, SUBQ_ERR_ARG, "%s picks keys per %s; this run asks for %s (resume or --init with the same "
+                      "--granularity)", path, search_granularity_name(p->gran), search_granularity_name(q->gran));
     if (!s && !search_rope_same(&p->rope, &q->rope))
         s = subq_fail(err, SUBQ_ERR_ARG,
                       "%s rotates %d dims (base %g, scale %g); this run asks for %d (base %g, scale %g): resume or "
@@ -265,6 +278,10 @@ subq_status train_search_dump_teacher(subq_model *m, const subq_corpus *data, co
     if (!s) s = trainer_capture(&tr, &data->train, 0, 0, err);
     if (s) goto done;
     const search_proj *proj = st.proj;
+    if (proj->gran != SUBQ_SEARCH_LAYER) {
+        s = subq_fail(err, SUBQ_ERR_UNSUPPORTED, "--dump-teacher writes one shared search head (--granularity layer)");
+        goto done;
+    }
     const train_capture *cap = tr.cap;
     const int32_t *tok = tr.tok, *pos = tr.pos, *seg = tr.seg;
     const int T = tr.n;

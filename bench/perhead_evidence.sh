@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Issue 57's evidence on the 4K fixture: learned search per head.
+# usage: bench/perhead_evidence.sh OUTDIR train|eval|oracle|passkey|speed ...
+#   train    search projections at each granularity on the same text and steps
+#            (the shared text files, not the fixture's own corpus, which is not
+#            in ../shared): layer 1 x 128, kv-head 2 x 64, head 8 x 64
+#   eval     WikiText-2 test (held out), 16 windows of 4096, layers 1-7, tail 16,
+#            learned exact at K = 64, 128, 256 for each file
+#   oracle   the raw-QK oracles of each granularity on the same windows
+#   passkey  pass key at 1K, 2K and 4K, dense and sparse prefill
+#   speed    decode at 4K and 32K and sparse prefill at 8K on the fixture
+#   speed_qwen  the same on the Qwen3-0.6B shape (QWEN=model) with random projections
+# Every run writes OUTDIR/NAME.json (and .err); existing results are kept.
+set -euo pipefail
+OUT=${1:?usage: perhead_evidence.sh OUTDIR what...}; shift
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+B=${SUBQ:-$HERE/build/subq}
+SH=${SHARED:-$HERE/../shared}
+M=$SH/models/fixture-4k-29m-q8_0.gguf
+W=$SH/data/text/wikitext-2-raw.test.txt
+D=$SH/data/text
+T=${THREADS:-2}
+GRANS=${GRANS:-layer kv-head head}
+mkdir -p "$OUT"
+
+. "$HERE/bench/evidence_run.sh"
+
+width() { case $1 in layer) echo 128 ;; *) echo 64 ;; esac; }
+
+for what in "$@"; do
+case $what in
+train)
+    for g in $GRANS; do
+        ds=$(width "$g")
+        run train_$g train-search -m "$M" -f "$D/wikitext-103.train-prefix.tokens.txt" \
+            -f "$D/wikitext-103.valid.tokens.txt" -f "$D/pride-and-prejudice.txt" -f "$D/ulysses.txt" \
+            --reserve 0 --granularity "$g" --d-search "$ds" --rope-dims $((ds / 2)) --seq 4096 --batch 2 \
+            --steps 48 --warmup 8 --lr 3e-3 --eval-every 24 --eval-tokens 16384 --save-every 8 -t "$T" \
+            -o "$OUT/search_$g.gguf" --force --json
+    done ;;
+eval)
+    for g in $GRANS; do
+        run eval_$g eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --search "$OUT/search_$g.gguf" \
+            --sparse-layers 1-7 --selectors exact --k-sweep 64,128,256 --static-split 0 -t "$T" --json
+    done ;;
+oracle)
+    for o in headmean-dot per-kv-head per-head; do
+        run oracle_$o eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --sparse-layers 1-7 --selectors oracle \
+            --oracle "$o" --k-sweep 64,128,256 --static-split 0 -t "$T" --json
+    done ;;
+passkey)
+    for g in $GRANS; do
+        for p in dense sparse; do
+            pf=; [ "$p" = sparse ] && pf=--sparse-prefill
+            run passkey_${g}_$p recall -m "$M" --haystack "$W" --search "$OUT/search_$g.gguf" \
+                --lengths 1024,2048,4096 --depths 0,0.25,0.5,0.75,1 --trials 4 --methods full,exact@64 $pf -t "$T" --json
+        done
+    done ;;
+speed)
+    for g in $GRANS; do
+        for c in 4096 32768; do
+            run decode_${c}_$g bench -m "$M" --ctx $c --attn exact --search "$OUT/search_$g.gguf" --prefill 0 -n 32 \
+                -t "$T" --json
+        done
+        run prefill_8192_$g bench -m "$M" --prefill-ctx 8192 --prefill-text "$W" --attn exact \
+            --search "$OUT/search_$g.gguf" -n 4 -t "$T" --json
+    done ;;
+speed_qwen)
+    # the Qwen3-0.6B shape (QWEN=subq synth --shape qwen3-0.6b --type q8_0), random projections of
+    # each granularity: decode at 32K, sparse prefill at 8K
+    Q=${QWEN:?speed_qwen needs QWEN=model.gguf}
+    for cfg in layer:128 kv-head:16 head:16 kv-head:64; do
+        g=${cfg%%:*} ds=${cfg##*:}
+        run qwen_decode_32768_${g}_$ds bench -m "$Q" --ctx 32768 --attn exact --random-search "$ds" \
+            --random-search-heads "$g" --kv f16 --prefill 0 -n 32 -t "$T" --json
+        run qwen_prefill_8192_${g}_$ds bench -m "$Q" --prefill-ctx 8192 --prefill-text "$W" --attn exact \
+            --random-search "$ds" --random-search-heads "$g" --kv f16 -n 4 -t "$T" --json
+    done ;;
+*) echo "perhead_evidence.sh: unknown part '$what' (train, eval, oracle, passkey, speed, speed_qwen)" >&2; exit 1 ;;
+esac
+done

@@ -1,0 +1,180 @@
+#!/usr/bin/python3
+"""ctest check: search projections with search heads, end to end, against numpy.
+
+stories260K (8 query / 4 KV heads), projections of d_search 8 (the last 4
+dims rotated by position) on layers 1-4 from `subq train-search
+--granularity head|kv-head --lr 0` (the initial weights, the same bits on
+every machine), two unpacked windows, sink 2, tail 8, exact@4. The numpy
+forward (float64) attends query head h on the sparse layers over the sinks,
+the tail and the top-4 eligible keys by
+    cos(R(t) W_Qs[a] h_t, R(j) W_Ks[b] h_j),
+a = h's search head (h itself, or its KV head), b = a's KV head, R the
+rotation of the last 4 dims; subq eval's perplexity, KL and measured KV
+rows (sinks + tail + the union of a KV head's query heads' sets) must equal
+numpy's. Values computed with the key heads swapped must not (the check
+catches a wrong head). `subq info` names the granularity, and `merge`
+refuses the file in one line.
+"""
+
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import refcommon as rc  # noqa: E402
+
+rc.require_numpy()
+import numpy as np  # noqa: E402
+from gguf_np import GGUFFile  # noqa: E402
+from llama_ref import LlamaRef  # noqa: E402
+from check_eval import DOCS, log_softmax  # noqa: E402  (the same two windows as check_eval)
+
+SINK, TAIL, CTX, K, DS, NROT = 2, 8, 128, 4, 8, 4
+LAYERS = [1, 2, 3, 4]
+TIE = 2e-6  # cosines this close at the K-th place would let float32 (error ~1e-7) pick either key
+
+
+def rotate(x, pos, base):
+    """the last NROT dims of each head's rows turned by pos: pair i by pos * base^(-2i/NROT)"""
+    x = x.copy()
+    o = DS - NROT
+    for i in range(NROT // 2):
+        th = pos * base ** (-2.0 * i / NROT)
+        c, s = np.cos(th)[:, None], np.sin(th)[:, None]
+        x0, x1 = x[..., o + 2 * i].copy(), x[..., o + 2 * i + 1].copy()
+        x[..., o + 2 * i] = x0 * c - x1 * s
+        x[..., o + 2 * i + 1] = x0 * s + x1 * c
+    return x
+
+
+def forward(ref, tokens, proj, swap=False):
+    """float64 logits, and (rows, queries) summed over sparse layers, queries and KV heads; proj:
+    {layer: (wq [nq*DS, d], wk [nk*DS, d])}, rope base in proj['base']. swap: key heads reversed."""
+    T = len(tokens)
+    hd, nh, nkv = ref.head_dim, ref.n_head, ref.n_head_kv
+    group = nh // nkv
+    pos = np.arange(T)
+    x = ref.tok_embd[np.asarray(tokens)]
+    rows = n_rows = ties = 0
+    for li, L in enumerate(ref.layers):
+        h = ref.rmsnorm(x, L["attn_norm"])
+        q = ref.rope((h @ L["wq"].T).reshape(T, nh, hd), pos)
+        k = ref.rope((h @ L["wk"].T).reshape(T, nkv, hd), pos)
+        v = (h @ L["wv"].T).reshape(T, nkv, hd)
+        allowed = np.broadcast_to(np.tril(np.ones((T, T), dtype=bool)), (nh, T, T)).copy()
+        if li in LAYERS:
+            wq, wk = proj[li]
+            nq, nk = wq.shape[0] // DS, wk.shape[0] // DS
+            qs = rotate((h @ wq.T).reshape(T, nq, DS), pos, proj["base"])
+            ks = rotate((h @ wk.T).reshape(T, nk, DS), pos, proj["base"])
+            qs /= np.linalg.norm(qs, axis=2, keepdims=True)
+            ks /= np.linalg.norm(ks, axis=2, keepdims=True)
+            allowed[:] = False
+            for t in range(T):
+                fixed = [j for j in range(t + 1) if j < SINK or j > t - TAIL]
+                elig = [j for j in range(t + 1) if SINK <= j <= t - TAIL]
+                sets = []
+                for hq in range(nh):
+                    a = hq * nq // nh
+                    b = a // (nq // nk)
+                    if swap:
+                        b = nk - 1 - b
+                    sc = ks[elig, b, :] @ qs[t, a, :]
+                    order = np.argsort(-sc, kind="stable")
+                    chosen = [elig[i] for i in order[:K]]
+                    if len(elig) > K and sc[order[K - 1]] - sc[order[K]] < TIE:
+                        ties += 1
+                    allowed[hq, t, fixed + chosen] = True
+                    sets.append(set(chosen))
+                for g in range(nkv):
+                    rows += len(fixed) + len(set().union(*sets[g * group:(g + 1) * group]))
+                    n_rows += 1
+        heads = np.empty((T, nh, hd))
+        for hq in range(nh):
+            s = (q[:, hq, :] @ k[:, hq // group, :].T) / math.sqrt(hd)
+            s = np.where(allowed[hq], s, -np.inf)
+            p = np.exp(s - s.max(axis=1, keepdims=True))
+            heads[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hq // group, :]
+        x = x + heads.reshape(T, nh * hd) @ L["wo"].T
+        hf = ref.rmsnorm(x, L["ffn_norm"])
+        gate, up = hf @ L["w_gate"].T, hf @ L["w_up"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["w_down"].T
+    return ref.rmsnorm(x, ref.output_norm) @ ref.output.T, rows, n_rows, ties
+
+
+def main():
+    ck = rc.Checks("check_search_heads")
+    model = rc.shared_file("models", "stories260K.gguf")
+    rc.subq_bin()
+    tmp = rc.tmp_dir()
+    text = os.path.join(tmp, "check_search_heads.jsonl")
+    with open(text, "w") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in DOCS)
+    ref = LlamaRef(model)
+    windows = [[ref.tok.bos_id] + ref.tok.encode(d)[:CTX - 1] for d in DOCS]
+    full = [log_softmax(ref.forward(w)) for w in windows]
+    for gran, nq in (("head", ref.n_head), ("kv-head", ref.n_head_kv)):
+        path = os.path.join(tmp, "check_search_heads_%s.gguf" % gran)
+        if ck.guarded("train-search --granularity %s" % gran, rc.run_subq,
+                      ["train-search", "-m", model, "-f", text, "-o", path, "--force", "--granularity", gran,
+                       "--layers", "1-4", "--d-search", DS, "--rope-dims", NROT, "--rope-base", 100, "--seq", 64,
+                       "--steps", 1, "--lr", 0, "--init-std", 1, "--eval-every", 0, "-t", 1]) is None:
+            continue
+        g = GGUFFile(path)
+        md = g.metadata
+        ck.check(gran + ": file says its heads",
+                 md.get("subq.search.granularity") == gran and md.get("subq.search.query_heads") == nq and
+                 md.get("subq.search.key_heads") == ref.n_head_kv,
+                 str({k: md.get(k) for k in ("subq.search.granularity", "subq.search.query_heads", "subq.search.key_heads")}))
+        proj = {"base": 100.0}
+        for l in LAYERS:
+            proj[l] = (g.tensor("blk.%d.indexer.proj.weight" % l).astype(np.float64),
+                       g.tensor("blk.%d.indexer.attn_k.weight" % l).astype(np.float64))
+        info = ck.guarded(gran + ": info", rc.run_subq, ["info", "-m", path, "--json"])
+        if info is not None:
+            s = json.loads(info.decode("utf-8")).get("search", {})
+            ck.check(gran + ": info names the granularity", s.get("granularity") == gran and s.get("query_heads") == nq,
+                     str(s))
+        try:
+            rc.run_subq(["merge", "-m", model, "--search", path, "-o", os.path.join(tmp, "check_search_heads_m.gguf"),
+                         "--force"])
+            ck.check(gran + ": merge refuses search heads", False, "merge succeeded")
+        except rc.SubqError as e:
+            msg = str(e)
+            ck.check(gran + ": merge refuses search heads", "per " + gran in msg, msg[-200:])
+        out = ck.guarded(gran + ": subq eval runs", rc.run_subq,
+                         ["eval", "-m", model, "--eval-file", text, "--no-pack", "-c", CTX, "--search", path,
+                          "--sparse-layers", "1-4", "--sink", SINK, "--tail", TAIL, "--selectors", "exact",
+                          "--k-sweep", K, "-t", 1, "--json"])
+        if out is None:
+            continue
+        got = json.loads(out.decode("utf-8"))
+        m = got["methods"][0]
+
+        def figures(swap):
+            nll = kl = rows = n_rows = ties = n = 0
+            for w, lf in zip(windows, full):
+                raw, r, nr, tie = forward(ref, w, proj, swap)
+                lm = log_softmax(raw)
+                T = len(w) - 1
+                nll += -sum(lm[t, w[t + 1]] for t in range(T))
+                kl += float((np.exp(lf[:T]) * (lf[:T] - lm[:T])).sum())
+                rows, n_rows, ties, n = rows + r, n_rows + nr, ties + tie, n + T
+            return math.exp(nll / n), kl / n, rows / n_rows, ties
+
+        ppl, kl, rows, ties = figures(False)
+        ck.check(gran + ": no cosine ties at the K-th place (the reference is unambiguous)", ties == 0, str(ties))
+        ck.check(gran + ": PPL", abs(m["ppl"] / ppl - 1) < 1e-4, "%.6f vs numpy %.6f" % (m["ppl"], ppl))
+        ck.check(gran + ": KL", abs(m["kl"]["mean"] - kl) < 1e-4 * (1 + kl), "%.6g vs numpy %.6g" % (m["kl"]["mean"], kl))
+        ck.check(gran + ": KV rows read (union of a KV head's sets)", abs(m["kv_rows"] - rows) < 1e-6 * rows,
+                 "%.4f vs numpy %.4f" % (m["kv_rows"], rows))
+        wppl, wkl, _, _ = figures(True)
+        ck.check(gran + ": the key heads swapped give other figures (the check catches a wrong head)",
+                 abs(m["ppl"] / wppl - 1) > 1e-3 or abs(m["kl"]["mean"] - wkl) > 1e-3 * (1 + wkl),
+                 "PPL %.6f vs swapped %.6f" % (m["ppl"], wppl))
+    ck.finish()
+
+
+if __name__ == "__main__":
+    main()
