@@ -80,9 +80,3 @@ subq_status subq_fail(subq_error *err, subq_status code, const char *fmt, ...) {
     return code;
 }
 
-void subq_error_clear(subq_error *err) {
-    if (err) {
-        err->code = SUBQ_OK;
-        err->msg[0] = '\0';
-    }
-}

@@ -23,7 +23,5 @@ subq_status subq_fail(subq_error *err, subq_status code, const char *fmt, ...) S
  * n when all of it fit. */
 size_t text_escape(char *dst, size_t cap, const char *s, size_t n);
 
-/* Clear an error record. */
-void subq_error_clear(subq_error *err);
 
 #endif

@@ -7,15 +7,10 @@
 
 #define GELU_C 0.7978845608028654 /* sqrt(2/pi) */
 
-/* GELU(x) = 0.5 x (1 + tanh(u)),  u = c (x + 0.044715 x^3) */
-double phi_gelu(double x) { return 0.5 * x * (1.0 + tanh(GELU_C * (x + 0.044715 * x * x * x))); }
-
 /* GELU'(x) = 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) c (1 + 3 * 0.044715 x^2), given th = tanh u */
 static double gelu_grad_th(double x, double th) {
     return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * GELU_C * (1.0 + 3.0 * 0.044715 * x * x);
 }
-
-double phi_gelu_grad(double x) { return gelu_grad_th(x, tanh(GELU_C * (x + 0.044715 * x * x * x))); }
 
 size_t phi_acts_doubles(const phi_dims *d, int n) {
     return (size_t)n * (3 * (size_t)d->d_emb + 3 * (size_t)d->d_hidden);

@@ -39,8 +39,4 @@ void phi_map_forward_d(const phi_dims *d, const double *L, int which, int head, 
 void phi_map_backward_d(const phi_dims *d, const double *L, int which, int head, const double *X, int n,
                         const double *acts, const double *dout, double *G, double *scratch);
 
-/* GELU (tanh approximation) and its derivative, double. */
-double phi_gelu(double x);
-double phi_gelu_grad(double x);
-
 #endif

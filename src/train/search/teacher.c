@@ -197,17 +197,3 @@ void teacher_row(const float *q_t, const float *kt, int T, const attn_shape *sh,
     teacher_row_mid(q_t, kt, T, sh, s, t, s, t, agg, scratch, p);
 }
 
-void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *sh, int lo, int hi, float *qsum,
-                   float *o) {
-    const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv, dk = sh->n_head_kv * hd, n = hi - lo + 1;
-    /* sum_h q_h . k_g = sum_g (sum_{h in group g} q_h) . k_g: fold the query heads first */
-    for (int i = 0; i < dk; i++) qsum[i] = 0.0f;
-    for (int h = 0; h < sh->n_head; h++)
-        for (int c = 0; c < hd; c++) qsum[(h / group) * hd + c] += q_t[(size_t)h * hd + c];
-    const float inv = 1.0f / (float)sh->n_head;
-    for (int i = 0; i < n; i++) o[i] = 0.0f;
-    for (int r = 0; r < dk; r++) {
-        const float w = qsum[r] * inv, *row = kt + (size_t)r * T + lo;
-        for (int i = 0; i < n; i++) o[i] += w * row[i];
-    }
-}

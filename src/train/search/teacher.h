@@ -83,12 +83,4 @@ void teacher_block(const float *q, const float *k, const float *kt, int T, const
                    int t0, int t1, int n_sink, int n_tail, subq_teacher_agg agg, float *scratch, float *P, int ldp,
                    const float *v, float *out);
 
-/* Raw-QK oracle scores: o(j) = (1/n_head) sum_h q_h(t) . k_{h/g}(j) for
- * j = lo..hi, written to o[j - lo] (head-mean native scores; the
- * exact-top-K baseline; any key range, e.g. a query's eligible keys or its
- * retrieval-eligible mid range). `qsum` is scratch of n_head_kv*head_dim
- * floats. */
-void oracle_scores(const float *q_t, const float *kt, int T, const attn_shape *sh, int lo, int hi, float *qsum,
-                   float *o);
-
 #endif
