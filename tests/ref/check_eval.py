@@ -168,15 +168,19 @@ def table_matches_json(ck, what, table_out, got):
     return rows
 
 
+def write_docs(path):
+    """DOCS as a .jsonl file, one document a line (the windows of --no-pack)."""
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in DOCS)
+    return path
+
+
 def main():
     ck = rc.Checks("check_eval")
     model = rc.shared_file("models", "stories260K.gguf")
     rc.subq_bin()
     tmp = rc.tmp_dir()
-    text = os.path.join(tmp, "check_eval.jsonl")
-    with open(text, "w") as f:
-        for d in DOCS:
-            f.write(json.dumps({"text": d}) + "\n")
+    text = write_docs(os.path.join(tmp, "check_eval.jsonl"))
     svg = os.path.join(tmp, "check_eval_svg")
     os.makedirs(svg, exist_ok=True)
     out = ck.guarded("subq eval runs", rc.run_subq,

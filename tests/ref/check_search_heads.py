@@ -28,7 +28,7 @@ rc.require_numpy()
 import numpy as np  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
 from llama_ref import LlamaRef  # noqa: E402
-from check_eval import DOCS, log_softmax  # noqa: E402  (the same two windows as check_eval)
+from check_eval import DOCS, log_softmax, write_docs  # noqa: E402  (the same two windows as check_eval)
 
 SINK, TAIL, CTX, K, DS, NROT = 2, 8, 128, 4, 8, 4
 LAYERS = [1, 2, 3, 4]
@@ -108,9 +108,7 @@ def main():
     model = rc.shared_file("models", "stories260K.gguf")
     rc.subq_bin()
     tmp = rc.tmp_dir()
-    text = os.path.join(tmp, "check_search_heads.jsonl")
-    with open(text, "w") as f:
-        f.writelines(json.dumps({"text": d}) + "\n" for d in DOCS)
+    text = write_docs(os.path.join(tmp, "check_search_heads.jsonl"))
     ref = LlamaRef(model)
     windows = [[ref.tok.bos_id] + ref.tok.encode(d)[:CTX - 1] for d in DOCS]
     full = [log_softmax(ref.forward(w)) for w in windows]
