@@ -89,13 +89,14 @@ static subq_context *must_open(const char *file, int kind, const subq_search *s)
     return c;
 }
 
-/* Decode tokens [from, to): a batch, then one by one; logits of the last. */
+/* Decode tokens [from, to): a batch (when it holds a token), then one by
+ * one; logits of the last. */
 static int run(subq_context *c, int from, int to, float *logits) {
     subq_error err;
     int32_t buf[N_CTX];
     for (int i = from; i < to; i++) buf[i - from] = token(i);
     int half = from + (to - from) / 2;
-    if (subq_decode(c, buf, half - from, logits, 0, &err)) return 0;
+    if (half > from && subq_decode(c, buf, half - from, logits, 0, &err)) return 0;
     for (int i = half; i < to; i++)
         if (subq_decode(c, &buf[i - from], 1, logits, 0, &err)) return 0;
     return 1;
@@ -284,6 +285,53 @@ static void test_refusals(void) {
     subq_context_free(c);
 }
 
+/* The file's committed tokens resume and continue as the in-memory
+ * reference does from the same prefix (A as run() splits it, then one
+ * token at a time, which are the child's steps); returns the count. */
+static int check_resumes_as_memory(const char *file, const char *when) {
+    subq_error err;
+    subq_context *c = must_open(file, SUBQ_SELECT_EXACT, search);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK, "resume after %s: %s", when, err.msg);
+    const int n = subq_context_n_past(c);
+    CHECK(n >= NA && n < N_CTX, "after %s: %d tokens committed (synced %d)", when, n, NA);
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    subq_context *mem = must_open(NULL, SUBQ_SELECT_EXACT, search);
+    const int end = n + 8 < N_CTX ? n + 8 : N_CTX;
+    int ok = run(mem, 0, NA, la);
+    for (int i = NA; ok && i < n; i++) {
+        int32_t t = token(i);
+        ok = subq_decode(mem, &t, 1, la, 0, &err) == SUBQ_OK;
+    }
+    CHECK(ok && run(mem, n, end, la) && run(c, n, end, lb) && same(la, lb),
+          "continuing after %s (%d tokens) differs from the reference", when, n);
+    subq_context_free(c);
+    subq_context_free(mem);
+    free(la);
+    free(lb);
+    return n;
+}
+
+/* The child's work: A, committed, then the same tokens one at a time up to
+ * n_ctx - 1, committing every 10, truncating back to A each round; with
+ * once, it stops after the first round's last commit (n_ctx - 1 tokens). */
+static void decode_rounds(const char *file, int write_fd, int once) {
+    subq_context *c = must_open(file, SUBQ_SELECT_EXACT, search);
+    float *lg = malloc((size_t)info.n_vocab * sizeof(float));
+    subq_error err;
+    run(c, 0, NA, lg);
+    subq_context_sync(c, &err);
+    if (write_fd >= 0 && write(write_fd, "x", 1) != 1) _exit(3);
+    for (;;) {
+        for (int i = NA; i < N_CTX - 1; i++) {
+            int32_t t = token(i);
+            subq_decode(c, &t, 1, lg, 0, &err);
+            if (i % 10 == 0) subq_context_sync(c, &err);
+        }
+        if (once) raise(SIGKILL);
+        subq_context_truncate(c, NA, &err);
+    }
+}
+
 /* See the top: killed while decoding, the file resumes what it counts. */
 static void test_kill(void) {
     char file[700];
@@ -294,20 +342,7 @@ static void test_kill(void) {
     pid_t pid = fork();
     if (pid == 0) {
         close(pipefd[0]);
-        subq_context *c = must_open(file, SUBQ_SELECT_EXACT, search);
-        float *lg = malloc((size_t)info.n_vocab * sizeof(float));
-        subq_error err;
-        run(c, 0, NA, lg);
-        subq_context_sync(c, &err);
-        if (write(pipefd[1], "x", 1) != 1) _exit(3);
-        for (;;) { /* the same tokens again and again, committing every 10, until killed */
-            for (int i = NA; i < N_CTX - 1; i++) {
-                int32_t t = token(i);
-                subq_decode(c, &t, 1, lg, 0, &err);
-                if (i % 10 == 0) subq_context_sync(c, &err);
-            }
-            subq_context_truncate(c, NA, &err);
-        }
+        decode_rounds(file, pipefd[1], 0);
     }
     close(pipefd[1]);
     char x;
@@ -317,22 +352,16 @@ static void test_kill(void) {
     int status;
     waitpid(pid, &status, 0);
     close(pipefd[0]);
+    check_resumes_as_memory(file, "a kill at a random moment");
+    /* the kill right after the commit of n_ctx - 1 tokens, every time */
+    unlink(file);
+    pid = fork();
+    if (pid == 0) decode_rounds(file, -1, 1);
+    waitpid(pid, &status, 0);
+    CHECK(WIFSIGNALED(status), "the child decoded to n_ctx - 1 and was killed");
+    CHECK(check_resumes_as_memory(file, "a kill at n_ctx - 1") == N_CTX - 1, "the file holds n_ctx - 1 tokens");
     subq_error err;
-    subq_context *c = must_open(file, SUBQ_SELECT_EXACT, search);
-    CHECK(subq_context_resume(c, &err) == SUBQ_OK, "resume after kill: %s", err.msg);
-    const int n = subq_context_n_past(c);
-    CHECK(n >= NA && n < N_CTX, "after the kill: %d tokens committed (synced %d)", n, NA);
-    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
-    subq_context *mem = must_open(NULL, SUBQ_SELECT_EXACT, search);
-    const int end = n + 8 < N_CTX ? n + 8 : N_CTX;
-    int ok = run(mem, 0, NA, la); /* the child's steps: A as run() splits it, then one token at a time */
-    for (int i = NA; ok && i < n; i++) {
-        int32_t t = token(i);
-        ok = subq_decode(mem, &t, 1, la, 0, &err) == SUBQ_OK;
-    }
-    CHECK(ok && run(mem, n, end, la) && run(c, n, end, lb) && same(la, lb),
-          "continuing after the kill (%d tokens) differs from the reference", n);
-    subq_context_free(c);
+    float *lb = malloc((size_t)info.n_vocab * sizeof(float));
     /* a truncate below the commit, then a kill before the next commit: the header was lowered first */
     pid = fork();
     if (pid == 0) {
@@ -349,8 +378,6 @@ static void test_kill(void) {
     CHECK(subq_context_resume(c2, &err) == SUBQ_OK && subq_context_n_past(c2) <= NA / 2 + 1,
           "after a truncate to %d the file counts %d", NA / 2, subq_context_n_past(c2));
     subq_context_free(c2);
-    subq_context_free(mem);
-    free(la);
     free(lb);
 }
 
