@@ -4,7 +4,7 @@ MODEL  ?= $(SHARED)/models/stories260K.gguf
 JOBS   ?= $(shell nproc)
 FUZZ_SECONDS ?= 60
 
-.PHONY: all deps deps-test build build-san build-fuzz test check demo fuzz clean
+.PHONY: all deps deps-test build build-san build-fuzz test check demo fuzz clean install
 
 all: build
 
@@ -23,6 +23,12 @@ test: WERROR = ON
 build: deps
 	@cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DSUBQ_WERROR=$(WERROR) -DSUBQ_SHARED_DIR=$(SHARED) >/dev/null
 	@cmake --build build -j $(JOBS)
+
+# The libraries (libsubq, libsubq_lab: static and shared), headers,
+# pkg-config files, the CLI and the Python package under PREFIX.
+PREFIX ?= /usr/local
+install: build
+	@cmake --install build --prefix $(PREFIX)
 
 # Unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
 build-san: deps-test

@@ -22,9 +22,9 @@ extern "C" {
  * older header, MINOR adds to it. subq_version() is the library's own,
  * for a program to compare with the header it was built with. */
 #define SUBQ_VERSION_MAJOR 0
-#define SUBQ_VERSION_MINOR 47
+#define SUBQ_VERSION_MINOR 48
 #define SUBQ_VERSION_PATCH 0
-#define SUBQ_VERSION "0.47.0"
+#define SUBQ_VERSION "0.48.0"
 
 /* Marks a declaration a later MAJOR version removes (msg: what to use). */
 #if defined(__GNUC__) || defined(__clang__)
@@ -53,6 +53,7 @@ typedef enum subq_status {
     SUBQ_ERR_MISMATCH,    /* file belongs to another model */
     SUBQ_ERR_RANGE,       /* context full, token id out of range, ... */
     SUBQ_ERR_BUSY,        /* a file another process is writing (a KV file's lock) */
+    SUBQ_ERR_CANCELLED,   /* the caller stopped it (a callback's nonzero return) */
 } subq_status;
 
 #define SUBQ_ERROR_MSG_MAX 512
@@ -61,7 +62,7 @@ typedef struct subq_error {
     char msg[SUBQ_ERROR_MSG_MAX];
 } subq_error;
 
-/* SUBQ_VERSION of the library linked in ("0.47.0"). */
+/* SUBQ_VERSION of the library linked in ("0.48.0"). */
 const char *subq_version(void);
 
 /* Short name of a status code ("format error", ...). */
@@ -655,6 +656,7 @@ subq_status subq_search_split(const char *merged_path, const char *out_path, sub
 /* Completion maps (learned positive feature maps that add the attention
  * mass of the keys a sparse layer does not retrieve), for one model. */
 typedef struct subq_complete subq_complete;
+#define SUBQ_PHI_MAX_DIM 1024 /* largest d_emb, d_hidden, d_phi (and head_dim) of completion maps */
 subq_status subq_complete_load(const char *path, const subq_model *m, subq_complete **out, subq_error *err);
 void subq_complete_free(subq_complete *c);
 /* 1 if the file stores per-head mid-region entropies (complete_min_entropy

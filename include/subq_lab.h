@@ -60,8 +60,9 @@ typedef struct subq_ppl_result {
     int64_t n_scored;
 } subq_ppl_result;
 
-/* Called after each chunk with the running result. */
-typedef void (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const subq_ppl_result *running);
+/* Called after each chunk with the running result; nonzero stops the run
+ * there (SUBQ_ERR_CANCELLED, *res holding the chunks done). */
+typedef int (*subq_ppl_callback)(void *user, int chunk, int n_chunks, const subq_ppl_result *running);
 
 /* `tokens` is the whole text tokenised with BOS. Chunks of n_ctx tokens
  * (at most max_chunks; <= 0 for all) have their first token replaced by BOS
@@ -390,8 +391,6 @@ typedef struct subq_phi_loss_params {
     double band;                 /* Delta: 8 */
     double huber;                /* delta: 1 */
 } subq_phi_loss_params;
-
-#define SUBQ_PHI_MAX_DIM 1024 /* largest d_emb, d_hidden, d_phi (and head_dim) of completion maps */
 
 /* The parts of the completion-map loss, as they appear in the stats' part[]. */
 enum { SUBQ_PHI_PART_KL, SUBQ_PHI_PART_TOP, SUBQ_PHI_PART_FP, SUBQ_PHI_PART_Z, SUBQ_PHI_PART_LSE, SUBQ_PHI_N_PARTS };

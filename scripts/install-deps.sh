@@ -23,6 +23,7 @@ test_deps=0
 if [ $test_deps = 1 ]; then
   pkgs+=(
     python3-numpy          # test oracles (run with /usr/bin/python3)
+    python3-pytest         # the Python package's tests (python/tests)
     curl                   # subq serve tests
     clang libclang-rt-14-dev  # sanitizers and libFuzzer targets
   )

@@ -16,6 +16,7 @@
 #include "base/timer.h"
 #include "gguf/gguf.h"
 #include "test_util.h"
+#include "lab/bpe_synth.h"
 #include "tokenize/bpe.h"
 #include "tokenize/tokenizer.h"
 #include "tokenize/utf8.h"

@@ -20,7 +20,7 @@
 #include "base/rng.h"
 #include "complete/phi_maps.h"
 #include "model/context.h"
-#include "model/synth.h"
+#include "lab/synth.h"
 #include "quant/types.h"
 #include "test_util.h"
 

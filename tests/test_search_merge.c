@@ -16,7 +16,7 @@
 #include "base/fingerprint.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "lab/synth.h"
 #include "quant/quant.h"
 #include "quant/types.h"
 #include "search/search_proj.h"

@@ -13,7 +13,7 @@
 #include "base/layers.h"
 #include "base/rng.h"
 #include "model/model.h"
-#include "model/synth.h"
+#include "lab/synth.h"
 #include "quant/types.h"
 #include "search/search_proj.h"
 #include "test_util.h"

@@ -7,7 +7,7 @@
 #include "attn/attn_plan.h"
 #include "complete/phi_maps.h"
 #include "search/search_proj.h"
-#include "subq_lab.h"
+#include "subq.h"
 
 struct subq_search {
     search_proj *proj;

@@ -319,3 +319,7 @@ void subq_context_clear_plan(subq_context *c) {
     context_clear_plan(c);
     file_plan(c, &ignored);
 }
+
+subq_status subq_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err) {
+    return layers_parse(s, n_layer, mask, err);
+}

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "base/error.h"
-#include "subq_lab.h" /* subq_write_file */
 
 #define TMP_TAG ".subq-tmp."
 #define TMP_RAND "XXXXXX" /* the random part: 6 of [A-Za-z0-9] */
@@ -180,13 +179,4 @@ void atomic_file_abort(atomic_file *af) {
     free(af->tmp);
     free(af->path);
     memset(af, 0, sizeof *af);
-}
-
-subq_status subq_write_file(const char *path, const void *data, size_t len, subq_error *err) {
-    atomic_file af;
-    subq_status s = atomic_file_open(&af, path, err);
-    if (s) return s;
-    errno = 0;
-    int e = len && fwrite(data, 1, len, af.fp) != len ? (errno ? errno : EIO) : 0;
-    return atomic_file_commit(&af, e, err);
 }

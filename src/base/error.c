@@ -17,6 +17,7 @@ const char *subq_status_name(subq_status s) {
     case SUBQ_ERR_MISMATCH: return "model mismatch";
     case SUBQ_ERR_RANGE: return "out of range";
     case SUBQ_ERR_BUSY: return "in use";
+    case SUBQ_ERR_CANCELLED: return "cancelled";
     }
     return "unknown error";
 }

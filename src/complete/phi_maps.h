@@ -35,7 +35,7 @@
 #include <stdint.h>
 
 #include "gguf/gguf.h"
-#include "subq_lab.h"
+#include "subq.h"
 
 #define PHI_ARCH "subq-phi"
 #define PHI_MAX_DIM SUBQ_PHI_MAX_DIM /* d_emb, d_hidden, d_phi, head_dim */

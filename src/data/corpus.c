@@ -9,7 +9,7 @@
 #include "base/error.h"
 #include "base/fingerprint.h"
 #include "base/rng.h"
-#include "base/walk_files.h"
+#include "data/walk_files.h"
 #include "model/model.h"
 #include "tokenize/vocab_gguf.h"
 #include "data/corpus_file.h"

@@ -19,7 +19,7 @@
 #include "complete/phi_maps.h"
 #include "search/search_proj.h"
 #include "select/selector.h"
-#include "subq.h"
+#include "subq_lab.h"
 
 typedef struct eval_config {
     /* held-out text: the held-out split (eval_frac of the pieces) of files,

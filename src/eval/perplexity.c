@@ -89,7 +89,11 @@ subq_status subq_perplexity(subq_context *c, const int32_t *tokens, size_t n_tok
         }
         if (s) break;
         fill_result(res, nll_sum, nll2_sum, count, ch + 1);
-        if (cb) cb(user, ch, n_chunks, res);
+        if (cb && cb(user, ch, n_chunks, res)) {
+            s = subq_fail(err, SUBQ_ERR_CANCELLED, "perplexity stopped by the caller after chunk %d of %d", ch + 1,
+                          n_chunks);
+            break;
+        }
     }
     free(win);
     free(logits);

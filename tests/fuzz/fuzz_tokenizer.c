@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "gguf/gguf.h"
+#include "lab/bpe_synth.h"
 #include "tokenize/bpe.h"
 #include "tokenize/tokenizer.h"
 #include "fuzz_shared.h"

@@ -7,6 +7,9 @@ src/ defines: an include or a call must reach the file's own module or a
 module of a lower layer (a public subq_* function implemented in api/ is
 not callable from eval/, say, even though subq.h declares it below every
 layer). Every directory of src/ must be in the table.
+
+The engine library's folders (all but the lab's, SUBQ_LAB_DIRS of
+CMakeLists.txt) never include subq_lab.h: the lab's header sits above them.
 """
 
 import os
@@ -101,6 +104,23 @@ def main():
                 calls.append("%s (%s, layer %d) calls %s of %s (%s, layer %d)" % (rel, mod, layer, name, where, imod,
                                                                                    ilayer))
     ck.check("%d calls across files, none upward or across a layer" % n_calls, not calls, "; ".join(sorted(calls)))
+
+    m = re.search(r"^set\(SUBQ_LAB_DIRS ([a-z_ ]+)\)", open(os.path.join(rc.REPO, "CMakeLists.txt")).read(), re.M)
+    ck.check("CMakeLists.txt names the lab's folders", m is not None)
+    lab_dirs = set(m.group(1).split()) if m else set()
+    ck.check("the lab's folders are folders of src/", lab_dirs and lab_dirs <= set(dirs), " ".join(sorted(lab_dirs)))
+    engine_lab = []
+    for d in dirs:
+        if d in lab_dirs:
+            continue
+        for root, _, files in os.walk(os.path.join(src, d)):
+            for f in sorted(files):
+                path = os.path.join(root, f)
+                if f.endswith((".c", ".h", ".cpp")) and re.search(r'^\s*#\s*include\s+"subq_lab\.h"',
+                                                                  open(path, encoding="utf-8").read(), re.M):
+                    engine_lab.append(os.path.relpath(path, src))
+    ck.check("no engine file (%s) includes subq_lab.h" % " ".join(d for d in dirs if d not in lab_dirs),
+             not engine_lab, ", ".join(engine_lab))
     ck.finish()
 
 

@@ -27,7 +27,7 @@ typedef struct ppl_print {
     progress bar;
 } ppl_print;
 
-static void on_chunk(void *user, int chunk, int n_chunks, const subq_ppl_result *r) {
+static int on_chunk(void *user, int chunk, int n_chunks, const subq_ppl_result *r) {
     ppl_print *pp = user;
     if (pp->json) {
         char extra[64];
@@ -38,6 +38,7 @@ static void on_chunk(void *user, int chunk, int n_chunks, const subq_ppl_result 
         if (chunk + 1 == n_chunks) printf("\n");
         fflush(stdout);
     }
+    return 0;
 }
 
 int cmd_perplexity(int argc, char **argv) {

@@ -27,7 +27,7 @@
 #include <stdint.h>
 
 #include "complete/phi_maps.h"
-#include "subq.h"
+#include "subq_lab.h"
 
 subq_phi_loss_params phi_loss_default_params(void);
 

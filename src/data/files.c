@@ -1,5 +1,6 @@
-/* Whole-file reads with a bound (subq_read_file in include/subq.h): the
- * text inputs of every command and of training corpora. A regular file is
+/* Whole files in and out (subq_read_file, subq_write_file in
+ * include/subq_lab.h). Reads have a bound: the text inputs of every command
+ * and of training corpora. A regular file is
  * checked against its size before anything is allocated; a stream is read
  * in growing pieces up to its cap, with poll() between pieces so that an
  * idle writer (or none at all) ends in an error instead of a hang. */
@@ -7,12 +8,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "subq_lab.h"
+#include "base/atomic_file.h"
 #include "base/bigmem.h"
 #include "base/error.h"
 
@@ -89,4 +92,14 @@ subq_status subq_read_file(const char *path, size_t limit, char **out, size_t *l
     *out = buf;
     *len = n;
     return SUBQ_OK;
+}
+
+/* Written whole through a temporary file and a rename (atomic_file). */
+subq_status subq_write_file(const char *path, const void *data, size_t len, subq_error *err) {
+    atomic_file af;
+    subq_status s = atomic_file_open(&af, path, err);
+    if (s) return s;
+    errno = 0;
+    int e = len && fwrite(data, 1, len, af.fp) != len ? (errno ? errno : EIO) : 0;
+    return atomic_file_commit(&af, e, err);
 }

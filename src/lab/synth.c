@@ -1,4 +1,4 @@
-#include "model/synth.h"
+#include "lab/synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,6 +9,7 @@
 #include "base/rng.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "lab/bpe_synth.h"
 #include "tokenize/bpe.h"
 
 #ifndef M_PI

@@ -2,7 +2,7 @@
  * haystack made of a directory reads the same on every machine. */
 #define _POSIX_C_SOURCE 200809L
 #include "subq_lab.h"
-#include "base/walk_files.h"
+#include "data/walk_files.h"
 
 #include <dirent.h>
 #include <errno.h>

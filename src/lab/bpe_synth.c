@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/error.h"
+#include "lab/bpe_synth.h"
 #include "tokenize/bpe.h"
 #include "tokenize/tokenizer.h"
 #include "tokenize/vocab_gguf.h"

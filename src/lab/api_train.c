@@ -26,10 +26,6 @@ void subq_corpus_get_info(const subq_corpus *c, subq_corpus_info *out) {
                               .fingerprint = c->fingerprint};
 }
 
-subq_status subq_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err) {
-    return layers_parse(s, n_layer, mask, err);
-}
-
 const char *subq_teacher_agg_name(subq_teacher_agg a) { return teacher_agg_name(a); }
 int subq_teacher_agg_parse(const char *s) { return teacher_agg_parse(s); }
 

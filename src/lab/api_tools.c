@@ -4,7 +4,7 @@
 #include <strings.h>
 
 #include "base/error.h"
-#include "model/synth.h"
+#include "lab/synth.h"
 #include "kernels/kernels.h"
 #include "subq_lab.h"
 

@@ -1,0 +1,179 @@
+"""The low-level layer: ctypes mirrors of include/subq.h and the parts of
+include/subq_lab.h the package uses, over libsubq_lab.so (the engine and
+the lab in one library).
+
+Names and fields are the C ones. Every function returns the C status; the
+high-level layer (subq/__init__.py) turns a non-zero one into SubqError.
+python/tests/test_layout.py checks each mirrored struct's size and field
+offsets against the C compiler's.
+
+The library is found as llama-cpp-python finds its own: in the directory
+SUBQ_LIB_PATH names, else next to this package, else in the checkout's
+build/ (python/../build) for use from the repository.
+"""
+
+import ctypes
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_char, c_char_p, c_double, c_float, c_int, c_int32, c_int64,
+                    c_size_t, c_uint64, c_void_p)
+
+LIB_NAME = "libsubq_lab.so"
+
+SUBQ_ERROR_MSG_MAX = 512
+
+# subq_status
+SUBQ_OK = 0
+SUBQ_ERR_IO = 1
+SUBQ_ERR_FORMAT = 2
+SUBQ_ERR_UNSUPPORTED = 3
+SUBQ_ERR_SHAPE = 4
+SUBQ_ERR_NOMEM = 5
+SUBQ_ERR_ARG = 6
+SUBQ_ERR_TOKENIZE = 7
+SUBQ_ERR_MISMATCH = 8
+SUBQ_ERR_RANGE = 9
+SUBQ_ERR_BUSY = 10
+SUBQ_ERR_CANCELLED = 11
+
+# subq_kv_type
+SUBQ_KV_F32, SUBQ_KV_F16, SUBQ_KV_Q8_0, SUBQ_KV_Q4_0 = 0, 1, 2, 3
+
+# subq_finish
+SUBQ_FINISH_LENGTH, SUBQ_FINISH_END_TOKEN, SUBQ_FINISH_CALLER, SUBQ_FINISH_CONTEXT_FULL = 0, 1, 2, 3
+
+
+class subq_error(Structure):
+    _fields_ = [("code", c_int), ("msg", c_char * SUBQ_ERROR_MSG_MAX)]
+
+
+class subq_model_info(Structure):
+    _fields_ = [("arch", c_char * 32), ("n_layer", c_int), ("n_embd", c_int), ("n_head", c_int),
+                ("n_head_kv", c_int), ("head_dim", c_int), ("n_ff", c_int), ("n_vocab", c_int),
+                ("n_ctx_train", c_int), ("rope_base", c_float), ("norm_eps", c_float), ("bos_id", c_int),
+                ("eos_id", c_int), ("add_bos", c_int), ("n_params", c_uint64), ("weight_bytes", c_uint64),
+                ("decode_bytes", c_uint64), ("matmul_params", c_uint64), ("fingerprint", c_uint64)]
+
+
+class subq_context_params(Structure):
+    _fields_ = [("n_ctx", c_int), ("n_threads", c_int), ("kv_type", c_int), ("n_batch", c_int),
+                ("kv_file", c_char_p), ("swa_full", c_int), ("kv_recover", c_int)]
+
+
+class subq_sampler_params(Structure):
+    _fields_ = [("temp", c_float), ("top_k", c_int), ("top_p", c_float), ("seed", c_uint64)]
+
+
+on_prompt_fn = CFUNCTYPE(c_int, c_void_p, c_int)
+on_batch_fn = CFUNCTYPE(c_int, c_void_p, c_int, c_int, c_int)
+on_token_fn = CFUNCTYPE(c_int, c_void_p, c_int32, POINTER(c_char), c_size_t)
+
+
+class subq_generate_params(Structure):
+    _fields_ = [("n_predict", c_int), ("sampler", subq_sampler_params), ("end_tokens", c_int32 * 2),
+                ("on_prompt", on_prompt_fn), ("on_batch", on_batch_fn), ("on_token", on_token_fn),
+                ("user", c_void_p)]
+
+
+class subq_generate_result(Structure):
+    _fields_ = [("n_reused", c_int), ("n_generated", c_int), ("finish", c_int)]
+
+
+class subq_attn_plan(Structure):
+    _fields_ = [("layers", c_char_p), ("topk_layers", c_char_p), ("selector", c_int), ("top_k", c_int),
+                ("n_sink", c_int), ("n_tail", c_int), ("sparse_prefill", c_int), ("hnsw_m", c_int),
+                ("hnsw_ef_construction", c_int), ("hnsw_ef_search", c_int), ("quest_page", c_int),
+                ("quest_headmean", c_int), ("oracle", c_int), ("search_f16", c_int), ("score", c_int),
+                ("scan", c_int), ("block_keys", c_int), ("nprobe", c_int), ("probe_from", c_int),
+                ("group_blocks", c_int), ("group_probe", c_int), ("group_from", c_int), ("block_reps", c_int),
+                ("probe_check", c_int), ("seed", c_uint64), ("complete_min_entropy", c_float),
+                ("far_pos", c_int), ("far_from", c_int)]
+
+
+class subq_ppl_result(Structure):
+    _fields_ = [("ppl", c_double), ("ppl_stderr", c_double), ("nll_mean", c_double), ("n_chunks", c_int),
+                ("n_scored", c_int64)]
+
+
+ppl_callback_fn = CFUNCTYPE(c_int, c_void_p, c_int, c_int, POINTER(subq_ppl_result))
+
+# handles
+subq_model_p = c_void_p
+subq_context_p = c_void_p
+subq_search_p = c_void_p
+subq_complete_p = c_void_p
+
+_E = POINTER(subq_error)
+
+# (name, restype, argtypes)
+_FUNCTIONS = [
+    ("subq_version", c_char_p, []),
+    ("subq_status_name", c_char_p, [c_int]),
+    ("subq_isa_name", c_char_p, []),
+    ("subq_model_load", c_int, [c_char_p, POINTER(subq_model_p), _E]),
+    ("subq_model_free", None, [subq_model_p]),
+    ("subq_model_get_info", None, [subq_model_p, POINTER(subq_model_info)]),
+    ("subq_tokenize", c_int, [subq_model_p, c_char_p, c_size_t, c_int, POINTER(c_int32), c_size_t,
+                              POINTER(c_size_t), _E]),
+    ("subq_tokenize_special", c_int, [subq_model_p, c_char_p, c_size_t, c_int, POINTER(c_int32), c_size_t,
+                                      POINTER(c_size_t), _E]),
+    ("subq_token_to_piece", c_int, [subq_model_p, c_int32, c_int32, POINTER(c_char), c_size_t,
+                                    POINTER(c_size_t), _E]),
+    ("subq_kv_type_parse", c_int, [c_char_p]),
+    ("subq_context_default_params", subq_context_params, []),
+    ("subq_context_new", c_int, [subq_model_p, POINTER(subq_context_params), POINTER(subq_context_p), _E]),
+    ("subq_context_free", None, [subq_context_p]),
+    ("subq_context_reset", None, [subq_context_p]),
+    ("subq_context_n_past", c_int, [subq_context_p]),
+    ("subq_context_n_ctx", c_int, [subq_context_p]),
+    ("subq_context_n_batch", c_int, [subq_context_p]),
+    ("subq_context_resume", c_int, [subq_context_p, _E]),
+    ("subq_context_sync", c_int, [subq_context_p, _E]),
+    ("subq_context_tokens", POINTER(c_int32), [subq_context_p]),
+    ("subq_context_truncate", c_int, [subq_context_p, c_int, _E]),
+    ("subq_context_save", c_int, [subq_context_p, c_char_p, _E]),
+    ("subq_context_load", c_int, [subq_context_p, c_char_p, _E]),
+    ("subq_decode", c_int, [subq_context_p, POINTER(c_int32), c_int, POINTER(c_float), c_int, _E]),
+    ("subq_generate_default_params", subq_generate_params, []),
+    ("subq_generate", c_int, [subq_context_p, POINTER(c_int32), c_int, POINTER(subq_generate_params),
+                              POINTER(subq_generate_result), _E]),
+    ("subq_selector_parse", c_int, [c_char_p]),
+    ("subq_score_parse", c_int, [c_char_p]),
+    ("subq_scan_parse", c_int, [c_char_p]),
+    ("subq_oracle_parse", c_int, [c_char_p]),
+    ("subq_far_parse", c_int, [c_char_p]),
+    ("subq_selector_needs_search", c_int, [c_int]),
+    ("subq_attn_plan_default", subq_attn_plan, []),
+    ("subq_search_load", c_int, [c_char_p, subq_model_p, POINTER(subq_search_p), _E]),
+    ("subq_search_random", c_int, [subq_model_p, c_char_p, c_int, c_uint64, POINTER(subq_search_p), _E]),
+    ("subq_search_free", None, [subq_search_p]),
+    ("subq_complete_load", c_int, [c_char_p, subq_model_p, POINTER(subq_complete_p), _E]),
+    ("subq_complete_free", None, [subq_complete_p]),
+    ("subq_context_set_plan", c_int, [subq_context_p, POINTER(subq_attn_plan), subq_search_p, subq_complete_p, _E]),
+    ("subq_context_clear_plan", None, [subq_context_p]),
+    # the lab
+    ("subq_perplexity", c_int, [subq_context_p, POINTER(c_int32), c_size_t, c_int, c_int, c_int, ppl_callback_fn,
+                                c_void_p, POINTER(subq_ppl_result), POINTER(c_float), _E]),
+]
+
+
+def find_library():
+    """The path of libsubq_lab.so: SUBQ_LIB_PATH's directory, next to the package, or the checkout's build/."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = os.environ.get("SUBQ_LIB_PATH")
+    places = [env] if env else [here, os.path.join(here, "..", "..", "build")]
+    for d in places:
+        path = os.path.join(d, LIB_NAME)
+        if os.path.isfile(path):
+            return os.path.abspath(path)
+    raise FileNotFoundError("%s not found in %s (build it with `make`, or set SUBQ_LIB_PATH to its directory)"
+                            % (LIB_NAME, " or ".join(os.path.abspath(p) for p in places)))
+
+
+def load(path=None):
+    """Open the library and declare every function above on it."""
+    lib = ctypes.CDLL(path or find_library())
+    for name, restype, argtypes in _FUNCTIONS:
+        fn = getattr(lib, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    return lib
