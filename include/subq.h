@@ -594,6 +594,24 @@ int subq_search_top_k(const subq_search *s);
 void subq_search_get_rope(const subq_search *s, int *rope_dims, float *rope_base, float *rope_scale);
 subq_status subq_search_set_rope(subq_search *s, int rope_dims, float rope_base, float rope_scale, subq_error *err);
 
+/* Projections made from matrices (checkpoint converters): for each of the
+ * n_layers layers (distinct, in [0, n_layer)), wq[i] and wk[i] are W_Qs and
+ * W_Ks, [d_search][n_embd] row-major; one search set a layer, no rotated
+ * dims. origin (NULL: none) says where they come from and how they rank,
+ * written into files as subq.search.origin. Non-finite values are
+ * SUBQ_ERR_ARG. */
+subq_status subq_search_from_matrices(const subq_model *m, const int *layers, int n_layers, int d_search,
+                                      const float *const *wq, const float *const *wk, const char *origin,
+                                      subq_search **out, subq_error *err);
+/* Copy layer's W_Qs ([n_query_heads * d_search][n_embd]) into wq and W_Ks
+ * ([n_key_heads * d_search][n_embd]) into wk, either may be NULL;
+ * SUBQ_ERR_ARG when the layer has none. */
+subq_status subq_search_get_matrices(const subq_search *s, int layer, float *wq, float *wk, subq_error *err);
+/* Write s as a projection file (what train-search writes), atomically.
+ * Merged projections keep no fingerprint: SUBQ_ERR_UNSUPPORTED (split
+ * them out of the model file with subq_search_split instead). */
+subq_status subq_search_save(const subq_search *s, const char *path, subq_error *err);
+
 /* Layer lists as plans take them ("all", "none", "1,3,5-7", negative from
  * the end: "2--1"): mask[l] = 1 for each listed layer of n_layer. */
 subq_status subq_parse_layers(const char *s, int n_layer, unsigned char *mask, subq_error *err);

@@ -24,6 +24,7 @@ if [ $test_deps = 1 ]; then
   pkgs+=(
     python3-numpy          # test oracles (run with /usr/bin/python3)
     python3-pytest         # the Python package's tests (python/tests)
+    python3-torch          # the real writer and reader of PyTorch checkpoints (python/tests/test_convert.py)
     curl                   # subq serve tests
     clang libclang-rt-14-dev  # sanitizers and libFuzzer targets
   )

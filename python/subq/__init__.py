@@ -27,15 +27,9 @@ from . import _lib as lib
 
 __all__ = ["Model", "SubqError", "version", "load_library"]
 
-_LIB = None
-
-
 def load_library(path=None):
     """The C library (loaded once; path: a libsubq_lab.so to use instead of the one found)."""
-    global _LIB
-    if _LIB is None or path:
-        _LIB = lib.load(path)
-    return _LIB
+    return lib.load_default(path)
 
 
 def version():

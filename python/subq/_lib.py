@@ -94,6 +94,13 @@ class subq_ppl_result(Structure):
                 ("n_scored", c_int64)]
 
 
+class subq_search_info(Structure):
+    _fields_ = [("merged", c_int), ("d_search", c_int), ("n_layers", c_int), ("layers", c_char * 256),
+                ("top_k", c_int), ("type", c_char * 8), ("arch", c_char * 32), ("rope_dims", c_int),
+                ("rope_base", c_float), ("rope_scale", c_float), ("granularity", c_int), ("n_query_heads", c_int),
+                ("n_key_heads", c_int)]
+
+
 ppl_callback_fn = CFUNCTYPE(c_int, c_void_p, c_int, c_int, POINTER(subq_ppl_result))
 
 # handles
@@ -146,6 +153,13 @@ _FUNCTIONS = [
     ("subq_search_load", c_int, [c_char_p, subq_model_p, POINTER(subq_search_p), _E]),
     ("subq_search_random", c_int, [subq_model_p, c_char_p, c_int, c_uint64, POINTER(subq_search_p), _E]),
     ("subq_search_free", None, [subq_search_p]),
+    ("subq_search_d", c_int, [subq_search_p]),
+    ("subq_search_has_layer", c_int, [subq_search_p, c_int]),
+    ("subq_search_info_file", c_int, [c_char_p, POINTER(subq_search_info), _E]),
+    ("subq_search_from_matrices", c_int, [subq_model_p, POINTER(c_int), c_int, c_int, POINTER(POINTER(c_float)),
+                                          POINTER(POINTER(c_float)), c_char_p, POINTER(subq_search_p), _E]),
+    ("subq_search_get_matrices", c_int, [subq_search_p, c_int, POINTER(c_float), POINTER(c_float), _E]),
+    ("subq_search_save", c_int, [subq_search_p, c_char_p, _E]),
     ("subq_complete_load", c_int, [c_char_p, subq_model_p, POINTER(subq_complete_p), _E]),
     ("subq_complete_free", None, [subq_complete_p]),
     ("subq_context_set_plan", c_int, [subq_context_p, POINTER(subq_attn_plan), subq_search_p, subq_complete_p, _E]),
@@ -177,3 +191,13 @@ def load(path=None):
         fn.restype = restype
         fn.argtypes = argtypes
     return lib
+
+
+_DEFAULT = []
+
+
+def load_default(path=None):
+    """The library this process uses (opened once; path: another libsubq_lab.so to use instead)."""
+    if not _DEFAULT or path:
+        _DEFAULT[:] = [load(path)]
+    return _DEFAULT[0]

@@ -79,3 +79,23 @@ def test_readme_python_example(shared, subq_bin):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert len(lines) == 2 and len(lines[0]) > 20 and lines[-1] == "(5, 512)", r.stdout  # the completion, the shape
+
+
+def test_installed_convert(prefix, stories, tmp_path):
+    """bin/subq convert runs the package installed beside it (with its own libsubq_lab.so)."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    from subq import convert
+    st = tmp_path / "p.safetensors"
+    rng = np.random.default_rng(0)
+    convert.write_safetensors(st, {"projections.2.W_Qs.weight": rng.standard_normal((8, 64)),
+                                   "projections.2.W_Ks.weight": rng.standard_normal((8, 64))}, {"d_search": 8})
+    out = tmp_path / "p.gguf"
+    r = subprocess.run([str(prefix / "bin" / "subq"), "convert", str(st), str(out), "-m", stories],
+                       capture_output=True, text=True, env=clean_env(), cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "1 layers (2), d_search 8" in r.stdout and out.is_file()
+    again = subprocess.run([str(prefix / "bin" / "subq"), "convert", str(st), str(out), "-m", stories],
+                           capture_output=True, text=True, env=clean_env())
+    assert again.returncode == 1 and again.stderr.strip() == "subq convert: error: %s exists (give --force to " \
+        "replace it)" % out, again.stderr

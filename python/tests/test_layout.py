@@ -11,7 +11,7 @@ from conftest import REPO
 from subq import _lib as lib
 
 STRUCTS = [lib.subq_error, lib.subq_model_info, lib.subq_context_params, lib.subq_sampler_params,
-           lib.subq_generate_params, lib.subq_generate_result, lib.subq_attn_plan, lib.subq_ppl_result]
+           lib.subq_generate_params, lib.subq_generate_result, lib.subq_attn_plan, lib.subq_ppl_result, lib.subq_search_info]
 
 
 def c_layout(tmp_path):

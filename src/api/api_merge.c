@@ -1,11 +1,13 @@
 /* Search projections inside model files through the public API: what a file
  * carries, merging projections into a model file and splitting them out
  * (the layout: search/search_merge.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "api/api.h"
 #include "base/error.h"
 #include "gguf/gguf.h"
 #include "model/model.h"
@@ -73,4 +75,57 @@ subq_status subq_search_split(const char *merged_path, const char *out_path, sub
     if (s == SUBQ_ERR_RANGE) s = subq_fail(err, s, "%s carries no merged search projections", merged_path);
     subq_model_free(m);
     return s;
+}
+
+subq_status subq_search_from_matrices(const subq_model *m, const int *layers, int n_layers, int d_search,
+                                      const float *const *wq, const float *const *wk, const char *origin,
+                                      subq_search **out, subq_error *err) {
+    *out = NULL;
+    const int n_layer = m->hp.n_layer, n_embd = m->hp.n_embd;
+    if (n_layers <= 0 || n_layers > n_layer || d_search <= 0 || d_search > SUBQ_SEARCH_MAX_D || !layers || !wq || !wk)
+        return subq_fail(err, SUBQ_ERR_ARG, "projections from matrices: %d layers of width %d (the model has %d layers; "
+                         "width 1..%d)", n_layers, d_search, n_layer, SUBQ_SEARCH_MAX_D);
+    for (int i = 0; i < n_layers; i++) {
+        if (layers[i] < 0 || layers[i] >= n_layer)
+            return subq_fail(err, SUBQ_ERR_ARG, "projections from matrices: layer %d is not a layer of the model (0..%d)",
+                             layers[i], n_layer - 1);
+        if (!wq[i] || !wk[i]) return subq_fail(err, SUBQ_ERR_ARG, "projections from matrices: layer %d has no matrix",
+                                               layers[i]);
+        for (size_t j = 0; j < (size_t)d_search * n_embd; j++)
+            if (!isfinite(wq[i][j]) || !isfinite(wk[i][j]))
+                return subq_fail(err, SUBQ_ERR_ARG, "projections from matrices: layer %d holds a value that is not a "
+                                 "finite number", layers[i]);
+    }
+    search_proj *p;
+    subq_status s = search_proj_new(n_layer, n_embd, d_search, layers, n_layers, model_fingerprint(m), &p, err);
+    if (s) return s;
+    for (int i = 0; i < n_layers; i++) {
+        memcpy(p->wq[layers[i]], wq[i], (size_t)d_search * n_embd * sizeof(float));
+        memcpy(p->wk[layers[i]], wk[i], (size_t)d_search * n_embd * sizeof(float));
+    }
+    if (origin) snprintf(p->origin, sizeof p->origin, "%s", origin);
+    subq_search *h = malloc(sizeof *h);
+    if (!h) {
+        search_proj_free(p);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    }
+    h->proj = p;
+    *out = h;
+    return SUBQ_OK;
+}
+
+subq_status subq_search_get_matrices(const subq_search *s, int layer, float *wq, float *wk, subq_error *err) {
+    const search_proj *p = s->proj;
+    if (layer < 0 || layer >= p->n_layer || !p->wq[layer])
+        return subq_fail(err, SUBQ_ERR_ARG, "layer %d has no search projections", layer);
+    if (wq) memcpy(wq, p->wq[layer], (size_t)p->n_qhead * p->d_search * p->n_embd * sizeof(float));
+    if (wk) memcpy(wk, p->wk[layer], (size_t)p->n_khead * p->d_search * p->n_embd * sizeof(float));
+    return SUBQ_OK;
+}
+
+subq_status subq_search_save(const subq_search *s, const char *path, subq_error *err) {
+    if (s->proj->merged)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "these projections were read from a model file and keep no "
+                         "fingerprint: write them with subq split (subq_search_split) instead");
+    return search_proj_save(s->proj, path, err);
 }

@@ -154,6 +154,7 @@ subq_status search_proj_to_writer(const search_proj *p, gguf_writer *w, subq_err
         s = s ? s : gguf_writer_set_u32(w, "subq.search.query_heads", (uint32_t)p->n_qhead);
         s = s ? s : gguf_writer_set_u32(w, "subq.search.key_heads", (uint32_t)p->n_khead);
     }
+    if (!s && p->origin[0]) s = gguf_writer_set_str(w, "subq.search.origin", p->origin);
     if (s) return subq_fail(err, s, "out of memory building search projection metadata");
     uint64_t ne_q[2] = {(uint64_t)p->n_embd, (uint64_t)p->n_qhead * p->d_search};
     uint64_t ne_k[2] = {(uint64_t)p->n_embd, (uint64_t)p->n_khead * p->d_search};

@@ -52,6 +52,7 @@ typedef struct search_proj {
     float *data;                 /* one block holding every matrix */
     int merged;                  /* read from a model file (model_fingerprint not stored) */
     int top_k;                   /* the runtime's {arch}.attention.indexer.top_k; 0 when absent */
+    char origin[256];            /* subq.search.origin: where converted projections come from ("" none) */
 } search_proj;
 
 /* Zero projections of width d_search (no rotation) for `layers` (n_sel distinct indices

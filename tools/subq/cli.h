@@ -11,7 +11,7 @@
 /* A subcommand (main.c's table): argv[0] is its name; returns the exit code. */
 typedef int cli_command(int argc, char **argv);
 cli_command cmd_info, cmd_generate, cmd_perplexity, cmd_tokenize, cmd_logits, cmd_synth, cmd_dequant, cmd_bench,
-    cmd_eval, cmd_train_search, cmd_train_phi, cmd_serve, cmd_recall, cmd_merge, cmd_split;
+    cmd_eval, cmd_train_search, cmd_train_phi, cmd_serve, cmd_recall, cmd_merge, cmd_split, cmd_convert;
 
 /* Seconds on a monotonic clock. */
 double cli_now_s(void);

@@ -27,6 +27,7 @@ static const command commands[] = {
     {"serve", cmd_serve, "OpenAI-compatible HTTP server with a reusable prompt cache"},
     {"merge", cmd_merge, "merge search projections into a model file (ann-sparseattention runtime layout)"},
     {"split", cmd_split, "write the search projections merged into a model file as a projection file"},
+    {"convert", cmd_convert, "search projections between ann-sparseattention .pt, safetensors and .gguf"},
 };
 
 static void usage(FILE *out) {
