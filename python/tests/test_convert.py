@@ -175,42 +175,28 @@ def seed_forward(ref, tokens, proj, k, score="cosine"):
     attends exactly its top-k keys among those at or before it, ranked by cosine (score "dot": q_s . k_s,
     the check's wrong answer) of W_Qs h_t and W_Ks h_j (h: the layer's attn-norm output); every key when
     there are fewer. Also the smallest gap between the k-th and (k+1)-th scores (ties would let float32
-    pick either key)."""
-    T = len(tokens)
-    hd, nh, nkv = ref.head_dim, ref.n_head, ref.n_head_kv
-    group = nh // nkv
-    pos = np.arange(T)
-    x = ref.tok_embd[np.asarray(tokens)]
-    gap = np.inf
-    for li, L in enumerate(ref.layers):
-        h = ref.rmsnorm(x, L["attn_norm"])
-        q = ref.rope((h @ L["wq"].T).reshape(T, nh, hd), pos)
-        kk = ref.rope((h @ L["wk"].T).reshape(T, nkv, hd), pos)
-        v = (h @ L["wv"].T).reshape(T, nkv, hd)
-        allowed = np.tril(np.ones((T, T), dtype=bool))
-        if li in proj:
-            qs, ks = h @ proj[li][0].T, h @ proj[li][1].T
-            if score == "cosine":
-                qs = qs / np.linalg.norm(qs, axis=1, keepdims=True)
-                ks = ks / np.linalg.norm(ks, axis=1, keepdims=True)
-            allowed[:] = False
-            for t in range(T):
-                sc = ks[:t + 1] @ qs[t]
-                order = np.argsort(-sc, kind="stable")
-                allowed[t, order[:k]] = True
-                if t + 1 > k:
-                    gap = min(gap, sc[order[k - 1]] - sc[order[k]])
-        heads = np.empty((T, nh, hd))
-        for hq in range(nh):
-            s = (q[:, hq, :] @ kk[:, hq // group, :].T) / np.sqrt(hd)
-            s = np.where(allowed, s, -np.inf)
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            heads[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hq // group, :]
-        x = x + heads.reshape(T, nh * hd) @ L["wo"].T
-        hf = ref.rmsnorm(x, L["ffn_norm"])
-        gate, up = hf @ L["w_gate"].T, hf @ L["w_up"].T
-        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["w_down"].T
-    return ref.rmsnorm(x, ref.output_norm) @ ref.output.T, gap
+    pick either key). The forward is tests/ref/check_eval.py's."""
+    from check_eval import forward
+    gap = [np.inf]
+
+    def mask(li, q, kk, h):
+        if li not in proj:
+            return None
+        qs, ks = h @ proj[li][0].T, h @ proj[li][1].T
+        if score == "cosine":
+            qs = qs / np.linalg.norm(qs, axis=1, keepdims=True)
+            ks = ks / np.linalg.norm(ks, axis=1, keepdims=True)
+        T = len(tokens)
+        allowed = np.zeros((T, T), dtype=bool)
+        for t in range(T):
+            sc = ks[:t + 1] @ qs[t]
+            order = np.argsort(-sc, kind="stable")
+            allowed[t, order[:k]] = True
+            if t + 1 > k:
+                gap[0] = min(gap[0], sc[order[k - 1]] - sc[order[k]])
+        return allowed
+
+    return forward(ref, tokens, mask), gap[0]
 
 
 def test_seed_checkpoint_selects_the_seeds_top_k(stories, subq_bin, tmp_path):

@@ -45,7 +45,8 @@ DOCS = [
 
 
 def forward(ref, tokens, sparse_mask):
-    """float64 logits; sparse_mask(layer, q, k) -> [T, T] allowed keys or None (full attention)."""
+    """float64 logits; sparse_mask(layer, q, k, h) -> allowed keys, [T, T] or per query head [n_head, T, T],
+    or None (full attention); h is the layer's attn-norm output (what search projections read)."""
     T = len(tokens)
     hd, nh, nkv = ref.head_dim, ref.n_head, ref.n_head_kv
     group = nh // nkv
@@ -57,13 +58,13 @@ def forward(ref, tokens, sparse_mask):
         q = ref.rope((h @ L["wq"].T).reshape(T, nh, hd), pos)
         k = ref.rope((h @ L["wk"].T).reshape(T, nkv, hd), pos)
         v = (h @ L["wv"].T).reshape(T, nkv, hd)
-        allowed = sparse_mask(li, q, k)
+        allowed = sparse_mask(li, q, k, h)
         if allowed is None:
             allowed = causal
         heads = np.empty((T, nh, hd))
         for hq in range(nh):
             s = (q[:, hq, :] @ k[:, hq // group, :].T) / math.sqrt(hd)
-            s = np.where(allowed, s, -np.inf)
+            s = np.where(allowed[hq] if allowed.ndim == 3 else allowed, s, -np.inf)
             p = np.exp(s - s.max(axis=1, keepdims=True))
             heads[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hq // group, :]
         x = x + heads.reshape(T, nh * hd) @ L["wo"].T
@@ -92,7 +93,7 @@ def method_mask(kind, K, layers, n_head, n_kv, win=0, choice=None, ties=None, wr
     group = n_head // n_kv
     choice = choice or {}
 
-    def mask(li, q, k):
+    def mask(li, q, k, h=None):
         if li not in layers:
             return None
         T = q.shape[0]
@@ -224,7 +225,7 @@ def main():
 
     ref = LlamaRef(model)
     windows = [[ref.tok.bos_id] + ref.tok.encode(d)[:CTX - 1] for d in DOCS]
-    full_raw = [forward(ref, w, lambda li, q, k: None) for w in windows]
+    full_raw = [forward(ref, w, lambda li, q, k, h: None) for w in windows]
     full = [log_softmax(r) for r in full_raw]
     n_tok = sum(len(w) - 1 for w in windows)
     nll_full = [-sum(lp[t, w[t + 1]] for t in range(len(w) - 1)) for w, lp in zip(windows, full)]

@@ -29,6 +29,7 @@ import numpy as np  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
 from llama_ref import LlamaRef  # noqa: E402
 from check_eval import DOCS, log_softmax, write_docs  # noqa: E402  (the same two windows as check_eval)
+from check_eval import forward as eval_forward  # noqa: E402
 
 SINK, TAIL, CTX, K, DS, NROT = 2, 8, 128, 4, 8, 4
 LAYERS = [1, 2, 3, 4]
@@ -52,55 +53,43 @@ def forward(ref, tokens, proj, swap=False):
     """float64 logits, and (rows, queries) summed over sparse layers, queries and KV heads; proj:
     {layer: (wq [nq*DS, d], wk [nk*DS, d])}, rope base in proj['base']. swap: key heads reversed."""
     T = len(tokens)
-    hd, nh, nkv = ref.head_dim, ref.n_head, ref.n_head_kv
+    nh, nkv = ref.n_head, ref.n_head_kv
     group = nh // nkv
     pos = np.arange(T)
-    x = ref.tok_embd[np.asarray(tokens)]
-    rows = n_rows = ties = 0
-    for li, L in enumerate(ref.layers):
-        h = ref.rmsnorm(x, L["attn_norm"])
-        q = ref.rope((h @ L["wq"].T).reshape(T, nh, hd), pos)
-        k = ref.rope((h @ L["wk"].T).reshape(T, nkv, hd), pos)
-        v = (h @ L["wv"].T).reshape(T, nkv, hd)
-        allowed = np.broadcast_to(np.tril(np.ones((T, T), dtype=bool)), (nh, T, T)).copy()
-        if li in LAYERS:
-            wq, wk = proj[li]
-            nq, nk = wq.shape[0] // DS, wk.shape[0] // DS
-            qs = rotate((h @ wq.T).reshape(T, nq, DS), pos, proj["base"])
-            ks = rotate((h @ wk.T).reshape(T, nk, DS), pos, proj["base"])
-            qs /= np.linalg.norm(qs, axis=2, keepdims=True)
-            ks /= np.linalg.norm(ks, axis=2, keepdims=True)
-            allowed[:] = False
-            for t in range(T):
-                fixed = [j for j in range(t + 1) if j < SINK or j > t - TAIL]
-                elig = [j for j in range(t + 1) if SINK <= j <= t - TAIL]
-                sets = []
-                for hq in range(nh):
-                    a = hq * nq // nh
-                    b = a // (nq // nk)
-                    if swap:
-                        b = nk - 1 - b
-                    sc = ks[elig, b, :] @ qs[t, a, :]
-                    order = np.argsort(-sc, kind="stable")
-                    chosen = [elig[i] for i in order[:K]]
-                    if len(elig) > K and sc[order[K - 1]] - sc[order[K]] < TIE:
-                        ties += 1
-                    allowed[hq, t, fixed + chosen] = True
-                    sets.append(set(chosen))
-                for g in range(nkv):
-                    rows += len(fixed) + len(set().union(*sets[g * group:(g + 1) * group]))
-                    n_rows += 1
-        heads = np.empty((T, nh, hd))
-        for hq in range(nh):
-            s = (q[:, hq, :] @ k[:, hq // group, :].T) / math.sqrt(hd)
-            s = np.where(allowed[hq], s, -np.inf)
-            p = np.exp(s - s.max(axis=1, keepdims=True))
-            heads[:, hq, :] = (p / p.sum(axis=1, keepdims=True)) @ v[:, hq // group, :]
-        x = x + heads.reshape(T, nh * hd) @ L["wo"].T
-        hf = ref.rmsnorm(x, L["ffn_norm"])
-        gate, up = hf @ L["w_gate"].T, hf @ L["w_up"].T
-        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ L["w_down"].T
-    return ref.rmsnorm(x, ref.output_norm) @ ref.output.T, rows, n_rows, ties
+    count = {"rows": 0, "n_rows": 0, "ties": 0}
+
+    def mask(li, q, k, h):
+        if li not in LAYERS:
+            return None
+        wq, wk = proj[li]
+        nq, nk = wq.shape[0] // DS, wk.shape[0] // DS
+        qs = rotate((h @ wq.T).reshape(T, nq, DS), pos, proj["base"])
+        ks = rotate((h @ wk.T).reshape(T, nk, DS), pos, proj["base"])
+        qs /= np.linalg.norm(qs, axis=2, keepdims=True)
+        ks /= np.linalg.norm(ks, axis=2, keepdims=True)
+        allowed = np.zeros((nh, T, T), dtype=bool)
+        for t in range(T):
+            fixed = [j for j in range(t + 1) if j < SINK or j > t - TAIL]
+            elig = [j for j in range(t + 1) if SINK <= j <= t - TAIL]
+            sets = []
+            for hq in range(nh):
+                a = hq * nq // nh
+                b = a // (nq // nk)
+                if swap:
+                    b = nk - 1 - b
+                sc = ks[elig, b, :] @ qs[t, a, :]
+                order = np.argsort(-sc, kind="stable")
+                chosen = [elig[i] for i in order[:K]]
+                if len(elig) > K and sc[order[K - 1]] - sc[order[K]] < TIE:
+                    count["ties"] += 1
+                allowed[hq, t, fixed + chosen] = True
+                sets.append(set(chosen))
+            for g in range(nkv):
+                count["rows"] += len(fixed) + len(set().union(*sets[g * group:(g + 1) * group]))
+                count["n_rows"] += 1
+        return allowed
+
+    return eval_forward(ref, tokens, mask), count["rows"], count["n_rows"], count["ties"]
 
 
 def main():
