@@ -143,8 +143,9 @@ typedef struct subq_eval_result {
     double seconds;
 } subq_eval_result;
 
-/* Called after each forward pass over a window: done of total. */
-typedef void (*subq_eval_progress_fn)(void *user, int64_t done, int64_t total);
+/* Called after each forward pass over a window: done of total; nonzero
+ * stops the run there (SUBQ_ERR_CANCELLED, nothing returned). */
+typedef int (*subq_eval_progress_fn)(void *user, int64_t done, int64_t total);
 
 typedef struct subq_eval_params {
     /* held-out text: the held-out split (eval_frac of the pieces) of files,

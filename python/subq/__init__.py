@@ -62,10 +62,11 @@ class _Stop:
     exception cannot cross the C frames); the call then returns and KeyboardInterrupt is raised. An
     exception a callback raises is kept and raised once the call has returned."""
 
-    def __init__(self):
+    def __init__(self, flag=None):
         self.exc = None
         self.cancel = False
         self.interrupted = False
+        self.flag = flag  # a C int the call polls (training's hooks.stop), set on Ctrl-C
 
     def guard(self, fn):
         def wrapped(*args):
@@ -85,6 +86,8 @@ class _Stop:
 
         def on_sigint(signum, frame):
             self.interrupted = self.cancel = True
+            if self.flag is not None:
+                self.flag.value = 1
 
         if main:
             signal.signal(signal.SIGINT, on_sigint)
@@ -226,27 +229,22 @@ class Model:
         return b"".join(out)
 
     # ---- the attention plan ----
-    def set_plan(self, selector="exact", top_k=64, n_sink=4, n_tail=16, layers=None, search=None, complete=None,
-                 random_search_dim=0, seed=1, **fields):
-        """Retrieve-then-attend on the plan's layers (subq_attn_plan; fields keep their C names and defaults:
-        score, scan, oracle, sparse_prefill, hnsw_ef_search, far_pos, far_from, ...). search: a projection
-        GGUF for the selectors that need one (exact, hnsw, faiss); random_search_dim: random projections of
-        that width instead (speed checks only); complete: completion maps. Enum fields take their CLI names.
-        A plan applies from a sequence's first token: an in-memory cache is emptied first; a KV file that
-        holds tokens is refused (reset() it explicitly)."""
+    def _plan(self, fields, layers=None):
+        """A subq_attn_plan from the C defaults and fields (enums by their CLI names); and the bytes it points at,
+        to keep alive while it is used."""
         L = self._lib
         plan = L.subq_attn_plan_default()
         names = {"selector": L.subq_selector_parse, "score": L.subq_score_parse, "scan": L.subq_scan_parse,
                  "oracle": L.subq_oracle_parse, "far_pos": L.subq_far_parse}
-        fields = dict(fields, selector=selector, top_k=top_k, n_sink=n_sink, n_tail=n_tail, seed=seed)
-        if "sparse_prefill" in fields and isinstance(fields["sparse_prefill"], str):
+        fields = dict(fields)
+        if isinstance(fields.get("sparse_prefill"), str):
             modes = {"dense": 0, "sparse": 1, "tokenwise": 2}
             if fields["sparse_prefill"] not in modes:
                 raise SubqError(lib.SUBQ_ERR_ARG, "sparse_prefill: dense, sparse or tokenwise")
             fields["sparse_prefill"] = modes[fields["sparse_prefill"]]
-        keep = []  # bytes the plan points at, alive until set_plan returns
+        keep = []
         for k, v in fields.items():
-            if k not in dict(lib.subq_attn_plan._fields_):
+            if k not in dict(lib.subq_attn_plan._fields_) or k in ("layers", "topk_layers"):
                 raise SubqError(lib.SUBQ_ERR_ARG, "no plan field %r" % k)
             if k in names and isinstance(v, str):
                 code = names[k](v.encode())
@@ -257,6 +255,19 @@ class Model:
         if layers is not None:
             keep.append(str(layers).encode())
             plan.layers = keep[-1]
+        return plan, keep
+
+    def set_plan(self, selector="exact", top_k=64, n_sink=4, n_tail=16, layers=None, search=None, complete=None,
+                 random_search_dim=0, seed=1, **fields):
+        """Retrieve-then-attend on the plan's layers (subq_attn_plan; fields keep their C names and defaults:
+        score, scan, oracle, sparse_prefill, hnsw_ef_search, far_pos, far_from, ...). search: a projection
+        GGUF for the selectors that need one (exact, hnsw, faiss); random_search_dim: random projections of
+        that width instead (speed checks only); complete: completion maps. Enum fields take their CLI names.
+        A plan applies from a sequence's first token: an in-memory cache is emptied first; a KV file that
+        holds tokens is refused (reset() it explicitly)."""
+        L = self._lib
+        plan, keep = self._plan(dict(fields, selector=selector, top_k=top_k, n_sink=n_sink, n_tail=n_tail, seed=seed),
+                                layers)
         err = lib.subq_error()
         new_search, new_complete = lib.c_void_p(), lib.c_void_p()
         try:
@@ -440,3 +451,135 @@ class Model:
         if nll:
             out["nll"] = nll_out[:res.n_scored].copy()
         return out
+
+    def evaluate(self, files, selectors=("exact",), ks=(64,), search=None, ctx=512, max_windows=32, pack=True,
+                 eval_frac=0.05, eval_files=(), n_sink=4, n_tail=16, layers=None, n_resamples=None, seed=None,
+                 static_split=None, **plan_fields):
+        """subq eval (lab): sparse against full attention on the held-out split of files (and every piece of
+        eval_files), windows of ctx tokens (the context's n_ctx must hold them), each selector at each K.
+        search: a projection GGUF for the selectors that need one. Returns a dict: full_ppl, n_scored,
+        n_windows, seconds, and methods, one dict each (name, selector, k, ppl, gap, nll_diff with its 95%
+        interval, kl with its, top1, mass, recall, mass_seed, recall_seed, ann_recall, kv_rows; None where
+        not measured). Ctrl-C stops it after the running forward pass."""
+        L = self._lib
+        sel_codes = []
+        for name in selectors:
+            code = L.subq_selector_parse(name.encode())
+            if code < 0:
+                raise SubqError(lib.SUBQ_ERR_ARG, "unknown selector %r" % name)
+            sel_codes.append(code)
+        p = L.subq_eval_default_params()
+        plan, keep = self._plan(dict(plan_fields, n_sink=n_sink, n_tail=n_tail), layers)
+        p.plan = plan
+        fs = [str(f).encode() for f in files]
+        es = [str(f).encode() for f in eval_files]
+        c_files = (lib.c_char_p * max(1, len(fs)))(*fs)
+        c_eval = (lib.c_char_p * max(1, len(es)))(*es)
+        c_sel = (lib.c_int * len(sel_codes))(*sel_codes)
+        c_ks = (lib.c_int * len(ks))(*[int(k) for k in ks])
+        p.files, p.n_files, p.eval_files, p.n_eval_files = c_files, len(fs), c_eval, len(es)
+        p.ctx, p.pack, p.max_windows, p.eval_frac = int(ctx), int(bool(pack)), int(max_windows), float(eval_frac)
+        p.selectors, p.n_selectors, p.ks, p.n_k = c_sel, len(sel_codes), c_ks, len(ks)
+        for k, v in (("n_resamples", n_resamples), ("seed", seed), ("static_split", static_split)):
+            if v is not None:  # else the C default
+                setattr(p, k, v)
+        err = lib.subq_error()
+        s = lib.c_void_p()
+        if search:
+            _check(L.subq_search_load(str(search).encode(), self._model, lib.byref(s), lib.byref(err)), err)
+        p.search = s
+        res = lib.POINTER(lib.subq_eval_result)()
+        stop = _Stop()
+        cb = lib.eval_progress_fn(stop.guard(lambda user, done, total: 0))
+        try:
+            with stop.sigint():
+                st = L.subq_eval_run(self._ctx, lib.byref(p), cb, None, lib.byref(res), lib.byref(err))
+            _check(st, err)
+            r = res.contents
+
+            def num(x):
+                return None if x != x else x  # NaN: not measured
+
+            methods = []
+            buf = lib.ctypes.create_string_buffer(64)
+            for i in range(r.n_methods):
+                m = r.methods[i]
+                d = {f: num(getattr(m, f)) for f in ("k", "ppl", "gap", "nll_diff", "nll_diff_lo", "nll_diff_hi",
+                                                      "kl", "kl_lo", "kl_hi", "top1", "mass", "recall", "mass_seed",
+                                                      "recall_seed", "ann_recall", "kv_rows")}
+                d["name"] = L.subq_eval_method_name(lib.byref(m), buf, 64).decode()
+                d["selector"] = selectors[sel_codes.index(m.select)] if m.select in sel_codes else m.select
+                methods.append(d)
+            return {"full_ppl": r.full_ppl, "n_scored": r.n_scored, "n_windows": r.n_windows, "ctx": r.ctx,
+                    "seconds": r.seconds, "methods": methods}
+        finally:
+            if res:
+                L.subq_eval_result_free(res)
+            if s:
+                L.subq_search_free(s)
+            del keep
+
+    def train_search(self, files, out_path, layers, steps=1000, d_search=None, rope_dims=None, seq=512, pack=True,
+                     eval_frac=0.05, eval_files=(), granularity="layer", resume=False, **fields):
+        """subq train-search (lab): learn search projections for `layers` (a layer list: "1-3", "all", ...) by
+        distillation from this model's attention, on files (text, directories, JSON lines; eval_files held
+        out), and write them to out_path (a checkpoint beside it, out_path + ".ckpt"; resume continues it).
+        fields: subq_train_params' (batch, lr, warmup, seed, eval_every, save_every, ...), the loss's (tau,
+        k_pos, n_sink, n_tail, ...) or init_std; the C defaults otherwise. Returns the run's result as a
+        dict. Ctrl-C stops between steps, writing the weights and a checkpoint (then KeyboardInterrupt)."""
+        L = self._lib
+        err = lib.subq_error()
+        n_layer = self.info["n_layer"]
+        mask = (lib.ctypes.c_ubyte * n_layer)()
+        _check(L.subq_parse_layers(str(layers).encode(), n_layer, mask, lib.byref(err)), err)
+        chosen = [i for i in range(n_layer) if mask[i]]
+        p = L.subq_train_search_default_params()
+        c_layers = (lib.c_int * max(1, len(chosen)))(*chosen)
+        p.train.layers, p.train.n_layers = c_layers, len(chosen)
+        out = str(out_path).encode()
+        p.train.out_path, p.train.resume = out, int(bool(resume))
+        p.train.n_threads = L.subq_context_n_threads(self._ctx)
+        p.train.steps = int(steps)
+        if d_search is not None:
+            p.d_search = int(d_search)
+        if rope_dims is not None:
+            p.rope_dims = int(rope_dims)
+        g = L.subq_search_granularity_parse(str(granularity).encode())
+        if g < 0:
+            raise SubqError(lib.SUBQ_ERR_ARG, "unknown granularity %r (layer, kv-head, head)" % granularity)
+        p.granularity = g
+        train_f = dict(lib.subq_train_params._fields_)
+        loss_f = dict(lib.subq_search_loss_params._fields_)
+        for k, v in fields.items():
+            if k in train_f and k not in ("layers", "n_layers", "out_path", "comm"):
+                setattr(p.train, k, v)
+            elif k in loss_f:
+                setattr(p.loss, k, v)
+            elif k in ("init_std", "rope_base", "rope_scale"):
+                setattr(p, k, v)
+            else:
+                raise SubqError(lib.SUBQ_ERR_ARG, "no train-search parameter %r" % k)
+        cp = lib.subq_corpus_params(seq=int(seq), pack=int(bool(pack)), eval_frac=float(eval_frac),
+                                    seed=p.train.seed, eval_only=0)
+        fs = [str(f).encode() for f in files]
+        es = [str(f).encode() for f in eval_files]
+        corpus = lib.c_void_p()
+        _check(L.subq_corpus_load(self._model, lib.byref(cp), (lib.c_char_p * max(1, len(fs)))(*fs), len(fs),
+                                  (lib.c_char_p * max(1, len(es)))(*es), len(es), lib.byref(corpus), lib.byref(err)),
+               err)
+        stop_flag = lib.c_int(0)
+        stop = _Stop(flag=stop_flag)
+        # a Python callback each step, so that a pending Ctrl-C runs its handler (which sets the flag) while
+        # the C loop runs: Python handles signals only when it runs Python code
+        on_step = lib.train_step_fn(stop.guard(lambda user, stats: 0))
+        hooks = lib.subq_train_hooks(stop=lib.ctypes.pointer(stop_flag),
+                                     on_step=lib.ctypes.cast(on_step, lib.c_void_p))
+        res = lib.subq_train_result()
+        try:
+            with stop.sigint():
+                st = L.subq_train_search(self._model, corpus, lib.byref(p), lib.byref(hooks), lib.byref(res),
+                                         lib.byref(err))
+            _check(st, err)
+        finally:
+            L.subq_corpus_free(corpus)
+        return {f: getattr(res, f) for f, _ in lib.subq_train_result._fields_}

@@ -101,6 +101,92 @@ class subq_search_info(Structure):
                 ("n_key_heads", c_int)]
 
 
+# ---- the lab: evaluation -------------------------------------------------------
+
+class subq_eval_params(Structure):
+    _fields_ = [("files", POINTER(c_char_p)), ("n_files", c_int), ("eval_files", POINTER(c_char_p)),
+                ("n_eval_files", c_int), ("ctx", c_int), ("pack", c_int), ("max_windows", c_int),
+                ("eval_frac", c_float), ("selectors", POINTER(c_int)), ("n_selectors", c_int), ("ks", POINTER(c_int)),
+                ("n_k", c_int), ("budgets", POINTER(c_double)), ("n_budgets", c_int), ("plan", subq_attn_plan),
+                ("search", c_void_p), ("complete", c_void_p), ("static_split", c_double), ("per_layer", c_int),
+                ("n_resamples", c_int), ("seed", c_uint64)]
+
+
+class subq_eval_method(Structure):
+    _fields_ = [("select", c_int), ("k", c_int), ("completion", c_int), ("budget_pct", c_double),
+                ("reads", c_double), ("ppl", c_double), ("gap", c_double), ("nll_diff", c_double),
+                ("nll_diff_lo", c_double), ("nll_diff_hi", c_double), ("kl", c_double), ("kl_lo", c_double),
+                ("kl_hi", c_double), ("top1", c_double), ("mass", c_double), ("recall", c_double),
+                ("mass_seed", c_double), ("recall_seed", c_double), ("ann_recall", c_double), ("filler", c_double),
+                ("share", c_double), ("layer_mass", POINTER(c_double)), ("layer_recall", POINTER(c_double)),
+                ("layer_mass_seed", POINTER(c_double)), ("layer_recall_seed", POINTER(c_double)),
+                ("layer_kl", POINTER(c_double)), ("layer_kl_lo", POINTER(c_double)), ("layer_kl_hi", POINTER(c_double)),
+                ("layer_top1", POINTER(c_double)), ("win_nll", POINTER(c_double)), ("kv_rows", c_double)]
+
+
+class subq_eval_skip(Structure):
+    _fields_ = [("budget_pct", c_double), ("budget_reads", c_double), ("completion", c_int),
+                ("fixed_reads", c_double)]
+
+
+class subq_eval_static(Structure):
+    _fields_ = [("method", c_int), ("split", c_double), ("ppl_full", c_double), ("ppl_dynamic", c_double),
+                ("ppl_static", c_double), ("kl_dynamic", c_double), ("kl_static", c_double)]
+
+
+class subq_eval_result(Structure):
+    _fields_ = [("n_layer", c_int), ("n_windows", c_int), ("ctx", c_int), ("sparse_layers", POINTER(ctypes.c_ubyte)),
+                ("n_scored", c_int64), ("win_n", POINTER(c_int64)), ("full_ppl", c_double),
+                ("full_win_nll", POINTER(c_double)), ("n_methods", c_int), ("methods", POINTER(subq_eval_method)),
+                ("n_skipped", c_int), ("skipped", POINTER(subq_eval_skip)), ("stat", subq_eval_static),
+                ("seconds", c_double)]
+
+
+eval_progress_fn = CFUNCTYPE(c_int, c_void_p, c_int64, c_int64)
+
+# ---- the lab: training search projections ---------------------------------------
+
+SUBQ_SEARCH_EVAL_MAX_K = 16
+
+
+class subq_corpus_params(Structure):
+    _fields_ = [("seq", c_int), ("pack", c_int), ("eval_frac", c_float), ("seed", c_uint64), ("eval_only", c_int)]
+
+
+class subq_train_params(Structure):
+    _fields_ = [("layers", POINTER(c_int)), ("n_layers", c_int), ("batch", c_int), ("grad_accum", c_int),
+                ("lr", c_float), ("weight_decay", c_float), ("beta1", c_float), ("beta2", c_float), ("eps", c_float),
+                ("grad_clip", c_float), ("warmup", c_int), ("steps", c_int64), ("stop_after", c_int64),
+                ("seed", c_uint64), ("eval_every", c_int), ("eval_tokens", c_int64), ("save_every", c_int),
+                ("out_path", c_char_p), ("resume", c_int), ("n_threads", c_int), ("n_ubatch", c_int),
+                ("comm", c_void_p)]
+
+
+class subq_search_loss_params(Structure):
+    _fields_ = [("tau", c_float), ("tau_kl", c_float), ("alpha", c_float), ("beta", c_float), ("k_pos", c_int),
+                ("agg", c_int), ("n_sink", c_int), ("n_tail", c_int)]
+
+
+class subq_train_search_params(Structure):
+    _fields_ = [("train", subq_train_params), ("d_search", c_int), ("rope_dims", c_int), ("rope_base", c_float),
+                ("rope_scale", c_float), ("init_from", c_char_p), ("loss", subq_search_loss_params),
+                ("init_std", c_float), ("eval_k", c_int * SUBQ_SEARCH_EVAL_MAX_K), ("n_eval_k", c_int),
+                ("granularity", c_int)]
+
+
+class subq_train_hooks(Structure):  # callbacks left NULL; stop: an int the caller sets
+    _fields_ = [("user", c_void_p), ("on_start", c_void_p), ("on_step", c_void_p), ("on_eval", c_void_p),
+                ("on_save", c_void_p), ("stop", POINTER(c_int))]
+
+
+train_step_fn = CFUNCTYPE(None, c_void_p, c_void_p)  # on_step(user, const subq_train_step_stats *)
+
+
+class subq_train_result(Structure):
+    _fields_ = [("step", c_int64), ("interrupted", c_int), ("stopped_early", c_int), ("tok_per_s", c_double),
+                ("gflop_per_s", c_double), ("train_s", c_double), ("comm_s", c_double), ("train_tokens", c_int64)]
+
+
 ppl_callback_fn = CFUNCTYPE(c_int, c_void_p, c_int, c_int, POINTER(subq_ppl_result))
 
 # handles
@@ -164,7 +250,21 @@ _FUNCTIONS = [
     ("subq_complete_free", None, [subq_complete_p]),
     ("subq_context_set_plan", c_int, [subq_context_p, POINTER(subq_attn_plan), subq_search_p, subq_complete_p, _E]),
     ("subq_context_clear_plan", None, [subq_context_p]),
+    ("subq_context_n_threads", c_int, [subq_context_p]),
+    ("subq_parse_layers", c_int, [c_char_p, c_int, POINTER(ctypes.c_ubyte), _E]),
+    ("subq_search_granularity_parse", c_int, [c_char_p]),
     # the lab
+    ("subq_eval_default_params", subq_eval_params, []),
+    ("subq_eval_run", c_int, [subq_context_p, POINTER(subq_eval_params), eval_progress_fn, c_void_p,
+                              POINTER(POINTER(subq_eval_result)), _E]),
+    ("subq_eval_result_free", None, [POINTER(subq_eval_result)]),
+    ("subq_eval_method_name", c_char_p, [POINTER(subq_eval_method), c_char_p, c_size_t]),
+    ("subq_corpus_load", c_int, [subq_model_p, POINTER(subq_corpus_params), POINTER(c_char_p), c_int,
+                                 POINTER(c_char_p), c_int, POINTER(c_void_p), _E]),
+    ("subq_corpus_free", None, [c_void_p]),
+    ("subq_train_search_default_params", subq_train_search_params, []),
+    ("subq_train_search", c_int, [subq_model_p, c_void_p, POINTER(subq_train_search_params),
+                                  POINTER(subq_train_hooks), POINTER(subq_train_result), _E]),
     ("subq_perplexity", c_int, [subq_context_p, POINTER(c_int32), c_size_t, c_int, c_int, c_int, ppl_callback_fn,
                                 c_void_p, POINTER(subq_ppl_result), POINTER(c_float), _E]),
 ]

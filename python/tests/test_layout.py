@@ -11,7 +11,10 @@ from conftest import REPO
 from subq import _lib as lib
 
 STRUCTS = [lib.subq_error, lib.subq_model_info, lib.subq_context_params, lib.subq_sampler_params,
-           lib.subq_generate_params, lib.subq_generate_result, lib.subq_attn_plan, lib.subq_ppl_result, lib.subq_search_info]
+           lib.subq_generate_params, lib.subq_generate_result, lib.subq_attn_plan, lib.subq_ppl_result, lib.subq_search_info,
+           lib.subq_eval_params, lib.subq_eval_method, lib.subq_eval_skip, lib.subq_eval_static, lib.subq_eval_result,
+           lib.subq_corpus_params, lib.subq_train_params, lib.subq_search_loss_params, lib.subq_train_search_params,
+           lib.subq_train_hooks, lib.subq_train_result]
 
 
 def c_layout(tmp_path):

@@ -209,3 +209,67 @@ def test_stream_closed_early_stops(stories):
         first = [next(it) for _ in range(3)]
         it.close()
         assert all(first) and m.n_past() < 400
+
+
+def test_evaluate_matches_cli(subq_bin, stories, tmp_path):
+    import json
+    text = open(os.path.join(os.environ["SUBQ_SHARED"], "data", "text", "tinyshakespeare.txt"),
+                encoding="utf-8").read()[:40000]
+    f = tmp_path / "ev.txt"
+    f.write_text(text, encoding="utf-8")
+    cli = json.loads(run_cli(subq_bin, "eval", "-m", stories, "-f", f, "-c", 128, "--windows", 6, "--selectors",
+                             "oracle,quest", "--k-sweep", "8,16", "--sink", 2, "--tail", 8, "--sparse-layers", "all",
+                             "--json", "-t", 1))
+    with subq.Model(stories, n_ctx=128, n_threads=1) as m:
+        r = m.evaluate([f], selectors=["oracle", "quest"], ks=[8, 16], ctx=128, max_windows=6, n_sink=2, n_tail=8,
+                       layers="all")
+    assert r["n_windows"] == cli["windows"] and r["n_scored"] == cli["tokens_scored"]
+    assert abs(r["full_ppl"] - cli["full_ppl"]) <= 1e-6 * cli["full_ppl"]
+    assert [x["name"] for x in r["methods"]] == [x["method"] for x in cli["methods"]] == \
+        ["oracle@8", "oracle@16", "quest@8", "quest@16"]
+    for a, b in zip(r["methods"], cli["methods"]):
+        for key in ("ppl", "top1", "mass", "recall", "kv_rows"):
+            assert abs(a[key] - b[key]) <= 1e-6 * abs(b[key]), (a["name"], key)
+        assert abs(a["kl"] - b["kl"]["mean"]) <= 1e-6 * b["kl"]["mean"]
+        assert a["ann_recall"] is None and b["ann_recall"] is None
+
+
+def test_train_search_matches_cli(subq_bin, stories, tmp_path):
+    """The same run through Python and the CLI (one thread, few steps): the same projection file, byte for
+    byte; and the file works as a plan's projections."""
+    text = open(os.path.join(os.environ["SUBQ_SHARED"], "data", "text", "tinyshakespeare.txt"),
+                encoding="utf-8").read()[:30000]
+    f = tmp_path / "tr.txt"
+    f.write_text(text, encoding="utf-8")
+    a, b = tmp_path / "py.gguf", tmp_path / "cli.gguf"
+    with subq.Model(stories, n_ctx=128, n_threads=1) as m:
+        r = m.train_search([f], a, layers="1-3", steps=3, d_search=8, seq=64, eval_every=0, warmup=1)
+        assert r["step"] == 3 and r["interrupted"] == 0
+        run_cli(subq_bin, "train-search", "-m", stories, "-f", f, "-o", b, "--layers", "1-3", "--reserve", "none",
+                "--steps", 3, "--d-search", 8, "--seq", 64, "--eval-every", 0, "--warmup", 1, "-t", 1)
+        assert a.read_bytes() == b.read_bytes()
+        m.set_plan(selector="exact", top_k=8, search=a)
+        assert np.isfinite(m.logits(list(range(1, 40)))).all()
+
+
+def test_ctrl_c_stops_train_search(stories, tmp_path):
+    """Ctrl-C sets the flag training polls between steps: it stops within a step, with a checkpoint that a
+    resumed run continues from."""
+    text = open(os.path.join(os.environ["SUBQ_SHARED"], "data", "text", "tinyshakespeare.txt"),
+                encoding="utf-8").read()[:30000]
+    f = tmp_path / "tr.txt"
+    f.write_text(text, encoding="utf-8")
+    out = tmp_path / "s.gguf"
+    args = dict(layers="1-3", steps=100000, d_search=8, seq=64, eval_every=0)
+    with subq.Model(stories, n_ctx=128, n_threads=1) as m:
+        timer = _interrupt_after(0.5)
+        t0 = time.perf_counter()
+        with pytest.raises(KeyboardInterrupt):
+            m.train_search([f], out, **args)
+        timer.join()
+        assert time.perf_counter() - t0 < 30  # 100000 steps take minutes
+        assert os.path.isfile(str(out) + ".ckpt")
+        timer = _interrupt_after(0.5)
+        with pytest.raises(KeyboardInterrupt):
+            m.train_search([f], out, resume=True, **args)
+        timer.join()

@@ -1,6 +1,7 @@
 /* The public handles that wrap internal objects (include/subq.h), for the
  * library code that takes them from a caller: the api layer sits above every
- * other module and is the only one that translates public types. */
+ * other engine module and, with the lab above it, is the only one that
+ * translates public types. */
 #ifndef SUBQ_API_H
 #define SUBQ_API_H
 

@@ -6,7 +6,7 @@
  *   subq.session.n_ctx, n_past      u32  capacity at save time, tokens held
  *   subq.session.kv_type            str  "f32" | "f16"
  *   subq.session.plan               str  one line per sparse layer
- *                                        (attn_sparse_describe), "full" if none
+ *                                        (attn_stage_describe), "full" if none
  *   tokens                 i32 [n_past]
  *   logits                 f32 [n_vocab]          (optional: of the last token)
  *   kv.L.H.k, kv.L.H.v     kv_type [head_dim, n_past]  per layer L and KV head H

@@ -14,7 +14,7 @@
  * and double keeps the remainder meaningful far below float's 1e-7.
  *
  * Per query (head h of KV head g), with E = anchors + retrieved R (R from the
- * cache's tokens) and scores s_j = q.k_j / sqrt(d):
+ * cache's tokens) and scores s_j = scale q.k_j (the layer's scale):
  *   u_R[f]   = u[f] - sum_{i in R} exp(lk_i[f] - m[f])       (same shift m)
  *   T_R[f,:] = T[f,:] - sum_{i in R} exp(lk_i[f] - m[f]) v_i
  *   clamp: a feature whose remainder u_R[f] <= eps * u[f] (all of its mass was

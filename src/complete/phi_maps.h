@@ -1,7 +1,7 @@
 /* Completion feature maps (Hoshi, Miyashita, Deguchi 2026): per chosen layer,
  * a learned positive feature map phi_q per query head and phi_k per KV head,
  * R^head_dim -> R^d_phi, applied to post-RoPE vectors, such that
- *   z(q, k) = <phi_q(q), phi_k(k)>  ~  exp(q.k / sqrt(head_dim)).
+ *   z(q, k) = <phi_q(q), phi_k(k)>  ~  exp(scale q.k)  (the layer's scale).
  * One map:
  *   g0 = Ws x + bs                                  (stem, width d_emb)
  *   g1 = g0 + alpha (W2 GELU(W1 g0 + b1) + b2)      (ReZero block, width d_hidden inside,

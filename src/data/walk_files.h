@@ -1,7 +1,7 @@
 /* Every file a path names: the file itself, or each regular file under a
  * directory in name order (hidden names skipped, at most 16 levels deep). */
-#ifndef SUBQ_BASE_WALK_FILES_H
-#define SUBQ_BASE_WALK_FILES_H
+#ifndef SUBQ_DATA_WALK_FILES_H
+#define SUBQ_DATA_WALK_FILES_H
 
 #include "subq.h"
 

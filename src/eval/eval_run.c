@@ -251,7 +251,9 @@ static subq_status run_window(run_state *st, const window *w, const attn_plan *p
         const sparse_metrics *m = attn_stage_metrics(c->stages[l]);
         if (m) sparse_metrics_add(&acc[l], m);
     }
-    if (!s && st->progress) st->progress(st->user, ++st->done, st->total);
+    if (!s && st->progress && st->progress(st->user, ++st->done, st->total))
+        s = subq_fail(err, SUBQ_ERR_CANCELLED, "evaluation stopped by the caller after %lld of %lld forward passes",
+                      (long long)st->done, (long long)st->total);
     return s;
 }
 

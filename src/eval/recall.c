@@ -1,7 +1,8 @@
 /* Needle-in-a-haystack prompts, greedy answers and their scores (subq
- * recall). Written against the public API only: prompt construction works
- * in tokens, so a prompt has exactly the length asked for and the needle
- * sits exactly where the depth says (snapped to a word start). */
+ * recall). Prompts are built with the model's tokenizer, answers come
+ * through subq_generate. Prompt construction works in tokens, so a prompt
+ * has exactly the length asked for and the needle sits exactly where the
+ * depth says (snapped to a word start). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* The public training entry points: the internal parameter structs are the
- * public ones (include/subq.h), so these only forward. */
+ * public ones (include/subq_lab.h), so these only forward. */
 #include "base/layers.h"
 #include "eval/complete_diag.h"
 #include "train/complete/phi_train.h"

@@ -1,4 +1,4 @@
-/* Deterministic byte-level BPE vocabularies for synthetic models (see bpe.h).
+/* Deterministic byte-level BPE vocabularies for synthetic models (see bpe_synth.h).
  *
  * Layout: ids 0..255 are the byte symbols in GPT-2's order (the printable
  * bytes '!'..'~', 0xA1..0xAC, 0xAE..0xFF, then the others), as in the real

@@ -1,5 +1,5 @@
 /* The recall experiment: lengths x depths x trials x methods on the same
- * prompts (subq recall's grid). In api/ because each method sets a public
+ * prompts (subq recall's grid). In lab/ because each method sets a public
  * attention plan with its projections and maps. */
 #include <stdio.h>
 #include <stdlib.h>

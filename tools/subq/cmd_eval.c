@@ -87,10 +87,11 @@ typedef struct bar_state {
     int started;
 } bar_state;
 
-static void on_progress(void *user, int64_t done, int64_t total) {
+static int on_progress(void *user, int64_t done, int64_t total) {
     bar_state *b = user;
     if (!b->started) progress_begin(&b->bar, "eval", total), b->started = 1;
     progress_update(&b->bar, done, NULL);
+    return 0;
 }
 
 /* index of the method named `name` ("full": -1); -2 if none */

@@ -32,8 +32,8 @@ void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *
         for (int r = 0; r < dk; r++) kt[(size_t)r * T + j] = k[(size_t)j * dk + r];
 }
 
-/* out[i] = q_h(t) . k_{h/g}(s+i) / sqrt(hd) for i < n: head h's attention
- * logits over the keys s..s+n-1; returns their maximum. */
+/* out[i] = sh->scale * q_h(t) . k_{h/g}(s+i) for i < n (no soft cap): head
+ * h's attention logits over the keys s..s+n-1; returns their maximum. */
 static float head_logits(const float *q_t, const float *kt, int T, const attn_shape *sh, int h, int s, int n,
                         float *out) {
     const int hd = sh->head_dim, group = sh->n_head / sh->n_head_kv;
@@ -94,7 +94,7 @@ void teacher_row_mid(const float *q_t, const float *kt, int T, const attn_shape 
     const int restricted = lo > s || hi < t;
     for (int i = 0; i < m; i++) p[i] = 0.0f;
     for (int h = 0; h < sh->n_head; h++) {
-        /* scratch[i] = sum_c (q_h[c] / sqrt(hd)) k_g(s+i)[c], then softmax over all of s..t:
+        /* scratch[i] = sum_c (scale q_h[c]) k_g(s+i)[c], then softmax over all of s..t:
          * the model's own attention, including the keys outside lo..hi */
         const float mx = head_logits(q_t, kt, T, sh, h, s, n, scratch);
         float sum = 0.0f;
@@ -145,7 +145,7 @@ void teacher_block(const float *q, const float *k, const float *kt, int T, const
     for (int kh = 0; kh < sh->n_head_kv; kh++) {
         for (int r = 0; r < B; r++)
             memcpy(Qb + (size_t)r * g * hd, q + (size_t)(t0 + r) * dq + (size_t)kh * g * hd, (size_t)g * hd * sizeof(float));
-        /* S[r][j - kb] = q_h(t) . k_kh(j) / sqrt(hd), rows r = (t - t0) g + i for h = kh g + i */
+        /* S[r][j - kb] = scale q_h(t) . k_kh(j), rows r = (t - t0) g + i for h = kh g + i */
         blas_sgemm(1, 0, 1, rows, nk, hd, scale, Qb, hd, k + (size_t)kb * dk + (size_t)kh * hd, dk, 0.0f, S, nk);
         for (int r = 0; r < rows; r++) {
             const int t = t0 + r / g, s = start[t] - kb, e = t - kb, lo = s + n_sink, hi = e - n_tail;

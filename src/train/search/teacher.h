@@ -44,7 +44,8 @@ subq_status segment_starts(const int32_t *seg, int T, int *start, subq_error *er
 void teacher_keys_transpose(const float *k, int T, const attn_shape *sh, float *kt);
 
 /* Teacher distribution of query t over its eligible keys j = s..t:
- *   p_h(j) = softmax_j( q_h(t) . k_{h/g}(j) / sqrt(head_dim) )   per query head h
+ *   p_h(j) = softmax_j( scale q_h(t) . k_{h/g}(j) )   per query head h
+ *            (scale: sh->scale; no soft cap)
  *   mean:  p(j) = (1/n_head) sum_h p_h(j)
  *   max:   p(j) = max_h p_h(j) / sum_j' max_h p_h(j')
  * q_t: the query's row; kt: the sequence's keys from teacher_keys_transpose
