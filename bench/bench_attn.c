@@ -10,7 +10,7 @@
  * pages like the cache's (bench.c).
  *
  * Build by hand after `make build` (not part of the CMake build):
- *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_attn.c bench/bench.c \
+ *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_attn.c tools/subq/bench.c \
  *       build/libsubq_internal.a -lopenblas -lpcre2-8 -lstdc++ -lm -o /tmp/bench_attn
  *   /tmp/bench_attn [-t THREADS] [--ctx 32768,131072] [--kv f16,q8_0] [-p PASSES] [--heads 8] [-g 2] [--hd 128]
  *                   [--bw 0: no bandwidth passes, for profiling]
@@ -23,7 +23,7 @@
 #include "attn/attn.h"
 #include "base/rng.h"
 #include "base/timer.h"
-#include "bench/bench.h"
+#include "tools/subq/bench.h"
 
 /* Comma-separated values of `s` into out (at most 8); returns the count. */
 static int split(const char *s, char out[8][16]) {

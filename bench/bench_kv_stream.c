@@ -10,7 +10,7 @@
  * up in the ratio, not in these.
  *
  * Build by hand after `make build` (not part of the CMake build):
- *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_kv_stream.c bench/bench.c \
+ *   gcc -O2 -std=c11 -fopenmp -D_GNU_SOURCE -I. -Isrc -Iinclude bench/bench_kv_stream.c tools/subq/bench.c \
  *       build/libsubq_internal.a -lopenblas -lm -o /tmp/bench_kv_stream
  *   /tmp/bench_kv_stream
  */
@@ -20,7 +20,7 @@
 #include <sys/mman.h>
 
 #include "base/timer.h"
-#include "bench/bench.h"
+#include "tools/subq/bench.h"
 #include "kernels/kernels.h"
 
 enum { HD = 128, G = 2, ITEM = 8192, PASSES = 15, L2_ROWS = 1024 };

@@ -10,7 +10,7 @@
 
 #include <sys/stat.h>
 
-#include "bench/bench.h"
+#include "bench.h"
 #include "bench_prefill.h"
 #include "cli.h"
 #include "cli_svg.h"

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bench/bench.h"
+#include "bench.h"
 #include "progress.h"
 #include "cli.h"
 #include "cli_mpi.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench.h"
+#include "bench.h"
 #include "bench_prefill.h"
 #include "cli.h"
 #include "cli_sparse.h"

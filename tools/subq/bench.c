@@ -1,4 +1,4 @@
-#include "bench/bench.h"
+#include "bench.h"
 
 #include <cblas.h>
 #include <immintrin.h>

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bench/bench.h"
+#include "bench.h"
 
 int32_t bench_random_token(uint64_t *state, int n_vocab) {
     uint64_t x = *state;
