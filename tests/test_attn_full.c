@@ -117,12 +117,13 @@ static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, 
  * scattered over [doc1, lo_t) in no order, a filler (-1) every 7th entry.
  * Reference: the double-loop softmax over the range and the extra slots
  * together, with q quantised for the extra slots on q8_0 / q4_0 keys (they
- * are scored as a decode step scores its rows; the range by sgemm). Returns
- * the worst error relative to max |out|. */
+ * are scored as a decode step scores its rows; the range by sgemm). With
+ * per_head, every query head has its own extra slots (per-head sets), drawn
+ * alike. Returns the worst error relative to max |out|. */
 static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd, const float *kf, const float *vf,
-                           int doc1, int T, int n_x, int n_threads, uint64_t *rng) {
-    const int n_head = n_head_kv * g, slot0 = kv->n_ctx - T;
-    int32_t *lo = malloc((size_t)T * sizeof(int32_t)), *extra = malloc((size_t)T * n_x * sizeof(int32_t));
+                           int doc1, int T, int n_x, int n_threads, int per_head, uint64_t *rng) {
+    const int n_head = n_head_kv * g, slot0 = kv->n_ctx - T, eh = per_head ? n_head : 1;
+    int32_t *lo = malloc((size_t)T * sizeof(int32_t)), *extra = malloc((size_t)T * eh * n_x * sizeof(int32_t));
     char *used = malloc((size_t)kv->n_ctx);
     float *q = malloc((size_t)T * n_head * hd * sizeof(float)), *out = malloc((size_t)T * n_head * hd * sizeof(float));
     double *x = malloc((size_t)kv->n_ctx * sizeof(double)), *qd = malloc((size_t)hd * sizeof(double));
@@ -131,20 +132,22 @@ static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd
     for (int i = 0; i < T * n_head * hd; i++) q[i] = (float)rng_normal(rng);
     for (int t = 0; t < T; t++) {
         lo[t] = slot0 + t - 9 > doc1 ? slot0 + t - 9 : doc1;
-        memset(used, 0, (size_t)kv->n_ctx);
-        for (int e = 0; e < n_x; e++) {
-            int32_t j = -1;
-            if (e % 7 != 3 && lo[t] > doc1)
-                do j = doc1 + (int32_t)(rng_next_u64(rng) % (uint64_t)(lo[t] - doc1)); while (used[j] && lo[t] - doc1 > e);
-            if (j >= 0 && used[j]) j = -1;
-            if (j >= 0) used[j] = 1;
-            extra[(size_t)t * n_x + e] = j;
+        for (int l = 0; l < eh; l++) {
+            memset(used, 0, (size_t)kv->n_ctx);
+            for (int e = 0; e < n_x; e++) {
+                int32_t j = -1;
+                if (e % 7 != 3 && lo[t] > doc1)
+                    do j = doc1 + (int32_t)(rng_next_u64(rng) % (uint64_t)(lo[t] - doc1)); while (used[j] && lo[t] - doc1 > e);
+                if (j >= 0 && used[j]) j = -1;
+                if (j >= 0) used[j] = 1;
+                extra[((size_t)t * eh + l) * n_x + e] = j;
+            }
         }
     }
     attn_step st = {.layer = layer, .n_tokens = T, .slot0 = slot0, .n_head = n_head, .n_head_kv = n_head_kv,
                     .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .q = q, .out = out, .n_threads = n_threads};
     subq_error err = {0};
-    CHECK(attn_batch(&st, kv, lo, extra, n_x, &err) == SUBQ_OK, "attn_batch with extra slots: %s", err.msg);
+    CHECK(attn_batch(&st, kv, lo, extra, n_x, eh, &err) == SUBQ_OK, "attn_batch with extra slots: %s", err.msg);
     for (int t = 0; t < T; t++)
         for (int h = 0; h < n_head; h++) {
             const int kh = h / g, slot = slot0 + t;
@@ -153,8 +156,9 @@ static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd
             if (kv->type >= SUBQ_KV_Q8_0) test_quantised_query(qf, hd, KV_QBLOCK(hd), qx, qerr);
             memset(used, 0, (size_t)kv->n_ctx);
             for (int j = lo[t]; j <= slot; j++) used[j] = 1;
+            const int32_t *ex = extra + ((size_t)t * eh + (per_head ? h : 0)) * n_x;
             for (int e = 0; e < n_x; e++)
-                if (extra[(size_t)t * n_x + e] >= 0) used[extra[(size_t)t * n_x + e]] = 2;
+                if (ex[e] >= 0) used[ex[e]] = 2;
             double mx = -INFINITY, z = 0, err_max = 0, mag = 0;
             for (int j = 0; j <= slot; j++) {
                 if (!used[j]) continue;
@@ -263,11 +267,13 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
           n_head_kv, g, hd, worst_set);
     printf("%s H_kv %d g %d hd %d: slot sets %.2e\n", tn[type], n_head_kv, g, hd, worst_set);
     /* a sparse prefill batch: 40 queries with 9 and with 300 extra slots
-     * (more than one 32 KiB block of f32 rows of 64), on 1 and 2 threads */
+     * (more than one 32 KiB block of f32 rows of 64), on 1 and 2 threads,
+     * one list a token and one a query head */
     double worst_x = 0;
     for (int n_x = 9; n_x <= 300; n_x += 291)
         for (int nt = 1; nt <= 2; nt++)
-            worst_x = fmax(worst_x, check_extras(&kv, layer, n_head_kv, g, hd, kf, vf, doc1, 40, n_x, nt, &rng));
+            for (int ph = 0; ph < 2; ph++)
+                worst_x = fmax(worst_x, check_extras(&kv, layer, n_head_kv, g, hd, kf, vf, doc1, 40, n_x, nt, ph, &rng));
     CHECK(worst_x < 2e-5, "%s H_kv %d g %d hd %d: prefill with extra slots, worst error relative to max |out| %.2e",
           tn[type], n_head_kv, g, hd, worst_x);
     printf("%s H_kv %d g %d hd %d: prefill with extra slots %.2e\n", tn[type], n_head_kv, g, hd, worst_x);

@@ -151,7 +151,8 @@ attn_stage *attn_full_stage(void);
  * [lo[t], slot0 + t] (lo NULL: from the first slot of its document;
  * segments are contiguous runs of slots) and, when n_extra > 0, to the slots
  * extra[t * n_extra + x] that are >= 0 (each below lo[t], none twice), under
- * one softmax. Full attention is lo = NULL, n_extra = 0; sparse prefill
+ * one softmax; with extra_heads > 1 each query head h has its own list,
+ * extra[(t * n_head + h) * n_extra + x] (per-head sets). Full attention is lo = NULL, n_extra = 0; sparse prefill
  * gives its local window and its sinks + retrieved slots. Extra slots
  * farther than st->far.from are attended at the distance st->far gives
  * them (attn_far.h; the range is the caller's to keep within it). The range goes
@@ -160,7 +161,7 @@ attn_stage *attn_full_stage(void);
  * query quantised per block, kernels.h). Scratch is bounded by the keys in
  * [min lo, slot0 + n_tokens), never tokens x tokens. */
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
-                       subq_error *err);
+                       int extra_heads, subq_error *err);
 
 /* Attention over an explicit list of cache slots for g query heads of KV
  * head kv_head (q and out: g adjacent heads of hd values; scores: g * n

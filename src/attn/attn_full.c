@@ -324,9 +324,13 @@ typedef struct batch_scratch {
     float *q, *s, *o, *e, *inv;
 } batch_scratch;
 
+/* Token t's extra slots for query head i of KV head kh: list t (eh 1: one
+ * list a token, for every head) or t * eh + kh g + i (eh n_head: one a head). */
+static int extra_list(int t, int eh, int kh, int g, int i) { return eh == 1 ? t : t * eh + kh * g + i; }
+
 static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, int t1, int k_lo, const float *K,
                        const float *V, const int32_t *first, const int *xs, const int *nxs, const int32_t *shift,
-                       int n_extra, batch_scratch *w) {
+                       int n_extra, int eh, batch_scratch *w) {
     const kernels_kv_decode ops = kernels_kv_decode_get(kv->type);
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, rows = (t1 - t0) * g;
     /* the block's own keys start at its earliest document: in a batch of
@@ -346,17 +350,23 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
          * measured slower (16K: 37%; 32K, in pieces of 32 slots: attention
          * 116.9 s against 80.7 s), though consecutive tokens share only
          * 10-20% of their 2048 slots (bench/notes/2026-11-28-prefill-serial.md) */
-        gather_start(kv, st->layer, kh, 0, xs + (size_t)t * n_extra, nxs[t]);
-        slots_pass(kv, &ops, st->layer, kh, 0, g, q, st->scale, xs + (size_t)t * n_extra, nxs[t],
-                   w->e + (size_t)(t - t0) * g * n_extra, n_extra, NULL);
-        if (shift) /* far extra slots at the distance st->far gives them */
-            attn_far_rescore(st->rope, kv, st->layer, kh, g, q, st->scale, xs + (size_t)t * n_extra,
-                             shift + (size_t)t * n_extra, nxs[t], w->e + (size_t)(t - t0) * g * n_extra, n_extra);
+        /* one list for the g heads (eh 1), or each head its own (g passes of one head) */
+        const int gl = eh == 1 ? g : 1;
+        for (int i = 0; i < g; i += gl) {
+            const size_t L = (size_t)extra_list(t, eh, kh, g, i);
+            float *e = w->e + ((size_t)(t - t0) * g + i) * n_extra;
+            gather_start(kv, st->layer, kh, 0, xs + L * n_extra, nxs[L]);
+            slots_pass(kv, &ops, st->layer, kh, 0, gl, q + (size_t)i * hd, st->scale, xs + L * n_extra, nxs[L], e,
+                       n_extra, NULL);
+            if (shift) /* far extra slots at the distance st->far gives them */
+                attn_far_rescore(st->rope, kv, st->layer, kh, gl, q + (size_t)i * hd, st->scale, xs + L * n_extra,
+                                 shift + L * n_extra, nxs[L], e, n_extra);
+        }
     }
     blas_sgemm(1, 0, 1, rows, n_keys, hd, st->scale, w->q, hd, K, hd, 0.0f, w->s, n_keys);
     for (int r = 0; r < rows; r++) {
         const int t = t0 + r / g, a = first[t] - k_lo, b = st->slot0 + t - k_lo; /* valid: [a, b] */
-        const int nx = n_extra ? nxs[t] : 0;
+        const int nx = n_extra ? nxs[extra_list(t, eh, kh, g, r % g)] : 0;
         float *row = w->s + (size_t)r * n_keys, *e = w->e + (size_t)r * n_extra;
         softcap(e, nx, st->softcap);
         softcap(row + a, b - a + 1, st->softcap);
@@ -369,9 +379,13 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
     }
     blas_sgemm(1, 0, 0, rows, hd, n_keys, 1.0f, w->s, n_keys, V, hd, 0.0f, w->o, hd);
     for (int t = t0; n_extra && t < t1; t++) { /* O += E V_extra */
-        gather_start(kv, st->layer, kh, 1, xs + (size_t)t * n_extra, nxs[t]);
-        slots_pass(kv, &ops, st->layer, kh, 1, g, NULL, 0.0f, xs + (size_t)t * n_extra, nxs[t],
-                   w->e + (size_t)(t - t0) * g * n_extra, n_extra, w->o + (size_t)(t - t0) * g * hd);
+        const int gl = eh == 1 ? g : 1;
+        for (int i = 0; i < g; i += gl) {
+            const size_t L = (size_t)extra_list(t, eh, kh, g, i);
+            gather_start(kv, st->layer, kh, 1, xs + L * n_extra, nxs[L]);
+            slots_pass(kv, &ops, st->layer, kh, 1, gl, NULL, 0.0f, xs + L * n_extra, nxs[L],
+                       w->e + ((size_t)(t - t0) * g + i) * n_extra, n_extra, w->o + ((size_t)(t - t0) * g + i) * hd);
+        }
     }
     for (int r = 0; r < rows; r++) {
         const int t = t0 + r / g;
@@ -385,18 +399,18 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
 typedef struct batch_job {
     const attn_step *st;
     const kv_cache *kv;
-    int kh, tb, T, k_lo, n_extra;
+    int kh, tb, T, k_lo, n_extra, eh;
     const float *K, *V;
     const int32_t *first;
-    const int *xs, *nx;       /* [T][n_extra] extra slots (fillers left out, in slot order), [T] their counts */
-    const int32_t *shift;     /* [T][n_extra] their turns (attn_far.h), or NULL: none far */
+    const int *xs, *nx;       /* [T][eh][n_extra] extra slots (fillers left out, in slot order), [T][eh] their counts */
+    const int32_t *shift;     /* [T][eh][n_extra] their turns (attn_far.h), or NULL: none far */
     batch_scratch *w;         /* [threads] */
 } batch_job;
 
 static void batch_block(void *ctx, int b, int thread) {
     const batch_job *j = ctx;
     const int t0 = b * j->tb, t1 = t0 + j->tb < j->T ? t0 + j->tb : j->T;
-    attn_block(j->st, j->kv, j->kh, t0, t1, j->k_lo, j->K, j->V, j->first, j->xs, j->nx, j->shift, j->n_extra,
+    attn_block(j->st, j->kv, j->kh, t0, t1, j->k_lo, j->K, j->V, j->first, j->xs, j->nx, j->shift, j->n_extra, j->eh,
                &j->w[thread]);
 }
 
@@ -409,10 +423,10 @@ typedef struct extra_slots {
     const kv_cache *kv;
     const attn_far *far;        /* NULL: keys at their own distance */
     const int32_t *first;       /* [T] each token's range start: its local window is first[t] .. its slot */
-    int n_extra, slot0;
-    int *xs, *nx, *tmp;         /* [T][n_extra], [T], [T][n_extra] */
-    int32_t *shift, *dist;      /* [T][n_extra] each (far only) */
-    int64_t *order;             /* [T][n_extra] (far only) */
+    int n_extra, slot0, eh;     /* eh: lists a token (1, or one per query head) */
+    int *xs, *nx, *tmp;         /* [T eh][n_extra], [T eh], [T eh][n_extra] */
+    int32_t *shift, *dist;      /* [T eh][n_extra] each (far only) */
+    int64_t *order;             /* [T eh][n_extra] (far only) */
     _Atomic int n_far;          /* tokens with a far slot */
 } extra_slots;
 
@@ -430,23 +444,26 @@ static void sort_slots(int *x, int n, int *tmp) {
     }
 }
 
-static void extra_slots_token(void *ctx, int t, int thread) {
+/* list L of token L / eh */
+static void extra_slots_token(void *ctx, int L, int thread) {
     extra_slots *j = ctx;
-    const int32_t *ex = j->extra + (size_t)t * j->n_extra;
-    int *xs = j->xs + (size_t)t * j->n_extra, n = 0;
+    const int t = L / j->eh;
+    const int32_t *ex = j->extra + (size_t)L * j->n_extra;
+    int *xs = j->xs + (size_t)L * j->n_extra, n = 0;
     for (int x = 0; x < j->n_extra; x++)
         if (ex[x] >= 0) xs[n++] = ex[x];
-    sort_slots(xs, n, j->tmp + (size_t)t * j->n_extra);
-    j->nx[t] = n;
+    sort_slots(xs, n, j->tmp + (size_t)L * j->n_extra);
+    j->nx[L] = n;
     if (!j->far) return;
-    const size_t o = (size_t)t * j->n_extra;
+    const size_t o = (size_t)L * j->n_extra;
     attn_far_distances(j->kv, j->slot0 + t, xs, n, j->dist + o);
     if (attn_far_shifts(j->far, j->dist + o, n, j->slot0 + t - j->first[t] + 1, j->shift + o, j->order + o)) j->n_far++;
 }
 
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
-                       subq_error *err) {
+                       int extra_heads, subq_error *err) {
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, nt = pool_threads(st->pool);
+    const int eh = extra_heads > 1 ? st->n_head : 1, TL = T * eh; /* extra lists */
     int32_t *first = malloc((size_t)T * sizeof(int32_t));
     if (!first) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for prefill attention");
     if (lo) memcpy(first, lo, (size_t)T * sizeof(int32_t));
@@ -478,22 +495,22 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
     }
     const int far = st->far.scheme != ATTN_FAR_NONE && st->rope && st->rope->n_rot > 0;
     extra_slots xj = {.extra = extra, .kv = kv, .far = far ? &st->far : NULL, .first = first, .n_extra = n_extra,
-                      .slot0 = st->slot0};
+                      .slot0 = st->slot0, .eh = eh};
     if (!failed && n_extra > 0) {
-        xj.xs = malloc((size_t)T * (2 * n_extra + 1) * sizeof(int));
+        xj.xs = malloc((size_t)TL * (2 * n_extra + 1) * sizeof(int));
         if (far) {
-            xj.shift = malloc((size_t)T * n_extra * 2 * sizeof(int32_t));
-            xj.order = malloc((size_t)T * n_extra * sizeof(int64_t));
-            xj.dist = xj.shift ? xj.shift + (size_t)T * n_extra : NULL;
+            xj.shift = malloc((size_t)TL * n_extra * 2 * sizeof(int32_t));
+            xj.order = malloc((size_t)TL * n_extra * sizeof(int64_t));
+            xj.dist = xj.shift ? xj.shift + (size_t)TL * n_extra : NULL;
         }
         if (!(failed = !xj.xs || (far && (!xj.shift || !xj.order)))) {
-            xj.nx = xj.xs + (size_t)T * n_extra;
-            xj.tmp = xj.nx + T;
-            pool_run(st->pool, T, extra_slots_token, &xj);
+            xj.nx = xj.xs + (size_t)TL * n_extra;
+            xj.tmp = xj.nx + TL;
+            pool_run(st->pool, TL, extra_slots_token, &xj);
         }
     }
     for (int kh = 0; kh < st->n_head_kv && !failed; kh++) {
-        batch_job j = {.st = st, .kv = kv, .kh = kh, .tb = tb, .T = T, .k_lo = k_lo, .n_extra = n_extra,
+        batch_job j = {.st = st, .kv = kv, .kh = kh, .tb = tb, .T = T, .k_lo = k_lo, .n_extra = n_extra, .eh = eh,
                        .first = first, .xs = xj.xs, .nx = xj.nx, .shift = xj.n_far ? xj.shift : NULL, .w = w};
         j.K = kv_cache_rows_f32(kv, st->layer, kh, 0, k_lo, n_keys, Kf);
         j.V = kv_cache_rows_f32(kv, st->layer, kh, 1, k_lo, n_keys, Vf);
@@ -513,7 +530,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
 
 static subq_status full_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     (void)self;
-    if (st->n_tokens >= GEMM_MIN_TOKENS) return attn_batch(st, kv, NULL, NULL, 0, err);
+    if (st->n_tokens >= GEMM_MIN_TOKENS) return attn_batch(st, kv, NULL, NULL, 0, 1, err);
     return full_forward_rows(st, kv, err);
 }
 

@@ -236,15 +236,18 @@ static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float 
 static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, int teacher,
                                         subq_error *err) {
     const int n = st->n_tokens, K = s->p.top_k, n_extra = s->p.n_sink + K;
+    const int H = s->per_head ? st->n_head : 1; /* sets a token: one per query head for per-head selectors */
     subq_status rc = teacher ? append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err) : SUBQ_OK;
     if (rc) return rc;
     int visible = st->slot0;
     if (s->freeze_slot >= 0 && s->freeze_slot < visible) visible = s->freeze_slot;
     int32_t *lo = malloc((size_t)n * sizeof(int32_t));
-    int32_t *extra = malloc(((size_t)n * n_extra + 1) * sizeof(int32_t));
-    int *doc0 = malloc((size_t)n * sizeof(int)), *got = malloc((size_t)n * sizeof(int));
+    int32_t *extra = malloc(((size_t)n * H * n_extra + 1) * sizeof(int32_t));
+    int *doc0 = malloc((size_t)n * sizeof(int)), *got = malloc((size_t)n * H * sizeof(int));
     select_mask *m = malloc((size_t)n * sizeof(select_mask));
-    if (!lo || !extra || !doc0 || !got || !m) rc = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse attention");
+    int32_t *cand = H > 1 ? malloc(((size_t)n * H * K + 1) * sizeof(int32_t)) : s->rec.cand; /* [n][H][K] */
+    if (!lo || !extra || !doc0 || !got || !m || !cand)
+        rc = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse attention");
     for (int t = 0; !rc && t < n; t++) {
         const int slot = st->slot0 + t;
         if (teacher) {
@@ -263,34 +266,40 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         m[t] = (select_mask){.n_slots = visible, .ex0_lo = 0, .ex0_hi = sink_hi, .ex1_lo = lo[t], .ex1_hi = slot + 1,
                              .far_hi = far_hi > d ? far_hi : 0, .far_at = kv->pos[slot] - s->p.far.from};
     }
-    int32_t *cand = s->rec.cand;
+    const size_t q_stride = (size_t)st->n_head * st->head_dim;
+    const float *qs = s->d_search > 0 ? s->qs : NULL;
     if (!rc && K > 0 &&
-        (teacher ? selector_query_batch : selector_query_prefill)(s->sel, n, s->d_search > 0 ? s->qs : NULL, st->q,
-                                                                   (size_t)st->n_head * st->head_dim, K, m, cand, got,
-                                                                   st->n_threads) < 0)
+        (H > 1 ? selector_query_heads_prefill(s->sel, n, qs, st->q, q_stride, K, m, cand, got, st->n_threads)
+               : (teacher ? selector_query_batch : selector_query_prefill)(s->sel, n, qs, st->q, q_stride, K, m, cand,
+                                                                            got, st->n_threads)) < 0)
         rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
                        selector_kind_name(s->p.select.kind), s->sel->env.layer);
-    for (int t = 0; !rc && t < n; t++) {
-        const int k_got = K > 0 ? got[t] : 0;
-        int32_t *c = cand + (size_t)t * K, *x = extra + (size_t)t * n_extra;
-        if (s->probe.on)
-            rc = sparse_probe_count(&s->probe, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL,
-                                    st->q + (size_t)t * st->n_head * st->head_dim, &m[t], K, c, k_got, st->layer, err);
-        for (int i = k_got; i < K; i++) c[i] = -1; /* filler: masked out */
-        int e = 0;
-        for (int j = doc0[t]; j < m[t].ex0_hi; j++) x[e++] = j;
-        for (int i = 0; i < K; i++) x[e++] = c[i];
-        while (e < n_extra) x[e++] = -1;
-        if (s->probe.on) { /* sinks, candidates and the range lo[t] .. slot */
-            s->probe.totals.rows_sum += (m[t].ex0_hi - doc0[t]) + k_got + (st->slot0 + t + 1 - lo[t]);
-            s->probe.totals.n_rows++;
+    for (int t = 0; !rc && t < n; t++)
+        for (int hq = 0; hq < H; hq++) { /* sinks, then the set (fillers -1): query head hq's list */
+            const size_t L = (size_t)t * H + hq;
+            const int k_got = K > 0 ? got[L] : 0;
+            int32_t *c = cand + L * K, *x = extra + L * n_extra;
+            if (s->probe.on) /* (per-head stages are not probed in batches: sparse_forward) */
+                rc = sparse_probe_count(&s->probe, qs ? qs + (size_t)t * s->dq_row : NULL, st->q + (size_t)t * q_stride,
+                                        &m[t], K, c, k_got, st->layer, err);
+            for (int i = k_got; i < K; i++) c[i] = -1; /* filler: masked out */
+            int e = 0;
+            for (int j = doc0[t]; j < m[t].ex0_hi; j++) x[e++] = j;
+            for (int i = 0; i < K; i++) x[e++] = c[i];
+            while (e < n_extra) x[e++] = -1;
+            if (s->probe.on) { /* sinks, candidates and the range lo[t] .. slot */
+                s->probe.totals.rows_sum += (m[t].ex0_hi - doc0[t]) + k_got + (st->slot0 + t + 1 - lo[t]);
+                s->probe.totals.n_rows++;
+            }
         }
-    }
+    for (int t = 0; !rc && H > 1 && t < n; t++) /* the record keeps query head 0's set */
+        memcpy(s->rec.cand + (size_t)t * K, cand + (size_t)t * H * K, (size_t)K * sizeof(int32_t));
     if (!rc && s->probe.on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
     attn_step far_step = *st; /* sinks and candidates beyond far.from at the distance it gives them */
     if (far_on(s, st)) far_step.far = s->p.far;
-    if (!rc) rc = attn_batch(&far_step, kv, lo, extra, n_extra, err);
+    if (!rc) rc = attn_batch(&far_step, kv, lo, extra, n_extra, H, err);
     if (!rc && !teacher) rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
+    if (H > 1) free(cand);
     free(lo);
     free(extra);
     free(doc0);
@@ -371,7 +380,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         for (int i = 0; i < n * s->p.top_k; i++) s->rec.cand[i] = -1;
         return attn_full_stage()->forward(attn_full_stage(), st, kv, err);
     }
-    if (n > 1 && s->p.prefill == SPARSE_PREFILL_BATCH && !s->comp && !s->per_head)
+    if (n > 1 && s->p.prefill == SPARSE_PREFILL_BATCH && !s->comp && !(s->per_head && s->probe.on))
         return sparse_forward_batch(s, st, kv, 0, err);
     if (n > 1 && s->p.prefill == SPARSE_PREFILL_TOKEN && teacher_batchable(s))
         return sparse_forward_batch(s, st, kv, 1, err);

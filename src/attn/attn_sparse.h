@@ -22,13 +22,15 @@
  *            - K retrieved by the selector among the slots before the batch
  *              (the index holds the earlier batches; each batch's keys are
  *              indexed after its queries), outside the sinks and the window;
- *          under one exact softmax. Every token costs one index query and a
+ *          under one exact softmax (per-head selectors: each query head
+ *          its own K). Every token costs one index query and a
  *          window of at most batch + tail keys, so a prompt costs ~linear
  *          time; the batch's attention runs as dense blocks (attn_batch).
  *   TOKEN: teacher forcing, token by token: each key is indexed just before
  *          its query, which sees sinks + tail + K retrieved from every
  *          earlier slot, as decode would (eval, perplexity; with a
- *          completion or a per-head selector, BATCH runs this way too).
+ *          completion, or a per-head selector under eval's metrics, BATCH
+ *          runs this way too).
  *          Selectors whose answer under a mask ignores the keys past it
  *          (exact over full keys, the head-mean oracle, window) give the
  *          same sets when the batch's keys are indexed first and every

@@ -253,6 +253,31 @@ int selector_query_heads(selector *s, const float *q_search, const float *q_nati
     return 0;
 }
 
+int selector_query_heads_prefill(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
+                                 int k, const select_mask *m, int32_t *out, int *n_out, int n_threads) {
+    const int nh = s->env.n_head;
+    if (!s->ops->query_heads_prefill) {
+        const int d = s->params.d_search * selector_query_heads_of(&s->params);
+        for (int i = 0; i < n; i++)
+            if (selector_query_heads(s, q_search ? q_search + (size_t)i * d : NULL, q_native + (size_t)i * q_stride, k,
+                                     &m[i], out + (size_t)i * nh * k, n_out + (size_t)i * nh) < 0)
+                return -1;
+        return 0;
+    }
+    for (int i = 0; i < n * nh; i++) n_out[i] = 0;
+    if (k <= 0) return 0;
+    double t0 = time_now_s();
+    int rc = s->ops->query_heads_prefill(s, n, q_search, q_native, q_stride, k, m, out, n_out, n_threads);
+    s->stats.t_query_s += time_now_s() - t0;
+    if (rc < 0) return -1;
+    s->stats.n_queries += n;
+    for (int i = 0; i < n * nh; i++) {
+        s->stats.n_returned += n_out[i];
+        s->stats.n_filler += k - n_out[i];
+    }
+    return 0;
+}
+
 subq_status selector_truncate(selector *s, int n_keep, subq_error *err) {
     if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", selector_kind_name(s->params.kind), n_keep);
     if (!s->ops->truncate)

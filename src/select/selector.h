@@ -239,6 +239,13 @@ typedef struct selector_ops {
      * keys at or past its n_slots. */
     int (*query_prefill)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
                          const select_mask *m, int32_t *out, int *got, int n_threads);
+    /* Per-head kinds, optional (NULL: query_heads, one query at a time):
+     * query_heads for a prefill batch, under query_prefill's rules: query
+     * i's search row q_search + i * (its search heads x d_search), mask
+     * m[i]; head h's slots to out + (i * n_head + h) * k, their count to
+     * n_out[i * n_head + h]. Returns 0, or -1 when out of memory. */
+    int (*query_heads_prefill)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
+                               int k, const select_mask *m, int32_t *out, int *n_out, int n_threads);
 } selector_ops;
 
 struct selector {
@@ -275,6 +282,10 @@ int selector_per_head(const selector *s);
 /* ops->query_heads, timed and counted as selector_query (n_head sets). */
 int selector_query_heads(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                          int32_t *out, int *n_out);
+/* The same for n queries of a prefill batch (ops->query_heads_prefill, or
+ * query_heads each): out [n][n_head][k], n_out [n][n_head]. */
+int selector_query_heads_prefill(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
+                                 int k, const select_mask *m, int32_t *out, int *n_out, int n_threads);
 /* Search heads of a key row and of a query row (1 and 1 for one shared set). */
 int selector_key_heads(const selector_params *p);
 int selector_query_heads_of(const selector_params *p);

@@ -12,8 +12,10 @@ a = h's search head (h itself, or its KV head), b = a's KV head, R the
 rotation of the last 4 dims; subq eval's perplexity, KL and measured KV
 rows (sinks + tail + the union of a KV head's query heads' sets) must equal
 numpy's. Values computed with the key heads swapped must not (the check
-catches a wrong head). `subq info` names the granularity, and `merge`
-refuses the file in one line.
+catches a wrong head). The same in a sparse prefill (batches of 32: each
+query head retrieves among the earlier batches, attends its batch's part
+or the tail): `subq logits --sparse-prefill` against numpy. `subq info`
+names the granularity, and `merge` refuses the file in one line.
 """
 
 import json
@@ -49,9 +51,12 @@ def rotate(x, pos, base):
     return x
 
 
-def forward(ref, tokens, proj, swap=False):
+def forward(ref, tokens, proj, swap=False, batch=0):
     """float64 logits, and (rows, queries) summed over sparse layers, queries and KV heads; proj:
-    {layer: (wq [nq*DS, d], wk [nk*DS, d])}, rope base in proj['base']. swap: key heads reversed."""
+    {layer: (wq [nq*DS, d], wk [nk*DS, d])}, rope base in proj['base']. swap: key heads reversed.
+    batch > 0: a sparse prefill in batches of that many tokens (one document): token t attends the sinks,
+    its batch's part of the sequence or the tail (whichever reaches further back), and K retrieved among
+    the earlier batches' other keys; else teacher forcing (sinks, tail, K among every earlier key)."""
     T = len(tokens)
     nh, nkv = ref.n_head, ref.n_head_kv
     group = nh // nkv
@@ -69,8 +74,14 @@ def forward(ref, tokens, proj, swap=False):
         ks /= np.linalg.norm(ks, axis=2, keepdims=True)
         allowed = np.zeros((nh, T, T), dtype=bool)
         for t in range(T):
-            fixed = [j for j in range(t + 1) if j < SINK or j > t - TAIL]
-            elig = [j for j in range(t + 1) if SINK <= j <= t - TAIL]
+            if batch:
+                b0, sink_hi = t // batch * batch, min(SINK, t + 1)
+                lo = max(b0 if t + 1 - TAIL >= b0 else t + 1 - TAIL, sink_hi)
+                fixed = list(range(sink_hi)) + list(range(lo, t + 1))
+                elig = list(range(sink_hi, min(b0, lo)))
+            else:
+                fixed = [j for j in range(t + 1) if j < SINK or j > t - TAIL]
+                elig = [j for j in range(t + 1) if SINK <= j <= t - TAIL]
             sets = []
             for hq in range(nh):
                 a = hq * nq // nh
@@ -160,6 +171,24 @@ def main():
         ck.check(gran + ": the key heads swapped give other figures (the check catches a wrong head)",
                  abs(m["ppl"] / wppl - 1) > 1e-3 or abs(m["kl"]["mean"] - wkl) > 1e-3 * (1 + wkl),
                  "PPL %.6f vs swapped %.6f" % (m["ppl"], wppl))
+        # a sparse prefill in batches of 32: each query head's set from the earlier batches (attn_batch with
+        # one extra list a query head), logits against numpy
+        w = windows[0]
+        lg = os.path.join(tmp, "check_search_heads_%s.bin" % gran)
+        if ck.guarded(gran + ": logits --sparse-prefill", rc.run_subq,
+                      ["logits", "-m", model, "--tokens", " ".join(map(str, w)), "-o", lg, "--force", "-c", CTX,
+                       "-b", 32, "-t", 2, "--search", path, "--sparse-layers", "1-4", "--sink", SINK, "--tail", TAIL,
+                       "--select", "exact", "--topk", K, "--sparse-prefill"]) is None:
+            continue
+        got_lg = np.fromfile(lg, dtype="<f4").reshape(len(w), -1).astype(np.float64)
+        want, _, _, bties = forward(ref, w, proj, batch=32)
+        wrong, _, _, _ = forward(ref, w, proj, swap=True, batch=32)
+        err = np.abs(got_lg - want).max() / np.abs(want).max()
+        ck.check(gran + ": sparse prefill: no cosine ties at the K-th place", bties == 0, str(bties))
+        ck.check(gran + ": sparse prefill logits vs numpy", err < 1e-5, "max err / max |logit| %.2e" % err)
+        werr = np.abs(got_lg - wrong).max() / np.abs(want).max()
+        ck.check(gran + ": sparse prefill: the key heads swapped differ (the check catches a wrong head)",
+                 werr > 100 * max(err, 1e-7), "%.2e vs %.2e" % (werr, err))
     ck.finish()
 
 
