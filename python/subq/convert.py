@@ -419,7 +419,8 @@ def seed_to_gguf(tensors, config, model_path, out_path, origin):
         note = ORIGIN % os.path.basename(origin)
         if config.get("base_model_name"):
             note += "; trained on %s" % config["base_model_name"]
-        if L.subq_search_from_matrices(m.h, arr, len(layers), d_search, wq, wk, note.encode()[:255], lib.byref(s),
+        note = note.encode()[:255].decode("utf-8", "ignore").encode()  # the file keeps 255 bytes, whole characters
+        if L.subq_search_from_matrices(m.h, arr, len(layers), d_search, wq, wk, note, lib.byref(s),
                                        lib.byref(err)):
             raise ConvertError(err.msg.decode("utf-8", "replace"))
         try:

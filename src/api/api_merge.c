@@ -1,6 +1,7 @@
-/* Search projections inside model files through the public API: what a file
- * carries, merging projections into a model file and splitting them out
- * (the layout: search/search_merge.c). */
+/* Search projection files through the public API: what a file carries,
+ * merging projections into a model file and splitting them out (the
+ * layout: search/search_merge.c), and projections made from matrices and
+ * written (checkpoint converters). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
