@@ -221,9 +221,9 @@ static void batch_masks(uint64_t *rng, int n, int nq, int32_t *seg, select_mask 
 static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, int G, int gprobe, int check, int R) {
     selector_params p;
     selector_params_default(&p, SELECT_EXACT, d);
-    p.f16_keys = f16;
+    p.search_f16 = f16;
     p.scan = scan;
-    p.block_rows = B;
+    p.block_keys = B;
     p.nprobe = nprobe;
     p.probe_from = 0;
     p.group_blocks = G, p.group_probe = gprobe, p.group_from = 0;
@@ -421,14 +421,14 @@ static void test_fallback_and_check(void) {
     selector_free(off), selector_free(late), selector_free(chk);
     free(keys), free(stored), free(q), free(seg);
     /* parameters out of range are refused, naming what is wrong: nprobe,
-     * block_rows, probe_from, group_blocks, group_probe, group_from */
+     * block_keys, probe_from, group_blocks, group_probe, group_from */
     const int bad[7][6] = {{-1, 64, 0, 16, 32, 0}, {8, 0, 0, 16, 32, 0},    {8, 64, -1, 16, 32, 0},
                            {8, 64, 0, -1, 32, 0},  {8, 64, 0, 4097, 32, 0}, {8, 64, 0, 16, 0, 0},
                            {8, 64, 0, 16, 32, -1}};
     for (int b = 0; b < 7; b++) {
         selector_params p;
         selector_params_default(&p, SELECT_EXACT, D);
-        p.nprobe = bad[b][0], p.block_rows = bad[b][1], p.probe_from = bad[b][2];
+        p.nprobe = bad[b][0], p.block_keys = bad[b][1], p.probe_from = bad[b][2];
         p.group_blocks = bad[b][3], p.group_probe = bad[b][4], p.group_from = bad[b][5];
         selector *s = NULL;
         CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG &&
@@ -457,7 +457,7 @@ static void test_pool_pieces(void) {
     for (int nprobe = 0; nprobe <= 8; nprobe += 8) {
         selector_params p;
         selector_params_default(&p, SELECT_EXACT, D);
-        p.block_rows = 64, p.nprobe = nprobe, p.probe_from = 0, p.probe_check = 3;
+        p.block_keys = 64, p.nprobe = nprobe, p.probe_from = 0, p.probe_check = 3;
         selector *one = NULL, *cut = NULL;
         CHECK(selector_new(&p, NULL, &one, &err) == SUBQ_OK && selector_new(&p, &env, &cut, &err) == SUBQ_OK,
               "selector_new: %s", err.msg);

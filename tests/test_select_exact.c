@@ -164,7 +164,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
 
     selector_params p;
     selector_params_default(&p, SELECT_EXACT, d);
-    p.f16_keys = f16;
+    p.search_f16 = f16;
     p.score = score;
     p.scan = scan;
     p.n_threads = threads; /* >= 8192 keys and 2 threads: the split scan */
@@ -261,7 +261,7 @@ static void test_put_keys(select_scan scan, int f16) {
     selector_params p;
     selector_params_default(&p, SELECT_EXACT, D);
     p.scan = scan;
-    p.f16_keys = f16;
+    p.search_f16 = f16;
     selector *a, *b;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &a, &err) == SUBQ_OK && selector_new(&p, NULL, &b, &err) == SUBQ_OK, "new: %s",

@@ -124,8 +124,8 @@ static selector *new_selector(selector_kind kind, select_score sc, select_scan s
                               const float *keys) {
     selector_params p;
     selector_params_default(&p, kind, D);
-    p.score = sc, p.scan = scan, p.f16_keys = f16, p.far_rot = far_rot, p.block_reps = reps;
-    p.nprobe = 24, p.block_rows = 32, p.probe_from = 1024, p.group_blocks = 0; /* the block scan from 1024 keys */
+    p.score = sc, p.scan = scan, p.search_f16 = f16, p.far_rot = far_rot, p.block_reps = reps;
+    p.nprobe = 24, p.block_keys = 32, p.probe_from = 1024, p.group_blocks = 0; /* the block scan from 1024 keys */
     selector *s = NULL;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);

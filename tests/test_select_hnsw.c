@@ -53,7 +53,7 @@ static void run(selector_kind kind, int f16, select_score score, const float *ke
     selector_params_default(&pe, SELECT_EXACT, D);
     selector_params_default(&pa, kind, D);
     pe.score = pa.score = score;
-    pa.f16_keys = f16;
+    pa.search_f16 = f16;
     selector *ex, *ann;
     CHECK(selector_new(&pe, NULL, &ex, &err) == SUBQ_OK, "exact: %s", err.msg);
     CHECK(selector_new(&pa, NULL, &ann, &err) == SUBQ_OK, "%s: %s", name, err.msg);

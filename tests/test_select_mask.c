@@ -81,7 +81,7 @@ int main(void) {
         p.hnsw_ef_search = 4;
         p.hnsw_m = 8;
         p.quest_page = kind == SELECT_QUEST ? 5 : 16;
-        p.f16_keys = 1;
+        p.search_f16 = 1;
         CHECK(selector_new(&p, &env, &sel[kind], &err) == SUBQ_OK, "%s: %s", selector_kind_name(kind), err.msg);
     }
 

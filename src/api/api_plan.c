@@ -77,10 +77,10 @@ subq_attn_plan subq_attn_plan_default(void) {
         .quest_page = sp->quest_page,
         .quest_headmean = sp->quest_headmean,
         .oracle = (subq_oracle_kind)sp->oracle,
-        .search_f16 = sp->f16_keys,
+        .search_f16 = sp->search_f16,
         .score = (subq_score)sp->score,
         .scan = (subq_scan)sp->scan,
-        .block_keys = sp->block_rows,
+        .block_keys = sp->block_keys,
         .nprobe = sp->nprobe,
         .probe_from = sp->probe_from,
         .group_blocks = sp->group_blocks,
@@ -124,10 +124,10 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
     sp->select.quest_page = p->quest_page;
     sp->select.quest_headmean = p->quest_headmean != 0;
     sp->select.oracle = (oracle_kind)p->oracle;
-    sp->select.f16_keys = p->search_f16;
+    sp->select.search_f16 = p->search_f16;
     sp->select.score = (select_score)p->score;
     sp->select.scan = (select_scan)p->scan;
-    sp->select.block_rows = p->block_keys;
+    sp->select.block_keys = p->block_keys;
     sp->select.nprobe = p->nprobe;
     sp->select.probe_from = p->probe_from;
     sp->select.group_blocks = p->group_blocks;

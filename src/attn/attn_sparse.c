@@ -542,7 +542,7 @@ static int sparse_same_search(const attn_stage *a, const attn_stage *b) {
         x->dq_row != y->dq_row || x->dk_row != y->dk_row)
         return 0;
     /* the stored form (get_keys) depends on these */
-    if (x->p.select.score != y->p.select.score || x->p.select.f16_keys != y->p.select.f16_keys) return 0;
+    if (x->p.select.score != y->p.select.score || x->p.select.search_f16 != y->p.select.search_f16) return 0;
     if (!search_rope_same(&x->rope, &y->rope)) return 0;
     const size_t row = (size_t)x->n_embd * sizeof(float);
     return !memcmp(x->wq_s, y->wq_s, row * x->dq_row) && !memcmp(x->wk_s, y->wk_s, row * x->dk_row);
@@ -580,9 +580,9 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
              " proj=%016" PRIx64
              " complete=%016" PRIx64,
              selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
-             select_score_name(sp->score), select_scan_name(sp->scan), sp->f16_keys, sp->hnsw_m,
+             select_score_name(sp->score), select_scan_name(sp->scan), sp->search_f16, sp->hnsw_m,
              sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
-             sp->block_rows, sp->nprobe, sp->probe_from, sp->group_blocks, sp->group_probe, sp->group_from,
+             sp->block_keys, sp->nprobe, sp->probe_from, sp->group_blocks, sp->group_probe, sp->group_from,
              sp->seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
     /* only when on: plans from before these settings describe as they did */

@@ -12,7 +12,7 @@
 int select_ann_init(select_ann *a, const selector_params *p) {
     a->d = p->d_search;
     a->score = p->score;
-    a->f16 = p->f16_keys != 0;
+    a->f16 = p->search_f16 != 0;
     return (a->qn = malloc(2 * (size_t)a->d * sizeof(float))) != NULL; /* the query and its far form */
 }
 

@@ -448,13 +448,13 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     const kernels *K = kernels_get();
     e->base.ops = &exact_ops;
     e->d = p->d_search;
-    e->f16 = p->f16_keys != 0;
+    e->f16 = p->search_f16 != 0;
     e->dot = e->f16 ? K->gather_dot_f16 : K->gather_dot_f32;
     e->scores = kernels_kv_decode_get(e->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
     e->bits = p->scan == SELECT_SCAN_INT8 ? 8 : p->scan == SELECT_SCAN_INT4 ? 4 : 0;
     e->code_bytes = e->bits ? scan_codes_row_bytes(e->bits, e->d) : 0;
     e->code_scores = scan_codes_scores();
-    e->block = p->nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->block_rows : 0;
+    e->block = p->nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->block_keys : 0;
     e->group = e->block ? p->group_blocks : 0;
     e->n_reps = e->block ? p->block_reps : 0;
     if (e->n_reps) {

@@ -1,6 +1,6 @@
 /* faiss: the hnsw selector's algorithm over FAISS's IndexHNSWFlat (inner
  * product, on L2-normalised vectors for cosine), for comparison with
- * hnswlib; vectors are stored f32 (f16_keys is not used here). Optional at
+ * hnswlib; vectors are stored f32 (search_f16 is not used here). Optional at
  * build time (SUBQ_HAVE_FAISS). One index per layer per sequence, grown by
  * add() and never rebuilt; FAISS ids are insertion indices = cache slots.
  * Eligibility goes through an IDSelector in FAISS's search and is checked

@@ -1,6 +1,6 @@
 /* hnsw: approximate top-K in the learned search space through hnswlib (HNSW
  * graph, inner product: on L2-normalised vectors for cosine, on the vectors
- * as given for dot), vectors stored f32 or f16 (f16_keys). One index per
+ * as given for dot), vectors stored f32 or f16 (search_f16). One index per
  * substituted layer per sequence, grown by insertion as tokens are appended
  * (prefill and decode) and never rebuilt; labels are cache slots.
  *

@@ -62,7 +62,7 @@ int selector_kind_needs_search(selector_kind k) { return kind_info(k) && kinds[k
 int selector_kind_is_ann(selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
 int selector_params_approximate(const selector_params *p) {
-    return selector_kind_is_ann(p->kind) || (p->kind == SELECT_EXACT && (p->scan != SELECT_SCAN_FULL || p->f16_keys));
+    return selector_kind_is_ann(p->kind) || (p->kind == SELECT_EXACT && (p->scan != SELECT_SCAN_FULL || p->search_f16));
 }
 
 void selector_params_default(selector_params *p, selector_kind kind, int d_search) {
@@ -71,12 +71,12 @@ void selector_params_default(selector_params *p, selector_kind kind, int d_searc
     p->d_search = d_search;
     p->score = SELECT_SCORE_COSINE;
     p->scan = SELECT_SCAN_FULL;
-    p->f16_keys = 0;
+    p->search_f16 = 0;
     p->hnsw_m = 32;
     p->hnsw_ef_construction = 40;
     p->hnsw_ef_search = 64;
     p->quest_page = 16;
-    p->block_rows = 64;
+    p->block_keys = 64;
     p->nprobe = 64;
     p->probe_from = 8192;
     p->group_blocks = 16;
@@ -128,23 +128,23 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
                          "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
                          name, p->hnsw_m, p->hnsw_ef_construction, p->hnsw_ef_search);
     if (p->kind == SELECT_EXACT &&
-        (p->nprobe < 0 || (p->nprobe > 0 && (p->block_rows < 1 || p->block_rows > SELECT_MAX_BLOCK_ROWS ||
+        (p->nprobe < 0 || (p->nprobe > 0 && (p->block_keys < 1 || p->block_keys > SELECT_MAX_BLOCK_KEYS ||
                                              p->probe_from < 0 || p->probe_check < 0))))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector exact: invalid block scan (nprobe %d; %d keys per block, 1 to %d; from %d keys, "
-                         "check every %d; none may be negative)", p->nprobe, p->block_rows, SELECT_MAX_BLOCK_ROWS,
+                         "check every %d; none may be negative)", p->nprobe, p->block_keys, SELECT_MAX_BLOCK_KEYS,
                          p->probe_from, p->probe_check);
     if (p->kind == SELECT_EXACT && p->nprobe > 0 &&
-        (p->group_blocks < 0 || p->group_blocks > SELECT_MAX_BLOCK_ROWS ||
+        (p->group_blocks < 0 || p->group_blocks > SELECT_MAX_BLOCK_KEYS ||
          (p->group_blocks > 0 && (p->group_probe < 1 || p->group_from < 0))))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector exact: invalid groups of blocks (%d blocks per group, 0 to %d; %d groups probed, "
-                         "at least 1; from %d keys, not negative)", p->group_blocks, SELECT_MAX_BLOCK_ROWS,
+                         "at least 1; from %d keys, not negative)", p->group_blocks, SELECT_MAX_BLOCK_KEYS,
                          p->group_probe, p->group_from);
     if (p->kind == SELECT_EXACT && p->nprobe > 0 &&
-        (p->block_reps < 0 || p->block_reps > SELECT_MAX_REPS || p->block_reps > p->block_rows))
+        (p->block_reps < 0 || p->block_reps > SELECT_MAX_REPS || p->block_reps > p->block_keys))
         return subq_fail(err, SUBQ_ERR_ARG, "selector exact: %d representative keys a block: 0 to %d, and at most the "
-                         "%d keys of a block", p->block_reps, SELECT_MAX_REPS, p->block_rows);
+                         "%d keys of a block", p->block_reps, SELECT_MAX_REPS, p->block_keys);
     if (p->kind == SELECT_QUEST && p->quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
     subq_status rc;

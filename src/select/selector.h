@@ -43,7 +43,7 @@ typedef enum select_score {
  * the codes and re-rank those on the stored keys, so with every true top-K
  * slot in that pool the result is the full scan's. */
 typedef enum select_scan {
-    SELECT_SCAN_FULL = 0, /* the stored keys (f32, or f16 with f16_keys) */
+    SELECT_SCAN_FULL = 0, /* the stored keys (f32, or f16 with search_f16) */
     SELECT_SCAN_INT8,     /* int8 codes, an f32 scale per row (kernels/scan_codes.h) */
     SELECT_SCAN_INT4,     /* int4 codes, an f32 scale per row */
     SELECT_SCAN_COUNT
@@ -87,7 +87,7 @@ typedef struct selector_params {
     int search_heads, search_qheads;
     select_score score;        /* exact/hnsw/faiss: cosine (default) or dot */
     select_scan scan;          /* exact: what the scan reads (default SELECT_SCAN_FULL) */
-    int f16_keys;              /* exact, hnsw: store search keys as f16 (else f32) */
+    int search_f16;              /* exact, hnsw: store search keys as f16 (else f32) */
     int hnsw_m;                /* default 32 */
     int hnsw_ef_construction;  /* default 40 */
     int hnsw_ef_search;        /* default 64 */
@@ -99,11 +99,11 @@ typedef struct selector_params {
     oracle_kind oracle;        /* oracle: what it ranks (default HEADMEAN_DOT) */
     /* exact, the prefill's batched queries (query_prefill) once a batch sees
      * probe_from keys or more: the coarse-to-fine block scan
-     * (select_blocks.c): every full block of block_rows consecutive keys is
+     * (select_blocks.c): every full block of block_keys consecutive keys is
      * ranked by its mean key, and each query scans exactly the keys of its
      * nprobe best blocks and of the last, partial one. nprobe 0: every key
      * (defaults 64 keys per block, 64 blocks, from 8192 keys). */
-    int block_rows, nprobe, probe_from;
+    int block_keys, nprobe, probe_from;
     /* ... and once a query sees group_from keys, a second level: groups of
      * group_blocks consecutive blocks ranked by their mean key first, and
      * only the blocks of the group_probe best groups (and of the last,
@@ -130,7 +130,7 @@ typedef struct selector_params {
     int far_from;
 } selector_params;
 
-#define SELECT_MAX_BLOCK_ROWS 4096
+#define SELECT_MAX_BLOCK_KEYS 4096
 #define SELECT_MAX_REPS 64
 
 /* What a selector may read besides the vectors it is given: the layer's
