@@ -1,4 +1,4 @@
-/* Chat templates (tools/subq/chat_template.c): detection from the
+/* Chat templates (tools/subq/serve/chat_template.c): detection from the
  * tokenizer.chat_template texts real models ship (excerpts of the official
  * templates: the markers are what matters), and the prompts of a fixed
  * conversation, written out by hand from each family's published format
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/subq/chat_template.h"
+#include "tools/subq/serve/chat_template.h"
 #include "test_util.h"
 
 static chat_msg conv[] = {

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/subq/serve.h"
+#include "tools/subq/serve/serve.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int chat = 0; chat < 2; chat++) {

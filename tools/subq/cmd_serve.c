@@ -9,7 +9,7 @@
 
 #include "cli.h"
 #include "cli_sparse.h"
-#include "serve.h"
+#include "serve/serve.h"
 
 static const char *help =
     "usage: subq serve -m MODEL [options]\n"
