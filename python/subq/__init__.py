@@ -10,9 +10,9 @@ headers), modelled on llama-cpp-python:
     lg = m.logits(m.tokenize("Once upon a time"))    # float32 [n, n_vocab]
 
 Errors raise SubqError carrying the library's message and status. Ctrl-C
-stops a long call (a prompt, a generation, a perplexity run) at its next
-batch, token or chunk and raises KeyboardInterrupt; the context keeps what
-was decoded.
+stops a long call (a prompt, a generation, perplexity, eval, training) at
+its next batch, token, chunk, window or step and raises KeyboardInterrupt;
+the context keeps what was decoded.
 """
 
 import codecs
@@ -26,6 +26,7 @@ import numpy as np
 from . import _lib as lib
 
 __all__ = ["Model", "SubqError", "version", "load_library"]
+
 
 def load_library(path=None):
     """The C library (loaded once; path: a libsubq_lab.so to use instead of the one found)."""

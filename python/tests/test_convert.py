@@ -11,7 +11,6 @@ import sys
 import zipfile
 
 import numpy as np
-import pytest
 import torch
 import torch.nn as nn
 
