@@ -430,9 +430,21 @@ typedef struct extra_slots {
     _Atomic int n_far;          /* tokens with a far slot */
 } extra_slots;
 
-/* LSD radix sort of x[0..n) (values >= 0), 11 bits a pass, through tmp */
+/* x[0..n) (values >= 0) in ascending order: insertion sort for a usual
+ * set (sinks + K: a pass of the radix sort below clears and sums 2048
+ * buckets, 8% of a per-head prefill's time at 8K on the fixture, one list
+ * a query head), else LSD radix sort, 11 bits a pass, through tmp */
 static void sort_slots(int *x, int n, int *tmp) {
-    enum { BITS = 11, BUCKETS = 1 << BITS };
+    enum { BITS = 11, BUCKETS = 1 << BITS, SMALL = 128 };
+    if (n <= SMALL) {
+        for (int i = 1; i < n; i++) {
+            const int v = x[i];
+            int j = i;
+            for (; j > 0 && x[j - 1] > v; j--) x[j] = x[j - 1];
+            x[j] = v;
+        }
+        return;
+    }
     int mx = 0;
     for (int i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
     for (int shift = 0; shift < 31 && (mx >> shift) > 0; shift += BITS) {
