@@ -352,6 +352,32 @@ class Model:
         self._generate(ids, gp, lambda piece: pieces.append(piece))
         return b"".join(pieces).decode("utf-8", "replace")
 
+    def create_completion(self, prompt, max_tokens=16, temperature=0.8, top_p=0.95, top_k=40, seed=42, echo=False,
+                          stop=None):
+        """llama-cpp-python's create_completion (and Model(prompt, ...)): generate() as an OpenAI-style
+        text_completion dict: choices[0].text, finish_reason "stop" (end token) or "length", usage counts.
+        stop (strings that end the text) is not supported: given, it is refused."""
+        if stop:
+            raise SubqError(lib.SUBQ_ERR_ARG, "stop strings are not supported (the text ends at max_tokens or the "
+                            "model's end token)")
+        ids = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
+        if not ids:
+            raise SubqError(lib.SUBQ_ERR_ARG, "empty prompt")
+        gp = self._lib.subq_generate_default_params()
+        gp.n_predict = int(max_tokens)
+        gp.sampler.temp, gp.sampler.top_k, gp.sampler.top_p, gp.sampler.seed = temperature, top_k, top_p, seed
+        gp.end_tokens[0] = self.info["eos_id"]
+        pieces = [self.detokenize(ids)] if echo else []
+        res = self._generate(ids, gp, lambda piece: pieces.append(piece))
+        finish = {lib.SUBQ_FINISH_END_TOKEN: "stop"}.get(res.finish, "length")
+        return {"object": "text_completion", "model": self.info["arch"],
+                "choices": [{"text": b"".join(pieces).decode("utf-8", "replace"), "index": 0, "logprobs": None,
+                             "finish_reason": finish}],
+                "usage": {"prompt_tokens": len(ids), "completion_tokens": res.n_generated,
+                          "total_tokens": len(ids) + res.n_generated}}
+
+    __call__ = create_completion
+
     def _generate(self, ids, gp, on_piece, stop=None):
         stop = stop or _Stop()
         cb_token = lib.on_token_fn(stop.guard(lambda user, tok, piece, n: on_piece(lib.ctypes.string_at(piece, n))))

@@ -273,3 +273,23 @@ def test_ctrl_c_stops_train_search(stories, tmp_path):
         with pytest.raises(KeyboardInterrupt):
             m.train_search([f], out, resume=True, **args)
         timer.join()
+
+
+def test_create_completion(stories):
+    """llama-cpp-python's call: the text generate() gives, the reason it ended, the token counts."""
+    with subq.Model(stories, n_ctx=512, n_threads=1) as m:
+        want = m.generate(PROMPT, max_tokens=20, temperature=0)
+        m.reset()
+        r = m(PROMPT, max_tokens=20, temperature=0)
+        assert r["object"] == "text_completion" and r["choices"][0]["text"] == want
+        assert r["choices"][0]["finish_reason"] == "length"
+        assert r["usage"] == {"prompt_tokens": 5, "completion_tokens": 20, "total_tokens": 25}
+        # stories260K's stories seldom end with its end token within 400: make "." the end token, which
+        # greedy text reaches within the first sentence (it is not passed on)
+        m.info["eos_id"] = m.tokenize(".", add_bos=False)[-1]
+        m.reset()
+        r = m.create_completion(PROMPT, max_tokens=400, temperature=0)
+        assert r["choices"][0]["finish_reason"] == "stop" and r["usage"]["completion_tokens"] < 400
+        assert r["choices"][0]["text"] + "." == want[:len(r["choices"][0]["text"]) + 1]
+        with pytest.raises(subq.SubqError, match="stop strings"):
+            m(PROMPT, stop=["."])
