@@ -338,13 +338,7 @@ class Model:
         shares with it is kept, the rest decoded, then up to max_tokens sampled (temperature 0: greedy).
         Returns the text (str; with echo the prompt's text first), or with stream an iterator of str pieces.
         Ctrl-C stops it and raises KeyboardInterrupt."""
-        ids = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
-        if not ids:
-            raise SubqError(lib.SUBQ_ERR_ARG, "empty prompt")
-        gp = self._lib.subq_generate_default_params()
-        gp.n_predict = int(max_tokens)
-        gp.sampler.temp, gp.sampler.top_k, gp.sampler.top_p, gp.sampler.seed = temperature, top_k, top_p, seed
-        gp.end_tokens[0] = -1 if ignore_eos else self.info["eos_id"]
+        ids, gp = self._generate_params(prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos)
         head = self.detokenize(ids) if echo else b""
         if stream:
             return self._generate_stream(ids, gp, head)
@@ -360,13 +354,7 @@ class Model:
         if stop:
             raise SubqError(lib.SUBQ_ERR_ARG, "stop strings are not supported (the text ends at max_tokens or the "
                             "model's end token)")
-        ids = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
-        if not ids:
-            raise SubqError(lib.SUBQ_ERR_ARG, "empty prompt")
-        gp = self._lib.subq_generate_default_params()
-        gp.n_predict = int(max_tokens)
-        gp.sampler.temp, gp.sampler.top_k, gp.sampler.top_p, gp.sampler.seed = temperature, top_k, top_p, seed
-        gp.end_tokens[0] = self.info["eos_id"]
+        ids, gp = self._generate_params(prompt, max_tokens, temperature, top_k, top_p, seed, False)
         pieces = [self.detokenize(ids)] if echo else []
         res = self._generate(ids, gp, lambda piece: pieces.append(piece))
         finish = {lib.SUBQ_FINISH_END_TOKEN: "stop"}.get(res.finish, "length")
@@ -377,6 +365,17 @@ class Model:
                           "total_tokens": len(ids) + res.n_generated}}
 
     __call__ = create_completion
+
+    def _generate_params(self, prompt, max_tokens, temperature, top_k, top_p, seed, ignore_eos):
+        """The prompt's ids and subq_generate_params for them."""
+        ids = self.tokenize(prompt) if isinstance(prompt, (str, bytes)) else list(prompt)
+        if not ids:
+            raise SubqError(lib.SUBQ_ERR_ARG, "empty prompt")
+        gp = self._lib.subq_generate_default_params()
+        gp.n_predict = int(max_tokens)
+        gp.sampler.temp, gp.sampler.top_k, gp.sampler.top_p, gp.sampler.seed = temperature, top_k, top_p, seed
+        gp.end_tokens[0] = -1 if ignore_eos else self.info["eos_id"]
+        return ids, gp
 
     def _generate(self, ids, gp, on_piece, stop=None):
         stop = stop or _Stop()
