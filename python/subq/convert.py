@@ -503,7 +503,8 @@ def convert(src, dst, model_path=None, dtype="float32", force=False):
             raise ConvertError("writing %s needs -m MODEL (the model the projections are for)" % dst)
         layers, d = seed_to_gguf(tensors, config, model_path, dst, str(src))
         return "%s: %d layers (%s), d_search %d" % (dst, len(layers), ",".join(map(str, layers)), d)
-    if model_path:  # check the shape against the model before writing
+    from_gguf = os.path.splitext(str(src))[1].lower() == ".gguf"  # read against the model already
+    if model_path and not from_gguf:  # check the shape against the model before writing
         m = _Model(lib.load_default(), model_path)
         try:
             _projections(tensors, config, m.n_layer, m.n_embd, str(src))

@@ -44,6 +44,16 @@ void search_heads_of(subq_search_granularity g, int n_head, int n_head_kv, int *
     *n_khead = g == SUBQ_SEARCH_LAYER ? 1 : n_head_kv;
 }
 
+/* Search heads a file or a caller may give: query heads a multiple of key
+ * heads (one of each for a layer's shared set), 4096 at most, and
+ * SEARCH_PROJ_MAX_D dims in all. 64-bit, so that a file's u32 counts are
+ * checked before any narrowing. */
+static int heads_plausible(int gran, uint64_t n_qhead, uint64_t n_khead, uint64_t d_search) {
+    return gran >= 0 && gran < SUBQ_SEARCH_GRANULARITY_COUNT && n_qhead >= 1 && n_khead >= 1 &&
+           n_qhead % n_khead == 0 && n_qhead <= 4096 && n_qhead * d_search <= SEARCH_PROJ_MAX_D &&
+           (gran != SUBQ_SEARCH_LAYER || n_qhead == 1);
+}
+
 subq_status search_proj_new_heads(int n_layer, int n_embd, int d_search, subq_search_granularity gran, int n_qhead,
                                   int n_khead, const int *layers, int n_sel, uint64_t fp, search_proj **out,
                                   subq_error *err) {
@@ -52,9 +62,8 @@ subq_status search_proj_new_heads(int n_layer, int n_embd, int d_search, subq_se
         return subq_fail(err, SUBQ_ERR_ARG, "search projections need at least one layer of a model with layers");
     if (d_search <= 0 || d_search > SEARCH_PROJ_MAX_D)
         return subq_fail(err, SUBQ_ERR_ARG, "d_search %d out of range [1, %d]", d_search, SEARCH_PROJ_MAX_D);
-    if ((int)gran < 0 || gran >= SUBQ_SEARCH_GRANULARITY_COUNT || n_qhead < 1 || n_khead < 1 ||
-        n_qhead % n_khead || n_qhead > 4096 || (size_t)n_qhead * d_search > SEARCH_PROJ_MAX_D ||
-        (gran == SUBQ_SEARCH_LAYER && n_qhead != 1))
+    if (n_qhead < 1 || n_khead < 1 ||
+        !heads_plausible((int)gran, (uint64_t)n_qhead, (uint64_t)n_khead, (uint64_t)d_search))
         return subq_fail(err, SUBQ_ERR_ARG, "search heads %d / %d (granularity %d, d_search %d): query heads must be "
                          "a multiple of key heads, one of each for a layer's shared set, %d dims at most in all",
                          n_qhead, n_khead, (int)gran, d_search, SEARCH_PROJ_MAX_D);
@@ -226,8 +235,7 @@ subq_status search_proj_read(const gguf_file *f, const char *path, search_proj *
     if (gran < 0)
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: unknown search granularity '%s' (layer, kv-head, head)", path,
                          gname);
-    if (n_qhead == 0 || n_khead == 0 || n_qhead > 4096 || n_qhead % n_khead ||
-        (uint64_t)n_qhead * d_search > SEARCH_PROJ_MAX_D || (gran == SUBQ_SEARCH_LAYER && (n_qhead != 1 || n_khead != 1)))
+    if (!heads_plausible(gran, n_qhead, n_khead, d_search))
         return subq_fail(err, SUBQ_ERR_FORMAT, "%s: implausible search heads (%u query, %u key, granularity %s)", path,
                          n_qhead, n_khead, gname);
     uint64_t n_sel = arr->v.arr.n;

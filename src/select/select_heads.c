@@ -49,11 +49,11 @@ static float *rows_for(heads_sel *h, int n) {
     return r;
 }
 
-/* rows[i] = src[i][b*ds .. (b+1)*ds) for n rows of n_khead*ds */
-static void head_rows(const heads_sel *h, const float *src, int n, int b, float *rows) {
+/* rows[i] = src[i][b*ds .. (b+1)*ds) for n rows of n_heads*ds */
+static void head_rows(const heads_sel *h, const float *src, int n, int n_heads, int b, float *rows) {
     const int ds = h->base.params.d_search;
     for (int i = 0; i < n; i++)
-        memcpy(rows + (size_t)i * ds, src + ((size_t)i * h->n_khead + b) * ds, (size_t)ds * sizeof(float));
+        memcpy(rows + (size_t)i * ds, src + ((size_t)i * n_heads + b) * ds, (size_t)ds * sizeof(float));
 }
 
 typedef subq_status (*add_fn)(selector *s, const float *keys, int n, int slot0, subq_error *err);
@@ -64,7 +64,7 @@ static subq_status add_rows(heads_sel *h, add_fn fn, const float *keys, int n, i
     if (n > 0 && !rows) return subq_fail(err, SUBQ_ERR_NOMEM, "per-head search: out of memory for %d keys", n);
     subq_status rc = SUBQ_OK;
     for (int b = 0; b < h->n_khead && !rc; b++) {
-        if (n > 0) head_rows(h, keys, n, b, rows);
+        if (n > 0) head_rows(h, keys, n, h->n_khead, b, rows);
         rc = fn(h->inner[b], rows, n, slot0, err);
     }
     sync_stats(h);
@@ -129,14 +129,13 @@ static int heads_query_heads(selector *s, const float *q_search, const float *q_
 static int heads_query_heads_prefill(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
                                      int k, const select_mask *m, int32_t *out, int *n_out, int n_threads) {
     heads_sel *h = (heads_sel *)s;
-    const int ds = s->params.d_search, nh = s->env.n_head, per_a = nh / h->n_qhead, a_per_b = h->n_qhead / h->n_khead;
+    const int nh = s->env.n_head, per_a = nh / h->n_qhead, a_per_b = h->n_qhead / h->n_khead;
     float *rows = n > 0 ? rows_for(h, n) : h->rows;
     int32_t *cand = malloc(((size_t)n * k + 1) * sizeof(int32_t));
     int *got = malloc(((size_t)n + 1) * sizeof(int));
     int rc = (n > 0 && !rows) || !cand || !got ? -1 : 0;
     for (int a = 0; a < h->n_qhead && !rc; a++) {
-        for (int i = 0; i < n; i++)
-            memcpy(rows + (size_t)i * ds, q_search + ((size_t)i * h->n_qhead + a) * ds, (size_t)ds * sizeof(float));
+        head_rows(h, q_search, n, h->n_qhead, a, rows);
         rc = selector_query_prefill(h->inner[a / a_per_b], n, rows, q_native, q_stride, k, m, cand, got, n_threads);
         for (int i = 0; !rc && i < n; i++)
             for (int x = 0; x < per_a; x++) {

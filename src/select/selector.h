@@ -87,7 +87,7 @@ typedef struct selector_params {
     int search_heads, search_qheads;
     select_score score;        /* exact/hnsw/faiss: cosine (default) or dot */
     select_scan scan;          /* exact: what the scan reads (default SELECT_SCAN_FULL) */
-    int search_f16;              /* exact, hnsw: store search keys as f16 (else f32) */
+    int search_f16;            /* exact, hnsw: store search keys as f16 (else f32) */
     int hnsw_m;                /* default 32 */
     int hnsw_ef_construction;  /* default 40 */
     int hnsw_ef_search;        /* default 64 */

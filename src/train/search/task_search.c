@@ -98,9 +98,9 @@ static subq_status init(void *self, trainer *t, subq_error *err) {
 }
 
 /* Block 2i of the flat arrays is W_Qs of target layer i ([n_qhead * d_search][n_embd]), 2i+1 its W_Ks. */
-static size_t block_keys(const search_proj *p, int b) { return (size_t)(b % 2 ? p->n_khead : p->n_qhead) * p->d_search; }
+static size_t block_rows(const search_proj *p, int b) { return (size_t)(b % 2 ? p->n_khead : p->n_qhead) * p->d_search; }
 static size_t block_offset(const search_proj *p, int b) {
-    return ((size_t)(b / 2) * (block_keys(p, 0) + block_keys(p, 1)) + (b % 2 ? block_keys(p, 0) : 0)) * p->n_embd;
+    return ((size_t)(b / 2) * (block_rows(p, 0) + block_rows(p, 1)) + (b % 2 ? block_rows(p, 0) : 0)) * p->n_embd;
 }
 
 /* Target layer i's losses (and gradients) as soon as it is captured, its
@@ -197,10 +197,10 @@ static void block(const void *self, int b, train_block *out) {
     const search_proj *p = ((const search_task *)self)->proj;
     snprintf(out->name, sizeof out->name, "blk.%d.indexer.%s", p->layers[b / 2], b % 2 ? "attn_k" : "proj");
     out->offset = block_offset(p, b);
-    out->count = block_keys(p, b) * p->n_embd;
+    out->count = block_rows(p, b) * p->n_embd;
     out->n_dims = 2;
     out->ne[0] = (uint64_t)p->n_embd;
-    out->ne[1] = (uint64_t)block_keys(p, b);
+    out->ne[1] = (uint64_t)block_rows(p, b);
     out->ne[2] = 1;
 }
 
