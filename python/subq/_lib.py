@@ -254,6 +254,7 @@ _FUNCTIONS = [
     ("subq_parse_layers", c_int, [c_char_p, c_int, POINTER(ctypes.c_ubyte), _E]),
     ("subq_search_granularity_parse", c_int, [c_char_p]),
     # the lab
+    ("subq_write_file", c_int, [c_char_p, c_char_p, c_size_t, _E]),
     ("subq_eval_default_params", subq_eval_params, []),
     ("subq_eval_run", c_int, [subq_context_p, POINTER(subq_eval_params), eval_progress_fn, c_void_p,
                               POINTER(POINTER(subq_eval_result)), _E]),

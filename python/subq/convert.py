@@ -32,7 +32,6 @@ import pickle
 import re
 import struct
 import sys
-import tempfile
 import zipfile
 
 import numpy as np
@@ -272,17 +271,14 @@ def _write_zip(f, archive, pkl, blobs):
 
 
 def _atomic(path, write):
-    d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".subq-convert-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """What write(f) puts in f, written as the library writes every output (subq_write_file: a temporary
+    file beside path, synced, then renamed; leftovers of killed writers removed; never through a link)."""
+    buf = io.BytesIO()
+    write(buf)
+    data = buf.getvalue()
+    err = lib.subq_error()
+    if lib.load_default().subq_write_file(str(path).encode(), data, len(data), lib.byref(err)):
+        raise ConvertError(err.msg.decode("utf-8", "replace"))
 
 
 # ---- safetensors -------------------------------------------------------------
