@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "attn/attn.h"
+#include "kv/kv_file.h"
 #include "kernels/kernels.h"
 #include "base/rng.h"
 #include "test_util.h"
@@ -189,13 +190,21 @@ static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd
 
 /* One cache of n_ctx slots, two layers (the second is the one attended, so
  * layer offsets are exercised), documents [0, doc1) and [doc1, n_ctx). */
-static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, int doc1) {
+/* file: the cache in a KV file, slot-major (a slot's rows of every head
+ * side by side), whose decode reads each block of slots for every head */
+static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, int doc1, const char *file) {
     static const char *tn[] = {"f32", "f16", "q8_0", "q4_0"};
     const int L = 2, layer = 1, n_head = n_head_kv * g, row = n_head_kv * hd;
     subq_error err = {0};
     kv_cache kv;
-    if (kv_cache_init(&kv, L, n_head_kv, hd, n_ctx, type, &err)) {
-        CHECK(0, "kv_cache_init %s hd %d: %s", tn[type], hd, err.msg);
+    kv_file *f = NULL;
+    const kv_file_geometry geom = {.model_fingerprint = 1, .kv_type = (uint32_t)type, .n_layer = L,
+                                   .n_head_kv = (uint32_t)n_head_kv, .head_dim = (uint32_t)hd, .n_ctx = (uint32_t)n_ctx,
+                                   .n_vocab = 1, .row_bytes = kernels_kv_row_bytes(type, hd)};
+    if (file) remove(file);
+    if (file ? kv_file_open(file, &geom, 0, &f, &err) || kv_cache_init_file(&kv, f, &err)
+             : kv_cache_init(&kv, L, n_head_kv, hd, n_ctx, type, &err)) {
+        CHECK(0, "kv_cache_init %s hd %d%s: %s", tn[type], hd, file ? " (file)" : "", err.msg);
         return;
     }
     uint64_t rng = rng_seed(5 + (uint64_t)type * 131 + (uint64_t)hd);
@@ -256,7 +265,8 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
         }
     CHECK(worst < 2e-5, "%s H_kv %d g %d hd %d ctx %d: worst error relative to max |out| %.2e", tn[type], n_head_kv, g,
           hd, n_ctx, worst);
-    printf("%s H_kv %d g %d hd %d ctx %d (doc at %d): %.2e\n", tn[type], n_head_kv, g, hd, n_ctx, doc1, worst);
+    printf("%s H_kv %d g %d hd %d ctx %d (doc at %d)%s: %.2e\n", tn[type], n_head_kv, g, hd, n_ctx, doc1,
+           file ? " in a file" : "", worst);
     /* slot sets of 5 rows and of 700 (more than a 32 KiB block of f32 rows of 64 and the 256-row window) */
     double worst_set = 0;
     for (int n = 5; n <= 700; n += 695)
@@ -350,9 +360,13 @@ static void check_ring(subq_kv_type type) {
 int main(void) {
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) check_ring((subq_kv_type)t);
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
-        check((subq_kv_type)t, 2, 3, 64, 2600, 1500); /* 3 decode chunks, the second split by the document */
-        check((subq_kv_type)t, 1, 2, 8, 2100, 1024);  /* one KV head: the positions are split; doc at a chunk edge */
-        check((subq_kv_type)t, 3, 1, 32, 900, 300);   /* one chunk */
+        check((subq_kv_type)t, 2, 3, 64, 2600, 1500, NULL); /* 3 decode chunks, the second split by the document */
+        check((subq_kv_type)t, 1, 2, 8, 2100, 1024, NULL);  /* one KV head: the positions are split; doc at a chunk edge */
+        check((subq_kv_type)t, 3, 1, 32, 900, 300, NULL);   /* one chunk */
+        check((subq_kv_type)t, 2, 3, 64, 2600, 1500, "test_attn_full.kv"); /* slot-major, blocks of every head */
+    }
+    remove("test_attn_full.kv");
+    {
     }
     /* quantised rows need 32-value blocks, or one block per row of 2..16 */
     subq_error err = {0};

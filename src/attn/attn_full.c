@@ -139,13 +139,11 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
 }
 
 /* chunk_partial's scores (values = 0) or accumulation (values = 1) over
- * slots [j0, j0 + n) that are not consecutive rows: a slot-major cache (a
- * file), whose rows of a head lie slot_stride apart, or a run that wraps
- * around a sliding layer's ring. The decode kernels take adjacent rows, so
- * blocks are copied side by side first, as the gathered path does (the
- * disk, not this copy, bounds a file; a ring wraps in one chunk per step).
- * Kept out of line so that the in-memory path's frame does not carry the
- * scratch. */
+ * slots [j0, j0 + n) that are not consecutive rows: a run that wraps
+ * around a sliding layer's ring (once a step). The decode kernels take
+ * adjacent rows, so blocks are copied side by side first, as the gathered
+ * path does. Kept out of line so that the in-memory path's frame does not
+ * carry the scratch. */
 __attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh,
                                                    int values, int g, const float *q, float scale, int j0, int n,
                                                    float *scores, float *o) {
@@ -156,6 +154,31 @@ __attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops,
         kv_cache_read_rows(kv, layer, kh, values, j0 + b0, nb, rows.bytes);
         if (values) ops->accum(scores + b0, g, n, rows.bytes, nb, kv->head_dim, o);
         else ops->scores(q, g, rows.bytes, nb, kv->head_dim, scale, scores + b0, n);
+    }
+}
+
+/* A partial's softmax statistics over the g x n scores of keys [j0, j0 + n),
+ * which become the weights e^(s_ij - m_i) in place:
+ *   s_ij = -inf outside the query's document (segment seg),
+ *   m_i = max_j s_ij,  l_i = sum_j e^(s_ij - m_i). */
+static void partial_weights(const kernels *K, const kv_cache *kv, int g, int j0, int n, int seg, float cap,
+                            float *scores, float *m, float *l) {
+    softcap(scores, g * n, cap);
+    /* documents are runs of slots: keys that start and end in the query's
+     * lie wholly in it */
+    if (kv->seg[j0] != seg || kv->seg[j0 + n - 1] != seg)
+        for (int j = 0; j < n; j++)
+            if (kv->seg[j0 + j] != seg)
+                for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = -INFINITY;
+    for (int i = 0; i < g; i++) {
+        float *row = scores + (size_t)i * n, mx = max_of(row, n);
+        m[i] = mx;
+        if (mx == -INFINITY) { /* nothing eligible: no weight */
+            memset(row, 0, (size_t)n * sizeof(float));
+            l[i] = 0.0f;
+        } else {
+            l[i] = K->exp_shift_sum(row, n, mx);
+        }
     }
 }
 
@@ -172,26 +195,63 @@ static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const 
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
     if (in_line) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
     else strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
-    softcap(scores, g * n, cap);
-    /* documents are runs of slots: keys that start and end in the query's
-     * lie wholly in it */
-    if (kv->seg[j0] != seg || kv->seg[j1 - 1] != seg)
-        for (int j = 0; j < n; j++)
-            if (kv->seg[j0 + j] != seg)
-                for (int i = 0; i < g; i++) scores[(size_t)i * n + j] = -INFINITY;
-    for (int i = 0; i < g; i++) {
-        float *row = scores + (size_t)i * n, mx = max_of(row, n);
-        m[i] = mx;
-        if (mx == -INFINITY) { /* nothing eligible: no weight */
-            memset(row, 0, (size_t)n * sizeof(float));
-            l[i] = 0.0f;
-        } else {
-            l[i] = K->exp_shift_sum(row, n, mx);
-        }
-    }
+    partial_weights(K, kv, g, j0, n, seg, cap, scores, m, l);
     memset(o, 0, (size_t)g * hd * sizeof(float));
     if (in_line) ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
     else strided_pass(ops, kv, layer, kh, 1, g, NULL, 0.0f, j0, n, scores, o);
+}
+
+/* Head 0's rows [slot0, slot0 + n) of a slot-major cache side by side into
+ * dst, asking for the rows of every head (span bytes a slot) AHEAD_SLOTS
+ * slots further on, below slot end: the hardware does not follow a stride
+ * across 4 KiB pages, and the other heads then read what this brought. */
+#define AHEAD_SLOTS 8
+static void read_rows_ahead(const kv_cache *kv, int layer, int values, int slot0, int n, int end, size_t span,
+                            unsigned char *dst) {
+    for (int j = 0; j < n; j++) {
+        const int ahead = slot0 + j + AHEAD_SLOTS;
+        if (ahead < end) prefetch_row(kv_cache_row(kv, layer, 0, values, ahead), span);
+        memcpy(dst + (size_t)j * kv->row_bytes, kv_cache_row(kv, layer, 0, values, slot0 + j), kv->row_bytes);
+    }
+}
+
+/* chunk_partial for all H KV heads of a slot-major cache (a file), where a
+ * slot's rows of every head lie side by side: each block of slots is copied
+ * for every head in turn while its pages are hot. A pass per head over the
+ * whole chunk read 1 byte in 2H and walked its pages 2H times: 0.3x the
+ * in-memory rate at 128K on a VM (4 KiB page-cache pages), 0.4x so. The
+ * blocks are those a per-head pass would take, in the same order: the
+ * same bits. q: the token's n_head
+ * queries; scores: H x g x (j1 - j0) scratch; head kh's partial at
+ * part + kh * part_stride. */
+static void chunk_partials_slot_major(const kernels *K, const kernels_kv_decode *ops, const kv_cache *kv, int layer,
+                                      int H, int g, const float *q, float scale, float cap, int j0, int j1, int seg,
+                                      float *scores, float *part, size_t part_stride) {
+    const int hd = kv->head_dim, n = j1 - j0;
+    gather_rows rows;
+    const int block = (int)(sizeof rows.bytes / kv->row_bytes);
+    const size_t span = (size_t)H * kv->row_bytes; /* a slot's keys (values) of every head */
+    for (int b0 = 0; b0 < n; b0 += block) {
+        const int nb = n - b0 < block ? n - b0 : block;
+        for (int kh = 0; kh < H; kh++) {
+            if (kh == 0) read_rows_ahead(kv, layer, 0, j0 + b0, nb, j1, span, rows.bytes);
+            else kv_cache_read_rows(kv, layer, kh, 0, j0 + b0, nb, rows.bytes);
+            ops->scores(q + (size_t)kh * g * hd, g, rows.bytes, nb, hd, scale, scores + (size_t)kh * g * n + b0, n);
+        }
+    }
+    for (int kh = 0; kh < H; kh++) {
+        float *o = part + kh * part_stride, *m = o + (size_t)g * hd;
+        partial_weights(K, kv, g, j0, n, seg, cap, scores + (size_t)kh * g * n, m, m + g);
+        memset(o, 0, (size_t)g * hd * sizeof(float));
+    }
+    for (int b0 = 0; b0 < n; b0 += block) {
+        const int nb = n - b0 < block ? n - b0 : block;
+        for (int kh = 0; kh < H; kh++) {
+            if (kh == 0) read_rows_ahead(kv, layer, 1, j0 + b0, nb, j1, span, rows.bytes);
+            else kv_cache_read_rows(kv, layer, kh, 1, j0 + b0, nb, rows.bytes);
+            ops->accum(scores + (size_t)kh * g * n + b0, g, n, rows.bytes, nb, hd, part + kh * part_stride);
+        }
+    }
 }
 
 /* out_i = sum_c e^(m_ci - M_i) o_ci / sum_c e^(m_ci - M_i) l_ci over the
@@ -241,6 +301,7 @@ typedef struct rows_job {
     const kernels *K;
     kernels_kv_decode ops;
     int chunk, n_items, n_runs, H, g;
+    int all_heads; /* an item is (token t, chunk c) for every KV head (chunk_partials_slot_major) */
     const int *nc, *first, *lo;
     float *parts;
     size_t part_floats;
@@ -251,18 +312,26 @@ static void rows_items(void *ctx, int run, int thread) {
     rows_job *j = ctx;
     const attn_step *st = j->st;
     const int hd = st->head_dim, i0 = j->n_items * run / j->n_runs, i1 = j->n_items * (run + 1) / j->n_runs;
-    float *scores = malloc((size_t)j->g * j->chunk * sizeof(float));
+    const int per = j->all_heads ? j->H : 1; /* parts per item */
+    float *scores = malloc((size_t)per * j->g * j->chunk * sizeof(float));
     if (!scores) {
         j->failed = 1;
         return;
     }
     for (int it = i0, t = 0; it < i1; it++) {
-        while (it >= j->first[t + 1]) t++;
-        const int kh = (it - j->first[t]) / j->nc[t], c = (it - j->first[t]) % j->nc[t], slot = st->slot0 + t;
+        while (it >= j->first[t + 1] / per) t++;
+        const int r = it - j->first[t] / per, slot = st->slot0 + t;
+        const int kh = j->all_heads ? 0 : r / j->nc[t], c = j->all_heads ? r : r % j->nc[t];
         const int j0 = j->lo[t] + c * j->chunk, j1 = j0 + j->chunk < slot + 1 ? j0 + j->chunk : slot + 1;
         const float *q = st->q + (size_t)t * st->n_head * hd + (size_t)kh * j->g * hd;
-        chunk_partial(j->K, &j->ops, j->kv, st->layer, kh, j->g, q, st->scale, st->softcap, j0, j1, j->kv->seg[slot],
-                      scores, j->parts + (size_t)it * j->part_floats);
+        /* partials in (token, KV head, chunk) order, as rows_merge reads them */
+        float *part = j->parts + ((size_t)j->first[t] + (size_t)kh * j->nc[t] + c) * j->part_floats;
+        if (j->all_heads)
+            chunk_partials_slot_major(j->K, &j->ops, j->kv, st->layer, j->H, j->g, q, st->scale, st->softcap, j0, j1,
+                                      j->kv->seg[slot], scores, part, (size_t)j->nc[t] * j->part_floats);
+        else
+            chunk_partial(j->K, &j->ops, j->kv, st->layer, kh, j->g, q, st->scale, st->softcap, j0, j1,
+                          j->kv->seg[slot], scores, part);
     }
     free(scores);
 }
@@ -288,11 +357,12 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
         nc[t] = (slot - lo[t] + chunk) / chunk;
         first[t + 1] = first[t] + H * nc[t];
     }
+    const int all_heads = !kv_cache_rows_adjacent(kv);
     rows_job j = {.st = st, .kv = kv, .K = kernels_get(), .ops = kernels_kv_decode_get(kv->type), .chunk = chunk,
-                  .n_items = first[T], .H = H, .g = g, .nc = nc, .first = first, .lo = lo,
-                  .part_floats = (size_t)g * (hd + 2)};
-    j.parts = malloc((size_t)j.n_items * j.part_floats * sizeof(float));
-    if (!j.parts) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for attention partials (%d items)", j.n_items);
+                  .n_items = first[T] / (all_heads ? H : 1), .H = H, .g = g, .all_heads = all_heads, .nc = nc,
+                  .first = first, .lo = lo, .part_floats = (size_t)g * (hd + 2)};
+    j.parts = malloc((size_t)first[T] * j.part_floats * sizeof(float));
+    if (!j.parts) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for attention partials (%d items)", first[T]);
     /* threads only pay off once there is real work (items x keys x dims) */
     const int64_t work = (int64_t)H * T * g * n_seen * hd;
     j.n_runs = work >= (1 << 16) ? j.n_items : 1;
