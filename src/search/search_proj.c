@@ -62,8 +62,8 @@ subq_status search_proj_new_heads(int n_layer, int n_embd, int d_search, subq_se
         return subq_fail(err, SUBQ_ERR_ARG, "search projections need at least one layer of a model with layers");
     if (d_search <= 0 || d_search > SEARCH_PROJ_MAX_D)
         return subq_fail(err, SUBQ_ERR_ARG, "d_search %d out of range [1, %d]", d_search, SEARCH_PROJ_MAX_D);
-    if (n_qhead < 1 || n_khead < 1 ||
-        !heads_plausible((int)gran, (uint64_t)n_qhead, (uint64_t)n_khead, (uint64_t)d_search))
+    /* (a negative count turns into a huge one: refused as well) */
+    if (!heads_plausible((int)gran, (uint64_t)n_qhead, (uint64_t)n_khead, (uint64_t)d_search))
         return subq_fail(err, SUBQ_ERR_ARG, "search heads %d / %d (granularity %d, d_search %d): query heads must be "
                          "a multiple of key heads, one of each for a layer's shared set, %d dims at most in all",
                          n_qhead, n_khead, (int)gran, d_search, SEARCH_PROJ_MAX_D);
