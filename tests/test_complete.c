@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "base/rng.h"
 #include "complete/phi_maps.h"
 #include "model/context.h"

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "base/rng.h"
 #include "eval/bootstrap.h"
 #include "eval/eval_run.h"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "eval/eval_run.h"
 #include "model/context.h"
 #include "test_util.h"

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_sparse.h"
+#include "sparse/attn_sparse.h"
 #include "complete/completion.h"
 #include "base/rng.h"
 #include "kv/kv_cache.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "base/rng.h"
 #include "kv/kv_cache.h"
 #include "model/context.h"

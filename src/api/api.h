@@ -5,7 +5,7 @@
 #ifndef SUBQ_API_H
 #define SUBQ_API_H
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "complete/phi_maps.h"
 #include "search/search_proj.h"
 #include "subq.h"

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "base/error.h"
 #include "base/layers.h"
 #include "model/context.h"

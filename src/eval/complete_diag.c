@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "attn/attn.h"
 #include "base/error.h"
 #include "base/timer.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "base/error.h"
 #include "base/layers.h"
 #include "base/timer.h"

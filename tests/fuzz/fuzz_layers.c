@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 #include "base/layers.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -21,7 +21,7 @@ import refcommon as rc  # noqa: E402
 
 
 def layer_table(doc):
-    """{entry: layer}, entries being directories ("attn") or files ("attn/attn.h")."""
+    """{module: layer}: modules are the directories of src/."""
     text = open(doc, encoding="utf-8").read()
     m = re.search(r"^## Layers\s*\n```\n(.*?)\n```", text, re.S | re.M)
     if not m:
@@ -36,9 +36,7 @@ def layer_table(doc):
 
 
 def place(table, path):
-    """(module, layer) of a path relative to src/: a file entry beats its directory."""
-    if path in table:
-        return path, table[path]
+    """(module, layer) of a path relative to src/."""
     d = path.split("/")[0]
     return d, table.get(d)
 
@@ -50,6 +48,8 @@ def main():
     dirs = sorted(d for d in os.listdir(src) if os.path.isdir(os.path.join(src, d)))
     missing = [d for d in dirs if d not in table]
     ck.check("every module of src/ has a layer", not missing, "missing: " + ", ".join(missing) if missing else "")
+    extra = sorted(e for e in table if e not in dirs)
+    ck.check("every entry of the table is a folder of src/ (one folder, one layer)", not extra, ", ".join(extra))
     bad, n = [], 0
     for d in dirs:
         for root, _, files in os.walk(os.path.join(src, d)):

@@ -1,4 +1,4 @@
-#include "attn/sparse_metrics.h"
+#include "sparse/sparse_metrics.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -1,4 +1,4 @@
-#include "attn/attn_plan.h"
+#include "sparse/attn_plan.h"
 
 #include <stdlib.h>
 #include <string.h>

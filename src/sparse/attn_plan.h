@@ -3,7 +3,7 @@
 #ifndef SUBQ_ATTN_PLAN_H
 #define SUBQ_ATTN_PLAN_H
 
-#include "attn/attn_sparse.h"
+#include "sparse/attn_sparse.h"
 #include "model/context.h"
 #include "search/search_proj.h"
 

@@ -1,4 +1,4 @@
-#include "attn/attn_sparse.h"
+#include "sparse/attn_sparse.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "attn/sparse_metrics.h"
+#include "sparse/sparse_metrics.h"
 #include "base/error.h"
 #include "base/fingerprint.h"
 #include "complete/completion.h"

@@ -10,7 +10,7 @@
 
 #include <stdint.h>
 
-#include "attn/attn_sparse.h"
+#include "sparse/attn_sparse.h"
 #include "kv/kv_cache.h"
 #include "select/selector.h"
 
