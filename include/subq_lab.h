@@ -625,61 +625,6 @@ subq_status subq_recall_run_grid(subq_context *c, const subq_recall *r, const su
                                  subq_recall_grid *out, subq_error *err);
 void subq_recall_grid_free(subq_recall_grid *g);
 
-/* ---- GGUF files: inspection ----------------------------------------- */
-
-/* Any GGUF file (model, search projections, completion maps), read-only. */
-typedef struct subq_gguf subq_gguf;
-subq_status subq_gguf_open(const char *path, subq_gguf **out, subq_error *err);
-void subq_gguf_close(subq_gguf *f);
-
-typedef struct subq_gguf_header {
-    uint32_t version;
-    uint64_t n_kv, n_tensors, alignment;
-    uint64_t tensor_bytes; /* sum over tensors */
-} subq_gguf_header;
-void subq_gguf_get_header(const subq_gguf *f, subq_gguf_header *h);
-
-typedef enum subq_value_kind {
-    SUBQ_VALUE_UINT, SUBQ_VALUE_INT, SUBQ_VALUE_FLOAT, SUBQ_VALUE_BOOL, SUBQ_VALUE_STRING, SUBQ_VALUE_ARRAY
-} subq_value_kind;
-
-/* One metadata value; strings point into the file (not NUL-terminated). */
-typedef struct subq_value {
-    subq_value_kind kind;
-    const char *type_name;  /* GGUF type: "uint32", "float32", "string", "array", ... */
-    uint64_t u;             /* UINT, BOOL (0/1) */
-    int64_t i;              /* INT */
-    double f;               /* FLOAT */
-    const char *str;        /* STRING */
-    size_t str_len;
-    const char *elem_type;  /* ARRAY: element type name, and count */
-    uint64_t n;
-} subq_value;
-
-/* Metadata pair i < n_kv: its key (not NUL-terminated) and value. */
-subq_status subq_gguf_kv(const subq_gguf *f, uint64_t i, const char **key, size_t *key_len, subq_value *v,
-                         subq_error *err);
-/* Element j of the array value of pair i. */
-subq_status subq_gguf_kv_item(const subq_gguf *f, uint64_t i, uint64_t j, subq_value *v, subq_error *err);
-
-typedef struct subq_gguf_tensor {
-    const char *name;       /* NUL-terminated */
-    const char *type_name;  /* "f32", "q8_0", ... ("?" when unknown) */
-    uint32_t n_dims;
-    uint64_t ne[4];         /* ne[0] is the row length */
-    uint64_t offset, n_bytes;
-} subq_gguf_tensor;
-subq_status subq_gguf_tensor_info(const subq_gguf *f, uint64_t i, subq_gguf_tensor *t, subq_error *err);
-
-/* For a model file of an architecture subq runs: the RoPE it would run it
- * with (scaling, frequency factors), or "cannot run: REASON", into buf;
- * returns 1. Other files (projections, maps, sessions): 0, buf untouched. */
-int subq_gguf_describe_rope(const subq_gguf *f, char *buf, size_t cap);
-/* The same for its layers' attention: scale, sliding windows and global
- * layers, layers without RoPE, soft caps ("26 layers at scale 0.0625, 22
- * sliding over 512 keys (RoPE base 10000, no scaling), 4 global (5, 11, 17, 23)"). */
-int subq_gguf_describe_attention(const subq_gguf *f, char *buf, size_t cap);
-
 /* ---- tools: synthetic models, element formats ------------------------ */
 
 /* Write a random-weight model of a named real shape (subq_synth_shapes
@@ -695,23 +640,6 @@ const char *subq_synth_shapes(void); /* "tiny, tiny-qwen2, ..." */
 subq_status subq_dequantize(const char *type, const void *src, size_t n_bytes, int portable, float *dst,
                             size_t cap, size_t *n_out, subq_error *err);
 
-/* Read a whole file into a malloc'd, NUL-terminated buffer (*len excludes
- * the NUL): a regular file by its size, which must be at most `limit` bytes
- * (0: half the memory available now); a stream (pipe, FIFO, character
- * device) up to min(limit, SUBQ_READ_STREAM_MAX) bytes, waiting at most
- * SUBQ_READ_IDLE_S seconds (the environment variable of that name, when
- * set) for each piece of data, so a FIFO nobody writes to is an error
- * rather than a hang. Larger inputs are SUBQ_ERR_RANGE, a
- * directory SUBQ_ERR_ARG, read errors SUBQ_ERR_IO; all name the path. */
-#define SUBQ_READ_STREAM_MAX ((size_t)1 << 30)
-#define SUBQ_READ_IDLE_S 60
-subq_status subq_read_file(const char *path, size_t limit, char **out, size_t *len, subq_error *err);
-/* Write len bytes to path atomically (a temporary file beside it, fsync,
- * rename), as every file the library writes: readers see the old file or
- * the whole new one. An existing regular file or symbolic link is replaced
- * (a link itself: nothing is written through it); a device, FIFO or
- * directory is refused (SUBQ_ERR_ARG). */
-subq_status subq_write_file(const char *path, const void *data, size_t len, subq_error *err);
 /* Read a file, or every file under a directory (name order, hidden names
  * skipped, 16 levels at most), as subq_read_file does, into one text with
  * the files apart by a blank line (a recall haystack, say). */

@@ -16,7 +16,9 @@ subq_lab.h with it.
     subq_* only;
   - the engine archive leaves no symbol undefined that the full library
     (libsubq_internal.a) defines: no engine object calls into the lab;
-  - each .so has the soname lib<name>.so.MAJOR.MINOR of subq.h's version.
+  - each .so has the soname lib<name>.so.MAJOR.MINOR of subq.h's version;
+  - subq-generate and subq-serve (linked against libsubq.a) hold none of
+    the lab's functions.
 """
 
 import os
@@ -97,6 +99,16 @@ def main():
     ours = sorted(undefined & (full - full_weak))
     ck.check("the engine (libsubq.a) calls nothing the lab defines (%d undefined symbols, all outside subq)"
              % len(undefined), not ours, "undefined in the engine, defined by subq: %s" % ", ".join(ours[:20]))
+
+    # subq-generate and subq-serve link the engine alone: none of the lab's functions is in them
+    for cmd in ("generate", "serve"):
+        prog = rc.engine_bin(cmd)
+        out = subprocess.run(["nm", prog], capture_output=True, text=True)
+        ck.check("nm reads %s" % os.path.basename(prog), out.returncode == 0, out.stderr[-300:])
+        names = {line.split()[-1] for line in out.stdout.splitlines() if line.strip()}
+        ck.check("subq-%s holds the engine's subq_generate" % cmd, "subq_generate" in names)
+        in_lab = sorted(names & lab)
+        ck.check("subq-%s holds none of the lab's functions" % cmd, not in_lab, ", ".join(in_lab[:10]))
     ck.finish()
 
 

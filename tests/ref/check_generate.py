@@ -8,7 +8,8 @@ within 2e-4 of the largest |logit| of the top one, its bytes continuing
 subq's text); a text with a wrong token is shown to fail. The reference
 itself is validated against the model's known behaviour (the story about
 Lily).
-Also one prompted run, and a KV file as a session (--kv-file): a run
+Also one prompted run (by subq generate and by subq-generate, the same
+command linked against the engine library alone), and a KV file as a session (--kv-file): a run
 continued without a prompt equals one uninterrupted reference run; a prompt
 that would drop the held tokens is refused and the file kept; a file another
 process holds a lock on, or with a flipped byte, is refused in one line.
@@ -126,6 +127,14 @@ def main():
         got[at] = ord("q") if got[at] != ord("q") else ord("z")
         ok, detail = greedy_follow(ref, prompt, 60, bytes(got))
         ck.check("a wrong token is caught", not ok, detail)
+
+    # ---- 2b. the same run by subq-generate, linked against the engine library alone
+    name = "subq-generate (engine library only) with prompt %r, 60 tokens" % prompt
+    r = subprocess.run([rc.engine_bin("generate"), "-m", model_path, "-p", prompt, "-n", "60", "--temp", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=rc.subq_env(), timeout=120)
+    ck.check(name + ": exits 0", r.returncode == 0, r.stderr.decode(errors="replace")[-300:])
+    if r.returncode == 0:
+        compare_greedy(ck, name, ref, prompt, 60, r.stdout)
 
     # ---- 3. a KV file as a session: continued without a prompt
     kv = os.path.join(rc.tmp_dir(), "session_%d.kv" % os.getpid())

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """ctest check: `subq serve` gives the text `subq generate` gives.
 
-stories260K on a free loopback port. The reference for every response is
+stories260K on a free loopback port; the main server (curl, openai client,
+stop strings, load, sparse flags) is subq-serve, the same command linked
+against the engine library alone. The reference for every response is
 `subq generate` with the same prompt, seed, temperature, top-k and top-p
 (its stdout minus the echoed prompt and the final newline):
   - curl, completions, whole and streamed (server-sent events);
@@ -324,7 +326,8 @@ def main():
     global MODEL
     ck = rc.Checks("check_serve")
     MODEL = rc.shared_file("models", "stories260K.gguf")
-    main_srv = su.Server(["-m", MODEL, "-t", 1, "--chat-template", "chatml"], "main")
+    # the main server is subq-serve, linked against the engine library alone
+    main_srv = su.Server(["-m", MODEL, "-t", 1, "--chat-template", "chatml"], "main", engine_only=True)
     try:
         for fn in (check_curl, check_node, check_stop, check_load):
             ck.guarded(fn.__name__, fn, ck, main_srv)

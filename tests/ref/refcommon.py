@@ -64,6 +64,14 @@ def subq_bin():
     return b
 
 
+def engine_bin(command):
+    """subq-generate or subq-serve: the command built against the engine library alone, beside subq."""
+    b = os.path.join(os.path.dirname(subq_bin()), "subq-" + command)
+    if not os.path.isfile(b) or not os.access(b, os.X_OK):
+        die("%s is missing or not executable (build the subq-%s target)" % (b, command))
+    return b
+
+
 _tmp = None
 
 

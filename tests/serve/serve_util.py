@@ -20,10 +20,12 @@ import refcommon as rc  # noqa: E402
 
 
 class Server:
-    def __init__(self, args, name="serve"):
+    def __init__(self, args, name="serve", engine_only=False):
+        """engine_only: the subq-serve program (linked against the engine library alone), not `subq serve`."""
         self.log_path = os.path.join(rc.tmp_dir(), "%s_%d.log" % (name, os.getpid()))
         self.log = open(self.log_path, "wb")
-        cmd = [rc.subq_bin(), "serve", "--port", "0"] + [str(a) for a in args]
+        prog = [rc.engine_bin("serve")] if engine_only else [rc.subq_bin(), "serve"]
+        cmd = prog + ["--port", "0"] + [str(a) for a in args]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=self.log)
         atexit.register(self._kill)  # a script that dies leaves no server behind
         self.port = None

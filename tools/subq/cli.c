@@ -54,6 +54,15 @@ int cli_output_dir_ok(const char *cmd, const char *flag, const char *dir) {
 
 int cli_is_help(const char *a) { return strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0; }
 
+int cli_finish_stdout(const char *cmd, int rc) {
+    errno = 0;
+    const int flushed = fflush(stdout) == 0;
+    if (rc != 0 || (flushed && !ferror(stdout))) return rc;
+    fprintf(stderr, "subq%s%s: error: cannot write the output to stdout%s%s\n", *cmd ? " " : "", cmd,
+            errno ? ": " : "", errno ? strerror(errno) : "");
+    return 1;
+}
+
 int cli_help(const char *help) {
     fputs(help, stdout);
     return 0;

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdint.h>
 
-#include "subq_lab.h"
+#include "subq.h"
 
 /* A subcommand (main.c's table): argv[0] is its name; returns the exit code. */
 typedef int cli_command(int argc, char **argv);
@@ -42,6 +42,10 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out
 /* Value of the option at argv[*i] (advances *i); NULL + error when missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_is_help(const char *a);
+/* A command's exit code once stdout is flushed: output that never reached
+ * stdout (a full disk, /dev/full) is an error, not a success: one line,
+ * status 1 (a command that failed has said why). */
+int cli_finish_stdout(const char *cmd, int rc);
 /* Print a command's help on stdout; returns 0 (the exit code). */
 int cli_help(const char *help);
 

@@ -10,6 +10,7 @@
 #include "bench.h"
 #include "bench_prefill.h"
 #include "cli.h"
+#include "subq_lab.h"
 #include "cli_sparse.h"
 
 static const char *help =

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "subq_lab.h"
 
 static const char *help =
     "usage: subq dequant --type T -i IN -o OUT [--scalar] [--force]\n"

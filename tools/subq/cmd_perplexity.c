@@ -5,6 +5,7 @@
 
 #include "progress.h"
 #include "cli.h"
+#include "subq_lab.h"
 #include "cli_sparse.h"
 
 static const char *help =

@@ -7,6 +7,7 @@
 
 #include "progress.h"
 #include "cli.h"
+#include "subq_lab.h"
 #include "cli_sparse.h"
 #include "cli_svg.h"
 

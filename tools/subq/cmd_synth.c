@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "subq_lab.h"
 
 static const char *help =
     "usage: subq synth --shape NAME --type TYPE -o OUT.gguf [-s SEED] [--force]\n"

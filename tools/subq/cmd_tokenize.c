@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "subq_lab.h"
 
 #define MAX_PATHS 256
 

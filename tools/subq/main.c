@@ -1,5 +1,4 @@
 /* subq: command-line front end. One file per subcommand. */
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -37,17 +36,6 @@ static void usage(FILE *out) {
         fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].help);
 }
 
-/* Output that never reached stdout (a full disk, /dev/full) is an error,
- * not a success: one line, status 1 (a command that failed has said why). */
-static int finish_stdout(const char *cmd, int rc) {
-    errno = 0;
-    const int flushed = fflush(stdout) == 0;
-    if (rc != 0 || (flushed && !ferror(stdout))) return rc;
-    fprintf(stderr, "subq%s%s: error: cannot write the output to stdout%s%s\n", *cmd ? " " : "", cmd,
-            errno ? ": " : "", errno ? strerror(errno) : "");
-    return 1;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -55,15 +43,15 @@ int main(int argc, char **argv) {
     }
     if (cli_is_help(argv[1])) {
         usage(stdout);
-        return finish_stdout("", 0);
+        return cli_finish_stdout("", 0);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("subq %s (kernels: %s)\n", subq_version(), subq_isa_name());
-        return finish_stdout("", 0);
+        return cli_finish_stdout("", 0);
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
-            return finish_stdout(commands[i].name, commands[i].run(argc - 1, argv + 1));
+            return cli_finish_stdout(commands[i].name, commands[i].run(argc - 1, argv + 1));
     fprintf(stderr, "subq: error: unknown command '%s' (run subq --help for the list)\n", argv[1]);
     return 1;
 }

@@ -8,7 +8,7 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "quant/types.h"
-#include "subq_lab.h"
+#include "subq.h"
 
 struct subq_gguf {
     gguf_file *f;

@@ -1,5 +1,5 @@
 /* Whole files in and out (subq_read_file, subq_write_file in
- * include/subq_lab.h). Reads have a bound: the text inputs of every command
+ * include/subq.h). Reads have a bound: the text inputs of every command
  * and of training corpora. A regular file is
  * checked against its size before anything is allocated; a stream is read
  * in growing pieces up to its cap, with poll() between pieces so that an
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "subq_lab.h"
+#include "subq.h"
 #include "base/atomic_file.h"
 #include "base/bigmem.h"
 #include "base/error.h"
