@@ -29,17 +29,17 @@
 
 typedef struct config {
     const char *name;
-    selector_kind kind;
-    select_scan scan;
+    subq_selector_kind kind;
+    subq_scan scan;
     int f16;
 } config;
 
 static const config configs[] = {
-    {"exact-f32", SELECT_EXACT, SELECT_SCAN_FULL, 0},  {"exact-f16", SELECT_EXACT, SELECT_SCAN_FULL, 1},
-    {"int8-f32", SELECT_EXACT, SELECT_SCAN_INT8, 0},   {"int8-f16", SELECT_EXACT, SELECT_SCAN_INT8, 1},
-    {"int4-f32", SELECT_EXACT, SELECT_SCAN_INT4, 0},   {"int4-f16", SELECT_EXACT, SELECT_SCAN_INT4, 1},
-    {"hnsw-f32", SELECT_HNSW, SELECT_SCAN_FULL, 0},    {"hnsw-f16", SELECT_HNSW, SELECT_SCAN_FULL, 1},
-    {"faiss", SELECT_FAISS, SELECT_SCAN_FULL, 0},
+    {"exact-f32", SUBQ_SELECT_EXACT, SUBQ_SCAN_FULL, 0},  {"exact-f16", SUBQ_SELECT_EXACT, SUBQ_SCAN_FULL, 1},
+    {"int8-f32", SUBQ_SELECT_EXACT, SUBQ_SCAN_INT8, 0},   {"int8-f16", SUBQ_SELECT_EXACT, SUBQ_SCAN_INT8, 1},
+    {"int4-f32", SUBQ_SELECT_EXACT, SUBQ_SCAN_INT4, 0},   {"int4-f16", SUBQ_SELECT_EXACT, SUBQ_SCAN_INT4, 1},
+    {"hnsw-f32", SUBQ_SELECT_HNSW, SUBQ_SCAN_FULL, 0},    {"hnsw-f16", SUBQ_SELECT_HNSW, SUBQ_SCAN_FULL, 1},
+    {"faiss", SUBQ_SELECT_FAISS, SUBQ_SCAN_FULL, 0},
 };
 #define N_CONFIGS (int)(sizeof configs / sizeof configs[0])
 

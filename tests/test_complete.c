@@ -60,12 +60,12 @@ static int set_plan(subq_context *c, int k, const phi_maps *maps, const unsigned
     subq_error err = {0};
     attn_plan plan;
     attn_plan_default(&plan);
-    plan.sparse_layers = "1-4";
-    plan.sparse.top_k = k;
-    plan.sparse.prefill = SPARSE_PREFILL_TOKEN;
-    plan.sparse.complete = maps;
-    plan.sparse.complete_heads = heads;
-    selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
+    plan.plan.layers = "1-4";
+    plan.plan.top_k = k;
+    plan.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
+    plan.complete = maps;
+    plan.complete_heads = heads;
+    plan.plan.selector = SUBQ_SELECT_ORACLE;
     subq_context_reset(c);
     context_clear_plan(c);
     if (context_set_plan(c, &plan, NULL, &err)) {

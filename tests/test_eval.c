@@ -266,7 +266,7 @@ static void brute_metrics(const win *w, subq_context *c, const capture_buf *cb, 
         }
         e->requested += K;
         e->filler += K - got;
-        if (m->select == SELECT_HNSW && n_elig > 0) {
+        if (m->select == SUBQ_SELECT_HNSW && n_elig > 0) {
             /* exact top-K by cosine of the search vectors W_Qs h, W_Ks h */
             double qs[64], kn;
             for (int d = 0; d < ds; d++) qs[d] = dot_d(proj->wq[l] + (size_t)d * hp->n_embd, cb->h[l] + (size_t)t * hp->n_embd, hp->n_embd);
@@ -333,14 +333,14 @@ static capture_buf cap;
 static attn_plan plan_of(const subq_eval_method *m, const char *layers) {
     attn_plan p;
     attn_plan_default(&p);
-    p.sparse_layers = layers;
-    p.sparse.top_k = m->k;
-    p.sparse.n_sink = SINK;
-    p.sparse.n_tail = TAIL;
-    p.sparse.prefill = SPARSE_PREFILL_TOKEN;
-    selector_params_default(&p.sparse.select, (selector_kind)m->select, 0);
-    p.sparse.select.quest_headmean = 1; /* one candidate set per query: the record is what attention used */
-    p.sparse.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : maps;
+    p.plan.layers = layers;
+    p.plan.top_k = m->k;
+    p.plan.n_sink = SINK;
+    p.plan.n_tail = TAIL;
+    p.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
+    p.plan.selector = (subq_selector_kind)m->select;
+    p.plan.quest_headmean = 1; /* one candidate set per query: the record is what attention used */
+    p.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : maps;
     return p;
 }
 
@@ -398,13 +398,13 @@ static void check_method(const subq_eval_result *r, int mi, const win *ws, int n
         for (int i = 0; i < 2; i++) { /* each layer alone */
             char one[8];
             snprintf(one, sizeof one, "%d", sparse[i]);
-            plan.sparse_layers = one;
+            plan.plan.layers = one;
             if (!forward(w, &plan, -1, lm)) return;
             score(w, lf, lm, &nll, &kl, &top1, from, NULL);
             e.alone_kl[sparse[i]] += kl, e.alone_top1[sparse[i]] += top1;
         }
         if (r->stat.method == mi) { /* the frozen index */
-            plan.sparse_layers = "1,3";
+            plan.plan.layers = "1,3";
             if (!forward(w, &plan, from, lm)) return;
             score(w, lf, lm, &nll, &kl, &top1, from, &sfx);
             e.sfx_nll_static += sfx;
@@ -460,7 +460,7 @@ static void check_method(const subq_eval_result *r, int mi, const win *ws, int n
           m->recall, m->mass_seed, m->recall_seed, mass, recall, recall_hi, ms, rs, rs_hi);
     CHECK(fabs(m->filler - (double)e.filler / e.requested) < 1e-12, "%s: filler %.6f, want %.6f", name, m->filler,
           (double)e.filler / e.requested);
-    if (m->select == SELECT_HNSW)
+    if (m->select == SUBQ_SELECT_HNSW)
         CHECK(n_ann_layers == 2 && in_range(m->ann_recall, ann / 2, ann_hi / 2), "%s: ANN recall %.6f, want "
               "[%.6f, %.6f]", name, m->ann_recall, ann / 2, ann_hi / 2);
     else
@@ -491,11 +491,11 @@ static void test_budgets(const char *text_path) {
     eval_config_default(&cfg);
     const char *files[1] = {text_path};
     /* CTX 100, sink 2 + tail 4 = 6 fixed reads, completion fetch d_phi/2 + d_phi/head_dim = 8 + 2 = 10 */
-    const int kinds[2] = {SELECT_ORACLE, SELECT_WINDOW};
+    const int kinds[2] = {SUBQ_SELECT_ORACLE, SUBQ_SELECT_WINDOW};
     const double budgets[3] = {7, 10, 25}; /* 7% of 100 = 7.000000000000001 must stay 7 tokens */
     cfg.eval_files = files, cfg.n_eval_files = 1, cfg.ctx = CTX, cfg.max_windows = 1;
     cfg.selectors = kinds, cfg.n_selectors = 2, cfg.budgets = budgets, cfg.n_budgets = 3;
-    cfg.n_sink = SINK, cfg.n_tail = TAIL, cfg.maps = maps, cfg.sparse_layers = "1,3";
+    cfg.plan.n_sink = SINK, cfg.plan.n_tail = TAIL, cfg.maps = maps, cfg.plan.layers = "1,3";
     subq_eval_result *r;
     if (eval_run(ctx, &cfg, NULL, NULL, &r, &err)) {
         CHECK(0, "budget run: %s", err.msg);
@@ -514,7 +514,7 @@ static void test_budgets(const char *text_path) {
         CHECK(m->select == kinds[i / nw] && m->budget_pct == want[i % nw].b && m->completion == want[i % nw].c &&
                   m->k == want[i % nw].k,
               "method %d: %s@%d budget %g completion %d, want budget %g completion %d K %d", i,
-              selector_kind_name((selector_kind)m->select), m->k, m->budget_pct, m->completion, want[i % nw].b,
+              selector_kind_name((subq_selector_kind)m->select), m->k, m->budget_pct, m->completion, want[i % nw].b,
               want[i % nw].c, want[i % nw].k);
     }
     CHECK(r->n_skipped == 2 && r->skipped[0].budget_pct == 7 && r->skipped[0].budget_reads == 7 &&
@@ -573,12 +573,12 @@ int main(void) {
     eval_config cfg;
     eval_config_default(&cfg);
     const char *files[1] = {text_path};
-    const int kinds[5] = {SELECT_EXACT, SELECT_HNSW, SELECT_QUEST, SELECT_ORACLE, SELECT_WINDOW};
+    const int kinds[5] = {SUBQ_SELECT_EXACT, SUBQ_SELECT_HNSW, SUBQ_SELECT_QUEST, SUBQ_SELECT_ORACLE, SUBQ_SELECT_WINDOW};
     const int ks[2] = {3, 8};
     cfg.eval_files = files, cfg.n_eval_files = 1, cfg.ctx = CTX;
     cfg.selectors = kinds, cfg.n_selectors = 5, cfg.ks = ks, cfg.n_k = 2;
-    cfg.n_sink = SINK, cfg.n_tail = TAIL, cfg.proj = proj, cfg.maps = maps, cfg.per_layer = 1;
-    cfg.select.quest_headmean = 1; /* as plan_of (per-head Quest: tests/test_select_heads.c) */
+    cfg.plan.n_sink = SINK, cfg.plan.n_tail = TAIL, cfg.proj = proj, cfg.maps = maps, cfg.per_layer = 1;
+    cfg.plan.quest_headmean = 1; /* as plan_of (per-head Quest: tests/test_select_heads.c) */
     subq_eval_result *r;
     if (eval_run(ctx, &cfg, NULL, NULL, &r, &err)) {
         CHECK(0, "eval: %s", err.msg);
@@ -600,7 +600,7 @@ int main(void) {
     for (int l = 0; l < hp->n_layer; l++)
         CHECK(r->sparse_layers[l] == (l == 1 || l == 3), "layer %d sparse: %d", l, r->sparse_layers[l]);
     CHECK(r->n_methods == 5 * 2 * 2, "%d methods", r->n_methods);
-    CHECK(r->stat.method == 2 && r->methods[2].k == 8 && r->methods[2].select == SELECT_EXACT &&
+    CHECK(r->stat.method == 2 && r->methods[2].k == 8 && r->methods[2].select == SUBQ_SELECT_EXACT &&
               r->methods[2].completion == SUBQ_EVAL_SELECTION,
           "static method %d, want exact@8", r->stat.method);
     float *lf = malloc((size_t)CTX * hp->n_vocab * sizeof(float)), *lm = malloc((size_t)CTX * hp->n_vocab * sizeof(float));

@@ -49,10 +49,10 @@ static subq_status sparse_forward_metrics(subq_context *c, const int32_t *tok, l
                                           subq_error *err) {
     attn_plan plan;
     attn_plan_default(&plan);
-    selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
-    plan.sparse_layers = "1-4";
-    plan.sparse.top_k = 8;
-    plan.sparse.prefill = SPARSE_PREFILL_TOKEN;
+    plan.plan.selector = SUBQ_SELECT_ORACLE;
+    plan.plan.layers = "1-4";
+    plan.plan.top_k = 8;
+    plan.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
     subq_context_reset(c);
     context_clear_plan(c);
     subq_status s = context_set_plan(c, &plan, NULL, err);
@@ -116,10 +116,10 @@ static void test_eval_run(subq_context *c, const char *text_path) {
     eval_config cfg;
     eval_config_default(&cfg);
     const char *files[1] = {text_path};
-    const int kinds[1] = {SELECT_ORACLE}, ks[1] = {4};
+    const int kinds[1] = {SUBQ_SELECT_ORACLE}, ks[1] = {4};
     cfg.eval_files = files, cfg.n_eval_files = 1, cfg.ctx = 48, cfg.max_windows = 2;
     cfg.selectors = kinds, cfg.n_selectors = 1, cfg.ks = ks, cfg.n_k = 1;
-    cfg.n_sink = 2, cfg.n_tail = 4, cfg.sparse_layers = "2,3", cfg.per_layer = 1, cfg.n_resamples = 50;
+    cfg.plan.n_sink = 2, cfg.plan.n_tail = 4, cfg.plan.layers = "2,3", cfg.per_layer = 1, cfg.n_resamples = 50;
     subq_error err = {0};
     subq_eval_result *ref = NULL, *r = NULL;
     const long a0 = n_allocs;

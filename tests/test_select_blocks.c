@@ -218,17 +218,17 @@ static void batch_masks(uint64_t *rng, int n, int nq, int32_t *seg, select_mask 
 
 /* A block scan from the first key (G > 0: in groups of G blocks from the
  * first key too; scan: what the keys' pass reads). */
-static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, int G, int gprobe, int check, int R) {
+static selector *new_scan(int d, int f16, subq_scan scan, int B, int nprobe, int G, int gprobe, int check, int R) {
     selector_params p;
-    selector_params_default(&p, SELECT_EXACT, d);
-    p.search_f16 = f16;
-    p.scan = scan;
-    p.block_keys = B;
-    p.nprobe = nprobe;
-    p.probe_from = 0;
-    p.group_blocks = G, p.group_probe = gprobe, p.group_from = 0;
-    p.probe_check = check;
-    p.block_reps = R;
+    selector_params_default(&p, SUBQ_SELECT_EXACT, d);
+    p.plan.search_f16 = f16;
+    p.plan.scan = scan;
+    p.plan.block_keys = B;
+    p.plan.nprobe = nprobe;
+    p.plan.probe_from = 0;
+    p.plan.group_blocks = G, p.plan.group_probe = gprobe, p.plan.group_from = 0;
+    p.plan.probe_check = check;
+    p.plan.block_reps = R;
     selector *s;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
@@ -236,10 +236,10 @@ static selector *new_scan(int d, int f16, select_scan scan, int B, int nprobe, i
 }
 
 static selector *new_blocks(int d, int f16, int B, int nprobe, int check) {
-    return new_scan(d, f16, SELECT_SCAN_FULL, B, nprobe, 0, 1, check, 0);
+    return new_scan(d, f16, SUBQ_SCAN_FULL, B, nprobe, 0, 1, check, 0);
 }
 
-static void test_reference_of(int f16, select_scan scan, int d, int n, int B, int nprobe, int G, int gprobe, int R,
+static void test_reference_of(int f16, subq_scan scan, int d, int n, int B, int nprobe, int G, int gprobe, int R,
                               int threads, uint64_t seed) {
     enum { NQ = 60 };
     const int k = 50;
@@ -297,13 +297,13 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
         }
         n_want += kk;
     }
-    const char *name = scan == SELECT_SCAN_INT4 ? "int4" : scan == SELECT_SCAN_INT8 ? "int8" : f16 ? "f16" : "f32";
+    const char *name = scan == SUBQ_SCAN_INT4 ? "int4" : scan == SUBQ_SCAN_INT8 ? "int8" : f16 ? "f16" : "f32";
     /* a query whose probed blocks (or groups) end at one that ties the next
      * within rounding may take either: only such queries may differ */
     CHECK(bad_count == 0 && bad_elig == 0, "blocks %s d=%d B=%d G=%d R=%d: %d wrong counts, %d ineligible", name, d,
           B, G, R, bad_count, bad_elig);
     CHECK(G == 0 || grouped, "blocks d=%d B=%d G=%d: the test must reach the groups", d, B, G);
-    if (scan == SELECT_SCAN_FULL) {
+    if (scan == SUBQ_SCAN_FULL) {
         CHECK(differ == 0, "blocks %s d=%d B=%d nprobe=%d G=%d R=%d: %d of %d queries differ from the reference (%d "
               "tied at the edge of the probed blocks or representatives, excused)", name, d, B, nprobe, G, R, differ,
               NQ, n_tied);
@@ -318,7 +318,7 @@ static void test_reference_of(int f16, select_scan scan, int d, int n, int B, in
 }
 
 static void test_reference(int f16, int d, int n, int B, int nprobe, int threads, uint64_t seed) {
-    test_reference_of(f16, SELECT_SCAN_FULL, d, n, B, nprobe, 0, 1, 0, threads, seed);
+    test_reference_of(f16, SUBQ_SCAN_FULL, d, n, B, nprobe, 0, 1, 0, threads, seed);
 }
 
 /* Keys at or past a query's n_slots never change its answer; a truncated
@@ -338,8 +338,8 @@ static void test_state(int f16, int G) {
     batch_masks(&rng, N, NQ, seg, m);
     for (int i = 0; i < NQ; i++) m[i].n_slots = m[i].n_slots < N ? m[i].n_slots : N - 1 - i;
     subq_error err = {0};
-    selector *a = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
-    selector *b = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
+    selector *a = new_scan(D, f16, SUBQ_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
+    selector *b = new_scan(D, f16, SUBQ_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
     /* a: N keys; b: the same N and N more past every query's n_slots */
     CHECK(selector_append(a, keys, N, 0, &err) == SUBQ_OK && selector_append(b, keys, 2 * N, 0, &err) == SUBQ_OK,
           "append: %s", err.msg);
@@ -354,7 +354,7 @@ static void test_state(int f16, int G) {
     memset(ob, 0xff, sizeof ob);
     CHECK(selector_query_prefill(b, NQ, q, q, D, K, m, ob, gb, 1) == 0, "query_prefill failed");
     CHECK(!memcmp(ga, gb, sizeof ga) && !memcmp(oa, ob, sizeof oa), "f16 %d G %d: truncate + append differ", f16, G);
-    selector *c = new_scan(D, f16, SELECT_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
+    selector *c = new_scan(D, f16, SUBQ_SCAN_FULL, B, NPROBE, G, 2, 0, G ? 2 : 0);
     CHECK(selector_get_keys(a, N, back, &err) == SUBQ_OK && selector_put_keys(c, back, N, 0, &err) == SUBQ_OK,
           "get/put keys: %s", err.msg);
     memset(ob, 0xff, sizeof ob);
@@ -388,7 +388,7 @@ static void test_fallback_and_check(void) {
     batch_inputs(5, N, D, NQ, &keys, &stored, &q, &seg, m);
     subq_error err = {0};
     selector *off = new_blocks(D, 0, 64, 0, 0), *late = new_blocks(D, 0, 64, 8, 0), *chk = new_blocks(D, 0, 64, 8, 3);
-    late->params.probe_from = N + 1;
+    late->params.plan.probe_from = N + 1;
     CHECK(selector_append(off, keys, N, 0, &err) == SUBQ_OK && selector_append(late, keys, N, 0, &err) == SUBQ_OK &&
           selector_append(chk, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
     memset(oa, 0xff, sizeof oa), memset(ob, 0xff, sizeof ob); /* only got[i] slots are written */
@@ -427,9 +427,9 @@ static void test_fallback_and_check(void) {
                            {8, 64, 0, 16, 32, -1}};
     for (int b = 0; b < 7; b++) {
         selector_params p;
-        selector_params_default(&p, SELECT_EXACT, D);
-        p.nprobe = bad[b][0], p.block_keys = bad[b][1], p.probe_from = bad[b][2];
-        p.group_blocks = bad[b][3], p.group_probe = bad[b][4], p.group_from = bad[b][5];
+        selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+        p.plan.nprobe = bad[b][0], p.plan.block_keys = bad[b][1], p.plan.probe_from = bad[b][2];
+        p.plan.group_blocks = bad[b][3], p.plan.group_probe = bad[b][4], p.plan.group_from = bad[b][5];
         selector *s = NULL;
         CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG &&
                   strstr(err.msg, b < 3 ? "block scan" : "groups of blocks"),
@@ -456,8 +456,8 @@ static void test_pool_pieces(void) {
     const selector_env env = {.pool = pl};
     for (int nprobe = 0; nprobe <= 8; nprobe += 8) {
         selector_params p;
-        selector_params_default(&p, SELECT_EXACT, D);
-        p.block_keys = 64, p.nprobe = nprobe, p.probe_from = 0, p.probe_check = 3;
+        selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+        p.plan.block_keys = 64, p.plan.nprobe = nprobe, p.plan.probe_from = 0, p.plan.probe_check = 3;
         selector *one = NULL, *cut = NULL;
         CHECK(selector_new(&p, NULL, &one, &err) == SUBQ_OK && selector_new(&p, &env, &cut, &err) == SUBQ_OK,
               "selector_new: %s", err.msg);
@@ -495,17 +495,17 @@ int main(void) {
     test_reference(1, 64, 3000, 100, 3, 1, 4);
     test_reference(0, 8, 2500, 1, 300, 2, 5);
     /* groups of blocks first, then blocks */
-    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 0, 1, 11);
-    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 0, 2, 12);
+    test_reference_of(0, SUBQ_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 0, 1, 11);
+    test_reference_of(1, SUBQ_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 0, 2, 12);
     /* the keys' pass over codes, re-ranked on the stored keys */
-    test_reference_of(1, SELECT_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 0, 2, 13);
-    test_reference_of(0, SELECT_SCAN_INT8, 24, 7000, 32, 26, 4, 12, 0, 1, 14);
+    test_reference_of(1, SUBQ_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 0, 2, 13);
+    test_reference_of(0, SUBQ_SCAN_INT8, 24, 7000, 32, 26, 4, 12, 0, 1, 14);
     /* blocks and groups ranked by their representative keys too */
-    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 0, 1, 4, 1, 15);
-    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 0, 1, 2, 2, 16);
-    test_reference_of(0, SELECT_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 4, 1, 17);
-    test_reference_of(1, SELECT_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 3, 2, 18);
-    test_reference_of(1, SELECT_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 8, 2, 19);
+    test_reference_of(0, SUBQ_SCAN_FULL, 32, 9000, 64, 8, 0, 1, 4, 1, 15);
+    test_reference_of(1, SUBQ_SCAN_FULL, 17, 6000, 16, 24, 0, 1, 2, 2, 16);
+    test_reference_of(0, SUBQ_SCAN_FULL, 32, 9000, 64, 8, 4, 5, 4, 1, 17);
+    test_reference_of(1, SUBQ_SCAN_FULL, 17, 6000, 16, 24, 8, 3, 3, 2, 18);
+    test_reference_of(1, SUBQ_SCAN_INT4, 32, 9000, 64, 16, 0, 1, 8, 2, 19);
     test_state(0, 0);
     test_state(1, 0);
     test_state(0, 4);

@@ -22,14 +22,14 @@ static int cmp_desc(const void *a, const void *b) {
 }
 
 /* the ranking score in double precision: cosine, or the raw dot product */
-static double score_of(const float *a, const float *b, int d, select_score score) {
+static double score_of(const float *a, const float *b, int d, subq_score score) {
     double ab = 0, aa = 0, bb = 0;
     for (int c = 0; c < d; c++) {
         ab += (double)a[c] * b[c];
         aa += (double)a[c] * a[c];
         bb += (double)b[c] * b[c];
     }
-    if (score == SELECT_SCORE_DOT) return ab;
+    if (score == SUBQ_SCORE_DOT) return ab;
     return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : 0.0;
 }
 
@@ -86,7 +86,7 @@ static void test_ranges(void) {
     CHECK(bad == 0, "mask ranges disagree with select_mask_allows in %d places", bad);
 }
 
-static double cosine(const float *a, const float *b, int d) { return score_of(a, b, d, SELECT_SCORE_COSINE); }
+static double cosine(const float *a, const float *b, int d) { return score_of(a, b, d, SUBQ_SCORE_COSINE); }
 
 typedef struct bad_counts {
     int count, score, elig, order;
@@ -152,7 +152,7 @@ static void test_batch(selector *s, const float *keys, int d, int n, int f16, in
  * return eligible slots, the right count, best first, and recall@K >= 0.99
  * of the brute-force top K over all queries (a slot counts if its score
  * reaches the K-th best within the rounding). */
-static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select_score score, select_scan scan) {
+static void test_exact(int f16, int d, int n, uint64_t seed, int threads, subq_score score, subq_scan scan) {
     uint64_t rng = rng_seed(seed);
     float *keys = malloc((size_t)n * d * sizeof(float)), *q = malloc((size_t)d * sizeof(float));
     int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc(2048 * sizeof(int32_t));
@@ -163,10 +163,10 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
         for (int c = 0; c < d; c++) keys[(size_t)j * d + c] = rng_normal(&rng) * (1.0f + 3.0f * (j % 5)) + 0.3f;
 
     selector_params p;
-    selector_params_default(&p, SELECT_EXACT, d);
-    p.search_f16 = f16;
-    p.score = score;
-    p.scan = scan;
+    selector_params_default(&p, SUBQ_SELECT_EXACT, d);
+    p.plan.search_f16 = f16;
+    p.plan.score = score;
+    p.plan.scan = scan;
     p.n_threads = threads; /* >= 8192 keys and 2 threads: the split scan */
     char name[96];
     snprintf(name, sizeof name, "exact %s %s %s d=%d n=%d", f16 ? "f16" : "f32", select_score_name(score),
@@ -186,7 +186,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
     CHECK(selector_append(s, keys, 1, 5, &err) == SUBQ_ERR_ARG, "out-of-order append must fail");
 
     /* rounding of the stored keys, relative to the score's scale */
-    const double tol = (f16 ? 2e-3 : 1e-5) * (score == SELECT_SCORE_DOT ? 13.0 * d : 1.0);
+    const double tol = (f16 ? 2e-3 : 1e-5) * (score == SUBQ_SCORE_DOT ? 13.0 * d : 1.0);
     int bad_count = 0, bad_score = 0, bad_elig = 0, bad_order = 0;
     double hits = 0, wanted = 0;
     for (int it = 0; it < 60; it++) {
@@ -211,15 +211,15 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
         wanted += kk;
         /* full scans: the score multisets agree: sorted returned scores == top of the brute sort */
         qsort(have, (size_t)got, sizeof(double), cmp_desc);
-        for (int i = 0; scan == SELECT_SCAN_FULL && i < got && i < ne; i++) bad_score += fabs(have[i] - want[i]) > tol;
+        for (int i = 0; scan == SUBQ_SCAN_FULL && i < got && i < ne; i++) bad_score += fabs(have[i] - want[i]) > tol;
     }
     const double recall = wanted > 0 ? hits / wanted : 1.0;
     CHECK(bad_count == 0, "%s: %d queries returned the wrong count", name, bad_count);
     CHECK(bad_elig == 0, "%s: %d ineligible slots returned", name, bad_elig);
     CHECK(bad_score == 0, "%s: %d scores differ from brute force", name, bad_score);
     CHECK(bad_order == 0, "%s: %d results out of order", name, bad_order);
-    CHECK(recall >= (scan == SELECT_SCAN_FULL ? 1.0 : 0.99), "%s: recall@K %.4f vs brute force", name, recall);
-    if (scan != SELECT_SCAN_FULL) printf("%s: recall@K %.4f vs brute force (f64)\n", name, recall);
+    CHECK(recall >= (scan == SUBQ_SCAN_FULL ? 1.0 : 0.99), "%s: recall@K %.4f vs brute force", name, recall);
+    if (scan != SUBQ_SCAN_FULL) printf("%s: recall@K %.4f vs brute force (f64)\n", name, recall);
     CHECK(s->stats.n_queries == 60 && s->stats.n_appended == n, "stats: %lld queries, %lld appended",
           (long long)s->stats.n_queries, (long long)s->stats.n_appended);
     CHECK(s->stats.bytes >= (size_t)n * d * (f16 ? 2 : 4), "stats.bytes %zu too small", s->stats.bytes);
@@ -228,11 +228,11 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
     CHECK(s->stats.bytes_read > 0 && (double)s->stats.bytes_read <= 60.0 * n * row_max, "%s: bytes_read %lld",
           name, (long long)s->stats.bytes_read);
     /* long compressed scans read the codes, not the stored keys */
-    if (scan != SELECT_SCAN_FULL && n >= 12000)
+    if (scan != SUBQ_SCAN_FULL && n >= 12000)
         CHECK((double)s->stats.bytes_read < 0.6 * 60.0 * n * d * (f16 ? 2 : 4), "%s: bytes_read %lld: not the codes",
               name, (long long)s->stats.bytes_read);
     /* batches (a prefill's queries) scan the stored keys in full */
-    if (score == SELECT_SCORE_COSINE) test_batch(s, keys, d, n, f16, threads, &rng);
+    if (score == SUBQ_SCORE_COSINE) test_batch(s, keys, d, n, f16, threads, &rng);
 
     /* reset forgets the keys; a new sequence starts at slot 0 */
     selector_reset(s);
@@ -253,15 +253,15 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, select
 /* A compressed scan over keys exported (get_keys) and put back (put_keys)
  * into a fresh selector answers as the original: the codes are a function
  * of the stored keys. */
-static void test_put_keys(select_scan scan, int f16) {
+static void test_put_keys(subq_scan scan, int f16) {
     enum { N = 5000, D = 48, K = 20 };
     uint64_t rng = rng_seed(21);
     float *keys = malloc((size_t)N * D * sizeof(float)), *back = malloc((size_t)N * D * sizeof(float)), q[D];
     for (int i = 0; i < N * D; i++) keys[i] = rng_normal(&rng);
     selector_params p;
-    selector_params_default(&p, SELECT_EXACT, D);
-    p.scan = scan;
-    p.search_f16 = f16;
+    selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+    p.plan.scan = scan;
+    p.plan.search_f16 = f16;
     selector *a, *b;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &a, &err) == SUBQ_OK && selector_new(&p, NULL, &b, &err) == SUBQ_OK, "new: %s",
@@ -290,7 +290,7 @@ static void test_put_keys(select_scan scan, int f16) {
  * with that distance), so that the rows a long scan samples are about the
  * best there are and its first threshold comes out above the K-th score:
  * the answer must still be the brute force's. */
-static void test_peaks(select_scan scan) {
+static void test_peaks(subq_scan scan) {
     enum { N = 40000, D = 32, K = 64, PEAKS = 32 };
     float *keys = malloc((size_t)N * D * sizeof(float)), q[D] = {1.0f};
     double *want = malloc(N * sizeof(double)), *have = malloc(N * sizeof(double));
@@ -304,8 +304,8 @@ static void test_peaks(select_scan scan) {
         x[1 + j % (D - 1)] = (float)sin(a);
     }
     selector_params p;
-    selector_params_default(&p, SELECT_EXACT, D);
-    p.scan = scan;
+    selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+    p.plan.scan = scan;
     p.n_threads = 2;
     selector *s;
     subq_error err = {0};
@@ -315,7 +315,7 @@ static void test_peaks(select_scan scan) {
     int32_t out[K];
     int got = selector_query(s, q, NULL, K, &all, out);
     bad_counts bad = {0};
-    check_answer(q, keys, D, N, &all, K, out, got, scan == SELECT_SCAN_FULL ? 1e-6 : 1e-4, want, have, &bad);
+    check_answer(q, keys, D, N, &all, K, out, got, scan == SUBQ_SCAN_FULL ? 1e-6 : 1e-4, want, have, &bad);
     report(select_scan_name(scan), 0, D, &bad);
     selector_free(s);
     free(keys);
@@ -324,30 +324,30 @@ static void test_peaks(select_scan scan) {
 }
 
 static void test_names(void) {
-    for (int k = 0; k < SELECT_KIND_COUNT; k++)
-        CHECK(selector_kind_parse(selector_kind_name((selector_kind)k)) == k, "kind %d name round trip", k);
+    for (int k = 0; k < SUBQ_SELECT_COUNT; k++)
+        CHECK(selector_kind_parse(selector_kind_name((subq_selector_kind)k)) == k, "kind %d name round trip", k);
     CHECK(selector_kind_parse("nope") == -1, "unknown kind");
     selector_params p;
-    selector_params_default(&p, SELECT_HNSW, 64);
-    CHECK(p.hnsw_m == 32 && p.hnsw_ef_construction == 40 && p.hnsw_ef_search == 64 && p.quest_page == 16,
+    selector_params_default(&p, SUBQ_SELECT_HNSW, 64);
+    CHECK(p.plan.hnsw_m == 32 && p.plan.hnsw_ef_construction == 40 && p.plan.hnsw_ef_search == 64 && p.plan.quest_page == 16,
           "defaults");
     selector *s = NULL;
     subq_error err = {0};
     p.d_search = 0;
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s, "hnsw without d_search must fail");
-    selector_params_default(&p, SELECT_EXACT, SCAN_CODES_MAX_D + 1);
-    p.scan = SELECT_SCAN_INT8;
+    selector_params_default(&p, SUBQ_SELECT_EXACT, SCAN_CODES_MAX_D + 1);
+    p.plan.scan = SUBQ_SCAN_INT8;
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s && strstr(err.msg, "at most"),
           "int8 codes of more than %d values must fail: %s", SCAN_CODES_MAX_D, err.msg);
-    p.scan = SELECT_SCAN_FULL;
+    p.plan.scan = SUBQ_SCAN_FULL;
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "a full scan of any width: %s", err.msg);
     selector_free(s);
     s = NULL;
-    selector_params_default(&p, SELECT_QUEST, 0);
+    selector_params_default(&p, SUBQ_SELECT_QUEST, 0);
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && !s, "quest without a KV cache must fail");
-    selector_params_default(&p, SELECT_FAISS, 16);
+    selector_params_default(&p, SUBQ_SELECT_FAISS, 16);
     subq_status rc = selector_new(&p, NULL, &s, &err);
-    if (selector_kind_available(SELECT_FAISS)) {
+    if (selector_kind_available(SUBQ_SELECT_FAISS)) {
         CHECK(rc == SUBQ_OK, "faiss: %s", err.msg);
     } else {
         CHECK(rc == SUBQ_ERR_UNSUPPORTED && strstr(err.msg, "libfaiss-dev"), "faiss unsupported: %s", err.msg);
@@ -358,8 +358,8 @@ static void test_names(void) {
 int main(void) {
     test_ranges();
     test_names();
-    const select_score cos = SELECT_SCORE_COSINE, dot = SELECT_SCORE_DOT;
-    for (select_scan scan = SELECT_SCAN_FULL; scan < SELECT_SCAN_COUNT; scan++) {
+    const subq_score cos = SUBQ_SCORE_COSINE, dot = SUBQ_SCORE_DOT;
+    for (subq_scan scan = SUBQ_SCAN_FULL; scan < SUBQ_SCAN_COUNT; scan++) {
         test_exact(0, 64, 3000, 1, 1, cos, scan);
         test_exact(1, 64, 3000, 2, 1, cos, scan);
         test_exact(0, 37, 1000, 3, 1, cos, scan);
@@ -368,7 +368,7 @@ int main(void) {
         test_exact(0, 64, 20000, 6, 2, cos, scan);
         test_exact(1, 32, 12000, 7, 2, cos, scan);
         test_exact(0, 128, 20000, 8, 2, dot, scan);
-        test_put_keys(scan, scan == SELECT_SCAN_INT4);
+        test_put_keys(scan, scan == SUBQ_SCAN_INT4);
         test_peaks(scan);
     }
     return test_summary();

@@ -32,7 +32,7 @@ static int cmp_desc(const void *a, const void *b) {
 }
 
 /* the score of key j for query q, split at far_hi (far_rot dims dropped below it) */
-static double score(const float *q, const float *k, int j, int far_hi, int far_rot, select_score sc) {
+static double score(const float *q, const float *k, int j, int far_hi, int far_rot, subq_score sc) {
     double ab = 0, aa = 0, bb = 0;
     const int cut = j < far_hi ? D - far_rot : D;
     for (int c = 0; c < D; c++) {
@@ -40,7 +40,7 @@ static double score(const float *q, const float *k, int j, int far_hi, int far_r
         aa += (double)q[c] * q[c];
         bb += (double)k[c] * k[c];
     }
-    return sc == SELECT_SCORE_DOT ? ab : ab / sqrt(aa * bb);
+    return sc == SUBQ_SCORE_DOT ? ab : ab / sqrt(aa * bb);
 }
 
 /* keys: unrotated parts alike within runs of 32 slots (neighbouring keys
@@ -76,7 +76,7 @@ static void random_mask(uint64_t *rng, int32_t *seg, select_mask *m) {
 
 /* The brute top-k scores (want, descending) of the eligible slots; their
  * count. `slots` (NULL: not wanted) gets the top-k slots. */
-static int brute(const float *q, const float *keys, const select_mask *m, int far_rot, select_score sc, int k,
+static int brute(const float *q, const float *keys, const select_mask *m, int far_rot, subq_score sc, int k,
                  double *want, int32_t *slots) {
     int ne = 0;
     double *all = malloc((size_t)N * sizeof(double));
@@ -103,7 +103,7 @@ static int brute(const float *q, const float *keys, const select_mask *m, int fa
 
 /* got slots against the brute top k: eligibility, count, and how many reach
  * the k-th brute score within tol (hits); full: score multisets equal */
-static void judge(const float *q, const float *keys, const select_mask *m, int far_rot, select_score sc, int k,
+static void judge(const float *q, const float *keys, const select_mask *m, int far_rot, subq_score sc, int k,
                   const int32_t *out, int got, double tol, int full, int *bad, double *hits, double *wanted) {
     double *want = malloc((size_t)k * sizeof(double)), *have = malloc((size_t)(got > 0 ? got : 1) * sizeof(double));
     const int kk = brute(q, keys, m, far_rot, sc, k, want, NULL);
@@ -120,12 +120,12 @@ static void judge(const float *q, const float *keys, const select_mask *m, int f
     free(have);
 }
 
-static selector *new_selector(selector_kind kind, select_score sc, select_scan scan, int f16, int far_rot, int reps,
+static selector *new_selector(subq_selector_kind kind, subq_score sc, subq_scan scan, int f16, int far_rot, int reps,
                               const float *keys) {
     selector_params p;
     selector_params_default(&p, kind, D);
-    p.score = sc, p.scan = scan, p.search_f16 = f16, p.far_rot = far_rot, p.block_reps = reps;
-    p.nprobe = 24, p.block_keys = 32, p.probe_from = 1024, p.group_blocks = 0; /* the block scan from 1024 keys */
+    p.plan.score = sc, p.plan.scan = scan, p.plan.search_f16 = f16, p.far_rot = far_rot, p.plan.block_reps = reps;
+    p.plan.nprobe = 24, p.plan.block_keys = 32, p.plan.probe_from = 1024, p.plan.group_blocks = 0; /* the block scan from 1024 keys */
     selector *s = NULL;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
@@ -134,15 +134,15 @@ static selector *new_selector(selector_kind kind, select_score sc, select_scan s
 }
 
 /* single queries and a batch of the exact selector */
-static void test_exact(select_score sc, select_scan scan, int f16, uint64_t seed) {
+static void test_exact(subq_score sc, subq_scan scan, int f16, uint64_t seed) {
     uint64_t rng = rng_seed(seed);
     float *keys = malloc((size_t)N * D * sizeof(float)), lure[D], *q = malloc(40 * (size_t)D * sizeof(float));
     int32_t *seg = malloc(40 * (size_t)N * sizeof(int32_t)), *out = malloc(40 * 256 * sizeof(int32_t));
     for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
     make_keys(&rng, keys, lure);
-    selector *s = new_selector(SELECT_EXACT, sc, scan, f16, ROT, 0, keys);
-    const double tol = (f16 ? 2e-3 : 1e-5) * (sc == SELECT_SCORE_DOT ? 40.0 : 1.0);
-    const int full = scan == SELECT_SCAN_FULL;
+    selector *s = new_selector(SUBQ_SELECT_EXACT, sc, scan, f16, ROT, 0, keys);
+    const double tol = (f16 ? 2e-3 : 1e-5) * (sc == SUBQ_SCORE_DOT ? 40.0 : 1.0);
+    const int full = scan == SUBQ_SCAN_FULL;
     int bad = 0, bad_b = 0;
     double hits = 0, wanted = 0, hits_b = 0, wanted_b = 0;
     select_mask m[40];
@@ -174,9 +174,9 @@ static void test_exact(select_score sc, select_scan scan, int f16, uint64_t seed
 
 /* the prefill's block scan and the graph indexes: recall of the far-split
  * top K, and that the split matters (the whole-score top K is another set) */
-static void test_recall(selector_kind kind, select_scan scan, int reps, uint64_t seed) {
+static void test_recall(subq_selector_kind kind, subq_scan scan, int reps, uint64_t seed) {
     if (!selector_kind_available(kind)) {
-        CHECK(kind == SELECT_FAISS, "%s is not built in", selector_kind_name(kind));
+        CHECK(kind == SUBQ_SELECT_FAISS, "%s is not built in", selector_kind_name(kind));
         return;
     }
     uint64_t rng = rng_seed(seed);
@@ -185,7 +185,7 @@ static void test_recall(selector_kind kind, select_scan scan, int reps, uint64_t
     int32_t *seg = malloc((size_t)NQ * N * sizeof(int32_t)), out[NQ * K], top[K], whole[K];
     for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
     make_keys(&rng, keys, lure);
-    selector *s = new_selector(kind, SELECT_SCORE_COSINE, scan, 0, ROT, reps, keys);
+    selector *s = new_selector(kind, SUBQ_SCORE_COSINE, scan, 0, ROT, reps, keys);
     select_mask m[NQ];
     int got[NQ];
     for (int i = 0; i < NQ; i++) {
@@ -194,21 +194,21 @@ static void test_recall(selector_kind kind, select_scan scan, int reps, uint64_t
         m[i].far_hi = m[i].n_slots / 2 + (int)(rng_next_u64(&rng) % (uint64_t)(m[i].n_slots / 2 - 16));
         make_query(&rng, q + (size_t)i * D, lure);
     }
-    int rc = kind == SELECT_EXACT ? selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1)
+    int rc = kind == SUBQ_SELECT_EXACT ? selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1)
                                   : selector_query_batch(s, NQ, q, q, D, K, m, out, got, 1);
     CHECK(rc == 0, "%s: query failed", selector_kind_name(kind));
     double found = 0, shared = 0, want[K];
     for (int i = 0; i < NQ && !rc; i++) {
-        const int kk = brute(q + (size_t)i * D, keys, &m[i], ROT, SELECT_SCORE_COSINE, K, want, top);
+        const int kk = brute(q + (size_t)i * D, keys, &m[i], ROT, SUBQ_SCORE_COSINE, K, want, top);
         select_mask whole_m = m[i];
         whole_m.far_hi = 0;
-        brute(q + (size_t)i * D, keys, &whole_m, ROT, SELECT_SCORE_COSINE, K, want, whole);
+        brute(q + (size_t)i * D, keys, &whole_m, ROT, SUBQ_SCORE_COSINE, K, want, whole);
         for (int a = 0; a < kk; a++)
             for (int b = 0; b < got[i]; b++) found += out[(size_t)i * K + b] == top[a];
         for (int a = 0; a < kk; a++)
             for (int b = 0; b < kk; b++) shared += whole[b] == top[a];
     }
-    const char *name = kind == SELECT_EXACT ? (reps ? "block scan with representatives" : "block scan")
+    const char *name = kind == SUBQ_SELECT_EXACT ? (reps ? "block scan with representatives" : "block scan")
                                             : selector_kind_name(kind);
     CHECK(found >= 0.9 * NQ * K, "%s %s: recall@%d %.3f of the far-split top K", name, select_scan_name(scan), K,
           found / (NQ * K));
@@ -230,7 +230,7 @@ static void test_no_split(void) {
     double want[64];
     for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
     make_keys(&rng, keys, lure);
-    selector *s = new_selector(SELECT_EXACT, SELECT_SCORE_COSINE, SELECT_SCAN_FULL, 0, 0, 0, keys);
+    selector *s = new_selector(SUBQ_SELECT_EXACT, SUBQ_SCORE_COSINE, SUBQ_SCAN_FULL, 0, 0, 0, keys);
     int bad = 0;
     for (int it = 0; it < 10; it++) {
         select_mask m;
@@ -239,10 +239,10 @@ static void test_no_split(void) {
         const int got = selector_query(s, q, NULL, 64, &m, out);
         select_mask whole = m;
         whole.far_hi = 0;
-        const int kk = brute(q, keys, &whole, ROT, SELECT_SCORE_COSINE, 64, want, NULL);
+        const int kk = brute(q, keys, &whole, ROT, SUBQ_SCORE_COSINE, 64, want, NULL);
         bad += got != kk;
         for (int i = 0; i < got; i++)
-            bad += fabs(score(q, keys + (size_t)out[i] * D, out[i], 0, ROT, SELECT_SCORE_COSINE) - want[i]) > 1e-5;
+            bad += fabs(score(q, keys + (size_t)out[i] * D, out[i], 0, ROT, SUBQ_SCORE_COSINE) - want[i]) > 1e-5;
     }
     CHECK(bad == 0, "far_rot 0: %d answers differ from the whole-score top K", bad);
     selector_free(s);
@@ -250,14 +250,14 @@ static void test_no_split(void) {
 }
 
 int main(void) {
-    for (select_scan scan = SELECT_SCAN_FULL; scan < SELECT_SCAN_COUNT; scan++) {
-        test_exact(SELECT_SCORE_COSINE, scan, 0, 1 + scan);
-        test_exact(SELECT_SCORE_DOT, scan, 1, 11 + scan);
-        test_recall(SELECT_EXACT, scan, 0, 21 + scan);
-        test_recall(SELECT_EXACT, scan, 4, 24 + scan);
+    for (subq_scan scan = SUBQ_SCAN_FULL; scan < SUBQ_SCAN_COUNT; scan++) {
+        test_exact(SUBQ_SCORE_COSINE, scan, 0, 1 + scan);
+        test_exact(SUBQ_SCORE_DOT, scan, 1, 11 + scan);
+        test_recall(SUBQ_SELECT_EXACT, scan, 0, 21 + scan);
+        test_recall(SUBQ_SELECT_EXACT, scan, 4, 24 + scan);
     }
-    test_recall(SELECT_HNSW, SELECT_SCAN_FULL, 0, 31);
-    test_recall(SELECT_FAISS, SELECT_SCAN_FULL, 0, 32);
+    test_recall(SUBQ_SELECT_HNSW, SUBQ_SCAN_FULL, 0, 31);
+    test_recall(SUBQ_SELECT_FAISS, SUBQ_SCAN_FULL, 0, 32);
     test_no_split();
     return test_summary();
 }

@@ -148,8 +148,8 @@ static void test_quest_heads(subq_kv_type type, int P, uint64_t seed) {
     CHECK(kv_cache_init(&kv, N_LAYER, N_HEAD_KV, HD, N_CTX, type, &err) == SUBQ_OK, "kv init: %s", err.msg);
     fill_cache(&kv, n, &rng);
     selector_params p;
-    selector_params_default(&p, SELECT_QUEST, 0);
-    p.quest_page = P;
+    selector_params_default(&p, SUBQ_SELECT_QUEST, 0);
+    p.plan.quest_page = P;
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     selector *s;
     CHECK(selector_new(&p, &env, &s, &err) == SUBQ_OK, "quest: %s", err.msg);
@@ -204,10 +204,10 @@ static void test_oracles(subq_kv_type type, uint64_t seed) {
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     selector *ph, *cs;
     selector_params p;
-    selector_params_default(&p, SELECT_ORACLE, 0);
-    p.oracle = ORACLE_PER_HEAD;
+    selector_params_default(&p, SUBQ_SELECT_ORACLE, 0);
+    p.plan.oracle = SUBQ_ORACLE_PER_HEAD;
     CHECK(selector_new(&p, &env, &ph, &err) == SUBQ_OK, "oracle per-head: %s", err.msg);
-    p.oracle = ORACLE_HEADMEAN_COSINE;
+    p.plan.oracle = SUBQ_ORACLE_HEADMEAN_COSINE;
     CHECK(selector_new(&p, &env, &cs, &err) == SUBQ_OK, "oracle cosine: %s", err.msg);
     CHECK(selector_per_head(ph) && !selector_per_head(cs), "per-head only for the per-head oracle");
     CHECK(selector_append(ph, NULL, n, 0, &err) == SUBQ_OK && selector_append(cs, NULL, n, 0, &err) == SUBQ_OK,
@@ -249,7 +249,7 @@ static void test_oracles(subq_kv_type type, uint64_t seed) {
     CHECK(bad_ph == 0, "oracle per-head %s: %d differences from brute force", t, bad_ph);
     /* per-kv-head: the group's mean logit, one set shared by the group */
     selector *pk;
-    p.oracle = ORACLE_PER_KV_HEAD;
+    p.plan.oracle = SUBQ_ORACLE_PER_KV_HEAD;
     CHECK(selector_new(&p, &env, &pk, &err) == SUBQ_OK && selector_per_head(pk), "oracle per-kv-head: %s", err.msg);
     CHECK(selector_append(pk, NULL, n, 0, &err) == SUBQ_OK, "append: %s", err.msg);
     int bad_pk = 0;
@@ -301,10 +301,12 @@ static void test_stage(subq_kv_type type, int quest) {
     fill_cache(&kv, N, &rng);
     for (int j = 0; j < N; j++) kv.seg[j] = j < 70 ? 0 : 1, kv.pos[j] = j < 70 ? j : j - 70;
     kv.n_used = N;
-    sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .prefill = SPARSE_PREFILL_TOKEN};
-    selector_params_default(&sp.select, quest ? SELECT_QUEST : SELECT_ORACLE, 0);
-    sp.select.oracle = ORACLE_PER_HEAD;
-    sp.select.quest_page = 4;
+    sparse_params sp = {0};
+    selector_params_default(&sp.select, quest ? SUBQ_SELECT_QUEST : SUBQ_SELECT_ORACLE, 0);
+    sp.select.plan.top_k = K, sp.select.plan.n_sink = SINK, sp.select.plan.n_tail = TAIL;
+    sp.select.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
+    sp.select.plan.oracle = SUBQ_ORACLE_PER_HEAD;
+    sp.select.plan.quest_page = 4;
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     attn_stage *st;
     selector *twin = NULL;
@@ -435,9 +437,11 @@ static void test_stage_complete(subq_kv_type type) {
     phi_maps *maps = NULL;
     CHECK(!phi_maps_new(&d, N_LAYER, layers, 1, 0, &maps, &err), "maps: %s", err.msg);
     phi_maps_init(maps, 0.5f, &rng);
-    sparse_params sp = {.top_k = K, .n_sink = SINK, .n_tail = TAIL, .prefill = SPARSE_PREFILL_TOKEN, .complete = maps};
-    selector_params_default(&sp.select, SELECT_ORACLE, 0);
-    sp.select.oracle = ORACLE_PER_HEAD;
+    sparse_params sp = {.complete = maps};
+    selector_params_default(&sp.select, SUBQ_SELECT_ORACLE, 0);
+    sp.select.plan.top_k = K, sp.select.plan.n_sink = SINK, sp.select.plan.n_tail = TAIL;
+    sp.select.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
+    sp.select.plan.oracle = SUBQ_ORACLE_PER_HEAD;
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     attn_stage *st = NULL;
     attn_completion *ref = NULL;
@@ -500,7 +504,7 @@ static double cos_ds(const float *a, const float *b, int ds) {
  * search head a = h / (N_HEAD / n_qhead) against key head a / (n_qhead /
  * N_HEAD_KV), brute force here (hnsw: recall >= 0.9 of it); get_keys /
  * put_keys round-trip. */
-static void test_search_heads(selector_kind kind, int n_qhead) {
+static void test_search_heads(subq_selector_kind kind, int n_qhead) {
     enum { DS = 8, N = 500 };
     uint64_t rng = rng_seed(40 + n_qhead + kind);
     selector_env env = {.layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
@@ -539,7 +543,7 @@ static void test_search_heads(selector_kind kind, int n_qhead) {
                 have[i] = cos_ds(qs + a * DS, keys + ((size_t)out[h * k + i] * N_HEAD_KV + b) * DS, DS);
             }
             differ += n_out[h] != n_out2[h] || memcmp(out + h * k, out2 + h * k, (size_t)n_out[h] * sizeof(int32_t));
-            if (kind == SELECT_EXACT) {
+            if (kind == SUBQ_SELECT_EXACT) {
                 bad += same_scores(have, n_out[h], want, ne);
                 continue;
             }
@@ -551,7 +555,7 @@ static void test_search_heads(selector_kind kind, int n_qhead) {
     }
     const char *name = selector_kind_name(kind);
     CHECK(bad == 0, "per-head %s (%d query heads): %d differences from brute force", name, n_qhead, bad);
-    CHECK(kind == SELECT_EXACT || hit / total >= 0.9, "per-head %s: recall %.3f < 0.9", name, hit / total);
+    CHECK(kind == SUBQ_SELECT_EXACT || hit / total >= 0.9, "per-head %s: recall %.3f < 0.9", name, hit / total);
     CHECK(differ == 0, "per-head %s: the index rebuilt from get_keys answers otherwise (%d sets)", name, differ);
     selector_free(s);
     selector_free(twin);
@@ -560,9 +564,9 @@ static void test_search_heads(selector_kind kind, int n_qhead) {
 }
 
 int main(void) {
-    test_search_heads(SELECT_EXACT, N_HEAD);
-    test_search_heads(SELECT_EXACT, N_HEAD_KV);
-    test_search_heads(SELECT_HNSW, N_HEAD);
+    test_search_heads(SUBQ_SELECT_EXACT, N_HEAD);
+    test_search_heads(SUBQ_SELECT_EXACT, N_HEAD_KV);
+    test_search_heads(SUBQ_SELECT_HNSW, N_HEAD);
     test_quest_heads(SUBQ_KV_F32, 16, 5);
     test_quest_heads(SUBQ_KV_F16, 16, 6);
     test_quest_heads(SUBQ_KV_F32, 7, 7); /* partial last page */

@@ -44,16 +44,16 @@ static double recall(const int32_t *a, int na, const int32_t *b, int nb) {
     return nb ? (double)hit / nb : 1.0;
 }
 
-static void run(selector_kind kind, int f16, select_score score, const float *keys, const float *queries,
+static void run(subq_selector_kind kind, int f16, subq_score score, const float *keys, const float *queries,
                 int32_t *seg) {
     char name[64];
     snprintf(name, sizeof name, "%s %s %s", selector_kind_name(kind), f16 ? "f16" : "f32", select_score_name(score));
     subq_error err = {0};
     selector_params pe, pa;
-    selector_params_default(&pe, SELECT_EXACT, D);
+    selector_params_default(&pe, SUBQ_SELECT_EXACT, D);
     selector_params_default(&pa, kind, D);
-    pe.score = pa.score = score;
-    pa.search_f16 = f16;
+    pe.plan.score = pa.plan.score = score;
+    pa.plan.search_f16 = f16;
     selector *ex, *ann;
     CHECK(selector_new(&pe, NULL, &ex, &err) == SUBQ_OK, "exact: %s", err.msg);
     CHECK(selector_new(&pa, NULL, &ann, &err) == SUBQ_OK, "%s: %s", name, err.msg);
@@ -118,7 +118,7 @@ static void run(selector_kind kind, int f16, select_score score, const float *ke
      * masked part (hnswlib: measured 0.84 here at any efSearch up to 512,
      * 1.0 at 2000; FAISS 0.99, and 0.95 with the sanitizer build's 6000
      * keys): a known limit of graph indexes with --score dot */
-    const double floor = score == SELECT_SCORE_DOT ? (kind == SELECT_HNSW ? 0.8 : 0.9) : 0.95;
+    const double floor = score == SUBQ_SCORE_DOT ? (kind == SUBQ_SELECT_HNSW ? 0.8 : 0.9) : 0.95;
     CHECK(rm >= floor, "%s masked recall@%d %.4f < %.2f", name, K, rm, floor);
 
     /* a batch of the masked queries (prefill: in parallel) answers as one query each */
@@ -151,7 +151,7 @@ static void run(selector_kind kind, int f16, select_score score, const float *ke
 
     /* truncation rebuilds from the stored keys: the same answers as an index
      * given only the kept keys */
-    if (kind == SELECT_HNSW) {
+    if (kind == SUBQ_SELECT_HNSW) {
         const int keep = N_KEYS / 2;
         selector *fresh;
         CHECK(selector_new(&pa, NULL, &fresh, &err) == SUBQ_OK, "%s: %s", name, err.msg);
@@ -197,12 +197,12 @@ int main(void) {
     for (int i = 0; i < N_QUERIES; i++)
         near(queries + (size_t)i * D, centres + (size_t)(i % N_CENTRES) * D, 0.3f, &rng);
 
-    run(SELECT_HNSW, 0, SELECT_SCORE_COSINE, keys, queries, seg);
-    run(SELECT_HNSW, 1, SELECT_SCORE_COSINE, keys, queries, seg);
-    run(SELECT_HNSW, 0, SELECT_SCORE_DOT, keys, queries, seg);
-    if (selector_kind_available(SELECT_FAISS)) {
-        run(SELECT_FAISS, 0, SELECT_SCORE_COSINE, keys, queries, seg);
-        run(SELECT_FAISS, 0, SELECT_SCORE_DOT, keys, queries, seg);
+    run(SUBQ_SELECT_HNSW, 0, SUBQ_SCORE_COSINE, keys, queries, seg);
+    run(SUBQ_SELECT_HNSW, 1, SUBQ_SCORE_COSINE, keys, queries, seg);
+    run(SUBQ_SELECT_HNSW, 0, SUBQ_SCORE_DOT, keys, queries, seg);
+    if (selector_kind_available(SUBQ_SELECT_FAISS)) {
+        run(SUBQ_SELECT_FAISS, 0, SUBQ_SCORE_COSINE, keys, queries, seg);
+        run(SUBQ_SELECT_FAISS, 0, SUBQ_SCORE_DOT, keys, queries, seg);
     } else {
         printf("faiss: not in this build\n");
     }

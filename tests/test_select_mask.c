@@ -71,24 +71,24 @@ int main(void) {
     kv.n_used = N_CTX;
 
     selector_env env = {.kv = &kv, .layer = 0, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
-    selector *sel[SELECT_KIND_COUNT] = {0};
-    for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
-        if (!selector_kind_available((selector_kind)kind)) continue;
+    selector *sel[SUBQ_SELECT_COUNT] = {0};
+    for (int kind = 0; kind < SUBQ_SELECT_COUNT; kind++) {
+        if (!selector_kind_available((subq_selector_kind)kind)) continue;
         selector_params p;
-        selector_params_default(&p, (selector_kind)kind, D);
+        selector_params_default(&p, (subq_selector_kind)kind, D);
         /* a narrow beam makes the ANN selectors use their graph search (not
          * the small-set scan) on sequences of a few hundred slots */
-        p.hnsw_ef_search = 4;
-        p.hnsw_m = 8;
-        p.quest_page = kind == SELECT_QUEST ? 5 : 16;
-        p.search_f16 = 1;
+        p.plan.hnsw_ef_search = 4;
+        p.plan.hnsw_m = 8;
+        p.plan.quest_page = kind == SUBQ_SELECT_QUEST ? 5 : 16;
+        p.plan.search_f16 = 1;
         CHECK(selector_new(&p, &env, &sel[kind], &err) == SUBQ_OK, "%s: %s", selector_kind_name(kind), err.msg);
     }
 
     int32_t *seg = malloc(N_CTX * sizeof(int32_t)), *out = malloc(N_CTX * sizeof(int32_t));
     int *stamp = calloc(N_CTX, sizeof(int)), stamp_id = 0;
     float q_s[D], q_n[N_HEAD * HD];
-    stats st[SELECT_KIND_COUNT] = {{0}};
+    stats st[SUBQ_SELECT_COUNT] = {{0}};
     int bad_append = 0;
     for (int c = 0; c < N_CASES; c++) {
         /* mostly short sequences; every 50th a long one */
@@ -99,7 +99,7 @@ int main(void) {
             if (seg_mode == 1 && rng_uniform(&rng) < 0.03f) s_id++;
             seg[j] = seg_mode == 2 ? (int32_t)(rng_next_u64(&rng) % 4) : s_id;
         }
-        for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
+        for (int kind = 0; kind < SUBQ_SELECT_COUNT; kind++) {
             if (!sel[kind]) continue;
             selector_reset(sel[kind]);
             for (int at = 0; at < n;) {
@@ -118,7 +118,7 @@ int main(void) {
             int n_elig = 0;
             for (int j = 0; j < n; j++) n_elig += select_mask_allows(&m, j);
             int want = k < n_elig ? k : n_elig;
-            for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
+            for (int kind = 0; kind < SUBQ_SELECT_COUNT; kind++) {
                 if (!sel[kind]) continue;
                 stats *x = &st[kind];
                 int got = selector_query(sel[kind], q_s, q_n, k, &m, out);
@@ -136,14 +136,14 @@ int main(void) {
                 }
                 if (selector_kind_is_ann(kind)) x->short_ann += got < want;
                 else x->bad_count += got != want;
-                if (kind == SELECT_WINDOW) /* the most recent eligible slots, newest first */
+                if (kind == SUBQ_SELECT_WINDOW) /* the most recent eligible slots, newest first */
                     for (int j = (m.n_slots < n ? m.n_slots : n) - 1, i = 0; j >= 0 && i < got; j--)
                         if (select_mask_allows(&m, j)) x->bad_order += out[i++] != j;
             }
         }
     }
     CHECK(bad_append == 0, "%d appends failed (last: %s)", bad_append, err.msg);
-    for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
+    for (int kind = 0; kind < SUBQ_SELECT_COUNT; kind++) {
         if (!sel[kind]) continue;
         const stats *x = &st[kind];
         const char *name = selector_kind_name(kind);

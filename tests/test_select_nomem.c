@@ -22,7 +22,7 @@ static void check_queries(const kv_cache *kv, const float *ks, const float *q_s,
     /* 200 keys: exact's serial scan, the ANN selectors' small-set scan;
      * 9000: exact's threaded scan (>= 8192 keys), the ANN graph searches */
     const int ns[2] = {200, N_MAX};
-    for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
+    for (int kind = 0; kind < SUBQ_SELECT_COUNT; kind++) {
         if (!selector_kind_available(kind)) continue;
         for (int c = 0; c < 2; c++) {
             const int n = ns[c];
@@ -42,7 +42,7 @@ static void check_queries(const kv_cache *kv, const float *ks, const float *q_s,
             int32_t out[K];
             s->fail_alloc = 1;
             int got = selector_query(s, q_s, q_n, K, &all, out);
-            if (kind == SELECT_WINDOW) /* the one selector whose queries allocate nothing */
+            if (kind == SUBQ_SELECT_WINDOW) /* the one selector whose queries allocate nothing */
                 CHECK(got == K, "window with %d keys: %d of %d slots", n, got, K);
             else
                 CHECK(got < 0, "%s with %d keys: a query whose allocations fail returned %d slots, not an error",
@@ -76,10 +76,10 @@ static void check_forward(void) {
     }
     attn_plan plan;
     attn_plan_default(&plan);
-    plan.sparse_layers = "1-4";
-    plan.sparse.top_k = 8;
-    plan.sparse.prefill = SPARSE_PREFILL_DENSE; /* the prompt runs no queries: the decode step's query is the first */
-    selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
+    plan.plan.layers = "1-4";
+    plan.plan.top_k = 8;
+    plan.plan.sparse_prefill = SUBQ_PREFILL_DENSE; /* the prompt runs no queries: the decode step's query is the first */
+    plan.plan.selector = SUBQ_SELECT_ORACLE;
     CHECK(!context_set_plan(c, &plan, NULL, &err), "plan: %s", err.msg);
     int32_t tok[40];
     for (int i = 0; i < 40; i++) tok[i] = 1 + (i * 37) % 500;

@@ -76,8 +76,8 @@ static void test_quest(subq_kv_type type, int P, uint64_t seed) {
     CHECK(kv_cache_init(&kv, N_LAYER, N_HEAD_KV, HD, N_CTX, type, &err) == SUBQ_OK, "kv init: %s", err.msg);
     fill_cache(&kv, n, &rng);
     selector_params p;
-    selector_params_default(&p, SELECT_QUEST, 0);
-    p.quest_page = P;
+    selector_params_default(&p, SUBQ_SELECT_QUEST, 0);
+    p.plan.quest_page = P;
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     selector *s;
     CHECK(selector_new(&p, &env, &s, &err) == SUBQ_OK, "quest: %s", err.msg);
@@ -136,7 +136,7 @@ static void test_oracle(subq_kv_type type, uint64_t seed) {
     CHECK(kv_cache_init(&kv, N_LAYER, N_HEAD_KV, HD, N_CTX, type, &err) == SUBQ_OK, "kv init: %s", err.msg);
     fill_cache(&kv, n, &rng);
     selector_params p;
-    selector_params_default(&p, SELECT_ORACLE, 0);
+    selector_params_default(&p, SUBQ_SELECT_ORACLE, 0);
     selector_env env = {.kv = &kv, .layer = LAYER, .n_head = N_HEAD, .n_head_kv = N_HEAD_KV, .head_dim = HD};
     selector *s;
     CHECK(selector_new(&p, &env, &s, &err) == SUBQ_OK, "oracle: %s", err.msg);

@@ -8,7 +8,7 @@
  *    (its own among the candidates), and with K >= n equals full attention;
  *  - per-layer top-K (topk_layers) layers are exact selections of their K
  *    whatever the plan's selector and layer list say;
- *  - batched sparse prefill (SPARSE_PREFILL_BATCH, batches of BATCH tokens):
+ *  - batched sparse prefill (SUBQ_PREFILL_SPARSE, batches of BATCH tokens):
  *    with K >= every eligible key it equals full attention (sinks, window and
  *    retrieved slots cover every key exactly once); with K = 8 its
  *    candidates lie before their batch, in the query's document, outside the
@@ -74,7 +74,7 @@ static subq_status run(const attn_plan *plan, const search_proj *proj, int packe
                             err);
         if (!s && cand_out && plan) { /* record layer 2's candidates */
             const sparse_record *r = attn_sparse_record(c->stages[2]);
-            memcpy(cand_out + (size_t)t * plan->sparse.top_k, r->cand, (size_t)n * plan->sparse.top_k * sizeof(int32_t));
+            memcpy(cand_out + (size_t)t * plan->plan.top_k, r->cand, (size_t)n * plan->plan.top_k * sizeof(int32_t));
         }
     }
     subq_context_free(c);
@@ -188,7 +188,7 @@ int main(void) {
     CHECK(!run(NULL, NULL, 1, N_TOK, full_packed, NULL, &err), "full packed: %s", err.msg);
 
     /* 1. K >= eligible keys: every retrieving selector equals full attention */
-    for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
+    for (int kind = 0; kind < SUBQ_SELECT_COUNT; kind++) {
         const char *name = selector_kind_name(kind);
         if (!selector_kind_available(kind)) {
             printf("note: selector %s is not built in; not tested\n", name);
@@ -197,9 +197,9 @@ int main(void) {
         for (int packed = 0; packed < 2; packed++) {
             attn_plan plan;
             attn_plan_default(&plan);
-            selector_params_default(&plan.sparse.select, kind, 16);
-            plan.sparse.top_k = N_TOK;
-            plan.sparse_layers = "1-4";
+            plan.plan.selector = kind;
+            plan.plan.top_k = N_TOK;
+            plan.plan.layers = "1-4";
             subq_status s = run(&plan, proj, packed, N_TOK, got, NULL, &err);
             double rel = s ? 1 : max_rel(got, packed ? full_packed : full, (size_t)N_TOK * V);
             CHECK(!s && rel < 1e-5, "%s K>=n %s: rel %.2e %s", name, packed ? "packed" : "", rel, s ? err.msg : "");
@@ -209,9 +209,9 @@ int main(void) {
     /* 2. decode mode == prefill mode with the same candidates (exact, K=8) */
     attn_plan plan;
     attn_plan_default(&plan);
-    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
-    plan.sparse.top_k = 8;
-    plan.sparse_layers = "1-4";
+    plan.plan.selector = SUBQ_SELECT_EXACT;
+    plan.plan.top_k = 8;
+    plan.plan.layers = "1-4";
     int32_t *cand_a = malloc((size_t)N_TOK * 8 * sizeof(int32_t)), *cand_b = malloc((size_t)N_TOK * 8 * sizeof(int32_t));
     float *dec = malloc((size_t)N_TOK * V * sizeof(float));
     CHECK(!run(&plan, proj, 0, N_TOK, got, cand_a, &err), "prefill mode: %s", err.msg);
@@ -227,9 +227,9 @@ int main(void) {
     const char *all_kinds[] = {"exact", "hnsw", "quest", "oracle", "window"};
     for (int k = 0; k < 5; k++) {
         attn_plan_default(&plan);
-        selector_params_default(&plan.sparse.select, selector_kind_parse(all_kinds[k]), 16);
-        plan.sparse.top_k = 8;
-        plan.sparse_layers = "1-4";
+        plan.plan.selector = selector_kind_parse(all_kinds[k]);
+        plan.plan.top_k = 8;
+        plan.plan.layers = "1-4";
         CHECK(!run(&plan, proj, 1, N_TOK, got, cand_a, &err), "%s packed: %s", all_kinds[k], err.msg);
         int bad = 0, filler = 0;
         for (int t = 0; t < N_TOK; t++) {
@@ -252,22 +252,22 @@ int main(void) {
      * with K = 8 each query gets min(8, keys of its document so far), all
      * eligible; K = 0 without sinks or tail leaves nothing to attend and is
      * refused. */
-    for (int kind = 0; kind < SELECT_KIND_COUNT + 3; kind++) {
+    for (int kind = 0; kind < SUBQ_SELECT_COUNT + 3; kind++) {
         attn_plan_default(&plan);
-        selector_params_default(&plan.sparse.select, kind < SELECT_KIND_COUNT ? kind : SELECT_EXACT, 16);
-        const char *name = kind < SELECT_KIND_COUNT ? selector_kind_name(kind) : "exact (dot, int8, int4)";
-        if (kind >= SELECT_KIND_COUNT) {
-            plan.sparse.select.score = SELECT_SCORE_DOT;
-            plan.sparse.select.scan = (select_scan)(kind - SELECT_KIND_COUNT);
+        plan.plan.selector = kind < SUBQ_SELECT_COUNT ? kind : SUBQ_SELECT_EXACT;
+        const char *name = kind < SUBQ_SELECT_COUNT ? selector_kind_name(kind) : "exact (dot, int8, int4)";
+        if (kind >= SUBQ_SELECT_COUNT) {
+            plan.plan.score = SUBQ_SCORE_DOT;
+            plan.plan.scan = (subq_scan)(kind - SUBQ_SELECT_COUNT);
         }
-        if (!selector_kind_available(plan.sparse.select.kind)) continue;
-        plan.sparse.n_sink = plan.sparse.n_tail = 0;
-        plan.sparse_layers = "1-4";
-        plan.sparse.top_k = N_TOK;
+        if (!selector_kind_available(plan.plan.selector)) continue;
+        plan.plan.n_sink = plan.plan.n_tail = 0;
+        plan.plan.layers = "1-4";
+        plan.plan.top_k = N_TOK;
         subq_status s = run(&plan, proj, 1, N_TOK, got, NULL, &err);
         rel = s ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
         CHECK(!s && rel < 1e-5, "%s sink 0 tail 0 K>=n: rel %.2e %s", name, rel, s ? err.msg : "");
-        plan.sparse.top_k = 8;
+        plan.plan.top_k = 8;
         s = run(&plan, proj, 1, N_TOK, got, cand_a, &err);
         CHECK(!s, "%s sink 0 tail 0 K=8: %s", name, err.msg);
         int bad = 0, short_sets = 0;
@@ -285,9 +285,9 @@ int main(void) {
               name, bad, short_sets);
     }
     attn_plan_default(&plan);
-    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
-    plan.sparse.top_k = plan.sparse.n_sink = plan.sparse.n_tail = 0;
-    plan.sparse_layers = "1-4";
+    plan.plan.selector = SUBQ_SELECT_EXACT;
+    plan.plan.top_k = plan.plan.n_sink = plan.plan.n_tail = 0;
+    plan.plan.layers = "1-4";
     CHECK(run(&plan, proj, 0, N_TOK, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "at least one key"),
           "K 0, sink 0, tail 0 must be refused: '%s'", err.msg);
 
@@ -296,20 +296,20 @@ int main(void) {
      * same logits); a K >= n there is full attention; lists are parsed as
      * written and a layer without projections is refused. */
     attn_plan_default(&plan);
-    selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
-    plan.sparse.top_k = 8;
-    plan.sparse_layers = "1-4";
+    plan.plan.selector = SUBQ_SELECT_EXACT;
+    plan.plan.top_k = 8;
+    plan.plan.layers = "1-4";
     CHECK(!run(&plan, proj, 1, N_TOK, dec, cand_b, &err), "exact K=8: %s", err.msg);
-    selector_params_default(&plan.sparse.select, SELECT_WINDOW, 16);
-    plan.sparse_layers = "none";
-    plan.topk_layers = "1-4:8";
+    plan.plan.selector = SUBQ_SELECT_WINDOW;
+    plan.plan.layers = "none";
+    plan.plan.topk_layers = "1-4:8";
     CHECK(!run(&plan, proj, 1, N_TOK, got, cand_a, &err), "topk_layers 1-4:8: %s", err.msg);
     CHECK(!memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) && max_rel(got, dec, (size_t)N_TOK * V) == 0,
           "topk_layers 1-4:8 differs from exact K=8 on layers 1-4");
-    plan.topk_layers = "1-2:160,3:200,-1:500";
+    plan.plan.topk_layers = "1-2:160,3:200,-1:500";
     rel = run(&plan, proj, 1, N_TOK, got, NULL, &err) ? 1 : max_rel(got, full_packed, (size_t)N_TOK * V);
     CHECK(rel < 1e-5, "topk_layers with K >= n: rel %.2e %s", rel, err.msg);
-    plan.topk_layers = "0:8";
+    plan.plan.topk_layers = "0:8";
     CHECK(run(&plan, proj, 1, N_TOK, got, NULL, &err) == SUBQ_ERR_ARG && strstr(err.msg, "per-layer top-K"),
           "a per-layer top-K on a layer without projections must be refused: '%s'", err.msg);
     int topk[5];
@@ -323,14 +323,14 @@ int main(void) {
 
 
     /* 6. batched sparse prefill */
-    for (int kind = 0; kind < SELECT_KIND_COUNT; kind++) {
+    for (int kind = 0; kind < SUBQ_SELECT_COUNT; kind++) {
         if (!selector_kind_available(kind)) continue;
         for (int packed = 0; packed < 2; packed++) {
             attn_plan_default(&plan);
-            selector_params_default(&plan.sparse.select, kind, 16);
-            plan.sparse.top_k = N_TOK;
-            plan.sparse.prefill = SPARSE_PREFILL_BATCH;
-            plan.sparse_layers = "1-4";
+            plan.plan.selector = kind;
+            plan.plan.top_k = N_TOK;
+            plan.plan.sparse_prefill = SUBQ_PREFILL_SPARSE;
+            plan.plan.layers = "1-4";
             subq_status s = run(&plan, proj, packed, BATCH, got, NULL, &err);
             rel = s ? 1 : max_rel(got, packed ? full_packed : full, (size_t)N_TOK * V);
             CHECK(!s && rel < 1e-5, "batch prefill %s K>=n %s: rel %.2e %s", selector_kind_name(kind),
@@ -339,11 +339,11 @@ int main(void) {
     }
     for (int k = 0; k < 5; k++) {
         attn_plan_default(&plan);
-        selector_params_default(&plan.sparse.select, selector_kind_parse(all_kinds[k]), 16);
-        plan.sparse.top_k = 8;
-        plan.sparse.prefill = SPARSE_PREFILL_BATCH;
-        plan.sparse.select.quest_headmean = 1; /* per-head Quest prefills token by token */
-        plan.sparse_layers = "1-4";
+        plan.plan.selector = selector_kind_parse(all_kinds[k]);
+        plan.plan.top_k = 8;
+        plan.plan.sparse_prefill = SUBQ_PREFILL_SPARSE;
+        plan.plan.quest_headmean = 1; /* per-head Quest prefills token by token */
+        plan.plan.layers = "1-4";
         CHECK(!run(&plan, proj, 1, BATCH, got, cand_a, &err), "batch prefill %s packed: %s", all_kinds[k], err.msg);
         int bad = 0, filler = 0, want = 0;
         for (int t = 0; t < N_TOK; t++) {
@@ -391,9 +391,9 @@ int main(void) {
         CHECK(!search_proj_random(model, layers, 4, 16, 7, &rp, &err), "%s", err.msg);
         rp->rope = (search_rope){.n_rot = 8, .base = 100.0, .scale = 1.0};
         attn_plan_default(&plan);
-        selector_params_default(&plan.sparse.select, SELECT_EXACT, 16);
-        plan.sparse.top_k = 8;
-        plan.sparse_layers = "1-4";
+        plan.plan.selector = SUBQ_SELECT_EXACT;
+        plan.plan.top_k = 8;
+        plan.plan.layers = "1-4";
         CHECK(!run(&plan, rp, 1, N_TOK, got, cand_a, &err), "rotated prefill: %s", err.msg);
         int miss = rotated_topk_misses(rp, cand_a, 0);
         CHECK(miss == 0, "rotated space, prefill: %d queries' candidates are not the rotated top-8", miss);
@@ -403,8 +403,8 @@ int main(void) {
               "rotated space: decode chose other candidates or logits than prefill");
         for (int v = 0; v < 3; v++) { /* int8, int4 codes; hnsw */
             attn_plan other = plan;
-            if (v < 2) other.sparse.select.scan = v ? SELECT_SCAN_INT4 : SELECT_SCAN_INT8;
-            else selector_params_default(&other.sparse.select, SELECT_HNSW, 16);
+            if (v < 2) other.plan.scan = v ? SUBQ_SCAN_INT4 : SUBQ_SCAN_INT8;
+            else other.plan.selector = SUBQ_SELECT_HNSW;
             CHECK(!run(&other, rp, 1, N_TOK, dec, cand_b, &err), "rotated %d: %s", v, err.msg);
             miss = rotated_topk_misses(rp, cand_b, 0);
             CHECK(miss == 0, "rotated space, %s: %d queries' candidates are not the rotated top-8",
@@ -417,8 +417,7 @@ int main(void) {
         CHECK(memcmp(cand_a, cand_b, (size_t)N_TOK * 8 * sizeof(int32_t)) != 0 && rotated_topk_misses(rp, cand_b, 0) > 0,
               "rotating half the search space changed no candidate set");
         search_proj_free(flat);
-        plan.sparse.prefill = SPARSE_PREFILL_BATCH;
-        plan.sparse.select.n_threads = 2;
+        plan.plan.sparse_prefill = SUBQ_PREFILL_SPARSE;
         CHECK(!run(&plan, rp, 1, BATCH, got, cand_a, &err), "rotated batch prefill: %s", err.msg);
         miss = rotated_topk_misses(rp, cand_a, BATCH);
         CHECK(miss == 0, "rotated space, batched sparse prefill: %d queries' candidates are not the rotated top-8", miss);

@@ -10,92 +10,40 @@
 #include "base/layers.h"
 #include "model/context.h"
 
-_Static_assert((int)SUBQ_PREFILL_DENSE == (int)SPARSE_PREFILL_DENSE && (int)SUBQ_PREFILL_SPARSE == (int)SPARSE_PREFILL_BATCH &&
-                   (int)SUBQ_PREFILL_TOKENWISE == (int)SPARSE_PREFILL_TOKEN,
-               "public and internal prefill modes must agree");
-_Static_assert((int)SUBQ_SELECT_EXACT == (int)SELECT_EXACT && (int)SUBQ_SELECT_HNSW == (int)SELECT_HNSW &&
-                   (int)SUBQ_SELECT_FAISS == (int)SELECT_FAISS && (int)SUBQ_SELECT_QUEST == (int)SELECT_QUEST &&
-                   (int)SUBQ_SELECT_ORACLE == (int)SELECT_ORACLE && (int)SUBQ_SELECT_WINDOW == (int)SELECT_WINDOW,
-               "public and internal selector kinds must agree");
-
-_Static_assert((int)SUBQ_SCORE_COSINE == (int)SELECT_SCORE_COSINE && (int)SUBQ_SCORE_DOT == (int)SELECT_SCORE_DOT &&
-                   (int)SUBQ_SCORE_COUNT == (int)SELECT_SCORE_COUNT && (int)SUBQ_SCAN_FULL == (int)SELECT_SCAN_FULL &&
-                   (int)SUBQ_SCAN_INT8 == (int)SELECT_SCAN_INT8 && (int)SUBQ_SCAN_INT4 == (int)SELECT_SCAN_INT4 &&
-                   (int)SUBQ_SCAN_COUNT == (int)SELECT_SCAN_COUNT,
-               "public and internal scores and scans must agree");
-
-_Static_assert((int)SUBQ_FAR_NONE == (int)ATTN_FAR_NONE && (int)SUBQ_FAR_WINDOW == (int)ATTN_FAR_WINDOW &&
-                   (int)SUBQ_FAR_ORDER == (int)ATTN_FAR_ORDER && (int)SUBQ_FAR_GROUP == (int)ATTN_FAR_GROUP &&
-                   (int)SUBQ_FAR_COUNT == (int)ATTN_FAR_COUNT,
-               "public and internal far-key schemes must agree");
-
-_Static_assert((int)SUBQ_ORACLE_HEADMEAN_DOT == (int)ORACLE_HEADMEAN_DOT &&
-                   (int)SUBQ_ORACLE_HEADMEAN_COSINE == (int)ORACLE_HEADMEAN_COSINE &&
-                   (int)SUBQ_ORACLE_PER_HEAD == (int)ORACLE_PER_HEAD &&
-                   (int)SUBQ_ORACLE_PER_KV_HEAD == (int)ORACLE_PER_KV_HEAD && (int)SUBQ_ORACLE_COUNT == (int)ORACLE_KIND_COUNT,
-               "public and internal oracle kinds must agree");
-
 int subq_selector_parse(const char *name) { return selector_kind_parse(name); }
 int subq_score_parse(const char *name) { return select_score_parse(name); }
-const char *subq_score_name(subq_score s) { return select_score_name((select_score)s); }
+const char *subq_score_name(subq_score s) { return select_score_name(s); }
 int subq_scan_parse(const char *name) { return select_scan_parse(name); }
-const char *subq_scan_name(subq_scan s) { return select_scan_name((select_scan)s); }
+const char *subq_scan_name(subq_scan s) { return select_scan_name(s); }
 
 int subq_oracle_parse(const char *name) { return oracle_kind_parse(name); }
 
-const char *subq_oracle_name(subq_oracle_kind k) { return oracle_kind_name((oracle_kind)k); }
+const char *subq_oracle_name(subq_oracle_kind k) { return oracle_kind_name(k); }
 
 int subq_far_parse(const char *name) { return attn_far_parse(name); }
 
-const char *subq_far_name(subq_far_pos s) { return attn_far_name((attn_far_scheme)s); }
+const char *subq_far_name(subq_far_pos s) { return attn_far_name(s); }
 
-const char *subq_selector_name(subq_selector_kind k) { return selector_kind_name((selector_kind)k); }
+const char *subq_selector_name(subq_selector_kind k) { return selector_kind_name(k); }
 
 int subq_selector_available(subq_selector_kind k) {
-    return (int)k >= 0 && k < SUBQ_SELECT_COUNT && selector_kind_available((selector_kind)k);
+    return (int)k >= 0 && k < SUBQ_SELECT_COUNT && selector_kind_available(k);
 }
 
 int subq_selector_needs_search(subq_selector_kind k) {
-    return (int)k >= 0 && k < SUBQ_SELECT_COUNT && selector_kind_needs_search((selector_kind)k);
+    return (int)k >= 0 && k < SUBQ_SELECT_COUNT && selector_kind_needs_search(k);
 }
 
+/* The engine's defaults (attn_plan_default), with prompts attended dense. */
 subq_attn_plan subq_attn_plan_default(void) {
     attn_plan ip;
     attn_plan_default(&ip);
-    const selector_params *sp = &ip.sparse.select;
-    subq_attn_plan p = {
-        .layers = NULL,
-        .topk_layers = NULL,
-        .selector = (subq_selector_kind)sp->kind,
-        .top_k = ip.sparse.top_k,
-        .n_sink = ip.sparse.n_sink,
-        .n_tail = ip.sparse.n_tail,
-        .sparse_prefill = SUBQ_PREFILL_DENSE,
-        .hnsw_m = sp->hnsw_m,
-        .hnsw_ef_construction = sp->hnsw_ef_construction,
-        .hnsw_ef_search = sp->hnsw_ef_search,
-        .quest_page = sp->quest_page,
-        .quest_headmean = sp->quest_headmean,
-        .oracle = (subq_oracle_kind)sp->oracle,
-        .search_f16 = sp->search_f16,
-        .score = (subq_score)sp->score,
-        .scan = (subq_scan)sp->scan,
-        .block_keys = sp->block_keys,
-        .nprobe = sp->nprobe,
-        .probe_from = sp->probe_from,
-        .group_blocks = sp->group_blocks,
-        .group_probe = sp->group_probe,
-        .group_from = sp->group_from,
-        .block_reps = sp->block_reps,
-        .probe_check = sp->probe_check,
-        .seed = sp->seed,
-        .complete_min_entropy = -1.0f,
-        .far_pos = SUBQ_FAR_NONE,
-        .far_from = 0,
-    };
-    return p;
+    ip.plan.sparse_prefill = SUBQ_PREFILL_DENSE;
+    return ip.plan;
 }
 
+/* The plan's enums and distances checked; the plan itself is the engine's
+ * (attn_plan.plan), as given. */
 subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_error *err) {
     if ((int)p->selector < 0 || p->selector >= SUBQ_SELECT_COUNT)
         return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->selector);
@@ -109,34 +57,7 @@ subq_status api_plan_to_internal(const subq_attn_plan *p, attn_plan *out, subq_e
                          (int)p->far_pos);
     if (p->far_from < 0)
         return subq_fail(err, SUBQ_ERR_ARG, "far_from %d: a distance is at least 1 (0: the default)", p->far_from);
-    attn_plan_default(out);
-    out->sparse_layers = p->layers;
-    out->topk_layers = p->topk_layers;
-    sparse_params *sp = &out->sparse;
-    selector_params_default(&sp->select, (selector_kind)p->selector, 0);
-    sp->top_k = p->top_k;
-    sp->n_sink = p->n_sink;
-    sp->n_tail = p->n_tail;
-    sp->prefill = (sparse_prefill)p->sparse_prefill;
-    sp->select.hnsw_m = p->hnsw_m;
-    sp->select.hnsw_ef_construction = p->hnsw_ef_construction;
-    sp->select.hnsw_ef_search = p->hnsw_ef_search;
-    sp->select.quest_page = p->quest_page;
-    sp->select.quest_headmean = p->quest_headmean != 0;
-    sp->select.oracle = (oracle_kind)p->oracle;
-    sp->select.search_f16 = p->search_f16;
-    sp->select.score = (select_score)p->score;
-    sp->select.scan = (select_scan)p->scan;
-    sp->select.block_keys = p->block_keys;
-    sp->select.nprobe = p->nprobe;
-    sp->select.probe_from = p->probe_from;
-    sp->select.group_blocks = p->group_blocks;
-    sp->select.group_probe = p->group_probe;
-    sp->select.group_from = p->group_from;
-    sp->select.block_reps = p->block_reps;
-    sp->select.probe_check = p->probe_check;
-    sp->select.seed = p->seed;
-    sp->far = (attn_far){.scheme = (attn_far_scheme)p->far_pos, .from = p->far_from};
+    *out = (attn_plan){.plan = *p};
     return SUBQ_OK;
 }
 
@@ -305,8 +226,8 @@ subq_status subq_context_set_plan(subq_context *c, const subq_attn_plan *plan, c
         const model_hparams *hp = &c->model->hp;
         s = api_complete_head_flags(complete->maps, hp->n_layer, hp->n_head, plan->complete_min_entropy, &flags, err);
         if (s) return s;
-        ip.sparse.complete = complete->maps;
-        ip.sparse.complete_heads = flags;
+        ip.complete = complete->maps;
+        ip.complete_heads = flags;
     }
     s = context_set_plan(c, &ip, search ? search->proj : NULL, err);
     free(flags); /* the stages keep their own copy */

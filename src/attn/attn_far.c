@@ -7,15 +7,15 @@
 
 #include "kernels/kernels.h"
 
-static const char *const far_names[ATTN_FAR_COUNT] = {"none", "window", "order", "group"};
+static const char *const far_names[SUBQ_FAR_COUNT] = {"none", "window", "order", "group"};
 
 int attn_far_parse(const char *name) {
-    for (int i = 0; name && i < ATTN_FAR_COUNT; i++)
+    for (int i = 0; name && i < SUBQ_FAR_COUNT; i++)
         if (!strcmp(name, far_names[i])) return i;
     return -1;
 }
 
-const char *attn_far_name(attn_far_scheme s) { return (int)s >= 0 && s < ATTN_FAR_COUNT ? far_names[s] : "?"; }
+const char *attn_far_name(subq_far_pos s) { return (int)s >= 0 && s < SUBQ_FAR_COUNT ? far_names[s] : "?"; }
 
 static int cmp_u64(const void *a, const void *b) {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -27,23 +27,23 @@ int attn_far_shifts(const attn_far *f, const int32_t *dist, int n, int base, int
     int n_far = 0, d_max = 0;
     for (int j = 0; j < n; j++) {
         shift[j] = 0;
-        if (f->scheme == ATTN_FAR_NONE || dist[j] <= F) continue;
+        if (f->scheme == SUBQ_FAR_NONE || dist[j] <= F) continue;
         n_far++;
         d_max = dist[j] > d_max ? dist[j] : d_max;
     }
     if (!n_far) return 0;
     switch (f->scheme) {
-    case ATTN_FAR_WINDOW: /* d' = from */
+    case SUBQ_FAR_WINDOW: /* d' = from */
         for (int j = 0; j < n; j++)
             if (dist[j] > F) shift[j] = dist[j] - F;
         break;
-    case ATTN_FAR_GROUP: { /* d' = from + ceil((d - from) / G), G = ceil((d_max - from) / (limit - from)) */
+    case SUBQ_FAR_GROUP: { /* d' = from + ceil((d - from) / G), G = ceil((d_max - from) / (limit - from)) */
         const int64_t room = f->limit - F, G = (d_max - F + room - 1) / room;
         for (int j = 0; j < n; j++)
             if (dist[j] > F) shift[j] = dist[j] - (F + (int32_t)((dist[j] - F + G - 1) / G));
         break;
     }
-    case ATTN_FAR_ORDER: { /* every placed key at base + (n - 1 - r), r its rank by distance, farthest first
+    case SUBQ_FAR_ORDER: { /* every placed key at base + (n - 1 - r), r its rank by distance, farthest first
                               (ties: list order) */
         for (int j = 0; j < n; j++)
             scratch[j] = (int64_t)((uint64_t)(uint32_t)(INT32_MAX - dist[j]) << 32 | (uint32_t)j);

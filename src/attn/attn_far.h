@@ -31,20 +31,13 @@
 
 #include "kv/kv_cache.h"
 
-typedef enum attn_far_scheme {
-    ATTN_FAR_NONE = 0, /* keys at their own distance */
-    ATTN_FAR_WINDOW,
-    ATTN_FAR_ORDER,
-    ATTN_FAR_GROUP,
-    ATTN_FAR_COUNT
-} attn_far_scheme;
-
-/* "none", "window", "order", "group"; -1 if unknown. */
+/* The schemes are the public plan's (subq_far_pos of subq.h).
+ * "none", "window", "order", "group"; -1 if unknown. */
 int attn_far_parse(const char *name);
-const char *attn_far_name(attn_far_scheme s);
+const char *attn_far_name(subq_far_pos s);
 
 typedef struct attn_far {
-    attn_far_scheme scheme;
+    subq_far_pos scheme;
     int from;   /* keys farther than this are far (>= 1) */
     int limit;  /* group: the farthest distance a far key may take (the trained context - 1) */
 } attn_far;

@@ -575,7 +575,7 @@ subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *l
         if (q) w[i] = (batch_scratch){.q = q, .o = q + rows * hd, .s = q + 2 * rows * hd,
                                       .inv = q + rows * (2 * hd + n_keys), .e = q + rows * (2 * hd + n_keys + 1)};
     }
-    const int far = st->far.scheme != ATTN_FAR_NONE && st->rope && st->rope->n_rot > 0;
+    const int far = st->far.scheme != SUBQ_FAR_NONE && st->rope && st->rope->n_rot > 0;
     extra_slots xj = {.extra = extra, .kv = kv, .far = far ? &st->far : NULL, .first = first, .n_extra = n_extra,
                       .slot0 = st->slot0, .eh = eh};
     if (!failed && n_extra > 0) {

@@ -123,7 +123,7 @@ subq_status phi_diag_window(phi_diag_records *r, const subq_context *ctx, const 
             }
         selector *sel = NULL;
         selector_params sp;
-        selector_params_default(&sp, SELECT_ORACLE, 0);
+        selector_params_default(&sp, SUBQ_SELECT_ORACLE, 0);
         selector_env env = {.kv = kv, .layer = l, .n_head = nh, .n_head_kv = nkv, .head_dim = D};
         if ((s = selector_new(&sp, &env, &sel, err)) || (s = selector_append(sel, NULL, T, 0, err))) {
             selector_free(sel);
@@ -346,12 +346,12 @@ static subq_status perplexities(subq_context *c, const subq_corpus *corpus, cons
         for (int mode = 0; mode < 3 && !s; mode++) {
             attn_plan plan;
             attn_plan_default(&plan);
-            plan.sparse_layers = layer_list;
-            plan.sparse.top_k = o->ks[i] + (mode == 2 ? r->fetch_k : 0);
-            plan.sparse.n_sink = o->n_sink;
-            plan.sparse.n_tail = o->n_tail;
-            plan.sparse.complete = mode == 1 ? maps : NULL;
-            selector_params_default(&plan.sparse.select, SELECT_ORACLE, 0);
+            plan.plan.layers = layer_list;
+            plan.plan.selector = SUBQ_SELECT_ORACLE;
+            plan.plan.top_k = o->ks[i] + (mode == 2 ? r->fetch_k : 0);
+            plan.plan.n_sink = o->n_sink;
+            plan.plan.n_tail = o->n_tail;
+            plan.complete = mode == 1 ? maps : NULL;
             subq_context_reset(c);
             context_clear_plan(c);
             double p;

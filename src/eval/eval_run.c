@@ -20,9 +20,9 @@ void eval_config_default(eval_config *c) {
     c->pack = 1;
     c->max_windows = 32;
     c->eval_frac = 0.05f;
-    c->n_sink = 4;
-    c->n_tail = 16;
-    selector_params_default(&c->select, SELECT_EXACT, 0);
+    attn_plan p;
+    attn_plan_default(&p);
+    c->plan = p.plan;
     c->static_split = 0.5;
     c->n_resamples = 1000;
     c->seed = 17;
@@ -31,7 +31,7 @@ void eval_config_default(eval_config *c) {
 static const char *completion_suffix[] = {"", "+phi", "+phi1", "+phiA"};
 
 const char *eval_method_name(const subq_eval_method *m, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s@%d%s", selector_kind_name((selector_kind)m->select), m->k, completion_suffix[m->completion]);
+    snprintf(buf, cap, "%s@%d%s", selector_kind_name((subq_selector_kind)m->select), m->k, completion_suffix[m->completion]);
     return buf;
 }
 
@@ -55,7 +55,7 @@ static subq_status plan_methods(const eval_config *cfg, int head_dim, subq_eval_
     r->methods = calloc(cap ? cap : 1, sizeof(subq_eval_method));
     r->skipped = calloc((size_t)(n_pts ? n_pts : 1) * n_per, sizeof(subq_eval_skip));
     if (!r->methods || !r->skipped) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
-    const int fixed = cfg->n_sink + cfg->n_tail, d_phi = cfg->maps ? cfg->maps->dims.d_phi : 0;
+    const int fixed = cfg->plan.n_sink + cfg->plan.n_tail, d_phi = cfg->maps ? cfg->maps->dims.d_phi : 0;
     const double fetch = phi_budget_tokens(0, 0, 0, d_phi, head_dim, 1.0);
     for (int si = 0; si < cfg->n_selectors; si++) {
         const int kind = cfg->selectors[si];
@@ -65,7 +65,7 @@ static subq_status plan_methods(const eval_config *cfg, int head_dim, subq_eval_
                 add_method(r, kind, k, SUBQ_EVAL_SELECTION, NAN, fixed + k);
                 if (cfg->maps)
                     add_method(r, kind, k, SUBQ_EVAL_HYBRID, NAN,
-                               phi_budget_tokens(cfg->n_sink, cfg->n_tail, k, d_phi, head_dim, cfg->ctx));
+                               phi_budget_tokens(cfg->plan.n_sink, cfg->plan.n_tail, k, d_phi, head_dim, cfg->ctx));
                 continue;
             }
             /* 1e-9: a budget that is a whole number of tokens is not rounded up past it */
@@ -110,13 +110,13 @@ static subq_status check_config(const subq_context *c, const eval_config *cfg, s
     if (cfg->n_resamples < 2) return subq_fail(err, SUBQ_ERR_ARG, "bootstrap needs at least 2 resamples");
     for (int i = 0; i < cfg->n_selectors; i++) {
         int k = cfg->selectors[i];
-        if (k < 0 || k >= SELECT_KIND_COUNT) return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", k);
-        if (!selector_kind_available((selector_kind)k))
+        if (k < 0 || k >= SUBQ_SELECT_COUNT) return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", k);
+        if (!selector_kind_available((subq_selector_kind)k))
             return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector '%s' is not in this build",
-                             selector_kind_name((selector_kind)k));
-        if (selector_kind_needs_search((selector_kind)k) && !cfg->proj)
+                             selector_kind_name((subq_selector_kind)k));
+        if (selector_kind_needs_search((subq_selector_kind)k) && !cfg->proj)
             return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections",
-                             selector_kind_name((selector_kind)k));
+                             selector_kind_name((subq_selector_kind)k));
     }
     return SUBQ_OK;
 }
@@ -126,8 +126,8 @@ static subq_status check_config(const subq_context *c, const eval_config *cfg, s
 static subq_status sparse_layers(const eval_config *cfg, const model_hparams *hp, unsigned char *mask, char *list,
                                  size_t cap, subq_error *err) {
     const int n_layer = hp->n_layer;
-    if (cfg->sparse_layers) {
-        subq_status s = model_layers_parse(hp, cfg->sparse_layers, mask, err);
+    if (cfg->plan.layers) {
+        subq_status s = model_layers_parse(hp, cfg->plan.layers, mask, err);
         if (s) return s;
     } else { /* sliding layers keep their window */
         for (int l = 0; l < n_layer; l++) mask[l] = (cfg->proj ? cfg->proj->wq[l] != NULL : 1) && !hp->layer[l].window;
@@ -217,18 +217,12 @@ typedef struct run_state {
 } run_state;
 
 static attn_plan method_plan(const eval_config *cfg, const subq_eval_method *m, const char *layers) {
-    attn_plan p;
-    attn_plan_default(&p);
-    p.sparse_layers = layers;
-    p.topk_layers = cfg->topk_layers;
-    p.sparse.top_k = m->k;
-    p.sparse.n_sink = cfg->n_sink;
-    p.sparse.n_tail = cfg->n_tail;
-    p.sparse.prefill = SPARSE_PREFILL_TOKEN; /* teacher forcing: every query retrieves */
-    p.sparse.select = cfg->select;
-    p.sparse.select.kind = (selector_kind)m->select;
-    p.sparse.complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : cfg->maps;
-    p.sparse.complete_heads = cfg->complete_heads;
+    attn_plan p = {.plan = cfg->plan, .complete = m->completion == SUBQ_EVAL_SELECTION ? NULL : cfg->maps,
+                   .complete_heads = cfg->complete_heads};
+    p.plan.layers = layers;
+    p.plan.selector = (subq_selector_kind)m->select;
+    p.plan.top_k = m->k;
+    p.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE; /* teacher forcing: every query retrieves */
     return p;
 }
 
@@ -289,7 +283,7 @@ static subq_status eval_window(run_state *st, int wi, window *w, method_acc *acc
             if (!r->sparse_layers[l]) continue;
             char one[16];
             snprintf(one, sizeof one, "%d", l);
-            plan.sparse_layers = one;
+            plan.plan.layers = one;
             if ((s = run_window(st, w, &plan, -1, NULL, err))) return s;
             score_window(w, st->logits, n_vocab, &sc);
             a->layer_win_kl[(size_t)l * r->n_windows + wi] = sc.kl;

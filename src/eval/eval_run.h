@@ -31,7 +31,7 @@ typedef struct eval_config {
     int n_eval_files;
     int ctx, pack, max_windows;
     float eval_frac;
-    /* methods: each selector (selector_kind) at each K, or at the K each
+    /* methods: each selector (subq_selector_kind) at each K, or at the K each
      * KV-read budget (% of the window, rounded up to whole tokens) leaves
      * after sinks and tail; selection only, and with completion when maps */
     const int *selectors;
@@ -40,10 +40,11 @@ typedef struct eval_config {
     int n_k;
     const double *budgets; /* n_budgets > 0 replaces ks and needs maps */
     int n_budgets;
-    int n_sink, n_tail;
-    selector_params select;       /* selector parameters (the kind is set per method) */
-    const char *sparse_layers;    /* NULL: the projections' layers, all without projections; same for every method */
-    const char *topk_layers;      /* per-layer top-K by exact selection (attn_plan.topk_layers); NULL: none */
+    /* the public plan every method runs: its layers (NULL: the projections'
+     * layers, all without projections) and topk_layers, sinks, tail and
+     * selector settings; each method sets the selector kind and K, and
+     * prompts run token by token (teacher forcing) */
+    subq_attn_plan plan;
     const search_proj *proj;      /* NULL: only selectors without a search space */
     const phi_maps *maps;         /* completion maps; NULL: selection only */
     const unsigned char *complete_heads; /* [n_layer][n_head] completion flags; NULL: every head */

@@ -15,8 +15,6 @@ subq_eval_params subq_eval_default_params(void) {
         .plan = subq_attn_plan_default(), .static_split = c.static_split, .n_resamples = c.n_resamples,
         .seed = c.seed,
     };
-    p.plan.n_sink = c.n_sink;
-    p.plan.n_tail = c.n_tail;
     return p;
 }
 
@@ -26,9 +24,9 @@ subq_status subq_eval_run(subq_context *c, const subq_eval_params *p, subq_eval_
     attn_plan ip;
     subq_status s = api_plan_to_internal(&p->plan, &ip, err);
     if (s) return s;
-    if (p->n_selectors < 0 || p->n_selectors > SELECT_KIND_COUNT * 4)
+    if (p->n_selectors < 0 || p->n_selectors > SUBQ_SELECT_COUNT * 4)
         return subq_fail(err, SUBQ_ERR_ARG, "%d selectors to evaluate", p->n_selectors);
-    int kinds[SELECT_KIND_COUNT * 4];
+    int kinds[SUBQ_SELECT_COUNT * 4];
     for (int i = 0; i < p->n_selectors; i++) kinds[i] = (int)p->selectors[i];
     unsigned char *flags = NULL;
     if (p->complete) {
@@ -44,8 +42,7 @@ subq_status subq_eval_run(subq_context *c, const subq_eval_params *p, subq_eval_
         .ctx = p->ctx, .pack = p->pack, .max_windows = p->max_windows, .eval_frac = p->eval_frac,
         .selectors = kinds, .n_selectors = p->n_selectors, .ks = p->ks, .n_k = p->n_k,
         .budgets = p->budgets, .n_budgets = p->n_budgets,
-        .n_sink = ip.sparse.n_sink, .n_tail = ip.sparse.n_tail, .select = ip.sparse.select,
-        .sparse_layers = ip.sparse_layers, .topk_layers = ip.topk_layers,
+        .plan = ip.plan,
         .proj = p->search ? p->search->proj : NULL, .maps = p->complete ? p->complete->maps : NULL,
         .complete_heads = flags,
         .static_split = p->static_split, .per_layer = p->per_layer, .n_resamples = p->n_resamples, .seed = p->seed,

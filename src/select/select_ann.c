@@ -11,8 +11,8 @@
 
 int select_ann_init(select_ann *a, const selector_params *p) {
     a->d = p->d_search;
-    a->score = p->score;
-    a->f16 = p->search_f16 != 0;
+    a->score = p->plan.score;
+    a->f16 = p->plan.search_f16 != 0;
     return (a->qn = malloc(2 * (size_t)a->d * sizeof(float))) != NULL; /* the query and its far form */
 }
 
@@ -39,7 +39,7 @@ static int part_allows(void *ctx, int64_t label) {
  * index ran out of memory. */
 static int search_part(selector *s, select_ann *a, const float *q, int k, const select_mask *m, int lo, int hi,
                        int n_elig, int64_t *labels, float *sims) {
-    const int efw = select_filtered_ef(s->params.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
+    const int efw = select_filtered_ef(s->params.plan.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
     part_filter f = {.m = m, .lo = lo, .hi = hi};
     int got = a->search(a->ix, q, k, efw, part_allows, &f, labels, sims, &s->stats.n_visited, &s->stats.bytes_read);
     /* a poorly connected eligible region can still starve the beam: one wider retry */
@@ -57,7 +57,7 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     /* far keys without the rotated dims (selector_params.far_rot) */
     const int far_hi = s->params.far_rot > 0 && m->far_hi > 0 ? (m->far_hi < a->count ? m->far_hi : a->count) : 0;
     if (far_hi) select_far_query(a->qn + a->d, a->qn, a->d, s->params.far_rot);
-    const int efw = select_filtered_ef(s->params.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
+    const int efw = select_filtered_ef(s->params.plan.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= ANN_BRUTE_FACTOR * width) {
         const kernels *K = kernels_get();
         select_rows rows = {.d = a->d, .q = a->qn, .dot = a->f16 ? K->gather_dot_f16 : K->gather_dot_f32,

@@ -4,7 +4,7 @@
  * f32 or f16; the scan is a SIMD dot over the eligible slots feeding a
  * size-K buffer (no sort of the n scores).
  *
- * Compressed scans (SELECT_SCAN_INT8 / INT4) keep beside each stored key
+ * Compressed scans (SUBQ_SCAN_INT8 / INT4) keep beside each stored key
  * its row-scaled int8 / int4 codes (kernels/scan_codes.h) and scan those
  * against the query coded as int8: (d + 4) / 4d or (d / 2 + 4) / 4d of the
  * f32 bytes. The best select_rerank_pool(K) slots of that scan are re-ranked on
@@ -203,7 +203,7 @@ static subq_status exact_store(selector *s, const float *k_search, int n, int sl
     for (int t = 0; t < n; t++) {
         const int slot = e->count + t;
         const float *x = k_search + (size_t)t * e->d;
-        if (!prepared) select_prepare(e->row, x, e->d, s->params.score);
+        if (!prepared) select_prepare(e->row, x, e->d, s->params.plan.score);
         const float *row = prepared ? x : e->row;
         if (e->f16) {
             /* the codes come from the key as stored (f16 widens exactly) */
@@ -253,7 +253,7 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
                        int32_t *out) {
     exact_sel *e = (exact_sel *)s;
     if (!q_search || e->count == 0) return 0;
-    select_prepare(e->qn, q_search, e->d, s->params.score);
+    select_prepare(e->qn, q_search, e->d, s->params.plan.score);
     const int far_hi = s->params.far_rot > 0 ? m->far_hi : 0; /* far keys without the rotated dims */
     if (far_hi) select_far_query(e->qf, e->qn, e->d, s->params.far_rot);
     const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = e->qn, .dot = e->dot,
@@ -317,7 +317,7 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
     if (!qn) return -1;
     float *qf = far ? qn + (size_t)n * e->d : NULL; /* without the rotated dims, for far keys */
     for (int i = 0; i < n; i++) {
-        select_prepare(qn + (size_t)i * e->d, q_search + (size_t)(i0 + i) * e->d, e->d, p->score);
+        select_prepare(qn + (size_t)i * e->d, q_search + (size_t)(i0 + i) * e->d, e->d, p->plan.score);
         if (qf) select_far_query(qf + (size_t)i * e->d, qn + (size_t)i * e->d, e->d, p->far_rot);
     }
     /* a copy of the base counts for this piece alone (the scans add to
@@ -331,7 +331,7 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
      * would hold more than a quarter of the rows it scans (K = 2048 of
      * 4096: nearly every row would be scored twice, the second time
      * scattered) */
-    const int use_codes = blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->nprobe * e->block;
+    const int use_codes = blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->plan.nprobe * e->block;
     scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * (far ? 2 : 1) * sizeof(scan_query)) : NULL;
     if (use_codes && !cq) {
         free(qn);
@@ -344,10 +344,10 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
                                .row_bytes = e->code_bytes + sizeof(float), .cq_far = cq && qf ? cq + n : NULL};
     const select_block_index ix = {.sums = e->sums, .gsums = e->gsums, .reps = e->reps, .greps = e->greps,
                                    .n_reps = e->n_reps,
-                                   .block = e->block, .nprobe = p->nprobe,
-                                   .group = e->group, .gprobe = p->group_probe, .group_from = p->group_from};
+                                   .block = e->block, .nprobe = p->plan.nprobe,
+                                   .group = e->group, .gprobe = p->plan.group_probe, .group_from = p->plan.group_from};
     int rc = blocks ? select_block_topk_batch(&piece, n, qn, qf, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
-                                              p->probe_check, out + (size_t)i0 * k, got + i0, n_threads)
+                                              p->plan.probe_check, out + (size_t)i0 * k, got + i0, n_threads)
                     : select_scan_topk_batch(&piece, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m + i0, k,
                                              sorted, out + (size_t)i0 * k, got + i0, n_threads);
     add_counts(st, &piece.stats);
@@ -383,7 +383,7 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
         const int v = m[i].n_slots < e->count ? m[i].n_slots : e->count;
         top = v > top ? v : top;
     }
-    const int blocks = prefill && e->block && top >= p->probe_from && top / e->block > p->nprobe;
+    const int blocks = prefill && e->block && top >= p->plan.probe_from && top / e->block > p->plan.nprobe;
     pool *pl = s->env.pool;
     const int threads = pl && n_threads > 1 ? pool_threads(pl) : 1;
     if (threads == 1) return query_range(s, q_search, m, 0, n, k, blocks, !prefill, out, got, n_threads, &s->stats);
@@ -394,7 +394,7 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
     selector_stats stats[MAX_PIECES];
     int rcs[MAX_PIECES];
     batch_query b = {.s = s, .q_search = q_search, .m = m, .n = n, .k = k, .blocks = blocks, .sorted = !prefill,
-                     .pieces = pieces, .check = blocks ? p->probe_check : 0, .out = out, .got = got, .stats = stats,
+                     .pieces = pieces, .check = blocks ? p->plan.probe_check : 0, .out = out, .got = got, .stats = stats,
                      .rc = rcs};
     pool_run(pl, pieces, query_piece, &b);
     int rc = 0;
@@ -448,15 +448,15 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     const kernels *K = kernels_get();
     e->base.ops = &exact_ops;
     e->d = p->d_search;
-    e->f16 = p->search_f16 != 0;
+    e->f16 = p->plan.search_f16 != 0;
     e->dot = e->f16 ? K->gather_dot_f16 : K->gather_dot_f32;
     e->scores = kernels_kv_decode_get(e->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
-    e->bits = p->scan == SELECT_SCAN_INT8 ? 8 : p->scan == SELECT_SCAN_INT4 ? 4 : 0;
+    e->bits = p->plan.scan == SUBQ_SCAN_INT8 ? 8 : p->plan.scan == SUBQ_SCAN_INT4 ? 4 : 0;
     e->code_bytes = e->bits ? scan_codes_row_bytes(e->bits, e->d) : 0;
     e->code_scores = scan_codes_scores();
-    e->block = p->nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->block_keys : 0;
-    e->group = e->block ? p->group_blocks : 0;
-    e->n_reps = e->block ? p->block_reps : 0;
+    e->block = p->plan.nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->plan.block_keys : 0;
+    e->group = e->block ? p->plan.group_blocks : 0;
+    e->n_reps = e->block ? p->plan.block_reps : 0;
     if (e->n_reps) {
         const size_t n = (size_t)e->group * e->n_reps > (size_t)e->block ? (size_t)e->group * e->n_reps : (size_t)e->block;
         if (!(e->rep_dist = malloc(n * sizeof(float)))) {

@@ -78,7 +78,7 @@ static int faiss_query(selector *s, const float *q_search, const float *q_native
 
 static void faiss_reset(selector *s) {
     faiss_sel *f = (faiss_sel *)s;
-    faiss_shim_reset(f->ann.ix, s->params.seed);
+    faiss_shim_reset(f->ann.ix, s->params.plan.seed);
     f->ann.count = (int)faiss_shim_count(f->ann.ix);
 }
 
@@ -111,7 +111,7 @@ subq_status select_faiss_new(const selector_params *p, const selector_env *env, 
     const int avx2 = kernels_get() == kernels_avx2(); /* the shim inlines the same dot */
     faiss_shim *ix = NULL;
     int c = select_ann_init(&f->ann, p)
-                ? faiss_shim_new(p->d_search, p->hnsw_m, p->hnsw_ef_construction, p->seed, avx2, &ix, msg, sizeof msg)
+                ? faiss_shim_new(p->d_search, p->plan.hnsw_m, p->plan.hnsw_ef_construction, p->plan.seed, avx2, &ix, msg, sizeof msg)
                 : 1;
     f->ann.ix = ix;
     f->ann.f16 = 0;

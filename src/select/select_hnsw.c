@@ -65,8 +65,8 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
         const kernels *K = kernels_get();
         hnsw_shim *ix;
         if ((c = hnsw_shim_new(a->d, a->f16 ? 2 : 4, a->f16 ? dot_f16 : dot_f32,
-                               a->f16 ? K->gather_dot_f16 : K->gather_dot_f32, s->params.hnsw_m,
-                               s->params.hnsw_ef_construction, s->params.seed, cap, &ix, msg, sizeof msg)))
+                               a->f16 ? K->gather_dot_f16 : K->gather_dot_f32, s->params.plan.hnsw_m,
+                               s->params.plan.hnsw_ef_construction, s->params.plan.seed, cap, &ix, msg, sizeof msg)))
             return shim_error(c, msg, err);
         a->ix = ix;
     }

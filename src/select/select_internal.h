@@ -22,7 +22,7 @@ subq_status select_faiss_new(const selector_params *p, const selector_env *env, 
 subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
 subq_status select_window_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
-/* Per-head search over params.search_heads selectors of params.kind (select_heads.c). */
+/* Per-head search over params.search_heads selectors of params.plan.selector (select_heads.c). */
 subq_status select_heads_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err);
 
 /* Every selector takes keys strictly in slot order: slot0 must equal the
@@ -122,7 +122,7 @@ void select_scratch_free(select_scratch *sc);
 /* dst = src / ||src|| (zero vectors stay zero). */
 void select_normalize(float *dst, const float *src, int d);
 /* The stored form of a search vector: normalised for cosine, copied for dot. */
-void select_prepare(float *dst, const float *src, int d, select_score score);
+void select_prepare(float *dst, const float *src, int d, subq_score score);
 
 /* The rows a scan scores, with the query: float rows (dot: q . row over rows
  * of d f32 / f16 values `stride` elements apart from base), packed one after
@@ -249,7 +249,7 @@ typedef struct select_ann {
                   float *sims, int64_t *n_dist, uint64_t *n_bytes);
     const void *(*vectors)(const void *ix, size_t *stride);
     int d, count;           /* search width; keys in the index */
-    select_score score;     /* cosine: the query is normalised */
+    subq_score score;     /* cosine: the query is normalised */
     int f16;                /* the index stores f16 rows */
     float *qn;              /* the query in stored form, then its far form (2 d) */
     int64_t *labels;        /* search results */

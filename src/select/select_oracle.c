@@ -4,7 +4,7 @@
  * (params.far_from) the slots below a query's mask.far_hi are scored as
  * attended at position mask.far_at: q . R(far_at) k0_j, k0_j = R(-p_j) k_j
  * the key unturned, kept beside the cache (headmean-dot and per-head).
- * Three scores (oracle_kind):
+ * Three scores (subq_oracle_kind):
  *
  *   headmean-dot     s_j = (1/n_head) sum_h q_h . k_{j, kvh(h)}, the mean of
  *                    the heads' logits. With grouped-query attention the heads
@@ -40,15 +40,15 @@ typedef struct oracle_sel {
     size_t k0_cap;
 } oracle_sel;
 
-static const char *oracle_names[ORACLE_KIND_COUNT] = {"headmean-dot", "headmean-cosine", "per-head", "per-kv-head"};
+static const char *oracle_names[SUBQ_ORACLE_COUNT] = {"headmean-dot", "headmean-cosine", "per-head", "per-kv-head"};
 
 int oracle_kind_parse(const char *name) {
-    for (int i = 0; name && i < ORACLE_KIND_COUNT; i++)
+    for (int i = 0; name && i < SUBQ_ORACLE_COUNT; i++)
         if (!strcmp(name, oracle_names[i])) return i;
     return -1;
 }
 
-const char *oracle_kind_name(oracle_kind k) { return (int)k >= 0 && k < ORACLE_KIND_COUNT ? oracle_names[k] : "?"; }
+const char *oracle_kind_name(subq_oracle_kind k) { return (int)k >= 0 && k < SUBQ_ORACLE_COUNT ? oracle_names[k] : "?"; }
 
 static subq_status oracle_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
     oracle_sel *o = (oracle_sel *)s;
@@ -177,7 +177,7 @@ static int oracle_query(selector *s, const float *q_search, const float *q_nativ
     const int hd = env->head_dim;
     if (!q_native || o->count == 0) return 0;
     group_sum(o, q_native, 0, env->n_head, 1.0f / (float)env->n_head);
-    if (s->params.oracle != ORACLE_HEADMEAN_COSINE) return scan(o, m, k, 0, env->n_head_kv, 0, out);
+    if (s->params.plan.oracle != SUBQ_ORACLE_HEADMEAN_COSINE) return scan(o, m, k, 0, env->n_head_kv, 0, out);
     /* qm = sum_g qbar_g, into qv_0 */
     for (int g = 1; g < env->n_head_kv; g++)
         for (int c = 0; c < hd; c++) o->qv[c] += o->qv[(size_t)g * hd + c];
@@ -190,7 +190,7 @@ static int oracle_query_heads(selector *s, const float *q_search, const float *q
     oracle_sel *o = (oracle_sel *)s;
     const int grp = s->env.n_head / s->env.n_head_kv;
     if (o->count == 0) return 0;
-    if (s->params.oracle == ORACLE_PER_KV_HEAD) { /* the group's mean logit: one scan per KV head */
+    if (s->params.plan.oracle == SUBQ_ORACLE_PER_KV_HEAD) { /* the group's mean logit: one scan per KV head */
         for (int g = 0; g < s->env.n_head_kv; g++) {
             group_sum(o, q_native, g * grp, (g + 1) * grp, 1.0f / (float)grp);
             int32_t *dst = out + (size_t)g * grp * k;
@@ -236,16 +236,16 @@ static const selector_ops oracle_head_ops = {oracle_append, oracle_query, oracle
                                              oracle_truncate, NULL, NULL, oracle_query_heads, NULL, NULL, NULL};
 
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
-    if ((int)p->oracle < 0 || p->oracle >= ORACLE_KIND_COUNT)
-        return subq_fail(err, SUBQ_ERR_ARG, "selector oracle: unknown score %d", (int)p->oracle);
+    if ((int)p->plan.oracle < 0 || p->plan.oracle >= SUBQ_ORACLE_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector oracle: unknown score %d", (int)p->plan.oracle);
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
-    o->base.ops = p->oracle == ORACLE_PER_HEAD || p->oracle == ORACLE_PER_KV_HEAD ? &oracle_head_ops : &oracle_ops;
+    o->base.ops = p->plan.oracle == SUBQ_ORACLE_PER_HEAD || p->plan.oracle == SUBQ_ORACLE_PER_KV_HEAD ? &oracle_head_ops : &oracle_ops;
     o->dot = kv_cache_ops(env->kv)->gather_dot;
     o->qv = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     o->row = malloc((size_t)env->head_dim * sizeof(float));
     o->km = malloc((size_t)env->head_dim * sizeof(float));
-    o->far = p->far_from > 0 && env->rope.n_rot > 0 && p->oracle != ORACLE_HEADMEAN_COSINE;
+    o->far = p->far_from > 0 && env->rope.n_rot > 0 && p->plan.oracle != SUBQ_ORACLE_HEADMEAN_COSINE;
     o->qr = o->far ? malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float)) : NULL;
     if (!o->qv || !o->row || !o->km || (o->far && !o->qr)) {
         oracle_free(&o->base);

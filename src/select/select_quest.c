@@ -284,8 +284,8 @@ static const selector_ops quest_head_ops = {quest_append, quest_query, quest_res
 subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     quest_sel *q = calloc(1, sizeof *q);
     if (!q) return subq_fail(err, SUBQ_ERR_NOMEM, "selector quest: out of memory");
-    q->base.ops = p->quest_headmean ? &quest_headmean_ops : &quest_head_ops;
-    q->page = p->quest_page;
+    q->base.ops = p->plan.quest_headmean ? &quest_headmean_ops : &quest_head_ops;
+    q->page = p->plan.quest_page;
     q->K = kernels_get();
     q->dot = kv_cache_ops(env->kv)->gather_dot;
     size_t qn = (size_t)env->n_head_kv * env->head_dim;

@@ -23,27 +23,27 @@ static const struct kind_info {
     int ann;             /* approximate graph index: HNSW parameters, recall measured against exact */
     int native_keys;     /* reads the layer's native keys from the KV cache */
     const char *package; /* the optional dependency, named when the build lacks it */
-} kinds[SELECT_KIND_COUNT] = {
-    [SELECT_EXACT] = {.name = "exact", .create = select_exact_new, .needs_search = 1},
-    [SELECT_HNSW] = {.name = "hnsw", .create = select_hnsw_new, .needs_search = 1, .ann = 1},
-    [SELECT_FAISS] = {.name = "faiss", .create = FAISS_NEW, .needs_search = 1, .ann = 1, .package = "libfaiss-dev"},
-    [SELECT_QUEST] = {.name = "quest", .create = select_quest_new, .native_keys = 1},
-    [SELECT_ORACLE] = {.name = "oracle", .create = select_oracle_new, .native_keys = 1},
-    [SELECT_WINDOW] = {.name = "window", .create = select_window_new},
+} kinds[SUBQ_SELECT_COUNT] = {
+    [SUBQ_SELECT_EXACT] = {.name = "exact", .create = select_exact_new, .needs_search = 1},
+    [SUBQ_SELECT_HNSW] = {.name = "hnsw", .create = select_hnsw_new, .needs_search = 1, .ann = 1},
+    [SUBQ_SELECT_FAISS] = {.name = "faiss", .create = FAISS_NEW, .needs_search = 1, .ann = 1, .package = "libfaiss-dev"},
+    [SUBQ_SELECT_QUEST] = {.name = "quest", .create = select_quest_new, .native_keys = 1},
+    [SUBQ_SELECT_ORACLE] = {.name = "oracle", .create = select_oracle_new, .native_keys = 1},
+    [SUBQ_SELECT_WINDOW] = {.name = "window", .create = select_window_new},
 };
 
-static const struct kind_info *kind_info(selector_kind k) {
-    return (int)k >= 0 && k < SELECT_KIND_COUNT ? &kinds[k] : NULL;
+static const struct kind_info *kind_info(subq_selector_kind k) {
+    return (int)k >= 0 && k < SUBQ_SELECT_COUNT ? &kinds[k] : NULL;
 }
 
 int selector_kind_parse(const char *name) {
-    for (int i = 0; name && i < SELECT_KIND_COUNT; i++)
+    for (int i = 0; name && i < SUBQ_SELECT_COUNT; i++)
         if (!strcmp(name, kinds[i].name)) return i;
     return -1;
 }
 
-static const char *const score_names[SELECT_SCORE_COUNT] = {"cosine", "dot"};
-static const char *const scan_names[SELECT_SCAN_COUNT] = {"full", "int8", "int4"};
+static const char *const score_names[SUBQ_SCORE_COUNT] = {"cosine", "dot"};
+static const char *const scan_names[SUBQ_SCAN_COUNT] = {"full", "int8", "int4"};
 
 static int parse_name(const char *const *names, int n, const char *name) {
     for (int i = 0; name && i < n; i++)
@@ -51,45 +51,45 @@ static int parse_name(const char *const *names, int n, const char *name) {
     return -1;
 }
 
-int select_score_parse(const char *name) { return parse_name(score_names, SELECT_SCORE_COUNT, name); }
-int select_scan_parse(const char *name) { return parse_name(scan_names, SELECT_SCAN_COUNT, name); }
-const char *select_score_name(select_score s) { return (int)s >= 0 && s < SELECT_SCORE_COUNT ? score_names[s] : "?"; }
-const char *select_scan_name(select_scan s) { return (int)s >= 0 && s < SELECT_SCAN_COUNT ? scan_names[s] : "?"; }
+int select_score_parse(const char *name) { return parse_name(score_names, SUBQ_SCORE_COUNT, name); }
+int select_scan_parse(const char *name) { return parse_name(scan_names, SUBQ_SCAN_COUNT, name); }
+const char *select_score_name(subq_score s) { return (int)s >= 0 && s < SUBQ_SCORE_COUNT ? score_names[s] : "?"; }
+const char *select_scan_name(subq_scan s) { return (int)s >= 0 && s < SUBQ_SCAN_COUNT ? scan_names[s] : "?"; }
 
-const char *selector_kind_name(selector_kind k) { return kind_info(k) ? kinds[k].name : "?"; }
-int selector_kind_available(selector_kind k) { return kind_info(k) && kinds[k].create; }
-int selector_kind_needs_search(selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
-int selector_kind_is_ann(selector_kind k) { return kind_info(k) && kinds[k].ann; }
+const char *selector_kind_name(subq_selector_kind k) { return kind_info(k) ? kinds[k].name : "?"; }
+int selector_kind_available(subq_selector_kind k) { return kind_info(k) && kinds[k].create; }
+int selector_kind_needs_search(subq_selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
+int selector_kind_is_ann(subq_selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
 int selector_params_approximate(const selector_params *p) {
-    return selector_kind_is_ann(p->kind) || (p->kind == SELECT_EXACT && (p->scan != SELECT_SCAN_FULL || p->search_f16));
+    return selector_kind_is_ann(p->plan.selector) || (p->plan.selector == SUBQ_SELECT_EXACT && (p->plan.scan != SUBQ_SCAN_FULL || p->plan.search_f16));
 }
 
-void selector_params_default(selector_params *p, selector_kind kind, int d_search) {
+void selector_params_default(selector_params *p, subq_selector_kind kind, int d_search) {
     memset(p, 0, sizeof *p);
-    p->kind = kind;
+    subq_attn_plan *s = &p->plan;
+    s->selector = kind;
+    s->score = SUBQ_SCORE_COSINE;
+    s->scan = SUBQ_SCAN_FULL;
+    s->hnsw_m = 32;
+    s->hnsw_ef_construction = 40;
+    s->hnsw_ef_search = 64;
+    s->quest_page = 16;
+    s->oracle = SUBQ_ORACLE_HEADMEAN_DOT;
+    s->block_keys = 64;
+    s->nprobe = 64;
+    s->probe_from = 8192;
+    s->group_blocks = 16;
+    s->group_probe = 32;
+    s->group_from = 131072;
+    s->seed = 100; /* hnswlib's own default level seed */
     p->d_search = d_search;
-    p->score = SELECT_SCORE_COSINE;
-    p->scan = SELECT_SCAN_FULL;
-    p->search_f16 = 0;
-    p->hnsw_m = 32;
-    p->hnsw_ef_construction = 40;
-    p->hnsw_ef_search = 64;
-    p->quest_page = 16;
-    p->block_keys = 64;
-    p->nprobe = 64;
-    p->probe_from = 8192;
-    p->group_blocks = 16;
-    p->group_probe = 32;
-    p->group_from = 131072;
-    p->block_reps = 0;
-    p->seed = 100; /* hnswlib's own default level seed */
     p->n_threads = 1;
 }
 
 /* Quest and oracle read the layer's native keys from the KV cache. */
 static subq_status check_env(const selector_params *p, const selector_env *env, subq_error *err) {
-    const char *name = selector_kind_name(p->kind);
+    const char *name = selector_kind_name(p->plan.selector);
     if (!env || !env->kv)
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs the KV cache (env->kv)", name);
     const kv_cache *kv = env->kv;
@@ -109,44 +109,44 @@ static subq_status check_env(const selector_params *p, const selector_env *env, 
 subq_status selector_new(const selector_params *params, const selector_env *env, selector **out, subq_error *err) {
     *out = NULL;
     const selector_params *p = params;
-    const struct kind_info *ki = kind_info(p->kind);
-    if (!ki) return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->kind);
+    const struct kind_info *ki = kind_info(p->plan.selector);
+    if (!ki) return subq_fail(err, SUBQ_ERR_ARG, "unknown selector kind %d", (int)p->plan.selector);
     const char *name = ki->name;
     if (!ki->create)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s is not in this build (install %s and rebuild)",
                          name, ki->package);
-    if ((int)p->score < 0 || p->score >= SELECT_SCORE_COUNT || (int)p->scan < 0 || p->scan >= SELECT_SCAN_COUNT)
-        return subq_fail(err, SUBQ_ERR_ARG, "selector %s: unknown score %d or scan %d", name, (int)p->score,
-                         (int)p->scan);
+    if ((int)p->plan.score < 0 || p->plan.score >= SUBQ_SCORE_COUNT || (int)p->plan.scan < 0 || p->plan.scan >= SUBQ_SCAN_COUNT)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s: unknown score %d or scan %d", name, (int)p->plan.score,
+                         (int)p->plan.scan);
     if (ki->needs_search && p->d_search <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs search vectors (d_search %d)", name, p->d_search);
-    if (p->kind == SELECT_EXACT && p->scan != SELECT_SCAN_FULL && p->d_search > SCAN_CODES_MAX_D)
+    if (p->plan.selector == SUBQ_SELECT_EXACT && p->plan.scan != SUBQ_SCAN_FULL && p->d_search > SCAN_CODES_MAX_D)
         return subq_fail(err, SUBQ_ERR_ARG, "selector exact: an %s scan takes search vectors of at most %d values (got %d)",
-                         select_scan_name(p->scan), SCAN_CODES_MAX_D, p->d_search);
-    if (ki->ann && (p->hnsw_m < 2 || p->hnsw_m > 1024 || p->hnsw_ef_construction <= 0 || p->hnsw_ef_search <= 0))
+                         select_scan_name(p->plan.scan), SCAN_CODES_MAX_D, p->d_search);
+    if (ki->ann && (p->plan.hnsw_m < 2 || p->plan.hnsw_m > 1024 || p->plan.hnsw_ef_construction <= 0 || p->plan.hnsw_ef_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
-                         name, p->hnsw_m, p->hnsw_ef_construction, p->hnsw_ef_search);
-    if (p->kind == SELECT_EXACT &&
-        (p->nprobe < 0 || (p->nprobe > 0 && (p->block_keys < 1 || p->block_keys > SELECT_MAX_BLOCK_KEYS ||
-                                             p->probe_from < 0 || p->probe_check < 0))))
+                         name, p->plan.hnsw_m, p->plan.hnsw_ef_construction, p->plan.hnsw_ef_search);
+    if (p->plan.selector == SUBQ_SELECT_EXACT &&
+        (p->plan.nprobe < 0 || (p->plan.nprobe > 0 && (p->plan.block_keys < 1 || p->plan.block_keys > SELECT_MAX_BLOCK_KEYS ||
+                                             p->plan.probe_from < 0 || p->plan.probe_check < 0))))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector exact: invalid block scan (nprobe %d; %d keys per block, 1 to %d; from %d keys, "
-                         "check every %d; none may be negative)", p->nprobe, p->block_keys, SELECT_MAX_BLOCK_KEYS,
-                         p->probe_from, p->probe_check);
-    if (p->kind == SELECT_EXACT && p->nprobe > 0 &&
-        (p->group_blocks < 0 || p->group_blocks > SELECT_MAX_BLOCK_KEYS ||
-         (p->group_blocks > 0 && (p->group_probe < 1 || p->group_from < 0))))
+                         "check every %d; none may be negative)", p->plan.nprobe, p->plan.block_keys, SELECT_MAX_BLOCK_KEYS,
+                         p->plan.probe_from, p->plan.probe_check);
+    if (p->plan.selector == SUBQ_SELECT_EXACT && p->plan.nprobe > 0 &&
+        (p->plan.group_blocks < 0 || p->plan.group_blocks > SELECT_MAX_BLOCK_KEYS ||
+         (p->plan.group_blocks > 0 && (p->plan.group_probe < 1 || p->plan.group_from < 0))))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector exact: invalid groups of blocks (%d blocks per group, 0 to %d; %d groups probed, "
-                         "at least 1; from %d keys, not negative)", p->group_blocks, SELECT_MAX_BLOCK_KEYS,
-                         p->group_probe, p->group_from);
-    if (p->kind == SELECT_EXACT && p->nprobe > 0 &&
-        (p->block_reps < 0 || p->block_reps > SELECT_MAX_REPS || p->block_reps > p->block_keys))
+                         "at least 1; from %d keys, not negative)", p->plan.group_blocks, SELECT_MAX_BLOCK_KEYS,
+                         p->plan.group_probe, p->plan.group_from);
+    if (p->plan.selector == SUBQ_SELECT_EXACT && p->plan.nprobe > 0 &&
+        (p->plan.block_reps < 0 || p->plan.block_reps > SELECT_MAX_REPS || p->plan.block_reps > p->plan.block_keys))
         return subq_fail(err, SUBQ_ERR_ARG, "selector exact: %d representative keys a block: 0 to %d, and at most the "
-                         "%d keys of a block", p->block_reps, SELECT_MAX_REPS, p->block_keys);
-    if (p->kind == SELECT_QUEST && p->quest_page <= 0)
-        return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->quest_page);
+                         "%d keys of a block", p->plan.block_reps, SELECT_MAX_REPS, p->plan.block_keys);
+    if (p->plan.selector == SUBQ_SELECT_QUEST && p->plan.quest_page <= 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->plan.quest_page);
     subq_status rc;
     if (ki->native_keys && (rc = check_env(p, env, err))) return rc;
     selector_env e0 = {0};
@@ -279,9 +279,9 @@ int selector_query_heads_prefill(selector *s, int n, const float *q_search, cons
 }
 
 subq_status selector_truncate(selector *s, int n_keep, subq_error *err) {
-    if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", selector_kind_name(s->params.kind), n_keep);
+    if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", selector_kind_name(s->params.plan.selector), n_keep);
     if (!s->ops->truncate)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s cannot be truncated", selector_kind_name(s->params.kind));
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s cannot be truncated", selector_kind_name(s->params.plan.selector));
     double t0 = time_now_s();
     subq_status rc = s->ops->truncate(s, n_keep, err);
     s->stats.t_append_s += time_now_s() - t0;
@@ -295,7 +295,7 @@ subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *
 void selector_stored_form(const selector *s, const float *src, float *dst) {
     const int ds = s->params.d_search;
     for (int b = 0; b < selector_key_heads(&s->params); b++)
-        select_prepare(dst + (size_t)b * ds, src + (size_t)b * ds, ds, s->params.score);
+        select_prepare(dst + (size_t)b * ds, src + (size_t)b * ds, ds, s->params.plan.score);
 }
 
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {

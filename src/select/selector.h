@@ -21,34 +21,12 @@
 #include "kv/kv_cache.h"
 #include "subq.h"
 
-typedef enum selector_kind {
-    SELECT_EXACT = 0,
-    SELECT_HNSW,
-    SELECT_FAISS,
-    SELECT_QUEST,
-    SELECT_ORACLE,
-    SELECT_WINDOW,
-    SELECT_KIND_COUNT
-} selector_kind;
-
-/* What the search-space selectors (exact, hnsw, faiss) rank keys by. */
-typedef enum select_score {
-    SELECT_SCORE_COSINE = 0, /* cosine: keys and queries L2-normalised (what training optimises) */
-    SELECT_SCORE_DOT,        /* the raw inner product q.k (as the llama.cpp runtime ranks) */
-    SELECT_SCORE_COUNT
-} select_score;
-
-/* What the exact selector's scan reads per key. The compressed scans keep
- * the stored keys too: they pick the best select_rerank_pool(K) slots by
- * the codes and re-rank those on the stored keys, so with every true top-K
- * slot in that pool the result is the full scan's. */
-typedef enum select_scan {
-    SELECT_SCAN_FULL = 0, /* the stored keys (f32, or f16 with search_f16) */
-    SELECT_SCAN_INT8,     /* int8 codes, an f32 scale per row (kernels/scan_codes.h) */
-    SELECT_SCAN_INT4,     /* int4 codes, an f32 scale per row */
-    SELECT_SCAN_COUNT
-} select_scan;
-/* K + min(3K, SELECT_RERANK_EXTRA): 4K for the usual K, less past K = 512,
+/* The kinds, scores, scans and oracles are the public plan's enums
+ * (subq.h). The compressed scans keep the stored keys too: they pick the
+ * best select_rerank_pool(K) slots by the codes (kernels/scan_codes.h: an
+ * f32 scale per row) and re-rank those on the stored keys, so with every
+ * true top-K slot in that pool the result is the full scan's.
+ * K + min(3K, SELECT_RERANK_EXTRA): 4K for the usual K, less past K = 512,
  * where the slots a code's rounding moves across the K-th score are a
  * smaller share of K (bench/bench_select.c, int4, 128K Gaussian keys:
  * recall@2048 0.996 with K + 1536, 0.9997 with 4K, at half the time;
@@ -64,59 +42,25 @@ static inline int64_t select_rerank_pool(int k) {
  *                    (ann-sparseattention's raw-QK oracle, compare_retrieval.py)
  *   PER_HEAD         each query head its own exact top-K of q_h . k_{kvh(h)}
  *   PER_KV_HEAD      each KV head g one exact top-K of the group's mean logit,
- *                    (1/G) sum_{h in g} q_h . k_g, shared by the group's heads */
-typedef enum oracle_kind {
-    ORACLE_HEADMEAN_DOT = 0,
-    ORACLE_HEADMEAN_COSINE,
-    ORACLE_PER_HEAD,
-    ORACLE_PER_KV_HEAD,
-    ORACLE_KIND_COUNT
-} oracle_kind;
-
-/* "headmean-dot" -> ORACLE_HEADMEAN_DOT ...; -1 if unknown. */
+ *                    (1/G) sum_{h in g} q_h . k_g, shared by the group's heads
+ * "headmean-dot" -> SUBQ_ORACLE_HEADMEAN_DOT ...; -1 if unknown. */
 int oracle_kind_parse(const char *name);
-const char *oracle_kind_name(oracle_kind k);
+const char *oracle_kind_name(subq_oracle_kind k);
 
+/* A selector's settings: the public plan as the caller gave it (its
+ * selector kind, score, scan, search_f16, HNSW, Quest and oracle
+ * settings, the block scan's, probe_check, seed: subq_attn_plan in subq.h
+ * says what each does; the layer lists are not a selector's and are NULL
+ * here), and what the engine adds for one layer. */
 typedef struct selector_params {
-    selector_kind kind;
+    subq_attn_plan plan;
     int d_search;              /* width of search vectors (exact/hnsw/faiss): of one search head */
     /* per-head search (select_heads.c): a key row holds search_heads heads
      * of d_search, a query row search_qheads; each query head gets its own
      * set (query_heads). 0 or 1 each: one shared set (search vectors of
      * d_search) */
     int search_heads, search_qheads;
-    select_score score;        /* exact/hnsw/faiss: cosine (default) or dot */
-    select_scan scan;          /* exact: what the scan reads (default SELECT_SCAN_FULL) */
-    int search_f16;            /* exact, hnsw: store search keys as f16 (else f32) */
-    int hnsw_m;                /* default 32 */
-    int hnsw_ef_construction;  /* default 40 */
-    int hnsw_ef_search;        /* default 64 */
-    int quest_page;            /* default 16 tokens */
-    uint64_t seed;             /* for index randomness */
     int n_threads;             /* exact: threads for long scans (default 1) */
-    int quest_headmean;        /* quest: 1 = one page set per query from the head-mean
-                                  bound; 0 = each query head its own pages (default) */
-    oracle_kind oracle;        /* oracle: what it ranks (default HEADMEAN_DOT) */
-    /* exact, the prefill's batched queries (query_prefill) once a batch sees
-     * probe_from keys or more: the coarse-to-fine block scan
-     * (select_blocks.c): every full block of block_keys consecutive keys is
-     * ranked by its mean key, and each query scans exactly the keys of its
-     * nprobe best blocks and of the last, partial one. nprobe 0: every key
-     * (defaults 64 keys per block, 64 blocks, from 8192 keys). */
-    int block_keys, nprobe, probe_from;
-    /* ... and once a query sees group_from keys, a second level: groups of
-     * group_blocks consecutive blocks ranked by their mean key first, and
-     * only the blocks of the group_probe best groups (and of the last,
-     * partial group) ranked (group_blocks 0: one level; defaults 16 blocks,
-     * 32 groups, from 131072 keys) */
-    int group_blocks, group_probe, group_from;
-    /* ... each block and group also ranked by its block_reps keys farthest
-     * from its mean (over the dims far queries keep), a unit's score the
-     * best of its mean's and theirs: a lone strong key among weak ones is
-     * seen at any length (0: the mean alone) */
-    int block_reps;
-    int probe_check;           /* every probe_check-th query of the block scan is also answered by
-                                  the full scan and its recall counted (stats; 0: none) */
     /* exact, hnsw, faiss: slots below a query's mask.far_hi (keys farther
      * than a far scheme's distance, attn/attn_far.h) are scored without the
      * last far_rot dims of the search space, the ones that rotate by
@@ -256,7 +200,7 @@ struct selector {
     int fail_alloc; /* test hook: while set, every allocation a query makes fails */
 };
 
-/* Create a selector of params->kind for one layer. SUBQ_ERR_UNSUPPORTED when
+/* Create a selector of params->plan.selector for one layer. SUBQ_ERR_UNSUPPORTED when
  * the kind is not built in (faiss without libfaiss). */
 subq_status selector_new(const selector_params *params, const selector_env *env, selector **out, subq_error *err);
 void selector_free(selector *s);
@@ -301,25 +245,25 @@ subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, 
 
 /* "cosine" / "dot", "full" / "int8" / "int4"; -1 if unknown. */
 int select_score_parse(const char *name);
-const char *select_score_name(select_score s);
+const char *select_score_name(subq_score s);
 int select_scan_parse(const char *name);
-const char *select_scan_name(select_scan s);
+const char *select_scan_name(subq_scan s);
 
-/* "exact" -> SELECT_EXACT ...; -1 if unknown. */
+/* "exact" -> SUBQ_SELECT_EXACT ...; -1 if unknown. */
 int selector_kind_parse(const char *name);
-const char *selector_kind_name(selector_kind k);
+const char *selector_kind_name(subq_selector_kind k);
 /* 1 if the kind is available in this build. */
-int selector_kind_available(selector_kind k);
+int selector_kind_available(subq_selector_kind k);
 /* 1 if the kind ranks search vectors (exact, hnsw, faiss): it needs search
  * projections and d_search. */
-int selector_kind_needs_search(selector_kind k);
+int selector_kind_needs_search(subq_selector_kind k);
 /* 1 if the kind is an approximate index over the search space (hnsw,
  * faiss), whose recall is measured against exact. */
-int selector_kind_is_ann(selector_kind k);
+int selector_kind_is_ann(subq_selector_kind k);
 /* 1 if a selector of these parameters may answer otherwise than the full
  * f32 scan by the same score (its recall is measured against that): the
  * ANN kinds, and exact over f16 keys or compressed codes. */
 int selector_params_approximate(const selector_params *p);
-void selector_params_default(selector_params *p, selector_kind kind, int d_search);
+void selector_params_default(selector_params *p, subq_selector_kind kind, int d_search);
 
 #endif

@@ -6,13 +6,20 @@
 #include "base/error.h"
 #include "base/layers.h"
 
+/* The selector's defaults (selector_params_default), K 64, sinks 4, tail
+ * 16, prompts token by token (eval's teacher forcing; subq_attn_plan_default
+ * makes them dense), every completion head, far keys at their own distance. */
 void attn_plan_default(attn_plan *p) {
     memset(p, 0, sizeof *p);
-    p->sparse.top_k = 64;
-    p->sparse.n_sink = 4;
-    p->sparse.n_tail = 16;
-    p->sparse.prefill = SPARSE_PREFILL_TOKEN;
-    selector_params_default(&p->sparse.select, SELECT_EXACT, 0);
+    selector_params sel;
+    selector_params_default(&sel, SUBQ_SELECT_EXACT, 0);
+    p->plan = sel.plan;
+    p->plan.top_k = 64;
+    p->plan.n_sink = 4;
+    p->plan.n_tail = 16;
+    p->plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
+    p->plan.complete_min_entropy = -1.0f;
+    p->plan.far_pos = SUBQ_FAR_NONE;
 }
 
 subq_status attn_topk_layers_parse(const char *s, int n_layer, int *topk, subq_error *err) {
@@ -60,7 +67,7 @@ static subq_status far_resolve(const model_hparams *hp, const attn_plan *plan, c
     if (!any)
         return subq_fail(err, SUBQ_ERR_ARG, "far keys at trained distances (--far-pos %s) need a sparse layer, and "
                          "the plan has none", attn_far_name(far->scheme));
-    const int n_tail = plan->sparse.n_tail;
+    const int n_tail = plan->plan.n_tail;
     far->limit = hp->n_ctx_train - 1;
     if (far->from <= 0) far->from = hp->n_ctx_train - n_tail;
     if (far->from > far->limit)
@@ -68,8 +75,8 @@ static subq_status far_resolve(const model_hparams *hp, const attn_plan *plan, c
                          "distances up to %d)", far->from, hp->n_ctx_train, far->limit);
     if (far->from < 1 || n_tail > far->from + 1)
         return subq_fail(err, SUBQ_ERR_ARG, "far keys from distance %d: the tail (%d keys) must lie within it%s",
-                         far->from, n_tail, plan->sparse.far.from <= 0 ? " (give --far-from)" : "");
-    if (far->scheme == ATTN_FAR_GROUP && far->from >= far->limit)
+                         far->from, n_tail, plan->plan.far_from <= 0 ? " (give --far-from)" : "");
+    if (far->scheme == SUBQ_FAR_GROUP && far->from >= far->limit)
         return subq_fail(err, SUBQ_ERR_ARG, "--far-pos group divides the distances past --far-from %d into the "
                          "trained ones, up to %d: give a smaller --far-from", far->from, far->limit);
     return SUBQ_OK;
@@ -97,7 +104,7 @@ static subq_status set_stage(subq_context *c, int l, const sparse_params *sp, co
 
 subq_status context_set_plan(subq_context *c, const attn_plan *plan, const search_proj *proj, subq_error *err) {
     const model_hparams *hp = &c->model->hp;
-    selector_kind kind = plan->sparse.select.kind;
+    subq_selector_kind kind = plan->plan.selector;
     int needs_search = selector_kind_needs_search(kind);
     if (needs_search && !proj)
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections",
@@ -115,27 +122,30 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
     subq_status s = SUBQ_OK;
-    if (plan->sparse_layers) {
-        s = model_layers_parse(hp, plan->sparse_layers, mask, err);
+    if (plan->plan.layers) {
+        s = model_layers_parse(hp, plan->plan.layers, mask, err);
     } else { /* the layers with projections, sliding ones left to their window */
         for (int l = 0; l < hp->n_layer; l++) mask[l] = (needs_search ? proj->wq[l] != NULL : 1) && !hp->layer[l].window;
     }
-    if (!s && plan->topk_layers) s = attn_topk_layers_parse(plan->topk_layers, hp->n_layer, topk, err);
+    if (!s && plan->plan.topk_layers) s = attn_topk_layers_parse(plan->plan.topk_layers, hp->n_layer, topk, err);
     else
         for (int l = 0; l < hp->n_layer; l++) topk[l] = -1;
-    attn_far far = plan->sparse.far;
-    if (!s && far.scheme != ATTN_FAR_NONE) s = far_resolve(hp, plan, mask, topk, &far, err);
+    attn_far far = {.scheme = plan->plan.far_pos, .from = plan->plan.far_from};
+    if (!s && far.scheme != SUBQ_FAR_NONE) s = far_resolve(hp, plan, mask, topk, &far, err);
+    /* each layer's stage: the plan as given, its layer lists consumed here */
+    sparse_params base = {.select = {.plan = plan->plan}, .complete = plan->complete,
+                          .complete_heads = plan->complete_heads, .far = far};
+    base.select.plan.layers = base.select.plan.topk_layers = NULL;
     for (int l = 0; l < hp->n_layer && !s; l++) {
         if (!mask[l] && topk[l] < 0) {
-            if (far.scheme != ATTN_FAR_NONE && !hp->layer[l].window && layer_rope(hp, l)) {
+            if (far.scheme != SUBQ_FAR_NONE && !hp->layer[l].window && layer_rope(hp, l)) {
                 /* a dense layer under a far scheme: sinks + the keys within far.from once
                  * there are farther ones, the sinks at the distance the scheme gives */
-                sparse_params sp = plan->sparse;
-                selector_params_default(&sp.select, SELECT_WINDOW, 0);
-                sp.top_k = 0;
-                sp.n_tail = far.from + 1;
+                sparse_params sp = base;
+                sp.select.plan.selector = SUBQ_SELECT_WINDOW;
+                sp.select.plan.top_k = 0;
+                sp.select.plan.n_tail = far.from + 1;
                 sp.complete = NULL;
-                sp.far = far;
                 sp.dense_near = 1;
                 s = set_stage(c, l, &sp, NULL, err);
             }
@@ -146,12 +156,12 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
                           "applies to the global layers", l, hp->layer[l].window);
             break;
         }
-        sparse_params sp = plan->sparse;
+        sparse_params sp = base;
         if (topk[l] >= 0) { /* a large-K exact selection */
-            sp.top_k = topk[l];
-            sp.select.kind = SELECT_EXACT;
+            sp.select.plan.top_k = topk[l];
+            sp.select.plan.selector = SUBQ_SELECT_EXACT;
         }
-        const int search = selector_kind_needs_search(sp.select.kind);
+        const int search = selector_kind_needs_search(sp.select.plan.selector);
         if (search && (!proj || !proj->wq[l])) {
             s = subq_fail(err, SUBQ_ERR_ARG, "layer %d is planned sparse%s but the search projections have none "
                           "for it", l, topk[l] >= 0 ? " (a per-layer top-K)" : "");
@@ -162,11 +172,10 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
             sp.select.search_heads = proj->n_khead;
             sp.select.search_qheads = proj->n_qhead;
         }
-        sp.far = far;
         /* far keys are scored without the search's rotated dims (their distances are past its
          * training), and by the oracle as attended at far.from */
-        if (search && far.scheme != ATTN_FAR_NONE) sp.select.far_rot = proj->rope.n_rot;
-        if (far.scheme != ATTN_FAR_NONE) sp.select.far_from = far.from;
+        if (search && far.scheme != SUBQ_FAR_NONE) sp.select.far_rot = proj->rope.n_rot;
+        if (far.scheme != SUBQ_FAR_NONE) sp.select.far_from = far.from;
         s = set_stage(c, l, &sp, search ? proj : NULL, err);
     }
     free(mask);

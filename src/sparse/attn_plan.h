@@ -8,16 +8,17 @@
 #include "search/search_proj.h"
 
 typedef struct attn_plan {
-    /* layer list ("all", "1-4", "2--3", ...); NULL = the layers that have
-     * search projections, or all layers for selectors without a search space */
-    const char *sparse_layers;
-    /* "L:K,...": layers (or ranges, as in layer lists) whose attention
-     * retrieves K keys by exact selection whatever the selector kind, e.g.
-     * a large K for the layers kept dense otherwise, so that no layer reads
-     * the whole cache; they are sparse whether or not sparse_layers lists
-     * them. NULL: none. */
-    const char *topk_layers;
-    sparse_params sparse;
+    /* the public plan as given: layer lists (layers NULL: the layers that
+     * have search projections, or all layers for selectors without a
+     * search space; topk_layers: "L:K,..." layers, or ranges as in layer
+     * lists, whose attention retrieves K keys by exact selection whatever
+     * the selector kind, sparse whether or not `layers` lists them), the
+     * selector and its settings, K, sinks, tail, far keys */
+    subq_attn_plan plan;
+    /* completion of the unretrieved mid region (complete/completion.h) on
+     * the layers these maps cover; NULL: selection only */
+    const phi_maps *complete;
+    const unsigned char *complete_heads; /* [n_layer][n_head] flags; NULL: every head */
 } attn_plan;
 
 void attn_plan_default(attn_plan *p);

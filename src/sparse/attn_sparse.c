@@ -58,7 +58,7 @@ static void project(sparse_stage *s, const kv_cache *kv, int slot0, const float 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
     if (n <= s->rec_cap) return SUBQ_OK;
     /* at least one entry: realloc to 0 bytes would free the old buffer */
-    int32_t *cand = realloc(s->rec.cand, (size_t)n * (size_t)(s->p.top_k > 0 ? s->p.top_k : 1) * sizeof(int32_t));
+    int32_t *cand = realloc(s->rec.cand, (size_t)n * (size_t)(s->p.select.plan.top_k > 0 ? s->p.select.plan.top_k : 1) * sizeof(int32_t));
     if (!cand) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for candidate sets");
     s->rec.cand = cand;
     if (s->d_search > 0) {
@@ -79,7 +79,7 @@ static subq_status measure_batch(sparse_stage *s, const attn_step *st, const kv_
                                  const select_mask *mask, const int32_t *cand, subq_error *err) {
     const sparse_measure b = {
         .layer = st->layer, .n_tokens = st->n_tokens, .slot0 = st->slot0, .n_head = st->n_head,
-        .n_head_kv = st->n_head_kv, .head_dim = st->head_dim, .top_k = s->p.top_k, .scale = st->scale,
+        .n_head_kv = st->n_head_kv, .head_dim = st->head_dim, .top_k = s->p.select.plan.top_k, .scale = st->scale,
         .per_head = s->per_head, .q = st->q, .doc0 = doc0, .mask = mask, .cand = cand, .pool = st->pool,
     };
     return sparse_metrics_measure(&b, kv, &s->probe.totals, err);
@@ -101,7 +101,7 @@ typedef struct query_window {
  * it: the ones before are far (doc0 when none is; positions rise along a
  * document). */
 static int far_boundary(const sparse_stage *s, const kv_cache *kv, int doc0, int slot) {
-    if (s->p.far.scheme == ATTN_FAR_NONE || kv->pos[slot] - kv->pos[doc0] <= s->p.far.from) return doc0;
+    if (s->p.far.scheme == SUBQ_FAR_NONE || kv->pos[slot] - kv->pos[doc0] <= s->p.far.from) return doc0;
     int lo = doc0, hi = slot; /* pos[slot] - pos[lo] > from >= pos[slot] - pos[hi] */
     while (hi - lo > 1) {
         const int mid = lo + (hi - lo) / 2;
@@ -113,8 +113,8 @@ static int far_boundary(const sparse_stage *s, const kv_cache *kv, int doc0, int
 
 static query_window window_of(const sparse_stage *s, const kv_cache *kv, int slot) {
     const int doc0 = kv_cache_doc_start(kv, slot);
-    int sink_hi = doc0 + s->p.n_sink < slot + 1 ? doc0 + s->p.n_sink : slot + 1;
-    int tail_lo = slot + 1 - s->p.n_tail > sink_hi ? slot + 1 - s->p.n_tail : sink_hi;
+    int sink_hi = doc0 + s->p.select.plan.n_sink < slot + 1 ? doc0 + s->p.select.plan.n_sink : slot + 1;
+    int tail_lo = slot + 1 - s->p.select.plan.n_tail > sink_hi ? slot + 1 - s->p.select.plan.n_tail : sink_hi;
     int visible = s->freeze_slot >= 0 && s->freeze_slot < slot + 1 ? s->freeze_slot : slot + 1;
     const int far_hi = far_boundary(s, kv, doc0, slot);
     query_window w = {.doc0 = doc0, .sink_hi = sink_hi, .tail_lo = tail_lo,
@@ -134,7 +134,7 @@ static int assemble(const query_window *w, int slot, const int32_t *cand, int go
 
 /* Whether the step's far keys move: a far scheme on a layer with RoPE. */
 static int far_on(const sparse_stage *s, const attn_step *st) {
-    return s->p.far.scheme != ATTN_FAR_NONE && st->rope && st->rope->n_rot > 0;
+    return s->p.far.scheme != SUBQ_FAR_NONE && st->rope && st->rope->n_rot > 0;
 }
 
 /* The turns of the n slots the query in `slot` attends (attn_far.h), in
@@ -157,16 +157,16 @@ static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int t, int 
                                 const float *q_native, int32_t *cand, int *slots, int *n_slots, int *cand_off,
                                 int *n_cand, subq_error *err) {
     const query_window w = window_of(s, kv, slot);
-    int got = s->p.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.top_k, &w.m, cand) : 0;
+    int got = s->p.select.plan.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.select.plan.top_k, &w.m, cand) : 0;
     if (got < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
-                         selector_kind_name(s->p.select.kind), s->sel->env.layer);
+                         selector_kind_name(s->p.select.plan.selector), s->sel->env.layer);
     if (s->probe.on) {
         s->probe.doc0[t] = w.doc0, s->probe.mask[t] = w.m;
-        subq_status rc = sparse_probe_count(&s->probe, q_s, q_native, &w.m, s->p.top_k, cand, got, s->sel->env.layer, err);
+        subq_status rc = sparse_probe_count(&s->probe, q_s, q_native, &w.m, s->p.select.plan.top_k, cand, got, s->sel->env.layer, err);
         if (rc) return rc;
     }
-    for (int i = got; i < s->p.top_k; i++) cand[i] = -1; /* filler: masked out */
+    for (int i = got; i < s->p.select.plan.top_k; i++) cand[i] = -1; /* filler: masked out */
     *cand_off = w.sink_hi - w.doc0;
     *n_cand = got;
     *n_slots = assemble(&w, slot, cand, got, slots);
@@ -179,13 +179,13 @@ static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int t, int 
  * record keeps head 0's candidates. */
 static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const kv_cache *kv, int t, int32_t *rec,
                                    int *slots, float *scores, subq_error *err) {
-    const int slot = st->slot0 + t, K = s->p.top_k, hd = st->head_dim, g = st->n_head / st->n_head_kv;
+    const int slot = st->slot0 + t, K = s->p.select.plan.top_k, hd = st->head_dim, g = st->n_head / st->n_head_kv;
     const float *q = st->q + (size_t)t * st->n_head * hd;
     const query_window w = window_of(s, kv, slot);
     const float *q_s = s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL;
     if (selector_query_heads(s->sel, q_s, q, K, &w.m, s->hcand, s->hgot) < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
-                         selector_kind_name(s->p.select.kind), st->layer);
+                         selector_kind_name(s->p.select.plan.selector), st->layer);
     for (int i = 0; i < K; i++) rec[i] = i < s->hgot[0] ? s->hcand[i] : -1;
     if (s->probe.on) {
         s->probe.doc0[t] = w.doc0, s->probe.mask[t] = w.m;
@@ -227,7 +227,7 @@ static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float 
 
 /* A batch at once: one batched index query, then sinks + candidates as the
  * extra slots and a contiguous range of attn_batch for each query.
- *   SPARSE_PREFILL_BATCH (attn_sparse.h): queries retrieve among the slots
+ *   SUBQ_PREFILL_SPARSE (attn_sparse.h): queries retrieve among the slots
  *     before the batch; the range is the batch's part of the document (or
  *     the tail, if longer); the batch's keys are indexed afterwards.
  *   teacher: TOKEN mode for the selectors teacher_batchable admits: the
@@ -235,7 +235,7 @@ static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float 
  *     up to its own, and the range is its tail. */
 static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, const kv_cache *kv, int teacher,
                                         subq_error *err) {
-    const int n = st->n_tokens, K = s->p.top_k, n_extra = s->p.n_sink + K;
+    const int n = st->n_tokens, K = s->p.select.plan.top_k, n_extra = s->p.select.plan.n_sink + K;
     const int H = s->per_head ? st->n_head : 1; /* sets a token: one per query head for per-head selectors */
     subq_status rc = teacher ? append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err) : SUBQ_OK;
     if (rc) return rc;
@@ -257,9 +257,9 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         }
         const int d = kv_cache_doc_start(kv, slot);
         doc0[t] = d;
-        const int sink_hi = d + s->p.n_sink < slot + 1 ? d + s->p.n_sink : slot + 1;
+        const int sink_hi = d + s->p.select.plan.n_sink < slot + 1 ? d + s->p.select.plan.n_sink : slot + 1;
         int w = d > st->slot0 ? d : st->slot0; /* the batch's part of the document ... */
-        if (slot + 1 - s->p.n_tail < w) w = slot + 1 - s->p.n_tail; /* ... or the tail, whichever reaches further */
+        if (slot + 1 - s->p.select.plan.n_tail < w) w = slot + 1 - s->p.select.plan.n_tail; /* ... or the tail, whichever reaches further */
         const int far_hi = far_boundary(s, kv, d, slot);
         if (far_on(s, st) && w < far_hi) w = far_hi; /* ... within far.from: the window is never far */
         lo[t] = w > sink_hi ? w : sink_hi;
@@ -273,7 +273,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
                : (teacher ? selector_query_batch : selector_query_prefill)(s->sel, n, qs, st->q, q_stride, K, m, cand,
                                                                             got, st->n_threads)) < 0)
         rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
-                       selector_kind_name(s->p.select.kind), s->sel->env.layer);
+                       selector_kind_name(s->p.select.plan.selector), s->sel->env.layer);
     for (int t = 0; !rc && t < n; t++)
         for (int hq = 0; hq < H; hq++) { /* sinks, then the set (fillers -1): query head hq's list */
             const size_t L = (size_t)t * H + hq;
@@ -343,8 +343,8 @@ static int batch_reaches_far(const sparse_stage *s, const kv_cache *kv, int slot
 static int teacher_batchable(const sparse_stage *s) {
     const selector_params *sp = &s->p.select;
     return !s->comp && !s->per_head &&
-           ((sp->kind == SELECT_EXACT && sp->scan == SELECT_SCAN_FULL) || sp->kind == SELECT_ORACLE ||
-            sp->kind == SELECT_WINDOW);
+           ((sp->plan.selector == SUBQ_SELECT_EXACT && sp->plan.scan == SUBQ_SCAN_FULL) || sp->plan.selector == SUBQ_SELECT_ORACLE ||
+            sp->plan.selector == SUBQ_SELECT_WINDOW);
 }
 
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
@@ -359,35 +359,35 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "layer %d soft-caps its attention scores, which completion "
                          "does not model: use sparse attention without completion", st->layer);
     subq_status rc = ensure_buffers(s, n, err);
-    if (!rc && s->probe.on) rc = sparse_probe_reserve(&s->probe, n, st->n_head, s->p.top_k, s->per_head, err);
+    if (!rc && s->probe.on) rc = sparse_probe_reserve(&s->probe, n, st->n_head, s->p.select.plan.top_k, s->per_head, err);
     if (rc) return rc;
     s->rec.n_tokens = n;
-    s->rec.top_k = s->p.top_k;
+    s->rec.top_k = s->p.select.plan.top_k;
     if (s->d_search > 0) {
         project(s, kv, st->slot0, st->h_norm, n, st->pool);
     }
     if (s->p.dense_near && !batch_reaches_far(s, kv, st->slot0, n)) { /* a dense layer, nothing far yet */
         if ((rc = append_keys(s, kv, NULL, n, st->slot0, err))) return rc;
-        for (int i = 0; i < n * s->p.top_k; i++) s->rec.cand[i] = -1;
+        for (int i = 0; i < n * s->p.select.plan.top_k; i++) s->rec.cand[i] = -1;
         return attn_full_stage()->forward(attn_full_stage(), st, kv, err);
     }
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
-    if (n > 1 && s->p.prefill == SPARSE_PREFILL_DENSE) {
+    if (n > 1 && s->p.select.plan.sparse_prefill == SUBQ_PREFILL_DENSE) {
         if ((rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err))) return rc;
         for (int t = 0; t < n && s->comp && !rc; t++) rc = completion_advance(s->comp, kv, st->slot0 + t, err);
         if (rc) return rc;
-        for (int i = 0; i < n * s->p.top_k; i++) s->rec.cand[i] = -1;
+        for (int i = 0; i < n * s->p.select.plan.top_k; i++) s->rec.cand[i] = -1;
         return attn_full_stage()->forward(attn_full_stage(), st, kv, err);
     }
-    if (n > 1 && s->p.prefill == SPARSE_PREFILL_BATCH && !s->comp && !(s->per_head && s->probe.on))
+    if (n > 1 && s->p.select.plan.sparse_prefill == SUBQ_PREFILL_SPARSE && !s->comp && !(s->per_head && s->probe.on))
         return sparse_forward_batch(s, st, kv, 0, err);
-    if (n > 1 && s->p.prefill == SPARSE_PREFILL_TOKEN && teacher_batchable(s))
+    if (n > 1 && s->p.select.plan.sparse_prefill == SUBQ_PREFILL_TOKENWISE && teacher_batchable(s))
         return sparse_forward_batch(s, st, kv, 1, err);
     /* Teacher forcing: query t sees exactly the keys of slots <= its own.
      * Appending key t right before query t keeps that true for ANN indexes
      * too, so queries run in slot order. */
-    int max_slots = s->p.n_sink + s->p.top_k + s->p.n_tail;
+    int max_slots = s->p.select.plan.n_sink + s->p.select.plan.top_k + s->p.select.plan.n_tail;
     int *slots = malloc((size_t)max_slots * sizeof(int));
     float *scores = malloc((size_t)max_slots * st->n_head * sizeof(float)); /* per query head */
     if (!slots || !scores) {
@@ -401,13 +401,13 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         if (!rc && s->comp) rc = completion_advance(s->comp, kv, slot, err);
         if (rc) break;
         if (s->per_head) {
-            rc = attend_per_head(s, st, kv, t, s->rec.cand + (size_t)t * s->p.top_k, slots, scores, err);
+            rc = attend_per_head(s, st, kv, t, s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots, scores, err);
             continue;
         }
         const float *q = st->q + (size_t)t * st->n_head * hd;
         int ns = 0, cand_off = 0, n_cand = 0;
         rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL, q,
-                          s->rec.cand + (size_t)t * s->p.top_k, slots, &ns, &cand_off, &n_cand, err);
+                          s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots, &ns, &cand_off, &n_cand, err);
         if (rc) break;
         if (kv->prefetch) kv_cache_prefetch(kv, st->layer, slots, ns);
         if (s->comp) {
@@ -476,7 +476,7 @@ static int sparse_has_completion(const attn_stage *st) { return ((const sparse_s
 
 static int sparse_rows_attended(const attn_stage *st, int n_keys) {
     const sparse_stage *s = (const sparse_stage *)st;
-    const int n = s->p.n_sink + s->p.n_tail + s->p.top_k;
+    const int n = s->p.select.plan.n_sink + s->p.select.plan.n_tail + s->p.select.plan.top_k;
     return n < n_keys ? n : n_keys;
 }
 
@@ -542,7 +542,7 @@ static int sparse_same_search(const attn_stage *a, const attn_stage *b) {
         x->dq_row != y->dq_row || x->dk_row != y->dk_row)
         return 0;
     /* the stored form (get_keys) depends on these */
-    if (x->p.select.score != y->p.select.score || x->p.select.search_f16 != y->p.select.search_f16) return 0;
+    if (x->p.select.plan.score != y->p.select.plan.score || x->p.select.plan.search_f16 != y->p.select.plan.search_f16) return 0;
     if (!search_rope_same(&x->rope, &y->rope)) return 0;
     const size_t row = (size_t)x->n_embd * sizeof(float);
     return !memcmp(x->wq_s, y->wq_s, row * x->dq_row) && !memcmp(x->wk_s, y->wk_s, row * x->dk_row);
@@ -566,7 +566,7 @@ static uint64_t projection_hash(const sparse_stage *s) {
 static uint64_t sparse_search_made_by(const attn_stage *st) {
     const sparse_stage *s = as_sparse(st);
     if (!s || s->d_search <= 0) return 0;
-    const int score = (int)s->p.select.score;
+    const int score = (int)s->p.select.plan.score;
     return fnv1a(projection_hash(s), &score, sizeof score);
 }
 
@@ -579,20 +579,20 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
              "page=%d qhm=%d oracle=%d block=%d nprobe=%d from=%d group=%d gprobe=%d gfrom=%d seed=%" PRIu64
              " proj=%016" PRIx64
              " complete=%016" PRIx64,
-             selector_kind_name(sp->kind), s->p.top_k, s->p.n_sink, s->p.n_tail, (int)s->p.prefill, s->d_search,
-             select_score_name(sp->score), select_scan_name(sp->scan), sp->search_f16, sp->hnsw_m,
-             sp->hnsw_ef_construction, sp->hnsw_ef_search, sp->quest_page, sp->quest_headmean, (int)sp->oracle,
-             sp->block_keys, sp->nprobe, sp->probe_from, sp->group_blocks, sp->group_probe, sp->group_from,
-             sp->seed, proj,
+             selector_kind_name(sp->plan.selector), s->p.select.plan.top_k, s->p.select.plan.n_sink, s->p.select.plan.n_tail, (int)s->p.select.plan.sparse_prefill, s->d_search,
+             select_score_name(sp->plan.score), select_scan_name(sp->plan.scan), sp->plan.search_f16, sp->plan.hnsw_m,
+             sp->plan.hnsw_ef_construction, sp->plan.hnsw_ef_search, sp->plan.quest_page, sp->plan.quest_headmean, (int)sp->plan.oracle,
+             sp->plan.block_keys, sp->plan.nprobe, sp->plan.probe_from, sp->plan.group_blocks, sp->plan.group_probe, sp->plan.group_from,
+             sp->plan.seed, proj,
              s->comp ? completion_hash(s->comp) : 0);
     /* only when on: plans from before these settings describe as they did */
     size_t used = strlen(buf);
-    if (sp->block_reps && used < cap) snprintf(buf + used, cap - used, " reps=%d", sp->block_reps);
+    if (sp->plan.block_reps && used < cap) snprintf(buf + used, cap - used, " reps=%d", sp->plan.block_reps);
     used = strlen(buf);
     if (s->dk_row != s->d_search || s->dq_row != s->d_search)
         snprintf(buf + used, cap - used, " heads=%d/%d", s->dq_row / s->d_search, s->dk_row / s->d_search);
     used = strlen(buf);
-    if (s->p.far.scheme != ATTN_FAR_NONE && used < cap)
+    if (s->p.far.scheme != SUBQ_FAR_NONE && used < cap)
         snprintf(buf + used, cap - used, " far=%s from=%d limit=%d dense_near=%d", attn_far_name(s->p.far.scheme),
                  s->p.far.from, s->p.far.limit, s->p.dense_near);
 }
@@ -608,13 +608,13 @@ static const attn_stage_state sparse_state = {
 subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, const search_rope *rope,
                             int n_embd, const selector_env *env, attn_stage **out, subq_error *err) {
     *out = NULL;
-    if (p->top_k < 0 || p->n_sink < 0 || p->n_tail < 0 || p->top_k + p->n_sink + p->n_tail < 1)
+    if (p->select.plan.top_k < 0 || p->select.plan.n_sink < 0 || p->select.plan.n_tail < 0 || p->select.plan.top_k + p->select.plan.n_sink + p->select.plan.n_tail < 1)
         return subq_fail(err, SUBQ_ERR_ARG, "invalid sparse attention plan (topk %d, sink %d, tail %d; none may be "
-                         "negative, and a query must attend at least one key)", p->top_k, p->n_sink, p->n_tail);
-    int needs_search = selector_kind_needs_search(p->select.kind);
+                         "negative, and a query must attend at least one key)", p->select.plan.top_k, p->select.plan.n_sink, p->select.plan.n_tail);
+    int needs_search = selector_kind_needs_search(p->select.plan.selector);
     if (needs_search && (!wq_s || !wk_s || p->select.d_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections for layer %d",
-                         selector_kind_name(p->select.kind), env->layer);
+                         selector_kind_name(p->select.plan.selector), env->layer);
     sparse_stage *s = calloc(1, sizeof *s);
     if (!s) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     s->base.name = sparse_name;
@@ -635,18 +635,18 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         if (rope) s->rope = *rope;
     }
     subq_status rc = search_rope_check(&s->rope, s->d_search, "search rotation", err);
-    if (!rc && p->far.scheme != ATTN_FAR_NONE && p->complete)
+    if (!rc && p->far.scheme != SUBQ_FAR_NONE && p->complete)
         rc = subq_fail(err, SUBQ_ERR_UNSUPPORTED, "completion maps model the unretrieved keys at their own distances: "
                        "a far-key scheme (%s) runs without completion", attn_far_name(p->far.scheme));
-    if (!rc && p->far.scheme != ATTN_FAR_NONE && (p->far.from < 1 || p->far.from > p->far.limit))
+    if (!rc && p->far.scheme != SUBQ_FAR_NONE && (p->far.from < 1 || p->far.from > p->far.limit))
         rc = subq_fail(err, SUBQ_ERR_ARG, "far keys from distance %d: must lie in [1, %d]", p->far.from, p->far.limit);
     if (!rc) rc = selector_new(&p->select, env, &s->sel, err);
     if (rc) {
         free(s);
         return rc;
     }
-    if (p->far.scheme != ATTN_FAR_NONE) {
-        const size_t n = (size_t)p->n_sink + (size_t)p->top_k + (size_t)p->n_tail + 1;
+    if (p->far.scheme != SUBQ_FAR_NONE) {
+        const size_t n = (size_t)p->select.plan.n_sink + (size_t)p->select.plan.top_k + (size_t)p->select.plan.n_tail + 1;
         s->far_dist = malloc(n * sizeof(int32_t));
         s->far_shift = malloc(n * sizeof(int32_t));
         s->far_order = malloc(n * sizeof(int64_t));
@@ -656,7 +656,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         }
     }
     if ((s->per_head = selector_per_head(s->sel))) {
-        s->hcand = malloc((size_t)env->n_head * (size_t)(p->top_k > 0 ? p->top_k : 1) * sizeof(int32_t));
+        s->hcand = malloc((size_t)env->n_head * (size_t)(p->select.plan.top_k > 0 ? p->select.plan.top_k : 1) * sizeof(int32_t));
         s->hgot = malloc((size_t)env->n_head * sizeof(int));
         if (!s->hcand || !s->hgot) {
             sparse_free(&s->base);
@@ -669,7 +669,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
             rc = subq_fail(err, SUBQ_ERR_MISMATCH, "completion maps are for %d/%d heads of width %d, the model has "
                            "%d/%d of %d", d->n_head, d->n_head_kv, d->head_dim, env->n_head, env->n_head_kv, env->head_dim);
         else
-            rc = completion_new(p->complete, env->layer, p->n_sink, p->n_tail, p->top_k,
+            rc = completion_new(p->complete, env->layer, p->select.plan.n_sink, p->select.plan.n_tail, p->select.plan.top_k,
                                 p->complete_heads ? p->complete_heads + (size_t)env->layer * env->n_head : NULL,
                                 &s->comp, err);
         if (rc) {

@@ -10,11 +10,12 @@
 #include "search/search_rope.h"
 #include "select/selector.h"
 
-/* How the queries of a batch of several tokens (a prompt) attend; a
- * one-token step (decode) is the same in every mode: sinks + tail + K
- * retrieved from every earlier slot of its document.
+/* How the queries of a batch of several tokens (a prompt) attend
+ * (subq_prefill_mode, SUBQ_PREFILL_*); a one-token step (decode) is the
+ * same in every mode: sinks + tail + K retrieved from every earlier slot
+ * of its document.
  *   DENSE: full attention; the batch's search keys are indexed after it.
- *   BATCH: query t (slot s = slot0 + t) attends to
+ *   SPARSE: query t (slot s = slot0 + t) attends to
  *            - the sinks: the first n_sink slots of its document;
  *            - its local window: every slot of its document from the batch's
  *              first slot up to s, reaching further back so that it holds
@@ -26,36 +27,31 @@
  *          its own K). Every token costs one index query and a
  *          window of at most batch + tail keys, so a prompt costs ~linear
  *          time; the batch's attention runs as dense blocks (attn_batch).
- *   TOKEN: teacher forcing, token by token: each key is indexed just before
+ *   TOKENWISE: teacher forcing, token by token: each key is indexed just before
  *          its query, which sees sinks + tail + K retrieved from every
  *          earlier slot, as decode would (eval, perplexity; with a
- *          completion, or a per-head selector under eval's metrics, BATCH
+ *          completion, or a per-head selector under eval's metrics, SPARSE
  *          runs this way too).
  *          Selectors whose answer under a mask ignores the keys past it
  *          (exact over full keys, the head-mean oracle, window) give the
  *          same sets when the batch's keys are indexed first and every
  *          query retrieves among slots <= its own: they run so, in one
  *          batched query and one attn_batch, at GEMM speed. */
-typedef enum sparse_prefill {
-    SPARSE_PREFILL_DENSE = 0,
-    SPARSE_PREFILL_BATCH = 1,
-    SPARSE_PREFILL_TOKEN = 2,
-} sparse_prefill;
 
+/* One layer's sparse stage: select.plan is the public plan as given
+ * (top_k, n_sink, n_tail, sparse_prefill: the modes above, the selector's
+ * settings; a topk_layers layer: exact, its K), what the layer adds beside
+ * it. */
 typedef struct sparse_params {
-    int top_k;          /* K candidates retrieved per query */
-    int n_sink;         /* first tokens of the document, always kept (default 4) */
-    int n_tail;         /* most recent tokens incl. the query, always kept (default 16);
-                           with 0 the query's own key is retrieved like any other */
-    sparse_prefill prefill; /* batches of several tokens (default TOKEN) */
     selector_params select;
     /* completion of the unretrieved mid region (complete/completion.h) on the
      * layers these maps cover; NULL: selection only */
     const phi_maps *complete;
     const unsigned char *complete_heads; /* [n_layer][n_head] flags; NULL: every head */
-    /* keys farther than far.from attended at the distance far.scheme gives
-     * them (attn_far.h; scheme none: at their own). The local window is
-     * never far: a prompt batch's window stops at far.from. */
+    /* the plan's far_pos and far_from resolved for the model: keys farther
+     * than far.from attended at the distance far.scheme gives them
+     * (attn_far.h; scheme none: at their own). The local window is never
+     * far: a prompt batch's window stops at far.from. */
     attn_far far;
     /* a layer the plan keeps dense, under a far scheme: full attention
      * while every key of the batch lies within far.from, else sinks + the

@@ -278,8 +278,8 @@ subq_status sparse_probe_enable(sparse_probe *p, const selector_params *sel, con
     if (p->shadow || !selector_params_approximate(sel)) return SUBQ_OK;
     /* the reference: a full f32 scan by the same score */
     selector_params ep;
-    selector_params_default(&ep, SELECT_EXACT, d_search);
-    ep.score = sel->score;
+    selector_params_default(&ep, SUBQ_SELECT_EXACT, d_search);
+    ep.plan.score = sel->plan.score;
     ep.search_heads = sel->search_heads, ep.search_qheads = sel->search_qheads;
     return selector_new(&ep, env, &p->shadow, err);
 }

@@ -71,7 +71,7 @@ static const char *help =
  * after): bandwidth depends on where pages lie, and the cache is most of the
  * bytes at long contexts (bound_cache_tok_s, frac_bound_cache). */
 typedef struct decode_result {
-    int ctx, attn;            /* attn: -1 = full, else selector_kind */
+    int ctx, attn;            /* attn: -1 = full, else subq_selector_kind */
     bench_decode_row m;       /* the measurement (bench_model.c) */
     double step_bytes;        /* bytes read per step (see above) */
     double bw;                /* read bandwidth around the row, GB/s */
