@@ -15,10 +15,9 @@ typedef struct attn_plan {
      * the selector kind, sparse whether or not `layers` lists them), the
      * selector and its settings, K, sinks, tail, far keys */
     subq_attn_plan plan;
-    /* completion of the unretrieved mid region (complete/completion.h) on
-     * the layers these maps cover; NULL: selection only */
+    /* completion maps and their head flags, as in sparse_params */
     const phi_maps *complete;
-    const unsigned char *complete_heads; /* [n_layer][n_head] flags; NULL: every head */
+    const unsigned char *complete_heads;
 } attn_plan;
 
 void attn_plan_default(attn_plan *p);

@@ -68,6 +68,51 @@ int cli_help(const char *help) {
     return 0;
 }
 
+int cli_flag_take(const char *cmd, const cli_flag *flags, int n_flags, int argc, char **argv, int *i) {
+    const char *a = argv[*i];
+    const cli_flag *f = NULL;
+    for (int k = 0; k < n_flags && !f; k++)
+        if ((flags[k].short_name && !strcmp(a, flags[k].short_name)) || !strcmp(a, flags[k].long_name)) f = &flags[k];
+    if (!f) return 0;
+    if (f->kind == CLI_FLAG_SET) {
+        *(int *)f->dst = 1;
+        return 1;
+    }
+    const char *v = cli_value(cmd, argc, argv, i);
+    if (!v) return -1;
+    int x, ok = 1;
+    switch (f->kind) {
+    case CLI_FLAG_STRING: *(const char **)f->dst = v; break;
+    case CLI_FLAG_INT: ok = cli_parse_int(cmd, a, v, f->lo, f->hi, f->dst); break;
+    case CLI_FLAG_I64:
+        if ((ok = cli_parse_int(cmd, a, v, f->lo, f->hi, &x))) *(int64_t *)f->dst = x;
+        break;
+    case CLI_FLAG_U64: ok = cli_parse_u64(cmd, a, v, f->dst); break;
+    case CLI_FLAG_FLOAT: ok = cli_parse_float(cmd, a, v, f->dst); break;
+    case CLI_FLAG_INT_LIST: ok = cli_parse_int_list(cmd, a, v, f->lo, 1 << 24, (int)f->hi, f->dst, f->n); break;
+    case CLI_FLAG_SET: break;
+    }
+    return ok ? 1 : -1;
+}
+
+int cli_parse_flags(const char *cmd, const char *help, int argc, char **argv, const cli_flag *flags, int n_flags,
+                    int *exit_code) {
+    *exit_code = 1;
+    for (int i = 1; i < argc; i++) {
+        if (cli_is_help(argv[i])) {
+            *exit_code = cli_help(help);
+            return 0;
+        }
+        const int r = cli_flag_take(cmd, flags, n_flags, argc, argv, &i);
+        if (r < 0) return 0;
+        if (r == 0) {
+            cli_error(cmd, "unknown option '%s' (see subq %s --help)", argv[i], cmd);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         cli_error(cmd, "option %s needs a value (see subq %s --help)", argv[*i], cmd);

@@ -49,6 +49,41 @@ int cli_finish_stdout(const char *cmd, int rc);
 /* Print a command's help on stdout; returns 0 (the exit code). */
 int cli_help(const char *help);
 
+/* A command's options as a table: each row's names (short_name may be
+ * NULL), what it takes and where it goes: STRING const char **; SET int *
+ * set to 1; INT int * and I64 int64_t * within [lo, hi]; U64 uint64_t *;
+ * FLOAT float *; INT_LIST "8,16,32", at most hi integers >= lo into the
+ * int array dst, their count into *n. */
+typedef enum cli_flag_kind {
+    CLI_FLAG_STRING, CLI_FLAG_SET, CLI_FLAG_INT, CLI_FLAG_I64, CLI_FLAG_U64, CLI_FLAG_FLOAT, CLI_FLAG_INT_LIST
+} cli_flag_kind;
+typedef struct cli_flag {
+    const char *short_name, *long_name;
+    cli_flag_kind kind;
+    void *dst;
+    long lo, hi;
+    int *n;
+} cli_flag;
+/* The rows; each destination passes through a pointer of its kind's type,
+ * so that the compiler checks it. */
+#define CLI_FLAG_ROW(s, l, k, to) .short_name = (s), .long_name = (l), .kind = (k), .dst = (to)
+#define CLI_STRING(s, l, to) {CLI_FLAG_ROW(s, l, CLI_FLAG_STRING, (const char **){to})}
+#define CLI_SET(s, l, to) {CLI_FLAG_ROW(s, l, CLI_FLAG_SET, (int *){to})}
+#define CLI_INT(s, l, to, lo_, hi_) {CLI_FLAG_ROW(s, l, CLI_FLAG_INT, (int *){to}), .lo = (lo_), .hi = (hi_)}
+#define CLI_I64(s, l, to, lo_, hi_) {CLI_FLAG_ROW(s, l, CLI_FLAG_I64, (int64_t *){to}), .lo = (lo_), .hi = (hi_)}
+#define CLI_U64(s, l, to) {CLI_FLAG_ROW(s, l, CLI_FLAG_U64, (uint64_t *){to})}
+#define CLI_FLOAT(s, l, to) {CLI_FLAG_ROW(s, l, CLI_FLAG_FLOAT, (float *){to})}
+#define CLI_INT_LIST(s, l, to, count, lo_, cap) \
+    {CLI_FLAG_ROW(s, l, CLI_FLAG_INT_LIST, (int *){to}), .lo = (lo_), .hi = (cap), .n = (count)}
+/* If argv[*i] is one of the table's options, parse it (advancing *i) and
+ * return 1; 0 when it is none of them; -1 after a one-line error. */
+int cli_flag_take(const char *cmd, const cli_flag *flags, int n_flags, int argc, char **argv, int *i);
+/* Parse all of argv[1..] by the table: -h/--help prints help; an unknown
+ * option or a bad value is one line. Returns 1 to go on, or 0 with
+ * *exit_code the command's exit code (0 after the help, 1 after an error). */
+int cli_parse_flags(const char *cmd, const char *help, int argc, char **argv, const cli_flag *flags, int n_flags,
+                    int *exit_code);
+
 /* Tokenise text into a malloc'd array of exactly the right size (*toks, *n);
  * `special`: the text of special tokens becomes them (subq_tokenize_special). */
 subq_status cli_tokenize(const subq_model *m, const char *text, size_t len, int add_bos, int special, int32_t **toks,

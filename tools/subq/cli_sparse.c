@@ -278,6 +278,12 @@ void cli_sparse_free(cli_sparse_opts *o) {
     o->complete = NULL;
 }
 
+void cli_unload(subq_model *m, subq_context *c, cli_sparse_opts *so) {
+    subq_context_free(c);
+    cli_sparse_free(so);
+    subq_model_free(m);
+}
+
 int cli_common_opt(const char *cmd, const char *help, int argc, char **argv, int *i, cli_model_opts *mo,
                    cli_sparse_opts *so) {
     int r = cli_parse_model_opt(cmd, argc, argv, i, mo);
@@ -287,4 +293,21 @@ int cli_common_opt(const char *cmd, const char *help, int argc, char **argv, int
     if (!cli_is_help(argv[*i])) return CLI_OPT_NONE;
     cli_help(help);
     return CLI_OPT_HELP;
+}
+
+int cli_parse_command(const char *cmd, const char *help, int argc, char **argv, cli_model_opts *mo,
+                      cli_sparse_opts *so, const cli_flag *flags, int n_flags, int *exit_code) {
+    *exit_code = 1;
+    for (int i = 1; i < argc; i++) {
+        int r = cli_common_opt(cmd, help, argc, argv, &i, mo, so);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_NONE) {
+            *exit_code = r == CLI_OPT_HELP ? 0 : 1;
+            return 0;
+        }
+        if ((r = cli_flag_take(cmd, flags, n_flags, argc, argv, &i)) > 0) continue;
+        if (r == 0) cli_error(cmd, "unknown option '%s' (see subq %s --help)", argv[i], cmd);
+        return 0;
+    }
+    return 1;
 }

@@ -93,6 +93,12 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
 enum { CLI_OPT_NONE, CLI_OPT_TAKEN, CLI_OPT_HELP, CLI_OPT_ERROR };
 int cli_common_opt(const char *cmd, const char *help, int argc, char **argv, int *i, cli_model_opts *mo,
                    cli_sparse_opts *so);
+/* A whole command line: the shared options (cli_common_opt), then the
+ * command's own table (cli_flag_take); an unknown option is one line.
+ * Returns 1 to go on, or 0 with *exit_code the command's exit code (0
+ * after the help, 1 after an error). */
+int cli_parse_command(const char *cmd, const char *help, int argc, char **argv, cli_model_opts *mo,
+                      cli_sparse_opts *so, const cli_flag *flags, int n_flags, int *exit_code);
 /* After the flags: with no --search, --random-search or --no-search, a
  * model file that carries merged search projections (subq merge, or
  * ann-sparseattention's merge script) runs sparse on them, with its top-K
@@ -113,5 +119,8 @@ subq_attn_plan cli_plan_with(const cli_sparse_opts *o, subq_selector_kind kind, 
 int cli_set_plan(const char *cmd, const cli_sparse_opts *o, subq_context *c, subq_selector_kind kind, int top_k,
                  int complete);
 void cli_sparse_free(cli_sparse_opts *o);
+/* The end of a model command: its context, the plan's handles, the model
+ * (each may be NULL). */
+void cli_unload(subq_model *m, subq_context *c, cli_sparse_opts *so);
 
 #endif

@@ -23,37 +23,6 @@ void cli_train_init(cli_train *o, const char *cmd, subq_train_params *cfg, const
     o->corpus = (subq_corpus_params){.seq = 512, .pack = 1, .eval_frac = 0.05f};
 }
 
-int cli_flag_int(const char *cmd, const char *flag, long lo, long hi, int argc, char **argv, int *i, int *dst) {
-    if (strcmp(argv[*i], flag)) return 0;
-    const char *v = cli_value(cmd, argc, argv, i);
-    return v && cli_parse_int(cmd, flag, v, lo, hi, dst) ? 1 : -1;
-}
-
-int cli_flag_float(const char *cmd, const char *flag, int argc, char **argv, int *i, float *dst) {
-    if (strcmp(argv[*i], flag)) return 0;
-    const char *v = cli_value(cmd, argc, argv, i);
-    return v && cli_parse_float(cmd, flag, v, dst) ? 1 : -1;
-}
-
-int cli_flag_str(const char *cmd, const char *flag, int argc, char **argv, int *i, const char **dst) {
-    if (strcmp(argv[*i], flag)) return 0;
-    return (*dst = cli_value(cmd, argc, argv, i)) ? 1 : -1;
-}
-
-int cli_flag_int_list(const char *cmd, const char *flag, long lo, int cap, int argc, char **argv, int *i, int *out,
-                      int *n) {
-    if (strcmp(argv[*i], flag)) return 0;
-    const char *s = cli_value(cmd, argc, argv, i);
-    return s && cli_parse_int_list(cmd, flag, s, lo, 1 << 24, cap, out, n) ? 1 : -1;
-}
-
-/* --steps, --stop-after, --eval-tokens: int64 fields */
-static int flag_count(const char *cmd, const char *flag, long lo, int argc, char **argv, int *i, int64_t *dst) {
-    int x = 0, r = cli_flag_int(cmd, flag, lo, 2000000000, argc, argv, i, &x);
-    if (r > 0) *dst = x;
-    return r;
-}
-
 int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
     const char *cmd = o->cmd, *a = argv[*i];
     subq_train_params *c = o->cfg;
@@ -70,43 +39,45 @@ int cli_train_option(cli_train *o, int argc, char **argv, int *i) {
         return 1;
     }
     if (!strcmp(a, "--no-pack")) return o->corpus.pack = 0, 1;
-    if (!strcmp(a, "--resume")) return c->resume = 1, 1;
-    if (!strcmp(a, "--json")) return o->json = 1, 1;
-    if (!strcmp(a, "--force")) return o->force = 1, 1;
-    if (!strcmp(a, "--mpi-timeout")) {
-        const char *v = cli_value(cmd, argc, argv, i);
-        return v && cli_parse_int(cmd, a, v, 1, 1 << 20, &o->mpi_timeout) ? 1 : -1;
+    const cli_flag flags[] = {
+        CLI_STRING("-m", "--model", &o->model),
+        CLI_INT("-t", "--threads", &c->n_threads, 1, 1024),
+        CLI_INT("-ub", "--ubatch", &c->n_ubatch, 1, 1 << 20),
+        CLI_STRING("-o", "--output", &o->out),
+        CLI_STRING(NULL, "--log", &o->log_path),
+        CLI_STRING(NULL, "--layers", &o->layers),
+        CLI_INT(NULL, "--seq", &o->corpus.seq, 2, 1 << 20),
+        CLI_FLOAT(NULL, "--eval-frac", &o->corpus.eval_frac),
+        CLI_INT(NULL, "--batch", &c->batch, 1, 1 << 16),
+        CLI_INT(NULL, "--grad-accum", &c->grad_accum, 1, 1 << 16),
+        CLI_FLOAT(NULL, "--lr", &c->lr),
+        CLI_FLOAT(NULL, "--wd", &c->weight_decay),
+        CLI_FLOAT(NULL, "--beta2", &c->beta2),
+        CLI_FLOAT(NULL, "--clip", &c->grad_clip),
+        CLI_INT(NULL, "--warmup", &c->warmup, 0, 1 << 30),
+        CLI_I64(NULL, "--steps", &c->steps, 1, 2000000000),
+        CLI_I64(NULL, "--stop-after", &c->stop_after, 1, 2000000000),
+        CLI_INT(NULL, "--eval-every", &c->eval_every, 0, 1 << 30),
+        CLI_I64(NULL, "--eval-tokens", &c->eval_tokens, 0, 2000000000),
+        CLI_INT(NULL, "--save-every", &c->save_every, 0, 1 << 30),
+        CLI_SET(NULL, "--resume", &c->resume),
+        CLI_SET(NULL, "--json", &o->json),
+        CLI_SET(NULL, "--force", &o->force),
+        CLI_INT(NULL, "--mpi-timeout", &o->mpi_timeout, 1, 1 << 20),
+        CLI_U64("-s", "--seed", &c->seed),
+    };
+    return cli_flag_take(cmd, flags, sizeof flags / sizeof flags[0], argc, argv, i);
+}
+
+int cli_train_parse(cli_train *o, int argc, char **argv, const cli_flag *flags, int n_flags) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int r = cli_train_option(o, argc, argv, &i);
+        if (!r) r = cli_flag_take(o->cmd, flags, n_flags, argc, argv, &i);
+        if (!r) cli_error(o->cmd, "unknown option '%s' (see subq %s --help)", a, o->cmd);
+        if (r <= 0) return 0;
     }
-    if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-        const char *v = cli_value(cmd, argc, argv, i);
-        return v && cli_parse_u64(cmd, a, v, &c->seed) ? 1 : -1;
-    }
-    int r = 0;
-    if (!r) r = cli_flag_str(cmd, "-m", argc, argv, i, &o->model);
-    if (!r) r = cli_flag_str(cmd, "--model", argc, argv, i, &o->model);
-    if (!r) r = cli_flag_int(cmd, "-t", 1, 1024, argc, argv, i, &c->n_threads);
-    if (!r) r = cli_flag_int(cmd, "--threads", 1, 1024, argc, argv, i, &c->n_threads);
-    if (!r) r = cli_flag_int(cmd, "-ub", 1, 1 << 20, argc, argv, i, &c->n_ubatch);
-    if (!r) r = cli_flag_int(cmd, "--ubatch", 1, 1 << 20, argc, argv, i, &c->n_ubatch);
-    if (!r) r = cli_flag_str(cmd, "-o", argc, argv, i, &o->out);
-    if (!r) r = cli_flag_str(cmd, "--output", argc, argv, i, &o->out);
-    if (!r) r = cli_flag_str(cmd, "--log", argc, argv, i, &o->log_path);
-    if (!r) r = cli_flag_str(cmd, "--layers", argc, argv, i, &o->layers);
-    if (!r) r = cli_flag_int(cmd, "--seq", 2, 1 << 20, argc, argv, i, &o->corpus.seq);
-    if (!r) r = cli_flag_float(cmd, "--eval-frac", argc, argv, i, &o->corpus.eval_frac);
-    if (!r) r = cli_flag_int(cmd, "--batch", 1, 1 << 16, argc, argv, i, &c->batch);
-    if (!r) r = cli_flag_int(cmd, "--grad-accum", 1, 1 << 16, argc, argv, i, &c->grad_accum);
-    if (!r) r = cli_flag_float(cmd, "--lr", argc, argv, i, &c->lr);
-    if (!r) r = cli_flag_float(cmd, "--wd", argc, argv, i, &c->weight_decay);
-    if (!r) r = cli_flag_float(cmd, "--beta2", argc, argv, i, &c->beta2);
-    if (!r) r = cli_flag_float(cmd, "--clip", argc, argv, i, &c->grad_clip);
-    if (!r) r = cli_flag_int(cmd, "--warmup", 0, 1 << 30, argc, argv, i, &c->warmup);
-    if (!r) r = flag_count(cmd, "--steps", 1, argc, argv, i, &c->steps);
-    if (!r) r = flag_count(cmd, "--stop-after", 1, argc, argv, i, &c->stop_after);
-    if (!r) r = cli_flag_int(cmd, "--eval-every", 0, 1 << 30, argc, argv, i, &c->eval_every);
-    if (!r) r = flag_count(cmd, "--eval-tokens", 0, argc, argv, i, &c->eval_tokens);
-    if (!r) r = cli_flag_int(cmd, "--save-every", 0, 1 << 30, argc, argv, i, &c->save_every);
-    return r;
+    return 1;
 }
 
 int cli_train_check(cli_train *o, int need_out, int need_data) {

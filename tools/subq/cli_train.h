@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 
+#include "cli.h"
 #include "subq_lab.h"
 
 #define CLI_TRAIN_MAX_PATHS 256
@@ -34,15 +35,10 @@ void cli_train_init(cli_train *o, const char *cmd, subq_train_params *cfg, const
 /* If argv[*i] is a driver option or a data path, parse it (advancing *i)
  * and return 1; 0 if it is not one; -1 after printing an error. */
 int cli_train_option(cli_train *o, int argc, char **argv, int *i);
-/* If argv[*i] is `flag`, parse its value into *dst (advancing *i) and
- * return 1, or print the error and return -1; 0 when it is another flag. */
-int cli_flag_int(const char *cmd, const char *flag, long lo, long hi, int argc, char **argv, int *i, int *dst);
-int cli_flag_float(const char *cmd, const char *flag, int argc, char **argv, int *i, float *dst);
-int cli_flag_str(const char *cmd, const char *flag, int argc, char **argv, int *i, const char **dst);
-/* "8,16,32": up to cap integers >= lo into out[*n] */
-int cli_flag_int_list(const char *cmd, const char *flag, long lo, int cap, int argc, char **argv, int *i, int *out,
-                      int *n);
-
+/* The whole command line: each argument a driver option (cli_train_option)
+ * or one of the command's own (flags); 0 after a one-line error (an
+ * unknown option too). -h / --help is the caller's, before. */
+int cli_train_parse(cli_train *o, int argc, char **argv, const cli_flag *flags, int n_flags);
 /* Checks after parsing (output, data, ranges); prints the error and returns
  * 0 on failure. need_out: an output path is required. */
 int cli_train_check(cli_train *o, int need_out, int need_data);

@@ -374,8 +374,6 @@ int cmd_bench(int argc, char **argv) {
 done:
     free(logits);
     free(toks);
-    subq_context_free(c);
-    cli_sparse_free(&so);
-    subq_model_free(m);
+    cli_unload(m, c, &so);
     return rc;
 }

@@ -22,23 +22,13 @@ int cmd_dequant(int argc, char **argv) {
     const char *cmd = "dequant";
     const char *tname = NULL, *in = NULL, *out = NULL;
     int scalar = 0, force = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) return cli_help(help);
-        if (!strcmp(a, "--type")) {
-            if (!(tname = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-i") || !strcmp(a, "--input")) {
-            if (!(in = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--scalar")) {
-            scalar = 1;
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq dequant --help)", a);
-        }
-    }
+    const cli_flag flags[] = {
+        CLI_STRING(NULL, "--type", &tname),      CLI_STRING("-i", "--input", &in),
+        CLI_STRING("-o", "--output", &out),      CLI_SET(NULL, "--scalar", &scalar),
+        CLI_SET(NULL, "--force", &force),
+    };
+    int rc;
+    if (!cli_parse_flags(cmd, help, argc, argv, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
     if (!tname) return cli_error(cmd, "no type given; use --type T (see subq dequant --help)");
     if (!in || !out) return cli_error(cmd, "need both -i IN and -o OUT");
     if (!cli_output_ok(cmd, out, force)) return 1;

@@ -509,8 +509,6 @@ int cmd_eval(int argc, char **argv) {
     else print_table(&cfg, r, cmp_a, cmp_b, compare ? cmp : NULL);
 done:
     subq_eval_result_free(r);
-    subq_context_free(c);
-    cli_sparse_free(&so);
-    subq_model_free(m);
+    cli_unload(m, c, &so);
     return rc;
 }

@@ -118,39 +118,25 @@ int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate";
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
-    const char *prompt = "", *prompt_file = NULL, *prompt_cache = NULL, *v;
-    int ignore_eos = 0, prompt_given = 0;
+    const char *prompt = NULL, *prompt_file = NULL, *prompt_cache = NULL;
+    int ignore_eos = 0;
     subq_generate_params gp = subq_generate_default_params();
     subq_sampler_params *sp = &gp.sampler;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
-        if (r == CLI_OPT_TAKEN) continue;
-        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
-        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
-            if (!(prompt = cli_value(cmd, argc, argv, &i))) return 1;
-            prompt_given = 1;
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(prompt_file = cli_value(cmd, argc, argv, &i))) return 1;
-            prompt_given = 1;
-        } else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &gp.n_predict)) return 1;
-        } else if (!strcmp(a, "--temp")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp->temp)) return 1;
-        } else if (!strcmp(a, "--top-k")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &sp->top_k)) return 1;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_float(cmd, a, v, &sp->top_p)) return 1;
-        } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_u64(cmd, a, v, &sp->seed)) return 1;
-        } else if (!strcmp(a, "--prompt-cache")) {
-            if (!(prompt_cache = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--ignore-eos")) {
-            ignore_eos = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq generate --help)", a);
-        }
-    }
+    const cli_flag flags[] = {
+        CLI_STRING("-p", "--prompt", &prompt),
+        CLI_STRING("-f", "--file", &prompt_file),
+        CLI_INT("-n", "--n-predict", &gp.n_predict, 0, 1 << 24),
+        CLI_FLOAT(NULL, "--temp", &sp->temp),
+        CLI_INT(NULL, "--top-k", &sp->top_k, 0, 1 << 30),
+        CLI_FLOAT(NULL, "--top-p", &sp->top_p),
+        CLI_U64("-s", "--seed", &sp->seed),
+        CLI_STRING(NULL, "--prompt-cache", &prompt_cache),
+        CLI_SET(NULL, "--ignore-eos", &ignore_eos),
+    };
+    int rc;
+    if (!cli_parse_command(cmd, help, argc, argv, &mo, &so, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
+    const int prompt_given = prompt || prompt_file;
+    if (!prompt) prompt = "";
     subq_error err = {0};
     char *file_text = NULL;
     size_t prompt_len = strlen(prompt);
@@ -167,7 +153,7 @@ int cmd_generate(int argc, char **argv) {
     subq_sampler *smp = NULL;
     int32_t *toks = NULL;
     size_t n_prompt = 0;
-    int rc = 0;
+    rc = 0;
     /* the sampler first: bad --temp/--top-p fail before anything is loaded or printed */
     if (subq_sampler_new(sp, &smp, &err)) {
         rc = cli_error(cmd, "%s", err.msg);
@@ -316,8 +302,6 @@ done:
     subq_sampler_free(smp);
     free(toks);
     free(file_text);
-    subq_context_free(c);
-    cli_sparse_free(&so);
-    subq_model_free(m);
+    cli_unload(m, c, &so);
     return rc;
 }

@@ -140,23 +140,13 @@ int cmd_info(int argc, char **argv) {
     const char *cmd = "info";
     const char *path = NULL, *kv_path = NULL;
     int json = 0, features = 0, verify = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) return cli_help(help);
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(path = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else if (!strcmp(a, "--features")) {
-            features = 1;
-        } else if (!strcmp(a, "--kv-file")) {
-            if (!(kv_path = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--verify")) {
-            verify = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq info --help)", a);
-        }
-    }
+    const cli_flag flags[] = {
+        CLI_STRING("-m", "--model", &path), CLI_SET(NULL, "--json", &json),
+        CLI_SET(NULL, "--features", &features), CLI_STRING(NULL, "--kv-file", &kv_path),
+        CLI_SET(NULL, "--verify", &verify),
+    };
+    int rc;
+    if (!cli_parse_flags(cmd, help, argc, argv, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
     if (features) return print_features(json);
     if (verify && !kv_path) return cli_error(cmd, "--verify checks a KV file: give --kv-file FILE");
     if (kv_path && path) return cli_error(cmd, "give one of -m and --kv-file");

@@ -31,31 +31,21 @@ int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits";
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
-    const char *list = NULL, *out = NULL, *tokens_file = NULL, *v;
+    const char *list = NULL, *out = NULL, *tokens_file = NULL;
     int decode_from = -1, force = 0, decoded_only = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
-        if (r == CLI_OPT_TAKEN) continue;
-        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
-        if (!strcmp(a, "--tokens")) {
-            if (!(list = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--tokens-file")) {
-            if (!(tokens_file = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--decode-from")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 24, &decode_from)) return 1;
-        } else if (!strcmp(a, "--decoded-only")) {
-            decoded_only = 1;
-        } else if (!strcmp(a, "--tokenwise")) {
-            so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq logits --help)", a);
-        }
-    }
+    int tokenwise = 0;
+    const cli_flag flags[] = {
+        CLI_STRING(NULL, "--tokens", &list),
+        CLI_STRING(NULL, "--tokens-file", &tokens_file),
+        CLI_INT(NULL, "--decode-from", &decode_from, 0, 1 << 24),
+        CLI_SET(NULL, "--decoded-only", &decoded_only),
+        CLI_SET(NULL, "--tokenwise", &tokenwise),
+        CLI_STRING("-o", "--output", &out),
+        CLI_SET(NULL, "--force", &force),
+    };
+    int rc;
+    if (!cli_parse_command(cmd, help, argc, argv, &mo, &so, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
+    if (tokenwise) so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
     if ((!list == !tokens_file) || !out) return cli_error(cmd, "-o and one of --tokens, --tokens-file are required");
     if (!cli_output_ok(cmd, out, force)) return 1;
     char *file_text = NULL;
@@ -78,7 +68,7 @@ int cmd_logits(int argc, char **argv) {
         long t = strtol(p, &end, 10);
         if (end == p || t < 0 || t > 0x7FFFFFFF || n >= cap) {
             free(toks);
-            int rc = cli_error(cmd, "%s: cannot parse '%.32s'", tokens_file ? tokens_file : "--tokens", p);
+            rc = cli_error(cmd, "%s: cannot parse '%.32s'", tokens_file ? tokens_file : "--tokens", p);
             free(file_text);
             return rc;
         }
@@ -106,7 +96,7 @@ int cmd_logits(int argc, char **argv) {
     }
     subq_model_info info;
     subq_model_get_info(m, &info);
-    int rc = 0;
+    rc = 0;
     subq_error err = {0};
     float *logits = NULL;
     /* --kv-file: the tokens it holds are reused when --tokens start with them */
@@ -159,8 +149,6 @@ int cmd_logits(int argc, char **argv) {
 done:
     free(logits);
     free(toks);
-    subq_context_free(c);
-    cli_sparse_free(&so);
-    subq_model_free(m);
+    cli_unload(m, c, &so);
     return rc;
 }

@@ -31,30 +31,18 @@ static const char *split_help =
 
 int cmd_merge(int argc, char **argv) {
     const char *cmd = "merge";
-    const char *model = NULL, *search = NULL, *out = NULL, *v;
+    const char *model = NULL, *search = NULL, *out = NULL;
     subq_merge_params p = subq_merge_default_params();
     int force = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) return cli_help(merge_help);
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--search")) {
-            if (!(search = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--topk")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 1, 1 << 20, &p.top_k)) return 1;
-        } else if (!strcmp(a, "--type")) {
-            if (!(p.type = cli_value(cmd, argc, argv, &i))) return 1;
-            if (strcmp(p.type, "f16") && strcmp(p.type, "f32") && strcmp(p.type, "bf16"))
-                return cli_error(cmd, "--type expects f16, f32 or bf16, got '%s'", p.type);
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq merge --help)", a);
-        }
-    }
+    const cli_flag flags[] = {
+        CLI_STRING("-m", "--model", &model), CLI_STRING(NULL, "--search", &search),
+        CLI_STRING("-o", "--output", &out),  CLI_INT(NULL, "--topk", &p.top_k, 1, 1 << 20),
+        CLI_STRING(NULL, "--type", &p.type), CLI_SET(NULL, "--force", &force),
+    };
+    int rc;
+    if (!cli_parse_flags(cmd, merge_help, argc, argv, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
+    if (strcmp(p.type, "f16") && strcmp(p.type, "f32") && strcmp(p.type, "bf16"))
+        return cli_error(cmd, "--type expects f16, f32 or bf16, got '%s'", p.type);
     if (!model || !search || !out) return cli_error(cmd, "-m MODEL, --search FILE and -o OUT are required");
     if (!cli_output_ok(cmd, out, force)) return 1;
     subq_error err = {0};
@@ -74,19 +62,13 @@ int cmd_split(int argc, char **argv) {
     const char *cmd = "split";
     const char *model = NULL, *out = NULL;
     int force = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) return cli_help(split_help);
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq split --help)", a);
-        }
-    }
+    const cli_flag flags[] = {
+        CLI_STRING("-m", "--model", &model),
+        CLI_STRING("-o", "--output", &out),
+        CLI_SET(NULL, "--force", &force),
+    };
+    int rc;
+    if (!cli_parse_flags(cmd, split_help, argc, argv, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
     if (!model || !out) return cli_error(cmd, "-m MERGED and -o OUT are required");
     if (!cli_output_ok(cmd, out, force)) return 1;
     subq_error err = {0};

@@ -46,26 +46,17 @@ int cmd_perplexity(int argc, char **argv) {
     const char *cmd = "perplexity";
     cli_model_opts mo = {0};
     cli_sparse_opts so = cli_sparse_default();
-    const char *file = NULL, *v;
+    const char *file = NULL;
     int max_chunks = 0, json = 0, window = 0;
     mo.n_ctx = 512;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const int r = cli_common_opt(cmd, help, argc, argv, &i, &mo, &so);
-        if (r == CLI_OPT_TAKEN) continue;
-        if (r != CLI_OPT_NONE) return r == CLI_OPT_HELP ? 0 : 1;
-        if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            if (!(file = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--chunks")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 0, 1 << 30, &max_chunks)) return 1;
-        } else if (!strcmp(a, "--window")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_int(cmd, a, v, 4, 1 << 30, &window)) return 1;
-        } else if (!strcmp(a, "--json")) {
-            json = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq perplexity --help)", a);
-        }
-    }
+    const cli_flag flags[] = {
+        CLI_STRING("-f", "--file", &file),
+        CLI_INT(NULL, "--chunks", &max_chunks, 0, 1 << 30),
+        CLI_INT(NULL, "--window", &window, 4, 1 << 30),
+        CLI_SET(NULL, "--json", &json),
+    };
+    int rc;
+    if (!cli_parse_command(cmd, help, argc, argv, &mo, &so, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
     if (!file) return cli_error(cmd, "no text given; use -f FILE");
     subq_error err = {0};
     char *text;
@@ -79,7 +70,7 @@ int cmd_perplexity(int argc, char **argv) {
     subq_context *c = NULL;
     int32_t *toks = NULL;
     size_t n_toks = 0;
-    int rc = 0;
+    rc = 0;
     /* teacher forcing: every position retrieves as in decode; with
      * --sparse-prefill each chunk is scored as a sparse prompt runs */
     if (so.plan.sparse_prefill != SUBQ_PREFILL_SPARSE) so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
@@ -131,8 +122,6 @@ int cmd_perplexity(int argc, char **argv) {
 done:
     free(toks);
     free(text);
-    subq_context_free(c);
-    cli_sparse_free(&so);
-    subq_model_free(m);
+    cli_unload(m, c, &so);
     return rc;
 }

@@ -399,8 +399,6 @@ done:
     subq_recall_grid_free(&grid);
     subq_recall_free(rec);
     free(hay);
-    subq_context_free(c);
-    cli_sparse_free(&so);
-    subq_model_free(m);
+    cli_unload(m, c, &so);
     return rc;
 }

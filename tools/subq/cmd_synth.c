@@ -17,28 +17,17 @@ static const char *help =
 
 int cmd_synth(int argc, char **argv) {
     const char *cmd = "synth";
-    const char *shape = NULL, *type_name = "f32", *out = NULL, *v;
+    const char *shape = NULL, *type_name = "f32", *out = NULL;
     uint64_t seed = 1;
     int force = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            printf(help, subq_synth_shapes());
-            return 0;
-        } else if (!strcmp(a, "--shape")) {
-            if (!(shape = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--type")) {
-            if (!(type_name = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-            if (!(v = cli_value(cmd, argc, argv, &i)) || !cli_parse_u64(cmd, a, v, &seed)) return 1;
-        } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!(out = cli_value(cmd, argc, argv, &i))) return 1;
-        } else if (!strcmp(a, "--force")) {
-            force = 1;
-        } else {
-            return cli_error(cmd, "unknown option '%s' (see subq synth --help)", a);
-        }
-    }
+    char help_text[2048];
+    snprintf(help_text, sizeof help_text, help, subq_synth_shapes());
+    const cli_flag flags[] = {
+        CLI_STRING(NULL, "--shape", &shape), CLI_STRING(NULL, "--type", &type_name), CLI_U64("-s", "--seed", &seed),
+        CLI_STRING("-o", "--output", &out),  CLI_SET(NULL, "--force", &force),
+    };
+    int rc;
+    if (!cli_parse_flags(cmd, help_text, argc, argv, flags, sizeof flags / sizeof flags[0], &rc)) return rc;
     if (!shape || !out) return cli_error(cmd, "--shape and -o are required (shapes: %s)", subq_synth_shapes());
     if (!cli_output_ok(cmd, out, force)) return 1;
     subq_error err = {0};

@@ -270,33 +270,31 @@ int cmd_train_phi(int argc, char **argv) {
                            .n_sel_k = 9};
     cli_train o;
     cli_train_init(&o, cmd, &cfg.train, "1--1");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) return help(&cfg);
-        int r = cli_train_option(&o, argc, argv, &i);
-        if (!r) r = cli_flag_int(cmd, "--d-phi", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_phi);
-        if (!r) r = cli_flag_int(cmd, "--d-emb", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_emb);
-        if (!r) r = cli_flag_int(cmd, "--d-hidden", 1, SUBQ_PHI_MAX_DIM, argc, argv, &i, &cfg.d_hidden);
-        if (!r) r = cli_flag_float(cmd, "--wo-std", argc, argv, &i, &cfg.wo_std);
-        if (!r) r = cli_flag_int(cmd, "--n-sink", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_sink);
-        if (!r) r = cli_flag_int(cmd, "--n-tail", 1, 1 << 20, argc, argv, &i, &cfg.loss.n_tail);
-        if (!r) r = cli_flag_float(cmd, "--tau", argc, argv, &i, &tau);
-        if (!r) r = cli_flag_float(cmd, "--l-kl", argc, argv, &i, &l_kl);
-        if (!r) r = cli_flag_float(cmd, "--l-top", argc, argv, &i, &l_top);
-        if (!r) r = cli_flag_float(cmd, "--l-fp", argc, argv, &i, &l_fp);
-        if (!r) r = cli_flag_float(cmd, "--l-z", argc, argv, &i, &l_z);
-        if (!r) r = cli_flag_float(cmd, "--band", argc, argv, &i, &band);
-        if (!r) r = cli_flag_float(cmd, "--huber", argc, argv, &i, &hub);
-        if (!r) r = cli_flag_str(cmd, "--dump", argc, argv, &i, &dump);
-        if (!r) r = cli_flag_str(cmd, "--diagnose", argc, argv, &i, &dg.maps_path);
-        if (!r) r = cli_flag_int(cmd, "--windows", 1, 1 << 20, argc, argv, &i, &dg.windows);
-        if (!r) r = cli_flag_int_list(cmd, "--k-sweep", 0, SUBQ_PHI_DIAG_MAX_K, argc, argv, &i, dg.ks, &dg.n_k);
-        if (!r) r = cli_flag_int_list(cmd, "--sel-sweep", 0, SUBQ_PHI_DIAG_MAX_K, argc, argv, &i, dg.sel_ks, &dg.n_sel_k);
-        if (!r && !strcmp(a, "--ppl")) r = dg.ppl = 1;
-        if (!r && !strcmp(a, "--annotate")) r = dg.annotate = 1;
-        if (!r) return cli_error(cmd, "unknown option '%s' (see subq train-phi --help)", a);
-        if (r < 0) return 1;
-    }
+    const cli_flag flags[] = {
+        CLI_INT(NULL, "--d-phi", &cfg.d_phi, 1, SUBQ_PHI_MAX_DIM),
+        CLI_INT(NULL, "--d-emb", &cfg.d_emb, 1, SUBQ_PHI_MAX_DIM),
+        CLI_INT(NULL, "--d-hidden", &cfg.d_hidden, 1, SUBQ_PHI_MAX_DIM),
+        CLI_FLOAT(NULL, "--wo-std", &cfg.wo_std),
+        CLI_INT(NULL, "--n-sink", &cfg.loss.n_sink, 0, 1 << 20),
+        CLI_INT(NULL, "--n-tail", &cfg.loss.n_tail, 1, 1 << 20),
+        CLI_FLOAT(NULL, "--tau", &tau),
+        CLI_FLOAT(NULL, "--l-kl", &l_kl),
+        CLI_FLOAT(NULL, "--l-top", &l_top),
+        CLI_FLOAT(NULL, "--l-fp", &l_fp),
+        CLI_FLOAT(NULL, "--l-z", &l_z),
+        CLI_FLOAT(NULL, "--band", &band),
+        CLI_FLOAT(NULL, "--huber", &hub),
+        CLI_STRING(NULL, "--dump", &dump),
+        CLI_STRING(NULL, "--diagnose", &dg.maps_path),
+        CLI_INT(NULL, "--windows", &dg.windows, 1, 1 << 20),
+        CLI_INT_LIST(NULL, "--k-sweep", dg.ks, &dg.n_k, 0, SUBQ_PHI_DIAG_MAX_K),
+        CLI_INT_LIST(NULL, "--sel-sweep", dg.sel_ks, &dg.n_sel_k, 0, SUBQ_PHI_DIAG_MAX_K),
+        CLI_SET(NULL, "--ppl", &dg.ppl),
+        CLI_SET(NULL, "--annotate", &dg.annotate),
+    };
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) return help(&cfg);
+    if (!cli_train_parse(&o, argc, argv, flags, sizeof flags / sizeof flags[0])) return 1;
     if (!cli_train_check(&o, !dump && !dg.maps_path, !(dg.maps_path && o.n_eval > 0))) return 1;
     if (dump && !dg.maps_path && !cli_output_ok(cmd, dump, o.force)) return 1;
     if (!(tau > 0) || !(band > 0) || !(hub > 0)) return cli_error(cmd, "--tau, --band and --huber must be > 0");

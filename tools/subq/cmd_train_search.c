@@ -139,31 +139,29 @@ int cmd_train_search(int argc, char **argv) {
     cli_train o;
     cli_train_init(&o, cmd, &cfg.train, "all");
     o.reserve = "0";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) return help(&cfg);
-        int r = cli_train_option(&o, argc, argv, &i);
-        if (!r) r = cli_flag_str(cmd, "--reserve", argc, argv, &i, &o.reserve);
-        if (!r) r = cli_flag_int(cmd, "--d-search", 1, SUBQ_SEARCH_MAX_D, argc, argv, &i, &cfg.d_search);
-        if (!r) r = cli_flag_int(cmd, "--rope-dims", 0, SUBQ_SEARCH_MAX_D, argc, argv, &i, &cfg.rope_dims);
-        if (!r) r = cli_flag_float(cmd, "--rope-base", argc, argv, &i, &cfg.rope_base);
-        if (!r) r = cli_flag_float(cmd, "--rope-scale", argc, argv, &i, &cfg.rope_scale);
-        if (!r) r = cli_flag_str(cmd, "--init", argc, argv, &i, &cfg.init_from);
-        if (!r) r = cli_flag_int(cmd, "--k-pos", 1, 1 << 20, argc, argv, &i, &cfg.loss.k_pos);
-        if (!r) r = cli_flag_float(cmd, "--tau", argc, argv, &i, &cfg.loss.tau);
-        if (!r) r = cli_flag_float(cmd, "--tau-kl", argc, argv, &i, &cfg.loss.tau_kl);
-        if (!r) r = cli_flag_float(cmd, "--alpha", argc, argv, &i, &cfg.loss.alpha);
-        if (!r) r = cli_flag_float(cmd, "--beta", argc, argv, &i, &cfg.loss.beta);
-        if (!r) r = cli_flag_str(cmd, "--head-agg", argc, argv, &i, &agg);
-        if (!r) r = cli_flag_str(cmd, "--granularity", argc, argv, &i, &gran);
-        if (!r) r = cli_flag_int(cmd, "--sink", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_sink);
-        if (!r) r = cli_flag_int(cmd, "--tail", 0, 1 << 20, argc, argv, &i, &cfg.loss.n_tail);
-        if (!r) r = cli_flag_float(cmd, "--init-std", argc, argv, &i, &cfg.init_std);
-        if (!r) r = cli_flag_int_list(cmd, "--eval-k", 1, SUBQ_SEARCH_EVAL_MAX_K, argc, argv, &i, cfg.eval_k, &cfg.n_eval_k);
-        if (!r) r = cli_flag_str(cmd, "--dump-teacher", argc, argv, &i, &dump);
-        if (!r) return cli_error(cmd, "unknown option '%s' (see subq train-search --help)", a);
-        if (r < 0) return 1;
-    }
+    const cli_flag flags[] = {
+        CLI_STRING(NULL, "--reserve", &o.reserve),
+        CLI_INT(NULL, "--d-search", &cfg.d_search, 1, SUBQ_SEARCH_MAX_D),
+        CLI_INT(NULL, "--rope-dims", &cfg.rope_dims, 0, SUBQ_SEARCH_MAX_D),
+        CLI_FLOAT(NULL, "--rope-base", &cfg.rope_base),
+        CLI_FLOAT(NULL, "--rope-scale", &cfg.rope_scale),
+        CLI_STRING(NULL, "--init", &cfg.init_from),
+        CLI_INT(NULL, "--k-pos", &cfg.loss.k_pos, 1, 1 << 20),
+        CLI_FLOAT(NULL, "--tau", &cfg.loss.tau),
+        CLI_FLOAT(NULL, "--tau-kl", &cfg.loss.tau_kl),
+        CLI_FLOAT(NULL, "--alpha", &cfg.loss.alpha),
+        CLI_FLOAT(NULL, "--beta", &cfg.loss.beta),
+        CLI_STRING(NULL, "--head-agg", &agg),
+        CLI_STRING(NULL, "--granularity", &gran),
+        CLI_INT(NULL, "--sink", &cfg.loss.n_sink, 0, 1 << 20),
+        CLI_INT(NULL, "--tail", &cfg.loss.n_tail, 0, 1 << 20),
+        CLI_FLOAT(NULL, "--init-std", &cfg.init_std),
+        CLI_INT_LIST(NULL, "--eval-k", cfg.eval_k, &cfg.n_eval_k, 1, SUBQ_SEARCH_EVAL_MAX_K),
+        CLI_STRING(NULL, "--dump-teacher", &dump),
+    };
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) return help(&cfg);
+    if (!cli_train_parse(&o, argc, argv, flags, sizeof flags / sizeof flags[0])) return 1;
     if (gran) {
         const int g = subq_search_granularity_parse(gran);
         if (g < 0) return cli_error(cmd, "--granularity expects layer, kv-head or head, got '%s'", gran);
