@@ -42,6 +42,9 @@ int cli_parse_float(const char *cmd, const char *flag, const char *s, float *out
 /* Value of the option at argv[*i] (advances *i); NULL + error when missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 int cli_is_help(const char *a);
+/* The programs' malloc policy, set first thing in main: freed heap memory
+ * is kept and blocks up to 32 MiB come from the heap (cli.c says why). */
+void cli_malloc_policy(void);
 /* A command's exit code once stdout is flushed: output that never reached
  * stdout (a full disk, /dev/full) is an error, not a success: one line,
  * status 1 (a command that failed has said why). */

@@ -37,6 +37,7 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    cli_malloc_policy();
     if (argc < 2) {
         usage(stderr);
         return 1;

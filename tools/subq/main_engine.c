@@ -9,6 +9,7 @@
 #include "cli.h"
 
 int main(int argc, char **argv) {
+    cli_malloc_policy();
     if (argc > 1 && !strcmp(argv[1], "--version")) {
         printf("subq-%s %s (kernels: %s)\n", SUBQ_ENGINE_NAME, subq_version(), subq_isa_name());
         return cli_finish_stdout(SUBQ_ENGINE_NAME, 0);
