@@ -62,7 +62,8 @@ probe)
     # recall@64 of the prompt's block scan against the full scan at 128K (every 16th token)
     P="bench -m $M --prefill-ctx 131072 --prefill-text $W --attn exact --search $S --kv q8_0 -n 4 -t $T --probe-check 16 --json"
     run probe_128k_none_reps8 $P --block-reps 8
-    for r in 8 16; do run probe_128k_far_reps$r $P $FAR --far-pos window --block-reps $r; done ;;
+    for r in 8 16; do run probe_128k_far_reps$r $P $FAR --far-pos window --block-reps $r; done
+    for np in 128 192; do run probe_128k_far_reps16_np$np $P $FAR --far-pos window --block-reps 16 --nprobe $np; done ;;
 decode)
     # decode at 128K beside the binary from before (OLD=path), far keys off, alternated 3 times
     P="-m $M --ctx 131072 --attn full,exact --search $S --kv q8_0 --prefill 0 -n 64 -t $T --json"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 57's evidence on the 4K fixture: learned search per head.
-# usage: bench/perhead_evidence.sh OUTDIR train|eval|oracle|passkey|speed ...
+# usage: bench/perhead_evidence.sh OUTDIR train|eval|sweep|oracle|passkey|speed ...
+#   sweep    d_search per head: head 8 x 32 and kv-head 2 x 128, trained, evaluated, decoded at 32K
 #   train    search projections at each granularity on the same text and steps
 #            (the shared text files, not the fixture's own corpus, which is not
 #            in ../shared): layer 1 x 128, kv-head 2 x 64, head 8 x 64
@@ -26,22 +27,31 @@ mkdir -p "$OUT"
 . "$HERE/bench/evidence_run.sh"
 
 width() { case $1 in layer) echo 128 ;; *) echo 64 ;; esac; }
+# train NAME GRANULARITY D_SEARCH, eval NAME: the same text, steps and windows for every file
+train() {
+    run train_$1 train-search -m "$M" -f "$D/wikitext-103.train-prefix.tokens.txt" \
+        -f "$D/wikitext-103.valid.tokens.txt" -f "$D/pride-and-prejudice.txt" -f "$D/ulysses.txt" \
+        --reserve 0 --granularity "$2" --d-search "$3" --rope-dims $(($3 / 2)) --seq 4096 --batch 2 \
+        --steps 48 --warmup 8 --lr 3e-3 --eval-every 24 --eval-tokens 16384 --save-every 8 -t "$T" \
+        -o "$OUT/search_$1.gguf" --force --json
+}
+evaluate() {
+    run eval_$1 eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --search "$OUT/search_$1.gguf" \
+        --sparse-layers 1-7 --selectors exact --k-sweep 64,128,256 --static-split 0 -t "$T" --json
+}
 
 for what in "$@"; do
 case $what in
-train)
-    for g in $GRANS; do
-        ds=$(width "$g")
-        run train_$g train-search -m "$M" -f "$D/wikitext-103.train-prefix.tokens.txt" \
-            -f "$D/wikitext-103.valid.tokens.txt" -f "$D/pride-and-prejudice.txt" -f "$D/ulysses.txt" \
-            --reserve 0 --granularity "$g" --d-search "$ds" --rope-dims $((ds / 2)) --seq 4096 --batch 2 \
-            --steps 48 --warmup 8 --lr 3e-3 --eval-every 24 --eval-tokens 16384 --save-every 8 -t "$T" \
-            -o "$OUT/search_$g.gguf" --force --json
-    done ;;
-eval)
-    for g in $GRANS; do
-        run eval_$g eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --search "$OUT/search_$g.gguf" \
-            --sparse-layers 1-7 --selectors exact --k-sweep 64,128,256 --static-split 0 -t "$T" --json
+train) for g in $GRANS; do train "$g" "$g" "$(width "$g")"; done ;;
+eval) for g in $GRANS; do evaluate "$g"; done ;;
+sweep)
+    # d_search per head: query heads at 32 (half of train's), KV heads at 128 (twice)
+    for spec in head:32 kv-head:128; do
+        g=${spec%:*} ds=${spec#*:}
+        train "${g}_$ds" "$g" "$ds"
+        evaluate "${g}_$ds"
+        run decode_32768_${g}_$ds bench -m "$M" --ctx 32768 --attn exact --search "$OUT/search_${g}_$ds.gguf" \
+            --prefill 0 -n 16 -t "$T" --json
     done ;;
 oracle)
     for o in headmean-dot per-kv-head per-head; do
