@@ -573,7 +573,8 @@ int main(void) {
     eval_config cfg;
     eval_config_default(&cfg);
     const char *files[1] = {text_path};
-    const int kinds[5] = {SUBQ_SELECT_EXACT, SUBQ_SELECT_HNSW, SUBQ_SELECT_QUEST, SUBQ_SELECT_ORACLE, SUBQ_SELECT_WINDOW};
+    const int kinds[5] = {SUBQ_SELECT_EXACT, SUBQ_SELECT_HNSW, SUBQ_SELECT_QUEST, SUBQ_SELECT_ORACLE,
+                          SUBQ_SELECT_WINDOW};
     const int ks[2] = {3, 8};
     cfg.eval_files = files, cfg.n_eval_files = 1, cfg.ctx = CTX;
     cfg.selectors = kinds, cfg.n_selectors = 5, cfg.ks = ks, cfg.n_k = 2;

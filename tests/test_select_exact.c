@@ -329,7 +329,8 @@ static void test_names(void) {
     CHECK(selector_kind_parse("nope") == -1, "unknown kind");
     selector_params p;
     selector_params_default(&p, SUBQ_SELECT_HNSW, 64);
-    CHECK(p.plan.hnsw_m == 32 && p.plan.hnsw_ef_construction == 40 && p.plan.hnsw_ef_search == 64 && p.plan.quest_page == 16,
+    CHECK(p.plan.hnsw_m == 32 && p.plan.hnsw_ef_construction == 40 && p.plan.hnsw_ef_search == 64 &&
+              p.plan.quest_page == 16,
           "defaults");
     selector *s = NULL;
     subq_error err = {0};

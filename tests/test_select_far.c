@@ -125,7 +125,8 @@ static selector *new_selector(subq_selector_kind kind, subq_score sc, subq_scan 
     selector_params p;
     selector_params_default(&p, kind, D);
     p.plan.score = sc, p.plan.scan = scan, p.plan.search_f16 = f16, p.far_rot = far_rot, p.plan.block_reps = reps;
-    p.plan.nprobe = 24, p.plan.block_keys = 32, p.plan.probe_from = 1024, p.plan.group_blocks = 0; /* the block scan from 1024 keys */
+    p.plan.nprobe = 24, p.plan.block_keys = 32, p.plan.probe_from = 1024,
+    p.plan.group_blocks = 0; /* the block scan from 1024 keys */
     selector *s = NULL;
     subq_error err = {0};
     CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);

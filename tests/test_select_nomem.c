@@ -78,7 +78,8 @@ static void check_forward(void) {
     attn_plan_default(&plan);
     plan.plan.layers = "1-4";
     plan.plan.top_k = 8;
-    plan.plan.sparse_prefill = SUBQ_PREFILL_DENSE; /* the prompt runs no queries: the decode step's query is the first */
+    plan.plan.sparse_prefill =
+        SUBQ_PREFILL_DENSE; /* the prompt runs no queries: the decode step's query is the first */
     plan.plan.selector = SUBQ_SELECT_ORACLE;
     CHECK(!context_set_plan(c, &plan, NULL, &err), "plan: %s", err.msg);
     int32_t tok[40];

@@ -31,7 +31,8 @@ void eval_config_default(eval_config *c) {
 static const char *completion_suffix[] = {"", "+phi", "+phi1", "+phiA"};
 
 const char *eval_method_name(const subq_eval_method *m, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s@%d%s", selector_kind_name((subq_selector_kind)m->select), m->k, completion_suffix[m->completion]);
+    snprintf(buf, cap, "%s@%d%s", selector_kind_name((subq_selector_kind)m->select), m->k,
+             completion_suffix[m->completion]);
     return buf;
 }
 

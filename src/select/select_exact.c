@@ -394,8 +394,8 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
     selector_stats stats[MAX_PIECES];
     int rcs[MAX_PIECES];
     batch_query b = {.s = s, .q_search = q_search, .m = m, .n = n, .k = k, .blocks = blocks, .sorted = !prefill,
-                     .pieces = pieces, .check = blocks ? p->plan.probe_check : 0, .out = out, .got = got, .stats = stats,
-                     .rc = rcs};
+                     .pieces = pieces, .check = blocks ? p->plan.probe_check : 0, .out = out, .got = got,
+                     .stats = stats, .rc = rcs};
     pool_run(pl, pieces, query_piece, &b);
     int rc = 0;
     for (int c = 0; c < pieces; c++) {

@@ -110,9 +110,9 @@ subq_status select_faiss_new(const selector_params *p, const selector_env *env, 
     char msg[256] = "out of memory";
     const int avx2 = kernels_get() == kernels_avx2(); /* the shim inlines the same dot */
     faiss_shim *ix = NULL;
-    int c = select_ann_init(&f->ann, p)
-                ? faiss_shim_new(p->d_search, p->plan.hnsw_m, p->plan.hnsw_ef_construction, p->plan.seed, avx2, &ix, msg, sizeof msg)
-                : 1;
+    int c = select_ann_init(&f->ann, p) ? faiss_shim_new(p->d_search, p->plan.hnsw_m, p->plan.hnsw_ef_construction,
+                                                         p->plan.seed, avx2, &ix, msg, sizeof msg)
+                                        : 1;
     f->ann.ix = ix;
     f->ann.f16 = 0;
     if (c) {

@@ -20,8 +20,8 @@ subq_status select_check_append(const selector *s, int count, int n, int slot0, 
 
 subq_status select_check_truncate(const selector *s, int count, int n_keep, subq_error *err) {
     if (n_keep < 0 || n_keep > count)
-        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): cannot keep %d of its %d slots", selector_kind_name(s->params.plan.selector),
-                         s->env.layer, n_keep, count);
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): cannot keep %d of its %d slots",
+                         selector_kind_name(s->params.plan.selector), s->env.layer, n_keep, count);
     return SUBQ_OK;
 }
 
@@ -37,7 +37,8 @@ subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_err
     const int d = s->params.d_search;
     float *keep = n_keep > 0 ? malloc((size_t)n_keep * d * sizeof(float)) : NULL;
     if (n_keep > 0 && !keep)
-        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s: out of memory for %d keys", selector_kind_name(s->params.plan.selector), n_keep);
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s: out of memory for %d keys",
+                         selector_kind_name(s->params.plan.selector), n_keep);
     rc = s->ops->get_keys(s, n_keep, keep, err);
     if (!rc) {
         s->ops->reset(s);
@@ -50,8 +51,8 @@ subq_status select_truncate_rebuild(selector *s, int count, int n_keep, subq_err
 subq_status select_copy_keys(const selector *s, int count, const void *base, size_t stride, int d, int f16, int n,
                              float *dst, subq_error *err) {
     if (n < 0 || n > count)
-        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): asked for %d keys, it holds %d", selector_kind_name(s->params.plan.selector),
-                         s->env.layer, n, count);
+        return subq_fail(err, SUBQ_ERR_RANGE, "selector %s (layer %d): asked for %d keys, it holds %d",
+                         selector_kind_name(s->params.plan.selector), s->env.layer, n, count);
     for (int t = 0; t < n; t++) {
         float *y = dst + (size_t)t * d;
         if (f16) {

@@ -48,7 +48,9 @@ int oracle_kind_parse(const char *name) {
     return -1;
 }
 
-const char *oracle_kind_name(subq_oracle_kind k) { return (int)k >= 0 && k < SUBQ_ORACLE_COUNT ? oracle_names[k] : "?"; }
+const char *oracle_kind_name(subq_oracle_kind k) {
+    return (int)k >= 0 && k < SUBQ_ORACLE_COUNT ? oracle_names[k] : "?";
+}
 
 static subq_status oracle_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
     oracle_sel *o = (oracle_sel *)s;
@@ -240,7 +242,8 @@ subq_status select_oracle_new(const selector_params *p, const selector_env *env,
         return subq_fail(err, SUBQ_ERR_ARG, "selector oracle: unknown score %d", (int)p->plan.oracle);
     oracle_sel *o = calloc(1, sizeof *o);
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
-    o->base.ops = p->plan.oracle == SUBQ_ORACLE_PER_HEAD || p->plan.oracle == SUBQ_ORACLE_PER_KV_HEAD ? &oracle_head_ops : &oracle_ops;
+    o->base.ops = p->plan.oracle == SUBQ_ORACLE_PER_HEAD || p->plan.oracle == SUBQ_ORACLE_PER_KV_HEAD ? &oracle_head_ops
+                                                                                                      : &oracle_ops;
     o->dot = kv_cache_ops(env->kv)->gather_dot;
     o->qv = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     o->row = malloc((size_t)env->head_dim * sizeof(float));

@@ -26,7 +26,8 @@ static const struct kind_info {
 } kinds[SUBQ_SELECT_COUNT] = {
     [SUBQ_SELECT_EXACT] = {.name = "exact", .create = select_exact_new, .needs_search = 1},
     [SUBQ_SELECT_HNSW] = {.name = "hnsw", .create = select_hnsw_new, .needs_search = 1, .ann = 1},
-    [SUBQ_SELECT_FAISS] = {.name = "faiss", .create = FAISS_NEW, .needs_search = 1, .ann = 1, .package = "libfaiss-dev"},
+    [SUBQ_SELECT_FAISS] =
+        {.name = "faiss", .create = FAISS_NEW, .needs_search = 1, .ann = 1, .package = "libfaiss-dev"},
     [SUBQ_SELECT_QUEST] = {.name = "quest", .create = select_quest_new, .native_keys = 1},
     [SUBQ_SELECT_ORACLE] = {.name = "oracle", .create = select_oracle_new, .native_keys = 1},
     [SUBQ_SELECT_WINDOW] = {.name = "window", .create = select_window_new},
@@ -62,7 +63,8 @@ int selector_kind_needs_search(subq_selector_kind k) { return kind_info(k) && ki
 int selector_kind_is_ann(subq_selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
 int selector_params_approximate(const selector_params *p) {
-    return selector_kind_is_ann(p->plan.selector) || (p->plan.selector == SUBQ_SELECT_EXACT && (p->plan.scan != SUBQ_SCAN_FULL || p->plan.search_f16));
+    return selector_kind_is_ann(p->plan.selector) ||
+           (p->plan.selector == SUBQ_SELECT_EXACT && (p->plan.scan != SUBQ_SCAN_FULL || p->plan.search_f16));
 }
 
 void selector_params_default(selector_params *p, subq_selector_kind kind, int d_search) {
@@ -115,7 +117,8 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
     if (!ki->create)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s is not in this build (install %s and rebuild)",
                          name, ki->package);
-    if ((int)p->plan.score < 0 || p->plan.score >= SUBQ_SCORE_COUNT || (int)p->plan.scan < 0 || p->plan.scan >= SUBQ_SCAN_COUNT)
+    if ((int)p->plan.score < 0 || p->plan.score >= SUBQ_SCORE_COUNT || (int)p->plan.scan < 0 ||
+        p->plan.scan >= SUBQ_SCAN_COUNT)
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s: unknown score %d or scan %d", name, (int)p->plan.score,
                          (int)p->plan.scan);
     if (ki->needs_search && p->d_search <= 0)
@@ -123,17 +126,20 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
     if (p->plan.selector == SUBQ_SELECT_EXACT && p->plan.scan != SUBQ_SCAN_FULL && p->d_search > SCAN_CODES_MAX_D)
         return subq_fail(err, SUBQ_ERR_ARG, "selector exact: an %s scan takes search vectors of at most %d values (got %d)",
                          select_scan_name(p->plan.scan), SCAN_CODES_MAX_D, p->d_search);
-    if (ki->ann && (p->plan.hnsw_m < 2 || p->plan.hnsw_m > 1024 || p->plan.hnsw_ef_construction <= 0 || p->plan.hnsw_ef_search <= 0))
+    if (ki->ann && (p->plan.hnsw_m < 2 || p->plan.hnsw_m > 1024 || p->plan.hnsw_ef_construction <= 0 ||
+                    p->plan.hnsw_ef_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector %s: invalid HNSW parameters (M %d, efConstruction %d, efSearch %d)",
                          name, p->plan.hnsw_m, p->plan.hnsw_ef_construction, p->plan.hnsw_ef_search);
     if (p->plan.selector == SUBQ_SELECT_EXACT &&
-        (p->plan.nprobe < 0 || (p->plan.nprobe > 0 && (p->plan.block_keys < 1 || p->plan.block_keys > SELECT_MAX_BLOCK_KEYS ||
-                                             p->plan.probe_from < 0 || p->plan.probe_check < 0))))
+        (p->plan.nprobe < 0 ||
+         (p->plan.nprobe > 0 && (p->plan.block_keys < 1 || p->plan.block_keys > SELECT_MAX_BLOCK_KEYS ||
+                                 p->plan.probe_from < 0 || p->plan.probe_check < 0))))
         return subq_fail(err, SUBQ_ERR_ARG,
                          "selector exact: invalid block scan (nprobe %d; %d keys per block, 1 to %d; from %d keys, "
-                         "check every %d; none may be negative)", p->plan.nprobe, p->plan.block_keys, SELECT_MAX_BLOCK_KEYS,
-                         p->plan.probe_from, p->plan.probe_check);
+                         "check every %d; none may be negative)",
+                         p->plan.nprobe, p->plan.block_keys, SELECT_MAX_BLOCK_KEYS, p->plan.probe_from,
+                         p->plan.probe_check);
     if (p->plan.selector == SUBQ_SELECT_EXACT && p->plan.nprobe > 0 &&
         (p->plan.group_blocks < 0 || p->plan.group_blocks > SELECT_MAX_BLOCK_KEYS ||
          (p->plan.group_blocks > 0 && (p->plan.group_probe < 1 || p->plan.group_from < 0))))
@@ -279,9 +285,12 @@ int selector_query_heads_prefill(selector *s, int n, const float *q_search, cons
 }
 
 subq_status selector_truncate(selector *s, int n_keep, subq_error *err) {
-    if (n_keep < 0) return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d", selector_kind_name(s->params.plan.selector), n_keep);
+    if (n_keep < 0)
+        return subq_fail(err, SUBQ_ERR_ARG, "selector %s: negative slot count %d",
+                         selector_kind_name(s->params.plan.selector), n_keep);
     if (!s->ops->truncate)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s cannot be truncated", selector_kind_name(s->params.plan.selector));
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "selector %s cannot be truncated",
+                         selector_kind_name(s->params.plan.selector));
     double t0 = time_now_s();
     subq_status rc = s->ops->truncate(s, n_keep, err);
     s->stats.t_append_s += time_now_s() - t0;

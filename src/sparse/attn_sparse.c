@@ -58,7 +58,8 @@ static void project(sparse_stage *s, const kv_cache *kv, int slot0, const float 
 static subq_status ensure_buffers(sparse_stage *s, int n, subq_error *err) {
     if (n <= s->rec_cap) return SUBQ_OK;
     /* at least one entry: realloc to 0 bytes would free the old buffer */
-    int32_t *cand = realloc(s->rec.cand, (size_t)n * (size_t)(s->p.select.plan.top_k > 0 ? s->p.select.plan.top_k : 1) * sizeof(int32_t));
+    int32_t *cand = realloc(s->rec.cand, (size_t)n * (size_t)(s->p.select.plan.top_k > 0 ? s->p.select.plan.top_k : 1) *
+                                             sizeof(int32_t));
     if (!cand) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for candidate sets");
     s->rec.cand = cand;
     if (s->d_search > 0) {
@@ -157,13 +158,15 @@ static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int t, int 
                                 const float *q_native, int32_t *cand, int *slots, int *n_slots, int *cand_off,
                                 int *n_cand, subq_error *err) {
     const query_window w = window_of(s, kv, slot);
-    int got = s->p.select.plan.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.select.plan.top_k, &w.m, cand) : 0;
+    int got =
+        s->p.select.plan.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.select.plan.top_k, &w.m, cand) : 0;
     if (got < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.plan.selector), s->sel->env.layer);
     if (s->probe.on) {
         s->probe.doc0[t] = w.doc0, s->probe.mask[t] = w.m;
-        subq_status rc = sparse_probe_count(&s->probe, q_s, q_native, &w.m, s->p.select.plan.top_k, cand, got, s->sel->env.layer, err);
+        subq_status rc = sparse_probe_count(&s->probe, q_s, q_native, &w.m, s->p.select.plan.top_k, cand, got,
+                                            s->sel->env.layer, err);
         if (rc) return rc;
     }
     for (int i = got; i < s->p.select.plan.top_k; i++) cand[i] = -1; /* filler: masked out */
@@ -259,7 +262,8 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         doc0[t] = d;
         const int sink_hi = d + s->p.select.plan.n_sink < slot + 1 ? d + s->p.select.plan.n_sink : slot + 1;
         int w = d > st->slot0 ? d : st->slot0; /* the batch's part of the document ... */
-        if (slot + 1 - s->p.select.plan.n_tail < w) w = slot + 1 - s->p.select.plan.n_tail; /* ... or the tail, whichever reaches further */
+        if (slot + 1 - s->p.select.plan.n_tail < w)
+            w = slot + 1 - s->p.select.plan.n_tail; /* ... or the tail, whichever reaches further */
         const int far_hi = far_boundary(s, kv, d, slot);
         if (far_on(s, st) && w < far_hi) w = far_hi; /* ... within far.from: the window is never far */
         lo[t] = w > sink_hi ? w : sink_hi;
@@ -343,8 +347,8 @@ static int batch_reaches_far(const sparse_stage *s, const kv_cache *kv, int slot
 static int teacher_batchable(const sparse_stage *s) {
     const selector_params *sp = &s->p.select;
     return !s->comp && !s->per_head &&
-           ((sp->plan.selector == SUBQ_SELECT_EXACT && sp->plan.scan == SUBQ_SCAN_FULL) || sp->plan.selector == SUBQ_SELECT_ORACLE ||
-            sp->plan.selector == SUBQ_SELECT_WINDOW);
+           ((sp->plan.selector == SUBQ_SELECT_EXACT && sp->plan.scan == SUBQ_SCAN_FULL) ||
+            sp->plan.selector == SUBQ_SELECT_ORACLE || sp->plan.selector == SUBQ_SELECT_WINDOW);
 }
 
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
@@ -359,7 +363,8 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "layer %d soft-caps its attention scores, which completion "
                          "does not model: use sparse attention without completion", st->layer);
     subq_status rc = ensure_buffers(s, n, err);
-    if (!rc && s->probe.on) rc = sparse_probe_reserve(&s->probe, n, st->n_head, s->p.select.plan.top_k, s->per_head, err);
+    if (!rc && s->probe.on)
+        rc = sparse_probe_reserve(&s->probe, n, st->n_head, s->p.select.plan.top_k, s->per_head, err);
     if (rc) return rc;
     s->rec.n_tokens = n;
     s->rec.top_k = s->p.select.plan.top_k;
@@ -542,7 +547,8 @@ static int sparse_same_search(const attn_stage *a, const attn_stage *b) {
         x->dq_row != y->dq_row || x->dk_row != y->dk_row)
         return 0;
     /* the stored form (get_keys) depends on these */
-    if (x->p.select.plan.score != y->p.select.plan.score || x->p.select.plan.search_f16 != y->p.select.plan.search_f16) return 0;
+    if (x->p.select.plan.score != y->p.select.plan.score || x->p.select.plan.search_f16 != y->p.select.plan.search_f16)
+        return 0;
     if (!search_rope_same(&x->rope, &y->rope)) return 0;
     const size_t row = (size_t)x->n_embd * sizeof(float);
     return !memcmp(x->wq_s, y->wq_s, row * x->dq_row) && !memcmp(x->wk_s, y->wk_s, row * x->dk_row);
@@ -577,14 +583,13 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     snprintf(buf, cap,
              "sparse %s k=%d sink=%d tail=%d prefill=%d d=%d score=%s scan=%s f16=%d m=%d efc=%d efs=%d "
              "page=%d qhm=%d oracle=%d block=%d nprobe=%d from=%d group=%d gprobe=%d gfrom=%d seed=%" PRIu64
-             " proj=%016" PRIx64
-             " complete=%016" PRIx64,
-             selector_kind_name(sp->plan.selector), s->p.select.plan.top_k, s->p.select.plan.n_sink, s->p.select.plan.n_tail, (int)s->p.select.plan.sparse_prefill, s->d_search,
+             " proj=%016" PRIx64 " complete=%016" PRIx64,
+             selector_kind_name(sp->plan.selector), s->p.select.plan.top_k, s->p.select.plan.n_sink,
+             s->p.select.plan.n_tail, (int)s->p.select.plan.sparse_prefill, s->d_search,
              select_score_name(sp->plan.score), select_scan_name(sp->plan.scan), sp->plan.search_f16, sp->plan.hnsw_m,
-             sp->plan.hnsw_ef_construction, sp->plan.hnsw_ef_search, sp->plan.quest_page, sp->plan.quest_headmean, (int)sp->plan.oracle,
-             sp->plan.block_keys, sp->plan.nprobe, sp->plan.probe_from, sp->plan.group_blocks, sp->plan.group_probe, sp->plan.group_from,
-             sp->plan.seed, proj,
-             s->comp ? completion_hash(s->comp) : 0);
+             sp->plan.hnsw_ef_construction, sp->plan.hnsw_ef_search, sp->plan.quest_page, sp->plan.quest_headmean,
+             (int)sp->plan.oracle, sp->plan.block_keys, sp->plan.nprobe, sp->plan.probe_from, sp->plan.group_blocks,
+             sp->plan.group_probe, sp->plan.group_from, sp->plan.seed, proj, s->comp ? completion_hash(s->comp) : 0);
     /* only when on: plans from before these settings describe as they did */
     size_t used = strlen(buf);
     if (sp->plan.block_reps && used < cap) snprintf(buf + used, cap - used, " reps=%d", sp->plan.block_reps);
@@ -608,9 +613,12 @@ static const attn_stage_state sparse_state = {
 subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, const search_rope *rope,
                             int n_embd, const selector_env *env, attn_stage **out, subq_error *err) {
     *out = NULL;
-    if (p->select.plan.top_k < 0 || p->select.plan.n_sink < 0 || p->select.plan.n_tail < 0 || p->select.plan.top_k + p->select.plan.n_sink + p->select.plan.n_tail < 1)
-        return subq_fail(err, SUBQ_ERR_ARG, "invalid sparse attention plan (topk %d, sink %d, tail %d; none may be "
-                         "negative, and a query must attend at least one key)", p->select.plan.top_k, p->select.plan.n_sink, p->select.plan.n_tail);
+    if (p->select.plan.top_k < 0 || p->select.plan.n_sink < 0 || p->select.plan.n_tail < 0 ||
+        p->select.plan.top_k + p->select.plan.n_sink + p->select.plan.n_tail < 1)
+        return subq_fail(err, SUBQ_ERR_ARG,
+                         "invalid sparse attention plan (topk %d, sink %d, tail %d; none may be "
+                         "negative, and a query must attend at least one key)",
+                         p->select.plan.top_k, p->select.plan.n_sink, p->select.plan.n_tail);
     int needs_search = selector_kind_needs_search(p->select.plan.selector);
     if (needs_search && (!wq_s || !wk_s || p->select.d_search <= 0))
         return subq_fail(err, SUBQ_ERR_ARG, "selector '%s' needs search projections for layer %d",
@@ -646,7 +654,8 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         return rc;
     }
     if (p->far.scheme != SUBQ_FAR_NONE) {
-        const size_t n = (size_t)p->select.plan.n_sink + (size_t)p->select.plan.top_k + (size_t)p->select.plan.n_tail + 1;
+        const size_t n =
+            (size_t)p->select.plan.n_sink + (size_t)p->select.plan.top_k + (size_t)p->select.plan.n_tail + 1;
         s->far_dist = malloc(n * sizeof(int32_t));
         s->far_shift = malloc(n * sizeof(int32_t));
         s->far_order = malloc(n * sizeof(int64_t));
@@ -656,7 +665,8 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
         }
     }
     if ((s->per_head = selector_per_head(s->sel))) {
-        s->hcand = malloc((size_t)env->n_head * (size_t)(p->select.plan.top_k > 0 ? p->select.plan.top_k : 1) * sizeof(int32_t));
+        s->hcand = malloc((size_t)env->n_head * (size_t)(p->select.plan.top_k > 0 ? p->select.plan.top_k : 1) *
+                          sizeof(int32_t));
         s->hgot = malloc((size_t)env->n_head * sizeof(int));
         if (!s->hcand || !s->hgot) {
             sparse_free(&s->base);
@@ -669,9 +679,9 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
             rc = subq_fail(err, SUBQ_ERR_MISMATCH, "completion maps are for %d/%d heads of width %d, the model has "
                            "%d/%d of %d", d->n_head, d->n_head_kv, d->head_dim, env->n_head, env->n_head_kv, env->head_dim);
         else
-            rc = completion_new(p->complete, env->layer, p->select.plan.n_sink, p->select.plan.n_tail, p->select.plan.top_k,
-                                p->complete_heads ? p->complete_heads + (size_t)env->layer * env->n_head : NULL,
-                                &s->comp, err);
+            rc = completion_new(
+                p->complete, env->layer, p->select.plan.n_sink, p->select.plan.n_tail, p->select.plan.top_k,
+                p->complete_heads ? p->complete_heads + (size_t)env->layer * env->n_head : NULL, &s->comp, err);
         if (rc) {
             sparse_free(&s->base);
             return rc;
