@@ -8,11 +8,12 @@
  *     same projections resumes too;
  *   - for every KV type, over several KV heads (file slot-major, memory
  *     head-major), the same logits again, and a session saved from the
- *     file continues in memory alike;
+ *     file continues in memory alike; a plan's dense layers head-major in
+ *     the file beside its slot-major sparse ones, alike;
  *   - refusals: another model's file, another KV type, another context
  *     size, other projections (set_plan and decoding both say so), damaged
  *     and truncated headers, files of the older layouts (versions
- *     1 and 2); a reset drops the tokens (file included);
+ *     1 to 3; a version 4 file reads); a reset drops the tokens (file included);
  *   - crashes: a child that decodes and commits over and over (truncating
  *     back each round), killed with SIGKILL at a random moment, leaves a
  *     file whose committed tokens resume and continue exactly as the
@@ -185,6 +186,99 @@ static void test_layouts(void) {
         }
     free(la);
     free(lb);
+}
+
+/* The layers a plan runs dense are head-major in a new file (streamed as
+ * in memory), its sparse layers slot-major; with both kinds the logits are
+ * memory's bit for bit, the file verifies, and it resumes alike. Reopened,
+ * under full attention until its plan is set, a file of committed tokens
+ * keeps its layout. */
+static void test_mixed_layout(void) {
+    char file[700];
+    path_of(file, sizeof file, "mixed.kv");
+    unlink(file);
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = N_CTX;
+    p.n_threads = 1;
+    p.kv_type = SUBQ_KV_Q8_0;
+    subq_attn_plan plan = subq_attn_plan_default();
+    plan.selector = SUBQ_SELECT_EXACT;
+    plan.layers = "1,3";
+    plan.top_k = 8;
+    plan.n_sink = 2;
+    plan.n_tail = 4;
+    subq_error err;
+    subq_context *mem = NULL, *fc = NULL;
+    CHECK(subq_context_new(model, &p, &mem, &err) == SUBQ_OK && subq_context_set_plan(mem, &plan, search, NULL, &err) == SUBQ_OK,
+          "memory context: %s", err.msg);
+    p.kv_file = file;
+    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK && subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK,
+          "file context: %s", err.msg);
+    if (!mem || !fc) goto done;
+    int laid = 1;
+    for (int l = 0; l < info.n_layer; l++) laid &= kv_file_head_major(fc->kv.file, l) == (l != 1 && l != 3);
+    CHECK(laid, "dense layers head-major, sparse layers slot-major");
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    CHECK(run(mem, 0, NA, la) && run(fc, 0, NA, lb) && same(la, lb), "mixed layouts: file logits differ from memory's");
+    subq_context_free(fc); /* commits */
+    subq_kv_file_info ki;
+    CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == NA, "mixed layouts verify: %s",
+          err.msg);
+    fc = NULL;
+    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK, "reopened: %s", err.msg);
+    laid = 1; /* under full attention as it opens: the committed tokens keep their layout */
+    for (int l = 0; fc && l < info.n_layer; l++) laid &= kv_file_head_major(fc->kv.file, l) == (l != 1 && l != 3);
+    CHECK(laid, "a file of committed tokens keeps its layout");
+    CHECK(fc && subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK && subq_context_resume(fc, &err) == SUBQ_OK,
+          "resumed: %s", err.msg);
+    CHECK(fc && run(mem, NA, NA + NC, la) && run(fc, NA, NA + NC, lb) && same(la, lb),
+          "the mixed file continues otherwise than memory");
+    free(la);
+    free(lb);
+done:
+    subq_context_free(fc);
+    subq_context_free(mem);
+    unlink(file);
+}
+
+/* A version 4 file (every layer slot-major, its header without the layout
+ * field, the checksum where that field now starts) opens, resumes and
+ * continues as memory does. */
+static void test_version4(void) {
+    char file[700];
+    path_of(file, sizeof file, "v4.kv");
+    unlink(file);
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    subq_context *mem = must_open(NULL, SUBQ_SELECT_EXACT, search), *c = must_open(file, SUBQ_SELECT_EXACT, search);
+    CHECK(run(mem, 0, NA, la) && run(c, 0, NA, lb), "decoding");
+    subq_context_free(c);
+    FILE *fp = fopen(file, "r+b");
+    CHECK(fp != NULL, "reopening %s", file);
+    static unsigned char slot[KV_FILE_HEADER_BYTES];
+    const uint32_t version = 4;
+    for (long at = 0; fp && at < 2 * KV_FILE_HEADER_BYTES; at += KV_FILE_HEADER_BYTES) {
+        int ok = fseek(fp, at, SEEK_SET) == 0 && fread(slot, 1, sizeof slot, fp) == sizeof slot;
+        if (ok && memcmp(slot, "SUBQKVF", 8) != 0) continue;
+        memcpy(slot + 8, &version, sizeof version);
+        kv_file_seal_header(slot); /* version 4's checksum place */
+        ok = ok && fseek(fp, at, SEEK_SET) == 0 && fwrite(slot, 1, sizeof slot, fp) == sizeof slot;
+        CHECK(ok, "rewriting header slot at %ld", at);
+    }
+    if (fp) fclose(fp);
+    subq_error err;
+    c = must_open(file, SUBQ_SELECT_EXACT, search);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK && subq_context_n_past(c) == NA, "a version 4 file resumes: %s",
+          err.msg);
+    CHECK(run(mem, NA, NA + NC, la) && run(c, NA, NA + NC, lb) && same(la, lb),
+          "a version 4 file continues otherwise than memory");
+    subq_context_free(c);
+    subq_kv_file_info ki;
+    CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == NA + NC,
+          "after a commit it verifies as version 5: %s", err.msg);
+    subq_context_free(mem);
+    free(la);
+    free(lb);
+    unlink(file);
 }
 
 /* A file of an older layout (version 1: head-major; 2: a layer's keys, then
@@ -681,6 +775,8 @@ int main(void) {
     test_old_layout(1);
     test_old_layout(2);
     test_old_layout(3);
+    test_version4();
+    test_mixed_layout();
     test_refusals();
     test_integrity();
     test_lock();

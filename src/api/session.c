@@ -69,7 +69,7 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
     kv_cache_row_tensor(kv, &type, &ne[0]);
     char name[64];
     for (int l = 0; l < kv->n_layer && !s; l++) {
-        const int lo = kv->layers[l].held_lo, in_place = kv_cache_rows_adjacent(kv) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
+        const int lo = kv->layers[l].held_lo, in_place = kv_cache_rows_adjacent(kv, l) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
         ne[1] = (uint64_t)(n - lo);
         for (int h = 0; h < kv->n_head_kv && !s; h++)
             for (int v = 0; v < 2 && !s; v++) {
@@ -374,7 +374,7 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
     for (int l = 0; l < kv->n_layer; l++) {
         /* the rows the source holds (a ring: its latest) that the destination keeps */
         const int lo = n - kv->layers[l].ring > skv->layers[l].held_lo ? n - kv->layers[l].ring : skv->layers[l].held_lo;
-        const int in_line = kv_cache_rows_adjacent(kv) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
+        const int in_line = kv_cache_rows_adjacent(kv, l) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
         for (int h = 0; h < kv->n_head_kv; h++)
             for (int v = 0; v < 2; v++) {
                 if (in_line) { /* the source's rows, however laid out, into one run */

@@ -191,7 +191,7 @@ static void partial_weights(const kernels *K, const kv_cache *kv, int g, int j0,
 static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh, int g,
                           const float *q, float scale, float cap, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
-    const int in_line = kv_cache_rows_adjacent(kv) && kv_cache_run(kv, layer, j0, n) == n;
+    const int in_line = kv_cache_rows_adjacent(kv, layer) && kv_cache_run(kv, layer, j0, n) == n;
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
     if (in_line) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
     else strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
@@ -357,7 +357,7 @@ static subq_status full_forward_rows(const attn_step *st, const kv_cache *kv, su
         nc[t] = (slot - lo[t] + chunk) / chunk;
         first[t + 1] = first[t] + H * nc[t];
     }
-    const int all_heads = !kv_cache_rows_adjacent(kv);
+    const int all_heads = !kv_cache_rows_adjacent(kv, st->layer);
     rows_job j = {.st = st, .kv = kv, .K = kernels_get(), .ops = kernels_kv_decode_get(kv->type), .chunk = chunk,
                   .n_items = first[T] / (all_heads ? H : 1), .H = H, .g = g, .all_heads = all_heads, .nc = nc,
                   .first = first, .lo = lo, .part_floats = (size_t)g * (hd + 2)};

@@ -61,11 +61,12 @@ size_t kv_cache_held_bytes(const kv_cache *kv) {
     return 2 * (size_t)kv->n_head_kv * rows * kv->row_bytes + (size_t)kv->n_ctx * 2 * sizeof(int32_t);
 }
 
-/* kv->layers, every layer whole (ring n_ctx) with this head stride */
-static int layers_new(kv_cache *kv, size_t head_stride) {
+/* kv->layers, every layer whole (ring n_ctx), head-major */
+static int layers_new(kv_cache *kv) {
     kv->layers = calloc((size_t)kv->n_layer, sizeof *kv->layers);
     for (int l = 0; kv->layers && l < kv->n_layer; l++)
-        kv->layers[l] = (kv_layer_rows){.ring = kv->n_ctx, .head_stride = head_stride};
+        kv->layers[l] = (kv_layer_rows){.ring = kv->n_ctx, .head_stride = (size_t)kv->n_ctx * kv->row_bytes,
+                                        .slot_stride = kv->row_bytes};
     return kv->layers != NULL;
 }
 
@@ -95,11 +96,10 @@ subq_status kv_cache_init_windows(kv_cache *kv, int n_layer, int n_head_kv, int 
     kv->n_ctx = n_ctx;
     kv->type = type;
     kv->row_bytes = kernels_kv_row_bytes(type, head_dim);
-    kv->slot_stride = kv->row_bytes; /* head-major (kv_cache.h) */
     kv->k = calloc((size_t)n_layer, sizeof(void *));
     kv->v = calloc((size_t)n_layer, sizeof(void *));
     kv->pos = malloc(2 * (size_t)n_ctx * sizeof(int32_t));
-    if (!kv->k || !kv->v || !kv->pos || !layers_new(kv, 0)) goto nomem;
+    if (!kv->k || !kv->v || !kv->pos || !layers_new(kv)) goto nomem;
     kv->seg = kv->pos + n_ctx;
     for (int l = 0; l < n_layer; l++) {
         kv_layer_rows *L = &kv->layers[l];
@@ -131,23 +131,26 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
     kv->n_ctx = (int)g->n_ctx;
     kv->type = (subq_kv_type)g->kv_type;
     kv->row_bytes = (size_t)g->row_bytes;
-    /* slot-major, keys and values of a slot adjacent (kv_cache.h, kv_file.h) */
-    kv->slot_stride = 2 * (size_t)kv->n_head_kv * kv->row_bytes;
     kv->file = f;
     kv->k = calloc((size_t)kv->n_layer, sizeof(void *));
     kv->v = calloc((size_t)kv->n_layer, sizeof(void *));
-    for (int l = 0; kv->k && kv->v && l < kv->n_layer; l++) {
-        kv->k[l] = kv_file_keys(f, l);
-        kv->v[l] = kv_file_values(f, l);
-    }
     kv->pos = kv_file_pos(f);
     kv->seg = kv_file_seg(f);
-    kv->store_buf = malloc(KV_STORE_SLOTS * kv->slot_stride);
-    if (!kv->k || !kv->v || !kv->store_buf || !layers_new(kv, kv->row_bytes)) {
+    kv->store_buf = malloc(KV_STORE_SLOTS * 2 * (size_t)kv->n_head_kv * kv->row_bytes);
+    if (!kv->k || !kv->v || !kv->store_buf || !layers_new(kv)) {
         kv_cache_free(kv);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     }
+    kv_cache_file_layout(kv);
     return SUBQ_OK;
+}
+
+void kv_cache_file_layout(kv_cache *kv) {
+    for (int l = 0; l < kv->n_layer; l++) {
+        kv->k[l] = kv_file_keys(kv->file, l);
+        kv->v[l] = kv_file_values(kv->file, l);
+        kv_file_strides(kv->file, l, &kv->layers[l].head_stride, &kv->layers[l].slot_stride);
+    }
 }
 
 void kv_cache_free(kv_cache *kv) {
@@ -168,8 +171,8 @@ void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n) {
     const uintptr_t page = 4096;
     /* slot-major rows (a file): a slot's key and value rows of every KV head
      * are one run of slot_stride bytes, so one advice per slot covers them */
-    const int adjacent = kv_cache_rows_adjacent(kv);
-    const size_t span = adjacent ? kv->row_bytes : kv->slot_stride;
+    const int adjacent = kv_cache_rows_adjacent(kv, layer);
+    const size_t span = adjacent ? kv->row_bytes : kv->layers[layer].slot_stride;
     const int n_head = adjacent ? kv->n_head_kv : 1, n_kind = adjacent ? 2 : 1;
     for (int h = 0; h < n_head; h++)
         for (int kind = 0; kind < n_kind; kind++) {
@@ -237,17 +240,27 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
         if (slot0 + n - L->ring > L->held_lo) L->held_lo = slot0 + n - L->ring;
         return SUBQ_OK;
     }
-    /* a file: slots are adjacent runs of slot_stride bytes, keys then values */
+    /* a file, slot-major: slots are adjacent runs of slot_stride bytes,
+     * keys then values, written as one; head-major: m rows a head and kind
+     * side by side in store_buf ([kind][head][m]), written head by head */
+    const int head_major = kv_cache_rows_adjacent(kv, layer);
     const size_t v_off = (size_t)((const char *)kv_cache_value(kv, layer, 0, 0) -
                                   (const char *)kv_cache_key(kv, layer, 0, 0));
     for (int t0 = 0; t0 < n; t0 += KV_STORE_SLOTS) {
         const int m = n - t0 < KV_STORE_SLOTS ? n - t0 : KV_STORE_SLOTS;
+        const size_t run = (size_t)m * kv->row_bytes, buf_head = head_major ? run : kv->row_bytes;
         for (int t = 0; t < m; t++) {
-            unsigned char *dst = kv->store_buf + (size_t)t * kv->slot_stride;
-            store_slot(kv, L->head_stride, k + (t0 + t) * row, v + (t0 + t) * row, dst, dst + v_off);
+            unsigned char *dst = kv->store_buf + (size_t)t * (head_major ? kv->row_bytes : L->slot_stride);
+            store_slot(kv, buf_head, k + (t0 + t) * row, v + (t0 + t) * row, dst,
+                       dst + (head_major ? (size_t)kv->n_head_kv * run : v_off));
         }
-        subq_status s = kv_file_write(kv->file, kv_cache_key(kv, layer, 0, slot0 + t0), kv->store_buf,
-                                      (size_t)m * kv->slot_stride, err);
+        subq_status s = SUBQ_OK;
+        if (!head_major)
+            s = kv_file_write(kv->file, kv_cache_key(kv, layer, 0, slot0 + t0), kv->store_buf, (size_t)m * L->slot_stride,
+                              err);
+        for (int r = 0; head_major && !s && r < 2 * kv->n_head_kv; r++)
+            s = kv_file_write(kv->file, kv_cache_row(kv, layer, r % kv->n_head_kv, r / kv->n_head_kv, slot0 + t0),
+                              kv->store_buf + (size_t)r * run, run, err);
         if (s) return s;
     }
     return SUBQ_OK;
@@ -262,7 +275,7 @@ static void *row_at(const kv_cache *kv, int layer, int h, int values, int slot) 
  * slot-major file, every row on its own. */
 void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int slot0, int n, void *dst) {
     for (int j = 0; j < n;) {
-        const int m = kv_cache_rows_adjacent(kv) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
+        const int m = kv_cache_rows_adjacent(kv, layer) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
         memcpy((char *)dst + (size_t)j * kv->row_bytes, row_at(kv, layer, h, values, slot0 + j), (size_t)m * kv->row_bytes);
         j += m;
     }
@@ -270,7 +283,7 @@ void kv_cache_read_rows(const kv_cache *kv, int layer, int h, int values, int sl
 
 void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, int n, const void *src) {
     for (int j = 0; j < n;) {
-        const int m = kv_cache_rows_adjacent(kv) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
+        const int m = kv_cache_rows_adjacent(kv, layer) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
         memcpy(row_at(kv, layer, h, values, slot0 + j), (const char *)src + (size_t)j * kv->row_bytes, (size_t)m * kv->row_bytes);
         j += m;
     }
@@ -279,7 +292,7 @@ void kv_cache_write_rows(kv_cache *kv, int layer, int h, int values, int slot0, 
 const float *kv_cache_rows_f32(const kv_cache *kv, int layer, int h, int values, int slot0, int n, float *scratch) {
     if (!kv_cache_rows_f32_copied(kv, layer)) return kv_cache_row(kv, layer, h, values, slot0);
     for (int j = 0; j < n;) {
-        const int m = kv_cache_rows_adjacent(kv) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
+        const int m = kv_cache_rows_adjacent(kv, layer) ? kv_cache_run(kv, layer, slot0 + j, n - j) : 1;
         kv_cache_ops(kv)->to_f32(kv_cache_row(kv, layer, h, values, slot0 + j), m, kv->head_dim,
                                  scratch + (size_t)j * kv->head_dim);
         j += m;

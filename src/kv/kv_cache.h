@@ -28,6 +28,7 @@ typedef struct kv_layer_rows {
     int held_lo;                /* first slot whose rows are held (0 until a ring wraps, or a session file
                                    gave only the latest rows) */
     size_t head_stride;         /* bytes between a KV head's rows and the next head's */
+    size_t slot_stride;         /* bytes between a slot's row and the next slot's */
 } kv_layer_rows;
 
 typedef struct kv_cache {
@@ -36,20 +37,19 @@ typedef struct kv_cache {
     subq_kv_type type;
     size_t row_bytes;           /* one row of head_dim values in `type` */
     void **k, **v;              /* [layer] -> rows of every KV head and slot, placed by the strides */
-    /* [layer]: ring, window, held rows and head_stride (bytes between a KV
-     * head's rows and the next head's); slot_stride: between a slot's row
-     * and the next slot's. In memory the layout is head-major
-     * [n_head_kv][ring][row]: dense decode streams a head's rows
-     * contiguously. In a file it is slot-major [n_ctx][keys, values]
-     * [n_head_kv][row], every layer whole: a retrieved slot's rows of every
-     * KV head and both kinds share a page, so a sparse step reads one page
-     * per slot, not one per row. */
+    /* [layer]: ring, window, held rows and the strides. In memory the
+     * layout is head-major [n_head_kv][ring][row]: dense decode streams a
+     * head's rows contiguously. In a file a layer is slot-major [n_ctx]
+     * [keys, values][n_head_kv][row] (a retrieved slot's rows of every KV
+     * head and both kinds share a page, so a sparse step reads one page per
+     * slot, not one per row) or, where the plan runs it dense, head-major
+     * as in memory (kv_file.h); every layer whole. */
     kv_layer_rows *layers;
-    size_t slot_stride;
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx]; in memory, the second half of pos's allocation */
     kv_file *file;              /* NULL: rows in memory; else rows, pos and seg live in its mapping */
-    unsigned char *store_buf;   /* with a file: KV_STORE_SLOTS slots' rows, made here, then written at once */
+    unsigned char *store_buf;   /* with a file: KV_STORE_SLOTS slots' rows, made here, then written at once
+                                   (one run a slot-major layer, one a head and kind a head-major one) */
     int prefetch;               /* with a file: ask for the rows a query attends before reading them
                                    (set per step by the context after a step waited on the disk) */
 } kv_cache;
@@ -81,6 +81,9 @@ subq_status kv_cache_init(kv_cache *kv, int n_layer, int n_head_kv, int head_dim
 /* The same over a KV file's mapping (kv_file.h), every layer whole; the
  * cache owns f (closed on failure too). */
 subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err);
+/* The file's layers laid out again (kv_file_set_layout): each layer's rows
+ * and strides read from it anew. */
+void kv_cache_file_layout(kv_cache *kv);
 void kv_cache_free(kv_cache *kv);
 
 /* With a file: start reading the pages of the key and value rows of
@@ -126,7 +129,7 @@ const float *kv_cache_rows_f32(const kv_cache *kv, int layer, int h, int values,
 static inline size_t kv_cache_row_offset(const kv_cache *kv, int layer, int h, int slot) {
     const kv_layer_rows *L = &kv->layers[layer];
     const int r = slot < L->ring ? slot : slot % L->ring;
-    return (size_t)h * L->head_stride + (size_t)r * kv->slot_stride;
+    return (size_t)h * L->head_stride + (size_t)r * L->slot_stride;
 }
 /* Pointer to the key / value of (layer, kv head, slot) in the cache's type. */
 static inline const void *kv_cache_key(const kv_cache *kv, int layer, int h, int slot) {
@@ -149,14 +152,16 @@ static inline int kv_cache_run(const kv_cache *kv, int layer, int slot, int n) {
 static inline int kv_cache_is_ring(const kv_cache *kv, int layer) { return kv->layers[layer].ring < kv->n_ctx; }
 /* Whether kv_cache_rows_f32 needs its scratch for this layer. */
 static inline int kv_cache_rows_f32_copied(const kv_cache *kv, int layer) {
-    return kv->type != SUBQ_KV_F32 || kv->slot_stride != kv->row_bytes || kv_cache_is_ring(kv, layer);
+    return kv->type != SUBQ_KV_F32 || kv->layers[layer].slot_stride != kv->row_bytes || kv_cache_is_ring(kv, layer);
 }
-/* Whether a KV head's consecutive slots are adjacent rows (head-major) */
-static inline int kv_cache_rows_adjacent(const kv_cache *kv) { return kv->slot_stride == kv->row_bytes; }
+/* Whether a KV head's consecutive slots are adjacent rows in a layer (head-major) */
+static inline int kv_cache_rows_adjacent(const kv_cache *kv, int layer) {
+    return kv->layers[layer].slot_stride == kv->row_bytes;
+}
 /* A KV head's slot-to-slot distance in values of head_dim-wide rows (the
  * stride of the gathered dots, kernels_kv.gather_dot: a multiple of head_dim) */
-static inline size_t kv_cache_slot_stride_values(const kv_cache *kv) {
-    return (size_t)kv->head_dim * (kv->slot_stride / kv->row_bytes);
+static inline size_t kv_cache_slot_stride_values(const kv_cache *kv, int layer) {
+    return (size_t)kv->head_dim * (kv->layers[layer].slot_stride / kv->row_bytes);
 }
 
 /* A KV head's first n rows as a 2-D GGUF tensor [ne0][n] (session files):

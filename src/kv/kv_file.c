@@ -24,9 +24,11 @@
 #define HEADER_SLOTS 2
 #define DATA_START (HEADER_SLOTS * PAGE)
 #define MAGIC "SUBQKVF"
-/* 4: a CRC-32C per slot and of the logits (version 3 files have none; 1
- * and 2 laid rows out otherwise: all are refused, to be made again) */
-#define VERSION 4
+/* 5: a layer's rows slot-major or head-major (head_major); 4: every layer
+ * slot-major, read as such. Version 3 files have no checksums, 1 and 2 laid
+ * rows out otherwise: they are refused, to be made again. */
+#define VERSION 5
+#define VERSION_SLOT_MAJOR 4
 #define MAX_CTX (1u << 30)
 #define KV_FILE_STREAM_BYTES (1u << 20) /* kv_file_write */
 
@@ -43,8 +45,12 @@ typedef struct disk_header {
     uint64_t logits_slot;       /* which of the two logits regions holds the committed ones */
     uint32_t has_logits, logits_sum; /* logits_sum: CRC-32C of the logits */
     kv_file_search search[KV_FILE_MAX_SEARCH];
+    uint64_t head_major[KV_FILE_MAX_LAYOUT / 64]; /* bit l: layer l's rows head-major (version 5) */
     uint64_t checksum;          /* FNV-1a of every byte before it */
 } disk_header;
+
+/* A version 4 slot ends where head_major starts: its checksum lies there. */
+#define V4_CHECKSUM_AT offsetof(disk_header, head_major)
 
 _Static_assert(sizeof(disk_header) <= PAGE, "a header slot is one page");
 
@@ -84,18 +90,33 @@ static uint64_t layout(const kv_file_geometry *g, uint64_t *per_layer, uint64_t 
 
 static uint64_t search_bytes(uint32_t n_ctx, uint32_t d) { return round_page(mul_sat(mul_sat(n_ctx, d), 4)); }
 
+/* Where a slot of this version keeps its checksum (a version 4 slot's ends
+ * before head_major). */
+static size_t checksum_at(const void *slot) {
+    uint32_t version;
+    memcpy(&version, (const unsigned char *)slot + offsetof(disk_header, version), sizeof version);
+    return version == VERSION_SLOT_MAJOR ? V4_CHECKSUM_AT : offsetof(disk_header, checksum);
+}
+
+/* A header slot as this version's struct: a version 4 slot's fields, every
+ * layer slot-major. 1 when its checksum holds. */
+static int header_of(const void *slot, disk_header *h) {
+    const size_t at = checksum_at(slot);
+    memset(h, 0, sizeof *h);
+    memcpy(h, slot, at);
+    memcpy(&h->checksum, (const unsigned char *)slot + at, sizeof h->checksum);
+    return h->checksum == fnv1a(FNV_OFFSET, slot, at);
+}
+
 subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geometry *g, uint64_t file_bytes,
                                  subq_error *err) {
     disk_header h;
     if (n < sizeof h) return subq_fail(err, SUBQ_ERR_FORMAT, "KV file header is truncated");
-    memcpy(&h, slot, sizeof h);
-    if (memcmp(h.magic, MAGIC, sizeof MAGIC)) return subq_fail(err, SUBQ_ERR_FORMAT, "not a subq KV file");
-    if (h.checksum != fnv1a(FNV_OFFSET, &h, offsetof(disk_header, checksum)))
-        return subq_fail(err, SUBQ_ERR_FORMAT, "KV file header is damaged (checksum)");
-    if (h.version != VERSION)
-        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "KV file version %u; this build reads version %d (the rows' layout "
-                         "changed: make the file again)", h.version,
-                         VERSION);
+    if (memcmp(slot, MAGIC, sizeof MAGIC)) return subq_fail(err, SUBQ_ERR_FORMAT, "not a subq KV file");
+    if (!header_of(slot, &h)) return subq_fail(err, SUBQ_ERR_FORMAT, "KV file header is damaged (checksum)");
+    if (h.version != VERSION && h.version != VERSION_SLOT_MAJOR)
+        return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "KV file version %u; this build reads versions %d and %d (the "
+                         "rows' layout changed: make the file again)", h.version, VERSION_SLOT_MAJOR, VERSION);
     if (h.model_fingerprint != g->model_fingerprint)
         return subq_fail(err, SUBQ_ERR_MISMATCH, "KV file belongs to another model (fingerprint %016" PRIx64
                          ", this model %016" PRIx64 ")", h.model_fingerprint, g->model_fingerprint);
@@ -119,6 +140,9 @@ subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geome
     if (h.n_committed > h.n_ctx)
         return subq_fail(err, SUBQ_ERR_FORMAT, "KV file counts %" PRIu64 " tokens in a context of %u", h.n_committed,
                          h.n_ctx);
+    for (uint32_t l = h.n_layer; l < KV_FILE_MAX_LAYOUT; l++)
+        if (h.head_major[l / 64] >> (l % 64) & 1)
+            return subq_fail(err, SUBQ_ERR_FORMAT, "KV file lays out layer %u of %u", l, h.n_layer);
     if (h.n_search > KV_FILE_MAX_SEARCH || h.n_search > h.n_layer)
         return subq_fail(err, SUBQ_ERR_FORMAT, "KV file lists %u layers with search keys", h.n_search);
     uint64_t end = h.fixed_bytes;
@@ -137,13 +161,15 @@ subq_status kv_file_check_header(const void *slot, size_t n, const kv_file_geome
 }
 
 void kv_file_seal_header(void *slot) {
-    uint64_t sum = fnv1a(FNV_OFFSET, slot, offsetof(disk_header, checksum));
-    memcpy((unsigned char *)slot + offsetof(disk_header, checksum), &sum, sizeof sum);
+    const size_t at = checksum_at(slot);
+    uint64_t sum = fnv1a(FNV_OFFSET, slot, at);
+    memcpy((unsigned char *)slot + at, &sum, sizeof sum);
 }
 
 /* Write the header in the next slot (sequence number + 1) and flush. */
 static subq_status write_header(kv_file *f, subq_error *err) {
     f->h.seq++;
+    f->h.version = VERSION; /* a version 4 file's layout is version 5's with no layer head-major */
     f->h.checksum = fnv1a(FNV_OFFSET, &f->h, offsetof(disk_header, checksum));
     unsigned char page[PAGE] = {0};
     memcpy(page, &f->h, sizeof f->h);
@@ -165,6 +191,15 @@ static subq_status reserve(kv_file *f, uint64_t bytes, subq_error *err) {
                      "cannot reserve %.2f GB for %s (%.2f GB free): %s", bytes / 1e9, f->path, free_gb, strerror(e));
 }
 
+/* Slot-major rows are read where retrieval points: no read-ahead around
+ * them. A head-major layer is read whole (full attention): the kernel's
+ * read-ahead serves it. */
+static void advise_layers(kv_file *f) {
+    for (uint32_t l = 0; l < f->g.n_layer; l++)
+        madvise(f->map + DATA_START + l * f->per_layer, (size_t)f->per_layer,
+                kv_file_head_major(f, (int)l) ? MADV_NORMAL : MADV_RANDOM);
+}
+
 static subq_status map_fixed(kv_file *f, subq_error *err) {
     f->map_bytes = f->h.fixed_bytes;
     const int prot = f->writable ? PROT_READ | PROT_WRITE : PROT_READ;
@@ -173,8 +208,7 @@ static subq_status map_fixed(kv_file *f, subq_error *err) {
         return subq_fail(err, SUBQ_ERR_NOMEM, "cannot map %s (%.2f GB): %s", f->path, f->map_bytes / 1e9,
                          strerror(errno));
     f->map = p;
-    /* rows are read where retrieval points: no read-ahead around them */
-    madvise(f->map + DATA_START, (size_t)(f->g.n_layer * f->per_layer), MADV_RANDOM);
+    advise_layers(f);
     return SUBQ_OK;
 }
 
@@ -208,7 +242,7 @@ static subq_status create_file(kv_file *f, subq_error *err) {
  * (kv_file_open_read) checks the slot against. */
 static kv_file_geometry claimed_geometry(const unsigned char *page) {
     disk_header h;
-    memcpy(&h, page, sizeof h);
+    header_of(page, &h);
     return (kv_file_geometry){.model_fingerprint = h.model_fingerprint, .kv_type = h.kv_type, .n_layer = h.n_layer,
                               .n_head_kv = h.n_head_kv, .head_dim = h.head_dim, .n_vocab = h.n_vocab,
                               .row_bytes = h.row_bytes};
@@ -271,7 +305,7 @@ static subq_status read_header(kv_file *f, uint64_t file_bytes, subq_error *err)
             continue;
         }
         disk_header h;
-        memcpy(&h, page, sizeof h);
+        header_of(page, &h);
         if (!found || h.seq > f->h.seq) f->h = h, picked = g;
         found = 1;
     }
@@ -321,7 +355,7 @@ int kv_file_header_moved(kv_file *f) {
             kv_file_check_header(page, PAGE, &g, (uint64_t)st.st_size, &e))
             continue;
         disk_header h;
-        memcpy(&h, page, sizeof h);
+        header_of(page, &h);
         if (!found || h.seq > seq) seq = h.seq;
         found = 1;
     }
@@ -461,8 +495,24 @@ int kv_file_has_logits(const kv_file *f) { return f->h.has_logits != 0; }
 int kv_file_n_search(const kv_file *f) { return (int)f->h.n_search; }
 
 void *kv_file_keys(kv_file *f, int layer) { return f->map + DATA_START + (uint64_t)layer * f->per_layer; }
+int kv_file_head_major(const kv_file *f, int layer) {
+    return layer < KV_FILE_MAX_LAYOUT && (f->h.head_major[layer / 64] >> (layer % 64) & 1);
+}
+void kv_file_strides(const kv_file *f, int layer, size_t *head_stride, size_t *slot_stride) {
+    const size_t row = (size_t)f->g.row_bytes, n_head = f->g.n_head_kv;
+    *head_stride = kv_file_head_major(f, layer) ? (size_t)f->g.n_ctx * row : row;
+    *slot_stride = kv_file_head_major(f, layer) ? row : 2 * n_head * row;
+}
 void *kv_file_values(kv_file *f, int layer) {
-    return (unsigned char *)kv_file_keys(f, layer) + (uint64_t)f->g.n_head_kv * f->g.row_bytes;
+    size_t head_stride, slot_stride;
+    kv_file_strides(f, layer, &head_stride, &slot_stride);
+    return (unsigned char *)kv_file_keys(f, layer) + f->g.n_head_kv * head_stride;
+}
+void *kv_file_row(kv_file *f, int layer, int values, int h, int slot) {
+    size_t head_stride, slot_stride;
+    kv_file_strides(f, layer, &head_stride, &slot_stride);
+    return (unsigned char *)(values ? kv_file_values(f, layer) : kv_file_keys(f, layer)) + (size_t)h * head_stride +
+           (size_t)slot * slot_stride;
 }
 static unsigned char *meta(kv_file *f, int i) {
     return f->map + DATA_START + (uint64_t)f->g.n_layer * f->per_layer + (uint64_t)i * f->meta_stride;
@@ -516,6 +566,20 @@ subq_status kv_file_set_search(kv_file *f, const int *d, const uint64_t *made_by
     return s;
 }
 
+subq_status kv_file_set_layout(kv_file *f, const unsigned char *head_major, int *ok, subq_error *err) {
+    uint64_t want[KV_FILE_MAX_LAYOUT / 64] = {0};
+    for (uint32_t l = 0; l < f->g.n_layer && l < KV_FILE_MAX_LAYOUT; l++)
+        if (head_major[l]) want[l / 64] |= 1ull << (l % 64);
+    *ok = !memcmp(want, f->h.head_major, sizeof want);
+    if (*ok || f->h.n_committed > 0) return SUBQ_OK;
+    disk_header old = f->h;
+    memcpy(f->h.head_major, want, sizeof want);
+    subq_status s = write_header(f, err);
+    if (s) f->h = old;
+    else *ok = 1, advise_layers(f);
+    return s;
+}
+
 subq_status kv_file_write(kv_file *f, const void *at, const void *src, size_t n, subq_error *err) {
     const unsigned char *p = at;
     if (p < f->map || (size_t)(p - f->map) > f->map_bytes || n > f->map_bytes - (size_t)(p - f->map))
@@ -561,8 +625,18 @@ static void read_ahead(const void *p, size_t n) {
     madvise((void *)lo, n + ((uintptr_t)p - lo), MADV_WILLNEED);
 }
 
-/* A slot's key and value rows of every KV head in one layer (adjacent). */
+/* A slot's key and value rows of every KV head in one layer. */
 static size_t slot_stride(const kv_file *f) { return 2 * (size_t)f->g.n_head_kv * f->g.row_bytes; }
+
+/* read_ahead of slots [t0, t0 + n) of a layer: one run, or one a head and kind */
+static void read_ahead_rows(kv_file *f, int layer, int t0, int n) {
+    if (!kv_file_head_major(f, layer)) {
+        read_ahead(kv_file_row(f, layer, 0, 0, t0), (size_t)n * slot_stride(f));
+        return;
+    }
+    for (int kind = 0; kind < 2; kind++)
+        for (uint32_t h = 0; h < f->g.n_head_kv; h++) read_ahead(kv_file_row(f, layer, kind, (int)h, t0), (size_t)n * f->g.row_bytes);
+}
 
 /* Slots checksummed per pass: a layer's rows of a block are one run. */
 #define SUM_BLOCK 4096
@@ -572,14 +646,23 @@ static size_t slot_stride(const kv_file *f) { return 2 * (size_t)f->g.n_head_kv 
  * search keys in every sparse layer, in that order. Region by region (each
  * read ahead), each slot's CRC carried from one to the next. */
 static void sum_slots(kv_file *f, int t0, int t1, uint32_t *crc) {
-    const size_t slot_bytes = slot_stride(f), n = (size_t)(t1 - t0);
+    const size_t slot_bytes = slot_stride(f), row_bytes = (size_t)f->g.row_bytes, n = (size_t)(t1 - t0);
+    const int n_head = (int)f->g.n_head_kv;
     for (size_t i = 0; i < n; i++) crc[i] = 0;
     /* the next region is asked for while this one is summed: the disk and the CPU overlap */
-    read_ahead((const unsigned char *)kv_file_keys(f, 0) + (size_t)t0 * slot_bytes, n * slot_bytes);
+    read_ahead_rows(f, 0, t0, (int)n);
     for (uint32_t l = 0; l < f->g.n_layer; l++) {
-        const unsigned char *rows = (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t0 * slot_bytes;
-        if (l + 1 < f->g.n_layer) read_ahead(rows + f->per_layer, n * slot_bytes);
-        for (size_t i = 0; i < n; i++) crc[i] = crc32c(crc[i], rows + i * slot_bytes, slot_bytes);
+        if (l + 1 < f->g.n_layer) read_ahead_rows(f, (int)l + 1, t0, (int)n);
+        /* a slot's key rows of every head, then its value rows: in a
+         * slot-major layer, the slot's run of bytes as it lies */
+        if (!kv_file_head_major(f, (int)l)) {
+            const unsigned char *rows = kv_file_row(f, (int)l, 0, 0, t0);
+            for (size_t i = 0; i < n; i++) crc[i] = crc32c(crc[i], rows + i * slot_bytes, slot_bytes);
+            continue;
+        }
+        for (size_t i = 0; i < n; i++)
+            for (int kind = 0; kind < 2; kind++)
+                for (int h = 0; h < n_head; h++) crc[i] = crc32c(crc[i], kv_file_row(f, (int)l, kind, h, t0 + (int)i), row_bytes);
     }
     const int32_t *meta3[3] = {kv_file_pos(f), kv_file_seg(f), kv_file_tok(f)};
     for (size_t i = 0; i < n; i++)
@@ -655,7 +738,6 @@ subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err) {
     if (from < 0) from = 0;
     if (to > (int)f->h.n_committed) to = (int)f->h.n_committed;
     const uint32_t *sums = slot_sums(f);
-    const size_t slot_bytes = slot_stride(f);
     uint32_t crc[SUM_BLOCK];
     for (int t0 = from; t0 < to; t0 += SUM_BLOCK) {
         const int t1 = to - t0 < SUM_BLOCK ? to : t0 + SUM_BLOCK;
@@ -667,11 +749,11 @@ subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err) {
         /* then finiteness, region by region as the sums went (the rows are in the page cache now) */
         for (uint32_t l = 0; l < f->g.n_layer; l++)
             for (int t = t0; t < t1; t++)
-                for (uint32_t r = 0; r < 2 * f->g.n_head_kv; r++)
-                    if (row_bad(f, (const unsigned char *)kv_file_keys(f, (int)l) + (size_t)t * slot_bytes +
-                                       r * f->g.row_bytes))
-                        return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds a %s row that is not finite "
-                                         "(layer %u)", t, r < f->g.n_head_kv ? "key" : "value", l);
+                for (int kind = 0; kind < 2; kind++)
+                    for (uint32_t h = 0; h < f->g.n_head_kv; h++)
+                        if (row_bad(f, kv_file_row(f, (int)l, kind, (int)h, t)))
+                            return subq_fail(err, SUBQ_ERR_FORMAT, "KV file slot %d holds a %s row that is not "
+                                             "finite (layer %u)", t, kind ? "value" : "key", l);
         for (uint32_t i = 0; i < f->h.n_search; i++) {
             const size_t d = f->h.search[i].d;
             for (int t = t0; t < t1; t++)
@@ -699,6 +781,6 @@ subq_status kv_file_evict(kv_file *f, subq_error *err) {
         return subq_fail(err, SUBQ_ERR_IO, "cannot drop the mapping of %s: %s", f->path, strerror(errno));
     int e = posix_fadvise(f->fd, 0, 0, POSIX_FADV_DONTNEED);
     if (e) return subq_fail(err, SUBQ_ERR_IO, "cannot drop %s from the page cache: %s", f->path, strerror(e));
-    madvise(f->map + DATA_START, (size_t)(f->g.n_layer * f->per_layer), MADV_RANDOM);
+    advise_layers(f);
     return SUBQ_OK;
 }

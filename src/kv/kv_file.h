@@ -9,10 +9,14 @@
  * Layout (offsets page-aligned, little-endian):
  *   0, 4096        two header slots; the valid one with the higher sequence
  *                  number is current (a torn header write leaves the other)
- *   8192           layer l: [n_ctx][keys, values][n_head_kv][row_bytes]
- *                  (slot-major: a slot's key and value rows of every KV
- *                  head adjacent, so a retrieved slot costs one page read,
- *                  not one per head and kind)
+ *   8192           layer l, slot-major: [n_ctx][keys, values][n_head_kv][row_bytes]
+ *                  (a slot's key and value rows of every KV head adjacent,
+ *                  so a retrieved slot costs one page read, not one per
+ *                  head and kind), or head-major: [keys, values][n_head_kv]
+ *                  [n_ctx][row_bytes] (as in memory: full attention
+ *                  streams a head's rows). The header says which, per
+ *                  layer: head-major for the layers the plan runs dense,
+ *                  chosen while the file counts no tokens.
  *   ...            pos, seg, tok: int32 [n_ctx] each; sum: uint32 [n_ctx], the
  *                  CRC-32C of each committed slot (kv_file_verify);
  *                  logits: f32 [n_vocab] twice, the header naming the
@@ -43,6 +47,7 @@
 #include "subq.h"
 
 #define KV_FILE_MAX_SEARCH 128 /* sparse layers with search keys */
+#define KV_FILE_MAX_LAYOUT 256 /* layers that can be head-major (the rest are slot-major) */
 
 /* What the file must match: the model and the cache's shape. */
 typedef struct kv_file_geometry {
@@ -83,9 +88,13 @@ const kv_file_geometry *kv_file_geom(const kv_file *f);
 int kv_file_committed(const kv_file *f);
 int kv_file_has_logits(const kv_file *f);
 
-/* Regions in the mapping. */
+/* Regions in the mapping. A layer's rows: bytes from one KV head's row to
+ * the next head's, and from a slot's row to the next slot's. */
 void *kv_file_keys(kv_file *f, int layer);
 void *kv_file_values(kv_file *f, int layer);
+int kv_file_head_major(const kv_file *f, int layer);
+void kv_file_strides(const kv_file *f, int layer, size_t *head_stride, size_t *slot_stride);
+void *kv_file_row(kv_file *f, int layer, int values, int h, int slot);
 int32_t *kv_file_pos(kv_file *f);
 int32_t *kv_file_seg(kv_file *f);
 int32_t *kv_file_tok(kv_file *f);
@@ -99,6 +108,12 @@ float *kv_file_search_rows(kv_file *f, int layer, int *d);
  * 0 when its committed tokens were made with other search keys (the file
  * is left as it is). */
 subq_status kv_file_set_search(kv_file *f, const int *d, const uint64_t *made_by, int *ok, subq_error *err);
+
+/* Which layers are head-major (head_major[layer] != 0; the rest
+ * slot-major): *ok = 1 when the file is laid out so already or could be
+ * made so (it counts no tokens; the rows it holds past them are dropped),
+ * 0 when its committed tokens keep the layout they were written in. */
+subq_status kv_file_set_layout(kv_file *f, const unsigned char *head_major, int *ok, subq_error *err);
 
 /* Write n bytes from src to where `at` lies in the mapping, with pwrite(2)
  * (a store through the mapping first reads, or zero-fills, every page it

@@ -90,14 +90,17 @@ static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *
         s = kv_cache_store(kv, l, 0, n_rand, k, v, err);
         for (int t0 = n_rand; t0 < n_past && !s; t0 += n_rand) {
             const int n = n_past - t0 < n_rand ? n_past - t0 : n_rand;
-            if (kv->file) { /* slot-major: keys and values of n slots are one run */
+            if (kv->file && !kv_cache_rows_adjacent(kv, l)) { /* slot-major: keys and values of n slots are one run */
                 s = kv_file_write(kv->file, kv_cache_key(kv, l, 0, t0), kv_cache_key(kv, l, 0, 0),
-                                  (size_t)n * kv->slot_stride, err);
+                                  (size_t)n * kv->layers[l].slot_stride, err);
                 continue;
             }
-            for (int h = 0; h < kv->n_head_kv; h++) {
-                memcpy((void *)kv_cache_key(kv, l, h, t0), kv_cache_key(kv, l, h, 0), (size_t)n * kv->row_bytes);
-                memcpy((void *)kv_cache_value(kv, l, h, t0), kv_cache_value(kv, l, h, 0), (size_t)n * kv->row_bytes);
+            for (int r = 0; r < 2 * kv->n_head_kv && !s; r++) { /* head-major: a run a head and kind */
+                const int h = r % kv->n_head_kv, values = r / kv->n_head_kv;
+                void *to = (void *)kv_cache_row(kv, l, h, values, t0);
+                const void *from = kv_cache_row(kv, l, h, values, 0);
+                if (kv->file) s = kv_file_write(kv->file, to, from, (size_t)n * kv->row_bytes, err);
+                else memcpy(to, from, (size_t)n * kv->row_bytes);
             }
         }
     }

@@ -65,6 +65,13 @@ subq_status context_file_plan(subq_context *c, const int *d, const uint64_t *mad
     free(zd);
     free(zb);
     c->file_writable = !s && ok;
+    /* the layers the plan runs dense are read whole every step: head-major
+     * rows stream as in memory (a file of committed tokens keeps its layout) */
+    unsigned char *dense = !s && c->kv.n_used == 0 ? malloc((size_t)n_layer) : NULL;
+    for (int l = 0; dense && l < n_layer; l++) dense[l] = !c->stages || c->stages[l] == attn_full_stage();
+    int laid = 0;
+    if (dense && !(s = kv_file_set_layout(c->kv.file, dense, &laid, err)) && laid) kv_cache_file_layout(&c->kv);
+    free(dense);
     return s;
 }
 

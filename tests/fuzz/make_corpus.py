@@ -136,9 +136,11 @@ def fnv(b):
     return h
 
 
-def kv_header(n_ctx, search, committed):
+def kv_header(n_ctx, search, committed, version=5, head_major=0):
     """A KV file header slot (src/kv/kv_file.c's disk_header) for fuzz_kv_file's
-    geometry: 2 layers, 1 KV head of 8 f32 values, 16-token vocabulary."""
+    geometry: 2 layers, 1 KV head of 8 f32 values, 16-token vocabulary;
+    head_major: bit l for a head-major layer l (version 5; version 4 slots end
+    at the search table)."""
     page = 4096
     rnd = lambda x: (x + page - 1) // page * page  # noqa: E731
     per_layer, stride = rnd(n_ctx * 2 * 32), rnd(n_ctx * 4)  # a slot's key and value rows adjacent
@@ -148,9 +150,11 @@ def kv_header(n_ctx, search, committed):
         table += struct.pack("<IIQQ", layer, d, end, 0x1234 + layer)
         end += rnd(n_ctx * d * 4)
     table += b"\0" * (128 * 24 - len(table))
-    h = b"SUBQKVF\0" + struct.pack("<IIQQ", 4, len(search), 1, 0x5EEDF00DCAFEF00D)
+    h = b"SUBQKVF\0" + struct.pack("<IIQQ", version, len(search), 1, 0x5EEDF00DCAFEF00D)
     h += struct.pack("<6I", 0, 2, 1, 8, n_ctx, 16) + struct.pack("<QQQQQ", 32, fixed, end, committed, 0)
     h += struct.pack("<II", committed > 0, 0x1234ABCD) + table
+    if version >= 5:
+        h += struct.pack("<4Q", head_major, 0, 0, 0)
     h += struct.pack("<Q", fnv(h))
     return h + b"\0" * (page - len(h))
 
@@ -235,9 +239,11 @@ def main():
     write("fuzz_session", seeds)
     write("fuzz_corpus_file", [corpus_file([5, 40, 3], [0, 0, 1]), corpus_file([1], [0]),
                                 corpus_file([17, 16, 15, 2, 33], [0, 1, 0, 0, 0])])
-    # (and file-stories-c16, kept: a whole KV file of stories260K, -c 16, made by
-    # `subq generate --kv-file F -c 16 -p Once -n 6 --temp 0`)
-    write("fuzz_kv_file", [kv_header(64, [], 0), kv_header(100, [(1, 4)], 7), kv_header(9, [(0, 2), (1, 16)], 9)])
+    # (and, kept: file-stories-c16, a whole KV file of stories260K made by
+    # `subq generate --kv-file F -c 16 -p Once -n 6 --temp 0` as version 4, and
+    # file-stories-c16-v5, the same as version 5: every layer head-major)
+    write("fuzz_kv_file", [kv_header(64, [], 0, 4), kv_header(100, [(1, 4)], 7, 4), kv_header(9, [(0, 2), (1, 16)], 9, 4),
+                           kv_header(64, [], 0, 5, 3), kv_header(100, [(1, 4)], 7, 5, 1)])
 
 
 if __name__ == "__main__":
