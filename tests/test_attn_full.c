@@ -118,12 +118,13 @@ static double check_slots(const kv_cache *kv, int layer, int kh, int g, int hd, 
  * scattered over [doc1, lo_t) in no order, a filler (-1) every 7th entry.
  * Reference: the double-loop softmax over the range and the extra slots
  * together, with q quantised for the extra slots on q8_0 / q4_0 keys (they
- * are scored as a decode step scores its rows; the range by sgemm). With
- * per_head, every query head has its own extra slots (per-head sets), drawn
- * alike. Returns the worst error relative to max |out|. */
+ * are scored as a decode step scores its rows; the range by sgemm). The
+ * extra slots are one list a token (lists 0), one a KV head for its g query
+ * heads (1) or one a query head (2: per-head sets), drawn alike. Returns the
+ * worst error relative to max |out|. */
 static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd, const float *kf, const float *vf,
-                           int doc1, int T, int n_x, int n_threads, int per_head, uint64_t *rng) {
-    const int n_head = n_head_kv * g, slot0 = kv->n_ctx - T, eh = per_head ? n_head : 1;
+                           int doc1, int T, int n_x, int n_threads, int lists, uint64_t *rng) {
+    const int n_head = n_head_kv * g, slot0 = kv->n_ctx - T, eh = lists == 2 ? n_head : lists == 1 ? n_head_kv : 1;
     int32_t *lo = malloc((size_t)T * sizeof(int32_t)), *extra = malloc((size_t)T * eh * n_x * sizeof(int32_t));
     char *used = malloc((size_t)kv->n_ctx);
     float *q = malloc((size_t)T * n_head * hd * sizeof(float)), *out = malloc((size_t)T * n_head * hd * sizeof(float));
@@ -157,7 +158,7 @@ static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd
             if (kv->type >= SUBQ_KV_Q8_0) test_quantised_query(qf, hd, KV_QBLOCK(hd), qx, qerr);
             memset(used, 0, (size_t)kv->n_ctx);
             for (int j = lo[t]; j <= slot; j++) used[j] = 1;
-            const int32_t *ex = extra + ((size_t)t * eh + (per_head ? h : 0)) * n_x;
+            const int32_t *ex = extra + ((size_t)t * eh + (lists == 2 ? h : lists == 1 ? kh : 0)) * n_x;
             for (int e = 0; e < n_x; e++)
                 if (ex[e] >= 0) used[ex[e]] = 2;
             double mx = -INFINITY, z = 0, err_max = 0, mag = 0;
@@ -278,11 +279,11 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
     printf("%s H_kv %d g %d hd %d: slot sets %.2e\n", tn[type], n_head_kv, g, hd, worst_set);
     /* a sparse prefill batch: 40 queries with 9 and with 300 extra slots
      * (more than one 32 KiB block of f32 rows of 64), on 1 and 2 threads,
-     * one list a token and one a query head */
+     * one list a token, one a KV head and one a query head */
     double worst_x = 0;
     for (int n_x = 9; n_x <= 300; n_x += 291)
         for (int nt = 1; nt <= 2; nt++)
-            for (int ph = 0; ph < 2; ph++)
+            for (int ph = 0; ph < 3; ph++)
                 worst_x = fmax(worst_x, check_extras(&kv, layer, n_head_kv, g, hd, kf, vf, doc1, 40, n_x, nt, ph, &rng));
     CHECK(worst_x < 2e-5, "%s H_kv %d g %d hd %d: prefill with extra slots, worst error relative to max |out| %.2e",
           tn[type], n_head_kv, g, hd, worst_x);

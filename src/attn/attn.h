@@ -151,8 +151,9 @@ attn_stage *attn_full_stage(void);
  * [lo[t], slot0 + t] (lo NULL: from the first slot of its document;
  * segments are contiguous runs of slots) and, when n_extra > 0, to the slots
  * extra[t * n_extra + x] that are >= 0 (each below lo[t], none twice), under
- * one softmax; with extra_heads > 1 each query head h has its own list,
- * extra[(t * n_head + h) * n_extra + x] (per-head sets). Full attention is lo = NULL, n_extra = 0; sparse prefill
+ * one softmax; with extra_heads n_head each query head h has its own list,
+ * extra[(t * n_head + h) * n_extra + x] (per-head sets), with extra_heads
+ * n_head_kv each KV head one for its query heads (a group's set). Full attention is lo = NULL, n_extra = 0; sparse prefill
  * gives its local window and its sinks + retrieved slots. Extra slots
  * farther than st->far.from are attended at the distance st->far gives
  * them (attn_far.h; the range is the caller's to keep within it). The range goes

@@ -394,9 +394,14 @@ typedef struct batch_scratch {
     float *q, *s, *o, *e, *inv;
 } batch_scratch;
 
-/* Token t's extra slots for query head i of KV head kh: list t (eh 1: one
- * list a token, for every head) or t * eh + kh g + i (eh n_head: one a head). */
-static int extra_list(int t, int eh, int kh, int g, int i) { return eh == 1 ? t : t * eh + kh * g + i; }
+/* Token t's extra slots for query head i of KV head kh (of H): list t (eh
+ * 1: one list a token, for every head), t * eh + kh (eh H: one a KV head,
+ * for its g heads) or t * eh + kh g + i (eh n_head: one a head). */
+static int extra_list(int t, int eh, int H, int kh, int g, int i) {
+    return eh == 1 ? t : eh == H ? t * eh + kh : t * eh + kh * g + i;
+}
+/* Query heads a list serves: one (a list a query head) or the KV head's g. */
+static int list_heads(int eh, int H, int g) { return eh > H ? 1 : g; }
 
 static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, int t1, int k_lo, const float *K,
                        const float *V, const int32_t *first, const int *xs, const int *nxs, const int32_t *shift,
@@ -420,10 +425,10 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
          * measured slower (16K: 37%; 32K, in pieces of 32 slots: attention
          * 116.9 s against 80.7 s), though consecutive tokens share only
          * 10-20% of their 2048 slots (bench/notes/2026-11-28-prefill-serial.md) */
-        /* one list for the g heads (eh 1), or each head its own (g passes of one head) */
-        const int gl = eh == 1 ? g : 1;
+        /* one list for the g heads (a token's or the KV head's), or each head its own (g passes of one head) */
+        const int gl = list_heads(eh, st->n_head_kv, g);
         for (int i = 0; i < g; i += gl) {
-            const size_t L = (size_t)extra_list(t, eh, kh, g, i);
+            const size_t L = (size_t)extra_list(t, eh, st->n_head_kv, kh, g, i);
             float *e = w->e + ((size_t)(t - t0) * g + i) * n_extra;
             gather_start(kv, st->layer, kh, 0, xs + L * n_extra, nxs[L]);
             slots_pass(kv, &ops, st->layer, kh, 0, gl, q + (size_t)i * hd, st->scale, xs + L * n_extra, nxs[L], e,
@@ -436,7 +441,7 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
     blas_sgemm(1, 0, 1, rows, n_keys, hd, st->scale, w->q, hd, K, hd, 0.0f, w->s, n_keys);
     for (int r = 0; r < rows; r++) {
         const int t = t0 + r / g, a = first[t] - k_lo, b = st->slot0 + t - k_lo; /* valid: [a, b] */
-        const int nx = n_extra ? nxs[extra_list(t, eh, kh, g, r % g)] : 0;
+        const int nx = n_extra ? nxs[extra_list(t, eh, st->n_head_kv, kh, g, r % g)] : 0;
         float *row = w->s + (size_t)r * n_keys, *e = w->e + (size_t)r * n_extra;
         softcap(e, nx, st->softcap);
         softcap(row + a, b - a + 1, st->softcap);
@@ -449,9 +454,9 @@ static void attn_block(const attn_step *st, const kv_cache *kv, int kh, int t0, 
     }
     blas_sgemm(1, 0, 0, rows, hd, n_keys, 1.0f, w->s, n_keys, V, hd, 0.0f, w->o, hd);
     for (int t = t0; n_extra && t < t1; t++) { /* O += E V_extra */
-        const int gl = eh == 1 ? g : 1;
+        const int gl = list_heads(eh, st->n_head_kv, g);
         for (int i = 0; i < g; i += gl) {
-            const size_t L = (size_t)extra_list(t, eh, kh, g, i);
+            const size_t L = (size_t)extra_list(t, eh, st->n_head_kv, kh, g, i);
             gather_start(kv, st->layer, kh, 1, xs + L * n_extra, nxs[L]);
             slots_pass(kv, &ops, st->layer, kh, 1, gl, NULL, 0.0f, xs + L * n_extra, nxs[L],
                        w->e + ((size_t)(t - t0) * g + i) * n_extra, n_extra, w->o + ((size_t)(t - t0) * g + i) * hd);
@@ -493,7 +498,7 @@ typedef struct extra_slots {
     const kv_cache *kv;
     const attn_far *far;        /* NULL: keys at their own distance */
     const int32_t *first;       /* [T] each token's range start: its local window is first[t] .. its slot */
-    int n_extra, slot0, eh;     /* eh: lists a token (1, or one per query head) */
+    int n_extra, slot0, eh;     /* eh: lists a token (1, one per KV head or one per query head) */
     int *xs, *nx, *tmp;         /* [T eh][n_extra], [T eh], [T eh][n_extra] */
     int32_t *shift, *dist;      /* [T eh][n_extra] each (far only) */
     int64_t *order;             /* [T eh][n_extra] (far only) */
@@ -545,7 +550,7 @@ static void extra_slots_token(void *ctx, int L, int thread) {
 subq_status attn_batch(const attn_step *st, const kv_cache *kv, const int32_t *lo, const int32_t *extra, int n_extra,
                        int extra_heads, subq_error *err) {
     const int g = st->n_head / st->n_head_kv, hd = st->head_dim, T = st->n_tokens, nt = pool_threads(st->pool);
-    const int eh = extra_heads > 1 ? st->n_head : 1, TL = T * eh; /* extra lists */
+    const int eh = extra_heads == st->n_head_kv || extra_heads == st->n_head ? extra_heads : 1, TL = T * eh;
     int32_t *first = malloc((size_t)T * sizeof(int32_t));
     if (!first) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for prefill attention");
     if (lo) memcpy(first, lo, (size_t)T * sizeof(int32_t));

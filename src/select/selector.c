@@ -239,6 +239,17 @@ void selector_reset(selector *s) {
 
 int selector_per_head(const selector *s) { return s->ops->query_heads != NULL; }
 
+int selector_group_set(const selector *s) {
+    if (!selector_per_head(s) || s->env.n_head_kv >= s->env.n_head) return 0;
+    switch (s->params.plan.selector) {
+    case SUBQ_SELECT_ORACLE: return s->params.plan.oracle == SUBQ_ORACLE_PER_KV_HEAD;
+    case SUBQ_SELECT_EXACT:
+    case SUBQ_SELECT_HNSW:
+    case SUBQ_SELECT_FAISS: return selector_query_heads_of(&s->params) == s->env.n_head_kv;
+    default: return 0;
+    }
+}
+
 int selector_key_heads(const selector_params *p) { return p->search_heads > 1 ? p->search_heads : 1; }
 int selector_query_heads_of(const selector_params *p) { return p->search_qheads > 1 ? p->search_qheads : 1; }
 

@@ -223,6 +223,10 @@ void selector_reset(selector *s);
 /* 1 if s picks one slot set per query head (ops->query_heads); its query op
  * still answers one set per query (the head-mean ranking). */
 int selector_per_head(const selector *s);
+/* 1 if a per-head selector gives the g query heads of a KV head one set
+ * (kv-head search heads, the per-KV-head oracle): attention then reads the
+ * group's rows once for its g heads. */
+int selector_group_set(const selector *s);
 /* ops->query_heads, timed and counted as selector_query (n_head sets). */
 int selector_query_heads(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                          int32_t *out, int *n_out);

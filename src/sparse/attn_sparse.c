@@ -196,14 +196,16 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
         sparse_probe_rows(&s->probe, st->n_head, st->n_head_kv, K, s->hcand, s->hgot,
                           (w.sink_hi - w.doc0) + (slot + 1 - w.tail_lo));
     }
-    for (int h = 0; h < st->n_head; h++) {
+    /* a group's one set (selector_group_set): its rows read once for its g heads */
+    const int gs = !s->comp && selector_group_set(s->sel) ? g : 1;
+    for (int h = 0; h < st->n_head; h += gs) {
         int ns = assemble(&w, slot, s->hcand + (size_t)h * K, s->hgot[h], slots);
         if (s->comp)
             completion_attend_head(s->comp, kv, slot, q, st->scale, h, slots, ns, w.sink_hi - w.doc0, s->hgot[h],
                                    st->out + (size_t)t * st->n_head * hd, &s->probe.totals.share_sum,
                                    &s->probe.totals.n_share);
         else
-            attn_group_over_slots(kv, st->layer, h / g, 1, q + (size_t)h * hd, st->scale, st->softcap, slots, ns,
+            attn_group_over_slots(kv, st->layer, h / g, gs, q + (size_t)h * hd, st->scale, st->softcap, slots, ns,
                                   st->rope, far_shifts(s, st, kv, slot, slots, ns, w.sink_hi - w.doc0 + s->hgot[h]),
                                   scores,
                                   st->out + (size_t)t * st->n_head * hd + (size_t)h * hd);
@@ -240,12 +242,14 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
                                         subq_error *err) {
     const int n = st->n_tokens, K = s->p.select.plan.top_k, n_extra = s->p.select.plan.n_sink + K;
     const int H = s->per_head ? st->n_head : 1; /* sets a token: one per query head for per-head selectors */
+    /* lists a token for attention: one a KV head when a group shares its set */
+    const int HL = H > 1 && selector_group_set(s->sel) ? st->n_head_kv : H, g = st->n_head / st->n_head_kv;
     subq_status rc = teacher ? append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err) : SUBQ_OK;
     if (rc) return rc;
     int visible = st->slot0;
     if (s->freeze_slot >= 0 && s->freeze_slot < visible) visible = s->freeze_slot;
     int32_t *lo = malloc((size_t)n * sizeof(int32_t));
-    int32_t *extra = malloc(((size_t)n * H * n_extra + 1) * sizeof(int32_t));
+    int32_t *extra = malloc(((size_t)n * HL * n_extra + 1) * sizeof(int32_t));
     int *doc0 = malloc((size_t)n * sizeof(int)), *got = malloc((size_t)n * H * sizeof(int));
     select_mask *m = malloc((size_t)n * sizeof(select_mask));
     int32_t *cand = H > 1 ? malloc(((size_t)n * H * K + 1) * sizeof(int32_t)) : s->rec.cand; /* [n][H][K] */
@@ -279,10 +283,10 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
                        selector_kind_name(s->p.select.plan.selector), s->sel->env.layer);
     for (int t = 0; !rc && t < n; t++)
-        for (int hq = 0; hq < H; hq++) { /* sinks, then the set (fillers -1): query head hq's list */
-            const size_t L = (size_t)t * H + hq;
+        for (int l = 0; l < HL; l++) { /* sinks, then the set (fillers -1): list l's query head hq */
+            const size_t L = (size_t)t * H + (HL < H ? l * g : l);
             const int k_got = K > 0 ? got[L] : 0;
-            int32_t *c = cand + L * K, *x = extra + L * n_extra;
+            int32_t *c = cand + L * K, *x = extra + ((size_t)t * HL + l) * n_extra;
             if (s->probe.on) /* (per-head stages are not probed in batches: sparse_forward) */
                 rc = sparse_probe_count(&s->probe, qs ? qs + (size_t)t * s->dq_row : NULL, st->q + (size_t)t * q_stride,
                                         &m[t], K, c, k_got, st->layer, err);
@@ -301,7 +305,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     if (!rc && s->probe.on) rc = measure_batch(s, st, kv, doc0, m, cand, err);
     attn_step far_step = *st; /* sinks and candidates beyond far.from at the distance it gives them */
     if (far_on(s, st)) far_step.far = s->p.far;
-    if (!rc) rc = attn_batch(&far_step, kv, lo, extra, n_extra, H, err);
+    if (!rc) rc = attn_batch(&far_step, kv, lo, extra, n_extra, HL, err);
     if (!rc && !teacher) rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
     if (H > 1) free(cand);
     free(lo);
