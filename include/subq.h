@@ -262,6 +262,8 @@ typedef struct subq_kv_file_info {
                                    reads (-1: not a count) */
     long writer_pid;            /* a process wrote the file as it was read: its pid (-1: unknown);
                                    0: none */
+    int n_head_major_layers;    /* layers laid out head-major (those its plan ran dense, read
+                                   whole); the others slot-major */
 } subq_kv_file_info;
 /* Read a KV file's header without a model. It takes no lock: beside a
  * process that writes the file it reads the header that process last

@@ -222,7 +222,8 @@ static void test_mixed_layout(void) {
     CHECK(run(mem, 0, NA, la) && run(fc, 0, NA, lb) && same(la, lb), "mixed layouts: file logits differ from memory's");
     subq_context_free(fc); /* commits */
     subq_kv_file_info ki;
-    CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == NA, "mixed layouts verify: %s",
+    CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == NA &&
+          ki.n_head_major_layers == info.n_layer - 2, "mixed layouts verify (%d head-major): %s", ki.n_head_major_layers,
           err.msg);
     fc = NULL;
     CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK, "reopened: %s", err.msg);

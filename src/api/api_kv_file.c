@@ -20,6 +20,7 @@ static void header_info(const kv_file *f, subq_kv_file_info *info) {
     info->n_vocab = (int)g->n_vocab, info->n_search_layers = kv_file_n_search(f);
     info->header_damaged = kv_file_newest_damaged(f);
     info->n_committed_newest = kv_file_newest_committed(f);
+    for (int l = 0; l < info->n_layer; l++) info->n_head_major_layers += kv_file_head_major(f, l);
 }
 
 subq_status subq_kv_file_inspect(const char *path, int verify, subq_kv_file_info *info, subq_error *err) {

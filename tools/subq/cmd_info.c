@@ -115,9 +115,9 @@ static int print_kv_file(const char *cmd, const char *path, int verify, int json
         cli_json_string(stdout, path, strlen(path));
         printf(", \"model_fingerprint\": \"%s\", \"kv_type\": \"%s\", \"n_ctx\": %d, \"n_committed\": %d, "
                "\"has_logits\": %s, \"n_layer\": %d, \"n_head_kv\": %d, \"head_dim\": %d, \"n_vocab\": %d, "
-               "\"n_search_layers\": %d, \"file_bytes\": %" PRIu64,
+               "\"n_search_layers\": %d, \"n_head_major_layers\": %d, \"file_bytes\": %" PRIu64,
                fp, subq_kv_type_name(k.kv_type), k.n_ctx, k.n_committed, k.has_logits ? "true" : "false", k.n_layer,
-               k.n_head_kv, k.head_dim, k.n_vocab, k.n_search_layers, k.file_bytes);
+               k.n_head_kv, k.head_dim, k.n_vocab, k.n_search_layers, k.n_head_major_layers, k.file_bytes);
         if (verify) printf(", \"verified\": true, \"verify_s\": %.3f", k.verify_s);
         printf(", \"header_damaged\": %s", k.header_damaged ? "true" : "false");
         if (k.header_damaged && k.n_committed_newest >= 0) printf(", \"n_committed_newest\": %d", k.n_committed_newest);
@@ -130,6 +130,8 @@ static int print_kv_file(const char *cmd, const char *path, int verify, int json
            k.file_bytes / 1e9);
     printf("  %d layers x %d KV heads x %d, vocabulary %d, search keys of %d sparse layers\n", k.n_layer, k.n_head_kv,
            k.head_dim, k.n_vocab, k.n_search_layers);
+    printf("  rows: %d layers head-major (read whole), %d slot-major (read where retrieval points)\n",
+           k.n_head_major_layers, k.n_layer - k.n_head_major_layers);
     if (k.writer_pid > 0) printf("  in use by process %ld: what it has committed so far\n", k.writer_pid);
     else if (k.writer_pid) printf("  in use by another process: what it has committed so far\n");
     if (verify) printf("  verified: %d slots in %.2f s\n", k.n_committed, k.verify_s);
