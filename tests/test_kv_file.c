@@ -209,10 +209,12 @@ static void test_mixed_layout(void) {
     plan.n_tail = 4;
     subq_error err;
     subq_context *mem = NULL, *fc = NULL;
-    CHECK(subq_context_new(model, &p, &mem, &err) == SUBQ_OK && subq_context_set_plan(mem, &plan, search, NULL, &err) == SUBQ_OK,
+    CHECK(subq_context_new(model, &p, &mem, &err) == SUBQ_OK &&
+              subq_context_set_plan(mem, &plan, search, NULL, &err) == SUBQ_OK,
           "memory context: %s", err.msg);
     p.kv_file = file;
-    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK && subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK,
+    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK &&
+              subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK,
           "file context: %s", err.msg);
     if (!mem || !fc) goto done;
     int laid = 1;
@@ -223,14 +225,15 @@ static void test_mixed_layout(void) {
     subq_context_free(fc); /* commits */
     subq_kv_file_info ki;
     CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == NA &&
-          ki.n_head_major_layers == info.n_layer - 2, "mixed layouts verify (%d head-major): %s", ki.n_head_major_layers,
-          err.msg);
+              ki.n_head_major_layers == info.n_layer - 2,
+          "mixed layouts verify (%d head-major): %s", ki.n_head_major_layers, err.msg);
     fc = NULL;
     CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK, "reopened: %s", err.msg);
     laid = 1; /* under full attention as it opens: the committed tokens keep their layout */
     for (int l = 0; fc && l < info.n_layer; l++) laid &= kv_file_head_major(fc->kv.file, l) == (l != 1 && l != 3);
     CHECK(laid, "a file of committed tokens keeps its layout");
-    CHECK(fc && subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK && subq_context_resume(fc, &err) == SUBQ_OK,
+    CHECK(fc && subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK &&
+              subq_context_resume(fc, &err) == SUBQ_OK,
           "resumed: %s", err.msg);
     CHECK(fc && run(mem, NA, NA + NC, la) && run(fc, NA, NA + NC, lb) && same(la, lb),
           "the mixed file continues otherwise than memory");

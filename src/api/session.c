@@ -69,7 +69,8 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
     kv_cache_row_tensor(kv, &type, &ne[0]);
     char name[64];
     for (int l = 0; l < kv->n_layer && !s; l++) {
-        const int lo = kv->layers[l].held_lo, in_place = kv_cache_rows_adjacent(kv, l) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
+        const int lo = kv->layers[l].held_lo;
+        const int in_place = kv_cache_rows_adjacent(kv, l) && kv_cache_run(kv, l, lo, n - lo) == n - lo;
         ne[1] = (uint64_t)(n - lo);
         for (int h = 0; h < kv->n_head_kv && !s; h++)
             for (int v = 0; v < 2 && !s; v++) {

@@ -153,10 +153,11 @@ attn_stage *attn_full_stage(void);
  * extra[t * n_extra + x] that are >= 0 (each below lo[t], none twice), under
  * one softmax; with extra_heads n_head each query head h has its own list,
  * extra[(t * n_head + h) * n_extra + x] (per-head sets), with extra_heads
- * n_head_kv each KV head one for its query heads (a group's set). Full attention is lo = NULL, n_extra = 0; sparse prefill
- * gives its local window and its sinks + retrieved slots. Extra slots
- * farther than st->far.from are attended at the distance st->far gives
- * them (attn_far.h; the range is the caller's to keep within it). The range goes
+ * n_head_kv each KV head one for its query heads (a group's set). Full
+ * attention is lo = NULL, n_extra = 0; sparse prefill gives its local
+ * window and its sinks + retrieved slots. Extra slots farther than
+ * st->far.from are attended at the distance st->far gives them
+ * (attn_far.h; the range is the caller's to keep within it). The range goes
  * through sgemm; the extra slots, scattered rows, are scored and summed as
  * a decode step's are (kernels_kv_decode: on q8_0 / q4_0 keys with the
  * query quantised per block, kernels.h). Scratch is bounded by the keys in

@@ -256,8 +256,8 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
         }
         subq_status s = SUBQ_OK;
         if (!head_major)
-            s = kv_file_write(kv->file, kv_cache_key(kv, layer, 0, slot0 + t0), kv->store_buf, (size_t)m * L->slot_stride,
-                              err);
+            s = kv_file_write(kv->file, kv_cache_key(kv, layer, 0, slot0 + t0), kv->store_buf,
+                              (size_t)m * L->slot_stride, err);
         for (int r = 0; head_major && !s && r < 2 * kv->n_head_kv; r++)
             s = kv_file_write(kv->file, kv_cache_row(kv, layer, r % kv->n_head_kv, r / kv->n_head_kv, slot0 + t0),
                               kv->store_buf + (size_t)r * run, run, err);

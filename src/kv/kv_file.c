@@ -635,7 +635,8 @@ static void read_ahead_rows(kv_file *f, int layer, int t0, int n) {
         return;
     }
     for (int kind = 0; kind < 2; kind++)
-        for (uint32_t h = 0; h < f->g.n_head_kv; h++) read_ahead(kv_file_row(f, layer, kind, (int)h, t0), (size_t)n * f->g.row_bytes);
+        for (uint32_t h = 0; h < f->g.n_head_kv; h++)
+            read_ahead(kv_file_row(f, layer, kind, (int)h, t0), (size_t)n * f->g.row_bytes);
 }
 
 /* Slots checksummed per pass: a layer's rows of a block are one run. */
@@ -662,7 +663,8 @@ static void sum_slots(kv_file *f, int t0, int t1, uint32_t *crc) {
         }
         for (size_t i = 0; i < n; i++)
             for (int kind = 0; kind < 2; kind++)
-                for (int h = 0; h < n_head; h++) crc[i] = crc32c(crc[i], kv_file_row(f, (int)l, kind, h, t0 + (int)i), row_bytes);
+                for (int h = 0; h < n_head; h++)
+                    crc[i] = crc32c(crc[i], kv_file_row(f, (int)l, kind, h, t0 + (int)i), row_bytes);
     }
     const int32_t *meta3[3] = {kv_file_pos(f), kv_file_seg(f), kv_file_tok(f)};
     for (size_t i = 0; i < n; i++)

@@ -113,7 +113,8 @@ static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g
     }
     /* one key plane per KV head (rows a slot stride apart) */
     for (int g = g0; g < g1; g++) {
-        o->dot(o->qv + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), kv_cache_slot_stride_values(kv, env->layer), hd, idx, nb, tmp);
+        o->dot(o->qv + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), kv_cache_slot_stride_values(kv, env->layer),
+               hd, idx, nb, tmp);
         for (int i = 0; i < nb; i++) acc[i] += tmp[i];
     }
 }

@@ -149,7 +149,8 @@ static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need,
         if (select_mask_allows(m, j)) idx[nb++] = j;
     for (int i = 0; i < nb; i++) acc[i] = 0.0f;
     for (int g = g0; g < g1; g++) {
-        q->dot(q->qbar + (size_t)g * hd, kv_cache_key(env->kv, env->layer, g, 0), kv_cache_slot_stride_values(env->kv, env->layer), hd, idx, nb, tmp);
+        q->dot(q->qbar + (size_t)g * hd, kv_cache_key(env->kv, env->layer, g, 0),
+               kv_cache_slot_stride_values(env->kv, env->layer), hd, idx, nb, tmp);
         for (int i = 0; i < nb; i++) acc[i] += tmp[i];
     }
     for (int i = 0; i < nb; i++) select_heap_push(&h, acc[i], idx[i]);

@@ -242,8 +242,9 @@ def main():
     # (and, kept: file-stories-c16, a whole KV file of stories260K made by
     # `subq generate --kv-file F -c 16 -p Once -n 6 --temp 0` as version 4, and
     # file-stories-c16-v5, the same as version 5: every layer head-major)
-    write("fuzz_kv_file", [kv_header(64, [], 0, 4), kv_header(100, [(1, 4)], 7, 4), kv_header(9, [(0, 2), (1, 16)], 9, 4),
-                           kv_header(64, [], 0, 5, 3), kv_header(100, [(1, 4)], 7, 5, 1)])
+    write("fuzz_kv_file", [kv_header(64, [], 0, 4), kv_header(100, [(1, 4)], 7, 4),
+                           kv_header(9, [(0, 2), (1, 16)], 9, 4), kv_header(64, [], 0, 5, 3),
+                           kv_header(100, [(1, 4)], 7, 5, 1)])
 
 
 if __name__ == "__main__":
