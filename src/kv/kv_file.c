@@ -509,10 +509,10 @@ void *kv_file_values(kv_file *f, int layer) {
     return (unsigned char *)kv_file_keys(f, layer) + f->g.n_head_kv * head_stride;
 }
 void *kv_file_row(kv_file *f, int layer, int values, int h, int slot) {
-    size_t head_stride, slot_stride;
+    size_t head_stride, slot_stride; /* the values follow the keys of every head, in both layouts */
     kv_file_strides(f, layer, &head_stride, &slot_stride);
-    return (unsigned char *)(values ? kv_file_values(f, layer) : kv_file_keys(f, layer)) + (size_t)h * head_stride +
-           (size_t)slot * slot_stride;
+    const size_t at = ((size_t)values * f->g.n_head_kv + (size_t)h) * head_stride + (size_t)slot * slot_stride;
+    return (unsigned char *)kv_file_keys(f, layer) + at;
 }
 static unsigned char *meta(kv_file *f, int i) {
     return f->map + DATA_START + (uint64_t)f->g.n_layer * f->per_layer + (uint64_t)i * f->meta_stride;

@@ -283,7 +283,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
         rc = subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a batch of queries",
                        selector_kind_name(s->p.select.plan.selector), s->sel->env.layer);
     for (int t = 0; !rc && t < n; t++)
-        for (int l = 0; l < HL; l++) { /* sinks, then the set (fillers -1): list l's query head hq */
+        for (int l = 0; l < HL; l++) { /* sinks, then the set (fillers -1): list l, a query head's or a group's */
             const size_t L = (size_t)t * H + (HL < H ? l * g : l);
             const int k_got = K > 0 ? got[L] : 0;
             int32_t *c = cand + L * K, *x = extra + ((size_t)t * HL + l) * n_extra;
