@@ -6,8 +6,8 @@
  *     even), exact integer sums per block, then the scales, in double; the
  *     kernels may differ only by the float rounding of the scaling. Shapes:
  *     row counts around the kernels' groups of 4 (1, 3, 4, 5, 7, 13, 33), n
- *     from one block to past the AVX-512 kernel's 64-pair activation range
- *     (odd block counts, a range ending in a single block), a weight -128,
+ *     from one block to 8288 (odd block counts, rows longer than 4096 as
+ *     phi4-mini's FFN down projection's), a weight -128,
  *     an all-zero activation block; weights and activations in buffers of
  *     their exact size, so the sanitizer build sees any read past the end;
  *   - matmul() for 1, 2 and 3 tokens (the decode path, threads splitting

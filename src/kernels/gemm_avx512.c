@@ -3,14 +3,12 @@
  * kernels_gemv_q8 pick them over the AVX2 set's).
  *
  * vpdpbusd multiplies unsigned by signed bytes and adds groups of four into
- * 32-bit lanes without saturating, 64 bytes (two blocks) per instruction.
- * In the GEMM the activations, reused by every weight row, go in offset:
- * q ^ 0x80 = q + 128 (unsigned), and
+ * 32-bit lanes without saturating. In the GEMM the activations, reused by
+ * every weight row, go in offset: q ^ 0x80 = q + 128 (unsigned), and
  *   sum_j (q_j + 128) w_j = sum_j q_j w_j + 128 sum_j w_j,
  * where the second term depends on the weights alone: the weight side of a
  * group of 16 rows is prepared once per chunk of tokens (below). The GEMV
- * reads each weight once and puts the offset on the weights instead.
- * Results are the exact integer block sums, as in the other sets; only the
+ * reads each weight once and moves the sign instead (below). Results are the exact integer block sums, as in the other sets; only the
  * float scaling rounds. */
 #include "kernels/kernels.h"
 
@@ -26,42 +24,12 @@
 #define INLINE512 KERNELS_AVX512_INLINE
 #define UNROLL _Pragma("GCC unroll 16")
 
-/* lanes 0..7 = a, lanes 8..15 = b */
-INLINE512 __m512 spread2(__m128 ab) {
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(ab));
-}
-
 /* A block's 32 values as signed bytes, in element order. */
 INLINE512 __m256i q8_0_bytes(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
 INLINE512 __m256i q4_0_bytes(const block_q4_0 *b) {
     const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
     const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t); /* high nibbles -> elements 16..31 */
     return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
-}
-
-/* One row's blocks 2p, 2p + 1 at b (`two` = 0: the row's last block
- * alone): the two scales (0 past the end), as f16 bits side by side in 32
- * bits (unsigned: a negative scale's top bit must not shift into a sign) */
-#define PAIR_D(T)                                                                                             \
-    INLINE512 __m128 T##_pair_d(const block_##T *b, int two) {                                                \
-        const uint32_t d = (uint32_t)quant_rd16(b[0].d) | (two ? (uint32_t)quant_rd16(b[1].d) : 0u) << 16;    \
-        return _mm_cvtph_ps(_mm_cvtsi32_si128((int)d));                                                       \
-    }
-
-PAIR_D(q8_0)
-PAIR_D(q4_0)
-
-/* ... and their 64 values as signed bytes (zeros past the last block) */
-INLINE512 __m512i q8_0_pair_bytes(const block_q8_0 *b, int two) {
-    const __m256i hi = two ? q8_0_bytes(b + 1) : _mm256_setzero_si256();
-    return _mm512_inserti64x4(_mm512_castsi256_si512(q8_0_bytes(b)), hi, 1);
-}
-
-/* -off x the sum of each lane's 4 bytes (off = 128: the offset of signed bytes) */
-INLINE512 __m512i start_lanes(__m512i v, char off) {
-    return _mm512_sub_epi32(_mm512_setzero_si512(),
-                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(off), v));
 }
 
 /* ---- GEMM (prefill: many activation rows) ---------------------------------
@@ -339,113 +307,57 @@ GEMM_TYPE(q6_K, GGML_TYPE_Q6_K)
 
 /* ---- GEMV (decode: one activation row) ----------------------------------
  *
- * Here the weights are read once, so they take the offset instead: with
- * u = w + off as unsigned bytes and each lane started at -off x the sum of
- * its 4 activation bytes,
- *   sum_j (w_j + off) x_j - off sum_j x_j = sum_j w_j x_j.
- * The activation side (bytes, start lanes, scales spread over their lanes)
- * is prepared once per call, in the order the weight bytes come in:
- *   Q8_0: u = w ^ 0x80 (off 128), element order: blocks 2p, 2p + 1 in
- *         lanes 0..7, 8..15;
- *   Q4_0: the stored nibbles, u = w + 8 (off 8): low nibbles of both
- *         blocks, then high nibbles, so the 128-bit quarters hold elements
- *         [2p: 0..15, 2p + 1: 0..15, 2p: 16..31, 2p + 1: 16..31] and the
- *         scales lanes 0..3, 8..11 (block 2p) and 4..7, 12..15 (2p + 1).
- * A block pair of a row then costs its unpacking, one vpdpbusd, one convert
- * and one multiply-add by dw dx. */
-typedef struct xpair {
-    __m512i x, start; /* bytes of blocks 2p, 2p + 1 (zeros past the last block), start lanes */
-    __m512 dx;        /* the two scales over their lanes (0 past the end) */
-} xpair;
-
-INLINE512 __m512i q8_0_ubytes(const block_q8_0 *b, int two) {
-    return _mm512_xor_si512(q8_0_pair_bytes(b, two), _mm512_set1_epi8((char)0x80));
+ * Each weight is read once, so the activation side stays as quantised
+ * (32 bytes and one scale a block: a few KiB, in L1) and a block costs
+ * what the AVX2 kernel's does with one vpdpbusd in place of its
+ * maddubs + madd pair: with u = |w| (unsigned) and s = x sign(w),
+ *   sum_j u_j s_j = sum_j w_j x_j   (|w| <= 128 fits an unsigned byte,
+ *                                     |x| <= 127 a signed one),
+ * four products a 32-bit lane, then one convert and one multiply-add by
+ * dw dx. 256-bit: as fast as 512 on cores that split 512-bit operations,
+ * and a row of 32-byte blocks needs no pairing (measured on Zen 4: a
+ * 512-bit kernel over prepared pairs of blocks read weights 1.2x slower at
+ * 3072 columns and 2x slower at 8192, where the prepared activations
+ * outgrew L1). The rows go one after another: rows read side by side (four
+ * streams 1 row apart) measured 1.5-2x slower here, as the float kernels
+ * did (see dot_rows). */
+INLINE512 __m256 block_fma(__m256i w, float dw, const int8_t *xq, float dx, __m256 acc) {
+    const __m256i x = _mm256_loadu_si256((const __m256i *)xq);
+    const __m256i sum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(dw * dx), acc);
 }
-INLINE512 __m512i q8_0_xorder(__m512i x) { return x; }
-INLINE512 __m512 q8_0_spread(__m128 ab) { return spread2(ab); }
-enum { q8_0_OFF = 128 };
 
-INLINE512 __m512i q4_0_ubytes(const block_q4_0 *b, int two) {
-    const __m128i b0 = _mm_loadu_si128((const __m128i *)b[0].qs);
-    const __m256i v = two ? _mm256_inserti128_si256(_mm256_castsi128_si256(b0), _mm_loadu_si128((const __m128i *)b[1].qs), 1)
-                          : _mm256_zextsi128_si256(b0);
-    const __m256i m = _mm256_set1_epi8(0xF);
-    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m)),
-                              _mm256_and_si256(_mm256_srli_epi16(v, 4), m), 1);
-}
-INLINE512 __m512i q4_0_xorder(__m512i x) { return _mm512_shuffle_i64x2(x, x, _MM_SHUFFLE(3, 1, 2, 0)); }
-INLINE512 __m512 q4_0_spread(__m128 ab) {
-    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1),
-                                 _mm512_castps128_ps512(ab));
-}
-enum { q4_0_OFF = 8 };
-
-/* lanes 0..7 + lanes 8..15 */
-INLINE512 __m256 fold256(__m512 a) { return _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1)); }
-
-/* One row's blocks from pair p0 on (b = its block 2 p0) against the prepared
- * pairs a[0 .. p1 - p0), in 16 lanes: two accumulators (even and odd pairs)
- * hide the multiply-add latency. The rows go one after another: rows read
- * side by side (four streams 1 row apart) measured 1.5-2x slower here, as the
- * float kernels did (see dot_rows). */
+/* One row's blocks against the activations, two accumulators (even and
+ * odd blocks) hiding the multiply-add latency. */
 #define GEMV_ROW(T)                                                                                           \
-    INLINE512 __m512 T##_pair_fma(const block_##T *b, const xpair *a, int two, __m512 acc) {                  \
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(a->start, T##_ubytes(b, two), a->x));        \
-        return _mm512_fmadd_ps(f, _mm512_mul_ps(T##_spread(T##_pair_d(b, two)), a->dx), acc);                 \
-    }                                                                                                         \
-    INLINE512 __m512 T##_gemv_row(const block_##T *b, const xpair *a, int64_t p0, int64_t p1, int64_t nb) {   \
-        const int64_t full = (2 * p1 <= nb ? p1 : p1 - 1) - p0;                                               \
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0;                                                             \
+    INLINE512 __m256 T##_gemv_row(const block_##T *b, const int8_t *xq, const float *xd, int64_t nb) {        \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                             \
         int64_t i = 0;                                                                                        \
-        for (; i + 2 <= full; i += 2) {                                                                       \
-            a0 = T##_pair_fma(b + 2 * i, a + i, 1, a0);                                                       \
-            a1 = T##_pair_fma(b + 2 * i + 2, a + i + 1, 1, a1);                                               \
+        for (; i + 2 <= nb; i += 2) {                                                                         \
+            a0 = block_fma(T##_bytes(b + i), _cvtsh_ss(quant_rd16(b[i].d)), xq + 32 * i, xd[i], a0);         \
+            a1 = block_fma(T##_bytes(b + i + 1), _cvtsh_ss(quant_rd16(b[i + 1].d)), xq + 32 * i + 32, xd[i + 1], \
+                           a1);                                                                               \
         }                                                                                                     \
-        if (i < full) a0 = T##_pair_fma(b + 2 * i, a + i, 1, a0), i++;                                        \
-        if (i < p1 - p0) a1 = T##_pair_fma(b + 2 * i, a + i, 0, a1);                                          \
-        return _mm512_add_ps(a0, a1);                                                                         \
+        if (i < nb) a0 = block_fma(T##_bytes(b + i), _cvtsh_ss(quant_rd16(b[i].d)), xq + 32 * i, xd[i], a0);  \
+        return _mm256_add_ps(a0, a1);                                                                         \
     }
 
-/* The activations go in ranges of XPAIRS pairs (12 KiB prepared, in L1):
- * one pass over the rows for n <= 4096. Rows in fours share one horizontal
- * sum; y is stored by the first range, added to by the others. */
+/* Rows in fours share one horizontal sum. */
 #define GEMV(T)                                                                                               \
     GEMV_ROW(T)                                                                                               \
-    AVX512 static void T##_xprep(const int8_t *xq, const float *xd, int64_t nb, int64_t p0, int64_t p1,      \
-                                 xpair *out) {                                                                \
-        for (int64_t p = p0; p < p1; p++) {                                                                   \
-            xpair *o = out + (p - p0);                                                                        \
-            const int two = 2 * p + 1 < nb;                                                                   \
-            const __m512i x = two ? _mm512_loadu_si512(xq + 64 * p)                                           \
-                                  : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xq + 64 * p))); \
-            const __m128 d = two ? _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(xd + 2 * p)))         \
-                                 : _mm_load_ss(xd + 2 * p);                                                   \
-            o->x = T##_xorder(x);                                                                             \
-            o->start = start_lanes(o->x, (char)T##_OFF);                                                      \
-            o->dx = T##_spread(d);                                                                            \
-        }                                                                                                     \
-    }                                                                                                         \
     AVX512 static void gemv_q8_##T(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, \
                                    int64_t n, float *y) {                                                     \
-        enum { XPAIRS = 64 };                                                                                 \
-        const int64_t nb = n / 32, np = (nb + 1) / 2;                                                         \
-        xpair xp[XPAIRS];                                                                                     \
-        for (int64_t p0 = 0; p0 < np; p0 += XPAIRS) {                                                         \
-            const int64_t p1 = p0 + XPAIRS < np ? p0 + XPAIRS : np;                                           \
-            T##_xprep(xq, xd, nb, p0, p1, xp);                                                                \
-            const block_##T *row = (const block_##T *)w + 2 * p0;                                             \
-            int64_t r = 0;                                                                                    \
-            for (; r + 4 <= n_rows; r += 4) {                                                                 \
-                __m256 acc[4];                                                                                \
-                for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */               \
-                    acc[k] = fold256(T##_gemv_row((const block_##T *)((const char *)row + (r + k) * rb), xp, p0, p1, nb)); \
-                const __m128 s = hsum4(acc[0], acc[1], acc[2], acc[3]);                                       \
-                _mm_storeu_ps(y + r, p0 ? _mm_add_ps(_mm_loadu_ps(y + r), s) : s);                           \
-            }                                                                                                 \
-            for (; r < n_rows; r++) {                                                                         \
-                const float s = _mm512_reduce_add_ps(T##_gemv_row((const block_##T *)((const char *)row + r * rb), xp, p0, p1, nb)); \
-                y[r] = p0 ? y[r] + s : s;                                                                     \
-            }                                                                                                 \
+        const int64_t nb = n / 32;                                                                            \
+        int64_t r = 0;                                                                                        \
+        for (; r + 4 <= n_rows; r += 4) {                                                                     \
+            __m256 acc[4];                                                                                    \
+            for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */                   \
+                acc[k] = T##_gemv_row((const block_##T *)((const char *)w + (size_t)(r + k) * rb), xq, xd, nb); \
+            _mm_storeu_ps(y + r, hsum4(acc[0], acc[1], acc[2], acc[3]));                                      \
+        }                                                                                                     \
+        for (; r < n_rows; r++) {                                                                             \
+            const __m256 a = T##_gemv_row((const block_##T *)((const char *)w + (size_t)r * rb), xq, xd, nb); \
+            y[r] = _mm_cvtss_f32(hsum4(a, a, a, a));                                                          \
         }                                                                                                     \
     }
 
