@@ -8,8 +8,9 @@
  *   sum_j (q_j + 128) w_j = sum_j q_j w_j + 128 sum_j w_j,
  * where the second term depends on the weights alone: the weight side of a
  * group of 16 rows is prepared once per chunk of tokens (below). The GEMV
- * reads each weight once and moves the sign instead (below). Results are the exact integer block sums, as in the other sets; only the
- * float scaling rounds. */
+ * reads each weight once and moves the sign instead (below). Results are
+ * the exact integer block sums, as in the other sets; only the float
+ * scaling rounds. */
 #include "kernels/kernels.h"
 
 #include <stdlib.h>
