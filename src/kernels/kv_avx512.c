@@ -42,8 +42,9 @@ INLINE512 __m256 fold8(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v
 /* [sum a, sum b, sum c, sum d] */
 INLINE512 __m128 hsum4x16(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold8(a), fold8(b), fold8(c), fold8(d)); }
 
-/* One head against eight keys, 8 accumulators (widths scores_held1 does
- * not take). */
+/* One head against eight keys, 8 accumulators (the widths scores_held1
+ * does not take: up to 32, where eight rows are a few contiguous lines and
+ * this reads as fast, and those not a multiple of 32). */
 INLINE512 void scores_rows1(const float *q, const void *keys, int n, int hd, float scale, float *s, int f16) {
     const __m128 vs = _mm_set1_ps(scale);
     const size_t rb = (size_t)hd * (f16 ? 2 : 4);
@@ -122,12 +123,12 @@ INLINE512 void scores_pair_held(const float *qa, const float *qb, const void *ke
     }
 }
 
-/* One head of NB x 16 values (NB even, <= 8, a constant) held in
- * registers against two keys at a time, each key's row read front to back
- * (two FMA chains per key), as scores_pair_held without its second head:
- * a search-key scan. Streaming f16 keys from DRAM on one Zen 4 core it
- * reads 24-29 GB/s where scores_rows1, eight rows column by column, reads
- * 12-16. */
+/* One head of NB x 16 values (NB 4, 6 or 8, a constant: widths 64, 96,
+ * 128) held in registers against two keys at a time, each key's row read
+ * front to back (two FMA chains per key), as scores_pair_held without its
+ * second head: a search-key scan. Streaming f16 keys from DRAM on one Zen 4
+ * core it reads 24-29 GB/s where scores_rows1, eight rows column by column,
+ * reads 12-16. */
 INLINE512 void scores_held1(const float *q, const void *keys, int n, int NB, float scale, float *s, int f16) {
     const int hd = 16 * NB;
     const size_t rb = (size_t)hd * (f16 ? 2 : 4);
@@ -162,9 +163,12 @@ INLINE512 void scores_held1(const float *q, const void *keys, int n, int NB, flo
 INLINE512 void scores_rows(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld,
                            int f16) {
     if (g == 1) {
-        if (hd == 128) scores_held1(q, keys, n, 8, scale, s, f16);
-        else if (hd == 64) scores_held1(q, keys, n, 4, scale, s, f16);
-        else scores_rows1(q, keys, n, hd, scale, s, f16);
+        switch (hd) { /* NB a constant in each */
+        case 128: scores_held1(q, keys, n, 8, scale, s, f16); break;
+        case 96: scores_held1(q, keys, n, 6, scale, s, f16); break;
+        case 64: scores_held1(q, keys, n, 4, scale, s, f16); break;
+        default: scores_rows1(q, keys, n, hd, scale, s, f16);
+        }
         return;
     }
     const __m128 vs = _mm_set1_ps(scale);
