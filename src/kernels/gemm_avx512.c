@@ -358,7 +358,7 @@ INLINE512 __m256 block_fma(__m256i w, float dw, const int8_t *xq, float dx, __m2
         }                                                                                                     \
         for (; r < n_rows; r++) {                                                                             \
             const __m256 a = T##_gemv_row((const block_##T *)((const char *)w + (size_t)r * rb), xq, xd, nb); \
-            y[r] = _mm_cvtss_f32(hsum4(a, a, a, a));                                                          \
+            y[r] = kernels_hsum8(a);                                                                          \
         }                                                                                                     \
     }
 

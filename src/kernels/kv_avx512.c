@@ -42,9 +42,9 @@ INLINE512 __m256 fold8(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v
 /* [sum a, sum b, sum c, sum d] */
 INLINE512 __m128 hsum4x16(__m512 a, __m512 b, __m512 c, __m512 d) { return hsum4(fold8(a), fold8(b), fold8(c), fold8(d)); }
 
-/* One head against eight keys, 8 accumulators (the widths scores_held1
- * does not take: up to 32, where eight rows are a few contiguous lines and
- * this reads as fast, and those not a multiple of 32). */
+/* One head against eight keys, 8 accumulators (the widths scores_rows
+ * does not give scores_pair_held: up to 32, where eight rows are a few
+ * contiguous lines and this reads as fast, and those not a multiple of 32). */
 INLINE512 void scores_rows1(const float *q, const void *keys, int n, int hd, float scale, float *s, int f16) {
     const __m128 vs = _mm_set1_ps(scale);
     const size_t rb = (size_t)hd * (f16 ? 2 : 4);
@@ -123,50 +123,19 @@ INLINE512 void scores_pair_held(const float *qa, const float *qb, const void *ke
     }
 }
 
-/* One head of NB x 16 values (NB 4, 6 or 8, a constant: widths 64, 96,
- * 128) held in registers against two keys at a time, each key's row read
- * front to back (two FMA chains per key), as scores_pair_held without its
- * second head: a search-key scan. Streaming f16 keys from DRAM on one Zen 4
- * core it reads 24-29 GB/s where scores_rows1, eight rows column by column,
- * reads 12-16. */
-INLINE512 void scores_held1(const float *q, const void *keys, int n, int NB, float scale, float *s, int f16) {
-    const int hd = 16 * NB;
-    const size_t rb = (size_t)hd * (f16 ? 2 : 4);
-    __m512 x[8];
-    UNROLL for (int c = 0; c < NB; c++) x[c] = _mm512_loadu_ps(q + 16 * c);
-    int j = 0;
-    for (; j + 2 <= n; j += 2) {
-        prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 2 * rb);
-        __m512 a[2];
-        const size_t r = (size_t)j * hd;
-        UNROLL for (int k = 0; k < 2; k++) {
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-            UNROLL for (int c = 0; c < NB; c += 2) {
-                a0 = _mm512_fmadd_ps(x[c], load16(keys, r + (size_t)k * hd + 16 * c, f16), a0);
-                a1 = _mm512_fmadd_ps(x[c + 1], load16(keys, r + (size_t)k * hd + 16 * c + 16, f16), a1);
-            }
-            a[k] = _mm512_add_ps(a0, a1);
-        }
-        const __m128 t = hsum4x16(a[0], a[1], a[0], a[1]);
-        s[j] = scale * _mm_cvtss_f32(t);
-        s[j + 1] = scale * _mm_cvtss_f32(_mm_shuffle_ps(t, t, 1));
-    }
-    for (; j < n; j++) {
-        __m512 a = _mm512_setzero_ps();
-        UNROLL for (int c = 0; c < NB; c++) a = _mm512_fmadd_ps(x[c], load16(keys, (size_t)j * hd + 16 * c, f16), a);
-        s[j] = scale * _mm_cvtss_f32(hsum4x16(a, a, a, a));
-    }
-}
-
 /* As the AVX2 scores_rows: two heads against four keys, 8 accumulators;
  * the usual head widths through scores_pair_held. */
 INLINE512 void scores_rows(const float *q, int g, const void *keys, int n, int hd, float scale, float *s, int ld,
                            int f16) {
     if (g == 1) {
+        /* a search-key scan: the pair form with the head twice, its second
+         * scores dropped (as an odd g's last head below). Each key read front
+         * to back, it streams f16 keys at 24-28 GB/s on one Zen 4 core, where
+         * scores_rows1 reads 12-16: the FMAs are not the bound. */
         switch (hd) { /* NB a constant in each */
-        case 128: scores_held1(q, keys, n, 8, scale, s, f16); break;
-        case 96: scores_held1(q, keys, n, 6, scale, s, f16); break;
-        case 64: scores_held1(q, keys, n, 4, scale, s, f16); break;
+        case 128: scores_pair_held(q, q, keys, n, 8, scale, s, NULL, f16); break;
+        case 96: scores_pair_held(q, q, keys, n, 6, scale, s, NULL, f16); break;
+        case 64: scores_pair_held(q, q, keys, n, 4, scale, s, NULL, f16); break;
         default: scores_rows1(q, keys, n, hd, scale, s, f16);
         }
         return;
