@@ -547,6 +547,15 @@ typedef struct subq_attn_plan {
      * than far_from are far (0: the model's trained context less n_tail) */
     subq_far_pos far_pos;
     int far_from;
+    /* exact, sparse prefill with far keys (far_pos not NONE): once a prompt
+     * token sees cluster_from keys, its far keys are found through content
+     * clusters instead of the block scan, an inverted file as FAISS's
+     * IndexIVFFlat: k-means trains `clusters` centroids on the search keys
+     * held then, without their rotated dims, every key joins its nearest
+     * centroid's list, and a token scans the far keys of its cluster_probe
+     * best lists (by q . centroid) and its near keys in full.
+     * 0: the block scan. (0, 64, 65536) */
+    int clusters, cluster_probe, cluster_from;
 } subq_attn_plan;
 
 subq_attn_plan subq_attn_plan_default(void);

@@ -14,6 +14,10 @@
  *   the prefill's block scan, blocks ranked by  recall >= 0.9 of the brute top K
  *   their mean or also their representatives
  *   hnsw, faiss                                 recall >= 0.9
+ *   the prefill's content clusters, every list  the brute top K (and again
+ *   probed                                      after a truncation and an
+ *                                               append)
+ *   ... a few lists probed                      recall >= 0.9
  *   far_hi 0 or far_rot 0                       the whole score (no split) */
 #include <math.h>
 #include <stdlib.h>
@@ -223,6 +227,61 @@ static void test_recall(subq_selector_kind kind, subq_scan scan, int reps, uint6
     free(seg);
 }
 
+/* The far keys' content clusters (select_clusters.c) in a prompt's batch:
+ * with every list probed, the brute top K under random masks (segments,
+ * exclusions, far_hi 0 to n_slots), also once the lists have dropped the
+ * truncated slots and taken them again; with a few lists, recall. */
+static void test_clusters(int f16, uint64_t seed) {
+    enum { NQ = 24, K = 32, LISTS = 48 };
+    uint64_t rng = rng_seed(seed);
+    float *keys = malloc((size_t)N * D * sizeof(float)), lure[D], *q = malloc((size_t)NQ * D * sizeof(float));
+    int32_t *seg = malloc((size_t)NQ * N * sizeof(int32_t)), out[NQ * K];
+    for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
+    make_keys(&rng, keys, lure);
+    const double tol = f16 ? 2e-3 : 1e-5;
+    for (int probe = LISTS; probe > 0; probe = probe == LISTS ? 6 : 0) {
+        selector_params p;
+        selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+        p.plan.search_f16 = f16, p.far_rot = ROT, p.plan.nprobe = 0;
+        p.plan.clusters = LISTS, p.plan.cluster_probe = probe, p.plan.cluster_from = 1024;
+        selector *s = NULL;
+        subq_error err = {0};
+        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
+        CHECK(s && selector_append(s, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+        for (int round = 0; s && round < (probe == LISTS ? 2 : 1); round++) {
+            if (round) { /* the lists forget the last quarter and take it again */
+                CHECK(selector_truncate(s, 3 * N / 4, &err) == SUBQ_OK, "truncate: %s", err.msg);
+                CHECK(selector_append(s, keys + (size_t)3 * N / 4 * D, N / 4, 3 * N / 4, &err) == SUBQ_OK,
+                      "append: %s", err.msg);
+            }
+            select_mask m[NQ];
+            int got[NQ], bad = 0;
+            double hits = 0, wanted = 0;
+            for (int i = 0; i < NQ; i++) {
+                random_mask(&rng, seg + (size_t)i * N, &m[i]);
+                make_query(&rng, q + (size_t)i * D, lure);
+            }
+            m[0].far_hi = m[0].n_slots; /* every key far */
+            CHECK(selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1) == 0, "clusters: query failed");
+            for (int i = 0; i < NQ; i++)
+                judge(q + (size_t)i * D, keys, &m[i], ROT, SUBQ_SCORE_COSINE, K, out + (size_t)i * K, got[i], tol,
+                      probe == LISTS, &bad, &hits, &wanted);
+            if (probe == LISTS)
+                CHECK(bad == 0 && hits == wanted, "clusters %s, every list, round %d: %d wrong, recall %.4f",
+                      f16 ? "f16" : "f32", round, bad, hits / wanted);
+            else
+                CHECK(hits >= 0.9 * wanted, "clusters %s, %d of %d lists: recall@%d %.3f", f16 ? "f16" : "f32", probe,
+                      LISTS, K, hits / wanted);
+            printf("clusters %s, %d of %d lists, round %d: recall@%d %.3f\n", f16 ? "f16" : "f32", probe, LISTS, round,
+                   K, hits / wanted);
+        }
+        selector_free(s);
+    }
+    free(keys);
+    free(q);
+    free(seg);
+}
+
 /* far_hi 0, or a selector without far_rot: the whole score everywhere */
 static void test_no_split(void) {
     uint64_t rng = rng_seed(9);
@@ -259,6 +318,8 @@ int main(void) {
     }
     test_recall(SUBQ_SELECT_HNSW, SUBQ_SCAN_FULL, 0, 31);
     test_recall(SUBQ_SELECT_FAISS, SUBQ_SCAN_FULL, 0, 32);
+    test_clusters(0, 41);
+    test_clusters(1, 42);
     test_no_split();
     return test_summary();
 }

@@ -86,7 +86,8 @@ class subq_attn_plan(Structure):
                 ("scan", c_int), ("block_keys", c_int), ("nprobe", c_int), ("probe_from", c_int),
                 ("group_blocks", c_int), ("group_probe", c_int), ("group_from", c_int), ("block_reps", c_int),
                 ("probe_check", c_int), ("seed", c_uint64), ("complete_min_entropy", c_float),
-                ("far_pos", c_int), ("far_from", c_int)]
+                ("far_pos", c_int), ("far_from", c_int),
+                ("clusters", c_int), ("cluster_probe", c_int), ("cluster_from", c_int)]
 
 
 class subq_ppl_result(Structure):

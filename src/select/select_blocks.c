@@ -312,14 +312,34 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
                            ((uint64_t)summed + (uint64_t)nu_max * (1 + n_reps)) * d * sizeof(float);
 
     /* 3. recall against the full scan, for every check-th query */
+    if (!rc && check > 0)
+        rc = select_check_recall(s, n, qn, far_rot ? qf : NULL, rows, count, m, k, check, out, got);
+    free(unit_hi);
+    free(R);
+    free(SR);
+    free(rdots);
+    free(S);
+    free(bkeys);
+    free(bt);
+    free(chosen);
+    free(runs);
+    free(dots);
+    free(keys);
+    free(ranks);
+    free(idx);
+    return rc;
+}
+
+int select_check_recall(selector *s, int n, const float *qn, const float *qf, const select_rows *rows, int count,
+                        const select_mask *m, int k, int check, const int32_t *out, const int *got) {
     select_scratch sc = {0};
-    int32_t *full = check > 0 && !rc ? select_query_realloc(s, NULL, (size_t)k * sizeof(int32_t)) : NULL;
-    if (check > 0 && !rc && !full) rc = -1;
-    for (int i = 0; !rc && check > 0 && i < n; i += check) {
+    int32_t *full = select_query_realloc(s, NULL, (size_t)k * sizeof(int32_t));
+    int rc = full ? 0 : -1;
+    for (int i = 0; !rc && i < n; i += check) {
         select_rows r = *rows;
-        r.q = qn + (size_t)i * d;
-        if (far_rot) r.q_far = qf + (size_t)i * d, r.far_hi = m[i].far_hi;
-        const selector_stats before = s->stats; /* the check is not the block scan's work */
+        r.q = qn + (size_t)i * rows->d;
+        if (qf) r.q_far = qf + (size_t)i * rows->d, r.far_hi = m[i].far_hi;
+        const selector_stats before = s->stats; /* the check is not the coarse scan's work */
         const int ne = select_scan_topk(s, &r, count, &m[i], k, 0, &sc, full);
         s->stats.n_visited = before.n_visited, s->stats.bytes_read = before.bytes_read;
         if (ne < 0) {
@@ -336,18 +356,5 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
     }
     select_scratch_free(&sc);
     free(full);
-    free(unit_hi);
-    free(R);
-    free(SR);
-    free(rdots);
-    free(S);
-    free(bkeys);
-    free(bt);
-    free(chosen);
-    free(runs);
-    free(dots);
-    free(keys);
-    free(ranks);
-    free(idx);
     return rc;
 }

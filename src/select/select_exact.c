@@ -51,6 +51,9 @@ typedef struct exact_sel {
     float *greps;       /* [cap / (block * group)][n_reps][d]: each group's among its blocks' */
     float *rep_dist;    /* scratch: max(block, group * n_reps) spreads */
     float *gsums;       /* [cap / (block * group)][d] ... of each full group of blocks */
+    /* the far keys' content clusters (select_clusters.c), trained by the
+     * first prompt batch that sees plan.cluster_from keys */
+    select_clusters cl;
 } exact_sel;
 
 static size_t elem(const exact_sel *e) { return e->f16 ? sizeof(uint16_t) : sizeof(float); }
@@ -104,6 +107,7 @@ static void update_bytes(exact_sel *e) {
     e->base.stats.bytes = sizeof *e + (size_t)e->cap * (e->d * elem(e) + (e->bits ? e->code_bytes + sizeof(float) : 0)) +
                           (e->block ? (size_t)e->cap / e->block * e->d * sizeof(float) : 0) +
                           (e->group ? (size_t)e->cap / ((size_t)e->block * e->group) * e->d * sizeof(float) : 0) +
+                          select_clusters_bytes(&e->cl) +
                           2 * (size_t)e->d * sizeof(float) + (size_t)e->pool_cap * sizeof(int32_t) +
                           e->sc.cap_f * sizeof(float) + e->sc.cap_i * sizeof(int32_t) + e->sc.cap_u * sizeof(uint64_t);
 }
@@ -217,8 +221,9 @@ static subq_status exact_store(selector *s, const float *k_search, int n, int sl
     }
     if (e->block) summarise_blocks(e, e->count, e->count + n);
     e->count += n;
+    const int lost = select_clusters_add(&e->cl, e->keys, e->d, e->count, 1);
     update_bytes(e);
-    return SUBQ_OK;
+    return lost ? subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for the clusters' lists") : SUBQ_OK;
 }
 
 static subq_status exact_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
@@ -238,7 +243,10 @@ static subq_status exact_get_keys(const selector *s, int n, float *dst, subq_err
 
 /* Keys are rows in slot order: dropping the tail is forgetting it. */
 static subq_status exact_truncate(selector *s, int n_keep, subq_error *err) {
-    return select_truncate_count(s, &((exact_sel *)s)->count, n_keep, err);
+    exact_sel *e = (exact_sel *)s;
+    subq_status rc = select_truncate_count(s, &e->count, n_keep, err);
+    if (!rc) select_clusters_truncate(&e->cl, n_keep);
+    return rc;
 }
 
 /* Top-k over the rows, one scan or split across threads (long scans only:
@@ -290,7 +298,7 @@ typedef struct batch_query {
     selector *s;
     const float *q_search;
     const select_mask *m;
-    int n, k, blocks, sorted, pieces, check;
+    int n, k, blocks, clusters, sorted, pieces, check;
     int32_t *out;
     int *got;
     selector_stats *stats; /* [pieces] what each piece's scan counted */
@@ -307,7 +315,7 @@ static void add_counts(selector_stats *dst, const selector_stats *src) {
 
 /* queries [i0, i1) of the batch, on n_threads threads; their counts go to st */
 static int query_range(selector *s, const float *q_search, const select_mask *m, int i0, int i1, int k, int blocks,
-                       int sorted, int32_t *out, int *got, int n_threads, selector_stats *st) {
+                       int clusters, int sorted, int32_t *out, int *got, int n_threads, selector_stats *st) {
     exact_sel *e = (exact_sel *)s;
     const selector_params *p = &s->params;
     const int n = i1 - i0;
@@ -331,7 +339,7 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
      * would hold more than a quarter of the rows it scans (K = 2048 of
      * 4096: nearly every row would be scored twice, the second time
      * scattered) */
-    const int use_codes = blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->plan.nprobe * e->block;
+    const int use_codes = !clusters && blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->plan.nprobe * e->block;
     scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * (far ? 2 : 1) * sizeof(scan_query)) : NULL;
     if (use_codes && !cq) {
         free(qn);
@@ -346,10 +354,15 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
                                    .n_reps = e->n_reps,
                                    .block = e->block, .nprobe = p->plan.nprobe,
                                    .group = e->group, .gprobe = p->plan.group_probe, .group_from = p->plan.group_from};
-    int rc = blocks ? select_block_topk_batch(&piece, n, qn, qf, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
+    int rc = clusters ? select_cluster_topk_batch(&piece, &e->cl, p->plan.cluster_probe, n, qn, &full, e->count, m + i0,
+                                                  k, out + (size_t)i0 * k, got + i0, n_threads)
+             : blocks ? select_block_topk_batch(&piece, n, qn, qf, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
                                               p->plan.probe_check, out + (size_t)i0 * k, got + i0, n_threads)
                     : select_scan_topk_batch(&piece, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m + i0, k,
                                              sorted, out + (size_t)i0 * k, got + i0, n_threads);
+    if (!rc && clusters && p->plan.probe_check > 0)
+        rc = select_check_recall(&piece, n, qn, qf, &full, e->count, m + i0, k, p->plan.probe_check,
+                                 out + (size_t)i0 * k, got + i0);
     add_counts(st, &piece.stats);
     free(cq);
     free(qn);
@@ -365,8 +378,8 @@ static void query_piece(void *ctx, int c, int thread) {
     const int i0 = (int)((int64_t)units * c / b->pieces) * step;
     const int i1 = c + 1 == b->pieces ? b->n : (int)((int64_t)units * (c + 1) / b->pieces) * step;
     b->stats[c] = (selector_stats){0};
-    b->rc[c] = i1 > i0 ? query_range(b->s, b->q_search, b->m, i0, i1, b->k, b->blocks, b->sorted, b->out, b->got, 1,
-                                     &b->stats[c])
+    b->rc[c] = i1 > i0 ? query_range(b->s, b->q_search, b->m, i0, i1, b->k, b->blocks, b->clusters, b->sorted, b->out,
+                                     b->got, 1, &b->stats[c])
                        : 0;
 }
 
@@ -384,17 +397,30 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
         top = v > top ? v : top;
     }
     const int blocks = prefill && e->block && top >= p->plan.probe_from && top / e->block > p->plan.nprobe;
+    /* far keys in content clusters: trained by the first prompt batch with
+     * far keys that sees cluster_from keys */
+    int far = 0;
+    for (int i = 0; i < n && p->far_rot > 0; i++) far |= m[i].far_hi > 0;
+    const int want = prefill && far && p->plan.clusters > 0 && top >= p->plan.cluster_from;
+    if (want && !e->cl.n_lists &&
+        (select_clusters_train(&e->cl, p->plan.clusters, e->d - p->far_rot, e->f16, e->keys, e->d, e->count,
+                               n_threads) ||
+         select_clusters_add(&e->cl, e->keys, e->d, e->count, n_threads)))
+        return -1;
+    const int clusters = want && e->cl.n_lists > 0;
     pool *pl = s->env.pool;
     const int threads = pl && n_threads > 1 ? pool_threads(pl) : 1;
-    if (threads == 1) return query_range(s, q_search, m, 0, n, k, blocks, !prefill, out, got, n_threads, &s->stats);
+    if (threads == 1)
+        return query_range(s, q_search, m, 0, n, k, blocks, clusters, !prefill, out, got, n_threads, &s->stats);
     /* two pieces a thread: a thread that finishes early takes another */
     enum { MAX_PIECES = 64 };
     int pieces = 2 * threads < MAX_PIECES ? 2 * threads : MAX_PIECES;
     if (pieces > n) pieces = n;
     selector_stats stats[MAX_PIECES];
     int rcs[MAX_PIECES];
-    batch_query b = {.s = s, .q_search = q_search, .m = m, .n = n, .k = k, .blocks = blocks, .sorted = !prefill,
-                     .pieces = pieces, .check = blocks ? p->plan.probe_check : 0, .out = out, .got = got,
+    batch_query b = {.s = s, .q_search = q_search, .m = m, .n = n, .k = k, .blocks = blocks, .clusters = clusters,
+                     .sorted = !prefill, .pieces = pieces, .check = blocks || clusters ? p->plan.probe_check : 0,
+                     .out = out, .got = got,
                      .stats = stats, .rc = rcs};
     pool_run(pl, pieces, query_piece, &b);
     int rc = 0;
@@ -418,6 +444,7 @@ static int exact_query_prefill(selector *s, int n, const float *q_search, const 
 static void exact_reset(selector *s) {
     exact_sel *e = (exact_sel *)s;
     e->count = 0; /* keep the allocation: the next sequence reuses it */
+    select_clusters_free(&e->cl); /* the next sequence trains its own */
 }
 
 static void exact_free(selector *s) {
@@ -430,6 +457,7 @@ static void exact_free(selector *s) {
     free(e->greps);
     free(e->rep_dist);
     free(e->gsums);
+    select_clusters_free(&e->cl);
     free(e->pool);
     free(e->qn);
     free(e->qf);

@@ -235,6 +235,47 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
                             const select_block_index *ix, int count, const select_mask *m, int k, int check,
                             int32_t *out, int *got, int n_threads);
 
+/* Every check-th query of a prompt's batch (out + i * k, got[i]: what a
+ * coarse scan answered) also answered by select_scan_topk over rows, the
+ * overlap counted in s->stats.n_check_keys / n_check_found (the full
+ * scan's own work is not counted). Returns 0, or -1 when out of memory. */
+int select_check_recall(selector *s, int n, const float *qn, const float *qf, const select_rows *rows, int count,
+                        const select_mask *m, int k, int check, const int32_t *out, const int *got);
+
+/* Content clusters of the far keys' first dc = d - far_rot dims, an
+ * inverted file (select_clusters.c): n_lists centroids, each with the
+ * keys nearest to it, rows as stored (dc dims) in slot order. */
+typedef struct select_clusters {
+    int n_lists;      /* 0: not trained */
+    int dc, f16;      /* dims clustered; rows kept f16 (else f32) */
+    int count;        /* slots [0, count) are in the lists */
+    float *cent;      /* [n_lists][dc] */
+    float *half_norm; /* [n_lists] |c|^2 / 2 */
+    int32_t *len, *cap;
+    void **rows;      /* [n_lists] -> [cap][dc] */
+    int32_t **slots;  /* [n_lists] -> [cap] increasing */
+    size_t bytes;     /* the lists' allocations */
+} select_clusters;
+
+/* k-means of the first dc dims of the count stored keys (rows of d, f16 or
+ * f32) into n_lists centroids, lists empty; 0 (untrained when there are
+ * fewer keys than lists), or -1 when out of memory. */
+int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, const void *keys, int d, int count,
+                          int n_threads);
+/* Add slots [c->count, to) of keys to their nearest lists (untrained: none). */
+int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int n_threads);
+void select_clusters_truncate(select_clusters *c, int n_keep);
+void select_clusters_free(select_clusters *c);
+size_t select_clusters_bytes(const select_clusters *c);
+/* The k best for each of n queries (unit rows qn [n][d]): the far keys
+ * (slots below m[i].far_hi) of its nprobe lists with the best q . centroid,
+ * scored on their first dc dims, and its eligible near keys scored whole
+ * from rows; out + i * k in any order, counts in got. Returns 0, or -1
+ * when out of memory. */
+int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe, int n, const float *qn,
+                              const select_rows *rows, int count, const select_mask *m, int k, int32_t *out, int *got,
+                              int n_threads);
+
 /* The query side of the graph-index selectors (hnsw, faiss), over an index
  * behind two functions: the query is normalised for cosine; when few slots
  * are eligible they are scored directly (select_scan_topk over the index's

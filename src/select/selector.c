@@ -84,6 +84,8 @@ void selector_params_default(selector_params *p, subq_selector_kind kind, int d_
     s->group_blocks = 16;
     s->group_probe = 32;
     s->group_from = 131072;
+    s->cluster_probe = 64;
+    s->cluster_from = 65536;
     s->seed = 100; /* hnswlib's own default level seed */
     p->d_search = d_search;
     p->n_threads = 1;
@@ -151,6 +153,12 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
         (p->plan.block_reps < 0 || p->plan.block_reps > SELECT_MAX_REPS || p->plan.block_reps > p->plan.block_keys))
         return subq_fail(err, SUBQ_ERR_ARG, "selector exact: %d representative keys a block: 0 to %d, and at most the "
                          "%d keys of a block", p->plan.block_reps, SELECT_MAX_REPS, p->plan.block_keys);
+    if (p->plan.selector == SUBQ_SELECT_EXACT &&
+        (p->plan.clusters < 0 || p->plan.clusters > SELECT_MAX_CLUSTERS ||
+         (p->plan.clusters > 0 && (p->plan.cluster_probe < 1 || p->plan.cluster_from < 0))))
+        return subq_fail(err, SUBQ_ERR_ARG, "selector exact: invalid clusters (%d lists, 0 to %d; %d probed, at least 1; "
+                         "from %d keys, not negative)", p->plan.clusters, SELECT_MAX_CLUSTERS, p->plan.cluster_probe,
+                         p->plan.cluster_from);
     if (p->plan.selector == SUBQ_SELECT_QUEST && p->plan.quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->plan.quest_page);
     subq_status rc;

@@ -76,6 +76,7 @@ typedef struct selector_params {
 
 #define SELECT_MAX_BLOCK_KEYS 4096
 #define SELECT_MAX_REPS 64
+#define SELECT_MAX_CLUSTERS 65536
 
 /* What a selector may read besides the vectors it is given: the layer's
  * native keys in the KV cache (quest, oracle). */

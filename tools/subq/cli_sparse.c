@@ -116,6 +116,12 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         target = &p->group_probe, lo = 1, hi = 1 << 20;
     } else if (!strcmp(a, "--block-reps")) {
         target = &p->block_reps, lo = 0, hi = 64;
+    } else if (!strcmp(a, "--clusters")) {
+        target = &p->clusters, lo = 0, hi = 1 << 16;
+    } else if (!strcmp(a, "--cluster-probe")) {
+        target = &p->cluster_probe, lo = 1, hi = 1 << 16;
+    } else if (!strcmp(a, "--cluster-from")) {
+        target = &p->cluster_from, lo = 0, hi = INT32_MAX;
     } else if (!strcmp(a, "--group-from")) {
         target = &p->group_from, lo = 0, hi = INT32_MAX;
     } else if (!strcmp(a, "--probe-check")) {

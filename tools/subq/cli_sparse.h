@@ -66,6 +66,12 @@ typedef struct cli_sparse_opts {
     "                       from it, the best of them (default 0: the mean)\n"               \
     "  --group-from N       use --group-blocks once a prompt token sees N keys (default\n"    \
     "                       131072)\n"                                                        \
+    "  --clusters N         with --far-pos, past --cluster-from keys: find a prompt token's\n"   \
+    "                       far keys in N content clusters (k-means, an inverted file as\n" \
+    "                       FAISS's IVF) instead of the block scan (default 0: blocks)\n"    \
+    "  --cluster-probe N    clusters whose far keys a token scans (default 64)\n"            \
+    "  --cluster-from N     train the clusters once a prompt token sees N keys (default\n"   \
+    "                       65536)\n"                                                        \
     "  --probe-check N      every Nth token of --nprobe also runs the full scan and counts\n" \
     "                       its recall (bench prints it; costs time) (default 0: none)\n"     \
     "  --far-pos S          keys farther than --far-from attended at trained distances:\n"   \

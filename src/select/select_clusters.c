@@ -1,0 +1,279 @@
+/* Content clusters of far keys: an inverted file, as FAISS's IndexIVFFlat,
+ * for the exact selector's prompt queries once far keys are scored without
+ * their rotated dims (selector_params.far_rot, issue 56).
+ *
+ * The block scan (select_blocks.c) groups keys by position, which suits
+ * the rotated search space (neighbouring keys are alike there) but not far
+ * keys, ranked on the dims that do not turn with position: there, a block
+ * is a mixture and its summaries lose its best keys as the prompt grows.
+ * Here the first dc = d - far_rot dims of the stored keys are grouped by
+ * their content into n lists:
+ *
+ *   train  centroids c_l by Lloyd's iterations on a strided sample of the
+ *          keys held, each sample row x assigned to
+ *            argmin_l |x - c_l|^2 = argmax_l (x . c_l - |c_l|^2 / 2)
+ *          (one sgemm per chunk of rows)
+ *   add    every key, then and later, to its nearest centroid's list: its
+ *          dc dims as stored and its slot, so that a list scans as
+ *          contiguous rows; lists are in slot order
+ *   query  rank the lists by q . c_l (one sgemm for the batch), scan the
+ *          keys of the nprobe best lists that are far from the query (a
+ *          prefix of each list: slots below its far_hi) and every eligible
+ *          near key exactly, and keep the k best.
+ *
+ * Per query that is dc x n products for the centroids plus dc x (the keys
+ * of nprobe lists); the lists are trained once, so they lengthen as the
+ * prompt grows, as a FAISS IVF index that is added to does. */
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/blas.h"
+#include "quant/quant.h"
+#include "select/select_internal.h"
+
+enum {
+    KMEANS_ITERS = 8,     /* Lloyd's iterations */
+    KMEANS_PER_LIST = 32, /* sample rows per list (FAISS's min_points_per_centroid is 39) */
+    ROWS_CHUNK = 512      /* rows per sgemm against the centroids */
+};
+
+static size_t elem_bytes(const select_clusters *c) { return c->f16 ? sizeof(uint16_t) : sizeof(float); }
+
+/* the first dc dims of rows [j0, j0 + n) of keys (rows of d, f16 or f32) as f32 into x [n][dc] */
+static void rows_f32(const void *keys, int d, int f16, int dc, int j0, int n, float *x) {
+    for (int t = 0; t < n; t++) {
+        const size_t j = (size_t)(j0 + t);
+        float *dst = x + (size_t)t * dc;
+        if (f16) {
+            const uint16_t *src = (const uint16_t *)keys + j * d;
+            for (int c = 0; c < dc; c++) dst[c] = fp16_to_fp32(src[c]);
+        } else {
+            memcpy(dst, (const float *)keys + j * d, (size_t)dc * sizeof(float));
+        }
+    }
+}
+
+/* the nearest centroid of each of the n rows x [n][dc] into a; S: n x lists scratch */
+static void assign(const select_clusters *c, const float *x, int n, float *S, int32_t *a, int n_threads) {
+    const int L = c->n_lists;
+    blas_sgemm(n_threads, 0, 1, n, L, c->dc, 1.0f, x, c->dc, c->cent, c->dc, 0.0f, S, L);
+    for (int i = 0; i < n; i++) {
+        const float *s = S + (size_t)i * L;
+        int best = 0;
+        float top = s[0] - c->half_norm[0];
+        for (int l = 1; l < L; l++)
+            if (s[l] - c->half_norm[l] > top) top = s[l] - c->half_norm[l], best = l;
+        a[i] = best;
+    }
+}
+
+static void half_norms(select_clusters *c) {
+    for (int l = 0; l < c->n_lists; l++) {
+        const float *v = c->cent + (size_t)l * c->dc;
+        double s = 0;
+        for (int q = 0; q < c->dc; q++) s += (double)v[q] * v[q];
+        c->half_norm[l] = (float)(s / 2);
+    }
+}
+
+int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, const void *keys, int d, int count,
+                          int n_threads) {
+    select_clusters_free(c);
+    const int ns = count < n_lists * KMEANS_PER_LIST ? count : n_lists * KMEANS_PER_LIST;
+    if (n_lists < 1 || ns < n_lists) return 0; /* too few keys: stay untrained */
+    c->n_lists = n_lists, c->dc = dc, c->f16 = f16;
+    float *x = malloc((size_t)ns * dc * sizeof(float)), *S = malloc((size_t)ROWS_CHUNK * n_lists * sizeof(float));
+    double *sum = malloc((size_t)n_lists * dc * sizeof(double));
+    int32_t *a = malloc((size_t)ns * sizeof(int32_t)), *cnt = malloc((size_t)n_lists * sizeof(int32_t));
+    c->cent = malloc((size_t)n_lists * dc * sizeof(float));
+    c->half_norm = malloc((size_t)n_lists * sizeof(float));
+    c->len = calloc((size_t)n_lists, sizeof(int32_t));
+    c->cap = calloc((size_t)n_lists, sizeof(int32_t));
+    c->rows = calloc((size_t)n_lists, sizeof(void *));
+    c->slots = calloc((size_t)n_lists, sizeof(int32_t *));
+    int rc = x && S && sum && a && cnt && c->cent && c->half_norm && c->len && c->cap && c->rows && c->slots ? 0 : -1;
+    if (!rc) {
+        /* the sample: every count / ns-th key; the first centroids: every ns / n_lists-th of it */
+        for (int i = 0; i < ns; i++) rows_f32(keys, d, f16, dc, (int)((int64_t)i * count / ns), 1, x + (size_t)i * dc);
+        for (int l = 0; l < n_lists; l++)
+            memcpy(c->cent + (size_t)l * dc, x + (size_t)((int64_t)l * ns / n_lists) * dc, (size_t)dc * sizeof(float));
+    }
+    for (int it = 0; !rc && it < KMEANS_ITERS; it++) {
+        half_norms(c);
+        for (int i0 = 0; i0 < ns; i0 += ROWS_CHUNK)
+            assign(c, x + (size_t)i0 * dc, ns - i0 < ROWS_CHUNK ? ns - i0 : ROWS_CHUNK, S, a + i0, n_threads);
+        /* c_l = the mean of its rows; an empty list takes a row of the sample */
+        memset(sum, 0, (size_t)n_lists * dc * sizeof(double));
+        memset(cnt, 0, (size_t)n_lists * sizeof(int32_t));
+        for (int i = 0; i < ns; i++) {
+            cnt[a[i]]++;
+            for (int q = 0; q < dc; q++) sum[(size_t)a[i] * dc + q] += x[(size_t)i * dc + q];
+        }
+        for (int l = 0; l < n_lists; l++) {
+            float *v = c->cent + (size_t)l * dc;
+            if (!cnt[l]) {
+                memcpy(v, x + (size_t)(((int64_t)l * 7919 + it) % ns) * dc, (size_t)dc * sizeof(float));
+                continue;
+            }
+            for (int q = 0; q < dc; q++) v[q] = (float)(sum[(size_t)l * dc + q] / cnt[l]);
+        }
+    }
+    if (!rc) half_norms(c);
+    free(x);
+    free(S);
+    free(sum);
+    free(a);
+    free(cnt);
+    if (rc) select_clusters_free(c);
+    return rc;
+}
+
+/* append row x (dc dims as stored: `src`, of key slot j) to list l */
+static int list_push(select_clusters *c, int l, const void *src, int32_t slot) {
+    if (c->len[l] == c->cap[l]) {
+        const int cap = c->cap[l] ? 2 * c->cap[l] : 16;
+        void *r = realloc(c->rows[l], (size_t)cap * c->dc * elem_bytes(c));
+        if (r) c->rows[l] = r;
+        int32_t *s = r ? realloc(c->slots[l], (size_t)cap * sizeof(int32_t)) : NULL;
+        if (!s) return -1;
+        c->slots[l] = s;
+        c->bytes += (size_t)(cap - c->cap[l]) * (c->dc * elem_bytes(c) + sizeof(int32_t));
+        c->cap[l] = cap;
+    }
+    const size_t row = (size_t)c->dc * elem_bytes(c);
+    memcpy((char *)c->rows[l] + (size_t)c->len[l] * row, src, row);
+    c->slots[l][c->len[l]++] = slot;
+    return 0;
+}
+
+int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int n_threads) {
+    if (!c->n_lists || to <= c->count) return 0;
+    const int n = to - c->count < ROWS_CHUNK ? to - c->count : ROWS_CHUNK;
+    float *x = malloc((size_t)n * c->dc * sizeof(float)), *S = malloc((size_t)n * c->n_lists * sizeof(float));
+    int32_t *a = malloc((size_t)n * sizeof(int32_t));
+    int rc = x && S && a ? 0 : -1;
+    while (!rc && c->count < to) {
+        const int j0 = c->count, nb = to - j0 < n ? to - j0 : n;
+        rows_f32(keys, d, c->f16, c->dc, j0, nb, x);
+        assign(c, x, nb, S, a, n_threads);
+        for (int t = 0; t < nb && !rc; t++)
+            rc = list_push(c, a[t], (const char *)keys + (size_t)(j0 + t) * d * elem_bytes(c), j0 + t);
+        c->count = j0 + nb;
+    }
+    free(x);
+    free(S);
+    free(a);
+    return rc;
+}
+
+void select_clusters_truncate(select_clusters *c, int n_keep) {
+    for (int l = 0; l < c->n_lists; l++)
+        while (c->len[l] > 0 && c->slots[l][c->len[l] - 1] >= n_keep) c->len[l]--;
+    if (c->count > n_keep) c->count = n_keep;
+}
+
+void select_clusters_free(select_clusters *c) {
+    for (int l = 0; c->rows && l < c->n_lists; l++) free(c->rows[l]);
+    for (int l = 0; c->slots && l < c->n_lists; l++) free(c->slots[l]);
+    free(c->rows);
+    free(c->slots);
+    free(c->len);
+    free(c->cap);
+    free(c->cent);
+    free(c->half_norm);
+    *c = (select_clusters){0};
+}
+
+size_t select_clusters_bytes(const select_clusters *c) {
+    const size_t L = (size_t)c->n_lists;
+    return c->bytes + L * ((size_t)c->dc * sizeof(float) + sizeof(float) + 2 * sizeof(int32_t) + 2 * sizeof(void *));
+}
+
+/* the entries of a list in slot order below slot hi */
+static int prefix_below(const int32_t *slots, int len, int hi) {
+    int a = 0, b = len;
+    while (a < b) {
+        const int mid = a + (b - a) / 2;
+        if (slots[mid] < hi) a = mid + 1;
+        else b = mid;
+    }
+    return a;
+}
+
+enum { NEAR_RUN = 1024 }; /* near keys scored per run */
+
+int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe, int n, const float *qn,
+                              const select_rows *rows, int count, const select_mask *m, int k, int32_t *out, int *got,
+                              int n_threads) {
+    const kernels *K = kernels_get();
+    const int d = rows->d, L = c->n_lists, np = nprobe < L ? nprobe : L;
+    int longest = NEAR_RUN;
+    for (int l = 0; l < L; l++) longest = c->len[l] > longest ? c->len[l] : longest;
+    float *S = select_query_realloc(s, NULL, (size_t)n * L * sizeof(float));
+    float *dots = select_query_realloc(s, NULL, (size_t)n_threads * longest * sizeof(float));
+    int32_t *at = select_query_realloc(s, NULL, (size_t)n_threads * longest * sizeof(int32_t));
+    int32_t *chosen = select_query_realloc(s, NULL, (size_t)n_threads * np * sizeof(int32_t));
+    uint64_t *lkeys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * np * sizeof(uint64_t));
+    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * k * sizeof(uint64_t));
+    int rc = S && dots && at && chosen && lkeys && keys ? 0 : -1;
+    /* 1. every query's scores of the centroids, over its first dc dims */
+    if (!rc) blas_sgemm(n_threads, 0, 1, n, L, c->dc, 1.0f, qn, d, c->cent, c->dc, 0.0f, S, L);
+    const select_rows list_rows = {.stride = (size_t)c->dc, .d = c->dc,
+                                   .scores = kernels_kv_decode_get(c->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores,
+                                   .row_bytes = (size_t)c->dc * elem_bytes(c)};
+    int64_t scored = 0, listed = 0;
+    /* 2. per query: its far keys in its best lists, its near keys in full */
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored, listed) if (!rc)
+    for (int i = 0; i < n; i++) {
+        if (rc) continue;
+        const int th = omp_get_thread_num();
+        const float *q = qn + (size_t)i * d;
+        float *dt = dots + (size_t)th * longest;
+        int32_t *ix = at + (size_t)th * longest, *ch = chosen + (size_t)th * np;
+        const int vis = m[i].n_slots < count ? m[i].n_slots : count;
+        const int far_hi = m[i].far_hi < vis ? m[i].far_hi : vis;
+        topk_buf t = {.key = keys + (size_t)th * 2 * k, .k = k};
+        if (far_hi > 0) {
+            topk_buf lt = {.key = lkeys + (size_t)th * 2 * np, .k = np};
+            for (int l = 0; l < L; l++) select_topk_push(&lt, S[(size_t)i * L + l], l);
+            const int nch = select_topk_take(&lt, 0, ch, NULL);
+            for (int x = 0; x < nch; x++) {
+                const int l = ch[x], p = prefix_below(c->slots[l], c->len[l], far_hi);
+                if (!p) continue;
+                select_rows r = list_rows;
+                r.base = c->rows[l], r.q = q;
+                select_score_run(&r, 0, p, dt);
+                const float worst = t.thr ? select_key_score(t.thr) : -INFINITY;
+                const int nat = K->index_at_least(dt, p, worst, ix);
+                for (int a = 0; a < nat; a++) {
+                    const int32_t j = c->slots[l][ix[a]];
+                    if (select_mask_allows(&m[i], j)) select_topk_push(&t, dt[ix[a]], j);
+                }
+                listed += p;
+            }
+        }
+        int lo[3], hi[3];
+        const int nr = select_mask_ranges(&m[i], count, lo, hi);
+        select_rows r = *rows;
+        r.q = q, r.far_hi = 0;
+        for (int u = 0; u < nr; u++)
+            for (int j0 = lo[u] > far_hi ? lo[u] : far_hi; j0 < hi[u]; j0 += NEAR_RUN) {
+                const int len = hi[u] - j0 < NEAR_RUN ? hi[u] - j0 : NEAR_RUN;
+                select_offer_run(&r, &m[i], j0, len, dt, ix, &t);
+                scored += len;
+            }
+        got[i] = select_topk_take(&t, 0, out + (size_t)i * k, NULL); /* in any order (selector.h) */
+    }
+    s->stats.n_visited += scored + listed + (int64_t)n * L;
+    s->stats.bytes_read += (uint64_t)scored * rows->row_bytes + (uint64_t)listed * (list_rows.row_bytes + 4) +
+                           (uint64_t)L * c->dc * sizeof(float);
+    free(S);
+    free(dots);
+    free(at);
+    free(chosen);
+    free(lkeys);
+    free(keys);
+    return rc;
+}
