@@ -553,8 +553,10 @@ typedef struct subq_attn_plan {
      * IndexIVFFlat: k-means trains `clusters` centroids on the search keys
      * held then, without their rotated dims, every key joins its nearest
      * centroid's list, and a token scans the far keys of its cluster_probe
-     * best lists (by q . centroid) and its near keys in full.
-     * 0: the block scan. (0, 64, 65536) */
+     * best lists (by q . centroid) and its near keys in full. Without far
+     * keys they are not used. Until the keys number 16 a list, there are
+     * fewer lists, trained again as the keys double, and as many of them
+     * probed, in proportion. 0: the block scan. (2048, 96, 8192) */
     int clusters, cluster_probe, cluster_from;
 } subq_attn_plan;
 

@@ -78,6 +78,10 @@ static void half_norms(select_clusters *c) {
     }
 }
 
+int select_clusters_lists(int clusters, int count) {
+    return clusters < count / SELECT_CLUSTER_KEYS ? clusters : count / SELECT_CLUSTER_KEYS;
+}
+
 int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, const void *keys, int d, int count,
                           int n_threads) {
     select_clusters_free(c);
@@ -202,78 +206,145 @@ static int prefix_below(const int32_t *slots, int len, int hi) {
     return a;
 }
 
-enum { NEAR_RUN = 1024 }; /* near keys scored per run */
+enum {
+    NEAR_RUN = 1024,  /* near keys scored per run */
+    LIST_CHUNK = 1024, /* list rows scored at once (128 KiB of f16 rows of 64: in L2) */
+    SHARED_MIN = 2     /* a list probed by fewer queries is scored query by query */
+};
+
+/* Offer the scores dt [p] of list l's first p rows to query i's buffer t,
+ * those that reach its threshold and its mask; ix: scratch of p. */
+static void offer_list(const select_clusters *c, int l, int j0, const float *dt, int p, const select_mask *m,
+                       int32_t *ix, topk_buf *t) {
+    const float worst = t->thr ? select_key_score(t->thr) : -INFINITY;
+    const int nat = kernels_get()->index_at_least(dt, p, worst, ix);
+    for (int a = 0; a < nat; a++) {
+        const int32_t j = c->slots[l][j0 + ix[a]];
+        if (select_mask_allows(m, j)) select_topk_push(t, dt[ix[a]], j);
+    }
+}
 
 int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe, int n, const float *qn,
                               const select_rows *rows, int count, const select_mask *m, int k, int32_t *out, int *got,
                               int n_threads) {
-    const kernels *K = kernels_get();
-    const int d = rows->d, L = c->n_lists, np = nprobe < L ? nprobe : L;
-    int longest = NEAR_RUN;
-    for (int l = 0; l < L; l++) longest = c->len[l] > longest ? c->len[l] : longest;
+    const int d = rows->d, dc = c->dc, L = c->n_lists, np = nprobe < L ? nprobe : L;
+    const int run = NEAR_RUN > LIST_CHUNK ? NEAR_RUN : LIST_CHUNK;
     float *S = select_query_realloc(s, NULL, (size_t)n * L * sizeof(float));
-    float *dots = select_query_realloc(s, NULL, (size_t)n_threads * longest * sizeof(float));
-    int32_t *at = select_query_realloc(s, NULL, (size_t)n_threads * longest * sizeof(int32_t));
-    int32_t *chosen = select_query_realloc(s, NULL, (size_t)n_threads * np * sizeof(int32_t));
+    float *dots = select_query_realloc(s, NULL, (size_t)n_threads * run * sizeof(float));
+    int32_t *at = select_query_realloc(s, NULL, (size_t)n_threads * run * sizeof(int32_t));
+    int32_t *chosen = select_query_realloc(s, NULL, (size_t)n * np * sizeof(int32_t));
+    int32_t *start = select_query_realloc(s, NULL, ((size_t)L + 1) * sizeof(int32_t));
+    int32_t *by_list = select_query_realloc(s, NULL, (size_t)n * np * 2 * sizeof(int32_t)); /* query, prefix */
     uint64_t *lkeys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * np * sizeof(uint64_t));
-    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * k * sizeof(uint64_t));
-    int rc = S && dots && at && chosen && lkeys && keys ? 0 : -1;
-    /* 1. every query's scores of the centroids, over its first dc dims */
-    if (!rc) blas_sgemm(n_threads, 0, 1, n, L, c->dc, 1.0f, qn, d, c->cent, c->dc, 0.0f, S, L);
-    const select_rows list_rows = {.stride = (size_t)c->dc, .d = c->dc,
-                                   .scores = kernels_kv_decode_get(c->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores,
-                                   .row_bytes = (size_t)c->dc * elem_bytes(c)};
-    int64_t scored = 0, listed = 0;
-    /* 2. per query: its far keys in its best lists, its near keys in full */
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored, listed) if (!rc)
+    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * k * sizeof(uint64_t));
+    topk_buf *t = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
+    float *Q = select_query_realloc(s, NULL, (size_t)n * dc * sizeof(float));
+    float *R = select_query_realloc(s, NULL, (size_t)n * LIST_CHUNK * sizeof(float));
+    int *nch = select_query_realloc(s, NULL, (size_t)n * sizeof(int));
+    int rc = S && dots && at && chosen && start && by_list && lkeys && keys && t && Q && R && nch ? 0 : -1;
+    /* 1. every query's best lists by q . c over its first dc dims */
+    if (!rc) blas_sgemm(n_threads, 0, 1, n, L, dc, 1.0f, qn, d, c->cent, dc, 0.0f, S, L);
+#pragma omp parallel for num_threads(n_threads) schedule(static) if (!rc && n * L >= 1 << 16)
     for (int i = 0; i < n; i++) {
         if (rc) continue;
-        const int th = omp_get_thread_num();
-        const float *q = qn + (size_t)i * d;
-        float *dt = dots + (size_t)th * longest;
-        int32_t *ix = at + (size_t)th * longest, *ch = chosen + (size_t)th * np;
+        t[i] = (topk_buf){.key = keys + (size_t)i * 2 * k, .k = k};
         const int vis = m[i].n_slots < count ? m[i].n_slots : count;
-        const int far_hi = m[i].far_hi < vis ? m[i].far_hi : vis;
-        topk_buf t = {.key = keys + (size_t)th * 2 * k, .k = k};
-        if (far_hi > 0) {
-            topk_buf lt = {.key = lkeys + (size_t)th * 2 * np, .k = np};
-            for (int l = 0; l < L; l++) select_topk_push(&lt, S[(size_t)i * L + l], l);
-            const int nch = select_topk_take(&lt, 0, ch, NULL);
-            for (int x = 0; x < nch; x++) {
-                const int l = ch[x], p = prefix_below(c->slots[l], c->len[l], far_hi);
-                if (!p) continue;
+        nch[i] = 0;
+        if (m[i].far_hi <= 0 || vis <= 0) continue;
+        topk_buf lt = {.key = lkeys + (size_t)omp_get_thread_num() * 2 * np, .k = np};
+        for (int l = 0; l < L; l++) select_topk_push(&lt, S[(size_t)i * L + l], l);
+        nch[i] = select_topk_take(&lt, 0, chosen + (size_t)i * np, NULL);
+    }
+    /* ... and, list by list, the queries that probe it with the prefix
+     * below each one's far_hi (a counting sort) */
+    for (int l = 0; !rc && l <= L; l++) start[l] = 0;
+    for (int i = 0; !rc && i < n; i++)
+        for (int x = 0; x < nch[i]; x++) start[chosen[(size_t)i * np + x] + 1]++;
+    for (int l = 0; !rc && l < L; l++) start[l + 1] += start[l];
+    for (int i = 0; !rc && i < n; i++) {
+        const int vis = m[i].n_slots < count ? m[i].n_slots : count, far_hi = m[i].far_hi < vis ? m[i].far_hi : vis;
+        for (int x = 0; x < nch[i]; x++) {
+            const int l = chosen[(size_t)i * np + x], at_l = start[l]++;
+            by_list[2 * at_l] = i, by_list[2 * at_l + 1] = prefix_below(c->slots[l], c->len[l], far_hi);
+        }
+    }
+    for (int l = L; !rc && l > 0; l--) start[l] = start[l - 1];
+    if (!rc) start[0] = 0;
+    /* 2. the far keys, list by list. A list that several queries probe is
+     * scored for all of them at once, a chunk of its rows at a time (the
+     * decode kernel's heads: the rows come from memory once a batch, not
+     * once a query); each query offers the rows below its far_hi. */
+    const select_rows list_rows = {.stride = (size_t)dc, .d = dc,
+                                   .scores = kernels_kv_decode_get(c->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores,
+                                   .row_bytes = (size_t)dc * elem_bytes(c)};
+    int64_t listed = 0, read = 0, scored = 0;
+    for (int l = 0; !rc && l < L; l++) {
+        const int32_t *ql = by_list + 2 * (size_t)start[l];
+        const int nq = start[l + 1] - start[l];
+        int P = 0;
+        for (int x = 0; x < nq; x++) P = ql[2 * x + 1] > P ? ql[2 * x + 1] : P;
+        if (!P) continue;
+        read += P;
+        if (nq < SHARED_MIN) {
+            for (int x = 0; x < nq; x++) {
+                const int i = ql[2 * x], p = ql[2 * x + 1];
                 select_rows r = list_rows;
-                r.base = c->rows[l], r.q = q;
-                select_score_run(&r, 0, p, dt);
-                const float worst = t.thr ? select_key_score(t.thr) : -INFINITY;
-                const int nat = K->index_at_least(dt, p, worst, ix);
-                for (int a = 0; a < nat; a++) {
-                    const int32_t j = c->slots[l][ix[a]];
-                    if (select_mask_allows(&m[i], j)) select_topk_push(&t, dt[ix[a]], j);
+                r.base = c->rows[l], r.q = qn + (size_t)i * d;
+                for (int j0 = 0; j0 < p; j0 += LIST_CHUNK) {
+                    const int nb = p - j0 < LIST_CHUNK ? p - j0 : LIST_CHUNK;
+                    select_score_run(&r, j0, nb, dots);
+                    offer_list(c, l, j0, dots, nb, &m[i], at, &t[i]);
                 }
                 listed += p;
             }
+            continue;
         }
+        for (int x = 0; x < nq; x++) memcpy(Q + (size_t)x * dc, qn + (size_t)ql[2 * x] * d, (size_t)dc * sizeof(float));
+        for (int j0 = 0; j0 < P; j0 += LIST_CHUNK) {
+            const int nb = P - j0 < LIST_CHUNK ? P - j0 : LIST_CHUNK;
+            list_rows.scores(Q, nq, (const char *)c->rows[l] + (size_t)j0 * list_rows.row_bytes, nb, dc, 1.0f, R, nb);
+            for (int x = 0; x < nq; x++) {
+                const int i = ql[2 * x], p = ql[2 * x + 1] - j0;
+                if (p <= 0) continue;
+                offer_list(c, l, j0, R + (size_t)x * nb, p < nb ? p : nb, &m[i], at, &t[i]);
+                listed += p < nb ? p : nb;
+            }
+        }
+    }
+    /* 3. per query: its near keys in full */
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored) if (!rc)
+    for (int i = 0; i < n; i++) {
+        if (rc) continue;
+        const int th = omp_get_thread_num();
+        float *dt = dots + (size_t)th * run;
+        int32_t *ix = at + (size_t)th * run;
+        const int vis = m[i].n_slots < count ? m[i].n_slots : count, far_hi = m[i].far_hi < vis ? m[i].far_hi : vis;
         int lo[3], hi[3];
         const int nr = select_mask_ranges(&m[i], count, lo, hi);
         select_rows r = *rows;
-        r.q = q, r.far_hi = 0;
+        r.q = qn + (size_t)i * d, r.far_hi = 0;
         for (int u = 0; u < nr; u++)
             for (int j0 = lo[u] > far_hi ? lo[u] : far_hi; j0 < hi[u]; j0 += NEAR_RUN) {
                 const int len = hi[u] - j0 < NEAR_RUN ? hi[u] - j0 : NEAR_RUN;
-                select_offer_run(&r, &m[i], j0, len, dt, ix, &t);
+                select_offer_run(&r, &m[i], j0, len, dt, ix, &t[i]);
                 scored += len;
             }
-        got[i] = select_topk_take(&t, 0, out + (size_t)i * k, NULL); /* in any order (selector.h) */
+        got[i] = select_topk_take(&t[i], 0, out + (size_t)i * k, NULL); /* in any order (selector.h) */
     }
     s->stats.n_visited += scored + listed + (int64_t)n * L;
-    s->stats.bytes_read += (uint64_t)scored * rows->row_bytes + (uint64_t)listed * (list_rows.row_bytes + 4) +
-                           (uint64_t)L * c->dc * sizeof(float);
+    s->stats.bytes_read += (uint64_t)scored * rows->row_bytes + (uint64_t)read * (list_rows.row_bytes + 4) +
+                           (uint64_t)L * dc * sizeof(float);
     free(S);
     free(dots);
     free(at);
     free(chosen);
+    free(start);
+    free(by_list);
     free(lkeys);
     free(keys);
+    free(t);
+    free(Q);
+    free(R);
+    free(nch);
     return rc;
 }

@@ -354,8 +354,12 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
                                    .n_reps = e->n_reps,
                                    .block = e->block, .nprobe = p->plan.nprobe,
                                    .group = e->group, .gprobe = p->plan.group_probe, .group_from = p->plan.group_from};
-    int rc = clusters ? select_cluster_topk_batch(&piece, &e->cl, p->plan.cluster_probe, n, qn, &full, e->count, m + i0,
-                                                  k, out + (size_t)i0 * k, got + i0, n_threads)
+    /* as many lists probed, of the lists there are, as cluster_probe of clusters */
+    const int probe = clusters ? (int)(((int64_t)p->plan.cluster_probe * e->cl.n_lists + p->plan.clusters - 1) /
+                                       p->plan.clusters)
+                               : 0;
+    int rc = clusters ? select_cluster_topk_batch(&piece, &e->cl, probe, n, qn, &full, e->count, m + i0, k,
+                                                  out + (size_t)i0 * k, got + i0, n_threads)
              : blocks ? select_block_topk_batch(&piece, n, qn, qf, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
                                               p->plan.probe_check, out + (size_t)i0 * k, got + i0, n_threads)
                     : select_scan_topk_batch(&piece, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m + i0, k,
@@ -398,13 +402,14 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
     }
     const int blocks = prefill && e->block && top >= p->plan.probe_from && top / e->block > p->plan.nprobe;
     /* far keys in content clusters: trained by the first prompt batch with
-     * far keys that sees cluster_from keys */
+     * far keys that sees cluster_from keys, and again while the lists the
+     * keys held call for have doubled (select_clusters_lists) */
     int far = 0;
     for (int i = 0; i < n && p->far_rot > 0; i++) far |= m[i].far_hi > 0;
     const int want = prefill && far && p->plan.clusters > 0 && top >= p->plan.cluster_from;
-    if (want && !e->cl.n_lists &&
-        (select_clusters_train(&e->cl, p->plan.clusters, e->d - p->far_rot, e->f16, e->keys, e->d, e->count,
-                               n_threads) ||
+    const int lists = select_clusters_lists(p->plan.clusters, e->count);
+    if (want && lists > 0 && lists >= 2 * e->cl.n_lists &&
+        (select_clusters_train(&e->cl, lists, e->d - p->far_rot, e->f16, e->keys, e->d, e->count, n_threads) ||
          select_clusters_add(&e->cl, e->keys, e->d, e->count, n_threads)))
         return -1;
     const int clusters = want && e->cl.n_lists > 0;

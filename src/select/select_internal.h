@@ -257,6 +257,10 @@ typedef struct select_clusters {
     size_t bytes;     /* the lists' allocations */
 } select_clusters;
 
+/* The lists for count keys: min(clusters, count / SELECT_CLUSTER_KEYS),
+ * so that k-means has keys enough for each centroid; 0 for too few. */
+#define SELECT_CLUSTER_KEYS 16
+int select_clusters_lists(int clusters, int count);
 /* k-means of the first dc dims of the count stored keys (rows of d, f16 or
  * f32) into n_lists centroids, lists empty; 0 (untrained when there are
  * fewer keys than lists), or -1 when out of memory. */

@@ -84,8 +84,9 @@ void selector_params_default(selector_params *p, subq_selector_kind kind, int d_
     s->group_blocks = 16;
     s->group_probe = 32;
     s->group_from = 131072;
-    s->cluster_probe = 64;
-    s->cluster_from = 65536;
+    s->clusters = 2048;
+    s->cluster_probe = 96;
+    s->cluster_from = 8192;
     s->seed = 100; /* hnswlib's own default level seed */
     p->d_search = d_search;
     p->n_threads = 1;

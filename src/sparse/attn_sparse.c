@@ -598,7 +598,7 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
     size_t used = strlen(buf);
     if (sp->plan.block_reps && used < cap) snprintf(buf + used, cap - used, " reps=%d", sp->plan.block_reps);
     used = strlen(buf);
-    if (sp->plan.clusters && used < cap)
+    if (sp->plan.clusters && sp->far_rot > 0 && used < cap)
         snprintf(buf + used, cap - used, " clusters=%d/%d/%d", sp->plan.clusters, sp->plan.cluster_probe,
                  sp->plan.cluster_from);
     used = strlen(buf);

@@ -68,10 +68,11 @@ typedef struct cli_sparse_opts {
     "                       131072)\n"                                                        \
     "  --clusters N         with --far-pos, past --cluster-from keys: find a prompt token's\n"   \
     "                       far keys in N content clusters (k-means, an inverted file as\n" \
-    "                       FAISS's IVF) instead of the block scan (default 0: blocks)\n"    \
-    "  --cluster-probe N    clusters whose far keys a token scans (default 64)\n"            \
+    "                       FAISS's IVF) instead of the block scan (default 2048; 0: blocks)\n" \
+    "  --cluster-probe N    clusters whose far keys a token scans (default 96)\n"            \
     "  --cluster-from N     train the clusters once a prompt token sees N keys (default\n"   \
-    "                       65536)\n"                                                        \
+    "                       8192); fewer until 16 keys a cluster, trained again as the\n" \
+    "                       keys double, and probed in proportion\n"                    \
     "  --probe-check N      every Nth token of --nprobe also runs the full scan and counts\n" \
     "                       its recall (bench prints it; costs time) (default 0: none)\n"     \
     "  --far-pos S          keys farther than --far-from attended at trained distances:\n"   \
