@@ -227,6 +227,7 @@ static void offer_list(const select_clusters *c, int l, int j0, const float *dt,
 int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe, int n, const float *qn,
                               const select_rows *rows, int count, const select_mask *m, int k, int32_t *out, int *got,
                               int n_threads) {
+    const kernels *K = kernels_get();
     const int d = rows->d, dc = c->dc, L = c->n_lists, np = nprobe < L ? nprobe : L;
     const int run = NEAR_RUN > LIST_CHUNK ? NEAR_RUN : LIST_CHUNK;
     float *S = select_query_realloc(s, NULL, (size_t)n * L * sizeof(float));
@@ -236,12 +237,13 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
     int32_t *start = select_query_realloc(s, NULL, ((size_t)L + 1) * sizeof(int32_t));
     int32_t *by_list = select_query_realloc(s, NULL, (size_t)n * np * 2 * sizeof(int32_t)); /* query, prefix */
     uint64_t *lkeys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * np * sizeof(uint64_t));
+    int32_t *lix = select_query_realloc(s, NULL, (size_t)n_threads * L * sizeof(int32_t));
     uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * k * sizeof(uint64_t));
     topk_buf *t = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
     float *Q = select_query_realloc(s, NULL, (size_t)n * dc * sizeof(float));
     float *R = select_query_realloc(s, NULL, (size_t)n * LIST_CHUNK * sizeof(float));
     int *nch = select_query_realloc(s, NULL, (size_t)n * sizeof(int));
-    int rc = S && dots && at && chosen && start && by_list && lkeys && keys && t && Q && R && nch ? 0 : -1;
+    int rc = S && dots && at && chosen && start && by_list && lkeys && lix && keys && t && Q && R && nch ? 0 : -1;
     /* 1. every query's best lists by q . c over its first dc dims */
     if (!rc) blas_sgemm(n_threads, 0, 1, n, L, dc, 1.0f, qn, d, c->cent, dc, 0.0f, S, L);
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (!rc && n * L >= 1 << 16)
@@ -251,8 +253,17 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
         const int vis = m[i].n_slots < count ? m[i].n_slots : count;
         nch[i] = 0;
         if (m[i].far_hi <= 0 || vis <= 0) continue;
-        topk_buf lt = {.key = lkeys + (size_t)omp_get_thread_num() * 2 * np, .k = np};
-        for (int l = 0; l < L; l++) select_topk_push(&lt, S[(size_t)i * L + l], l);
+        const int th = omp_get_thread_num();
+        topk_buf lt = {.key = lkeys + (size_t)th * 2 * np, .k = np};
+        /* only scores that reach the worst kept at the last cut enter: runs
+         * of 4 np, so that the threshold rises from the first run on */
+        const float *row = S + (size_t)i * L;
+        int32_t *ix = lix + (size_t)th * L;
+        for (int l0 = 0; l0 < L; l0 += 4 * np) {
+            const int len = L - l0 < 4 * np ? L - l0 : 4 * np;
+            const int nat = K->index_at_least(row + l0, len, lt.thr ? select_key_score(lt.thr) : -INFINITY, ix);
+            for (int a = 0; a < nat; a++) select_topk_push(&lt, row[l0 + ix[a]], l0 + ix[a]);
+        }
         nch[i] = select_topk_take(&lt, 0, chosen + (size_t)i * np, NULL);
     }
     /* ... and, list by list, the queries that probe it with the prefix
@@ -341,6 +352,7 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
     free(start);
     free(by_list);
     free(lkeys);
+    free(lix);
     free(keys);
     free(t);
     free(Q);
