@@ -274,7 +274,23 @@ static void test_clusters(int f16, uint64_t seed) {
                       LISTS, K, hits / wanted);
             printf("clusters %s, %d of %d lists, round %d: recall@%d %.3f\n", f16 ? "f16" : "f32", probe, LISTS, round,
                    K, hits / wanted);
+            /* failing allocations are an error, never an empty answer */
+            s->fail_alloc = 1;
+            CHECK(selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1) < 0, "clusters: a failing query must fail");
+            s->fail_alloc = 0;
         }
+        selector_free(s);
+    }
+    /* settings out of range are refused, naming the clusters */
+    const int bad[4][3] = {{-1, 96, 0}, {SELECT_MAX_CLUSTERS + 1, 96, 0}, {2048, 0, 0}, {2048, 96, -1}};
+    for (int b = 0; b < 4; b++) {
+        selector_params p;
+        selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+        p.plan.clusters = bad[b][0], p.plan.cluster_probe = bad[b][1], p.plan.cluster_from = bad[b][2];
+        selector *s = NULL;
+        subq_error err = {0};
+        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_ERR_ARG && strstr(err.msg, "clusters"),
+              "clusters %d, probe %d, from %d must be refused (%s)", bad[b][0], bad[b][1], bad[b][2], err.msg);
         selector_free(s);
     }
     free(keys);

@@ -339,7 +339,8 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
      * would hold more than a quarter of the rows it scans (K = 2048 of
      * 4096: nearly every row would be scored twice, the second time
      * scattered) */
-    const int use_codes = !clusters && blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->plan.nprobe * e->block;
+    const int use_codes =
+        !clusters && blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->plan.nprobe * e->block;
     scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * (far ? 2 : 1) * sizeof(scan_query)) : NULL;
     if (use_codes && !cq) {
         free(qn);

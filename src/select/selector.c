@@ -157,8 +157,9 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
     if (p->plan.selector == SUBQ_SELECT_EXACT &&
         (p->plan.clusters < 0 || p->plan.clusters > SELECT_MAX_CLUSTERS ||
          (p->plan.clusters > 0 && (p->plan.cluster_probe < 1 || p->plan.cluster_from < 0))))
-        return subq_fail(err, SUBQ_ERR_ARG, "selector exact: invalid clusters (%d lists, 0 to %d; %d probed, at least 1; "
-                         "from %d keys, not negative)", p->plan.clusters, SELECT_MAX_CLUSTERS, p->plan.cluster_probe,
+        return subq_fail(err, SUBQ_ERR_ARG,
+                         "selector exact: invalid clusters (%d lists, 0 to %d; %d probed, at least 1; from %d keys, "
+                         "not negative)", p->plan.clusters, SELECT_MAX_CLUSTERS, p->plan.cluster_probe,
                          p->plan.cluster_from);
     if (p->plan.selector == SUBQ_SELECT_QUEST && p->plan.quest_page <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector quest: page size must be positive (got %d)", p->plan.quest_page);
