@@ -208,8 +208,7 @@ static int prefix_below(const int32_t *slots, int len, int hi) {
 
 enum {
     NEAR_RUN = 1024,  /* near keys scored per run */
-    LIST_CHUNK = 1024, /* list rows scored at once (128 KiB of f16 rows of 64: in L2) */
-    SHARED_MIN = 2     /* a list probed by fewer queries is scored query by query */
+    LIST_CHUNK = 1024  /* list rows scored at once (128 KiB of f16 rows of 64: in L2) */
 };
 
 /* Offer the scores dt [p] of list l's first p rows to query i's buffer t,
@@ -281,10 +280,10 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
     }
     for (int l = L; !rc && l > 0; l--) start[l] = start[l - 1];
     if (!rc) start[0] = 0;
-    /* 2. the far keys, list by list. A list that several queries probe is
-     * scored for all of them at once, a chunk of its rows at a time (the
-     * decode kernel's heads: the rows come from memory once a batch, not
-     * once a query); each query offers the rows below its far_hi. */
+    /* 2. the far keys, list by list: the queries that probe a list are
+     * scored together, a chunk of its rows at a time (the decode kernel's
+     * heads: the rows come from memory once a batch, not once a query);
+     * each query offers the rows below its far_hi. */
     const select_rows list_rows = {.stride = (size_t)dc, .d = dc,
                                    .scores = kernels_kv_decode_get(c->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores,
                                    .row_bytes = (size_t)dc * elem_bytes(c)};
@@ -296,20 +295,6 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
         for (int x = 0; x < nq; x++) P = ql[2 * x + 1] > P ? ql[2 * x + 1] : P;
         if (!P) continue;
         read += P;
-        if (nq < SHARED_MIN) {
-            for (int x = 0; x < nq; x++) {
-                const int i = ql[2 * x], p = ql[2 * x + 1];
-                select_rows r = list_rows;
-                r.base = c->rows[l], r.q = qn + (size_t)i * d;
-                for (int j0 = 0; j0 < p; j0 += LIST_CHUNK) {
-                    const int nb = p - j0 < LIST_CHUNK ? p - j0 : LIST_CHUNK;
-                    select_score_run(&r, j0, nb, dots);
-                    offer_list(c, l, j0, dots, nb, &m[i], at, &t[i]);
-                }
-                listed += p;
-            }
-            continue;
-        }
         for (int x = 0; x < nq; x++) memcpy(Q + (size_t)x * dc, qn + (size_t)ql[2 * x] * d, (size_t)dc * sizeof(float));
         for (int j0 = 0; j0 < P; j0 += LIST_CHUNK) {
             const int nb = P - j0 < LIST_CHUNK ? P - j0 : LIST_CHUNK;
