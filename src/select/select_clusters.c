@@ -164,7 +164,8 @@ int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int
         assign(c, x, nb, S, a, n_threads);
         for (int t = 0; t < nb && !rc; t++)
             rc = list_push(c, a[t], (const char *)keys + (size_t)(j0 + t) * d * elem_bytes(c), j0 + t);
-        c->count = j0 + nb;
+        if (rc) select_clusters_truncate(c, j0); /* none of the chunk: a later call adds it whole */
+        else c->count = j0 + nb;
     }
     free(x);
     free(S);

@@ -51,8 +51,8 @@ typedef struct exact_sel {
     float *greps;       /* [cap / (block * group)][n_reps][d]: each group's among its blocks' */
     float *rep_dist;    /* scratch: max(block, group * n_reps) spreads */
     float *gsums;       /* [cap / (block * group)][d] ... of each full group of blocks */
-    /* the far keys' content clusters (select_clusters.c), trained by the
-     * first prompt batch that sees plan.cluster_from keys */
+    /* the far keys' content clusters (select_clusters.c), trained and
+     * added to by prompt batches (query_many) */
     select_clusters cl;
 } exact_sel;
 
@@ -221,9 +221,8 @@ static subq_status exact_store(selector *s, const float *k_search, int n, int sl
     }
     if (e->block) summarise_blocks(e, e->count, e->count + n);
     e->count += n;
-    const int lost = select_clusters_add(&e->cl, e->keys, e->d, e->count, 1);
     update_bytes(e);
-    return lost ? subq_fail(err, SUBQ_ERR_NOMEM, "selector exact: out of memory for the clusters' lists") : SUBQ_OK;
+    return SUBQ_OK;
 }
 
 static subq_status exact_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
@@ -404,15 +403,19 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
     const int blocks = prefill && e->block && top >= p->plan.probe_from && top / e->block > p->plan.nprobe;
     /* far keys in content clusters: trained by the first prompt batch with
      * far keys that sees cluster_from keys, and again while the lists the
-     * keys held call for have doubled (select_clusters_lists) */
+     * keys held call for have doubled (select_clusters_lists); the keys
+     * stored since the last such batch join their lists here, in one pass,
+     * so that decode steps (which scan every key) do not assign theirs (one
+     * thread: two measured no faster at 128K) */
     int far = 0;
     for (int i = 0; i < n && p->far_rot > 0; i++) far |= m[i].far_hi > 0;
     const int want = prefill && far && p->plan.clusters > 0 && top >= p->plan.cluster_from;
     const int lists = select_clusters_lists(p->plan.clusters, e->count);
     if (want && lists > 0 && lists >= 2 * e->cl.n_lists &&
-        (select_clusters_train(&e->cl, lists, e->d - p->far_rot, e->f16, e->keys, e->d, e->count, n_threads) ||
-         select_clusters_add(&e->cl, e->keys, e->d, e->count, n_threads)))
+        select_clusters_train(&e->cl, lists, e->d - p->far_rot, e->f16, e->keys, e->d, e->count, n_threads))
         return -1;
+    if (want && select_clusters_add(&e->cl, e->keys, e->d, e->count, 1)) return -1;
+    if (want) update_bytes(e);
     const int clusters = want && e->cl.n_lists > 0;
     pool *pl = s->env.pool;
     const int threads = pl && n_threads > 1 ? pool_threads(pl) : 1;

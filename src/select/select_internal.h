@@ -266,7 +266,8 @@ int select_clusters_lists(int clusters, int count);
  * fewer keys than lists), or -1 when out of memory. */
 int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, const void *keys, int d, int count,
                           int n_threads);
-/* Add slots [c->count, to) of keys to their nearest lists (untrained: none). */
+/* Add slots [c->count, to) of keys to their nearest lists (untrained: none);
+ * 0, or -1 when out of memory (the lists then hold what they held). */
 int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int n_threads);
 void select_clusters_truncate(select_clusters *c, int n_keep);
 void select_clusters_free(select_clusters *c);
