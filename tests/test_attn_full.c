@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "attn/attn.h"
+#include "attn/attn_far.h"
 #include "kv/kv_file.h"
 #include "kernels/kernels.h"
 #include "base/rng.h"
@@ -358,6 +359,41 @@ static void check_ring(subq_kv_type type) {
     kv_cache_free(&kv);
 }
 
+/* attn_rope_rotate through the turn tables (angle addition over four
+ * 8-bit digits of the shift) against cos and sin of shift * freq[i] in
+ * long double, both pair layouts, shifts of every size and sign */
+static void check_turns(void) {
+    enum { HALF = 32 };
+    double freq[HALF];
+    for (int i = 0; i < HALF; i++) freq[i] = pow(10000.0, -2.0 * i / (2 * HALF));
+    double *turns = malloc(attn_rope_turns_size(HALF) * sizeof(double));
+    attn_rope_turns_fill(freq, HALF, turns);
+    uint64_t rng = rng_seed(57);
+    double worst = 0;
+    const int32_t edge[] = {0, 1, -1, 255, 256, -65536, 1048575, INT32_MAX, INT32_MIN + 1, INT32_MIN};
+    for (int rep = 0; rep < 400; rep++) {
+        const int neox = rep & 1;
+        const attn_rope r = {.n_rot = 2 * HALF, .neox = neox, .freq = freq, .turns = turns};
+        const int32_t shift = rep < 10 ? edge[rep] : (int32_t)(rng_next_u64(&rng) >> (32 + rep % 31));
+        float x[2 * HALF], y[2 * HALF];
+        for (int c = 0; c < 2 * HALF; c++) x[c] = y[c] = (float)rng_uniform(&rng) * 2 - 1;
+        attn_rope_rotate(&r, y, shift);
+        for (int i = 0; i < HALF; i++) {
+            const int i0 = neox ? i : 2 * i, i1 = neox ? i + HALF : 2 * i + 1;
+            const long double a = (long double)shift * freq[i], c = cosl(a), sn = sinl(a);
+            const double e0 = fabs((double)(x[i0] * c - x[i1] * sn) - y[i0]);
+            const double e1 = fabs((double)(x[i0] * sn + x[i1] * c) - y[i1]);
+            worst = e0 > worst ? e0 : worst;
+            worst = e1 > worst ? e1 : worst;
+        }
+    }
+    /* float rounding of the products (|x| <= 1); a turn off by one digit's
+     * angle would be off by O(1) */
+    CHECK(worst < 1e-6, "turned by the tables: worst error %.2e", worst);
+    printf("turns by tables: worst error %.2e\n", worst);
+    free(turns);
+}
+
 int main(void) {
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) check_ring((subq_kv_type)t);
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
@@ -367,8 +403,7 @@ int main(void) {
         check((subq_kv_type)t, 2, 3, 64, 2600, 1500, "test_attn_full.kv"); /* slot-major, blocks of every head */
     }
     remove("test_attn_full.kv");
-    {
-    }
+    check_turns();
     /* quantised rows need 32-value blocks, or one block per row of 2..16 */
     subq_error err = {0};
     kv_cache kv;

@@ -14,9 +14,9 @@
  *   the prefill's block scan, blocks ranked by  recall >= 0.9 of the brute top K
  *   their mean or also their representatives
  *   hnsw, faiss                                 recall >= 0.9
- *   the prefill's content clusters, every list  the brute top K (and again
- *   probed                                      after a truncation and an
- *                                               append)
+ *   the prefill's content clusters (int8 codes  the brute top K (and again
+ *   re-ranked), every list probed, 32 far dims  after a truncation and an
+ *   and 40 (codes zero-padded to 64)            append)
  *   ... a few lists probed                      recall >= 0.9
  *   far_hi 0 or far_rot 0                       the whole score (no split) */
 #include <math.h>
@@ -231,7 +231,7 @@ static void test_recall(subq_selector_kind kind, subq_scan scan, int reps, uint6
  * with every list probed, the brute top K under random masks (segments,
  * exclusions, far_hi 0 to n_slots), also once the lists have dropped the
  * truncated slots and taken them again; with a few lists, recall. */
-static void test_clusters(int f16, uint64_t seed) {
+static void test_clusters(int f16, int rot, uint64_t seed) {
     enum { NQ = 24, K = 32, LISTS = 48 };
     uint64_t rng = rng_seed(seed);
     float *keys = malloc((size_t)N * D * sizeof(float)), lure[D], *q = malloc((size_t)NQ * D * sizeof(float));
@@ -242,7 +242,7 @@ static void test_clusters(int f16, uint64_t seed) {
     for (int probe = LISTS; probe > 0; probe = probe == LISTS ? 6 : 0) {
         selector_params p;
         selector_params_default(&p, SUBQ_SELECT_EXACT, D);
-        p.plan.search_f16 = f16, p.far_rot = ROT, p.plan.nprobe = 0;
+        p.plan.search_f16 = f16, p.far_rot = rot, p.plan.nprobe = 0;
         p.plan.clusters = LISTS, p.plan.cluster_probe = probe, p.plan.cluster_from = 1024;
         selector *s = NULL;
         subq_error err = {0};
@@ -264,11 +264,11 @@ static void test_clusters(int f16, uint64_t seed) {
             m[0].far_hi = m[0].n_slots; /* every key far */
             CHECK(selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1) == 0, "clusters: query failed");
             for (int i = 0; i < NQ; i++)
-                judge(q + (size_t)i * D, keys, &m[i], ROT, SUBQ_SCORE_COSINE, K, out + (size_t)i * K, got[i], tol,
+                judge(q + (size_t)i * D, keys, &m[i], rot, SUBQ_SCORE_COSINE, K, out + (size_t)i * K, got[i], tol,
                       probe == LISTS, &bad, &hits, &wanted);
             if (probe == LISTS)
-                CHECK(bad == 0 && hits == wanted, "clusters %s, every list, round %d: %d wrong, recall %.4f",
-                      f16 ? "f16" : "f32", round, bad, hits / wanted);
+                CHECK(bad == 0 && hits == wanted, "clusters %s, %d far dims, every list, round %d: %d wrong, recall %.4f",
+                      f16 ? "f16" : "f32", D - rot, round, bad, hits / wanted);
             else
                 CHECK(hits >= 0.9 * wanted, "clusters %s, %d of %d lists: recall@%d %.3f", f16 ? "f16" : "f32", probe,
                       LISTS, K, hits / wanted);
@@ -334,8 +334,9 @@ int main(void) {
     }
     test_recall(SUBQ_SELECT_HNSW, SUBQ_SCAN_FULL, 0, 31);
     test_recall(SUBQ_SELECT_FAISS, SUBQ_SCAN_FULL, 0, 32);
-    test_clusters(0, 41);
-    test_clusters(1, 42);
+    test_clusters(0, ROT, 41);
+    test_clusters(1, ROT, 42);
+    test_clusters(0, 24, 43); /* 40 far dims: codes padded to 64 */
     test_no_split();
     return test_summary();
 }

@@ -65,17 +65,57 @@ void attn_far_distances(const kv_cache *kv, int q_slot, const int *slots, int n,
     for (int j = 0; j < n; j++) dist[j] = pq - kv->pos[slots[j]];
 }
 
-/* pair i turns by shift * freq[i] (the angle in double: shifts reach 1M
- * positions, where a float angle is off by radians) */
+size_t attn_rope_turns_size(int half) { return (size_t)ATTN_TURN_LEVELS * ATTN_TURN_DIGITS * 2 * (size_t)half; }
+
+/* row (l, d): cos (d 256^l freq[i]) for i < half, then the sines */
+void attn_rope_turns_fill(const double *freq, int half, double *turns) {
+    for (int l = 0; l < ATTN_TURN_LEVELS; l++)
+        for (int d = 0; d < ATTN_TURN_DIGITS; d++) {
+            double *c = turns + ((size_t)l * ATTN_TURN_DIGITS + d) * 2 * half, *s = c + half;
+            for (int i = 0; i < half; i++) {
+                const double a = ldexp((double)d, 8 * l) * freq[i];
+                c[i] = cos(a), s[i] = sin(a);
+            }
+        }
+}
+
+/* cos and sin of pair i's angle shift * freq[i], in double (shifts reach
+ * 1M positions, where a float angle is off by radians):
+ *   |shift| = sum_l d_l 256^l,  e^(i a) = prod_l e^(i d_l 256^l freq)
+ * from the tables, else by cos and sin of the angle. */
+static void turn_of(const attn_rope *r, int32_t shift, double *c, double *s) {
+    const int half = r->n_rot / 2;
+    if (!r->turns) {
+        for (int i = 0; i < half; i++) {
+            const double a = (double)shift * r->freq[i];
+            c[i] = cos(a), s[i] = sin(a);
+        }
+        return;
+    }
+    const uint32_t u = shift < 0 ? 0u - (uint32_t)shift : (uint32_t)shift;
+    for (int i = 0; i < half; i++) c[i] = 1.0, s[i] = 0.0;
+    for (int l = 0; l < ATTN_TURN_LEVELS; l++) {
+        const uint32_t d = (u >> (8 * l)) & (ATTN_TURN_DIGITS - 1);
+        if (!d) continue;
+        const double *tc = r->turns + ((size_t)l * ATTN_TURN_DIGITS + d) * 2 * half, *ts = tc + half;
+        for (int i = 0; i < half; i++) {
+            const double cn = c[i] * tc[i] - s[i] * ts[i];
+            s[i] = s[i] * tc[i] + c[i] * ts[i], c[i] = cn;
+        }
+    }
+    if (shift < 0)
+        for (int i = 0; i < half; i++) s[i] = -s[i];
+}
+
 void attn_rope_rotate(const attn_rope *r, float *x, int32_t shift) {
     const int half = r->n_rot / 2;
+    double c[KV_MAX_HEAD_DIM / 2], s[KV_MAX_HEAD_DIM / 2];
+    turn_of(r, shift, c, s);
     for (int i = 0; i < half; i++) {
-        const double a = (double)shift * r->freq[i];
-        const float c = (float)cos(a), sn = (float)sin(a);
         const int i0 = r->neox ? i : 2 * i, i1 = r->neox ? i + half : 2 * i + 1;
-        const float x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * c - x1 * sn;
-        x[i1] = x0 * sn + x1 * c;
+        const float x0 = x[i0], x1 = x[i1], cf = (float)c[i], sf = (float)s[i];
+        x[i0] = x0 * cf - x1 * sf;
+        x[i1] = x0 * sf + x1 * cf;
     }
 }
 

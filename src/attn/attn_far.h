@@ -46,12 +46,23 @@ typedef struct attn_far {
  * adjacent (x[2i], x[2i+1]) or, with neox, split (x[i], x[i + n_rot/2]). */
 typedef struct attn_rope {
     int n_rot, neox;
-    const double *freq; /* [n_rot / 2] */
+    const double *freq;  /* [n_rot / 2] */
+    const double *turns; /* freq's turn tables (attn_rope_turns_fill), or NULL: cos and sin computed */
 } attn_rope;
 
 /* x <- R(shift) x: the first n_rot dims of one head's vector turned as if
  * it stood shift positions later (shift may be negative). */
 void attn_rope_rotate(const attn_rope *r, float *x, int32_t shift);
+
+/* Turn tables: the cos and sin of every pair's angle d 256^l freq[i] for
+ * digits d < 256 of levels l < 4, so that a turn by any 32-bit shift is
+ * the product of at most four table rotations (angle addition) instead of
+ * n_rot / 2 cos and sin calls: ~0.8 us a key, most of the far keys' cost
+ * in a long prompt (bench/notes/2026-12-03-prefill-1m.md). Doubles
+ * [4][256][2][half]; attn_rope_turns_size counts them. */
+enum { ATTN_TURN_LEVELS = 4, ATTN_TURN_DIGITS = 256 };
+size_t attn_rope_turns_size(int half);
+void attn_rope_turns_fill(const double *freq, int half, double *turns);
 
 /* shift[j] = d_j - d'_j for the n keys a scheme places (a query's sinks
  * and retrieved keys), at distances dist[j], beyond a local window of base

@@ -191,8 +191,9 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         }
         const rope_hparams *R = layer_rope(hp, l);
         /* the rotation alone (no mscale), for keys attended at another distance */
-        const attn_rope rot = {.n_rot = R ? R->n_rot : 0, .neox = R ? R->neox : 0,
-                               .freq = A->rope == LAYER_ROPE_LOCAL ? hp->rope_local.freq : c->rope_freq};
+        const double *freq = A->rope == LAYER_ROPE_LOCAL ? hp->rope_local.freq : c->rope_freq;
+        const attn_rope rot = {.n_rot = R ? R->n_rot : 0, .neox = R ? R->neox : 0, .freq = freq,
+                               .turns = R ? rope_turns_of(R, freq) : NULL};
         if (R) {
             const float *cs = A->rope == LAYER_ROPE_LOCAL ? c->rope_cs_local : c->rope_cs;
             rope(pl, c->q, n, hp->n_head, hp->head_dim, cs, R);

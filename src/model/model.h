@@ -50,6 +50,7 @@ typedef struct rope_hparams {
      * are multiplied by mscale */
     double *freq;           /* [n_rot/2], owned; with LongRoPE the short factors' */
     double *freq_long;      /* [n_rot/2], owned: the long factors'; NULL without LongRoPE */
+    double *turns, *turns_long; /* owned: freq's and freq_long's turn tables (attn_rope_turns_fill), for far keys */
     float mscale;
 } rope_hparams;
 
@@ -126,6 +127,8 @@ subq_status rope_load_longrope(const gguf_file *f, model_hparams *hp, subq_error
  * get_rope_factors), else r->freq. Fixed for the context's life: its
  * cached keys were rotated by it. */
 const double *rope_freq_for(const rope_hparams *r, int n_ctx);
+/* The turn tables of freq, one of r's frequency tables (attn_rope.turns). */
+const double *rope_turns_of(const rope_hparams *r, const double *freq);
 /* One line describing the rope in use, e.g. "yarn x4 (original context 32768, ...)". */
 void rope_describe(const rope_hparams *r, char *buf, size_t cap);
 

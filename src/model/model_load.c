@@ -121,8 +121,12 @@ void model_hparams_free(model_hparams *hp) {
     free(hp->rope.freq);
     free(hp->rope.freq_long);
     free(hp->rope_local.freq);
+    free(hp->rope.turns);
+    free(hp->rope.turns_long);
+    free(hp->rope_local.turns);
     free(hp->layer);
     hp->rope.freq = hp->rope.freq_long = hp->rope_local.freq = NULL;
+    hp->rope.turns = hp->rope.turns_long = hp->rope_local.turns = NULL;
     hp->layer = NULL;
 }
 

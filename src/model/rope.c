@@ -28,6 +28,7 @@
 
 #include "base/error.h"
 #include "model/model.h"
+#include "attn/attn_far.h"
 #include "kernels/kernels.h"
 
 #ifndef M_PI
@@ -183,6 +184,19 @@ static void compute_freqs(rope_hparams *r, const float *ff, double *freq) {
     r->mscale = r->attn_factor * (yarn ? (float)(1.0 + 0.1 * log((double)r->factor)) : 1.0f);
 }
 
+/* *turns: freq's turn tables (attn_rope_turns_fill), a new array */
+static subq_status make_turns(const rope_hparams *r, const double *freq, double **turns, subq_error *err) {
+    const int half = r->n_rot / 2;
+    if (!(*turns = malloc(attn_rope_turns_size(half > 0 ? half : 1) * sizeof(double))))
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    attn_rope_turns_fill(freq, half, *turns);
+    return SUBQ_OK;
+}
+
+const double *rope_turns_of(const rope_hparams *r, const double *freq) {
+    return freq && freq == r->freq_long ? r->turns_long : freq == r->freq ? r->turns : NULL;
+}
+
 subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, subq_error *err) {
     rope_hparams *r = &hp->rope;
     memset(r, 0, sizeof *r);
@@ -211,7 +225,7 @@ subq_status rope_load(const gguf_file *f, const char *arch, model_hparams *hp, s
     }
     compute_freqs(r, ff, r->freq);
     free(ff);
-    return SUBQ_OK;
+    return make_turns(r, r->freq, &r->turns, err);
 }
 
 subq_status rope_load_local(model_hparams *hp, float base, subq_error *err) {
@@ -221,7 +235,7 @@ subq_status rope_load_local(model_hparams *hp, float base, subq_error *err) {
     r->freq = malloc((size_t)(r->n_rot / 2 > 0 ? r->n_rot / 2 : 1) * sizeof(double));
     if (!r->freq) return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
     compute_freqs(r, NULL, r->freq);
-    return SUBQ_OK;
+    return make_turns(r, r->freq, &r->turns, err);
 }
 
 /* Phi-3's LongRoPE, as convert_hf_to_gguf.py writes it (Phi3MiniModel) and
@@ -254,6 +268,8 @@ subq_status rope_load_longrope(const gguf_file *f, model_hparams *hp, subq_error
     if (!s) {
         compute_freqs(r, fs, r->freq);
         compute_freqs(r, fl, r->freq_long);
+        attn_rope_turns_fill(r->freq, half, r->turns); /* the short factors' now */
+        s = make_turns(r, r->freq_long, &r->turns_long, err);
     }
     free(fs);
     free(fl);

@@ -29,8 +29,8 @@
  * What it gives up is recall: a block with one strong key among weak ones
  * can rank below a block of middling keys. In a search space part rotated
  * by position, neighbouring keys are alike, which is what makes contiguous
- * blocks a fair grouping; `check` measures the recall against the full
- * scan (bench, subq_context_stats). The answer of a query never depends on
+ * blocks a fair grouping; select_check_recall measures the recall against
+ * the full scan (bench, subq_context_stats). The answer of a query never depends on
  * keys at or past its n_slots: a block is ranked only when it lies wholly
  * below, and the rest is scanned exactly. */
 #include <math.h>
@@ -185,7 +185,7 @@ static int keep_best_runs(const select_rows *r, const select_rows *reps, int n_r
 
 int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf, const select_rows *rows,
                             const select_rows *codes, const select_block_index *ix, int count, const select_mask *m,
-                            int k, int check, int32_t *out, int *got, int n_threads) {
+                            int k, int32_t *out, int *got, int n_threads) {
     const int d = rows->d, block = ix->block, nprobe = ix->nprobe;
     int top = 0, far = 0; /* keys any query may rank; whether any has far keys */
     for (int i = 0; i < n; i++) {
@@ -311,9 +311,6 @@ int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf
     s->stats.bytes_read += (uint64_t)scored * scan_bytes + (uint64_t)ranked * rows->row_bytes +
                            ((uint64_t)summed + (uint64_t)nu_max * (1 + n_reps)) * d * sizeof(float);
 
-    /* 3. recall against the full scan, for every check-th query */
-    if (!rc && check > 0)
-        rc = select_check_recall(s, n, qn, far_rot ? qf : NULL, rows, count, m, k, check, out, got);
     free(unit_hi);
     free(R);
     free(SR);
@@ -335,7 +332,8 @@ int select_check_recall(selector *s, int n, const float *qn, const float *qf, co
     select_scratch sc = {0};
     int32_t *full = select_query_realloc(s, NULL, (size_t)k * sizeof(int32_t));
     int rc = full ? 0 : -1;
-    for (int i = 0; !rc && i < n; i += check) {
+    for (int i = 0; !rc && i < n; i++) {
+        if (m[i].ex1_hi < 1 || (m[i].ex1_hi - 1) % check) continue; /* the token's slot ends its tail */
         select_rows r = *rows;
         r.q = qn + (size_t)i * rows->d;
         if (qf) r.q_far = qf + (size_t)i * rows->d, r.far_hi = m[i].far_hi;

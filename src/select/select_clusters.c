@@ -14,22 +14,27 @@
  *            argmin_l |x - c_l|^2 = argmax_l (x . c_l - |c_l|^2 / 2)
  *          (one sgemm per chunk of rows)
  *   add    every key, then and later, to its nearest centroid's list: its
- *          dc dims as stored and its slot, so that a list scans as
- *          contiguous rows; lists are in slot order
- *   query  rank the lists by q . c_l (one sgemm for the batch), scan the
+ *          dc dims as q8_0 codes (zero-padded to blocks of 32: half an
+ *          f16 row) and its slot; lists are in slot order
+ *   query  rank the lists by q . c_l (one sgemm for the batch), score the
  *          keys of the nprobe best lists that are far from the query (a
- *          prefix of each list: slots below its far_hi) and every eligible
- *          near key exactly, and keep the k best.
+ *          prefix of each list: slots below its far_hi) by the integer
+ *          GEMM of the prompt's weights (q8 queries against the codes),
+ *          rank the best 2k of them again on the stored keys, score every
+ *          eligible near key exactly, and keep the k best.
  *
  * Per query that is dc x n products for the centroids plus dc x (the keys
  * of nprobe lists); the lists are trained once, so they lengthen as the
- * prompt grows, as a FAISS IVF index that is added to does. */
+ * prompt grows, as a FAISS IVF index that is added to does. The codes
+ * are FAISS's IndexIVFScalarQuantizer with a refine step: int8 products
+ * run 2-3x the rate of sgemm's at a list's 16-64 queries (VNNI). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/blas.h"
+#include "base/kth.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
 
@@ -40,6 +45,14 @@ enum {
 };
 
 static size_t elem_bytes(const select_clusters *c) { return c->f16 ? sizeof(uint16_t) : sizeof(float); }
+
+enum { CODE_BLOCK = 32 }; /* q8_0's */
+
+/* dst[0..dq) = the dc values of x, then zeros (as the codes are padded) */
+static void pad_to_code(float *dst, const float *x, int dc, int dq) {
+    memcpy(dst, x, (size_t)dc * sizeof(float));
+    memset(dst + dc, 0, (size_t)(dq - dc) * sizeof(float));
+}
 
 /* the first dc dims of rows [j0, j0 + n) of keys (rows of d, f16 or f32) as f32 into x [n][dc] */
 static void rows_f32(const void *keys, int d, int f16, int dc, int j0, int n, float *x) {
@@ -87,7 +100,10 @@ int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, cons
     select_clusters_free(c);
     const int ns = count < n_lists * KMEANS_PER_LIST ? count : n_lists * KMEANS_PER_LIST;
     if (n_lists < 1 || ns < n_lists) return 0; /* too few keys: stay untrained */
+    if (dc > KV_MAX_HEAD_DIM - CODE_BLOCK) return 0; /* wider than a code row's scratch: the block scan serves */
     c->n_lists = n_lists, c->dc = dc, c->f16 = f16;
+    c->dq = (dc + CODE_BLOCK - 1) / CODE_BLOCK * CODE_BLOCK;
+    c->code_bytes = kernels_kv_row_bytes(SUBQ_KV_Q8_0, c->dq);
     float *x = malloc((size_t)ns * dc * sizeof(float)), *S = malloc((size_t)ROWS_CHUNK * n_lists * sizeof(float));
     double *sum = malloc((size_t)n_lists * dc * sizeof(double));
     int32_t *a = malloc((size_t)ns * sizeof(int32_t)), *cnt = malloc((size_t)n_lists * sizeof(int32_t));
@@ -134,20 +150,21 @@ int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, cons
     return rc;
 }
 
-/* append row x (dc dims as stored: `src`, of key slot j) to list l */
-static int list_push(select_clusters *c, int l, const void *src, int32_t slot) {
+/* append key slot's dc dims x (f32) to list l as q8_0 codes */
+static int list_push(select_clusters *c, int l, const float *x, int32_t slot) {
     if (c->len[l] == c->cap[l]) {
         const int cap = c->cap[l] ? 2 * c->cap[l] : 16;
-        void *r = realloc(c->rows[l], (size_t)cap * c->dc * elem_bytes(c));
+        void *r = realloc(c->rows[l], (size_t)cap * c->code_bytes);
         if (r) c->rows[l] = r;
         int32_t *s = r ? realloc(c->slots[l], (size_t)cap * sizeof(int32_t)) : NULL;
         if (!s) return -1;
         c->slots[l] = s;
-        c->bytes += (size_t)(cap - c->cap[l]) * (c->dc * elem_bytes(c) + sizeof(int32_t));
+        c->bytes += (size_t)(cap - c->cap[l]) * (c->code_bytes + sizeof(int32_t));
         c->cap[l] = cap;
     }
-    const size_t row = (size_t)c->dc * elem_bytes(c);
-    memcpy((char *)c->rows[l] + (size_t)c->len[l] * row, src, row);
+    float row[KV_MAX_HEAD_DIM];
+    pad_to_code(row, x, c->dc, c->dq);
+    kernels_kv_from_f32(SUBQ_KV_Q8_0, row, (char *)c->rows[l] + (size_t)c->len[l] * c->code_bytes, c->dq);
     c->slots[l][c->len[l]++] = slot;
     return 0;
 }
@@ -163,7 +180,7 @@ int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int
         rows_f32(keys, d, c->f16, c->dc, j0, nb, x);
         assign(c, x, nb, S, a, n_threads);
         for (int t = 0; t < nb && !rc; t++)
-            rc = list_push(c, a[t], (const char *)keys + (size_t)(j0 + t) * d * elem_bytes(c), j0 + t);
+            rc = list_push(c, a[t], x + (size_t)t * c->dc, j0 + t);
         if (rc) select_clusters_truncate(c, j0); /* none of the chunk: a later call adds it whole */
         else c->count = j0 + nb;
     }
@@ -208,8 +225,13 @@ static int prefix_below(const int32_t *slots, int len, int hi) {
 }
 
 enum {
+    /* far keys kept by their codes, per key asked for, then ranked again on
+     * the stored keys: at 256K (layers 3 and 6) 2 gave the recall of f32
+     * scores (0.9707), 1 0.9667, and 4 (select_rerank_pool) cost 20% more
+     * selection, its lower bar letting more keys through */
+    RERANK_FACTOR = 2,
     NEAR_RUN = 1024,  /* near keys scored per run */
-    LIST_CHUNK = 1024  /* list rows scored at once (128 KiB of f16 rows of 64: in L2) */
+    LIST_CHUNK = 1024  /* list rows scored at once (68 KiB of codes of 64 dims) */
 };
 
 /* Offer the scores dt [p] of list l's first p rows to query i's buffer t,
@@ -224,47 +246,80 @@ static void offer_list(const select_clusters *c, int l, int j0, const float *dt,
     }
 }
 
+/* The np-th largest of x[0..L) into *kth, and the indices of the scores
+ * at least as large as a bound below it into ix (ascending), their count
+ * returned. The bound is a sample's: every SAMPLE_STRIDE-th score ranked
+ * at 1.5 times np's share plus 2 (quickselect over L / 8 scores), which
+ * is at most the np-th largest whenever at least np scores reach it; the
+ * np-th largest is then among those. Otherwise the bound is the np-th
+ * largest itself, by quickselect over all L. tmp: scratch of L. */
+static int np_best(const kernels *K, const float *x, int L, int np, float *tmp, int32_t *ix, float *kth) {
+    enum { SAMPLE_STRIDE = 8 };
+    const int m = L / SAMPLE_STRIDE, r = (int)(((int64_t)np * m * 3 / 2 + L - 1) / L) + 2;
+    if (r < m) {
+        for (int a = 0; a < m; a++) tmp[a] = x[(size_t)a * SAMPLE_STRIDE];
+        const int nat = K->index_at_least(x, L, kth_largest_f32(tmp, m, r), ix);
+        if (nat >= np) {
+            for (int a = 0; a < nat; a++) tmp[a] = x[ix[a]];
+            *kth = kth_largest_f32(tmp, nat, np);
+            return nat;
+        }
+    }
+    memcpy(tmp, x, (size_t)L * sizeof(float));
+    *kth = kth_largest_f32(tmp, L, np);
+    return K->index_at_least(x, L, *kth, ix);
+}
+
 int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe, int n, const float *qn,
                               const select_rows *rows, int count, const select_mask *m, int k, int32_t *out, int *got,
                               int n_threads) {
     const kernels *K = kernels_get();
-    const int d = rows->d, dc = c->dc, L = c->n_lists, np = nprobe < L ? nprobe : L;
-    const int run = NEAR_RUN > LIST_CHUNK ? NEAR_RUN : LIST_CHUNK;
+    const gemm_q8_fn gemm = kernels_gemm_q8(GGML_TYPE_Q8_0);
+    const int d = rows->d, dc = c->dc, dq = c->dq, nbq = dq / CODE_BLOCK, L = c->n_lists, np = nprobe < L ? nprobe : L;
+    const int n_pool = RERANK_FACTOR * k;
+    int run = NEAR_RUN > LIST_CHUNK ? NEAR_RUN : LIST_CHUNK;
+    if (run < n_pool) run = n_pool;
     float *S = select_query_realloc(s, NULL, (size_t)n * L * sizeof(float));
     float *dots = select_query_realloc(s, NULL, (size_t)n_threads * run * sizeof(float));
     int32_t *at = select_query_realloc(s, NULL, (size_t)n_threads * run * sizeof(int32_t));
     int32_t *chosen = select_query_realloc(s, NULL, (size_t)n * np * sizeof(int32_t));
     int32_t *start = select_query_realloc(s, NULL, ((size_t)L + 1) * sizeof(int32_t));
     int32_t *by_list = select_query_realloc(s, NULL, (size_t)n * np * 2 * sizeof(int32_t)); /* query, prefix */
-    uint64_t *lkeys = select_query_realloc(s, NULL, (size_t)n_threads * 2 * np * sizeof(uint64_t));
+    float *ltmp = select_query_realloc(s, NULL, (size_t)n_threads * L * sizeof(float));
     int32_t *lix = select_query_realloc(s, NULL, (size_t)n_threads * L * sizeof(int32_t));
-    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * k * sizeof(uint64_t));
+    uint64_t *keys = select_query_realloc(s, NULL, (size_t)n * 2 * n_pool * sizeof(uint64_t));
     topk_buf *t = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
-    float *Q = select_query_realloc(s, NULL, (size_t)n * dc * sizeof(float));
+    int8_t *qq = select_query_realloc(s, NULL, (size_t)n * dq * 2); /* the queries' codes, then a list's */
+    float *qd = select_query_realloc(s, NULL, (size_t)n * nbq * 2 * sizeof(float));
     float *R = select_query_realloc(s, NULL, (size_t)n * LIST_CHUNK * sizeof(float));
     int *nch = select_query_realloc(s, NULL, (size_t)n * sizeof(int));
-    int rc = S && dots && at && chosen && start && by_list && lkeys && lix && keys && t && Q && R && nch ? 0 : -1;
+    int rc = gemm && S && dots && at && chosen && start && by_list && ltmp && lix && keys && t && qq && qd && R && nch
+                 ? 0 : -1;
+    int8_t *Qq = qq + (size_t)n * dq;
+    float *Qd = qd + (size_t)n * nbq;
     /* 1. every query's best lists by q . c over its first dc dims */
     if (!rc) blas_sgemm(n_threads, 0, 1, n, L, dc, 1.0f, qn, d, c->cent, dc, 0.0f, S, L);
 #pragma omp parallel for num_threads(n_threads) schedule(static) if (!rc && n * L >= 1 << 16)
     for (int i = 0; i < n; i++) {
         if (rc) continue;
-        t[i] = (topk_buf){.key = keys + (size_t)i * 2 * k, .k = k};
+        t[i] = (topk_buf){.key = keys + (size_t)i * 2 * n_pool, .k = n_pool};
         const int vis = m[i].n_slots < count ? m[i].n_slots : count;
         nch[i] = 0;
         if (m[i].far_hi <= 0 || vis <= 0) continue;
+        float x[KV_MAX_HEAD_DIM];
+        pad_to_code(x, qn + (size_t)i * d, dc, dq);
+        K->quantize_q8(x, dq, qq + (size_t)i * dq, qd + (size_t)i * nbq);
+        /* the np best: those above the np-th largest score, then those
+         * equal to it, by list (ties to the lower list) */
         const int th = omp_get_thread_num();
-        topk_buf lt = {.key = lkeys + (size_t)th * 2 * np, .k = np};
-        /* only scores that reach the worst kept at the last cut enter: runs
-         * of 4 np, so that the threshold rises from the first run on */
         const float *row = S + (size_t)i * L;
-        int32_t *ix = lix + (size_t)th * L;
-        for (int l0 = 0; l0 < L; l0 += 4 * np) {
-            const int len = L - l0 < 4 * np ? L - l0 : 4 * np;
-            const int nat = K->index_at_least(row + l0, len, lt.thr ? select_key_score(lt.thr) : -INFINITY, ix);
-            for (int a = 0; a < nat; a++) select_topk_push(&lt, row[l0 + ix[a]], l0 + ix[a]);
-        }
-        nch[i] = select_topk_take(&lt, 0, chosen + (size_t)i * np, NULL);
+        int32_t *ix = lix + (size_t)th * L, *ch = chosen + (size_t)i * np;
+        float kth;
+        const int nat = np_best(K, row, L, np, ltmp + (size_t)th * L, ix, &kth);
+        for (int a = 0; a < nat; a++)
+            if (row[ix[a]] > kth) ch[nch[i]++] = ix[a];
+        for (int a = 0; a < nat && nch[i] < np; a++)
+            if (row[ix[a]] == kth) ch[nch[i]++] = ix[a];
     }
     /* ... and, list by list, the queries that probe it with the prefix
      * below each one's far_hi (a counting sort) */
@@ -282,12 +337,9 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
     for (int l = L; !rc && l > 0; l--) start[l] = start[l - 1];
     if (!rc) start[0] = 0;
     /* 2. the far keys, list by list: the queries that probe a list are
-     * scored together, a chunk of its rows at a time (the decode kernel's
-     * heads: the rows come from memory once a batch, not once a query);
-     * each query offers the rows below its far_hi. */
-    const select_rows list_rows = {.stride = (size_t)dc, .d = dc,
-                                   .scores = kernels_kv_decode_get(c->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores,
-                                   .row_bytes = (size_t)dc * elem_bytes(c)};
+     * scored together, a chunk of its rows at a time, by one integer GEMM
+     * of their codes against the rows' (the rows come from memory once
+     * for all of them); each query offers the rows below its far_hi. */
     int64_t listed = 0, read = 0, scored = 0;
     for (int l = 0; !rc && l < L; l++) {
         const int32_t *ql = by_list + 2 * (size_t)start[l];
@@ -296,10 +348,13 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
         for (int x = 0; x < nq; x++) P = ql[2 * x + 1] > P ? ql[2 * x + 1] : P;
         if (!P) continue;
         read += P;
-        for (int x = 0; x < nq; x++) memcpy(Q + (size_t)x * dc, qn + (size_t)ql[2 * x] * d, (size_t)dc * sizeof(float));
+        for (int x = 0; x < nq; x++) {
+            memcpy(Qq + (size_t)x * dq, qq + (size_t)ql[2 * x] * dq, (size_t)dq);
+            memcpy(Qd + (size_t)x * nbq, qd + (size_t)ql[2 * x] * nbq, (size_t)nbq * sizeof(float));
+        }
         for (int j0 = 0; j0 < P; j0 += LIST_CHUNK) {
             const int nb = P - j0 < LIST_CHUNK ? P - j0 : LIST_CHUNK;
-            list_rows.scores(Q, nq, (const char *)c->rows[l] + (size_t)j0 * list_rows.row_bytes, nb, dc, 1.0f, R, nb);
+            gemm((const char *)c->rows[l] + (size_t)j0 * c->code_bytes, c->code_bytes, nb, Qq, Qd, nq, dq, R, nb);
             for (int x = 0; x < nq; x++) {
                 const int i = ql[2 * x], p = ql[2 * x + 1] - j0;
                 if (p <= 0) continue;
@@ -308,14 +363,25 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
             }
         }
     }
-    /* 3. per query: its near keys in full */
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored) if (!rc)
+    /* 3. per query: its far keys' pool ranked again, then its near keys in full */
+    int64_t reranked = 0;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 8) reduction(+ : scored, reranked) if (!rc)
     for (int i = 0; i < n; i++) {
         if (rc) continue;
         const int th = omp_get_thread_num();
         float *dt = dots + (size_t)th * run;
         int32_t *ix = at + (size_t)th * run;
         const int vis = m[i].n_slots < count ? m[i].n_slots : count, far_hi = m[i].far_hi < vis ? m[i].far_hi : vis;
+        const int np_i = select_topk_take(&t[i], 0, ix, NULL);
+        t[i] = (topk_buf){.key = keys + (size_t)i * 2 * n_pool, .k = k};
+        const float *q = qn + (size_t)i * d;
+        for (int a = 0; a < np_i; a++) {
+            const size_t o = (size_t)ix[a] * rows->stride;
+            const float sc = c->f16 ? K->dot_f16(q, (const uint16_t *)rows->base + o, dc)
+                                    : K->dot_f32(q, (const float *)rows->base + o, dc);
+            select_topk_push(&t[i], sc, ix[a]);
+        }
+        reranked += np_i;
         int lo[3], hi[3];
         const int nr = select_mask_ranges(&m[i], count, lo, hi);
         select_rows r = *rows;
@@ -328,8 +394,9 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
             }
         got[i] = select_topk_take(&t[i], 0, out + (size_t)i * k, NULL); /* in any order (selector.h) */
     }
-    s->stats.n_visited += scored + listed + (int64_t)n * L;
-    s->stats.bytes_read += (uint64_t)scored * rows->row_bytes + (uint64_t)read * (list_rows.row_bytes + 4) +
+    s->stats.n_visited += scored + listed + reranked + (int64_t)n * L;
+    s->stats.bytes_read += (uint64_t)scored * rows->row_bytes + (uint64_t)read * (c->code_bytes + 4) +
+                           (uint64_t)reranked * dc * elem_bytes(c) +
                            (uint64_t)L * dc * sizeof(float);
     free(S);
     free(dots);
@@ -337,12 +404,13 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
     free(chosen);
     free(start);
     free(by_list);
-    free(lkeys);
+    free(ltmp);
     free(lix);
     free(keys);
     free(t);
-    free(Q);
     free(R);
+    free(qq);
+    free(qd);
     free(nch);
     return rc;
 }

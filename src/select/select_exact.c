@@ -297,7 +297,7 @@ typedef struct batch_query {
     selector *s;
     const float *q_search;
     const select_mask *m;
-    int n, k, blocks, clusters, sorted, pieces, check;
+    int n, k, blocks, clusters, sorted, pieces;
     int32_t *out;
     int *got;
     selector_stats *stats; /* [pieces] what each piece's scan counted */
@@ -361,10 +361,10 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
     int rc = clusters ? select_cluster_topk_batch(&piece, &e->cl, probe, n, qn, &full, e->count, m + i0, k,
                                                   out + (size_t)i0 * k, got + i0, n_threads)
              : blocks ? select_block_topk_batch(&piece, n, qn, qf, &full, cq ? &codes : NULL, &ix, e->count, m + i0, k,
-                                              p->plan.probe_check, out + (size_t)i0 * k, got + i0, n_threads)
+                                              out + (size_t)i0 * k, got + i0, n_threads)
                     : select_scan_topk_batch(&piece, n, qn, e->keys, (size_t)e->d, e->d, e->f16, e->count, m + i0, k,
                                              sorted, out + (size_t)i0 * k, got + i0, n_threads);
-    if (!rc && clusters && p->plan.probe_check > 0)
+    if (!rc && (blocks || clusters) && p->plan.probe_check > 0)
         rc = select_check_recall(&piece, n, qn, qf, &full, e->count, m + i0, k, p->plan.probe_check,
                                  out + (size_t)i0 * k, got + i0);
     add_counts(st, &piece.stats);
@@ -376,11 +376,8 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
 static void query_piece(void *ctx, int c, int thread) {
     (void)thread;
     const batch_query *b = ctx;
-    /* pieces start at multiples of the recall check's stride, so the same
-     * queries are checked however the batch is cut */
-    const int step = b->check > 0 ? b->check : 1, units = (b->n + step - 1) / step;
-    const int i0 = (int)((int64_t)units * c / b->pieces) * step;
-    const int i1 = c + 1 == b->pieces ? b->n : (int)((int64_t)units * (c + 1) / b->pieces) * step;
+    /* equal pieces (the recall check picks its tokens by slot) */
+    const int i0 = (int)((int64_t)b->n * c / b->pieces), i1 = (int)((int64_t)b->n * (c + 1) / b->pieces);
     b->stats[c] = (selector_stats){0};
     b->rc[c] = i1 > i0 ? query_range(b->s, b->q_search, b->m, i0, i1, b->k, b->blocks, b->clusters, b->sorted, b->out,
                                      b->got, 1, &b->stats[c])
@@ -428,9 +425,7 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
     selector_stats stats[MAX_PIECES];
     int rcs[MAX_PIECES];
     batch_query b = {.s = s, .q_search = q_search, .m = m, .n = n, .k = k, .blocks = blocks, .clusters = clusters,
-                     .sorted = !prefill, .pieces = pieces, .check = blocks || clusters ? p->plan.probe_check : 0,
-                     .out = out, .got = got,
-                     .stats = stats, .rc = rcs};
+                     .sorted = !prefill, .pieces = pieces, .out = out, .got = got, .stats = stats, .rc = rcs};
     pool_run(pl, pieces, query_piece, &b);
     int rc = 0;
     for (int c = 0; c < pieces; c++) {

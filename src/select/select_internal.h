@@ -227,32 +227,34 @@ typedef struct select_block_index {
  * last, partial group. With `codes` (the compressed rows of the same
  * slots; codes.cq holds the n queries coded, one each), the scan reads the
  * codes and keeps select_rerank_pool(k) slots, which the float rows then
- * rank. Every `check`-th query (0: none) is also answered by
- * select_scan_topk over `rows` and the overlap counted in s->stats.
- * Returns 0, or -1 when out of memory. */
+ * rank. Returns 0, or -1 when out of memory. */
 int select_block_topk_batch(selector *s, int n, const float *qn, const float *qf, const select_rows *rows,
                             const select_rows *codes,
-                            const select_block_index *ix, int count, const select_mask *m, int k, int check,
+                            const select_block_index *ix, int count, const select_mask *m, int k,
                             int32_t *out, int *got, int n_threads);
 
-/* Every check-th query of a prompt's batch (out + i * k, got[i]: what a
- * coarse scan answered) also answered by select_scan_topk over rows, the
- * overlap counted in s->stats.n_check_keys / n_check_found (the full
- * scan's own work is not counted). Returns 0, or -1 when out of memory. */
+/* The prompt tokens in every check-th slot among n queries (out + i * k,
+ * got[i]: what a coarse scan answered; a prompt token's slot is the last
+ * of its excluded tail, m[i].ex1_hi - 1)
+ * also answered by select_scan_topk over rows, the overlap counted in
+ * s->stats.n_check_keys / n_check_found (the full scan's own work is not
+ * counted). Returns 0, or -1 when out of memory. */
 int select_check_recall(selector *s, int n, const float *qn, const float *qf, const select_rows *rows, int count,
                         const select_mask *m, int k, int check, const int32_t *out, const int *got);
 
 /* Content clusters of the far keys' first dc = d - far_rot dims, an
  * inverted file (select_clusters.c): n_lists centroids, each with the
- * keys nearest to it, rows as stored (dc dims) in slot order. */
+ * keys nearest to it as q8_0 codes of those dims, in slot order. */
 typedef struct select_clusters {
     int n_lists;      /* 0: not trained */
-    int dc, f16;      /* dims clustered; rows kept f16 (else f32) */
+    int dc, f16;      /* dims clustered; the stored keys are f16 (else f32) */
+    int dq;           /* dc rounded up to q8_0's blocks of 32 (codes zero-padded) */
+    size_t code_bytes; /* one row's q8_0 blocks */
     int count;        /* slots [0, count) are in the lists */
     float *cent;      /* [n_lists][dc] */
     float *half_norm; /* [n_lists] |c|^2 / 2 */
     int32_t *len, *cap;
-    void **rows;      /* [n_lists] -> [cap][dc] */
+    void **rows;      /* [n_lists] -> [cap] rows of code_bytes */
     int32_t **slots;  /* [n_lists] -> [cap] increasing */
     size_t bytes;     /* the lists' allocations */
 } select_clusters;
@@ -274,9 +276,10 @@ void select_clusters_free(select_clusters *c);
 size_t select_clusters_bytes(const select_clusters *c);
 /* The k best for each of n queries (unit rows qn [n][d]): the far keys
  * (slots below m[i].far_hi) of its nprobe lists with the best q . centroid,
- * scored on their first dc dims, and its eligible near keys scored whole
- * from rows; out + i * k in any order, counts in got. Returns 0, or -1
- * when out of memory. */
+ * scored on their first dc dims (by the codes, then the best 2k of them
+ * again on the stored rows), and its eligible near keys scored whole from
+ * rows; out + i * k in any order, counts in got. Returns 0, or -1 when out
+ * of memory. */
 int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe, int n, const float *qn,
                               const select_rows *rows, int count, const select_mask *m, int k, int32_t *out, int *got,
                               int n_threads);

@@ -89,10 +89,11 @@ static subq_status set_stage(subq_context *c, int l, const sparse_params *sp, co
     sparse_params p = *sp;
     p.select.n_threads = c->n_threads;
     const rope_hparams *R = layer_rope(hp, l);
+    const double *freq = hp->layer[l].rope == LAYER_ROPE_LOCAL ? hp->rope_local.freq : c->rope_freq;
     selector_env env = {.kv = &c->kv, .layer = l, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                         .head_dim = hp->head_dim, .pool = c->pool,
-                        .rope = {.n_rot = R ? R->n_rot : 0, .neox = R ? R->neox : 0,
-                                 .freq = hp->layer[l].rope == LAYER_ROPE_LOCAL ? hp->rope_local.freq : c->rope_freq}};
+                        .rope = {.n_rot = R ? R->n_rot : 0, .neox = R ? R->neox : 0, .freq = freq,
+                                 .turns = R ? rope_turns_of(R, freq) : NULL}};
     attn_stage *st;
     subq_status s = attn_sparse_new(&p, proj ? proj->wq[l] : NULL, proj ? proj->wk[l] : NULL,
                                     proj ? &proj->rope : NULL, hp->n_embd, &env, &st, err);
