@@ -30,9 +30,9 @@
  * can rank below a block of middling keys. In a search space part rotated
  * by position, neighbouring keys are alike, which is what makes contiguous
  * blocks a fair grouping; select_check_recall measures the recall against
- * the full scan (bench, subq_context_stats). The answer of a query never depends on
- * keys at or past its n_slots: a block is ranked only when it lies wholly
- * below, and the rest is scanned exactly. */
+ * the full scan (bench, subq_context_stats). The answer of a query never
+ * depends on keys at or past its n_slots: a block is ranked only when it
+ * lies wholly below, and the rest is scanned exactly. */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
