@@ -374,13 +374,8 @@ int select_cluster_topk_batch(selector *s, const select_clusters *c, int nprobe,
         const int vis = m[i].n_slots < count ? m[i].n_slots : count, far_hi = m[i].far_hi < vis ? m[i].far_hi : vis;
         const int np_i = select_topk_take(&t[i], 0, ix, NULL);
         t[i] = (topk_buf){.key = keys + (size_t)i * 2 * n_pool, .k = k};
-        const float *q = qn + (size_t)i * d;
-        for (int a = 0; a < np_i; a++) {
-            const size_t o = (size_t)ix[a] * rows->stride;
-            const float sc = c->f16 ? K->dot_f16(q, (const uint16_t *)rows->base + o, dc)
-                                    : K->dot_f32(q, (const float *)rows->base + o, dc);
-            select_topk_push(&t[i], sc, ix[a]);
-        }
+        rows->dot(qn + (size_t)i * d, rows->base, rows->stride, dc, ix, np_i, dt); /* the first dc dims */
+        for (int a = 0; a < np_i; a++) select_topk_push(&t[i], dt[a], ix[a]);
         reranked += np_i;
         int lo[3], hi[3];
         const int nr = select_mask_ranges(&m[i], count, lo, hi);
