@@ -6,7 +6,8 @@
 #             window (StreamingLLM), Quest and learned exact@64 with each far scheme
 #   recall    passkey grids at 4K, 16K, 64K and 128K (sparse prefill), heat maps
 #             (RECALL_LENGTHS="65536" for some of them)
-#   recall1m  passkey at 1M tokens (one prompt: the time here allowed no more)
+#   recall1m  passkey at 1M tokens, one prompt a run (RECALL1M="DEPTH:SEED ...", default 0.5:1)
+# HAYSTACK=filler: recall's haystack is the pass-key test's filler (no --haystack), not WikiText
 #   probe     recall@64 of the prompt's block scan against the full scan at 128K
 #   decode    decode at 128K, with OLD=binary also the binary from before
 # Every run writes OUTDIR/NAME.json (and .err); existing results are kept.
@@ -20,6 +21,7 @@ W=$SH/data/text/wikitext-2-raw.test.txt
 S=$HERE/tests/models/fixture-4k-search-rope.gguf
 T=${THREADS:-2}
 FAR="--tail 1024 --far-from 1024"
+HAY="--haystack $W"; [ "${HAYSTACK:-}" = filler ] && HAY=""
 mkdir -p "$OUT"
 
 . "$HERE/bench/evidence_run.sh"
@@ -49,15 +51,17 @@ recall)
         *)     methods=exact@64:window ;;
         esac
         mkdir -p "$OUT/svg_$L"
-        run recall_$L recall -m $M --haystack $W --search $S --lengths $L --depths 0,0.5,1 --trials 4 \
+        run recall_$L recall -m $M $HAY --search $S --lengths $L --depths 0,0.5,1 --trials 4 \
             --methods $methods --sparse-prefill $FAR -t $T --json --svg-dir "$OUT/svg_$L" --force
     done ;;
 recall1m)
-    mkdir -p "$OUT/svg_1m"
-    run recall_1m recall -m $M --haystack $W --search $S --lengths 1048576 --depths 0.5 --trials 1 \
-        --methods exact@64:window --sparse-prefill $FAR -t $T --kv q8_0 --search-f16 --scan int4 \
-        --kv-file "$OUT/recall_1m.kv" --json --svg-dir "$OUT/svg_1m" --force
-    rm -f "$OUT/recall_1m.kv" ;;   # 4.4 GB
+    for ds in ${RECALL1M:-0.5:1}; do
+        d=${ds%:*} seed=${ds#*:}; name=recall_1m; [ -n "${RECALL1M:-}" ] && name=recall_1m_d${d}_s$seed
+        run $name recall -m $M $HAY --search $S --lengths 1048576 --depths $d --trials 1 --seed $seed \
+            --methods exact@64:window --sparse-prefill $FAR -t $T --kv q8_0 --search-f16 --scan int4 \
+            --kv-file "$OUT/recall_1m.kv" --json
+        rm -f "$OUT/recall_1m.kv"   # 4.4 GB
+    done ;;
 probe)
     # recall@64 of the prompt's block scan against the full scan at 128K (every 16th token)
     P="bench -m $M --prefill-ctx 131072 --prefill-text $W --attn exact --search $S --kv q8_0 -n 4 -t $T --probe-check 16 --json"

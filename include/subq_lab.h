@@ -511,7 +511,8 @@ const char *subq_recall_task_name(subq_recall_task t);
 
 typedef struct subq_recall_params {
     subq_recall_task task;
-    const char *haystack;     /* filler text (UTF-8), repeated to length (copied) */
+    const char *haystack;     /* filler text (UTF-8), repeated to length (copied); NULL: the pass-key
+                                 test's "The grass is green. The sky is blue. ..." */
     size_t haystack_len;
     int n_keys;               /* multikey: needles in the prompt (4) */
     int n_values;             /* multivalue: values of the key (4) */

@@ -150,6 +150,37 @@ static void check_model(const char *path, const char *label) {
     p.haystack = "";
     p.haystack_len = 0;
     CHECK(subq_recall_new(m, &p, &r, &err) == SUBQ_ERR_ARG, "%s: empty haystack accepted", label);
+    /* no haystack: the pass-key filler, the key its only number, reading the
+     * same across the point where its tokens wrap around */
+    p = subq_recall_default_params();
+    if (subq_recall_new(m, &p, &r, &err)) {
+        printf("FAIL: %s: recall_new without a haystack: %s\n", label, err.msg);
+        failures++;
+    } else {
+        subq_recall_prompt pr;
+        if (!subq_recall_make_prompt(r, L, 0.5, 0, &pr, &err)) {
+            const char *sentence = "The grass is green. The sky is blue. The sun is yellow. Here we go. "
+                                   "There and back again.";
+            char repeated[2048] = "";
+            for (int i = 0; i < 8; i++) strcat(strcat(repeated, sentence), " ");
+            int bos = info.add_bos && info.bos_id >= 0;
+            detok(m, pr.tokens, bos, pr.needle_pos, text, sizeof text);
+            char *t = text + strspn(text, " "); /* the filler before the needle, from a word start */
+            size_t tl = strlen(t);
+            while (tl && t[tl - 1] == ' ') t[--tl] = 0;
+            CHECK(tl > 100 && strstr(repeated, t) != NULL,
+                  "%s: the filler before the needle is not the pass-key filler: '%.120s'", label, t);
+            detok(m, pr.tokens, 0, pr.n_tokens, text, sizeof text);
+            int digits = 0;
+            for (const char *c = text; *c; c++) digits += *c >= '0' && *c <= '9';
+            CHECK(digits == 10, "%s: %d digits in a pass-key prompt, want the key's 2 x 5", label, digits);
+            subq_recall_prompt_free(&pr);
+        } else {
+            printf("FAIL: %s: make_prompt without a haystack: %s\n", label, err.msg);
+            failures++;
+        }
+        subq_recall_free(r);
+    }
     subq_model_free(m);
 }
 

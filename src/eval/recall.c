@@ -22,6 +22,13 @@ static const char *const key_words[] = {"apple", "river", "window", "garden", "s
                                         "meadow", "pencil", "rocket", "violin", "marble", "lantern", "orchard", "tiger"};
 #define N_KEY_WORDS ((int)(sizeof key_words / sizeof key_words[0]))
 
+/* The filler of the pass-key test (Mohtashami & Jaggi 2023; llama.cpp's
+ * passkey example, InfLLM), used when no haystack is given: the only number
+ * in the prompt is the key. */
+static const char *const passkey_filler =
+    "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again.";
+#define PASSKEY_FILLER_REPEATS 64
+
 static const char *const task_names[] = {"passkey", "niah-multikey", "niah-multivalue"};
 
 int subq_recall_task_parse(const char *name) {
@@ -160,20 +167,34 @@ subq_status subq_recall_new(const subq_model *m, const subq_recall_params *p, su
     subq_model_get_info(m, &r->info);
     int32_t *probe = NULL;
     int n_probe = 0;
-    subq_status s = tokenize(m, p->haystack ? p->haystack : "", p->haystack ? p->haystack_len : 0, &r->hay,
-                             &r->n_hay, err);
-    int text = 0; /* something besides white space */
-    for (size_t i = 0; p->haystack && i < p->haystack_len && !text; i++)
-        text = !strchr(" \t\r\n\f\v", p->haystack[i]);
-    if (!s && (r->n_hay == 0 || !text)) s = subq_fail(err, SUBQ_ERR_ARG, "the haystack holds no text");
     /* does the tokenizer put a space before the first word itself (SentencePiece)? */
-    if (!s) s = tokenize(m, "a", 1, &probe, &n_probe, err);
+    subq_status s = tokenize(m, "a", 1, &probe, &n_probe, err);
     if (!s) {
         char piece[16];
         r->spm_space = n_probe > 0 && tokenizer_token_to_piece(m->tok, probe[0], probe[0], piece, sizeof piece) > 0 &&
                        piece[0] == ' ';
     }
     free(probe);
+    /* no haystack: the pass-key filler, each sentence group starting a word,
+     * so that the filler reads the same where its tokens wrap around */
+    char *filler = NULL;
+    const char *hay = p->haystack;
+    size_t hay_len = p->haystack_len;
+    if (!s && !hay) {
+        const size_t n1 = strlen(passkey_filler) + 1;
+        filler = malloc(n1 * PASSKEY_FILLER_REPEATS + 1);
+        hay_len = 0;
+        if (!filler) s = subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+        for (int i = 0; filler && i < PASSKEY_FILLER_REPEATS; i++)
+            hay_len += (size_t)sprintf(filler + hay_len, "%s%s", r->spm_space && i == 0 ? "" : " ", passkey_filler);
+        hay = filler;
+    }
+    int text = 0; /* something besides white space */
+    for (size_t i = 0; !s && i < hay_len && !text; i++)
+        text = !strchr(" \t\r\n\f\v", hay[i]);
+    if (!s) s = tokenize(m, hay ? hay : "", hay ? hay_len : 0, &r->hay, &r->n_hay, err);
+    free(filler);
+    if (!s && (r->n_hay == 0 || !text)) s = subq_fail(err, SUBQ_ERR_ARG, "the haystack holds no text");
     if (s) {
         subq_recall_free(r);
         return s;

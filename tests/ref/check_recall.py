@@ -77,6 +77,17 @@ def main():
     ck.check("recall --kv-file refuses an existing FILE.prefill (never removes what it did not make)",
              p.returncode == 1 and b"exists" in p.stderr and os.path.exists(kv + ".prefill"), p.stderr.decode()[-300:])
 
+    # no --haystack: the pass-key filler (its prompts are checked in test_recall)
+    p = subprocess.run([bin_, "recall", "-m", model, "--lengths", "256", "--depths", "0.5", "--trials", "1",
+                        "--methods", "full", "--json"], capture_output=True, timeout=120)
+    ok = p.returncode == 0
+    try:
+        j = json.loads(p.stdout)
+        ok = ok and j["haystack"] == ["passkey filler"] and len(j["methods"][0]["accuracy"]) == 1
+    except (ValueError, KeyError):
+        ok = False
+    ck.check("recall without --haystack runs on the pass-key filler", ok, p.stderr.decode()[-300:])
+
     empty = os.path.join(tmp, "recall_empty.txt")
     open(empty, "w").close()
     bad = [
@@ -86,7 +97,7 @@ def main():
         ("unknown task", ["--haystack", hay, "--task", "nope"]),
         ("unknown method", ["--haystack", hay, "--methods", "full,fast@3"]),
         ("search method without projections", ["--haystack", hay, "--methods", "exact@8"]),
-        ("no haystack", []),
+        ("depth outside [0, 1]", ["--depths", "1.5"]),
     ]
     for name, extra in bad:
         p = subprocess.run([bin_, "recall", "-m", model] + extra, capture_output=True, timeout=120)

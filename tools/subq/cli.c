@@ -342,7 +342,7 @@ int cli_load(const char *cmd, const cli_model_opts *o, subq_model **m, subq_cont
     /* as llama.cpp does: past the trained context the model is untested */
     subq_model_info info;
     subq_model_get_info(*m, &info);
-    if (subq_context_n_ctx(*c) > info.n_ctx_train)
+    if (subq_context_n_ctx(*c) > info.n_ctx_train && !o->far_keys)
         fprintf(stderr, "subq %s: warning: a context of %d tokens exceeds the %d the model was trained on; what it "
                 "computes past them may be poor\n", cmd, subq_context_n_ctx(*c), info.n_ctx_train);
     return 1;

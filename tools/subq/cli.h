@@ -124,6 +124,8 @@ typedef struct cli_model_opts {
     int kv_continues; /* set by the command: it continues from what a --kv-file holds (generate,
                          logits); else cli_load refuses a file that holds tokens without --kv-reset */
     int swa_full;
+    int far_keys;     /* set by the command: its plan reads past the trained context with far keys at
+                         trained distances (--far-pos), so a longer context is not warned about */
 } cli_model_opts;
 
 #define CLI_MODEL_OPTS_HELP                                                        \

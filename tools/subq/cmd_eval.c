@@ -466,6 +466,7 @@ int cmd_eval(int argc, char **argv) {
     subq_eval_result *r = NULL;
     subq_error err = {0};
     int rc = 0;
+    mo.far_keys = so.plan.far_pos != SUBQ_FAR_NONE;
     if (!cli_load(cmd, &mo, &m, &c)) return 1;
     if (!cli_sparse_load(cmd, &so, m)) {
         rc = 1;

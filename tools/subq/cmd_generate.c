@@ -159,6 +159,7 @@ int cmd_generate(int argc, char **argv) {
         rc = cli_error(cmd, "%s", err.msg);
         goto done;
     }
+    mo.far_keys = so.plan.far_pos != SUBQ_FAR_NONE;
     if (!cli_sparse_model_default(cmd, &so, mo.model) || !cli_load(cmd, &mo, &m, &c) ||
         !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;

@@ -74,6 +74,7 @@ int cmd_perplexity(int argc, char **argv) {
     /* teacher forcing: every position retrieves as in decode; with
      * --sparse-prefill each chunk is scored as a sparse prompt runs */
     if (so.plan.sparse_prefill != SUBQ_PREFILL_SPARSE) so.plan.sparse_prefill = SUBQ_PREFILL_TOKENWISE;
+    mo.far_keys = so.plan.far_pos != SUBQ_FAR_NONE;
     if (!cli_sparse_model_default(cmd, &so, mo.model) || !cli_load(cmd, &mo, &m, &c) ||
         !cli_apply_sparse(cmd, &so, m, c)) {
         rc = 1;

@@ -12,7 +12,7 @@
 #include "cli_svg.h"
 
 static const char *help =
-    "usage: subq recall -m MODEL --haystack PATH [options]\n"
+    "usage: subq recall -m MODEL [--haystack PATH] [options]\n"
     "Needle-in-a-haystack recall: a fact stated once inside filler text, then a question;\n"
     "the answer is decoded greedily and must contain the exact number. Every method\n"
     "answers the same prompts. Prompts run the way `subq generate` runs them: dense\n"
@@ -21,7 +21,9 @@ static const char *help =
     "full attention's numbers (the first as many as the values asked). A dense prefill is run once per prompt and\n"
     "copied into every method's context (its index rebuilt from the copied rows).\n\n"
     "  -m, --model FILE     GGUF model (required)\n"
-    "  --haystack PATH      filler text: a file or a directory of files (repeatable)\n"
+    "  --haystack PATH      filler text: a file or a directory of files (repeatable); without it,\n"
+    "                       the pass-key test's filler (as llama.cpp's passkey example): \"The grass\n"
+    "                       is green. The sky is blue. ... There and back again.\" repeated\n"
     "  --task NAME          passkey | niah-multikey | niah-multivalue (default passkey)\n"
     "  --lengths LIST       prompt lengths in tokens (default: 1/4, 1/2 and all of the\n"
     "                       model's context); past it only with a far-key scheme\n"
@@ -230,7 +232,6 @@ int cmd_recall(int argc, char **argv) {
         }
     }
     if (!mo.model) return cli_error(cmd, "no model given; use -m FILE.gguf");
-    if (n_hay == 0) return cli_error(cmd, "no haystack given; use --haystack FILE or DIR");
     if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
     subq_recall_method methods[MAX_METHODS];
     int with_phi[MAX_METHODS], n_methods = 0;
@@ -298,6 +299,7 @@ int cmd_recall(int argc, char **argv) {
     subq_model_free(m);
     m = NULL;
     mo.n_ctx = max_len + max_new;
+    mo.far_keys = far;
     if (!cli_load(cmd, &mo, &m, &c) || !cli_sparse_load(cmd, &so, m)) {
         rc = 1;
         goto done;
@@ -355,6 +357,12 @@ int cmd_recall(int argc, char **argv) {
     if (json) {
         printf("{\"model\": ");
         cli_json_string(stdout, mo.model, strlen(mo.model));
+        printf(", \"haystack\": [");
+        for (int i = 0; i < n_hay; i++) {
+            printf("%s", i ? ", " : "");
+            cli_json_string(stdout, haystacks[i], strlen(haystacks[i]));
+        }
+        printf("%s]", n_hay ? "" : "\"passkey filler\"");
         printf(", \"task\": \"%s\", \"prefill\": \"%s\", \"trials\": %d, \"seed\": %llu, \"sink\": %d, \"tail\": %d, "
                "\"lengths\": [",
                subq_recall_task_name(rp.task), prefill, trials, (unsigned long long)rp.seed, so.plan.n_sink,
