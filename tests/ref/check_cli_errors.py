@@ -541,6 +541,14 @@ p = subprocess.run([BIN, "perplexity", "-m", MODEL, "-f", text_file, "-c", "4096
 n_cases += 1
 if p.returncode != 0 or b"warning: a context of 4096 tokens exceeds the 2048" not in p.stderr:
     failures.append(f"perplexity past the trained context: exit {p.returncode}, stderr {p.stderr[:300]!r}")
+# ... but not when far keys sit at trained distances (--far-pos)
+p = subprocess.run([BIN, "perplexity", "-m", MODEL, "-f", text_file, "-c", "4096", "--chunks", "1", "--select",
+                    "window", "--topk", "0", "--tail", "256", "--far-from", "256", "--far-pos", "window"],
+                   capture_output=True, timeout=120, env=ENV)
+n_cases += 1
+if p.returncode != 0 or b"warning" in p.stderr:
+    failures.append(f"perplexity past the trained context with --far-pos: exit {p.returncode}, "
+                    f"stderr {p.stderr[:300]!r}")
 
 # every subcommand has --help
 for sub in ["info", "generate", "perplexity", "tokenize", "logits", "synth"]:
