@@ -6,6 +6,7 @@
 #             window (StreamingLLM), Quest and learned exact@64 with each far scheme
 #   recall    passkey grids at 4K, 16K, 64K and 128K (sparse prefill), heat maps
 #             (RECALL_LENGTHS="65536" for some of them)
+#   multikey  RULER's multi-key needles (4 a prompt, one asked) at 16K
 #   recall1m  passkey at 1M tokens, one prompt a run (RECALL1M="DEPTH:SEED ...", default 0.5:1)
 # HAYSTACK=filler: recall's haystack is the pass-key test's filler (no --haystack), not WikiText
 #   probe     recall@64 of the prompt's block scan against the full scan at 128K
@@ -54,6 +55,9 @@ recall)
         run recall_$L recall -m $M $HAY --search $S --lengths $L --depths 0,0.5,1 --trials 4 \
             --methods $methods --sparse-prefill $FAR -t $T --json --svg-dir "$OUT/svg_$L" --force
     done ;;
+multikey)
+    run multikey_16384 recall -m $M $HAY --search $S --task niah-multikey --lengths 16384 --depths 0,0.5,1 \
+        --trials 4 --methods exact@64:window,window@0:window --sparse-prefill $FAR -t $T --json ;;
 recall1m)
     for ds in ${RECALL1M:-0.5:1}; do
         d=${ds%:*} seed=${ds#*:}; name=recall_1m; [ -n "${RECALL1M:-}" ] && name=recall_1m_d${d}_s$seed
@@ -75,6 +79,6 @@ decode)
         run decode_128k_new_$i bench $P
         [ -n "${OLD:-}" ] && B=$OLD run decode_128k_old_$i bench $P
     done ;;
-*) echo "far_evidence.sh: unknown part '$what' (ppl, recall, recall1m, probe, decode)" >&2; exit 1 ;;
+*) echo "far_evidence.sh: unknown part '$what' (ppl, recall, multikey, recall1m, probe, decode)" >&2; exit 1 ;;
 esac
 done

@@ -3,7 +3,11 @@
 
   bench/far_tables.py DIR ppl [CHART.svg]   perplexity by length and method; with
                                             CHART.svg, perplexity against length drawn
-  bench/far_tables.py DIR recall            passkey accuracy by length, depth and method
+  bench/far_tables.py DIR recall [CHART.svg [DIR2 [LABEL2]]]
+                                            passkey accuracy by length, depth and method (the
+                                            1M runs of one prompt each summed); with CHART.svg,
+                                            the share right against length per method, and
+                                            DIR2's (another haystack) dashed
   bench/far_tables.py DIR probe             block scan recall and time at 128K
   bench/far_tables.py DIR decode            decode at 128K, this binary and the one before
 """
@@ -107,9 +111,78 @@ def ppl_chart(d, path):
     os.replace(path + ".part", path)
 
 
+def recall_share(d):
+    """{(method, length): [right, prompts]} over a directory's recall grids and 1M runs."""
+    out = {}
+    for p in glob.glob(os.path.join(d, "recall_*.json")):
+        x = load(p)
+        for m in x["methods"]:
+            for li, L in enumerate(x["lengths"]):
+                c = out.setdefault((m["method"], L), [0, 0])
+                c[0] += sum(m["exact"][li])
+                c[1] += x["trials"] * len(m["exact"][li])
+    return out
+
+
+def recall_chart(d, path, d2=None, label2=None):
+    """Share of pass keys found against length, log2 x axis, one line per
+    method (DIR2's dashed, named label2)."""
+    label2 = label2 or (os.path.basename(d2.rstrip("/")) if d2 else "")
+    sets = [(recall_share(d), "")] + ([(recall_share(d2), "dash")] if d2 else [])
+    lengths = sorted({L for r, _ in sets for (_, L) in r})
+    W, H, ml, mr, mt, mb = 640, 320, 50, 270, 20, 40
+    x0, x1 = math.log2(lengths[0]), math.log2(lengths[-1])
+    X = lambda L: ml + (math.log2(L) - x0) / (x1 - x0 or 1) * (W - ml - mr)
+    Y = lambda v: mt + (1 - v) * (H - mt - mb)
+    colors = ["#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f", "#d62728", "#9467bd", "#8c564b"]
+    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, H),
+         '<rect width="100%" height="100%" fill="white"/>']
+    for L in lengths:
+        o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (X(L), mt, X(L), H - mb))
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (
+            X(L), H - mb + 15, "%dM" % (L >> 20) if L >= 1 << 20 else "%dK" % (L >> 10)))
+    for v in [0, 0.25, 0.5, 0.75, 1]:
+        o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (ml, Y(v), W - mr, Y(v)))
+        o.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (ml - 5, Y(v) + 4, v))
+    o.append('<text x="%d" y="%d" text-anchor="middle">prompt length (tokens, log scale); the fixture was trained at 4K</text>' % ((ml + W - mr) // 2, H - 8))
+    o.append('<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">share of pass keys found</text>' % ((mt + H - mb) // 2, (mt + H - mb) // 2))
+    methods = []  # in order of first appearance, shortest length first
+    for r, _ in sets:
+        for m, _ in sorted(r, key=lambda k: k[1]):
+            if m not in methods:
+                methods.append(m)
+    row = 0
+    for r, dash in sets:
+        for mi, m in enumerate(methods):
+            pts = [(L, r[(m, L)]) for L in lengths if (m, L) in r]
+            if not pts or (dash and len(pts) < 2):  # the other haystack: lines only
+                continue
+            c = colors[mi % len(colors)]
+            style = ' stroke-dasharray="5,3"' if dash else ""
+            o.append('<polyline fill="none" stroke="%s" stroke-width="2"%s points="%s"/>' % (
+                c, style, " ".join("%.1f,%.1f" % (X(L), Y(a / n)) for L, (a, n) in pts)))
+            for L, (a, n) in pts:
+                o.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%d of %d</title></circle>' % (X(L), Y(a / n), c, a, n))
+            y = mt + 10 + 16 * row
+            o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (W - mr + 10, y, W - mr + 30, y, c, style))
+            o.append('<text x="%d" y="%d">%s%s</text>' % (W - mr + 35, y + 4, m, ", " + label2 if dash else ""))
+            row += 1
+    o.append("</svg>")
+    with open(path + ".part", "w") as f:
+        f.write("\n".join(o) + "\n")
+    os.replace(path + ".part", path)
+
+
 def recall_table(d):
     files = sorted(glob.glob(os.path.join(d, "recall_*.json")),
                    key=lambda p: (len(p), p))
+    files = [p for p in files if not os.path.basename(p).startswith("recall_1m_")]
+    runs_1m = sorted(glob.glob(os.path.join(d, "recall_1m_*.json")))
+    if runs_1m:
+        right = [load(p)["methods"][0]["exact"][0][0] for p in runs_1m]
+        print("1M, one prompt a run: %d of %d right (%s)" % (sum(right), len(right), ", ".join(
+            "%s %s" % (os.path.basename(p)[10:-5], "right" if r else "wrong") for p, r in zip(runs_1m, right))))
+        print()
     for p in files:
         x = load(p)
         print("%s: %d trials a cell, %s prefill, tail %d" % (os.path.basename(p), x["trials"], x["prefill"], x["tail"]))
@@ -158,6 +231,8 @@ if __name__ == "__main__":
             ppl_chart(d, sys.argv[3])
     elif what == "recall":
         recall_table(d)
+        if len(sys.argv) > 3:
+            recall_chart(d, sys.argv[3], *sys.argv[4:6])
     elif what == "probe":
         probe_table(d)
     elif what == "decode":
