@@ -11,6 +11,8 @@
 #   passkey  pass key at 1K, 2K and 4K, dense and sparse prefill
 #   speed    decode at 4K and 32K and sparse prefill at 8K on the fixture
 #   speed_qwen  the same on the Qwen3-0.6B shape (QWEN=model) with random projections
+#   long     one set per query head (8 x 64) trained three times as long (144 steps), evaluated
+#            as in eval, at K = 64 with the completion maps of tests/models/fixture-4k-phi-4096.gguf, and its pass key
 # Every run writes OUTDIR/NAME.json (and .err); existing results are kept.
 set -euo pipefail
 OUT=${1:?usage: perhead_evidence.sh OUTDIR what...}; shift
@@ -27,17 +29,28 @@ mkdir -p "$OUT"
 . "$HERE/bench/evidence_run.sh"
 
 width() { case $1 in layer) echo 128 ;; *) echo 64 ;; esac; }
-# train NAME GRANULARITY D_SEARCH, eval NAME: the same text, steps and windows for every file
+# train NAME GRANULARITY D_SEARCH [STEPS WARMUP], eval NAME [EXTRA...]: the same text, steps and
+# windows for every file
 train() {
+    local steps=${4:-48}
     run train_$1 train-search -m "$M" -f "$D/wikitext-103.train-prefix.tokens.txt" \
         -f "$D/wikitext-103.valid.tokens.txt" -f "$D/pride-and-prejudice.txt" -f "$D/ulysses.txt" \
         --reserve 0 --granularity "$2" --d-search "$3" --rope-dims $(($3 / 2)) --seq 4096 --batch 2 \
-        --steps 48 --warmup 8 --lr 3e-3 --eval-every 24 --eval-tokens 16384 --save-every 8 -t "$T" \
-        -o "$OUT/search_$1.gguf" --force --json
+        --steps "$steps" --warmup "${5:-8}" --lr 3e-3 --eval-every $((steps / 2)) --eval-tokens 16384 \
+        --save-every 8 -t "$T" -o "$OUT/search_$1.gguf" --force --json
 }
 evaluate() {
-    run eval_$1 eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --search "$OUT/search_$1.gguf" \
-        --sparse-layers 1-7 --selectors exact --k-sweep 64,128,256 --static-split 0 -t "$T" --json
+    local name=$1
+    shift
+    run eval_$name eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --search "$OUT/search_${name%%_phi}.gguf" \
+        --sparse-layers 1-7 --selectors exact --k-sweep 64,128,256 --static-split 0 -t "$T" --json "$@"
+}
+passkey() {
+    for p in dense sparse; do
+        pf=; [ "$p" = sparse ] && pf=--sparse-prefill
+        run passkey_$1_$p recall -m "$M" --haystack "$W" --search "$OUT/search_$1.gguf" \
+            --lengths 1024,2048,4096 --depths 0,0.25,0.5,0.75,1 --trials 4 --methods full,exact@64 $pf -t "$T" --json
+    done
 }
 
 for what in "$@"; do
@@ -58,14 +71,12 @@ oracle)
         run oracle_$o eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --sparse-layers 1-7 --selectors oracle \
             --oracle "$o" --k-sweep 64,128,256 --static-split 0 -t "$T" --json
     done ;;
-passkey)
-    for g in $GRANS; do
-        for p in dense sparse; do
-            pf=; [ "$p" = sparse ] && pf=--sparse-prefill
-            run passkey_${g}_$p recall -m "$M" --haystack "$W" --search "$OUT/search_$g.gguf" \
-                --lengths 1024,2048,4096 --depths 0,0.25,0.5,0.75,1 --trials 4 --methods full,exact@64 $pf -t "$T" --json
-        done
-    done ;;
+passkey) for g in $GRANS; do passkey "$g"; done ;;
+long)
+    train head_144 head 64 144 12
+    evaluate head_144
+    evaluate head_144_phi --complete "$HERE/tests/models/fixture-4k-phi-4096.gguf" --k-sweep 64
+    passkey head_144 ;;
 speed)
     for g in $GRANS; do
         for c in 4096 32768; do
@@ -86,6 +97,6 @@ speed_qwen)
         run qwen_prefill_8192_${g}_$ds bench -m "$Q" --prefill-ctx 8192 --prefill-text "$W" --attn exact \
             --random-search "$ds" --random-search-heads "$g" --kv f16 -n 4 -t "$T" --json
     done ;;
-*) echo "perhead_evidence.sh: unknown part '$what' (train, eval, oracle, passkey, speed, speed_qwen)" >&2; exit 1 ;;
+*) echo "perhead_evidence.sh: unknown part '$what' (train, eval, sweep, oracle, passkey, speed, speed_qwen, long)" >&2; exit 1 ;;
 esac
 done

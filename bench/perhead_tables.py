@@ -17,6 +17,8 @@ ROWS = [  # file, label
     ("eval_layer", "learned, one set a layer (1 x 128)"),
     ("eval_kv-head", "learned, one set per KV head (2 x 64)"),
     ("eval_head", "learned, one set per query head (8 x 64)"),
+    ("eval_head_144", "learned, one set per query head (8 x 64), 144 steps"),
+    ("eval_head_144_phi", "the same + completion (fixture-4k-phi-4096.gguf)"),
     ("oracle_headmean-dot", "oracle, head-mean raw QK (one set a layer)"),
     ("oracle_per-kv-head", "oracle, group-mean raw QK (per KV head)"),
     ("oracle_per-head", "oracle, each head's raw QK (per query head)"),
