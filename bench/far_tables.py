@@ -71,6 +71,30 @@ def ppl_table(d):
                                         for L in LENGTHS if (L, "windows") in r))
 
 
+def svg_frame(W, H, ml, mr, mt, mb, x_title, y_title):
+    """An SVG's opening, white background and axis titles, as a list of lines."""
+    return ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, H),
+            '<rect width="100%" height="100%" fill="white"/>'], [
+        '<text x="%d" y="%d" text-anchor="middle">%s</text>' % ((ml + W - mr) // 2, H - 8, x_title),
+        '<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">%s</text>' % (
+            (mt + H - mb) // 2, (mt + H - mb) // 2, y_title)]
+
+
+def svg_legend(o, W, mr, mt, row, color, style, text):
+    """Legend entry `row` at the right of the plot."""
+    y = mt + 10 + 16 * row
+    o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (W - mr + 10, y, W - mr + 30, y, color, style))
+    o.append('<text x="%d" y="%d">%s</text>' % (W - mr + 35, y + 4, text))
+
+
+def svg_save(path, o):
+    """Close the SVG and write it atomically."""
+    o.append("</svg>")
+    with open(path + ".part", "w") as f:
+        f.write("\n".join(o) + "\n")
+    os.replace(path + ".part", path)
+
+
 def ppl_chart(d, path):
     """Perplexity against length, log-log, one line per method."""
     r = ppl_results(d)
@@ -81,8 +105,8 @@ def ppl_chart(d, path):
     X = lambda L: ml + (math.log2(L) - xs[0]) / (xs[-1] - xs[0]) * (W - ml - mr)
     Y = lambda p: mt + (y1 - math.log10(p)) / (y1 - y0) * (H - mt - mb)
     colors = ["#d62728", "#000000", "#7f7f7f", "#9467bd", "#8c564b", "#1f77b4", "#2ca02c", "#ff7f0e"]
-    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, H),
-         '<rect width="100%" height="100%" fill="white"/>']
+    o, titles = svg_frame(W, H, ml, mr, mt, mb, "context length (tokens, log scale); the fixture was trained at 4K",
+                          "perplexity (log scale)")
     for L in LENGTHS:
         o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (X(L), mt, X(L), H - mb))
         o.append('<text x="%.1f" y="%d" text-anchor="middle">%dK</text>' % (X(L), H - mb + 15, L // 1024))
@@ -90,8 +114,7 @@ def ppl_chart(d, path):
         if y0 <= math.log10(p) <= y1:
             o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (ml, Y(p), W - mr, Y(p)))
             o.append('<text x="%d" y="%.1f" text-anchor="end">%d</text>' % (ml - 5, Y(p) + 4, p))
-    o.append('<text x="%d" y="%d" text-anchor="middle">context length (tokens, log scale); the fixture was trained at 4K</text>' % ((ml + W - mr) // 2, H - 8))
-    o.append('<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">perplexity (log scale)</text>' % ((mt + H - mb) // 2, (mt + H - mb) // 2))
+    o += titles
     row = 0
     for (key, label), c in zip(PPL_METHODS, colors):
         pts = [(L, r[(L, key)]["ppl"]) for L in LENGTHS if (L, key) in r]
@@ -101,14 +124,9 @@ def ppl_chart(d, path):
             c, " ".join("%.1f,%.1f" % (X(L), Y(p)) for L, p in pts)))
         for L, p in pts:
             o.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>' % (X(L), Y(p), c))
-        y = mt + 10 + 16 * row
-        o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>' % (W - mr + 10, y, W - mr + 30, y, c))
-        o.append('<text x="%d" y="%d">%s</text>' % (W - mr + 35, y + 4, label.replace("`", "")))
+        svg_legend(o, W, mr, mt, row, c, "", label.replace("`", ""))
         row += 1
-    o.append("</svg>")
-    with open(path + ".part", "w") as f:
-        f.write("\n".join(o) + "\n")
-    os.replace(path + ".part", path)
+    svg_save(path, o)
 
 
 def recall_share(d):
@@ -135,8 +153,8 @@ def recall_chart(d, path, d2=None, label2=None):
     X = lambda L: ml + (math.log2(L) - x0) / (x1 - x0 or 1) * (W - ml - mr)
     Y = lambda v: mt + (1 - v) * (H - mt - mb)
     colors = ["#1f77b4", "#2ca02c", "#ff7f0e", "#7f7f7f", "#d62728", "#9467bd", "#8c564b"]
-    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, H),
-         '<rect width="100%" height="100%" fill="white"/>']
+    o, titles = svg_frame(W, H, ml, mr, mt, mb, "prompt length (tokens, log scale); the fixture was trained at 4K",
+                          "share of pass keys found")
     for L in lengths:
         o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (X(L), mt, X(L), H - mb))
         o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (
@@ -144,8 +162,7 @@ def recall_chart(d, path, d2=None, label2=None):
     for v in [0, 0.25, 0.5, 0.75, 1]:
         o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (ml, Y(v), W - mr, Y(v)))
         o.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (ml - 5, Y(v) + 4, v))
-    o.append('<text x="%d" y="%d" text-anchor="middle">prompt length (tokens, log scale); the fixture was trained at 4K</text>' % ((ml + W - mr) // 2, H - 8))
-    o.append('<text x="14" y="%d" transform="rotate(-90 14 %d)" text-anchor="middle">share of pass keys found</text>' % ((mt + H - mb) // 2, (mt + H - mb) // 2))
+    o += titles
     methods = []  # in order of first appearance, shortest length first
     for r, _ in sets:
         for m, _ in sorted(r, key=lambda k: k[1]):
@@ -163,14 +180,9 @@ def recall_chart(d, path, d2=None, label2=None):
                 c, style, " ".join("%.1f,%.1f" % (X(L), Y(a / n)) for L, (a, n) in pts)))
             for L, (a, n) in pts:
                 o.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%d of %d</title></circle>' % (X(L), Y(a / n), c, a, n))
-            y = mt + 10 + 16 * row
-            o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"%s/>' % (W - mr + 10, y, W - mr + 30, y, c, style))
-            o.append('<text x="%d" y="%d">%s%s</text>' % (W - mr + 35, y + 4, m, ", " + label2 if dash else ""))
+            svg_legend(o, W, mr, mt, row, c, style, m + (", " + label2 if dash else ""))
             row += 1
-    o.append("</svg>")
-    with open(path + ".part", "w") as f:
-        f.write("\n".join(o) + "\n")
-    os.replace(path + ".part", path)
+    svg_save(path, o)
 
 
 def recall_table(d):
