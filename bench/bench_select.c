@@ -5,7 +5,7 @@
  * each context length. Each query masks sinks and tail as decode does.
  *
  *   cmake --build build --target bench_select
- *   ./build/bench_select [-n 32768,131072] [-d 128] [-k 128] [-q 200] [-t 2] [-l 8]
+ *   ./build/bench_select [-n 32768,131072] [-d 128] [-k 128] [-q 200] [-t 2] [-l 8] [-g 1]
  *                        [--data gauss|clustered] [--only NAME,...] [--m 32] [--ef 64]
  *
  * Keys: "gauss" are N(0, 1) rows, as `subq bench` fills its indexes
@@ -15,7 +15,10 @@
  * (layers) queried in turn, so that as in decode a query finds the keys in
  * DRAM, not in the cache the previous query left them in. Times are the
  * median of the per-query times (the machine is shared); exact scans use -t
- * threads as decode does. */
+ * threads as decode does. With -g G > 1 the queries go in groups of G under
+ * one mask (selector_query_group: a KV head's query search heads), and the
+ * time per query is the group's divided by G; recall is against each
+ * query's own exact f32 scan. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,7 +68,7 @@ static int in_list(const char *list, const char *name) {
 
 int main(int argc, char **argv) {
     int ns[MAX_N] = {32768, 131072}, n_n = 2, d = 128, k = 128, n_q = 200, threads = 2, m = 32, ef = 64, n_l = 8;
-    int clustered = 0;
+    int clustered = 0, group = 1;
     const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         const char *a = argv[i], *v = argv[i + 1];
@@ -77,6 +80,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-q")) n_q = atoi(v);
         else if (!strcmp(a, "-t")) threads = atoi(v);
         else if (!strcmp(a, "-l")) n_l = atoi(v) < 1 ? 1 : atoi(v) > 64 ? 64 : atoi(v);
+        else if (!strcmp(a, "-g")) group = atoi(v) < 1 ? 1 : atoi(v) > 64 ? 64 : atoi(v);
         else if (!strcmp(a, "--m")) m = atoi(v);
         else if (!strcmp(a, "--ef")) ef = atoi(v);
         else if (!strcmp(a, "--data")) clustered = !strcmp(v, "clustered");
@@ -91,14 +95,16 @@ int main(int argc, char **argv) {
     uint64_t rng = rng_seed(3);
     float *centres = malloc((size_t)256 * d * sizeof(float));
     float *keys = malloc((size_t)n_max * d * sizeof(float)), *qs = malloc((size_t)n_q * d * sizeof(float));
-    int32_t *ref = malloc((size_t)n_q * k * sizeof(int32_t)), *out = malloc((size_t)k * sizeof(int32_t));
+    n_q = (n_q + group - 1) / group * group; /* whole groups */
+    int32_t *ref = malloc((size_t)n_q * k * sizeof(int32_t)), *out = malloc((size_t)group * k * sizeof(int32_t));
+    int *got = malloc((size_t)group * sizeof(int));
     double *t = malloc((size_t)n_q * sizeof(double));
-    if (!centres || !keys || !qs || !ref || !out || !t) return 1;
+    if (!centres || !keys || !qs || !ref || !out || !got || !t) return 1;
     for (int i = 0; i < 256 * d; i++) centres[i] = rng_normal(&rng);
     make_rows(keys, n_max, d, clustered, centres, &rng);
     make_rows(qs, n_q, d, clustered, centres, &rng);
-    printf("# %s keys, d %d, K %d, %d queries over %d layers, %d threads (exact scans), hnsw M %d efSearch %d; "
-           "sink 4, tail 16\n", clustered ? "clustered" : "gauss", d, k, n_q, n_l, threads, m, ef);
+    printf("# %s keys, d %d, K %d, %d queries over %d layers in groups of %d, %d threads (exact scans), hnsw M %d "
+           "efSearch %d; sink 4, tail 16\n", clustered ? "clustered" : "gauss", d, k, n_q, n_l, group, threads, m, ef);
     printf("%8s %-10s %9s %11s %10s %9s %10s\n", "n", "selector", "ms/query", "KB read/q", "recall@K", "insert us", "MiB");
     for (int ni = 0; ni < n_n; ni++) {
         const int n = ns[ni];
@@ -110,11 +116,11 @@ int main(int argc, char **argv) {
             if (!selector_kind_available(cf->kind)) continue;
             selector_params p;
             selector_params_default(&p, cf->kind, d);
-            p.scan = cf->scan;
-            p.f16_keys = cf->f16;
+            p.plan.scan = cf->scan;
+            p.plan.search_f16 = cf->f16;
             p.n_threads = threads;
-            p.hnsw_m = m;
-            p.hnsw_ef_search = ef;
+            p.plan.hnsw_m = m;
+            p.plan.hnsw_ef_search = ef;
             selector *sl[64];
             subq_error err = {0};
             double t0 = time_now_s();
@@ -133,18 +139,27 @@ int main(int argc, char **argv) {
             uint64_t b0 = 0;
             for (int l = 0; l < n_l; l++) b0 += sl[l]->stats.bytes_read;
             double hit = 0;
-            for (int q = 0; q < n_q; q++) {
+            const int n_g = n_q / group;
+            for (int q0 = 0; q0 < n_q; q0 += group) {
                 t0 = time_now_s();
-                int got = selector_query(sl[q % n_l], qs + (size_t)q * d, NULL, k, &mask, out);
-                t[q] = time_now_s() - t0;
-                if (ci == 0) memcpy(ref + (size_t)q * k, out, (size_t)k * sizeof(int32_t));
-                for (int i = 0; i < got; i++)
-                    for (int j = 0; j < k; j++) hit += out[i] == ref[(size_t)q * k + j];
+                if (group == 1)
+                    got[0] = selector_query(sl[q0 % n_l], qs + (size_t)q0 * d, NULL, k, &mask, out);
+                else if (selector_query_group(sl[(q0 / group) % n_l], group, qs + (size_t)q0 * d, NULL, k, &mask, out,
+                                              got))
+                    return 1;
+                t[q0 / group] = (time_now_s() - t0) / group;
+                for (int x = 0; x < group; x++) {
+                    const int q = q0 + x;
+                    const int32_t *o = out + (size_t)x * k;
+                    if (ci == 0) memcpy(ref + (size_t)q * k, o, (size_t)k * sizeof(int32_t));
+                    for (int i = 0; i < got[x]; i++)
+                        for (int j = 0; j < k; j++) hit += o[i] == ref[(size_t)q * k + j];
+                }
             }
             uint64_t b1 = 0;
             for (int l = 0; l < n_l; l++) b1 += sl[l]->stats.bytes_read;
-            qsort(t, (size_t)n_q, sizeof(double), cmp_double);
-            printf("%8d %-10s %9.3f %11.1f %10.4f %9.2f %10.1f\n", n, cf->name, 1e3 * t[n_q / 2],
+            qsort(t, (size_t)n_g, sizeof(double), cmp_double);
+            printf("%8d %-10s %9.3f %11.1f %10.4f %9.2f %10.1f\n", n, cf->name, 1e3 * t[n_g / 2],
                    (double)(b1 - b0) / n_q / 1024.0, hit / ((double)n_q * k), 1e6 * t_ins / n,
                    sl[0]->stats.bytes / 1048576.0);
             fflush(stdout);
@@ -156,6 +171,7 @@ int main(int argc, char **argv) {
     free(qs);
     free(ref);
     free(out);
+    free(got);
     free(t);
     return 0;
 }

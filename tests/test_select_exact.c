@@ -146,6 +146,35 @@ static void test_batch(selector *s, const float *keys, int d, int n, int f16, in
     free(have);
 }
 
+/* selector_query_group (a KV head's query search heads: g queries under one
+ * mask, the keys read once for all) against brute force: each query's
+ * answer is its own top K, g up to 11 (past SELECT_GROUP_MAX). */
+#define G_MAX 11
+static void test_group(selector *s, const float *keys, int d, int n, int f16, uint64_t *rng) {
+    const int k = 1 + (int)(rng_next_u64(rng) % 200);
+    float *q = malloc((size_t)G_MAX * d * sizeof(float));
+    int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc((size_t)G_MAX * k * sizeof(int32_t));
+    double *want = malloc((size_t)n * sizeof(double)), *have = malloc((size_t)k * sizeof(double));
+    bad_counts bad = {0};
+    for (int rep = 0; rep < 4; rep++) {
+        const int g = rep == 0 ? G_MAX : 1 + (int)(rng_next_u64(rng) % G_MAX);
+        select_mask m;
+        random_mask(rng, n, seg, &m);
+        for (int i = 0; i < g * d; i++) q[i] = rng_normal(rng) + 0.3f;
+        int got[G_MAX];
+        CHECK(selector_query_group(s, g, q, NULL, k, &m, out, got) == 0, "query_group failed");
+        for (int i = 0; i < g; i++)
+            check_answer(q + (size_t)i * d, keys, d, n, &m, k, out + (size_t)i * k, got[i], f16 ? 2e-3 : 1e-5, want,
+                         have, &bad);
+    }
+    report("exact group", f16, d, &bad);
+    free(q);
+    free(seg);
+    free(out);
+    free(want);
+    free(have);
+}
+
 /* The exact selector against brute force (double precision, full sort) on
  * random masks and K. Full scans must return the brute-force top K (score
  * multisets equal within the storage's rounding); compressed scans must
@@ -233,6 +262,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, subq_s
               name, (long long)s->stats.bytes_read);
     /* batches (a prefill's queries) scan the stored keys in full */
     if (score == SUBQ_SCORE_COSINE) test_batch(s, keys, d, n, f16, threads, &rng);
+    if (score == SUBQ_SCORE_COSINE && scan == SUBQ_SCAN_FULL) test_group(s, keys, d, n, f16, &rng);
 
     /* reset forgets the keys; a new sequence starts at slot 0 */
     selector_reset(s);
@@ -289,7 +319,7 @@ static void test_put_keys(subq_scan scan, int f16) {
  * the nearest peak (key j: a unit vector at an angle to the query growing
  * with that distance), so that the rows a long scan samples are about the
  * best there are and its first threshold comes out above the K-th score:
- * the answer must still be the brute force's. */
+ * the answer must still be the brute force's, alone and in a group. */
 static void test_peaks(subq_scan scan) {
     enum { N = 40000, D = 32, K = 64, PEAKS = 32 };
     float *keys = malloc((size_t)N * D * sizeof(float)), q[D] = {1.0f};
@@ -317,6 +347,18 @@ static void test_peaks(subq_scan scan) {
     bad_counts bad = {0};
     check_answer(q, keys, D, N, &all, K, out, got, scan == SUBQ_SCAN_FULL ? 1e-6 : 1e-4, want, have, &bad);
     report(select_scan_name(scan), 0, D, &bad);
+    if (scan == SUBQ_SCAN_FULL) { /* the peaked query beside two others, as a group */
+        float qg[3 * D];
+        int32_t outg[3 * K];
+        int gotg[3];
+        uint64_t rng = rng_seed(22);
+        memcpy(qg, q, sizeof q);
+        for (int i = D; i < 3 * D; i++) qg[i] = rng_normal(&rng);
+        CHECK(selector_query_group(s, 3, qg, NULL, K, &all, outg, gotg) == 0, "query_group failed");
+        for (int i = 0; i < 3; i++)
+            check_answer(qg + i * D, keys, D, N, &all, K, outg + i * K, gotg[i], 1e-6, want, have, &bad);
+        report("group, peaks", 0, D, &bad);
+    }
     selector_free(s);
     free(keys);
     free(want);

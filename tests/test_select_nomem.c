@@ -2,7 +2,7 @@
  * candidates" (which would quietly turn the query into window attention):
  * with each selector's test hook (every allocation a query makes fails),
  * the query returns a negative count on each allocation path (exact serial
- * and threaded scans, hnsw / faiss small-set scans and graph searches, quest,
+ * and threaded scans, alone and as a group of queries, hnsw / faiss small-set scans and graph searches, quest,
  * oracle) and works again once allocations succeed; and the forward pass of
  * a sparse context returns SUBQ_ERR_NOMEM with a one-line message. */
 #include <stdio.h>
@@ -50,6 +50,24 @@ static void check_queries(const kv_cache *kv, const float *ks, const float *q_s,
             s->fail_alloc = 0;
             got = selector_query(s, q_s, q_n, K, &all, out);
             CHECK(got == K, "%s with %d keys: %d of %d slots once allocations succeed", name, n, got, K);
+            /* two queries under one mask (a KV head's query search heads):
+             * exact's group scan (the other kinds query one by one, above) */
+            if (kind != SUBQ_SELECT_EXACT) {
+                selector_free(s);
+                continue;
+            }
+            float qg[2 * D];
+            int32_t outg[2 * K];
+            int gotg[2];
+            memcpy(qg, q_s, D * sizeof(float));
+            memcpy(qg + D, q_s, D * sizeof(float));
+            s->fail_alloc = 1;
+            int rc = selector_query_group(s, 2, qg, q_n, K, &all, outg, gotg);
+            CHECK(rc < 0, "%s with %d keys: a group query whose allocations fail returned %d", name, n, rc);
+            s->fail_alloc = 0;
+            rc = selector_query_group(s, 2, qg, q_n, K, &all, outg, gotg);
+            CHECK(rc == 0 && gotg[0] == K && gotg[1] == K, "%s with %d keys: a group query once allocations succeed",
+                  name, n);
             selector_free(s);
         }
     }

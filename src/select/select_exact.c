@@ -285,6 +285,33 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
 
+/* g queries under one mask (ops->query_group): the full scan reads the keys
+ * once for all of them; compressed scans and masks with far keys go query
+ * by query. */
+static int exact_query_group(selector *s, int g, const float *q_search, const float *q_native, int k,
+                             const select_mask *m, int32_t *out, int *got) {
+    exact_sel *e = (exact_sel *)s;
+    const int d = e->d;
+    for (int i = 0; i < g; i++) got[i] = 0;
+    if (!q_search || e->count == 0) return 0;
+    if (e->bits || (s->params.far_rot > 0 && m->far_hi > 0)) {
+        for (int i = 0; i < g; i++)
+            if ((got[i] = exact_query(s, q_search + (size_t)i * d, q_native, k, m, out + (size_t)i * k)) < 0) return -1;
+        return 0;
+    }
+    float *qn = select_query_realloc(s, NULL, (size_t)SELECT_GROUP_MAX * d * sizeof(float));
+    int rc = qn ? 0 : -1;
+    for (int i0 = 0; !rc && i0 < g; i0 += SELECT_GROUP_MAX) {
+        const int n = g - i0 < SELECT_GROUP_MAX ? g - i0 : SELECT_GROUP_MAX;
+        for (int i = 0; i < n; i++) select_prepare(qn + (size_t)i * d, q_search + (size_t)(i0 + i) * d, d, s->params.plan.score);
+        const select_rows full = {.base = e->keys, .stride = (size_t)d, .d = d, .q = qn, .dot = e->dot,
+                                  .scores = e->scores, .row_bytes = (size_t)d * elem(e)};
+        rc = select_scan_topk_group(s, &full, e->count, m, k, n, 1, out + (size_t)i0 * k, got + i0);
+    }
+    free(qn);
+    return rc;
+}
+
 /* A batch of queries: the stored keys in full (compressed scans too: a
  * batch's scan is one GEMM), or, for a prompt's batch (`prefill`) that
  * sees probe_from keys and more blocks than it probes, the block scan.
@@ -472,7 +499,7 @@ static void exact_free(selector *s) {
 
 static const selector_ops exact_ops = {exact_append,      exact_query,        exact_reset,    exact_free,
                                        exact_truncate,    exact_get_keys,     exact_put_keys, NULL,
-                                       exact_query_batch, exact_query_prefill, NULL};
+                                       exact_query_batch, exact_query_prefill, NULL,           exact_query_group};
 
 subq_status select_exact_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     exact_sel *e = calloc(1, sizeof *e);

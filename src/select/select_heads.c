@@ -7,14 +7,13 @@
  * the query heads [a * n_head / n_qhead, (a + 1) * n_head / n_qhead) and
  * ranks among key head b = a / (n_qhead / n_khead): with one query search
  * head per KV head (kv-head) a group shares one set, scanned once; with one
- * per query head (head) each head scans its KV head's keys itself. Each
- * query goes through the selector's decode path (its scan split across the
- * context's threads when long): scoring a group's queries together as one
- * batch was 2.3x slower at 32K on the fixture (20.8 against 47.4 ms a
- * step), since a scan's cost there is the top-K over every (query, key)
- * pair, not reading the keys. A prompt's batch goes through each key
- * head's prefill path instead (query_heads_prefill: the exact selector's
- * batched scan), one batch of the prompt's tokens per query search head. */
+ * per query head (head) the query search heads of a KV head rank its keys
+ * together (selector_query_group: the exact scan reads each run of keys
+ * once for all of them, each query with its own sampled threshold, split
+ * across the context's threads when long; other kinds query one by one).
+ * A prompt's batch goes through each key head's prefill path instead
+ * (query_heads_prefill: the exact selector's batched scan), one batch of
+ * the prompt's tokens per query search head. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,17 +106,22 @@ static int heads_query_heads(selector *s, const float *q_search, const float *q_
                              int32_t *out, int *n_out) {
     heads_sel *h = (heads_sel *)s;
     const int ds = s->params.d_search, per_a = s->env.n_head / h->n_qhead, a_per_b = h->n_qhead / h->n_khead;
-    int rc = 0;
-    for (int a = 0; a < h->n_qhead && !rc; a++) {
-        const int h0 = a * per_a;
-        int32_t *dst = out + (size_t)h0 * k;
-        const int got = selector_query(h->inner[a / a_per_b], q_search + (size_t)a * ds, q_native, k, m, dst);
-        if (got < 0) rc = -1;
-        for (int x = 0; !rc && x < per_a; x++) {
-            if (x) memcpy(out + (size_t)(h0 + x) * k, dst, (size_t)got * sizeof(int32_t));
-            n_out[h0 + x] = got;
-        }
+    /* key head b's query search heads a = b * a_per_b + x, together */
+    int32_t *cand = malloc(((size_t)a_per_b * k + 1) * sizeof(int32_t));
+    int *got = malloc((size_t)a_per_b * sizeof(int));
+    int rc = cand && got ? 0 : -1;
+    for (int b = 0; b < h->n_khead && !rc; b++) {
+        const int a0 = b * a_per_b;
+        rc = selector_query_group(h->inner[b], a_per_b, q_search + (size_t)a0 * ds, q_native, k, m, cand, got);
+        for (int x = 0; !rc && x < a_per_b; x++)
+            for (int y = 0; y < per_a; y++) { /* the query heads search head a serves */
+                const int hq = (a0 + x) * per_a + y;
+                memcpy(out + (size_t)hq * k, cand + (size_t)x * k, (size_t)got[x] * sizeof(int32_t));
+                n_out[hq] = got[x];
+            }
     }
+    free(cand);
+    free(got);
     sync_stats(h);
     return rc;
 }
@@ -174,7 +178,7 @@ static void heads_free(selector *s) {
 
 static const selector_ops heads_ops = {heads_append, heads_query, heads_reset, heads_free, heads_truncate,
                                        heads_get_keys, heads_put_keys, heads_query_heads, NULL, NULL,
-                                       heads_query_heads_prefill};
+                                       heads_query_heads_prefill, NULL};
 
 subq_status select_heads_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     *out = NULL;

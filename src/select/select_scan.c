@@ -283,6 +283,151 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
     return n_out;
 }
 
+/* ---- g queries under one mask ----------------------------------------------
+ * A KV head's query search heads rank the same keys: scanned one by one, each
+ * reads every row again. Here a run of rows is read once and scored for all
+ * g (the kernel holds two queries in registers at a time), and each query
+ * offers the scores that reach its own worst kept to its own buffer. */
+
+/* The eligible slots of [from, to) for the g queries r->q (r->d apart) into
+ * t[i] from their thresholds. dots: g x SELECT_BLOCK; idx: SELECT_BLOCK.
+ * Returns the rows read. */
+static int64_t scan_range_group(const select_rows *r, int n, int from, int to, const select_mask *m, int g,
+                                float *dots, int32_t *idx, topk_buf *t) {
+    const kernels *K = kernels_get();
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    int64_t rows = 0;
+    for (int q = 0; q < nr; q++) {
+        const int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
+        for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
+            const int nb = e - j0 < SELECT_BLOCK ? e - j0 : SELECT_BLOCK;
+            r->scores(r->q, g, (const char *)r->base + (size_t)j0 * r->row_bytes, nb, r->d, 1.0f, dots, SELECT_BLOCK);
+            for (int i = 0; i < g; i++) {
+                const float *di = dots + (size_t)i * SELECT_BLOCK;
+                const float worst = t[i].thr ? select_key_score(t[i].thr) : -INFINITY;
+                const int nc = K->index_at_least(di, nb, worst, idx);
+                for (int c = 0; c < nc; c++) {
+                    const int j = j0 + idx[c];
+                    if (!m->seg || m->seg[j] == m->query_seg) select_topk_push(&t[i], di[idx[c]], j);
+                }
+            }
+            rows += nb;
+        }
+    }
+    return rows;
+}
+
+/* scan_part for g <= SELECT_GROUP_MAX queries: each from its own sampled
+ * threshold, and one that kept fewer than k again alone from none. Query
+ * i's slots to out + i * k (scores likewise when not NULL), its count to
+ * got[i]; the rows read (once for the g) to *rows_read, the scores
+ * computed to *n_scored. Returns 0, or -1 when out of memory. */
+static int scan_part_group(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m,
+                           int k, int g, int sorted, select_scratch *sc, int32_t *out, float *scores, int *got,
+                           int64_t *rows_read, int64_t *n_scored) {
+    topk_buf t[SELECT_GROUP_MAX];
+    uint64_t thr0[SELECT_GROUP_MAX];
+    if (!select_scratch_u(s, sc, (size_t)g * 2 * k) || !select_scratch_f(s, sc, (size_t)g * SELECT_BLOCK) ||
+        !select_scratch_i(s, sc, SELECT_BLOCK))
+        return -1;
+    int64_t sampled = 0;
+    for (int i = 0; i < g; i++) {
+        select_rows ri = *r;
+        ri.q = r->q + (size_t)i * r->d;
+        thr0[i] = sample_threshold(&ri, n, from, to, m, k, &sampled);
+        t[i] = (topk_buf){.key = sc->u + (size_t)i * 2 * k, .k = k, .thr = thr0[i]};
+    }
+    const int64_t rows = scan_range_group(r, n, from, to, m, g, sc->f, sc->i, t);
+    *rows_read += rows + sampled;
+    *n_scored += rows * g + sampled;
+    for (int i = 0; i < g; i++)
+        got[i] = select_topk_take(&t[i], sorted, out + (size_t)i * k, scores ? scores + (size_t)i * k : NULL);
+    /* (every buffer taken: scan_range may reuse the scratch) */
+    for (int i = 0; i < g; i++) {
+        if (!thr0[i] || got[i] >= k) continue;
+        select_rows ri = *r;
+        ri.q = r->q + (size_t)i * r->d;
+        int64_t again = 0;
+        got[i] = scan_range(s, &ri, n, from, to, m, k, 0, sorted, sc, out + (size_t)i * k,
+                            scores ? scores + (size_t)i * k : NULL, &again);
+        if (got[i] < 0) return -1;
+        *rows_read += again, *n_scored += again;
+    }
+    return 0;
+}
+
+/* One part of a parallel group scan: a contiguous range of the slots. */
+typedef struct group_scan_job {
+    const selector *s;
+    const select_rows *rows;
+    const select_mask *m;
+    int n, k, g, n_parts;
+    float *best;     /* [n_parts][g][k] */
+    int32_t *slots;  /* [n_parts][g][k] */
+    int *got;        /* [n_parts][g] */
+    int64_t *counts; /* [n_parts][2]: rows read, scores computed */
+    int *rc;         /* [n_parts] */
+} group_scan_job;
+
+static void scan_group_chunk(void *ctx, int t, int thread) {
+    (void)thread;
+    group_scan_job *j = ctx;
+    select_scratch sc = {0};
+    const int from = (int)((int64_t)j->n * t / j->n_parts), to = (int)((int64_t)j->n * (t + 1) / j->n_parts);
+    const size_t o = (size_t)t * j->g * j->k;
+    j->counts[2 * t] = j->counts[2 * t + 1] = 0;
+    j->rc[t] = scan_part_group(j->s, j->rows, j->n, from, to, j->m, j->k, j->g, 0, &sc, j->slots + o, j->best + o,
+                               j->got + (size_t)t * j->g, &j->counts[2 * t], &j->counts[2 * t + 1]);
+    select_scratch_free(&sc);
+}
+
+int select_scan_topk_group(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int g, int sorted,
+                           int32_t *out, int *got) {
+    for (int i = 0; i < g; i++) got[i] = 0;
+    if (k <= 0 || g <= 0) return 0;
+    if (g > SELECT_GROUP_MAX) return -1;
+    /* split as select_scan_topk_parallel splits one query's scan */
+    const int n_parts = s->params.n_threads > 1 && n >= 8192 ? 2 * pool_threads(s->env.pool) : 1;
+    const size_t per = (size_t)n_parts * g * k;
+    float *best = select_query_realloc(s, NULL, per * sizeof(float));
+    int32_t *slots = select_query_realloc(s, NULL, per * sizeof(int32_t));
+    int *pgot = select_query_realloc(s, NULL, (size_t)n_parts * g * sizeof(int));
+    int64_t *counts = select_query_realloc(s, NULL, (size_t)n_parts * 2 * sizeof(int64_t));
+    int *rcs = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int));
+    int rc = best && slots && pgot && counts && rcs ? 0 : -1;
+    if (!rc) {
+        group_scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .g = g, .n_parts = n_parts, .best = best,
+                            .slots = slots, .got = pgot, .counts = counts, .rc = rcs};
+        pool_run(n_parts > 1 ? s->env.pool : NULL, n_parts, scan_group_chunk, &j);
+        for (int t = 0; t < n_parts; t++) {
+            if (rcs[t]) rc = -1;
+            s->stats.n_visited += counts[2 * t + 1];
+            s->stats.bytes_read += (uint64_t)counts[2 * t] * rows->row_bytes;
+        }
+    }
+    /* each query's parts merged through one more buffer */
+    select_scratch sc = {0};
+    scan_buf b;
+    for (int i = 0; !rc && i < g; i++) {
+        if (!scan_buf_init(s, &sc, k, &b)) {
+            rc = -1;
+            break;
+        }
+        for (int t = 0; t < n_parts; t++) {
+            const size_t o = ((size_t)t * g + i) * k;
+            for (int x = 0; x < pgot[(size_t)t * g + i]; x++) select_topk_push(&b.t, best[o + x], slots[o + x]);
+        }
+        got[i] = select_topk_take(&b.t, sorted, out + (size_t)i * k, NULL);
+    }
+    select_scratch_free(&sc);
+    free(best);
+    free(slots);
+    free(pgot);
+    free(counts);
+    free(rcs);
+    return rc;
+}
+
 /* Keys per sgemm block of the batched scan: n x 1024 scores. */
 #define BATCH_KEYS 1024
 
@@ -306,6 +451,7 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
     int rc = !S || (f16 && !kf) || !keys || !t || !idx || (far_rot && (!R || !far_hi)) ? -1 : 0;
     const kernels *KS = kernels_get();
     int64_t scored = 0;
+    const int run = 4 * k > 64 ? 4 * k : 64;
     for (int i = 0; !rc && i < n; i++) t[i] = (topk_buf){.key = keys + (size_t)i * 2 * k, .k = k};
     for (int j0 = 0; !rc && k > 0 && j0 < top; j0 += BATCH_KEYS) {
         const int j1 = j0 + BATCH_KEYS < top ? j0 + BATCH_KEYS : top, nb = j1 - j0;
@@ -325,12 +471,17 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
             for (int r = 0; r < nr; r++) {
                 const int a = lo[r] > j0 ? lo[r] : j0, b = hi[r] < j1 ? hi[r] : j1;
                 if (b <= a) continue;
-                /* only scores that reach the worst kept at the last cut may enter */
-                const float worst = t[i].thr ? select_key_score(t[i].thr) : -INFINITY;
-                const int nat = KS->index_at_least(row + a, b - a, worst, at);
-                for (int c = 0; c < nat; c++) {
-                    const int j = a + at[c];
-                    if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_topk_push(&t[i], row[j], j);
+                /* only scores that reach the worst kept at the last cut may
+                 * enter: runs of 4k, so that the threshold rises from the
+                 * first run of a query's first block on */
+                for (int x = a; x < b; x += run) {
+                    const int y = b - x < run ? b : x + run;
+                    const float worst = t[i].thr ? select_key_score(t[i].thr) : -INFINITY;
+                    const int nat = KS->index_at_least(row + x, y - x, worst, at);
+                    for (int c = 0; c < nat; c++) {
+                        const int j = x + at[c];
+                        if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_topk_push(&t[i], row[j], j);
+                    }
                 }
                 if (!m[i].seg) {
                     scored += b - a;

@@ -206,6 +206,25 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
     return got < 0 ? -1 : got;
 }
 
+int selector_query_group(selector *s, int g, const float *q_search, const float *q_native, int k, const select_mask *m,
+                         int32_t *out, int *got) {
+    for (int i = 0; i < g; i++) got[i] = 0;
+    if (k <= 0) return 0;
+    if (g == 1 || !s->ops->query_group) {
+        for (int i = 0; i < g; i++) {
+            got[i] = selector_query(s, q_search ? q_search + (size_t)i * s->params.d_search : NULL, q_native, k, m,
+                                    out + (size_t)i * k);
+            if (got[i] < 0) return -1;
+        }
+        return 0;
+    }
+    double t0 = time_now_s();
+    int rc = s->ops->query_group(s, g, q_search, q_native, k, m, out, got);
+    s->stats.t_query_s += time_now_s() - t0;
+    for (int i = 0; !rc && i < g; i++) count_query(s, k, got[i]);
+    return rc;
+}
+
 typedef int (*query_batch_fn)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
                               int k, const select_mask *m, int32_t *out, int *got, int n_threads);
 

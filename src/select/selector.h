@@ -191,6 +191,13 @@ typedef struct selector_ops {
      * n_out[i * n_head + h]. Returns 0, or -1 when out of memory. */
     int (*query_heads_prefill)(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride,
                                int k, const select_mask *m, int32_t *out, int *n_out, int n_threads);
+    /* Optional (NULL: g query calls): g search queries under one mask (a
+     * KV head's query search heads), answered as g calls of query would
+     * answer them: query i's search vector q_search + i * d_search, its
+     * slots to out + i * k, their count to got[i]. Returns 0, or -1 when
+     * out of memory. */
+    int (*query_group)(selector *s, int g, const float *q_search, const float *q_native, int k, const select_mask *m,
+                       int32_t *out, int *got);
 } selector_ops;
 
 struct selector {
@@ -228,6 +235,10 @@ int selector_per_head(const selector *s);
  * (kv-head search heads, the per-KV-head oracle): attention then reads the
  * group's rows once for its g heads. */
 int selector_group_set(const selector *s);
+/* g queries under one mask (ops->query_group, or g selector_query calls),
+ * timed and counted as g queries. Returns 0, or -1 when out of memory. */
+int selector_query_group(selector *s, int g, const float *q_search, const float *q_native, int k, const select_mask *m,
+                         int32_t *out, int *got);
 /* ops->query_heads, timed and counted as selector_query (n_head sets). */
 int selector_query_heads(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                          int32_t *out, int *n_out);
