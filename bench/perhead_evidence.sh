@@ -13,6 +13,8 @@
 #   speed_qwen  the same on the Qwen3-0.6B shape (QWEN=model) with random projections
 #   long     one set per query head (8 x 64) trained three times as long (144 steps), evaluated
 #            as in eval, at K = 64 with the completion maps of tests/models/fixture-4k-phi-4096.gguf, and its pass key
+#   longer   120 more steps from OUTDIR/search_head_144.gguf (long's), evaluated as long is
+#   group    decode per granularity with the binary from before (OLD=) and this one, alternated
 # Every run writes OUTDIR/NAME.json (and .err); existing results are kept.
 set -euo pipefail
 OUT=${1:?usage: perhead_evidence.sh OUTDIR what...}; shift
@@ -29,15 +31,16 @@ mkdir -p "$OUT"
 . "$HERE/bench/evidence_run.sh"
 
 width() { case $1 in layer) echo 128 ;; *) echo 64 ;; esac; }
-# train NAME GRANULARITY D_SEARCH [STEPS WARMUP], eval NAME [EXTRA...]: the same text, steps and
-# windows for every file
+# train NAME GRANULARITY D_SEARCH [STEPS WARMUP EXTRA...], eval NAME [EXTRA...]: the same text, steps
+# and windows for every file; later options override earlier ones
 train() {
-    local steps=${4:-48}
-    run train_$1 train-search -m "$M" -f "$D/wikitext-103.train-prefix.tokens.txt" \
+    local name=$1 g=$2 ds=$3 steps=${4:-48} warmup=${5:-8}
+    shift $(($# < 5 ? $# : 5))
+    run train_$name train-search -m "$M" -f "$D/wikitext-103.train-prefix.tokens.txt" \
         -f "$D/wikitext-103.valid.tokens.txt" -f "$D/pride-and-prejudice.txt" -f "$D/ulysses.txt" \
-        --reserve 0 --granularity "$2" --d-search "$3" --rope-dims $(($3 / 2)) --seq 4096 --batch 2 \
-        --steps "$steps" --warmup "${5:-8}" --lr 3e-3 --eval-every $((steps / 2)) --eval-tokens 16384 \
-        --save-every 8 -t "$T" -o "$OUT/search_$1.gguf" --force --json
+        --reserve 0 --granularity "$g" --d-search "$ds" --rope-dims $((ds / 2)) --seq 4096 --batch 2 \
+        --steps "$steps" --warmup "$warmup" --lr 3e-3 --eval-every $((steps / 2)) --eval-tokens 16384 \
+        --save-every 8 -t "$T" -o "$OUT/search_$name.gguf" --force --json "$@"
 }
 evaluate() {
     local name=$1
@@ -77,6 +80,14 @@ long)
     evaluate head_144
     evaluate head_144_phi --complete "$HERE/tests/models/fixture-4k-phi-4096.gguf" --k-sweep 64
     passkey head_144 ;;
+longer)
+    # 120 more steps from the 144-step file (warm restart: fresh optimiser, peak lr 1e-3, another data
+    # order), 264 in all
+    train head_264 head 64 120 4 --init "$OUT/search_head_144.gguf" --lr 1e-3 --seed 2 --eval-every 0 \
+        --eval-tokens 8192
+    evaluate head_264
+    evaluate head_264_phi --complete "$HERE/tests/models/fixture-4k-phi-4096.gguf" --k-sweep 64
+    passkey head_264 ;;
 speed)
     for g in $GRANS; do
         for c in 4096 32768; do
@@ -97,6 +108,31 @@ speed_qwen)
         run qwen_prefill_8192_${g}_$ds bench -m "$Q" --prefill-ctx 8192 --prefill-text "$W" --attn exact \
             --random-search "$ds" --random-search-heads "$g" --kv f16 -n 4 -t "$T" --json
     done ;;
-*) echo "perhead_evidence.sh: unknown part '$what' (train, eval, sweep, oracle, passkey, speed, speed_qwen, long)" >&2; exit 1 ;;
+group)
+    # decode with a KV head's query search heads scanned together, against the binary from before
+    # (OLD=path): the fixture at 4K and 32K, the Qwen3-0.6B shape (QWEN=model) at 32K, random projections
+    # of each granularity; and sparse prefill at 8K on the fixture; alternated over 3 rounds
+    O=${OLD:?group needs OLD=binary from before}
+    Q=${QWEN:?group needs QWEN=model.gguf}
+    for r in 1 2 3; do
+        for cfg in fixture:4096:layer:128 fixture:4096:head:64 fixture:32768:layer:128 fixture:32768:kv-head:64 \
+            fixture:32768:head:64 qwen:32768:layer:128 qwen:32768:kv-head:16 qwen:32768:head:16; do
+            IFS=: read -r mname c g ds <<< "$cfg"
+            mf=$M; [ "$mname" = qwen ] && mf=$Q
+            for bin in old new; do
+                bb=$B; [ $bin = old ] && bb=$O
+                B=$bb run group_${mname}_${c}_${g}_${bin}_$r bench -m "$mf" --ctx "$c" --attn exact \
+                    --random-search "$ds" --random-search-heads "$g" --kv f16 --prefill 0 -n 32 -t "$T" --json
+            done
+        done
+        for g in layer:128 kv-head:64 head:64; do # sparse prefill at 8K on the fixture
+            for bin in old new; do
+                bb=$B; [ $bin = old ] && bb=$O
+                B=$bb run group_prefill_8192_${g%:*}_${bin}_$r bench -m "$M" --prefill-ctx 8192 --prefill-text "$W" \
+                    --attn exact --random-search "${g#*:}" --random-search-heads "${g%:*}" --kv f16 -n 4 -t "$T" --json
+            done
+        done
+    done ;;
+*) echo "perhead_evidence.sh: unknown part '$what' (train, eval, sweep, oracle, passkey, speed, speed_qwen, long, longer, group)" >&2; exit 1 ;;
 esac
 done

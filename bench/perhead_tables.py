@@ -7,6 +7,8 @@
   bench/perhead_tables.py DIR train     training throughput (train_*.err)
   bench/perhead_tables.py DIR speed     decode and sparse prefill by granularity (decode_*,
                                         prefill_*, qwen_*)
+  bench/perhead_tables.py DIR group     the same before and after a KV head's query search
+                                        heads scan together (group_*): median (range) of the rounds
 """
 import json
 import os
@@ -19,6 +21,8 @@ ROWS = [  # file, label
     ("eval_head", "learned, one set per query head (8 x 64)"),
     ("eval_head_144", "learned, one set per query head (8 x 64), 144 steps"),
     ("eval_head_144_phi", "the same + completion (fixture-4k-phi-4096.gguf)"),
+    ("eval_head_264", "learned, one set per query head (8 x 64), 264 steps"),
+    ("eval_head_264_phi", "the same + completion (fixture-4k-phi-4096.gguf)"),
     ("oracle_headmean-dot", "oracle, head-mean raw QK (one set a layer)"),
     ("oracle_per-kv-head", "oracle, group-mean raw QK (per KV head)"),
     ("oracle_per-head", "oracle, each head's raw QK (per query head)"),
@@ -109,8 +113,54 @@ def speed_table(d):
                                        for g, w in (("layer", 128), ("kv-head", 16), ("head", 16), ("kv-head", 64))])
 
 
+def median_range(vals, f):
+    if not vals:
+        return "-"
+    v = sorted(vals)
+    return (f + " (" + f + "-" + f + ")") % (v[len(v) // 2], v[0], v[-1])
+
+
+def group_runs(d, stem, part, key):
+    """one value of every round of group_STEM_{old,new}_R: (old values, new values)"""
+    got = {}
+    for b in ("old", "new"):
+        got[b] = []
+        for r in range(1, 10):
+            x = load(d, "group_%s_%s_%d" % (stem, b, r))
+            if x is not None:
+                got[b].append(x[part][0][key])
+    return got["old"], got["new"]
+
+
+def group_table(d):
+    print("| model | context | search | decode tok/s before | after | select ms before | after |")
+    print("|---|---|---|---|---|---|---|")
+    for model, label, ctxs, cfgs in (
+            ("fixture", "fixture", (4096, 32768), (("layer", "1 x 128"), ("kv-head", "2 x 64"), ("head", "8 x 64"))),
+            ("qwen", "Qwen3-0.6B shape", (32768,), (("layer", "1 x 128"), ("kv-head", "8 x 16"), ("head", "16 x 16")))):
+        for c in ctxs:
+            for g, w in cfgs:
+                stem = "%s_%d_%s" % (model, c, g)
+                t_old, t_new = group_runs(d, stem, "decode", "decode_tok_s")
+                if not t_old and not t_new:
+                    continue
+                s_old, s_new = group_runs(d, stem, "decode", "select_ms")
+                print("| %s | %dK | %s (%s) | %s | %s | %s | %s |" % (
+                    label, c // 1024, g, w, median_range(t_old, "%.1f"), median_range(t_new, "%.1f"),
+                    median_range(s_old, "%.2f"), median_range(s_new, "%.2f")))
+    print()
+    print("| fixture, sparse prefill at 8K | tok/s before | after | select s before | after |")
+    print("|---|---|---|---|---|")
+    for g in ("layer", "kv-head", "head"):
+        t_old, t_new = group_runs(d, "prefill_8192_" + g, "prefill", "tok_s")
+        s_old, s_new = group_runs(d, "prefill_8192_" + g, "prefill", "select_s")
+        print("| %s | %s | %s | %s | %s |" % (g, median_range(t_old, "%.0f"), median_range(t_new, "%.0f"),
+                                             median_range(s_old, "%.2f"), median_range(s_new, "%.2f")))
+
+
 def main():
-    tables = {"eval": eval_table, "layers": layers_table, "train": train_table, "speed": speed_table}
+    tables = {"eval": eval_table, "layers": layers_table, "train": train_table, "speed": speed_table,
+              "group": group_table}
     if len(sys.argv) != 3 or sys.argv[2] not in tables:
         sys.exit(__doc__)
     tables[sys.argv[2]](sys.argv[1])
