@@ -286,26 +286,32 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
 }
 
 /* g queries under one mask (ops->query_group): the full scan reads the keys
- * once for all of them; compressed scans and masks with far keys go query
- * by query. */
+ * once for all of them (far keys with each query's far form, as
+ * exact_query); compressed scans go query by query. */
 static int exact_query_group(selector *s, int g, const float *q_search, const float *q_native, int k,
                              const select_mask *m, int32_t *out, int *got) {
     exact_sel *e = (exact_sel *)s;
-    const int d = e->d;
+    const int d = e->d, far_hi = s->params.far_rot > 0 ? m->far_hi : 0;
     for (int i = 0; i < g; i++) got[i] = 0;
     if (!q_search || e->count == 0) return 0;
-    if (e->bits || (s->params.far_rot > 0 && m->far_hi > 0)) {
+    if (e->bits) {
         for (int i = 0; i < g; i++)
             if ((got[i] = exact_query(s, q_search + (size_t)i * d, q_native, k, m, out + (size_t)i * k)) < 0) return -1;
         return 0;
     }
-    float *qn = select_query_realloc(s, NULL, (size_t)SELECT_GROUP_MAX * d * sizeof(float));
+    /* the prepared queries, then their far forms */
+    float *qn = select_query_realloc(s, NULL, (size_t)2 * SELECT_GROUP_MAX * d * sizeof(float));
+    float *qf = qn ? qn + (size_t)SELECT_GROUP_MAX * d : NULL;
     int rc = qn ? 0 : -1;
     for (int i0 = 0; !rc && i0 < g; i0 += SELECT_GROUP_MAX) {
         const int n = g - i0 < SELECT_GROUP_MAX ? g - i0 : SELECT_GROUP_MAX;
-        for (int i = 0; i < n; i++) select_prepare(qn + (size_t)i * d, q_search + (size_t)(i0 + i) * d, d, s->params.plan.score);
+        for (int i = 0; i < n; i++) {
+            select_prepare(qn + (size_t)i * d, q_search + (size_t)(i0 + i) * d, d, s->params.plan.score);
+            if (far_hi) select_far_query(qf + (size_t)i * d, qn + (size_t)i * d, d, s->params.far_rot);
+        }
         const select_rows full = {.base = e->keys, .stride = (size_t)d, .d = d, .q = qn, .dot = e->dot,
-                                  .scores = e->scores, .row_bytes = (size_t)d * elem(e)};
+                                  .scores = e->scores, .row_bytes = (size_t)d * elem(e), .far_hi = far_hi,
+                                  .q_far = far_hi ? qf : NULL};
         rc = select_scan_topk_group(s, &full, e->count, m, k, n, 1, out + (size_t)i0 * k, got + i0);
     }
     free(qn);

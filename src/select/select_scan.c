@@ -289,6 +289,17 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
  * g (the kernel holds two queries in registers at a time), and each query
  * offers the scores that reach its own worst kept to its own buffer. */
 
+/* Scores of the n consecutive rows from slot j0 for the g queries into
+ * dots (query i's at dots + i * SELECT_BLOCK): rows below r->far_hi with
+ * the queries r->q_far, as select_score_run scores one query's. */
+static void score_run_group(const select_rows *r, int g, int j0, int n, float *dots) {
+    const char *base = (const char *)r->base;
+    const int nf = r->far_hi > j0 ? (r->far_hi - j0 < n ? r->far_hi - j0 : n) : 0;
+    if (nf > 0) r->scores(r->q_far, g, base + (size_t)j0 * r->row_bytes, nf, r->d, 1.0f, dots, SELECT_BLOCK);
+    if (n > nf)
+        r->scores(r->q, g, base + (size_t)(j0 + nf) * r->row_bytes, n - nf, r->d, 1.0f, dots + nf, SELECT_BLOCK);
+}
+
 /* The eligible slots of [from, to) for the g queries r->q (r->d apart) into
  * t[i] from their thresholds. dots: g x SELECT_BLOCK; idx: SELECT_BLOCK.
  * Returns the rows read. */
@@ -301,7 +312,7 @@ static int64_t scan_range_group(const select_rows *r, int n, int from, int to, c
         const int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
         for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
             const int nb = e - j0 < SELECT_BLOCK ? e - j0 : SELECT_BLOCK;
-            r->scores(r->q, g, (const char *)r->base + (size_t)j0 * r->row_bytes, nb, r->d, 1.0f, dots, SELECT_BLOCK);
+            score_run_group(r, g, j0, nb, dots);
             for (int i = 0; i < g; i++) {
                 const float *di = dots + (size_t)i * SELECT_BLOCK;
                 const float worst = t[i].thr ? select_key_score(t[i].thr) : -INFINITY;
@@ -315,6 +326,14 @@ static int64_t scan_range_group(const select_rows *r, int n, int from, int to, c
         }
     }
     return rows;
+}
+
+/* r for query i of the group alone */
+static select_rows query_of(const select_rows *r, int i) {
+    select_rows ri = *r;
+    ri.q = r->q + (size_t)i * r->d;
+    if (r->q_far) ri.q_far = r->q_far + (size_t)i * r->d;
+    return ri;
 }
 
 /* scan_part for g <= SELECT_GROUP_MAX queries: each from its own sampled
@@ -332,8 +351,7 @@ static int scan_part_group(const selector *s, const select_rows *r, int n, int f
         return -1;
     int64_t sampled = 0;
     for (int i = 0; i < g; i++) {
-        select_rows ri = *r;
-        ri.q = r->q + (size_t)i * r->d;
+        const select_rows ri = query_of(r, i);
         thr0[i] = sample_threshold(&ri, n, from, to, m, k, &sampled);
         t[i] = (topk_buf){.key = sc->u + (size_t)i * 2 * k, .k = k, .thr = thr0[i]};
     }
@@ -345,8 +363,7 @@ static int scan_part_group(const selector *s, const select_rows *r, int n, int f
     /* (every buffer taken: scan_range may reuse the scratch) */
     for (int i = 0; i < g; i++) {
         if (!thr0[i] || got[i] >= k) continue;
-        select_rows ri = *r;
-        ri.q = r->q + (size_t)i * r->d;
+        const select_rows ri = query_of(r, i);
         int64_t again = 0;
         got[i] = scan_range(s, &ri, n, from, to, m, k, 0, sorted, sc, out + (size_t)i * k,
                             scores ? scores + (size_t)i * k : NULL, &again);
