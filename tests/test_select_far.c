@@ -11,8 +11,8 @@
  *                                               the score multisets equal;
  *                                               codes: recall >= 0.99)
  *   exact batches (one GEMM)                    the brute top K
- *   exact groups (queries of one mask, full     the brute top K
- *   scans)
+ *   exact groups (queries of one mask)          full scans: the brute top K;
+ *                                               codes: each query's answer alone
  *   the prefill's block scan, blocks ranked by  recall >= 0.9 of the brute top K
  *   their mean or also their representatives
  *   hnsw, faiss                                 recall >= 0.9
@@ -168,20 +168,27 @@ static void test_exact(subq_score sc, subq_scan scan, int f16, uint64_t seed) {
         judge(q + (size_t)i * D, keys, &m[i], ROT, sc, k, out + (size_t)i * k, got[i], tol, 1, &bad_b, &hits_b,
               &wanted_b);
     /* groups of queries under one mask (a KV head's query search heads):
-     * the keys read once, far rows with each query's far form (compressed
-     * scans go query by query: checked above) */
-    int bad_g = 0;
+     * the keys or codes read once, far rows with each query's far form; full
+     * scans the brute top K, compressed ones what each query gets alone */
+    int bad_g = 0, differ = 0;
     double hits_g = 0, wanted_g = 0;
-    for (int it = 0; full && it < 40; it += 5) {
+    int32_t one[64];
+    for (int it = 0; it < 40; it += 5) {
         CHECK(selector_query_group(s, 5, q + (size_t)it * D, NULL, k, &m[it], out, got) == 0, "query_group failed");
-        for (int i = 0; i < 5; i++)
-            judge(q + (size_t)(it + i) * D, keys, &m[it], ROT, sc, k, out + (size_t)i * k, got[i], tol, full, &bad_g,
-                  &hits_g, &wanted_g);
+        for (int i = 0; i < 5; i++) {
+            if (full) {
+                judge(q + (size_t)(it + i) * D, keys, &m[it], ROT, sc, k, out + (size_t)i * k, got[i], tol, 1, &bad_g,
+                      &hits_g, &wanted_g);
+                continue;
+            }
+            const int got1 = selector_query(s, q + (size_t)(it + i) * D, NULL, k, &m[it], one);
+            differ += got1 != got[i] || (got1 > 0 && memcmp(one, out + (size_t)i * k, (size_t)got1 * sizeof(int32_t)));
+        }
     }
     char name[80];
     snprintf(name, sizeof name, "exact %s %s %s", select_score_name(sc), select_scan_name(scan), f16 ? "f16" : "f32");
-    CHECK(bad_g == 0 && hits_g == wanted_g, "%s group: %d wrong, recall %.4f", name, bad_g,
-          wanted_g > 0 ? hits_g / wanted_g : 1.0);
+    CHECK(bad_g == 0 && hits_g == wanted_g && differ == 0, "%s group: %d wrong, recall %.4f, %d unlike alone", name,
+          bad_g, wanted_g > 0 ? hits_g / wanted_g : 1.0, differ);
     CHECK(bad == 0, "%s: %d wrong counts, ineligible slots or scores against brute force", name, bad);
     CHECK(hits >= (full ? 1.0 : 0.99) * wanted, "%s: recall %.4f", name, hits / wanted);
     CHECK(bad_b == 0 && hits_b == wanted_b, "%s batch: %d wrong, recall %.4f", name, bad_b, hits_b / wanted_b);

@@ -285,36 +285,59 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
 
-/* g queries under one mask (ops->query_group): the full scan reads the keys
- * once for all of them (far keys with each query's far form, as
- * exact_query); compressed scans go query by query. */
+/* g queries under one mask (ops->query_group), as exact_query answers
+ * each: the scan reads the keys (or their codes, whose best
+ * select_rerank_pool(k) slots each query then re-ranks on the stored
+ * keys) once for all of them, far keys with each query's far form. */
 static int exact_query_group(selector *s, int g, const float *q_search, const float *q_native, int k,
                              const select_mask *m, int32_t *out, int *got) {
+    (void)q_native;
     exact_sel *e = (exact_sel *)s;
-    const int d = e->d, far_hi = s->params.far_rot > 0 ? m->far_hi : 0;
+    const int d = e->d, far_hi = s->params.far_rot > 0 ? m->far_hi : 0, G = SELECT_GROUP_MAX;
     for (int i = 0; i < g; i++) got[i] = 0;
     if (!q_search || e->count == 0) return 0;
-    if (e->bits) {
-        for (int i = 0; i < g; i++)
-            if ((got[i] = exact_query(s, q_search + (size_t)i * d, q_native, k, m, out + (size_t)i * k)) < 0) return -1;
-        return 0;
-    }
-    /* the prepared queries, then their far forms */
-    float *qn = select_query_realloc(s, NULL, (size_t)2 * SELECT_GROUP_MAX * d * sizeof(float));
-    float *qf = qn ? qn + (size_t)SELECT_GROUP_MAX * d : NULL;
-    int rc = qn ? 0 : -1;
-    for (int i0 = 0; !rc && i0 < g; i0 += SELECT_GROUP_MAX) {
-        const int n = g - i0 < SELECT_GROUP_MAX ? g - i0 : SELECT_GROUP_MAX;
+    const int64_t want = select_rerank_pool(k);
+    const int n_pool = want < e->count ? (int)want : e->count, codes = e->bits && n_pool < e->count;
+    /* the prepared queries and their far forms; over codes, both coded, and each query's pool */
+    float *qn = select_query_realloc(s, NULL, (size_t)2 * G * d * sizeof(float));
+    scan_query *cq = codes ? select_query_realloc(s, NULL, (size_t)2 * G * sizeof(scan_query)) : NULL;
+    int32_t *pools = codes ? select_query_realloc(s, NULL, (size_t)G * n_pool * sizeof(int32_t)) : NULL;
+    int pool_got[SELECT_GROUP_MAX];
+    float *qf = qn ? qn + (size_t)G * d : NULL;
+    int rc = qn && (!codes || (cq && pools)) ? 0 : -1;
+    for (int i0 = 0; !rc && i0 < g; i0 += G) {
+        const int n = g - i0 < G ? g - i0 : G;
         for (int i = 0; i < n; i++) {
-            select_prepare(qn + (size_t)i * d, q_search + (size_t)(i0 + i) * d, d, s->params.plan.score);
-            if (far_hi) select_far_query(qf + (size_t)i * d, qn + (size_t)i * d, d, s->params.far_rot);
+            float *q = qn + (size_t)i * d;
+            select_prepare(q, q_search + (size_t)(i0 + i) * d, d, s->params.plan.score);
+            if (far_hi) select_far_query(qf + (size_t)i * d, q, d, s->params.far_rot);
+            if (codes) scan_codes_query(e->bits, q, d, &cq[i]);
+            if (codes && far_hi) scan_codes_query(e->bits, qf + (size_t)i * d, d, &cq[G + i]);
         }
         const select_rows full = {.base = e->keys, .stride = (size_t)d, .d = d, .q = qn, .dot = e->dot,
                                   .scores = e->scores, .row_bytes = (size_t)d * elem(e), .far_hi = far_hi,
                                   .q_far = far_hi ? qf : NULL};
-        rc = select_scan_topk_group(s, &full, e->count, m, k, n, 1, out + (size_t)i0 * k, got + i0);
+        if (!codes) {
+            rc = select_scan_topk_group(s, &full, e->count, m, k, n, 1, out + (size_t)i0 * k, got + i0);
+            continue;
+        }
+        const select_rows rows = {.base = e->codes, .stride = e->code_bytes, .d = d, .cq = cq,
+                                  .code_scale = e->code_scale, .code_scores = e->code_scores,
+                                  .row_bytes = e->code_bytes + sizeof(float), .far_hi = far_hi,
+                                  .cq_far = far_hi ? cq + G : NULL};
+        rc = select_scan_topk_group(s, &rows, e->count, m, n_pool, n, 0, pools, pool_got);
+        for (int i = 0; !rc && i < n; i++) {
+            select_rows fi = full; /* query i alone, on the stored keys */
+            fi.q = qn + (size_t)i * d;
+            fi.q_far = far_hi ? qf + (size_t)i * d : NULL;
+            got[i0 + i] = select_rank_slots(s, &fi, pools + (size_t)i * n_pool, pool_got[i], k, &e->sc,
+                                            out + (size_t)(i0 + i) * k);
+            if (got[i0 + i] < 0) rc = -1;
+        }
     }
     free(qn);
+    free(cq);
+    free(pools);
     return rc;
 }
 

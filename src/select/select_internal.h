@@ -188,10 +188,11 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
 
 /* select_scan_topk for g <= SELECT_GROUP_MAX queries under one mask (the
  * rows of rows->q, rows->d apart, and below rows->far_hi those of
- * rows->q_far; rows with a contiguous kernel): each run of rows read once
- * for the g, split across threads as select_scan_topk_parallel splits one
- * query's from 8192 slots. Query i's slots to out + i * k, its count to
- * got[i]; returns 0, or -1 when out of memory. */
+ * rows->q_far; over codes rows->cq[i] and rows->cq_far[i]; rows with a
+ * contiguous kernel): each run of rows read once for the g, split across
+ * threads as select_scan_topk_parallel splits one query's from 8192 slots.
+ * Query i's slots to out + i * k, its count to got[i]; returns 0, or -1
+ * when out of memory. */
 #define SELECT_GROUP_MAX 8
 int select_scan_topk_group(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int g, int sorted,
                            int32_t *out, int *got);

@@ -289,10 +289,28 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
  * g (the kernel holds two queries in registers at a time), and each query
  * offers the scores that reach its own worst kept to its own buffer. */
 
+/* r for query i of the group alone */
+static select_rows query_of(const select_rows *r, int i) {
+    select_rows ri = *r;
+    if (r->q) ri.q = r->q + (size_t)i * r->d;
+    if (r->q_far) ri.q_far = r->q_far + (size_t)i * r->d;
+    if (r->cq) ri.cq = r->cq + i;
+    if (r->cq_far) ri.cq_far = r->cq_far + i;
+    return ri;
+}
+
 /* Scores of the n consecutive rows from slot j0 for the g queries into
  * dots (query i's at dots + i * SELECT_BLOCK): rows below r->far_hi with
- * the queries r->q_far, as select_score_run scores one query's. */
+ * the queries r->q_far, as select_score_run scores one query's. Codes go
+ * query by query, the run still in cache after the first. */
 static void score_run_group(const select_rows *r, int g, int j0, int n, float *dots) {
+    if (r->code_scores) {
+        for (int i = 0; i < g; i++) {
+            const select_rows ri = query_of(r, i);
+            select_score_run(&ri, j0, n, dots + (size_t)i * SELECT_BLOCK);
+        }
+        return;
+    }
     const char *base = (const char *)r->base;
     const int nf = r->far_hi > j0 ? (r->far_hi - j0 < n ? r->far_hi - j0 : n) : 0;
     if (nf > 0) r->scores(r->q_far, g, base + (size_t)j0 * r->row_bytes, nf, r->d, 1.0f, dots, SELECT_BLOCK);
@@ -300,8 +318,8 @@ static void score_run_group(const select_rows *r, int g, int j0, int n, float *d
         r->scores(r->q, g, base + (size_t)(j0 + nf) * r->row_bytes, n - nf, r->d, 1.0f, dots + nf, SELECT_BLOCK);
 }
 
-/* The eligible slots of [from, to) for the g queries r->q (r->d apart) into
- * t[i] from their thresholds. dots: g x SELECT_BLOCK; idx: SELECT_BLOCK.
+/* The eligible slots of [from, to) for the g queries r->q (r->d apart; or
+ * coded, r->cq[i]) into t[i] from their thresholds. dots: g x SELECT_BLOCK; idx: SELECT_BLOCK.
  * Returns the rows read. */
 static int64_t scan_range_group(const select_rows *r, int n, int from, int to, const select_mask *m, int g,
                                 float *dots, int32_t *idx, topk_buf *t) {
@@ -326,14 +344,6 @@ static int64_t scan_range_group(const select_rows *r, int n, int from, int to, c
         }
     }
     return rows;
-}
-
-/* r for query i of the group alone */
-static select_rows query_of(const select_rows *r, int i) {
-    select_rows ri = *r;
-    ri.q = r->q + (size_t)i * r->d;
-    if (r->q_far) ri.q_far = r->q_far + (size_t)i * r->d;
-    return ri;
 }
 
 /* scan_part for g <= SELECT_GROUP_MAX queries: each from its own sampled
