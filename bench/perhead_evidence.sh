@@ -114,23 +114,19 @@ group)
     # of each granularity; and sparse prefill at 8K on the fixture; alternated over 3 rounds
     O=${OLD:?group needs OLD=binary from before}
     Q=${QWEN:?group needs QWEN=model.gguf}
+    # both NAME ARGS...: NAME_old_R with the binary from before, then NAME_new_R with this one
+    both() { local name=$1; shift; B=$O run "${name}_old_$r" "$@"; run "${name}_new_$r" "$@"; }
     for r in 1 2 3; do
         for cfg in fixture:4096:layer:128 fixture:4096:head:64 fixture:32768:layer:128 fixture:32768:kv-head:64 \
             fixture:32768:head:64 qwen:32768:layer:128 qwen:32768:kv-head:16 qwen:32768:head:16; do
             IFS=: read -r mname c g ds <<< "$cfg"
             mf=$M; [ "$mname" = qwen ] && mf=$Q
-            for bin in old new; do
-                bb=$B; [ $bin = old ] && bb=$O
-                B=$bb run group_${mname}_${c}_${g}_${bin}_$r bench -m "$mf" --ctx "$c" --attn exact \
-                    --random-search "$ds" --random-search-heads "$g" --kv f16 --prefill 0 -n 32 -t "$T" --json
-            done
+            both group_${mname}_${c}_$g bench -m "$mf" --ctx "$c" --attn exact --random-search "$ds" \
+                --random-search-heads "$g" --kv f16 --prefill 0 -n 32 -t "$T" --json
         done
         for g in layer:128 kv-head:64 head:64; do # sparse prefill at 8K on the fixture
-            for bin in old new; do
-                bb=$B; [ $bin = old ] && bb=$O
-                B=$bb run group_prefill_8192_${g%:*}_${bin}_$r bench -m "$M" --prefill-ctx 8192 --prefill-text "$W" \
-                    --attn exact --random-search "${g#*:}" --random-search-heads "${g%:*}" --kv f16 -n 4 -t "$T" --json
-            done
+            both group_prefill_8192_${g%:*} bench -m "$M" --prefill-ctx 8192 --prefill-text "$W" --attn exact \
+                --random-search "${g#*:}" --random-search-heads "${g%:*}" --kv f16 -n 4 -t "$T" --json
         done
     done ;;
 *) echo "perhead_evidence.sh: unknown part '$what' (train, eval, sweep, oracle, passkey, speed, speed_qwen, long, longer, group)" >&2; exit 1 ;;

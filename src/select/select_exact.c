@@ -256,6 +256,19 @@ static int scan(selector *s, const select_rows *rows, int n, const select_mask *
     return select_scan_topk(s, rows, n, m, k, sorted, &e->sc, out);
 }
 
+/* The stored keys as scan rows for the query q (and below far_hi its far
+ * form q_far), and their codes for the coded query cq (cq_far). */
+static select_rows key_rows(const exact_sel *e, const float *q, const float *q_far, int far_hi) {
+    return (select_rows){.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = q, .dot = e->dot,
+                         .scores = e->scores, .row_bytes = (size_t)e->d * elem(e), .far_hi = far_hi, .q_far = q_far};
+}
+
+static select_rows code_rows(const exact_sel *e, const scan_query *cq, const scan_query *cq_far, int far_hi) {
+    return (select_rows){.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = cq, .code_scale = e->code_scale,
+                         .code_scores = e->code_scores, .row_bytes = e->code_bytes + sizeof(float), .far_hi = far_hi,
+                         .cq_far = cq_far};
+}
+
 static int exact_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                        int32_t *out) {
     exact_sel *e = (exact_sel *)s;
@@ -263,9 +276,7 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     select_prepare(e->qn, q_search, e->d, s->params.plan.score);
     const int far_hi = s->params.far_rot > 0 ? m->far_hi : 0; /* far keys without the rotated dims */
     if (far_hi) select_far_query(e->qf, e->qn, e->d, s->params.far_rot);
-    const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .q = e->qn, .dot = e->dot,
-                              .scores = e->scores, .row_bytes = (size_t)e->d * elem(e), .far_hi = far_hi,
-                              .q_far = e->qf};
+    const select_rows full = key_rows(e, e->qn, e->qf, far_hi);
     const int64_t want = select_rerank_pool(k);
     const int n_pool = want < e->count ? (int)want : e->count;
     if (!e->bits || n_pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
@@ -278,9 +289,7 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     }
     scan_codes_query(e->bits, e->qn, e->d, &e->cq);
     if (far_hi) scan_codes_query(e->bits, e->qf, e->d, &e->cqf);
-    const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = &e->cq,
-                               .code_scale = e->code_scale, .code_scores = e->code_scores,
-                               .row_bytes = e->code_bytes + sizeof(float), .far_hi = far_hi, .cq_far = &e->cqf};
+    const select_rows codes = code_rows(e, &e->cq, &e->cqf, far_hi);
     int got = scan(s, &codes, e->count, m, n_pool, 0, e->pool);
     return got < 0 ? -1 : select_rank_slots(s, &full, e->pool, got, k, &e->sc, out);
 }
@@ -314,22 +323,15 @@ static int exact_query_group(selector *s, int g, const float *q_search, const fl
             if (codes) scan_codes_query(e->bits, q, d, &cq[i]);
             if (codes && far_hi) scan_codes_query(e->bits, qf + (size_t)i * d, d, &cq[G + i]);
         }
-        const select_rows full = {.base = e->keys, .stride = (size_t)d, .d = d, .q = qn, .dot = e->dot,
-                                  .scores = e->scores, .row_bytes = (size_t)d * elem(e), .far_hi = far_hi,
-                                  .q_far = far_hi ? qf : NULL};
         if (!codes) {
+            const select_rows full = key_rows(e, qn, far_hi ? qf : NULL, far_hi);
             rc = select_scan_topk_group(s, &full, e->count, m, k, n, 1, out + (size_t)i0 * k, got + i0);
             continue;
         }
-        const select_rows rows = {.base = e->codes, .stride = e->code_bytes, .d = d, .cq = cq,
-                                  .code_scale = e->code_scale, .code_scores = e->code_scores,
-                                  .row_bytes = e->code_bytes + sizeof(float), .far_hi = far_hi,
-                                  .cq_far = far_hi ? cq + G : NULL};
+        const select_rows rows = code_rows(e, cq, far_hi ? cq + G : NULL, far_hi);
         rc = select_scan_topk_group(s, &rows, e->count, m, n_pool, n, 0, pools, pool_got);
         for (int i = 0; !rc && i < n; i++) {
-            select_rows fi = full; /* query i alone, on the stored keys */
-            fi.q = qn + (size_t)i * d;
-            fi.q_far = far_hi ? qf + (size_t)i * d : NULL;
+            const select_rows fi = key_rows(e, qn + (size_t)i * d, far_hi ? qf + (size_t)i * d : NULL, far_hi);
             got[i0 + i] = select_rank_slots(s, &fi, pools + (size_t)i * n_pool, pool_got[i], k, &e->sc,
                                             out + (size_t)(i0 + i) * k);
             if (got[i0 + i] < 0) rc = -1;
@@ -387,8 +389,7 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
      * s->stats, and pieces run at once) */
     selector piece = *s;
     piece.stats = (selector_stats){0};
-    const select_rows full = {.base = e->keys, .stride = (size_t)e->d, .d = e->d, .dot = e->dot, .scores = e->scores,
-                              .row_bytes = (size_t)e->d * elem(e)};
+    const select_rows full = key_rows(e, NULL, NULL, 0);
     /* the block scan reads the codes where there are some (a third of an
      * f16 row for int4), as decode's scan does, unless its re-rank pool
      * would hold more than a quarter of the rows it scans (K = 2048 of
@@ -403,9 +404,7 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
     }
     for (int i = 0; cq && i < n; i++) scan_codes_query(e->bits, qn + (size_t)i * e->d, e->d, &cq[i]);
     for (int i = 0; cq && qf && i < n; i++) scan_codes_query(e->bits, qf + (size_t)i * e->d, e->d, &cq[n + i]);
-    const select_rows codes = {.base = e->codes, .stride = e->code_bytes, .d = e->d, .cq = cq,
-                               .code_scale = e->code_scale, .code_scores = e->code_scores,
-                               .row_bytes = e->code_bytes + sizeof(float), .cq_far = cq && qf ? cq + n : NULL};
+    const select_rows codes = code_rows(e, cq, cq && qf ? cq + n : NULL, 0);
     const select_block_index ix = {.sums = e->sums, .gsums = e->gsums, .reps = e->reps, .greps = e->greps,
                                    .n_reps = e->n_reps,
                                    .block = e->block, .nprobe = p->plan.nprobe,

@@ -97,17 +97,22 @@ void select_score_run(const select_rows *r, int j0, int n, float *out) {
     if (n > nf) score_run(r, j0 + nf, n - nf, out + nf);
 }
 
-void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n, float *dots, int32_t *idx,
-                      topk_buf *t) {
-    select_score_run(r, j0, n, dots);
-    /* most scores lose to the worst kept at the last cut: the others are
-     * listed, then offered */
+/* Offer the scores dots[0..n) of slots j0.. of the query's segment to t.
+ * Most lose to the worst kept at the last cut: the others are listed
+ * (idx: scratch of n), then offered. */
+static void offer_scores(const float *dots, int j0, int n, const select_mask *m, int32_t *idx, topk_buf *t) {
     const float worst = t->thr ? select_key_score(t->thr) : -INFINITY;
     const int nc = kernels_get()->index_at_least(dots, n, worst, idx);
     for (int c = 0; c < nc; c++) {
         const int j = j0 + idx[c];
         if (!m->seg || m->seg[j] == m->query_seg) select_topk_push(t, dots[idx[c]], j);
     }
+}
+
+void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n, float *dots, int32_t *idx,
+                      topk_buf *t) {
+    select_score_run(r, j0, n, dots);
+    offer_scores(dots, j0, n, m, idx, t);
 }
 
 /* Scan the eligible slots in [from, to) for the k best; returns the count,
@@ -248,6 +253,24 @@ static void scan_part_chunk(void *ctx, int t, int thread) {
     select_scratch_free(&sc);
 }
 
+/* The k best of the parts' results through one more buffer: part t's
+ * got[t * got_step] pairs at best + t * step and slots + t * step. Returns
+ * the count, or -1 when out of memory. */
+static int merge_parts(const selector *s, int k, int n_parts, const float *best, const int32_t *slots, size_t step,
+                       const int *got, int got_step, int sorted, int32_t *out) {
+    select_scratch sc = {0};
+    scan_buf b;
+    int n_out = -1;
+    if (scan_buf_init(s, &sc, k, &b)) {
+        for (int t = 0; t < n_parts; t++)
+            for (int i = 0; i < got[(size_t)t * got_step]; i++)
+                select_topk_push(&b.t, best[(size_t)t * step + i], slots[(size_t)t * step + i]);
+        n_out = select_topk_take(&b.t, sorted, out, NULL);
+    }
+    select_scratch_free(&sc);
+    return n_out;
+}
+
 int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                               int32_t *out) {
     if (k <= 0) return 0;
@@ -263,17 +286,9 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
         scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .n_parts = n_parts, .best = best, .slots = slots,
                       .got = got, .scored = scored};
         pool_run(s->env.pool, n_parts, scan_part_chunk, &j);
-        /* merge the parts' results through one more buffer */
-        select_scratch sc = {0};
-        scan_buf b;
         int failed = 0;
         for (int t = 0; t < n_parts; t++) failed |= got[t] < 0, total += scored[t];
-        if (!failed && scan_buf_init(s, &sc, k, &b)) {
-            for (int t = 0; t < n_parts; t++)
-                for (int i = 0; i < got[t]; i++) select_topk_push(&b.t, best[(size_t)t * k + i], slots[(size_t)t * k + i]);
-            n_out = select_topk_take(&b.t, sorted, out, NULL);
-        }
-        select_scratch_free(&sc);
+        if (!failed) n_out = merge_parts(s, k, n_parts, best, slots, k, got, 1, sorted, out);
     }
     count_rows(s, rows, total);
     free(best);
@@ -323,7 +338,6 @@ static void score_run_group(const select_rows *r, int g, int j0, int n, float *d
  * Returns the rows read. */
 static int64_t scan_range_group(const select_rows *r, int n, int from, int to, const select_mask *m, int g,
                                 float *dots, int32_t *idx, topk_buf *t) {
-    const kernels *K = kernels_get();
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     int64_t rows = 0;
     for (int q = 0; q < nr; q++) {
@@ -331,15 +345,7 @@ static int64_t scan_range_group(const select_rows *r, int n, int from, int to, c
         for (int j0 = a; j0 < e; j0 += SELECT_BLOCK) {
             const int nb = e - j0 < SELECT_BLOCK ? e - j0 : SELECT_BLOCK;
             score_run_group(r, g, j0, nb, dots);
-            for (int i = 0; i < g; i++) {
-                const float *di = dots + (size_t)i * SELECT_BLOCK;
-                const float worst = t[i].thr ? select_key_score(t[i].thr) : -INFINITY;
-                const int nc = K->index_at_least(di, nb, worst, idx);
-                for (int c = 0; c < nc; c++) {
-                    const int j = j0 + idx[c];
-                    if (!m->seg || m->seg[j] == m->query_seg) select_topk_push(&t[i], di[idx[c]], j);
-                }
-            }
+            for (int i = 0; i < g; i++) offer_scores(dots + (size_t)i * SELECT_BLOCK, j0, nb, m, idx, &t[i]);
             rows += nb;
         }
     }
@@ -415,6 +421,15 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     if (g > SELECT_GROUP_MAX) return -1;
     /* split as select_scan_topk_parallel splits one query's scan */
     const int n_parts = s->params.n_threads > 1 && n >= 8192 ? 2 * pool_threads(s->env.pool) : 1;
+    int64_t read = 0, scored = 0;
+    if (n_parts == 1) {
+        select_scratch sc = {0};
+        int rc = scan_part_group(s, rows, n, 0, n, m, k, g, sorted, &sc, out, NULL, got, &read, &scored);
+        select_scratch_free(&sc);
+        s->stats.n_visited += scored;
+        s->stats.bytes_read += (uint64_t)read * rows->row_bytes;
+        return rc;
+    }
     const size_t per = (size_t)n_parts * g * k;
     float *best = select_query_realloc(s, NULL, per * sizeof(float));
     int32_t *slots = select_query_realloc(s, NULL, per * sizeof(int32_t));
@@ -425,28 +440,20 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     if (!rc) {
         group_scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .g = g, .n_parts = n_parts, .best = best,
                             .slots = slots, .got = pgot, .counts = counts, .rc = rcs};
-        pool_run(n_parts > 1 ? s->env.pool : NULL, n_parts, scan_group_chunk, &j);
+        pool_run(s->env.pool, n_parts, scan_group_chunk, &j);
         for (int t = 0; t < n_parts; t++) {
             if (rcs[t]) rc = -1;
-            s->stats.n_visited += counts[2 * t + 1];
-            s->stats.bytes_read += (uint64_t)counts[2 * t] * rows->row_bytes;
+            read += counts[2 * t], scored += counts[2 * t + 1];
         }
+        s->stats.n_visited += scored;
+        s->stats.bytes_read += (uint64_t)read * rows->row_bytes;
     }
-    /* each query's parts merged through one more buffer */
-    select_scratch sc = {0};
-    scan_buf b;
+    /* each query's parts: query i's at (t * g + i) * k */
     for (int i = 0; !rc && i < g; i++) {
-        if (!scan_buf_init(s, &sc, k, &b)) {
-            rc = -1;
-            break;
-        }
-        for (int t = 0; t < n_parts; t++) {
-            const size_t o = ((size_t)t * g + i) * k;
-            for (int x = 0; x < pgot[(size_t)t * g + i]; x++) select_topk_push(&b.t, best[o + x], slots[o + x]);
-        }
-        got[i] = select_topk_take(&b.t, sorted, out + (size_t)i * k, NULL);
+        const size_t o = (size_t)i * k;
+        got[i] = merge_parts(s, k, n_parts, best + o, slots + o, (size_t)g * k, pgot + i, g, sorted, out + o);
+        if (got[i] < 0) rc = -1;
     }
-    select_scratch_free(&sc);
     free(best);
     free(slots);
     free(pgot);
@@ -476,7 +483,6 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
     topk_buf *t = select_query_realloc(s, NULL, (size_t)n * sizeof(topk_buf));
     int32_t *idx = select_query_realloc(s, NULL, (size_t)n * BATCH_KEYS * sizeof(int32_t));
     int rc = !S || (f16 && !kf) || !keys || !t || !idx || (far_rot && (!R || !far_hi)) ? -1 : 0;
-    const kernels *KS = kernels_get();
     int64_t scored = 0;
     const int run = 4 * k > 64 ? 4 * k : 64;
     for (int i = 0; !rc && i < n; i++) t[i] = (topk_buf){.key = keys + (size_t)i * 2 * k, .k = k};
@@ -501,15 +507,7 @@ int select_scan_topk_batch(selector *s, int n, const float *qn, const void *base
                 /* only scores that reach the worst kept at the last cut may
                  * enter: runs of 4k, so that the threshold rises from the
                  * first run of a query's first block on */
-                for (int x = a; x < b; x += run) {
-                    const int y = b - x < run ? b : x + run;
-                    const float worst = t[i].thr ? select_key_score(t[i].thr) : -INFINITY;
-                    const int nat = KS->index_at_least(row + x, y - x, worst, at);
-                    for (int c = 0; c < nat; c++) {
-                        const int j = x + at[c];
-                        if (!m[i].seg || m[i].seg[j] == m[i].query_seg) select_topk_push(&t[i], row[j], j);
-                    }
-                }
+                for (int x = a; x < b; x += run) offer_scores(row + x, x, b - x < run ? b - x : run, &m[i], at, &t[i]);
                 if (!m[i].seg) {
                     scored += b - a;
                 } else {
