@@ -15,6 +15,11 @@
 #            as in eval, at K = 64 with the completion maps of tests/models/fixture-4k-phi-4096.gguf, and its pass key
 #   longer   120 more steps from OUTDIR/search_head_144.gguf (long's), evaluated as long is
 #   group    decode per granularity with the binary from before (OLD=) and this one, alternated
+#   native   the model's own W_q / W_k as search projections (--init native, per query head and per KV
+#            head, 64 wide, rotated as the model rotates), evaluated ranking by dot (the raw-QK oracles'
+#            ranking), the pass key per query head; 16 steps of training from there
+#   native_cosine  native's files ranked by cosine
+#   passkey_wide  the pass key of native's file and of longer's on 11 depths x 8 trials
 # Every run writes OUTDIR/NAME.json (and .err); existing results are kept.
 set -euo pipefail
 OUT=${1:?usage: perhead_evidence.sh OUTDIR what...}; shift
@@ -43,16 +48,19 @@ train() {
         --save-every 8 -t "$T" -o "$OUT/search_$name.gguf" --force --json "$@"
 }
 evaluate() {
-    local name=$1
+    local name=$1 file=${1%_phi}
     shift
-    run eval_$name eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --search "$OUT/search_${name%%_phi}.gguf" \
+    run eval_$name eval -m "$M" --eval-file "$W" -c 4096 --windows 16 --search "$OUT/search_${file%_dot}.gguf" \
         --sparse-layers 1-7 --selectors exact --k-sweep 64,128,256 --static-split 0 -t "$T" --json "$@"
 }
+# passkey NAME [SUFFIX EXTRA...]: results passkey_NAME[SUFFIX]_dense|sparse
 passkey() {
+    local name=$1 suffix=${2:-}
+    shift $(($# < 2 ? $# : 2))
     for p in dense sparse; do
         pf=; [ "$p" = sparse ] && pf=--sparse-prefill
-        run passkey_$1_$p recall -m "$M" --haystack "$W" --search "$OUT/search_$1.gguf" \
-            --lengths 1024,2048,4096 --depths 0,0.25,0.5,0.75,1 --trials 4 --methods full,exact@64 $pf -t "$T" --json
+        run passkey_$name${suffix}_$p recall -m "$M" --haystack "$W" --search "$OUT/search_$name.gguf" \
+            --lengths 1024,2048,4096 --depths 0,0.25,0.5,0.75,1 --trials 4 --methods full,exact@64 $pf -t "$T" --json "$@"
     done
 }
 
@@ -129,6 +137,22 @@ group)
                 --random-search "${g#*:}" --random-search-heads "${g%:*}" --kv f16 -n 4 -t "$T" --json
         done
     done ;;
-*) echo "perhead_evidence.sh: unknown part '$what' (train, eval, sweep, oracle, passkey, speed, speed_qwen, long, longer, group)" >&2; exit 1 ;;
+native)
+    train native_head head 64 1 1 --init native --rope-dims 64 --lr 0 --eval-every 0
+    evaluate native_head_dot --score dot
+    passkey native_head _dot --score dot
+    train native_kv-head kv-head 64 1 1 --init native --rope-dims 64 --lr 0 --eval-every 0
+    evaluate native_kv-head_dot --score dot
+    train native_head_16 head 64 16 2 --init native --rope-dims 64 --lr 1e-4 --eval-every 0 --eval-tokens 8192
+    evaluate native_head_16_dot --score dot ;;
+native_cosine) evaluate native_head; evaluate native_head_16 ;;
+passkey_wide)
+    # the pass key on a finer grid (11 depths x 8 trials at 1K / 2K / 4K): native's file by dot, and the
+    # 264-step one (HEAD264=search_head_264.gguf, from longer)
+    H=${HEAD264:?passkey_wide needs HEAD264=search_head_264.gguf}
+    wide="--depths 0,0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9,1 --trials 8"
+    passkey native_head _dot_wide --score dot $wide
+    passkey head_264 _wide --search "$H" $wide ;;
+*) echo "perhead_evidence.sh: unknown part '$what' (train, eval, sweep, oracle, passkey, speed, speed_qwen, long, longer, group, native, native_cosine, passkey_wide)" >&2; exit 1 ;;
 esac
 done

@@ -371,7 +371,8 @@ typedef struct subq_train_search_params {
     float rope_base, rope_scale;     /* 10000, 1 */
     /* start from the projections of this file (same width, layers and
      * rotation; e.g. trained at a shorter --seq) instead of random ones;
-     * NULL: random. A resumed run takes its checkpoint's weights. */
+     * "native": the model's own W_q / W_k (search_native.h); NULL: random.
+     * A resumed run takes its checkpoint's weights. */
     const char *init_from;
     subq_search_loss_params loss;    /* tau .07, tau_kl 1, alpha 1, beta 1, k_pos 16, max, n_sink 4, n_tail 16;
                                  * n_sink / n_tail also restrict the evaluation's key set */

@@ -546,13 +546,15 @@ class Model:
             del keep
 
     def train_search(self, files, out_path, layers, steps=1000, d_search=None, rope_dims=None, seq=512, pack=True,
-                     eval_frac=0.05, eval_files=(), granularity="layer", resume=False, **fields):
+                     eval_frac=0.05, eval_files=(), granularity="layer", resume=False, init=None, **fields):
         """subq train-search (lab): learn search projections for `layers` (a layer list: "1-3", "all", ...) by
         distillation from this model's attention, on files (text, directories, JSON lines; eval_files held
         out), and write them to out_path (a checkpoint beside it, out_path + ".ckpt"; resume continues it).
         fields: subq_train_params' (batch, lr, warmup, seed, eval_every, save_every, ...), the loss's (tau,
         k_pos, n_sink, n_tail, ...) or init_std; the C defaults otherwise. Returns the run's result as a
-        dict. Ctrl-C stops between steps, writing the weights and a checkpoint (then KeyboardInterrupt)."""
+        dict. init: start from a projection file's weights, or "native" for the model's own W_q / W_k
+        (train-search --init). Ctrl-C stops between steps, writing the weights and a checkpoint (then
+        KeyboardInterrupt)."""
         L = self._lib
         err = lib.subq_error()
         n_layer = self.info["n_layer"]
@@ -570,6 +572,8 @@ class Model:
             p.d_search = int(d_search)
         if rope_dims is not None:
             p.rope_dims = int(rope_dims)
+        init_b = None if init is None else str(init).encode()
+        p.init_from = init_b
         g = L.subq_search_granularity_parse(str(granularity).encode())
         if g < 0:
             raise SubqError(lib.SUBQ_ERR_ARG, "unknown granularity %r (layer, kv-head, head)" % granularity)

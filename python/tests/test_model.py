@@ -252,6 +252,25 @@ def test_train_search_matches_cli(subq_bin, stories, tmp_path):
         assert np.isfinite(m.logits(list(range(1, 40)))).all()
 
 
+def test_train_search_native_matches_cli(subq_bin, stories, tmp_path):
+    """init="native" is the CLI's --init native: the same file, byte for byte; a width other than the head's is
+    refused with the CLI's message."""
+    f = tmp_path / "tr.txt"
+    f.write_text(open(os.path.join(os.environ["SUBQ_SHARED"], "data", "text", "tinyshakespeare.txt"),
+                      encoding="utf-8").read()[:20000], encoding="utf-8")
+    a, b = tmp_path / "py.gguf", tmp_path / "cli.gguf"
+    with subq.Model(stories, n_ctx=128, n_threads=1) as m:
+        m.train_search([f], a, layers="1-3", steps=1, d_search=8, seq=64, eval_every=0, warmup=1, lr=0.0,
+                       granularity="head", init="native")
+        run_cli(subq_bin, "train-search", "-m", stories, "-f", f, "-o", b, "--layers", "1-3", "--reserve", "none",
+                "--steps", 1, "--d-search", 8, "--seq", 64, "--eval-every", 0, "--warmup", 1, "--lr", 0, "-t", 1,
+                "--granularity", "head", "--init", "native")
+        assert a.read_bytes() == b.read_bytes()
+        with pytest.raises(subq.SubqError, match="needs --d-search 8"):
+            m.train_search([f], tmp_path / "no.gguf", layers="1-3", steps=1, d_search=4, seq=64, eval_every=0,
+                           warmup=1, granularity="head", init="native")
+
+
 def test_ctrl_c_stops_train_search(stories, tmp_path):
     """Ctrl-C sets the flag training polls between steps: it stops within a step, with a checkpoint that a
     resumed run continues from."""

@@ -1,6 +1,7 @@
 /* Search projections as a task of the training driver (train_search.h). */
 #include "train/search/train_search.h"
 #include "train/search/search_heads.h"
+#include "search/search_native.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,26 @@ typedef struct search_task {
 
 static const char *const part_names[] = {"nce", "kl"};
 
+static int init_native(const subq_train_search_params *c) { return c->init_from && !strcmp(c->init_from, "native"); }
+
+/* --init native rotates as the model does: the --rope-* flags may only say
+ * the same (or be left at their defaults). */
+static subq_status native_rope(const subq_train_search_params *c, const subq_model *m, search_rope *out,
+                               subq_error *err) {
+    if (c->d_search != m->hp.head_dim)
+        return subq_fail(err, SUBQ_ERR_ARG, "--init native needs --d-search %d (the model's head width), got %d",
+                         m->hp.head_dim, c->d_search);
+    subq_status s = search_native_rope(m, c->train.layers, c->train.n_layers, out, err);
+    if (s) return s;
+    const subq_train_search_params d = train_search_default_config();
+    if ((c->rope_dims >= 0 && c->rope_dims != out->n_rot) ||
+        (c->rope_base != d.rope_base && c->rope_base != (float)out->base) ||
+        (c->rope_scale != d.rope_scale && c->rope_scale != (float)out->scale))
+        return subq_fail(err, SUBQ_ERR_ARG, "--init native rotates as the model does (--rope-dims %d --rope-base %g "
+                         "--rope-scale %g); leave the --rope-* flags out", out->n_rot, out->base, out->scale);
+    return SUBQ_OK;
+}
+
 static subq_status create(void *self, trainer *t, subq_error *err) {
     search_task *k = self;
     const subq_train_search_params *c = k->cfg;
@@ -60,8 +81,9 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
     /* half the space rotated: measured on the 4K fixture and stories260K
      * (BENCHMARKS.md), as the independent study behind it found */
     const int n_rot = c->rope_dims < 0 ? c->d_search / 2 / 2 * 2 : c->rope_dims;
-    const search_rope rope = {.n_rot = n_rot, .base = c->rope_base, .scale = c->rope_scale};
-    subq_status s = search_rope_check(&rope, c->d_search, "search rotation", err);
+    search_rope rope = {.n_rot = n_rot, .base = c->rope_base, .scale = c->rope_scale};
+    subq_status s = init_native(c) ? native_rope(c, t->model, &rope, err) : SUBQ_OK;
+    if (!s) s = search_rope_check(&rope, c->d_search, "search rotation", err);
     if (s) return s;
     const model_hparams *hp = &t->model->hp;
     if ((int)c->granularity < 0 || c->granularity >= SUBQ_SEARCH_GRANULARITY_COUNT)
@@ -84,11 +106,13 @@ static subq_status create(void *self, trainer *t, subq_error *err) {
 static subq_status read_weights(void *self, trainer *t, const gguf_file *f, const char *path, subq_error *err);
 
 /* W ~ N(0, init_std^2) from the run's rng (drawn also when starting from a
- * file, so that the data order is the same either way), or the file's. */
+ * file, so that the data order is the same either way), the model's own
+ * W_q / W_k (--init native), or the file's. */
 static subq_status init(void *self, trainer *t, subq_error *err) {
     search_task *k = self;
     search_proj_init_normal(k->proj, k->cfg->init_std, &t->rng);
     if (!k->cfg->init_from) return SUBQ_OK;
+    if (init_native(k->cfg)) return search_proj_init_native(k->proj, t->model, err);
     gguf_file *f;
     subq_status s = gguf_open(k->cfg->init_from, &f, err);
     if (s) return s;
