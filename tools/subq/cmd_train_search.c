@@ -204,6 +204,9 @@ int cmd_train_search(int argc, char **argv) {
                      cfg.d_search, rope_dims, (double)cfg.rope_base, (double)cfg.rope_scale, cfg.loss.n_sink,
                      cfg.loss.n_tail, subq_search_granularity_name(cfg.granularity));
             rc = cli_train_run(&o, &ui, run, &cfg);
+            if (!rc && cfg.init_from && !strcmp(cfg.init_from, "native"))
+                fprintf(stderr, "subq train-search: rank with --score dot (untrained, these are the %s raw-QK "
+                        "oracle)\n", cfg.granularity == SUBQ_SEARCH_HEAD ? "per-head" : "group-mean");
         }
     }
     cli_train_free(&o);
