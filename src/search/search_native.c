@@ -28,8 +28,12 @@ static subq_status native_rope_of(const model_hparams *hp, int l, search_rope *o
     return SUBQ_OK;
 }
 
-subq_status search_native_rope(const subq_model *m, const int *layers, int n_sel, search_rope *out, subq_error *err) {
+subq_status search_native_rope(const subq_model *m, const int *layers, int n_sel, int d_search, search_rope *out,
+                               subq_error *err) {
     const model_hparams *hp = &m->hp;
+    if (d_search != hp->head_dim)
+        return subq_fail(err, SUBQ_ERR_ARG, "--init native needs --d-search %d (the model's head width), got %d",
+                         hp->head_dim, d_search);
     for (int i = 0; i < n_sel; i++) {
         const int l = layers[i];
         const layer_weights *L = &m->layers[l];
@@ -63,11 +67,11 @@ subq_status search_proj_init_native(search_proj *p, const subq_model *m, subq_er
     if (p->gran == SUBQ_SEARCH_LAYER && hp->n_head_kv > 1)
         return subq_fail(err, SUBQ_ERR_UNSUPPORTED, "--init native: one set a layer spans %d KV heads; use "
                          "--granularity kv-head or head", hp->n_head_kv);
-    if (p->d_search != hd)
-        return subq_fail(err, SUBQ_ERR_ARG, "--init native needs --d-search %d (the model's head width), got %d", hd,
-                         p->d_search);
+    if (p->n_khead != hp->n_head_kv || hp->n_head % p->n_qhead)
+        return subq_fail(err, SUBQ_ERR_ARG, "--init native: %d / %d search heads do not fit the model's %d / %d",
+                         p->n_qhead, p->n_khead, hp->n_head, hp->n_head_kv);
     search_rope r;
-    subq_status s = search_native_rope(m, p->layers, p->n_sel, &r, err);
+    subq_status s = search_native_rope(m, p->layers, p->n_sel, p->d_search, &r, err);
     if (s) return s;
     if (!search_rope_same(&r, &p->rope))
         return subq_fail(err, SUBQ_ERR_ARG, "--init native needs the model's rotation: --rope-dims %d --rope-base %g "

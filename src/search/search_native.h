@@ -15,8 +15,11 @@
 
 #include "search/search_proj.h"
 
-/* The search rotation matching the RoPE of the given layers of m, or SUBQ_ERR_UNSUPPORTED naming why there is none. */
-subq_status search_native_rope(const subq_model *m, const int *layers, int n_sel, search_rope *out, subq_error *err);
+/* The search rotation matching the RoPE of the given layers of m for
+ * search heads d_search wide, or an error naming why there is none
+ * (SUBQ_ERR_ARG: d_search is not the head width; SUBQ_ERR_UNSUPPORTED). */
+subq_status search_native_rope(const subq_model *m, const int *layers, int n_sel, int d_search, search_rope *out,
+                               subq_error *err);
 
 /* Fill p (m's projections: d_search = head_dim, p->rope = search_native_rope)
  * with W_Qs[a] = the mean of W_q over query search head a's model heads and

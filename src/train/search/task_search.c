@@ -51,10 +51,7 @@ static int init_native(const subq_train_search_params *c) { return c->init_from 
  * the same (or be left at their defaults). */
 static subq_status native_rope(const subq_train_search_params *c, const subq_model *m, search_rope *out,
                                subq_error *err) {
-    if (c->d_search != m->hp.head_dim)
-        return subq_fail(err, SUBQ_ERR_ARG, "--init native needs --d-search %d (the model's head width), got %d",
-                         m->hp.head_dim, c->d_search);
-    subq_status s = search_native_rope(m, c->train.layers, c->train.n_layers, out, err);
+    subq_status s = search_native_rope(m, c->train.layers, c->train.n_layers, c->d_search, out, err);
     if (s) return s;
     const subq_train_search_params d = train_search_default_config();
     if ((c->rope_dims >= 0 && c->rope_dims != out->n_rot) ||
