@@ -38,13 +38,13 @@ LAYERS = [1, 2, 3, 4]
 TIE = 2e-6  # cosines this close at the K-th place would let float32 (error ~1e-7) pick either key
 
 
-def rotate(x, pos, base):
-    """the last NROT dims of each head's rows turned by pos: pair i by pos * base^(-2i/NROT)"""
+def rotate(x, pos, n_rot, base, scale=1.0):
+    """x [T, heads, d]: the last n_rot dims turned in adjacent pairs by pos * scale * base^(-2i/n_rot)"""
     x = x.copy()
-    o = DS - NROT
-    for i in range(NROT // 2):
-        th = pos * base ** (-2.0 * i / NROT)
-        c, s = np.cos(th)[:, None], np.sin(th)[:, None]
+    o = x.shape[-1] - n_rot
+    for i in range(n_rot // 2):
+        th = (pos * scale * base ** (-2.0 * i / n_rot))[:, None]
+        c, s = np.cos(th), np.sin(th)
         x0, x1 = x[..., o + 2 * i].copy(), x[..., o + 2 * i + 1].copy()
         x[..., o + 2 * i] = x0 * c - x1 * s
         x[..., o + 2 * i + 1] = x0 * s + x1 * c
@@ -68,8 +68,8 @@ def forward(ref, tokens, proj, swap=False, batch=0):
             return None
         wq, wk = proj[li]
         nq, nk = wq.shape[0] // DS, wk.shape[0] // DS
-        qs = rotate((h @ wq.T).reshape(T, nq, DS), pos, proj["base"])
-        ks = rotate((h @ wk.T).reshape(T, nk, DS), pos, proj["base"])
+        qs = rotate((h @ wq.T).reshape(T, nq, DS), pos, NROT, proj["base"])
+        ks = rotate((h @ wk.T).reshape(T, nk, DS), pos, NROT, proj["base"])
         qs /= np.linalg.norm(qs, axis=2, keepdims=True)
         ks /= np.linalg.norm(ks, axis=2, keepdims=True)
         allowed = np.zeros((nh, T, T), dtype=bool)

@@ -28,21 +28,9 @@ from gguf_np import GGUFFile  # noqa: E402
 from llama_ref import LlamaRef  # noqa: E402
 from check_eval import DOCS, write_docs  # noqa: E402
 from check_eval import forward as eval_forward  # noqa: E402
+from check_search_heads import rotate  # noqa: E402  (the search rotation in numpy)
 
 CTX, LAYERS = 64, [0, 1]
-
-
-def rotate(x, pos, n_rot, base, scale):
-    """x [T, heads, d]: the last n_rot dims turned in adjacent pairs by pos * scale * base^(-2i/n_rot)"""
-    x = x.copy()
-    o = x.shape[-1] - n_rot
-    for i in range(n_rot // 2):
-        th = (pos * scale * base ** (-2.0 * i / n_rot))[:, None]
-        c, s = np.cos(th), np.sin(th)
-        x0, x1 = x[..., o + 2 * i].copy(), x[..., o + 2 * i + 1].copy()
-        x[..., o + 2 * i] = x0 * c - x1 * s
-        x[..., o + 2 * i + 1] = x0 * s + x1 * c
-    return x
 
 
 def train_native(model, text, path, gran, d_search, extra=()):
