@@ -7,7 +7,8 @@
  *     kernels may differ only by the float rounding of the scaling. Shapes:
  *     row counts around the kernels' groups of 4 (1, 3, 4, 5, 7, 13, 33), n
  *     from one block to 8288 (odd block counts, rows longer than 4096 as
- *     phi4-mini's FFN down projection's), a weight -128,
+ *     phi4-mini's FFN down projection's) and 33056 (the AVX-512 q4_0
+ *     kernel takes rows longer than 16384 in runs of columns), a weight -128,
  *     an all-zero activation block; weights and activations in buffers of
  *     their exact size, so the sanitizer build sees any read past the end;
  *   - matmul() for 1, 2 and 3 tokens (the decode path, threads splitting
@@ -92,7 +93,7 @@ int main(void) {
 
     /* ---- each variant's gemv_q8 against the reference */
     const int row_counts[] = {1, 3, 4, 5, 7, 13, 33};
-    const int64_t ns[] = {32, 64, 96, 352, 4096, 4128, 8288};
+    const int64_t ns[] = {32, 64, 96, 352, 4096, 4128, 8288, 33056};
     for (int ti = 0; ti < 2; ti++) {
         const uint32_t type = types[ti];
         const char *tn = ggml_type_get(type)->name;

@@ -14,6 +14,7 @@
 
 #include "base/cpu.h"
 #include "kernels/dot.h"
+#include "kernels/gemv_q8_rows.h"
 #include "kernels/kernels.h"
 
 /* a * b - c must stay two roundings, as in ggml. GCC keeps contraction off in
@@ -392,10 +393,13 @@ TARGET static void quantize_q8(const float *x, int64_t n, int8_t *q, float *d) {
 
 /* The 32 values of a weight block as signed bytes in element order. */
 INLINE __m256i q8_0_bytes(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+/* The 32 stored nibbles of a q4_0 block (w + 8) as unsigned bytes in element order */
+INLINE __m256i q4_0_nibbles(const uint8_t *blk) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)((const block_q4_0 *)blk)->qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
+}
 INLINE __m256i q4_0_bytes(const block_q4_0 *b) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
-    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t); /* high nibbles -> elements 16..31 */
-    return _mm256_sub_epi8(_mm256_and_si256(v, _mm256_set1_epi8(0xF)), _mm256_set1_epi8(8));
+    return _mm256_sub_epi8(q4_0_nibbles((const uint8_t *)b), _mm256_set1_epi8(8));
 }
 
 /* sum_j w_j x_j of one block pair in 8 int32 lanes: maddubs multiplies
@@ -480,45 +484,41 @@ static void gemm_tiled(const gemm_tiles *k, const void *w, size_t row_bytes, int
         gemm_tiled(&k, w, rb, n_rows, xq, xd, n_tok, n, y, ldy);                                                 \
     }
 
-/* The GEMV (decode): one row after another, each a single sequential stream
- * (rows read side by side, as in the tiles above, measured 1.5-2x slower on
- * weights streamed from memory), two accumulators (even and odd blocks)
- * hiding the multiply-add latency; rows in fours share one horizontal sum.
- * acc += (dw dx) * lane sums of the block. */
-#define GEMV_Q8(T)                                                                                               \
-    INLINE __m256 T##_block_fma(const block_##T *b, const int8_t *xq, float dx, __m256 acc) {                   \
-        const __m256i wv = T##_bytes(b);                                                                         \
-        const __m256i xv = _mm256_loadu_si256((const __m256i *)xq);                                              \
-        const __m256 f = _mm256_cvtepi32_ps(q8_pair_sums(_mm256_sign_epi8(wv, wv), wv, xv));                     \
-        return _mm256_fmadd_ps(f, _mm256_set1_ps(h2f(b->d) * dx), acc);                                          \
-    }                                                                                                            \
-    INLINE __m256 T##_gemv_row(const block_##T *b, const int8_t *xq, const float *xd, int64_t nb) {             \
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                                \
-        int64_t i = 0;                                                                                           \
-        for (; i + 2 <= nb; i += 2) {                                                                            \
-            a0 = T##_block_fma(b + i, xq + 32 * i, xd[i], a0);                                                   \
-            a1 = T##_block_fma(b + i + 1, xq + 32 * i + 32, xd[i + 1], a1);                                      \
-        }                                                                                                        \
-        if (i < nb) a0 = T##_block_fma(b + i, xq + 32 * i, xd[i], a0);                                           \
-        return _mm256_add_ps(a0, a1);                                                                            \
-    }                                                                                                            \
-    TARGET static void gemv_q8_##T(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, \
-                                   int64_t n, float *y) {                                                        \
-        const int64_t nb = n / 32;                                                                               \
-        int64_t r = 0;                                                                                           \
-        for (; r + 4 <= n_rows; r += 4) {                                                                        \
-            __m256 acc[4];                                                                                       \
-            for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */               \
-                acc[k] = T##_gemv_row((const block_##T *)((const char *)w + (size_t)(r + k) * rb), xq, xd, nb);  \
-            _mm_storeu_ps(y + r, hsum4(acc[0], acc[1], acc[2], acc[3]));                                         \
-        }                                                                                                        \
-        for (; r < n_rows; r++) y[r] = kernels_hsum8(T##_gemv_row((const block_##T *)((const char *)w + (size_t)r * rb), xq, xd, nb)); \
+/* The GEMV (decode), in gemv_q8_rows.h's loops. q8_0's lane sums are
+ * q8_pair_sums'; q4_0 takes its nibbles as stored, u = w + 8 (unsigned, so
+ * maddubs needs no signs; 15 x 127 x 2 cannot saturate), and each lane adds
+ * its start -8 (x_4l + ... + x_4l+3), computed once per call:
+ *   start + sum_j u_j x_j = sum_j w_j x_j   (exact; two operations fewer
+ * a block than w - 8 through q8_pair_sums). */
+enum { q4_0_SPAN = GEMV_STARTS, q8_0_SPAN = INT32_MAX };
+
+/* start[8b + l] = -8 (x[32b + 4l] + ... + x[32b + 4l + 3]) for nb blocks */
+INLINE void q4_0_lane_starts(const int8_t *xq, int64_t nb, int32_t *start) {
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * i));
+        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), x), _mm256_set1_epi16(1));
+        _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(_mm256_setzero_si256(), s));
     }
+}
+INLINE void q8_0_lane_starts(const int8_t *xq, int64_t nb, int32_t *start) { (void)xq, (void)nb, (void)start; }
+
+INLINE __m256i q8_0_lanes(const block_q8_0 *b, __m256i x, const int32_t *start) {
+    (void)start;
+    const __m256i w = q8_0_bytes(b);
+    return q8_pair_sums(_mm256_sign_epi8(w, w), w, x);
+}
+INLINE __m256i q4_0_lanes(const block_q4_0 *b, __m256i x, const int32_t *start) {
+    const __m256i u = q4_0_nibbles((const uint8_t *)b);
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(s, _mm256_load_si256((const __m256i *)start));
+}
+
+#define GEMV_SCALE(b) h2f((b)->d)
 
 GEMM_Q8(q8_0)
 GEMM_Q8(q4_0)
-GEMV_Q8(q8_0)
-GEMV_Q8(q4_0)
+GEMV_Q8_ROWS(q8_0, INLINE, TARGET, GEMV_SCALE)
+GEMV_Q8_ROWS(q4_0, INLINE, TARGET, GEMV_SCALE)
 
 /* ---- vectors and decode attention ---------------------------------------- */
 
@@ -702,12 +702,6 @@ INLINE void kv_quantize_query(const float *qa, const float *qb, int hd, int q4, 
             w->corr[h][b] = -8 * sum;
         }
     }
-}
-
-/* The 32 stored nibbles of a q4_0 block as unsigned bytes in element order */
-INLINE __m256i q4_0_nibbles(const uint8_t *blk) {
-    const __m128i t = _mm_loadu_si128((const __m128i *)(blk + 2));
-    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0xF));
 }
 
 /* sum_c code_k(c) code_q(c) of one key block in 8 int32 lanes (q8_0:
