@@ -9,6 +9,7 @@
 #define SUBQ_KERNELS_DOT_H
 
 #include <stdint.h>
+#include <string.h>
 
 /* Four partial sums break the add dependency chain and halve rounding growth. */
 static inline float kernels_dot_f32_scalar(const float *a, const float *b, int64_t n) {
@@ -81,6 +82,26 @@ KERNELS_AVX2_INLINE void prefetch_at(const void *base, size_t off) {
 /* the lines of bytes [off, off + len) from base */
 KERNELS_AVX2_INLINE void prefetch_span(const void *base, size_t off, size_t len) {
     for (size_t o = off & ~(size_t)63; o < off + len; o += 64) prefetch_at(base, o);
+}
+
+/* The 8 d * sc_s and dmin * m_s of a Q4_K / Q5_K super-block (float
+ * products as in the scalar code). The 6-bit fields are unpacked four at a
+ * time in 32-bit words (see k4_scale_min): with a, b, c the three words of
+ * `scales`, sc[0..3] = a & 63, m[0..3] = b & 63, and sc[4..7] / m[4..7]
+ * take the low / high nibbles of c plus bits 6..7 of a / b moved to bits
+ * 4..5. */
+KERNELS_AVX2_INLINE void kernels_k4_scales(const uint8_t *scales, float d, float dmin, __m256 *ds, __m256 *dm) {
+    uint32_t a, b, c;
+    memcpy(&a, scales, 4);
+    memcpy(&b, scales + 4, 4);
+    memcpy(&c, scales + 8, 4);
+    const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
+    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
+    const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
+    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
+    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
+    *ds = _mm256_mul_ps(_mm256_set1_ps(d), sc);
+    *dm = _mm256_mul_ps(_mm256_set1_ps(dmin), m);
 }
 
 /* [sum a, sum b, sum c, sum d] of four 8-lane vectors */

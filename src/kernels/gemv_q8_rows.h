@@ -1,37 +1,80 @@
 /* The loops of the integer GEMV (kernels.h: gemv_q8), which the AVX2 set
  * (kernels_avx2.c) and the AVX-512 VNNI set (gemm_avx512.c) expand around
- * their own lane sums. Before GEMV_Q8_ROWS(T, INL, FN, SCALE), a set
- * defines for weight type T:
- *   T##_lanes(b, x, start)           the eight 32-bit lane sums
- *                                    sum_j w_j x_j of block b (four j a
- *                                    lane), start: the lane starts of b;
- *   T##_lane_starts(xq, nb, start)   the starts of nb blocks (8 a block), or
- *                                    nothing for a type without them;
- *   T##_SPAN                         blocks a pass takes (at most
- *                                    GEMV_STARTS for a type with starts);
- * INL and FN are its inline and function attributes, SCALE(b) block b's
- * scale as a float.
+ * their own lane sums. INL and FN are a set's inline and function
+ * attributes.
  *
- * One row after another, each a single sequential stream (rows read side
- * by side measured 1.5-2x slower on weights streamed from memory), two
- * accumulators (even and odd blocks) hiding the multiply-add latency, rows
- * in fours sharing one horizontal sum:
- *   y[r] = sum_b dw(r, b) dx(b) lanes(r, b).
- * Rows longer than SPAN blocks go in runs of columns, the later ones adding
- * to y. */
+ * GEMV_Q8_ROWS(T, INL, FN, SCALE): weights in blocks of 32 (q8_0, q4_0).
+ * Before it a set defines for type T:
+ *   T##_lanes(b, x, start)   the eight 32-bit lane sums sum_j w_j x_j of
+ *                            block b (four j a lane), start: b's lane starts;
+ *   T##_prep(xq, xd, nb, p)  what the rows need of nb activation blocks,
+ *                            once per call (q4_0: lane starts), or nothing;
+ *   T##_SPAN                 blocks a pass takes (at most GEMV_PREP for a
+ *                            type with a prep);
+ * SCALE(b): block b's scale as a float.
+ *
+ * GEMV_Q4_K_ROWS(INL, FN, LANES_U8): Q4_K, super-blocks of 256 weights in 8
+ * sub-blocks of 32 with 6-bit scales sc_s and mins m_s, w = d sc_s q -
+ * dmin m_s, q in 0..15. An activation block of 32 is a sub-block:
+ *   y[r] = sum_s dx_s (d sc_s S_s - dmin m_s X_s),
+ *   S_s = sum_j q_j x_j   (LANES_U8(u, x): the lane sums of unsigned bytes
+ *                          u, the nibbles as stored, against x),
+ *   X_s = sum_j x_j       (dx_s X_s once per call).
+ *
+ * Both: one row after another, each a single sequential stream (rows read
+ * side by side measured 1.5-2x slower on weights streamed from memory), two
+ * accumulators hiding the multiply-add latency, rows in fours sharing one
+ * horizontal sum. Rows longer than a span go in runs of columns, the later
+ * ones adding to y. */
 #ifndef SUBQ_KERNELS_GEMV_Q8_ROWS_H
 #define SUBQ_KERNELS_GEMV_Q8_ROWS_H
 
-/* Lane starts one call holds: 16 KiB on the stack */
-#define GEMV_STARTS 512
+/* What the rows need of the activations, computed once per call for the
+ * blocks of a run (16 KiB on the stack): q4_0's lane starts (8 a block),
+ * Q4_K's dx_s X_s (1 a block). */
+#define GEMV_PREP 512
+typedef union gemv_prep {
+    _Alignas(32) int32_t start[8 * GEMV_PREP];
+    float xsum[8 * GEMV_PREP];
+} gemv_prep;
+
+/* y = W x over runs of SPAN units (blocks or super-blocks) of VALS values:
+ * PREP(xq, xd, units, prep) once per run, ROW(row, xq, xd, prep, units) an
+ * 8-lane vector per row. */
+#define GEMV_RUNS(NAME, FN, BLOCK, VALS, SPAN, PREP, ROW)                                                        \
+    FN static void NAME(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd, int64_t n,  \
+                        float *y) {                                                                             \
+        gemv_prep prep;                                                                                         \
+        const int64_t units = n / VALS;                                                                         \
+        for (int64_t u0 = 0; u0 < units; u0 += SPAN) {                                                          \
+            const int64_t nu = units - u0 < SPAN ? units - u0 : SPAN;                                           \
+            const char *wb = (const char *)w + (size_t)u0 * sizeof(BLOCK);                                      \
+            const int8_t *xb = xq + VALS * u0;                                                                  \
+            const float *db = xd + VALS / 32 * u0;                                                              \
+            PREP(xb, db, nu, &prep);                                                                            \
+            int64_t r = 0;                                                                                      \
+            for (; r + 4 <= n_rows; r += 4) {                                                                   \
+                __m256 acc[4];                                                                                  \
+                for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */                 \
+                    acc[k] = ROW((const BLOCK *)(wb + (size_t)(r + k) * rb), xb, db, &prep, nu);                \
+                const __m128 s = hsum4(acc[0], acc[1], acc[2], acc[3]);                                         \
+                _mm_storeu_ps(y + r, u0 ? _mm_add_ps(_mm_loadu_ps(y + r), s) : s);                              \
+            }                                                                                                   \
+            for (; r < n_rows; r++) {                                                                           \
+                const float s = kernels_hsum8(ROW((const BLOCK *)(wb + (size_t)r * rb), xb, db, &prep, nu));    \
+                y[r] = u0 ? y[r] + s : s;                                                                       \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
 
 #define GEMV_Q8_ROWS(T, INL, FN, SCALE)                                                                          \
     INL __m256 T##_block_fma(const block_##T *b, const int8_t *xq, const int32_t *st, float dx, __m256 acc) {   \
         const __m256i x = _mm256_loadu_si256((const __m256i *)xq);                                             \
         return _mm256_fmadd_ps(_mm256_cvtepi32_ps(T##_lanes(b, x, st)), _mm256_set1_ps(SCALE(b) * dx), acc);   \
     }                                                                                                          \
-    INL __m256 T##_gemv_row(const block_##T *b, const int8_t *xq, const float *xd, const int32_t *st,          \
+    INL __m256 T##_gemv_row(const block_##T *b, const int8_t *xq, const float *xd, const gemv_prep *p,         \
                             int64_t nb) {                                                                      \
+        const int32_t *st = p->start;                                                                          \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                              \
         int64_t i = 0;                                                                                         \
         for (; i + 2 <= nb; i += 2) {                                                                          \
@@ -41,29 +84,42 @@
         if (i < nb) a0 = T##_block_fma(b + i, xq + 32 * i, st + 8 * i, xd[i], a0);                             \
         return _mm256_add_ps(a0, a1);                                                                          \
     }                                                                                                          \
-    FN static void gemv_q8_##T(const void *w, size_t rb, int64_t n_rows, const int8_t *xq, const float *xd,    \
-                               int64_t n, float *y) {                                                          \
-        _Alignas(32) int32_t st[8 * GEMV_STARTS];                                                              \
-        const int64_t nb_all = n / 32;                                                                         \
-        for (int64_t b0 = 0; b0 < nb_all; b0 += T##_SPAN) {                                                    \
-            const int64_t nb = nb_all - b0 < T##_SPAN ? nb_all - b0 : T##_SPAN;                                \
-            const char *wb = (const char *)w + (size_t)b0 * sizeof(block_##T);                                 \
-            const int8_t *xb = xq + 32 * b0;                                                                   \
-            const float *db = xd + b0;                                                                         \
-            T##_lane_starts(xb, nb, st);                                                                       \
-            int64_t r = 0;                                                                                     \
-            for (; r + 4 <= n_rows; r += 4) {                                                                  \
-                __m256 acc[4];                                                                                 \
-                for (int k = 0; k < 4; k++) /* not unrolled: GCC would interleave the 4 rows */                \
-                    acc[k] = T##_gemv_row((const block_##T *)(wb + (size_t)(r + k) * rb), xb, db, st, nb);     \
-                const __m128 s = hsum4(acc[0], acc[1], acc[2], acc[3]);                                        \
-                _mm_storeu_ps(y + r, b0 ? _mm_add_ps(_mm_loadu_ps(y + r), s) : s);                             \
-            }                                                                                                  \
-            for (; r < n_rows; r++) {                                                                          \
-                const float s = kernels_hsum8(T##_gemv_row((const block_##T *)(wb + (size_t)r * rb), xb, db, st, nb)); \
-                y[r] = b0 ? y[r] + s : s;                                                                      \
+    GEMV_RUNS(gemv_q8_##T, FN, block_##T, 32, T##_SPAN, T##_prep, T##_gemv_row)
+
+#define GEMV_Q4_K_ROWS(INL, FN, LANES_U8)                                                                        \
+    /* xsum[s] = dx_s X_s of the 8 nsb activation blocks */                                                           \
+    INL void q4_K_prep(const int8_t *xq, const float *xd, int64_t nsb, gemv_prep *p) {                         \
+        for (int64_t s = 0; s < 8 * nsb; s++) {                                                                \
+            int32_t sum = 0;                                                                                   \
+            for (int j = 0; j < 32; j++) sum += xq[32 * s + j];                                                \
+            p->xsum[s] = xd[s] * (float)sum;                                                                   \
+        }                                                                                                      \
+    }                                                                                                          \
+    /* one row's nsb super-blocks: the sub-blocks' d sc_s dx_s S_s in a0 (even s) and a1 (odd s), the mins'    \
+     * dmin m_s dx_s X_s eight at a time in am */                                                              \
+    INL __m256 q4_K_gemv_row(const block_q4_K *b, const int8_t *xq, const float *xd, const gemv_prep *p,       \
+                             int64_t nsb) {                                                                    \
+        const __m256i m4 = _mm256_set1_epi8(0xF);                                                              \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, am = a0;                                                     \
+        for (int64_t i = 0; i < nsb; i++) {                                                                    \
+            __m256 ds, dm;                                                                                     \
+            kernels_k4_scales(b[i].scales, _cvtsh_ss(quant_rd16(b[i].d)), _cvtsh_ss(quant_rd16(b[i].dmin)), &ds, \
+                              &dm);                                                                            \
+            _Alignas(32) float sx[8]; /* d sc_s dx_s */                                                        \
+            _mm256_store_ps(sx, _mm256_mul_ps(ds, _mm256_loadu_ps(xd + 8 * i)));                               \
+            am = _mm256_fmadd_ps(dm, _mm256_loadu_ps(p->xsum + 8 * i), am);                                    \
+            const int8_t *x = xq + 256 * i;                                                                    \
+            for (int c = 0; c < 4; c++) { /* sub-blocks 2c (low nibbles) and 2c + 1 (high) */                 \
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));                     \
+                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4); \
+                const __m256i s0 = LANES_U8(lo, _mm256_loadu_si256((const __m256i *)(x + 64 * c)));            \
+                const __m256i s1 = LANES_U8(hi, _mm256_loadu_si256((const __m256i *)(x + 64 * c + 32)));       \
+                a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_broadcast_ss(sx + 2 * c), a0);             \
+                a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_broadcast_ss(sx + 2 * c + 1), a1);         \
             }                                                                                                  \
         }                                                                                                      \
-    }
+        return _mm256_sub_ps(_mm256_add_ps(a0, a1), am);                                                       \
+    }                                                                                                          \
+    GEMV_RUNS(gemv_q8_q4_K, FN, block_q4_K, 256, GEMV_PREP, q4_K_prep, q4_K_gemv_row)
 
 #endif

@@ -158,23 +158,12 @@ BLOCK32_KERNELS(q4_0)
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 
-/* The 8 (d * sc_s) and (dmin * m_s) of a super-block, each a float product
- * as in the scalar code. The 6-bit fields are unpacked four at a time in
- * 32-bit words (see k4_scale_min): with a, b, c the three words of `scales`,
- * sc[0..3] = a & 63, m[0..3] = b & 63, and sc[4..7] / m[4..7] take the low /
- * high nibbles of c plus bits 6..7 of a / b moved to bits 4..5. */
+/* kernels_k4_scales into float arrays */
 INLINE void k4_scales_f(const uint8_t *scales, float d, float dmin, float ds[8], float dm[8]) {
-    uint32_t a, b, c;
-    memcpy(&a, scales, 4);
-    memcpy(&b, scales + 4, 4);
-    memcpy(&c, scales + 8, 4);
-    const uint32_t sc_lo = a & 0x3F3F3F3Fu, m_lo = b & 0x3F3F3F3Fu;
-    const uint32_t sc_hi = (c & 0x0F0F0F0Fu) | ((a >> 2) & 0x30303030u);
-    const uint32_t m_hi = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 2) & 0x30303030u);
-    const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)sc_hi, (int)sc_lo)));
-    const __m256 m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, (int)m_hi, (int)m_lo)));
-    _mm256_storeu_ps(ds, _mm256_mul_ps(_mm256_set1_ps(d), sc));
-    _mm256_storeu_ps(dm, _mm256_mul_ps(_mm256_set1_ps(dmin), m));
+    __m256 vs, vm;
+    kernels_k4_scales(scales, d, dmin, &vs, &vm);
+    _mm256_storeu_ps(ds, vs);
+    _mm256_storeu_ps(dm, vm);
 }
 
 /* Chunk c of a Q4_K block: the 64 values q as 8 x 8 floats (sub-block 2c in
@@ -490,17 +479,26 @@ static void gemm_tiled(const gemm_tiles *k, const void *w, size_t row_bytes, int
  * its start -8 (x_4l + ... + x_4l+3), computed once per call:
  *   start + sum_j u_j x_j = sum_j w_j x_j   (exact; two operations fewer
  * a block than w - 8 through q8_pair_sums). */
-enum { q4_0_SPAN = GEMV_STARTS, q8_0_SPAN = INT32_MAX };
+enum { q4_0_SPAN = GEMV_PREP, q8_0_SPAN = INT32_MAX };
 
-/* start[8b + l] = -8 (x[32b + 4l] + ... + x[32b + 4l + 3]) for nb blocks */
-INLINE void q4_0_lane_starts(const int8_t *xq, int64_t nb, int32_t *start) {
+/* the eight lane sums of unsigned bytes u against signed bytes x (four
+ * products a lane; u <= 15 in every use, so maddubs cannot saturate) */
+INLINE __m256i u8_lanes(__m256i u, __m256i x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+}
+
+/* start[8b + l] = -8 (x[32b + 4l] + ... + x[32b + 4l + 3]) of nb blocks */
+INLINE void q4_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
+    (void)xd;
+    int32_t *start = p->start;
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(xq + 32 * i));
-        const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), x), _mm256_set1_epi16(1));
+        const __m256i s = u8_lanes(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)(xq + 32 * i)));
         _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(_mm256_setzero_si256(), s));
     }
 }
-INLINE void q8_0_lane_starts(const int8_t *xq, int64_t nb, int32_t *start) { (void)xq, (void)nb, (void)start; }
+INLINE void q8_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
+    (void)xq, (void)xd, (void)nb, (void)p;
+}
 
 INLINE __m256i q8_0_lanes(const block_q8_0 *b, __m256i x, const int32_t *start) {
     (void)start;
@@ -508,9 +506,7 @@ INLINE __m256i q8_0_lanes(const block_q8_0 *b, __m256i x, const int32_t *start) 
     return q8_pair_sums(_mm256_sign_epi8(w, w), w, x);
 }
 INLINE __m256i q4_0_lanes(const block_q4_0 *b, __m256i x, const int32_t *start) {
-    const __m256i u = q4_0_nibbles((const uint8_t *)b);
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
-    return _mm256_add_epi32(s, _mm256_load_si256((const __m256i *)start));
+    return _mm256_add_epi32(u8_lanes(q4_0_nibbles((const uint8_t *)b), x), _mm256_load_si256((const __m256i *)start));
 }
 
 #define GEMV_SCALE(b) h2f((b)->d)
@@ -519,6 +515,10 @@ GEMM_Q8(q8_0)
 GEMM_Q8(q4_0)
 GEMV_Q8_ROWS(q8_0, INLINE, TARGET, GEMV_SCALE)
 GEMV_Q8_ROWS(q4_0, INLINE, TARGET, GEMV_SCALE)
+
+/* Q4_K: the nibbles as stored against the activations, scales and mins per
+ * sub-block (gemv_q8_rows.h) */
+GEMV_Q4_K_ROWS(INLINE, TARGET, u8_lanes)
 
 /* ---- vectors and decode attention ---------------------------------------- */
 
@@ -1217,6 +1217,7 @@ const kernels kernels_avx2_set = {
         {
             [GGML_TYPE_Q8_0] = gemv_q8_q8_0,
             [GGML_TYPE_Q4_0] = gemv_q8_q4_0,
+            [GGML_TYPE_Q4_K] = gemv_q8_q4_K,
         },
     .dot_f32 = kernels_dot_f32_avx2,
     .dot_f16 = dot_f16,
