@@ -87,7 +87,7 @@ typedef union gemv_prep {
     GEMV_RUNS(gemv_q8_##T, FN, block_##T, 32, T##_SPAN, T##_prep, T##_gemv_row)
 
 #define GEMV_Q4_K_ROWS(INL, FN, LANES_U8)                                                                        \
-    /* xsum[s] = dx_s X_s of the 8 nsb activation blocks */                                                           \
+    /* xsum[s] = dx_s X_s of the 8 nsb activation blocks */                                                    \
     INL void q4_K_prep(const int8_t *xq, const float *xd, int64_t nsb, gemv_prep *p) {                         \
         for (int64_t s = 0; s < 8 * nsb; s++) {                                                                \
             int32_t sum = 0;                                                                                   \
