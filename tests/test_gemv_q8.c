@@ -17,8 +17,8 @@
  *     and against the f32 product on unquantised activations within the
  *     bound 8-bit activations imply: |sum_j w_j (x_j - d q_j)| <=
  *     sum_j |w_j| d / 2;
- *   - the Q4_K GEMV of the AVX2 and AVX-512 VNNI sets against a double loop
- *     over the dequantised weights (see below). */
+ *   - the Q4_K and Q6_K GEMVs of the AVX2 and AVX-512 VNNI sets against a
+ *     double loop over the dequantised weights (see below). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,59 +196,73 @@ int main(void) {
         free(w), free(wf), free(x), free(y), free(yb), free(xd), free(xq), free(want), free(mag);
     }
 
-    /* ---- gemv_q8 of Q4_K weights (the AVX2 and AVX-512 VNNI sets have it;
-     * the portable set decodes on float rows): against a double loop over
-     * the dequantised weights and the q8 activations, random bytes for
-     * scales, mins and values, up to 513 super-blocks a row (runs of
-     * columns past 512), the error relative to sum_j (|w_j| + 2 dmin m_s)
-     * |d_b q_j| (the kernel adds d sc_s S_s and subtracts dmin m_s X_s) */
+    /* ---- gemv_q8 of Q4_K and Q6_K weights (the AVX2 and AVX-512 VNNI sets
+     * have them; the portable set decodes on float rows): against a double
+     * loop over the dequantised weights and the q8 activations, random bytes
+     * for scales, mins and values, rows of up to 513 super-blocks (runs of
+     * columns: Q6_K's past 64, Q4_K's past 512), the error relative to
+     * sum_j (|w_j| + 2 dmin m_s) |d_b q_j| (the Q4_K kernel adds d sc_s S_s
+     * and subtracts dmin m_s X_s; Q6_K's lane sums are exact) */
+    const uint32_t ktypes[2] = {GGML_TYPE_Q4_K, GGML_TYPE_Q6_K};
     int n_k = 0;
-    for (int i = 0; i < nv; i++) {
-        if (!vs[i].gemv[GGML_TYPE_Q4_K]) continue;
-        n_k++;
-        const int64_t kn[] = {256, 512, 2816, 513 * 256};
-        const int krows[] = {1, 4, 5, 13};
-        for (size_t ni = 0; ni < sizeof kn / sizeof kn[0]; ni++)
-            for (size_t ri = 0; ri < sizeof krows / sizeof krows[0]; ri++) {
-                const int64_t n = kn[ni], rows = krows[ri], nb = n / 32;
-                if (n > 4096 && rows > 4) continue;
-                const size_t rb = (size_t)ggml_row_size(GGML_TYPE_Q4_K, (uint64_t)n);
-                char *w = malloc(rb * (size_t)rows);
-                float *wf = malloc((size_t)n * sizeof(float)), *x = malloc((size_t)n * sizeof(float));
-                float *xd = malloc((size_t)nb * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
-                int8_t *xq = malloc((size_t)n);
-                for (size_t k = 0; k < rb * (size_t)rows; k++) w[k] = (char)rng_next_u64(&rng);
-                for (int64_t k = 0; k < n; k++) x[k] = rng_normal(&rng);
-                ref_quantize(x, n, xq, xd);
-                for (int64_t r = 0; r < rows; r++)
-                    for (int64_t sb = 0; sb < n / 256; sb++) {
-                        block_q4_K *blk = (block_q4_K *)(w + (size_t)r * rb) + sb;
-                        quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
-                        quant_wr16(blk->dmin, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
+    for (int ki = 0; ki < 2; ki++)
+        for (int i = 0; i < nv; i++) {
+            const uint32_t kt = ktypes[ki];
+            if (!vs[i].gemv[kt]) continue;
+            n_k++;
+            const int64_t kn[] = {256, 512, 2816, 65 * 256, 513 * 256};
+            const int krows[] = {1, 4, 5, 13};
+            for (size_t ni = 0; ni < sizeof kn / sizeof kn[0]; ni++)
+                for (size_t ri = 0; ri < sizeof krows / sizeof krows[0]; ri++) {
+                    const int64_t n = kn[ni], rows = krows[ri], nb = n / 32;
+                    if (n > 4096 && rows > 4) continue;
+                    const size_t rb = (size_t)ggml_row_size(kt, (uint64_t)n);
+                    char *w = malloc(rb * (size_t)rows);
+                    float *wf = malloc((size_t)n * sizeof(float)), *x = malloc((size_t)n * sizeof(float));
+                    float *xd = malloc((size_t)nb * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
+                    int8_t *xq = malloc((size_t)n);
+                    for (size_t k = 0; k < rb * (size_t)rows; k++) w[k] = (char)rng_next_u64(&rng);
+                    for (int64_t k = 0; k < n; k++) x[k] = rng_normal(&rng);
+                    ref_quantize(x, n, xq, xd);
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t sb = 0; sb < n / 256; sb++) {
+                            if (kt == GGML_TYPE_Q4_K) {
+                                block_q4_K *blk = (block_q4_K *)(w + (size_t)r * rb) + sb;
+                                quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
+                                quant_wr16(blk->dmin, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
+                            } else {
+                                block_q6_K *blk = (block_q6_K *)(w + (size_t)r * rb) + sb;
+                                quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.0001f)));
+                            }
+                        }
+                    vs[i].gemv[kt](w, rb, rows, xq, xd, n, y);
+                    double worst = 0;
+                    for (int64_t r = 0; r < rows; r++) {
+                        const char *row = w + (size_t)r * rb;
+                        quant_dequant_ref[kt](row, wf, n);
+                        double want = 0, mag = 0;
+                        for (int64_t j = 0; j < n; j++) {
+                            double dm = 0;
+                            if (kt == GGML_TYPE_Q4_K) {
+                                const block_q4_K *blk = (const block_q4_K *)row + j / 256;
+                                uint8_t sc, m;
+                                k4_scale_min((int)(j % 256 / 32), blk->scales, &sc, &m);
+                                dm = fabs((double)fp16_to_fp32(quant_rd16(blk->dmin)) * m);
+                            }
+                            want += (double)wf[j] * xd[j / 32] * xq[j];
+                            mag += (fabs(wf[j]) + 2 * dm) * fabs(xd[j / 32] * xq[j]);
+                        }
+                        const double e = fabs(y[r] - want) / (mag + 1e-30);
+                        worst = isnan(e) ? INFINITY : fmax(worst, e);
                     }
-                vs[i].gemv[GGML_TYPE_Q4_K](w, rb, rows, xq, xd, n, y);
-                double worst = 0;
-                for (int64_t r = 0; r < rows; r++) {
-                    const block_q4_K *blk = (const block_q4_K *)(w + (size_t)r * rb);
-                    quant_dequant_ref[GGML_TYPE_Q4_K](blk, wf, n);
-                    double want = 0, mag = 0;
-                    for (int64_t j = 0; j < n; j++) {
-                        uint8_t sc, m;
-                        k4_scale_min((int)(j % 256 / 32), blk[j / 256].scales, &sc, &m);
-                        const double dm = fabs((double)fp16_to_fp32(quant_rd16(blk[j / 256].dmin)) * m);
-                        want += (double)wf[j] * xd[j / 32] * xq[j];
-                        mag += (fabs(wf[j]) + 2 * dm) * fabs(xd[j / 32] * xq[j]);
-                    }
-                    const double e = fabs(y[r] - want) / (mag + 1e-30);
-                    worst = isnan(e) ? INFINITY : fmax(worst, e);
+                    CHECK(worst <= float_tol(n), "gemv_q8 %s %s %lld x %lld: worst error %.2e of the magnitude "
+                          "(tol %.2e)", vs[i].name, ggml_type_get(kt)->name, (long long)rows, (long long)n, worst,
+                          float_tol(n));
+                    free(w), free(wf), free(x), free(xd), free(y), free(xq);
                 }
-                CHECK(worst <= float_tol(n), "gemv_q8 %s q4_K %lld x %lld: worst error %.2e of the magnitude "
-                      "(tol %.2e)", vs[i].name, (long long)rows, (long long)n, worst, float_tol(n));
-                free(w), free(wf), free(x), free(xd), free(y), free(xq);
-            }
-    }
-    CHECK(n_k == (kernels_avx2() ? 1 : 0) + (kernels_gemv_q8_avx512() ? 1 : 0),
-          "a Q4_K GEMV in the AVX2 and AVX-512 VNNI sets, where they run (%d)", n_k);
+        }
+    CHECK(n_k == 2 * ((kernels_avx2() ? 1 : 0) + (kernels_gemv_q8_avx512() ? 1 : 0)),
+          "Q4_K and Q6_K GEMVs in the AVX2 and AVX-512 VNNI sets, where they run (%d)", n_k);
     pool_free(mm_pool);
     return test_summary();
 }

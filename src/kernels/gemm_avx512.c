@@ -332,19 +332,20 @@ GEMM_TYPE(q6_K, GGML_TYPE_Q6_K)
  * activations outgrew L1). */
 enum { q4_0_SPAN = GEMV_PREP, q8_0_SPAN = INT32_MAX };
 
-/* the eight lane sums of unsigned bytes u against signed bytes x (four
- * products a lane; u <= 15 in every use, so maddubs cannot saturate) */
-INLINE512 __m256i u8_lanes(__m256i u, __m256i x) {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, x);
+/* acc + the eight lane sums of unsigned bytes u against signed bytes x
+ * (four products a lane, exact in 32 bits) */
+INLINE512 __m256i u8_lanes(__m256i acc, __m256i u, __m256i x) {
+    return _mm256_dpbusd_epi32(acc, u, x);
 }
 
 /* start[8b + l] = -8 (x[32b + 4l] + ... + x[32b + 4l + 3]) of nb blocks */
 INLINE512 void q4_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
     (void)xd;
     int32_t *start = p->start;
+    const __m256i zero = _mm256_setzero_si256();
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i s = u8_lanes(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)(xq + 32 * i)));
-        _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+        const __m256i s = u8_lanes(zero, _mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)(xq + 32 * i)));
+        _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(zero, s));
     }
 }
 INLINE512 void q8_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
@@ -357,8 +358,7 @@ INLINE512 __m256i q8_0_lanes(const block_q8_0 *b, __m256i x, const int32_t *star
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(x, w));
 }
 INLINE512 __m256i q4_0_lanes(const block_q4_0 *b, __m256i x, const int32_t *start) {
-    const __m256i u = q4_0_nibbles(b);
-    return _mm256_dpbusd_epi32(_mm256_load_si256((const __m256i *)start), u, x);
+    return u8_lanes(_mm256_load_si256((const __m256i *)start), q4_0_nibbles(b), x);
 }
 
 #define GEMV_SCALE(b) _cvtsh_ss(quant_rd16((b)->d))
@@ -366,14 +366,16 @@ INLINE512 __m256i q4_0_lanes(const block_q4_0 *b, __m256i x, const int32_t *star
 GEMV_Q8_ROWS(q8_0, INLINE512, AVX512, GEMV_SCALE)
 GEMV_Q8_ROWS(q4_0, INLINE512, AVX512, GEMV_SCALE)
 
-/* Q4_K: the nibbles as stored against the activations, scales and mins per
- * sub-block (gemv_q8_rows.h) */
+/* Q4_K and Q6_K: the values as stored against the activations, scales (and
+ * Q4_K's mins) per sub-block (gemv_q8_rows.h) */
 GEMV_Q4_K_ROWS(INLINE512, AVX512, u8_lanes)
+GEMV_Q6_K_ROWS(INLINE512, AVX512, u8_lanes)
 
 static const gemv_q8_fn gemv_avx512[GGML_TYPE_COUNT] = {
     [GGML_TYPE_Q8_0] = gemv_q8_q8_0,
     [GGML_TYPE_Q4_0] = gemv_q8_q4_0,
     [GGML_TYPE_Q4_K] = gemv_q8_q4_K,
+    [GGML_TYPE_Q6_K] = gemv_q8_q6_K,
 };
 
 const gemv_q8_fn *kernels_gemv_q8_avx512(void) { return cpu_has_avx512vnni() ? gemv_avx512 : NULL; }

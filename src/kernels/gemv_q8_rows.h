@@ -17,11 +17,20 @@
  * sub-blocks of 32 with 6-bit scales sc_s and mins m_s, w = d sc_s q -
  * dmin m_s, q in 0..15. An activation block of 32 is a sub-block:
  *   y[r] = sum_s dx_s (d sc_s S_s - dmin m_s X_s),
- *   S_s = sum_j q_j x_j   (LANES_U8(u, x): the lane sums of unsigned bytes
- *                          u, the nibbles as stored, against x),
+ *   S_s = sum_j q_j x_j   (the nibbles as stored against x),
  *   X_s = sum_j x_j       (dx_s X_s once per call).
  *
- * Both: one row after another, each a single sequential stream (rows read
+ * GEMV_Q6_K_ROWS(INL, FN, LANES_U8): Q6_K, super-blocks of 256 weights in
+ * 16 sub-blocks of 16 with int8 scales sc_s, w = d sc_s (q - 32), q in
+ * 0..63 (4 low bits in ql, 2 high in qh). An activation block of 32 holds
+ * sub-blocks 2b and 2b + 1 in lanes 0-3 and 4-7; each lane starts at -32
+ * times the sum of its four activations (once per call), so it holds
+ * sum_j (q_j - 32) x_j exactly:
+ *   y[r] = sum_b dx_b d (sc_2b, sc_2b+1 spread over the lanes) . lanes_b.
+ *
+ * LANES_U8(acc, u, x): acc plus the lane sums of unsigned bytes u against x.
+ *
+ * All: one row after another, each a single sequential stream (rows read
  * side by side measured 1.5-2x slower on weights streamed from memory), two
  * accumulators hiding the multiply-add latency, rows in fours sharing one
  * horizontal sum. Rows longer than a span go in runs of columns, the later
@@ -30,8 +39,8 @@
 #define SUBQ_KERNELS_GEMV_Q8_ROWS_H
 
 /* What the rows need of the activations, computed once per call for the
- * blocks of a run (16 KiB on the stack): q4_0's lane starts (8 a block),
- * Q4_K's dx_s X_s (1 a block). */
+ * blocks of a run (16 KiB on the stack): q4_0's and Q6_K's lane starts (8 a
+ * block), Q4_K's dx_s X_s (1 a block). */
 #define GEMV_PREP 512
 typedef union gemv_prep {
     _Alignas(32) int32_t start[8 * GEMV_PREP];
@@ -99,7 +108,7 @@ typedef union gemv_prep {
      * dmin m_s dx_s X_s eight at a time in am */                                                              \
     INL __m256 q4_K_gemv_row(const block_q4_K *b, const int8_t *xq, const float *xd, const gemv_prep *p,       \
                              int64_t nsb) {                                                                    \
-        const __m256i m4 = _mm256_set1_epi8(0xF);                                                              \
+        const __m256i m4 = _mm256_set1_epi8(0xF), zero = _mm256_setzero_si256();                              \
         __m256 a0 = _mm256_setzero_ps(), a1 = a0, am = a0;                                                     \
         for (int64_t i = 0; i < nsb; i++) {                                                                    \
             __m256 ds, dm;                                                                                     \
@@ -112,8 +121,8 @@ typedef union gemv_prep {
             for (int c = 0; c < 4; c++) { /* sub-blocks 2c (low nibbles) and 2c + 1 (high) */                 \
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));                     \
                 const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4); \
-                const __m256i s0 = LANES_U8(lo, _mm256_loadu_si256((const __m256i *)(x + 64 * c)));            \
-                const __m256i s1 = LANES_U8(hi, _mm256_loadu_si256((const __m256i *)(x + 64 * c + 32)));       \
+                const __m256i s0 = LANES_U8(zero, lo, _mm256_loadu_si256((const __m256i *)(x + 64 * c)));      \
+                const __m256i s1 = LANES_U8(zero, hi, _mm256_loadu_si256((const __m256i *)(x + 64 * c + 32))); \
                 a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_broadcast_ss(sx + 2 * c), a0);             \
                 a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_broadcast_ss(sx + 2 * c + 1), a1);         \
             }                                                                                                  \
@@ -121,5 +130,49 @@ typedef union gemv_prep {
         return _mm256_sub_ps(_mm256_add_ps(a0, a1), am);                                                       \
     }                                                                                                          \
     GEMV_RUNS(gemv_q8_q4_K, FN, block_q4_K, 256, GEMV_PREP, q4_K_prep, q4_K_gemv_row)
+
+#define GEMV_Q6_K_ROWS(INL, FN, LANES_U8)                                                                      \
+    /* start[8b + l] = -32 (x[32b + 4l] + ... + x[32b + 4l + 3]) of the 8 nsb activation blocks */             \
+    INL void q6_K_prep(const int8_t *xq, const float *xd, int64_t nsb, gemv_prep *p) {                         \
+        (void)xd;                                                                                              \
+        const __m256i c32 = _mm256_set1_epi8(32), zero = _mm256_setzero_si256();                               \
+        for (int64_t b = 0; b < 8 * nsb; b++) {                                                                \
+            const __m256i s = LANES_U8(zero, c32, _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));         \
+            _mm256_store_si256((__m256i *)(p->start + 8 * b), _mm256_sub_epi32(zero, s));                      \
+        }                                                                                                      \
+    }                                                                                                          \
+    /* one row's nsb super-blocks; half h, group k is activation block 4h + k of the super-block: low bits     \
+     * from ql[64h + 32(k & 1) + l] (nibble k >> 1), high bits (qh[32h + l] >> 2k) & 3 */                      \
+    INL __m256 q6_K_gemv_row(const block_q6_K *b, const int8_t *xq, const float *xd, const gemv_prep *p,       \
+                             int64_t nsb) {                                                                    \
+        const __m256i m4 = _mm256_set1_epi8(0xF), m2 = _mm256_set1_epi8(3);                                    \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;                                                              \
+        for (int64_t i = 0; i < nsb; i++) {                                                                    \
+            const __m128i sc8 = _mm_loadu_si128((const __m128i *)b[i].scales);                                 \
+            const __m256 d = _mm256_set1_ps(_cvtsh_ss(quant_rd16(b[i].d)));                                    \
+            for (int h = 0; h < 2; h++) {                                                                      \
+                const __m128i sh = h ? _mm_srli_si128(sc8, 8) : sc8; /* d sc of sub-blocks 8h .. 8h + 7 */     \
+                const __m256 sv = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sh)));              \
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));                    \
+                for (int k = 0; k < 4; k++) {                                                                  \
+                    const int blk = 8 * (int)i + 4 * h + k;                                                    \
+                    const __m256i l = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32 * (k & 1)));  \
+                    const __m256i lo = _mm256_and_si256(k >> 1 ? _mm256_srli_epi16(l, 4) : l, m4);             \
+                    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), m2);                     \
+                    const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));                           \
+                    const __m256i s = LANES_U8(_mm256_load_si256((const __m256i *)(p->start + 8 * blk)), q,    \
+                                               _mm256_loadu_si256((const __m256i *)(xq + 32 * blk)));          \
+                    const __m256 sc = _mm256_permutevar8x32_ps(                                                \
+                        sv, _mm256_setr_epi32(2 * k, 2 * k, 2 * k, 2 * k, 2 * k + 1, 2 * k + 1, 2 * k + 1,     \
+                                              2 * k + 1));                                                     \
+                    const __m256 f = _mm256_mul_ps(sc, _mm256_set1_ps(xd[blk]));                               \
+                    if (k & 1) a1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, a1);                             \
+                    else a0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), f, a0);                                   \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+        return _mm256_add_ps(a0, a1);                                                                          \
+    }                                                                                                          \
+    GEMV_RUNS(gemv_q8_q6_K, FN, block_q6_K, 256, GEMV_PREP / 8, q6_K_prep, q6_K_gemv_row)
 
 #endif

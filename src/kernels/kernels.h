@@ -55,8 +55,8 @@ typedef void (*gemm_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, cons
 /* Decode takes the same maths for one activation row (GEMV), as a kernel
  * that streams each weight row once:
  *   gemv_q8: y[r] = sum_b dw(r, b) d(b) sum_{j<32} qw(r, 32b + j) q(32b + j)   for r < n_rows
- * (Q4_K, AVX2 and AVX-512 VNNI: the same with its sub-blocks' scales and
- * mins, n a multiple of 256). */
+ * (Q4_K and Q6_K, AVX2 and AVX-512 VNNI: the same with their sub-blocks'
+ * scales and Q4_K's mins, n a multiple of 256). */
 typedef void (*gemv_q8_fn)(const void *w, size_t row_bytes, int64_t n_rows, const int8_t *xq, const float *xd,
                            int64_t n, float *y);
 
@@ -122,7 +122,7 @@ typedef struct kernels {
      * prefills through sgemm on dequantised rows) */
     quantize_q8_fn quantize_q8;
     gemm_q8_fn gemm_q8[GGML_TYPE_COUNT];
-    gemv_q8_fn gemv_q8[GGML_TYPE_COUNT]; /* the same types, and Q4_K in the AVX2 set */
+    gemv_q8_fn gemv_q8[GGML_TYPE_COUNT]; /* the same types, and Q4_K, Q6_K in the AVX2 set */
     /* sum_i a[i] * b[i] */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     float (*dot_f16)(const float *a, const uint16_t *b, int64_t n);

@@ -481,19 +481,20 @@ static void gemm_tiled(const gemm_tiles *k, const void *w, size_t row_bytes, int
  * a block than w - 8 through q8_pair_sums). */
 enum { q4_0_SPAN = GEMV_PREP, q8_0_SPAN = INT32_MAX };
 
-/* the eight lane sums of unsigned bytes u against signed bytes x (four
- * products a lane; u <= 15 in every use, so maddubs cannot saturate) */
-INLINE __m256i u8_lanes(__m256i u, __m256i x) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1));
+/* acc + the eight lane sums of unsigned bytes u against signed bytes x
+ * (four products a lane; u <= 63 in every use, so maddubs cannot saturate) */
+INLINE __m256i u8_lanes(__m256i acc, __m256i u, __m256i x) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
 }
 
 /* start[8b + l] = -8 (x[32b + 4l] + ... + x[32b + 4l + 3]) of nb blocks */
 INLINE void q4_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
     (void)xd;
     int32_t *start = p->start;
+    const __m256i zero = _mm256_setzero_si256();
     for (int64_t i = 0; i < nb; i++) {
-        const __m256i s = u8_lanes(_mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)(xq + 32 * i)));
-        _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(_mm256_setzero_si256(), s));
+        const __m256i s = u8_lanes(zero, _mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)(xq + 32 * i)));
+        _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(zero, s));
     }
 }
 INLINE void q8_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
@@ -506,7 +507,7 @@ INLINE __m256i q8_0_lanes(const block_q8_0 *b, __m256i x, const int32_t *start) 
     return q8_pair_sums(_mm256_sign_epi8(w, w), w, x);
 }
 INLINE __m256i q4_0_lanes(const block_q4_0 *b, __m256i x, const int32_t *start) {
-    return _mm256_add_epi32(u8_lanes(q4_0_nibbles((const uint8_t *)b), x), _mm256_load_si256((const __m256i *)start));
+    return u8_lanes(_mm256_load_si256((const __m256i *)start), q4_0_nibbles((const uint8_t *)b), x);
 }
 
 #define GEMV_SCALE(b) h2f((b)->d)
@@ -516,9 +517,10 @@ GEMM_Q8(q4_0)
 GEMV_Q8_ROWS(q8_0, INLINE, TARGET, GEMV_SCALE)
 GEMV_Q8_ROWS(q4_0, INLINE, TARGET, GEMV_SCALE)
 
-/* Q4_K: the nibbles as stored against the activations, scales and mins per
- * sub-block (gemv_q8_rows.h) */
+/* Q4_K and Q6_K: the values as stored against the activations, scales (and
+ * Q4_K's mins) per sub-block (gemv_q8_rows.h) */
 GEMV_Q4_K_ROWS(INLINE, TARGET, u8_lanes)
+GEMV_Q6_K_ROWS(INLINE, TARGET, u8_lanes)
 
 /* ---- vectors and decode attention ---------------------------------------- */
 
@@ -1218,6 +1220,7 @@ const kernels kernels_avx2_set = {
             [GGML_TYPE_Q8_0] = gemv_q8_q8_0,
             [GGML_TYPE_Q4_0] = gemv_q8_q4_0,
             [GGML_TYPE_Q4_K] = gemv_q8_q4_K,
+            [GGML_TYPE_Q6_K] = gemv_q8_q6_K,
         },
     .dot_f32 = kernels_dot_f32_avx2,
     .dot_f16 = dot_f16,

@@ -15,10 +15,10 @@ against the float64 reference forward on the dequantised weights, where
     rel err = max|subq - ref| / max|ref|.
 Products on q8_0 / q4_0 weights multiply 8-bit activations (integer GEMM
 and GEMV, every token), and so do those on q4_K / q6_K in batches of 4 or
-more tokens where `subq info` names avx512-vnni kernels, and those on q4_K
-in calls of 1 to 3 tokens where it names avx2 or avx512-vnni (the level
-SUBQ_ISA leaves): there the reference quantises the same activations the
-same way, and the tolerances grow by 2e-2 (see TOL_Q8_ACT).
+more tokens where `subq info` names avx512-vnni kernels and in calls of 1
+to 3 tokens where it names avx2 or avx512-vnni (the level SUBQ_ISA leaves):
+there the reference quantises the same activations the same way, and the
+tolerances grow by 2e-2 (see TOL_Q8_ACT).
 Then the same three on the real stories260K model with a 64-token sequence
 of the model's own greedy tokens.
 
@@ -48,7 +48,7 @@ rc.require_numpy()
 import numpy as np  # noqa: E402
 from bpe_ref import write_gguf  # noqa: E402
 from gguf_np import GGUFFile  # noqa: E402
-from llama_ref import GEMM_MIN_ROWS, KQ_ACT_TYPES, Q4_K_TYPE, Q8_ACT_TYPES, LlamaRef, llama3_rope_factors  # noqa: E402
+from llama_ref import GEMM_MIN_ROWS, KQ_ACT_TYPES, Q8_ACT_TYPES, LlamaRef, llama3_rope_factors  # noqa: E402
 
 SHAPES = ["tiny", "tiny-qwen2", "tiny-qwen3"]   # llama, qwen2 (biases), qwen3 (QK-norm)
 TYPES = ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"]
@@ -142,8 +142,8 @@ def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None, n_ctx
     types = ref.wtype.values() if ref is not None else ()
     q8 = any(t in Q8_ACT_TYPES for t in types)
     level = kernels_in_use(model_path) if any(t in KQ_ACT_TYPES for t in types) else ""
-    kq = level == "avx512-vnni"
-    q4k_gemv = Q4_K_TYPE in types and level in ("avx2", "avx512-vnni")
+    kq_gemm = level == "avx512-vnni"
+    kq_gemv = level in ("avx2", "avx512-vnni")
 
     def batched(sizes):
         """tokens in calls of >= GEMM_MIN_ROWS, for calls of these sizes"""
@@ -163,13 +163,11 @@ def compare_runs(ck, label, model_path, ref_logits, tokens, tag, ref=None, n_ctx
     wants = {}
     for i, (name, extra, tol, sizes) in enumerate(runs):
         want = ref_logits
-        rows_k = batched(sizes) if kq else np.zeros(n_tokens, dtype=bool)
-        rows_q4k = rows_k | (~batched(sizes) if q4k_gemv else False)
-        if q8 or rows_q4k.any():
-            key = rows_k.tobytes() + rows_q4k.tobytes()
+        rows_k = (batched(sizes) & kq_gemm) | (~batched(sizes) & kq_gemv)
+        if q8 or rows_k.any():
+            key = rows_k.tobytes()
             if key not in wants:
-                wants[key] = ref.forward(tokens, q8_rows=np.full(n_tokens, q8), q8_rows_k=rows_k,
-                                         q8_rows_q4_K=rows_q4k)
+                wants[key] = ref.forward(tokens, q8_rows=np.full(n_tokens, q8), q8_rows_k=rows_k)
             want = wants[key]
             tol += TOL_Q8_ACT
         out_path = os.path.join(rc.tmp_dir(), "logits_%s_%d.f32" % (tag, i))

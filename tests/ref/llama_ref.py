@@ -332,12 +332,11 @@ NEOX_ROPE_ARCHES = ("qwen2", "qwen3", "gemma2", "gemma3", "phi3")
 # forward call (src/kernels/kernels.h: gemm_q8 for batches, gemv_q8 for one
 # to three tokens): Q4_0, Q8_0.
 Q8_ACT_TYPES = (2, 8)
-# ... and in batched products (gemm_q8, 4 or more tokens a call), where the
-# AVX-512 VNNI kernels run (`subq info` names the kernels): Q4_K, Q6_K; Q4_K
-# also in calls of one to three tokens (gemv_q8) at the AVX2 and AVX-512 VNNI
-# levels.
+# ... and where the kernels have them (`subq info` names the level): Q4_K,
+# Q6_K, in batched products (gemm_q8, 4 or more tokens a call) at the AVX-512
+# VNNI level and in calls of 1 to 3 tokens (gemv_q8) at the AVX2 and
+# AVX-512 VNNI levels.
 KQ_ACT_TYPES = (12, 14)
-Q4_K_TYPE = 12
 GEMM_MIN_ROWS = 4
 
 
@@ -646,25 +645,21 @@ class LlamaRef:
         return self.rope_inv_freq, self.rope_mscale
 
     def mm(self, x, W, wtype, q8):
-        """x W^T, with the rows flagged in q8 = (q8_rows, q8_rows_k,
-        q8_rows_q4_K) (None: none) quantised to 8 bits first when subq's
-        integer products take weights of this type (q8_rows_k: the K-quant
-        types', q8_rows_q4_K: Q4_K's when given)."""
-        if wtype == Q4_K_TYPE and q8[2] is not None:
-            rows = q8[2]
-        else:
-            rows = q8[0] if wtype in Q8_ACT_TYPES else q8[1] if wtype in KQ_ACT_TYPES else None
+        """x W^T, with the rows flagged in q8 = (q8_rows, q8_rows_k) (None:
+        none) quantised to 8 bits first when subq's integer products take
+        weights of this type (q8_rows_k: the K-quant types')."""
+        rows = q8[0] if wtype in Q8_ACT_TYPES else q8[1] if wtype in KQ_ACT_TYPES else None
         if rows is not None and rows.any():
             x = np.where(rows[:, None], q8_roundtrip(x), x)
         return x @ W.T
 
     # ---- forward -----------------------------------------------------------
-    def forward(self, tokens, q8_rows=None, q8_rows_k=None, q8_rows_q4_K=None):
+    def forward(self, tokens, q8_rows=None, q8_rows_k=None):
         """Logits (float64, shape [T, n_vocab]) for tokens at positions 0..T-1
         with causal attention (and the sliding window on the layers that have
-        one). q8_rows, q8_rows_k, q8_rows_q4_K (bool [T], optional): the
-        tokens whose activations are quantised to 8 bits (see mm)."""
-        q8 = (q8_rows, q8_rows_k, q8_rows_q4_K)
+        one). q8_rows, q8_rows_k (bool [T], optional): the tokens whose
+        activations are quantised to 8 bits (see mm)."""
+        q8 = (q8_rows, q8_rows_k)
         tokens = np.asarray(tokens, dtype=np.int64)
         T = len(tokens)
         if T == 0:
