@@ -330,7 +330,6 @@ GEMM_TYPE(q6_K, GGML_TYPE_Q6_K)
  * Zen 4: a 512-bit kernel over prepared pairs of blocks read weights 1.2x
  * slower at 3072 columns and 2x slower at 8192, where the prepared
  * activations outgrew L1). */
-enum { q4_0_SPAN = GEMV_PREP, q8_0_SPAN = INT32_MAX };
 
 /* acc + the eight lane sums of unsigned bytes u against signed bytes x
  * (four products a lane, exact in 32 bits) */
@@ -338,19 +337,7 @@ INLINE512 __m256i u8_lanes(__m256i acc, __m256i u, __m256i x) {
     return _mm256_dpbusd_epi32(acc, u, x);
 }
 
-/* start[8b + l] = -8 (x[32b + 4l] + ... + x[32b + 4l + 3]) of nb blocks */
-INLINE512 void q4_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
-    (void)xd;
-    int32_t *start = p->start;
-    const __m256i zero = _mm256_setzero_si256();
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i s = u8_lanes(zero, _mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)(xq + 32 * i)));
-        _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(zero, s));
-    }
-}
-INLINE512 void q8_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
-    (void)xq, (void)xd, (void)nb, (void)p;
-}
+GEMV_LANE_STARTS(INLINE512, u8_lanes)
 
 INLINE512 __m256i q8_0_lanes(const block_q8_0 *b, __m256i x, const int32_t *start) {
     (void)start;

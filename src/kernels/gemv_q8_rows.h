@@ -3,15 +3,15 @@
  * their own lane sums. INL and FN are a set's inline and function
  * attributes.
  *
+ * GEMV_LANE_STARTS(INL, LANES_U8): gemv_lane_starts, and the preps of
+ * q8_0 (none) and q4_0 (lane starts at -8), which GEMV_Q8_ROWS and
+ * GEMV_Q6_K_ROWS take; a set expands it first.
+ *
  * GEMV_Q8_ROWS(T, INL, FN, SCALE): weights in blocks of 32 (q8_0, q4_0).
- * Before it a set defines for type T:
- *   T##_lanes(b, x, start)   the eight 32-bit lane sums sum_j w_j x_j of
- *                            block b (four j a lane), start: b's lane starts;
- *   T##_prep(xq, xd, nb, p)  what the rows need of nb activation blocks,
- *                            once per call (q4_0: lane starts), or nothing;
- *   T##_SPAN                 blocks a pass takes (at most GEMV_PREP for a
- *                            type with a prep);
- * SCALE(b): block b's scale as a float.
+ * Before it a set defines for type T T##_lanes(b, x, start), the eight
+ * 32-bit lane sums sum_j w_j x_j of block b (four j a lane), start: b's
+ * lane starts (q4_0's, from T##_prep once per call). SCALE(b): block b's
+ * scale as a float.
  *
  * GEMV_Q4_K_ROWS(INL, FN, LANES_U8): Q4_K, super-blocks of 256 weights in 8
  * sub-blocks of 32 with 6-bit scales sc_s and mins m_s, w = d sc_s q -
@@ -46,6 +46,29 @@ typedef union gemv_prep {
     _Alignas(32) int32_t start[8 * GEMV_PREP];
     float xsum[8 * GEMV_PREP];
 } gemv_prep;
+
+/* Blocks of 32 a pass takes: q4_0 those whose lane starts gemv_prep holds,
+ * q8_0 (nothing to prepare) whole rows. */
+enum { q4_0_SPAN = GEMV_PREP, q8_0_SPAN = INT32_MAX };
+
+/* gemv_lane_starts: start[8b + l] = -c (x[32b + 4l] + ... + x[32b + 4l + 3])
+ * for nb blocks, the lane starts of weights stored as w + c (q4_0: c = 8,
+ * Q6_K: 32), so that start + sum_j (w_j + c) x_j = sum_j w_j x_j. */
+#define GEMV_LANE_STARTS(INL, LANES_U8)                                                                          \
+    INL void gemv_lane_starts(const int8_t *xq, int64_t nb, int c, int32_t *start) {                           \
+        const __m256i cc = _mm256_set1_epi8((char)c), zero = _mm256_setzero_si256();                          \
+        for (int64_t b = 0; b < nb; b++) {                                                                     \
+            const __m256i s = LANES_U8(zero, cc, _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));          \
+            _mm256_store_si256((__m256i *)(start + 8 * b), _mm256_sub_epi32(zero, s));                         \
+        }                                                                                                      \
+    }                                                                                                          \
+    INL void q8_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {                          \
+        (void)xq, (void)xd, (void)nb, (void)p;                                                                 \
+    }                                                                                                          \
+    INL void q4_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {                          \
+        (void)xd;                                                                                              \
+        gemv_lane_starts(xq, nb, 8, p->start);                                                                 \
+    }
 
 /* y = W x over runs of SPAN units (blocks or super-blocks) of VALS values:
  * PREP(xq, xd, units, prep) once per run, ROW(row, xq, xd, prep, units) an
@@ -132,14 +155,10 @@ typedef union gemv_prep {
     GEMV_RUNS(gemv_q8_q4_K, FN, block_q4_K, 256, GEMV_PREP, q4_K_prep, q4_K_gemv_row)
 
 #define GEMV_Q6_K_ROWS(INL, FN, LANES_U8)                                                                      \
-    /* start[8b + l] = -32 (x[32b + 4l] + ... + x[32b + 4l + 3]) of the 8 nsb activation blocks */             \
+    /* Q6_K's lane starts (c = 32) of its 8 nsb activation blocks */                                        \
     INL void q6_K_prep(const int8_t *xq, const float *xd, int64_t nsb, gemv_prep *p) {                         \
         (void)xd;                                                                                              \
-        const __m256i c32 = _mm256_set1_epi8(32), zero = _mm256_setzero_si256();                               \
-        for (int64_t b = 0; b < 8 * nsb; b++) {                                                                \
-            const __m256i s = LANES_U8(zero, c32, _mm256_loadu_si256((const __m256i *)(xq + 32 * b)));         \
-            _mm256_store_si256((__m256i *)(p->start + 8 * b), _mm256_sub_epi32(zero, s));                      \
-        }                                                                                                      \
+        gemv_lane_starts(xq, 8 * nsb, 32, p->start);                                                           \
     }                                                                                                          \
     /* one row's nsb super-blocks; half h, group k is activation block 4h + k of the super-block: low bits     \
      * from ql[64h + 32(k & 1) + l] (nibble k >> 1), high bits (qh[32h + l] >> 2k) & 3 */                      \

@@ -479,7 +479,6 @@ static void gemm_tiled(const gemm_tiles *k, const void *w, size_t row_bytes, int
  * its start -8 (x_4l + ... + x_4l+3), computed once per call:
  *   start + sum_j u_j x_j = sum_j w_j x_j   (exact; two operations fewer
  * a block than w - 8 through q8_pair_sums). */
-enum { q4_0_SPAN = GEMV_PREP, q8_0_SPAN = INT32_MAX };
 
 /* acc + the eight lane sums of unsigned bytes u against signed bytes x
  * (four products a lane; u <= 63 in every use, so maddubs cannot saturate) */
@@ -487,19 +486,7 @@ INLINE __m256i u8_lanes(__m256i acc, __m256i u, __m256i x) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), _mm256_set1_epi16(1)));
 }
 
-/* start[8b + l] = -8 (x[32b + 4l] + ... + x[32b + 4l + 3]) of nb blocks */
-INLINE void q4_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
-    (void)xd;
-    int32_t *start = p->start;
-    const __m256i zero = _mm256_setzero_si256();
-    for (int64_t i = 0; i < nb; i++) {
-        const __m256i s = u8_lanes(zero, _mm256_set1_epi8(8), _mm256_loadu_si256((const __m256i *)(xq + 32 * i)));
-        _mm256_store_si256((__m256i *)(start + 8 * i), _mm256_sub_epi32(zero, s));
-    }
-}
-INLINE void q8_0_prep(const int8_t *xq, const float *xd, int64_t nb, gemv_prep *p) {
-    (void)xq, (void)xd, (void)nb, (void)p;
-}
+GEMV_LANE_STARTS(INLINE, u8_lanes)
 
 INLINE __m256i q8_0_lanes(const block_q8_0 *b, __m256i x, const int32_t *start) {
     (void)start;
