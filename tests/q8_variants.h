@@ -73,4 +73,22 @@ static inline void q8_random_row(uint64_t *rng, uint32_t type, int64_t n, void *
     }
 }
 
+/* rows random rows of n Q4_K or Q6_K weights, rb bytes apart: random bytes
+ * (every pattern of values and packed scales), then each super-block's f16
+ * scales (Q4_K: d and dmin around +-0.001; Q6_K: d around +-0.0001). */
+static inline void q8_random_kquant_rows(uint64_t *rng, uint32_t type, int64_t rows, int64_t n, size_t rb, char *w) {
+    for (size_t k = 0; k < (size_t)rows * rb; k++) w[k] = (char)rng_next_u64(rng);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t sb = 0; sb < n / 256; sb++) {
+            if (type == GGML_TYPE_Q4_K) {
+                block_q4_K *blk = (block_q4_K *)(w + (size_t)r * rb) + sb;
+                quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(rng, 0.001f)));
+                quant_wr16(blk->dmin, fp32_to_fp16(q8_random_scale(rng, 0.001f)));
+            } else {
+                block_q6_K *blk = (block_q6_K *)(w + (size_t)r * rb) + sb;
+                quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(rng, 0.0001f)));
+            }
+        }
+}
+
 #endif

@@ -152,18 +152,7 @@ int main(void) {
         for (int si = 0; si < 3; si++) {
             const int rows = kshapes[si][0], cols = kshapes[si][1], T = kshapes[si][2];
             const size_t rb = (size_t)ggml_row_size(kt, cols);
-            for (size_t b = 0; b < rows * rb; b++) wk[b] = (char)rng_next_u64(&rng);
-            for (int r = 0; r < rows; r++)
-                for (int sb = 0; sb < cols / 256; sb++) {
-                    if (kt == GGML_TYPE_Q4_K) {
-                        block_q4_K *blk = (block_q4_K *)(wk + (size_t)r * rb) + sb;
-                        quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
-                        quant_wr16(blk->dmin, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
-                    } else {
-                        block_q6_K *blk = (block_q6_K *)(wk + (size_t)r * rb) + sb;
-                        quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.0001f)));
-                    }
-                }
+            q8_random_kquant_rows(&rng, kt, rows, cols, rb, wk);
             for (int r = 0; r < rows; r++) quant_dequant_ref[kt](wk + (size_t)r * rb, wkf + (size_t)r * cols, cols);
             for (int k = 0; k < T * cols; k++) xk[k] = rng_normal(&rng);
             vs[0].quantize(xk, (int64_t)T * cols, qk, dk);

@@ -221,20 +221,9 @@ int main(void) {
                     float *wf = malloc((size_t)n * sizeof(float)), *x = malloc((size_t)n * sizeof(float));
                     float *xd = malloc((size_t)nb * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
                     int8_t *xq = malloc((size_t)n);
-                    for (size_t k = 0; k < rb * (size_t)rows; k++) w[k] = (char)rng_next_u64(&rng);
+                    q8_random_kquant_rows(&rng, kt, rows, n, rb, w);
                     for (int64_t k = 0; k < n; k++) x[k] = rng_normal(&rng);
                     ref_quantize(x, n, xq, xd);
-                    for (int64_t r = 0; r < rows; r++)
-                        for (int64_t sb = 0; sb < n / 256; sb++) {
-                            if (kt == GGML_TYPE_Q4_K) {
-                                block_q4_K *blk = (block_q4_K *)(w + (size_t)r * rb) + sb;
-                                quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
-                                quant_wr16(blk->dmin, fp32_to_fp16(q8_random_scale(&rng, 0.001f)));
-                            } else {
-                                block_q6_K *blk = (block_q6_K *)(w + (size_t)r * rb) + sb;
-                                quant_wr16(blk->d, fp32_to_fp16(q8_random_scale(&rng, 0.0001f)));
-                            }
-                        }
                     vs[i].gemv[kt](w, rb, rows, xq, xd, n, y);
                     double worst = 0;
                     for (int64_t r = 0; r < rows; r++) {
