@@ -68,13 +68,13 @@ KERNELS_AVX2_INLINE float kernels_hsum8(__m256 v) {
 
 KERNELS_DOT_DENSE(kernels_dot_f32_avx2, float, _mm256_loadu_ps, )
 
-/* Decode attention streams each KV head's rows once. The hardware
- * prefetcher alone leaves the loops waiting on DRAM (rows of a few hundred
- * bytes, read in short strides): the kernels ask for the bytes PF_ROWS rows
- * ahead as they go, a few cache lines per row. A prefetch never faults, so
- * the rows past the end of a call's range are asked for too (the next chunk
- * of the same KV head, usually); the address is formed as an integer, as
- * it may lie outside the array. */
+/* Rows read where an index points (a gather), and by the AVX2 set's decode
+ * attention and code scans, are asked for line by line, the latter PF_ROWS
+ * rows ahead (its loops read rows in strided column passes, which the
+ * hardware prefetcher does not follow: asked a page at a time, as below,
+ * they ran at 0.72-0.87x). A prefetch never faults, so bytes past the end
+ * of a call's range may be asked for too; the address is formed as an
+ * integer, as it may lie outside the array. */
 #define PF_ROWS 64
 KERNELS_AVX2_INLINE void prefetch_at(const void *base, size_t off) {
     _mm_prefetch((const char *)((uintptr_t)base + off), _MM_HINT_T0);
@@ -82,6 +82,21 @@ KERNELS_AVX2_INLINE void prefetch_at(const void *base, size_t off) {
 /* the lines of bytes [off, off + len) from base */
 KERNELS_AVX2_INLINE void prefetch_span(const void *base, size_t off, size_t len) {
     for (size_t o = off & ~(size_t)63; o < off + len; o += 64) prefetch_at(base, o);
+}
+
+/* Rows read front to back (decode attention over a KV head's rows, a scan
+ * of search keys or codes, GEMV weights) are asked for a page at a time:
+ * the hardware prefetcher streams within a 4 KiB page but stops at its
+ * end, where the loop then waits on DRAM (and on a page walk). The loops
+ * call this with the span [off, off + len) they read now; it asks for the
+ * first line of each page that the span moved PF_PAGE_BYTES ahead enters,
+ * which starts the walk and the stream there early. Two cores scored f16
+ * rows at 53-57 GB/s so, 36-39 asking for every line 64 rows ahead
+ * (bench_attn at 128K, Zen 5 VM; bench/notes/2026-12-04-page-prefetch.md). */
+#define PF_PAGE_BYTES 16384
+KERNELS_AVX2_INLINE void prefetch_page_ahead(const void *base, size_t off, size_t len) {
+    const uintptr_t a = (uintptr_t)base + off + PF_PAGE_BYTES, b = a + len;
+    for (uintptr_t p = ((a - 1) | 4095) + 1; p < b; p += 4096) _mm_prefetch((const char *)p, _MM_HINT_T0);
 }
 
 /* The 8 d * sc_s and dmin * m_s of a Q4_K / Q5_K super-block (float

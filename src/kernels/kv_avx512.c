@@ -50,7 +50,7 @@ INLINE512 void scores_rows1(const float *q, const void *keys, int n, int hd, flo
     const size_t rb = (size_t)hd * (f16 ? 2 : 4);
     int j = 0;
     for (; j + 8 <= n; j += 8) {
-        prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 8 * rb);
+        prefetch_page_ahead(keys, (size_t)j * rb, 8 * rb);
         __m512 a[8];
         UNROLL for (int k = 0; k < 8; k++) a[k] = _mm512_setzero_ps();
         const size_t r = (size_t)j * hd;
@@ -86,7 +86,7 @@ INLINE512 void scores_pair_held(const float *qa, const float *qb, const void *ke
     }
     int j = 0;
     for (; j + 2 <= n; j += 2) {
-        prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 2 * rb);
+        prefetch_page_ahead(keys, (size_t)j * rb, 2 * rb);
         __m512 a[2], b[2];
         const size_t r = (size_t)j * hd;
         UNROLL for (int k = 0; k < 2; k++) {
@@ -153,7 +153,7 @@ INLINE512 void scores_rows(const float *q, int g, const void *keys, int n, int h
         }
         int j = 0;
         for (; j + 4 <= n; j += 4) {
-            prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 4 * rb);
+            prefetch_page_ahead(keys, (size_t)j * rb, 4 * rb);
             __m512 a[4], b[4];
             UNROLL for (int k = 0; k < 4; k++) a[k] = b[k] = _mm512_setzero_ps();
             const size_t r = (size_t)j * hd;
@@ -184,8 +184,8 @@ INLINE512 void scores_rows(const float *q, int g, const void *keys, int n, int h
 
 /* m (1 or 2) heads, W x 16 columns from c over rows [j0, j1): the m x W
  * accumulators stay in registers while the rows stream past; with pf the
- * same span PF_ROWS rows ahead is asked for. m and W are constants in every
- * call, so the loops unroll. */
+ * pages ahead are asked for (prefetch_page_ahead). m and W are constants in
+ * every call, so the loops unroll. */
 INLINE512 void accum_cols(const float *const *pp, int m, int W, float *o, int hd, int c, const void *vals, int j0,
                           int j1, int f16, int pf) {
     const size_t esz = f16 ? 2 : 4;
@@ -194,7 +194,7 @@ INLINE512 void accum_cols(const float *const *pp, int m, int W, float *o, int hd
         acc[i][u] = _mm512_loadu_ps(o + (size_t)i * hd + c + 16 * u);
     for (int j = j0; j < j1; j++) {
         const size_t r = (size_t)j * hd + c;
-        if (pf) prefetch_span(vals, (r + (size_t)PF_ROWS * hd) * esz, (size_t)W * 16 * esz);
+        if (pf) prefetch_page_ahead(vals, r * esz, (size_t)W * 16 * esz);
         __m512 v[8];
         UNROLL for (int u = 0; u < W; u++) v[u] = load16(vals, r + 16 * u, f16);
         UNROLL for (int i = 0; i < m; i++) {
@@ -301,7 +301,7 @@ INLINE512 void scores_q(const float *q, int g, const uint8_t *keys, int n, int h
         int j = 0;
         for (; j + 4 <= n; j += 4) {
             const uint8_t *r = keys + (size_t)j * rb;
-            prefetch_span(keys, (size_t)(j + PF_ROWS) * rb, 4 * rb);
+            prefetch_page_ahead(keys, (size_t)j * rb, 4 * rb);
             __m512 ta[4], tb[4];
             UNROLL for (int k = 0; k < 4; k++) ta[k] = tb[k] = _mm512_setzero_ps();
             for (int p = 0; p < np; p++) {
@@ -361,7 +361,7 @@ INLINE512 void accum_qcols(const float *const *pp, int m, int W, float *o, int h
         acc[i][u] = _mm512_loadu_ps(o + (size_t)i * hd + 32 * b0 + 16 * u);
     for (int j = j0; j < j1; j++) {
         const size_t at = (size_t)j * rb + (size_t)b0 * bs;
-        if (pf) prefetch_span(vals, at + PF_ROWS * rb, (size_t)W * bs);
+        if (pf) prefetch_page_ahead(vals, at, (size_t)W * bs);
         __m512 v[8];
         float d[4];
         UNROLL for (int u = 0; u < W; u++) {

@@ -200,7 +200,7 @@ INLINE512 void scores512(const scan_query *q, const uint8_t *rows, const float *
     int j = 0;
     for (; j + 16 <= n; j += 16) {
         const uint8_t *r = rows + (size_t)j * rb;
-        prefetch_span(rows, (size_t)(j + PF_ROWS) * rb, 16 * rb);
+        prefetch_page_ahead(rows, (size_t)j * rb, 16 * rb);
         __m512i acc[16];
         UNROLL for (int k = 0; k < 16; k++) acc[k] = row_lanes512(r + (size_t)k * rb, np, half, bits, qa, qb);
         const __m512i s = _mm512_add_epi32(reduce16(acc), _mm512_set1_epi32(corr));
