@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/bigmem.h"
 #include "base/crc32c.h"
 #include "base/error.h"
 #include "base/fingerprint.h"
@@ -224,6 +225,31 @@ static subq_status map_search(kv_file *f, subq_error *err) {
     return SUBQ_OK;
 }
 
+/* A new file's rows enter the page cache as 2 MiB folios, so that the
+ * mapping maps them with 2 MiB entries. Where the file system gives the
+ * page cache large folios (ext4 on Linux 6.18), a write makes
+ * folios no larger than itself: a prefill's runs of rows (34-557 KB) would
+ * leave most of the mapping in 4 KiB entries, and a decode step then pays a
+ * page walk for each page it streams and each random slot it reads (on the
+ * VM of bench/notes/2026-12-04-kv-file-folios.md: 0.7x the speed of the
+ * cache in memory at 128K). Read once through a mapping advised
+ * MADV_HUGEPAGE, the reserved blocks come back as zeros in 2 MiB folios
+ * without a disk read, and the rows written later fill them. Only when the
+ * file fits in half the memory available: a larger one is evicted and read
+ * again page by page anyway. Advice only: where the kernel cannot, pages
+ * stay as they were. */
+static void populate_huge(kv_file *f) {
+    const size_t bytes = (size_t)f->h.fixed_bytes;
+    const char *source;
+    if (bytes > bigmem_available(&source) / 2) return;
+    void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, f->fd, 0);
+    if (p == MAP_FAILED) return;
+#ifdef MADV_HUGEPAGE
+    if (madvise(p, bytes, MADV_HUGEPAGE) == 0) (void)madvise(p, bytes, MADV_POPULATE_READ);
+#endif
+    munmap(p, bytes);
+}
+
 static subq_status create_file(kv_file *f, subq_error *err) {
     memset(&f->h, 0, sizeof f->h);
     memcpy(f->h.magic, MAGIC, sizeof MAGIC);
@@ -235,6 +261,7 @@ static subq_status create_file(kv_file *f, subq_error *err) {
     f->h.fixed_bytes = f->h.total_bytes = layout(&f->g, &f->per_layer, &f->meta_stride);
     subq_status s = reserve(f, f->h.fixed_bytes, err);
     if (!s) s = write_header(f, err);
+    if (!s) populate_huge(f);
     return s;
 }
 
