@@ -227,17 +227,16 @@ static subq_status map_search(kv_file *f, subq_error *err) {
 
 /* A new file's rows enter the page cache as 2 MiB folios, so that the
  * mapping maps them with 2 MiB entries. Where the file system gives the
- * page cache large folios (ext4 on Linux 6.18), a write makes
- * folios no larger than itself: a prefill's runs of rows (34-557 KB) would
- * leave most of the mapping in 4 KiB entries, and a decode step then pays a
- * page walk for each page it streams and each random slot it reads (on the
- * VM of bench/notes/2026-12-04-kv-file-folios.md: 0.7x the speed of the
- * cache in memory at 128K). Read once through a mapping advised
- * MADV_HUGEPAGE, the reserved blocks come back as zeros in 2 MiB folios
- * without a disk read, and the rows written later fill them. Only when the
- * file fits in half the memory available: a larger one is evicted and read
- * again page by page anyway. Advice only: where the kernel cannot, pages
- * stay as they were. */
+ * page cache large folios (ext4 on Linux 6.18), a write makes folios no
+ * larger than itself: a prefill's runs of rows (34-557 KB) would leave most
+ * of the mapping in 4 KiB entries, and a decode step then pays a page walk
+ * for each page it streams and each random slot it reads (on the VM of
+ * bench/notes/2026-12-04-kv-file-folios.md: 0.6-0.8x the speed of the cache
+ * in memory at 128K). Read once through a mapping advised MADV_HUGEPAGE,
+ * the reserved blocks come back as zeros in 2 MiB folios without a disk
+ * read, and the rows written later fill them. Only when the file fits in
+ * half the memory available: a larger one is evicted and read again page
+ * by page anyway. Advice only: where the kernel cannot, pages stay small. */
 static void populate_huge(kv_file *f) {
     const size_t bytes = (size_t)f->h.fixed_bytes;
     const char *source;
