@@ -234,13 +234,16 @@ static subq_status map_search(kv_file *f, subq_error *err) {
  * bench/notes/2026-12-04-kv-file-folios.md: 0.6-0.8x the speed of the cache
  * in memory at 128K). Read once through a mapping advised MADV_HUGEPAGE,
  * the reserved blocks come back as zeros in 2 MiB folios without a disk
- * read, and the rows written later fill them. Only when the file fits in
- * half the memory available: a larger one is evicted and read again page
- * by page anyway. Advice only: where the kernel cannot, pages stay small. */
+ * read, and the rows written later fill them. At most half the memory
+ * available, from the start of the file: the rest of a larger file is
+ * written as before (and a file larger than memory is evicted and read
+ * again page by page anyway). Advice only: where the kernel cannot, pages
+ * stay small. */
 static void populate_huge(kv_file *f) {
-    const size_t bytes = (size_t)f->h.fixed_bytes;
     const char *source;
-    if (bytes > bigmem_available(&source) / 2) return;
+    const uint64_t half = bigmem_available(&source) / 2;
+    const size_t bytes = (size_t)(f->h.fixed_bytes < half ? f->h.fixed_bytes : half / (2u << 20) * (2u << 20));
+    if (bytes == 0) return;
     void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, f->fd, 0);
     if (p == MAP_FAILED) return;
 #ifdef MADV_HUGEPAGE
