@@ -235,14 +235,15 @@ static subq_status map_search(kv_file *f, subq_error *err) {
  * in memory at 128K). Read once through a mapping advised MADV_HUGEPAGE,
  * the reserved blocks come back as zeros in 2 MiB folios without a disk
  * read, and the rows written later fill them. At most half the memory
- * available, from the start of the file: the rest of a larger file is
- * written as before (and a file larger than memory is evicted and read
- * again page by page anyway). Advice only: where the kernel cannot, pages
- * stay small. */
+ * available, from the start of the file (the rest is written as before),
+ * and only when the whole file fits in it: the page cache evicts a larger
+ * one as it is written, and reads it back page by page. Advice only: where
+ * the kernel cannot, pages stay small. */
 static void populate_huge(kv_file *f) {
     const char *source;
-    const uint64_t half = bigmem_available(&source) / 2;
-    const size_t bytes = (size_t)(f->h.fixed_bytes < half ? f->h.fixed_bytes : half / (2u << 20) * (2u << 20));
+    const uint64_t avail = bigmem_available(&source), half = avail / 2 / (2u << 20) * (2u << 20);
+    if (f->h.fixed_bytes > avail) return;
+    const size_t bytes = (size_t)(f->h.fixed_bytes < half ? f->h.fixed_bytes : half);
     if (bytes == 0) return;
     void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, f->fd, 0);
     if (p == MAP_FAILED) return;
