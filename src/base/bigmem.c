@@ -8,13 +8,11 @@
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 
-#define HUGE_PAGE ((size_t)2 << 20)
-
 void *bigmem_alloc(size_t bytes) {
-    if (bytes < HUGE_PAGE) return malloc(bytes ? bytes : 1);
-    if (bytes > SIZE_MAX - HUGE_PAGE) return NULL;
-    const size_t rounded = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-    void *p = aligned_alloc(HUGE_PAGE, rounded);
+    if (bytes < BIGMEM_HUGE_PAGE) return malloc(bytes ? bytes : 1);
+    if (bytes > SIZE_MAX - BIGMEM_HUGE_PAGE) return NULL;
+    const size_t rounded = (bytes + BIGMEM_HUGE_PAGE - 1) & ~(BIGMEM_HUGE_PAGE - 1);
+    void *p = aligned_alloc(BIGMEM_HUGE_PAGE, rounded);
 #ifdef MADV_HUGEPAGE
     if (p) (void)madvise(p, rounded, MADV_HUGEPAGE); /* advice only: failure leaves 4 KiB pages */
 #endif
@@ -23,8 +21,8 @@ void *bigmem_alloc(size_t bytes) {
 
 void bigmem_advise(void *p, size_t bytes) {
 #ifdef MADV_HUGEPAGE
-    const uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
-    const uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(HUGE_PAGE - 1);
+    const uintptr_t lo = ((uintptr_t)p + BIGMEM_HUGE_PAGE - 1) & ~(uintptr_t)(BIGMEM_HUGE_PAGE - 1);
+    const uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(BIGMEM_HUGE_PAGE - 1);
     if (p && hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 #else
     (void)p;

@@ -15,6 +15,9 @@
 extern "C" {
 #endif
 
+/* The transparent huge page of x86-64 (a PMD's span). */
+#define BIGMEM_HUGE_PAGE ((size_t)2 << 20)
+
 /* `bytes` of uninitialised memory (NULL when out of memory); buffers of
  * 2 MiB or more are 2 MiB-aligned and advised MADV_HUGEPAGE. Free with free(). */
 void *bigmem_alloc(size_t bytes);

@@ -241,7 +241,7 @@ static subq_status map_search(kv_file *f, subq_error *err) {
  * the kernel cannot, pages stay small. */
 static void populate_huge(kv_file *f) {
     const char *source;
-    const uint64_t avail = bigmem_available(&source), half = avail / 2 / (2u << 20) * (2u << 20);
+    const uint64_t avail = bigmem_available(&source), half = avail / 2 / BIGMEM_HUGE_PAGE * BIGMEM_HUGE_PAGE;
     if (f->h.fixed_bytes > avail) return;
     const size_t bytes = (size_t)(f->h.fixed_bytes < half ? f->h.fixed_bytes : half);
     if (bytes == 0) return;
