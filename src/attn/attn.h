@@ -125,6 +125,12 @@ struct attn_stage_state {
     subq_status (*enable_metrics)(attn_stage *st, subq_error *err);
     const sparse_metrics *(*metrics)(const attn_stage *st);
     void (*freeze)(attn_stage *st, int freeze_slot);
+    /* a one-token forward's search key that the stage leaves out of its
+     * index until every layer has attended (attn_sparse.c: graph inserts),
+     * and adding it: the forward calls index_late before it returns, for
+     * all layers at once across its threads (stages are independent) */
+    int (*has_late_key)(const attn_stage *st);
+    subq_status (*index_late)(attn_stage *st, subq_error *err);
 };
 
 void attn_stage_describe(const attn_stage *st, char *buf, size_t cap);   /* "" without state */
@@ -141,6 +147,8 @@ void attn_stage_get_stats(const attn_stage *st, attn_stage_stats *out);    /* ze
 subq_status attn_stage_enable_metrics(attn_stage *st, subq_error *err);   /* no-op */
 const sparse_metrics *attn_stage_metrics(const attn_stage *st);            /* NULL */
 void attn_stage_freeze(attn_stage *st, int freeze_slot);                   /* no-op */
+int attn_stage_has_late_key(const attn_stage *st);                         /* 0 */
+subq_status attn_stage_index_late(attn_stage *st, subq_error *err);        /* no-op */
 
 /* Exact softmax attention over every eligible cached key (a stateless
  * singleton: never freed). */

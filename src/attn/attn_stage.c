@@ -61,3 +61,11 @@ const sparse_metrics *attn_stage_metrics(const attn_stage *st) {
 void attn_stage_freeze(attn_stage *st, int freeze_slot) {
     if (st->state && st->state->freeze) st->state->freeze(st, freeze_slot);
 }
+
+int attn_stage_has_late_key(const attn_stage *st) {
+    return st->state && st->state->has_late_key ? st->state->has_late_key(st) : 0;
+}
+
+subq_status attn_stage_index_late(attn_stage *st, subq_error *err) {
+    return st->state && st->state->index_late ? st->state->index_late(st, err) : SUBQ_OK;
+}

@@ -29,6 +29,8 @@ struct subq_context {
     attn_stage **stages;         /* [n_layer]; full attention by default */
     double t_attn_s;             /* time spent in attention stages (benchmarks) */
     double t_fill_kv_s;          /* synthetic fills: writing keys and values (benchmarks) */
+    double t_late_wall_s;        /* the forward's late index inserts (forward.c): wall clock, */
+    double t_late_sum_s;         /* and summed over the threads that ran them */
     capture_fn capture;
     void *capture_user;
     int capture_last;            /* with a capture: stop each forward after capturing this layer

@@ -5,6 +5,7 @@
  * projection (-> RMSNorm) -> residual -> RMSNorm -> gated FFN (SiLU or
  * GELU) (-> RMSNorm) -> residual; final norm and logits (soft-capped). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -139,6 +140,54 @@ static void add_bias(float *y, const float *b, int n, int d) {
  * token's few hundred calls would save (measured in bench/notes). */
 #define FORWARD_SERIAL_BYTES ((int64_t)4 << 20)
 
+/* The search keys the layers' stages left out of their indexes until
+ * every layer had attended (attn_stage has_late_key: a decode step's graph
+ * inserts), one layer a chunk across the pool; the first failure is
+ * reported. Timed by the wall clock into t_attn_s, and noted so that the
+ * stats count the inserts' wall time, not their sum over threads. */
+typedef struct late_job {
+    attn_stage **stages;
+    atomic_int failed;
+    subq_error err;
+} late_job;
+
+static void index_late_layer(void *ctx, int l, int thread) {
+    (void)thread;
+    late_job *j = ctx;
+    subq_error e = {0};
+    if (attn_stage_index_late(j->stages[l], &e) && !atomic_exchange(&j->failed, 1)) j->err = e;
+}
+
+static double append_seconds(const subq_context *c) {
+    double sum = 0;
+    for (int l = 0; l < c->model->hp.n_layer; l++) {
+        attn_stage_stats s;
+        attn_stage_get_stats(c->stages[l], &s);
+        sum += s.t_append_s;
+    }
+    return sum;
+}
+
+static subq_status index_late(subq_context *c, pool *pl, subq_error *err) {
+    const int n_layer = c->model->hp.n_layer;
+    int n_late = 0;
+    for (int l = 0; l < n_layer; l++) n_late += attn_stage_has_late_key(c->stages[l]);
+    if (!n_late) return SUBQ_OK;
+    const double sum0 = append_seconds(c), t0 = time_now_s();
+    late_job j = {.stages = c->stages};
+    atomic_init(&j.failed, 0);
+    pool_run(n_late > 1 ? pl : NULL, n_layer, index_late_layer, &j);
+    const double wall = time_now_s() - t0;
+    c->t_attn_s += wall;
+    c->t_late_wall_s += wall;
+    c->t_late_sum_s += append_seconds(c) - sum0;
+    if (atomic_load(&j.failed)) {
+        if (err) *err = j.err;
+        return j.err.code;
+    }
+    return SUBQ_OK;
+}
+
 static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, const int32_t *pos,
                                  const int32_t *seg, float *logits, int all_logits, subq_error *err) {
     subq_model *m = c->model;
@@ -203,8 +252,9 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         if (stored) return stored;
         if (c->capture) c->capture(c->capture_user, l, n, slot0, c->xn, c->q, c->k, c->v);
         if (c->capture && l == c->capture_last) { /* a capture that needs nothing further */
-            kv->n_used += n;
-            return SUBQ_OK;
+            subq_status late = index_late(c, pl, err);
+            if (!late) kv->n_used += n;
+            return late;
         }
 
         attn_step step = {
@@ -233,6 +283,8 @@ static subq_status forward_chunk(subq_context *c, const int32_t *tokens, int n, 
         if (L->post_ffn_norm) rmsnorm(pl, c->proj, c->proj, L->post_ffn_norm, n, d, hp->norm_eps);
         for_rows(pl, n, d, residual_rows, &(rows_job){.y = c->x, .x = c->proj, .d = d});
     }
+    subq_status late = index_late(c, pl, err);
+    if (late) return late;
     kv->n_used += n;
 
     if (logits) {

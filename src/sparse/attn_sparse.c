@@ -24,6 +24,8 @@ typedef struct sparse_stage {
     sparse_record rec;
     int rec_cap;                /* tokens the record can hold */
     float *qs, *ks;             /* search vectors of the current batch */
+    int late_slot;              /* a one-token forward's slot whose key ks still holds, for
+                                   index_late; -1: none */
     int freeze_slot;            /* static-index mode, -1 = off */
     sparse_probe probe;         /* the retrieval metrics of subq eval (sparse_metrics.c) */
     attn_completion *comp;      /* NULL: selection only */
@@ -213,14 +215,18 @@ static subq_status attend_per_head(sparse_stage *s, const attn_step *st, const k
     return SUBQ_OK;
 }
 
-/* Add search keys of slots slot0.. to the index (and the shadow), except in
- * static-index mode past the freeze point; and to the KV file, if any. */
-static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float *ks, int n, int slot0,
-                               subq_error *err) {
+/* Search keys of slots slot0.. into the KV file, if any, which holds them
+ * in stored form (the file is the session). */
+static void file_keys(sparse_stage *s, const kv_cache *kv, const float *ks, int n, int slot0) {
     int d_file = 0;
     float *rows = kv->file && ks ? kv_file_search_rows(kv->file, s->sel->env.layer, &d_file) : NULL;
-    for (int i = 0; rows && d_file == s->dk_row && i < n; i++) /* the file is the session: keys in stored form */
+    for (int i = 0; rows && d_file == s->dk_row && i < n; i++)
         selector_stored_form(s->sel, ks + (size_t)i * d_file, rows + (size_t)(slot0 + i) * d_file);
+}
+
+/* The same keys into the index (and the shadow), except in static-index
+ * mode past the freeze point. */
+static subq_status index_keys(sparse_stage *s, const float *ks, int n, int slot0, subq_error *err) {
     if (s->freeze_slot >= 0) {
         if (slot0 >= s->freeze_slot) return SUBQ_OK;
         if (slot0 + n > s->freeze_slot) n = s->freeze_slot - slot0;
@@ -228,6 +234,24 @@ static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float 
     subq_status rc = selector_append(s->sel, ks, n, slot0, err);
     if (!rc && s->probe.shadow) rc = selector_append(s->probe.shadow, ks, n, slot0, err);
     return rc;
+}
+
+static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float *ks, int n, int slot0,
+                               subq_error *err) {
+    file_keys(s, kv, ks, n, slot0);
+    return index_keys(s, ks, n, slot0, err);
+}
+
+/* Whether a query's own key goes into the index after the query: for
+ * graph indexes (hnsw, faiss), whose insert is a search and relinking
+ * (~0.3 ms a layer at 32K). A one-token forward then leaves it to
+ * index_late, which the forward runs once every layer has attended, all
+ * layers across its threads; a batch taken token by token inserts each key
+ * right after its query, so every query searches the graph of the keys
+ * before its own, in decode and in evaluation alike. The query never
+ * needed its own key from the index: the tail (n_tail >= 1) holds it. */
+static int index_after_query(const sparse_stage *s) {
+    return s->d_search > 0 && s->p.select.plan.n_tail >= 1 && selector_kind_is_ann(s->p.select.plan.selector);
 }
 
 /* A batch at once: one batched index query, then sinks + candidates as the
@@ -355,9 +379,37 @@ static int teacher_batchable(const sparse_stage *s) {
             sp->plan.selector == SUBQ_SELECT_ORACLE || sp->plan.selector == SUBQ_SELECT_WINDOW);
 }
 
+/* Query t of a batch taken token by token, with one set for every head:
+ * its slots (gather_slots), then attention over them. */
+static subq_status attend_token(sparse_stage *s, const attn_step *st, const kv_cache *kv, int t, int *slots,
+                                float *scores, subq_error *err) {
+    const int slot = st->slot0 + t, hd = st->head_dim;
+    const float *q = st->q + (size_t)t * st->n_head * hd;
+    float *out = st->out + (size_t)t * st->n_head * hd;
+    int ns = 0, cand_off = 0, n_cand = 0;
+    subq_status rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL, q,
+                                  s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots, &ns, &cand_off, &n_cand,
+                                  err);
+    if (rc) return rc;
+    if (kv->prefetch) kv_cache_prefetch(kv, st->layer, slots, ns);
+    if (s->comp) {
+        completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand, out,
+                          &s->probe.totals.share_sum, &s->probe.totals.n_share);
+        return SUBQ_OK;
+    }
+    /* exact softmax of the native q, k, v over the chosen slots, per KV
+     * head for its g query heads; the heads' gathers run in parallel so
+     * both cores have misses in flight (threads pay off from ~100 rows) */
+    group_job gj = {.st = st, .kv = kv, .g = st->n_head / st->n_head_kv, .q = q, .slots = slots, .ns = ns,
+                    .shift = far_shifts(s, st, kv, slot, slots, ns, cand_off + n_cand), .scores = scores, .out = out};
+    pool_run(ns * st->n_head_kv >= 512 ? st->pool : NULL, st->n_head_kv, attend_group, &gj);
+    return SUBQ_OK;
+}
+
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     sparse_stage *s = (sparse_stage *)self;
-    const int n = st->n_tokens, hd = st->head_dim, g = st->n_head / st->n_head_kv;
+    const int n = st->n_tokens;
+    s->late_slot = -1; /* one left by a forward that failed before index_late: its slot comes again */
     /* a sliding layer reads a bounded window already; the plans leave it
      * dense (attn_plan), and completion's maps know no soft cap */
     if (st->window > 0)
@@ -393,9 +445,9 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         return sparse_forward_batch(s, st, kv, 0, err);
     if (n > 1 && s->p.select.plan.sparse_prefill == SUBQ_PREFILL_TOKENWISE && teacher_batchable(s))
         return sparse_forward_batch(s, st, kv, 1, err);
-    /* Teacher forcing: query t sees exactly the keys of slots <= its own.
-     * Appending key t right before query t keeps that true for ANN indexes
-     * too, so queries run in slot order. */
+    /* Teacher forcing: query t sees exactly the keys of slots <= its own:
+     * key t goes into the index right before query t (graph indexes: right
+     * after it, index_after_query), so queries run in slot order. */
     int max_slots = s->p.select.plan.n_sink + s->p.select.plan.top_k + s->p.select.plan.n_tail;
     int *slots = malloc((size_t)max_slots * sizeof(int));
     float *scores = malloc((size_t)max_slots * st->n_head * sizeof(float)); /* per query head */
@@ -404,33 +456,21 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         free(scores);
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse attention");
     }
+    const int late = index_after_query(s);
     for (int t = 0; t < n && !rc; t++) {
-        int slot = st->slot0 + t;
-        rc = append_keys(s, kv, s->d_search > 0 ? s->ks + (size_t)t * s->dk_row : NULL, 1, slot, err);
+        const int slot = st->slot0 + t;
+        const float *ks = s->d_search > 0 ? s->ks + (size_t)t * s->dk_row : NULL;
+        if (late) file_keys(s, kv, ks, 1, slot);
+        else rc = append_keys(s, kv, ks, 1, slot, err);
         if (!rc && s->comp) rc = completion_advance(s->comp, kv, slot, err);
-        if (rc) break;
-        if (s->per_head) {
-            rc = attend_per_head(s, st, kv, t, s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots, scores, err);
-            continue;
+        if (!rc)
+            rc = s->per_head ? attend_per_head(s, st, kv, t, s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots,
+                                               scores, err)
+                             : attend_token(s, st, kv, t, slots, scores, err);
+        if (!rc && late) {
+            if (n == 1) s->late_slot = slot; /* ks stays until the forward's index_late */
+            else rc = index_keys(s, ks, 1, slot, err);
         }
-        const float *q = st->q + (size_t)t * st->n_head * hd;
-        int ns = 0, cand_off = 0, n_cand = 0;
-        rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL, q,
-                          s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots, &ns, &cand_off, &n_cand, err);
-        if (rc) break;
-        if (kv->prefetch) kv_cache_prefetch(kv, st->layer, slots, ns);
-        if (s->comp) {
-            completion_attend(s->comp, kv, slot, q, st->scale, slots, ns, cand_off, n_cand,
-                              st->out + (size_t)t * st->n_head * hd, &s->probe.totals.share_sum, &s->probe.totals.n_share);
-            continue;
-        }
-        /* exact softmax of the native q, k, v over the chosen slots, per KV
-         * head for its g query heads; the heads' gathers run in parallel so
-         * both cores have misses in flight (threads pay off from ~100 rows) */
-        group_job gj = {.st = st, .kv = kv, .g = g, .q = q, .slots = slots, .ns = ns,
-                        .shift = far_shifts(s, st, kv, slot, slots, ns, cand_off + n_cand), .scores = scores,
-                        .out = st->out + (size_t)t * st->n_head * hd};
-        pool_run(ns * st->n_head_kv >= 512 ? st->pool : NULL, st->n_head_kv, attend_group, &gj);
     }
     free(slots);
     free(scores);
@@ -445,6 +485,7 @@ static void sparse_reset(attn_stage *self) {
     if (s->probe.shadow) selector_reset(s->probe.shadow);
     if (s->comp) completion_reset(s->comp);
     s->rec.n_tokens = 0;
+    s->late_slot = -1;
 }
 
 static void sparse_free(attn_stage *self) {
@@ -474,6 +515,7 @@ static subq_status sparse_truncate(attn_stage *st, const kv_cache *kv, int n_kee
     if (!rc && s->probe.shadow) rc = selector_truncate(s->probe.shadow, keys, err);
     if (!rc) rc = completion_replay(s, kv, n_keep, err);
     s->rec.n_tokens = 0;
+    s->late_slot = -1;
     return rc;
 }
 
@@ -610,12 +652,25 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
                  s->p.far.from, s->p.far.limit, s->p.dense_near);
 }
 
+static int sparse_has_late_key(const attn_stage *st) {
+    const sparse_stage *s = as_sparse(st);
+    return s && s->late_slot >= 0;
+}
+
+static subq_status sparse_index_late(attn_stage *st, subq_error *err) {
+    sparse_stage *s = as_sparse(st);
+    if (!s || s->late_slot < 0) return SUBQ_OK;
+    const int slot = s->late_slot;
+    s->late_slot = -1;
+    return index_keys(s, s->ks, 1, slot, err);
+}
+
 static const attn_stage_state sparse_state = {
     .describe = sparse_describe, .search_width = sparse_search_width, .search_made_by = sparse_search_made_by,
     .same_search = sparse_same_search, .get_keys = sparse_get_keys, .restore = sparse_restore,
     .append = sparse_append, .rows_attended = sparse_rows_attended, .has_completion = sparse_has_completion,
     .stats = sparse_stats, .enable_metrics = sparse_enable_metrics, .metrics = sparse_get_metrics,
-    .freeze = sparse_freeze,
+    .freeze = sparse_freeze, .has_late_key = sparse_has_late_key, .index_late = sparse_index_late,
 };
 
 subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const float *wk_s, const search_rope *rope,
@@ -642,6 +697,7 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     s->p = *p;
     s->n_embd = n_embd;
     s->freeze_slot = -1;
+    s->late_slot = -1;
     if (needs_search) {
         s->wq_s = wq_s;
         s->wk_s = wk_s;
