@@ -3,7 +3,8 @@
  *  - decode mode (one token at a time through the KV cache) equals prefill
  *    mode (teacher forcing) when the candidate sets are the same, also for
  *    graph indexes searched approximately (each key inserted in slot order
- *    before its own query, whether decoded or teacher-forced);
+ *    after its own query: by the step's late inserts in decode, right
+ *    after the query in teacher forcing);
  *  - candidates never include a future key, another document's key, a sink
  *    or a tail slot (block-causal packing with restarting positions);
  *  - with no sinks and no tail, a query attends exactly the K retrieved keys
