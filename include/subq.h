@@ -707,8 +707,8 @@ void subq_context_clear_plan(subq_context *c);
 typedef struct subq_context_stats {
     double t_attn_s;      /* attention stages, selection and index inserts included */
     double t_select_s;    /* selectors' queries */
-    double t_append_s;    /* selectors' index inserts (a decode step's graph inserts, which run
-                             side by side after the step, by the wall clock) */
+    double t_append_s;    /* selectors' index inserts (graph inserts, which run side by side
+                             after the forward's layers, by the wall clock) */
     uint64_t kv_bytes;    /* KV cache size */
     uint64_t index_bytes; /* memory held by the selectors */
     uint64_t select_bytes_read; /* bytes the selectors' queries read (exact: the search

@@ -4,7 +4,9 @@
  *    mode (teacher forcing) when the candidate sets are the same, also for
  *    graph indexes searched approximately (each key inserted in slot order
  *    after its own query: by the step's late inserts in decode, right
- *    after the query in teacher forcing);
+ *    after the query in teacher forcing), and prefill in batches that
+ *    insert their keys after every layer, across the threads, gives the
+ *    same graphs as inserts one by one;
  *  - candidates never include a future key, another document's key, a sink
  *    or a tail slot (block-causal packing with restarting positions);
  *  - with no sinks and no tail, a query attends exactly the K retrieved keys
@@ -25,9 +27,12 @@
  *    scans (codes of the rotated keys, re-ranked) and HNSW choose the same
  *    sets on these 160 keys. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
+#include "select/selector.h"
 #include "sparse/attn_plan.h"
 #include "model/context.h"
 #include "test_util.h"
@@ -106,6 +111,66 @@ static void search_vec_ref(const search_proj *p, int t, int q, double *out) {
     rotate_ref(&p->rope, ds, pos[t], out);
     for (int a = 0; a < ds; a++) nrm += out[a] * out[a];
     for (int a = 0; a < ds; a++) out[a] /= sqrt(nrm);
+}
+
+/* Graph indexes fed by batches of 40 that no query of the batch searches
+ * (plan->plan.sparse_prefill: dense or sparse prefill) get the batch's keys
+ * after its layers, all layers across 3 threads. Layer 2's stored keys
+ * must be its search keys (search_vec_ref of the captured hidden states,
+ * within 1e-4), and each layer's index must answer 32 random queries (K =
+ * 8, every slot eligible) as one rebuilt from its stored keys inserted one
+ * by one in slot order does (the same keys and seed make the same graph).
+ * Returns the count of wrong keys and differing answers, or -1 on failure. */
+static int batched_graph_misses(const attn_plan *plan, const search_proj *proj, subq_error *err) {
+    subq_context_params cp = subq_context_default_params();
+    cp.n_ctx = N_TOK;
+    cp.n_threads = 3;
+    subq_context *c;
+    if (subq_context_new(model, &cp, &c, err)) return -1;
+    const int ds = proj->d_search;
+    float *keys = malloc((size_t)N_TOK * ds * sizeof(float)), *q = malloc((size_t)ds * sizeof(float));
+    double *ref = malloc((size_t)ds * sizeof(double));
+    layer2_h = malloc((size_t)N_TOK * model->hp.n_embd * sizeof(float));
+    c->capture = keep_layer2_h;
+    c->capture_last = -1;
+    subq_status s = !keys || !q || !ref || !layer2_h ? SUBQ_ERR_NOMEM : context_set_plan(c, plan, proj, err);
+    for (int t = 0; !s && t < N_TOK; t += 40) s = context_forward(c, toks + t, 40, pos + t, seg + t, NULL, 0, err);
+    int misses = s ? -1 : 0, n_graphs = 0;
+    for (int l = 0; misses >= 0 && l < model->hp.n_layer; l++) {
+        selector *a = attn_sparse_selector(c->stages[l]), *b = NULL;
+        if (!a) continue;
+        n_graphs++;
+        if (selector_get_keys(a, N_TOK, keys, err) || selector_new(&a->params, NULL, &b, err) ||
+            selector_put_keys(b, keys, N_TOK, 0, err)) {
+            misses = -1;
+        }
+        for (int t = 0; misses >= 0 && l == 2 && t < N_TOK; t++) {
+            search_vec_ref(proj, t, 0, ref);
+            int bad = 0;
+            for (int d = 0; d < ds; d++) bad |= fabs(keys[(size_t)t * ds + d] - ref[d]) > 1e-4;
+            misses += bad;
+        }
+        uint64_t rng = rng_seed(11 + (uint64_t)l);
+        for (int i = 0; misses >= 0 && i < 32; i++) {
+            for (int d = 0; d < ds; d++) q[d] = rng_normal(&rng);
+            const select_mask m = {.n_slots = N_TOK};
+            int32_t oa[8], ob[8];
+            const int na = selector_query(a, q, NULL, 8, &m, oa), nb = selector_query(b, q, NULL, 8, &m, ob);
+            misses += na != nb || na < 0 || memcmp(oa, ob, (size_t)na * sizeof(int32_t)) != 0;
+        }
+        selector_free(b);
+    }
+    if (misses >= 0 && n_graphs != 4) {
+        snprintf(err->msg, sizeof err->msg, "%d graph indexes, expected 4", n_graphs);
+        misses = -1;
+    }
+    free(keys);
+    free(q);
+    free(ref);
+    free(layer2_h);
+    layer2_h = NULL;
+    subq_context_free(c);
+    return misses;
 }
 
 /* Queries whose K = 8 candidates (sinks 4, tail 16, packed documents) are
@@ -243,6 +308,12 @@ int main(void) {
               "%s: decode and prefill chose different candidates", name);
         rel = max_rel(dec, got, (size_t)N_TOK * V);
         CHECK(rel < 1e-5, "%s: decode vs prefill logits rel %.2e", name, rel);
+        for (int mode = SUBQ_PREFILL_DENSE; mode <= SUBQ_PREFILL_SPARSE; mode++) {
+            ann.plan.sparse_prefill = mode;
+            const int misses = batched_graph_misses(&ann, proj, &err);
+            CHECK(misses == 0, "%s, %s prefill in batches: %d wrong keys or answers %s", name,
+                  mode == SUBQ_PREFILL_DENSE ? "dense" : "sparse", misses, misses < 0 ? err.msg : "");
+        }
     }
 
     /* 3. eligibility under packing: no future, cross-document, sink or tail slot */

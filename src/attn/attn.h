@@ -125,10 +125,10 @@ struct attn_stage_state {
     subq_status (*enable_metrics)(attn_stage *st, subq_error *err);
     const sparse_metrics *(*metrics)(const attn_stage *st);
     void (*freeze)(attn_stage *st, int freeze_slot);
-    /* a one-token forward's search key that the stage leaves out of its
-     * index until every layer has attended (attn_sparse.c: graph inserts),
-     * and adding it: the forward calls index_late before it returns, for
-     * all layers at once across its threads (stages are independent) */
+    /* a forward's search keys that the stage leaves out of its index
+     * until every layer has attended (attn_sparse.c: graph inserts), and
+     * adding them: the forward calls index_late before it returns, for all
+     * layers at once across its threads (stages are independent) */
     int (*has_late_key)(const attn_stage *st);
     subq_status (*index_late)(attn_stage *st, subq_error *err);
 };

@@ -141,10 +141,11 @@ static void add_bias(float *y, const float *b, int n, int d) {
 #define FORWARD_SERIAL_BYTES ((int64_t)4 << 20)
 
 /* The search keys the layers' stages left out of their indexes until
- * every layer had attended (attn_stage has_late_key: a decode step's graph
- * inserts), one layer a chunk across the pool; the first failure is
- * reported. Timed by the wall clock into t_attn_s, and noted so that the
- * stats count the inserts' wall time, not their sum over threads. */
+ * every layer had attended (attn_stage has_late_key: graph inserts of a
+ * decode step, or of a batch no query of it searched), one layer a chunk
+ * across the pool; the first failure is reported. Timed by the wall clock
+ * into t_attn_s, and noted so that the stats count the inserts' wall time,
+ * not their sum over threads. */
 typedef struct late_job {
     attn_stage **stages;
     atomic_int failed;

@@ -24,8 +24,8 @@ typedef struct sparse_stage {
     sparse_record rec;
     int rec_cap;                /* tokens the record can hold */
     float *qs, *ks;             /* search vectors of the current batch */
-    int late_slot;              /* a one-token forward's slot whose key ks still holds, for
-                                   index_late; -1: none */
+    int late_slot0, late_n;     /* keys of slots late_slot0.. that ks still holds, for
+                                   index_late; late_n 0: none */
     int freeze_slot;            /* static-index mode, -1 = off */
     sparse_probe probe;         /* the retrieval metrics of subq eval (sparse_metrics.c) */
     attn_completion *comp;      /* NULL: selection only */
@@ -242,16 +242,36 @@ static subq_status append_keys(sparse_stage *s, const kv_cache *kv, const float 
     return index_keys(s, ks, n, slot0, err);
 }
 
-/* Whether a query's own key goes into the index after the query: for
- * graph indexes (hnsw, faiss), whose insert is a search and relinking
- * (~0.3 ms a layer at 32K). A one-token forward then leaves it to
- * index_late, which the forward runs once every layer has attended, all
- * layers across its threads; a batch taken token by token inserts each key
- * right after its query, so every query searches the graph of the keys
- * before its own, in decode and in evaluation alike. The query never
- * needed its own key from the index: the tail (n_tail >= 1) holds it. */
+/* Whether the stage's inserts are graph inserts (hnsw, faiss): each a
+ * search and relinking (~0.3 ms a layer at 32K), so the forward runs them
+ * once every layer has attended, all layers across its threads
+ * (index_late), wherever no query of the forward needs them: a batch
+ * attended densely or retrieving among the slots before it, and a
+ * one-token forward (index_after_query). */
+static int index_is_graph(const sparse_stage *s) {
+    return s->d_search > 0 && selector_kind_is_ann(s->p.select.plan.selector);
+}
+
+/* The batch's keys, slots slot0 .. slot0 + n - 1, into the KV file now and
+ * into the index now, or for a graph index by index_late (ks holds them
+ * until then). */
+static subq_status append_batch_keys(sparse_stage *s, const kv_cache *kv, int n, int slot0, subq_error *err) {
+    const float *ks = s->d_search > 0 ? s->ks : NULL;
+    if (!index_is_graph(s)) return append_keys(s, kv, ks, n, slot0, err);
+    file_keys(s, kv, ks, n, slot0);
+    s->late_slot0 = slot0;
+    s->late_n = n;
+    return SUBQ_OK;
+}
+
+/* Whether a query's own key goes into a graph index after the query: a
+ * one-token forward then leaves it to index_late; a batch taken token by
+ * token inserts each key right after its query, so every query searches
+ * the graph of the keys before its own, in decode and in evaluation alike.
+ * The query never needed its own key from the index: the tail (n_tail >=
+ * 1) holds it. */
 static int index_after_query(const sparse_stage *s) {
-    return s->d_search > 0 && s->p.select.plan.n_tail >= 1 && selector_kind_is_ann(s->p.select.plan.selector);
+    return index_is_graph(s) && s->p.select.plan.n_tail >= 1;
 }
 
 /* A batch at once: one batched index query, then sinks + candidates as the
@@ -330,7 +350,7 @@ static subq_status sparse_forward_batch(sparse_stage *s, const attn_step *st, co
     attn_step far_step = *st; /* sinks and candidates beyond far.from at the distance it gives them */
     if (far_on(s, st)) far_step.far = s->p.far;
     if (!rc) rc = attn_batch(&far_step, kv, lo, extra, n_extra, HL, err);
-    if (!rc && !teacher) rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err);
+    if (!rc && !teacher) rc = append_batch_keys(s, kv, n, st->slot0, err);
     if (H > 1) free(cand);
     free(lo);
     free(extra);
@@ -409,7 +429,7 @@ static subq_status attend_token(sparse_stage *s, const attn_step *st, const kv_c
 static subq_status sparse_forward(attn_stage *self, const attn_step *st, const kv_cache *kv, subq_error *err) {
     sparse_stage *s = (sparse_stage *)self;
     const int n = st->n_tokens;
-    s->late_slot = -1; /* one left by a forward that failed before index_late: its slot comes again */
+    s->late_n = 0; /* keys left by a forward that failed before index_late: their slots come again */
     /* a sliding layer reads a bounded window already; the plans leave it
      * dense (attn_plan), and completion's maps know no soft cap */
     if (st->window > 0)
@@ -435,7 +455,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
     /* the index grows with the cache: every new key is appended, also when
      * this batch itself is attended densely */
     if (n > 1 && s->p.select.plan.sparse_prefill == SUBQ_PREFILL_DENSE) {
-        if ((rc = append_keys(s, kv, s->d_search > 0 ? s->ks : NULL, n, st->slot0, err))) return rc;
+        if ((rc = append_batch_keys(s, kv, n, st->slot0, err))) return rc;
         for (int t = 0; t < n && s->comp && !rc; t++) rc = completion_advance(s->comp, kv, st->slot0 + t, err);
         if (rc) return rc;
         for (int i = 0; i < n * s->p.select.plan.top_k; i++) s->rec.cand[i] = -1;
@@ -468,8 +488,12 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
                                                scores, err)
                              : attend_token(s, st, kv, t, slots, scores, err);
         if (!rc && late) {
-            if (n == 1) s->late_slot = slot; /* ks stays until the forward's index_late */
-            else rc = index_keys(s, ks, 1, slot, err);
+            if (n == 1) { /* ks stays until the forward's index_late */
+                s->late_slot0 = slot;
+                s->late_n = 1;
+            } else {
+                rc = index_keys(s, ks, 1, slot, err);
+            }
         }
     }
     free(slots);
@@ -485,7 +509,7 @@ static void sparse_reset(attn_stage *self) {
     if (s->probe.shadow) selector_reset(s->probe.shadow);
     if (s->comp) completion_reset(s->comp);
     s->rec.n_tokens = 0;
-    s->late_slot = -1;
+    s->late_n = 0;
 }
 
 static void sparse_free(attn_stage *self) {
@@ -515,7 +539,7 @@ static subq_status sparse_truncate(attn_stage *st, const kv_cache *kv, int n_kee
     if (!rc && s->probe.shadow) rc = selector_truncate(s->probe.shadow, keys, err);
     if (!rc) rc = completion_replay(s, kv, n_keep, err);
     s->rec.n_tokens = 0;
-    s->late_slot = -1;
+    s->late_n = 0;
     return rc;
 }
 
@@ -654,15 +678,15 @@ static void sparse_describe(const attn_stage *st, char *buf, size_t cap) {
 
 static int sparse_has_late_key(const attn_stage *st) {
     const sparse_stage *s = as_sparse(st);
-    return s && s->late_slot >= 0;
+    return s && s->late_n > 0;
 }
 
 static subq_status sparse_index_late(attn_stage *st, subq_error *err) {
     sparse_stage *s = as_sparse(st);
-    if (!s || s->late_slot < 0) return SUBQ_OK;
-    const int slot = s->late_slot;
-    s->late_slot = -1;
-    return index_keys(s, s->ks, 1, slot, err);
+    if (!s || s->late_n <= 0) return SUBQ_OK;
+    const int n = s->late_n;
+    s->late_n = 0;
+    return index_keys(s, s->ks, n, s->late_slot0, err);
 }
 
 static const attn_stage_state sparse_state = {
@@ -697,7 +721,6 @@ subq_status attn_sparse_new(const sparse_params *p, const float *wq_s, const flo
     s->p = *p;
     s->n_embd = n_embd;
     s->freeze_slot = -1;
-    s->late_slot = -1;
     if (needs_search) {
         s->wq_s = wq_s;
         s->wk_s = wk_s;
