@@ -27,6 +27,8 @@
 #include "select/hnsw_shim.h"
 #include "select/shim_error.h"
 
+extern "C" float fp16_to_fp32(uint16_t h); // quant/quant.h (C11 only)
+
 namespace {
 
 struct DotParam {
@@ -93,6 +95,73 @@ struct hnsw_shim {
                ids, m, sims);
         return m;
     }
+
+    // addPoint for an element of level 0 (all but about 1/M of them), with
+    // the insert-time beam search of width ef_construction done by score()
+    // (gathered, prefetched) instead of hnswlib's one pair at a time; the
+    // relinking is hnswlib's own.
+    hnswlib::tableint add_level0(const char *x, hnswlib::labeltype label) {
+        Hnsw *ix = index.get();
+        std::vector<float> q(dim);
+        for (int i = 0; i < dim; i++)
+            q[i] = elem_bytes == 2 ? fp16_to_fp32(reinterpret_cast<const uint16_t *>(x)[i])
+                                   : reinterpret_cast<const float *>(x)[i];
+        std::vector<int32_t> ids(std::max(ix->maxM0_, ix->maxM_) + 1);
+        std::vector<float> sim(ids.size());
+        hnswlib::tableint cur = ix->enterpoint_node_;
+        score(q.data(), &cur, 1, nullptr, 0, ids.data(), sim.data());
+        float cur_d = 1.0f - sim[0];
+        for (int level = ix->maxlevel_; level > 0; level--) {
+            for (bool changed = true; changed;) {
+                changed = false;
+                unsigned *ll = ix->get_linklist(cur, level);
+                int m = score(q.data(), ll + 1, ix->getListCount(ll), nullptr, 0, ids.data(), sim.data());
+                for (int i = 0; i < m; i++)
+                    if (1.0f - sim[i] < cur_d) {
+                        cur_d = 1.0f - sim[i];
+                        cur = (hnswlib::tableint)ids[i];
+                        changed = true;
+                    }
+            }
+        }
+        typedef std::pair<float, hnswlib::tableint> Pair;
+        std::priority_queue<Pair, std::vector<Pair>, Hnsw::CompareByFirst> top;
+        std::priority_queue<Pair> cand;
+        hnswlib::VisitedList *vl = ix->visited_list_pool_->getFreeVisitedList();
+        hnswlib::vl_type *visited = vl->mass, tag = vl->curV;
+        const size_t width = ix->ef_construction_;
+        top.emplace(cur_d, cur);
+        cand.emplace(-cur_d, cur);
+        visited[cur] = tag;
+        float bound = cur_d;
+        while (!cand.empty()) {
+            Pair c = cand.top();
+            if (-c.first > bound && top.size() == width) break;
+            cand.pop();
+            unsigned *ll = ix->get_linklist0(c.second);
+            int m = score(q.data(), ll + 1, ix->getListCount(ll), visited, tag, ids.data(), sim.data());
+            for (int i = 0; i < m; i++) {
+                float d = 1.0f - sim[i];
+                if (top.size() < width || d < bound) {
+                    cand.emplace(-d, (hnswlib::tableint)ids[i]);
+                    top.emplace(d, (hnswlib::tableint)ids[i]);
+                    if (top.size() > width) top.pop();
+                    bound = top.top().first;
+                }
+            }
+        }
+        ix->visited_list_pool_->releaseVisitedList(vl);
+
+        hnswlib::tableint cur_c = (hnswlib::tableint)ix->cur_element_count++;
+        ix->label_lookup_[label] = cur_c;
+        ix->element_levels_[cur_c] = 0;
+        memset(ix->data_level0_memory_ + cur_c * ix->size_data_per_element_ + ix->offsetLevel0_, 0,
+               ix->size_data_per_element_);
+        memcpy(ix->getExternalLabeLp(cur_c), &label, sizeof label);
+        memcpy(ix->getDataByInternalId(cur_c), x, ix->data_size_);
+        ix->mutuallyConnectNewElement(x, cur_c, top, 0, false);
+        return cur_c;
+    }
 };
 
 extern "C" int hnsw_shim_new(int dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gather_fn gather, int m,
@@ -128,8 +197,11 @@ extern "C" int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0,
                 ix->resizeIndex(2 * ix->max_elements_);
                 advise(ix);
             }
-            hnswlib::tableint id = ix->addPoint(static_cast<const char *>(x) + (size_t)t * ix->data_size_,
-                                                (hnswlib::labeltype)(label0 + t), -1);
+            const char *xt = static_cast<const char *>(x) + (size_t)t * ix->data_size_;
+            const int drawn = ix->getRandomLevel(ix->mult_);
+            hnswlib::tableint id = drawn > 0 || ix->enterpoint_node_ == (hnswlib::tableint)-1
+                                       ? ix->addPoint(xt, (hnswlib::labeltype)(label0 + t), drawn > 0 ? drawn : -1)
+                                       : h->add_level0(xt, (hnswlib::labeltype)(label0 + t));
             int level = ix->element_levels_[id];
             if (level > 0) h->upper_bytes += ix->size_links_per_element_ * (size_t)level + 1;
         }
