@@ -10,7 +10,10 @@
 // of a full upper-layer list, which AddressSanitizer reports, so this file is
 // built without it (CMakeLists.txt). The search below is our own: each
 // expanded node's unvisited neighbours are gathered, their vectors
-// prefetched, and scored by one gathered dot call.
+// prefetched, and scored by one gathered dot call. Inserts of level-0
+// elements (all but about 1/M) use it too, then hnswlib's relinking
+// (hnsw_shim::add_level0); the others go through hnswlib's addPoint. Both
+// rely on 0.6.2's public members.
 #include <hnswlib/hnswlib.h>
 
 #include <algorithm>
