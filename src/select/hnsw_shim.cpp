@@ -99,10 +99,84 @@ struct hnsw_shim {
         return m;
     }
 
+    // Greedy descent through the upper layers from the entry point (as
+    // HierarchicalNSW::searchKnn): the node reached and its distance.
+    // Counts distances in *nd and link-list entries read in *nl.
+    hnswlib::tableint descend(const float *q, float *cur_d, int32_t *ids, float *sim, int64_t *nd,
+                              int64_t *nl) const {
+        const Hnsw *ix = index.get();
+        hnswlib::tableint cur = ix->enterpoint_node_;
+        score(q, &cur, 1, nullptr, 0, ids, sim);
+        *cur_d = 1.0f - sim[0];
+        ++*nd;
+        for (int level = ix->maxlevel_; level > 0; level--) {
+            for (bool changed = true; changed;) {
+                changed = false;
+                unsigned *ll = ix->get_linklist(cur, level);
+                int size = ix->getListCount(ll);
+                int m = score(q, ll + 1, size, nullptr, 0, ids, sim);
+                *nd += m;
+                *nl += 1 + size;
+                for (int i = 0; i < m; i++) {
+                    if (1.0f - sim[i] < *cur_d) {
+                        *cur_d = 1.0f - sim[i];
+                        cur = (hnswlib::tableint)ids[i];
+                        changed = true;
+                    }
+                }
+            }
+        }
+        return cur;
+    }
+
+    // Bottom layer: best-first beam search from `cur`. `top` keeps the
+    // `width` nearest accepted nodes (worst on top); `cand` is the frontier
+    // (nearest on top, stored as -distance). Rejected nodes are expanded but
+    // never kept, so the search walks through them to accepted regions.
+    template <class Top, class Allowed>
+    void beam(const float *q, hnswlib::tableint cur, float cur_d, size_t width, Allowed allowed, Top &top,
+              int32_t *ids, float *sim, int64_t *nd, int64_t *nl) const {
+        typedef std::pair<float, hnswlib::tableint> Pair;
+        const Hnsw *ix = index.get();
+        std::priority_queue<Pair> cand;
+        hnswlib::VisitedList *vl = ix->visited_list_pool_->getFreeVisitedList();
+        hnswlib::vl_type *visited = vl->mass, tag = vl->curV;
+        float bound = std::numeric_limits<float>::max();
+        if (allowed(cur)) {
+            top.emplace(cur_d, cur);
+            bound = cur_d;
+        }
+        cand.emplace(-cur_d, cur);
+        visited[cur] = tag;
+        while (!cand.empty()) {
+            Pair c = cand.top();
+            if (-c.first > bound && top.size() == width) break;
+            cand.pop();
+            unsigned *ll = ix->get_linklist0(c.second);
+            int size = ix->getListCount(ll);
+            int m = score(q, ll + 1, size, visited, tag, ids, sim);
+            *nd += m;
+            *nl += 1 + size;
+            for (int i = 0; i < m; i++) {
+                float d = 1.0f - sim[i];
+                hnswlib::tableint id = (hnswlib::tableint)ids[i];
+                if (top.size() < width || d < bound) {
+                    cand.emplace(-d, id);
+                    if (allowed(id)) {
+                        top.emplace(d, id);
+                        if (top.size() > width) top.pop();
+                        bound = top.top().first;
+                    }
+                }
+            }
+        }
+        ix->visited_list_pool_->releaseVisitedList(vl);
+    }
+
     // addPoint for an element of level 0 (all but about 1/M of them), with
-    // the insert-time beam search of width ef_construction done by score()
-    // (gathered, prefetched) instead of hnswlib's one pair at a time; the
-    // relinking is hnswlib's own.
+    // the insert-time search of width ef_construction done by descend() and
+    // beam() (gathered, prefetched) instead of hnswlib's one pair at a time;
+    // the relinking is hnswlib's own.
     hnswlib::tableint add_level0(const char *x, hnswlib::labeltype label) {
         Hnsw *ix = index.get();
         std::vector<float> q(dim);
@@ -111,49 +185,13 @@ struct hnsw_shim {
                                    : reinterpret_cast<const float *>(x)[i];
         std::vector<int32_t> ids(std::max(ix->maxM0_, ix->maxM_) + 1);
         std::vector<float> sim(ids.size());
-        hnswlib::tableint cur = ix->enterpoint_node_;
-        score(q.data(), &cur, 1, nullptr, 0, ids.data(), sim.data());
-        float cur_d = 1.0f - sim[0];
-        for (int level = ix->maxlevel_; level > 0; level--) {
-            for (bool changed = true; changed;) {
-                changed = false;
-                unsigned *ll = ix->get_linklist(cur, level);
-                int m = score(q.data(), ll + 1, ix->getListCount(ll), nullptr, 0, ids.data(), sim.data());
-                for (int i = 0; i < m; i++)
-                    if (1.0f - sim[i] < cur_d) {
-                        cur_d = 1.0f - sim[i];
-                        cur = (hnswlib::tableint)ids[i];
-                        changed = true;
-                    }
-            }
-        }
+        int64_t nd = 0, nl = 0;
+        float cur_d;
+        hnswlib::tableint cur = descend(q.data(), &cur_d, ids.data(), sim.data(), &nd, &nl);
         typedef std::pair<float, hnswlib::tableint> Pair;
         std::priority_queue<Pair, std::vector<Pair>, Hnsw::CompareByFirst> top;
-        std::priority_queue<Pair> cand;
-        hnswlib::VisitedList *vl = ix->visited_list_pool_->getFreeVisitedList();
-        hnswlib::vl_type *visited = vl->mass, tag = vl->curV;
-        const size_t width = ix->ef_construction_;
-        top.emplace(cur_d, cur);
-        cand.emplace(-cur_d, cur);
-        visited[cur] = tag;
-        float bound = cur_d;
-        while (!cand.empty()) {
-            Pair c = cand.top();
-            if (-c.first > bound && top.size() == width) break;
-            cand.pop();
-            unsigned *ll = ix->get_linklist0(c.second);
-            int m = score(q.data(), ll + 1, ix->getListCount(ll), visited, tag, ids.data(), sim.data());
-            for (int i = 0; i < m; i++) {
-                float d = 1.0f - sim[i];
-                if (top.size() < width || d < bound) {
-                    cand.emplace(-d, (hnswlib::tableint)ids[i]);
-                    top.emplace(d, (hnswlib::tableint)ids[i]);
-                    if (top.size() > width) top.pop();
-                    bound = top.top().first;
-                }
-            }
-        }
-        ix->visited_list_pool_->releaseVisitedList(vl);
+        beam(q.data(), cur, cur_d, ix->ef_construction_, [](hnswlib::tableint) { return true; }, top, ids.data(),
+             sim.data(), &nd, &nl);
 
         hnswlib::tableint cur_c = (hnswlib::tableint)ix->cur_element_count++;
         ix->label_lookup_[label] = cur_c;
@@ -232,67 +270,10 @@ extern "C" int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int e
         std::vector<float> sim(ids.size());
         int64_t nd = 0, nl = 0; // distances, link-list entries read
 
-        // greedy descent through the upper layers (as HierarchicalNSW::searchKnn)
-        hnswlib::tableint cur = ix->enterpoint_node_;
-        h->score(q, &cur, 1, nullptr, 0, ids.data(), sim.data());
-        float cur_d = 1.0f - sim[0];
-        nd++;
-        for (int level = ix->maxlevel_; level > 0; level--) {
-            for (bool changed = true; changed;) {
-                changed = false;
-                unsigned *ll = ix->get_linklist(cur, level);
-                int size = ix->getListCount(ll);
-                int m = h->score(q, ll + 1, size, nullptr, 0, ids.data(), sim.data());
-                nd += m;
-                nl += 1 + size;
-                for (int i = 0; i < m; i++) {
-                    if (1.0f - sim[i] < cur_d) {
-                        cur_d = 1.0f - sim[i];
-                        cur = (hnswlib::tableint)ids[i];
-                        changed = true;
-                    }
-                }
-            }
-        }
-
-        // Bottom layer: best-first beam search. `top` keeps the `width` nearest
-        // accepted nodes (worst on top); `cand` is the frontier (nearest on
-        // top, stored as -distance). Rejected nodes are expanded but never
-        // kept, so the search walks through them to accepted regions.
-        typedef std::pair<float, hnswlib::tableint> Pair;
-        std::priority_queue<Pair> top, cand;
-        hnswlib::VisitedList *vl = ix->visited_list_pool_->getFreeVisitedList();
-        hnswlib::vl_type *visited = vl->mass, tag = vl->curV;
-        float bound = std::numeric_limits<float>::max();
-        if (allowed(cur)) {
-            top.emplace(cur_d, cur);
-            bound = cur_d;
-        }
-        cand.emplace(-cur_d, cur);
-        visited[cur] = tag;
-        while (!cand.empty()) {
-            Pair c = cand.top();
-            if (-c.first > bound && top.size() == width) break;
-            cand.pop();
-            unsigned *ll = ix->get_linklist0(c.second);
-            int size = ix->getListCount(ll);
-            int m = h->score(q, ll + 1, size, visited, tag, ids.data(), sim.data());
-            nd += m;
-            nl += 1 + size;
-            for (int i = 0; i < m; i++) {
-                float d = 1.0f - sim[i];
-                hnswlib::tableint id = (hnswlib::tableint)ids[i];
-                if (top.size() < width || d < bound) {
-                    cand.emplace(-d, id);
-                    if (allowed(id)) {
-                        top.emplace(d, id);
-                        if (top.size() > width) top.pop();
-                        bound = top.top().first;
-                    }
-                }
-            }
-        }
-        ix->visited_list_pool_->releaseVisitedList(vl);
+        float cur_d;
+        hnswlib::tableint cur = h->descend(q, &cur_d, ids.data(), sim.data(), &nd, &nl);
+        std::priority_queue<std::pair<float, hnswlib::tableint>> top;
+        h->beam(q, cur, cur_d, width, allowed, top, ids.data(), sim.data(), &nd, &nl);
 
         while (top.size() > (size_t)k) top.pop();
         int n = (int)top.size();
