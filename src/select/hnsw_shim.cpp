@@ -239,6 +239,9 @@ extern "C" int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0,
                 advise(ix);
             }
             const char *xt = static_cast<const char *>(x) + (size_t)t * ix->data_size_;
+            // the level from hnswlib's generator, as addPoint draws it; addPoint
+            // (an upper-level element, or the graph's first) draws once more
+            // and uses ours when it is > 0: the stream stays a function of the seed
             const int drawn = ix->getRandomLevel(ix->mult_);
             hnswlib::tableint id = drawn > 0 || ix->enterpoint_node_ == (hnswlib::tableint)-1
                                        ? ix->addPoint(xt, (hnswlib::labeltype)(label0 + t), drawn > 0 ? drawn : -1)
