@@ -1,0 +1,11 @@
+#!/bin/bash
+B=/tmp/subq-h1m; M=/work/shared/models/fixture-4k-29m-q8_0.gguf; D=/tmp/h1m; ctx=1048576; c=$((ctx+64))
+for v in hnsw int4; do
+  if [ $v = hnsw ]; then A="--attn hnsw"; else A="--attn exact --scan $v"; fi
+  uptime >> $D/log; s=$(date +%s); tag=${v}_$(date +%H%M)
+  $B bench -m $M --ctx $ctx $A --random-search 64 --sparse-layers all --search-f16 --kv q8_0 -n 32 --prefill 0 -c $c -t 2 --json > $D/$tag.json 2> $D/$tag.err
+  python3 -c "
+import json
+d=json.load(open('$D/$tag.json'))['decode'][0]; print('$ctx $v', d['decode_tok_s'], 'attn', round(d['attn_ms'],2), 'select', round(d['select_ms'],2), 'insert', round(d['insert_ms'],2), 'fill', round(d['fill_s'],1), 'bound', round(d['frac_bound'],2))" >> $D/log 2>&1 || echo "$ctx $v failed" >> $D/log
+  echo "   $(( $(date +%s)-s )) s" >> $D/log
+done
