@@ -8,9 +8,9 @@
  *   ./build/bench_select [-n 32768,131072] [-d 128] [-k 128] [-q 200] [-t 2] [-l 8] [-g 1]
  *                        [--data gauss|clustered] [--only NAME,...] [--m 32] [--ef 64]
  *
- * Keys: "gauss" are N(0, 1) rows, as `subq bench` fills its indexes
- * (subq_context_fill_synthetic); "clustered" are 256 Gaussian centres plus
- * noise of the same norm, closer to trained search keys. Queries are drawn
+ * Keys: "gauss" are N(0, 1) rows, a graph index's hardest case; "clustered"
+ * are 256 Gaussian centres plus noise of the same norm, closer to trained
+ * search keys, as `subq bench` fills its indexes (subq_context_fill_synthetic). Queries are drawn
  * the same way. Each configuration holds -l selectors over the same keys
  * (layers) queried in turn, so that as in decode a query finds the keys in
  * DRAM, not in the cache the previous query left them in. Times are the

@@ -40,10 +40,13 @@ uint64_t subq_context_decode_kv_bytes(const subq_context *c, int n_keys);
 double subq_context_kv_read_gbs(const subq_context *c, int reps);
 
 /* Fill an empty context with n_past synthetic tokens: random keys and values
- * in the KV cache (4096 random slots per layer, repeated), random search
- * keys in every sparse layer's index. Decode speed does not depend on the
- * values, and a real prefill of a long context takes far longer than a
- * speed measurement (benchmarks only). */
+ * in the KV cache (4096 random slots per layer, repeated), and search keys
+ * in every sparse layer's index drawn around 256 random centres, as trained
+ * search keys lie in clusters. A scan's speed does not depend on the values;
+ * a graph index's does (on i.i.d. Gaussian keys an HNSW search reads 5-6x
+ * what it reads over real keys, these cost it about 2x). A real prefill of
+ * a long context takes far longer than a speed measurement (benchmarks
+ * only). */
 subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t seed, subq_error *err);
 /* With a KV file: commit, then drop the file's pages from memory (this
  * process's mapping and the page cache), so that the next reads come from

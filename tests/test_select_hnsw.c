@@ -5,14 +5,16 @@
  * keys. Also: masked queries (sinks, tail, documents) stay eligible and keep
  * their recall, small eligible sets are exact, bytes_read covers the
  * vectors scored, a truncated HNSW index answers as one built from the kept
- * keys, and a batch of queries (selector_query_batch: in parallel for hnsw,
- * one by one for faiss) answers as one query each.
+ * keys, a batch of queries (selector_query_batch: in parallel for hnsw,
+ * one by one for faiss) answers as one query each, and decode's inserts
+ * searched ahead beside queries (selector_query_ahead) build the same graph.
  * Prints insert and query times (informational; the machine is shared). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "select/selector.h"
@@ -166,6 +168,51 @@ static void run(subq_selector_kind kind, int f16, subq_score score, const float 
         }
         CHECK(differ == 0, "%s: %d queries differ between the truncated and the fresh index", name, differ);
         selector_free(fresh);
+    }
+
+    /* decode's inserts searched ahead beside the query (selector_query_ahead,
+     * on a second thread): the same answers at every step and the same graph
+     * as plain appends; a wrong key or no preparation falls back to the
+     * append's own search */
+    if (kind == SUBQ_SELECT_HNSW) {
+        enum { BULK = 3000 };
+        selector *plain, *ahead;
+        pool *p2;
+        CHECK(pool_new(2, &p2, &err) == SUBQ_OK, "pool: %s", err.msg);
+        CHECK(selector_new(&pa, NULL, &plain, &err) == SUBQ_OK, "%s: %s", name, err.msg);
+        CHECK(selector_new(&pa, NULL, &ahead, &err) == SUBQ_OK, "%s: %s", name, err.msg);
+        CHECK(selector_append(plain, keys, BULK, 0, &err) == SUBQ_OK, "%s: %s", name, err.msg);
+        CHECK(selector_append(ahead, keys, BULK, 0, &err) == SUBQ_OK, "%s: %s", name, err.msg);
+        int step_differ = 0, failed = 0, n_right = 0;
+        for (int j = BULK; j < N_KEYS; j++) {
+            const float *q = queries + (size_t)(j % N_QUERIES) * D, *k = keys + (size_t)j * D;
+            const float *k_next = j % 11 == 0 ? NULL : j % 7 == 0 ? k + D : k; /* none, a wrong key, the key */
+            n_right += k_next == k;
+            select_mask mj = {.n_slots = j, .ex0_hi = 4, .ex1_lo = j - 16, .ex1_hi = j};
+            int na = selector_query(plain, q, NULL, K, &mj, a);
+            int nb = selector_query_ahead(ahead, q, NULL, K, &mj, b, k_next, j, p2);
+            step_differ += na != nb || memcmp(a, b, (size_t)(na > 0 ? na : 0) * sizeof(int32_t));
+            failed += selector_append(plain, k, 1, j, &err) != SUBQ_OK;
+            failed += selector_append(ahead, k, 1, j, &err) != SUBQ_OK;
+        }
+        CHECK(failed == 0, "%s: appends after preparation failed: %s", name, err.msg);
+        CHECK(step_differ == 0, "%s: %d queries beside a preparation differ from plain ones", name, step_differ);
+        /* every right key but the about 1/M drawn above level 0 (addPoint's own search) */
+        CHECK(plain->stats.n_linked_ahead == 0 && ahead->stats.n_linked_ahead > n_right * 9 / 10 &&
+                  ahead->stats.n_linked_ahead <= n_right,
+              "%s: %lld of %d inserts linked from the search ahead", name, (long long)ahead->stats.n_linked_ahead,
+              n_right);
+        select_mask whole = {.n_slots = N_KEYS};
+        int differ = 0;
+        for (int i = 0; i < N_QUERIES; i++) {
+            int na = selector_query(plain, queries + (size_t)i * D, NULL, K, &whole, a);
+            int nb = selector_query(ahead, queries + (size_t)i * D, NULL, K, &whole, b);
+            differ += na != nb || memcmp(a, b, (size_t)na * sizeof(int32_t));
+        }
+        CHECK(differ == 0, "%s: %d queries differ between graphs built with and without preparation", name, differ);
+        selector_free(plain);
+        selector_free(ahead);
+        pool_free(p2);
     }
 
     /* reset: a new sequence, new index */

@@ -114,8 +114,24 @@ static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *
     return s;
 }
 
-/* Gaussian search keys for slots 0 .. n_past-1 appended to every sparse
- * layer's selector, as a real prefill would have appended them. */
+/* Synthetic search keys shaped more like trained ones: N_CENTRES Gaussian
+ * centres per layer, each key a random centre plus N(0, 1) noise (as
+ * bench_select's "clustered"). A graph index's search cost depends on the
+ * keys' shape where a scan's does not: decoding at 32K on the 4K fixture
+ * with its trained projections (d_search 128, K 64), an HNSW search read
+ * 106 KB over the keys of a real prompt, 236 KB over these and 590 KB over
+ * i.i.d. Gaussian ones (bench/notes/2026-12-04-hnsw-ahead.md). */
+enum { N_CENTRES = 256 };
+
+static void clustered_keys(float *ks, int n, int d, const float *centres, uint64_t *rng) {
+    for (int t = 0; t < n; t++) {
+        const float *c = centres + (size_t)(rng_next_u64(rng) % N_CENTRES) * d;
+        for (int j = 0; j < d; j++) ks[(size_t)t * d + j] = c[j] + rng_normal(rng);
+    }
+}
+
+/* Search keys for slots 0 .. n_past-1 appended to every sparse layer's
+ * selector, as a real prefill would have appended them. */
 static subq_status fill_selectors(subq_context *c, int n_past, uint64_t seed, subq_error *err) {
     enum { CHUNK = 1024 };
     const int n_layer = c->model->hp.n_layer;
@@ -126,15 +142,18 @@ static subq_status fill_selectors(subq_context *c, int n_past, uint64_t seed, su
         if (!c->stages[l]->state || failed) continue; /* a stage that keeps nothing per slot */
         int d = attn_stage_search_width(c->stages[l]);
         float *ks = d > 0 ? malloc((size_t)CHUNK * d * sizeof(float)) : NULL;
+        float *centres = d > 0 ? malloc((size_t)N_CENTRES * d * sizeof(float)) : NULL;
         uint64_t rng = rng_seed(seed + (uint64_t)l);
         subq_error lerr;
-        int bad = d > 0 && !ks;
+        int bad = d > 0 && (!ks || !centres);
+        for (int i = 0; !bad && i < N_CENTRES * d; i++) centres[i] = rng_normal(&rng);
         for (int t0 = 0; t0 < n_past && !bad; t0 += CHUNK) {
             int n = n_past - t0 < CHUNK ? n_past - t0 : CHUNK;
-            for (int i = 0; i < n * d; i++) ks[i] = rng_normal(&rng);
+            if (d > 0) clustered_keys(ks, n, d, centres, &rng);
             bad = attn_stage_append(c->stages[l], &c->kv, ks, n, t0, &lerr) != SUBQ_OK;
         }
         free(ks);
+        free(centres);
         if (bad) {
 #pragma omp atomic write
             failed = 1;

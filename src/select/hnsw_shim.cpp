@@ -69,11 +69,21 @@ void advise(Hnsw *ix) {
 }  // namespace
 
 struct hnsw_shim {
+    typedef std::pair<float, hnswlib::tableint> Pair; // a distance and an element
     IpSpace space;                // outlives the index, which points at its parameters
     std::unique_ptr<Hnsw> index;
     hnsw_gather_fn gather;
     int dim, elem_bytes;
     size_t upper_bytes = 0;       // link lists of the upper layers
+    // the next insert's level, drawn ahead by prepare() (-1: not drawn), and
+    // its insert-time search, valid for that label and row at that count
+    int next_level = -1;
+    bool ahead = false;
+    hnswlib::labeltype ahead_label = 0;
+    size_t ahead_count = 0;
+    std::vector<char> ahead_row;
+    std::vector<Pair> ahead_top; // the heap's container
+    size_t n_linked_ahead = 0;   // inserts that used a search from prepare()
     hnsw_shim(int d, int eb, hnsw_dot_fn dot, hnsw_gather_fn g) : space(d, eb, dot), gather(g), dim(d), elem_bytes(eb) {}
 
     // q . x for the n ids of a link list, into ids/sims: with `visited`, only
@@ -97,6 +107,13 @@ struct hnsw_shim {
         gather(q, ix->data_level0_memory_ + ix->offsetData_, ix->size_data_per_element_ / (size_t)elem_bytes, dim,
                ids, m, sims);
         return m;
+    }
+
+    // The level-0 link list of node `id` (count and links) into the cache.
+    void prefetch_links(hnswlib::tableint id) const {
+        const Hnsw *ix = index.get();
+        const char *ll = reinterpret_cast<const char *>(ix->get_linklist0(id));
+        for (size_t off = 0; off < ix->size_links_level0_; off += 64) __builtin_prefetch(ll + off);
     }
 
     // Greedy descent through the upper layers from the entry point (as
@@ -136,7 +153,6 @@ struct hnsw_shim {
     template <class Top, class Allowed>
     void beam(const float *q, hnswlib::tableint cur, float cur_d, size_t width, Allowed allowed, Top &top,
               int32_t *ids, float *sim, int64_t *nd, int64_t *nl) const {
-        typedef std::pair<float, hnswlib::tableint> Pair;
         const Hnsw *ix = index.get();
         std::priority_queue<Pair> cand;
         hnswlib::VisitedList *vl = ix->visited_list_pool_->getFreeVisitedList();
@@ -152,6 +168,9 @@ struct hnsw_shim {
             Pair c = cand.top();
             if (-c.first > bound && top.size() == width) break;
             cand.pop();
+            // the next node to expand is most often the frontier's best now:
+            // its link list comes in while this node's neighbours are scored
+            if (!cand.empty()) prefetch_links(cand.top().second);
             unsigned *ll = ix->get_linklist0(c.second);
             int size = ix->getListCount(ll);
             int m = score(q, ll + 1, size, visited, tag, ids, sim);
@@ -173,12 +192,26 @@ struct hnsw_shim {
         ix->visited_list_pool_->releaseVisitedList(vl);
     }
 
-    // addPoint for an element of level 0 (all but about 1/M of them), with
-    // the insert-time search of width ef_construction done by descend() and
-    // beam() (gathered, prefetched) instead of hnswlib's one pair at a time;
-    // the relinking is hnswlib's own.
-    hnswlib::tableint add_level0(const char *x, hnswlib::labeltype label) {
-        Hnsw *ix = index.get();
+    // hnswlib's candidate queue with its container in reach: prepare()
+    // keeps the heap as it is, so that linking pops ties in the same order
+    struct Candidates : std::priority_queue<Pair, std::vector<Pair>, Hnsw::CompareByFirst> {
+        using std::priority_queue<Pair, std::vector<Pair>, Hnsw::CompareByFirst>::c;
+    };
+
+    // The level of the next element: the one prepare() drew, or a draw from
+    // hnswlib's generator (as addPoint draws it), so that the stream of
+    // levels stays a function of the seed and the insert order.
+    int draw_level() {
+        const int level = next_level >= 0 ? next_level : index->getRandomLevel(index->mult_);
+        next_level = -1;
+        return level;
+    }
+
+    // The insert-time search of addPoint for row x: the ef_construction
+    // nearest elements, by descend() and beam() (gathered, prefetched)
+    // instead of hnswlib's one pair at a time.
+    void insert_search(const char *x, Candidates &top) const {
+        const Hnsw *ix = index.get();
         std::vector<float> q(dim);
         for (int i = 0; i < dim; i++)
             q[i] = elem_bytes == 2 ? fp16_to_fp32(reinterpret_cast<const uint16_t *>(x)[i])
@@ -188,11 +221,14 @@ struct hnsw_shim {
         int64_t nd = 0, nl = 0;
         float cur_d;
         hnswlib::tableint cur = descend(q.data(), &cur_d, ids.data(), sim.data(), &nd, &nl);
-        typedef std::pair<float, hnswlib::tableint> Pair;
-        std::priority_queue<Pair, std::vector<Pair>, Hnsw::CompareByFirst> top;
         beam(q.data(), cur, cur_d, ix->ef_construction_, [](hnswlib::tableint) { return true; }, top, ids.data(),
              sim.data(), &nd, &nl);
+    }
 
+    // addPoint for an element of level 0 (all but about 1/M of them) given
+    // its insert-time search `top`: the relinking is hnswlib's own.
+    hnswlib::tableint link_level0(const char *x, hnswlib::labeltype label, Candidates &top) {
+        Hnsw *ix = index.get();
         hnswlib::tableint cur_c = (hnswlib::tableint)ix->cur_element_count++;
         ix->label_lookup_[label] = cur_c;
         ix->element_levels_[cur_c] = 0;
@@ -202,6 +238,21 @@ struct hnsw_shim {
         memcpy(ix->getDataByInternalId(cur_c), x, ix->data_size_);
         ix->mutuallyConnectNewElement(x, cur_c, top, 0, false);
         return cur_c;
+    }
+
+    // Insert a level-0 element: its search from prepare() when that was
+    // for this label and row on the graph as it is, else now.
+    hnswlib::tableint add_level0(const char *x, hnswlib::labeltype label) {
+        Candidates top;
+        if (ahead && ahead_label == label && ahead_count == index->cur_element_count &&
+            !memcmp(ahead_row.data(), x, index->data_size_)) {
+            top.c = ahead_top;
+            n_linked_ahead++;
+        } else {
+            insert_search(x, top);
+        }
+        ahead = false;
+        return link_level0(x, label, top);
     }
 };
 
@@ -239,10 +290,9 @@ extern "C" int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0,
                 advise(ix);
             }
             const char *xt = static_cast<const char *>(x) + (size_t)t * ix->data_size_;
-            // the level from hnswlib's generator, as addPoint draws it; addPoint
-            // (an upper-level element, or the graph's first) draws once more
-            // and uses ours when it is > 0: the stream stays a function of the seed
-            const int drawn = ix->getRandomLevel(ix->mult_);
+            // addPoint (an upper-level element, or the graph's first) draws once
+            // more and uses ours when it is > 0: the stream stays a function of the seed
+            const int drawn = h->draw_level();
             hnswlib::tableint id = drawn > 0 || ix->enterpoint_node_ == (hnswlib::tableint)-1
                                        ? ix->addPoint(xt, (hnswlib::labeltype)(label0 + t), drawn > 0 ? drawn : -1)
                                        : h->add_level0(xt, (hnswlib::labeltype)(label0 + t));
@@ -254,6 +304,31 @@ extern "C" int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0,
         return shim_fail_current(msg, msg_cap, "out of memory growing the HNSW index",
                                  "unknown C++ exception in hnswlib");
     }
+}
+
+extern "C" int hnsw_shim_prepare(hnsw_shim *h, const void *x, int64_t label) {
+    h->ahead = false;
+    try {
+        Hnsw *ix = h->index.get();
+        if (h->next_level < 0) h->next_level = ix->getRandomLevel(ix->mult_);
+        if (h->next_level > 0 || ix->enterpoint_node_ == (hnswlib::tableint)-1) return 0; // addPoint's own search
+        hnsw_shim::Candidates top;
+        h->insert_search(static_cast<const char *>(x), top);
+        h->ahead_top = top.c;
+        h->ahead_row.assign(static_cast<const char *>(x), static_cast<const char *>(x) + ix->data_size_);
+        h->ahead_label = (hnswlib::labeltype)label;
+        h->ahead_count = ix->cur_element_count;
+        h->ahead = true;
+        return 0;
+    } catch (const std::bad_alloc &) {
+        return 1;
+    } catch (...) {
+        return 2;
+    }
+}
+
+extern "C" size_t hnsw_shim_linked_ahead(const hnsw_shim *h) {
+    return h->n_linked_ahead;
 }
 
 extern "C" size_t hnsw_shim_count(const hnsw_shim *h) {

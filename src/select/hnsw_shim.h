@@ -38,6 +38,15 @@ void hnsw_shim_free(hnsw_shim *h);
  * is never rebuilt). */
 int hnsw_shim_add(hnsw_shim *h, const void *x, int n, int64_t label0, char *msg, size_t msg_cap);
 size_t hnsw_shim_count(const hnsw_shim *h);
+/* The read-only part of inserting row x with `label` next: its level is
+ * drawn and, for a level-0 element, its insert-time search done now; the
+ * next hnsw_shim_add of that label and row only links it. It may run beside
+ * hnsw_shim_search on another thread (both read the graph only), never
+ * beside an add. The graph is the same as without it. 0, or 1 / 2 when the
+ * search could not run (the add then does it). */
+int hnsw_shim_prepare(hnsw_shim *h, const void *x, int64_t label);
+/* Inserts so far that used a search from hnsw_shim_prepare. */
+size_t hnsw_shim_linked_ahead(const hnsw_shim *h);
 /* Up to k labels (best first) with similarity a.b, among those the filter
  * accepts (all if filter is NULL), by a beam search of width max(ef, k) on
  * the bottom layer in which rejected nodes are traversed but never returned

@@ -45,6 +45,19 @@ static const void *vectors(const void *ix, size_t *stride) { return hnsw_shim_ve
 static float dot_f32(const void *a, const void *b, int d) { return kernels_get()->dot_f32(a, b, d); }
 static float dot_f16(const void *a, const void *b, int d) { return kernels_get()->dot_f16f16(a, b, d); }
 
+/* A key in stored form: normalised first for cosine when `normalize`,
+ * then f16 when stored so (in h->row, h->row16, or the row itself). */
+static const void *stored_row(hnsw_sel *h, const float *row, int normalize) {
+    const select_ann *a = &h->ann;
+    if (normalize) select_prepare(h->row, row, a->d, a->score);
+    const void *x = normalize ? h->row : row;
+    if (a->f16) {
+        for (int i = 0; i < a->d; i++) h->row16[i] = fp32_to_fp16(((const float *)x)[i]);
+        x = h->row16;
+    }
+    return x;
+}
+
 /* Insert n keys one at a time (put in stored form first unless they already
  * are): single inserts in slot order make the graph a function of
  * the keys and the seed alone, so a rebuild from stored keys equals it. */
@@ -71,14 +84,11 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
         a->ix = ix;
     }
     for (int t = 0; t < n; t++) {
-        const float *row = k_search + (size_t)t * a->d;
-        if (normalize) select_prepare(h->row, row, a->d, a->score);
-        const void *x = normalize ? h->row : row;
-        if (a->f16) {
-            for (int i = 0; i < a->d; i++) h->row16[i] = fp32_to_fp16(((const float *)x)[i]);
-            x = h->row16;
-        }
-        if ((c = hnsw_shim_add(a->ix, x, 1, slot0 + t, msg, sizeof msg))) {
+        const void *x = stored_row(h, k_search + (size_t)t * a->d, normalize);
+        const size_t ahead0 = hnsw_shim_linked_ahead(a->ix);
+        c = hnsw_shim_add(a->ix, x, 1, slot0 + t, msg, sizeof msg);
+        s->stats.n_linked_ahead += (int64_t)(hnsw_shim_linked_ahead(a->ix) - ahead0);
+        if (c) {
             /* the failed key is not in the index: keep count in step with it */
             a->count = (int)hnsw_shim_count(a->ix);
             return shim_error(c, msg, err);
@@ -91,6 +101,14 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
 
 static subq_status hnsw_append(selector *s, const float *k_search, int n, int slot0, subq_error *err) {
     return hnsw_insert(s, k_search, n, slot0, 1, err);
+}
+
+/* The next key's insert-time search ahead (selector_ops.prepare_append;
+ * beside a query: it touches neither the query's buffers nor the stats). */
+static void hnsw_prepare_append(selector *s, const float *k_search, int slot) {
+    hnsw_sel *h = (hnsw_sel *)s;
+    if (!h->ann.ix || !k_search || slot != h->ann.count) return;
+    hnsw_shim_prepare(h->ann.ix, stored_row(h, k_search, 1), slot);
 }
 
 static subq_status hnsw_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
@@ -138,7 +156,8 @@ static subq_status hnsw_truncate(selector *s, int n_keep, subq_error *err) {
 }
 
 static const selector_ops hnsw_ops = {hnsw_append, hnsw_query, hnsw_reset, hnsw_free,
-                                      hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL, hnsw_query_batch, NULL, NULL, NULL};
+                                      hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL, hnsw_query_batch, NULL, NULL, NULL,
+                                      hnsw_prepare_append};
 
 subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     hnsw_sel *h = calloc(1, sizeof *h);

@@ -206,6 +206,34 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
     return got < 0 ? -1 : got;
 }
 
+/* selector_query_ahead's two chunks: 0 the query, 1 the preparation */
+typedef struct ahead_job {
+    selector *s;
+    const float *q_search, *q_native, *k_next;
+    int k, slot, got;
+    const select_mask *m;
+    int32_t *out;
+} ahead_job;
+
+static void query_or_prepare(void *ctx, int chunk, int thread) {
+    (void)thread;
+    ahead_job *j = ctx;
+    if (chunk == 0) j->got = selector_query(j->s, j->q_search, j->q_native, j->k, j->m, j->out);
+    else j->s->ops->prepare_append(j->s, j->k_next, j->slot);
+}
+
+int selector_query_ahead(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                         int32_t *out, const float *k_next, int slot, pool *p) {
+    if (!s->ops->prepare_append || !k_next) return selector_query(s, q_search, q_native, k, m, out);
+    ahead_job j = {.s = s, .q_search = q_search, .q_native = q_native, .k_next = k_next, .k = k, .slot = slot,
+                   .m = m, .out = out};
+    const double t0 = time_now_s(), q0 = s->stats.t_query_s;
+    pool_run(p, 2, query_or_prepare, &j);
+    const double past = (time_now_s() - t0) - (s->stats.t_query_s - q0);
+    if (past > 0) s->stats.t_append_s += past;
+    return j.got;
+}
+
 int selector_query_group(selector *s, int g, const float *q_search, const float *q_native, int k, const select_mask *m,
                          int32_t *out, int *got) {
     for (int i = 0; i < g; i++) got[i] = 0;

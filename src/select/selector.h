@@ -128,6 +128,7 @@ typedef struct selector_stats {
                                   page bounds + keys of ranked pages; oracle the native
                                   keys it scores */
     int64_t n_appended;
+    int64_t n_linked_ahead;    /* appends whose insert-time search ran ahead (ops->prepare_append) */
     double t_append_s, t_query_s;
     size_t bytes;              /* memory held by the selector */
     int64_t n_check_keys;      /* params.probe_check: slots the full scan returned for the checked queries */
@@ -198,6 +199,12 @@ typedef struct selector_ops {
      * out of memory. */
     int (*query_group)(selector *s, int g, const float *q_search, const float *q_native, int k, const select_mask *m,
                        int32_t *out, int *got);
+    /* Optional (graph indexes: NULL for the rest): the read-only part of
+     * appending the search key of `slot` next (hnsw: the insert-time
+     * search), safe beside a query on another thread; the append of that
+     * slot and key then only links it. The index it builds is the same as
+     * without it; a failure leaves the work to the append. */
+    void (*prepare_append)(selector *s, const float *k_search, int slot);
 } selector_ops;
 
 struct selector {
@@ -219,6 +226,14 @@ void selector_free(selector *s);
 subq_status selector_append(selector *s, const float *k_search, int n, int slot0, subq_error *err);
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out);
+/* selector_query beside ops->prepare_append of the key k_next of `slot`
+ * on another thread of p (one-token decode of a graph index: its insert-time
+ * search, which would otherwise run after the step, overlaps the query's).
+ * Without prepare_append, k_next or a second thread: as selector_query,
+ * then the preparation. The query is timed as selector_query; the wall time
+ * the preparation adds past it counts as append time. */
+int selector_query_ahead(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                         int32_t *out, const float *k_next, int slot, pool *p);
 /* n queries at once (ops->query_batch above, or one query call each);
  * counted and timed as n queries. Returns 0, or -1 when out of memory. */
 int selector_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,

@@ -157,11 +157,12 @@ static const int32_t *far_shifts(sparse_stage *s, const attn_step *st, const kv_
  * *n_slots receives the count written to `slots`; the candidates are
  * slots[*cand_off .. *cand_off + *n_cand). */
 static subq_status gather_slots(sparse_stage *s, const kv_cache *kv, int t, int slot, const float *q_s,
-                                const float *q_native, int32_t *cand, int *slots, int *n_slots, int *cand_off,
-                                int *n_cand, subq_error *err) {
+                                const float *q_native, const float *k_next, pool *p, int32_t *cand, int *slots,
+                                int *n_slots, int *cand_off, int *n_cand, subq_error *err) {
     const query_window w = window_of(s, kv, slot);
-    int got =
-        s->p.select.plan.top_k > 0 ? selector_query(s->sel, q_s, q_native, s->p.select.plan.top_k, &w.m, cand) : 0;
+    int got = s->p.select.plan.top_k > 0 ? selector_query_ahead(s->sel, q_s, q_native, s->p.select.plan.top_k, &w.m,
+                                                                cand, k_next, slot, p)
+                                         : 0;
     if (got < 0)
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector %s (layer %d): out of memory for a query",
                          selector_kind_name(s->p.select.plan.selector), s->sel->env.layer);
@@ -400,16 +401,18 @@ static int teacher_batchable(const sparse_stage *s) {
 }
 
 /* Query t of a batch taken token by token, with one set for every head:
- * its slots (gather_slots), then attention over them. */
-static subq_status attend_token(sparse_stage *s, const attn_step *st, const kv_cache *kv, int t, int *slots,
-                                float *scores, subq_error *err) {
+ * its slots (gather_slots), then attention over them. k_next: the key of
+ * the query's own slot, whose insert-time search a graph index may do
+ * beside the query (selector_query_ahead), or NULL. */
+static subq_status attend_token(sparse_stage *s, const attn_step *st, const kv_cache *kv, int t, const float *k_next,
+                                int *slots, float *scores, subq_error *err) {
     const int slot = st->slot0 + t, hd = st->head_dim;
     const float *q = st->q + (size_t)t * st->n_head * hd;
     float *out = st->out + (size_t)t * st->n_head * hd;
     int ns = 0, cand_off = 0, n_cand = 0;
-    subq_status rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL, q,
-                                  s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots, &ns, &cand_off, &n_cand,
-                                  err);
+    subq_status rc = gather_slots(s, kv, t, slot, s->d_search > 0 ? s->qs + (size_t)t * s->dq_row : NULL, q, k_next,
+                                  st->pool, s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots, &ns, &cand_off,
+                                  &n_cand, err);
     if (rc) return rc;
     if (kv->prefetch) kv_cache_prefetch(kv, st->layer, slots, ns);
     if (s->comp) {
@@ -477,6 +480,10 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory for sparse attention");
     }
     const int late = index_after_query(s);
+    /* a one-token forward leaves its key to index_late: the key's insert-time
+     * search can run beside this query, on the thread that would wait
+     * (the evaluation's probes read the index alone: not there) */
+    const int ahead = late && n == 1 && !s->probe.on && (s->freeze_slot < 0 || st->slot0 < s->freeze_slot);
     for (int t = 0; t < n && !rc; t++) {
         const int slot = st->slot0 + t;
         const float *ks = s->d_search > 0 ? s->ks + (size_t)t * s->dk_row : NULL;
@@ -486,7 +493,7 @@ static subq_status sparse_forward(attn_stage *self, const attn_step *st, const k
         if (!rc)
             rc = s->per_head ? attend_per_head(s, st, kv, t, s->rec.cand + (size_t)t * s->p.select.plan.top_k, slots,
                                                scores, err)
-                             : attend_token(s, st, kv, t, slots, scores, err);
+                             : attend_token(s, st, kv, t, ahead ? ks : NULL, slots, scores, err);
         if (!rc && late) {
             if (n == 1) { /* ks stays until the forward's index_late */
                 s->late_slot0 = slot;

@@ -18,6 +18,7 @@
 typedef struct prefill_row {
     int n, attn; /* attn: -1 = full, else subq_selector_kind */
     double seconds, attn_s, select_s, insert_s, decode_tok_s;
+    double decode_select_ms, decode_insert_ms, decode_select_read; /* a decode step's, at the real context */
     double rss_anon; /* anonymous resident bytes after the row */
     double recall;   /* --probe-check: the block scan's recall against the full scan (NAN: not checked) */
     double file_bytes; /* --kv-file: the file's size after the row (0: in memory) */
@@ -141,6 +142,11 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
                 goto done;
             }
             r->seconds = sp.seconds;
+            r->decode_select_ms = 1e3 * per.select_s;
+            r->decode_insert_ms = 1e3 * per.insert_s;
+            r->decode_select_read = o->n_decode > 0
+                                        ? (double)(st1.select_bytes_read - st0.select_bytes_read) / o->n_decode
+                                        : 0.0;
             r->attn_s = sp.attn_s;
             r->select_s = sp.select_s;
             r->insert_s = sp.insert_s;
@@ -184,8 +190,10 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
             if (prev) printf("%.4f", a);
             else printf("null");
             printf(", \"attn_s\": %.4f, \"select_s\": %.4f, \"insert_s\": %.4f, \"other_s\": %.4f, \"decode_tok_s\": %.3f, "
+                   "\"decode_select_ms\": %.4f, \"decode_insert_ms\": %.4f, \"decode_select_read_bytes\": %.0f, "
                    "\"rss_anon_bytes\": %.0f, \"kv_file_bytes\": %.0f, \"check_recall\": ",
-                   r->attn_s, r->select_s, r->insert_s, other, r->decode_tok_s, r->rss_anon, r->file_bytes);
+                   r->attn_s, r->select_s, r->insert_s, other, r->decode_tok_s, r->decode_select_ms,
+                   r->decode_insert_ms, r->decode_select_read, r->rss_anon, r->file_bytes);
             if (isnan(r->recall)) printf("null}");
             else printf("%.4f}", r->recall);
         } else {
