@@ -156,8 +156,8 @@ static subq_status hnsw_truncate(selector *s, int n_keep, subq_error *err) {
 }
 
 static const selector_ops hnsw_ops = {hnsw_append, hnsw_query, hnsw_reset, hnsw_free,
-                                      hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL, hnsw_query_batch, NULL, NULL, NULL,
-                                      hnsw_prepare_append};
+                                      hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL, hnsw_query_batch, NULL,
+                                      NULL, NULL, hnsw_prepare_append};
 
 subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     hnsw_sel *h = calloc(1, sizeof *h);
