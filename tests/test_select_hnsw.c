@@ -186,7 +186,7 @@ static void run(subq_selector_kind kind, int f16, subq_score score, const float 
         int step_differ = 0, failed = 0, n_right = 0;
         for (int j = BULK; j < N_KEYS; j++) {
             const float *q = queries + (size_t)(j % N_QUERIES) * D, *k = keys + (size_t)j * D;
-            const float *k_next = j % 11 == 0 ? NULL : j % 7 == 0 ? k + D : k; /* none, a wrong key, the key */
+            const float *k_next = j % 11 == 0 ? NULL : j % 7 == 0 ? k - D : k; /* none, a wrong key, the key */
             n_right += k_next == k;
             select_mask mj = {.n_slots = j, .ex0_hi = 4, .ex1_lo = j - 16, .ex1_hi = j};
             int na = selector_query(plain, q, NULL, K, &mj, a);
