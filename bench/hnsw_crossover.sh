@@ -1,6 +1,6 @@
 #!/bin/bash
 # exact scans (full, int8, int4) against HNSW by context, the 4K fixture, every layer sparse, q8_0 KV, in memory
-# Usage: bench/hnsw_crossover.sh OUTDIR   (SUBQ: the binary, SHARED: ../shared); the 512K HNSW fill takes ~8 minutes
+# Usage: bench/hnsw_crossover.sh OUTDIR   (SUBQ: the binary, SHARED: ../shared); the 512K HNSW fill takes minutes
 B=${SUBQ:-./build/subq}
 M=${SHARED:-../shared}/models/fixture-4k-29m-q8_0.gguf
 D=${1:?usage: bench/hnsw_crossover.sh OUTDIR}; mkdir -p "$D"
