@@ -6,7 +6,7 @@
  *
  *   cmake --build build --target bench_select
  *   ./build/bench_select [-n 32768,131072] [-d 128] [-k 128] [-q 200] [-t 2] [-l 8] [-g 1]
- *                        [--data gauss|clustered] [--only NAME,...] [--m 32] [--ef 64]
+ *                        [--data gauss|clustered] [--only NAME,...] [--m 32] [--ef 64] [--efc 40]
  *
  * Keys: "gauss" are N(0, 1) rows, a graph index's hardest case; "clustered"
  * are 256 Gaussian centres plus noise of the same norm, closer to trained
@@ -67,7 +67,7 @@ static int in_list(const char *list, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    int ns[MAX_N] = {32768, 131072}, n_n = 2, d = 128, k = 128, n_q = 200, threads = 2, m = 32, ef = 64, n_l = 8;
+    int ns[MAX_N] = {32768, 131072}, n_n = 2, d = 128, k = 128, n_q = 200, threads = 2, m = 32, ef = 64, efc = 40, n_l = 8;
     int clustered = 0, group = 1;
     const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -83,6 +83,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "-g")) group = atoi(v) < 1 ? 1 : atoi(v) > 64 ? 64 : atoi(v);
         else if (!strcmp(a, "--m")) m = atoi(v);
         else if (!strcmp(a, "--ef")) ef = atoi(v);
+        else if (!strcmp(a, "--efc")) efc = atoi(v);
         else if (!strcmp(a, "--data")) clustered = !strcmp(v, "clustered");
         else if (!strcmp(a, "--only")) only = v;
         else {
@@ -104,7 +105,8 @@ int main(int argc, char **argv) {
     make_rows(keys, n_max, d, clustered, centres, &rng);
     make_rows(qs, n_q, d, clustered, centres, &rng);
     printf("# %s keys, d %d, K %d, %d queries over %d layers in groups of %d, %d threads (exact scans), hnsw M %d "
-           "efSearch %d; sink 4, tail 16\n", clustered ? "clustered" : "gauss", d, k, n_q, n_l, group, threads, m, ef);
+           "efConstruction %d efSearch %d; sink 4, tail 16\n",
+           clustered ? "clustered" : "gauss", d, k, n_q, n_l, group, threads, m, efc, ef);
     printf("%8s %-10s %9s %11s %10s %9s %10s\n", "n", "selector", "ms/query", "KB read/q", "recall@K", "insert us", "MiB");
     for (int ni = 0; ni < n_n; ni++) {
         const int n = ns[ni];
@@ -121,6 +123,7 @@ int main(int argc, char **argv) {
             p.n_threads = threads;
             p.plan.hnsw_m = m;
             p.plan.hnsw_ef_search = ef;
+            p.plan.hnsw_ef_construction = efc;
             selector *sl[64];
             subq_error err = {0};
             double t0 = time_now_s();

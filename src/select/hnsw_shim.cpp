@@ -17,6 +17,7 @@
 #include <hnswlib/hnswlib.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -66,6 +67,15 @@ void advise(Hnsw *ix) {
     bigmem_advise(ix->data_level0_memory_, ix->max_elements_ * ix->size_data_per_element_);
 }
 
+// Every cache line of bytes [p, p + len). An element is 4 + 4 M0 bytes of
+// links, the vector and an 8-byte label (524 bytes for M 32 and 128 f16
+// values), so its vector starts off a line and spans one line more than its
+// size: stepping from p by 64 would leave that last line to a demand miss.
+void prefetch_lines(const char *p, size_t len) {
+    for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)p + len; a += 64)
+        __builtin_prefetch(reinterpret_cast<const void *>(a));
+}
+
 }  // namespace
 
 struct hnsw_shim {
@@ -101,8 +111,7 @@ struct hnsw_shim {
             ids[m++] = (int32_t)nb[i];
         }
         for (int i = 0; i < m; i++) {
-            const char *v = ix->getDataByInternalId((hnswlib::tableint)ids[i]);
-            for (size_t off = 0; off < ix->data_size_; off += 64) __builtin_prefetch(v + off);
+            prefetch_lines(ix->getDataByInternalId((hnswlib::tableint)ids[i]), ix->data_size_);
         }
         gather(q, ix->data_level0_memory_ + ix->offsetData_, ix->size_data_per_element_ / (size_t)elem_bytes, dim,
                ids, m, sims);
@@ -112,8 +121,7 @@ struct hnsw_shim {
     // The level-0 link list of node `id` (count and links) into the cache.
     void prefetch_links(hnswlib::tableint id) const {
         const Hnsw *ix = index.get();
-        const char *ll = reinterpret_cast<const char *>(ix->get_linklist0(id));
-        for (size_t off = 0; off < ix->size_links_level0_; off += 64) __builtin_prefetch(ll + off);
+        prefetch_lines(reinterpret_cast<const char *>(ix->get_linklist0(id)), ix->size_links_level0_);
     }
 
     // Greedy descent through the upper layers from the entry point (as
