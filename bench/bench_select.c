@@ -67,7 +67,8 @@ static int in_list(const char *list, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    int ns[MAX_N] = {32768, 131072}, n_n = 2, d = 128, k = 128, n_q = 200, threads = 2, m = 32, ef = 64, efc = 40, n_l = 8;
+    int ns[MAX_N] = {32768, 131072}, n_n = 2, d = 128, k = 128, n_q = 200, threads = 2, n_l = 8;
+    int m = 32, ef = 64, efc = 40;
     int clustered = 0, group = 1;
     const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {

@@ -69,8 +69,8 @@ void advise(Hnsw *ix) {
 
 // Every cache line of bytes [p, p + len). An element is 4 + 4 M0 bytes of
 // links, the vector and an 8-byte label (524 bytes for M 32 and 128 f16
-// values), so its vector starts off a line and spans one line more than its
-// size: stepping from p by 64 would leave that last line to a demand miss.
+// values), so most vectors start off a line and span one line more than
+// their size: stepping from p by 64 would leave that line to a demand miss.
 void prefetch_lines(const char *p, size_t len) {
     for (uintptr_t a = (uintptr_t)p & ~(uintptr_t)63; a < (uintptr_t)p + len; a += 64)
         __builtin_prefetch(reinterpret_cast<const void *>(a));
