@@ -16,10 +16,13 @@
  *   the prefill's block scan, blocks ranked by  recall >= 0.9 of the brute top K
  *   their mean or also their representatives
  *   hnsw, faiss                                 recall >= 0.9
+ *   hnsw over keys that turn with position      far slots: recall >= 0.95;
+ *   (its graph over the content dims)           near slots: all found
  *   the prefill's content clusters (int8 codes  the brute top K (and again
  *   re-ranked), every list probed, 32 far dims  after a truncation and an
  *   and 40 (codes zero-padded to 64)            append)
  *   ... a few lists probed                      recall >= 0.9
+ *   the ANN recall's reference (sparse_probe)   recall 1 of the brute top K
  *   far_hi 0 or far_rot 0                       the whole score (no split) */
 #include <math.h>
 #include <stdlib.h>
@@ -28,6 +31,7 @@
 #include "base/rng.h"
 #include "select/select_internal.h"
 #include "select/selector.h"
+#include "sparse/sparse_metrics.h"
 #include "test_util.h"
 
 enum { D = 64, ROT = 32, N = 6000 };
@@ -320,6 +324,149 @@ static void test_clusters(int f16, int rot, uint64_t seed) {
     free(seg);
 }
 
+/* hnsw under a far scheme over keys whose rotated part turns with position
+ * as RoPE turns it (pair i by pos * 10000^(-2i / ROT)) and outweighs their
+ * content, content drawn from 40 clusters in no order of position: keys
+ * near in position are alike whole, and a graph over whole keys links them
+ * so. Its graph is over the content dims only (select_ann.c): single
+ * queries and a batch with the tail and some near slots eligible, against
+ * the brute far-split top K: recall >= 0.95 over the far slots, and every
+ * near slot of the brute top K found (they are scanned); the keys read back,
+ * and a truncated graph against one built from the kept keys. */
+static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
+    enum { NQ = 24, K = 32, CL = 40 };
+    uint64_t rng = rng_seed(seed);
+    float *keys = malloc((size_t)N * D * sizeof(float)), *cent = malloc((size_t)CL * D * sizeof(float));
+    float *q = malloc((size_t)NQ * D * sizeof(float));
+    int32_t out[NQ * K], top[K], got[NQ];
+    double want[K];
+    for (int i = 0; i < CL * D; i++) cent[i] = rng_normal(&rng);
+    for (int j = 0; j < N; j++) {
+        const float *c = cent + (size_t)(rng_next_u64(&rng) % CL) * D;
+        float *k = keys + (size_t)j * D;
+        for (int x = 0; x < D - ROT; x++) k[x] = c[x] + 0.4f * rng_normal(&rng);
+        for (int i = 0; i < ROT / 2; i++) {
+            const double th = j * pow(10000.0, -2.0 * i / ROT);
+            k[D - ROT + 2 * i] = (float)(4.0 * cos(th)), k[D - ROT + 2 * i + 1] = (float)(4.0 * sin(th));
+        }
+    }
+    selector *s = new_selector(SUBQ_SELECT_HNSW, sc, SUBQ_SCAN_FULL, f16, ROT, 0, keys);
+    select_mask m[NQ];
+    for (int i = 0; i < NQ; i++) {
+        memset(&m[i], 0, sizeof m[i]);
+        m[i].n_slots = N / 2 + (int)(rng_next_u64(&rng) % (N / 2 + 1));
+        m[i].ex0_hi = 4, m[i].ex1_lo = m[i].n_slots - 16, m[i].ex1_hi = m[i].n_slots;
+        m[i].far_hi = m[i].n_slots - 16 - (int)(rng_next_u64(&rng) % 300); /* 0-299 near slots outside the tail */
+        const float *c = cent + (size_t)(rng_next_u64(&rng) % CL) * D;
+        for (int x = 0; x < D; x++)
+            q[(size_t)i * D + x] = x < D - ROT ? c[x] + 0.4f * rng_normal(&rng) : rng_normal(&rng);
+    }
+    /* failing allocations are an error, never an empty answer */
+    s->fail_alloc = 1;
+    CHECK(selector_query(s, q, NULL, K, &m[0], out) < 0, "hnsw rotating: a failing query must fail");
+    s->fail_alloc = 0;
+    for (int batch = 0; batch < 2; batch++) {
+        if (batch) {
+            CHECK(selector_query_batch(s, NQ, q, q, D, K, m, out, got, 2) == 0, "hnsw rotating: batch failed");
+        } else {
+            for (int i = 0; i < NQ; i++) got[i] = selector_query(s, q + (size_t)i * D, NULL, K, &m[i], out + i * K);
+        }
+        double far_found = 0, far_want = 0;
+        int near_missed = 0, bad = 0;
+        for (int i = 0; i < NQ; i++) {
+            const int kk = brute(q + (size_t)i * D, keys, &m[i], ROT, sc, K, want, top);
+            bad += got[i] != kk;
+            for (int b = 0; b < got[i]; b++) bad += !select_mask_allows(&m[i], out[i * K + b]);
+            for (int a = 0; a < kk; a++) {
+                int hit = 0;
+                for (int b = 0; b < got[i]; b++) hit |= out[i * K + b] == top[a];
+                if (top[a] < m[i].far_hi) far_found += hit, far_want++;
+                else near_missed += !hit;
+            }
+        }
+        CHECK(bad == 0, "hnsw rotating %s: %d wrong counts or ineligible slots", batch ? "batch" : "single", bad);
+        CHECK(near_missed == 0, "hnsw rotating %s: %d near slots of the top K missed", batch ? "batch" : "single",
+              near_missed);
+        CHECK(far_found >= 0.95 * far_want, "hnsw rotating %s %s %s: recall %.3f of the far slots of the top K",
+              batch ? "batch" : "single", select_score_name(sc), f16 ? "f16" : "f32", far_found / far_want);
+        printf("hnsw, rotating keys, %s %s %s: recall %.3f of the far slots of the far-split top K\n",
+               batch ? "batch" : "single", select_score_name(sc), f16 ? "f16" : "f32", far_found / far_want);
+    }
+    /* the stored keys come back as given (unit rows for cosine) after the
+     * lead, and a truncated graph answers as one built from the kept keys */
+    float *back = malloc((size_t)N * D * sizeof(float));
+    subq_error err = {0};
+    CHECK(selector_get_keys(s, N, back, &err) == SUBQ_OK, "hnsw rotating: get_keys: %s", err.msg);
+    double worst = 0;
+    for (int j = 0; j < N; j++) {
+        double nn = 0;
+        for (int x = 0; x < D; x++) nn += (double)keys[(size_t)j * D + x] * keys[(size_t)j * D + x];
+        const double scale = sc == SUBQ_SCORE_COSINE ? 1.0 / sqrt(nn) : 1.0;
+        for (int x = 0; x < D; x++) {
+            const double want_x = keys[(size_t)j * D + x] * scale, e = fabs(back[(size_t)j * D + x] - want_x);
+            worst = e / (fabs(want_x) + 1e-2) > worst ? e / (fabs(want_x) + 1e-2) : worst;
+        }
+    }
+    CHECK(worst < (f16 ? 1e-2 : 1e-5), "hnsw rotating: stored keys differ from the keys by %.3g", worst);
+    enum { KEEP = N / 2 };
+    selector *fresh = new_selector(SUBQ_SELECT_HNSW, sc, SUBQ_SCAN_FULL, f16, ROT, 0, keys);
+    CHECK(selector_truncate(fresh, 0, &err) == SUBQ_OK && selector_append(fresh, keys, KEEP, 0, &err) == SUBQ_OK,
+          "hnsw rotating: fresh: %s", err.msg);
+    CHECK(selector_truncate(s, KEEP, &err) == SUBQ_OK, "hnsw rotating: truncate: %s", err.msg);
+    int differ = 0;
+    int32_t a[K], b[K];
+    for (int i = 0; i < NQ; i++) {
+        select_mask mk = m[i];
+        mk.n_slots = KEEP, mk.ex1_lo = KEEP - 16, mk.ex1_hi = KEEP;
+        mk.far_hi = KEEP - 16 - (m[i].n_slots - m[i].far_hi);
+        const int ga = selector_query(s, q + (size_t)i * D, NULL, K, &mk, a);
+        const int gb = selector_query(fresh, q + (size_t)i * D, NULL, K, &mk, b);
+        differ += ga != gb || (ga > 0 && memcmp(a, b, (size_t)ga * sizeof(int32_t)));
+    }
+    CHECK(differ == 0, "hnsw rotating: %d queries differ between the truncated and the fresh graph", differ);
+    selector_free(fresh);
+    free(back);
+    selector_free(s);
+    free(keys);
+    free(cent);
+    free(q);
+}
+
+/* The ANN recall's reference (sparse_probe's shadow exact selector) ranks
+ * far keys as the selector does, without the rotated dims: handed the brute
+ * far-split top K, the probe counts recall 1 (a shadow scoring whole keys
+ * shares few of them, test_recall). */
+static void test_probe_shadow(void) {
+    enum { K = 32 };
+    uint64_t rng = rng_seed(51);
+    float *keys = malloc((size_t)N * D * sizeof(float)), lure[D], q[D];
+    int32_t seg[N], top[K];
+    double want[K];
+    for (int c = 0; c < D; c++) lure[c] = rng_normal(&rng);
+    make_keys(&rng, keys, lure);
+    selector_params p;
+    selector_params_default(&p, SUBQ_SELECT_HNSW, D);
+    p.far_rot = ROT;
+    sparse_probe probe = {0};
+    subq_error err = {0};
+    CHECK(sparse_probe_enable(&probe, &p, NULL, D, &err) == SUBQ_OK && probe.shadow, "probe: %s", err.msg);
+    CHECK(sparse_probe_reserve(&probe, 1, 1, K, 0, &err) == SUBQ_OK, "probe reserve: %s", err.msg);
+    CHECK(selector_append(probe.shadow, keys, N, 0, &err) == SUBQ_OK, "shadow append: %s", err.msg);
+    for (int it = 0; it < 10; it++) {
+        select_mask m;
+        random_mask(&rng, seg, &m);
+        m.far_hi = m.n_slots / 2;
+        make_query(&rng, q, lure);
+        const int kk = brute(q, keys, &m, ROT, SUBQ_SCORE_COSINE, K, want, top);
+        CHECK(sparse_probe_count(&probe, q, NULL, &m, K, top, kk, 1, &err) == SUBQ_OK, "probe count: %s", err.msg);
+    }
+    CHECK(probe.totals.n_ann == 10 && fabs(probe.totals.ann_recall_sum - 10) < 1e-9,
+          "probe: ANN recall %.4f of the brute far-split top K over %lld queries, want 1",
+          probe.totals.ann_recall_sum / 10, (long long)probe.totals.n_ann);
+    sparse_probe_free(&probe);
+    free(keys);
+}
+
 /* far_hi 0, or a selector without far_rot: the whole score everywhere */
 static void test_no_split(void) {
     uint64_t rng = rng_seed(9);
@@ -355,10 +502,13 @@ int main(void) {
         test_recall(SUBQ_SELECT_EXACT, scan, 4, 24 + scan);
     }
     test_recall(SUBQ_SELECT_HNSW, SUBQ_SCAN_FULL, 0, 31);
+    test_hnsw_rotating(SUBQ_SCORE_COSINE, 1, 34);
+    test_hnsw_rotating(SUBQ_SCORE_DOT, 0, 35);
     test_recall(SUBQ_SELECT_FAISS, SUBQ_SCAN_FULL, 0, 32);
     test_clusters(0, ROT, 41);
     test_clusters(1, ROT, 42);
     test_clusters(0, 24, 43); /* 40 far dims: codes padded to 64 */
+    test_probe_shadow();
     test_no_split();
     return test_summary();
 }

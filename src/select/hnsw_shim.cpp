@@ -51,7 +51,9 @@ class IpSpace : public hnswlib::SpaceInterface<float> {
     size_t bytes_;
 
   public:
-    IpSpace(int dim, int elem_bytes, hnsw_dot_fn dot) : param_{dim, dot}, bytes_((size_t)dim * elem_bytes) {}
+    // vectors of dim elements, distances over their first graph_dim
+    IpSpace(int dim, int graph_dim, int elem_bytes, hnsw_dot_fn dot)
+        : param_{graph_dim, dot}, bytes_((size_t)dim * elem_bytes) {}
     size_t get_data_size() override { return bytes_; }
     hnswlib::DISTFUNC<float> get_dist_func() override { return ip_dist; }
     void *get_dist_func_param() override { return &param_; }
@@ -83,7 +85,7 @@ struct hnsw_shim {
     IpSpace space;                // outlives the index, which points at its parameters
     std::unique_ptr<Hnsw> index;
     hnsw_gather_fn gather;
-    int dim, elem_bytes;
+    int graph_dim, elem_bytes;    // the elements distances use (the first of each vector); bytes of one
     size_t upper_bytes = 0;       // link lists of the upper layers
     // the next insert's level, drawn ahead by prepare() (-1: not drawn), and
     // its insert-time search, valid for that label and row at that count
@@ -94,7 +96,8 @@ struct hnsw_shim {
     std::vector<char> ahead_row;
     std::vector<Pair> ahead_top; // the heap's container
     size_t n_linked_ahead = 0;   // inserts that used a search from prepare()
-    hnsw_shim(int d, int eb, hnsw_dot_fn dot, hnsw_gather_fn g) : space(d, eb, dot), gather(g), dim(d), elem_bytes(eb) {}
+    hnsw_shim(int d, int gd, int eb, hnsw_dot_fn dot, hnsw_gather_fn g)
+        : space(d, gd, eb, dot), gather(g), graph_dim(gd), elem_bytes(eb) {}
 
     // q . x for the n ids of a link list, into ids/sims: with `visited`, only
     // those not visited yet (they are marked now); their vectors are
@@ -111,10 +114,10 @@ struct hnsw_shim {
             ids[m++] = (int32_t)nb[i];
         }
         for (int i = 0; i < m; i++) {
-            prefetch_lines(ix->getDataByInternalId((hnswlib::tableint)ids[i]), ix->data_size_);
+            prefetch_lines(ix->getDataByInternalId((hnswlib::tableint)ids[i]), (size_t)graph_dim * elem_bytes);
         }
-        gather(q, ix->data_level0_memory_ + ix->offsetData_, ix->size_data_per_element_ / (size_t)elem_bytes, dim,
-               ids, m, sims);
+        gather(q, ix->data_level0_memory_ + ix->offsetData_, ix->size_data_per_element_ / (size_t)elem_bytes,
+               graph_dim, ids, m, sims);
         return m;
     }
 
@@ -220,8 +223,8 @@ struct hnsw_shim {
     // instead of hnswlib's one pair at a time.
     void insert_search(const char *x, Candidates &top) const {
         const Hnsw *ix = index.get();
-        std::vector<float> q(dim);
-        for (int i = 0; i < dim; i++)
+        std::vector<float> q(graph_dim);
+        for (int i = 0; i < graph_dim; i++)
             q[i] = elem_bytes == 2 ? fp16_to_fp32(reinterpret_cast<const uint16_t *>(x)[i])
                                    : reinterpret_cast<const float *>(x)[i];
         std::vector<int32_t> ids(std::max(ix->maxM0_, ix->maxM_) + 1);
@@ -264,12 +267,12 @@ struct hnsw_shim {
     }
 };
 
-extern "C" int hnsw_shim_new(int dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gather_fn gather, int m,
+extern "C" int hnsw_shim_new(int dim, int graph_dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gather_fn gather, int m,
                              int ef_construction, uint64_t seed, size_t capacity, hnsw_shim **out, char *msg,
                              size_t msg_cap) {
     *out = nullptr;
     try {
-        std::unique_ptr<hnsw_shim> h(new hnsw_shim(dim, elem_bytes, dot, gather));
+        std::unique_ptr<hnsw_shim> h(new hnsw_shim(dim, graph_dim, elem_bytes, dot, gather));
         h->index.reset(new Hnsw(&h->space, std::max<size_t>(capacity, 1), (size_t)m, (size_t)ef_construction,
                                 (size_t)seed));
         advise(h->index.get());
@@ -369,7 +372,8 @@ extern "C" int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int e
             top.pop();
         }
         if (n_dist) *n_dist += nd;
-        if (n_bytes) *n_bytes += (uint64_t)nd * ix->data_size_ + (uint64_t)nl * sizeof(hnswlib::tableint);
+        if (n_bytes)
+            *n_bytes += (uint64_t)nd * h->graph_dim * h->elem_bytes + (uint64_t)nl * sizeof(hnswlib::tableint);
         return n;
     } catch (...) {
         return -1;

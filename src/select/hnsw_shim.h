@@ -1,6 +1,7 @@
 /* Thin C interface over hnswlib's HierarchicalNSW<float> (header-only C++,
  * Debian libhnswlib-dev), used by the hnsw selector. The space is inner
- * product, distance = 1 - a.b (L2-normalised vectors make it cosine), over
+ * product, distance = 1 - a.b (L2-normalised vectors make it cosine; a.b
+ * over the first graph_dim elements, see hnsw_shim_new), over
  * vectors stored as f32 or f16, with the caller's kernels: `dist` between
  * two stored vectors (graph construction), `gather` from an f32 query to
  * stored vectors (searches). Labels are the caller's cache slots, which
@@ -29,9 +30,11 @@ typedef float (*hnsw_dot_fn)(const void *a, const void *b, int dim);
 typedef void (*hnsw_gather_fn)(const float *q, const void *base, size_t stride, int d, const int32_t *idx, int n,
                                float *out);
 
-/* elem_bytes: 4 (f32) or 2 (f16) per stored element. */
-int hnsw_shim_new(int dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gather_fn gather, int m, int ef_construction,
-                  uint64_t seed, size_t capacity, hnsw_shim **out, char *msg, size_t msg_cap);
+/* Vectors of dim elements, elem_bytes 4 (f32) or 2 (f16) each; the graph's
+ * distances and searches use their first graph_dim (<= dim) elements only:
+ * the rest are stored beside them for the caller (hnsw_shim_vectors). */
+int hnsw_shim_new(int dim, int graph_dim, int elem_bytes, hnsw_dot_fn dot, hnsw_gather_fn gather, int m,
+                  int ef_construction, uint64_t seed, size_t capacity, hnsw_shim **out, char *msg, size_t msg_cap);
 void hnsw_shim_free(hnsw_shim *h);
 /* Insert rows x[0..n) (stored form: dim elements of elem_bytes each) with
  * labels label0 .. label0+n-1 (grows the capacity geometrically; the graph

@@ -12,14 +12,20 @@
 int select_ann_init(select_ann *a, const selector_params *p) {
     a->d = p->d_search;
     a->score = p->plan.score;
+    a->d_graph = p->d_search, a->lead = 0;
     a->f16 = p->plan.search_f16 != 0;
-    return (a->qn = malloc(2 * (size_t)a->d * sizeof(float))) != NULL; /* the query and its far form */
+    return (a->qn = malloc((3 * (size_t)a->d + 1) * sizeof(float))) != NULL;
+}
+
+const void *select_ann_keys(const select_ann *a, size_t *stride) {
+    return (const char *)a->vectors(a->ix, stride) + (size_t)a->lead * (a->f16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 void select_ann_free(select_ann *a) {
     free(a->qn);
     free(a->labels);
     free(a->sims);
+    free(a->cand);
     select_scratch_free(&a->sc);
 }
 
@@ -49,6 +55,44 @@ static int search_part(selector *s, select_ann *a, const float *q, int k, const 
     return got;
 }
 
+/* Room for 2k results in a's buffers; 0 when out of memory. */
+static int reserve_results(selector *s, select_ann *a, int k) {
+    if (2 * k <= a->res_cap) return 1;
+    int64_t *l = select_query_realloc(s, a->labels, (size_t)2 * k * sizeof(int64_t));
+    if (l) a->labels = l;
+    float *f = select_query_realloc(s, a->sims, (size_t)2 * k * sizeof(float));
+    if (f) a->sims = f;
+    int32_t *c = select_query_realloc(s, a->cand, (size_t)2 * k * sizeof(int32_t));
+    if (c) a->cand = c;
+    if (!l || !f || !c) return 0;
+    a->res_cap = 2 * k;
+    return 1;
+}
+
+/* The content graph (a->lead: under a far scheme the graph ranks by the
+ * dims that do not rotate). Far slots are scored on exactly those dims
+ * (rows->q_far), which the graph search by the query's graph form (0 in the
+ * lead's place, then those dims) ranks as a scan would; near slots are
+ * scored whole, which the graph cannot follow, so they are scanned (none
+ * with --tail at --far-from + 1, at most far_from otherwise). The k best
+ * of both by those scores. */
+static int content_query(selector *s, select_ann *a, const select_rows *rows, int k, const select_mask *m, int far_hi,
+                         int32_t *out) {
+    const int n_far = far_hi ? select_mask_count(m, far_hi) : 0;
+    const int efw = select_filtered_ef(s->params.plan.hnsw_ef_search, a->count, n_far), width = efw > k ? efw : k;
+    if (n_far <= ANN_BRUTE_FACTOR * width) return select_scan_topk(s, rows, a->count, m, k, 1, &a->sc, out);
+    if (!reserve_results(s, a, k)) return -1;
+    float *qg = a->qn + 2 * a->d;
+    qg[0] = 0.0f;
+    memcpy(qg + 1, a->qn, (size_t)(a->d_graph - 1) * sizeof(float));
+    const int g = search_part(s, a, qg, k, m, 0, far_hi, n_far, a->labels, a->sims);
+    int n = g < 0 ? -1 : select_scan_topk_from(s, rows, far_hi, a->count, m, k, 0, &a->sc, a->cand);
+    if (n < 0) return -1;
+    for (int i = 0; i < g; i++)
+        if (select_mask_allows(m, (int)a->labels[i])) a->cand[n++] = (int32_t)a->labels[i];
+    return select_rank_slots(s, rows, a->cand, n, k, &a->sc, out);
+}
+
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
     if (!q_search || !a->ix || a->count == 0) return 0;
     int n_elig = select_mask_count(m, a->count);
@@ -57,23 +101,15 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     /* far keys without the rotated dims (selector_params.far_rot) */
     const int far_hi = s->params.far_rot > 0 && m->far_hi > 0 ? (m->far_hi < a->count ? m->far_hi : a->count) : 0;
     if (far_hi) select_far_query(a->qn + a->d, a->qn, a->d, s->params.far_rot);
+    const kernels *K = kernels_get();
+    select_rows rows = {.d = a->d, .q = a->qn, .dot = a->f16 ? K->gather_dot_f16 : K->gather_dot_f32,
+                        .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)),
+                        .far_hi = far_hi, .q_far = a->qn + a->d};
+    rows.base = select_ann_keys(a, &rows.stride);
+    if (a->lead) return content_query(s, a, &rows, k, m, far_hi, out);
     const int efw = select_filtered_ef(s->params.plan.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
-    if (n_elig <= ANN_BRUTE_FACTOR * width) {
-        const kernels *K = kernels_get();
-        select_rows rows = {.d = a->d, .q = a->qn, .dot = a->f16 ? K->gather_dot_f16 : K->gather_dot_f32,
-                            .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)),
-                            .far_hi = far_hi, .q_far = a->qn + a->d};
-        rows.base = a->vectors(a->ix, &rows.stride);
-        return select_scan_topk(s, &rows, a->count, m, k, 1, &a->sc, out);
-    }
-    if (2 * k > a->res_cap) {
-        int64_t *l = select_query_realloc(s, a->labels, (size_t)2 * k * sizeof(int64_t));
-        if (l) a->labels = l;
-        float *f = select_query_realloc(s, a->sims, (size_t)2 * k * sizeof(float));
-        if (f) a->sims = f;
-        if (!l || !f) return -1;
-        a->res_cap = 2 * k;
-    }
+    if (n_elig <= ANN_BRUTE_FACTOR * width) return select_scan_topk(s, &rows, a->count, m, k, 1, &a->sc, out);
+    if (!reserve_results(s, a, k)) return -1;
     int got = 0;
     if (!far_hi) {
         got = search_part(s, a, a->qn, k, m, 0, a->count, n_elig, a->labels, a->sims);
@@ -109,9 +145,10 @@ int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_sea
         select_ann mine = *a; /* the same index; scratch of its own */
         mine.labels = NULL;
         mine.sims = NULL;
+        mine.cand = NULL;
         mine.res_cap = 0;
         memset(&mine.sc, 0, sizeof mine.sc);
-        mine.qn = select_query_realloc(s, NULL, 2 * (size_t)a->d * sizeof(float));
+        mine.qn = select_query_realloc(s, NULL, (3 * (size_t)a->d + 1) * sizeof(float));
 #pragma omp for schedule(dynamic, 8)
         for (int i = 0; i < n; i++) {
             got[i] = mine.qn && q_search ? select_ann_query(&view, &mine, q_search + (size_t)i * a->d, k, &m[i],
@@ -127,6 +164,7 @@ int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_sea
         free(mine.qn);
         free(mine.labels);
         free(mine.sims);
+        free(mine.cand);
         select_scratch_free(&mine.sc);
     }
     s->stats.n_visited += visited;

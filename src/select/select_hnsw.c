@@ -8,13 +8,22 @@
  * automatic; sinks, tail and other documents are filtered inside the graph
  * search (rejected nodes are walked through, never returned; the beam widens
  * with the rejected fraction, see select_filtered_ef), and every returned
- * slot is checked again with select_mask_allows. Counting the eligible slots
+ * slot is checked again with select_mask_allows.
+ *
+ * Under a far scheme (params.far_rot > 0) the graph is built and searched
+ * on the dims that do not rotate with position only, the ones far keys are
+ * ranked by (with one leading element, content_lead): a graph over whole
+ * rotated keys links keys near in position, which a far query does not
+ * rank by. Near keys, ranked whole, are scanned (select_ann.c). The stored
+ * vectors keep every dim after that element. Counting the eligible slots
  * costs one int compare per slot when there are segments. When few slots are
  * eligible (a short document in a packed sequence) a graph search would have
  * to visit most of the graph to find them, so those are scored directly
  * instead: exact, and cheaper than the walk. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/error.h"
 #include "quant/quant.h"
@@ -45,17 +54,35 @@ static const void *vectors(const void *ix, size_t *stride) { return hnsw_shim_ve
 static float dot_f32(const void *a, const void *b, int d) { return kernels_get()->dot_f32(a, b, d); }
 static float dot_f16(const void *a, const void *b, int d) { return kernels_get()->dot_f16f16(a, b, d); }
 
-/* A key in stored form: normalised first for cosine when `normalize`,
- * then f16 when stored so (in h->row, h->row16, or the row itself). */
+/* The content graph's leading element of a stored key x (d values, its
+ * first dc the dims that do not rotate). Far keys rank by q.x over those dims
+ * alone, a maximum inner product search over vectors of unequal norms, on
+ * which a graph's neighbours mislead (the short vectors are never near
+ * anything). For cosine x is a unit vector, so [sqrt(1 - |x_c|^2), x_c] is one
+ * too, and with a 0 in the query's place q.x is unchanged: the graph over
+ * these unit vectors is a nearest-neighbour graph on the sphere (the
+ * reduction of Bachrach et al. 2014, its bound 1 given by the norm). For dot,
+ * where no bound is known, the element is 0: a plain inner-product graph. */
+static float content_lead(const float *x, int dc, subq_score score) {
+    if (score != SUBQ_SCORE_COSINE) return 0.0f;
+    double c2 = 0;
+    for (int i = 0; i < dc; i++) c2 += (double)x[i] * x[i];
+    return c2 < 1.0 ? (float)sqrt(1.0 - c2) : 0.0f;
+}
+
+/* A key in stored form (h->row, h->row16, or the row itself): a->lead
+ * leading elements (content_lead), then the key, normalised first for
+ * cosine when `normalize`; f16 when stored so. */
 static const void *stored_row(hnsw_sel *h, const float *row, int normalize) {
     const select_ann *a = &h->ann;
-    if (normalize) select_prepare(h->row, row, a->d, a->score);
-    const void *x = normalize ? h->row : row;
-    if (a->f16) {
-        for (int i = 0; i < a->d; i++) h->row16[i] = fp32_to_fp16(((const float *)x)[i]);
-        x = h->row16;
-    }
-    return x;
+    float *x = h->row + a->lead;
+    if (normalize) select_prepare(x, row, a->d, a->score);
+    else if (a->lead || a->f16) memcpy(x, row, (size_t)a->d * sizeof(float));
+    else return row;
+    if (a->lead) h->row[0] = content_lead(x, a->d_graph - a->lead, a->score);
+    if (!a->f16) return h->row;
+    for (int i = 0; i < a->lead + a->d; i++) h->row16[i] = fp32_to_fp16(h->row[i]);
+    return h->row16;
 }
 
 /* Insert n keys one at a time (put in stored form first unless they already
@@ -77,7 +104,7 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
         if ((size_t)n > cap) cap = (size_t)n;
         const kernels *K = kernels_get();
         hnsw_shim *ix;
-        if ((c = hnsw_shim_new(a->d, a->f16 ? 2 : 4, a->f16 ? dot_f16 : dot_f32,
+        if ((c = hnsw_shim_new(a->lead + a->d, a->d_graph, a->f16 ? 2 : 4, a->f16 ? dot_f16 : dot_f32,
                                a->f16 ? K->gather_dot_f16 : K->gather_dot_f32, s->params.plan.hnsw_m,
                                s->params.plan.hnsw_ef_construction, s->params.plan.seed, cap, &ix, msg, sizeof msg)))
             return shim_error(c, msg, err);
@@ -118,7 +145,7 @@ static subq_status hnsw_put_keys(selector *s, const float *keys, int n, int slot
 static subq_status hnsw_get_keys(const selector *s, int n, float *dst, subq_error *err) {
     const hnsw_sel *h = (const hnsw_sel *)s;
     size_t stride = 0;
-    const void *base = h->ann.ix ? hnsw_shim_vectors(h->ann.ix, &stride) : NULL;
+    const void *base = h->ann.ix ? select_ann_keys(&h->ann, &stride) : NULL;
     return select_copy_keys(s, h->ann.count, base, stride, h->ann.d, h->ann.f16, n, dst, err);
 }
 
@@ -165,11 +192,15 @@ subq_status select_hnsw_new(const selector_params *p, const selector_env *env, s
     h->base.ops = &hnsw_ops;
     h->ann.search = search;
     h->ann.vectors = vectors;
-    h->row = malloc((size_t)p->d_search * sizeof(float));
-    h->row16 = malloc((size_t)p->d_search * sizeof(uint16_t));
+    h->row = malloc(((size_t)p->d_search + 1) * sizeof(float));
+    h->row16 = malloc(((size_t)p->d_search + 1) * sizeof(uint16_t));
     if (!select_ann_init(&h->ann, p) || !h->row || !h->row16) {
         hnsw_free(&h->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory");
+    }
+    if (p->far_rot > 0 && p->far_rot < p->d_search) { /* the far keys' content graph */
+        h->ann.lead = 1;
+        h->ann.d_graph = 1 + p->d_search - p->far_rot;
     }
     h->base.stats.bytes = sizeof *h + 3 * (size_t)p->d_search * sizeof(float);
     *out = &h->base;

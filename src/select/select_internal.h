@@ -180,6 +180,9 @@ void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n,
 #define SELECT_BLOCK 256
 int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                      select_scratch *sc, int32_t *out);
+/* The same over the eligible slots of [from, n) only. */
+int select_scan_topk_from(selector *s, const select_rows *rows, int from, int n, const select_mask *m, int k,
+                          int sorted, select_scratch *sc, int32_t *out);
 
 /* select_scan_topk over s->params.n_threads contiguous parts of the slots,
  * each with its own buffer, merged at the end (the same result). */
@@ -309,17 +312,25 @@ typedef struct select_ann {
                   float *sims, int64_t *n_dist, uint64_t *n_bytes);
     const void *(*vectors)(const void *ix, size_t *stride);
     int d, count;           /* search width; keys in the index */
+    /* the index ranks by the first d_graph elements of its vectors: the
+     * key's d, or under a far scheme (hnsw) lead = 1 element and the
+     * d - far_rot dims that do not rotate, the key after them */
+    int d_graph, lead;
     subq_score score;     /* cosine: the query is normalised */
     int f16;                /* the index stores f16 rows */
-    float *qn;              /* the query in stored form, then its far form (2 d) */
+    float *qn;              /* the query in stored form, its far form, its graph form (3 d + 1) */
     int64_t *labels;        /* search results */
     float *sims;
+    int32_t *cand;          /* candidates to rank (content_query) */
     int res_cap;
     select_scratch sc;
 } select_ann;
 
 /* 0 when out of memory (then select_ann_free). */
 int select_ann_init(select_ann *a, const selector_params *p);
+/* The first stored key (after the lead) and the distance in elements
+ * between consecutive ones. */
+const void *select_ann_keys(const select_ann *a, size_t *stride);
 void select_ann_free(select_ann *a); /* not the index: its owner frees it */
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
 /* n of those in parallel (the index's search only reads it; each thread

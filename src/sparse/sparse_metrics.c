@@ -276,10 +276,11 @@ subq_status sparse_probe_enable(sparse_probe *p, const selector_params *sel, con
                                 subq_error *err) {
     p->on = 1;
     if (p->shadow || !selector_params_approximate(sel)) return SUBQ_OK;
-    /* the reference: a full f32 scan by the same score */
+    /* the reference: a full f32 scan by the same score, far keys without the rotated dims as the selector */
     selector_params ep;
     selector_params_default(&ep, SUBQ_SELECT_EXACT, d_search);
     ep.plan.score = sel->plan.score;
+    ep.far_rot = sel->far_rot;
     ep.search_heads = sel->search_heads, ep.search_qheads = sel->search_qheads;
     return selector_new(&ep, env, &p->shadow, err);
 }

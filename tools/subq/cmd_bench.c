@@ -272,6 +272,7 @@ int cmd_bench(int argc, char **argv) {
         }
     }
     if (!cli_sparse_model_default(cmd, &so, mo.model)) return 1;
+    mo.far_keys = so.plan.far_pos != SUBQ_FAR_NONE;
     if (so.complete_file || so.complete_heads)
         return cli_error(cmd, "--complete is not supported here: the KV cache is filled synthetically, without the "
                          "completion's summary; measure completion quality with subq eval");
