@@ -8,18 +8,18 @@
  * automatic; sinks, tail and other documents are filtered inside the graph
  * search (rejected nodes are walked through, never returned; the beam widens
  * with the rejected fraction, see select_filtered_ef), and every returned
- * slot is checked again with select_mask_allows.
+ * slot is checked again with select_mask_allows. Counting the eligible slots
+ * costs one int compare per slot when there are segments. When few slots are
+ * eligible (a short document in a packed sequence) a graph search would have
+ * to visit most of the graph to find them, so those are scored directly
+ * instead: exact, and cheaper than the walk.
  *
  * Under a far scheme (params.far_rot > 0) the graph is built and searched
  * on the dims that do not rotate with position only, the ones far keys are
  * ranked by (with one leading element, content_lead): a graph over whole
  * rotated keys links keys near in position, which a far query does not
  * rank by. Near keys, ranked whole, are scanned (select_ann.c). The stored
- * vectors keep every dim after that element. Counting the eligible slots
- * costs one int compare per slot when there are segments. When few slots are
- * eligible (a short document in a packed sequence) a graph search would have
- * to visit most of the graph to find them, so those are scored directly
- * instead: exact, and cheaper than the walk. */
+ * vectors keep every dim after that element. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
