@@ -14,7 +14,7 @@ int select_ann_init(select_ann *a, const selector_params *p) {
     a->score = p->plan.score;
     a->d_graph = p->d_search, a->lead = 0;
     a->f16 = p->plan.search_f16 != 0;
-    return (a->qn = malloc((3 * (size_t)a->d + 1) * sizeof(float))) != NULL;
+    return (a->qn = malloc((3 * (size_t)a->d + 2) * sizeof(float))) != NULL;
 }
 
 const void *select_ann_keys(const select_ann *a, size_t *stride) {
@@ -72,7 +72,7 @@ static int reserve_results(selector *s, select_ann *a, int k) {
 /* The content graph (a->lead: under a far scheme the graph ranks by the
  * dims that do not rotate). Far slots are scored on exactly those dims
  * (rows->q_far), which the graph search by the query's graph form (0 in the
- * lead's place, then those dims) ranks as a scan would; near slots are
+ * leading elements' place, then those dims) ranks as a scan would; near slots are
  * scored whole, which the graph cannot follow, so they are scanned (none
  * with --tail at --far-from + 1, at most far_from otherwise). The k best
  * of both by those scores. */
@@ -83,8 +83,8 @@ static int content_query(selector *s, select_ann *a, const select_rows *rows, in
     if (n_far <= ANN_BRUTE_FACTOR * width) return select_scan_topk(s, rows, a->count, m, k, 1, &a->sc, out);
     if (!reserve_results(s, a, k)) return -1;
     float *qg = a->qn + 2 * a->d;
-    qg[0] = 0.0f;
-    memcpy(qg + 1, a->qn, (size_t)(a->d_graph - 1) * sizeof(float));
+    for (int i = 0; i < a->lead; i++) qg[i] = 0.0f;
+    memcpy(qg + a->lead, a->qn, (size_t)(a->d_graph - a->lead) * sizeof(float));
     const int g = search_part(s, a, qg, k, m, 0, far_hi, n_far, a->labels, a->sims);
     int n = g < 0 ? -1 : select_scan_topk_from(s, rows, far_hi, a->count, m, k, 0, &a->sc, a->cand);
     if (n < 0) return -1;
@@ -148,7 +148,7 @@ int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_sea
         mine.cand = NULL;
         mine.res_cap = 0;
         memset(&mine.sc, 0, sizeof mine.sc);
-        mine.qn = select_query_realloc(s, NULL, (3 * (size_t)a->d + 1) * sizeof(float));
+        mine.qn = select_query_realloc(s, NULL, (3 * (size_t)a->d + 2) * sizeof(float));
 #pragma omp for schedule(dynamic, 8)
         for (int i = 0; i < n; i++) {
             got[i] = mine.qn && q_search ? select_ann_query(&view, &mine, q_search + (size_t)i * a->d, k, &m[i],

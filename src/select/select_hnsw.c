@@ -16,10 +16,10 @@
  *
  * Under a far scheme (params.far_rot > 0) the graph is built and searched
  * on the dims that do not rotate with position only, the ones far keys are
- * ranked by (with one leading element, content_lead): a graph over whole
+ * ranked by (after leading elements, content_lead): a graph over whole
  * rotated keys links keys near in position, which a far query does not
  * rank by. Near keys, ranked whole, are scanned (select_ann.c). The stored
- * vectors keep every dim after that element. */
+ * vectors keep every dim after those elements. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +31,10 @@
 #include "select/select_internal.h"
 
 #define HNSW_CAPACITY0 1024
+/* The content graph's leading elements: content_lead and a zero, so that an
+ * f16 vector stays a multiple of 4 bytes (hnswlib's 4-byte link lists
+ * follow each vector in its elements). */
+#define HNSW_LEAD 2
 
 typedef struct hnsw_sel {
     selector base;
@@ -79,7 +83,7 @@ static const void *stored_row(hnsw_sel *h, const float *row, int normalize) {
     if (normalize) select_prepare(x, row, a->d, a->score);
     else if (a->lead || a->f16) memcpy(x, row, (size_t)a->d * sizeof(float));
     else return row;
-    if (a->lead) h->row[0] = content_lead(x, a->d_graph - a->lead, a->score);
+    for (int i = 0; i < a->lead; i++) h->row[i] = i ? 0.0f : content_lead(x, a->d_graph - a->lead, a->score);
     if (!a->f16) return h->row;
     for (int i = 0; i < a->lead + a->d; i++) h->row16[i] = fp32_to_fp16(h->row[i]);
     return h->row16;
@@ -192,15 +196,15 @@ subq_status select_hnsw_new(const selector_params *p, const selector_env *env, s
     h->base.ops = &hnsw_ops;
     h->ann.search = search;
     h->ann.vectors = vectors;
-    h->row = malloc(((size_t)p->d_search + 1) * sizeof(float));
-    h->row16 = malloc(((size_t)p->d_search + 1) * sizeof(uint16_t));
+    h->row = malloc(((size_t)p->d_search + HNSW_LEAD) * sizeof(float));
+    h->row16 = malloc(((size_t)p->d_search + HNSW_LEAD) * sizeof(uint16_t));
     if (!select_ann_init(&h->ann, p) || !h->row || !h->row16) {
         hnsw_free(&h->base);
         return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory");
     }
     if (p->far_rot > 0 && p->far_rot < p->d_search) { /* the far keys' content graph */
-        h->ann.lead = 1;
-        h->ann.d_graph = 1 + p->d_search - p->far_rot;
+        h->ann.lead = HNSW_LEAD;
+        h->ann.d_graph = HNSW_LEAD + p->d_search - p->far_rot;
     }
     h->base.stats.bytes = sizeof *h + 3 * (size_t)p->d_search * sizeof(float);
     *out = &h->base;

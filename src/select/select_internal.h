@@ -313,12 +313,12 @@ typedef struct select_ann {
     const void *(*vectors)(const void *ix, size_t *stride);
     int d, count;           /* search width; keys in the index */
     /* the index ranks by the first d_graph elements of its vectors: the
-     * key's d, or under a far scheme (hnsw) lead = 1 element and the
-     * d - far_rot dims that do not rotate, the key after them */
+     * key's d, or under a far scheme (hnsw) `lead` leading elements and the
+     * d - far_rot dims that do not rotate, the key after the lead */
     int d_graph, lead;
     subq_score score;     /* cosine: the query is normalised */
     int f16;                /* the index stores f16 rows */
-    float *qn;              /* the query in stored form, its far form, its graph form (3 d + 1) */
+    float *qn;              /* the query in stored form, its far form, its graph form (3 d + 2) */
     int64_t *labels;        /* search results */
     float *sims;
     int32_t *cand;          /* candidates to rank (content_query) */
