@@ -25,7 +25,6 @@ void select_ann_free(select_ann *a) {
     free(a->qn);
     free(a->labels);
     free(a->sims);
-    free(a->cand);
     select_scratch_free(&a->sc);
 }
 
@@ -62,20 +61,29 @@ static int reserve_results(selector *s, select_ann *a, int k) {
     if (l) a->labels = l;
     float *f = select_query_realloc(s, a->sims, (size_t)2 * k * sizeof(float));
     if (f) a->sims = f;
-    int32_t *c = select_query_realloc(s, a->cand, (size_t)2 * k * sizeof(int32_t));
-    if (c) a->cand = c;
-    if (!l || !f || !c) return 0;
+    if (!l || !f) return 0;
     a->res_cap = 2 * k;
     return 1;
 }
 
+/* The k best (best first) of the n results in a->labels / a->sims that m
+ * allows, into out; returns the count, -1 when out of memory. */
+static int best_results(selector *s, select_ann *a, int n, int k, const select_mask *m, int32_t *out) {
+    if (!select_scratch_u(s, &a->sc, 2 * (size_t)k)) return -1;
+    topk_buf t = {.key = a->sc.u, .k = k};
+    for (int i = 0; i < n; i++)
+        if (select_mask_allows(m, (int)a->labels[i])) select_topk_push(&t, a->sims[i], (int32_t)a->labels[i]);
+    return select_topk_take(&t, 1, out, NULL);
+}
+
 /* The content graph (a->lead: under a far scheme the graph ranks by the
  * dims that do not rotate). Far slots are scored on exactly those dims
- * (rows->q_far), which the graph search by the query's graph form (0 in the
- * leading elements' place, then those dims) ranks as a scan would; near slots are
- * scored whole, which the graph cannot follow, so they are scanned (none
- * with --tail at --far-from + 1, at most far_from otherwise). The k best
- * of both by those scores. */
+ * (rows->q_far), which the graph search by the query's graph form (0 in
+ * the leading elements' place, then those dims) ranks as a scan would;
+ * near slots are scored whole, which the graph cannot follow, so they are
+ * scanned (none with --tail at --far-from + 1, at most far_from
+ * otherwise). The k best of both by the scores they came with (a graph's
+ * similarity over the graph dims is the far score). */
 static int content_query(selector *s, select_ann *a, const select_rows *rows, int k, const select_mask *m, int far_hi,
                          int32_t *out) {
     const int n_far = far_hi ? select_mask_count(m, far_hi) : 0;
@@ -86,11 +94,11 @@ static int content_query(selector *s, select_ann *a, const select_rows *rows, in
     for (int i = 0; i < a->lead; i++) qg[i] = 0.0f;
     memcpy(qg + a->lead, a->qn, (size_t)(a->d_graph - a->lead) * sizeof(float));
     const int g = search_part(s, a, qg, k, m, 0, far_hi, n_far, a->labels, a->sims);
-    int n = g < 0 ? -1 : select_scan_topk_from(s, rows, far_hi, a->count, m, k, 0, &a->sc, a->cand);
+    /* the near scan's slots (in out, for now) and scores beside the graph's */
+    const int n = g < 0 ? -1 : select_scan_topk_from(s, rows, far_hi, a->count, m, k, 0, &a->sc, out, a->sims + g);
     if (n < 0) return -1;
-    for (int i = 0; i < g; i++)
-        if (select_mask_allows(m, (int)a->labels[i])) a->cand[n++] = (int32_t)a->labels[i];
-    return select_rank_slots(s, rows, a->cand, n, k, &a->sc, out);
+    for (int i = 0; i < n; i++) a->labels[g + i] = out[i];
+    return best_results(s, a, g + n, k, m, out);
 }
 
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
@@ -120,11 +128,7 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
                            ? search_part(s, a, a->qn + a->d, k, m, 0, far_hi, n_far, a->labels + g1, a->sims + g1)
                            : 0;
         if (g1 < 0 || g2 < 0) return -1;
-        if (!select_scratch_u(s, &a->sc, 2 * (size_t)k)) return -1;
-        topk_buf t = {.key = a->sc.u, .k = k};
-        for (int i = 0; i < g1 + g2; i++)
-            if (select_mask_allows(m, (int)a->labels[i])) select_topk_push(&t, a->sims[i], (int32_t)a->labels[i]);
-        return select_topk_take(&t, 1, out, NULL);
+        return best_results(s, a, g1 + g2, k, m, out);
     }
     if (got < 0) return -1; /* the index ran out of memory */
     int n = 0;
@@ -145,7 +149,6 @@ int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_sea
         select_ann mine = *a; /* the same index; scratch of its own */
         mine.labels = NULL;
         mine.sims = NULL;
-        mine.cand = NULL;
         mine.res_cap = 0;
         memset(&mine.sc, 0, sizeof mine.sc);
         mine.qn = select_query_realloc(s, NULL, (3 * (size_t)a->d + 2) * sizeof(float));
@@ -164,7 +167,6 @@ int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_sea
         free(mine.qn);
         free(mine.labels);
         free(mine.sims);
-        free(mine.cand);
         select_scratch_free(&mine.sc);
     }
     s->stats.n_visited += visited;

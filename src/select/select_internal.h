@@ -180,9 +180,10 @@ void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n,
 #define SELECT_BLOCK 256
 int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                      select_scratch *sc, int32_t *out);
-/* The same over the eligible slots of [from, n) only. */
+/* The same over the eligible slots of [from, n) only, with their scores
+ * in `scores` (in out's order) when it is not NULL. */
 int select_scan_topk_from(selector *s, const select_rows *rows, int from, int n, const select_mask *m, int k,
-                          int sorted, select_scratch *sc, int32_t *out);
+                          int sorted, select_scratch *sc, int32_t *out, float *scores);
 
 /* select_scan_topk over s->params.n_threads contiguous parts of the slots,
  * each with its own buffer, merged at the end (the same result). */
@@ -321,7 +322,6 @@ typedef struct select_ann {
     float *qn;              /* the query in stored form, its far form, its graph form (3 d + 2) */
     int64_t *labels;        /* search results */
     float *sims;
-    int32_t *cand;          /* candidates to rank (content_query) */
     int res_cap;
     select_scratch sc;
 } select_ann;
