@@ -284,6 +284,8 @@ int cmd_bench(int argc, char **argv) {
     if ((prefill_text || prefill_svg) && !n_prefill_ctx)
         return cli_error(cmd, "--%s needs --prefill-ctx", prefill_text ? "prefill-text" : "prefill-svg");
     if (kv_cold && !mo.kv_file) return cli_error(cmd, "--kv-cold needs --kv-file");
+    if (contend && n_prefill_ctx)
+        return cli_error(cmd, "--contend is not supported with --prefill-ctx (run a competing load beside it)");
     if (n_prefill_ctx) {
         bench_prefill_opts po = {.lengths = prefill_ctx, .n_len = n_prefill_ctx, .attn = attn, .n_attn = n_attn,
                                  .text_file = prefill_text, .svg_file = prefill_svg, .n_decode = n_decode,
