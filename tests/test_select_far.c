@@ -331,7 +331,8 @@ static void test_clusters(int f16, int rot, uint64_t seed) {
  * so. Its graph is over the content dims only (select_ann.c): single
  * queries and a batch with the tail and some near slots eligible, against
  * the brute far-split top K: recall >= 0.95 over the far slots, and every
- * near slot of the brute top K found (they are scanned); the keys read back,
+ * near slot of the brute top K found (they are scanned; but for one tied
+ * with the K-th within rounding); the keys read back,
  * and a truncated graph against one built from the kept keys. */
 static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
     enum { NQ = 24, K = 32, CL = 40 };
@@ -372,6 +373,7 @@ static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
             for (int i = 0; i < NQ; i++) got[i] = selector_query(s, q + (size_t)i * D, NULL, K, &m[i], out + i * K);
         }
         double far_found = 0, far_want = 0;
+        const double tol = (f16 ? 2e-3 : 1e-5) * (sc == SUBQ_SCORE_DOT ? 40.0 : 1.0); /* stored f16, float sums */
         int near_missed = 0, bad = 0;
         for (int i = 0; i < NQ; i++) {
             const int kk = brute(q + (size_t)i * D, keys, &m[i], ROT, sc, K, want, top);
@@ -381,7 +383,7 @@ static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
                 int hit = 0;
                 for (int b = 0; b < got[i]; b++) hit |= out[i * K + b] == top[a];
                 if (top[a] < m[i].far_hi) far_found += hit, far_want++;
-                else near_missed += !hit;
+                else near_missed += !hit && want[a] > want[kk - 1] + tol; /* a tie at the K-th may go either way */
             }
         }
         CHECK(bad == 0, "hnsw rotating %s: %d wrong counts or ineligible slots", batch ? "batch" : "single", bad);
