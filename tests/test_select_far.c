@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "base/rng.h"
 #include "select/select_internal.h"
 #include "select/selector.h"
@@ -272,7 +273,11 @@ static void test_clusters(int f16, int rot, uint64_t seed) {
         p.plan.clusters = LISTS, p.plan.cluster_probe = probe, p.plan.cluster_from = 1024;
         selector *s = NULL;
         subq_error err = {0};
-        CHECK(selector_new(&p, NULL, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
+        pool *pl = NULL;
+        const int threads = probe == LISTS ? 2 : 1;
+        CHECK(pool_new(threads, &pl, &err) == SUBQ_OK, "pool: %s", err.msg);
+        const selector_env env = {.pool = pl};
+        CHECK(selector_new(&p, &env, &s, &err) == SUBQ_OK, "selector_new: %s", err.msg);
         CHECK(s && selector_append(s, keys, N, 0, &err) == SUBQ_OK, "append: %s", err.msg);
         for (int round = 0; s && round < (probe == LISTS ? 2 : 1); round++) {
             if (round) { /* the lists forget the last quarter and take it again */
@@ -288,7 +293,9 @@ static void test_clusters(int f16, int rot, uint64_t seed) {
                 make_query(&rng, q + (size_t)i * D, lure);
             }
             m[0].far_hi = m[0].n_slots; /* every key far */
-            CHECK(selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1) == 0, "clusters: query failed");
+            /* with every list probed on the pool's two threads (the lists
+             * trained and the batch queried in pieces), with a few on one */
+            CHECK(selector_query_prefill(s, NQ, q, q, D, K, m, out, got, threads) == 0, "clusters: query failed");
             for (int i = 0; i < NQ; i++)
                 judge(q + (size_t)i * D, keys, &m[i], rot, SUBQ_SCORE_COSINE, K, out + (size_t)i * K, got[i], tol,
                       probe == LISTS, &bad, &hits, &wanted);
@@ -302,10 +309,12 @@ static void test_clusters(int f16, int rot, uint64_t seed) {
                    K, hits / wanted);
             /* failing allocations are an error, never an empty answer */
             s->fail_alloc = 1;
-            CHECK(selector_query_prefill(s, NQ, q, q, D, K, m, out, got, 1) < 0, "clusters: a failing query must fail");
+            CHECK(selector_query_prefill(s, NQ, q, q, D, K, m, out, got, threads) < 0,
+                  "clusters: a failing query must fail");
             s->fail_alloc = 0;
         }
         selector_free(s);
+        pool_free(pl);
     }
     /* settings out of range are refused, naming the clusters */
     const int bad[4][3] = {{-1, 96, 0}, {SELECT_MAX_CLUSTERS + 1, 96, 0}, {2048, 0, 0}, {2048, 96, -1}};

@@ -128,6 +128,9 @@ static void run(subq_selector_kind kind, int f16, subq_score score, const float 
     int got[N_QUERIES], same = 1;
     int32_t *ab = malloc((size_t)N_QUERIES * K * sizeof(int32_t));
     for (int i = 0; i < N_QUERIES; i++) mb[i] = m;
+    pool *batch_pool;
+    CHECK(pool_new(2, &batch_pool, &err) == SUBQ_OK, "pool: %s", err.msg);
+    ann->env.pool = batch_pool; /* the context's threads, as a prompt's batch has them */
     CHECK(ab && selector_query_batch(ann, N_QUERIES, queries, queries, D, K, mb, ab, got, 2) == 0, "%s: query_batch",
           name);
     for (int i = 0; ab && i < N_QUERIES; i++) {
@@ -135,6 +138,14 @@ static void run(subq_selector_kind kind, int f16, subq_score score, const float 
         same &= na == got[i] && recall(ab + (size_t)i * K, got[i], a, na) == 1.0;
     }
     CHECK(same, "%s: batched queries differ from one query each", name);
+    if (kind == SUBQ_SELECT_HNSW) { /* (FAISS's batch allocates inside the library) */
+        ann->fail_alloc = 1;
+        CHECK(!ab || selector_query_batch(ann, N_QUERIES, queries, queries, D, K, mb, ab, got, 2) < 0,
+              "%s: a batch whose scratch cannot be had must fail", name);
+        ann->fail_alloc = 0;
+    }
+    ann->env.pool = NULL;
+    pool_free(batch_pool);
     free(ab);
 
     /* a small eligible set (short document): scored directly, so exact */

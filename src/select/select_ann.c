@@ -1,7 +1,9 @@
 /* What the ANN selectors (hnsw, faiss) share: small candidate sets scored
  * directly, masks as filters, batches of queries. */
 #include <stdlib.h>
+#include <string.h>
 
+#include "base/pool.h"
 #include "select/select_internal.h"
 
 /* Score the eligible slots directly when there are at most this many times
@@ -137,39 +139,63 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     return n;
 }
 
+/* A batch of queries on the pool's threads, a few at a time (graph
+ * searches differ in length), each thread with its own view: the base
+ * selector (its parameters, test hook and counters of its own) and the
+ * same index with scratch of its own. */
+enum { ANN_BATCH_QUERIES = 8 };
+
+typedef struct ann_view {
+    selector s;
+    select_ann a;
+} ann_view;
+
+typedef struct ann_batch {
+    ann_view *views; /* [threads] */
+    const float *q_search;
+    const select_mask *m;
+    int n, k;
+    int32_t *out;
+    int *got;
+} ann_batch;
+
+static void ann_batch_chunk(void *ctx, int chunk, int thread) {
+    const ann_batch *b = ctx;
+    ann_view *v = &b->views[thread];
+    const int i0 = chunk * ANN_BATCH_QUERIES, i1 = i0 + ANN_BATCH_QUERIES < b->n ? i0 + ANN_BATCH_QUERIES : b->n;
+    for (int i = i0; i < i1; i++)
+        b->got[i] = v->a.qn && b->q_search
+                        ? select_ann_query(&v->s, &v->a, b->q_search + (size_t)i * v->a.d, b->k, &b->m[i],
+                                           b->out + (size_t)i * b->k)
+                        : (b->q_search ? -1 : 0);
+}
+
 int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_search, int k, const select_mask *m,
                            int32_t *out, int *got, int n_threads) {
-    int failed = 0;
-    int64_t visited = 0;
-    uint64_t bytes = 0;
-#pragma omp parallel num_threads(n_threads) reduction(+ : visited, bytes)
-    {
-        selector view = *s; /* the base only: its parameters, test hook and counters of its own */
-        memset(&view.stats, 0, sizeof view.stats);
-        select_ann mine = *a; /* the same index; scratch of its own */
-        mine.labels = NULL;
-        mine.sims = NULL;
-        mine.res_cap = 0;
-        memset(&mine.sc, 0, sizeof mine.sc);
-        mine.qn = select_query_realloc(s, NULL, (3 * (size_t)a->d + 2) * sizeof(float));
-#pragma omp for schedule(dynamic, 8)
-        for (int i = 0; i < n; i++) {
-            got[i] = mine.qn && q_search ? select_ann_query(&view, &mine, q_search + (size_t)i * a->d, k, &m[i],
-                                                            out + (size_t)i * k)
-                                         : (q_search ? -1 : 0);
-            if (got[i] < 0) {
-#pragma omp atomic write
-                failed = 1;
-            }
-        }
-        visited += view.stats.n_visited;
-        bytes += view.stats.bytes_read;
-        free(mine.qn);
-        free(mine.labels);
-        free(mine.sims);
-        select_scratch_free(&mine.sc);
+    pool *pl = n_threads > 1 ? s->env.pool : NULL;
+    const int threads = pool_threads(pl);
+    ann_view *views = select_query_realloc(s, NULL, (size_t)threads * sizeof *views);
+    if (!views) return -1;
+    for (int t = 0; t < threads; t++) {
+        views[t].s = *s;
+        memset(&views[t].s.stats, 0, sizeof views[t].s.stats);
+        views[t].a = *a;
+        views[t].a.labels = NULL, views[t].a.sims = NULL, views[t].a.res_cap = 0;
+        memset(&views[t].a.sc, 0, sizeof views[t].a.sc);
+        views[t].a.qn = select_query_realloc(s, NULL, (3 * (size_t)a->d + 2) * sizeof(float));
     }
-    s->stats.n_visited += visited;
-    s->stats.bytes_read += bytes;
+    ann_batch b = {.views = views, .q_search = q_search, .m = m, .n = n, .k = k, .out = out, .got = got};
+    pool_run(pl, (n + ANN_BATCH_QUERIES - 1) / ANN_BATCH_QUERIES, ann_batch_chunk, &b);
+    int failed = 0;
+    for (int i = 0; i < n; i++) failed |= got[i] < 0;
+    for (int t = 0; t < threads; t++) {
+        s->stats.n_visited += views[t].s.stats.n_visited;
+        s->stats.bytes_read += views[t].s.stats.bytes_read;
+        free(views[t].a.qn);
+        free(views[t].a.labels);
+        free(views[t].a.sims);
+        select_scratch_free(&views[t].a.sc);
+    }
+    free(views);
     return failed ? -1 : 0;
 }

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "base/blas.h"
+#include "base/pool.h"
 #include "base/kth.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
@@ -95,8 +96,26 @@ int select_clusters_lists(int clusters, int count) {
     return clusters < count / SELECT_CLUSTER_KEYS ? clusters : count / SELECT_CLUSTER_KEYS;
 }
 
+/* Lloyd's assignment step, one chunk of ROWS_CHUNK sample rows per pool
+ * chunk, each with its thread's scratch: the pool's threads, not an
+ * OpenMP team inside the sgemm, whose threads spin at every call's
+ * barrier and stall it when another process holds one of the cores. */
+typedef struct assign_job {
+    const select_clusters *c;
+    const float *x;
+    int n;
+    float *S; /* [threads][ROWS_CHUNK][lists] */
+    int32_t *a;
+} assign_job;
+
+static void assign_chunk(void *ctx, int chunk, int thread) {
+    const assign_job *j = ctx;
+    const int i0 = chunk * ROWS_CHUNK, n = j->n - i0 < ROWS_CHUNK ? j->n - i0 : ROWS_CHUNK;
+    assign(j->c, j->x + (size_t)i0 * j->c->dc, n, j->S + (size_t)thread * ROWS_CHUNK * j->c->n_lists, j->a + i0, 1);
+}
+
 int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, const void *keys, int d, int count,
-                          int n_threads) {
+                          pool *pl) {
     select_clusters_free(c);
     const int ns = count < n_lists * KMEANS_PER_LIST ? count : n_lists * KMEANS_PER_LIST;
     if (n_lists < 1 || ns < n_lists) return 0; /* too few keys: stay untrained */
@@ -104,7 +123,7 @@ int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, cons
     c->n_lists = n_lists, c->dc = dc, c->f16 = f16;
     c->dq = (dc + CODE_BLOCK - 1) / CODE_BLOCK * CODE_BLOCK;
     c->code_bytes = kernels_kv_row_bytes(SUBQ_KV_Q8_0, c->dq);
-    float *x = malloc((size_t)ns * dc * sizeof(float)), *S = malloc((size_t)ROWS_CHUNK * n_lists * sizeof(float));
+    float *x = malloc((size_t)ns * dc * sizeof(float)), *S = malloc((size_t)pool_threads(pl) * ROWS_CHUNK * n_lists * sizeof(float));
     double *sum = malloc((size_t)n_lists * dc * sizeof(double));
     int32_t *a = malloc((size_t)ns * sizeof(int32_t)), *cnt = malloc((size_t)n_lists * sizeof(int32_t));
     c->cent = malloc((size_t)n_lists * dc * sizeof(float));
@@ -120,10 +139,10 @@ int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, cons
         for (int l = 0; l < n_lists; l++)
             memcpy(c->cent + (size_t)l * dc, x + (size_t)((int64_t)l * ns / n_lists) * dc, (size_t)dc * sizeof(float));
     }
+    assign_job j = {.c = c, .x = x, .n = ns, .S = S, .a = a};
     for (int it = 0; !rc && it < KMEANS_ITERS; it++) {
         half_norms(c);
-        for (int i0 = 0; i0 < ns; i0 += ROWS_CHUNK)
-            assign(c, x + (size_t)i0 * dc, ns - i0 < ROWS_CHUNK ? ns - i0 : ROWS_CHUNK, S, a + i0, n_threads);
+        pool_run(pl, (ns + ROWS_CHUNK - 1) / ROWS_CHUNK, assign_chunk, &j);
         /* c_l = the mean of its rows; an empty list takes a row of the sample */
         memset(sum, 0, (size_t)n_lists * dc * sizeof(double));
         memset(cnt, 0, (size_t)n_lists * sizeof(int32_t));

@@ -464,7 +464,8 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
     const int want = prefill && far && p->plan.clusters > 0 && top >= p->plan.cluster_from;
     const int lists = select_clusters_lists(p->plan.clusters, e->count);
     if (want && lists > 0 && lists >= 2 * e->cl.n_lists &&
-        select_clusters_train(&e->cl, lists, e->d - p->far_rot, e->f16, e->keys, e->d, e->count, n_threads))
+        select_clusters_train(&e->cl, lists, e->d - p->far_rot, e->f16, e->keys, e->d, e->count,
+                              n_threads > 1 ? s->env.pool : NULL))
         return -1;
     if (want && select_clusters_add(&e->cl, e->keys, e->d, e->count, 1)) return -1;
     if (want) update_bytes(e);

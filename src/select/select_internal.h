@@ -279,10 +279,11 @@ typedef struct select_clusters {
 #define SELECT_CLUSTER_KEYS 16
 int select_clusters_lists(int clusters, int count);
 /* k-means of the first dc dims of the count stored keys (rows of d, f16 or
- * f32) into n_lists centroids, lists empty; 0 (untrained when there are
- * fewer keys than lists), or -1 when out of memory. */
+ * f32) into n_lists centroids, lists empty, on the threads of pl (NULL:
+ * the caller's); 0 (untrained when there are fewer keys than lists), or -1
+ * when out of memory. */
 int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, const void *keys, int d, int count,
-                          int n_threads);
+                          pool *pl);
 /* Add slots [c->count, to) of keys to their nearest lists (untrained: none);
  * 0, or -1 when out of memory (the lists then hold what they held). */
 int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int n_threads);
