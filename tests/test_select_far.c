@@ -343,6 +343,9 @@ static void test_clusters(int f16, int rot, uint64_t seed) {
  * near slot of the brute top K found (they are scanned; but for one tied
  * with the K-th within rounding); the keys read back,
  * and a truncated graph against one built from the kept keys. */
+/* a preparation run beside a query (selector_ops.query_beside): counts its calls */
+static void count_call(void *ctx) { ++*(int *)ctx; }
+
 static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
     enum { NQ = 24, K = 32, CL = 40 };
     uint64_t rng = rng_seed(seed);
@@ -366,7 +369,10 @@ static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
         memset(&m[i], 0, sizeof m[i]);
         m[i].n_slots = N / 2 + (int)(rng_next_u64(&rng) % (N / 2 + 1));
         m[i].ex0_hi = 4, m[i].ex1_lo = m[i].n_slots - 16, m[i].ex1_hi = m[i].n_slots;
-        m[i].far_hi = m[i].n_slots - 16 - (int)(rng_next_u64(&rng) % 300); /* 0-299 near slots outside the tail */
+        /* 0-299 near slots outside the tail, or for every third query
+         * 2000-2299 (a decode step's near scan in parts on a pool), or none */
+        m[i].far_hi = m[i].n_slots - 16 - (i % 3 ? 0 : 2000) - (int)(rng_next_u64(&rng) % 300);
+        if (i == 1) m[i].far_hi = m[i].ex1_lo; /* no eligible key near: the graph alone */
         const float *c = cent + (size_t)(rng_next_u64(&rng) % CL) * D;
         for (int x = 0; x < D; x++)
             q[(size_t)i * D + x] = x < D - ROT ? c[x] + 0.4f * rng_normal(&rng) : rng_normal(&rng);
@@ -374,12 +380,42 @@ static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
     /* failing allocations are an error, never an empty answer */
     s->fail_alloc = 1;
     CHECK(selector_query(s, q, NULL, K, &m[0], out) < 0, "hnsw rotating: a failing query must fail");
+    pool *p2 = NULL;
+    subq_error perr = {0};
+    CHECK(pool_new(2, &p2, &perr) == SUBQ_OK, "pool: %s", perr.msg);
+    int fail_calls = 0;
+    double t_fail = 0;
+    CHECK(s->ops->query_beside(s, q, NULL, K, &m[0], out, count_call, &fail_calls, p2, &t_fail) < 0 && fail_calls == 1,
+          "hnsw rotating: a failing query beside a preparation must fail, the preparation run once (%d)", fail_calls);
     s->fail_alloc = 0;
-    for (int batch = 0; batch < 2; batch++) {
-        if (batch) {
+    /* one query at a time, a batch, and beside a decode step's preparation
+     * on a pool of two (the graph search and the near scan on one thread
+     * each) and on the caller alone: the same answers as one at a time, in
+     * the same order, the preparation run once each */
+    static const char *mode_name[4] = {"single", "batch", "beside, 2 threads", "beside, 1 thread"};
+    int32_t single[NQ * K];
+    int single_got[NQ];
+    for (int mode = 0; mode < 4; mode++) {
+        if (mode == 1) {
             CHECK(selector_query_batch(s, NQ, q, q, D, K, m, out, got, 2) == 0, "hnsw rotating: batch failed");
-        } else {
+        } else if (mode == 0) {
             for (int i = 0; i < NQ; i++) got[i] = selector_query(s, q + (size_t)i * D, NULL, K, &m[i], out + i * K);
+            memcpy(single, out, sizeof single);
+            memcpy(single_got, got, sizeof single_got);
+        } else {
+            int calls = 0, same = 1;
+            double t_query = 0;
+            for (int i = 0; i < NQ; i++) {
+                got[i] = s->ops->query_beside(s, q + (size_t)i * D, NULL, K, &m[i], out + i * K, count_call, &calls,
+                                              mode == 2 ? p2 : NULL, &t_query);
+                same &= got[i] == single_got[i] && t_query > 0 &&
+                        !memcmp(out + i * K, single + i * K, (size_t)single_got[i] * sizeof(int32_t));
+            }
+            CHECK(calls == NQ && same, "hnsw rotating %s: %d preparations for %d queries, answers %s",
+                  mode_name[mode], calls, NQ, same ? "the same" : "differ from one at a time");
+            CHECK(selector_query_ahead(s, q, NULL, K, &m[0], out, keys, N, p2) == single_got[0] &&
+                      !memcmp(out, single, (size_t)single_got[0] * sizeof(int32_t)),
+                  "hnsw rotating: selector_query_ahead answers differ");
         }
         double far_found = 0, far_want = 0;
         const double tol = (f16 ? 2e-3 : 1e-5) * (sc == SUBQ_SCORE_DOT ? 40.0 : 1.0); /* stored f16, float sums */
@@ -395,14 +431,14 @@ static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
                 else near_missed += !hit && want[a] > want[kk - 1] + tol; /* a tie at the K-th may go either way */
             }
         }
-        CHECK(bad == 0, "hnsw rotating %s: %d wrong counts or ineligible slots", batch ? "batch" : "single", bad);
-        CHECK(near_missed == 0, "hnsw rotating %s: %d near slots of the top K missed", batch ? "batch" : "single",
-              near_missed);
+        CHECK(bad == 0, "hnsw rotating %s: %d wrong counts or ineligible slots", mode_name[mode], bad);
+        CHECK(near_missed == 0, "hnsw rotating %s: %d near slots of the top K missed", mode_name[mode], near_missed);
         CHECK(far_found >= 0.95 * far_want, "hnsw rotating %s %s %s: recall %.3f of the far slots of the top K",
-              batch ? "batch" : "single", select_score_name(sc), f16 ? "f16" : "f32", far_found / far_want);
+              mode_name[mode], select_score_name(sc), f16 ? "f16" : "f32", far_found / far_want);
         printf("hnsw, rotating keys, %s %s %s: recall %.3f of the far slots of the far-split top K\n",
-               batch ? "batch" : "single", select_score_name(sc), f16 ? "f16" : "f32", far_found / far_want);
+               mode_name[mode], select_score_name(sc), f16 ? "f16" : "f32", far_found / far_want);
     }
+    pool_free(p2);
     /* the stored keys come back as given (unit rows for cosine) after the
      * lead, and a truncated graph answers as one built from the kept keys */
     float *back = malloc((size_t)N * D * sizeof(float));

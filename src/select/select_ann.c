@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "base/pool.h"
+#include "base/timer.h"
 #include "select/select_internal.h"
 
 /* Score the eligible slots directly when there are at most this many times
@@ -15,6 +16,7 @@ int select_ann_init(select_ann *a, const selector_params *p) {
     a->d = p->d_search;
     a->score = p->plan.score;
     a->d_graph = p->d_search, a->lead = 0;
+    a->flat = NULL, a->flat_cap = 0;
     a->f16 = p->plan.search_f16 != 0;
     return (a->qn = malloc((3 * (size_t)a->d + 2) * sizeof(float))) != NULL;
 }
@@ -24,6 +26,7 @@ const void *select_ann_keys(const select_ann *a, size_t *stride) {
 }
 
 void select_ann_free(select_ann *a) {
+    free(a->flat);
     free(a->qn);
     free(a->labels);
     free(a->sims);
@@ -56,15 +59,15 @@ static int search_part(selector *s, select_ann *a, const float *q, int k, const 
     return got;
 }
 
-/* Room for 2k results in a's buffers; 0 when out of memory. */
-static int reserve_results(selector *s, select_ann *a, int k) {
-    if (2 * k <= a->res_cap) return 1;
-    int64_t *l = select_query_realloc(s, a->labels, (size_t)2 * k * sizeof(int64_t));
+/* Room for n results in a's buffers; 0 when out of memory. */
+static int reserve_results(selector *s, select_ann *a, int n) {
+    if (n <= a->res_cap) return 1;
+    int64_t *l = select_query_realloc(s, a->labels, (size_t)n * sizeof(int64_t));
     if (l) a->labels = l;
-    float *f = select_query_realloc(s, a->sims, (size_t)2 * k * sizeof(float));
+    float *f = select_query_realloc(s, a->sims, (size_t)n * sizeof(float));
     if (f) a->sims = f;
     if (!l || !f) return 0;
-    a->res_cap = 2 * k;
+    a->res_cap = n;
     return 1;
 }
 
@@ -85,25 +88,111 @@ static int best_results(selector *s, select_ann *a, int n, int k, const select_m
  * near slots are scored whole, which the graph cannot follow, so they are
  * scanned (none with --tail at --far-from + 1, at most far_from
  * otherwise). The k best of both by the scores they came with (a graph's
- * similarity over the graph dims is the far score). */
-static int content_query(selector *s, select_ann *a, const select_rows *rows, int k, const select_mask *m, int far_hi,
-                         int32_t *out) {
+ * similarity over the graph dims is the far score).
+ *
+ * The graph search and the near scan read different rows and write
+ * different buffers, so with a pool they run as chunks of one call: the
+ * graph search, the caller's preparation (ann_beside) and the near scan
+ * in parts (a decode step's near scan reads about 4K rows, as long as the
+ * graph search), each part with its own buffers, then all merge. */
+enum {
+    NEAR_PARTS_MAX = 4,
+    NEAR_PART_ROWS = 1024 /* the least rows a part of the near scan */
+};
+
+typedef struct content_job {
+    selector *s;
+    selector near[NEAR_PARTS_MAX]; /* each part's view of s: its parameters, counters of its own */
+    select_ann *a;
+    const select_rows *rows;
+    const select_mask *m;
+    const float *qg; /* the query's graph form */
+    int k, far_hi, n_far, n_parts, chunk0; /* chunk0: the first near part's chunk */
+    int g, got[NEAR_PARTS_MAX];            /* the graph's and the parts' counts (-1: out of memory) */
+    int32_t *part_out;                     /* [n_parts][k] */
+    float *part_sims;                      /* [n_parts][k] */
+    ann_beside *beside;
+    double t_work[2 + NEAR_PARTS_MAX]; /* each chunk's seconds */
+} content_job;
+
+static void content_chunk(void *ctx, int chunk, int thread) {
+    (void)thread;
+    content_job *j = ctx;
+    const double t0 = time_now_s();
+    if (chunk == 0) {
+        j->g = search_part(j->s, j->a, j->qg, j->k, j->m, 0, j->far_hi, j->n_far, j->a->labels, j->a->sims);
+    } else if (chunk < j->chunk0) {
+        j->beside->fn(j->beside->ctx);
+    } else {
+        const int p = chunk - j->chunk0, n_near = j->a->count - j->far_hi; /* the near slots, in equal parts */
+        const int from = j->far_hi + (int)((int64_t)n_near * p / j->n_parts);
+        const int to = j->far_hi + (int)((int64_t)n_near * (p + 1) / j->n_parts);
+        select_scratch sc = {0};
+        j->got[p] = select_scan_topk_range(&j->near[p], j->rows, j->a->count, from, to, j->m, j->k, 0, &sc,
+                                           j->part_out + (size_t)p * j->k, j->part_sims + (size_t)p * j->k);
+        select_scratch_free(&sc);
+    }
+    j->t_work[chunk] = time_now_s() - t0;
+}
+
+/* The content query; with b, beside b->fn, all on the threads of b->pool
+ * (b->ran then set; the query's own time, its chunks' seconds over the
+ * threads and the merge, in b->t_query); else on this thread. */
+static int content_query(selector *s, select_ann *a, const select_rows *rows, int k, const select_mask *m, int n_elig,
+                         int far_hi, int32_t *out, ann_beside *b) {
     const int n_far = far_hi ? select_mask_count(m, far_hi) : 0;
     const int efw = select_filtered_ef(s->params.plan.hnsw_ef_search, a->count, n_far), width = efw > k ? efw : k;
     if (n_far <= ANN_BRUTE_FACTOR * width) return select_scan_topk(s, rows, a->count, m, k, 1, &a->sc, out);
-    if (!reserve_results(s, a, k)) return -1;
-    float *qg = a->qn + 2 * a->d;
-    for (int i = 0; i < a->lead; i++) qg[i] = 0.0f;
-    memcpy(qg + a->lead, a->qn, (size_t)(a->d_graph - a->lead) * sizeof(float));
-    const int g = search_part(s, a, qg, k, m, 0, far_hi, n_far, a->labels, a->sims);
-    /* the near scan's slots (in out, for now) and scores beside the graph's */
-    const int n = g < 0 ? -1 : select_scan_topk_from(s, rows, far_hi, a->count, m, k, 0, &a->sc, out, a->sims + g);
-    if (n < 0) return -1;
-    for (int i = 0; i < n; i++) a->labels[g + i] = out[i];
-    return best_results(s, a, g + n, k, m, out);
+    const int threads = b ? pool_threads(b->pool) : 1, n_near = n_elig - n_far; /* eligible near keys */
+    int n_parts = threads > 1 ? n_near / NEAR_PART_ROWS : 1;
+    n_parts = n_near <= 0 ? 0 : n_parts < 1 ? 1 : n_parts > NEAR_PARTS_MAX ? NEAR_PARTS_MAX : n_parts;
+    content_job j = {.s = s, .a = a, .rows = rows, .m = m, .k = k, .far_hi = far_hi, .n_far = n_far,
+                     .n_parts = n_parts, .chunk0 = b ? 2 : 1, .beside = b};
+    if (n_parts) {
+        j.part_out = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(int32_t));
+        j.part_sims = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(float));
+    }
+    int got = -1;
+    if ((!n_parts || (j.part_out && j.part_sims)) && reserve_results(s, a, (1 + n_parts) * k)) {
+        float *qg = a->qn + 2 * a->d;
+        for (int i = 0; i < a->lead; i++) qg[i] = 0.0f;
+        memcpy(qg + a->lead, a->qn, (size_t)(a->d_graph - a->lead) * sizeof(float));
+        j.qg = qg;
+        for (int p = 0; p < n_parts; p++) {
+            j.near[p] = *s;
+            memset(&j.near[p].stats, 0, sizeof j.near[p].stats);
+        }
+        const int n_chunks = j.chunk0 + n_parts;
+        if (b) b->ran = 1;
+        if (threads > 1) {
+            pool_run(b->pool, n_chunks, content_chunk, &j);
+        } else {
+            for (int c = 0; c < n_chunks; c++) content_chunk(&j, c, 0);
+        }
+        int failed = j.g < 0, n = j.g;
+        for (int p = 0; p < n_parts; p++) {
+            s->stats.n_visited += j.near[p].stats.n_visited;
+            s->stats.bytes_read += j.near[p].stats.bytes_read;
+            failed |= j.got[p] < 0;
+            for (int i = 0; !failed && i < j.got[p]; i++, n++)
+                a->labels[n] = j.part_out[(size_t)p * k + i], a->sims[n] = j.part_sims[(size_t)p * k + i];
+        }
+        const double t0 = time_now_s();
+        got = failed ? -1 : best_results(s, a, n, k, m, out);
+        if (b) {
+            double work = 0;
+            for (int c = 0; c < n_chunks; c++) work += c && c < j.chunk0 ? 0 : j.t_work[c];
+            b->t_query = work / threads + (time_now_s() - t0);
+        }
+    }
+    free(j.part_out);
+    free(j.part_sims);
+    return got;
 }
 
-int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+/* A query (select_ann_query), with b as content_query takes it. */
+static int ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out,
+                     ann_beside *b) {
     if (!q_search || !a->ix || a->count == 0) return 0;
     int n_elig = select_mask_count(m, a->count);
     if (n_elig == 0) return 0;
@@ -116,10 +205,14 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
                         .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)),
                         .far_hi = far_hi, .q_far = a->qn + a->d};
     rows.base = select_ann_keys(a, &rows.stride);
-    if (a->lead) return content_query(s, a, &rows, k, m, far_hi, out);
+    if (a->flat) { /* the same keys one after another: the scans' contiguous kernel */
+        rows.base = a->flat, rows.stride = rows.row_bytes;
+        rows.scores = kernels_kv_decode_get(a->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
+    }
+    if (a->lead) return content_query(s, a, &rows, k, m, n_elig, far_hi, out, b);
     const int efw = select_filtered_ef(s->params.plan.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= ANN_BRUTE_FACTOR * width) return select_scan_topk(s, &rows, a->count, m, k, 1, &a->sc, out);
-    if (!reserve_results(s, a, k)) return -1;
+    if (!reserve_results(s, a, 2 * k)) return -1;
     int got = 0;
     if (!far_hi) {
         got = search_part(s, a, a->qn, k, m, 0, a->count, n_elig, a->labels, a->sims);
@@ -137,6 +230,52 @@ int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, c
     for (int i = 0; i < got; i++)
         if (select_mask_allows(m, (int)a->labels[i])) out[n++] = (int32_t)a->labels[i];
     return n;
+}
+
+int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out) {
+    return ann_query(s, a, q_search, k, m, out, NULL);
+}
+
+/* select_ann_query_beside's two chunks when the query does not split: 0 the query, 1 b->fn */
+typedef struct beside_job {
+    selector *s;
+    select_ann *a;
+    const float *q_search;
+    int k, got;
+    const select_mask *m;
+    int32_t *out;
+    ann_beside *b;
+} beside_job;
+
+static void query_or_beside(void *ctx, int chunk, int thread) {
+    (void)thread;
+    beside_job *j = ctx;
+    if (chunk == 1) {
+        j->b->fn(j->b->ctx);
+        return;
+    }
+    const double t0 = time_now_s();
+    j->got = ann_query(j->s, j->a, j->q_search, j->k, j->m, j->out, NULL);
+    j->b->t_query = time_now_s() - t0;
+}
+
+int select_ann_query_beside(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m,
+                            int32_t *out, ann_beside *b) {
+    b->ran = 0, b->t_query = 0;
+    if (!a->lead) { /* the graph search alone: beside fn */
+        beside_job j = {.s = s, .a = a, .q_search = q_search, .k = k, .m = m, .out = out, .b = b};
+        pool_run(b->pool, 2, query_or_beside, &j);
+        b->ran = 1;
+        return j.got;
+    }
+    const double t0 = time_now_s();
+    const int got = ann_query(s, a, q_search, k, m, out, b);
+    if (!b->ran) { /* answered on this thread (few far keys, none eligible): fn after it */
+        b->t_query = time_now_s() - t0;
+        b->fn(b->ctx);
+        b->ran = 1;
+    }
+    return got;
 }
 
 /* A batch of queries on the pool's threads, a few at a time (graph

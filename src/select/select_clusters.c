@@ -123,7 +123,8 @@ int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, cons
     c->n_lists = n_lists, c->dc = dc, c->f16 = f16;
     c->dq = (dc + CODE_BLOCK - 1) / CODE_BLOCK * CODE_BLOCK;
     c->code_bytes = kernels_kv_row_bytes(SUBQ_KV_Q8_0, c->dq);
-    float *x = malloc((size_t)ns * dc * sizeof(float)), *S = malloc((size_t)pool_threads(pl) * ROWS_CHUNK * n_lists * sizeof(float));
+    float *x = malloc((size_t)ns * dc * sizeof(float));
+    float *S = malloc((size_t)pool_threads(pl) * ROWS_CHUNK * n_lists * sizeof(float));
     double *sum = malloc((size_t)n_lists * dc * sizeof(double));
     int32_t *a = malloc((size_t)ns * sizeof(int32_t)), *cnt = malloc((size_t)n_lists * sizeof(int32_t));
     c->cent = malloc((size_t)n_lists * dc * sizeof(float));

@@ -92,6 +92,20 @@ static const void *stored_row(hnsw_sel *h, const float *row, int normalize) {
 /* Insert n keys one at a time (put in stored form first unless they already
  * are): single inserts in slot order make the graph a function of
  * the keys and the seed alone, so a rebuild from stored keys equals it. */
+/* Room for n rows in a->flat (the content graph's keys one after another),
+ * at first the whole cache's slots when known (as the index: pages are
+ * touched as keys come, and no regrowth leaves freed copies behind); 0 when
+ * out of memory. */
+static int flat_reserve(select_ann *a, const kv_cache *kv, int n) {
+    if ((size_t)n <= a->flat_cap) return 1;
+    size_t cap = a->flat_cap ? 2 * a->flat_cap : kv && kv->n_ctx > HNSW_CAPACITY0 ? (size_t)kv->n_ctx : HNSW_CAPACITY0;
+    while (cap < (size_t)n) cap *= 2;
+    void *p = realloc(a->flat, cap * a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)));
+    if (!p) return 0;
+    a->flat = p, a->flat_cap = cap;
+    return 1;
+}
+
 static subq_status hnsw_insert(selector *s, const float *k_search, int n, int slot0, int normalize,
                                subq_error *err) {
     hnsw_sel *h = (hnsw_sel *)s;
@@ -114,8 +128,14 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
             return shim_error(c, msg, err);
         a->ix = ix;
     }
+    if (a->lead && !flat_reserve(a, s->env.kv, a->count + n))
+        return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory for %d search keys", a->count + n);
+    const size_t key_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float));
     for (int t = 0; t < n; t++) {
         const void *x = stored_row(h, k_search + (size_t)t * a->d, normalize);
+        if (a->flat) /* the key after its leading elements */
+            memcpy((char *)a->flat + (size_t)(slot0 + t) * key_bytes,
+                   (const char *)x + (size_t)a->lead * (a->f16 ? sizeof(uint16_t) : sizeof(float)), key_bytes);
         const size_t ahead0 = hnsw_shim_linked_ahead(a->ix);
         c = hnsw_shim_add(a->ix, x, 1, slot0 + t, msg, sizeof msg);
         s->stats.n_linked_ahead += (int64_t)(hnsw_shim_linked_ahead(a->ix) - ahead0);
@@ -126,7 +146,9 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
         }
     }
     a->count += n;
-    if (a->ix) s->stats.bytes = sizeof *h + hnsw_shim_bytes(a->ix) + 3 * (size_t)a->d * sizeof(float);
+    if (a->ix)
+        s->stats.bytes = sizeof *h + hnsw_shim_bytes(a->ix) + 3 * (size_t)a->d * sizeof(float) +
+                         a->flat_cap * a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float));
     return SUBQ_OK;
 }
 
@@ -156,6 +178,16 @@ static subq_status hnsw_get_keys(const selector *s, int n, float *dst, subq_erro
 static int hnsw_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                       int32_t *out) {
     return select_ann_query(s, &((hnsw_sel *)s)->ann, q_search, k, m, out);
+}
+
+/* the content graph's search and near scan on one thread each, the next
+ * key's preparation (fn) before the scan (select_ann_query_beside) */
+static int hnsw_query_beside(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                             int32_t *out, void (*fn)(void *ctx), void *ctx, pool *p, double *t_query) {
+    ann_beside b = {.fn = fn, .ctx = ctx, .pool = p};
+    const int got = select_ann_query_beside(s, &((hnsw_sel *)s)->ann, q_search, k, m, out, &b);
+    *t_query = b.t_query;
+    return got;
 }
 
 static int hnsw_query_batch(selector *s, int n, const float *q_search, const float *q_native, size_t q_stride, int k,
@@ -188,7 +220,7 @@ static subq_status hnsw_truncate(selector *s, int n_keep, subq_error *err) {
 
 static const selector_ops hnsw_ops = {hnsw_append, hnsw_query, hnsw_reset, hnsw_free,
                                       hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL, hnsw_query_batch, NULL,
-                                      NULL, NULL, hnsw_prepare_append};
+                                      NULL, NULL, hnsw_prepare_append, hnsw_query_beside};
 
 subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     hnsw_sel *h = calloc(1, sizeof *h);

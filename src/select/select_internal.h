@@ -180,10 +180,10 @@ void select_offer_run(const select_rows *r, const select_mask *m, int j0, int n,
 #define SELECT_BLOCK 256
 int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                      select_scratch *sc, int32_t *out);
-/* The same over the eligible slots of [from, n) only, with their scores
- * in `scores` (in out's order) when it is not NULL. */
-int select_scan_topk_from(selector *s, const select_rows *rows, int from, int n, const select_mask *m, int k,
-                          int sorted, select_scratch *sc, int32_t *out, float *scores);
+/* The same over the eligible slots of [from, to) of the n only, with their
+ * scores in `scores` (in out's order) when it is not NULL. */
+int select_scan_topk_range(selector *s, const select_rows *rows, int n, int from, int to, const select_mask *m, int k,
+                           int sorted, select_scratch *sc, int32_t *out, float *scores);
 
 /* select_scan_topk over s->params.n_threads contiguous parts of the slots,
  * each with its own buffer, merged at the end (the same result). */
@@ -318,6 +318,11 @@ typedef struct select_ann {
      * key's d, or under a far scheme (hnsw) `lead` leading elements and the
      * d - far_rot dims that do not rotate, the key after the lead */
     int d_graph, lead;
+    /* under a far scheme (hnsw): the stored keys again, rows of d at count,
+     * one after another, which scans read at a contiguous kernel's rate (in
+     * the index a key lies among its links, 400 bytes apart); else NULL */
+    void *flat;
+    size_t flat_cap; /* rows */
     subq_score score;     /* cosine: the query is normalised */
     int f16;                /* the index stores f16 rows */
     float *qn;              /* the query in stored form, its far form, its graph form (3 d + 2) */
@@ -334,6 +339,22 @@ int select_ann_init(select_ann *a, const selector_params *p);
 const void *select_ann_keys(const select_ann *a, size_t *stride);
 void select_ann_free(select_ann *a); /* not the index: its owner frees it */
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
+/* What a query runs beside it (selector_query_ahead): fn(ctx), on one of
+ * the two threads of pool; ran once it has; t_query: the query's own time
+ * (what it takes without fn). */
+typedef struct ann_beside {
+    void (*fn)(void *ctx);
+    void *ctx;
+    pool *pool;
+    int ran;
+    double t_query;
+} ann_beside;
+/* select_ann_query on b->pool's threads with b->fn run once beside it: the
+ * content graph's search and its near scan on one thread each, fn before
+ * the scan (a decode step's near scan reads about 4K rows, as long as the
+ * graph search); otherwise the query on one thread, fn on the other. */
+int select_ann_query_beside(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m,
+                            int32_t *out, ann_beside *b);
 /* n of those in parallel (the index's search only reads it; each thread
  * queries with its own scratch and counters); as ops->query_batch. */
 int select_ann_query_batch(selector *s, select_ann *a, int n, const float *q_search, int k, const select_mask *m,

@@ -215,13 +215,13 @@ static void count_rows(selector *s, const select_rows *r, int64_t scored) {
 
 int select_scan_topk(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                      select_scratch *sc, int32_t *out) {
-    return select_scan_topk_from(s, rows, 0, n, m, k, sorted, sc, out, NULL);
+    return select_scan_topk_range(s, rows, n, 0, n, m, k, sorted, sc, out, NULL);
 }
 
-int select_scan_topk_from(selector *s, const select_rows *rows, int from, int n, const select_mask *m, int k,
-                          int sorted, select_scratch *sc, int32_t *out, float *scores) {
+int select_scan_topk_range(selector *s, const select_rows *rows, int n, int from, int to, const select_mask *m, int k,
+                           int sorted, select_scratch *sc, int32_t *out, float *scores) {
     int64_t scored = 0;
-    int got = scan_part(s, rows, n, from, n, m, k, sorted, sc, out, scores, &scored);
+    int got = scan_part(s, rows, n, from, to, m, k, sorted, sc, out, scores, &scored);
     count_rows(s, rows, scored);
     return got;
 }

@@ -206,32 +206,31 @@ int selector_query(selector *s, const float *q_search, const float *q_native, in
     return got < 0 ? -1 : got;
 }
 
-/* selector_query_ahead's two chunks: 0 the query, 1 the preparation */
+/* selector_query_ahead's preparation, run beside the query */
 typedef struct ahead_job {
     selector *s;
-    const float *q_search, *q_native, *k_next;
-    int k, slot, got;
-    const select_mask *m;
-    int32_t *out;
+    const float *k_next;
+    int slot;
 } ahead_job;
 
-static void query_or_prepare(void *ctx, int chunk, int thread) {
-    (void)thread;
+static void prepare_ahead(void *ctx) {
     ahead_job *j = ctx;
-    if (chunk == 0) j->got = selector_query(j->s, j->q_search, j->q_native, j->k, j->m, j->out);
-    else j->s->ops->prepare_append(j->s, j->k_next, j->slot);
+    j->s->ops->prepare_append(j->s, j->k_next, j->slot);
 }
 
 int selector_query_ahead(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                          int32_t *out, const float *k_next, int slot, pool *p) {
-    if (!s->ops->prepare_append || !k_next) return selector_query(s, q_search, q_native, k, m, out);
-    ahead_job j = {.s = s, .q_search = q_search, .q_native = q_native, .k_next = k_next, .k = k, .slot = slot,
-                   .m = m, .out = out};
-    const double t0 = time_now_s(), q0 = s->stats.t_query_s;
-    pool_run(p, 2, query_or_prepare, &j);
-    const double past = (time_now_s() - t0) - (s->stats.t_query_s - q0);
+    if (!s->ops->prepare_append || !s->ops->query_beside || !k_next || k <= 0)
+        return selector_query(s, q_search, q_native, k, m, out);
+    ahead_job j = {.s = s, .k_next = k_next, .slot = slot};
+    const double t0 = time_now_s();
+    double t_query = 0;
+    const int got = s->ops->query_beside(s, q_search, q_native, k, m, out, prepare_ahead, &j, p, &t_query);
+    s->stats.t_query_s += t_query;
+    if (got >= 0) count_query(s, k, got);
+    const double past = (time_now_s() - t0) - t_query;
     if (past > 0) s->stats.t_append_s += past;
-    return j.got;
+    return got < 0 ? -1 : got;
 }
 
 int selector_query_group(selector *s, int g, const float *q_search, const float *q_native, int k, const select_mask *m,

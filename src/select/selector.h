@@ -205,6 +205,14 @@ typedef struct selector_ops {
      * slot and key then only links it. The index it builds is the same as
      * without it; a failure leaves the work to the append. */
     void (*prepare_append)(selector *s, const float *k_search, int slot);
+    /* Optional (graph indexes, with prepare_append): query, on the two
+     * threads of p (NULL or one thread: on the caller's), with fn(ctx) run
+     * once beside it (selector_query_ahead's preparation). hnsw's content
+     * graph splits its query: the graph search on one thread, fn and the
+     * near scan on the other. The query's own time, what it takes without
+     * fn, into *t_query. */
+    int (*query_beside)(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
+                        int32_t *out, void (*fn)(void *ctx), void *ctx, pool *p, double *t_query);
 } selector_ops;
 
 struct selector {
@@ -227,11 +235,11 @@ subq_status selector_append(selector *s, const float *k_search, int n, int slot0
 int selector_query(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                    int32_t *out);
 /* selector_query beside ops->prepare_append of the key k_next of `slot`
- * on another thread of p (one-token decode of a graph index: its insert-time
- * search, which would otherwise run after the step, overlaps the query's).
- * Without prepare_append, k_next or a second thread: as selector_query,
- * then the preparation. The query is timed as selector_query; the wall time
- * the preparation adds past it counts as append time. */
+ * (ops->query_beside: one-token decode of a graph index, whose insert-time
+ * search, which would otherwise run after the step, overlaps the query).
+ * Without those ops or k_next: as selector_query. The query is timed as
+ * selector_query; the wall time the preparation adds past it counts as
+ * append time. */
 int selector_query_ahead(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                          int32_t *out, const float *k_next, int slot, pool *p);
 /* n queries at once (ops->query_batch above, or one query call each);
