@@ -367,12 +367,16 @@ static void test_hnsw_rotating(subq_score sc, int f16, uint64_t seed) {
     select_mask m[NQ];
     for (int i = 0; i < NQ; i++) {
         memset(&m[i], 0, sizeof m[i]);
-        m[i].n_slots = N / 2 + (int)(rng_next_u64(&rng) % (N / 2 + 1));
+        /* queries 2 and 3 see every key: their near keys among the latest
+         * ones hnsw keeps apart (far_from 0: at least 1025 of them), or not */
+        m[i].n_slots = i == 2 || i == 3 ? N : N / 2 + (int)(rng_next_u64(&rng) % (N / 2 + 1));
         m[i].ex0_hi = 4, m[i].ex1_lo = m[i].n_slots - 16, m[i].ex1_hi = m[i].n_slots;
         /* 0-299 near slots outside the tail, or for every third query
          * 2000-2299 (a decode step's near scan in parts on a pool), or none */
         m[i].far_hi = m[i].n_slots - 16 - (i % 3 ? 0 : 2000) - (int)(rng_next_u64(&rng) % 300);
         if (i == 1) m[i].far_hi = m[i].ex1_lo; /* no eligible key near: the graph alone */
+        if (i == 2) m[i].far_hi = m[i].ex1_lo - 1000;
+        if (i == 3) m[i].far_hi = m[i].ex1_lo - 2500;
         const float *c = cent + (size_t)(rng_next_u64(&rng) % CL) * D;
         for (int x = 0; x < D; x++)
             q[(size_t)i * D + x] = x < D - ROT ? c[x] + 0.4f * rng_normal(&rng) : rng_normal(&rng);

@@ -16,9 +16,41 @@ int select_ann_init(select_ann *a, const selector_params *p) {
     a->d = p->d_search;
     a->score = p->plan.score;
     a->d_graph = p->d_search, a->lead = 0;
-    a->flat = NULL, a->flat_cap = 0;
+    a->recent = NULL, a->recent_lo = a->recent_n = a->recent_cap = a->recent_max = 0;
     a->f16 = p->plan.search_f16 != 0;
     return (a->qn = malloc((3 * (size_t)a->d + 2) * sizeof(float))) != NULL;
+}
+
+/* beyond far_from + 1, the recent keys a query's near scan may need: a
+ * prompt batch's (its queries see the keys before the batch) and more */
+#define RECENT_SLACK 1024
+
+static size_t key_bytes(const select_ann *a) { return (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)); }
+
+void select_ann_recent_init(select_ann *a, int far_from) {
+    a->recent_max = far_from >= 0 && far_from < (1 << 24) ? 2 * (far_from + 1 + RECENT_SLACK) : 0;
+    a->recent_lo = a->recent_n = 0;
+}
+
+void select_ann_recent_push(select_ann *a, const void *key) {
+    const size_t row = key_bytes(a);
+    if (!a->recent_max) return;
+    if (a->recent_n == a->recent_max) { /* keep the newer half */
+        const int keep = a->recent_max / 2;
+        memmove(a->recent, (char *)a->recent + (size_t)(a->recent_n - keep) * row, (size_t)keep * row);
+        a->recent_lo += a->recent_n - keep, a->recent_n = keep;
+    } else if (a->recent_n == a->recent_cap) { /* grown as keys come, to recent_max */
+        const int cap = a->recent_cap ? (2 * a->recent_cap < a->recent_max ? 2 * a->recent_cap : a->recent_max)
+                                      : (RECENT_SLACK < a->recent_max ? RECENT_SLACK : a->recent_max);
+        void *p = realloc(a->recent, (size_t)cap * row);
+        if (!p) { /* none kept from here on */
+            free(a->recent);
+            a->recent = NULL, a->recent_n = a->recent_cap = a->recent_max = 0;
+            return;
+        }
+        a->recent = p, a->recent_cap = cap;
+    }
+    memcpy((char *)a->recent + (size_t)a->recent_n++ * row, key, row);
 }
 
 const void *select_ann_keys(const select_ann *a, size_t *stride) {
@@ -26,7 +58,7 @@ const void *select_ann_keys(const select_ann *a, size_t *stride) {
 }
 
 void select_ann_free(select_ann *a) {
-    free(a->flat);
+    free(a->recent);
     free(a->qn);
     free(a->labels);
     free(a->sims);
@@ -100,12 +132,29 @@ enum {
     NEAR_PART_ROWS = 1024 /* the least rows a part of the near scan */
 };
 
+/* m for slots numbered from lo (slot j as j - lo): each bound less lo,
+ * none below 0; the segments from lo's. */
+static select_mask mask_from(const select_mask *m, int lo) {
+    select_mask r = *m;
+#define FROM_LO(x) ((x) > lo ? (x) - lo : 0)
+    r.n_slots = FROM_LO(m->n_slots), r.far_hi = FROM_LO(m->far_hi);
+    r.ex0_lo = FROM_LO(m->ex0_lo), r.ex0_hi = FROM_LO(m->ex0_hi);
+    r.ex1_lo = FROM_LO(m->ex1_lo), r.ex1_hi = FROM_LO(m->ex1_hi);
+#undef FROM_LO
+    if (m->seg) r.seg = m->seg + lo;
+    return r;
+}
+
 typedef struct content_job {
     selector *s;
     selector near[NEAR_PARTS_MAX]; /* each part's view of s: its parameters, counters of its own */
     select_ann *a;
     const select_rows *rows;
     const select_mask *m;
+    /* the near keys from a->recent (when it holds them all): its rows and
+     * m, slots numbered from a->recent_lo */
+    const select_rows *recent_rows;
+    select_mask recent_m;
     const float *qg; /* the query's graph form */
     int k, far_hi, n_far, n_parts, chunk0; /* chunk0: the first near part's chunk */
     int g, got[NEAR_PARTS_MAX];            /* the graph's and the parts' counts (-1: out of memory) */
@@ -127,10 +176,14 @@ static void content_chunk(void *ctx, int chunk, int thread) {
         const int p = chunk - j->chunk0, n_near = j->a->count - j->far_hi; /* the near slots, in equal parts */
         const int from = j->far_hi + (int)((int64_t)n_near * p / j->n_parts);
         const int to = j->far_hi + (int)((int64_t)n_near * (p + 1) / j->n_parts);
+        const int lo = j->recent_rows ? j->a->recent_lo : 0;
+        int32_t *out = j->part_out + (size_t)p * j->k;
         select_scratch sc = {0};
-        j->got[p] = select_scan_topk_range(&j->near[p], j->rows, j->a->count, from, to, j->m, j->k, 0, &sc,
-                                           j->part_out + (size_t)p * j->k, j->part_sims + (size_t)p * j->k);
+        j->got[p] = select_scan_topk_range(&j->near[p], j->recent_rows ? j->recent_rows : j->rows, j->a->count - lo,
+                                           from - lo, to - lo, j->recent_rows ? &j->recent_m : j->m, j->k, 0, &sc,
+                                           out, j->part_sims + (size_t)p * j->k);
         select_scratch_free(&sc);
+        for (int i = 0; i < j->got[p]; i++) out[i] += lo;
     }
     j->t_work[chunk] = time_now_s() - t0;
 }
@@ -158,6 +211,12 @@ static int content_query(selector *s, select_ann *a, const select_rows *rows, in
         for (int i = 0; i < a->lead; i++) qg[i] = 0.0f;
         memcpy(qg + a->lead, a->qn, (size_t)(a->d_graph - a->lead) * sizeof(float));
         j.qg = qg;
+        select_rows recent = *rows;
+        if (a->recent && a->recent_lo <= far_hi && a->recent_lo + a->recent_n == a->count) {
+            recent.base = a->recent, recent.stride = recent.row_bytes, recent.far_hi = 0;
+            recent.scores = kernels_kv_decode_get(a->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
+            j.recent_rows = &recent, j.recent_m = mask_from(m, a->recent_lo);
+        }
         for (int p = 0; p < n_parts; p++) {
             j.near[p] = *s;
             memset(&j.near[p].stats, 0, sizeof j.near[p].stats);
@@ -205,10 +264,6 @@ static int ann_query(selector *s, select_ann *a, const float *q_search, int k, c
                         .row_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)),
                         .far_hi = far_hi, .q_far = a->qn + a->d};
     rows.base = select_ann_keys(a, &rows.stride);
-    if (a->flat) { /* the same keys one after another: the scans' contiguous kernel */
-        rows.base = a->flat, rows.stride = rows.row_bytes;
-        rows.scores = kernels_kv_decode_get(a->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
-    }
     if (a->lead) return content_query(s, a, &rows, k, m, n_elig, far_hi, out, b);
     const int efw = select_filtered_ef(s->params.plan.hnsw_ef_search, a->count, n_elig), width = efw > k ? efw : k;
     if (n_elig <= ANN_BRUTE_FACTOR * width) return select_scan_topk(s, &rows, a->count, m, k, 1, &a->sc, out);

@@ -92,20 +92,6 @@ static const void *stored_row(hnsw_sel *h, const float *row, int normalize) {
 /* Insert n keys one at a time (put in stored form first unless they already
  * are): single inserts in slot order make the graph a function of
  * the keys and the seed alone, so a rebuild from stored keys equals it. */
-/* Room for n rows in a->flat (the content graph's keys one after another),
- * at first the whole cache's slots when known (as the index: pages are
- * touched as keys come, and no regrowth leaves freed copies behind); 0 when
- * out of memory. */
-static int flat_reserve(select_ann *a, const kv_cache *kv, int n) {
-    if ((size_t)n <= a->flat_cap) return 1;
-    size_t cap = a->flat_cap ? 2 * a->flat_cap : kv && kv->n_ctx > HNSW_CAPACITY0 ? (size_t)kv->n_ctx : HNSW_CAPACITY0;
-    while (cap < (size_t)n) cap *= 2;
-    void *p = realloc(a->flat, cap * a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)));
-    if (!p) return 0;
-    a->flat = p, a->flat_cap = cap;
-    return 1;
-}
-
 static subq_status hnsw_insert(selector *s, const float *k_search, int n, int slot0, int normalize,
                                subq_error *err) {
     hnsw_sel *h = (hnsw_sel *)s;
@@ -128,14 +114,8 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
             return shim_error(c, msg, err);
         a->ix = ix;
     }
-    if (a->lead && !flat_reserve(a, s->env.kv, a->count + n))
-        return subq_fail(err, SUBQ_ERR_NOMEM, "selector hnsw: out of memory for %d search keys", a->count + n);
-    const size_t key_bytes = (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float));
     for (int t = 0; t < n; t++) {
         const void *x = stored_row(h, k_search + (size_t)t * a->d, normalize);
-        if (a->flat) /* the key after its leading elements */
-            memcpy((char *)a->flat + (size_t)(slot0 + t) * key_bytes,
-                   (const char *)x + (size_t)a->lead * (a->f16 ? sizeof(uint16_t) : sizeof(float)), key_bytes);
         const size_t ahead0 = hnsw_shim_linked_ahead(a->ix);
         c = hnsw_shim_add(a->ix, x, 1, slot0 + t, msg, sizeof msg);
         s->stats.n_linked_ahead += (int64_t)(hnsw_shim_linked_ahead(a->ix) - ahead0);
@@ -144,11 +124,13 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
             a->count = (int)hnsw_shim_count(a->ix);
             return shim_error(c, msg, err);
         }
+        if (a->lead) /* the key after its leading elements */
+            select_ann_recent_push(a, (const char *)x + (size_t)a->lead * (a->f16 ? sizeof(uint16_t) : sizeof(float)));
     }
     a->count += n;
     if (a->ix)
         s->stats.bytes = sizeof *h + hnsw_shim_bytes(a->ix) + 3 * (size_t)a->d * sizeof(float) +
-                         a->flat_cap * a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float));
+                         (size_t)a->recent_cap * a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float));
     return SUBQ_OK;
 }
 
@@ -200,6 +182,7 @@ static void hnsw_reset(selector *s) {
     hnsw_shim_free(h->ann.ix); /* a new sequence starts a new index */
     h->ann.ix = NULL;
     h->ann.count = 0;
+    h->ann.recent_lo = h->ann.recent_n = 0;
 }
 
 static void hnsw_free(selector *s) {
@@ -237,6 +220,7 @@ subq_status select_hnsw_new(const selector_params *p, const selector_env *env, s
     if (p->far_rot > 0 && p->far_rot < p->d_search) { /* the far keys' content graph */
         h->ann.lead = HNSW_LEAD;
         h->ann.d_graph = HNSW_LEAD + p->d_search - p->far_rot;
+        select_ann_recent_init(&h->ann, p->far_from);
     }
     h->base.stats.bytes = sizeof *h + 3 * (size_t)p->d_search * sizeof(float);
     *out = &h->base;

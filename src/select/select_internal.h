@@ -318,11 +318,12 @@ typedef struct select_ann {
      * key's d, or under a far scheme (hnsw) `lead` leading elements and the
      * d - far_rot dims that do not rotate, the key after the lead */
     int d_graph, lead;
-    /* under a far scheme (hnsw): the stored keys again, rows of d at count,
-     * one after another, which scans read at a contiguous kernel's rate (in
-     * the index a key lies among its links, 400 bytes apart); else NULL */
-    void *flat;
-    size_t flat_cap; /* rows */
+    /* under a far scheme (hnsw): the latest stored keys again, rows of d one
+     * after another, slots [recent_lo, recent_lo + recent_n) of recent_cap,
+     * which the near scan reads at a contiguous kernel's rate (in the
+     * index a key lies among its links, 400-530 bytes apart); else NULL */
+    void *recent;
+    int recent_lo, recent_n, recent_cap, recent_max; /* rows: held, allocated, at most (0: none kept) */
     subq_score score;     /* cosine: the query is normalised */
     int f16;                /* the index stores f16 rows */
     float *qn;              /* the query in stored form, its far form, its graph form (3 d + 2) */
@@ -338,6 +339,14 @@ int select_ann_init(select_ann *a, const selector_params *p);
  * between consecutive ones. */
 const void *select_ann_keys(const select_ann *a, size_t *stride);
 void select_ann_free(select_ann *a); /* not the index: its owner frees it */
+/* Keep the latest keys for the near scan (a->recent): at least far_from + 1
+ * of them and a prompt batch more. */
+void select_ann_recent_init(select_ann *a, int far_from);
+/* The next key in slot order (a->recent_lo + recent_n) in stored form
+ * without the leading elements (d values, f16 or f32 as stored); once the
+ * buffer holds its most, its older half is dropped first. Out of memory,
+ * the recent keys are dropped (the near scan then reads the index's). */
+void select_ann_recent_push(select_ann *a, const void *key);
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
 /* What a query runs beside it (selector_query_ahead): fn(ctx), on one of
  * the two threads of pool; ran once it has; t_query: the query's own time
