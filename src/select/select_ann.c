@@ -325,7 +325,7 @@ int select_ann_query_beside(selector *s, select_ann *a, const float *q_search, i
     }
     const double t0 = time_now_s();
     const int got = ann_query(s, a, q_search, k, m, out, b);
-    if (!b->ran) { /* answered on this thread (few far keys, none eligible): fn after it */
+    if (!b->ran) { /* answered before any split (few far keys, none eligible, out of memory): fn after it */
         b->t_query = time_now_s() - t0;
         b->fn(b->ctx);
         b->ran = 1;

@@ -1,0 +1,6 @@
+B="bench -m /work/shared/models/fixture-4k-29m-q8_0.gguf --search /work/main/tests/models/fixture-4k-search-rope.gguf --prefill-text /work/shared/data/text/wikitext-2-raw.test.txt --topk 64 --search-f16 -n 256 --kv f16 --far-pos group --json"
+for r in a b c; do
+/tmp/subq-H6 $B -t 2 --prefill-ctx 32768 --attn hnsw > j_def_H6_$r.json 2>/dev/null
+/tmp/subq-H5 $B -t 2 --prefill-ctx 32768 --attn hnsw > j_def_H5_$r.json 2>/dev/null
+done
+echo done > fin3.done
