@@ -232,7 +232,15 @@ def main():
                                                                 (48, "window")] and
                  all(r["seconds"] > 0 and r["decode_tok_s"] > 0 for r in rows) and
                  rows[0]["exponent_vs_prev"] is None and isinstance(rows[1]["exponent_vs_prev"], float) and
-                 set(pf.get("exponent", {})) == {"full", "window"} and pf.get("batch") == 16, repr(pf)[:300])
+                 set(pf.get("exponent", {})) == {"full", "window"} and pf.get("batch") == 16 and
+                 pf.get("busy_threads") == 0, repr(pf)[:300])
+    pc = check_json(ck, "bench --prefill-ctx --contend --json", ["bench", "-m", model, "--prefill-ctx", "24", "--attn",
+                                                                 "window", "--prefill-text", text_path, "-n", "2",
+                                                                 "-t", "1", "--contend", "1", "--json"])
+    if pc is not None:
+        ck.check("bench --prefill-ctx --contend: the rows, beside a busy thread",
+                 pc.get("busy_threads") == 1 and len(pc.get("prefill", [])) == 1 and
+                 pc["prefill"][0]["decode_tok_s"] > 0, repr(pc)[:300])
     check_json(ck, "bench --prefill-ctx --json with NaN weights", ["bench", "-m", nan_path, "--prefill-ctx", "16",
                                                                    "-n", "2", "-t", "1", "--json"], may_fail=True)
     for label, m in (("", model), (" with NaN weights", nan_path)):

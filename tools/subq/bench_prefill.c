@@ -103,6 +103,7 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
     subq_model_info info;
     subq_model_get_info(m, &info);
     int any_sparse = 0, rc = 0, n_rows = 0;
+    bench_contend *load = NULL; /* --contend: the competing load, for the whole run */
     for (int i = 0; i < o->n_attn; i++) any_sparse |= o->attn[i] >= 0;
     subq_error err = {0};
     int32_t *toks = malloc((size_t)max_n * sizeof(int32_t));
@@ -118,6 +119,10 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
         goto done;
     }
     so->plan.sparse_prefill = SUBQ_PREFILL_SPARSE;
+    if (o->contend > 0 && !(load = bench_contend_start(o->contend))) {
+        rc = cli_error(cmd, "cannot start %d busy threads", o->contend);
+        goto done;
+    }
     uint64_t rng = o->seed * 0x9E3779B97F4A7C15ull + 1; /* never 0 */
     for (int ai = 0; ai < o->n_attn; ai++) {
         for (int li = 0; li < o->n_len; li++) {
@@ -159,20 +164,23 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
             n_rows++;
         }
     }
+    bench_contend_stop(load);
+    load = NULL;
 
     if (o->json) {
         printf("{\"model\": ");
         cli_json_string(stdout, mopt.model, strlen(mopt.model));
         printf(", \"arch\": \"%s\", \"threads\": %d, \"batch\": %d, \"kv_type\": \"%s\", \"tokens\": \"%s\", "
-               "\"n_decode\": %d, \"topk\": %d, \"sink\": %d, \"tail\": %d,\n \"prefill\": [",
+               "\"n_decode\": %d, \"topk\": %d, \"sink\": %d, \"tail\": %d, \"busy_threads\": %d,\n \"prefill\": [",
                info.arch, subq_context_n_threads(c), subq_context_n_batch(c),
                subq_kv_type_name(mopt.kv_type), o->text_file ? "text" : "random", o->n_decode,
-               so->plan.top_k, so->plan.n_sink, so->plan.n_tail);
+               so->plan.top_k, so->plan.n_sink, so->plan.n_tail, o->contend);
     } else {
         printf("model %s (%s), %d threads, batches of %d, KV %s, %s tokens; sparse: top-%d, %d sinks, tail %d\n",
                mopt.model, info.arch, subq_context_n_threads(c), subq_context_n_batch(c),
                subq_kv_type_name(mopt.kv_type), o->text_file ? "text" : "random", so->plan.top_k,
                so->plan.n_sink, so->plan.n_tail);
+        if (o->contend > 0) printf("beside %d busy threads (a competing load) throughout\n", o->contend);
         printf("%8s %-7s %9s %9s %8s %8s %9s %9s %9s %9s %10s %8s%s\n", "tokens", "attn", "seconds", "tok/s", "vs full",
                "a (prev)", "attn s", "select s", "insert s", "other s", "decode t/s", "anon MiB",
                mopt.kv_file ? " file MiB" : "");
@@ -226,6 +234,7 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
                "other s: the rest (weight matrices, norms, rope); decode t/s: %d steps at the real context\n",
                o->n_decode);
 done:
+    bench_contend_stop(load);
     free(toks);
     free(logits);
     free(rows);

@@ -15,6 +15,7 @@ typedef struct bench_prefill_opts {
     const char *text_file; /* --prefill-text: prompt tokens from this text; NULL: random ids */
     const char *svg_file;  /* --prefill-svg: the log-log chart of time against length; NULL: none */
     int n_decode;          /* decode steps timed after each prefill */
+    int contend;           /* --contend: all of it beside this many busy threads (0: none) */
     uint64_t seed;
     int json;
 } bench_prefill_opts;

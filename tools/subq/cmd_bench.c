@@ -44,7 +44,9 @@ static const char *help =
     "                       decode steps (they read from disk, as after a reboot)\n"
     "  --contend N          measure everything again beside N busy threads (a competing load:\n"
     "                       one per core is what a laptop or shared server often has), and\n"
-    "                       print both with each figure's slowdown (JSON: \"contended\")\n"
+    "                       print both with each figure's slowdown (JSON: \"contended\"); with\n"
+    "                       --prefill-ctx: the prompts and decode steps run beside them, once\n"
+    "                       (JSON: \"busy_threads\"; run without it for the quiet figures)\n"
     "  --prefill-ctx LIST   instead: real prefill of prompts of these lengths (dense, and with\n"
     "                       each sparse kind of --attn its batched sparse prefill), where the\n"
     "                       time goes, the growth exponent a (time ~ N^a), then -n decode\n"
@@ -284,12 +286,10 @@ int cmd_bench(int argc, char **argv) {
     if ((prefill_text || prefill_svg) && !n_prefill_ctx)
         return cli_error(cmd, "--%s needs --prefill-ctx", prefill_text ? "prefill-text" : "prefill-svg");
     if (kv_cold && !mo.kv_file) return cli_error(cmd, "--kv-cold needs --kv-file");
-    if (contend && n_prefill_ctx)
-        return cli_error(cmd, "--contend is not supported with --prefill-ctx (run a competing load beside it)");
     if (n_prefill_ctx) {
         bench_prefill_opts po = {.lengths = prefill_ctx, .n_len = n_prefill_ctx, .attn = attn, .n_attn = n_attn,
                                  .text_file = prefill_text, .svg_file = prefill_svg, .n_decode = n_decode,
-                                 .seed = seed, .json = json};
+                                 .contend = contend, .seed = seed, .json = json};
         int prc = bench_prefill_run(cmd, &po, &mo, &so);
         cli_sparse_free(&so);
         return prc;
