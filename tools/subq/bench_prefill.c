@@ -180,7 +180,8 @@ int bench_prefill_run(const char *cmd, bench_prefill_opts *o, const cli_model_op
                mopt.model, info.arch, subq_context_n_threads(c), subq_context_n_batch(c),
                subq_kv_type_name(mopt.kv_type), o->text_file ? "text" : "random", so->plan.top_k,
                so->plan.n_sink, so->plan.n_tail);
-        if (o->contend > 0) printf("beside %d busy threads (a competing load) throughout\n", o->contend);
+        if (o->contend > 0)
+            printf("beside %d busy thread%s (a competing load) throughout\n", o->contend, o->contend > 1 ? "s" : "");
         printf("%8s %-7s %9s %9s %8s %8s %9s %9s %9s %9s %10s %8s%s\n", "tokens", "attn", "seconds", "tok/s", "vs full",
                "a (prev)", "attn s", "select s", "insert s", "other s", "decode t/s", "anon MiB",
                mopt.kv_file ? " file MiB" : "");
