@@ -25,15 +25,17 @@ int select_ann_init(select_ann *a, const selector_params *p) {
  * prompt batch's (its queries see the keys before the batch) and more */
 #define RECENT_SLACK 1024
 
-static size_t key_bytes(const select_ann *a) { return (size_t)a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float)); }
+static size_t elem_bytes(const select_ann *a) { return a->f16 ? sizeof(uint16_t) : sizeof(float); }
+static size_t key_bytes(const select_ann *a) { return (size_t)a->d * elem_bytes(a); }
 
 void select_ann_recent_init(select_ann *a, int far_from) {
     a->recent_max = far_from >= 0 && far_from < (1 << 24) ? 2 * (far_from + 1 + RECENT_SLACK) : 0;
     a->recent_lo = a->recent_n = 0;
 }
 
-void select_ann_recent_push(select_ann *a, const void *key) {
+void select_ann_recent_push(select_ann *a, const void *stored) {
     const size_t row = key_bytes(a);
+    const char *key = (const char *)stored + (size_t)a->lead * elem_bytes(a);
     if (!a->recent_max) return;
     if (a->recent_n == a->recent_max) { /* keep the newer half */
         const int keep = a->recent_max / 2;
@@ -54,7 +56,7 @@ void select_ann_recent_push(select_ann *a, const void *key) {
 }
 
 const void *select_ann_keys(const select_ann *a, size_t *stride) {
-    return (const char *)a->vectors(a->ix, stride) + (size_t)a->lead * (a->f16 ? sizeof(uint16_t) : sizeof(float));
+    return (const char *)a->vectors(a->ix, stride) + (size_t)a->lead * elem_bytes(a);
 }
 
 void select_ann_free(select_ann *a) {

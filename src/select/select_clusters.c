@@ -34,8 +34,8 @@
 #include <string.h>
 
 #include "base/blas.h"
-#include "base/pool.h"
 #include "base/kth.h"
+#include "base/pool.h"
 #include "quant/quant.h"
 #include "select/select_internal.h"
 
@@ -69,10 +69,11 @@ static void rows_f32(const void *keys, int d, int f16, int dc, int j0, int n, fl
     }
 }
 
-/* the nearest centroid of each of the n rows x [n][dc] into a; S: n x lists scratch */
-static void assign(const select_clusters *c, const float *x, int n, float *S, int32_t *a, int n_threads) {
+/* the nearest centroid of each of the n rows x [n][dc] into a, on the
+ * calling thread; S: n x lists scratch */
+static void assign(const select_clusters *c, const float *x, int n, float *S, int32_t *a) {
     const int L = c->n_lists;
-    blas_sgemm(n_threads, 0, 1, n, L, c->dc, 1.0f, x, c->dc, c->cent, c->dc, 0.0f, S, L);
+    blas_sgemm(1, 0, 1, n, L, c->dc, 1.0f, x, c->dc, c->cent, c->dc, 0.0f, S, L);
     for (int i = 0; i < n; i++) {
         const float *s = S + (size_t)i * L;
         int best = 0;
@@ -111,7 +112,7 @@ typedef struct assign_job {
 static void assign_chunk(void *ctx, int chunk, int thread) {
     const assign_job *j = ctx;
     const int i0 = chunk * ROWS_CHUNK, n = j->n - i0 < ROWS_CHUNK ? j->n - i0 : ROWS_CHUNK;
-    assign(j->c, j->x + (size_t)i0 * j->c->dc, n, j->S + (size_t)thread * ROWS_CHUNK * j->c->n_lists, j->a + i0, 1);
+    assign(j->c, j->x + (size_t)i0 * j->c->dc, n, j->S + (size_t)thread * ROWS_CHUNK * j->c->n_lists, j->a + i0);
 }
 
 int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, const void *keys, int d, int count,
@@ -189,7 +190,7 @@ static int list_push(select_clusters *c, int l, const float *x, int32_t slot) {
     return 0;
 }
 
-int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int n_threads) {
+int select_clusters_add(select_clusters *c, const void *keys, int d, int to) {
     if (!c->n_lists || to <= c->count) return 0;
     const int n = to - c->count < ROWS_CHUNK ? to - c->count : ROWS_CHUNK;
     float *x = malloc((size_t)n * c->dc * sizeof(float)), *S = malloc((size_t)n * c->n_lists * sizeof(float));
@@ -198,7 +199,7 @@ int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int
     while (!rc && c->count < to) {
         const int j0 = c->count, nb = to - j0 < n ? to - j0 : n;
         rows_f32(keys, d, c->f16, c->dc, j0, nb, x);
-        assign(c, x, nb, S, a, n_threads);
+        assign(c, x, nb, S, a);
         for (int t = 0; t < nb && !rc; t++)
             rc = list_push(c, a[t], x + (size_t)t * c->dc, j0 + t);
         if (rc) select_clusters_truncate(c, j0); /* none of the chunk: a later call adds it whole */

@@ -467,7 +467,7 @@ static int query_many(selector *s, int n, const float *q_search, int k, const se
         select_clusters_train(&e->cl, lists, e->d - p->far_rot, e->f16, e->keys, e->d, e->count,
                               n_threads > 1 ? s->env.pool : NULL))
         return -1;
-    if (want && select_clusters_add(&e->cl, e->keys, e->d, e->count, 1)) return -1;
+    if (want && select_clusters_add(&e->cl, e->keys, e->d, e->count)) return -1;
     if (want) update_bytes(e);
     const int clusters = want && e->cl.n_lists > 0;
     pool *pl = s->env.pool;

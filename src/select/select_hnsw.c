@@ -124,8 +124,7 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
             a->count = (int)hnsw_shim_count(a->ix);
             return shim_error(c, msg, err);
         }
-        if (a->lead) /* the key after its leading elements */
-            select_ann_recent_push(a, (const char *)x + (size_t)a->lead * (a->f16 ? sizeof(uint16_t) : sizeof(float)));
+        if (a->lead) select_ann_recent_push(a, x);
     }
     a->count += n;
     if (a->ix)

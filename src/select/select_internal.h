@@ -286,7 +286,7 @@ int select_clusters_train(select_clusters *c, int n_lists, int dc, int f16, cons
                           pool *pl);
 /* Add slots [c->count, to) of keys to their nearest lists (untrained: none);
  * 0, or -1 when out of memory (the lists then hold what they held). */
-int select_clusters_add(select_clusters *c, const void *keys, int d, int to, int n_threads);
+int select_clusters_add(select_clusters *c, const void *keys, int d, int to);
 void select_clusters_truncate(select_clusters *c, int n_keep);
 void select_clusters_free(select_clusters *c);
 size_t select_clusters_bytes(const select_clusters *c);
@@ -342,11 +342,12 @@ void select_ann_free(select_ann *a); /* not the index: its owner frees it */
 /* Keep the latest keys for the near scan (a->recent): at least far_from + 1
  * of them and a prompt batch more. */
 void select_ann_recent_init(select_ann *a, int far_from);
-/* The next key in slot order (a->recent_lo + recent_n) in stored form
- * without the leading elements (d values, f16 or f32 as stored); once the
- * buffer holds its most, its older half is dropped first. Out of memory,
- * the recent keys are dropped (the near scan then reads the index's). */
-void select_ann_recent_push(select_ann *a, const void *key);
+/* The next key in slot order (a->recent_lo + recent_n), its vector as the
+ * index stores it (a->lead elements, then d, f16 or f32), kept without the
+ * leading elements; once the buffer holds its most, its older half is
+ * dropped first. Out of memory, the recent keys are dropped (the near scan
+ * then reads the index's). */
+void select_ann_recent_push(select_ann *a, const void *stored);
 int select_ann_query(selector *s, select_ann *a, const float *q_search, int k, const select_mask *m, int32_t *out);
 /* What a query runs beside it (selector_query_ahead): fn(ctx), on one of
  * the two threads of pool; ran once it has; t_query: the query's own time
