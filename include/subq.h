@@ -22,9 +22,9 @@ extern "C" {
  * older header, MINOR adds to it. subq_version() is the library's own,
  * for a program to compare with the header it was built with. */
 #define SUBQ_VERSION_MAJOR 0
-#define SUBQ_VERSION_MINOR 48
+#define SUBQ_VERSION_MINOR 49
 #define SUBQ_VERSION_PATCH 0
-#define SUBQ_VERSION "0.48.0"
+#define SUBQ_VERSION "0.49.0"
 
 /* Marks a declaration a later MAJOR version removes (msg: what to use). */
 #if defined(__GNUC__) || defined(__clang__)
@@ -62,7 +62,7 @@ typedef struct subq_error {
     char msg[SUBQ_ERROR_MSG_MAX];
 } subq_error;
 
-/* SUBQ_VERSION of the library linked in ("0.48.0"). */
+/* SUBQ_VERSION of the library linked in ("0.49.0"). */
 const char *subq_version(void);
 
 /* Short name of a status code ("format error", ...). */
@@ -720,6 +720,9 @@ typedef struct subq_context_stats {
                              checked prompt tokens, and how many the block scan picked too
                              (recall = check_found / check_keys) */
     int64_t check_found;
+    int64_t index_tokens_linked; /* the most tokens a layer's index linked from a saved graph
+                                    (subq_context_load, subq_context_resume's FILE.hnsw) rather
+                                    than inserting them again; 0: indexes rebuilt, or none */
 } subq_context_stats;
 void subq_context_get_stats(const subq_context *c, subq_context_stats *st);
 

@@ -6,15 +6,18 @@
  *     tolerance instead);
  *   - session files: save after A + B, load into a fresh context of the same
  *     plan, then both decode C with equal logits; the loaded tokens and last
- *     logits are the saved ones;
+ *     logits are the saved ones; HNSW's graphs are read from the file
+ *     (index_tokens_linked), not rebuilt;
  *   - refusals: another plan, KV type or model is SUBQ_ERR_MISMATCH, too
  *     small a context SUBQ_ERR_RANGE, a damaged file a format error; the
  *     context is left empty;
  *   - copies: A + B prefilled densely under the exact plan, copied into a
  *     context of every selector's plan, then C decoded: logits equal those
  *     of a context that prefilled A + B itself under that plan (HNSW and
- *     faiss graphs are built in another order: a tolerance); a source
- *     without the projections is SUBQ_ERR_MISMATCH and leaves dst empty;
+ *     faiss graphs are built in another order: a tolerance); from an HNSW
+ *     context into one of the same plan the graphs are linked as they are
+ *     and the logits equal bit for bit; a source without the projections is
+ *     SUBQ_ERR_MISMATCH and leaves dst empty;
  *   - special tokens: "<s>" in text becomes BOS with subq_tokenize_special
  *     and not with subq_tokenize;
  *   - Phi-3's LongRoPE: sessions and copies only between contexts that take
@@ -156,6 +159,20 @@ static void test_copy(int kind) {
     double d = max_diff(la, lb, nv);
     if (kind == SUBQ_SELECT_HNSW || kind == SUBQ_SELECT_FAISS) CHECK(d < 1e-2, "%s: logits after copy differ by %g", name, d);
     else CHECK(d == 0.0, "%s: logits after copy differ by %g (want identical)", name, d);
+    if (kind == SUBQ_SELECT_HNSW) { /* from a context of the same plan: its graph linked, not inserted */
+        subq_context *same = new_ctx(kind, 8, SUBQ_KV_F32, 256), *to = new_ctx(kind, 8, SUBQ_KV_F32, 256);
+        subq_context_stats st;
+        CHECK(run(same, 0, NA + NB, 1, lb) && subq_context_copy(to, same, &err) == SUBQ_OK, "%s: copy of the same "
+              "plan: %s", name, err.msg);
+        subq_context_get_stats(to, &st);
+        CHECK(st.index_tokens_linked == NA + NB, "%s: %lld tokens' graphs linked by the copy, want %d", name,
+              (long long)st.index_tokens_linked, NA + NB);
+        run(to, NA + NB, NA + NB + NC, 0, lb);
+        CHECK(max_diff(la, lb, nv) == 0.0, "%s: logits after a copy of the same plan differ by %g", name,
+              max_diff(la, lb, nv));
+        subq_context_free(same);
+        subq_context_free(to);
+    }
     run(bare, 0, NA, 1, la);
     const int needs = kind == SUBQ_SELECT_EXACT || kind == SUBQ_SELECT_HNSW || kind == SUBQ_SELECT_FAISS;
     CHECK(subq_context_copy(dst, bare, &err) == (needs ? SUBQ_ERR_MISMATCH : SUBQ_OK) &&
@@ -186,6 +203,10 @@ static void test_session(int kind, subq_kv_type kvt) {
           "%s: loaded tokens", name);
     const float *lg = subq_context_last_logits(b);
     CHECK(lg && max_diff(lg, la, nv) == 0.0, "%s: loaded last logits", name);
+    subq_context_stats st;
+    subq_context_get_stats(b, &st);
+    CHECK(st.index_tokens_linked == (kind == SUBQ_SELECT_HNSW ? NA + NB : 0), "%s: %lld tokens' graphs linked from "
+          "the file", name, (long long)st.index_tokens_linked);
     for (int i = NA + NB; i < NA + NB + NC; i++) {
         int32_t t = token(i);
         subq_decode(a, &t, 1, la, 0, &err);

@@ -10,7 +10,7 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
     st->t_select_s = st->t_append_s = 0;
     st->index_bytes = 0;
     st->select_bytes_read = 0;
-    st->check_keys = st->check_found = 0;
+    st->check_keys = st->check_found = st->index_tokens_linked = 0;
     st->kv_bytes = kv_cache_held_bytes(kv);
     for (int l = 0; l < c->model->hp.n_layer; l++) {
         attn_stage_stats s;
@@ -21,6 +21,7 @@ void subq_context_get_stats(const subq_context *c, subq_context_stats *st) {
         st->select_bytes_read += s.select_bytes_read;
         st->check_keys += s.check_keys;
         st->check_found += s.check_found;
+        if (s.linked_saved > st->index_tokens_linked) st->index_tokens_linked = s.linked_saved;
     }
     /* inserts that ran side by side count once, by the wall clock */
     st->t_append_s += c->t_late_wall_s - c->t_late_sum_s;

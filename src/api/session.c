@@ -31,6 +31,15 @@ static char *plan_text(const subq_context *c) {
     return s;
 }
 
+/* attn_stage_restore from a saved index when there is one; an index that
+ * does not check out (damaged, stale, another plan's) is only a cache of
+ * what the keys give: the stage is rebuilt from them. */
+static subq_status restore_stage(attn_stage *st, const kv_cache *kv, const float *keys, int n, const gguf_tensor *index,
+                                 subq_error *err) {
+    if (index && keys && !attn_stage_restore(st, kv, keys, n, index->data, (size_t)index->n_bytes, err)) return SUBQ_OK;
+    return attn_stage_restore(st, kv, keys, n, NULL, 0, err);
+}
+
 subq_status subq_context_save(const subq_context *c, const char *path, subq_error *err) {
     const kv_cache *kv = &c->kv;
     const model_hparams *hp = &c->model->hp;
@@ -103,6 +112,8 @@ subq_status subq_context_save(const subq_context *c, const char *path, subq_erro
         if (!s) s = gguf_writer_add_tensor(w, name, GGML_TYPE_F32, 2, kne, keys, kne[0] * kne[1] * 4, 1, err);
         else free(keys);
     }
+    int n_index = 0;
+    if (!s) s = context_add_indexes(w, c, &n_index, err);
     if (!s) s = gguf_writer_write(w, path, err);
     gguf_writer_free(w);
     return s;
@@ -266,7 +277,7 @@ subq_status session_load_gguf(subq_context *c, const gguf_file *f, subq_error *e
             }
             memcpy(rows, keys->data, keys->n_bytes);
         }
-        s = attn_stage_restore(c->stages[l], kv, rows, n, err);
+        s = restore_stage(c->stages[l], kv, rows, n, context_find_index(f, l), err);
         free(rows);
     }
     if ((s = restored(c, n, s))) return s;
@@ -323,13 +334,15 @@ subq_status subq_context_resume(subq_context *c, subq_error *err) {
             return subq_fail(err, SUBQ_ERR_FORMAT, "the KV file's slot %d is damaged (token %d, position %d)", t,
                              (int)c->tok[t], (int)kv->pos[t]);
     subq_status s = SUBQ_OK;
+    gguf_file *indexes = context_open_indexes(c);
     for (int l = 0; l < c->model->hp.n_layer && !s; l++) {
         int d = 0;
         const float *keys = kv_file_search_rows(kv->file, l, &d);
         if (attn_stage_search_width(c->stages[l]) > 0 && !keys)
             s = subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file has no search keys for layer %d", l);
-        if (!s) s = attn_stage_restore(c->stages[l], kv, keys, n, err);
+        if (!s) s = restore_stage(c->stages[l], kv, keys, n, indexes ? context_find_index(indexes, l) : NULL, err);
     }
+    gguf_close(indexes);
     if (s) {
         context_forget(c);
         return s;
@@ -341,6 +354,15 @@ subq_status subq_context_resume(subq_context *c, subq_error *err) {
         c->logits_at = n;
     }
     return SUBQ_OK;
+}
+
+/* Whether two stages run the same plan (their describe lines): then one's
+ * index is what the other's inserts would build. */
+static int same_plan(const attn_stage *a, const attn_stage *b) {
+    char la[512], lb[512];
+    attn_stage_describe(a, la, sizeof la);
+    attn_stage_describe(b, lb, sizeof lb);
+    return !strcmp(la, lb);
 }
 
 subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_error *err) {
@@ -389,8 +411,13 @@ subq_status subq_context_copy(subq_context *dst, const subq_context *src, subq_e
     }
     for (int l = 0; l < n_layer && !s; l++) {
         const int d = attn_stage_search_width(dst->stages[l]);
+        void *index = NULL; /* the source's graph, when its plan matches: linked, not inserted again */
+        size_t bytes = 0;
         if (d > 0) s = attn_stage_get_keys(src->stages[l], n, keys, err);
-        if (!s) s = attn_stage_restore(dst->stages[l], kv, d > 0 ? keys : NULL, n, err);
+        if (!s && d > 0 && same_plan(dst->stages[l], src->stages[l]))
+            s = attn_stage_get_index(src->stages[l], &index, &bytes, err);
+        if (!s) s = attn_stage_restore(dst->stages[l], kv, d > 0 ? keys : NULL, n, index, bytes, err);
+        free(index);
     }
     free(keys);
     if ((s = restored(dst, n, s))) return s;

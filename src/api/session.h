@@ -12,9 +12,20 @@
  *   kv.L.H.k, kv.L.H.v     kv_type [head_dim, n_past]  per layer L and KV head H
  *   search.L               f32 [d_search, n_past]  stored search keys of sparse
  *                                                  layer L, when it has a search space
- * Loading rebuilds every index from the stored keys (and native-key
- * selectors and completion summaries from the KV rows), so the loaded
- * context answers as the saved one did. */
+ *   index.L                i8 [bytes]   (optional) layer L's index over those keys
+ *                                       (hnsw: its graph, select/hnsw_graph.h)
+ * Loading links each index from its saved graph, or rebuilds it from the
+ * stored keys (and native-key selectors and completion summaries from the
+ * KV rows), so the loaded context answers as the saved one did.
+ *
+ * A context's KV file FILE gets the same index.L tensors in FILE.hnsw
+ * (subq.indexes.version u32, subq.indexes.n_past u32, the tokens they
+ * cover), written when the context is freed. The KV file commits rows
+ * every second; a graph changes at every insert, so it is saved once, at
+ * the end. A resume links the graph over as many of its first keys as it
+ * covers and inserts the rest; a missing, stale or damaged one is rebuilt
+ * from the keys (each graph carries the checksum of the keys it was built
+ * on and its own). */
 #ifndef SUBQ_SESSION_H
 #define SUBQ_SESSION_H
 

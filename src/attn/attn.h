@@ -92,6 +92,7 @@ typedef struct attn_stage_stats {
     uint64_t index_bytes;              /* the index's memory */
     uint64_t select_bytes_read;        /* bytes its queries read (scans: the keys) */
     int64_t check_keys, check_found;   /* the block scan's recall check (selector_stats) */
+    int64_t linked_saved;              /* keys its index linked from a saved one (selector_stats) */
 } attn_stage_stats;
 
 /* A stage that keeps state per slot beyond the KV cache (a sparse stage's
@@ -110,9 +111,13 @@ struct attn_stage_state {
     /* whether b's stored keys are a's (the same function of the hidden state) */
     int (*same_search)(const attn_stage *a, const attn_stage *b);
     subq_status (*get_keys)(const attn_stage *st, int n, float *dst, subq_error *err);
+    /* its selector's index as bytes (selector_get_index: hnsw's graph), or NULL */
+    subq_status (*get_index)(const attn_stage *st, void **index, size_t *bytes, subq_error *err);
     /* an empty stage takes slots 0 .. n-1 (native keys in kv, search keys
-     * in stored form or NULL) as if it had decoded them */
-    subq_status (*restore)(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err);
+     * in stored form or NULL) as if it had decoded them; index: what
+     * get_index gave over the first of them (NULL: none), checked whole */
+    subq_status (*restore)(attn_stage *st, const kv_cache *kv, const float *keys, int n, const void *index,
+                           size_t index_bytes, subq_error *err);
     /* search keys (the form a forward computes) of slots slot0 .. slot0+n-1,
      * added as a forward would (synthetic fills) */
     subq_status (*append)(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0, subq_error *err);
@@ -138,7 +143,9 @@ int attn_stage_search_width(const attn_stage *st);                         /* 0 
 uint64_t attn_stage_search_made_by(const attn_stage *st);                  /* 0 */
 int attn_stage_same_search(const attn_stage *a, const attn_stage *b);      /* 0 */
 subq_status attn_stage_get_keys(const attn_stage *st, int n, float *dst, subq_error *err);            /* no-op */
-subq_status attn_stage_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err); /* no-op */
+subq_status attn_stage_get_index(const attn_stage *st, void **index, size_t *bytes, subq_error *err); /* NULL */
+subq_status attn_stage_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, const void *index,
+                               size_t index_bytes, subq_error *err);                         /* no-op */
 subq_status attn_stage_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
                               subq_error *err);                            /* no-op */
 int attn_stage_rows_attended(const attn_stage *st, int n_keys);            /* n_keys */

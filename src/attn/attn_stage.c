@@ -27,8 +27,15 @@ subq_status attn_stage_get_keys(const attn_stage *st, int n, float *dst, subq_er
     return st->state && st->state->get_keys ? st->state->get_keys(st, n, dst, err) : SUBQ_OK;
 }
 
-subq_status attn_stage_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err) {
-    return st->state && st->state->restore ? st->state->restore(st, kv, keys, n, err) : SUBQ_OK;
+subq_status attn_stage_get_index(const attn_stage *st, void **index, size_t *bytes, subq_error *err) {
+    *index = NULL;
+    *bytes = 0;
+    return st->state && st->state->get_index ? st->state->get_index(st, index, bytes, err) : SUBQ_OK;
+}
+
+subq_status attn_stage_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, const void *index,
+                               size_t index_bytes, subq_error *err) {
+    return st->state && st->state->restore ? st->state->restore(st, kv, keys, n, index, index_bytes, err) : SUBQ_OK;
 }
 
 subq_status attn_stage_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,

@@ -520,6 +520,8 @@ void kv_file_close(kv_file *f) {
 }
 
 const kv_file_geometry *kv_file_geom(const kv_file *f) { return &f->g; }
+const char *kv_file_path(const kv_file *f) { return f->path; }
+
 int kv_file_committed(const kv_file *f) { return (int)f->h.n_committed; }
 int kv_file_has_logits(const kv_file *f) { return f->h.has_logits != 0; }
 int kv_file_n_search(const kv_file *f) { return (int)f->h.n_search; }

@@ -86,6 +86,7 @@ void kv_file_close(kv_file *f);
 const kv_file_geometry *kv_file_geom(const kv_file *f);
 /* Tokens the header counts; whether it holds the last one's logits. */
 int kv_file_committed(const kv_file *f);
+const char *kv_file_path(const kv_file *f);
 int kv_file_has_logits(const kv_file *f);
 
 /* Regions in the mapping. A layer's rows: bytes from one KV head's row to

@@ -16,7 +16,10 @@ subq_context_params subq_context_default_params(void) {
 void subq_context_free(subq_context *c) {
     if (!c) return;
     subq_error ignored;
-    if (c->kv.file && c->stages) context_commit(c, 1, &ignored); /* what a last commit cannot save is lost */
+    if (c->kv.file && c->stages) {
+        context_commit(c, 1, &ignored); /* what a last commit cannot save is lost */
+        context_save_indexes(c, &ignored); /* a cache: without it, a resume rebuilds the indexes */
+    }
     if (c->stages) {
         for (int l = 0; l < c->model->hp.n_layer; l++)
             if (c->stages[l] && c->stages[l]->free) c->stages[l]->free(c->stages[l]);

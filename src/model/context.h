@@ -3,6 +3,7 @@
 #define SUBQ_CONTEXT_H
 
 #include "attn/attn.h"
+#include "gguf/gguf.h"
 #include "kv/kv_cache.h"
 #include "model/matmul.h"
 #include "model/model.h"
@@ -64,6 +65,15 @@ void context_forget(subq_context *c);
  * made_by[layer]; NULL for none): file_writable says whether the file now
  * takes them (see kv_file_set_search). */
 subq_status context_file_plan(subq_context *c, const int *d, const uint64_t *made_by, subq_error *err);
+
+/* Saved indexes (context_indexes.c): each sparse layer's index (hnsw's
+ * graph) as tensor index.L of w, their count into *n_added; layer l's in
+ * f, or NULL; those of c's KV file FILE in FILE.hnsw, written (when any
+ * layer has one) and opened (NULL when there is none to read). */
+subq_status context_add_indexes(gguf_writer *w, const subq_context *c, int *n_added, subq_error *err);
+const gguf_tensor *context_find_index(const gguf_file *f, int l);
+subq_status context_save_indexes(const subq_context *c, subq_error *err);
+gguf_file *context_open_indexes(const subq_context *c);
 
 /* Forward n tokens with explicit positions and segment (document) ids
  * (either may be NULL: positions continue from the cache, segment 0).

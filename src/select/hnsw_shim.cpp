@@ -386,6 +386,81 @@ extern "C" const void *hnsw_shim_vectors(const hnsw_shim *h, size_t *stride) {
     return ix->data_level0_memory_ + ix->offsetData_;
 }
 
+extern "C" size_t hnsw_shim_upper_words(const hnsw_shim *h) {
+    const Hnsw *ix = h->index.get();
+    size_t words = 0;
+    for (size_t i = 0; i < ix->cur_element_count; i++) words += (size_t)ix->element_levels_[i] * (1 + ix->maxM_);
+    return words;
+}
+
+extern "C" void hnsw_shim_save_graph(const hnsw_shim *h, uint32_t *levels, uint32_t *level0, uint32_t *upper) {
+    const Hnsw *ix = h->index.get();
+    const size_t words0 = 1 + ix->maxM0_, words = 1 + ix->maxM_;
+    for (size_t i = 0; i < ix->cur_element_count; i++) {
+        const hnswlib::tableint id = (hnswlib::tableint)i;
+        levels[i] = (uint32_t)ix->element_levels_[i];
+        memcpy(level0 + i * words0, ix->get_linklist0(id), words0 * sizeof(uint32_t));
+        for (int l = 1; l <= ix->element_levels_[i]; l++, upper += words)
+            memcpy(upper, ix->get_linklist(id, l), words * sizeof(uint32_t));
+    }
+}
+
+extern "C" int hnsw_shim_load_graph(hnsw_shim *h, size_t count, const uint32_t *levels, const uint32_t *level0,
+                                    const uint32_t *upper, const void *(*vector)(void *ctx, size_t i), void *ctx,
+                                    char *msg, size_t msg_cap) {
+    try {
+        Hnsw *ix = h->index.get();
+        if (ix->cur_element_count != 0 || h->next_level >= 0) return shim_fail(msg, msg_cap, 2, "the index is not empty");
+        if (count > ix->max_elements_) {
+            ix->resizeIndex(count);
+            advise(ix);
+        }
+        // the levels hnsw_shim_add's inserts would draw (draw_level, then
+        // addPoint's own draw for an upper-level element or the first)
+        for (size_t i = 0; i < count; i++) {
+            const int drawn = ix->getRandomLevel(ix->mult_);
+            int level = drawn;
+            if (drawn > 0 || i == 0) {
+                const int again = ix->getRandomLevel(ix->mult_);
+                if (drawn == 0) level = again;
+            }
+            if ((uint32_t)level != levels[i]) return shim_fail(msg, msg_cap, 2, "the graph was not built with this seed");
+        }
+        const size_t words0 = 1 + ix->maxM0_, words = 1 + ix->maxM_;
+        for (size_t i = 0; i < count; i++) {
+            const hnswlib::tableint id = (hnswlib::tableint)i;
+            const int level = (int)levels[i];
+            char *e = ix->data_level0_memory_ + i * ix->size_data_per_element_;
+            memset(e, 0, ix->size_data_per_element_);
+            memcpy(e + ix->offsetLevel0_, level0 + i * words0, words0 * sizeof(uint32_t));
+            memcpy(e + ix->offsetData_, vector(ctx, i), ix->data_size_);
+            const hnswlib::labeltype label = i;
+            memcpy(e + ix->label_offset_, &label, sizeof label);
+            ix->label_lookup_[label] = id;
+            ix->element_levels_[i] = 0;
+            if (level > 0) {
+                char *links = static_cast<char *>(malloc(ix->size_links_per_element_ * level + 1));
+                if (!links) throw std::bad_alloc();
+                memset(links, 0, ix->size_links_per_element_ * level + 1);
+                for (int l = 1; l <= level; l++, upper += words)
+                    memcpy(links + (l - 1) * ix->size_links_per_element_, upper, words * sizeof(uint32_t));
+                ix->linkLists_[i] = links;
+                ix->element_levels_[i] = level;
+                h->upper_bytes += ix->size_links_per_element_ * (size_t)level + 1;
+            }
+            ix->cur_element_count = i + 1; // the destructor frees what is linked so far
+            if (level > ix->maxlevel_) { // as addPoint: the first element of a new top level enters
+                ix->maxlevel_ = level;
+                ix->enterpoint_node_ = id;
+            }
+        }
+        return 0;
+    } catch (...) {
+        return shim_fail_current(msg, msg_cap, "out of memory loading the HNSW graph",
+                                 "unknown C++ exception in hnswlib");
+    }
+}
+
 extern "C" size_t hnsw_shim_bytes(const hnsw_shim *h) {
     const Hnsw *ix = h->index.get();
     size_t per_slot = ix->size_data_per_element_ + sizeof(void *) + sizeof(int) + sizeof(std::mutex) +

@@ -61,6 +61,25 @@ int hnsw_shim_search(const hnsw_shim *h, const float *q, int k, int ef, select_f
 /* The stored vector of insertion index 0 and the distance in elements
  * between consecutive ones (valid until the next add). */
 const void *hnsw_shim_vectors(const hnsw_shim *h, size_t *stride);
+/* The graph's size for hnsw_shim_save_graph: its elements and the words
+ * of their upper layers' link lists (each list 1 + M words). */
+size_t hnsw_shim_upper_words(const hnsw_shim *h);
+/* The graph without its vectors, element by element: levels[count]; the
+ * level-0 link lists, 1 + 2M words each (a count, then that many element
+ * ids); the upper lists, for each element of level L > 0 its lists of
+ * levels 1 .. L, 1 + M words each (hnsw_shim_upper_words in all). */
+void hnsw_shim_save_graph(const hnsw_shim *h, uint32_t *levels, uint32_t *level0, uint32_t *upper);
+/* Into an empty index: the graph hnsw_shim_save_graph gave, over the
+ * stored vectors vector(ctx, 0 .. count-1) (each valid until the next
+ * call). The caller has checked it (select_hnsw_graph.c: every count
+ * within its list, every id below count, an upper list's ids of elements
+ * that reach its level); here the levels must be the ones this index's
+ * seed draws for count inserts, which also leaves its generator where
+ * those inserts would (else 2, "not built with this seed"). Failing, the
+ * index must be freed. 0, 1 out of memory, 2 otherwise (msg). */
+int hnsw_shim_load_graph(hnsw_shim *h, size_t count, const uint32_t *levels, const uint32_t *level0,
+                         const uint32_t *upper, const void *(*vector)(void *ctx, size_t i), void *ctx, char *msg,
+                         size_t msg_cap);
 /* Memory held by the index (vectors, graph, label map, visited lists). */
 size_t hnsw_shim_bytes(const hnsw_shim *h);
 

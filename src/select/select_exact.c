@@ -529,7 +529,7 @@ static void exact_free(selector *s) {
 static const selector_ops exact_ops = {exact_append,      exact_query,        exact_reset,    exact_free,
                                        exact_truncate,    exact_get_keys,     exact_put_keys, NULL,
                                        exact_query_batch, exact_query_prefill, NULL,           exact_query_group,
-                                       NULL,              NULL};
+                                       NULL,              NULL,                NULL,           NULL};
 
 subq_status select_exact_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     exact_sel *e = calloc(1, sizeof *e);

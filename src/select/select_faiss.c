@@ -100,7 +100,7 @@ static subq_status faiss_truncate(selector *s, int n_keep, subq_error *err) {
 static const selector_ops faiss_ops = {faiss_append, faiss_query, faiss_reset, faiss_free,
                                        faiss_truncate, faiss_get_keys, faiss_put_keys, NULL,
                                        NULL /* one query at a time: the shim's search shares a visited table */,
-                                       NULL, NULL, NULL, NULL, NULL};
+                                       NULL, NULL, NULL, NULL, NULL, NULL, NULL};
 
 subq_status select_faiss_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     faiss_sel *f = calloc(1, sizeof *f);

@@ -178,7 +178,7 @@ static void heads_free(selector *s) {
 
 static const selector_ops heads_ops = {heads_append, heads_query, heads_reset, heads_free, heads_truncate,
                                        heads_get_keys, heads_put_keys, heads_query_heads, NULL, NULL,
-                                       heads_query_heads_prefill, NULL, NULL, NULL};
+                                       heads_query_heads_prefill, NULL, NULL, NULL, NULL, NULL};
 
 subq_status select_heads_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     *out = NULL;

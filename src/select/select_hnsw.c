@@ -27,6 +27,7 @@
 
 #include "base/error.h"
 #include "quant/quant.h"
+#include "select/hnsw_graph.h"
 #include "select/hnsw_shim.h"
 #include "select/select_internal.h"
 
@@ -42,6 +43,8 @@ typedef struct hnsw_sel {
     float *row;             /* one key in stored form */
     uint16_t *row16;        /* the same in f16 */
 } hnsw_sel;
+
+static void hnsw_reset(selector *s);
 
 static subq_status shim_error(int code, const char *msg, subq_error *err) {
     return subq_fail(err, code == 1 ? SUBQ_ERR_NOMEM : SUBQ_ERR_UNSUPPORTED, "selector hnsw: %s", msg);
@@ -76,17 +79,45 @@ static float content_lead(const float *x, int dc, subq_score score) {
 
 /* A key in stored form (h->row, h->row16, or the row itself): a->lead
  * leading elements (content_lead), then the key, normalised first for
- * cosine when `normalize`; f16 when stored so. */
+ * cosine when `normalize`; f16 when stored so. The lead is computed from
+ * the key as stored (f16-rounded), so that a key given back in stored form
+ * (put_keys, put_index) gets the lead it had. */
 static const void *stored_row(hnsw_sel *h, const float *row, int normalize) {
     const select_ann *a = &h->ann;
     float *x = h->row + a->lead;
     if (normalize) select_prepare(x, row, a->d, a->score);
     else if (a->lead || a->f16) memcpy(x, row, (size_t)a->d * sizeof(float));
     else return row;
+    if (a->lead && a->f16)
+        for (int i = 0; i < a->d; i++) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
     for (int i = 0; i < a->lead; i++) h->row[i] = i ? 0.0f : content_lead(x, a->d_graph - a->lead, a->score);
     if (!a->f16) return h->row;
     for (int i = 0; i < a->lead + a->d; i++) h->row16[i] = fp32_to_fp16(h->row[i]);
     return h->row16;
+}
+
+/* The index of a sequence's first keys: room for the whole cache's slots
+ * when known (growing copies the index), at least n. */
+static subq_status new_index(selector *s, size_t n, subq_error *err) {
+    select_ann *a = &((hnsw_sel *)s)->ann;
+    const kv_cache *kv = s->env.kv;
+    size_t cap = kv && kv->n_ctx > HNSW_CAPACITY0 ? (size_t)kv->n_ctx : HNSW_CAPACITY0;
+    if (n > cap) cap = n;
+    const kernels *K = kernels_get();
+    char msg[256];
+    hnsw_shim *ix;
+    int c = hnsw_shim_new(a->lead + a->d, a->d_graph, a->f16 ? 2 : 4, a->f16 ? dot_f16 : dot_f32,
+                          a->f16 ? K->gather_dot_f16 : K->gather_dot_f32, s->params.plan.hnsw_m,
+                          s->params.plan.hnsw_ef_construction, s->params.plan.seed, cap, &ix, msg, sizeof msg);
+    if (c) return shim_error(c, msg, err);
+    a->ix = ix;
+    return SUBQ_OK;
+}
+
+static void count_bytes(hnsw_sel *h) {
+    const select_ann *a = &h->ann;
+    h->base.stats.bytes = sizeof *h + hnsw_shim_bytes(a->ix) + 3 * (size_t)a->d * sizeof(float) +
+                          (size_t)a->recent_cap * a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 /* Insert n keys one at a time (put in stored form first unless they already
@@ -99,25 +130,12 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
     subq_status rc = select_check_append(s, a->count, n, slot0, err);
     if (rc) return rc;
     if (n > 0 && !k_search) return subq_fail(err, SUBQ_ERR_ARG, "selector hnsw: no search keys given");
+    if (!a->ix && n > 0 && (rc = new_index(s, (size_t)n, err))) return rc;
     char msg[256];
-    int c;
-    if (!a->ix && n > 0) {
-        /* the whole cache's slots when known: growing copies the index */
-        const kv_cache *kv = s->env.kv;
-        size_t cap = kv && kv->n_ctx > HNSW_CAPACITY0 ? (size_t)kv->n_ctx : HNSW_CAPACITY0;
-        if ((size_t)n > cap) cap = (size_t)n;
-        const kernels *K = kernels_get();
-        hnsw_shim *ix;
-        if ((c = hnsw_shim_new(a->lead + a->d, a->d_graph, a->f16 ? 2 : 4, a->f16 ? dot_f16 : dot_f32,
-                               a->f16 ? K->gather_dot_f16 : K->gather_dot_f32, s->params.plan.hnsw_m,
-                               s->params.plan.hnsw_ef_construction, s->params.plan.seed, cap, &ix, msg, sizeof msg)))
-            return shim_error(c, msg, err);
-        a->ix = ix;
-    }
     for (int t = 0; t < n; t++) {
         const void *x = stored_row(h, k_search + (size_t)t * a->d, normalize);
         const size_t ahead0 = hnsw_shim_linked_ahead(a->ix);
-        c = hnsw_shim_add(a->ix, x, 1, slot0 + t, msg, sizeof msg);
+        const int c = hnsw_shim_add(a->ix, x, 1, slot0 + t, msg, sizeof msg);
         s->stats.n_linked_ahead += (int64_t)(hnsw_shim_linked_ahead(a->ix) - ahead0);
         if (c) {
             /* the failed key is not in the index: keep count in step with it */
@@ -127,9 +145,7 @@ static subq_status hnsw_insert(selector *s, const float *k_search, int n, int sl
         if (a->lead) select_ann_recent_push(a, x);
     }
     a->count += n;
-    if (a->ix)
-        s->stats.bytes = sizeof *h + hnsw_shim_bytes(a->ix) + 3 * (size_t)a->d * sizeof(float) +
-                         (size_t)a->recent_cap * a->d * (a->f16 ? sizeof(uint16_t) : sizeof(float));
+    if (a->ix) count_bytes(h);
     return SUBQ_OK;
 }
 
@@ -147,6 +163,63 @@ static void hnsw_prepare_append(selector *s, const float *k_search, int slot) {
 
 static subq_status hnsw_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
     return hnsw_insert(s, keys, n, slot0, 0, err);
+}
+
+/* What made the graph: a saved one is taken by an index made the same way. */
+static hnsw_graph_params graph_params(const hnsw_sel *h) {
+    const select_ann *a = &h->ann;
+    const subq_attn_plan *plan = &h->base.params.plan;
+    return (hnsw_graph_params){.m = (uint32_t)plan->hnsw_m, .ef_construction = (uint32_t)plan->hnsw_ef_construction,
+                               .dim = (uint32_t)(a->lead + a->d), .graph_dim = (uint32_t)a->d_graph,
+                               .elem_bytes = a->f16 ? 2 : 4, .seed = plan->seed};
+}
+
+static subq_status hnsw_get_index(const selector *s, void **graph, size_t *bytes, subq_error *err) {
+    const hnsw_sel *h = (const hnsw_sel *)s;
+    *graph = NULL;
+    *bytes = 0;
+    if (!h->ann.ix) return SUBQ_OK;
+    const hnsw_graph_params p = graph_params(h);
+    return hnsw_graph_save(h->ann.ix, &p, graph, bytes, err);
+}
+
+/* A saved graph's element i: key i of the stored keys being put back */
+typedef struct {
+    hnsw_sel *h;
+    const float *keys;
+} graph_keys;
+
+static const void *graph_vector(void *ctx, size_t i) {
+    graph_keys *g = ctx;
+    select_ann *a = &g->h->ann;
+    const void *x = stored_row(g->h, g->keys + i * (size_t)a->d, 0);
+    if (a->lead) select_ann_recent_push(a, x);
+    return x;
+}
+
+/* put_keys of slots 0 .. n-1 into an empty index: the first ones linked
+ * by the saved graph, the rest inserted after them. */
+static subq_status hnsw_put_index(selector *s, const float *keys, int n, const void *graph, size_t bytes,
+                                  subq_error *err) {
+    hnsw_sel *h = (hnsw_sel *)s;
+    select_ann *a = &h->ann;
+    if (a->count != 0) return subq_fail(err, SUBQ_ERR_ARG, "selector hnsw: a saved graph goes into an empty index");
+    if (n > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "selector hnsw: no search keys given");
+    const hnsw_graph_params p = graph_params(h);
+    hnsw_graph_view v;
+    subq_status rc = hnsw_graph_check(graph, bytes, &p, n > 0 ? (size_t)n : 0, &v, err);
+    if (rc) return rc;
+    hnsw_reset(s); /* an index made for no key yet (count 0) goes too */
+    if ((rc = new_index(s, (size_t)n, err))) return rc;
+    graph_keys g = {h, keys};
+    if ((rc = hnsw_graph_load(a->ix, &v, &p, graph_vector, &g, err))) {
+        hnsw_reset(s);
+        return rc;
+    }
+    a->count = (int)v.count;
+    s->stats.n_linked_saved += a->count;
+    count_bytes(h);
+    return hnsw_insert(s, keys + v.count * (size_t)a->d, n - a->count, a->count, 0, err);
 }
 
 static subq_status hnsw_get_keys(const selector *s, int n, float *dst, subq_error *err) {
@@ -202,7 +275,8 @@ static subq_status hnsw_truncate(selector *s, int n_keep, subq_error *err) {
 
 static const selector_ops hnsw_ops = {hnsw_append, hnsw_query, hnsw_reset, hnsw_free,
                                       hnsw_truncate, hnsw_get_keys, hnsw_put_keys, NULL, hnsw_query_batch, NULL,
-                                      NULL, NULL, hnsw_prepare_append, hnsw_query_beside};
+                                      NULL, NULL, hnsw_prepare_append, hnsw_query_beside, hnsw_get_index,
+                                      hnsw_put_index};
 
 subq_status select_hnsw_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     hnsw_sel *h = calloc(1, sizeof *h);

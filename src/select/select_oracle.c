@@ -234,10 +234,11 @@ static void oracle_free(selector *s) {
 }
 
 static const selector_ops oracle_ops = {oracle_append, oracle_query, oracle_reset, oracle_free,
-                                        oracle_truncate, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                        oracle_truncate, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                        NULL, NULL};
 static const selector_ops oracle_head_ops = {oracle_append, oracle_query, oracle_reset, oracle_free,
                                              oracle_truncate, NULL, NULL, oracle_query_heads, NULL, NULL, NULL, NULL,
-                                             NULL, NULL};
+                                             NULL, NULL, NULL, NULL};
 
 subq_status select_oracle_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     if ((int)p->plan.oracle < 0 || p->plan.oracle >= SUBQ_ORACLE_COUNT)

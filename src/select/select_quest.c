@@ -278,10 +278,11 @@ static void quest_free(selector *s) {
 }
 
 static const selector_ops quest_headmean_ops = {quest_append, quest_query, quest_reset, quest_free,
-                                                quest_truncate, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                                quest_truncate, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                                NULL, NULL};
 static const selector_ops quest_head_ops = {quest_append, quest_query, quest_reset, quest_free,
                                             quest_truncate, NULL, NULL, quest_query_heads, NULL, NULL, NULL, NULL,
-                                            NULL, NULL};
+                                            NULL, NULL, NULL, NULL};
 
 subq_status select_quest_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     quest_sel *q = calloc(1, sizeof *q);

@@ -39,7 +39,8 @@ static subq_status window_truncate(selector *s, int n_keep, subq_error *err) {
 static void window_free(selector *s) { free(s); }
 
 static const selector_ops window_ops = {window_append, window_query, window_reset, window_free,
-                                        window_truncate, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                                        window_truncate, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                        NULL, NULL};
 
 subq_status select_window_new(const selector_params *p, const selector_env *env, selector **out, subq_error *err) {
     window_sel *w = calloc(1, sizeof *w);

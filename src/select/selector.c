@@ -381,3 +381,19 @@ subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, 
     if (!rc) s->stats.n_appended += n;
     return rc;
 }
+
+subq_status selector_get_index(const selector *s, void **index, size_t *bytes, subq_error *err) {
+    *index = NULL;
+    *bytes = 0;
+    return s->ops->get_index ? s->ops->get_index(s, index, bytes, err) : SUBQ_OK;
+}
+
+subq_status selector_put_index(selector *s, const float *keys, int n, const void *index, size_t bytes,
+                               subq_error *err) {
+    if (!s->ops->put_index) return selector_put_keys(s, keys, n, 0, err);
+    double t0 = time_now_s();
+    subq_status rc = s->ops->put_index(s, keys, n, index, bytes, err);
+    s->stats.t_append_s += time_now_s() - t0;
+    if (!rc) s->stats.n_appended += n;
+    return rc;
+}

@@ -129,6 +129,7 @@ typedef struct selector_stats {
                                   keys it scores */
     int64_t n_appended;
     int64_t n_linked_ahead;    /* appends whose insert-time search ran ahead (ops->prepare_append) */
+    int64_t n_linked_saved;    /* keys put_index linked from a saved index, not inserted */
     double t_append_s, t_query_s;
     size_t bytes;              /* memory held by the selector */
     int64_t n_check_keys;      /* params.probe_check: slots the full scan returned for the checked queries */
@@ -213,6 +214,15 @@ typedef struct selector_ops {
      * fn, into *t_query. */
     int (*query_beside)(selector *s, const float *q_search, const float *q_native, int k, const select_mask *m,
                         int32_t *out, void (*fn)(void *ctx), void *ctx, pool *p, double *t_query);
+    /* Optional (indexes worth saving: hnsw's graph, NULL for the rest):
+     * the index over the keys so far as bytes (malloc'd into *index; NULL
+     * when there is none yet), and put_keys of slots 0 .. n-1 into an empty
+     * selector that links the first ones by such bytes (checked whole:
+     * they may come from a file) and appends the rest, giving the index
+     * put_keys alone would. */
+    subq_status (*get_index)(const selector *s, void **index, size_t *bytes, subq_error *err);
+    subq_status (*put_index)(selector *s, const float *keys, int n, const void *index, size_t bytes,
+                             subq_error *err);
 } selector_ops;
 
 struct selector {
@@ -281,6 +291,10 @@ subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *
  * (each head normalised for cosine; f32), from the form append takes. */
 void selector_stored_form(const selector *s, const float *src, float *dst);
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err);
+/* get_index / put_index (ops above); without them, no index (NULL) and put_keys. */
+subq_status selector_get_index(const selector *s, void **index, size_t *bytes, subq_error *err);
+subq_status selector_put_index(selector *s, const float *keys, int n, const void *index, size_t bytes,
+                               subq_error *err);
 
 /* "cosine" / "dot", "full" / "int8" / "int4"; -1 if unknown. */
 int select_score_parse(const char *name);

@@ -581,7 +581,7 @@ static void sparse_stats(const attn_stage *st, attn_stage_stats *out) {
     const selector_stats *ss = &((const sparse_stage *)st)->sel->stats;
     *out = (attn_stage_stats){.t_select_s = ss->t_query_s, .t_append_s = ss->t_append_s, .index_bytes = ss->bytes,
                               .select_bytes_read = ss->bytes_read, .check_keys = ss->n_check_keys,
-                              .check_found = ss->n_check_found};
+                              .check_found = ss->n_check_found, .linked_saved = ss->n_linked_saved};
 }
 
 static sparse_stage *as_sparse(const attn_stage *st) {
@@ -604,13 +604,22 @@ static subq_status sparse_append(attn_stage *st, const kv_cache *kv, const float
     return s ? append_keys(s, kv, s->d_search > 0 ? ks : NULL, n, slot0, err) : SUBQ_OK;
 }
 
-static subq_status sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, subq_error *err) {
+static subq_status sparse_restore(attn_stage *st, const kv_cache *kv, const float *keys, int n, const void *index,
+                                  size_t index_bytes, subq_error *err) {
     sparse_stage *s = as_sparse(st);
     if (!s) return SUBQ_OK;
     if (s->d_search > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "restoring a sparse layer needs its search keys");
-    subq_status rc = selector_put_keys(s->sel, s->d_search > 0 ? keys : NULL, n, 0, err);
+    subq_status rc = index ? selector_put_index(s->sel, keys, n, index, index_bytes, err)
+                           : selector_put_keys(s->sel, s->d_search > 0 ? keys : NULL, n, 0, err);
     if (!rc && s->probe.shadow) rc = selector_put_keys(s->probe.shadow, keys, n, 0, err);
     return rc ? rc : completion_replay(s, kv, n, err);
+}
+
+static subq_status sparse_get_index(const attn_stage *st, void **index, size_t *bytes, subq_error *err) {
+    const sparse_stage *s = as_sparse(st);
+    *index = NULL;
+    *bytes = 0;
+    return s ? selector_get_index(s->sel, index, bytes, err) : SUBQ_OK;
 }
 
 static int sparse_search_width(const attn_stage *st) {
@@ -698,7 +707,8 @@ static subq_status sparse_index_late(attn_stage *st, subq_error *err) {
 
 static const attn_stage_state sparse_state = {
     .describe = sparse_describe, .search_width = sparse_search_width, .search_made_by = sparse_search_made_by,
-    .same_search = sparse_same_search, .get_keys = sparse_get_keys, .restore = sparse_restore,
+    .same_search = sparse_same_search, .get_keys = sparse_get_keys, .get_index = sparse_get_index,
+    .restore = sparse_restore,
     .append = sparse_append, .rows_attended = sparse_rows_attended, .has_completion = sparse_has_completion,
     .stats = sparse_stats, .enable_metrics = sparse_enable_metrics, .metrics = sparse_get_metrics,
     .freeze = sparse_freeze, .has_late_key = sparse_has_late_key, .index_late = sparse_index_late,

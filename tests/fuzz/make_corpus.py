@@ -4,6 +4,7 @@
 No numpy needed. The session-file seeds are written by `subq generate
 --prompt-cache` with the binary $SUBQ_BIN (default build/subq) on
 $SUBQ_SHARED/models/stories260K.gguf (default ../shared)."""
+import math
 import os
 import re
 import struct
@@ -36,6 +37,52 @@ def gguf(kvs, tensors=(), alignment=32):
 
 def f32(n, scale=0.25):
     return struct.pack("<%df" % n, *[scale * ((i * 7919) % 17 - 8) / 8 for i in range(n)])
+
+
+def hnsw_levels(seed, m, count):
+    """The levels hnswlib 0.6.2 draws for count inserts through subq's shim
+    (hnsw_shim_add: one draw, and addPoint's own for an upper-level element
+    or the first): std::minstd_rand0 seeded with seed, generate_canonical of
+    two draws, level = int(-ln(r) / ln(M))."""
+    mod = 2147483647
+    state = [seed % mod or 1]
+
+    def draw():
+        r = 0.0
+        scale = 1.0
+        for _ in range(2):
+            state[0] = state[0] * 16807 % mod
+            r += (state[0] - 1) * scale
+            scale *= mod - 1
+        r /= scale
+        return int(-math.log(r if r < 1.0 else math.nextafter(1.0, 0.0)) * (1 / math.log(m)))
+
+    levels = []
+    for i in range(count):
+        d = draw()
+        if d > 0 or i == 0:
+            e = draw()
+            d = d if d > 0 else e
+        levels.append(d)
+    return levels
+
+
+def hnsw_graph(m, efc, dim, elem, seed, count):
+    """A saved HNSW graph (src/select/hnsw_graph.h) for fuzz_hnsw_graph:
+    every element linked to the next two at level 0 and, at each upper
+    level, to the next element that reaches it (checksums left 0: the
+    target makes them)."""
+    levels = hnsw_levels(seed, m, count)
+    level0, upper = [], []
+    for i in range(count):
+        ids = [(i + k) % count for k in (1, 2) if (i + k) % count != i][:2 * m]
+        level0 += [len(ids)] + ids + [0] * (2 * m - len(ids))
+        for lv in range(1, levels[i] + 1):
+            ids = [j for j in list(range(i + 1, count)) + list(range(i)) if levels[j] >= lv][:1]
+            upper += [len(ids)] + ids + [0] * (m - len(ids))
+    head = b"subqHNSW" + struct.pack("<6I", 1, m, efc, dim, dim, elem)
+    head += struct.pack("<3Q2I", seed, count, len(upper), 0, 0)
+    return head + struct.pack("<%dI" % (count + len(level0) + len(upper)), *(levels + level0 + upper))
 
 
 def write(name, seeds):
@@ -237,6 +284,8 @@ def main():
                        check=True, capture_output=True)
         seeds.append(open(path, "rb").read())
     write("fuzz_session", seeds)
+    write("fuzz_hnsw_graph", [hnsw_graph(2, 8, 4, 4, 1, 40), hnsw_graph(4, 16, 8, 2, 1, 100),
+                              hnsw_graph(3, 4, 3, 4, 7, 1), hnsw_graph(2, 8, 4, 2, 1, 0)])
     write("fuzz_corpus_file", [corpus_file([5, 40, 3], [0, 0, 1]), corpus_file([1], [0]),
                                 corpus_file([17, 16, 15, 2, 33], [0, 1, 0, 0, 0])])
     # (and, kept: file-stories-c16, a whole KV file of stories260K made by

@@ -83,6 +83,7 @@ _SCALAR_DTYPES = {
 GGML_F32 = 0
 GGML_F16 = 1
 GGML_Q8_0 = 8
+GGML_I8 = 24
 GGML_BF16 = 30
 
 GGML_TYPE_NAMES = {
@@ -131,6 +132,8 @@ class TensorInfo:
             return 4 * self.n_elements
         if self.type in (GGML_F16, GGML_BF16):
             return 2 * self.n_elements
+        if self.type == GGML_I8:  # raw bytes (a session's saved index)
+            return self.n_elements
         if self.type == GGML_Q8_0:
             return (self.n_elements // QK8_0) * Q8_0_BLOCK_BYTES
         if self.type in BLOCK_FORMATS:   # Q4_0 and the K-quants (tests/ref/kquant_np.py)

@@ -88,8 +88,12 @@ static int on_prompt(void *user, int n_reused) {
         progress_end(&g->bar);
     }
     if (g->prompt_cache) {
-        fprintf(stderr, "subq generate: prompt cache %s: %d of %d prompt tokens reused\n", g->prompt_cache, n_reused,
+        subq_context_stats st;
+        subq_context_get_stats(g->c, &st);
+        fprintf(stderr, "subq generate: prompt cache %s: %d of %d prompt tokens reused", g->prompt_cache, n_reused,
                 g->n_prompt);
+        if (st.index_tokens_linked > 0) fprintf(stderr, " (HNSW graphs of %lld read)", (long long)st.index_tokens_linked);
+        fputc('\n', stderr);
         if (n_reused < g->n_prompt) g->save_status = subq_context_save(g->c, g->prompt_cache, &g->err);
     }
     return g->save_status != SUBQ_OK || stop_signal;
@@ -175,7 +179,12 @@ int cmd_generate(int argc, char **argv) {
             goto done;
         }
         n_held = subq_context_n_past(c);
-        fprintf(stderr, "subq generate: KV file %s: %d tokens held\n", mo.kv_file, n_held);
+        subq_context_stats st;
+        subq_context_get_stats(c, &st);
+        fprintf(stderr, "subq generate: KV file %s: %d tokens held", mo.kv_file, n_held);
+        if (st.index_tokens_linked > 0) /* else rebuilt from the keys (or no graph) */
+            fprintf(stderr, " (HNSW graphs of %lld read from %s.hnsw)", (long long)st.index_tokens_linked, mo.kv_file);
+        fputc('\n', stderr);
     }
     const int continuing = n_held > 0 && !prompt_given && !kv_reset;
     if (continuing) {
