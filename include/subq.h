@@ -264,6 +264,10 @@ typedef struct subq_kv_file_info {
                                    0: none */
     int n_head_major_layers;    /* layers laid out head-major (those its plan ran dense, read
                                    whole); the others slot-major */
+    int n_graph_layers;         /* FILE.hnsw beside it (README, "KV files"): the layers whose HNSW
+                                   graphs it holds and the tokens they cover, as it says (a resume
+                                   checks them); 0: none */
+    int n_graph_tokens;
 } subq_kv_file_info;
 /* Read a KV file's header without a model. It takes no lock: beside a
  * process that writes the file it reads the header that process last

@@ -33,6 +33,7 @@ subq_status subq_kv_file_inspect(const char *path, int verify, subq_kv_file_info
     header_info(f, info);
     info->file_bytes = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
     info->writer_pid = kv_file_writer(f);
+    context_indexes_info(path, &info->n_graph_layers, &info->n_graph_tokens);
     if (verify) {
         const double t0 = time_now_s();
         s = kv_file_verify(f, 0, info->n_committed, err);
@@ -57,5 +58,6 @@ subq_status subq_context_kv_file_info(const subq_context *c, subq_kv_file_info *
     memset(info, 0, sizeof *info);
     if (!c->kv.file) return subq_fail(err, SUBQ_ERR_ARG, "the context has no KV file");
     header_info(c->kv.file, info);
+    context_indexes_info(kv_file_path(c->kv.file), &info->n_graph_layers, &info->n_graph_tokens);
     return SUBQ_OK;
 }

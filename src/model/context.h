@@ -74,6 +74,8 @@ subq_status context_add_indexes(gguf_writer *w, const subq_context *c, int *n_ad
 const gguf_tensor *context_find_index(const gguf_file *f, int l);
 subq_status context_save_indexes(const subq_context *c, subq_error *err);
 gguf_file *context_open_indexes(const subq_context *c);
+/* What FILE.hnsw beside KV file kv_path says it holds (0, 0: none). */
+void context_indexes_info(const char *kv_path, int *n_layers, int *n_tokens);
 
 /* Forward n tokens with explicit positions and segment (document) ids
  * (either may be NULL: positions continue from the cache, segment 0).

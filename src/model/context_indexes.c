@@ -36,8 +36,7 @@ const gguf_tensor *context_find_index(const gguf_file *f, int l) {
 }
 
 /* FILE.hnsw (malloc'd), or NULL when out of memory */
-static char *indexes_path(const kv_file *f) {
-    const char *path = kv_file_path(f);
+static char *indexes_path(const char *path) {
     const size_t n = strlen(path);
     char *p = malloc(n + sizeof ".hnsw");
     if (p) {
@@ -50,7 +49,7 @@ static char *indexes_path(const kv_file *f) {
 subq_status context_save_indexes(const subq_context *c, subq_error *err) {
     if (!c->kv.file || !c->file_writable || c->kv.n_used == 0) return SUBQ_OK;
     gguf_writer *w = gguf_writer_new();
-    char *path = indexes_path(c->kv.file);
+    char *path = indexes_path(kv_file_path(c->kv.file));
     int n_index = 0;
     subq_status s = SUBQ_OK;
     if (!w || !path || gguf_writer_set_u32(w, "subq.indexes.version", INDEXES_VERSION) ||
@@ -63,11 +62,27 @@ subq_status context_save_indexes(const subq_context *c, subq_error *err) {
     return s;
 }
 
-gguf_file *context_open_indexes(const subq_context *c) {
-    char *path = indexes_path(c->kv.file);
+/* FILE.hnsw of KV file `path` opened, or NULL (none, or not a GGUF file) */
+static gguf_file *open_indexes(const char *kv_path) {
+    char *path = indexes_path(kv_path);
     gguf_file *f = NULL;
     subq_error ignored;
     if (path && access(path, R_OK) == 0 && gguf_open(path, &f, &ignored)) f = NULL;
     free(path);
     return f;
+}
+
+gguf_file *context_open_indexes(const subq_context *c) { return open_indexes(kv_file_path(c->kv.file)); }
+
+void context_indexes_info(const char *kv_path, int *n_layers, int *n_tokens) {
+    gguf_file *f = open_indexes(kv_path);
+    uint32_t n = 0;
+    subq_error ignored;
+    *n_layers = *n_tokens = 0;
+    if (f && !gguf_get_u32(f, "subq.indexes.n_past", &n, &ignored) && n <= INT32_MAX) {
+        for (uint64_t i = 0; i < f->n_tensors; i++)
+            *n_layers += !strncmp(f->tensors[i].name, "index.", 6);
+        *n_tokens = *n_layers ? (int)n : 0;
+    }
+    gguf_close(f);
 }

@@ -9,7 +9,8 @@ about 1,500 tokens and greedy decoding:
     says it read the graphs of the prompt's tokens and writes the bytes the
     first run wrote; with its indexes damaged (a byte flipped: their checksums) it
     says nothing of graphs, rebuilds them and writes the same bytes;
-  - --kv-file F: F.hnsw is written when a run ends; a resume says it read
+  - --kv-file F: F.hnsw is written when a run ends (`info --kv-file` counts
+    its graphs and their tokens); a resume says it read
     the graphs of the tokens F holds and continues with the bytes a resume
     without F.hnsw (graphs rebuilt) gives, and both leave byte-identical
     F.hnsw files (a graph read and grown equals one built by inserts); an
@@ -19,6 +20,7 @@ about 1,500 tokens and greedy decoding:
     from the keys: the same bytes (nothing blocks on the FIFO).
 """
 
+import json
 import os
 import re
 import shutil
@@ -100,6 +102,10 @@ def check_kv_file(ck, common, prompt, tmp):
     f = path("f.kv")
     generate(common + ["-f", prompt, "--kv-file", f])
     ck.check("kv file: FILE.hnsw written at the end", os.path.exists(f + ".hnsw"))
+    meta = json.loads(rc.run_subq(["info", "--kv-file", f, "--json"]))
+    ck.check("kv file: info counts its graphs", meta["n_graph_layers"] == meta["n_search_layers"] > 0 and
+             meta["n_graph_tokens"] == meta["n_committed"], "%d layers over %d tokens; %d sparse layers, %d tokens"
+             % (meta["n_graph_layers"], meta["n_graph_tokens"], meta["n_search_layers"], meta["n_committed"]))
     copy(f, path("f1.kv"), f + ".hnsw")  # the session and its graphs after the prompt
     shutil.copyfile(f + ".hnsw", path("older.hnsw"))
 

@@ -122,7 +122,7 @@ static int print_kv_file(const char *cmd, const char *path, int verify, int json
         printf(", \"header_damaged\": %s", k.header_damaged ? "true" : "false");
         if (k.header_damaged && k.n_committed_newest >= 0) printf(", \"n_committed_newest\": %d", k.n_committed_newest);
         if (k.writer_pid) printf(", \"writer_pid\": %ld", k.writer_pid);
-        printf("}\n");
+        printf(", \"n_graph_layers\": %d, \"n_graph_tokens\": %d}\n", k.n_graph_layers, k.n_graph_tokens);
         return 0;
     }
     printf("%s: KV file of model %s, %s cache, %d of %d tokens committed%s, %.2f GB\n", path, fp,
@@ -132,6 +132,11 @@ static int print_kv_file(const char *cmd, const char *path, int verify, int json
            k.head_dim, k.n_vocab, k.n_search_layers);
     printf("  rows: %d layers head-major (read whole), %d slot-major (read where retrieval points)\n",
            k.n_head_major_layers, k.n_layer - k.n_head_major_layers);
+    if (k.n_graph_layers > 0)
+        printf("  HNSW graphs of %d layers over %d tokens in %s.hnsw (%s)\n", k.n_graph_layers, k.n_graph_tokens,
+               path, k.n_graph_tokens > k.n_committed ? "more than committed: a resume rebuilds them"
+                     : k.n_graph_tokens < k.n_committed ? "a resume reads them and inserts the tokens after"
+                                                         : "a resume reads them");
     if (k.writer_pid > 0) printf("  in use by process %ld: what it has committed so far\n", k.writer_pid);
     else if (k.writer_pid) printf("  in use by another process: what it has committed so far\n");
     if (verify) printf("  verified: %d slots in %.2f s\n", k.n_committed, k.verify_s);
