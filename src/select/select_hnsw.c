@@ -85,15 +85,19 @@ static float content_lead(const float *x, int dc, subq_score score) {
 static const void *stored_row(hnsw_sel *h, const float *row, int normalize) {
     const select_ann *a = &h->ann;
     float *x = h->row + a->lead;
+    const int dc = a->d_graph - a->lead; /* the dims the lead completes */
     if (normalize) select_prepare(x, row, a->d, a->score);
     else if (a->lead || a->f16) memcpy(x, row, (size_t)a->d * sizeof(float));
     else return row;
-    if (a->lead && a->f16)
-        for (int i = 0; i < a->d; i++) x[i] = fp16_to_fp32(fp32_to_fp16(x[i]));
-    for (int i = 0; i < a->lead; i++) h->row[i] = i ? 0.0f : content_lead(x, a->d_graph - a->lead, a->score);
-    if (!a->f16) return h->row;
-    for (int i = 0; i < a->lead + a->d; i++) h->row16[i] = fp32_to_fp16(h->row[i]);
-    return h->row16;
+    if (a->f16) kernels_get()->f32_to_f16(x, h->row16 + a->lead, a->d);
+    if (a->lead) {
+        if (a->f16)
+            for (int i = 0; i < dc; i++) x[i] = fp16_to_fp32(h->row16[a->lead + i]);
+        for (int i = 0; i < a->lead; i++) h->row[i] = i ? 0.0f : content_lead(x, dc, a->score);
+        if (a->f16)
+            for (int i = 0; i < a->lead; i++) h->row16[i] = fp32_to_fp16(h->row[i]);
+    }
+    return a->f16 ? (const void *)h->row16 : h->row;
 }
 
 /* The index of a sequence's first keys: room for the whole cache's slots
