@@ -185,6 +185,15 @@ int select_scan_topk(selector *s, const select_rows *rows, int n, const select_m
 int select_scan_topk_range(selector *s, const select_rows *rows, int n, int from, int to, const select_mask *m, int k,
                            int sorted, select_scratch *sc, int32_t *out, float *scores);
 
+/* Whether a scan of n rows is split across threads: with more than one,
+ * from 8192 rows that read 2 MiB or more. Below that the split cost more
+ * than it saved (the 4K fixture's decode, 7 layers a step, 2 threads: at
+ * 16K keys, int4 codes, 1.1 MB a scan, 0.76-0.81 ms of selection a step
+ * whole against 0.87-1.18 split, and beside two busy loops 1.0-1.2 against
+ * 1.9-2.5; at 32K, 2.2 MB, even; f16 keys at 16K, 4.2 MB, 1.12-1.38 whole
+ * against 0.79-1.03 split). */
+int select_scan_split(const selector *s, const select_rows *rows, int n);
+
 /* select_scan_topk over s->params.n_threads contiguous parts of the slots,
  * each with its own buffer, merged at the end (the same result). */
 int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
@@ -194,7 +203,7 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
  * rows of rows->q, rows->d apart, and below rows->far_hi those of
  * rows->q_far; over codes rows->cq[i] and rows->cq_far[i]; rows with a
  * contiguous kernel): each run of rows read once for the g, split across
- * threads as select_scan_topk_parallel splits one query's from 8192 slots.
+ * threads as select_scan_topk_parallel splits one query's (select_scan_split).
  * Query i's slots to out + i * k, its count to got[i]; returns 0, or -1
  * when out of memory. */
 #define SELECT_GROUP_MAX 8

@@ -276,6 +276,10 @@ static int merge_parts(const selector *s, int k, int n_parts, const float *best,
     return n_out;
 }
 
+int select_scan_split(const selector *s, const select_rows *rows, int n) {
+    return s->params.n_threads > 1 && n >= 8192 && (size_t)n * rows->row_bytes >= ((size_t)2 << 20);
+}
+
 int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
                               int32_t *out) {
     if (k <= 0) return 0;
@@ -425,7 +429,7 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     if (k <= 0 || g <= 0) return 0;
     if (g > SELECT_GROUP_MAX) return -1;
     /* split as select_scan_topk_parallel splits one query's scan */
-    const int n_parts = s->params.n_threads > 1 && n >= 8192 ? 2 * pool_threads(s->env.pool) : 1;
+    const int n_parts = select_scan_split(s, rows, n) ? 2 * pool_threads(s->env.pool) : 1;
     int64_t read = 0, scored = 0;
     if (n_parts == 1) {
         select_scratch sc = {0};
