@@ -154,10 +154,11 @@ static void run(int f16, subq_score score, int far_rot, const float *keys, const
     do {                                                                                                               \
         memcpy(b, graph, bytes);                                                                                       \
         mend;                                                                                                          \
-        refused(what, b, bytes, want, f16, score, far_rot, seed, stored, n_keys, orig, f16, q, m);                          \
+        refused(what, b, bytes, want, f16, score, far_rot, seed, stored, n_keys, orig, f16, q, m);                     \
     } while (0)
     refused("truncated", graph, bytes - 4, SUBQ_ERR_FORMAT, f16, score, far_rot, 7, stored, N, orig, f16, q, m);
-    refused("header only", graph, HNSW_GRAPH_HEADER, SUBQ_ERR_FORMAT, f16, score, far_rot, 7, stored, N, orig, f16, q, m);
+    refused("header only", graph, HNSW_GRAPH_HEADER, SUBQ_ERR_FORMAT, f16, score, far_rot, 7, stored, N, orig, f16, q,
+            m);
     BAD("a damaged word", SUBQ_ERR_FORMAT, 7, N, set_word(b, level0 + 5, word(b, level0 + 5) ^ 1));
     BAD("an id past the end", SUBQ_ERR_FORMAT, 7, N, (set_word(b, level0 + 1, N), fix_crc(b, bytes)));
     BAD("a list longer than M", SUBQ_ERR_FORMAT, 7, N, (set_word(b, level0 + words0, 2 * 8 + 1), fix_crc(b, bytes)));
@@ -174,7 +175,8 @@ static void run(int f16, subq_score score, int far_rot, const float *keys, const
     uint32_t m16 = 16;
     BAD("another M", SUBQ_ERR_MISMATCH, 7, N, memcpy(b + H_M, &m16, 4));
     BAD("another seed", SUBQ_ERR_MISMATCH, 8, N, (void)0);
-    refused("another element size", graph, bytes, SUBQ_ERR_MISMATCH, !f16, score, far_rot, 7, stored, N, orig, f16, q, m);
+    refused("another element size", graph, bytes, SUBQ_ERR_MISMATCH, !f16, score, far_rot, 7, stored, N, orig, f16, q,
+            m);
     BAD("more elements than keys", SUBQ_ERR_RANGE, 7, N - 1, (void)0);
     uint64_t seed8 = 8;
     BAD("levels another seed drew", SUBQ_ERR_MISMATCH, 8, N, memcpy(b + H_SEED, &seed8, 8));

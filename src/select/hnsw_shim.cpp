@@ -410,7 +410,8 @@ extern "C" int hnsw_shim_load_graph(hnsw_shim *h, size_t count, const uint32_t *
                                     char *msg, size_t msg_cap) {
     try {
         Hnsw *ix = h->index.get();
-        if (ix->cur_element_count != 0 || h->next_level >= 0) return shim_fail(msg, msg_cap, 2, "the index is not empty");
+        if (ix->cur_element_count != 0 || h->next_level >= 0)
+            return shim_fail(msg, msg_cap, 2, "the index is not empty");
         if (count > ix->max_elements_) {
             ix->resizeIndex(count);
             advise(ix);
@@ -424,7 +425,8 @@ extern "C" int hnsw_shim_load_graph(hnsw_shim *h, size_t count, const uint32_t *
                 const int again = ix->getRandomLevel(ix->mult_);
                 if (drawn == 0) level = again;
             }
-            if ((uint32_t)level != levels[i]) return shim_fail(msg, msg_cap, 2, "the graph was not built with this seed");
+            if ((uint32_t)level != levels[i])
+                return shim_fail(msg, msg_cap, 2, "the graph was not built with this seed");
         }
         const size_t words0 = 1 + ix->maxM0_, words = 1 + ix->maxM_;
         for (size_t i = 0; i < count; i++) {

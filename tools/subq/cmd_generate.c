@@ -92,7 +92,8 @@ static int on_prompt(void *user, int n_reused) {
         subq_context_get_stats(g->c, &st);
         fprintf(stderr, "subq generate: prompt cache %s: %d of %d prompt tokens reused", g->prompt_cache, n_reused,
                 g->n_prompt);
-        if (st.index_tokens_linked > 0) fprintf(stderr, " (HNSW graphs of %lld read)", (long long)st.index_tokens_linked);
+        if (st.index_tokens_linked > 0)
+            fprintf(stderr, " (HNSW graphs of %lld read)", (long long)st.index_tokens_linked);
         fputc('\n', stderr);
         if (n_reused < g->n_prompt) g->save_status = subq_context_save(g->c, g->prompt_cache, &g->err);
     }
