@@ -210,6 +210,8 @@ subq_context_params subq_context_default_params(void);
 uint64_t subq_kv_cache_bytes(const subq_model *m, const subq_context_params *p);
 subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_context **out,
                              subq_error *err);
+/* With a KV file: commits what the context holds and writes its HNSW
+ * graphs to FILE.hnsw (atomically; on failure the next resume rebuilds). */
 void subq_context_free(subq_context *c);
 /* Forget all cached tokens (and every sparse layer's index). */
 void subq_context_reset(subq_context *c);
@@ -217,9 +219,10 @@ void subq_context_reset(subq_context *c);
 int subq_context_n_past(const subq_context *c);
 /* With a KV file: take up the tokens it has committed, as the last run
  * left them (KV rows in place, indexes rebuilt from the stored search keys,
- * last logits when stored). Set the attention plan the file was written
- * with first (another is SUBQ_ERR_MISMATCH). A context without a file, or
- * a new file, resumes nothing. */
+ * last logits when stored; HNSW graphs read from FILE.hnsw beside it as far
+ * as they cover, when they check out). Set the attention plan the file was
+ * written with first (another is SUBQ_ERR_MISMATCH). A context without a
+ * file, or a new file, resumes nothing. */
 subq_status subq_context_resume(subq_context *c, subq_error *err);
 /* With a KV file: commit now (rows flushed to disk, then the header that
  * counts them). A context commits by itself after decodes, at most once a
@@ -303,17 +306,20 @@ const float *subq_context_last_logits(const subq_context *c);
 subq_status subq_context_truncate(subq_context *c, int n_keep, subq_error *err);
 /* Save the cached tokens to a session file (atomically): the model's
  * fingerprint, context size, KV type, attention plan, token ids, KV rows,
- * the sparse layers' search keys and the last logits when known. */
+ * the sparse layers' search keys, their HNSW graphs and the last logits
+ * when known. */
 subq_status subq_context_save(const subq_context *c, const char *path, subq_error *err);
 /* Replace what c holds by a session file's tokens. A file of another
  * model, KV type or attention plan, or (Phi-3's LongRoPE) saved from a
  * context whose size took the other factors, is SUBQ_ERR_MISMATCH; more tokens than
- * the context holds SUBQ_ERR_RANGE. The indexes are rebuilt from the stored
- * keys, so decoding continues as it would have in the saved context. On
- * failure c is empty. */
+ * the context holds SUBQ_ERR_RANGE. HNSW graphs are read back (a graph
+ * that does not check out is rebuilt) and the other indexes rebuilt from
+ * the stored keys, so decoding continues as it would have in the saved
+ * context. On failure c is empty. */
 subq_status subq_context_load(subq_context *c, const char *path, subq_error *err);
 /* Replace what dst holds by src's cached tokens, KV rows and last logits,
- * with dst's own attention plan: its indexes are rebuilt over those rows,
+ * with dst's own attention plan: its indexes are rebuilt over those rows
+ * (a layer whose plan is src's takes src's HNSW graph as it is),
  * search keys taken from src's layer of the same projections, score and
  * key storage (a sparse layer of dst with a search space needs one:
  * SUBQ_ERR_MISMATCH). One
