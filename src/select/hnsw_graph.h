@@ -1,5 +1,6 @@
 /* An HNSW graph saved without its vectors: the hnsw selector's index in a
- * session file, so that a resume links its keys again instead of inserting
+ * session file or beside a KV file (model/context_indexes.c), so that a
+ * resume links its keys again instead of inserting
  * them one by one (5 s of the 4K fixture's resume at 32K, 23 s at 128K).
  * The vectors are not saved: the loader has the search keys and makes them
  * again.
