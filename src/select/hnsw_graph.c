@@ -129,8 +129,8 @@ subq_status hnsw_graph_check(const void *bytes, size_t n_bytes, const hnsw_graph
                 return subq_fail(err, SUBQ_ERR_FORMAT, "HNSW graph element %llu has a bad link list at level %u",
                                  (unsigned long long)i, l);
     }
-    *out = (hnsw_graph_view){.count = count, .upper_words = upper, .crc_vectors = get32(h, H_CRC_VECTORS),
-                             .levels = levels, .level0 = level0, .upper = up};
+    *out = (hnsw_graph_view){.count = count, .crc_vectors = get32(h, H_CRC_VECTORS), .levels = levels,
+                             .level0 = level0, .upper = up};
     return SUBQ_OK;
 }
 

@@ -40,7 +40,7 @@ typedef struct {
 
 /* A checked graph inside its bytes. */
 typedef struct {
-    size_t count, upper_words;
+    size_t count;
     uint32_t crc_vectors;
     const uint32_t *levels, *level0, *upper;
 } hnsw_graph_view;

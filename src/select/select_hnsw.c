@@ -179,9 +179,7 @@ static hnsw_graph_params graph_params(const hnsw_sel *h) {
 }
 
 static subq_status hnsw_get_index(const selector *s, void **graph, size_t *bytes, subq_error *err) {
-    const hnsw_sel *h = (const hnsw_sel *)s;
-    *graph = NULL;
-    *bytes = 0;
+    const hnsw_sel *h = (const hnsw_sel *)s; /* *graph NULL already (selector_get_index) */
     if (!h->ann.ix) return SUBQ_OK;
     const hnsw_graph_params p = graph_params(h);
     return hnsw_graph_save(h->ann.ix, &p, graph, bytes, err);

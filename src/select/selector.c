@@ -374,12 +374,17 @@ void selector_stored_form(const selector *s, const float *src, float *dst) {
         select_prepare(dst + (size_t)b * ds, src + (size_t)b * ds, ds, s->params.plan.score);
 }
 
-subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
-    double t0 = time_now_s();
-    subq_status rc = s->ops->put_keys ? s->ops->put_keys(s, keys, n, slot0, err) : s->ops->append(s, NULL, n, slot0, err);
+/* A put of n slots begun at t0 that returned rc, counted as appends. */
+static subq_status counted_put(selector *s, int n, double t0, subq_status rc) {
     s->stats.t_append_s += time_now_s() - t0;
     if (!rc) s->stats.n_appended += n;
     return rc;
+}
+
+subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err) {
+    double t0 = time_now_s();
+    return counted_put(s, n, t0, s->ops->put_keys ? s->ops->put_keys(s, keys, n, slot0, err)
+                                                  : s->ops->append(s, NULL, n, slot0, err));
 }
 
 subq_status selector_get_index(const selector *s, void **index, size_t *bytes, subq_error *err) {
@@ -390,10 +395,7 @@ subq_status selector_get_index(const selector *s, void **index, size_t *bytes, s
 
 subq_status selector_put_index(selector *s, const float *keys, int n, const void *index, size_t bytes,
                                subq_error *err) {
-    if (!s->ops->put_index) return selector_put_keys(s, keys, n, 0, err);
+    if (!index || !s->ops->put_index) return selector_put_keys(s, keys, n, 0, err);
     double t0 = time_now_s();
-    subq_status rc = s->ops->put_index(s, keys, n, index, bytes, err);
-    s->stats.t_append_s += time_now_s() - t0;
-    if (!rc) s->stats.n_appended += n;
-    return rc;
+    return counted_put(s, n, t0, s->ops->put_index(s, keys, n, index, bytes, err));
 }

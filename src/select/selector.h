@@ -291,7 +291,8 @@ subq_status selector_get_keys(const selector *s, int n, float *dst, subq_error *
  * (each head normalised for cosine; f32), from the form append takes. */
 void selector_stored_form(const selector *s, const float *src, float *dst);
 subq_status selector_put_keys(selector *s, const float *keys, int n, int slot0, subq_error *err);
-/* get_index / put_index (ops above); without them, no index (NULL) and put_keys. */
+/* get_index / put_index (ops above); without them, or without an index, no
+ * index (NULL) and put_keys. */
 subq_status selector_get_index(const selector *s, void **index, size_t *bytes, subq_error *err);
 subq_status selector_put_index(selector *s, const float *keys, int n, const void *index, size_t bytes,
                                subq_error *err);

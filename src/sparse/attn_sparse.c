@@ -609,16 +609,13 @@ static subq_status sparse_restore(attn_stage *st, const kv_cache *kv, const floa
     sparse_stage *s = as_sparse(st);
     if (!s) return SUBQ_OK;
     if (s->d_search > 0 && !keys) return subq_fail(err, SUBQ_ERR_ARG, "restoring a sparse layer needs its search keys");
-    subq_status rc = index ? selector_put_index(s->sel, keys, n, index, index_bytes, err)
-                           : selector_put_keys(s->sel, s->d_search > 0 ? keys : NULL, n, 0, err);
+    subq_status rc = selector_put_index(s->sel, s->d_search > 0 ? keys : NULL, n, index, index_bytes, err);
     if (!rc && s->probe.shadow) rc = selector_put_keys(s->probe.shadow, keys, n, 0, err);
     return rc ? rc : completion_replay(s, kv, n, err);
 }
 
 static subq_status sparse_get_index(const attn_stage *st, void **index, size_t *bytes, subq_error *err) {
     const sparse_stage *s = as_sparse(st);
-    *index = NULL;
-    *bytes = 0;
     return s ? selector_get_index(s->sel, index, bytes, err) : SUBQ_OK;
 }
 
