@@ -1,7 +1,8 @@
 /* exact selector == brute force (double-precision cosine or dot product,
  * full sort) on random keys, chunked appends and random masks (segments,
  * exclusions, n_slots beyond the appended keys), with f32 and f16 key
- * storage; the compressed int8 / int4 scans with recall@K >= 0.99 against
+ * storage; the compressed int8 / int4 scans (and auto past 2 MiB of keys,
+ * the full scan's answers below) with recall@K >= 0.99 against
  * the same brute force, and unchanged by a get_keys + put_keys round trip;
  * keys whose scores peak at evenly spaced slots (where a long scan samples
  * its starting threshold, so that it starts too high and must scan again)
@@ -152,8 +153,8 @@ static void test_batch(selector *s, const float *keys, int d, int n, int f16, in
  * scans give each query what its own query gives (the same codes and
  * re-rank), best first, with recall@K >= 0.99 of the brute top K. */
 #define G_MAX 11
-static void test_group(selector *s, const float *keys, int d, int n, int f16, subq_scan scan, uint64_t *rng) {
-    const int k = 1 + (int)(rng_next_u64(rng) % 200), full = scan == SUBQ_SCAN_FULL;
+static void test_group(selector *s, const float *keys, int d, int n, int f16, int full, uint64_t *rng) {
+    const int k = 1 + (int)(rng_next_u64(rng) % 200);
     const double tol = f16 ? 2e-3 : 1e-5;
     float *q = malloc((size_t)G_MAX * d * sizeof(float));
     int32_t *seg = malloc((size_t)(n + 4) * sizeof(int32_t)), *out = malloc((size_t)G_MAX * k * sizeof(int32_t));
@@ -227,6 +228,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, subq_s
     p.plan.score = score;
     p.plan.scan = scan;
     p.n_threads = threads; /* 2 threads, >= 8192 keys that read >= 2 MiB: the split scan (select_scan_split) */
+    const int full = n < selector_scan_codes_from(&p); /* the keys read, not codes (auto: below 2 MiB of them) */
     char name[96];
     snprintf(name, sizeof name, "exact %s %s %s d=%d n=%d", f16 ? "f16" : "f32", select_score_name(score),
              select_scan_name(scan), d, n);
@@ -270,15 +272,15 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, subq_s
         wanted += kk;
         /* full scans: the score multisets agree: sorted returned scores == top of the brute sort */
         qsort(have, (size_t)got, sizeof(double), cmp_desc);
-        for (int i = 0; scan == SUBQ_SCAN_FULL && i < got && i < ne; i++) bad_score += fabs(have[i] - want[i]) > tol;
+        for (int i = 0; full && i < got && i < ne; i++) bad_score += fabs(have[i] - want[i]) > tol;
     }
     const double recall = wanted > 0 ? hits / wanted : 1.0;
     CHECK(bad_count == 0, "%s: %d queries returned the wrong count", name, bad_count);
     CHECK(bad_elig == 0, "%s: %d ineligible slots returned", name, bad_elig);
     CHECK(bad_score == 0, "%s: %d scores differ from brute force", name, bad_score);
     CHECK(bad_order == 0, "%s: %d results out of order", name, bad_order);
-    CHECK(recall >= (scan == SUBQ_SCAN_FULL ? 1.0 : 0.99), "%s: recall@K %.4f vs brute force", name, recall);
-    if (scan != SUBQ_SCAN_FULL) printf("%s: recall@K %.4f vs brute force (f64)\n", name, recall);
+    CHECK(recall >= (full ? 1.0 : 0.99), "%s: recall@K %.4f vs brute force", name, recall);
+    if (!full) printf("%s: recall@K %.4f vs brute force (f64)\n", name, recall);
     CHECK(s->stats.n_queries == 60 && s->stats.n_appended == n, "stats: %lld queries, %lld appended",
           (long long)s->stats.n_queries, (long long)s->stats.n_appended);
     CHECK(s->stats.bytes >= (size_t)n * d * (f16 ? 2 : 4), "stats.bytes %zu too small", s->stats.bytes);
@@ -287,12 +289,12 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, subq_s
     CHECK(s->stats.bytes_read > 0 && (double)s->stats.bytes_read <= 60.0 * n * row_max, "%s: bytes_read %lld",
           name, (long long)s->stats.bytes_read);
     /* long compressed scans read the codes, not the stored keys */
-    if (scan != SUBQ_SCAN_FULL && n >= 12000)
+    if (!full && n >= 12000)
         CHECK((double)s->stats.bytes_read < 0.6 * 60.0 * n * d * (f16 ? 2 : 4), "%s: bytes_read %lld: not the codes",
               name, (long long)s->stats.bytes_read);
     /* batches (a prefill's queries) scan the stored keys in full */
     if (score == SUBQ_SCORE_COSINE) test_batch(s, keys, d, n, f16, threads, &rng);
-    if (score == SUBQ_SCORE_COSINE) test_group(s, keys, d, n, f16, scan, &rng);
+    if (score == SUBQ_SCORE_COSINE) test_group(s, keys, d, n, f16, full, &rng);
 
     /* reset forgets the keys; a new sequence starts at slot 0 */
     selector_reset(s);
@@ -395,6 +397,74 @@ static void test_peaks(subq_scan scan) {
     free(have);
 }
 
+/* SUBQ_SCAN_AUTO reads the stored keys while a scan's keys come to less
+ * than 2 MiB and int4 codes from there: at 8191 f32 keys of 64 values its
+ * answers and bytes read equal the full scan's, from 8192 it reads the
+ * codes (about a seventh of the bytes); f16 keys switch at 16384, search
+ * vectors wider than SCAN_CODES_MAX_D never do. */
+static void test_auto(void) {
+    enum { D = 64, N = 8192, K = 64, Q = 20 };
+    selector_params p;
+    selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+    CHECK(p.plan.scan == SUBQ_SCAN_AUTO && selector_scan_codes_from(&p) == N, "auto, f32: codes from %lld keys",
+          (long long)selector_scan_codes_from(&p));
+    CHECK(!selector_params_approximate(&p, N - 1) && selector_params_approximate(&p, N),
+          "auto, f32: approximate from %d keys", N);
+    p.plan.search_f16 = 1;
+    CHECK(selector_scan_codes_from(&p) == 2 * N, "auto, f16: codes from %lld", (long long)selector_scan_codes_from(&p));
+    p.plan.scan = SUBQ_SCAN_INT4;
+    CHECK(selector_scan_codes_from(&p) == 0, "int4: codes from the start");
+    p.plan.scan = SUBQ_SCAN_FULL, p.plan.search_f16 = 0;
+    CHECK(selector_scan_codes_from(&p) == INT64_MAX && !selector_params_approximate(&p, INT64_MAX),
+          "full: never codes, not approximate");
+    selector_params_default(&p, SUBQ_SELECT_EXACT, SCAN_CODES_MAX_D + 1);
+    CHECK(selector_scan_codes_from(&p) == INT64_MAX, "auto wider than %d values: the keys", SCAN_CODES_MAX_D);
+    selector *wide = NULL;
+    subq_error err = {0};
+    CHECK(selector_new(&p, NULL, &wide, &err) == SUBQ_OK, "auto of any width: %s", err.msg);
+    selector_free(wide);
+
+    uint64_t rng = rng_seed(77);
+    float *keys = malloc((size_t)(N + 1) * D * sizeof(float)), q[D];
+    for (size_t i = 0; i < (size_t)(N + 1) * D; i++) keys[i] = rng_normal(&rng) + 0.3f;
+    selector *s[2] = {0}; /* auto, full */
+    for (int v = 0; v < 2; v++) {
+        selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+        p.plan.scan = v ? SUBQ_SCAN_FULL : SUBQ_SCAN_AUTO;
+        CHECK(selector_new(&p, NULL, &s[v], &err) == SUBQ_OK, "selector_new: %s", err.msg);
+        CHECK(selector_append(s[v], keys, N - 1, 0, &err) == SUBQ_OK, "append: %s", err.msg);
+    }
+    int32_t out[2][K];
+    int differ = 0;
+    uint64_t read[2];
+    select_mask all = {.n_slots = N + 1};
+    for (int it = 0; it < Q; it++) {
+        for (int c = 0; c < D; c++) q[c] = rng_normal(&rng) + 0.3f;
+        for (int v = 0; v < 2; v++) CHECK(selector_query(s[v], q, NULL, K, &all, out[v]) == K, "query below");
+        differ += memcmp(out[0], out[1], sizeof out[0]) != 0;
+    }
+    CHECK(differ == 0, "auto below 2 MiB: %d of %d answers differ from the full scan's", differ, Q);
+    CHECK(s[0]->stats.bytes_read == s[1]->stats.bytes_read, "auto below 2 MiB reads %llu bytes, full %llu",
+          (unsigned long long)s[0]->stats.bytes_read, (unsigned long long)s[1]->stats.bytes_read);
+    double hits = 0;
+    for (int v = 0; v < 2; v++) {
+        CHECK(selector_append(s[v], keys + (size_t)(N - 1) * D, 2, N - 1, &err) == SUBQ_OK, "append: %s", err.msg);
+        read[v] = s[v]->stats.bytes_read;
+    }
+    for (int it = 0; it < Q; it++) {
+        for (int c = 0; c < D; c++) q[c] = rng_normal(&rng) + 0.3f;
+        for (int v = 0; v < 2; v++) CHECK(selector_query(s[v], q, NULL, K, &all, out[v]) == K, "query from");
+        for (int i = 0; i < K; i++)
+            for (int j = 0; j < K; j++) hits += out[0][i] == out[1][j];
+    }
+    const double full_read = (double)(s[1]->stats.bytes_read - read[1]), auto_read = (double)(s[0]->stats.bytes_read - read[0]);
+    CHECK(auto_read < 0.25 * full_read, "auto from 2 MiB reads %.0f bytes, full %.0f: not the codes", auto_read,
+          full_read);
+    CHECK(hits >= 0.99 * Q * K, "auto from 2 MiB: recall@K %.4f of the full scan's", hits / (Q * K));
+    for (int v = 0; v < 2; v++) selector_free(s[v]);
+    free(keys);
+}
+
 static void test_names(void) {
     for (int k = 0; k < SUBQ_SELECT_COUNT; k++)
         CHECK(selector_kind_parse(selector_kind_name((subq_selector_kind)k)) == k, "kind %d name round trip", k);
@@ -431,6 +501,7 @@ static void test_names(void) {
 int main(void) {
     test_ranges();
     test_names();
+    test_auto();
     const subq_score cos = SUBQ_SCORE_COSINE, dot = SUBQ_SCORE_DOT;
     for (subq_scan scan = SUBQ_SCAN_FULL; scan < SUBQ_SCAN_COUNT; scan++) {
         test_exact(0, 64, 3000, 1, 1, cos, scan);

@@ -11,7 +11,9 @@
  * the stored keys, so the result is the full scan's whenever they include
  * its top K (measured in bench/bench_select.c; tests/test_select_exact.c
  * checks recall@K >= 0.99).
- * Sequences that fit in the re-rank pool are scanned in full. */
+ * Sequences that fit in the re-rank pool are scanned in full. SUBQ_SCAN_AUTO
+ * keeps int4 codes and scans them from selector_scan_codes_from keys (2 MiB
+ * of stored keys), the keys below that. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +35,9 @@ typedef struct exact_sel {
     float *qn, *row;    /* the query and one key in stored form */
     float *qf;          /* the query without its rotated dims (far keys: selector_params.far_rot) */
     select_scratch sc;
-    /* compressed scan (bits 8 or 4; 0: none) */
+    /* compressed scan (bits 8 or 4; 0: none), read from code_from keys */
     int bits;
+    int64_t code_from;
     size_t code_bytes;  /* bytes per row of codes */
     uint8_t *codes;     /* [cap][code_bytes] */
     float *code_scale;  /* [cap] each row's scale */
@@ -279,7 +282,7 @@ static int exact_query(selector *s, const float *q_search, const float *q_native
     const select_rows full = key_rows(e, e->qn, e->qf, far_hi);
     const int64_t want = select_rerank_pool(k);
     const int n_pool = want < e->count ? (int)want : e->count;
-    if (!e->bits || n_pool >= e->count) return scan(s, &full, e->count, m, k, 1, out);
+    if (!e->bits || n_pool >= e->count || e->count < e->code_from) return scan(s, &full, e->count, m, k, 1, out);
     /* the codes' best `pool` slots, re-ranked on the stored keys */
     if (n_pool > e->pool_cap) {
         int32_t *p = select_query_realloc(s, e->pool, (size_t)n_pool * sizeof(int32_t));
@@ -306,7 +309,8 @@ static int exact_query_group(selector *s, int g, const float *q_search, const fl
     for (int i = 0; i < g; i++) got[i] = 0;
     if (!q_search || e->count == 0) return 0;
     const int64_t want = select_rerank_pool(k);
-    const int n_pool = want < e->count ? (int)want : e->count, codes = e->bits && n_pool < e->count;
+    const int n_pool = want < e->count ? (int)want : e->count,
+              codes = e->bits && n_pool < e->count && e->count >= e->code_from;
     /* the prepared queries and their far forms; over codes, both coded, and each query's pool */
     float *qn = select_query_realloc(s, NULL, (size_t)2 * G * d * sizeof(float));
     scan_query *cq = codes ? select_query_realloc(s, NULL, (size_t)2 * G * sizeof(scan_query)) : NULL;
@@ -394,9 +398,9 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
      * f16 row for int4), as decode's scan does, unless its re-rank pool
      * would hold more than a quarter of the rows it scans (K = 2048 of
      * 4096: nearly every row would be scored twice, the second time
-     * scattered) */
-    const int use_codes =
-        !clusters && blocks && e->bits && select_rerank_pool(k) * 4 <= (int64_t)p->plan.nprobe * e->block;
+     * scattered), or under auto while it scans fewer keys than code_from */
+    const int64_t probed = (int64_t)p->plan.nprobe * e->block;
+    const int use_codes = !clusters && blocks && e->bits && select_rerank_pool(k) * 4 <= probed && probed >= e->code_from;
     scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * (far ? 2 : 1) * sizeof(scan_query)) : NULL;
     if (use_codes && !cq) {
         free(qn);
@@ -540,7 +544,8 @@ subq_status select_exact_new(const selector_params *p, const selector_env *env, 
     e->f16 = p->plan.search_f16 != 0;
     e->dot = e->f16 ? K->gather_dot_f16 : K->gather_dot_f32;
     e->scores = kernels_kv_decode_get(e->f16 ? SUBQ_KV_F16 : SUBQ_KV_F32).scores;
-    e->bits = p->plan.scan == SUBQ_SCAN_INT8 ? 8 : p->plan.scan == SUBQ_SCAN_INT4 ? 4 : 0;
+    e->code_from = selector_scan_codes_from(p);
+    e->bits = p->plan.scan == SUBQ_SCAN_INT8 ? 8 : e->code_from < INT64_MAX ? 4 : 0;
     e->code_bytes = e->bits ? scan_codes_row_bytes(e->bits, e->d) : 0;
     e->code_scores = scan_codes_scores();
     e->block = p->plan.nprobe > 0 && p->d_search <= SCAN_CODES_MAX_D ? p->plan.block_keys : 0;

@@ -44,7 +44,7 @@ int selector_kind_parse(const char *name) {
 }
 
 static const char *const score_names[SUBQ_SCORE_COUNT] = {"cosine", "dot"};
-static const char *const scan_names[SUBQ_SCAN_COUNT] = {"full", "int8", "int4"};
+static const char *const scan_names[SUBQ_SCAN_COUNT] = {"full", "int8", "int4", "auto"};
 
 static int parse_name(const char *const *names, int n, const char *name) {
     for (int i = 0; name && i < n; i++)
@@ -62,9 +62,23 @@ int selector_kind_available(subq_selector_kind k) { return kind_info(k) && kinds
 int selector_kind_needs_search(subq_selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
 int selector_kind_is_ann(subq_selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
-int selector_params_approximate(const selector_params *p) {
+/* AUTO: codes from SELECT_AUTO_CODE_BYTES of stored keys a scan. Below
+ * that a scan of the keys is as fast as one of int4 codes, whose re-rank
+ * and wider buffer (K + min(3K, 1536) slots) cost about 40 us a query
+ * (bench_select: f16 keys d 64 faster up to 12K keys, slower from 16K;
+ * f32 d 64 and f16 d 128 level near 8K). */
+int64_t selector_scan_codes_from(const selector_params *p) {
+    if (p->plan.selector != SUBQ_SELECT_EXACT || p->plan.scan == SUBQ_SCAN_FULL) return INT64_MAX;
+    if (p->plan.scan != SUBQ_SCAN_AUTO) return 0;
+    if (p->d_search <= 0 || p->d_search > SCAN_CODES_MAX_D) return INT64_MAX;
+    const int64_t row = (int64_t)p->d_search * (p->plan.search_f16 ? 2 : 4);
+    return (SELECT_AUTO_CODE_BYTES + row - 1) / row;
+}
+
+int selector_params_approximate(const selector_params *p, int64_t n_keys) {
     return selector_kind_is_ann(p->plan.selector) ||
-           (p->plan.selector == SUBQ_SELECT_EXACT && (p->plan.scan != SUBQ_SCAN_FULL || p->plan.search_f16));
+           (p->plan.selector == SUBQ_SELECT_EXACT && (p->plan.search_f16 || (selector_scan_codes_from(p) < INT64_MAX &&
+                                                                               n_keys >= selector_scan_codes_from(p))));
 }
 
 void selector_params_default(selector_params *p, subq_selector_kind kind, int d_search) {
@@ -72,7 +86,7 @@ void selector_params_default(selector_params *p, subq_selector_kind kind, int d_
     subq_attn_plan *s = &p->plan;
     s->selector = kind;
     s->score = SUBQ_SCORE_COSINE;
-    s->scan = SUBQ_SCAN_FULL;
+    s->scan = SUBQ_SCAN_AUTO;
     s->hnsw_m = 32;
     s->hnsw_ef_construction = 40;
     s->hnsw_ef_search = 64;
@@ -126,7 +140,8 @@ subq_status selector_new(const selector_params *params, const selector_env *env,
                          (int)p->plan.scan);
     if (ki->needs_search && p->d_search <= 0)
         return subq_fail(err, SUBQ_ERR_ARG, "selector %s needs search vectors (d_search %d)", name, p->d_search);
-    if (p->plan.selector == SUBQ_SELECT_EXACT && p->plan.scan != SUBQ_SCAN_FULL && p->d_search > SCAN_CODES_MAX_D)
+    if (p->plan.selector == SUBQ_SELECT_EXACT && (p->plan.scan == SUBQ_SCAN_INT8 || p->plan.scan == SUBQ_SCAN_INT4) &&
+        p->d_search > SCAN_CODES_MAX_D)
         return subq_fail(err, SUBQ_ERR_ARG, "selector exact: an %s scan takes search vectors of at most %d values (got %d)",
                          select_scan_name(p->plan.scan), SCAN_CODES_MAX_D, p->d_search);
     if (ki->ann && (p->plan.hnsw_m < 2 || p->plan.hnsw_m > 1024 || p->plan.hnsw_ef_construction <= 0 ||

@@ -314,10 +314,18 @@ int selector_kind_needs_search(subq_selector_kind k);
 /* 1 if the kind is an approximate index over the search space (hnsw,
  * faiss), whose recall is measured against exact. */
 int selector_kind_is_ann(subq_selector_kind k);
+/* The exact scan over SELECT_AUTO_CODE_BYTES of stored keys or more
+ * reads codes under SUBQ_SCAN_AUTO. */
+#define SELECT_AUTO_CODE_BYTES ((int64_t)2 << 20)
+/* How many keys the exact scan reads codes from (then re-ranks on the
+ * keys): 0 for int8 / int4, from SELECT_AUTO_CODE_BYTES of keys for auto
+ * (search vectors of at most SCAN_CODES_MAX_D values), INT64_MAX for full
+ * and for other kinds. */
+int64_t selector_scan_codes_from(const selector_params *p);
 /* 1 if a selector of these parameters may answer otherwise than the full
- * f32 scan by the same score (its recall is measured against that): the
- * ANN kinds, and exact over f16 keys or compressed codes. */
-int selector_params_approximate(const selector_params *p);
+ * f32 scan by the same score (its recall is measured against that) over at
+ * most n_keys keys: the ANN kinds, and exact over f16 keys or codes. */
+int selector_params_approximate(const selector_params *p, int64_t n_keys);
 void selector_params_default(selector_params *p, subq_selector_kind kind, int d_search);
 
 #endif

@@ -392,11 +392,14 @@ static int batch_reaches_far(const sparse_stage *s, const kv_cache *kv, int slot
 }
 
 /* TOKEN mode in one batch (attn_sparse.h): for selectors whose answer
- * under a mask does not depend on the keys the mask hides. */
+ * under a mask does not depend on the keys the mask hides (the exact scan
+ * while it reads the keys, not codes, for every key the cache can hold). */
 static int teacher_batchable(const sparse_stage *s) {
     const selector_params *sp = &s->p.select;
+    const kv_cache *kv = s->sel->env.kv;
+    const int64_t codes_from = selector_scan_codes_from(sp);
     return !s->comp && !s->per_head &&
-           ((sp->plan.selector == SUBQ_SELECT_EXACT && sp->plan.scan == SUBQ_SCAN_FULL) ||
+           ((sp->plan.selector == SUBQ_SELECT_EXACT && (codes_from == INT64_MAX || (kv && kv->n_ctx < codes_from))) ||
             sp->plan.selector == SUBQ_SELECT_ORACLE || sp->plan.selector == SUBQ_SELECT_WINDOW);
 }
 

@@ -275,7 +275,7 @@ subq_status sparse_metrics_measure(const sparse_measure *b, const kv_cache *kv, 
 subq_status sparse_probe_enable(sparse_probe *p, const selector_params *sel, const selector_env *env, int d_search,
                                 subq_error *err) {
     p->on = 1;
-    if (p->shadow || !selector_params_approximate(sel)) return SUBQ_OK;
+    if (p->shadow || !selector_params_approximate(sel, env && env->kv ? env->kv->n_ctx : INT64_MAX)) return SUBQ_OK;
     /* the reference: a full f32 scan by the same score, far keys without the rotated dims as the selector */
     selector_params ep;
     selector_params_default(&ep, SUBQ_SELECT_EXACT, d_search);

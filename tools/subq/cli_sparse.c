@@ -102,7 +102,7 @@ int cli_parse_sparse_opt(const char *cmd, int argc, char **argv, int *i, cli_spa
         if (!choice_value(cmd, argc, argv, i, subq_score_parse, "cosine or dot", &x)) return -1;
         p->score = (subq_score)x;
     } else if (!strcmp(a, "--scan")) {
-        if (!choice_value(cmd, argc, argv, i, subq_scan_parse, "full, int8 or int4", &x)) return -1;
+        if (!choice_value(cmd, argc, argv, i, subq_scan_parse, "full, int8, int4 or auto", &x)) return -1;
         p->scan = (subq_scan)x;
     } else if (!strcmp(a, "--nprobe")) {
         target = &p->nprobe, lo = 0, hi = 1 << 20;

@@ -51,9 +51,10 @@ typedef struct cli_sparse_opts {
     "                       per-kv-head (each KV head one top-K of its group's mean logit)\n" \
     "  --search-f16         store search keys in f16 (exact, hnsw)\n"                         \
     "  --score cosine|dot   rank search keys by cosine (default) or raw inner product\n"       \
-    "  --scan full|int8|int4  exact: scan the stored keys, or int8 / int4 codes of them\n"     \
-    "                       with their best K + min(3K, 1536) re-ranked on the stored\n"    \
-    "                       keys (default full)\n"                                          \
+    "  --scan full|int8|int4|auto  exact: scan the stored keys, or int8 / int4 codes of\n"    \
+    "                       them with their best K + min(3K, 1536) re-ranked on the stored\n" \
+    "                       keys; auto: the keys below 2 MiB a scan, int4 codes from there\n" \
+    "                       (default auto)\n"                                                \
     "  --nprobe N           exact, sparse prefill: rank blocks of keys by their mean key and\n" \
     "                       scan the keys of the N best only (default 64; 0: every key)\n"    \
     "  --block-keys N       keys per block of --nprobe (default 64)\n"                         \
