@@ -227,7 +227,7 @@ static void test_exact(int f16, int d, int n, uint64_t seed, int threads, subq_s
     p.plan.search_f16 = f16;
     p.plan.score = score;
     p.plan.scan = scan;
-    p.n_threads = threads; /* 2 threads, >= 8192 keys that read >= 2 MiB: the split scan (select_scan_split) */
+    p.n_threads = threads; /* 2 threads, >= 8192 keys that read >= 2 MiB (codes 4 MiB): the split scan */
     const int full = n < selector_scan_codes_from(&p); /* the keys read, not codes (auto: below 2 MiB of them) */
     char name[96];
     snprintf(name, sizeof name, "exact %s %s %s d=%d n=%d", f16 ? "f16" : "f32", select_score_name(score),
@@ -512,7 +512,7 @@ int main(void) {
         test_exact(0, 64, 20000, 6, 2, cos, scan);
         test_exact(1, 32, 12000, 7, 2, cos, scan);
         test_exact(0, 128, 20000, 8, 2, dot, scan);
-        if (scan == SUBQ_SCAN_INT4) test_exact(0, 128, 32000, 9, 2, cos, scan); /* codes of 2 MiB: split */
+        if (scan == SUBQ_SCAN_INT4) test_exact(0, 256, 32000, 9, 2, cos, scan); /* codes of 4 MiB: split */
         test_put_keys(scan, scan == SUBQ_SCAN_INT4);
         test_peaks(scan);
     }

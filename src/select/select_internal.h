@@ -186,12 +186,15 @@ int select_scan_topk_range(selector *s, const select_rows *rows, int n, int from
                            int sorted, select_scratch *sc, int32_t *out, float *scores);
 
 /* Whether a scan of n rows is split across threads: with more than one,
- * from 8192 rows that read 2 MiB or more. Below that the split cost more
- * than it saved (the 4K fixture's decode, 7 layers a step, 2 threads: at
- * 16K keys, int4 codes, 1.1 MB a scan, 0.76-0.81 ms of selection a step
- * whole against 0.87-1.18 split, and beside two busy loops 1.0-1.2 against
- * 1.9-2.5; at 32K, 2.2 MB, even; f16 keys at 16K, 4.2 MB, 1.12-1.38 whole
- * against 0.79-1.03 split). */
+ * from 8192 rows that read 2 MiB or more of keys, 4 MiB or more of codes.
+ * Below that the split cost more than it saved (the 4K fixture's decode, 7
+ * layers a step, 2 threads: at 16K keys, int4 codes, 1.1 MB a scan,
+ * 0.76-0.81 ms of selection a step whole against 0.87-1.18 split, and
+ * beside two busy loops 1.0-1.2 against 1.9-2.5; f16 keys at 16K, 4.2 MB,
+ * 1.12-1.38 whole against 0.79-1.03 split. The Qwen3-0.6B shape at 32K,
+ * int4 codes of 2.2 MB, 24 layers: 5.5-6.8 ms whole against 7.9-8.5 split
+ * in three rounds; the fixture at 128K, 5.2 MB of codes: 2.8-3.5 whole
+ * against 2.6-3.1 split). */
 int select_scan_split(const selector *s, const select_rows *rows, int n);
 
 /* select_scan_topk over s->params.n_threads contiguous parts of the slots,

@@ -277,7 +277,8 @@ static int merge_parts(const selector *s, int k, int n_parts, const float *best,
 }
 
 int select_scan_split(const selector *s, const select_rows *rows, int n) {
-    return s->params.n_threads > 1 && n >= 8192 && (size_t)n * rows->row_bytes >= ((size_t)2 << 20);
+    const size_t from = rows->code_scores ? (size_t)4 << 20 : (size_t)2 << 20;
+    return s->params.n_threads > 1 && n >= 8192 && (size_t)n * rows->row_bytes >= from;
 }
 
 int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
