@@ -435,7 +435,9 @@ typedef enum subq_score { SUBQ_SCORE_COSINE = 0, SUBQ_SCORE_DOT, SUBQ_SCORE_COUN
  * default) reads the keys while a scan's keys come to less than 2 MiB and
  * int4 codes from there, where they are faster (recall@K against the full
  * scan >= 0.999 on clustered keys; search vectors wider than 1024: the keys). */
-typedef enum subq_scan { SUBQ_SCAN_FULL = 0, SUBQ_SCAN_INT8, SUBQ_SCAN_INT4, SUBQ_SCAN_AUTO, SUBQ_SCAN_COUNT } subq_scan;
+typedef enum subq_scan {
+    SUBQ_SCAN_FULL = 0, SUBQ_SCAN_INT8, SUBQ_SCAN_INT4, SUBQ_SCAN_AUTO, SUBQ_SCAN_COUNT
+} subq_scan;
 /* "cosine" / "dot", "full" / "int8" / "int4" / "auto" -> the value; -1 when unknown. */
 int subq_score_parse(const char *name);
 const char *subq_score_name(subq_score s);

@@ -457,7 +457,8 @@ static void test_auto(void) {
         for (int i = 0; i < K; i++)
             for (int j = 0; j < K; j++) hits += out[0][i] == out[1][j];
     }
-    const double full_read = (double)(s[1]->stats.bytes_read - read[1]), auto_read = (double)(s[0]->stats.bytes_read - read[0]);
+    const double full_read = (double)(s[1]->stats.bytes_read - read[1]);
+    const double auto_read = (double)(s[0]->stats.bytes_read - read[0]);
     CHECK(auto_read < 0.25 * full_read, "auto from 2 MiB reads %.0f bytes, full %.0f: not the codes", auto_read,
           full_read);
     CHECK(hits >= 0.99 * Q * K, "auto from 2 MiB: recall@K %.4f of the full scan's", hits / (Q * K));

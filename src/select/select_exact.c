@@ -400,7 +400,8 @@ static int query_range(selector *s, const float *q_search, const select_mask *m,
      * 4096: nearly every row would be scored twice, the second time
      * scattered), or under auto while it scans fewer keys than code_from */
     const int64_t probed = (int64_t)p->plan.nprobe * e->block;
-    const int use_codes = !clusters && blocks && e->bits && select_rerank_pool(k) * 4 <= probed && probed >= e->code_from;
+    const int use_codes =
+        !clusters && blocks && e->bits && select_rerank_pool(k) * 4 <= probed && probed >= e->code_from;
     scan_query *cq = use_codes ? select_query_realloc(s, NULL, (size_t)n * (far ? 2 : 1) * sizeof(scan_query)) : NULL;
     if (use_codes && !cq) {
         free(qn);

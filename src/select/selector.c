@@ -62,11 +62,10 @@ int selector_kind_available(subq_selector_kind k) { return kind_info(k) && kinds
 int selector_kind_needs_search(subq_selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
 int selector_kind_is_ann(subq_selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
-/* AUTO: codes from SELECT_AUTO_CODE_BYTES of stored keys a scan. Below
- * that a scan of the keys is as fast as one of int4 codes, whose re-rank
- * and wider buffer (K + min(3K, 1536) slots) cost about 40 us a query
- * (bench_select: f16 keys d 64 faster up to 12K keys, slower from 16K;
- * f32 d 64 and f16 d 128 level near 8K). */
+/* Below SELECT_AUTO_CODE_BYTES a scan of the keys is as fast as one of
+ * int4 codes, whose re-rank and wider buffer (K + min(3K, 1536) slots) cost
+ * about 40 us a query (bench_select: f16 keys of 64 values faster up to 12K
+ * keys, slower from 16K; f32 of 64 and f16 of 128 level near 8K). */
 int64_t selector_scan_codes_from(const selector_params *p) {
     if (p->plan.selector != SUBQ_SELECT_EXACT || p->plan.scan == SUBQ_SCAN_FULL) return INT64_MAX;
     if (p->plan.scan != SUBQ_SCAN_AUTO) return 0;
@@ -76,9 +75,10 @@ int64_t selector_scan_codes_from(const selector_params *p) {
 }
 
 int selector_params_approximate(const selector_params *p, int64_t n_keys) {
-    return selector_kind_is_ann(p->plan.selector) ||
-           (p->plan.selector == SUBQ_SELECT_EXACT && (p->plan.search_f16 || (selector_scan_codes_from(p) < INT64_MAX &&
-                                                                               n_keys >= selector_scan_codes_from(p))));
+    if (selector_kind_is_ann(p->plan.selector)) return 1;
+    if (p->plan.selector != SUBQ_SELECT_EXACT) return 0;
+    const int64_t codes_from = selector_scan_codes_from(p);
+    return p->plan.search_f16 || (codes_from < INT64_MAX && n_keys >= codes_from);
 }
 
 void selector_params_default(selector_params *p, subq_selector_kind kind, int d_search) {
