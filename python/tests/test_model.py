@@ -41,6 +41,8 @@ def test_version_and_errors(stories):
     with subq.Model(stories, n_ctx=64, n_threads=1) as m:
         with pytest.raises(subq.SubqError, match="unknown selector"):
             m.set_plan(selector="nope")
+        with pytest.raises(subq.SubqError, match="unknown scan"):
+            m.set_plan(scan="int2")
         with pytest.raises(subq.SubqError) as e:
             m.eval(list(range(1, 70)))  # more than the context
         assert e.value.status == subq._lib.SUBQ_ERR_RANGE
