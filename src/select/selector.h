@@ -297,7 +297,7 @@ subq_status selector_get_index(const selector *s, void **index, size_t *bytes, s
 subq_status selector_put_index(selector *s, const float *keys, int n, const void *index, size_t bytes,
                                subq_error *err);
 
-/* "cosine" / "dot", "full" / "int8" / "int4"; -1 if unknown. */
+/* "cosine" / "dot", "full" / "int8" / "int4" / "auto"; -1 if unknown. */
 int select_score_parse(const char *name);
 const char *select_score_name(subq_score s);
 int select_scan_parse(const char *name);
