@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/pool.h"
 #include "base/rng.h"
 #include "base/timer.h"
 #include "select/selector.h"
@@ -94,6 +95,14 @@ int main(int argc, char **argv) {
     }
     int n_max = 0;
     for (int i = 0; i < n_n; i++) n_max = ns[i] > n_max ? ns[i] : n_max;
+    /* the decode threads a context lends its selectors: long scans split across them */
+    pool *threads_pool = NULL;
+    subq_error perr = {0};
+    if (pool_new(threads, &threads_pool, &perr)) {
+        fprintf(stderr, "%s\n", perr.msg);
+        return 1;
+    }
+    const selector_env env = {.pool = threads_pool};
     uint64_t rng = rng_seed(3);
     float *centres = malloc((size_t)256 * d * sizeof(float));
     float *keys = malloc((size_t)n_max * d * sizeof(float)), *qs = malloc((size_t)n_q * d * sizeof(float));
@@ -129,7 +138,7 @@ int main(int argc, char **argv) {
             subq_error err = {0};
             double t0 = time_now_s();
             for (int l = 0; l < n_l; l++) {
-                if (selector_new(&p, NULL, &sl[l], &err)) {
+                if (selector_new(&p, &env, &sl[l], &err)) {
                     fprintf(stderr, "%s: %s\n", cf->name, err.msg);
                     return 1;
                 }
@@ -170,6 +179,7 @@ int main(int argc, char **argv) {
             for (int l = 0; l < n_l; l++) selector_free(sl[l]);
         }
     }
+    pool_free(threads_pool);
     free(centres);
     free(keys);
     free(qs);

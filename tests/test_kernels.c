@@ -445,14 +445,16 @@ static void check_f32_to_f16(const char *name, const kernels *K) {
 }
 
 /* candidate lists: every index whose value is >= t, in order, against a
- * plain loop (NaNs never pass; t = -inf passes the rest) */
+ * plain loop (NaNs never pass; t = -inf passes the rest), and nothing
+ * written at or past idx[n) */
 static void check_index_at_least(const char *name, const kernels *K) {
     uint64_t rng = rng_seed(29);
     static float x[700];
-    static int32_t got[700];
+    static int32_t got[700 + 16];
     int bad = 0;
     for (int rep = 0; rep < 300; rep++) {
         const int n = rep % 23 + (rep % 4 == 0 ? 650 : 0);
+        for (int i = 0; i < n + 16; i++) got[i] = -7;
         for (int i = 0; i < n; i++) x[i] = (float)rng_normal(&rng);
         if (n > 3) x[rep % n] = NAN;
         const float t = rep % 5 == 0   ? -INFINITY
@@ -466,6 +468,7 @@ static void check_index_at_least(const char *name, const kernels *K) {
                 want++;
             }
         bad += c != want;
+        for (int i = n; i < n + 16; i++) bad += got[i] != -7;
     }
     CHECK(bad == 0, "%s index_at_least: %d wrong entries", name, bad);
     printf("%s: index_at_least, %d wrong entries\n", name, bad);

@@ -397,6 +397,100 @@ static void test_peaks(subq_scan scan) {
     free(have);
 }
 
+/* The top-k buffer against a full sort: distinct keys pushed from a random
+ * threshold or none, cut as they come and taken sorted or not. Sizes reach
+ * past the 2048 keys its partitions copy through, where they run in place. */
+static int cmp_u64_desc(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void test_topk_buffer(void) {
+    enum { NMAX = 12000 };
+    uint64_t rng = rng_seed(31);
+    uint64_t *all = malloc(NMAX * sizeof(uint64_t)), *buf = malloc(2 * NMAX * sizeof(uint64_t));
+    int32_t *out = malloc(NMAX * sizeof(int32_t));
+    float *scores = malloc(NMAX * sizeof(float));
+    int bad = 0;
+    for (int rep = 0; rep < 40; rep++) {
+        const int n = 1 + (int)(rng_next_u64(&rng) % NMAX), k = 1 + (int)(rng_next_u64(&rng) % (rep % 2 ? 64 : 6000));
+        const int sorted = rep % 3 != 0;
+        topk_buf t = {.key = buf, .k = k};
+        for (int j = 0; j < n; j++) {
+            all[j] = select_pair_key((float)rng_normal(&rng), j);
+            select_topk_push(&t, select_key_score(all[j]), j);
+        }
+        const int got = select_topk_take(&t, sorted, out, scores);
+        qsort(all, (size_t)n, sizeof(uint64_t), cmp_u64_desc);
+        const int want = k < n ? k : n;
+        bad += got != want;
+        /* unsorted: the same set, so sort the answer's keys first */
+        uint64_t *have = buf;
+        for (int i = 0; i < got; i++) have[i] = select_pair_key(scores[i], out[i]);
+        if (!sorted) qsort(have, (size_t)got, sizeof(uint64_t), cmp_u64_desc);
+        for (int i = 0; i < got && i < want; i++) bad += have[i] != all[i];
+    }
+    CHECK(bad == 0, "top-k buffer: %d answers differ from a full sort", bad);
+    free(all);
+    free(buf);
+    free(out);
+    free(scores);
+}
+
+/* A split scan whose best keys all lie in its first part: each part's
+ * threshold aims at its share of the admissions, so the part holding them
+ * turns some away and must be scanned again. Every answer equals the same
+ * scan's on one thread (unsplit), and brute force's for the full scan; some
+ * query reads that part twice (rows visited past one pass and the
+ * samples). */
+static void test_split_one_part(subq_scan scan) {
+    enum { N = 64000, D = 32, K = 64, STRONG = 3000, QUERIES = 12 };
+    uint64_t rng = rng_seed(23);
+    float *keys = malloc((size_t)N * D * sizeof(float)), q[D];
+    double *want = malloc(N * sizeof(double)), *have = malloc(N * sizeof(double));
+    for (int j = 0; j < N; j++)
+        for (int c = 0; c < D; c++) keys[(size_t)j * D + c] = rng_normal(&rng) + (j < STRONG && c == 0 ? 4.0f : 0.0f);
+    selector_params p;
+    selector_params_default(&p, SUBQ_SELECT_EXACT, D);
+    p.plan.scan = scan;
+    p.n_threads = 2; /* 8 MB of f32 keys, 2.3 MB of int8 or int4 codes, 250 rows a slot: split */
+    pool *scan_pool = NULL;
+    selector *s, *one;
+    subq_error err = {0};
+    CHECK(pool_new(2, &scan_pool, &err) == SUBQ_OK, "pool_new: %s", err.msg);
+    const selector_env env = {.pool = scan_pool};
+    CHECK(selector_new(&p, &env, &s, &err) == SUBQ_OK, "new: %s", err.msg);
+    p.n_threads = 1;
+    CHECK(selector_new(&p, NULL, &one, &err) == SUBQ_OK, "new: %s", err.msg);
+    CHECK(selector_append(s, keys, N, 0, &err) == SUBQ_OK && selector_append(one, keys, N, 0, &err) == SUBQ_OK,
+          "append: %s", err.msg);
+    select_mask all = {.n_slots = N};
+    int32_t out[K], out1[K];
+    bad_counts bad = {0};
+    int again = 0, differ = 0;
+    for (int i = 0; i < QUERIES; i++) {
+        q[0] = 1.0f;
+        for (int c = 1; c < D; c++) q[c] = 0.3f * rng_normal(&rng);
+        const int64_t v0 = s->stats.n_visited;
+        const int got = selector_query(s, q, NULL, K, &all, out), got1 = selector_query(one, q, NULL, K, &all, out1);
+        again += s->stats.n_visited - v0 > N + N / 5;
+        differ += got != got1 || memcmp(out, out1, (size_t)(got < 0 ? 0 : got) * sizeof(int32_t)) != 0;
+        if (scan == SUBQ_SCAN_FULL) check_answer(q, keys, D, N, &all, K, out, got, 1e-6, want, have, &bad);
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%s, best keys in one part", select_scan_name(scan));
+    report(what, 0, D, &bad);
+    CHECK(differ == 0, "%s: %d answers differ from one thread's", what, differ);
+    CHECK(again > 0, "%s: no query scanned a part again", what);
+    printf("%s: %d of %d queries scanned a part again\n", what, again, QUERIES);
+    selector_free(s);
+    selector_free(one);
+    pool_free(scan_pool);
+    free(keys);
+    free(want);
+    free(have);
+}
+
 /* SUBQ_SCAN_AUTO reads the stored keys while a scan's keys come to less
  * than 2 MiB and int4 codes from there: at 8191 f32 keys of 64 values its
  * answers and bytes read equal the full scan's, from 8192 it reads the
@@ -503,6 +597,7 @@ int main(void) {
     test_ranges();
     test_names();
     test_auto();
+    test_topk_buffer();
     const subq_score cos = SUBQ_SCORE_COSINE, dot = SUBQ_SCORE_DOT;
     for (subq_scan scan = SUBQ_SCAN_FULL; scan < SUBQ_SCAN_COUNT; scan++) {
         test_exact(0, 64, 3000, 1, 1, cos, scan);
@@ -516,6 +611,7 @@ int main(void) {
         if (scan == SUBQ_SCAN_INT4) test_exact(0, 256, 32000, 9, 2, cos, scan); /* codes of 4 MiB: split */
         test_put_keys(scan, scan == SUBQ_SCAN_INT4);
         test_peaks(scan);
+        test_split_one_part(scan);
     }
     return test_summary();
 }

@@ -519,13 +519,29 @@ TARGET static void f32_to_f16(const float *x, uint16_t *dst, int n) {
     for (; i < n; i++) dst[i] = fp32_to_fp16(x[i]);
 }
 
-/* eight compares per instruction; only vectors with a pass list them */
+/* Eight compares per instruction, listed without a branch (a scan's pass
+ * rate is a few in a hundred, so a branch per vector mispredicts often):
+ * the passing lanes of a half (4-bit mask m) are the first BITS4[m] lanes
+ * of AT_LEAST4[m], stored whole at idx + c. The stores may write past the
+ * count returned, never past idx[n). */
+static const int32_t AT_LEAST4[16][4] = {
+    {0, 0, 0, 0}, {0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0}, {2, 0, 0, 0}, {0, 2, 0, 0}, {1, 2, 0, 0}, {0, 1, 2, 0},
+    {3, 0, 0, 0}, {0, 3, 0, 0}, {1, 3, 0, 0}, {0, 1, 3, 0}, {2, 3, 0, 0}, {0, 2, 3, 0}, {1, 2, 3, 0}, {0, 1, 2, 3},
+};
+static const int BITS4[16] = {0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4};
+
 TARGET static int index_at_least(const float *x, int n, float t, int32_t *idx) {
     const __m256 vt = _mm256_set1_ps(t);
     int c = 0, i = 0;
     for (; i + 8 <= n; i += 8) {
-        unsigned pass = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vt, _CMP_GE_OQ));
-        for (; pass; pass &= pass - 1) idx[c++] = i + __builtin_ctz(pass);
+        const unsigned pass = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vt, _CMP_GE_OQ));
+        const unsigned lo = pass & 15, hi = pass >> 4;
+        _mm_storeu_si128((__m128i *)(idx + c),
+                         _mm_add_epi32(_mm_loadu_si128((const __m128i *)AT_LEAST4[lo]), _mm_set1_epi32(i)));
+        c += BITS4[lo];
+        _mm_storeu_si128((__m128i *)(idx + c),
+                         _mm_add_epi32(_mm_loadu_si128((const __m128i *)AT_LEAST4[hi]), _mm_set1_epi32(i + 4)));
+        c += BITS4[hi];
     }
     for (; i < n; i++)
         if (x[i] >= t) idx[c++] = i;

@@ -185,22 +185,22 @@ int select_scan_topk(selector *s, const select_rows *rows, int n, const select_m
 int select_scan_topk_range(selector *s, const select_rows *rows, int n, int from, int to, const select_mask *m, int k,
                            int sorted, select_scratch *sc, int32_t *out, float *scores);
 
-/* Whether a scan of n rows is split across threads: with more than one,
- * from 8192 rows that read 2 MiB or more of keys, 4 MiB or more of codes.
- * Below that the split cost more than it saved (the 4K fixture's decode, 7
- * layers a step, 2 threads: at 16K keys, int4 codes, 1.1 MB a scan,
- * 0.76-0.81 ms of selection a step whole against 0.87-1.18 split, and
- * beside two busy loops 1.0-1.2 against 1.9-2.5; f16 keys at 16K, 4.2 MB,
- * 1.12-1.38 whole against 0.79-1.03 split. The Qwen3-0.6B shape at 32K,
- * int4 codes of 2.2 MB, 24 layers: 5.5-6.8 ms whole against 7.9-8.5 split
- * in three rounds; the fixture at 128K, 5.2 MB of codes: 2.8-3.5 whole
- * against 2.6-3.1 split). */
-int select_scan_split(const selector *s, const select_rows *rows, int n);
+/* Whether a scan of n rows for k slots is split across threads: with more
+ * than one, from 8192 rows that read 2 MiB or more, and 32 rows or more
+ * per slot kept in each part (two parts a thread: each part keeps k of its
+ * own, so short scans for many slots cost more split than whole). The 4K
+ * fixture's decode, every layer sparse, int4 codes of 64 values re-ranked
+ * from 256 slots, 2 threads, six alternated pairs: at 64K keys, 2.4 MB of
+ * codes a scan, selection 1.05-1.67 ms a step split against 1.22-2.13
+ * whole; at 32K, 1.2 MB, level. The Qwen3-0.6B shape at 32K, 2.2 MB of codes
+ * of 128 values, 512 slots: 3.64-5.32 split against 3.72-4.67 whole. */
+int select_scan_split(const selector *s, const select_rows *rows, int n, int k);
 
-/* select_scan_topk over s->params.n_threads contiguous parts of the slots,
- * each with its own buffer, merged at the end (the same result). */
+/* select_scan_topk over contiguous parts of the slots on the pool's
+ * threads, each into its own buffer, merged by the calling thread (the
+ * same result; sc: its scratch, for a part scanned again). */
 int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
-                              int32_t *out);
+                              select_scratch *sc, int32_t *out);
 
 /* select_scan_topk for g <= SELECT_GROUP_MAX queries under one mask (the
  * rows of rows->q, rows->d apart, and below rows->far_hi those of

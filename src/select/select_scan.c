@@ -162,16 +162,35 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
  * kernel, too few eligible rows in the sample). */
 enum { SAMPLE_RUNS = 16, SAMPLE_FRACTION = 32, SAMPLE_MAX = 4096 };
 
-static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, const select_mask *m, int k,
-                                 int64_t *n_scored) {
-    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
-    int64_t span = 0; /* slots of [from, to) in the ranges */
+/* slots of [from, to) in the mask's ranges */
+static int64_t mask_span(const int *lo, const int *hi, int nr, int from, int to) {
+    int64_t span = 0;
     for (int q = 0; q < nr; q++) {
         const int a = lo[q] > from ? lo[q] : from, e = hi[q] < to ? hi[q] : to;
         span += e > a ? e - a : 0;
     }
+    return span;
+}
+
+/* The threshold from a sample of n_seen slots of span (n_key of them
+ * eligible, their pairs in key): the r-th best, r chosen so that about
+ * `admit` of the span's rows beat it; 0 when the sample is too small. */
+static uint64_t threshold_of_sample(uint64_t *key, int n_key, int n_seen, int64_t span, int64_t admit) {
+    /* r / n_seen of the sample beat the threshold, so about r * span / n_seen rows of the whole */
+    const int64_t want = (admit * n_seen + span - 1) / span;
+    if (n_seen == 0 || want < 1 || 2 * want > n_key) return 0;
+    topk_buf t = {.key = key, .n = n_key, .k = (int)want};
+    const uint64_t w = select_topk_cut_worst(&t, (int)want);
+    /* every pair with the r-th best sampled score, or higher, is admitted */
+    return select_pair_key(select_key_score(w), INT32_MAX);
+}
+
+static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, const select_mask *m,
+                                 int64_t admit, int64_t *n_scored) {
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    const int64_t span = mask_span(lo, hi, nr, from, to);
     const int run = (int)(span / ((int64_t)SAMPLE_FRACTION * SAMPLE_RUNS));
-    if ((!r->scores && !r->code_scores) || run < 16 || k <= 0) return 0;
+    if ((!r->scores && !r->code_scores) || run < 16 || admit <= 0) return 0;
     const int len = run * SAMPLE_RUNS > SAMPLE_MAX ? SAMPLE_MAX / SAMPLE_RUNS : run;
     float dots[SAMPLE_MAX / SAMPLE_RUNS];
     uint64_t key[SAMPLE_MAX];
@@ -189,20 +208,14 @@ static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, 
         }
     }
     *n_scored += n_seen;
-    /* r / n_seen of the sample beat the threshold, so about r * span / n_seen rows of the whole */
-    const int64_t want = ((int64_t)4 * k * n_seen + span - 1) / span;
-    if (n_seen == 0 || want < 1 || 2 * want > n_key) return 0;
-    topk_buf t = {.key = key, .n = n_key, .k = (int)want};
-    const uint64_t w = select_topk_cut_worst(&t, (int)want);
-    /* every pair with the r-th best sampled score, or higher, is admitted */
-    return select_pair_key(select_key_score(w), INT32_MAX);
+    return threshold_of_sample(key, n_key, n_seen, span, admit);
 }
 
 /* scan_range from a sampled threshold, again from none when it kept fewer
  * than k */
 static int scan_part(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m, int k,
                      int sorted, select_scratch *sc, int32_t *out, float *scores, int64_t *n_scored) {
-    const uint64_t thr0 = sample_threshold(r, n, from, to, m, k, n_scored);
+    const uint64_t thr0 = sample_threshold(r, n, from, to, m, 4 * (int64_t)k, n_scored);
     int got = scan_range(s, r, n, from, to, m, k, thr0, sorted, sc, out, scores, n_scored);
     if (thr0 && got >= 0 && got < k) got = scan_range(s, r, n, from, to, m, k, 0, sorted, sc, out, scores, n_scored);
     return got;
@@ -236,33 +249,12 @@ int select_rank_slots(selector *s, const select_rows *rows, const int32_t *slots
     return select_topk_take(&b.t, 1, out, NULL);
 }
 
-/* One part of a parallel scan: a contiguous range of the slots into its own buffer. */
-typedef struct scan_job {
-    selector *s;
-    const select_rows *rows;
-    const select_mask *m;
-    int n, k, n_parts, failed;
-    float *best;
-    int32_t *slots;
-    int *got;
-    int64_t *scored;
-} scan_job;
-
-static void scan_part_chunk(void *ctx, int t, int thread) {
-    scan_job *j = ctx;
-    select_scratch sc = {0};
-    const int from = (int)((int64_t)j->n * t / j->n_parts), to = (int)((int64_t)j->n * (t + 1) / j->n_parts);
-    j->scored[t] = 0;
-    j->got[t] = scan_part(j->s, j->rows, j->n, from, to, j->m, j->k, 0, &sc, j->slots + (size_t)t * j->k,
-                          j->best + (size_t)t * j->k, &j->scored[t]);
-    select_scratch_free(&sc);
-}
-
 /* The k best of the parts' results through one more buffer: part t's
- * got[t * got_step] pairs at best + t * step and slots + t * step. Returns
- * the count, or -1 when out of memory. */
+ * got[t * got_step] pairs at best + t * step and slots + t * step (their
+ * scores to `scores` when not NULL). Returns the count, or -1 when out of
+ * memory. */
 static int merge_parts(const selector *s, int k, int n_parts, const float *best, const int32_t *slots, size_t step,
-                       const int *got, int got_step, int sorted, int32_t *out) {
+                       const int *got, int got_step, int sorted, int32_t *out, float *scores) {
     select_scratch sc = {0};
     scan_buf b;
     int n_out = -1;
@@ -270,40 +262,103 @@ static int merge_parts(const selector *s, int k, int n_parts, const float *best,
         for (int t = 0; t < n_parts; t++)
             for (int i = 0; i < got[(size_t)t * got_step]; i++)
                 select_topk_push(&b.t, best[(size_t)t * step + i], slots[(size_t)t * step + i]);
-        n_out = select_topk_take(&b.t, sorted, out, NULL);
+        n_out = select_topk_take(&b.t, sorted, out, scores);
     }
     select_scratch_free(&sc);
     return n_out;
 }
 
-int select_scan_split(const selector *s, const select_rows *rows, int n) {
-    const size_t from = rows->code_scores ? (size_t)4 << 20 : (size_t)2 << 20;
-    return s->params.n_threads > 1 && n >= 8192 && (size_t)n * rows->row_bytes >= from;
+int select_scan_split(const selector *s, const select_rows *rows, int n, int k) {
+    const int64_t n_parts = 2 * (int64_t)pool_threads(s->env.pool);
+    return s->params.n_threads > 1 && n >= 8192 && (size_t)n * rows->row_bytes >= ((size_t)2 << 20) &&
+           n >= 32 * (int64_t)k * n_parts;
+}
+
+/* One query's scan split across threads: contiguous parts, each into its
+ * own buffer of k from its own sampled threshold, merged at the end. A
+ * part's threshold aims at its share of the whole scan's 4k admissions (k
+ * each of 4 parts: aimed at 4k each, the parts admitted 4 times the rows a
+ * whole scan does, and cut their buffers as often). A part may then miss
+ * rows of the k best: where the merged k-th best does not beat a part's
+ * threshold, that part is scanned again from none (the same result). */
+typedef struct scan_job {
+    const selector *s;
+    const select_rows *rows;
+    const select_mask *m;
+    int n, k, n_parts;
+    int64_t span; /* the whole scan's eligible slots */
+    float *best;
+    int32_t *slots;
+    int *got;
+    uint64_t *thr0;
+    int64_t *scored;
+} scan_job;
+
+static void part_bounds(const scan_job *j, int t, int *from, int *to) {
+    *from = (int)((int64_t)j->n * t / j->n_parts);
+    *to = (int)((int64_t)j->n * (t + 1) / j->n_parts);
+}
+
+static void scan_part_chunk(void *ctx, int t, int thread) {
+    (void)thread;
+    scan_job *j = ctx;
+    select_scratch sc = {0};
+    int from, to, lo[3], hi[3], nr = select_mask_ranges(j->m, j->n, lo, hi);
+    part_bounds(j, t, &from, &to);
+    const int64_t share = (4 * (int64_t)j->k * mask_span(lo, hi, nr, from, to) + j->span - 1) / (j->span ? j->span : 1);
+    j->scored[t] = 0;
+    j->thr0[t] = sample_threshold(j->rows, j->n, from, to, j->m, share, &j->scored[t]);
+    j->got[t] = scan_range(j->s, j->rows, j->n, from, to, j->m, j->k, j->thr0[t], 0, &sc, j->slots + (size_t)t * j->k,
+                           j->best + (size_t)t * j->k, &j->scored[t]);
+    select_scratch_free(&sc);
 }
 
 int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted,
-                              int32_t *out) {
+                              select_scratch *sc, int32_t *out) {
     if (k <= 0) return 0;
     /* two parts per thread: a thread another process holds up leaves one for the others */
     const int n_parts = 2 * pool_threads(s->env.pool);
-    float *best = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(float));
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    float *best = select_query_realloc(s, NULL, (size_t)(n_parts + 1) * k * sizeof(float));
     int32_t *slots = select_query_realloc(s, NULL, (size_t)n_parts * k * sizeof(int32_t));
     int *got = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int));
+    uint64_t *thr0 = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(uint64_t));
     int64_t *scored = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int64_t));
     int n_out = -1;
     int64_t total = 0;
-    if (best && slots && got && scored) {
-        scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .n_parts = n_parts, .best = best, .slots = slots,
-                      .got = got, .scored = scored};
+    if (best && slots && got && thr0 && scored) {
+        scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .n_parts = n_parts,
+                      .span = mask_span(lo, hi, nr, 0, n), .best = best, .slots = slots, .got = got, .thr0 = thr0,
+                      .scored = scored};
         pool_run(s->env.pool, n_parts, scan_part_chunk, &j);
+        float *merged = best + (size_t)n_parts * k;
         int failed = 0;
         for (int t = 0; t < n_parts; t++) failed |= got[t] < 0, total += scored[t];
-        if (!failed) n_out = merge_parts(s, k, n_parts, best, slots, k, got, 1, sorted, out);
+        if (!failed) n_out = merge_parts(s, k, n_parts, best, slots, k, got, 1, sorted, out, merged);
+        /* the merged k-th best against each part's threshold: a part whose
+         * threshold it does not beat may have turned away one of the k best */
+        uint64_t kth = UINT64_MAX;
+        for (int i = 0; i < n_out; i++) {
+            const uint64_t key = select_pair_key(merged[i], out[i]);
+            kth = key < kth ? key : kth;
+        }
+        int again = 0;
+        for (int t = 0; n_out >= 0 && t < n_parts; t++) {
+            if (!thr0[t] || (n_out == k && kth > thr0[t])) continue;
+            int from, to;
+            part_bounds(&j, t, &from, &to);
+            const size_t o = (size_t)t * k;
+            got[t] = scan_range(s, rows, n, from, to, m, k, 0, 0, sc, slots + o, best + o, &total);
+            failed |= got[t] < 0;
+            again = 1;
+        }
+        if (again) n_out = failed ? -1 : merge_parts(s, k, n_parts, best, slots, k, got, 1, sorted, out, NULL);
     }
     count_rows(s, rows, total);
     free(best);
     free(slots);
     free(got);
+    free(thr0);
     free(scored);
     return n_out;
 }
@@ -378,7 +433,7 @@ static int scan_part_group(const selector *s, const select_rows *r, int n, int f
     int64_t sampled = 0;
     for (int i = 0; i < g; i++) {
         const select_rows ri = query_of(r, i);
-        thr0[i] = sample_threshold(&ri, n, from, to, m, k, &sampled);
+        thr0[i] = sample_threshold(&ri, n, from, to, m, 4 * (int64_t)k, &sampled);
         t[i] = (topk_buf){.key = sc->u + (size_t)i * 2 * k, .k = k, .thr = thr0[i]};
     }
     const int64_t rows = scan_range_group(r, n, from, to, m, g, sc->f, sc->i, t);
@@ -430,7 +485,7 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     if (k <= 0 || g <= 0) return 0;
     if (g > SELECT_GROUP_MAX) return -1;
     /* split as select_scan_topk_parallel splits one query's scan */
-    const int n_parts = select_scan_split(s, rows, n) ? 2 * pool_threads(s->env.pool) : 1;
+    const int n_parts = select_scan_split(s, rows, n, k) ? 2 * pool_threads(s->env.pool) : 1;
     int64_t read = 0, scored = 0;
     if (n_parts == 1) {
         select_scratch sc = {0};
@@ -461,7 +516,7 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     /* each query's parts: query i's at (t * g + i) * k */
     for (int i = 0; !rc && i < g; i++) {
         const size_t o = (size_t)i * k;
-        got[i] = merge_parts(s, k, n_parts, best + o, slots + o, (size_t)g * k, pgot + i, g, sorted, out + o);
+        got[i] = merge_parts(s, k, n_parts, best + o, slots + o, (size_t)g * k, pgot + i, g, sorted, out + o, NULL);
         if (got[i] < 0) rc = -1;
     }
     free(best);
