@@ -453,7 +453,7 @@ static void test_split_one_part(subq_scan scan) {
     selector_params p;
     selector_params_default(&p, SUBQ_SELECT_EXACT, D);
     p.plan.scan = scan;
-    p.n_threads = 2; /* 8 MB of f32 keys, 2.3 MB of int8 or int4 codes, 250 rows a slot: split */
+    p.n_threads = 2; /* 8 MB of f32 keys, 2.3 MB of int8 or int4 codes: split */
     pool *scan_pool = NULL;
     selector *s, *one;
     subq_error err = {0};

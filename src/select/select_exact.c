@@ -255,7 +255,7 @@ static subq_status exact_truncate(selector *s, int n_keep, subq_error *err) {
  * short ones are not worth waking them). */
 static int scan(selector *s, const select_rows *rows, int n, const select_mask *m, int k, int sorted, int32_t *out) {
     exact_sel *e = (exact_sel *)s;
-    if (select_scan_split(s, rows, n, k)) return select_scan_topk_parallel(s, rows, n, m, k, sorted, &e->sc, out);
+    if (select_scan_split(s, rows, n)) return select_scan_topk_parallel(s, rows, n, m, k, sorted, &e->sc, out);
     return select_scan_topk(s, rows, n, m, k, sorted, &e->sc, out);
 }
 

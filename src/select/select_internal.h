@@ -185,16 +185,14 @@ int select_scan_topk(selector *s, const select_rows *rows, int n, const select_m
 int select_scan_topk_range(selector *s, const select_rows *rows, int n, int from, int to, const select_mask *m, int k,
                            int sorted, select_scratch *sc, int32_t *out, float *scores);
 
-/* Whether a scan of n rows for k slots is split across threads: with more
- * than one, from 8192 rows that read 2 MiB or more, and 32 rows or more
- * per slot kept in each part (two parts a thread: each part keeps k of its
- * own, so short scans for many slots cost more split than whole). The 4K
- * fixture's decode, every layer sparse, int4 codes of 64 values re-ranked
- * from 256 slots, 2 threads, six alternated pairs: at 64K keys, 2.4 MB of
- * codes a scan, selection 1.05-1.67 ms a step split against 1.22-2.13
- * whole; at 32K, 1.2 MB, level. The Qwen3-0.6B shape at 32K, 2.2 MB of codes
- * of 128 values, 512 slots: 3.64-5.32 split against 3.72-4.67 whole. */
-int select_scan_split(const selector *s, const select_rows *rows, int n, int k);
+/* Whether a scan of n rows is split across threads: with more than one,
+ * from 8192 rows that read 2 MiB or more, keys or codes. Shorter scans cost
+ * more split than whole (the 4K fixture's decode, every layer sparse, int4
+ * codes of 64 values, 2 threads: at 32K keys, 1.2 MB a scan, level; at 64K,
+ * 2.4 MB, 1.05-1.67 ms of selection a step split against 1.22-2.13 whole.
+ * The Qwen3-0.6B shape at 32K, 2.2 MB of codes of 128 values for 512
+ * slots: 3.5-4.8 ms split against 4.2-6.7 whole in 5 pairs). */
+int select_scan_split(const selector *s, const select_rows *rows, int n);
 
 /* select_scan_topk over contiguous parts of the slots on the pool's
  * threads, each into its own buffer, merged by the calling thread (the

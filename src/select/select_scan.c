@@ -158,8 +158,10 @@ static int scan_range(const selector *s, const select_rows *r, int n, int from, 
  * at the r-th best sampled score, r chosen so that about 4k rows of the
  * whole should beat it. A scan that keeps fewer than k rows (the estimate
  * came out too high) runs again from no threshold: the result is the same
- * either way. 0: no threshold (short scans, rows without a contiguous
- * kernel, too few eligible rows in the sample). */
+ * either way. 0: no threshold (scans of under 4096 eligible slots, runs of
+ * under 8 rows: a split scan's parts of 8K slots less the sinks sampled
+ * nothing with runs of 16 and admitted as from an empty buffer; rows
+ * without a contiguous kernel; too few eligible rows in the sample). */
 enum { SAMPLE_RUNS = 16, SAMPLE_FRACTION = 32, SAMPLE_MAX = 4096 };
 
 /* slots of [from, to) in the mask's ranges */
@@ -185,19 +187,33 @@ static uint64_t threshold_of_sample(uint64_t *key, int n_key, int n_seen, int64_
     return select_pair_key(select_key_score(w), INT32_MAX);
 }
 
+/* Ask for rows [j0, j0 + n) of r (and their codes' scales). */
+static void prefetch_run(const select_rows *r, int j0, int n) {
+    const size_t row = r->code_scores ? r->stride : r->row_bytes;
+    const char *p = (const char *)r->base + (size_t)j0 * row;
+    for (size_t o = 0; o < (size_t)n * row; o += 64) __builtin_prefetch(p + o);
+    if (r->code_scores)
+        for (size_t o = 0; o < (size_t)n * sizeof(float); o += 64) __builtin_prefetch((const char *)(r->code_scale + j0) + o);
+}
+
 static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, const select_mask *m,
                                  int64_t admit, int64_t *n_scored) {
     int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
     const int64_t span = mask_span(lo, hi, nr, from, to);
     const int run = (int)(span / ((int64_t)SAMPLE_FRACTION * SAMPLE_RUNS));
-    if ((!r->scores && !r->code_scores) || run < 16 || admit <= 0) return 0;
+    if ((!r->scores && !r->code_scores) || run < 8 || admit <= 0) return 0;
     const int len = run * SAMPLE_RUNS > SAMPLE_MAX ? SAMPLE_MAX / SAMPLE_RUNS : run;
     float dots[SAMPLE_MAX / SAMPLE_RUNS];
     uint64_t key[SAMPLE_MAX];
-    int n_key = 0, n_seen = 0;
+    int n_key = 0, n_seen = 0, at[SAMPLE_RUNS];
+    /* the runs lie apart, each a miss of its own: all asked for first */
     for (int c = 0; c < SAMPLE_RUNS; c++) {
-        int p = from + (int)((int64_t)(to - from) * (2 * c + 1) / (2 * SAMPLE_RUNS)) - len / 2;
-        p = p < from ? from : p + len > to ? to - len : p;
+        const int p = from + (int)((int64_t)(to - from) * (2 * c + 1) / (2 * SAMPLE_RUNS)) - len / 2;
+        at[c] = p < from ? from : p + len > to ? to - len : p;
+        prefetch_run(r, at[c], len);
+    }
+    for (int c = 0; c < SAMPLE_RUNS; c++) {
+        const int p = at[c];
         for (int q = 0; q < nr; q++) {
             const int a = lo[q] > p ? lo[q] : p, e = hi[q] < p + len ? hi[q] : p + len;
             if (e <= a) continue;
@@ -268,10 +284,8 @@ static int merge_parts(const selector *s, int k, int n_parts, const float *best,
     return n_out;
 }
 
-int select_scan_split(const selector *s, const select_rows *rows, int n, int k) {
-    const int64_t n_parts = 2 * (int64_t)pool_threads(s->env.pool);
-    return s->params.n_threads > 1 && n >= 8192 && (size_t)n * rows->row_bytes >= ((size_t)2 << 20) &&
-           n >= 32 * (int64_t)k * n_parts;
+int select_scan_split(const selector *s, const select_rows *rows, int n) {
+    return s->params.n_threads > 1 && n >= 8192 && (size_t)n * rows->row_bytes >= ((size_t)2 << 20);
 }
 
 /* One query's scan split across threads: contiguous parts, each into its
@@ -485,7 +499,7 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     if (k <= 0 || g <= 0) return 0;
     if (g > SELECT_GROUP_MAX) return -1;
     /* split as select_scan_topk_parallel splits one query's scan */
-    const int n_parts = select_scan_split(s, rows, n, k) ? 2 * pool_threads(s->env.pool) : 1;
+    const int n_parts = select_scan_split(s, rows, n) ? 2 * pool_threads(s->env.pool) : 1;
     int64_t read = 0, scored = 0;
     if (n_parts == 1) {
         select_scratch sc = {0};
