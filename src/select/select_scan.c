@@ -192,8 +192,9 @@ static void prefetch_run(const select_rows *r, int j0, int n) {
     const size_t row = r->code_scores ? r->stride : r->row_bytes;
     const char *p = (const char *)r->base + (size_t)j0 * row;
     for (size_t o = 0; o < (size_t)n * row; o += 64) __builtin_prefetch(p + o);
-    if (r->code_scores)
-        for (size_t o = 0; o < (size_t)n * sizeof(float); o += 64) __builtin_prefetch((const char *)(r->code_scale + j0) + o);
+    if (!r->code_scores) return;
+    const char *scale = (const char *)(r->code_scale + j0);
+    for (size_t o = 0; o < (size_t)n * sizeof(float); o += 64) __builtin_prefetch(scale + o);
 }
 
 static uint64_t sample_threshold(const select_rows *r, int n, int from, int to, const select_mask *m,
