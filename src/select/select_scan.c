@@ -309,20 +309,56 @@ typedef struct scan_job {
     int64_t *scored;
 } scan_job;
 
-static void part_bounds(const scan_job *j, int t, int *from, int *to) {
-    *from = (int)((int64_t)j->n * t / j->n_parts);
-    *to = (int)((int64_t)j->n * (t + 1) / j->n_parts);
+/* part t of n_parts contiguous parts of the n slots */
+static void part_range(int n, int n_parts, int t, int *from, int *to) {
+    *from = (int)((int64_t)n * t / n_parts);
+    *to = (int)((int64_t)n * (t + 1) / n_parts);
+}
+
+/* A part's aim: its share of the whole scan's 4k admissions (span: the
+ * whole scan's eligible slots). */
+static int64_t part_share(const select_mask *m, int n, int from, int to, int64_t span, int k) {
+    int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+    return (4 * (int64_t)k * mask_span(lo, hi, nr, from, to) + span - 1) / (span ? span : 1);
+}
+
+/* After a merge of n_out pairs (out, their scores merged): the parts whose
+ * threshold (thr0[t * thr_step]) the merged k-th best does not beat may
+ * have turned away one of the k best, and are scanned again for r from
+ * none into their buffers (best and slots + t * step, got[t * got_step]).
+ * Returns whether any was, -1 when out of memory; the rows read to *rows. */
+static int rescan_parts(const selector *s, const select_rows *r, int n, const select_mask *m, int k, int n_parts,
+                        const uint64_t *thr0, int thr_step, int n_out, const float *merged, const int32_t *out,
+                        float *best, int32_t *slots, size_t step, int *got, int got_step, select_scratch *sc,
+                        int64_t *rows) {
+    uint64_t kth = UINT64_MAX;
+    for (int i = 0; i < n_out; i++) {
+        const uint64_t key = select_pair_key(merged[i], out[i]);
+        kth = key < kth ? key : kth;
+    }
+    int again = 0;
+    for (int t = 0; t < n_parts; t++) {
+        const uint64_t thr = thr0[(size_t)t * thr_step];
+        if (!thr || (n_out == k && kth > thr)) continue;
+        int from, to;
+        part_range(n, n_parts, t, &from, &to);
+        const size_t o = (size_t)t * step;
+        got[(size_t)t * got_step] = scan_range(s, r, n, from, to, m, k, 0, 0, sc, slots + o, best + o, rows);
+        if (got[(size_t)t * got_step] < 0) return -1;
+        again = 1;
+    }
+    return again;
 }
 
 static void scan_part_chunk(void *ctx, int t, int thread) {
     (void)thread;
     scan_job *j = ctx;
     select_scratch sc = {0};
-    int from, to, lo[3], hi[3], nr = select_mask_ranges(j->m, j->n, lo, hi);
-    part_bounds(j, t, &from, &to);
-    const int64_t share = (4 * (int64_t)j->k * mask_span(lo, hi, nr, from, to) + j->span - 1) / (j->span ? j->span : 1);
+    int from, to;
+    part_range(j->n, j->n_parts, t, &from, &to);
     j->scored[t] = 0;
-    j->thr0[t] = sample_threshold(j->rows, j->n, from, to, j->m, share, &j->scored[t]);
+    j->thr0[t] = sample_threshold(j->rows, j->n, from, to, j->m, part_share(j->m, j->n, from, to, j->span, j->k),
+                                  &j->scored[t]);
     j->got[t] = scan_range(j->s, j->rows, j->n, from, to, j->m, j->k, j->thr0[t], 0, &sc, j->slots + (size_t)t * j->k,
                            j->best + (size_t)t * j->k, &j->scored[t]);
     select_scratch_free(&sc);
@@ -350,24 +386,10 @@ int select_scan_topk_parallel(selector *s, const select_rows *rows, int n, const
         int failed = 0;
         for (int t = 0; t < n_parts; t++) failed |= got[t] < 0, total += scored[t];
         if (!failed) n_out = merge_parts(s, k, n_parts, best, slots, k, got, 1, sorted, out, merged);
-        /* the merged k-th best against each part's threshold: a part whose
-         * threshold it does not beat may have turned away one of the k best */
-        uint64_t kth = UINT64_MAX;
-        for (int i = 0; i < n_out; i++) {
-            const uint64_t key = select_pair_key(merged[i], out[i]);
-            kth = key < kth ? key : kth;
-        }
-        int again = 0;
-        for (int t = 0; n_out >= 0 && t < n_parts; t++) {
-            if (!thr0[t] || (n_out == k && kth > thr0[t])) continue;
-            int from, to;
-            part_bounds(&j, t, &from, &to);
-            const size_t o = (size_t)t * k;
-            got[t] = scan_range(s, rows, n, from, to, m, k, 0, 0, sc, slots + o, best + o, &total);
-            failed |= got[t] < 0;
-            again = 1;
-        }
-        if (again) n_out = failed ? -1 : merge_parts(s, k, n_parts, best, slots, k, got, 1, sorted, out, NULL);
+        const int again = n_out < 0 ? 0
+                                    : rescan_parts(s, rows, n, m, k, n_parts, thr0, 1, n_out, merged, out, best,
+                                                   slots, k, got, 1, sc, &total);
+        if (again) n_out = again < 0 ? -1 : merge_parts(s, k, n_parts, best, slots, k, got, 1, sorted, out, NULL);
     }
     count_rows(s, rows, total);
     free(best);
@@ -432,14 +454,16 @@ static int64_t scan_range_group(const select_rows *r, int n, int from, int to, c
     return rows;
 }
 
-/* scan_part for g <= SELECT_GROUP_MAX queries: each from its own sampled
- * threshold, and one that kept fewer than k again alone from none. Query
+/* scan_part for g <= SELECT_GROUP_MAX queries, each from its own sampled
+ * threshold aimed at `admit` admissions. A whole scan (thr_out NULL) scans
+ * again alone from none a query that kept fewer than k; a split scan's part
+ * leaves that to its caller and gives the thresholds in thr_out[i]. Query
  * i's slots to out + i * k (scores likewise when not NULL), its count to
  * got[i]; the rows read (once for the g) to *rows_read, the scores
  * computed to *n_scored. Returns 0, or -1 when out of memory. */
 static int scan_part_group(const selector *s, const select_rows *r, int n, int from, int to, const select_mask *m,
-                           int k, int g, int sorted, select_scratch *sc, int32_t *out, float *scores, int *got,
-                           int64_t *rows_read, int64_t *n_scored) {
+                           int k, int g, int64_t admit, int sorted, select_scratch *sc, int32_t *out, float *scores,
+                           int *got, uint64_t *thr_out, int64_t *rows_read, int64_t *n_scored) {
     topk_buf t[SELECT_GROUP_MAX];
     uint64_t thr0[SELECT_GROUP_MAX];
     if (!select_scratch_u(s, sc, (size_t)g * 2 * k) || !select_scratch_f(s, sc, (size_t)g * SELECT_BLOCK) ||
@@ -448,7 +472,8 @@ static int scan_part_group(const selector *s, const select_rows *r, int n, int f
     int64_t sampled = 0;
     for (int i = 0; i < g; i++) {
         const select_rows ri = query_of(r, i);
-        thr0[i] = sample_threshold(&ri, n, from, to, m, 4 * (int64_t)k, &sampled);
+        thr0[i] = sample_threshold(&ri, n, from, to, m, admit, &sampled);
+        if (thr_out) thr_out[i] = thr0[i];
         t[i] = (topk_buf){.key = sc->u + (size_t)i * 2 * k, .k = k, .thr = thr0[i]};
     }
     const int64_t rows = scan_range_group(r, n, from, to, m, g, sc->f, sc->i, t);
@@ -456,6 +481,7 @@ static int scan_part_group(const selector *s, const select_rows *r, int n, int f
     *n_scored += rows * g + sampled;
     for (int i = 0; i < g; i++)
         got[i] = select_topk_take(&t[i], sorted, out + (size_t)i * k, scores ? scores + (size_t)i * k : NULL);
+    if (thr_out) return 0; /* a part: its caller checks the thresholds against the merged k-th best */
     /* (every buffer taken: scan_range may reuse the scratch) */
     for (int i = 0; i < g; i++) {
         if (!thr0[i] || got[i] >= k) continue;
@@ -469,15 +495,18 @@ static int scan_part_group(const selector *s, const select_rows *r, int n, int f
     return 0;
 }
 
-/* One part of a parallel group scan: a contiguous range of the slots. */
+/* One part of a parallel group scan: a contiguous range of the slots, its
+ * thresholds aimed at its share, as select_scan_topk_parallel's parts. */
 typedef struct group_scan_job {
     const selector *s;
     const select_rows *rows;
     const select_mask *m;
     int n, k, g, n_parts;
+    int64_t span;    /* the whole scan's eligible slots */
     float *best;     /* [n_parts][g][k] */
     int32_t *slots;  /* [n_parts][g][k] */
     int *got;        /* [n_parts][g] */
+    uint64_t *thr0;  /* [n_parts][g] */
     int64_t *counts; /* [n_parts][2]: rows read, scores computed */
     int *rc;         /* [n_parts] */
 } group_scan_job;
@@ -486,11 +515,14 @@ static void scan_group_chunk(void *ctx, int t, int thread) {
     (void)thread;
     group_scan_job *j = ctx;
     select_scratch sc = {0};
-    const int from = (int)((int64_t)j->n * t / j->n_parts), to = (int)((int64_t)j->n * (t + 1) / j->n_parts);
+    int from, to;
+    part_range(j->n, j->n_parts, t, &from, &to);
     const size_t o = (size_t)t * j->g * j->k;
     j->counts[2 * t] = j->counts[2 * t + 1] = 0;
-    j->rc[t] = scan_part_group(j->s, j->rows, j->n, from, to, j->m, j->k, j->g, 0, &sc, j->slots + o, j->best + o,
-                               j->got + (size_t)t * j->g, &j->counts[2 * t], &j->counts[2 * t + 1]);
+    j->rc[t] = scan_part_group(j->s, j->rows, j->n, from, to, j->m, j->k, j->g,
+                               part_share(j->m, j->n, from, to, j->span, j->k), 0, &sc, j->slots + o, j->best + o,
+                               j->got + (size_t)t * j->g, j->thr0 + (size_t)t * j->g, &j->counts[2 * t],
+                               &j->counts[2 * t + 1]);
     select_scratch_free(&sc);
 }
 
@@ -504,7 +536,8 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     int64_t read = 0, scored = 0;
     if (n_parts == 1) {
         select_scratch sc = {0};
-        int rc = scan_part_group(s, rows, n, 0, n, m, k, g, sorted, &sc, out, NULL, got, &read, &scored);
+        int rc = scan_part_group(s, rows, n, 0, n, m, k, g, 4 * (int64_t)k, sorted, &sc, out, NULL, got, NULL, &read,
+                                 &scored);
         select_scratch_free(&sc);
         s->stats.n_visited += scored;
         s->stats.bytes_read += (uint64_t)read * rows->row_bytes;
@@ -516,29 +549,45 @@ int select_scan_topk_group(selector *s, const select_rows *rows, int n, const se
     int *pgot = select_query_realloc(s, NULL, (size_t)n_parts * g * sizeof(int));
     int64_t *counts = select_query_realloc(s, NULL, (size_t)n_parts * 2 * sizeof(int64_t));
     int *rcs = select_query_realloc(s, NULL, (size_t)n_parts * sizeof(int));
-    int rc = best && slots && pgot && counts && rcs ? 0 : -1;
+    uint64_t *thr0 = select_query_realloc(s, NULL, (size_t)n_parts * g * sizeof(uint64_t));
+    float *merged = select_query_realloc(s, NULL, (size_t)k * sizeof(float));
+    int rc = best && slots && pgot && counts && rcs && thr0 && merged ? 0 : -1;
     if (!rc) {
-        group_scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .g = g, .n_parts = n_parts, .best = best,
-                            .slots = slots, .got = pgot, .counts = counts, .rc = rcs};
+        int lo[3], hi[3], nr = select_mask_ranges(m, n, lo, hi);
+        group_scan_job j = {.s = s, .rows = rows, .m = m, .n = n, .k = k, .g = g, .n_parts = n_parts,
+                            .span = mask_span(lo, hi, nr, 0, n), .best = best, .slots = slots, .got = pgot,
+                            .thr0 = thr0, .counts = counts, .rc = rcs};
         pool_run(s->env.pool, n_parts, scan_group_chunk, &j);
         for (int t = 0; t < n_parts; t++) {
             if (rcs[t]) rc = -1;
             read += counts[2 * t], scored += counts[2 * t + 1];
         }
-        s->stats.n_visited += scored;
-        s->stats.bytes_read += (uint64_t)read * rows->row_bytes;
     }
-    /* each query's parts: query i's at (t * g + i) * k */
+    /* each query's parts: query i's at (t * g + i) * k, checked against its merged k-th best */
+    select_scratch sc = {0};
     for (int i = 0; !rc && i < g; i++) {
-        const size_t o = (size_t)i * k;
-        got[i] = merge_parts(s, k, n_parts, best + o, slots + o, (size_t)g * k, pgot + i, g, sorted, out + o, NULL);
-        if (got[i] < 0) rc = -1;
+        const size_t o = (size_t)i * k, step = (size_t)g * k;
+        const select_rows ri = query_of(rows, i);
+        int64_t again_rows = 0;
+        got[i] = merge_parts(s, k, n_parts, best + o, slots + o, step, pgot + i, g, sorted, out + o, merged);
+        const int again = got[i] < 0 ? -1
+                                     : rescan_parts(s, &ri, n, m, k, n_parts, thr0 + i, g, got[i], merged, out + o,
+                                                    best + o, slots + o, step, pgot + i, g, &sc, &again_rows);
+        if (again > 0)
+            got[i] = merge_parts(s, k, n_parts, best + o, slots + o, step, pgot + i, g, sorted, out + o, NULL);
+        if (again < 0 || got[i] < 0) rc = -1;
+        read += again_rows, scored += again_rows;
     }
+    select_scratch_free(&sc);
+    s->stats.n_visited += scored;
+    s->stats.bytes_read += (uint64_t)read * rows->row_bytes;
     free(best);
     free(slots);
     free(pgot);
     free(counts);
     free(rcs);
+    free(thr0);
+    free(merged);
     return rc;
 }
 
