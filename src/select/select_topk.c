@@ -118,20 +118,26 @@ static int partition_copy(uint64_t *a, int lo, int hi, uint64_t p, uint64_t *tmp
     return lo + at;
 }
 
-/* Keep the k largest of the n keys held, in any order: quickselect with
- * the middle key as pivot (keys are distinct: every slot is offered once).
- * Ranges up to CUT_COPY keys partition through a copy on the stack. */
+/* Ranges up to CUT_COPY keys partition through a copy (tmp, on the
+ * caller's stack). */
 enum { CUT_COPY = 2048 };
 
+/* Partition a[lo, hi] about its middle key; returns the key's position. */
+static int partition_mid(uint64_t *a, int lo, int hi, uint64_t *tmp) {
+    const int mid = lo + (hi - lo) / 2;
+    const uint64_t p = a[mid];
+    a[mid] = a[hi];
+    a[hi] = p;
+    return hi - lo <= CUT_COPY ? partition_copy(a, lo, hi, p, tmp) : partition_in_place(a, lo, hi, p);
+}
+
+/* Keep the k largest of the n keys held, in any order: quickselect with
+ * the middle key as pivot (keys are distinct: every slot is offered once). */
 void select_topk_cut(topk_buf *t, int k) {
     uint64_t *a = t->key, tmp[CUT_COPY];
     int lo = 0, hi = t->n - 1;
     while (k < t->n && lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        const uint64_t p = a[mid];
-        a[mid] = a[hi];
-        a[hi] = p;
-        const int at = hi - lo <= CUT_COPY ? partition_copy(a, lo, hi, p, tmp) : partition_in_place(a, lo, hi, p);
+        const int at = partition_mid(a, lo, hi, tmp);
         if (at == k - 1 || at == k) break;
         if (at > k) hi = at - 1;
         else lo = at + 1;
@@ -151,11 +157,7 @@ uint64_t select_topk_cut_worst(topk_buf *t, int k) {
  * comparison callback: qsort's took a twentieth of an int4 query for 128) */
 static void sort_desc(uint64_t *a, int lo, int hi, uint64_t *tmp) {
     while (hi - lo >= 16) {
-        const int mid = lo + (hi - lo) / 2;
-        const uint64_t p = a[mid];
-        a[mid] = a[hi];
-        a[hi] = p;
-        const int at = hi - lo <= CUT_COPY ? partition_copy(a, lo, hi, p, tmp) : partition_in_place(a, lo, hi, p);
+        const int at = partition_mid(a, lo, hi, tmp);
         if (at - lo < hi - at) {
             sort_desc(a, lo, at - 1, tmp);
             lo = at + 1;

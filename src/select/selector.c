@@ -62,10 +62,12 @@ int selector_kind_available(subq_selector_kind k) { return kind_info(k) && kinds
 int selector_kind_needs_search(subq_selector_kind k) { return kind_info(k) && kinds[k].needs_search; }
 int selector_kind_is_ann(subq_selector_kind k) { return kind_info(k) && kinds[k].ann; }
 
-/* Below SELECT_AUTO_CODE_BYTES a scan of the keys is as fast as one of
- * int4 codes, whose re-rank and wider buffer (K + min(3K, 1536) slots) cost
- * about 40 us a query (bench_select: f16 keys of 64 values faster up to 12K
- * keys, slower from 16K; f32 of 64 and f16 of 128 level near 8K). */
+/* Codes pay once a scan of the keys costs more than their fixed cost (the
+ * re-rank of K + min(3K, 1536) slots and a wider buffer, about 20 us a
+ * query): from about 1 MiB of 64-wide keys, 2 MiB of 128-wide f16 ones
+ * (bench_select). SELECT_AUTO_CODE_BYTES is 2 MiB so that a 4096-token
+ * context of 64-wide f32 keys (1 MiB) still reads its keys: its evals stay
+ * batched on the full scan (attn_sparse.c, teacher_batchable). */
 int64_t selector_scan_codes_from(const selector_params *p) {
     if (p->plan.selector != SUBQ_SELECT_EXACT || p->plan.scan == SUBQ_SCAN_FULL) return INT64_MAX;
     if (p->plan.scan != SUBQ_SCAN_AUTO) return 0;
