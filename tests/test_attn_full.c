@@ -193,8 +193,11 @@ static double check_extras(kv_cache *kv, int layer, int n_head_kv, int g, int hd
 /* One cache of n_ctx slots, two layers (the second is the one attended, so
  * layer offsets are exercised), documents [0, doc1) and [doc1, n_ctx). */
 /* file: the cache in a KV file, slot-major (a slot's rows of every head
- * side by side), whose decode reads each block of slots for every head */
-static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, int doc1, const char *file) {
+ * side by side), whose decode reads each block of slots for every head;
+ * slot_major: the cache in memory, its attended layer laid out so
+ * (kv_cache_set_layout, as for a sparse layer), the other head-major */
+static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, int doc1, const char *file,
+                  int slot_major) {
     static const char *tn[] = {"f32", "f16", "q8_0", "q4_0"};
     const int L = 2, layer = 1, n_head = n_head_kv * g, row = n_head_kv * hd;
     subq_error err = {0};
@@ -208,6 +211,10 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
              : kv_cache_init(&kv, L, n_head_kv, hd, n_ctx, type, &err)) {
         CHECK(0, "kv_cache_init %s hd %d%s: %s", tn[type], hd, file ? " (file)" : "", err.msg);
         return;
+    }
+    if (slot_major) {
+        kv_cache_set_layout(&kv, (const unsigned char[]){1, 0});
+        CHECK(kv_cache_rows_adjacent(&kv, 0) && !kv_cache_rows_adjacent(&kv, layer), "layout: layer 1 slot-major");
     }
     uint64_t rng = rng_seed(5 + (uint64_t)type * 131 + (uint64_t)hd);
     float *k = malloc((size_t)n_ctx * row * sizeof(float)), *v = malloc((size_t)n_ctx * row * sizeof(float));
@@ -268,7 +275,7 @@ static void check(subq_kv_type type, int n_head_kv, int g, int hd, int n_ctx, in
     CHECK(worst < 2e-5, "%s H_kv %d g %d hd %d ctx %d: worst error relative to max |out| %.2e", tn[type], n_head_kv, g,
           hd, n_ctx, worst);
     printf("%s H_kv %d g %d hd %d ctx %d (doc at %d)%s: %.2e\n", tn[type], n_head_kv, g, hd, n_ctx, doc1,
-           file ? " in a file" : "", worst);
+           file ? " in a file" : slot_major ? " slot-major" : "", worst);
     /* slot sets of 5 rows and of 700 (more than a 32 KiB block of f32 rows of 64 and the 256-row window) */
     double worst_set = 0;
     for (int n = 5; n <= 700; n += 695)
@@ -397,10 +404,11 @@ static void check_turns(void) {
 int main(void) {
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) check_ring((subq_kv_type)t);
     for (int t = 0; t < SUBQ_KV_TYPE_COUNT; t++) {
-        check((subq_kv_type)t, 2, 3, 64, 2600, 1500, NULL); /* 3 decode chunks, the second split by the document */
-        check((subq_kv_type)t, 1, 2, 8, 2100, 1024, NULL);  /* one KV head: the positions are split; doc at a chunk edge */
-        check((subq_kv_type)t, 3, 1, 32, 900, 300, NULL);   /* one chunk */
-        check((subq_kv_type)t, 2, 3, 64, 2600, 1500, "test_attn_full.kv"); /* slot-major, blocks of every head */
+        check((subq_kv_type)t, 2, 3, 64, 2600, 1500, NULL, 0); /* 3 decode chunks, the second split by the document */
+        check((subq_kv_type)t, 1, 2, 8, 2100, 1024, NULL, 0);  /* one KV head: positions split; doc at a chunk edge */
+        check((subq_kv_type)t, 3, 1, 32, 900, 300, NULL, 0);   /* one chunk */
+        check((subq_kv_type)t, 2, 3, 64, 2600, 1500, "test_attn_full.kv", 0); /* slot-major, blocks of every head */
+        check((subq_kv_type)t, 2, 3, 64, 2600, 1500, NULL, 1);                /* the same in memory */
     }
     remove("test_attn_full.kv");
     check_turns();

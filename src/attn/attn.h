@@ -123,6 +123,9 @@ struct attn_stage_state {
     subq_status (*append)(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0, subq_error *err);
     /* rows per KV head a query seeing n_keys cached tokens attends */
     int (*rows_attended)(const attn_stage *st, int n_keys);
+    /* 1 when a query reads more rows one by one (retrieved) than in runs
+     * (sinks, tail): the layer's rows are laid out slot-major (kv_cache.h) */
+    int (*reads_scattered)(const attn_stage *st);
     int (*has_completion)(const attn_stage *st);
     void (*stats)(const attn_stage *st, attn_stage_stats *out);
     /* measurements (eval): turned on, read, static-index mode (keys in
@@ -149,6 +152,7 @@ subq_status attn_stage_restore(attn_stage *st, const kv_cache *kv, const float *
 subq_status attn_stage_append(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0,
                               subq_error *err);                            /* no-op */
 int attn_stage_rows_attended(const attn_stage *st, int n_keys);            /* n_keys */
+int attn_stage_reads_scattered(const attn_stage *st);                      /* 0 */
 int attn_stage_has_completion(const attn_stage *st);                       /* 0 */
 void attn_stage_get_stats(const attn_stage *st, attn_stage_stats *out);    /* zeros */
 subq_status attn_stage_enable_metrics(attn_stage *st, subq_error *err);   /* no-op */

@@ -48,6 +48,10 @@ int attn_stage_rows_attended(const attn_stage *st, int n_keys) {
     return st->state && st->state->rows_attended ? st->state->rows_attended(st, n_keys) : n_keys;
 }
 
+int attn_stage_reads_scattered(const attn_stage *st) {
+    return st->state && st->state->reads_scattered ? st->state->reads_scattered(st) : 0;
+}
+
 int attn_stage_has_completion(const attn_stage *st) {
     return st->state && st->state->has_completion ? st->state->has_completion(st) : 0;
 }

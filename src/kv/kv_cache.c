@@ -106,9 +106,10 @@ subq_status kv_cache_init_windows(kv_cache *kv, int n_layer, int n_head_kv, int 
         L->window = window && window[l] > 0 ? window[l] : 0;
         L->ring = kv_cache_ring_rows(n_ctx, L->window, n_batch);
         L->head_stride = (size_t)L->ring * kv->row_bytes;
-        kv->k[l] = bigmem_alloc((size_t)n_head_kv * L->head_stride);
-        kv->v[l] = bigmem_alloc((size_t)n_head_kv * L->head_stride);
-        if (!kv->k[l] || !kv->v[l]) goto nomem;
+        /* keys and values in one block, so that kv_cache_set_layout can
+         * lay a layer out either way */
+        if (!(kv->k[l] = bigmem_alloc(2 * (size_t)n_head_kv * L->head_stride))) goto nomem;
+        kv->v[l] = (char *)kv->k[l] + (size_t)n_head_kv * L->head_stride;
     }
     return SUBQ_OK;
 nomem:
@@ -153,10 +154,20 @@ void kv_cache_file_layout(kv_cache *kv) {
     }
 }
 
+void kv_cache_set_layout(kv_cache *kv, const unsigned char *head_major) {
+    if (kv->file) return;
+    const size_t rows = (size_t)kv->n_head_kv * kv->row_bytes; /* a slot's rows of one kind */
+    for (int l = 0; l < kv->n_layer; l++) {
+        kv_layer_rows *L = &kv->layers[l];
+        L->head_stride = head_major[l] ? (size_t)L->ring * kv->row_bytes : kv->row_bytes;
+        L->slot_stride = head_major[l] ? kv->row_bytes : 2 * rows;
+        kv->v[l] = (char *)kv->k[l] + (head_major[l] ? (size_t)L->ring * rows : rows);
+    }
+}
+
 void kv_cache_free(kv_cache *kv) {
     if (!kv->file) {
-        for (int l = 0; kv->k && l < kv->n_layer; l++) free(kv->k[l]);
-        for (int l = 0; kv->v && l < kv->n_layer; l++) free(kv->v[l]);
+        for (int l = 0; kv->k && l < kv->n_layer; l++) free(kv->k[l]); /* and v[l] */
         free(kv->pos); /* and seg */
     }
     free(kv->k);

@@ -37,13 +37,16 @@ typedef struct kv_cache {
     subq_kv_type type;
     size_t row_bytes;           /* one row of head_dim values in `type` */
     void **k, **v;              /* [layer] -> rows of every KV head and slot, placed by the strides */
-    /* [layer]: ring, window, held rows and the strides. In memory the
-     * layout is head-major [n_head_kv][ring][row]: dense decode streams a
-     * head's rows contiguously. In a file a layer is slot-major [n_ctx]
-     * [keys, values][n_head_kv][row] (a retrieved slot's rows of every KV
-     * head and both kinds share a page, so a sparse step reads one page per
-     * slot, not one per row) or, where the plan runs it dense, head-major
-     * as in memory (kv_file.h); every layer whole. */
+    /* [layer]: ring, window, held rows and the strides. A layer the plan
+     * reads in runs (dense, a window) is head-major [kind][n_head_kv][ring]
+     * [row]: dense decode streams a head's rows contiguously. One that
+     * retrieves its rows is slot-major [ring][keys, values][n_head_kv][row]:
+     * a retrieved slot's rows of every KV head and both kinds share a page,
+     * so a sparse step reads one page per slot, not one per row (from a
+     * file: one page fault; in memory: one address translation, which
+     * under a hypervisor that backs guests with 4 KiB pages costs as much
+     * as the row). In memory a cache starts head-major (kv_cache_set_layout);
+     * in a file every layer is whole (kv_file.h). */
     kv_layer_rows *layers;
     int32_t *pos;               /* [n_ctx] */
     int32_t *seg;               /* [n_ctx]; in memory, the second half of pos's allocation */
@@ -84,6 +87,10 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err);
 /* The file's layers laid out again (kv_file_set_layout): each layer's rows
  * and strides read from it anew. */
 void kv_cache_file_layout(kv_cache *kv);
+/* An empty cache in memory (n_used 0) laid out for a plan: layer l
+ * head-major where head_major[l] != 0, else slot-major (kv_layer_rows). A
+ * file's layout is the file's (kv_file_set_layout): unchanged here. */
+void kv_cache_set_layout(kv_cache *kv, const unsigned char *head_major);
 void kv_cache_free(kv_cache *kv);
 
 /* With a file: start reading the pages of the key and value rows of

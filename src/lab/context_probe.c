@@ -40,7 +40,7 @@ static size_t layer_words(const kv_cache *kv, int l) {
 double subq_context_kv_read_gbs(const subq_context *c, int reps) {
     const kv_cache *kv = &c->kv;
     const int n_items = kv->n_layer * 2 * kv->n_head_kv; /* (layer, keys or values, KV head) */
-    /* (head-major rows only: a file cache is not timed here) */
+    /* (a file cache is not timed here) */
     if (kv->n_used == 0 || kv->row_bytes % sizeof(uint64_t) || kv->file) return 0.0;
     double all_words = 0.0; /* a sliding layer's ring holds fewer rows */
     for (int l = 0; l < kv->n_layer; l++)
@@ -53,7 +53,11 @@ double subq_context_kv_read_gbs(const subq_context *c, int reps) {
 #pragma omp parallel for num_threads(c->n_threads) schedule(static) reduction(+ : total)
         for (int it = 0; it < n_items; it++) {
             const int l = it / (2 * kv->n_head_kv), h = it % kv->n_head_kv, values = it / kv->n_head_kv % 2;
-            total += sum_words(values ? kv_cache_value(kv, l, h, 0) : kv_cache_key(kv, l, h, 0), layer_words(kv, l));
+            /* head-major: the head's run of rows; slot-major: as many words of the layer's one run */
+            const size_t words = layer_words(kv, l), piece = (size_t)(values * kv->n_head_kv + h);
+            const uint64_t *from = (const uint64_t *)kv_cache_key(kv, l, 0, 0) + piece * words;
+            if (kv_cache_rows_adjacent(kv, l)) from = kv_cache_row(kv, l, h, values, 0);
+            total += sum_words(from, words);
         }
         const double el = time_now_s() - t0, gbs = all_words * sizeof(uint64_t) / el / 1e9;
         volatile uint64_t sink = total; /* the sums are used: they cannot be dropped */
@@ -90,9 +94,11 @@ static subq_status fill_kv(kv_cache *kv, int n_past, uint64_t seed, subq_error *
         s = kv_cache_store(kv, l, 0, n_rand, k, v, err);
         for (int t0 = n_rand; t0 < n_past && !s; t0 += n_rand) {
             const int n = n_past - t0 < n_rand ? n_past - t0 : n_rand;
-            if (kv->file && !kv_cache_rows_adjacent(kv, l)) { /* slot-major: keys and values of n slots are one run */
-                s = kv_file_write(kv->file, kv_cache_key(kv, l, 0, t0), kv_cache_key(kv, l, 0, 0),
-                                  (size_t)n * kv->layers[l].slot_stride, err);
+            if (!kv_cache_rows_adjacent(kv, l)) { /* slot-major: keys and values of n slots are one run */
+                void *to = (void *)kv_cache_key(kv, l, 0, t0);
+                const size_t bytes = (size_t)n * kv->layers[l].slot_stride;
+                if (kv->file) s = kv_file_write(kv->file, to, kv_cache_key(kv, l, 0, 0), bytes, err);
+                else memcpy(to, kv_cache_key(kv, l, 0, 0), bytes);
                 continue;
             }
             for (int r = 0; r < 2 * kv->n_head_kv && !s; r++) { /* head-major: a run a head and kind */

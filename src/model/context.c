@@ -57,6 +57,24 @@ static subq_status open_kv_file(subq_context *c, const subq_context_params *p, s
     return s;
 }
 
+/* Each layer: 1 where the plan reads its rows in runs (dense, or a
+ * window: head-major rows stream), 0 where it reads them mostly one by one
+ * (retrieved: slot-major) (malloc'd; NULL: out of memory) */
+static unsigned char *head_major_layers(const subq_context *c) {
+    const int n_layer = c->model->hp.n_layer;
+    unsigned char *head_major = malloc((size_t)n_layer);
+    for (int l = 0; head_major && l < n_layer; l++)
+        head_major[l] = !c->stages || !attn_stage_reads_scattered(c->stages[l]);
+    return head_major;
+}
+
+void context_lay_out(subq_context *c) {
+    if (c->kv.file || c->kv.n_used) return;
+    unsigned char *head_major = head_major_layers(c);
+    if (head_major) kv_cache_set_layout(&c->kv, head_major); /* out of memory: the layout it has serves too */
+    free(head_major);
+}
+
 subq_status context_file_plan(subq_context *c, const int *d, const uint64_t *made_by, subq_error *err) {
     if (!c->kv.file) return SUBQ_OK;
     const int n_layer = c->model->hp.n_layer;
@@ -68,13 +86,12 @@ subq_status context_file_plan(subq_context *c, const int *d, const uint64_t *mad
     free(zd);
     free(zb);
     c->file_writable = !s && ok;
-    /* the layers the plan runs dense are read whole every step: head-major
-     * rows stream as in memory (a file of committed tokens keeps its layout) */
-    unsigned char *dense = !s && c->kv.n_used == 0 ? malloc((size_t)n_layer) : NULL;
-    for (int l = 0; dense && l < n_layer; l++) dense[l] = !c->stages || c->stages[l] == attn_full_stage();
+    /* laid out as in memory (a file of committed tokens keeps its layout) */
+    unsigned char *head_major = !s && c->kv.n_used == 0 ? head_major_layers(c) : NULL;
     int laid = 0;
-    if (dense && !(s = kv_file_set_layout(c->kv.file, dense, &laid, err)) && laid) kv_cache_file_layout(&c->kv);
-    free(dense);
+    if (head_major && !(s = kv_file_set_layout(c->kv.file, head_major, &laid, err)) && laid)
+        kv_cache_file_layout(&c->kv);
+    free(head_major);
     return s;
 }
 
@@ -180,6 +197,7 @@ subq_status subq_context_new(subq_model *m, const subq_context_params *p, subq_c
 
 void context_forget(subq_context *c) {
     kv_cache_clear(&c->kv);
+    context_lay_out(c);
     c->logits_at = -1;
     for (int l = 0; l < c->model->hp.n_layer; l++)
         if (c->stages[l]->reset) c->stages[l]->reset(c->stages[l]);

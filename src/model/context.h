@@ -61,6 +61,11 @@ subq_status context_commit(subq_context *c, int force, subq_error *err);
 /* Empty the context (tokens, indexes) without touching a KV file's header
  * (subq_context_reset also makes the file forget its tokens). */
 void context_forget(subq_context *c);
+/* An empty cache in memory laid out for the context's plan: head-major
+ * where it reads a layer in runs, slot-major where it retrieves rows
+ * (kv_cache_set_layout); a cache that holds tokens, or a file, keeps its
+ * layout (a file's follows the plan in context_file_plan). */
+void context_lay_out(subq_context *c);
 /* With a KV file: the search keys the context's plan stores (d[layer],
  * made_by[layer]; NULL for none): file_writable says whether the file now
  * takes them (see kv_file_set_search). */

@@ -55,6 +55,7 @@ void context_clear_plan(subq_context *c) {
         if (c->stages[l]->free) c->stages[l]->free(c->stages[l]);
         c->stages[l] = attn_full_stage();
     }
+    context_lay_out(c);
 }
 
 /* The far scheme's distances for this model: from (0: the trained
@@ -182,5 +183,6 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     free(mask);
     free(topk);
     if (s) context_clear_plan(c);
+    context_lay_out(c);
     return s;
 }

@@ -565,6 +565,11 @@ static int sparse_rows_attended(const attn_stage *st, int n_keys) {
     return n < n_keys ? n : n_keys;
 }
 
+static int sparse_reads_scattered(const attn_stage *st) {
+    const subq_attn_plan *p = &((const sparse_stage *)st)->p.select.plan;
+    return p->top_k > p->n_sink + p->n_tail;
+}
+
 const sparse_record *attn_sparse_record(attn_stage *st) {
     return st && st->name == sparse_name ? &((sparse_stage *)st)->rec : NULL;
 }
@@ -709,7 +714,8 @@ static const attn_stage_state sparse_state = {
     .describe = sparse_describe, .search_width = sparse_search_width, .search_made_by = sparse_search_made_by,
     .same_search = sparse_same_search, .get_keys = sparse_get_keys, .get_index = sparse_get_index,
     .restore = sparse_restore,
-    .append = sparse_append, .rows_attended = sparse_rows_attended, .has_completion = sparse_has_completion,
+    .append = sparse_append, .rows_attended = sparse_rows_attended,
+    .reads_scattered = sparse_reads_scattered, .has_completion = sparse_has_completion,
     .stats = sparse_stats, .enable_metrics = sparse_enable_metrics, .metrics = sparse_get_metrics,
     .freeze = sparse_freeze, .has_late_key = sparse_has_late_key, .index_late = sparse_index_late,
 };
