@@ -182,7 +182,7 @@ subq_status context_set_plan(subq_context *c, const attn_plan *plan, const searc
     }
     free(mask);
     free(topk);
-    if (s) context_clear_plan(c);
-    context_lay_out(c);
+    if (s) context_clear_plan(c); /* which lays the cache out again too */
+    else context_lay_out(c);
     return s;
 }
