@@ -123,8 +123,9 @@ struct attn_stage_state {
     subq_status (*append)(attn_stage *st, const kv_cache *kv, const float *ks, int n, int slot0, subq_error *err);
     /* rows per KV head a query seeing n_keys cached tokens attends */
     int (*rows_attended)(const attn_stage *st, int n_keys);
-    /* 1 when a query reads more rows one by one (retrieved) than in runs
-     * (sinks, tail): the layer's rows are laid out slot-major (kv_cache.h) */
+    /* 1 when a query retrieves rows, which it reads one by one besides
+     * its runs of sinks and tail: the layer's rows are laid out slot-major
+     * (kv_cache.h); a window of recent keys alone reads head-major runs */
     int (*reads_scattered)(const attn_stage *st);
     int (*has_completion)(const attn_stage *st);
     void (*stats)(const attn_stage *st, attn_stage_stats *out);

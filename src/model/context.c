@@ -58,8 +58,8 @@ static subq_status open_kv_file(subq_context *c, const subq_context_params *p, s
 }
 
 /* Each layer: 1 where the plan reads its rows in runs (dense, or a
- * window: head-major rows stream), 0 where it reads them mostly one by one
- * (retrieved: slot-major) (malloc'd; NULL: out of memory) */
+ * window: head-major rows stream), 0 where it retrieves rows (slot-major)
+ * (malloc'd; NULL: out of memory) */
 static unsigned char *head_major_layers(const subq_context *c) {
     const int n_layer = c->model->hp.n_layer;
     unsigned char *head_major = malloc((size_t)n_layer);

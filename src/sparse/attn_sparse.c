@@ -565,10 +565,7 @@ static int sparse_rows_attended(const attn_stage *st, int n_keys) {
     return n < n_keys ? n : n_keys;
 }
 
-static int sparse_reads_scattered(const attn_stage *st) {
-    const subq_attn_plan *p = &((const sparse_stage *)st)->p.select.plan;
-    return p->top_k > p->n_sink + p->n_tail;
-}
+static int sparse_reads_scattered(const attn_stage *st) { return ((const sparse_stage *)st)->p.select.plan.top_k > 0; }
 
 const sparse_record *attn_sparse_record(attn_stage *st) {
     return st && st->name == sparse_name ? &((sparse_stage *)st)->rec : NULL;
