@@ -9,7 +9,8 @@
  *   - for every KV type, over several KV heads (file slot-major, memory
  *     head-major), the same logits again, and a session saved from the
  *     file continues in memory alike; a plan's dense layers head-major in
- *     the file beside its slot-major sparse ones, alike;
+ *     the file beside its slot-major sparse ones, alike, also decoding one
+ *     token at a time across windows of small pages (kv_file_will_write);
  *   - refusals: another model's file, another KV type, another context
  *     size, other projections (set_plan and decoding both say so), damaged
  *     and truncated headers, files of the older layouts (versions
@@ -242,6 +243,67 @@ static void test_mixed_layout(void) {
 done:
     subq_context_free(fc);
     subq_context_free(mem);
+    unlink(file);
+}
+
+/* A decode step makes the next KV_FILE_SMALL_SLOTS slots of every region
+ * small pages (zeroed on disk, blocks kept): a prompt, then one token at a
+ * time across three such windows, with dense layers head-major beside
+ * sparse slot-major ones, gives memory's logits bit for bit; the file keeps
+ * every block it reserved, verifies, and resumes alike. */
+static void test_decode_windows(void) {
+    enum { CTX = 3 * KV_FILE_SMALL_SLOTS, PROMPT = 200, END = PROMPT + 2 * KV_FILE_SMALL_SLOTS + 100 };
+    char file[700];
+    path_of(file, sizeof file, "windows.kv");
+    unlink(file);
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = CTX;
+    p.n_threads = 1;
+    p.kv_type = SUBQ_KV_Q8_0;
+    subq_attn_plan plan = subq_attn_plan_default();
+    plan.selector = SUBQ_SELECT_EXACT;
+    plan.layers = "1,3";
+    plan.top_k = 8;
+    plan.n_sink = 2;
+    plan.n_tail = 4;
+    subq_error err;
+    subq_context *mem = NULL, *fc = NULL;
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    int32_t *toks = malloc(CTX * sizeof(int32_t));
+    for (int i = 0; i < CTX; i++) toks[i] = token(i);
+    CHECK(subq_context_new(model, &p, &mem, &err) == SUBQ_OK &&
+              subq_context_set_plan(mem, &plan, search, NULL, &err) == SUBQ_OK,
+          "memory context: %s", err.msg);
+    p.kv_file = file;
+    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK &&
+              subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK,
+          "file context: %s", err.msg);
+    struct stat before, after;
+    CHECK(stat(file, &before) == 0, "stat %s", file);
+    int ok = mem && fc && !subq_decode(mem, toks, PROMPT, la, 0, &err) && !subq_decode(fc, toks, PROMPT, lb, 0, &err);
+    for (int i = PROMPT; ok && i < END; i++)
+        ok = !subq_decode(mem, toks + i, 1, la, 0, &err) && !subq_decode(fc, toks + i, 1, lb, 0, &err) && same(la, lb);
+    CHECK(ok, "decoding across small-page windows: file logits differ from memory's (%s)", err.msg);
+    subq_context_free(fc); /* commits */
+    fc = NULL;
+    CHECK(stat(file, &after) == 0 && after.st_blocks >= before.st_blocks,
+          "the file gave back reserved blocks: %lld then %lld", (long long)before.st_blocks, (long long)after.st_blocks);
+    subq_kv_file_info ki;
+    CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == END, "verify: %d tokens, %s",
+          ki.n_committed, err.msg);
+    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK &&
+              subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK &&
+              subq_context_resume(fc, &err) == SUBQ_OK,
+          "resumed: %s", err.msg);
+    ok = fc != NULL;
+    for (int i = END; ok && i < END + NC; i++)
+        ok = !subq_decode(mem, toks + i, 1, la, 0, &err) && !subq_decode(fc, toks + i, 1, lb, 0, &err) && same(la, lb);
+    CHECK(ok, "the resumed file continues otherwise than memory (%s)", err.msg);
+    subq_context_free(fc);
+    subq_context_free(mem);
+    free(la);
+    free(lb);
+    free(toks);
     unlink(file);
 }
 
@@ -593,7 +655,7 @@ static void test_integrity(void) {
     CHECK(subq_context_resume(c, &err) == SUBQ_OK, "resume: %s", err.msg);
     const uint16_t nan16 = 0x7E00;
     void *row = (unsigned char *)kv_file_values(c->kv.file, 3) + 5 * slot_bytes;
-    CHECK(kv_file_will_write(c->kv.file, 5, &err) == SUBQ_OK && kv_file_write(c->kv.file, row, &nan16, 2, &err) == SUBQ_OK,
+    CHECK(kv_file_will_write(c->kv.file, 5, 0, &err) == SUBQ_OK && kv_file_write(c->kv.file, row, &nan16, 2, &err) == SUBQ_OK,
           "writing a NaN: %s", err.msg);
     c->file_dirty = 1;
     subq_context_free(c); /* commits 40 tokens: slot 5 with a NaN value */
@@ -781,6 +843,7 @@ int main(void) {
     test_old_layout(3);
     test_version4();
     test_mixed_layout();
+    test_decode_windows();
     test_refusals();
     test_integrity();
     test_lock();

@@ -68,6 +68,7 @@ struct kv_file {
     int writable;               /* opened for writing (an exclusive lock) */
     long writer;                /* a reader: the pid of the writer that held the file as it was opened
                                    (-1: one did, its pid unknown; 0: none) */
+    int small_lo, small_hi;     /* the slots whose pages were made small last (kv_file_will_write) */
     int newest_damaged;         /* the newest header slot is damaged: h is the older one */
     int64_t newest_committed;   /* the tokens the damaged slot counts as it reads (-1: not a count) */
 };
@@ -526,6 +527,9 @@ int kv_file_committed(const kv_file *f) { return (int)f->h.n_committed; }
 int kv_file_has_logits(const kv_file *f) { return f->h.has_logits != 0; }
 int kv_file_n_search(const kv_file *f) { return (int)f->h.n_search; }
 
+/* A slot's key and value rows of every KV head in one layer. */
+static size_t slot_stride(const kv_file *f) { return 2 * (size_t)f->g.n_head_kv * f->g.row_bytes; }
+
 void *kv_file_keys(kv_file *f, int layer) { return f->map + DATA_START + (uint64_t)layer * f->per_layer; }
 int kv_file_head_major(const kv_file *f, int layer) {
     return layer < KV_FILE_MAX_LAYOUT && (f->h.head_major[layer / 64] >> (layer % 64) & 1);
@@ -642,11 +646,62 @@ subq_status kv_file_write(kv_file *f, const void *at, const void *src, size_t n,
     return SUBQ_OK;
 }
 
-subq_status kv_file_will_write(kv_file *f, int slot, subq_error *err) {
-    if ((uint64_t)slot >= f->h.n_committed) return SUBQ_OK;
-    f->h.n_committed = (uint64_t)slot;
-    f->h.has_logits = 0;
-    return write_header(f, err);
+/* The whole pages of file bytes [from, to) zeroed and dropped from the page
+ * cache, their blocks kept (FALLOC_FL_ZERO_RANGE): written again, they come
+ * back as 4 KiB pages. Advice: where the file system cannot, pages stay. */
+static void zero_pages(kv_file *f, uint64_t from, uint64_t to) {
+    const uint64_t lo = round_page(from), hi = to / PAGE * PAGE;
+#ifdef FALLOC_FL_ZERO_RANGE
+    if (hi > lo) (void)fallocate(f->fd, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, (off_t)lo, (off_t)(hi - lo));
+#else
+    (void)f, (void)lo, (void)hi;
+#endif
+}
+
+/* Slots [lo, hi) (none committed) in small pages in the regions a decode
+ * step writes a slot of through the mapping or in one run: each slot-major
+ * layer's rows, the positions, segments, tokens and checksums, the search
+ * keys. Why: where the page cache holds a region in 2 MiB folios
+ * (populate_huge), a pwrite into one walks all 512 of its block buffers
+ * (22 us, against 1.5 in a 4 KiB page), and a store through the mapping
+ * makes the whole folio dirty, so each commit wrote 2 MiB a region (at 128K
+ * on the Qwen3-0.6B shape, 10 MB/s of disk writes; 3-4 so). The page that
+ * holds slot lo - 1 is left as it is, but its folio is split. Head-major
+ * layers keep their pages: the folio of each head's last prompt rows would
+ * be split too, and every step streams those rows, slower from 4 KiB pages
+ * (at 128K, 12% of the dense rows so made the dense attention 12-20%
+ * slower: bench/notes/2026-12-05-kv-file-small-pages.md; at 32K it would be
+ * up to half of them). Their decode rows go by pwrite (32 a layer a step),
+ * whose dirty blocks alone are written back. */
+static void make_small(kv_file *f, int lo, int hi) {
+    for (uint32_t l = 0; l < f->g.n_layer; l++) {
+        if (kv_file_head_major(f, (int)l)) continue;
+        const uint64_t from = (uint64_t)((unsigned char *)kv_file_row(f, (int)l, 0, 0, lo) - f->map);
+        zero_pages(f, from, from + (uint64_t)(hi - lo) * slot_stride(f));
+    }
+    for (int i = 0; i < 4; i++) {
+        const uint64_t from = (uint64_t)(meta(f, i) - f->map);
+        zero_pages(f, from + 4 * (uint64_t)lo, from + 4 * (uint64_t)hi);
+    }
+    for (uint32_t r = 0; r < f->h.n_search; r++) {
+        const uint64_t row = (uint64_t)f->h.search[r].d * sizeof(float);
+        zero_pages(f, f->h.search[r].offset + lo * row, f->h.search[r].offset + hi * row);
+    }
+}
+
+subq_status kv_file_will_write(kv_file *f, int slot, int n, subq_error *err) {
+    if ((uint64_t)slot < f->h.n_committed) {
+        f->h.n_committed = (uint64_t)slot;
+        f->h.has_logits = 0;
+        subq_status s = write_header(f, err);
+        if (s) return s;
+    }
+    if (n > 0 && n <= KV_FILE_SHORT_WRITE && (slot < f->small_lo || slot + n > f->small_hi)) {
+        f->small_lo = slot;
+        f->small_hi = slot + KV_FILE_SMALL_SLOTS < (int)f->g.n_ctx ? slot + KV_FILE_SMALL_SLOTS : (int)f->g.n_ctx;
+        make_small(f, f->small_lo, f->small_hi);
+    }
+    return SUBQ_OK;
 }
 
 /* Ask the kernel to read [p, p + n) of the mapping ahead: the mapping is
@@ -656,9 +711,6 @@ static void read_ahead(const void *p, size_t n) {
     const uintptr_t lo = (uintptr_t)p / PAGE * PAGE;
     madvise((void *)lo, n + ((uintptr_t)p - lo), MADV_WILLNEED);
 }
-
-/* A slot's key and value rows of every KV head in one layer. */
-static size_t slot_stride(const kv_file *f) { return 2 * (size_t)f->g.n_head_kv * f->g.row_bytes; }
 
 /* read_ahead of slots [t0, t0 + n) of a layer: one run, or one a head and kind */
 static void read_ahead_rows(kv_file *f, int layer, int t0, int n) {

@@ -123,9 +123,15 @@ subq_status kv_file_set_layout(kv_file *f, const unsigned char *head_major, int 
  * the disk at once (sync_file_range). */
 subq_status kv_file_write(kv_file *f, const void *at, const void *src, size_t n, subq_error *err);
 
-/* About to write slots from `slot` on: a header counting rows at or past it
- * is lowered to `slot` first (durably). */
-subq_status kv_file_will_write(kv_file *f, int slot, subq_error *err);
+/* About to write slots [slot, slot + n), those past them holding nothing: a
+ * header counting rows at or past `slot` is lowered to it first (durably).
+ * A short write (at most KV_FILE_SHORT_WRITE slots: a decode step's) outside
+ * the slots made small last zeroes the next KV_FILE_SMALL_SLOTS slots and
+ * makes their pages small (kv_file.c). n = 0: nothing about to be written
+ * is known. */
+#define KV_FILE_SHORT_WRITE 16
+#define KV_FILE_SMALL_SLOTS 1024
+subq_status kv_file_will_write(kv_file *f, int slot, int n, subq_error *err);
 /* Commit n tokens (with the last token's logits, or NULL): checksum the
  * slots written since the last commit, write the logits into the region
  * the header does not name (a kill before the header leaves the committed

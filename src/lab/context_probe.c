@@ -182,7 +182,7 @@ subq_status subq_context_fill_synthetic(subq_context *c, int n_past, uint64_t se
     if (c->kv.file && !c->file_writable)
         return subq_fail(err, SUBQ_ERR_MISMATCH, "the KV file holds tokens of another attention plan: reset the "
                          "context first");
-    subq_status s = c->kv.file ? kv_file_will_write(c->kv.file, 0, err) : SUBQ_OK;
+    subq_status s = c->kv.file ? kv_file_will_write(c->kv.file, 0, 0, err) : SUBQ_OK;
     if (s) return s;
     for (int t = 0; t < n_past; t++) c->tok[t] = -1; /* no token ids: a session file refuses them */
     const double t0 = time_now_s();

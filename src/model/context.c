@@ -206,7 +206,7 @@ void context_forget(subq_context *c) {
 void subq_context_reset(subq_context *c) {
     subq_error ignored; /* a header that cannot be lowered: the next write fails the same way */
     if (c->kv.file) {
-        kv_file_will_write(c->kv.file, 0, &ignored); /* the file forgets them too */
+        kv_file_will_write(c->kv.file, 0, 0, &ignored); /* the file forgets them too */
         int all_full = 1; /* under full attention the file's table can now be emptied */
         for (int l = 0; l < c->model->hp.n_layer; l++) all_full &= c->stages[l] == attn_full_stage();
         if (!c->file_writable && all_full) context_file_plan(c, NULL, NULL, &ignored);

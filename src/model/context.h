@@ -14,11 +14,11 @@
 typedef void (*capture_fn)(void *user, int layer, int n, int slot0, const float *h_norm, const float *q,
                            const float *k, const float *v);
 
-/* With a KV file, a forward that waited on the disk (major page faults)
- * makes the next KV_PREFETCH_STEPS prefetch the rows they attend. Not just
- * the next one: a prefetched forward's reads are minor faults, so its own
- * count cannot say whether the rows were on the disk, and toggling at every
- * step halved 1M-token decode. */
+/* With a KV file, a forward that read from the disk (32 KiB or more of
+ * ru_inblock: not major faults, which also count the zero pages of the
+ * slots a decode step made small) makes the next KV_PREFETCH_STEPS prefetch
+ * the rows they attend. Not just the next one: toggling at every step
+ * halved 1M-token decode. */
 #define KV_PREFETCH_STEPS 32
 
 struct subq_context {

@@ -324,12 +324,12 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
                          "attention plan: set that plan and resume them, or reset the context to drop them",
                          kv_file_committed(c->kv.file));
     /* a KV file stops counting the rows about to be overwritten first */
-    subq_status ws = c->kv.file ? kv_file_will_write(c->kv.file, c->kv.n_used, err) : SUBQ_OK;
+    subq_status ws = c->kv.file ? kv_file_will_write(c->kv.file, c->kv.n_used, n, err) : SUBQ_OK;
     if (ws) return ws;
     c->file_dirty = c->kv.file != NULL;
     memcpy(c->tok + c->kv.n_used, tokens, (size_t)n * sizeof(int32_t));
     c->logits_at = -1;
-    /* a forward that waited on the disk makes the next ones prefetch (KV_PREFETCH_STEPS) */
+    /* a forward that read from the disk makes the next ones prefetch (KV_PREFETCH_STEPS) */
     struct rusage ru0, ru1;
     if (c->kv.file) {
         c->kv.prefetch = c->prefetch_left > 0;
@@ -351,7 +351,7 @@ subq_status context_forward(subq_context *c, const int32_t *tokens, int n, const
         if (s) return s;
         done += chunk;
     }
-    if (c->kv.file && getrusage(RUSAGE_SELF, &ru1) == 0 && ru1.ru_majflt - ru0.ru_majflt >= 8)
+    if (c->kv.file && getrusage(RUSAGE_SELF, &ru1) == 0 && ru1.ru_inblock - ru0.ru_inblock >= 64)
         c->prefetch_left = KV_PREFETCH_STEPS;
     return SUBQ_OK;
 }
