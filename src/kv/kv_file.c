@@ -663,7 +663,7 @@ static void zero_pages(kv_file *f, uint64_t from, uint64_t to) {
  * layer's rows, the positions, segments, tokens and checksums, the search
  * keys. Why: where the page cache holds a region in 2 MiB folios
  * (populate_huge), a pwrite into one walks all 512 of its block buffers
- * (22 us, against 1.5 in a 4 KiB page), and a store through the mapping
+ * (13-25 us, against 1.5-1.9 in 4 KiB pages), and a store through the mapping
  * makes the whole folio dirty, so each commit wrote 2 MiB a region (at 128K
  * on the Qwen3-0.6B shape, 10 MB/s of disk writes; 3-4 so). The page that
  * holds slot lo - 1 is left as it is, but its folio is split. Head-major
