@@ -10,7 +10,9 @@
  *     head-major), the same logits again, and a session saved from the
  *     file continues in memory alike; a plan's dense layers head-major in
  *     the file beside its slot-major sparse ones, alike, also decoding one
- *     token at a time across windows of small pages (kv_file_will_write);
+ *     token at a time across windows of small pages (kv_file_will_write)
+ *     with the dense layers' latest rows staged (kv_cache_store), which the
+ *     gathered dots of quest and oracle read as the file's;
  *   - refusals: another model's file, another KV type, another context
  *     size, other projections (set_plan and decoding both say so), damaged
  *     and truncated headers, files of the older layouts (versions
@@ -248,9 +250,11 @@ done:
 
 /* A decode step makes the next KV_FILE_SMALL_SLOTS slots of every region
  * small pages (zeroed on disk, blocks kept): a prompt, then one token at a
- * time across three such windows, with dense layers head-major beside
- * sparse slot-major ones, gives memory's logits bit for bit; the file keeps
- * every block it reserved, verifies, and resumes alike. */
+ * time across three such windows, with dense layers head-major (their
+ * decode rows staged, committed midway) beside sparse slot-major ones,
+ * gives memory's logits bit for bit; the gathered dots read the staged
+ * rows; the file keeps every block it reserved, verifies, and resumes
+ * alike. */
 static void test_decode_windows(void) {
     enum { CTX = 3 * KV_FILE_SMALL_SLOTS, PROMPT = 200, END = PROMPT + 2 * KV_FILE_SMALL_SLOTS + 100 };
     char file[700];
@@ -281,9 +285,38 @@ static void test_decode_windows(void) {
     struct stat before, after;
     CHECK(stat(file, &before) == 0, "stat %s", file);
     int ok = mem && fc && !subq_decode(mem, toks, PROMPT, la, 0, &err) && !subq_decode(fc, toks, PROMPT, lb, 0, &err);
-    for (int i = PROMPT; ok && i < END; i++)
-        ok = !subq_decode(mem, toks + i, 1, la, 0, &err) && !subq_decode(fc, toks + i, 1, lb, 0, &err) && same(la, lb);
+    for (int i = PROMPT; ok && i < END; i++) {
+        if (i == END - 1) ok = subq_context_sync(fc, &err) == SUBQ_OK; /* the last token alone staged */
+        ok = ok && !subq_decode(mem, toks + i, 1, la, 0, &err) && !subq_decode(fc, toks + i, 1, lb, 0, &err) &&
+             same(la, lb);
+    }
     CHECK(ok, "decoding across small-page windows: file logits differ from memory's (%s)", err.msg);
+    /* a dense layer's staged rows (the latest, from a multiple of 64 on)
+     * read by the gathered dot (quest, oracle) as the rows in the file,
+     * against per-row dots in double */
+    const kv_cache *kv = fc ? &fc->kv : NULL;
+    CHECK(kv && kv->layers[0].stage_from < END && kv->layers[0].stage_from % KV_RUN_ALIGN == 0,
+          "layer 0 (dense) stages its latest rows (from %d)", kv ? kv->layers[0].stage_from : -1);
+    int32_t *idx = malloc(END * sizeof(int32_t));
+    float *got = malloc(END * sizeof(float)), *q = malloc(2 * (size_t)(kv ? kv->head_dim : 1) * sizeof(float));
+    int dots_ok = kv && idx && got && q;
+    for (int h = 0; dots_ok && h < kv->n_head_kv; h++) {
+        float *row = q + kv->head_dim;
+        for (int c = 0; c < kv->head_dim; c++) q[c] = (float)((h * 31 + c * 7) % 13) / 13.0f - 0.5f;
+        for (int j = 0; j < END; j++) idx[j] = j;
+        kv_cache_gather_dot(kv, 0, h, q, idx, END, got);
+        for (int j = 0; dots_ok && j < END; j++) {
+            kv_cache_row_f32(kv, kv_cache_key(kv, 0, h, j), row);
+            double ref = 0.0;
+            for (int c = 0; c < kv->head_dim; c++) ref += (double)q[c] * row[c];
+            dots_ok = fabs(got[j] - ref) <= 1e-4 * (1.0 + fabs(ref));
+            if (!dots_ok) fprintf(stderr, "head %d slot %d: gathered %g, rows %g\n", h, j, got[j], ref);
+        }
+    }
+    CHECK(dots_ok, "gathered dots over a dense layer with staged rows");
+    free(idx);
+    free(got);
+    free(q);
     subq_context_free(fc); /* commits */
     fc = NULL;
     CHECK(stat(file, &after) == 0 && after.st_blocks >= before.st_blocks,

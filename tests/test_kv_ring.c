@@ -13,7 +13,9 @@
  *   - session files hold a ring's rows only, and load into ring and
  *     swa_full contexts alike, which then decode as the saved one; copies
  *     between the two kinds too;
- *   - a synthetic fill of a ring context decodes. */
+ *   - a synthetic fill of a ring context decodes;
+ *   - a KV file, whose decode rows wait in a stage, decodes as swa_full
+ *     memory bit for bit past a commit and a truncate. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +232,42 @@ static void test_fill(void) {
     subq_context_free(c);
 }
 
+/* With a KV file every slot is kept, rows head-major, and a decode's rows
+ * wait in a stage (kv_cache_store) that starts at a multiple of 64 slots:
+ * one token at a time past slot 64, with a commit midway (the stage
+ * written, another started from the file's rows) and a truncate, the file
+ * decodes as swa_full memory bit for bit; its head_dim of 64 runs the
+ * widest kernels the machine has over the stage's run. */
+static void test_file_stage(const char *dir) {
+    char file[600];
+    snprintf(file, sizeof file, "%s/test_kv_ring_%d.kv", dir, (int)getpid());
+    unlink(file);
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = N_CTX;
+    p.n_threads = 1;
+    p.n_batch = BATCH;
+    p.kv_type = SUBQ_KV_F16;
+    p.kv_file = file;
+    subq_context *fc = NULL, *full = new_ctx(1);
+    subq_error err;
+    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK, "file context: %s", err.msg);
+    float *a = malloc((size_t)info.n_vocab * sizeof(float)), *b = malloc((size_t)info.n_vocab * sizeof(float));
+    int ok = fc && run(fc, 0, 40, 1, a) && run(full, 0, 40, 1, b) && same(a, b);
+    for (int i = 40; ok && i < 100; i++) {
+        if (i == 90) ok = subq_context_sync(fc, &err) == SUBQ_OK;
+        ok = ok && run(fc, i, i + 1, 0, a) && run(full, i, i + 1, 0, b) && same(a, b);
+    }
+    CHECK(ok, "file and swa_full logits equal one by one past a commit (%s)", err.msg);
+    ok = ok && subq_context_truncate(fc, 70, &err) == SUBQ_OK && subq_context_truncate(full, 70, &err) == SUBQ_OK;
+    for (int i = 70; ok && i < 110; i++) ok = run(fc, i, i + 1, 0, a) && run(full, i, i + 1, 0, b) && same(a, b);
+    CHECK(ok, "after a truncate to 70, file and swa_full logits equal (%s)", err.msg);
+    subq_context_free(fc);
+    subq_context_free(full);
+    free(a);
+    free(b);
+    unlink(file);
+}
+
 int main(void) {
     const char *tmp = getenv("SUBQ_TMP");
     char dir[512], path[600];
@@ -247,6 +285,7 @@ int main(void) {
     test_truncate();
     test_session_and_copy(dir);
     test_fill();
+    test_file_stage(dir);
     subq_model_free(model);
     return test_summary();
 }

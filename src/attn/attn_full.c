@@ -139,11 +139,11 @@ void attn_group_over_slots(const kv_cache *kv, int layer, int kv_head, int g, co
 }
 
 /* chunk_partial's scores (values = 0) or accumulation (values = 1) over
- * slots [j0, j0 + n) that are not consecutive rows: a run that wraps
- * around a sliding layer's ring (once a step). The decode kernels take
- * adjacent rows, so blocks are copied side by side first, as the gathered
- * path does. Kept out of line so that the in-memory path's frame does not
- * carry the scratch. */
+ * slots [j0, j0 + n) whose runs of rows split off a multiple of
+ * KV_RUN_ALIGN: a run that wraps around a sliding layer's ring (once a
+ * step). The decode kernels take adjacent rows, so blocks are copied side
+ * by side first, as the gathered path does. Kept out of line so that the
+ * in-memory path's frame does not carry the scratch. */
 __attribute__((noinline)) static void strided_pass(const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh,
                                                    int values, int g, const float *q, float scale, int j0, int n,
                                                    float *scores, float *o) {
@@ -191,14 +191,28 @@ static void partial_weights(const kernels *K, const kv_cache *kv, int g, int j0,
 static void chunk_partial(const kernels *K, const kernels_kv_decode *ops, const kv_cache *kv, int layer, int kh, int g,
                           const float *q, float scale, float cap, int j0, int j1, int seg, float *scores, float *part) {
     const int hd = kv->head_dim, n = j1 - j0;
-    const int in_line = kv_cache_rows_adjacent(kv, layer) && kv_cache_run(kv, layer, j0, n) == n;
+    /* runs of rows (a ring wraps, a file's stage holds the latest slots)
+     * read in place where each run ends KV_RUN_ALIGN rows into the chunk:
+     * the kernels score rows in groups within that and accumulate values
+     * row after row, so the runs give the bits of one pass over the chunk */
+    int in_runs = kv_cache_rows_adjacent(kv, layer);
+    for (int j = 0, r; in_runs && j < n; j += r) {
+        r = kv_cache_run(kv, layer, j0 + j, n - j);
+        in_runs = j + r == n || (j + r) % KV_RUN_ALIGN == 0;
+    }
     float *o = part, *m = part + (size_t)g * hd, *l = m + g;
-    if (in_line) ops->scores(q, g, kv_cache_key(kv, layer, kh, j0), n, hd, scale, scores, n);
-    else strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
+    for (int j = 0, r; in_runs && j < n; j += r) {
+        r = kv_cache_run(kv, layer, j0 + j, n - j);
+        ops->scores(q, g, kv_cache_key(kv, layer, kh, j0 + j), r, hd, scale, scores + j, n);
+    }
+    if (!in_runs) strided_pass(ops, kv, layer, kh, 0, g, q, scale, j0, n, scores, NULL);
     partial_weights(K, kv, g, j0, n, seg, cap, scores, m, l);
     memset(o, 0, (size_t)g * hd * sizeof(float));
-    if (in_line) ops->accum(scores, g, n, kv_cache_value(kv, layer, kh, j0), n, hd, o);
-    else strided_pass(ops, kv, layer, kh, 1, g, NULL, 0.0f, j0, n, scores, o);
+    for (int j = 0, r; in_runs && j < n; j += r) {
+        r = kv_cache_run(kv, layer, j0 + j, n - j);
+        ops->accum(scores + j, g, n, kv_cache_value(kv, layer, kh, j0 + j), r, hd, o);
+    }
+    if (!in_runs) strided_pass(ops, kv, layer, kh, 1, g, NULL, 0.0f, j0, n, scores, o);
 }
 
 /* Head 0's rows [slot0, slot0 + n) of a slot-major cache side by side into

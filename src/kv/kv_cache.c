@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <limits.h>
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +68,7 @@ static int layers_new(kv_cache *kv) {
     kv->layers = calloc((size_t)kv->n_layer, sizeof *kv->layers);
     for (int l = 0; kv->layers && l < kv->n_layer; l++)
         kv->layers[l] = (kv_layer_rows){.ring = kv->n_ctx, .head_stride = (size_t)kv->n_ctx * kv->row_bytes,
-                                        .slot_stride = kv->row_bytes};
+                                        .slot_stride = kv->row_bytes, .stage_from = INT_MAX};
     return kv->layers != NULL;
 }
 
@@ -148,6 +150,7 @@ subq_status kv_cache_init_file(kv_cache *kv, kv_file *f, subq_error *err) {
 
 void kv_cache_file_layout(kv_cache *kv) {
     for (int l = 0; l < kv->n_layer; l++) {
+        kv->layers[l].stage_from = INT_MAX, kv->layers[l].stage_n = 0;
         kv->k[l] = kv_file_keys(kv->file, l);
         kv->v[l] = kv_file_values(kv->file, l);
         kv_file_strides(kv->file, l, &kv->layers[l].head_stride, &kv->layers[l].slot_stride);
@@ -172,6 +175,7 @@ void kv_cache_free(kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
+    for (int l = 0; kv->layers && l < kv->n_layer; l++) free(kv->layers[l].stage);
     free(kv->layers);
     free(kv->store_buf);
     kv_file_close(kv->file);
@@ -201,7 +205,7 @@ void kv_cache_prefetch(const kv_cache *kv, int layer, const int *slots, int n) {
 
 void kv_cache_clear(kv_cache *kv) {
     kv->n_used = 0;
-    for (int l = 0; l < kv->n_layer; l++) kv->layers[l].held_lo = 0;
+    for (int l = 0; l < kv->n_layer; l++) kv->layers[l].held_lo = 0, kv->layers[l].stage_from = INT_MAX;
 }
 
 int kv_cache_min_keep(const kv_cache *kv) {
@@ -236,6 +240,52 @@ static void store_slot(const kv_cache *kv, size_t head_stride, const float *k, c
     }
 }
 
+/* The staged rows of slots below `upto` written into the file (a head and
+ * kind a run), then the stage emptied. */
+static subq_status flush_layer(kv_cache *kv, int layer, int upto, subq_error *err) {
+    kv_layer_rows *L = &kv->layers[layer];
+    if (L->stage_from == INT_MAX) return SUBQ_OK;
+    const int m = upto - L->stage_from < L->stage_n ? upto - L->stage_from : L->stage_n;
+    subq_status s = SUBQ_OK;
+    for (int r = 0; m > 0 && !s && r < 2 * kv->n_head_kv; r++) {
+        const int values = r / kv->n_head_kv, h = r % kv->n_head_kv;
+        s = kv_file_write(kv->file, kv_file_row(kv->file, layer, values, h, L->stage_from),
+                          kv_cache_staged(kv, L, values, h, L->stage_from), (size_t)m * kv->row_bytes, err);
+    }
+    if (!s) L->stage_from = INT_MAX, L->stage_n = 0;
+    return s;
+}
+
+subq_status kv_cache_flush(kv_cache *kv, subq_error *err) {
+    subq_status s = SUBQ_OK;
+    for (int l = 0; kv->file && !s && l < kv->n_layer; l++) s = flush_layer(kv, l, INT_MAX, err);
+    return s;
+}
+
+/* Room in the stage for slots [slot0, slot0 + n): rows the stage holds
+ * from slot0 on are written again; if the stage does not reach slot0 or
+ * has no room, its rows below slot0 go to the file and a stage starts. */
+static subq_status stage_for(kv_cache *kv, int layer, int slot0, int n, subq_error *err) {
+    kv_layer_rows *L = &kv->layers[layer];
+    if (!L->stage && !(L->stage = malloc(2 * (size_t)kv->n_head_kv * KV_STAGE_SLOTS * kv->row_bytes)))
+        return subq_fail(err, SUBQ_ERR_NOMEM, "out of memory");
+    if (L->stage_from != INT_MAX && slot0 >= L->stage_from && slot0 <= L->stage_from + L->stage_n &&
+        slot0 + n <= L->stage_from + KV_STAGE_SLOTS)
+        return SUBQ_OK;
+    subq_status s = flush_layer(kv, layer, slot0, err);
+    if (s) return s;
+    /* from the multiple of KV_RUN_ALIGN at or below slot0, the rows before
+     * slot0 copied in (the file holds them: written above or before) */
+    const int from = slot0 / KV_RUN_ALIGN * KV_RUN_ALIGN;
+    for (int r = 0; r < 2 * kv->n_head_kv; r++) {
+        const int values = r / kv->n_head_kv, h = r % kv->n_head_kv;
+        memcpy(L->stage + (size_t)r * KV_STAGE_SLOTS * kv->row_bytes, kv_file_row(kv->file, layer, values, h, from),
+               (size_t)(slot0 - from) * kv->row_bytes);
+    }
+    L->stage_from = from, L->stage_n = slot0 - from;
+    return SUBQ_OK;
+}
+
 subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v,
                            subq_error *err) {
     const size_t row = (size_t)kv->n_head_kv * kv->head_dim;
@@ -243,10 +293,18 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
     if (kv_cache_is_ring(kv, layer) && n > L->ring - L->window + 1)
         return subq_fail(err, SUBQ_ERR_ARG, "%d slots at once overwrite the window of layer %d's %d-row ring", n, layer,
                          L->ring);
-    if (!kv->file) {
+    const int head_major = kv_cache_rows_adjacent(kv, layer);
+    subq_status s = SUBQ_OK;
+    if (kv->file && head_major && n <= KV_FILE_SHORT_WRITE) s = stage_for(kv, layer, slot0, n, err);
+    else if (kv->file) s = flush_layer(kv, layer, slot0, err);
+    if (s) return s;
+    if (!kv->file || slot0 >= L->stage_from) {
+        /* into memory, or the stage: a head's rows KV_STAGE_SLOTS apart */
+        const size_t head_stride = slot0 >= L->stage_from ? KV_STAGE_SLOTS * kv->row_bytes : L->head_stride;
         for (int t = 0; t < n; t++)
-            store_slot(kv, L->head_stride, k + t * row, v + t * row, (void *)kv_cache_key(kv, layer, 0, slot0 + t),
+            store_slot(kv, head_stride, k + t * row, v + t * row, (void *)kv_cache_key(kv, layer, 0, slot0 + t),
                        (void *)kv_cache_value(kv, layer, 0, slot0 + t));
+        if (slot0 >= L->stage_from) L->stage_n = slot0 + n - L->stage_from;
         /* slot s overwrote slot s - ring */
         if (slot0 + n - L->ring > L->held_lo) L->held_lo = slot0 + n - L->ring;
         return SUBQ_OK;
@@ -254,7 +312,6 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
     /* a file, slot-major: slots are adjacent runs of slot_stride bytes,
      * keys then values, written as one; head-major: m rows a head and kind
      * side by side in store_buf ([kind][head][m]), written head by head */
-    const int head_major = kv_cache_rows_adjacent(kv, layer);
     const size_t v_off = (size_t)((const char *)kv_cache_value(kv, layer, 0, 0) -
                                   (const char *)kv_cache_key(kv, layer, 0, 0));
     for (int t0 = 0; t0 < n; t0 += KV_STORE_SLOTS) {
@@ -265,7 +322,6 @@ subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const floa
             store_slot(kv, buf_head, k + (t0 + t) * row, v + (t0 + t) * row, dst,
                        dst + (head_major ? (size_t)kv->n_head_kv * run : v_off));
         }
-        subq_status s = SUBQ_OK;
         if (!head_major)
             s = kv_file_write(kv->file, kv_cache_key(kv, layer, 0, slot0 + t0), kv->store_buf,
                               (size_t)m * L->slot_stride, err);
@@ -309,6 +365,21 @@ const float *kv_cache_rows_f32(const kv_cache *kv, int layer, int h, int values,
         j += m;
     }
     return scratch;
+}
+
+void kv_cache_gather_dot(const kv_cache *kv, int layer, int h, const float *q, const int32_t *idx, int n, float *out) {
+    const kernels_gather_dot_fn dot = kv_cache_ops(kv)->gather_dot;
+    const kv_layer_rows *L = &kv->layers[layer];
+    const void *base = (const char *)kv->k[layer] + kv_cache_row_offset(kv, layer, h, 0);
+    const size_t stride = kv_cache_slot_stride_values(kv, layer);
+    const int32_t first = 0;
+    for (int i = 0; i < n;) {
+        int m = 0;
+        while (i + m < n && idx[i + m] < L->stage_from) m++;
+        if (m) dot(q, base, stride, kv->head_dim, idx + i, m, out + i);
+        else dot(q, kv_cache_key(kv, layer, h, idx[i]), stride, kv->head_dim, &first, 1, out + i), m = 1;
+        i += m;
+    }
 }
 
 void kv_cache_row_tensor(const kv_cache *kv, uint32_t *type, uint64_t *ne0) {

@@ -6,6 +6,7 @@
 #ifndef SUBQ_KV_CACHE_H
 #define SUBQ_KV_CACHE_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,6 +30,12 @@ typedef struct kv_layer_rows {
                                    gave only the latest rows) */
     size_t head_stride;         /* bytes between a KV head's rows and the next head's */
     size_t slot_stride;         /* bytes between a slot's row and the next slot's */
+    /* With a file, a head-major layer's decode rows: slots from stage_from
+     * on (INT_MAX: none) are in stage, [kind][n_head_kv][KV_STAGE_SLOTS]
+     * rows (stage_n of them a head and kind), not yet in the file
+     * (kv_cache_store, kv_cache_flush). */
+    int stage_from, stage_n;
+    unsigned char *stage;
 } kv_layer_rows;
 
 typedef struct kv_cache {
@@ -112,14 +119,27 @@ int kv_cache_min_keep(const kv_cache *kv);
 int kv_cache_doc_start(const kv_cache *kv, int slot);
 
 /* Write n tokens' keys and values (rows [t][n_head_kv*head_dim]) of one layer
- * into slots slot0 .. slot0+n-1, converted to the cache's type (in a file:
+ * into slots slot0 .. slot0+n-1, converted to the cache's type. In a file:
  * runs of up to KV_STORE_SLOTS slots made in store_buf, then written with
- * one pwrite each; SUBQ_ERR_IO when the disk refuses). A ring takes at most
- * ring - window + 1 slots at once (more would overwrite keys their own
- * queries read). */
+ * one pwrite each (SUBQ_ERR_IO when the disk refuses), except a head-major
+ * layer's short writes (at most KV_FILE_SHORT_WRITE slots: a decode step's),
+ * which wait in the layer's stage of KV_STAGE_SLOTS slots until it is full
+ * or the cache is flushed: a decode step wrote a row a head and kind, each a
+ * pwrite into a 2 MiB page-cache page that walks its 512 block buffers
+ * (13-25 us; 128 a step for four dense layers), where a full stage writes
+ * its runs at once. A ring takes at most ring - window + 1 slots at once
+ * (more would overwrite keys their own queries read). */
+#define KV_STAGE_SLOTS 256
+/* A stage starts at a multiple of KV_RUN_ALIGN slots (the rows before its
+ * first new one copied in from the file): decode chunks start at multiples
+ * of it, and the kernels group rows within it, so the stage's run splits a
+ * chunk where one pass's sums come out the same (attn_full.c). */
+#define KV_RUN_ALIGN 64
 #define KV_STORE_SLOTS 256
 subq_status kv_cache_store(kv_cache *kv, int layer, int slot0, int n, const float *k, const float *v,
                            subq_error *err);
+/* Write every stage's rows into the file (before a commit reads them). */
+subq_status kv_cache_flush(kv_cache *kv, subq_error *err);
 
 /* n rows (slots slot0 ..) of one KV head's keys (values = 0) or values,
  * copied out side by side into dst / in from src side by side, whatever
@@ -138,11 +158,20 @@ static inline size_t kv_cache_row_offset(const kv_cache *kv, int layer, int h, i
     const int r = slot < L->ring ? slot : slot % L->ring;
     return (size_t)h * L->head_stride + (size_t)r * L->slot_stride;
 }
+/* A staged row: (kind, KV head, slot) in the layer's stage. */
+static inline const void *kv_cache_staged(const kv_cache *kv, const kv_layer_rows *L, int values, int h, int slot) {
+    return L->stage + ((size_t)(values * kv->n_head_kv + h) * KV_STAGE_SLOTS + (size_t)(slot - L->stage_from)) *
+                          kv->row_bytes;
+}
 /* Pointer to the key / value of (layer, kv head, slot) in the cache's type. */
 static inline const void *kv_cache_key(const kv_cache *kv, int layer, int h, int slot) {
+    const kv_layer_rows *L = &kv->layers[layer];
+    if (slot >= L->stage_from) return kv_cache_staged(kv, L, 0, h, slot);
     return (const char *)kv->k[layer] + kv_cache_row_offset(kv, layer, h, slot);
 }
 static inline const void *kv_cache_value(const kv_cache *kv, int layer, int h, int slot) {
+    const kv_layer_rows *L = &kv->layers[layer];
+    if (slot >= L->stage_from) return kv_cache_staged(kv, L, 1, h, slot);
     return (const char *)kv->v[layer] + kv_cache_row_offset(kv, layer, h, slot);
 }
 /* The key (values = 0) or value row of (layer, kv head, slot). */
@@ -150,16 +179,19 @@ static inline const void *kv_cache_row(const kv_cache *kv, int layer, int h, int
     return values ? kv_cache_value(kv, layer, h, slot) : kv_cache_key(kv, layer, h, slot);
 }
 /* How many of the n slots from `slot` on lie in consecutive rows (a ring
- * wraps once at most within its size). */
+ * wraps once at most within its size; staged rows are a run of their own). */
 static inline int kv_cache_run(const kv_cache *kv, int layer, int slot, int n) {
-    const int ring = kv->layers[layer].ring, r = ring - slot % ring;
-    return n < r ? n : r;
+    const kv_layer_rows *L = &kv->layers[layer];
+    const int end = slot < L->stage_from ? L->stage_from : L->stage_from + KV_STAGE_SLOTS;
+    const int r = L->ring - slot % L->ring, m = end - slot < r ? end - slot : r;
+    return n < m ? n : m;
 }
 /* Whether a layer keeps fewer rows than slots (a sliding layer's ring). */
 static inline int kv_cache_is_ring(const kv_cache *kv, int layer) { return kv->layers[layer].ring < kv->n_ctx; }
 /* Whether kv_cache_rows_f32 needs its scratch for this layer. */
 static inline int kv_cache_rows_f32_copied(const kv_cache *kv, int layer) {
-    return kv->type != SUBQ_KV_F32 || kv->layers[layer].slot_stride != kv->row_bytes || kv_cache_is_ring(kv, layer);
+    return kv->type != SUBQ_KV_F32 || kv->layers[layer].slot_stride != kv->row_bytes || kv_cache_is_ring(kv, layer) ||
+           kv->layers[layer].stage_from != INT_MAX;
 }
 /* Whether a KV head's consecutive slots are adjacent rows in a layer (head-major) */
 static inline int kv_cache_rows_adjacent(const kv_cache *kv, int layer) {
@@ -170,6 +202,11 @@ static inline int kv_cache_rows_adjacent(const kv_cache *kv, int layer) {
 static inline size_t kv_cache_slot_stride_values(const kv_cache *kv, int layer) {
     return (size_t)kv->head_dim * (kv->layers[layer].slot_stride / kv->row_bytes);
 }
+
+/* out[i] = q . key of KV head h at slot idx[i] (i < n), by the cache type's
+ * gathered dot over the layer's rows a slot stride apart; staged slots
+ * (kv_cache_store) one by one. */
+void kv_cache_gather_dot(const kv_cache *kv, int layer, int h, const float *q, const int32_t *idx, int n, float *out);
 
 /* A KV head's first n rows as a 2-D GGUF tensor [ne0][n] (session files):
  * the ggml type of the rows with ne0 = head_dim where ggml has one (f32,

@@ -103,7 +103,8 @@ subq_status context_commit(subq_context *c, int force, subq_error *err) {
     if (!c->file_dirty || (!force && now - c->commit_at < 1.0)) return SUBQ_OK;
     c->commit_at = now;
     c->file_dirty = 0;
-    return kv_file_commit(f, n, has_logits ? c->logits_last : NULL, err);
+    subq_status s = kv_cache_flush(&c->kv, err); /* the decode rows waiting in stages */
+    return s ? s : kv_file_commit(f, n, has_logits ? c->logits_last : NULL, err);
 }
 
 subq_status subq_context_sync(subq_context *c, subq_error *err) { return context_commit(c, 1, err); }

@@ -31,7 +31,6 @@ typedef struct oracle_sel {
     int count;
     float *qv;          /* the query per KV head: [n_head_kv][head_dim] */
     float *row, *km;    /* one key decoded to f32, the head-mean key: [head_dim] */
-    kernels_gather_dot_fn dot;
     select_scratch sc;
     /* far keys (params.far_from): every slot's keys unturned [cap][n_head_kv][head_dim], and the query
      * turned to meet them [n_head_kv][head_dim] */
@@ -113,8 +112,7 @@ static void score_block(oracle_sel *o, const int32_t *idx, int nb, int g0, int g
     }
     /* one key plane per KV head (rows a slot stride apart) */
     for (int g = g0; g < g1; g++) {
-        o->dot(o->qv + (size_t)g * hd, kv_cache_key(kv, env->layer, g, 0), kv_cache_slot_stride_values(kv, env->layer),
-               hd, idx, nb, tmp);
+        kv_cache_gather_dot(kv, env->layer, g, o->qv + (size_t)g * hd, idx, nb, tmp);
         for (int i = 0; i < nb; i++) acc[i] += tmp[i];
     }
 }
@@ -247,7 +245,6 @@ subq_status select_oracle_new(const selector_params *p, const selector_env *env,
     if (!o) return subq_fail(err, SUBQ_ERR_NOMEM, "selector oracle: out of memory");
     o->base.ops = p->plan.oracle == SUBQ_ORACLE_PER_HEAD || p->plan.oracle == SUBQ_ORACLE_PER_KV_HEAD ? &oracle_head_ops
                                                                                                       : &oracle_ops;
-    o->dot = kv_cache_ops(env->kv)->gather_dot;
     o->qv = malloc((size_t)env->n_head_kv * env->head_dim * sizeof(float));
     o->row = malloc((size_t)env->head_dim * sizeof(float));
     o->km = malloc((size_t)env->head_dim * sizeof(float));

@@ -42,7 +42,6 @@ typedef struct quest_sel {
     int pcnt_cap;
     select_scratch pg;      /* page heap: scores + ids */
     select_scratch sl;      /* last page: slot ids, dots, heap */
-    kernels_gather_dot_fn dot;  /* slot scores on the last page */
     const kernels *K;           /* page bounds: dot_f32 */
 } quest_sel;
 
@@ -149,8 +148,7 @@ static int rank_page(quest_sel *q, int p, int n, const select_mask *m, int need,
         if (select_mask_allows(m, j)) idx[nb++] = j;
     for (int i = 0; i < nb; i++) acc[i] = 0.0f;
     for (int g = g0; g < g1; g++) {
-        q->dot(q->qbar + (size_t)g * hd, kv_cache_key(env->kv, env->layer, g, 0),
-               kv_cache_slot_stride_values(env->kv, env->layer), hd, idx, nb, tmp);
+        kv_cache_gather_dot(env->kv, env->layer, g, q->qbar + (size_t)g * hd, idx, nb, tmp);
         for (int i = 0; i < nb; i++) acc[i] += tmp[i];
     }
     for (int i = 0; i < nb; i++) select_heap_push(&h, acc[i], idx[i]);
@@ -290,7 +288,6 @@ subq_status select_quest_new(const selector_params *p, const selector_env *env, 
     q->base.ops = p->plan.quest_headmean ? &quest_headmean_ops : &quest_head_ops;
     q->page = p->plan.quest_page;
     q->K = kernels_get();
-    q->dot = kv_cache_ops(env->kv)->gather_dot;
     size_t qn = (size_t)env->n_head_kv * env->head_dim;
     q->qpos = malloc(qn * sizeof(float));
     q->qneg = malloc(qn * sizeof(float));
