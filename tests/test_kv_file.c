@@ -320,7 +320,8 @@ static void test_decode_windows(void) {
     subq_context_free(fc); /* commits */
     fc = NULL;
     CHECK(stat(file, &after) == 0 && after.st_blocks >= before.st_blocks,
-          "the file gave back reserved blocks: %lld then %lld", (long long)before.st_blocks, (long long)after.st_blocks);
+          "the file gave back reserved blocks: %lld then %lld", (long long)before.st_blocks,
+          (long long)after.st_blocks);
     subq_kv_file_info ki;
     CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == END, "verify: %d tokens, %s",
           ki.n_committed, err.msg);
@@ -688,7 +689,8 @@ static void test_integrity(void) {
     CHECK(subq_context_resume(c, &err) == SUBQ_OK, "resume: %s", err.msg);
     const uint16_t nan16 = 0x7E00;
     void *row = (unsigned char *)kv_file_values(c->kv.file, 3) + 5 * slot_bytes;
-    CHECK(kv_file_will_write(c->kv.file, 5, 0, &err) == SUBQ_OK && kv_file_write(c->kv.file, row, &nan16, 2, &err) == SUBQ_OK,
+    CHECK(kv_file_will_write(c->kv.file, 5, 0, &err) == SUBQ_OK &&
+              kv_file_write(c->kv.file, row, &nan16, 2, &err) == SUBQ_OK,
           "writing a NaN: %s", err.msg);
     c->file_dirty = 1;
     subq_context_free(c); /* commits 40 tokens: slot 5 with a NaN value */

@@ -671,8 +671,9 @@ static void zero_pages(kv_file *f, uint64_t from, uint64_t to) {
  * be split too, and every step streams those rows, slower from 4 KiB pages
  * (at 128K, 12% of the dense rows so made the dense attention 12-20%
  * slower: bench/notes/2026-12-05-kv-file-small-pages.md; at 32K it would be
- * up to half of them). Their decode rows go by pwrite (32 a layer a step),
- * whose dirty blocks alone are written back. */
+ * up to half of them). Their decode rows wait in the cache's stage and go
+ * by pwrite in runs (kv_cache_store), whose dirty blocks alone are written
+ * back. */
 static void make_small(kv_file *f, int lo, int hi) {
     for (uint32_t l = 0; l < f->g.n_layer; l++) {
         if (kv_file_head_major(f, (int)l)) continue;
