@@ -191,6 +191,35 @@ static void test_layouts(void) {
     free(lb);
 }
 
+/* Layers 1 and 3 sparse (exact, K 8), the others dense, over a q8_0 cache
+ * of n_ctx slots on one thread; opened in memory (file NULL) or on file. */
+static subq_attn_plan mixed_plan(void) {
+    subq_attn_plan plan = subq_attn_plan_default();
+    plan.selector = SUBQ_SELECT_EXACT;
+    plan.layers = "1,3";
+    plan.top_k = 8;
+    plan.n_sink = 2;
+    plan.n_tail = 4;
+    return plan;
+}
+
+static subq_context_params mixed_params(int n_ctx, const char *file) {
+    subq_context_params p = subq_context_default_params();
+    p.n_ctx = n_ctx;
+    p.n_threads = 1;
+    p.kv_type = SUBQ_KV_Q8_0;
+    p.kv_file = file;
+    return p;
+}
+
+static subq_status open_mixed(int n_ctx, const char *file, subq_context **c, subq_error *err) {
+    const subq_context_params p = mixed_params(n_ctx, file);
+    const subq_attn_plan plan = mixed_plan();
+    *c = NULL;
+    subq_status s = subq_context_new(model, &p, c, err);
+    return s ? s : subq_context_set_plan(*c, &plan, search, NULL, err);
+}
+
 /* The layers a plan runs dense are head-major in a new file (streamed as
  * in memory), its sparse layers slot-major; with both kinds the logits are
  * memory's bit for bit, the file verifies, and it resumes alike. Reopened,
@@ -200,25 +229,12 @@ static void test_mixed_layout(void) {
     char file[700];
     path_of(file, sizeof file, "mixed.kv");
     unlink(file);
-    subq_context_params p = subq_context_default_params();
-    p.n_ctx = N_CTX;
-    p.n_threads = 1;
-    p.kv_type = SUBQ_KV_Q8_0;
-    subq_attn_plan plan = subq_attn_plan_default();
-    plan.selector = SUBQ_SELECT_EXACT;
-    plan.layers = "1,3";
-    plan.top_k = 8;
-    plan.n_sink = 2;
-    plan.n_tail = 4;
+    const subq_context_params p = mixed_params(N_CTX, file);
+    const subq_attn_plan plan = mixed_plan();
     subq_error err;
     subq_context *mem = NULL, *fc = NULL;
-    CHECK(subq_context_new(model, &p, &mem, &err) == SUBQ_OK &&
-              subq_context_set_plan(mem, &plan, search, NULL, &err) == SUBQ_OK,
-          "memory context: %s", err.msg);
-    p.kv_file = file;
-    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK &&
-              subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK,
-          "file context: %s", err.msg);
+    CHECK(open_mixed(N_CTX, NULL, &mem, &err) == SUBQ_OK, "memory context: %s", err.msg);
+    CHECK(open_mixed(N_CTX, file, &fc, &err) == SUBQ_OK, "file context: %s", err.msg);
     if (!mem || !fc) goto done;
     int laid = 1;
     for (int l = 0; l < info.n_layer; l++) laid &= kv_file_head_major(fc->kv.file, l) == (l != 1 && l != 3);
@@ -260,28 +276,13 @@ static void test_decode_windows(void) {
     char file[700];
     path_of(file, sizeof file, "windows.kv");
     unlink(file);
-    subq_context_params p = subq_context_default_params();
-    p.n_ctx = CTX;
-    p.n_threads = 1;
-    p.kv_type = SUBQ_KV_Q8_0;
-    subq_attn_plan plan = subq_attn_plan_default();
-    plan.selector = SUBQ_SELECT_EXACT;
-    plan.layers = "1,3";
-    plan.top_k = 8;
-    plan.n_sink = 2;
-    plan.n_tail = 4;
     subq_error err;
     subq_context *mem = NULL, *fc = NULL;
     float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
     int32_t *toks = malloc(CTX * sizeof(int32_t));
     for (int i = 0; i < CTX; i++) toks[i] = token(i);
-    CHECK(subq_context_new(model, &p, &mem, &err) == SUBQ_OK &&
-              subq_context_set_plan(mem, &plan, search, NULL, &err) == SUBQ_OK,
-          "memory context: %s", err.msg);
-    p.kv_file = file;
-    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK &&
-              subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK,
-          "file context: %s", err.msg);
+    CHECK(open_mixed(CTX, NULL, &mem, &err) == SUBQ_OK, "memory context: %s", err.msg);
+    CHECK(open_mixed(CTX, file, &fc, &err) == SUBQ_OK, "file context: %s", err.msg);
     struct stat before, after;
     CHECK(stat(file, &before) == 0, "stat %s", file);
     int ok = mem && fc && !subq_decode(mem, toks, PROMPT, la, 0, &err) && !subq_decode(fc, toks, PROMPT, lb, 0, &err);
@@ -325,10 +326,8 @@ static void test_decode_windows(void) {
     subq_kv_file_info ki;
     CHECK(subq_kv_file_inspect(file, 1, &ki, &err) == SUBQ_OK && ki.n_committed == END, "verify: %d tokens, %s",
           ki.n_committed, err.msg);
-    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK &&
-              subq_context_set_plan(fc, &plan, search, NULL, &err) == SUBQ_OK &&
-              subq_context_resume(fc, &err) == SUBQ_OK,
-          "resumed: %s", err.msg);
+    CHECK(open_mixed(CTX, file, &fc, &err) == SUBQ_OK && subq_context_resume(fc, &err) == SUBQ_OK, "resumed: %s",
+          err.msg);
     ok = fc != NULL;
     for (int i = END; ok && i < END + NC; i++)
         ok = !subq_decode(mem, toks + i, 1, la, 0, &err) && !subq_decode(fc, toks + i, 1, lb, 0, &err) && same(la, lb);

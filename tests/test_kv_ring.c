@@ -33,13 +33,16 @@ static subq_model_info info;
 
 static int32_t token(int i) { return (int32_t)(1 + (i * 7919 + 13) % (info.n_vocab - 1)); }
 
-static subq_context *new_ctx(int swa_full) {
+/* A context of N_CTX slots in batches of BATCH, f16 KV, one thread: rings
+ * unless swa_full, every slot kept in a KV file when file is given. */
+static subq_context *new_ctx_on(int swa_full, const char *file) {
     subq_context_params p = subq_context_default_params();
     p.n_ctx = N_CTX;
     p.n_threads = 1;
     p.n_batch = BATCH;
     p.kv_type = SUBQ_KV_F16;
     p.swa_full = swa_full;
+    p.kv_file = file;
     subq_context *c = NULL;
     subq_error err;
     if (subq_context_new(model, &p, &c, &err)) {
@@ -48,6 +51,8 @@ static subq_context *new_ctx(int swa_full) {
     }
     return c;
 }
+
+static subq_context *new_ctx(int swa_full) { return new_ctx_on(swa_full, NULL); }
 
 /* tokens [from, to) in one subq_decode (cut into batches of BATCH) or one
  * by one; logits of the last into lg */
@@ -242,15 +247,9 @@ static void test_file_stage(const char *dir) {
     char file[600];
     snprintf(file, sizeof file, "%s/test_kv_ring_%d.kv", dir, (int)getpid());
     unlink(file);
-    subq_context_params p = subq_context_default_params();
-    p.n_ctx = N_CTX;
-    p.n_threads = 1;
-    p.n_batch = BATCH;
-    p.kv_type = SUBQ_KV_F16;
-    p.kv_file = file;
-    subq_context *fc = NULL, *full = new_ctx(1);
-    subq_error err;
-    CHECK(subq_context_new(model, &p, &fc, &err) == SUBQ_OK, "file context: %s", err.msg);
+    subq_context *fc = new_ctx_on(0, file), *full = new_ctx(1);
+    subq_error err = {0};
+    CHECK(fc && full, "file context and swa_full context open");
     float *a = malloc((size_t)info.n_vocab * sizeof(float)), *b = malloc((size_t)info.n_vocab * sizeof(float));
     int ok = fc && run(fc, 0, 40, 1, a) && run(full, 0, 40, 1, b) && same(a, b);
     for (int i = 40; ok && i < 100; i++) {

@@ -1,7 +1,5 @@
 #include "kv/kv_cache.h"
 
-#include <limits.h>
-
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
