@@ -624,6 +624,57 @@ static void test_long_prompt_commits(void) {
     subq_context_free(c);
 }
 
+/* Periodic commits flush on the file's syncer thread while decode goes on
+ * (kv_file_commit, durable 0). Interleaved with decodes, a second commit
+ * and a truncate (each of which waits for the syncer), then a sync that has
+ * nothing new to commit: the header on disk counts what the context holds,
+ * the file verifies (the logits in the region its header names), and it
+ * resumes and continues as the same tokens in memory do. */
+static void make_commit_due(subq_context *c) { c->commit_at = -1e30; }
+
+static void test_async_commits(void) {
+    char file[700];
+    path_of(file, sizeof file, "async.kv");
+    unlink(file);
+    subq_context *c = must_open(file, -1, NULL), *mem = must_open(NULL, -1, NULL);
+    float *la = malloc((size_t)info.n_vocab * sizeof(float)), *lb = malloc((size_t)info.n_vocab * sizeof(float));
+    subq_error err = {0};
+    int ok = 1;
+    for (int k = 0; k < 2; k++) { /* the file, then the same steps in memory */
+        subq_context *x = k ? mem : c;
+        float *lg = k ? la : lb;
+        ok = ok && run(x, 0, 40, lg);
+        make_commit_due(x);
+        ok = ok && run(x, 40, 41, lg); /* commits 41 on the syncer */
+        make_commit_due(x);
+        ok = ok && run(x, 41, 42, lg); /* the next commit waits for it */
+        ok = ok && run(x, 42, 50, lg);
+        /* the next forward lowers the header to 30, after the syncer's */
+        ok = ok && subq_context_truncate(x, 30, &err) == SUBQ_OK && run(x, 30, 35, lg);
+        make_commit_due(x);
+        ok = ok && run(x, 35, 36, lg); /* 36 committed on the syncer: the sync has nothing new */
+        if (!k)
+            CHECK(subq_context_sync(c, &err) == SUBQ_OK && !kv_file_header_moved(c->kv.file),
+                  "a sync returned before the syncer's header was on disk: %s", err.msg);
+    }
+    CHECK(ok && same(la, lb), "decoding with commits on the syncer: %s", err.msg);
+    subq_kv_file_info ki;
+    subq_status st = subq_kv_file_inspect(file, 1, &ki, &err);
+    CHECK(st == SUBQ_OK && ki.n_committed == 36 && ki.has_logits && !ki.header_damaged,
+          "after the sync the file counts %d tokens (want 36, with logits): %d %s", ki.n_committed, st, err.msg);
+    subq_context_free(c);
+    c = must_open(file, -1, NULL);
+    CHECK(subq_context_resume(c, &err) == SUBQ_OK && subq_context_n_past(c) == 36, "resume: %s", err.msg);
+    const float *resumed = subq_context_last_logits(c);
+    CHECK(resumed && same(resumed, la), "the resumed last logits differ from memory's");
+    CHECK(run(mem, 36, 44, la) && run(c, 36, 44, lb) && same(la, lb), "continuing the resumed file differs");
+    subq_context_free(mem);
+    subq_context_free(c);
+    free(la);
+    free(lb);
+    unlink(file);
+}
+
 /* Flip one byte of file at `at`. */
 static int flip_byte(const char *file, long at) {
     FILE *fp = fopen(file, "r+b");
@@ -885,6 +936,7 @@ int main(void) {
     test_not_kv_file();
     test_kill();
     test_long_prompt_commits();
+    test_async_commits();
     /* a search space whose last dims rotate by position: the file keeps the
      * rotated keys and resumes alike; the same matrices unrotated are
      * another plan for it */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,11 @@ struct kv_file {
     int small_lo, small_hi;     /* the slots whose pages were made small last (kv_file_will_write) */
     int newest_damaged;         /* the newest header slot is damaged: h is the older one */
     int64_t newest_committed;   /* the tokens the damaged slot counts as it reads (-1: not a count) */
+    /* a commit's flushes on a thread of their own (kv_file_commit, durable 0) */
+    pthread_t syncer;
+    int syncing;                /* the syncer runs: joined before the header is written again */
+    disk_header sync_header;    /* the header it writes once the data is on disk */
+    subq_error sync_err;        /* what it met */
 };
 
 static uint64_t round_page(uint64_t x) { return (x + PAGE - 1) / PAGE * PAGE; }
@@ -168,17 +174,50 @@ void kv_file_seal_header(void *slot) {
     memcpy((unsigned char *)slot + at, &sum, sizeof sum);
 }
 
-/* Write the header in the next slot (sequence number + 1) and flush. */
-static subq_status write_header(kv_file *f, subq_error *err) {
-    f->h.seq++;
-    f->h.version = VERSION; /* a version 4 file's layout is version 5's with no layer head-major */
-    f->h.checksum = fnv1a(FNV_OFFSET, &f->h, offsetof(disk_header, checksum));
+/* The next header slot's contents: sequence number + 1, checksummed. */
+static void seal_header(disk_header *h) {
+    h->seq++;
+    h->version = VERSION; /* a version 4 file's layout is version 5's with no layer head-major */
+    h->checksum = fnv1a(FNV_OFFSET, h, offsetof(disk_header, checksum));
+}
+
+/* Write a sealed header into its slot and flush. */
+static subq_status put_header(kv_file *f, const disk_header *h, subq_error *err) {
     unsigned char page[PAGE] = {0};
-    memcpy(page, &f->h, sizeof f->h);
-    off_t at = (off_t)(f->h.seq % HEADER_SLOTS) * PAGE;
+    memcpy(page, h, sizeof *h);
+    off_t at = (off_t)(h->seq % HEADER_SLOTS) * PAGE;
     if (pwrite(f->fd, page, PAGE, at) != (ssize_t)PAGE || fdatasync(f->fd) != 0)
         return subq_fail(err, SUBQ_ERR_IO, "cannot write the header of %s: %s", f->path, strerror(errno));
     return SUBQ_OK;
+}
+
+/* A commit's flushes: the data written before it on disk, then the header
+ * that counts it (f->sync_header), so the header never counts rows that
+ * are not on disk. Run by the syncer thread or in line. */
+static void *sync_commit(void *arg) {
+    kv_file *f = arg;
+    if (fdatasync(f->fd) != 0) subq_fail(&f->sync_err, SUBQ_ERR_IO, "cannot flush %s: %s", f->path, strerror(errno));
+    else put_header(f, &f->sync_header, &f->sync_err);
+    return NULL;
+}
+
+/* The syncer's commit finished, and what it met. */
+static subq_status sync_wait(kv_file *f, subq_error *err) {
+    if (f->syncing) pthread_join(f->syncer, NULL);
+    f->syncing = 0;
+    const subq_status s = f->sync_err.code;
+    if (s && err) *err = f->sync_err;
+    f->sync_err = (subq_error){0};
+    return s;
+}
+
+/* Write the header in the next slot (sequence number + 1) and flush, after
+ * the syncer's: slots alternate, and the reader takes the higher number. */
+static subq_status write_header(kv_file *f, subq_error *err) {
+    subq_status s = sync_wait(f, err);
+    if (s) return s;
+    seal_header(&f->h);
+    return put_header(f, &f->h, err);
 }
 
 /* Room on disk for the file's size, reserved so that a write through the
@@ -513,6 +552,7 @@ subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err) 
 
 void kv_file_close(kv_file *f) {
     if (!f) return;
+    sync_wait(f, NULL);
     if (f->map) munmap(f->map, f->map_bytes);
     if (f->smap) munmap(f->smap, f->smap_bytes);
     if (f->fd >= 0) close(f->fd);
@@ -762,7 +802,11 @@ static void sum_slots(kv_file *f, int t0, int t1, uint32_t *crc) {
     }
 }
 
-subq_status kv_file_commit(kv_file *f, int n, const float *logits, subq_error *err) {
+subq_status kv_file_commit(kv_file *f, int n, const float *logits, int durable, subq_error *err) {
+    /* the previous commit's header first: the logits region this one
+     * writes is the one that header names */
+    subq_status s = sync_wait(f, err);
+    if (s) return s;
     /* rows at or past the header's count are the ones written since it
      * (kv_file_will_write lowered it before any earlier row changed) */
     uint32_t *sums = slot_sums(f);
@@ -770,14 +814,25 @@ subq_status kv_file_commit(kv_file *f, int n, const float *logits, subq_error *e
         sum_slots(f, t, n - t < SUM_BLOCK ? n : t + SUM_BLOCK, sums + t);
     const uint64_t spare = !f->h.logits_slot;
     const size_t logits_bytes = (size_t)f->g.n_vocab * sizeof(float);
-    subq_status s = logits ? kv_file_write(f, logits_region(f, spare), logits, logits_bytes, err) : SUBQ_OK;
+    s = logits ? kv_file_write(f, logits_region(f, spare), logits, logits_bytes, err) : SUBQ_OK;
     if (s) return s;
-    if (fdatasync(f->fd) != 0) return subq_fail(err, SUBQ_ERR_IO, "cannot flush %s: %s", f->path, strerror(errno));
     f->h.n_committed = (uint64_t)n;
     f->h.has_logits = logits != NULL;
     if (logits) f->h.logits_slot = spare, f->h.logits_sum = crc32c(0, logits, logits_bytes);
-    return write_header(f, err);
+    seal_header(&f->h);
+    f->sync_header = f->h;
+    /* Not durable: the flushes (12-30 ms here at 128K) go on beside the
+     * next steps, which write only slots past n, until the next header
+     * write waits for them. */
+    if (!durable && pthread_create(&f->syncer, NULL, sync_commit, f) == 0) {
+        f->syncing = 1;
+        return SUBQ_OK;
+    }
+    sync_commit(f);
+    return sync_wait(f, err);
 }
+
+subq_status kv_file_wait(kv_file *f, subq_error *err) { return sync_wait(f, err); }
 
 size_t kv_file_slot_bytes(const kv_file *f) {
     size_t bytes = f->g.n_layer * slot_stride(f) + 3 * sizeof(int32_t); /* rows, pos, seg, tok */
@@ -861,6 +916,8 @@ subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err) {
 }
 
 subq_status kv_file_evict(kv_file *f, subq_error *err) {
+    subq_status s = sync_wait(f, err);
+    if (s) return s;
     if (fdatasync(f->fd) != 0) return subq_fail(err, SUBQ_ERR_IO, "cannot flush %s: %s", f->path, strerror(errno));
     /* unmapped from this process first: the page cache drops only pages nobody maps */
     if (madvise(f->map, f->map_bytes, MADV_DONTNEED) != 0 ||

@@ -27,6 +27,8 @@
  * Commit protocol: rows past n_committed are written freely; a commit
  * flushes the data (fdatasync), then writes the next header slot and
  * flushes again, so the header never counts rows that are not on disk.
+ * A periodic commit does both flushes on a thread (the syncer) while decode
+ * goes on past n_committed; any later header write waits for it first.
  * Before a row below n_committed is overwritten (after a truncate or a
  * reset), the header is lowered to that row first.
  *
@@ -135,8 +137,13 @@ subq_status kv_file_will_write(kv_file *f, int slot, int n, subq_error *err);
 /* Commit n tokens (with the last token's logits, or NULL): checksum the
  * slots written since the last commit, write the logits into the region
  * the header does not name (a kill before the header leaves the committed
- * ones whole), flush, then write the header. */
-subq_status kv_file_commit(kv_file *f, int n, const float *logits, subq_error *err);
+ * ones whole), flush, then write the header. durable: return once the
+ * header is on disk; else the flush and the header go on a thread of the
+ * file's own, while the caller writes slots past n; its error (an I/O
+ * failure) is returned by the next call that writes a header. */
+subq_status kv_file_commit(kv_file *f, int n, const float *logits, int durable, subq_error *err);
+/* The last commit on disk (waiting for the syncer), and its error. */
+subq_status kv_file_wait(kv_file *f, subq_error *err);
 
 /* Check the committed slots [from, to): each slot's checksum, every key,
  * value and search row finite, and the last logits when held

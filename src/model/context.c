@@ -100,11 +100,12 @@ subq_status context_commit(subq_context *c, int force, subq_error *err) {
     if (!f) return SUBQ_OK;
     const int n = c->kv.n_used, has_logits = n > 0 && c->logits_at == n;
     const double now = time_now_s();
-    if (!c->file_dirty || (!force && now - c->commit_at < 1.0)) return SUBQ_OK;
+    if (!c->file_dirty || (!force && now - c->commit_at < 1.0)) return force ? kv_file_wait(f, err) : SUBQ_OK;
     c->commit_at = now;
     c->file_dirty = 0;
     subq_status s = kv_cache_flush(&c->kv, err); /* the decode rows waiting in stages */
-    return s ? s : kv_file_commit(f, n, has_logits ? c->logits_last : NULL, err);
+    /* forced (a sync, a close): on disk on return; else the flushes overlap the next steps */
+    return s ? s : kv_file_commit(f, n, has_logits ? c->logits_last : NULL, force, err);
 }
 
 subq_status subq_context_sync(subq_context *c, subq_error *err) { return context_commit(c, 1, err); }

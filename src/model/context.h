@@ -56,7 +56,9 @@ struct subq_context {
 
 /* With a KV file: commit when something changed (file_dirty) and it is
  * forced or a second has passed since the last commit. A context that
- * only read the file (or was reset without writing) leaves it as it was. */
+ * only read the file (or was reset without writing) leaves it as it was.
+ * Forced, the last commit is on disk on return; else its flushes may still
+ * run beside the next steps (kv_file_commit). */
 subq_status context_commit(subq_context *c, int force, subq_error *err);
 /* Empty the context (tokens, indexes) without touching a KV file's header
  * (subq_context_reset also makes the file forget its tokens). */
