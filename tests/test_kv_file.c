@@ -23,6 +23,9 @@
  *     in-memory reference does from the same prefix;
  *   - a truncate below the committed tokens lowers the header before the
  *     rows are overwritten;
+ *   - periodic commits flush on the file's syncer thread, between decodes,
+ *     a second commit and a truncate: a sync then finds the header on disk,
+ *     and the file verifies, resumes and continues as memory does;
  *   - integrity: a flipped byte in a row, a non-finite row and damaged
  *     logits are refused on resume and by subq_kv_file_inspect's verify
  *     (CRC-32C against its published check value);

@@ -265,8 +265,9 @@ static subq_status map_search(kv_file *f, subq_error *err) {
     return SUBQ_OK;
 }
 
-/* A new file's rows enter the page cache as 2 MiB folios, so that the
- * mapping maps them with 2 MiB entries. Where the file system gives the
+/* A new region's rows (a new file's, a new file's search keys) enter the
+ * page cache as 2 MiB folios, so that the mapping maps them with 2 MiB
+ * entries. Where the file system gives the
  * page cache large folios (ext4 on Linux 6.18), a write makes folios no
  * larger than itself: a prefill's runs of rows (34-557 KB) would leave most
  * of the mapping in 4 KiB entries, and a decode step then pays a page walk
@@ -275,17 +276,17 @@ static subq_status map_search(kv_file *f, subq_error *err) {
  * in memory at 128K). Read once through a mapping advised MADV_HUGEPAGE,
  * the reserved blocks come back as zeros in 2 MiB folios without a disk
  * read, and the rows written later fill them. At most half the memory
- * available, from the start of the file (the rest is written as before),
- * and only when the whole file fits in it: the page cache evicts a larger
- * one as it is written, and reads it back page by page. Advice only: where
- * the kernel cannot, pages stay small. */
-static void populate_huge(kv_file *f) {
+ * available, from the region's start (the rest is written as before), and
+ * only when the whole file fits in it: the page cache evicts a larger one
+ * as it is written, and reads it back page by page. Advice only: where the
+ * kernel cannot, pages stay small. The search keys matter too: a step's
+ * selection reads hundreds of scattered rows of them a layer. */
+static void populate_huge(kv_file *f, uint64_t from, uint64_t to) {
     const char *source;
     const uint64_t avail = bigmem_available(&source), half = avail / 2 / BIGMEM_HUGE_PAGE * BIGMEM_HUGE_PAGE;
-    if (f->h.fixed_bytes > avail) return;
-    const size_t bytes = (size_t)(f->h.fixed_bytes < half ? f->h.fixed_bytes : half);
-    if (bytes == 0) return;
-    void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, f->fd, 0);
+    if (f->h.total_bytes > avail || to <= from) return;
+    const size_t bytes = (size_t)(to - from < half ? to - from : half);
+    void *p = mmap(NULL, bytes, PROT_READ, MAP_SHARED, f->fd, (off_t)from);
     if (p == MAP_FAILED) return;
 #ifdef MADV_HUGEPAGE
     if (madvise(p, bytes, MADV_HUGEPAGE) == 0) (void)madvise(p, bytes, MADV_POPULATE_READ);
@@ -304,7 +305,7 @@ static subq_status create_file(kv_file *f, subq_error *err) {
     f->h.fixed_bytes = f->h.total_bytes = layout(&f->g, &f->per_layer, &f->meta_stride);
     subq_status s = reserve(f, f->h.fixed_bytes, err);
     if (!s) s = write_header(f, err);
-    if (!s) populate_huge(f);
+    if (!s) populate_huge(f, 0, f->h.fixed_bytes);
     return s;
 }
 
@@ -638,7 +639,7 @@ subq_status kv_file_set_search(kv_file *f, const int *d, const uint64_t *made_by
     disk_header old = f->h;
     f->h = want;
     if ((s = write_header(f, err)) || (s = map_search(f, err))) f->h = old;
-    else *ok = 1;
+    else *ok = 1, populate_huge(f, f->h.fixed_bytes, f->h.total_bytes);
     return s;
 }
 
