@@ -267,10 +267,10 @@ static subq_status map_search(kv_file *f, subq_error *err) {
 
 /* A new region's rows (a new file's, a new file's search keys) enter the
  * page cache as 2 MiB folios, so that the mapping maps them with 2 MiB
- * entries. Where the file system gives the
- * page cache large folios (ext4 on Linux 6.18), a write makes folios no
- * larger than itself: a prefill's runs of rows (34-557 KB) would leave most
- * of the mapping in 4 KiB entries, and a decode step then pays a page walk
+ * entries. Where the file system gives the page cache large folios (ext4
+ * on Linux 6.18), a write makes folios no larger than itself: a prefill's
+ * runs of rows (34-557 KB) would leave most of the mapping in 4 KiB
+ * entries, and a decode step then pays a page walk
  * for each page it streams and each random slot it reads (on the VM of
  * bench/notes/2026-12-04-kv-file-folios.md: 0.6-0.8x the speed of the cache
  * in memory at 128K). Read once through a mapping advised MADV_HUGEPAGE,
@@ -804,8 +804,8 @@ static void sum_slots(kv_file *f, int t0, int t1, uint32_t *crc) {
 }
 
 subq_status kv_file_commit(kv_file *f, int n, const float *logits, int durable, subq_error *err) {
-    /* the previous commit's header first: the logits region this one
-     * writes is the one that header names */
+    /* the previous commit's header on disk first: until then the header
+     * before it names the logits region this commit writes */
     subq_status s = sync_wait(f, err);
     if (s) return s;
     /* rows at or past the header's count are the ones written since it
@@ -822,7 +822,8 @@ subq_status kv_file_commit(kv_file *f, int n, const float *logits, int durable, 
     if (logits) f->h.logits_slot = spare, f->h.logits_sum = crc32c(0, logits, logits_bytes);
     seal_header(&f->h);
     f->sync_header = f->h;
-    /* Not durable: the flushes (12-30 ms here at 128K) go on beside the
+    /* Not durable: the flushes (10-30 ms once a second at 128K on the VM
+     * of bench/notes/2026-12-05-kv-file-commit-thread.md) go on beside the
      * next steps, which write only slots past n, until the next header
      * write waits for them. */
     if (!durable && pthread_create(&f->syncer, NULL, sync_commit, f) == 0) {
