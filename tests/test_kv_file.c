@@ -109,6 +109,9 @@ static int run(subq_context *c, int from, int to, float *logits) {
     return 1;
 }
 
+/* Make the next forward's end commit, as if a second had passed. */
+static void make_commit_due(subq_context *c) { c->commit_at = -1e30; }
+
 static int same(const float *a, const float *b) { return !memcmp(a, b, (size_t)info.n_vocab * sizeof(float)); }
 
 static void path_of(char *buf, size_t cap, const char *name) { snprintf(buf, cap, "%s/%s", dir, name); }
@@ -593,7 +596,7 @@ static void note_commits(void *user, int layer, int n, int slot0, const float *h
     commit_probe *p = user;
     if (layer != 0 || p->n >= 64) return;
     p->seen[p->n++] = kv_file_committed(p->c->kv.file);
-    p->c->commit_at = -1e30;
+    make_commit_due(p->c);
 }
 
 static void test_long_prompt_commits(void) {
@@ -633,8 +636,6 @@ static void test_long_prompt_commits(void) {
  * nothing new to commit: the header on disk counts what the context holds,
  * the file verifies (the logits in the region its header names), and it
  * resumes and continues as the same tokens in memory do. */
-static void make_commit_due(subq_context *c) { c->commit_at = -1e30; }
-
 static void test_async_commits(void) {
     char file[700];
     path_of(file, sizeof file, "async.kv");

@@ -201,8 +201,8 @@ static void *sync_commit(void *arg) {
     return NULL;
 }
 
-/* The syncer's commit finished, and what it met. */
-static subq_status sync_wait(kv_file *f, subq_error *err) {
+/* (kv_file.h) the syncer joined: its error, once */
+subq_status kv_file_wait(kv_file *f, subq_error *err) {
     if (f->syncing) pthread_join(f->syncer, NULL);
     f->syncing = 0;
     const subq_status s = f->sync_err.code;
@@ -214,7 +214,7 @@ static subq_status sync_wait(kv_file *f, subq_error *err) {
 /* Write the header in the next slot (sequence number + 1) and flush, after
  * the syncer's: slots alternate, and the reader takes the higher number. */
 static subq_status write_header(kv_file *f, subq_error *err) {
-    subq_status s = sync_wait(f, err);
+    subq_status s = kv_file_wait(f, err);
     if (s) return s;
     seal_header(&f->h);
     return put_header(f, &f->h, err);
@@ -553,7 +553,7 @@ subq_status kv_file_open_read(const char *path, kv_file **out, subq_error *err) 
 
 void kv_file_close(kv_file *f) {
     if (!f) return;
-    sync_wait(f, NULL);
+    kv_file_wait(f, NULL);
     if (f->map) munmap(f->map, f->map_bytes);
     if (f->smap) munmap(f->smap, f->smap_bytes);
     if (f->fd >= 0) close(f->fd);
@@ -806,7 +806,7 @@ static void sum_slots(kv_file *f, int t0, int t1, uint32_t *crc) {
 subq_status kv_file_commit(kv_file *f, int n, const float *logits, int durable, subq_error *err) {
     /* the previous commit's header on disk first: until then the header
      * before it names the logits region this commit writes */
-    subq_status s = sync_wait(f, err);
+    subq_status s = kv_file_wait(f, err);
     if (s) return s;
     /* rows at or past the header's count are the ones written since it
      * (kv_file_will_write lowered it before any earlier row changed) */
@@ -831,10 +831,8 @@ subq_status kv_file_commit(kv_file *f, int n, const float *logits, int durable, 
         return SUBQ_OK;
     }
     sync_commit(f);
-    return sync_wait(f, err);
+    return kv_file_wait(f, err);
 }
-
-subq_status kv_file_wait(kv_file *f, subq_error *err) { return sync_wait(f, err); }
 
 size_t kv_file_slot_bytes(const kv_file *f) {
     size_t bytes = f->g.n_layer * slot_stride(f) + 3 * sizeof(int32_t); /* rows, pos, seg, tok */
@@ -918,7 +916,7 @@ subq_status kv_file_verify(kv_file *f, int from, int to, subq_error *err) {
 }
 
 subq_status kv_file_evict(kv_file *f, subq_error *err) {
-    subq_status s = sync_wait(f, err);
+    subq_status s = kv_file_wait(f, err);
     if (s) return s;
     if (fdatasync(f->fd) != 0) return subq_fail(err, SUBQ_ERR_IO, "cannot flush %s: %s", f->path, strerror(errno));
     /* unmapped from this process first: the page cache drops only pages nobody maps */
